@@ -1,0 +1,68 @@
+"""`tailscope` entry point: `main(argv) -> int` maps every command's outcome to an exit code.
+
+Each command lives in its own module `tailscope.cli.<module>` exposing
+`add_arguments(parser: argparse.ArgumentParser) -> None` and `run(args: argparse.Namespace) -> int`.
+Command modules import only the standard library at module level, so `tailscope --help` stays fast
+and never pulls in Streamlit or PyTorch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# (command, module, one-line help) in the order `--help` lists them.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("ingest", "ingest_cmd", "load trace exports (files or folders) into the store"),
+    ("serve", "serve_cmd", "open the dashboard on the store (127.0.0.1)"),
+    ("demo", "demo_cmd", "generate demo traces of every scenario, load them, open the dashboard"),
+    ("waterfall", "waterfall_cmd", "per-stage latency budget of a percentile band"),
+    ("compare", "compare_cmd", "compare two runs stage by stage, with confidence intervals"),
+    ("diagnose", "diagnose_cmd", "name the causes of a run's latency tail, with evidence and advice"),
+    ("collect", "collect_cmd", "receive OTLP/HTTP traces (POST /v1/traces) straight into the store"),
+    ("pipeline", "pipeline_cmd", "run, sweep or simulate the reference inference pipeline"),
+)
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_BAD_INPUT = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tailscope",
+        description="Where the latency budget of online ML inference goes, from OpenTelemetry traces.",
+    )
+    from tailscope import __version__
+
+    parser.add_argument("--version", action="version", version=f"tailscope {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module_name, summary in COMMANDS:
+        try:
+            module = importlib.import_module(f"tailscope.cli.{module_name}")
+        except ModuleNotFoundError as error:  # a command whose module is not part of this build
+            if error.name != f"tailscope.cli.{module_name}":
+                raise
+            continue
+        sub = commands.add_parser(name, help=summary, description=module.__doc__ or summary)
+        module.add_arguments(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args))
+    except KeyboardInterrupt:
+        print("tailscope: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_FAILURE
+
+
+def entrypoint() -> None:
+    sys.exit(main())

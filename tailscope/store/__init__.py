@@ -1,0 +1,1 @@
+"""The DuckDB store: schema, connections for one writer and many short-lived readers."""

@@ -1,0 +1,162 @@
+"""Open the DuckDB store: one writer at a time, readers that open briefly and retry while it writes.
+
+DuckDB lets one process hold a database file for writing, and while it does no other process can
+open the file at all. tailscope therefore never keeps a connection open longer than one unit of work:
+a writer holds the file for one transaction (one input file, or one batch of OTLP requests), a reader
+for one query. Both wait politely (bounded retries with backoff) while the other side holds the lock,
+so the dashboard shows a short delay instead of a lock error. See ARCHITECTURE.md, "Reads while writing".
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from tailscope import sql
+
+SCHEMA_VERSION = 1
+DEFAULT_DB = "tailscope.duckdb"
+LOCK_WAIT_SECONDS = 60.0
+
+
+class StoreBusyError(RuntimeError):
+    """The store stayed locked by another process for longer than we were willing to wait."""
+
+
+class StoreVersionError(RuntimeError):
+    """The store file was written by a different schema version."""
+
+
+def default_db_path() -> Path:
+    """`TAILSCOPE_DB` if set, else ./tailscope.duckdb."""
+    return Path(os.environ.get("TAILSCOPE_DB") or DEFAULT_DB)
+
+
+def _is_lock_conflict(error: duckdb.Error) -> bool:
+    text = str(error)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.01
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as error:
+            if not _is_lock_conflict(error) or time.monotonic() >= deadline:
+                if _is_lock_conflict(error):
+                    raise StoreBusyError(
+                        f"{path}: still locked by another tailscope process after {wait_seconds:.0f} s"
+                    ) from error
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+
+def ensure_schema(conn: duckdb.DuckDBPyConnection) -> None:
+    """Create the tables if missing; refuse a store of another schema version."""
+    for statement in sql.load("schema").split(";"):
+        body = "\n".join(line for line in statement.splitlines() if not line.strip().startswith("--"))
+        if body.strip():
+            conn.execute(body)
+    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    if row is None or row[0] is None:
+        conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
+    elif row[0] != SCHEMA_VERSION:
+        raise StoreVersionError(f"store has schema version {row[0]}, this tailscope expects {SCHEMA_VERSION}")
+
+
+@contextmanager
+def connect_writer(
+    path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-write connection with the schema in place, closed on exit."""
+    db_path = Path(path) if path is not None else default_db_path()
+    conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
+    try:
+        ensure_schema(conn)
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def connect_reader(
+    path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection, closed on exit. A missing file gets an empty store created first."""
+    db_path = Path(path) if path is not None else default_db_path()
+    if not db_path.exists():
+        with connect_writer(db_path, wait_seconds):
+            pass
+    conn = _open(db_path, read_only=True, wait_seconds=wait_seconds)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@dataclass(frozen=True)
+class Result:
+    """Rows of one query, with their column names and how long the query took."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    seconds: float
+
+    def first(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def single_value(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+def run_query(conn: duckdb.DuckDBPyConnection, statement: str, params: list[Any] | None = None) -> Result:
+    """Execute one statement with bound parameters and time it."""
+    started = time.perf_counter()
+    cursor = conn.execute(statement, params or [])
+    columns = [d[0] for d in cursor.description] if cursor.description else []
+    rows = cursor.fetchall() if cursor.description else []
+    return Result(columns, rows, time.perf_counter() - started)
+
+
+class Store:
+    """A handle on one store file that opens a short-lived connection per unit of work.
+
+    Safe to cache for the life of a process (e.g. `st.cache_resource`): it holds no open file.
+    """
+
+    def __init__(self, path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self.wait_seconds = wait_seconds
+
+    def reader(self) -> Any:
+        return connect_reader(self.path, self.wait_seconds)
+
+    def writer(self) -> Any:
+        return connect_writer(self.path, self.wait_seconds)
+
+    def query(self, statement: str, params: list[Any] | None = None) -> Result:
+        with self.reader() as conn:
+            return run_query(conn, statement, params)
+
+    def data_version(self) -> tuple[float, int]:
+        """Changes whenever a writer commits: use it as a cache key for query results."""
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            return (0.0, 0)
+        wal = self.path.with_name(self.path.name + ".wal")
+        wal_mtime = wal.stat().st_mtime if wal.exists() else 0.0
+        return (max(stat.st_mtime, wal_mtime), stat.st_size)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs tailscope with its pipeline and test extras into ./.venv, then runs the test suite.
+# Extra arguments go to pytest (e.g. ./test.sh -k ingest). Browser tests need Debian's chromium:
+# installed here when running as root, skipped with a reason otherwise.
+set -euo pipefail
+cd "$(dirname "$0")"
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing chromium (browser tests)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+# torch==2.13.0 is pinned so pip takes the CPU build where one is on offer instead of the CUDA one.
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e '.[pipeline,dev]'
+.venv/bin/python -m ruff check .
+exec .venv/bin/python -m pytest "$@"
