@@ -1,0 +1,1 @@
+"""The reference inference pipeline: a real, traced service plus load and planted-cause scenarios."""

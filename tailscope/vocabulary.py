@@ -1,0 +1,34 @@
+"""The words tailscope uses everywhere: canonical stages and diagnosis patterns."""
+
+from __future__ import annotations
+
+# Canonical stages, in request order. `unattributed` is time under a request's root span that no
+# child span covers.
+STAGES: tuple[str, ...] = (
+    "ingress",
+    "queue",
+    "parsing",
+    "feature_hydration",
+    "preprocessing",
+    "model_forward",
+    "postprocessing",
+    "downstream",
+    "serialization",
+)
+UNATTRIBUTED = "unattributed"
+ALL_STAGES: tuple[str, ...] = (*STAGES, UNATTRIBUTED)
+
+# Causes of a latency tail the diagnosis can name.
+PATTERNS: tuple[str, ...] = (
+    "gc_pause",
+    "lock_contention",
+    "queueing",
+    "cache_miss",
+    "cold_start",
+    "slow_dependency",
+    "network",
+    "compute_bound",
+)
+
+# Span attribute that states a span's stage explicitly; it wins over every other mapping rule.
+STAGE_ATTRIBUTE = "tailscope.stage"
