@@ -1,0 +1,27 @@
+"""Shared fixtures: where the repository and the real-world corpus are, and a fresh store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CORPUS = REPO_ROOT.parent / "shared" / "fixtures" / "real"
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def corpus_dir() -> Path:
+    if not CORPUS.is_dir():
+        pytest.skip(f"real-world corpus not found at {CORPUS} (it lives beside the checkout in shared/)")
+    return CORPUS
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "store.duckdb"
