@@ -1,0 +1,148 @@
+"""Helpers shared by the Jaeger and Zipkin JSON decoders: reading one JSON document with a size cap,
+hex id normalisation, µs → ns, and rendering attribute values as the Collector's AsString does
+(through ingest.anyvalue, so every format renders a double the same way).
+
+Both formats are one JSON document (not JSON lines), so the decoders read the whole (already
+decompressed) stream, parse it with orjson, and walk the result. orjson refuses NaN/Infinity, invalid
+UTF-8, numbers that overflow a double and nesting deeper than 1024 levels, so hostile documents fail in
+the parser with a line and column instead of exhausting the stack.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+import orjson
+
+from ingest import anyvalue as av
+from ingest.errors import DecodeError
+
+BATCH_SPANS = 50_000
+# The service name of spans whose export names none (as the OpenTelemetry SDKs and ingest.otlp_json do).
+UNKNOWN_SERVICE = "unknown_service"
+
+# A JSON document larger than this is refused rather than parsed into memory (its Python objects would
+# take several times as much). Large exports should be OTLP JSON lines or protobuf, which stream.
+MAX_DOCUMENT_BYTES = 512 * 1024**2
+READ_CHUNK = 8 * 1024 * 1024
+BOM = b"\xef\xbb\xbf"
+
+# The largest µs value whose ns fits in a signed 64-bit int (DuckDB TIMESTAMP_NS / BIGINT).
+MAX_MICROS = (2**63 - 1) // 1000
+HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def read_document(stream: BinaryIO, source: str, limit: int | None = None) -> Any:
+    """Read and parse the whole stream as one JSON document; DecodeError on anything malformed."""
+    cap = MAX_DOCUMENT_BYTES if limit is None else limit
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = stream.read(READ_CHUNK)
+        if not chunk:
+            break
+        total += len(chunk)
+        if total > cap:
+            raise DecodeError(
+                source, f"byte {cap}", f"JSON document larger than {cap} bytes; refusing to load it"
+            )
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if data.startswith(BOM):
+        data = data[len(BOM) :]
+    if not data.strip():
+        raise DecodeError(source, "byte 0", "empty file (no JSON document)")
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as error:
+        reason = str(error).split(": line ", 1)[0]
+        raise DecodeError(
+            source, f"line {error.lineno} column {error.colno}", f"invalid JSON: {reason}"
+        ) from None
+
+
+def hex_id(value: Any, width: int, what: str) -> str:
+    """A hex id left-padded with zeros to `width` chars, lowercase. ValueError says what is wrong.
+
+    Jaeger and Zipkin write 64-bit trace ids as 16 hex chars (older Jaeger versions drop leading
+    zeros); OTLP wants 32, so shorter ids are left-padded as Zipkin's and Jaeger's own readers do.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a hex string, not {type_name(value)}")
+    if not value:
+        raise ValueError(f"{what} is empty")
+    if len(value) > width:
+        raise ValueError(f"{what} {short(value)} is longer than {width} hex characters")
+    if not HEX_DIGITS.issuperset(value):
+        raise ValueError(f"{what} {short(value)} is not hexadecimal")
+    return value.lower().rjust(width, "0")
+
+
+def micros(value: Any, what: str) -> int:
+    """A non-negative integral count of microseconds, as nanoseconds. ValueError says what is wrong."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number of microseconds, not {type_name(value)}")
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(f"{what} {value!r} is not a whole number of microseconds")
+        value = int(value)
+    if value < 0:
+        raise ValueError(f"{what} {value} is negative")
+    if value > MAX_MICROS:
+        raise ValueError(f"{what} {value} µs is out of range (after year 2262)")
+    return value * 1000
+
+
+def render_value(value: Any) -> str:
+    """Any JSON value as an attribute string: strings as-is, bools true/false, numbers as AsString."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return av.format_double(value)  # orjson never yields NaN or Infinity
+    if value is None:
+        return ""
+    return av.raw_to_json(value)
+
+
+def type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, int | float) else type(value).__name__
+    )
+
+
+def short(value: str, limit: int = 40) -> str:
+    """A value quoted for an error message, cut so that a megabyte id cannot flood the terminal."""
+    text = value if len(value) <= limit else value[:limit] + "…"
+    return repr(text)
+
+
+# Errors from walking a hostile document that mean "this record is malformed", never a crash.
+RECORD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError)
+
+
+class BadRecord(ValueError):
+    """One span or trace is malformed; the message says what, in plain words."""
+
+
+def report(error: DecodeError, on_bad: Callable[[DecodeError], None] | None) -> None:
+    """Strict mode (no on_bad): raise. Otherwise hand the error over and let the caller skip on."""
+    if on_bad is None:
+        raise error
+    on_bad(error)
+
+
+def record_message(error: Exception) -> str:
+    """The plain-words message for an error met while normalising one record."""
+    if isinstance(error, BadRecord):
+        return str(error)
+    if isinstance(error, RecursionError):
+        return "structure nested too deeply"
+    return f"malformed record ({type(error).__name__}: {str(error)[:200]})"
