@@ -25,7 +25,12 @@ EVENT = pa.struct(
     [("Timestamp", pa.timestamp("ns")), ("Name", pa.string()), ("Attributes", STRING_MAP)]
 )
 LINK = pa.struct(
-    [("TraceId", pa.string()), ("SpanId", pa.string()), ("TraceState", pa.string()), ("Attributes", STRING_MAP)]
+    [
+        ("TraceId", pa.string()),
+        ("SpanId", pa.string()),
+        ("TraceState", pa.string()),
+        ("Attributes", STRING_MAP),
+    ]
 )
 
 # (attribute on SpanColumns, otel_traces column, arrow type) in table order, RunLabel excluded.
@@ -112,7 +117,8 @@ class SpanColumns:
     def rows(self) -> list[dict[str, Any]]:
         """The batch as one dict per span (tests and debugging; not the fast path)."""
         names = [name for name, _, _ in COLUMNS]
-        return [dict(zip(names, values, strict=True)) for values in zip(*(getattr(self, n) for n in names))]
+        columns = [getattr(self, n) for n in names]
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
     def to_arrow(self) -> pa.Table:
         """The batch as an Arrow table whose column names and types match `otel_traces`."""

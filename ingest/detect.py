@@ -1,0 +1,75 @@
+"""Which format a trace file is, from its content (never its name), and the decoder that reads it.
+
+Whole-file compression is undone first (see `compression`); then the first `HEAD_BYTES` decide:
+- JSON mentioning resourceSpans / scopeSpans / instrumentationLibrarySpans (any key case) → OTLP/JSON
+- JSON with Jaeger's `traceID` / `spanID` / `operationName` keys → Jaeger UI JSON (ingest.jaeger)
+- JSON with Zipkin v2's `traceId` and `id` keys → Zipkin v2 JSON (ingest.zipkin)
+- binary starting with field 1 of TracesData (0x0A), or a 4-byte length prefix → OTLP protobuf
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Iterator
+from typing import BinaryIO, Protocol
+
+from ingest.columns import SpanColumns
+from ingest.errors import DecodeError
+from ingest.otlp_proto import is_length_prefixed
+
+HEAD_BYTES = 64 << 10
+
+FORMATS: dict[str, str] = {
+    "otlp_json": "ingest.otlp_json",
+    "otlp_proto": "ingest.otlp_proto",
+    "jaeger": "ingest.jaeger",
+    "zipkin": "ingest.zipkin",
+}
+
+_OTLP_KEYS = re.compile(
+    rb'"(resourceSpans|resource_spans|scopeSpans|scope_spans|instrumentationLibrarySpans'
+    rb'|instrumentation_library_spans)"'
+)
+_JAEGER_KEYS = re.compile(rb'"(traceID|spanID|operationName)"')
+_ZIPKIN_ID = re.compile(rb'"id"\s*:')
+_ZIPKIN_TRACE = re.compile(rb'"traceId"\s*:')
+_BOM = b"\xef\xbb\xbf"
+
+
+class Decoder(Protocol):
+    def __call__(
+        self, stream: BinaryIO, source: str, on_bad: Callable[[DecodeError], None] | None
+    ) -> Iterator[SpanColumns]: ...
+
+
+def detect(head: bytes, source: str = "<input>") -> str | None:
+    """The format name of a (decompressed) file from its first bytes; None for an empty file."""
+    text = head[len(_BOM) :] if head.startswith(_BOM) else head
+    stripped = text.lstrip()
+    if not stripped:
+        return None
+    if stripped[:1] in (b"{", b"["):
+        if _OTLP_KEYS.search(text):
+            return "otlp_json"
+        if _JAEGER_KEYS.search(text):
+            return "jaeger"
+        if _ZIPKIN_TRACE.search(text) and _ZIPKIN_ID.search(text):
+            return "zipkin"
+        if re.search(rb'"(batches|result)"\s*:', text):
+            return "otlp_json"
+        raise DecodeError(source, "byte 0", "JSON, but not OTLP, Jaeger or Zipkin trace data")
+    if head[:1] == b"\x0a" or is_length_prefixed(head):
+        return "otlp_proto"
+    raise DecodeError(source, "byte 0", "not a recognised trace format (OTLP JSON/protobuf, Jaeger, Zipkin)")
+
+
+def decoder_for(fmt: str, source: str = "<input>") -> Decoder:
+    """The `decode` function of a format's module, imported on first use."""
+    try:
+        module = importlib.import_module(FORMATS[fmt])
+    except ModuleNotFoundError as error:
+        if error.name != FORMATS[fmt]:
+            raise
+        raise DecodeError(source, "byte 0", f"{fmt} files are not supported yet") from None
+    return module.decode
