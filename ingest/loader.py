@@ -1,0 +1,352 @@
+"""Load trace files into the store: one file = one transaction, streamed in batches.
+
+For each file: open → undo whole-file compression → detect the format → decode batches of spans →
+append each batch to `otel_traces` through Arrow → drop duplicate (TraceId, SpanId) within the run →
+refresh the `runs` row and the derived tables → commit. Any failure before the commit (a decode
+error in strict mode, a crash, kill -9) leaves the store as it was before that file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import duckdb
+
+from ingest import detect
+from ingest.columns import SpanColumns
+from ingest.compression import open_decompressed
+from ingest.errors import DecodeError
+from tailscope import sql
+from tailscope.analysis.derive import refresh_run
+from tailscope.store.db import connect_writer
+
+# Resource attributes that describe a run's setup and are kept in runs.SetupAttributes.
+SETUP_KEYS = frozenset(
+    {
+        "host.name", "host.arch", "host.type", "os.type", "os.description",
+        "service.version", "service.namespace", "deployment.environment", "deployment.environment.name",
+        "process.runtime.name", "process.runtime.version", "telemetry.sdk.language", "telemetry.sdk.version",
+        "cloud.provider", "cloud.region", "cloud.instance.type", "k8s.node.name",
+    }
+)  # fmt: skip
+SETUP_PREFIXES = ("tailscope.",)
+SETUP_WORDS = ("device", "gpu", "dtype", "batch")
+_COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
+
+Progress = Callable[[int, int, int], None]  # (bytes read, bytes total, spans decoded so far)
+
+
+@dataclass
+class StoreStats:
+    """What one `store_batches` call did."""
+
+    spans_decoded: int = 0
+    spans_stored: int = 0  # net new rows after duplicates were dropped
+    run_spans: int = 0  # the run's totals afterwards
+    run_traces: int = 0
+
+    @property
+    def duplicates(self) -> int:
+        return self.spans_decoded - self.spans_stored
+
+
+@dataclass
+class FileResult:
+    path: str
+    format: str | None = None
+    compression: str | None = None
+    spans: int = 0  # stored
+    duplicates: int = 0
+    rejected: int = 0  # records skipped (--skip-bad)
+    reasons: Counter[str] = field(default_factory=Counter)
+    error: str | None = None  # set when the whole file was rejected (store unchanged for it)
+    run_traces: int | None = None  # traces in the run after this file committed
+    seconds: float = 0.0
+
+
+@dataclass
+class LoadSummary:
+    run_label: str
+    files: list[FileResult] = field(default_factory=list)
+    traces: int = 0  # traces in the run after loading
+    seconds: float = 0.0
+
+    @property
+    def spans(self) -> int:
+        return sum(f.spans for f in self.files)
+
+    @property
+    def rejected(self) -> int:
+        return sum(f.rejected for f in self.files)
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.error is not None]
+
+    @property
+    def reasons(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for f in self.files:
+            total.update(f.reasons)
+        return total
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run_label,
+            "files": len(self.files),
+            "files_failed": len(self.failed),
+            "spans": self.spans,
+            "traces": self.traces,
+            "duplicates": sum(f.duplicates for f in self.files),
+            "rejected": self.rejected,
+            "rejected_reasons": dict(self.reasons.most_common()),
+            "seconds": round(self.seconds, 3),
+            "spans_per_second": round(self.spans / self.seconds) if self.seconds > 0 else None,
+            "errors": [f.error for f in self.failed],
+            "per_file": [
+                {
+                    "path": f.path,
+                    "format": f.format,
+                    "compression": f.compression,
+                    "spans": f.spans,
+                    "duplicates": f.duplicates,
+                    "rejected": f.rejected,
+                    "error": f.error,
+                    "seconds": round(f.seconds, 3),
+                }
+                for f in self.files
+            ],
+        }
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Files as given, directories as their files (recursive, sorted, hidden entries skipped)."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            out.extend(
+                sorted(
+                    p
+                    for p in path.rglob("*")
+                    if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+                )
+            )
+        else:
+            out.append(path)
+    return out
+
+
+def default_run_label(paths: Sequence[str | os.PathLike[str]]) -> str:
+    """The first path's name without compression and format suffixes (traces.jsonl.gz → traces);
+    a folder gives its own name."""
+    name = Path(paths[0]).resolve().name if paths else "run"
+    if paths and Path(paths[0]).is_dir():
+        return name or "run"
+    for suffix in _COMPRESSED_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    stem = Path(name).stem or name
+    return stem or "run"
+
+
+def reason_of(error: DecodeError) -> str:
+    """A rejection's reason with the specifics (paths, ids, numbers) taken out, for grouping."""
+    message = re.sub(r"^(resource_?[sS]pans\[\d+\][^:]*: )", "", error.message)
+    message = re.sub(r"'[^']*'|\"[^\"]*\"", "…", message)
+    return re.sub(r"(?<![A-Za-z])\d+", "N", message)
+
+
+def setup_attributes(batch: SpanColumns, into: dict[str, set[str]]) -> None:
+    """Collect the setup-describing resource attributes of a batch (each resource looked at once)."""
+    seen = {id(attrs): attrs for attrs in batch.resource_attributes}
+    for attrs in seen.values():
+        for key, value in attrs.items():
+            if (
+                key in SETUP_KEYS
+                or key.startswith(SETUP_PREFIXES)
+                or any(word in key for word in SETUP_WORDS)
+            ):
+                into.setdefault(key, set()).add(value)
+
+
+def store_batches(
+    conn: duckdb.DuckDBPyConnection,
+    run_label: str,
+    batches: Iterable[SpanColumns],
+    source_files: list[str],
+) -> StoreStats:
+    """Append batches to a run inside the caller's open transaction, then dedupe and refresh the run.
+
+    The caller owns BEGIN/COMMIT/ROLLBACK. Within the run, a (TraceId, SpanId) already stored wins
+    over a later copy; the runs row (files, counts, setup attributes) and the derived tables are
+    brought up to date before returning.
+    """
+    stats = StoreStats()
+    before = _query(conn, "ingest_run_span_count", [run_label])[0][0]
+    setup: dict[str, set[str]] = {}
+    for batch in batches:
+        if not len(batch):
+            continue
+        setup_attributes(batch, setup)
+        conn.register("ingest_batch", batch.to_arrow())
+        try:
+            _query(conn, "ingest_insert_spans", [run_label])
+        finally:
+            conn.unregister("ingest_batch")
+        stats.spans_decoded += len(batch)
+    if stats.spans_decoded:
+        _query(conn, "ingest_dedupe_run", [run_label])
+    stats.spans_stored = _query(conn, "ingest_run_span_count", [run_label])[0][0] - before
+    _update_run(conn, run_label, source_files, setup)
+    stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
+    refresh_run(conn, run_label)
+    return stats
+
+
+def _query(conn: duckdb.DuckDBPyConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """Run one statement from tailscope/sql to its end and return its rows."""
+    return conn.execute(sql.load(name), params).fetchall()
+
+
+def _update_run(
+    conn: duckdb.DuckDBPyConnection, run_label: str, source_files: list[str], setup: dict[str, set[str]]
+) -> None:
+    rows = _query(conn, "ingest_run_setup", [run_label])
+    row = rows[0] if rows else None
+    files = list(row[0]) if row else []
+    for source in source_files:
+        if source not in files:
+            files.append(source)
+    merged = {key: set(value.split(",")) for key, value in (row[1] if row else {}).items()}
+    for key, values in setup.items():
+        merged.setdefault(key, set()).update(values)
+    keys = sorted(merged)
+    values = [",".join(sorted(merged[key])) for key in keys]
+    _query(conn, "ingest_upsert_run", [run_label, files, keys, values])
+
+
+class _Counting:
+    """Bytes read so far from the raw (possibly compressed) file, for the progress bar."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+
+    def position(self) -> int:
+        try:
+            return self.raw.tell()
+        except (OSError, ValueError):
+            return 0
+
+
+def decode_file(
+    raw: BinaryIO, source: str, result: FileResult, on_bad: Callable[[DecodeError], None] | None
+) -> Iterator[SpanColumns]:
+    """Decode one open file: decompress, detect, decode (batches). Sets result.format/compression."""
+    size = os.fstat(raw.fileno()).st_size
+    stream, result.compression = open_decompressed(raw, source, size)
+    head = stream.peek(detect.HEAD_BYTES)[: detect.HEAD_BYTES]  # type: ignore[attr-defined]
+    result.format = detect.detect(head, source)
+    if result.format is None:
+        return iter(())
+    return detect.decoder_for(result.format, source)(stream, source, on_bad)
+
+
+def load_file(
+    path: Path,
+    db_path: str | Path | None,
+    run_label: str,
+    skip_bad: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> FileResult:
+    """Load one file in one transaction. A DecodeError (strict mode) leaves the store unchanged."""
+    started = time.perf_counter()
+    source = str(path)
+    result = FileResult(path=source)
+
+    def on_bad(error: DecodeError) -> None:
+        result.rejected += 1
+        result.reasons[reason_of(error)] += 1
+
+    try:
+        with open(path, "rb", buffering=1 << 20) as raw, connect_writer(db_path) as conn:
+            counting = _Counting(raw)
+            batches = decode_file(raw, source, result, on_bad if skip_bad else None)
+
+            def reported(batches: Iterable[SpanColumns]) -> Iterator[SpanColumns]:
+                decoded = 0
+                for batch in batches:
+                    decoded += len(batch)
+                    if progress is not None:
+                        progress(counting.position(), decoded)
+                    yield batch
+
+            conn.begin()
+            try:
+                stats = store_batches(conn, run_label, reported(batches), [source])
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+        result.spans = stats.spans_stored
+        result.duplicates = stats.duplicates
+        result.run_traces = stats.run_traces
+    except DecodeError as error:
+        result.error = str(error)
+        result.spans = result.duplicates = 0
+    except OSError as error:
+        result.error = f"{source}: {error.strerror or error}"
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def load_paths(
+    paths: Iterable[str | os.PathLike[str]],
+    db_path: str | Path | None,
+    run_label: str | None,
+    skip_bad: bool = False,
+    progress: Progress | None = None,
+) -> LoadSummary:
+    """Load files and folders into one run, file by file (each its own transaction).
+
+    `run_label` None → `default_run_label(paths)`. `progress(bytes_read, bytes_total, spans)` is
+    called after every batch. Files that fail are reported in the summary, the others still load.
+    """
+    started = time.perf_counter()
+    files = expand_paths(paths)
+    label = run_label or default_run_label(list(paths))
+    summary = LoadSummary(run_label=label)
+    sizes = [_size(p) for p in files]
+    total = sum(sizes)
+    done_bytes = done_spans = 0
+    for path, size in zip(files, sizes, strict=True):
+        base_bytes, base_spans = done_bytes, done_spans
+
+        def file_progress(position: int, spans: int, base_bytes: int = base_bytes, base_spans: int = base_spans) -> None:  # noqa: E501
+            if progress is not None:
+                progress(base_bytes + position, total, base_spans + spans)
+
+        result = load_file(path, db_path, label, skip_bad, file_progress)
+        summary.files.append(result)
+        done_bytes += size
+        done_spans += result.spans
+        if progress is not None:
+            progress(done_bytes, total, done_spans)
+    committed = [f.run_traces for f in summary.files if f.run_traces is not None]
+    summary.traces = committed[-1] if committed else 0
+    summary.seconds = time.perf_counter() - started
+    return summary
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
