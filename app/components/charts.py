@@ -1,0 +1,39 @@
+"""Plotly defaults shared by every chart: margins, fonts, log-latency ticks, modebar."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from app.components import palette
+
+__all__ = ["CONFIG", "layout", "log_ticks", "palette"]
+
+CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["lasso2d", "autoScale2d"]}
+
+
+def layout(fig: go.Figure, height: int = 420, **kwargs: object) -> go.Figure:
+    fig.update_layout(
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "left", "x": 0},
+        hoverlabel={"namelength": -1},
+        **kwargs,
+    )
+    return fig
+
+
+def log_ticks(low_ms: float, high_ms: float) -> tuple[list[float], list[str]]:
+    """Tick positions (log10 of ms) and labels (1 ms, 2 ms, 5 ms, 10 ms ...) covering [low, high]."""
+    low = max(low_ms, 1e-3)
+    high = max(high_ms, low * 1.01)
+    values: list[float] = []
+    labels: list[str] = []
+    for exponent in range(math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1):
+        for mantissa in (1, 2, 5):
+            v = mantissa * 10.0**exponent
+            if low / 1.5 <= v <= high * 1.5:
+                values.append(math.log10(v))
+                labels.append(f"{v:g} ms" if v < 1000 else f"{v / 1000:g} s")
+    return values, labels

@@ -1,0 +1,110 @@
+"""Open the dashboard on the store: `streamlit run app/main.py`, bound to 127.0.0.1, headless.
+
+The dashboard runs in a child process (this interpreter's `python -m streamlit`), with the store's
+path in the environment (TAILSCOPE_DB) and after `--` on its command line. Ctrl-C stops it cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8501
+# Mirrors .streamlit/config.toml, which Streamlit only reads from the working directory.
+MAX_UPLOAD_MB = 512
+STOP_WAIT_SECONDS = 10.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db", metavar="FILE", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)"
+    )
+
+
+def app_script() -> Path:
+    """The dashboard's entrypoint, app/main.py, wherever the `app` package is installed."""
+    spec = importlib.util.find_spec("app.main")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("the dashboard (package `app`, app/main.py) is not installed")
+    return Path(spec.origin)
+
+
+def resolve_db(db: str | None) -> Path:
+    return Path(db or os.environ.get("TAILSCOPE_DB") or "tailscope.duckdb").resolve()
+
+
+def streamlit_command(db_path: Path, host: str, port: int) -> list[str]:
+    """The `python -m streamlit run ...` command line that serves the dashboard on `db_path`."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app_script()),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--server.fileWatcherType",
+        "none",
+        "--server.maxUploadSize",
+        str(MAX_UPLOAD_MB),
+        "--browser.gatherUsageStats",
+        "false",
+        "--theme.base",
+        "light",
+        "--",
+        "--db",
+        str(db_path),
+    ]
+
+
+def serve(db_path: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
+    """Run the dashboard in the foreground until it exits or Ctrl-C; returns an exit code."""
+    env = dict(os.environ, TAILSCOPE_DB=str(db_path))
+    command = streamlit_command(db_path, host, port)
+    print(f"tailscope: dashboard on {db_path} at http://{host}:{port}  (Ctrl-C stops it)", flush=True)
+    child = subprocess.Popen(command, env=env)
+    try:
+        return child.wait()
+    except KeyboardInterrupt:
+        # The terminal sent SIGINT to the whole process group; make sure the child got it, then wait.
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+        try:
+            child.wait(timeout=STOP_WAIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            child.terminate()
+            try:
+                child.wait(timeout=STOP_WAIT_SECONDS)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        print("tailscope: dashboard stopped", file=sys.stderr)
+        return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 0 < args.port < 65536:
+        print(f"tailscope serve: --port {args.port}: not a port number (1-65535)", file=sys.stderr)
+        return 2
+    try:
+        app_script()
+    except FileNotFoundError as error:
+        print(f"tailscope serve: {error}", file=sys.stderr)
+        return 1
+    return serve(resolve_db(args.db), args.host, args.port)

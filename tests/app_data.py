@@ -1,0 +1,167 @@
+"""Small hand-built stores for the dashboard tests: the reference pipeline's span shape, seeded.
+
+`build_store(path)` writes two runs of a few hundred requests each, where requests that miss the
+feature cache are slow (so the tail has a cause to find); `one_span_store` and `no_root_store` are the
+degenerate cases the views must explain instead of failing on.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from ingest.columns import SpanColumns
+from ingest.loader import store_batches
+from reference_pipeline import span_model as sm
+from tailscope.store.db import connect_writer
+from tailscope.vocabulary import STAGE_ATTRIBUTE
+
+START_NS = 1_763_700_000_000_000_000  # 2025-11-21T04:40:00Z
+MS = 1_000_000
+
+
+def _hex(rng: random.Random, chars: int) -> str:
+    return f"{rng.getrandbits(chars * 4):0{chars}x}"
+
+
+def _resource(run: str, device: str) -> dict[str, str]:
+    return {
+        "service.name": sm.SERVICE_NAME,
+        "host.name": "test-host",
+        "tailscope.scenario": "cold-cache",
+        "tailscope.device": device,
+        "tailscope.dtype": "fp32" if device == "cpu" else "bf16",
+        "tailscope.batch.max_size": "8",
+        "tailscope.batch.max_wait_ms": "5",
+        "tailscope.model.weights": "simulated",
+        "tailscope.run": run,
+    }
+
+
+def request_spans(
+    columns: SpanColumns, rng: random.Random, start_ns: int, resource: dict[str, str], slow_model: float
+) -> None:
+    """Append one request's spans, children back to back under the root."""
+    trace_id = _hex(rng, 32)
+    root_id = _hex(rng, 16)
+    cache_hit = rng.random() > 0.08
+    error = rng.random() < 0.01
+    durations = [
+        (sm.RECEIVE, rng.lognormvariate(-1.0, 0.3) * MS, {}),
+        (sm.PARSE, rng.lognormvariate(-0.5, 0.3) * MS, {}),
+        (
+            sm.HYDRATE,
+            (rng.lognormvariate(0.0, 0.3) + (0 if cache_hit else rng.uniform(60, 140))) * MS,
+            {"cache.hit": "true" if cache_hit else "false", "feature.key": f"user:{rng.randint(1, 40)}"},
+        ),
+        (sm.TOKENIZE, rng.lognormvariate(0.3, 0.2) * MS, {"tokens.count": str(rng.randint(8, 64))}),
+        (sm.QUEUE_WAIT, rng.expovariate(1 / 3.0) * MS, {"batch.size": str(rng.randint(1, 8))}),
+        (
+            sm.FORWARD,
+            rng.lognormvariate(2.5, 0.15) * slow_model * MS,
+            {"device": resource["tailscope.device"]},
+        ),
+        (sm.POSTPROCESS, rng.lognormvariate(-0.3, 0.3) * MS, {}),
+        (sm.DOWNSTREAM, rng.lognormvariate(1.5, 0.4) * MS, {"http.request.method": "POST"}),
+        (sm.SERIALIZE, rng.lognormvariate(-1.2, 0.3) * MS, {}),
+    ]
+    cursor = start_ns + int(0.2 * MS)
+    children = []
+    for name, duration, attrs in durations:
+        span_id = _hex(rng, 16)
+        children.append((name, span_id, cursor, int(duration), attrs))
+        if name == sm.HYDRATE and not cache_hit:
+            store_get = {"_parent": span_id, "db.system": "sqlite"}
+            children.append(
+                (sm.STORE_GET, _hex(rng, 16), cursor + int(0.5 * MS), int(duration - MS), store_get)
+            )
+        cursor += int(duration) + int(0.05 * MS)
+    root_duration = cursor - start_ns + int(0.1 * MS)
+    columns.append(
+        timestamp_ns=start_ns,
+        trace_id=trace_id,
+        span_id=root_id,
+        parent_span_id="",
+        span_name=sm.ROOT_SPAN,
+        span_kind="Server",
+        duration_ns=root_duration,
+        service_name=sm.SERVICE_NAME,
+        resource_attributes=resource,
+        span_attributes={
+            "http.route": sm.ROUTE,
+            "http.request.method": "POST",
+            "http.response.status_code": "500" if error else "200",
+            STAGE_ATTRIBUTE: "ingress",
+        },
+        status_code="Error" if error else "Unset",
+        status_message="internal error" if error else "",
+    )
+    for name, span_id, begin, duration, attrs in children:
+        parent = attrs.pop("_parent", root_id)
+        columns.append(
+            timestamp_ns=begin,
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_span_id=parent,
+            span_name=name,
+            span_kind="Client" if name in (sm.STORE_GET, sm.DOWNSTREAM) else "Internal",
+            duration_ns=duration,
+            service_name=sm.SERVICE_NAME,
+            resource_attributes=resource,
+            span_attributes={**attrs, STAGE_ATTRIBUTE: sm.STAGE_OF[name]},
+        )
+
+
+def write_run(db_path: Path, run_label: str, columns: SpanColumns, source: str = "test") -> None:
+    """Store one run's spans the way the ingest loader does (one transaction, derived tables included)."""
+    with connect_writer(db_path) as conn:
+        conn.execute("BEGIN TRANSACTION")
+        store_batches(conn, run_label, [columns], [source])
+        conn.execute("COMMIT")
+
+
+def build_store(db_path: Path, requests: int = 400, seed: int = 7) -> Path:
+    """Two runs ('cpu-fp32', 'gpu-bf16') of `requests` requests each, 20 req/s."""
+    rng = random.Random(seed)
+    for run, device, slow in (("cpu-fp32", "cpu", 1.0), ("gpu-bf16", "cuda", 0.35)):
+        columns = SpanColumns()
+        resource = _resource(run, device)
+        for i in range(requests):
+            request_spans(columns, rng, START_NS + i * 50 * MS + rng.randint(0, 20 * MS), resource, slow)
+        write_run(db_path, run, columns)
+    return db_path
+
+
+def one_span_store(db_path: Path) -> Path:
+    columns = SpanColumns()
+    columns.append(
+        timestamp_ns=START_NS,
+        trace_id="0" * 31 + "1",
+        span_id="0" * 15 + "1",
+        parent_span_id="",
+        span_name="GET /",
+        span_kind="Server",
+        duration_ns=12 * MS,
+        service_name="solo",
+        span_attributes={"http.route": "/"},
+    )
+    write_run(db_path, "one-span", columns)
+    return db_path
+
+
+def no_root_store(db_path: Path) -> Path:
+    """A run whose spans all point at a parent that is not in the export (a truncated trace)."""
+    columns = SpanColumns()
+    for i in range(5):
+        columns.append(
+            timestamp_ns=START_NS + i * MS,
+            trace_id=f"{i + 1:032x}",
+            span_id=f"{i + 100:016x}",
+            parent_span_id="f" * 16,
+            span_name=sm.FORWARD,
+            span_kind="Internal",
+            duration_ns=(5 + i) * MS,
+            service_name=sm.SERVICE_NAME,
+        )
+    write_run(db_path, "orphans", columns)
+    return db_path
