@@ -10,9 +10,10 @@ so the dashboard shows a short delay instead of a lock error. See ARCHITECTURE.m
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,21 +45,87 @@ def _is_lock_conflict(error: duckdb.Error) -> bool:
     return "Could not set lock" in text or "Conflicting lock" in text
 
 
-def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyConnection:
-    deadline = time.monotonic() + wait_seconds
-    delay = 0.01
-    while True:
+# Writer preference. DuckDB's file lock is taken with a non-blocking fcntl call, so a waiting writer
+# only gets in when it happens to poll in a gap between readers; a dashboard whose readers overlap
+# could starve it. A writer that finds the file busy therefore leaves a marker file beside the store
+# ("<db>.writer-waiting.<pid>-<thread>") until it has the lock, and readers about to open the file
+# hold back (at most READER_DEFER_SECONDS) while a live writer's marker is there.
+READER_DEFER_SECONDS = 5.0
+_WAITING_INFIX = ".writer-waiting."
+
+
+def _marker_path(path: Path) -> Path:
+    return path.with_name(f"{path.name}{_WAITING_INFIX}{os.getpid()}-{threading.get_ident()}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def writers_waiting(path: Path) -> bool:
+    """True while a live writer is waiting for this store's lock (stale markers are removed)."""
+    prefix = path.name + _WAITING_INFIX
+    try:
+        names = [name for name in os.listdir(path.parent) if name.startswith(prefix)]
+    except FileNotFoundError:
+        return False
+    for name in names:
         try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as error:
-            if not _is_lock_conflict(error) or time.monotonic() >= deadline:
-                if _is_lock_conflict(error):
+            pid = int(name[len(prefix) :].split("-", 1)[0])
+        except ValueError:
+            continue
+        if _pid_alive(pid):
+            return True
+        with suppress(OSError):
+            (path.parent / name).unlink()
+    return False
+
+
+def _defer_to_writers(path: Path) -> None:
+    deadline = time.monotonic() + READER_DEFER_SECONDS
+    while time.monotonic() < deadline and writers_waiting(path):
+        time.sleep(0.005)
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    if read_only:
+        _defer_to_writers(path)
+    return duckdb.connect(str(path), read_only=read_only)
+
+
+def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyConnection:
+    """Connect, retrying while another process holds the lock; a waiting writer marks itself."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.005
+    marker: Path | None = None
+    try:
+        while True:
+            try:
+                return _connect(path, read_only)
+            except duckdb.IOException as error:
+                if not _is_lock_conflict(error):
+                    raise
+                if time.monotonic() >= deadline:
                     raise StoreBusyError(
                         f"{path}: still locked by another tailscope process after {wait_seconds:.0f} s"
                     ) from error
-                raise
+            if not read_only and marker is None:
+                marker = _marker_path(path)
+                with suppress(OSError):
+                    marker.touch()
             time.sleep(delay)
-            delay = min(delay * 2, 0.25)
+            # A marked writer polls fast (readers are holding back for it); readers back off to 50 ms.
+            delay = min(delay * 1.5, 0.02 if not read_only else 0.05)
+    finally:
+        if marker is not None:
+            with suppress(OSError):
+                marker.unlink()
 
 
 def ensure_schema(conn: duckdb.DuckDBPyConnection) -> None:

@@ -1,0 +1,127 @@
+"""Run the receiver: uvicorn on a loopback port, a status line, counters, graceful shutdown.
+
+SIGINT or SIGTERM: uvicorn stops accepting connections and lets in-flight requests finish (each is
+waiting for the commit of its spans), then the app's lifespan flushes whatever is still queued and
+stops the writer, and the process exits 0. A second SIGINT abandons the wait; anything not yet
+answered was never acknowledged, so the exporters keep it and retry elsewhere or later.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+import uvicorn
+
+from ingest.receiver.app import create_app
+from ingest.receiver.limits import Limits
+from ingest.receiver.writer import BatchWriter
+
+
+@dataclass(frozen=True)
+class ReceiverConfig:
+    db_path: Path
+    run_label: str
+    host: str = "127.0.0.1"
+    port: int = 4318
+    limits: Limits = field(default_factory=Limits)
+    stats_interval_s: float = 10.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, minus re-raising the signal after shutdown (which would skip our exit 0),
+    plus a callback once the socket is bound (port 0 gets its real number there)."""
+
+    on_started: Callable[[int], None] = staticmethod(lambda port: None)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
+            self.on_started(port)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True
+        else:
+            self.should_exit = True
+
+
+def _format_status(writer: BatchWriter, previous: tuple[float, int]) -> tuple[str, tuple[float, int]]:
+    now, stored = time.monotonic(), writer.counters.spans_stored
+    rate = (stored - previous[1]) / max(now - previous[0], 1e-9)
+    c = writer.counters
+    line = (
+        f"collect: {stored:,} spans stored ({rate:,.0f}/s), {c.requests:,} requests, "
+        f"{c.throttled:,} throttled, queue {writer.queued_requests}/{writer.limits.queue_requests}, "
+        f"last commit {c.last_tx_seconds * 1000:.0f} ms"
+    )
+    return line, (now, stored)
+
+
+def _report_periodically(writer: BatchWriter, every: float, stop: threading.Event, out: TextIO) -> None:
+    mark = (time.monotonic(), 0)
+    last_seen = (0, 0)
+    while not stop.wait(every):
+        seen = (writer.counters.requests, writer.counters.throttled)
+        line, mark = _format_status(writer, mark)
+        if seen != last_seen:
+            print(line, file=out, flush=True)
+        last_seen = seen
+
+
+def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> int:
+    """Run until SIGINT/SIGTERM; 0 after a clean flush, 1 if the writer could not finish."""
+    writer = BatchWriter(config.db_path, config.run_label, config.limits, source=_source(config))
+    app = create_app(writer)
+    limits = config.limits
+    uv_config = uvicorn.Config(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        # Connections beyond this get uvicorn's own 503 (retryable) before any body is read.
+        limit_concurrency=limits.queue_requests * 2 + 16,
+        timeout_graceful_shutdown=60,
+    )
+    server = _Server(uv_config)
+    stop = threading.Event()
+    reporter = threading.Thread(
+        target=_report_periodically, args=(writer, config.stats_interval_s, stop, out), daemon=True
+    )
+
+    def started(port: int) -> None:
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        print(
+            f"collect: listening on http://{host}:{port}/v1/traces  db={config.db_path}  "
+            f"run={config.run_label}  (Ctrl-C to stop)",
+            file=out,
+            flush=True,
+        )
+        reporter.start()
+
+    server.on_started = started  # type: ignore[method-assign]
+    try:
+        server.run()
+    finally:
+        stop.set()
+    line, _ = _format_status(writer, (writer.counters.started, 0))
+    clean = writer.close(timeout=60)
+    print(line.replace("collect:", "collect: stopped;", 1), file=out, flush=True)
+    if not server.started:
+        return 1
+    return 0 if clean else 1
+
+
+def _source(config: ReceiverConfig) -> str:
+    return f"otlp-http://{config.host}:{config.port}/v1/traces"

@@ -1,0 +1,202 @@
+"""A bounded queue of accepted requests and the one thread that writes them to the store.
+
+Requests wait in the queue until the writer takes all of them into one short transaction: open the
+store for writing, store the spans (the loader also refreshes the run's derived data), commit,
+close. Between transactions the file is released so the dashboard's readers get in. The writer waits
+at least `flush_interval_ms` between transactions, and at least as long as its last transaction took,
+so it holds the file at most about half of the time however large the batches grow.
+
+Each request carries a Future that the writer resolves after the commit (or fails with the error),
+which is what the HTTP handler waits for before answering 200: acknowledged means committed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingest.columns import SpanColumns
+from ingest.receiver.limits import Limits
+
+# store(conn, run_label, batches, source_files) -> stats, as ingest.loader.store_batches
+StoreFn = Callable[[Any, str, Sequence[SpanColumns], list[str]], Any]
+
+
+class QueueFull(RuntimeError):
+    """No room for the request: the caller answers 429 with Retry-After."""
+
+
+class ShuttingDown(RuntimeError):
+    """The writer no longer takes requests: the caller answers 503."""
+
+
+@dataclass
+class Counters:
+    """Totals since start; read by the status line and the tests (integers only, no lock needed)."""
+
+    requests: int = 0
+    spans_stored: int = 0
+    transactions: int = 0
+    failed_transactions: int = 0
+    throttled: int = 0
+    last_tx_seconds: float = 0.0
+    max_tx_seconds: float = 0.0
+    max_queued_requests: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Item:
+    columns: SpanColumns
+    future: Future[int]
+
+
+def _default_store() -> StoreFn:
+    from ingest.loader import store_batches
+
+    return store_batches
+
+
+class BatchWriter:
+    """Owns the queue and the writer thread. `submit` from any thread; `close` flushes and joins."""
+
+    def __init__(
+        self,
+        db_path: str | Path,
+        run_label: str,
+        limits: Limits,
+        source: str = "otlp-http",
+        store: StoreFn | None = None,
+    ) -> None:
+        self.db_path = Path(db_path)
+        self.run_label = run_label
+        self.limits = limits
+        self.source = source
+        self._store = store
+        self.counters = Counters()
+        self._items: deque[_Item] = deque()
+        self._queued_spans = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._last_end = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="tailscope-writer", daemon=True)
+
+    # -- producer side ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._store is None:
+            self._store = _default_store()
+        self._thread.start()
+
+    @property
+    def queued_requests(self) -> int:
+        return len(self._items)
+
+    def is_full(self) -> bool:
+        return len(self._items) >= self.limits.queue_requests or self._queued_spans >= self.limits.queue_spans
+
+    def submit(self, columns: SpanColumns) -> Future[int]:
+        """Queue one request's spans; the Future resolves to their count once committed."""
+        future: Future[int] = Future()
+        with self._cond:
+            if self._closing:
+                raise ShuttingDown("the receiver is shutting down")
+            # A request larger than the whole span budget is still taken into an empty queue.
+            if self._items and (
+                len(self._items) >= self.limits.queue_requests
+                or self._queued_spans + len(columns) > self.limits.queue_spans
+            ):
+                self.counters.throttled += 1
+                raise QueueFull(f"{len(self._items)} requests ({self._queued_spans} spans) waiting")
+            self._items.append(_Item(columns, future))
+            self._queued_spans += len(columns)
+            self.counters.requests += 1
+            self.counters.max_queued_requests = max(self.counters.max_queued_requests, len(self._items))
+            self._cond.notify()
+        return future
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop taking requests, write everything queued, stop the thread. True if it finished."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- writer thread ---------------------------------------------------------------------------
+
+    def _take(self) -> list[_Item]:
+        """Wait for work and the pacing interval; return everything queued (empty when closing)."""
+        interval = self.limits.flush_interval_ms / 1000.0
+        with self._cond:
+            while not self._items and not self._closing:
+                self._cond.wait()
+            # Pace transactions: at least the flush interval, and at least the last transaction's
+            # length, since the end of the last one. A full queue or shutdown flushes at once.
+            not_before = self._last_end + max(interval, self.counters.last_tx_seconds)
+            while not self._closing and not self.is_full():
+                remaining = not_before - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            items = list(self._items)
+            self._items.clear()
+            self._queued_spans = 0
+            return items
+
+    def _run(self) -> None:
+        while True:
+            items = self._take()
+            if not items:
+                return  # closing and drained
+            self._write(items)
+            self._last_end = time.monotonic()
+
+    def _transaction(self, items: list[_Item]) -> None:
+        from tailscope.store.db import connect_writer
+
+        assert self._store is not None
+        with connect_writer(self.db_path) as conn:
+            conn.execute("BEGIN TRANSACTION")
+            try:
+                self._store(conn, self.run_label, [item.columns for item in items], [self.source])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def _write(self, items: list[_Item]) -> None:
+        started = time.monotonic()
+        try:
+            self._transaction(items)
+        except Exception as error:
+            self.counters.failed_transactions += 1
+            if len(items) > 1 and not _is_busy(error):
+                # Isolate the request that breaks the transaction: retry each on its own.
+                for item in items:
+                    self._write([item])
+                return
+            for item in items:
+                item.future.set_exception(error)
+            return
+        elapsed = time.monotonic() - started
+        counters = self.counters
+        counters.transactions += 1
+        counters.last_tx_seconds = elapsed
+        counters.max_tx_seconds = max(counters.max_tx_seconds, elapsed)
+        for item in items:
+            counters.spans_stored += len(item.columns)
+            item.future.set_result(len(item.columns))
+
+
+def _is_busy(error: BaseException) -> bool:
+    from tailscope.store.db import StoreBusyError
+
+    return isinstance(error, StoreBusyError)
