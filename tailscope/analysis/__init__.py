@@ -1,5 +1,6 @@
 """Analysis: stage mapping, derived per-request tables and the pure functions behind every view."""
 
+from tailscope.analysis.compare import compare
 from tailscope.analysis.stages import (
     default_rules,
     list_rules,
@@ -8,6 +9,7 @@ from tailscope.analysis.stages import (
     stage_mapping,
     validate_rules,
 )
+from tailscope.analysis.trace import trace_gantt
 from tailscope.analysis.types import (
     BAND_QUANTILES,
     BANDS,
@@ -28,7 +30,6 @@ from tailscope.analysis.types import (
     Waterfall,
 )
 from tailscope.analysis.views import (
-    compare,
     filter_options,
     heatmap,
     list_runs,
@@ -37,7 +38,6 @@ from tailscope.analysis.views import (
     slowest_traces,
     tail_vs_body,
     time_range,
-    trace_gantt,
     waterfall,
 )
 

@@ -2,13 +2,77 @@
 
 The ingest loader and the OTLP receiver call `refresh_run(conn, run_label)` after writing a run's
 spans, inside the same transaction, so a reader never sees spans without their derived rows.
+
+What it maintains (DDL in sql/schema.sql): `requests`, one row per trace with a request root and that
+request's exclusive time per stage, and `derive_state`, how far each run has been read. A refresh
+recomputes only the traces that received spans since the last refresh (found by rowid above the
+stored high-water mark, checked against the row count); anything unexpected (rows deleted, rowids
+moved, more than half the run new) falls back to recomputing the whole run. Rule edits recompute every
+run (`refresh_all`). All of it is SQL in DuckDB: span_tree.sql (span level) then
+derive_requests.sql (aggregate per request).
 """
 
 from __future__ import annotations
 
 import duckdb
 
+from tailscope import sql
+from tailscope.analysis.stages import rules_in_force, seed_rules
+from tailscope.query.builders import span_tree_query
+
+
+def _drop_temp(conn: duckdb.DuckDBPyConnection) -> None:
+    conn.execute("DROP TABLE IF EXISTS temp._ts_span_rows")
+    conn.execute("DROP TABLE IF EXISTS temp._ts_scope")
+
 
 def refresh_run(conn: duckdb.DuckDBPyConnection, run_label: str) -> None:
-    """Rebuild the derived tables of one run (implemented by the analysis layer)."""
-    del conn, run_label
+    """Bring the derived rows of one run up to date with its spans (incrementally when it can)."""
+    seed_rules(conn)
+    count, max_rowid = conn.execute(
+        "SELECT count(*), max(rowid) FROM otel_traces WHERE RunLabel = ?", [run_label]
+    ).fetchone()
+    state = conn.execute(
+        "SELECT SpanRows, MaxRowid FROM derive_state WHERE RunLabel = ?", [run_label]
+    ).fetchone()
+    if count == 0:
+        conn.execute("DELETE FROM requests WHERE RunLabel = ?", [run_label])
+        conn.execute("DELETE FROM derive_state WHERE RunLabel = ?", [run_label])
+        return
+    scope = "run"
+    if state is not None:
+        old_rows, old_max = state
+        if count == old_rows and max_rowid == old_max:
+            return  # nothing new
+        new_rows = conn.execute(
+            "SELECT count(*) FROM otel_traces WHERE RunLabel = ? AND rowid > ?", [run_label, old_max]
+        ).fetchone()[0]
+        if count == old_rows + new_rows and new_rows * 2 < count:
+            scope = "traces"
+    _drop_temp(conn)
+    if scope == "traces":
+        conn.execute(
+            "CREATE TEMP TABLE _ts_scope AS "
+            "SELECT DISTINCT TraceId FROM otel_traces WHERE RunLabel = ? AND rowid > ?",
+            [run_label, state[1]],
+        )
+        conn.execute(
+            "DELETE FROM requests WHERE RunLabel = ? AND TraceId IN (SELECT TraceId FROM _ts_scope)",
+            [run_label],
+        )
+    else:
+        conn.execute("DELETE FROM requests WHERE RunLabel = ?", [run_label])
+    text, params = span_tree_query(rules_in_force(conn), scope, run_label)
+    conn.execute(f"CREATE TEMP TABLE _ts_span_rows AS {text}", params)
+    conn.execute(sql.load("derive_requests"), [run_label])
+    _drop_temp(conn)
+    conn.execute("INSERT OR REPLACE INTO derive_state VALUES (?, ?, ?)", [run_label, count, max_rowid])
+
+
+def refresh_all(conn: duckdb.DuckDBPyConnection) -> None:
+    """Recompute every run from scratch (after a stage-rule edit)."""
+    conn.execute("DELETE FROM derive_state")
+    runs = [row[0] for row in conn.execute("SELECT DISTINCT RunLabel FROM otel_traces").fetchall()]
+    conn.execute("DELETE FROM requests")
+    for run_label in runs:
+        refresh_run(conn, run_label)

@@ -3,51 +3,304 @@
 Order of precedence, first hit wins:
 1. the span's explicit `tailscope.stage` attribute, when it names a canonical stage;
 2. the request root span is `ingress` (its own self time is reported as `unattributed`);
-3. the ordered rules of the `stage_rules` table (data, editable; seeded with DEFAULT_RULES);
+3. the ordered rules of the `stage_rules` table (data, editable; seeded with `default_rules()`):
+   OpenTelemetry semantic conventions first, then span-name patterns;
 4. otherwise the parent's stage (a child of a `model.forward` span is model_forward), except that an
    unmatched direct child of the request root is `unattributed`.
+
+The rules become one SQL CASE (`stage_case`) with every regex and stage as a bound parameter; name
+regexes are evaluated once per distinct span name, not once per span (see sql/span_tree.sql).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import duckdb
 import pandas as pd
 
-from tailscope.analysis.source import Source
+from tailscope import sql
+from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import StageRule
+from tailscope.store.db import run_query
+from tailscope.vocabulary import STAGES
 
-DEFAULT_RULES: tuple[StageRule, ...] = ()  # filled in below the API (see implementation)
+SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
+
+# Rule numbers that are not positions in stage_rules (see span_tree.sql).
+RULE_ATTRIBUTE = -1
+RULE_ROOT = 0
+RULE_INHERITED = 10_000
+RULE_UNMATCHED = 10_001
+
+_FEATURE_DB = "redis|memcached|aerospike|cassandra|scylla|dynamodb|hbase|couchbase|bigtable|feast|tecton"
 
 
 def default_rules() -> list[StageRule]:
     """The rules a new store is seeded with (semantic conventions first, then span-name rules)."""
-    raise NotImplementedError
+    rules = [
+        # OpenTelemetry semantic conventions
+        (
+            "feature_hydration",
+            None,
+            None,
+            rf"^db\.system(\.name)?=({_FEATURE_DB})$",
+            "key-value / feature store client (db.system)",
+        ),
+        (
+            "feature_hydration",
+            None,
+            r"feature|feast|hydrat|online.?store",
+            None,
+            "feature-store-ish span name",
+        ),
+        ("queue", None, None, r"^messaging\.", "messaging.* attributes (a queue or broker)"),
+        ("queue", "Consumer", None, None, "CONSUMER span (taken off a queue)"),
+        ("queue", "Producer", None, None, "PRODUCER span (put on a queue)"),
+        (
+            "downstream",
+            "Client",
+            None,
+            r"^(http|rpc|url|server|db|net\.peer|network\.peer)\.",
+            "CLIENT span with http.*/rpc.*/url.*/db.* attributes (a remote call)",
+        ),
+        # span names
+        ("parsing", None, r"deserializ|pars(e|ing)|validat|decod", None, "parse / validate / decode"),
+        (
+            "preprocessing",
+            None,
+            r"tokeni[sz]|pre.?process|embed|normaliz|resiz",
+            None,
+            "tokenize / preprocess / embed",
+        ),
+        (
+            "postprocessing",
+            None,
+            r"post.?process|calibrat|threshold|softmax|top.?k|rerank",
+            None,
+            "postprocess / calibrate / threshold",
+        ),
+        (
+            "queue",
+            None,
+            r"queue|batch.?wait|wait.?for.?batch|enqueue|dequeue|scheduler",
+            None,
+            "queue / batch wait",
+        ),
+        (
+            "model_forward",
+            None,
+            r"forward|inference|infer|predict|model|generate|onnx|triton|torch",
+            None,
+            "forward / inference / predict / model",
+        ),
+        (
+            "serialization",
+            None,
+            r"serializ|encod|render|respon[sd]|marshal",
+            None,
+            "serialize / encode / render",
+        ),
+        ("feature_hydration", None, r"lookup|fetch.?features?|cache", None, "lookup / cache"),
+        ("ingress", None, r"receive|read.?body|middleware|auth|accept|route", None, "receive / middleware"),
+        ("downstream", "Client", None, None, "any other CLIENT span (a remote call)"),
+    ]
+    return [
+        StageRule(
+            position=i, stage=stage, span_kind=kind, name_regex=name, attribute_regex=attr, description=text
+        )
+        for i, (stage, kind, name, attr, text) in enumerate(rules, start=1)
+    ]
+
+
+def _rows_to_rules(rows: list[tuple[Any, ...]]) -> list[StageRule]:
+    return [
+        StageRule(
+            position=r[0],
+            stage=r[1],
+            span_kind=r[2],
+            name_regex=r[3],
+            attribute_regex=r[4],
+            description=r[5] or "",
+        )
+        for r in rows
+    ]
+
+
+def _stored_rules(conn: duckdb.DuckDBPyConnection) -> list[StageRule] | None:
+    try:
+        rows = run_query(conn, sql.load("stage_rules_list")).rows
+    except duckdb.CatalogException:  # a store from before the table existed, opened read-only
+        return None
+    return _rows_to_rules(rows) if rows else None
+
+
+def rules_in_force(conn: duckdb.DuckDBPyConnection) -> list[StageRule]:
+    """The stored rules, or the defaults when the store has none."""
+    return _stored_rules(conn) or default_rules()
 
 
 def list_rules(source: Source) -> list[StageRule]:
     """The rules in force, ordered by position (defaults when the store has none yet)."""
-    raise NotImplementedError
+    with reading(source) as conn:
+        return rules_in_force(conn)
 
 
 def validate_rules(source: Source, rules: list[StageRule]) -> list[str]:
     """Problems with a proposed rule list, one sentence each ([] when valid): unknown stage, unknown
     span kind, rule without any condition, regex that RE2 (DuckDB) rejects."""
-    raise NotImplementedError
+    problems: list[str] = []
+    with reading(source) as conn:
+        for number, rule in enumerate(rules, start=1):
+            where = f"rule {number}"
+            if rule.stage not in STAGES:
+                problems.append(f"{where}: unknown stage {rule.stage!r} (one of {', '.join(STAGES)})")
+            if rule.span_kind is not None and rule.span_kind not in SPAN_KINDS:
+                problems.append(
+                    f"{where}: unknown span kind {rule.span_kind!r} (one of {', '.join(SPAN_KINDS)})"
+                )
+            if not (rule.span_kind or rule.name_regex or rule.attribute_regex):
+                problems.append(
+                    f"{where}: has no condition (set a span kind, a name regex or an attribute regex)"
+                )
+            for label, pattern in (
+                ("name regex", rule.name_regex),
+                ("attribute regex", rule.attribute_regex),
+            ):
+                if pattern is None:
+                    continue
+                if pattern == "":
+                    problems.append(f"{where}: empty {label} (leave it unset instead)")
+                    continue
+                try:
+                    conn.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+                except duckdb.Error as error:
+                    message = str(error).split("Error:", 1)[-1].strip()
+                    problems.append(f"{where}: {label} {pattern!r} is not a valid RE2 regex ({message})")
+    return problems
 
 
-def replace_rules(conn, rules: list[StageRule]) -> None:
+def _store_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
+    conn.execute("DELETE FROM stage_rules")
+    conn.executemany(
+        sql.load("stage_rules_insert"),
+        [
+            [i, r.stage, r.span_kind, r.name_regex, r.attribute_regex, r.description]
+            for i, r in enumerate(rules, start=1)
+        ],
+    )
+
+
+def seed_rules(conn: duckdb.DuckDBPyConnection) -> None:
+    """Store the default rules when the table is empty (a new store)."""
+    if conn.execute("SELECT count(*) FROM stage_rules").fetchone()[0] == 0:
+        _store_rules(conn, default_rules())
+
+
+def replace_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
     """Validate, store (renumbering positions 1..n in list order) and recompute the derived tables of
     every run. Takes a writer connection (`with store.writer() as conn:`). Raises ValueError listing
     the problems when invalid; nothing is changed then."""
-    raise NotImplementedError
+    problems = validate_rules(conn, rules)
+    if problems:
+        raise ValueError("invalid stage rules: " + "; ".join(problems))
+    from tailscope.analysis.derive import refresh_all
+
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        _store_rules(conn, rules)
+        refresh_all(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
-def reset_rules(conn) -> None:
+def reset_rules(conn: duckdb.DuckDBPyConnection) -> None:
     """Put the default rules back and recompute every run."""
-    raise NotImplementedError
+    replace_rules(conn, default_rules())
 
 
-def stage_mapping(source: Source, run: str | None = None) -> pd.DataFrame:
+def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
+    """SQL pieces for the rules: (name-hit columns over `SpanName`, the rule-number CASE over a span
+    joined with its name hits, params in text order: name columns first, then the CASE).
+
+    The CASE yields the position of the first matching rule, or NULL. It reads `SpanKind`,
+    `SpanAttributes` and the name-hit columns `nh1`, `nh2`, ... (one per rule with a name regex)."""
+    name_cols: list[str] = []
+    name_params: list[Any] = []
+    whens: list[str] = []
+    case_params: list[Any] = []
+    for rule in rules:
+        conditions: list[str] = []
+        if rule.span_kind is not None:
+            conditions.append("SpanKind = ?")
+            case_params.append(rule.span_kind)
+        if rule.name_regex is not None:
+            column = f"nh{len(name_cols) + 1}"
+            name_cols.append(f"regexp_matches(SpanName, ?, 'i') AS {column}")
+            name_params.append(rule.name_regex)
+            conditions.append(column)
+        if rule.attribute_regex is not None:
+            conditions.append(
+                "len(list_filter(map_entries(SpanAttributes), "
+                "lambda a: regexp_matches(a.key || '=' || a.value, ?, 'i'))) > 0"
+            )
+            case_params.append(rule.attribute_regex)
+        whens.append(f"WHEN {' AND '.join(conditions) or 'false'} THEN {int(rule.position)}")
+    names_sql = ", ".join(["SpanName", *name_cols])
+    case_sql = "CASE " + " ".join(whens) + " END" if whens else "CAST(NULL AS INTEGER)"
+    return names_sql, case_sql, name_params + case_params
+
+
+def rule_label(rule_no: int | None, rules: list[StageRule]) -> str:
+    """Words for a rule number as span_tree.sql reports it."""
+    if rule_no == RULE_ATTRIBUTE:
+        return "attribute tailscope.stage"
+    if rule_no == RULE_ROOT:
+        return "request root"
+    if rule_no == RULE_INHERITED:
+        return "inherited from parent"
+    if rule_no == RULE_UNMATCHED or rule_no is None:
+        return "no rule matched (child of the root)"
+    for rule in rules:
+        if rule.position == rule_no:
+            parts = []
+            if rule.span_kind:
+                parts.append(f"kind = {rule.span_kind}")
+            if rule.name_regex:
+                parts.append(f"name ~ {rule.name_regex}")
+            if rule.attribute_regex:
+                parts.append(f"attribute ~ {rule.attribute_regex}")
+            return f"rule {rule_no}: " + " and ".join(parts)
+    return f"rule {rule_no}"
+
+
+def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2000) -> pd.DataFrame:
     """The mapping in force, per distinct span: DataFrame[span_name, span_kind, stage, rule
     (e.g. 'attribute tailscope.stage', 'request root', 'rule 7: name ~ (forward|infer...)',
-    'inherited from parent', 'unmatched child of the root'), spans (count)], most frequent first."""
-    raise NotImplementedError
+    'inherited from parent', 'no rule matched (child of the root)'), spans (count)], most frequent
+    first. Computed over up to `sample_traces` traces of the run (every run when `run` is None)."""
+    from tailscope.query.builders import span_tree_query
+
+    columns = ["span_name", "span_kind", "stage", "rule", "spans"]
+    with reading(source) as conn:
+        rules = rules_in_force(conn)
+        frames = []
+        runs = (
+            [run]
+            if run is not None
+            else [
+                r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM otel_traces ORDER BY 1").fetchall()
+            ]
+        )
+        for label in runs:
+            text, params = span_tree_query(rules, scope="sample", run=label, sample=sample_traces)
+            summary = f"SELECT SpanName, SpanKind, Stage, RuleNo, count(*) FROM ({text}) GROUP BY ALL"
+            frames.extend(conn.execute(summary, params).fetchall())
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    frame = pd.DataFrame(frames, columns=["span_name", "span_kind", "stage", "rule_no", "spans"])
+    frame = frame.groupby(["span_name", "span_kind", "stage", "rule_no"], as_index=False)["spans"].sum()
+    frame["rule"] = [rule_label(int(n) if n is not None else None, rules) for n in frame["rule_no"]]
+    return frame.sort_values(["spans", "span_name"], ascending=[False, True])[columns].reset_index(drop=True)

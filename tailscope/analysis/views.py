@@ -1,54 +1,219 @@
 """The analysis API the dashboard and the CLI build on: one pure function per view.
 
 Every function takes a Source (a `Store`, which opens a short-lived reader, or an open DuckDB
-connection) and a `Filter`, runs SQL from tailscope/sql over the derived tables (`requests`,
-`span_exclusive`) with bound parameters only, and returns a declared shape from
+connection) and a `Filter`, runs SQL from tailscope/sql over the derived `requests` table (and
+otel_traces where it needs spans) with bound parameters only, and returns a declared shape from
 tailscope.analysis.types. Empty stores, one-span stores and runs without request roots give empty
-results with a `reason`, never exceptions.
+results with a `reason`, never exceptions. The Gantt and the run comparison live in
+analysis.trace and analysis.compare.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
 
+import duckdb
 import pandas as pd
 
-from tailscope.analysis.source import Source
+from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import (
+    BAND_QUANTILES,
+    BANDS,
     DEFAULT_LATENCY_TARGET_MS,
     Band,
-    Comparison,
     Filter,
-    Gantt,
     Heatmap,
     Overview,
     Rect,
+    RunSummary,
+    StageBar,
     TailVsBody,
     Waterfall,
 )
+from tailscope.query.builders import filtered
+from tailscope.vocabulary import ALL_STAGES
+
+NO_REQUESTS = "no requests match the filter"
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else float(ns) / 1e6
+
+
+def _no_requests_reason(conn: duckdb.DuckDBPyConnection, flt: Filter) -> str:
+    """Why a filter found nothing, in words the UI can show."""
+    spans = conn.execute("SELECT count(*) FROM otel_traces").fetchone()[0]
+    if spans == 0:
+        return "the store is empty: load traces first"
+    if flt.run is not None:
+        run_spans = conn.execute("SELECT count(*) FROM otel_traces WHERE RunLabel = ?", [flt.run]).fetchone()[
+            0
+        ]
+        if run_spans == 0:
+            runs = ", ".join(_runs(conn)) or "none"
+            return f"no run {flt.run!r} in the store (runs: {runs})"
+        run_requests = conn.execute("SELECT count(*) FROM requests WHERE RunLabel = ?", [flt.run]).fetchone()[
+            0
+        ]
+        if run_requests == 0:
+            return f"run {flt.run!r} has {run_spans} spans but no request root spans"
+    elif conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0:
+        return f"the store has {spans} spans but no request root spans"
+    return NO_REQUESTS
+
+
+def _runs(conn: duckdb.DuckDBPyConnection) -> list[str]:
+    return [
+        r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM otel_traces ORDER BY RunLabel").fetchall()
+    ]
+
+
+def _one_run(conn: duckdb.DuckDBPyConnection, flt: Filter) -> tuple[Filter, str | None]:
+    """The filter with its run set: the given one, or the store's only run with requests."""
+    if flt.run is not None:
+        return flt, None
+    runs = [r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests ORDER BY 1").fetchall()]
+    if len(runs) == 1:
+        return replace(flt, run=runs[0]), None
+    if not runs:
+        return flt, _no_requests_reason(conn, flt)
+    return flt, f"choose a run (the store has {len(runs)}: {', '.join(runs)})"
 
 
 def list_runs(source: Source) -> list[str]:
     """Run labels that have requests, sorted."""
-    raise NotImplementedError
+    with reading(source) as conn:
+        return [r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests ORDER BY 1").fetchall()]
 
 
 def filter_options(source: Source, run: str | None = None) -> dict[str, list[str]]:
     """Values for the sidebar: {'runs': [...], 'services': [...], 'routes': [...], 'instances': [...]}
     (services/routes/instances of request roots, of `run` when given)."""
-    raise NotImplementedError
+    with reading(source) as conn:
+        runs = [r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests ORDER BY 1").fetchall()]
+        options: dict[str, list[str]] = {"runs": runs}
+        for key, column in (("services", "ServiceName"), ("routes", "Route"), ("instances", "Instance")):
+            text = (
+                f"SELECT DISTINCT {column} FROM requests WHERE RunLabel = coalesce(?, RunLabel) "
+                f"AND {column} <> '' ORDER BY 1"
+            )
+            options[key] = [r[0] for r in conn.execute(text, [run]).fetchall()]
+    return options
 
 
 def time_range(source: Source, flt: Filter) -> tuple[datetime, datetime] | None:
     """First and last request start of the filtered requests (None when there are none)."""
-    raise NotImplementedError
+    with reading(source) as conn:
+        text, params = filtered("overview", flt)
+        rows = conn.execute(text, params).fetchall()
+    if not rows:
+        return None
+    return min(r[3] for r in rows), max(r[4] for r in rows)
 
 
 def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LATENCY_TARGET_MS) -> Overview:
     """One RunSummary per run matching the filter (every run when flt.run is None): request count,
     throughput, e2e p50/p95/p99/p99.9, error rate, whether p99 meets the target, and the stage that
     dominates the tail (largest share of the p99 band's excess over the median band)."""
-    raise NotImplementedError
+    with reading(source) as conn:
+        text, params = filtered("overview", flt)
+        rows = conn.execute(text, params).fetchall()
+        if not rows:
+            return Overview(runs=[], reason=_no_requests_reason(conn, flt))
+        summaries = []
+        for run, n, errors, first, last, t0, t1, e2e, services in rows:
+            span_s = (t1 - t0) / 1e9 if t1 is not None and t0 is not None else 0.0
+            p50, p95, p99, p999 = (float(v) / 1e6 for v in e2e)
+            tail = _waterfall(conn, replace(flt, run=run), "p99")
+            top = max(
+                (b for b in tail.stages if b.tail_excess_share is not None),
+                key=lambda b: b.tail_excess_share,
+                default=None,
+            )
+            summaries.append(
+                RunSummary(
+                    run=run,
+                    requests=n,
+                    errors=errors,
+                    error_rate=errors / n if n else 0.0,
+                    first_request=first,
+                    last_request=last,
+                    throughput_rps=n / span_s if span_s > 0 else None,
+                    p50_ms=p50,
+                    p95_ms=p95,
+                    p99_ms=p99,
+                    p999_ms=p999,
+                    latency_target_ms=latency_target_ms,
+                    meets_target=p99 <= latency_target_ms,
+                    tail_stage=top.stage if top else None,
+                    tail_stage_share=top.tail_excess_share if top else None,
+                    services=list(services),
+                )
+            )
+    return Overview(runs=summaries)
+
+
+def _waterfall(conn: duckdb.DuckDBPyConnection, flt: Filter, band: Band) -> Waterfall:
+    if band not in BAND_QUANTILES:
+        raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
+    flt, reason = _one_run(conn, flt)
+    empty = Waterfall(
+        band=band,
+        band_low_ms=None,
+        band_high_ms=None,
+        requests_total=0,
+        requests_in_band=0,
+        band_mean_ms=None,
+        median_band_mean_ms=None,
+        stages=[],
+    )
+    if reason:
+        empty.reason = reason
+        return empty
+    lo, hi = BAND_QUANTILES[band]
+    text, params = filtered("waterfall", flt, lo, hi, hi >= 1.0)
+    row = conn.execute(text, params).fetchone()
+    n, band_n, _median_n, q_lo, q_hi, band_mean, median_mean = row[:7]
+    if not n:
+        empty.reason = _no_requests_reason(conn, flt)
+        return empty
+    k = len(ALL_STAGES)
+    band_avgs, median_avgs, pcts = row[7 : 7 + k], row[7 + k : 7 + 2 * k], row[7 + 2 * k : 7 + 3 * k]
+    excess = (band_mean - median_mean) if band_n and band != "p50" else None
+    stages = []
+    for stage, b, m, p in zip(ALL_STAGES, band_avgs, median_avgs, pcts, strict=True):
+        share = None
+        if excess is not None and excess > 0 and b is not None:
+            share = (b - (m or 0.0)) / excess
+        stages.append(
+            StageBar(
+                stage=stage,
+                mean_ms=_ms(b) or 0.0,
+                tail_excess_share=share,
+                median_band_mean_ms=_ms(m) or 0.0,
+                p50_ms=p[0] / 1e6,
+                p95_ms=p[1] / 1e6,
+                p99_ms=p[2] / 1e6,
+                p999_ms=p[3] / 1e6,
+            )
+        )
+    result = Waterfall(
+        band=band,
+        band_low_ms=_ms(q_lo),
+        band_high_ms=_ms(q_hi),
+        requests_total=n,
+        requests_in_band=band_n,
+        band_mean_ms=_ms(band_mean),
+        median_band_mean_ms=_ms(median_mean),
+        stages=stages,
+    )
+    if not band_n:
+        result.reason = f"no requests in the {band} band (only {n} requests match)"
+    elif band != "p50" and (excess is None or excess <= 0):
+        result.reason = f"the {band} band is not slower than the median band: no tail excess to share"
+    return result
 
 
 def waterfall(source: Source, flt: Filter, band: Band = "p99") -> Waterfall:
@@ -56,7 +221,14 @@ def waterfall(source: Source, flt: Filter, band: Band = "p99") -> Waterfall:
     of the requests in the band (adds up to the band's mean e2e), each stage's share of the band's
     excess over the median band (shares sum to 1), and exact per-stage p50/p95/p99/p99.9 over all
     filtered requests. Needs one run: flt.run, or the store's only run."""
-    raise NotImplementedError
+    with reading(source) as conn:
+        return _waterfall(conn, flt, band)
+
+
+def _check_stage(stage: str | None) -> str:
+    if stage is not None and stage not in ALL_STAGES:
+        raise ValueError(f"unknown stage {stage!r} (one of {', '.join(ALL_STAGES)})")
+    return stage or ""
 
 
 def heatmap(
@@ -68,14 +240,64 @@ def heatmap(
 ) -> Heatmap:
     """Counts of requests per (time bin × log-latency bin) of e2e latency (stage None) or of one
     stage's exclusive time, plus p50/p99 per time bin for the overlay lines."""
-    raise NotImplementedError
+    stage_param = _check_stage(stage)
+    cell_cols = ["time", "latency_low_ms", "latency_high_ms", "count"]
+    line_cols = ["time", "p50_ms", "p99_ms", "requests"]
+    with reading(source) as conn:
+        text, params = filtered(
+            "heatmap", flt, stage_param, max(1, int(time_bins)), max(1, int(bins_per_decade))
+        )
+        rows = conn.execute(text, params).fetchall()
+        reason = None if rows else _no_requests_reason(conn, flt)
+    if not rows:
+        return Heatmap(
+            stage=stage,
+            time_bin_seconds=0.0,
+            bins_per_decade=bins_per_decade,
+            cells=pd.DataFrame(columns=cell_cols),
+            lines=pd.DataFrame(columns=line_cols),
+            reason=reason,
+        )
+    t0, width = rows[0][6], rows[0][7]
+
+    def when(tb: int) -> datetime:
+        return datetime.fromtimestamp((t0 + tb * width) / 1e9, tz=UTC).replace(tzinfo=None)
+
+    cells = [
+        (when(tb), 10 ** (lb / bins_per_decade), 10 ** ((lb + 1) / bins_per_decade), n)
+        for kind, tb, lb, n, *_ in rows
+        if kind == "cell"
+    ]
+    lines = [(when(tb), p50 / 1e6, p99 / 1e6, n) for kind, tb, _, n, p50, p99, *_ in rows if kind == "line"]
+    return Heatmap(
+        stage=stage,
+        time_bin_seconds=width / 1e9,
+        bins_per_decade=bins_per_decade,
+        cells=pd.DataFrame(cells, columns=cell_cols).sort_values(
+            ["time", "latency_low_ms"], ignore_index=True
+        ),
+        lines=pd.DataFrame(lines, columns=line_cols).sort_values("time", ignore_index=True),
+    )
+
+
+def _request_list(source: Source, flt: Filter, stage: str, bounds: list[Any], limit: int) -> pd.DataFrame:
+    with reading(source) as conn:
+        text, params = filtered("request_list", flt, stage, *bounds, int(limit))
+        return conn.execute(text, params).df()
 
 
 def select_requests(
     source: Source, flt: Filter, rect: Rect, stage: str | None = None, limit: int = 500
 ) -> pd.DataFrame:
     """Requests inside a heatmap rectangle, slowest first: same columns as `slowest_traces`."""
-    raise NotImplementedError
+    bounds = [rect.start, rect.end, int(rect.low_ms * 1e6), int(rect.high_ms * 1e6)]
+    return _request_list(source, flt, _check_stage(stage), bounds, limit)
+
+
+def slowest_traces(source: Source, flt: Filter, limit: int = 50) -> pd.DataFrame:
+    """DataFrame[run, trace_id, root_span_id, timestamp, duration_ms, client_duration_ms, service,
+    route, instance, is_error, dominant_stage, dominant_stage_ms, spans], slowest first."""
+    return _request_list(source, flt, "", [None, None, None, None], limit)
 
 
 def tail_vs_body(
@@ -85,37 +307,86 @@ def tail_vs_body(
     tail_quantile: float = 0.99,
     stage: str | None = None,
     limit: int = 50,
+    sample: int = 1000,
+    max_values_per_key: int = 30,
 ) -> TailVsBody:
     """BubbleUp: which attribute values (span attributes of any span of the request, resource
     attributes of the request root, the request's dominant stage) are over-represented in the
     selected set vs the rest, and which stages differ most. The selected set is the rectangle when
-    given, else the requests at or above the tail quantile of e2e latency."""
-    raise NotImplementedError
-
-
-def slowest_traces(source: Source, flt: Filter, limit: int = 50) -> pd.DataFrame:
-    """DataFrame[run, trace_id, root_span_id, timestamp, duration_ms, client_duration_ms, service,
-    route, instance, is_error, dominant_stage, dominant_stage_ms, spans], slowest first."""
-    raise NotImplementedError
-
-
-def trace_gantt(source: Source, trace_id: str, run: str | None = None) -> Gantt:
-    """One trace's spans for a Gantt chart (see types.Gantt), with the critical path marked and each
-    span's duration ranked among spans of the same name in the run."""
-    raise NotImplementedError
-
-
-def compare(
-    source: Source,
-    run_a: str,
-    run_b: str,
-    flt: Filter | None = None,
-    price_a_per_hour: float | None = None,
-    price_b_per_hour: float | None = None,
-    resamples: int = 1000,
-    seed: int = 0,
-) -> Comparison:
-    """Run A vs run B: per-stage (and e2e) p50/p99 with 95 % bootstrap intervals (seeded), deltas
-    B − A with intervals, throughput, cost per 1,000 inferences from each run's hourly price, and the
-    runs' setup attributes side by side. `flt` narrows both runs (its `run` is ignored)."""
-    raise NotImplementedError
+    given, else the requests at or above the tail quantile of e2e latency. Attribute shares come from
+    a seeded sample of up to `sample` requests on each side."""
+    stage_param = _check_stage(stage)
+    if rect is not None:
+        selection = (
+            f"requests started {rect.start:%H:%M:%S}–{rect.end:%H:%M:%S} with "
+            f"{stage or 'e2e'} latency {rect.low_ms:g}–{rect.high_ms:g} ms"
+        )
+        sel = [
+            True,
+            rect.start,
+            rect.end,
+            stage_param,
+            int(rect.low_ms * 1e6),
+            stage_param,
+            int(rect.high_ms * 1e6),
+        ]
+    else:
+        selection = f"requests at or above the p{tail_quantile * 100:g} of e2e latency"
+        sel = [False, None, None, stage_param, None, stage_param, None]
+    attr_cols = ["source", "span_name", "key", "value", "selected_pct", "rest_pct", "difference_pct", "lift"]
+    stage_cols = ["stage", "selected_mean_ms", "rest_mean_ms", "delta_ms", "selected_share", "rest_share"]
+    with reading(source) as conn:
+        text, params = filtered("tail_stages", flt, tail_quantile, *sel)
+        groups = {row[0]: row for row in conn.execute(text, params).fetchall()}
+        selected, rest = groups.get(True), groups.get(False)
+        empty = TailVsBody(
+            selection=selection,
+            selected_requests=selected[1] if selected else 0,
+            rest_requests=rest[1] if rest else 0,
+            attributes=pd.DataFrame(columns=attr_cols),
+            stages=pd.DataFrame(columns=stage_cols),
+        )
+        if not groups:
+            empty.reason = _no_requests_reason(conn, flt)
+            return empty
+        if not selected or not rest:
+            empty.reason = "the selection holds every request or none: nothing to compare"
+            return empty
+        text, params = filtered(
+            "tail_attributes", flt, tail_quantile, *sel, int(sample), int(max_values_per_key)
+        )
+        attrs = conn.execute(text, params).fetchall()
+    stage_rows = []
+    for i, name in enumerate(ALL_STAGES):
+        s_ns, r_ns = selected[3 + i] or 0.0, rest[3 + i] or 0.0
+        stage_rows.append(
+            (
+                name,
+                s_ns / 1e6,
+                r_ns / 1e6,
+                (s_ns - r_ns) / 1e6,
+                s_ns / selected[2] if selected[2] else 0.0,
+                r_ns / rest[2] if rest[2] else 0.0,
+            )
+        )
+    stages = pd.DataFrame(stage_rows, columns=stage_cols).sort_values(
+        "delta_ms", ascending=False, ignore_index=True
+    )
+    attr_rows = []
+    for source_name, span_name, key, value, sel_n, rest_n, sel_total, rest_total in attrs:
+        s_pct = 100.0 * sel_n / sel_total if sel_total else 0.0
+        r_pct = 100.0 * rest_n / rest_total if rest_total else 0.0
+        lift = s_pct / r_pct if r_pct > 0 else float("inf") if s_pct > 0 else 1.0
+        attr_rows.append((source_name, span_name, key, value, s_pct, r_pct, s_pct - r_pct, lift))
+    attributes = pd.DataFrame(attr_rows, columns=attr_cols)
+    if not attributes.empty:
+        attributes = attributes.sort_values(
+            ["difference_pct", "key", "value"], ascending=[False, True, True], ignore_index=True
+        ).head(limit)
+    return TailVsBody(
+        selection=selection,
+        selected_requests=selected[1],
+        rest_requests=rest[1],
+        attributes=attributes,
+        stages=stages,
+    )

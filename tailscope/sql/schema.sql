@@ -34,3 +34,49 @@ CREATE TABLE IF NOT EXISTS runs (
     TraceCount BIGINT NOT NULL,
     SetupAttributes MAP(VARCHAR, VARCHAR) NOT NULL
 );
+-- Analysis tables (tailscope.analysis, see ARCHITECTURE.md "Stage mapping and analysis").
+-- stage_rules: the ordered, editable rules that map a span to a canonical stage. Positions run 1..n,
+-- the first rule whose set conditions all hold wins. Seeded with tailscope.analysis.stages.default_rules.
+CREATE TABLE IF NOT EXISTS stage_rules (
+    position INTEGER PRIMARY KEY,
+    stage VARCHAR NOT NULL,
+    span_kind VARCHAR,
+    name_regex VARCHAR,
+    attribute_regex VARCHAR,
+    description VARCHAR NOT NULL
+);
+-- requests: one row per trace that has a request root, with the root's exclusive time per stage.
+-- The stage columns are the canonical stages (tailscope.vocabulary.ALL_STAGES) in nanoseconds and
+-- add up to Duration exactly. Wide rather than one row per (request, stage): a waterfall is then one
+-- scan of ~1 M rows with ten AVGs instead of a join/pivot over 10 M rows (measured: bench/RESULTS.md).
+CREATE TABLE IF NOT EXISTS requests (
+    RunLabel VARCHAR NOT NULL,
+    TraceId VARCHAR NOT NULL,
+    SpanId VARCHAR NOT NULL,
+    Timestamp TIMESTAMP_NS NOT NULL,
+    ServiceName VARCHAR NOT NULL,
+    Route VARCHAR NOT NULL,
+    Instance VARCHAR NOT NULL,
+    Duration BIGINT NOT NULL,
+    IsError BOOLEAN NOT NULL,
+    ClientDuration BIGINT,
+    SpanCount INTEGER NOT NULL,
+    DominantStage VARCHAR NOT NULL,
+    ingress_ns BIGINT NOT NULL,
+    queue_ns BIGINT NOT NULL,
+    parsing_ns BIGINT NOT NULL,
+    feature_hydration_ns BIGINT NOT NULL,
+    preprocessing_ns BIGINT NOT NULL,
+    model_forward_ns BIGINT NOT NULL,
+    postprocessing_ns BIGINT NOT NULL,
+    downstream_ns BIGINT NOT NULL,
+    serialization_ns BIGINT NOT NULL,
+    unattributed_ns BIGINT NOT NULL
+);
+-- derive_state: how far refresh_run has read a run's spans (row count and highest rowid), so the
+-- next refresh recomputes only the traces that received spans since (the receiver flushes often).
+CREATE TABLE IF NOT EXISTS derive_state (
+    RunLabel VARCHAR PRIMARY KEY,
+    SpanRows BIGINT NOT NULL,
+    MaxRowid BIGINT NOT NULL
+);

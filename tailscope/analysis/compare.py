@@ -1,0 +1,135 @@
+"""Run A vs run B: per-stage p50/p99 with bootstrap confidence intervals, throughput and cost.
+
+Bootstrap of a quantile without materialising resamples: the k-th smallest of n draws with replacement
+from a sample is the sample's order statistic at index ceil(n·U) where U is the k-th smallest of n
+uniforms, and that U is Beta(k, n − k + 1). So each resample's quantile is one Beta draw and one index
+into the sorted sample: exact in distribution, O(n log n) for the sort plus O(resamples), instead of
+O(n · resamples). k = ceil(q·n) (the lower "inverted CDF" quantile); point estimates are the same
+order statistic so estimate and interval agree. Seeded with numpy's default_rng(seed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from tailscope import sql
+from tailscope.analysis.source import Source, reading
+from tailscope.analysis.types import Comparison, Filter, RunCost, StageComparison
+from tailscope.query.builders import filtered
+from tailscope.vocabulary import ALL_STAGES
+
+QUANTILES = (0.5, 0.99)
+CONFIDENCE = 0.95
+
+
+def order_statistic_rank(n: int, q: float) -> int:
+    """1-based rank of the q-quantile among n sorted values (inverted CDF)."""
+    return min(n, max(1, int(np.ceil(q * n))))
+
+
+def bootstrap_quantile(
+    sorted_values: np.ndarray, q: float, rng: np.random.Generator, resamples: int
+) -> np.ndarray:
+    """`resamples` bootstrap replicates of the q-quantile of the (sorted) sample."""
+    n = len(sorted_values)
+    k = order_statistic_rank(n, q)
+    u = rng.beta(k, n - k + 1, size=resamples)
+    index = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
+    return sorted_values[index]
+
+
+def cost_per_1k(price_per_hour: float | None, throughput_rps: float | None) -> float | None:
+    """price_per_hour / 3600 / throughput × 1000 (None when either is unknown or throughput is 0)."""
+    if price_per_hour is None or not throughput_rps:
+        return None
+    return price_per_hour / 3600.0 / throughput_rps * 1000.0
+
+
+def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | None]:
+    text, params = filtered("compare_values", flt)
+    arrays = conn.execute(text, params).fetchnumpy()
+    values = {"e2e": np.sort(np.asarray(arrays["Duration"], dtype=np.float64))}
+    for stage in ALL_STAGES:
+        values[stage] = np.sort(np.asarray(arrays[f"{stage}_ns"], dtype=np.float64))
+    text, params = filtered("overview", flt)
+    row = conn.execute(text, params).fetchone()
+    throughput = None
+    if row is not None and row[6] is not None and row[6] > row[5]:
+        throughput = row[1] / ((row[6] - row[5]) / 1e9)
+    return values, len(values["e2e"]), throughput
+
+
+def _setup(conn, run_a: str, run_b: str) -> pd.DataFrame:
+    a = dict(conn.execute(sql.load("run_setup"), [run_a]).fetchall())
+    b = dict(conn.execute(sql.load("run_setup"), [run_b]).fetchall())
+    keys = sorted(set(a) | set(b))
+    return pd.DataFrame(
+        [(k, a.get(k), b.get(k), a.get(k) != b.get(k)) for k in keys], columns=["key", "a", "b", "differs"]
+    )
+
+
+def compare(
+    source: Source,
+    run_a: str,
+    run_b: str,
+    flt: Filter | None = None,
+    price_a_per_hour: float | None = None,
+    price_b_per_hour: float | None = None,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> Comparison:
+    """Run A vs run B: per-stage (and e2e) p50/p99 with 95 % bootstrap intervals (seeded), deltas
+    B − A with intervals, throughput, cost per 1,000 inferences from each run's hourly price, and the
+    runs' setup attributes side by side. `flt` narrows both runs (its `run` is ignored)."""
+    base = flt or Filter()
+    with reading(source) as conn:
+        known = {r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests").fetchall()}
+        a_vals, a_n, a_tp = _run_data(conn, replace(base, run=run_a))
+        b_vals, b_n, b_tp = _run_data(conn, replace(base, run=run_b))
+        setup = _setup(conn, run_a, run_b)
+    a_cost = RunCost(run_a, a_n, a_tp, price_a_per_hour, cost_per_1k(price_a_per_hour, a_tp))
+    b_cost = RunCost(run_b, b_n, b_tp, price_b_per_hour, cost_per_1k(price_b_per_hour, b_tp))
+    result = Comparison(
+        run_a=run_a, run_b=run_b, stages=[], a=a_cost, b=b_cost, setup=setup, resamples=resamples, seed=seed
+    )
+    missing = [r for r in (run_a, run_b) if r not in known]
+    if missing:
+        result.reason = (
+            f"no requests for run {', '.join(repr(m) for m in missing)} "
+            f"(runs with requests: {', '.join(sorted(known)) or 'none'})"
+        )
+        return result
+    if not a_n or not b_n:
+        result.reason = "no requests match the filter in " + (run_a if not a_n else run_b)
+        return result
+    rng = np.random.default_rng(seed)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    for stage in ("e2e", *ALL_STAGES):
+        for q in QUANTILES:
+            a_sorted, b_sorted = a_vals[stage], b_vals[stage]
+            a_est = float(a_sorted[order_statistic_rank(a_n, q) - 1])
+            b_est = float(b_sorted[order_statistic_rank(b_n, q) - 1])
+            a_boot = bootstrap_quantile(a_sorted, q, rng, resamples)
+            b_boot = bootstrap_quantile(b_sorted, q, rng, resamples)
+            a_lo, a_hi = (float(v) for v in np.percentile(a_boot, [tail, 100 - tail]))
+            b_lo, b_hi = (float(v) for v in np.percentile(b_boot, [tail, 100 - tail]))
+            d_lo, d_hi = (float(v) for v in np.percentile(b_boot - a_boot, [tail, 100 - tail]))
+            result.stages.append(
+                StageComparison(
+                    stage=stage,
+                    quantile=q,
+                    a_ms=a_est / 1e6,
+                    a_low_ms=a_lo / 1e6,
+                    a_high_ms=a_hi / 1e6,
+                    b_ms=b_est / 1e6,
+                    b_low_ms=b_lo / 1e6,
+                    b_high_ms=b_hi / 1e6,
+                    delta_ms=(b_est - a_est) / 1e6,
+                    delta_low_ms=d_lo / 1e6,
+                    delta_high_ms=d_hi / 1e6,
+                )
+            )
+    return result

@@ -1,0 +1,96 @@
+"""SQL builders: each returns (statement text, bound parameters) and touches no database.
+
+Statement texts come from tailscope/sql/*.sql; the only text a builder adds is fixed SQL chosen from
+constants in this module (a scope, a filter clause per set field). Every user value (run labels,
+services, routes, regexes, times) travels as a bound parameter. tests/test_queries_sql.py checks the
+builders' output against tests/golden/.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tailscope import sql
+from tailscope.vocabulary import ALL_STAGES
+
+if TYPE_CHECKING:  # the analysis package imports this module
+    from tailscope.analysis.types import Filter, StageRule
+
+# Which otel_traces rows span_tree.sql reads (fixed fragments; values are parameters).
+SCOPES: dict[str, str] = {
+    "run": "RunLabel = ?",
+    "traces": "RunLabel = ? AND TraceId IN (SELECT TraceId FROM _ts_scope)",
+    "trace": "RunLabel = ? AND TraceId = ?",
+    "sample": (
+        "RunLabel = ? AND TraceId IN (SELECT TraceId FROM otel_traces WHERE RunLabel = ? "
+        "GROUP BY TraceId ORDER BY hash(TraceId) LIMIT ?)"
+    ),
+}
+
+
+def span_tree_query(
+    rules: list[StageRule],
+    scope: str,
+    run: str,
+    trace_id: str | None = None,
+    sample: int | None = None,
+) -> tuple[str, list[Any]]:
+    """span_tree.sql for one scope of one run (see SCOPES)."""
+    from tailscope.analysis.stages import stage_case
+
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}")
+    scope_params: list[Any] = {
+        "run": [run],
+        "traces": [run],
+        "trace": [run, trace_id],
+        "sample": [run, run, sample],
+    }[scope]
+    names_sql, case_sql, rule_params = stage_case(rules)
+    n_name = sum(1 for r in rules if r.name_regex is not None)
+    name_params, case_params = rule_params[:n_name], rule_params[n_name:]
+    stages_by_position: list[str | None] = [None] * max((r.position for r in rules), default=0)
+    for rule in rules:
+        stages_by_position[rule.position - 1] = rule.stage
+    text = (
+        sql.load("span_tree")
+        .replace("{scope}", SCOPES[scope])
+        .replace("{names}", names_sql)
+        .replace("{rule_case}", case_sql)
+    )
+    stages = list(ALL_STAGES)
+    params = [*scope_params, *name_params, stages, stages, *case_params, *scope_params, stages_by_position]
+    return text, params
+
+
+# Filter fields → fixed SQL over the `requests` table (alias-free column names).
+_FILTER_CLAUSES: tuple[tuple[str, str], ...] = (
+    ("run", "RunLabel = ?"),
+    ("service", "ServiceName = ?"),
+    ("route", "Route = ?"),
+    ("instance", "Instance = ?"),
+    ("start", "Timestamp >= ?"),
+    ("end", "Timestamp < ?"),
+)
+
+
+def filter_where(flt: Filter) -> tuple[str, list[Any]]:
+    """A WHERE body (never empty: 'true' when nothing is set) and its params for the requests table."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    for field_name, clause in _FILTER_CLAUSES:
+        value = getattr(flt, field_name)
+        if value is not None:
+            clauses.append(clause)
+            params.append(value)
+    return (" AND ".join(clauses) or "true"), params
+
+
+def filtered(name: str, flt: Filter, *extra: Any) -> tuple[str, list[Any]]:
+    """`<name>.sql` with its `{where}` placeholder filled from the filter; the filter's params come
+    first, then `extra` (the statement's own parameters, in text order after the WHERE)."""
+    where, params = filter_where(flt)
+    text = sql.load(name)
+    if text.count("{where}") != 1:
+        raise ValueError(f"{name}.sql must use {{where}} exactly once")
+    return text.replace("{where}", where), [*params, *extra]

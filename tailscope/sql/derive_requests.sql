@@ -1,0 +1,66 @@
+-- One `requests` row per request root in the temp table _ts_span_rows (span_tree.sql's output for the
+-- traces being refreshed). Root attributes come from the root span's own row in otel_traces (the
+-- join reads only the run's rows: $1 = run label). Stage columns sum the spans' attributed time
+-- (self time, with parallel branches' overlap split evenly). `unattributed` is the rest of the root's
+-- duration: the root's own self time, spans mapped to no stage, and float rounding (< 1 ns per span),
+-- so the stage columns add up to Duration exactly.
+INSERT INTO requests
+WITH per_request AS (
+    SELECT
+        TraceId,
+        any_value(SpanId) FILTER (WHERE Depth = 0) AS SpanId,
+        any_value(ClientDuration) AS ClientDuration,
+        count(*) AS SpanCount,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'ingress'), 0)) AS BIGINT) AS ingress_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'queue'), 0)) AS BIGINT) AS queue_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'parsing'), 0)) AS BIGINT) AS parsing_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'feature_hydration'), 0)) AS BIGINT)
+            AS feature_hydration_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'preprocessing'), 0)) AS BIGINT) AS preprocessing_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'model_forward'), 0)) AS BIGINT) AS model_forward_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'postprocessing'), 0)) AS BIGINT)
+            AS postprocessing_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'downstream'), 0)) AS BIGINT) AS downstream_ns,
+        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'serialization'), 0)) AS BIGINT) AS serialization_ns,
+        any_value(EffEnd - EffStart) FILTER (WHERE Depth = 0) AS RootNs
+    FROM _ts_span_rows
+    GROUP BY TraceId
+),
+roots AS (
+    SELECT p.* EXCLUDE (RootNs),
+           p.RootNs - (p.ingress_ns + p.queue_ns + p.parsing_ns + p.feature_hydration_ns
+                       + p.preprocessing_ns + p.model_forward_ns + p.postprocessing_ns + p.downstream_ns
+                       + p.serialization_ns) AS unattributed_ns,
+           o.Timestamp, o.ServiceName, o.SpanName, o.SpanAttributes, o.ResourceAttributes,
+           o.Duration, o.StatusCode,
+           [p.ingress_ns, p.queue_ns, p.parsing_ns, p.feature_hydration_ns, p.preprocessing_ns,
+            p.model_forward_ns, p.postprocessing_ns, p.downstream_ns, p.serialization_ns,
+            p.RootNs - (p.ingress_ns + p.queue_ns + p.parsing_ns + p.feature_hydration_ns
+                        + p.preprocessing_ns + p.model_forward_ns + p.postprocessing_ns + p.downstream_ns
+                        + p.serialization_ns)] AS stage_ns
+    FROM per_request AS p
+    JOIN otel_traces AS o ON o.RunLabel = $1 AND o.TraceId = p.TraceId AND o.SpanId = p.SpanId
+    QUALIFY row_number() OVER (PARTITION BY p.TraceId ORDER BY o.Timestamp) = 1
+)
+SELECT
+    $1 AS RunLabel,
+    TraceId,
+    SpanId,
+    Timestamp,
+    ServiceName,
+    coalesce(nullif(SpanAttributes['http.route'], ''), SpanName) AS Route,
+    coalesce(nullif(ResourceAttributes['service.instance.id'], ''),
+             nullif(ResourceAttributes['host.name'], ''), '') AS Instance,
+    Duration,
+    StatusCode = 'Error'
+        OR coalesce(try_cast(coalesce(SpanAttributes['http.response.status_code'],
+                                      SpanAttributes['http.status_code']) AS INTEGER) >= 500, false) AS IsError,
+    ClientDuration,
+    SpanCount,
+    list_extract(
+        ['ingress', 'queue', 'parsing', 'feature_hydration', 'preprocessing', 'model_forward',
+         'postprocessing', 'downstream', 'serialization', 'unattributed'],
+        list_position(stage_ns, list_max(stage_ns))) AS DominantStage,
+    ingress_ns, queue_ns, parsing_ns, feature_hydration_ns, preprocessing_ns,
+    model_forward_ns, postprocessing_ns, downstream_ns, serialization_ns, unattributed_ns
+FROM roots

@@ -1,0 +1,63 @@
+-- Tail vs body, BubbleUp: attribute values over-represented among the selected requests.
+-- A seeded sample of up to N selected and N other requests (ordered by hash(TraceId)) keeps the scan of
+-- otel_traces to the sampled traces. Dimensions: span attributes of every span of the trace (with
+-- the span name), resource attributes of the request root, and the request's dominant stage. Keys
+-- with more than ? distinct values in the sample (ids, free text) are left out.
+-- Params after the filter's: (same as tail_stages.sql) tail quantile, use_rect (bool), rect start, end, stage ('' for e2e),
+-- low ns, stage again, high ns. Selected = inside the rectangle when use_rect, else Duration >= q(tail quantile).
+WITH f AS (
+    SELECT * FROM requests WHERE {where}
+),
+q AS (
+    SELECT quantile_cont(Duration, ?) AS qd FROM f
+),
+m AS (
+    SELECT f.*,
+           CASE WHEN ? THEN
+               f.Timestamp >= ? AND f.Timestamp < ?
+               AND CASE ? WHEN 'ingress' THEN ingress_ns WHEN 'queue' THEN queue_ns WHEN 'parsing' THEN parsing_ns
+                   WHEN 'feature_hydration' THEN feature_hydration_ns WHEN 'preprocessing' THEN preprocessing_ns
+                   WHEN 'model_forward' THEN model_forward_ns WHEN 'postprocessing' THEN postprocessing_ns
+                   WHEN 'downstream' THEN downstream_ns WHEN 'serialization' THEN serialization_ns
+                   WHEN 'unattributed' THEN unattributed_ns ELSE Duration END >= ?
+               AND CASE ? WHEN 'ingress' THEN ingress_ns WHEN 'queue' THEN queue_ns WHEN 'parsing' THEN parsing_ns
+                   WHEN 'feature_hydration' THEN feature_hydration_ns WHEN 'preprocessing' THEN preprocessing_ns
+                   WHEN 'model_forward' THEN model_forward_ns WHEN 'postprocessing' THEN postprocessing_ns
+                   WHEN 'downstream' THEN downstream_ns WHEN 'serialization' THEN serialization_ns
+                   WHEN 'unattributed' THEN unattributed_ns ELSE Duration END < ?
+           ELSE f.Duration >= q.qd END AS selected
+    FROM f, q
+)
+,
+sample AS MATERIALIZED (
+    SELECT RunLabel, TraceId, SpanId AS RootSpanId, DominantStage, selected
+    FROM m
+    QUALIFY row_number() OVER (PARTITION BY selected ORDER BY hash(TraceId)) <= ?
+),
+kv AS (
+    SELECT s.TraceId, s.selected, 'span' AS source, o.SpanName AS span_name,
+           unnest(map_keys(o.SpanAttributes)) AS key, unnest(map_values(o.SpanAttributes)) AS value
+    FROM otel_traces AS o JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId
+    UNION ALL
+    SELECT s.TraceId, s.selected, 'resource', '',
+           unnest(map_keys(o.ResourceAttributes)), unnest(map_values(o.ResourceAttributes))
+    FROM otel_traces AS o
+    JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId AND o.SpanId = s.RootSpanId
+    UNION ALL
+    SELECT TraceId, selected, 'stage', '', 'dominant stage', DominantStage FROM sample
+),
+counted AS (
+    SELECT source, span_name, key, value,
+           count(DISTINCT TraceId) FILTER (WHERE selected) AS sel_n,
+           count(DISTINCT TraceId) FILTER (WHERE NOT selected) AS rest_n
+    FROM kv
+    WHERE key <> 'tailscope.stage'
+    GROUP BY source, span_name, key, value
+),
+keys AS (
+    SELECT source, span_name, key FROM counted GROUP BY ALL HAVING count(*) <= ?
+)
+SELECT c.source, c.span_name, c.key, c.value, c.sel_n, c.rest_n,
+       (SELECT count(*) FROM sample WHERE selected) AS sel_total,
+       (SELECT count(*) FROM sample WHERE NOT selected) AS rest_total
+FROM counted AS c SEMI JOIN keys AS k ON k.source = c.source AND k.span_name = c.span_name AND k.key = c.key
