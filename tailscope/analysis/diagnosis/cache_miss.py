@@ -1,0 +1,232 @@
+"""cache_miss: a stage with two modes in log duration, the slow one explained by a miss.
+
+Statistic. For every span name (outside the request root, the queue and the model's forward pass),
+a two-component Gaussian mixture is fitted to log duration by EM. Two clean modes (Ashman's D > 2,
+BIC in favour of two components, a slow-mode weight between 0.5 % and 60 %) make a candidate; its
+weight in the tail is the share of the tail excess carried by the name (with its child spans). Then
+we look for what explains the slow mode: a span attribute value (e.g. cache.hit=false) or a child span
+name that appears in the slow mode and not in the fast one. The miss rate is the slow-mode weight;
+misses are "synchronised" when their counts per time bin are over-dispersed (keys expiring together),
+and a "cold cache" when the miss rate in the first tenth of the run is far above the rest.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, gmm2, logistic, ms, spearman
+from tailscope.vocabulary import ALL_STAGES
+
+PATTERN = "cache_miss"
+ADVICE = (
+    "{where} is bimodal: a fast path and a slow path taken {rate:.1%} of the time{explained}. Fix the cache "
+    "policy, not its size: {specific}prefetch or refresh hot keys ahead of expiry (refresh-ahead), add "
+    "jitter to TTLs so keys do not expire together, serve stale while revalidating, and coalesce "
+    "concurrent misses for one key (single-flight). More cache memory only helps if evictions, not "
+    "expiry or cold start, cause the misses."
+)
+SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
+MIN_SPANS = 100
+MAX_FIT = 20_000
+
+
+def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> dict | None:
+    """The attribute value or child name that best separates the slow mode from the fast one."""
+    f = ctx.frame
+    best = None
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
+    n_slow, n_fast = int(slow.sum()), int((~slow).sum())
+    if n_slow == 0 or n_fast == 0:
+        return None
+
+    def consider(label: str, present: np.ndarray) -> None:
+        nonlocal best
+        in_slow = float(present[slow].mean())
+        in_fast = float(present[~slow].mean())
+        score = in_slow - in_fast
+        if abs(score) > 0.5 and (best is None or abs(score) > abs(best["score"])):
+            best = {
+                "explained_by": label,
+                "in_slow_mode": round(in_slow, 3),
+                "in_fast_mode": round(in_fast, 3),
+                "score": score,
+            }
+
+    # child spans present only on one path (e.g. a store lookup made on misses)
+    child = np.nonzero((f.parent >= 0) & (pos[np.maximum(f.parent, 0)] >= 0))[0]
+    for c in np.unique(f.name[child]):
+        present = np.zeros(len(spans), bool)
+        present[pos[f.parent[child[f.name[child] == c]]]] = True
+        consider(f"child span '{f.names[int(c)]}'", present)
+    for key, (idx, values) in ctx.frame.attributes(code).items():
+        p = pos[idx]
+        ok = p >= 0
+        if ok.sum() < 0.5 * len(spans):
+            continue
+        vals = np.array(values, dtype=object)[ok]
+        uniq, inv = np.unique(vals.astype(str), return_inverse=True)
+        if len(uniq) > 8:
+            continue
+        for u in range(len(uniq)):
+            present = np.zeros(len(spans), bool)
+            present[p[ok][inv == u]] = True
+            consider(f"{key}={uniq[u]}", present)
+    if best is not None and best["score"] < 0:
+        # the value marks the fast path (e.g. cache.hit=true): say so from the slow path's side
+        best["in_slow_mode"], best["in_fast_mode"] = 1 - best["in_slow_mode"], 1 - best["in_fast_mode"]
+        best["explained_by"] = "not " + best["explained_by"]
+    return best
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    reqs = f.requests
+    if len(reqs) < 50:
+        return []
+    root_depth = f.depth[reqs.root][np.maximum(f.request, 0)]
+    inside = (f.request >= 0) & (f.depth > root_depth)
+    counts = np.bincount(f.name[inside], minlength=len(f.names))
+    findings = []
+    ctx.notes["bimodal_names"] = {}
+    for code in np.nonzero(counts >= MIN_SPANS)[0]:
+        stage = int(ctx.name_stage[code])
+        if stage in SKIP:
+            continue
+        spans = np.nonzero(inside & (f.name == code))[0]
+        d = np.maximum(f.dur[spans].astype(np.float64), 1.0)
+        x = np.log(d)
+        fit_x = x if len(x) <= MAX_FIT else ctx.rng.choice(x, MAX_FIT, replace=False)
+        mix = gmm2(fit_x)
+        if mix is None or mix.bic_gain < 10 or mix.separation < 2.0 or not (0.005 <= mix.w[1] <= 0.6):
+            continue
+        slow = x >= mix.threshold
+        rate = float(slow.mean())
+        # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss
+        crowd = spearman(concurrency_at_start(ctx, spans).astype(np.float64), slow.astype(np.float64))
+        if crowd > 0.3:
+            continue
+        ratio = math.exp(mix.mu[1] - mix.mu[0])
+        share = _share(ctx, code)
+        why = _explain(ctx, code, spans, slow)
+        ctx.notes["bimodal_names"][int(code)] = rate
+        # misses over time: synchronised expiry and cold cache
+        t = f.start[spans]
+        nb = 50
+        tb = np.minimum((t - t.min()) * nb // max(int(t.max() - t.min()), 1), nb - 1)
+        per_bin = np.bincount(tb, minlength=nb).astype(np.float64)
+        miss_bin = np.bincount(tb[slow], minlength=nb).astype(np.float64)
+        expected = per_bin * rate
+        dispersion = float(((miss_bin - expected) ** 2).sum() / max(expected.sum() * (1 - rate), 1e-9))
+        dispersion /= nb  # ~1 for independent misses
+        early = t < t.min() + (t.max() - t.min()) * 0.1
+        early_rate = float(slow[early].mean()) if early.any() else rate
+        late_rate = float(slow[~early].mean()) if (~early).any() else rate
+        cold = early_rate > 3 * max(late_rate, 1e-3) and early_rate > 0.2
+        synced = dispersion > 4 and not cold
+
+        strength = logistic(mix.separation, 2.5, 0.3) * logistic(mix.bic_gain, 30, 10)
+        # the weight: the tail excess it carries, or what the misses add to the mean request
+        added = rate * (math.exp(mix.mu[1]) - math.exp(mix.mu[0]))
+        relative = added / max(float(np.median(reqs.latency)), 1.0)
+        weight = max(logistic(share, 0.2, 0.06), logistic(relative, 0.02, 0.006))
+        confidence = strength * weight * (1.0 if why else 0.85)
+        name = f.names[code]
+        stage_name = ALL_STAGES[stage] if stage >= 0 else None
+        explained = (
+            f", explained by {why['explained_by']} ({why['in_slow_mode']:.0%} of slow vs {why['in_fast_mode']:.0%} of fast spans)"
+            if why
+            else ""
+        )
+        summary = (
+            f"'{name}' has two duration modes: {ms(math.exp(mix.mu[0])):.2f} ms and {ms(math.exp(mix.mu[1])):.2f} ms "
+            f"({ratio:.0f}x), the slow one {rate:.1%} of spans{explained}; misses add {ms(added):.2f} ms to the mean request "
+            f"({relative:.1%} of the median latency) and carry {share:.0%} of the tail excess"
+            + (
+                f"; misses come in bursts (dispersion {dispersion:.1f}x chance: keys expiring together)"
+                if synced
+                else ""
+            )
+            + (
+                f"; cold cache: miss rate {early_rate:.0%} in the first tenth of the run vs {late_rate:.0%} after"
+                if cold
+                else ""
+            )
+            + "."
+        )
+        stats = {
+            "miss_rate": round(rate, 4),
+            "fast_ms": ms(math.exp(mix.mu[0])),
+            "slow_ms": ms(math.exp(mix.mu[1])),
+            "separation": round(mix.separation, 2),
+            "bic_gain": round(mix.bic_gain, 1),
+            "tail_excess_share": round(share, 3),
+            "added_ms_per_request": ms(added),
+            "added_share_of_median_latency": round(relative, 4),
+            "miss_dispersion": round(dispersion, 2),
+            "synchronised_expiry": synced,
+            "cold_cache": cold,
+            "early_miss_rate": round(early_rate, 4),
+            "late_miss_rate": round(late_rate, 4),
+        }
+        if why:
+            stats.update({k: v for k, v in why.items() if k != "score"})
+        hist, edges = np.histogram(x / math.log(10) - 6, bins=60)
+        grid = (edges[:-1] + edges[1:]) / 2
+        chart = {
+            "kind": "log_duration_histogram",
+            "log10_ms": grid.round(4).tolist(),
+            "count": hist.tolist(),
+            "modes_ms": [ms(math.exp(mix.mu[0])), ms(math.exp(mix.mu[1]))],
+            "threshold_ms": ms(math.exp(mix.threshold)),
+            "miss_per_bin": miss_bin.tolist(),
+            "spans_per_bin": per_bin.tolist(),
+        }
+        specific = ""
+        if synced:
+            specific = "misses arrive together, so jitter the TTLs first; "
+        elif cold:
+            specific = "misses are concentrated after start, so warm the cache before taking traffic; "
+        advice = ADVICE.format(
+            where=f"'{name}'" + (f" ({stage_name})" if stage_name else ""),
+            rate=rate,
+            explained=f" ({why['explained_by']})" if why else "",
+            specific=specific,
+        )
+        findings.append(
+            Finding(
+                PATTERN,
+                clamp01(confidence),
+                stage_name,
+                name,
+                {"summary": summary, "stats": stats, "chart": chart},
+                advice,
+            )
+        )
+    findings.sort(key=lambda x: -x.confidence)
+    return _dedupe(ctx, findings)[:2]
+
+
+def _dedupe(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """A miss path shows in the parent and in its child; keep the outer span (it carries the mode)."""
+    out, seen = [], set()
+    for fd in findings:
+        key = fd.stage or fd.span_name
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(fd)
+    return out
+
+
+def _share(ctx: Context, code: int) -> float:
+    f = ctx.frame
+    mask = f.name == code
+    nested = np.zeros(len(f), bool)
+    has_p = f.parent >= 0
+    nested[has_p] = f.name[f.parent[has_p]] == code
+    return ctx.share_of(mask & ~nested, f.dur)

@@ -1,0 +1,143 @@
+"""cold_start: latency that decays with the request index of each instance after it (re)starts.
+
+Statistic. Every instance's requests are numbered from its first one (a restarted process is a new
+instance id, so restarts are covered). The first K requests of an instance (5 % of them, 10 to 200)
+are compared with those after 3K: the ratio of medians and the probability that an early request is
+slower than a late one (AUC, from ranks; 0.5 when there is no warm-up). Its weight is how much the
+early requests are over-represented in the tail. The stage and span name that carry the early excess
+are named; when that span is a bimodal (cache) span, the warm-up is a cold cache and is left to the
+cache_miss finding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, ranks
+from tailscope.vocabulary import ALL_STAGES
+
+PATTERN = "cold_start"
+ADVICE = (
+    "The first requests after a process starts are slow ({where} carries the warm-up). Warm up before "
+    "taking traffic: run a few representative requests at start (compile/JIT, allocator and kernel "
+    "autotuning such as cudnn.benchmark, lazy imports, connection pools, model weights paged in), gate "
+    "readiness on that warm-up, and avoid restarts under load (rolling restarts, keep a minimum number of "
+    "warm replicas)."
+)
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    reqs = f.requests
+    n = len(reqs)
+    if n < 100:
+        return []
+    per_inst = np.bincount(reqs.instance, minlength=len(f.instances))
+    k_inst = np.clip((per_inst * 0.05).astype(np.int64), 10, 200)
+    k = k_inst[reqs.instance]
+    idx = reqs.index_on_instance
+    usable = per_inst[reqs.instance] >= 40
+    early = usable & (idx < k)
+    late = usable & (idx >= 3 * k)
+    if early.sum() < 10 or late.sum() < 20:
+        return []
+    lat = reqs.latency.astype(np.float64)
+    # rank each request within its own instance so instances of different speed do not mix
+    auc_num = 0.0
+    auc_den = 0.0
+    for i in np.unique(reqs.instance[early]):
+        e = lat[early & (reqs.instance == i)]
+        lt = lat[late & (reqs.instance == i)]
+        if len(e) == 0 or len(lt) == 0:
+            continue
+        r = ranks(np.r_[e, lt])
+        u = r[: len(e)].sum() - len(e) * (len(e) - 1) / 2
+        auc_num += u
+        auc_den += len(e) * len(lt)
+    auc = auc_num / auc_den if auc_den else 0.5
+    ratio = float(np.median(lat[early]) / max(np.median(lat[late]), 1.0))
+    split = ctx.split
+    tail_early = float(early[split.tail].mean()) if split.tail.any() else 0.0
+    all_early = float(early.mean())
+    impact = clamp01((tail_early - all_early) / max(1e-9, 1 - all_early))
+
+    # who carries the early excess
+    excess = np.zeros(len(f.names))
+    sel = f.request >= 0
+    e_w = early[np.maximum(f.request, 0)] & sel
+    l_w = late[np.maximum(f.request, 0)] & sel
+    excess = np.bincount(f.name[e_w], weights=f.excl[e_w], minlength=len(f.names)) / early.sum()
+    excess -= np.bincount(f.name[l_w], weights=f.excl[l_w], minlength=len(f.names)) / late.sum()
+    # a queue that backs up behind slow first requests is a consequence: name the work that was slow
+    queue = ALL_STAGES.index("queue")
+    work = np.where(ctx.name_stage == queue, -np.inf, excess)
+    top = int(np.argmax(work)) if np.isfinite(work).any() else int(np.argmax(excess))
+    top_share = float(excess[top] / max(excess[excess > 0].sum(), 1e-9))
+    bimodal = ctx.notes.get("bimodal_names", {})
+    cache_part = sum(float(excess[c]) for c in bimodal if excess[c] > 0) / max(
+        float(excess[excess > 0].sum()), 1e-9
+    )
+    ctx.notes["cold_start_cache_part"] = cache_part
+
+    strength = logistic(auc, 0.72, 0.05) * logistic(ratio, 1.4, 0.15)
+    weight = logistic(impact, 0.25, 0.08)
+    confidence = strength * weight * (1 - cache_part)
+    stage = ctx.stage_of_name(top)
+    name = f.names[top]
+    restarts = int(
+        (
+            np.bincount(reqs.instance, weights=(idx == 0) * reqs.start, minlength=len(f.instances))
+            > (reqs.start.max() - reqs.start.min()) * 0.1 + reqs.start.min()
+        ).sum()
+    )
+    summary = (
+        f"The first requests of each instance are slower: median {ms(np.median(lat[early])):.1f} ms for the first "
+        f"{int(np.median(k[early]))} vs {ms(np.median(lat[late])):.1f} ms later ({ratio:.1f}x, AUC {auc:.2f}); "
+        f"{tail_early:.0%} of tail requests are early ones vs {all_early:.0%} of all; '{name}'"
+        f"{f' ({stage})' if stage else ''} carries {top_share:.0%} of the early excess"
+        + (f"; {cache_part:.0%} of it is a cold cache" if cache_part > 0.3 else "")
+        + (f"; {restarts} instance(s) started mid-run" if restarts else "")
+        + "."
+    )
+    stats = {
+        "early_requests_per_instance": int(np.median(k[early])),
+        "early_median_ms": ms(np.median(lat[early])),
+        "late_median_ms": ms(np.median(lat[late])),
+        "ratio": round(ratio, 2),
+        "auc": round(auc, 3),
+        "tail_share_early": round(tail_early, 3),
+        "all_share_early": round(all_early, 3),
+        "warmup_span": name,
+        "warmup_span_share": round(top_share, 3),
+        "cold_cache_part": round(cache_part, 3),
+        "instances": int((per_inst > 0).sum()),
+        "restarts": restarts,
+    }
+    # warm-up curve: median latency by request index bucket (log-spaced)
+    cap = int(min(idx.max(), 40 * int(np.median(k_inst[per_inst > 0]))))
+    edges = np.unique(np.r_[0, np.geomspace(1, max(cap, 2), 30).astype(np.int64)])
+    bucket = np.searchsorted(edges, idx, side="right") - 1
+    curve_x, curve_y = [], []
+    for b in range(len(edges) - 1):
+        m = usable & (bucket == b)
+        if m.any():
+            curve_x.append(int(edges[b]))
+            curve_y.append(ms(np.median(lat[m])))
+    chart = {
+        "kind": "warmup_curve",
+        "request_index": curve_x,
+        "median_ms": curve_y,
+        "early_k": int(np.median(k[early])),
+    }
+    advice = ADVICE.format(where=f"'{name}'" + (f" ({stage})" if stage else ""))
+    return [
+        Finding(
+            PATTERN,
+            clamp01(confidence),
+            stage if stage in ALL_STAGES else None,
+            name,
+            {"summary": summary, "stats": stats, "chart": chart},
+            advice,
+        )
+    ]

@@ -1,0 +1,140 @@
+"""compute_bound: the model's forward pass itself carries the tail.
+
+Statistic. The share of the tail excess carried by the exclusive time of model_forward spans. The
+levers follow from the numbers: forward time is fitted (Theil-Sen) against the batch size (the
+`batch.size`-like attribute when present, else the number of requests sharing one forward span, i.e.
+spans of the same name with identical start and duration on one instance): a large fixed part per call
+means batching and launch overhead matter, a large per-item part means the arithmetic does
+(quantization, a smaller/distilled model, faster hardware). Device and dtype come from the run's setup
+attributes (`*device*`, `*dtype*`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, theil_sen
+
+PATTERN = "compute_bound"
+
+
+def _batch_sizes(ctx: Context, spans: np.ndarray) -> tuple[np.ndarray, str]:
+    f = ctx.frame
+    for code in np.unique(f.name[spans])[:3]:
+        for key, (idx, values) in f.attributes(int(code)).items():
+            if "batch" in key.lower() and "size" in key.lower():
+                pos = np.full(len(f), -1)
+                pos[spans] = np.arange(len(spans))
+                out = np.full(len(spans), np.nan)
+                p = pos[idx]
+                ok = p >= 0
+                out[p[ok]] = np.array([_num(v) for v in np.array(values, dtype=object)[ok]])
+                if np.isfinite(out).mean() > 0.5:
+                    return out, f"attribute {key}"
+    key = np.stack([f.instance[spans], f.name[spans], f.start[spans], f.dur[spans]], axis=1)
+    _, inv, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+    return counts[inv.reshape(-1)].astype(np.float64), "spans sharing one forward interval"
+
+
+def _num(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _setup(ctx: Context, word: str) -> str | None:
+    for k, v in ctx.frame.setup.items():
+        if word in k.lower():
+            return v
+    return None
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    if len(f.requests) < 50:
+        return []
+    fwd = ctx.span_stage_mask("model_forward") & (f.request >= 0)
+    if fwd.sum() < 20:
+        return []
+    share = ctx.share_of(fwd)
+    spans = np.nonzero(fwd)[0]
+    d = f.dur[spans].astype(np.float64)
+    p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
+    body_share = float(
+        ctx.per_request(fwd)[ctx.split.body].mean() / max(f.requests.latency[ctx.split.body].mean(), 1)
+    )
+    sizes, size_source = _batch_sizes(ctx, spans)
+    ok = np.isfinite(sizes)
+    slope, intercept = theil_sen(sizes[ok], d[ok], ctx.rng) if ok.sum() > 10 else (0.0, p50)
+    mean_b = float(np.nanmean(sizes)) if ok.any() else 1.0
+    fixed_part = intercept / max(intercept + slope * mean_b, 1.0)
+    device = _setup(ctx, "device")
+    dtype = _setup(ctx, "dtype")
+    levers = []
+    if device and "cpu" in device.lower():
+        levers.append(
+            "the forward pass runs on CPU: a GPU (or a CPU inference runtime such as ONNX Runtime/OpenVINO) is the biggest lever"
+        )
+    if dtype and any(t in dtype.lower() for t in ("32", "float", "full")) and "16" not in dtype:
+        levers.append(
+            f"it runs in {dtype}: bf16/fp16 (autocast) on GPU or int8 dynamic quantization on CPU cuts the per-item cost"
+        )
+    if fixed_part > 0.6 and np.nanmax(sizes, initial=1) > 1:
+        levers.append(
+            f"{fixed_part:.0%} of a forward is fixed per call ({ms(intercept):.1f} ms): larger batches amortise it, and CUDA graphs/torch.compile cut launch overhead"
+        )
+    elif slope > 0:
+        levers.append(
+            f"each extra item costs {ms(slope):.2f} ms: quantization, a distilled/smaller model or faster hardware reduce it; cap the batch size where the p99 target needs it"
+        )
+    if p99 > 2.5 * p50:
+        levers.append(
+            f"the forward itself has a tail (p99 {ms(p99):.1f} ms vs p50 {ms(p50):.1f} ms): look for variable input lengths (bucket or pad to fixed shapes) and recompilation"
+        )
+    advice = (
+        "The model's forward pass carries the tail, so compute is the lever here. "
+        + "; ".join(levers or ["profile the forward pass (torch.profiler) to find the dominant operators"])
+        + "."
+    )
+    confidence = logistic(share, 0.5, 0.1)
+    summary = (
+        f"model_forward carries {share:.0%} of the tail excess and {body_share:.0%} of a typical request; forward "
+        f"p50 {ms(p50):.1f} ms, p99 {ms(p99):.1f} ms; vs batch size ({size_source}): {ms(intercept):.2f} ms per call + "
+        f"{ms(slope):.2f} ms per item"
+        + (f"; device {device}" if device else "")
+        + (f", dtype {dtype}" if dtype else "")
+        + "."
+    )
+    stats = {
+        "tail_excess_share": round(share, 3),
+        "typical_share": round(body_share, 3),
+        "forward_p50_ms": ms(p50),
+        "forward_p99_ms": ms(p99),
+        "per_call_ms": ms(intercept),
+        "per_item_ms": ms(slope),
+        "mean_batch_size": round(mean_b, 2),
+        "batch_size_source": size_source,
+        "device": device,
+        "dtype": dtype,
+    }
+    pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)
+    chart = {
+        "kind": "forward_vs_batch",
+        "batch_size": np.nan_to_num(sizes[pick]).tolist(),
+        "forward_ms": (d[pick] / 1e6).round(3).tolist(),
+        "slope_ms": ms(slope),
+        "intercept_ms": ms(intercept),
+    }
+    names = np.unique(f.name[spans])
+    return [
+        Finding(
+            PATTERN,
+            clamp01(confidence),
+            "model_forward",
+            f.names[int(names[0])] if len(names) == 1 else None,
+            {"summary": summary, "stats": stats, "chart": chart},
+            advice,
+        )
+    ]

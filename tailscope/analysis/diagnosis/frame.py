@@ -1,0 +1,212 @@
+"""TraceFrame: one run's spans as numpy columns, with the request structure the detectors need.
+
+Detectors never touch SQL or strings per span: the loader (`load.py`) or a test hands `build_frame`
+integer-coded columns, and `build_frame` derives, with vectorised numpy only,
+
+- the request root of every span (the topmost SERVER span of its trace; a trace without SERVER spans
+  is rooted at its parentless span), so a client-side wrapper (a load generator's CLIENT span) sits
+  above the request and is kept as the client-observed latency,
+- each span's exclusive (self) time: its duration minus the union of its children's intervals,
+- leaves, depth, and the request table (start, latency, instance, index of the request on its instance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tailscope.vocabulary import ALL_STAGES
+
+SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
+KIND_SERVER = SPAN_KINDS.index("Server")
+KIND_CLIENT = SPAN_KINDS.index("Client")
+NO_STAGE = -1
+
+
+def stage_code(stage: str | None) -> int:
+    return ALL_STAGES.index(stage) if stage in ALL_STAGES else NO_STAGE
+
+
+@dataclass
+class Requests:
+    """One row per request, ordered by start time."""
+
+    root: np.ndarray  # span index of the request root
+    start: np.ndarray  # ns since the run's first span
+    latency: np.ndarray  # ns, the root's duration
+    instance: np.ndarray  # instance code of the root span
+    client_latency: np.ndarray  # float ns of a CLIENT parent of the root, nan where none
+    client_span: np.ndarray  # span index of that CLIENT parent, -1 where none
+    index_on_instance: np.ndarray  # 0 for an instance's first request, 1 for its second, ...
+
+    def __len__(self) -> int:
+        return len(self.root)
+
+
+@dataclass
+class TraceFrame:
+    """A run's spans, column-wise. Times are int64 nanoseconds relative to `t0` (the first span)."""
+
+    run: str
+    trace: np.ndarray
+    parent: np.ndarray  # span index of the parent, -1 for none (or a parent not in the run)
+    name: np.ndarray
+    names: list[str]
+    kind: np.ndarray
+    service: np.ndarray
+    services: list[str]
+    instance: np.ndarray
+    instances: list[str]
+    start: np.ndarray
+    dur: np.ndarray
+    stage: np.ndarray  # index into ALL_STAGES, NO_STAGE where unmapped
+    t0: int = 0
+    setup: dict[str, str] = field(default_factory=dict)
+    # runtime signals, confirmation only: GC pauses reported by the process (instance, start, duration)
+    gc_instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gc_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    gc_dur: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # derived by build_frame
+    request: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    excl: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    leaf: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    depth: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    requests: Requests | None = None
+    # span name -> {attribute key: (span indices, values)}; None when attributes are not available
+    attribute_source: Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]] | None = None
+
+    def attributes(self, name_code: int) -> dict[str, tuple[np.ndarray, list[Any]]]:
+        if self.attribute_source is None:
+            return {}
+        return self.attribute_source(self.names[name_code])
+
+    def __len__(self) -> int:
+        return len(self.dur)
+
+    @property
+    def end(self) -> np.ndarray:
+        return self.start + self.dur
+
+    def stage_name(self, code: int) -> str | None:
+        return ALL_STAGES[code] if code >= 0 else None
+
+    def name_stage(self) -> np.ndarray:
+        """The most common stage of each span name (NO_STAGE where none is known)."""
+        out = np.full(len(self.names), NO_STAGE, np.int64)
+        known = self.stage >= 0
+        if known.any():
+            counts = np.zeros((len(self.names), len(ALL_STAGES)), np.int64)
+            np.add.at(counts, (self.name[known], self.stage[known]), 1)
+            has = counts.sum(axis=1) > 0
+            out[has] = counts[has].argmax(axis=1)
+        return out
+
+
+def _depth_and_ancestors(parent: np.ndarray, is_server: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth of every span, and whether some proper ancestor is a SERVER span (pointer walking)."""
+    n = len(parent)
+    depth = np.zeros(n, np.int64)
+    server_above = np.zeros(n, bool)
+    cur = parent.copy()
+    for _ in range(256):  # deeper traces than that are cut (cycles in hostile input end here too)
+        alive = cur >= 0
+        if not alive.any():
+            break
+        idx = np.nonzero(alive)[0]
+        depth[idx] += 1
+        server_above[idx] |= is_server[cur[idx]]
+        cur[idx] = parent[cur[idx]]
+    return depth, server_above
+
+
+def _request_of(parent: np.ndarray, is_root: np.ndarray) -> np.ndarray:
+    n = len(parent)
+    req = np.where(is_root, np.arange(n), -1)
+    cur = parent.copy()
+    todo = np.nonzero(~is_root)[0]
+    for _ in range(256):
+        if len(todo) == 0:
+            break
+        c = cur[todo]
+        alive = c >= 0
+        todo, c = todo[alive], c[alive]
+        hit = is_root[c]
+        req[todo[hit]] = c[hit]
+        todo, c = todo[~hit], c[~hit]
+        cur[todo] = parent[c]
+    return req
+
+
+def exclusive_times(parent: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Duration minus the union of the children's intervals (clipped to the parent)."""
+    n = len(parent)
+    excl = dur.astype(np.int64).copy()
+    child = np.nonzero(parent >= 0)[0]
+    if len(child) == 0:
+        return excl
+    p = parent[child]
+    pstart, pend = start[p], start[p] + dur[p]
+    cs = np.clip(start[child], pstart, pend)
+    ce = np.clip(start[child] + dur[child], pstart, pend)
+    order = np.lexsort((cs, p))
+    p, cs, ce, pstart = p[order], cs[order], ce[order], pstart[order]
+    # running max of ends within each parent group: offset groups so one global cummax suffices
+    rel_s, rel_e = cs - pstart, ce - pstart
+    span = int(max(rel_e.max(initial=0), 1)) + 1
+    group = np.cumsum(np.r_[True, p[1:] != p[:-1]]) - 1
+    offset = group.astype(np.int64) * span
+    run_end = np.maximum.accumulate(rel_e + offset) - offset
+    prev_end = np.r_[np.int64(-1), run_end[:-1]]
+    first = np.r_[True, p[1:] != p[:-1]]
+    prev_end[first] = -1
+    covered = np.maximum(0, rel_e - np.maximum(rel_s, prev_end))
+    excl -= np.bincount(p, weights=covered, minlength=n).astype(np.int64)
+    return np.maximum(excl, 0)
+
+
+def build_frame(frame: TraceFrame) -> TraceFrame:
+    """Fill the derived fields of a frame whose span columns are set. Returns the same frame."""
+    n = len(frame.dur)
+    parent = frame.parent.astype(np.int64)
+    is_server = frame.kind == KIND_SERVER
+    depth, server_above = _depth_and_ancestors(parent, is_server)
+    has_server = np.zeros(int(frame.trace.max(initial=-1)) + 1, bool)
+    has_server[frame.trace[is_server]] = True
+    is_root = (is_server & ~server_above) | ((parent < 0) & ~has_server[frame.trace])
+    frame.depth = depth
+    frame.request = _request_of(parent, is_root)
+    frame.excl = exclusive_times(parent, frame.start, frame.dur)
+    frame.leaf = np.bincount(parent[parent >= 0], minlength=n) == 0 if n else np.zeros(0, bool)
+
+    roots = np.nonzero(is_root)[0]
+    roots = roots[np.argsort(frame.start[roots], kind="stable")]
+    prnt = parent[roots]
+    has_client = prnt >= 0
+    has_client[has_client] = frame.kind[prnt[has_client]] == KIND_CLIENT
+    client_latency = np.full(len(roots), np.nan)
+    client_latency[has_client] = frame.dur[prnt[has_client]]
+    inst = frame.instance[roots]
+    order = np.lexsort((frame.start[roots], inst))
+    index_on = np.empty(len(roots), np.int64)
+    if len(roots):
+        sorted_inst = inst[order]
+        first = np.r_[True, sorted_inst[1:] != sorted_inst[:-1]]
+        group_start = np.maximum.accumulate(np.where(first, np.arange(len(roots)), 0))
+        index_on[order] = np.arange(len(roots)) - group_start
+    frame.requests = Requests(
+        root=roots,
+        start=frame.start[roots],
+        latency=frame.dur[roots].astype(np.int64),
+        instance=inst,
+        client_latency=client_latency,
+        client_span=np.where(has_client, prnt, -1),
+        index_on_instance=index_on,
+    )
+    # request column as an index into the request table (not a span index)
+    req_index = np.full(n, -1, np.int64)
+    req_index[roots] = np.arange(len(roots))
+    frame.request = np.where(frame.request >= 0, req_index[np.maximum(frame.request, 0)], -1)
+    return frame

@@ -1,0 +1,268 @@
+"""gc_pause: unrelated in-flight requests on one instance stretched at the same instant.
+
+Statistic. Per instance, time is cut into short bins. A leaf span is *slow* when it is above the 90th
+percentile of its span name (and 1.5x its median). For every bin we count D = the number of distinct
+span names that have a slow span covering the bin. A stop-the-world pause stretches whatever is in
+flight, whatever its stage, so during pauses several different names are slow in the same bins. The
+null hypothesis ("each name is slow on its own schedule") is built by circularly shifting every
+(instance, name) slow-indicator series by a random offset, which keeps each name's own clustering
+(lock convoys, expiry storms, queue build-ups are one name each) but breaks cross-name alignment.
+Stall bins are bins with D >= 2 that hold at least 60 % of the active names; the finding's strength is
+how far the observed count of stall bins sits above the shifted counts (z score, ratio), and its weight
+is how many tail requests overlap a stall episode. A rise in arrivals during stalls (a burst) and
+stalls packed at the start (warm-up) discount it. GC events reported by the runtime only confirm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms
+
+PATTERN = "gc_pause"
+ADVICE = (
+    "Stop-the-world pauses in the serving process stall every in-flight request at once; more GPU will "
+    "not help. Shrink the heap churn (reuse buffers, avoid per-request object graphs), call gc.freeze() "
+    "after warm-up so long-lived objects leave the collector's generations, raise the GC thresholds "
+    "(gc.set_threshold) or collect explicitly between batches; on the JVM/Go size the heap and pick a "
+    "low-pause collector. Watch pause time per minute as a runtime metric."
+)
+MAX_NAMES = 24
+MAX_CELLS = 3_000_000
+SHIFTS = 12
+MIN_BIN_NS = 1_000_000
+WINDOW_NS = 20_000_000
+
+
+def slow_flags(ctx: Context, spans: np.ndarray) -> np.ndarray:
+    """Per span (of `spans`): above its name's 90th percentile and 1.5x its median."""
+    f = ctx.frame
+    nm = f.name[spans]
+    d = f.dur[spans].astype(np.float64)
+    order = np.lexsort((d, nm))
+    nm_s, d_s = nm[order], d[order]
+    counts = np.bincount(nm_s, minlength=len(f.names))
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    q90 = d_s[np.minimum(starts + (0.9 * np.maximum(counts - 1, 0)).astype(np.int64), len(d_s) - 1)]
+    med = d_s[np.minimum(starts + (0.5 * np.maximum(counts - 1, 0)).astype(np.int64), len(d_s) - 1)]
+    thr = np.maximum(q90, 1.5 * med)
+    return d > thr[nm]
+
+
+def stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1) -> np.ndarray:
+    """Per interval [t0, t1) on instance `inst`: total time inside stall episodes of that instance."""
+    out = np.zeros(len(inst), np.float64)
+    for i in np.unique(ep_inst):
+        sel = ep_inst == i
+        s0, s1 = ep_t0[sel], ep_t1[sel]
+        cum = np.r_[0, np.cumsum(s1 - s0)]
+
+        def stall_time(t: np.ndarray) -> np.ndarray:
+            k = np.searchsorted(s0, t, side="right") - 1
+            ok = k >= 0
+            kk = np.maximum(k, 0)
+            inside = np.clip(t - s0[kk], 0, s1[kk] - s0[kk])
+            return np.where(ok, cum[kk] + inside, 0)
+
+        m = inst == i
+        out[m] = stall_time(t1[m]) - stall_time(t0[m])
+    return out
+
+
+def warm_up_mask(ctx: Context) -> np.ndarray:
+    """Per request: among the first 3K requests of its instance (K = 5 % of them, 10 to 200)."""
+    reqs = ctx.frame.requests
+    per_inst = np.bincount(reqs.instance, minlength=len(ctx.frame.instances))
+    k = np.clip((per_inst * 0.05).astype(np.int64), 10, 200)[reqs.instance]
+    return reqs.index_on_instance < 3 * k
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    reqs = f.requests
+    if len(reqs) < 50:
+        return []
+    # warm-up requests (the first 3K of each instance, see cold_start) are slow across every stage for
+    # another reason; leave them out so a cold start is not read as pauses
+    warm = warm_up_mask(ctx)
+    spans = np.nonzero(f.leaf & (f.request >= 0))[0]
+    spans = spans[~warm[f.request[spans]]]
+    if len(spans) < 100:
+        return []
+    # keep the most frequent names (bounded memory); others do not take part
+    counts = np.bincount(f.name[spans], minlength=len(f.names))
+    top = np.argsort(-counts)[:MAX_NAMES]
+    top = top[counts[top] >= 20]
+    if len(top) < 2:
+        return []
+    name_slot = np.full(len(f.names), -1)
+    name_slot[top] = np.arange(len(top))
+    spans = spans[name_slot[f.name[spans]] >= 0]
+    slow = slow_flags(ctx, spans)
+
+    run_len = int(f.end.max())
+    n_inst = int(f.instance.max()) + 1
+    n_names = len(top)
+    width = max(MIN_BIN_NS, int(np.ceil((run_len + 1) * n_inst * n_names / MAX_CELLS)))
+    n_bins = run_len // width + 2
+
+    inst = f.instance[spans]
+    slot = name_slot[f.name[spans]]
+    b0 = f.start[spans] // width
+    b1 = f.end[spans] // width
+    row = (inst * n_names + slot) * n_bins
+    size = n_inst * n_names * n_bins + 1
+
+    def coverage(mask: np.ndarray) -> np.ndarray:
+        diff = np.bincount((row + b0)[mask], minlength=size) - np.bincount(
+            (row + b1 + 1)[mask], minlength=size
+        )
+        return (np.cumsum(diff[:-1]) > 0).reshape(n_inst, n_names, n_bins)
+
+    active = coverage(np.ones(len(spans), bool))
+    slow_cov = coverage(slow)
+    a_count = active.sum(axis=1, dtype=np.int16)  # (inst, bins)
+    a_need = np.maximum(2, np.ceil(0.6 * a_count)).astype(np.int16)
+
+    observed = slow_cov.sum(axis=1, dtype=np.int16) >= a_need
+    obs = int(observed.sum())
+    null = []
+    rng = ctx.rng
+    acc = np.zeros((n_inst, n_bins), np.int16)
+    for _ in range(SHIFTS):
+        acc[:] = 0
+        shifts = rng.integers(0, n_bins, size=(n_inst, n_names))
+        for i in range(n_inst):
+            for j in range(n_names):
+                k = int(shifts[i, j])
+                acc[i, k:] += slow_cov[i, j, : n_bins - k]
+                acc[i, :k] += slow_cov[i, j, n_bins - k :]
+        null.append(int((acc >= a_need).sum()))
+    null_mean = float(np.mean(null))
+    null_sd = float(np.std(null)) + 1.0
+    z = (obs - null_mean) / null_sd
+    ratio = obs / max(null_mean, 1.0)
+    if obs < 3 or z < 2:
+        return []
+
+    # stall episodes: runs of consecutive stall bins per instance
+    flat = observed.reshape(-1)
+    edges = np.diff(np.r_[0, flat.astype(np.int8), 0])
+    ep_start = np.nonzero(edges == 1)[0]
+    ep_end = np.nonzero(edges == -1)[0]  # exclusive
+    ep_inst = ep_start // n_bins
+    ep_t0 = (ep_start % n_bins) * width
+    ep_t1 = (ep_end - ep_inst * n_bins) * width
+    episodes = len(ep_start)
+    pause_ms = float(np.median(ep_t1 - ep_t0)) / 1e6
+
+    # how much stall time each request sat through (on its own instance)
+    overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, ep_inst, ep_t0, ep_t1)
+    hit = overlap > 0
+    split = ctx.split
+    tail_hit = float(hit[split.tail].mean()) if split.tail.any() else 0.0
+    all_hit = float(hit.mean())
+    impact = excess_share(overlap, split)
+    ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
+
+    # bursts: arrivals per bin inside stall episodes vs overall, on the same instances
+    arr_bin = (reqs.instance * n_bins + reqs.start // width).astype(np.int64)
+    arrivals = np.bincount(arr_bin, minlength=n_inst * n_bins).reshape(n_inst, n_bins)
+    lead = max(1, int(WINDOW_NS // width))  # the arrivals that feed a stall come just before it
+    csum = np.cumsum(np.pad(observed.astype(np.int32), ((0, 0), (1, lead))), axis=1)  # csum[:, t] = obs[:t]
+    window = (csum[:, lead + 1 : lead + 1 + n_bins] - csum[:, :n_bins]) > 0  # any stall in [b, b + lead]
+    live = a_count > 0
+    rate_in = float(arrivals[window & live].mean()) if (window & live).any() else 0.0
+    rate_all = float(arrivals[live].mean()) if live.any() else 0.0
+    arrival_ratio = rate_in / rate_all if rate_all > 0 else 1.0
+
+    # stalls packed into the first tenth of the run look like a warm-up, not recurring pauses
+    early = float(((ep_t0 < run_len * 0.1).sum()) / max(episodes, 1))
+
+    # runtime confirmation
+    confirmed = 0
+    if len(f.gc_time):
+        for i in np.unique(ep_inst):
+            g = np.sort(f.gc_time[(f.gc_instance == i) | (f.gc_instance < 0)])
+            if len(g) == 0:
+                continue
+            sel_ep = ep_inst == i
+            k = np.searchsorted(g, ep_t1[sel_ep], side="right") - 1
+            ok = k >= 0
+            confirmed += int((g[k[ok]] >= ep_t0[sel_ep][ok] - 2 * width).sum())
+    confirmed_share = confirmed / max(episodes, 1)
+
+    strength = logistic(z, 4.0, 1.5) * logistic(ratio, 2.0, 0.5)
+    weight = logistic(impact, 0.25, 0.08)
+    penalty = (1 - logistic(arrival_ratio, 1.6, 0.15)) * (1 - logistic(early, 0.5, 0.1))
+    confidence = strength * weight * penalty
+    if len(f.gc_time):
+        confidence = confidence + (1 - confidence) * 0.3 * confirmed_share * strength
+    stats = {
+        "stall_bins": obs,
+        "stall_bins_expected": round(null_mean, 1),
+        "z": round(z, 2),
+        "ratio": round(ratio, 2),
+        "episodes": episodes,
+        "bin_ms": ms(width),
+        "median_stall_ms": round(pause_ms, 3),
+        "tail_requests_in_stall": round(tail_hit, 3),
+        "tail_excess_share": round(impact, 3),
+        "all_requests_in_stall": round(all_hit, 3),
+        "arrival_ratio_in_stall": round(arrival_ratio, 2),
+        "early_share": round(early, 3),
+        "gc_events": len(f.gc_time),
+        "episodes_confirmed_by_gc_events": confirmed,
+    }
+    summary = (
+        f"{episodes} stall episodes (median {pause_ms:.1f} ms) where spans of several different names on one "
+        f"instance were slow at once: {obs} stall bins vs {null_mean:.1f} expected by chance (z={z:.1f}); "
+        f"{tail_hit:.0%} of tail requests overlap a stall vs {all_hit:.0%} of all requests, and stall time is "
+        f"{impact:.0%} of the tail excess; arrivals "
+        f"during stalls {arrival_ratio:.2f}x the average (no burst)"
+        + (f"; {confirmed} of {episodes} episodes coincide with runtime GC events" if len(f.gc_time) else "")
+        + "."
+    )
+    return [
+        Finding(
+            pattern=PATTERN,
+            confidence=clamp01(confidence),
+            stage=None,
+            span_name=None,
+            evidence={
+                "summary": summary,
+                "stats": stats,
+                "chart": _chart(ctx, spans, slow, ep_inst, ep_t0, ep_t1),
+            },
+            advice=ADVICE,
+        )
+    ]
+
+
+def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:
+    """Stall timeline: leaf spans of the requests around the longest episode, one row per request."""
+    f = ctx.frame
+    k = int(np.argmax(ep_t1 - ep_t0))
+    inst, t0, t1 = int(ep_inst[k]), int(ep_t0[k]), int(ep_t1[k])
+    pad = max(3 * (t1 - t0), 20_000_000)
+    lo, hi = t0 - pad, t1 + pad
+    reqs = f.requests
+    sel_req = np.nonzero((reqs.instance == inst) & (reqs.start < hi) & (reqs.start + reqs.latency > lo))[0][
+        :60
+    ]
+    row_of = np.full(len(reqs), -1)
+    row_of[sel_req] = np.arange(len(sel_req))
+    r = f.request[spans]
+    keep = (r >= 0) & (row_of[np.maximum(r, 0)] >= 0)
+    s = spans[keep]
+    return {
+        "kind": "stall_timeline",
+        "row": row_of[f.request[s]].tolist(),
+        "start_ms": ((f.start[s] - lo) / 1e6).round(3).tolist(),
+        "end_ms": ((f.end[s] - lo) / 1e6).round(3).tolist(),
+        "name": [f.names[c] for c in f.name[s]],
+        "slow": slow[keep].tolist(),
+        "stall_ms": [round((t0 - lo) / 1e6, 3), round((t1 - lo) / 1e6, 3)],
+        "instance": f.instances[inst],
+    }

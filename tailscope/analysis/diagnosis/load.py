@@ -1,0 +1,120 @@
+"""Build a TraceFrame for one run from the store: one SQL read of plain columns, ids and names
+dictionary-encoded by pyarrow, parents joined in numpy, stages from the analysis layer's mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tailscope import sql
+from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.vocabulary import ALL_STAGES
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    enc = pc.dictionary_encode(column).combine_chunks()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def list_runs(conn: duckdb.DuckDBPyConnection) -> list[str]:
+    return [row[0] for row in conn.execute(sql.load("diagnosis_runs")).fetchall()]
+
+
+def _stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.ndarray:
+    """Stage code per span: the analysis layer's mapping when it is available, else the explicit
+    `tailscope.stage` attribute (NO_STAGE where neither says)."""
+    lookup = {s: i for i, s in enumerate(ALL_STAGES)}
+    mapped = _mapped_stages(conn, run, table)
+    if mapped is not None:
+        return mapped
+    codes, values = _codes(table.column("StageAttr"))
+    value_code = np.array([lookup.get(v, -1) for v in values] or [-1], np.int64)
+    return value_code[codes]
+
+
+def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.ndarray | None:
+    try:
+        from tailscope.analysis import diagnosis_bridge  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return diagnosis_bridge.stages(conn, run, table)  # pragma: no cover
+
+
+def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
+    """The run's spans as a TraceFrame (empty frame when the run has no spans)."""
+    table = conn.execute(sql.load("diagnosis_spans"), {"run": run}).fetch_arrow_table()
+    n = table.num_rows
+    trace, _ = _codes(table.column("TraceId"))
+    name, names = _codes(table.column("SpanName"))
+    service, services = _codes(table.column("ServiceName"))
+    instance, instances = _codes(table.column("Instance"))
+    kind_codes, kind_values = _codes(table.column("SpanKind"))
+    kind_map = np.array([SPAN_KINDS.index(k) if k in SPAN_KINDS else 0 for k in kind_values] or [0])
+    kind = kind_map[kind_codes] if n else np.zeros(0, np.int64)
+
+    keys = pc.binary_join_element_wise(table.column("TraceId"), table.column("SpanId"), ":")
+    parent_keys = pc.binary_join_element_wise(table.column("TraceId"), table.column("ParentSpanId"), ":")
+    parent = pc.index_in(parent_keys, value_set=keys.combine_chunks()).to_numpy(zero_copy_only=False)
+    parent = np.where(np.isnan(parent.astype(np.float64)), -1, np.nan_to_num(parent)).astype(np.int64)
+    has_parent_id = pc.not_equal(table.column("ParentSpanId"), "").to_numpy(zero_copy_only=False)
+    parent[~has_parent_id] = -1
+    parent[parent == np.arange(n)] = -1
+
+    start_abs = table.column("StartNs").to_numpy().astype(np.int64)
+    t0 = int(start_abs.min()) if n else 0
+    frame = TraceFrame(
+        run=run,
+        trace=trace,
+        parent=parent,
+        name=name,
+        names=names,
+        kind=kind,
+        service=service,
+        services=services,
+        instance=instance,
+        instances=instances,
+        start=start_abs - t0,
+        dur=np.maximum(table.column("Duration").to_numpy().astype(np.int64), 0),
+        stage=_stages(conn, run, table) if n else np.zeros(0, np.int64),
+        t0=t0,
+    )
+    row = conn.execute(sql.load("diagnosis_setup"), {"run": run}).fetchone()
+    if row and row[0]:
+        frame.setup = {str(k): str(v) for k, v in dict(row[0]).items()}
+    gc = conn.execute(sql.load("diagnosis_gc_events"), {"run": run}).fetch_arrow_table()
+    if gc.num_rows:
+        lookup = {v: i for i, v in enumerate(instances)}
+        frame.gc_instance = np.array([lookup.get(v, -1) for v in gc.column("Instance").to_pylist()], np.int64)
+        frame.gc_time = gc.column("TimeNs").to_numpy().astype(np.int64) - t0
+        frame.gc_dur = gc.column("DurationNs").to_numpy().astype(np.int64)
+    frame.attribute_source = _attribute_source(conn, run, keys.combine_chunks())
+    return build_frame(frame)
+
+
+def _attribute_source(
+    conn: duckdb.DuckDBPyConnection, run: str, keys: pa.Array
+) -> Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]]:
+    """A function: span name -> {attribute key: (span indices, values)}. Queried lazily, while the
+    connection is open (the runner asks only for the few names a detector needs)."""
+
+    def attributes(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
+        t = conn.execute(sql.load("diagnosis_span_attributes"), {"run": run, "span_name": span_name})
+        table = t.fetch_arrow_table()
+        if table.num_rows == 0:
+            return {}
+        idx = pc.index_in(table.column("SpanKey"), value_set=keys).to_numpy(zero_copy_only=False)
+        idx = np.nan_to_num(idx.astype(np.float64), nan=-1).astype(np.int64)
+        key_codes, key_values = _codes(table.column("AttrKey"))
+        values = np.array(table.column("AttrValue").to_pylist(), dtype=object)
+        out = {}
+        for code, key in enumerate(key_values):
+            sel = (key_codes == code) & (idx >= 0)
+            out[key] = (idx[sel], list(values[sel]))
+        return out
+
+    return attributes

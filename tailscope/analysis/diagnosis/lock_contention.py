@@ -1,0 +1,142 @@
+"""lock_contention: one stage whose duration grows with how many requests are in it at once.
+
+Statistic. For every span name outside the queue and the request root, the *concurrency at start* of a
+span is the number of same-name spans on the same instance that started strictly earlier and are still
+running (spans that start at the same instant, like the members of one batch, do not count). Under a
+mutex each holder in front adds one hold time, so duration ~ own work + concurrency x hold time: a
+strong rank correlation (Spearman rho) and a positive robust slope (Theil-Sen) that is the hold time.
+The name with the strongest correlation, weighted by its share of the tail excess, is reported; the
+slope is the estimated hold time and the intercept the work outside the lock.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import NO_STAGE
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman, theil_sen
+from tailscope.vocabulary import ALL_STAGES
+
+PATTERN = "lock_contention"
+ADVICE = (
+    "Requests serialise on a shared critical section in {where}: each request waits for the others in it "
+    "(about {hold} ms per request ahead). Shrink the critical section (move work out of the lock, copy "
+    "then release), shard the lock or the shared resource, or give each worker its own instance (per-worker "
+    "tokenizer/model/client, thread-local buffers). More hardware will not help while one lock serialises."
+)
+SKIP_STAGES = {ALL_STAGES.index("queue")}
+MIN_SPANS = 60
+MAX_FIT = 50_000
+
+
+def concurrency_at_start(ctx: Context, spans: np.ndarray) -> np.ndarray:
+    """Same-name, same-instance spans running when each span starts (started strictly before it)."""
+    f = ctx.frame
+    group = f.instance[spans].astype(np.int64) * (len(f.names) + 1) + f.name[spans]
+    horizon = int(f.end.max()) + 2
+    s_key = group * horizon + f.start[spans]
+    e_key = group * horizon + f.end[spans]
+    starts = np.sort(s_key)
+    ends = np.sort(e_key)
+    started_before = np.searchsorted(starts, s_key, side="left")
+    ended_by = np.searchsorted(ends, s_key, side="right")
+    # zero-length spans that start exactly at s ended "by s" without having started before it
+    zero = np.sort(s_key[f.dur[spans] == 0])
+    ended_by -= np.searchsorted(zero, s_key, side="right") - np.searchsorted(zero, s_key, side="left")
+    group_first = np.searchsorted(starts, group * horizon, side="left")
+    group_first_end = np.searchsorted(ends, group * horizon, side="left")
+    return np.maximum((started_before - group_first) - (ended_by - group_first_end), 0)
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    if len(f.requests) < 50:
+        return []
+    inside = (f.request >= 0) & (f.depth > f.depth[f.requests.root][np.maximum(f.request, 0)])
+    candidates = np.nonzero(np.bincount(f.name[inside], minlength=len(f.names)) >= MIN_SPANS)[0]
+    results = []
+    for code in candidates:
+        stage = int(ctx.name_stage[code])
+        if stage in SKIP_STAGES:
+            continue
+        spans = np.nonzero(inside & (f.name == code))[0]
+        if len(spans) > MAX_FIT:
+            spans = np.sort(ctx.rng.choice(spans, MAX_FIT, replace=False))
+        conc = concurrency_at_start(ctx, spans).astype(np.float64)
+        if conc.max(initial=0) < 2 or np.mean(conc > 0) < 0.05:
+            continue
+        d = f.dur[spans].astype(np.float64)
+        rho = spearman(conc, d)
+        slope, intercept = theil_sen(conc, d, ctx.rng)
+        results.append((code, stage, spans, conc, d, rho, slope, intercept))
+    if not results:
+        return []
+    findings = []
+    for code, stage, spans, conc, d, rho, slope, intercept in results:
+        if rho < 0.2 or slope <= 0:
+            continue
+        share = _inclusive_share(ctx, code)
+        explained = slope * conc.mean() / max(d.mean(), 1.0)
+        strength = logistic(rho, 0.45, 0.08)
+        weight = logistic(share, 0.08, 0.03)
+        confidence = strength * weight * logistic(explained, 0.25, 0.08)
+        name = f.names[code]
+        stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
+        summary = (
+            f"'{name}' duration rises with the number of requests already in it on the same instance: "
+            f"Spearman rho={rho:.2f}, slope {ms(slope):.2f} ms per request ahead (estimated hold time), "
+            f"{ms(intercept):.2f} ms of its own work; contention explains {explained:.0%} of its mean duration and "
+            f"it carries {share:.0%} of the tail excess."
+        )
+        stats = {
+            "spearman_rho": round(rho, 3),
+            "hold_ms": ms(slope),
+            "own_work_ms": ms(intercept),
+            "mean_concurrency": round(float(conc.mean()), 2),
+            "max_concurrency": int(conc.max()),
+            "contention_share_of_duration": round(explained, 3),
+            "tail_excess_share": round(share, 3),
+            "spans": len(spans),
+        }
+        pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)
+        chart = {
+            "kind": "wait_vs_concurrency",
+            "concurrency": conc[pick].tolist(),
+            "duration_ms": (d[pick] / 1e6).round(3).tolist(),
+            "slope_ms": ms(slope),
+            "intercept_ms": ms(intercept),
+        }
+        advice = ADVICE.format(
+            where=f"'{name}'" + (f" ({stage_name})" if stage_name else ""), hold=f"{ms(slope):.1f}"
+        )
+        findings.append(
+            Finding(
+                PATTERN,
+                clamp01(confidence),
+                stage_name,
+                name,
+                {"summary": summary, "stats": stats, "chart": chart},
+                advice,
+            )
+        )
+    findings.sort(key=lambda x: -x.confidence)
+    # one finding per stage: a lock's parent span shows the same contention as the lock span itself
+    seen, out = set(), []
+    for fd in findings:
+        if fd.stage in seen and fd.stage is not None:
+            continue
+        seen.add(fd.stage)
+        out.append(fd)
+    return out[:2]
+
+
+def _inclusive_share(ctx: Context, code: int) -> float:
+    """Tail-excess share of a name's spans counted with their descendants (top-level occurrences)."""
+    f = ctx.frame
+    mask = f.name == code
+    p = f.parent
+    nested = np.zeros(len(f), bool)
+    has_p = p >= 0
+    nested[has_p] = f.name[p[has_p]] == code
+    return ctx.share_of(mask & ~nested, f.dur)

@@ -1,0 +1,132 @@
+"""network: time between a client's view of a call and the server's view of it.
+
+Statistic. Wherever a CLIENT span has a SERVER child in another service (a load generator around the
+request root, or a service calling a traced dependency), the gap = client duration - server duration
+is the time on the wire and in the server's accept queue. Its weight is the share of the client-observed
+tail excess the gap carries (for the request root: excess of client-observed latency; for an inner
+call: excess of the request latency); its shape (p99 vs p50, and the share of calls with a gap beyond
+5x the median) shows whether it is large for everyone or shifted for a subset.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split
+
+PATTERN = "network"
+ADVICE = (
+    "Time is lost between {client} and {server}, outside the server's own span: network latency or "
+    "retransmits, connection setup (TLS handshakes, no keep-alive / connection pooling), or the server's "
+    "accept queue. Reuse connections, co-locate the client and server (same zone), check for packet loss "
+    "and MTU issues on the affected hosts, and compare client- and server-side latency SLOs."
+)
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    reqs = f.requests
+    if len(reqs) < 50:
+        return []
+    srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    cli = f.parent[srv]
+    pair = (f.kind[cli] == KIND_CLIENT) & (f.service[cli] != f.service[srv])
+    srv, cli = srv[pair], cli[pair]
+    if len(srv) < 50:
+        return []
+    gap = np.maximum(f.dur[cli] - f.dur[srv], 0).astype(np.float64)
+    findings = []
+    at_root = f.request[cli] < 0  # the client wraps the request root
+    for label, sel in (("root", at_root), ("inner", ~at_root)):
+        if sel.sum() < 50:
+            continue
+        g = gap[sel]
+        if label == "root":
+            req = f.request[srv[sel]]
+            client_lat = np.nan_to_num(reqs.client_latency, nan=0.0)
+            split = tail_split(client_lat)
+            per_req = np.zeros(len(reqs))
+            per_req[req] = g
+            share = excess_share(per_req, split)
+        else:
+            share = ctx.share_of(np.isin(np.arange(len(f)), cli[sel]), _gap_values(f, cli[sel], g))
+        p50, p99 = float(np.median(g)), float(np.quantile(g, 0.99))
+        big = g > 5 * max(p50, 100_000)
+        shifted = float(big.mean())
+        # a stalled server process (GC pause) delays accepting and writing too: gaps inside stalls are
+        # the gc_pause finding's, not the network's
+        in_stall = 0.0
+        episodes = ctx.notes.get("gc_episodes")
+        if episodes is not None and big.any():
+            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+
+            c_idx, s_idx = cli[sel][big], srv[sel][big]
+            ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *episodes)
+            in_stall = float((ov > 0.5 * g[big]).mean())
+        # a subset of clients behind a slow network: the gap per calling instance
+        c_inst = f.instance[cli[sel]]
+        per_client = np.bincount(c_inst, weights=big, minlength=len(f.instances)) / np.maximum(
+            np.bincount(c_inst, minlength=len(f.instances)), 1
+        )
+        callers = np.bincount(c_inst, minlength=len(f.instances)) > 0
+        worst = np.argsort(-per_client)[: int(callers.sum())]
+        affected = [f.instances[i] for i in worst if per_client[i] > max(0.2, 2 * shifted)]
+        strength = logistic(ms(p99 - p50), 2.0, 0.7)
+        weight = logistic(share, 0.3, 0.08)
+        confidence = strength * weight * (1 - in_stall)
+        c_name = f.names[int(np.bincount(f.name[cli[sel]]).argmax())]
+        client_service = f.services[int(np.bincount(f.service[cli[sel]]).argmax())]
+        server_service = f.services[int(np.bincount(f.service[srv[sel]]).argmax())]
+        summary = (
+            f"Between {client_service} ('{c_name}') and {server_service}, the client sees more than the server: "
+            f"gap p50 {ms(p50):.2f} ms, p99 {ms(p99):.2f} ms; {shifted:.1%} of calls have a gap over 5x the "
+            f"median; the gap carries {share:.0%} of the {'client-observed ' if label == 'root' else ''}tail excess"
+            + (
+                f"; the large gaps come from {len(affected)} of {int(callers.sum())} callers ({', '.join(affected[:4])})"
+                if affected and len(affected) < callers.sum()
+                else ""
+            )
+            + (
+                f"; {in_stall:.0%} of the large gaps fall in server stalls (see gc_pause)"
+                if in_stall > 0.2
+                else ""
+            )
+            + "."
+        )
+        stats = {
+            "gap_p50_ms": ms(p50),
+            "gap_p99_ms": ms(p99),
+            "shifted_fraction": round(shifted, 4),
+            "tail_excess_share": round(share, 3),
+            "pairs": int(sel.sum()),
+            "affected_callers": affected[:20],
+            "large_gaps_in_server_stalls": round(in_stall, 3),
+            "client_service": client_service,
+            "server_service": server_service,
+        }
+        pick = np.linspace(0, len(g) - 1, min(len(g), 3000)).astype(np.int64)
+        chart = {
+            "kind": "network_gap",
+            "server_ms": (f.dur[srv[sel]][pick] / 1e6).round(3).tolist(),
+            "gap_ms": (g[pick] / 1e6).round(3).tolist(),
+        }
+        findings.append(
+            Finding(
+                PATTERN,
+                clamp01(confidence),
+                "ingress" if label == "root" else "downstream",
+                c_name,
+                {"summary": summary, "stats": stats, "chart": chart},
+                ADVICE.format(client=client_service, server=server_service),
+            )
+        )
+    findings.sort(key=lambda x: -x.confidence)
+    return findings[:1]
+
+
+def _gap_values(f, cli: np.ndarray, g: np.ndarray) -> np.ndarray:
+    values = np.zeros(len(f))
+    values[cli] = g
+    return values

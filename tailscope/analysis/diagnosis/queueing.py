@@ -1,0 +1,114 @@
+"""queueing: waiting before work starts that tracks the arrival rate with a lag and drains after.
+
+Statistic. A request's wait is the exclusive time of its queue-stage spans plus the time between the
+request root's start and its first child (work not yet started). Time is cut into ~100 bins; per bin
+we take the arrival count and the mean wait of the requests arriving in it, then the correlation of
+arrivals with wait at lags 0..10 bins (the queue fills while arrivals exceed capacity and drains
+after, so wait lags arrivals). Arrivals must really vary (index of dispersion of the per-bin counts
+well above the Poisson value 1), and the wait must carry the tail.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, lagged_correlation, logistic, ms
+
+PATTERN = "queueing"
+ADVICE = (
+    "Requests wait in a queue when arrivals outrun capacity and the queue drains only after the burst. "
+    "Scale on queue depth or wait time rather than CPU/GPU utilisation (autoscaling trigger), keep warm "
+    "spare capacity (pre-warming) for known bursts, bound the queue and shed or degrade load beyond it, "
+    "and alert on queue depth. A faster model shortens the drain but does not remove the queue."
+)
+BINS = 100
+MAX_LAG = 10
+
+
+def waits(ctx: Context) -> np.ndarray:
+    """Per request: exclusive time of queue-stage spans + the gap before the root's first child."""
+    f = ctx.frame
+    reqs = f.requests
+    n = len(reqs)
+    queue = ctx.span_stage_mask("queue")
+    wait = ctx.per_request(queue & (f.request >= 0))
+    child = (f.parent >= 0) & (f.request >= 0)
+    child &= f.parent == f.requests.root[np.maximum(f.request, 0)]
+    first = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(first, f.request[child], f.start[child])
+    has = first < np.iinfo(np.int64).max
+    gap = np.zeros(n)
+    gap[has] = np.maximum(0, first[has] - reqs.start[has])
+    return wait + gap
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    reqs = f.requests
+    n = len(reqs)
+    if n < 100:
+        return []
+    w = waits(ctx)
+    share = excess_share(w, ctx.split)
+    span_ns = int(reqs.start.max() - reqs.start.min()) + 1
+    bins = int(min(BINS, max(20, n // 20)))
+    width = span_ns / bins
+    b = np.minimum(((reqs.start - reqs.start.min()) / width).astype(np.int64), bins - 1)
+    arrivals = np.bincount(b, minlength=bins).astype(np.float64)
+    wait_sum = np.bincount(b, weights=w, minlength=bins)
+    mean_wait = np.where(arrivals > 0, wait_sum / np.maximum(arrivals, 1), 0.0)
+    # the first and last bins are partial; leave them out of the statistics
+    core = slice(1, bins - 1)
+    a, mw = arrivals[core], mean_wait[core]
+    dispersion = float(a.var() / a.mean()) if a.mean() > 0 else 0.0
+    lag, r, rs = lagged_correlation(a, mw, MAX_LAG)
+    r0 = float(rs[0])
+    if r <= 0.1 or share <= 0.05:
+        return []
+    strength = logistic(r, 0.5, 0.08) * logistic(dispersion, 2.5, 0.5)
+    weight = logistic(share, 0.3, 0.08)
+    confidence = strength * weight
+    peak = int(np.argmax(a)) + 1
+    after = mean_wait[peak : peak + 2 * MAX_LAG]
+    drains = bool(len(after) > 2 and after[-1] < after.max() * 0.5)
+    stats = {
+        "lag_ms": ms(lag * width),
+        "lag_bins": lag,
+        "correlation": round(r, 3),
+        "correlation_lag0": round(r0, 3),
+        "arrival_dispersion": round(dispersion, 2),
+        "bin_ms": ms(width),
+        "peak_arrival_rate_rps": round(float(a.max()) / (width / 1e9), 1),
+        "mean_arrival_rate_rps": round(float(a.mean()) / (width / 1e9), 1),
+        "wait_p50_ms": ms(np.median(w)),
+        "wait_p99_ms": ms(np.quantile(w, 0.99)),
+        "tail_excess_share": round(share, 3),
+        "drains_after_peak": drains,
+    }
+    summary = (
+        f"Wait before work starts follows the arrival rate (r={r:.2f} at a lag of {ms(lag * width):.0f} ms; "
+        f"arrivals peak at {stats['peak_arrival_rate_rps']} rps vs {stats['mean_arrival_rate_rps']} rps on "
+        f"average, dispersion {dispersion:.1f}); wait p50 {stats['wait_p50_ms']} ms, p99 "
+        f"{stats['wait_p99_ms']} ms; it carries {share:.0%} of the tail excess"
+        + ("; the queue drains after the peak." if drains else ".")
+    )
+    chart = {
+        "kind": "arrival_vs_wait",
+        "time_s": (np.arange(bins) * width / 1e9).round(3).tolist(),
+        "arrival_rps": (arrivals / (width / 1e9)).round(2).tolist(),
+        "mean_wait_ms": (mean_wait / 1e6).round(3).tolist(),
+        "lag_ms": ms(lag * width),
+    }
+    names = np.unique(f.name[ctx.span_stage_mask("queue")])
+    span_name = f.names[int(names[0])] if len(names) == 1 else None
+    return [
+        Finding(
+            PATTERN,
+            clamp01(confidence),
+            "queue",
+            span_name,
+            {"summary": summary, "stats": stats, "chart": chart},
+            ADVICE,
+        )
+    ]

@@ -1,0 +1,108 @@
+"""slow_dependency: a call to another service whose heavy tail carries most of the tail excess.
+
+Statistic. Candidates are span names that are mostly CLIENT spans inside requests, or that the stage
+mapping puts in `downstream`, and that most requests make (a call made only on some requests, like a
+store lookup on a cache miss, is the cache_miss detector's). Each gets its share of the tail excess
+(its duration per request, tail minus body, over the latency excess) and its own tail heaviness
+(p99 / p50). When the callee's SERVER span is traced too, the time is split into the callee's own
+time and the gap around it (the network detector looks at the gap).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_SERVER
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms
+from tailscope.vocabulary import ALL_STAGES
+
+PATTERN = "slow_dependency"
+ADVICE = (
+    "The tail comes from a downstream call, {where} (p99 {p99} ms vs p50 {p50} ms). Put a deadline on it "
+    "below your latency target and a fallback when it fires, hedge the request (send a second copy after "
+    "the dependency's p95), cache or precompute its answer, call it in parallel with other work or off the "
+    "request path, and take its p99 up with its owners (a latency SLO on the dependency). Faster local "
+    "hardware will not change it."
+)
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    reqs = f.requests
+    n = len(reqs)
+    if n < 50:
+        return []
+    downstream = ALL_STAGES.index("downstream")
+    cands = set(int(c) for c in ctx.client_names) | set(np.nonzero(ctx.name_stage == downstream)[0].tolist())
+    findings = []
+    for code in sorted(cands):
+        mask = (f.name == code) & (f.request >= 0)
+        if not mask.any():
+            continue
+        nested = np.zeros(len(f), bool)
+        hp = f.parent >= 0
+        nested[hp] = f.name[f.parent[hp]] == code
+        top = mask & ~nested
+        per_req = ctx.per_request(top, f.dur)
+        presence = float((np.bincount(f.request[top], minlength=n) > 0).mean())
+        if presence < 0.4:
+            continue
+        share = ctx.share_of(top, f.dur)
+        d = f.dur[top].astype(np.float64)
+        p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
+        heaviness = p99 / max(p50, 1.0)
+        # the callee's own time, where its SERVER span is traced
+        spans = np.nonzero(top)[0]
+        child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
+        child = child[np.isin(f.parent[child], spans)]
+        server_share = None
+        if len(child) > 0.5 * len(spans):
+            server_share = ctx.share_of(np.isin(np.arange(len(f)), child), f.dur) / max(share, 1e-9)
+        strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
+        weight = logistic(share, 0.35, 0.08)
+        confidence = strength * weight
+        name = f.names[code]
+        stage = ctx.stage_of_name(code)
+        summary = (
+            f"'{name}' (a call to another service, made by {presence:.0%} of requests) has a heavy tail: p50 "
+            f"{ms(p50):.1f} ms, p99 {ms(p99):.1f} ms ({heaviness:.1f}x), and carries {share:.0%} of the tail excess"
+            + (
+                f"; {min(server_share, 1):.0%} of that is the callee's own time"
+                if server_share is not None
+                else ""
+            )
+            + "."
+        )
+        stats = {
+            "p50_ms": ms(p50),
+            "p99_ms": ms(p99),
+            "p99_over_p50": round(heaviness, 2),
+            "tail_excess_share": round(share, 3),
+            "presence": round(presence, 3),
+            "callee_share": None if server_share is None else round(float(server_share), 3),
+        }
+        split = ctx.split
+        chart = {
+            "kind": "dependency_tail_share",
+            "quantiles": [0.5, 0.75, 0.9, 0.95, 0.99, 0.999],
+            "dependency_ms": [ms(np.quantile(d, q)) for q in (0.5, 0.75, 0.9, 0.95, 0.99, 0.999)],
+            "latency_ms": [ms(np.quantile(reqs.latency, q)) for q in (0.5, 0.75, 0.9, 0.95, 0.99, 0.999)],
+            "tail_mean_dependency_ms": ms(per_req[split.tail].mean()) if split.tail.any() else 0.0,
+            "body_mean_dependency_ms": ms(per_req[split.body].mean()) if split.body.any() else 0.0,
+            "tail_mean_latency_ms": ms(reqs.latency[split.tail].mean()) if split.tail.any() else 0.0,
+            "body_mean_latency_ms": ms(reqs.latency[split.body].mean()) if split.body.any() else 0.0,
+        }
+        advice = ADVICE.format(where=f"'{name}'", p99=f"{ms(p99):.1f}", p50=f"{ms(p50):.1f}")
+        findings.append(
+            Finding(
+                PATTERN,
+                clamp01(confidence),
+                stage or "downstream",
+                name,
+                {"summary": summary, "stats": stats, "chart": chart},
+                advice,
+            )
+        )
+    findings.sort(key=lambda x: -x.confidence)
+    return findings[:2]

@@ -1,0 +1,87 @@
+"""Name the causes of a run's latency tail, with the evidence behind each and what to change.
+
+Every finding has a pattern (gc_pause, lock_contention, queueing, cache_miss, cold_start,
+slow_dependency, network, compute_bound), a confidence in 0..1, the stage and span it is about, the
+statistic and numbers behind it, and advice. Findings come most confident first. Exit code 0 whatever
+is found; 2 when the run is not in the store (the available runs are listed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db", metavar="FILE", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
+    )
+    parser.add_argument("--run", metavar="LABEL", help="run label (default: the store's only run)")
+    parser.add_argument("--json", action="store_true", help='print {"run", "requests", "findings"} as JSON')
+
+
+def render_text(result: dict) -> str:
+    """The readable report of `Diagnosis.to_dict()`."""
+    lines = [f"run {result['run']}: {result['requests']} requests"]
+    if result.get("reason"):
+        lines.append(f"  note: {result['reason']}")
+    findings = result["findings"]
+    if not findings:
+        lines.append("  no cause of a latency tail found")
+    for i, fd in enumerate(findings, 1):
+        where = ", ".join(
+            x for x in (fd.get("stage"), fd.get("span_name") and f"span '{fd['span_name']}'") if x
+        )
+        lines.append("")
+        lines.append(
+            f"{i}. {fd['pattern']}  confidence {fd['confidence']:.2f}" + (f"  ({where})" if where else "")
+        )
+        for label, text in (("evidence", fd["evidence"].get("summary", "")), ("advice", fd["advice"])):
+            wrapped = textwrap.wrap(
+                text, width=96, initial_indent=f"   {label}: ", subsequent_indent=" " * (5 + len(label))
+            )
+            lines.extend(wrapped)
+    for pattern, error in (result.get("errors") or {}).items():
+        lines.append(f"  ({pattern} detector failed: {error})")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tailscope.analysis.diagnosis import UnknownRunError, diagnose
+    from tailscope.store.db import Store
+
+    store = Store(args.db)
+    try:
+        diagnosis = diagnose(store, args.run)
+    except UnknownRunError as error:
+        if error.run is None and error.available:
+            print(
+                f"tailscope diagnose: the store has several runs, pick one with --run: {', '.join(error.available)}",
+                file=sys.stderr,
+            )
+        elif error.run is None:
+            print(
+                f"tailscope diagnose: {store.path} has no runs; load traces with `tailscope ingest`",
+                file=sys.stderr,
+            )
+        else:
+            print(f"tailscope diagnose: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = diagnosis.to_dict(with_chart=False)
+    if args.json:
+        print(json.dumps(result, indent=2, default=_jsonable))
+    else:
+        print(render_text(result))
+    return EXIT_OK
+
+
+def _jsonable(value):
+    try:
+        return value.item()  # numpy scalars
+    except AttributeError:
+        return str(value)
