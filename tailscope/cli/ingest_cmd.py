@@ -34,9 +34,9 @@ class ProgressBar:
     """bytes read / total and spans/s on stderr: redrawn in place on a terminal, a line every 5 s
     otherwise; silent for inputs under PROGRESS_MIN_BYTES."""
 
-    def __init__(self, stream=sys.stderr) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
+    def __init__(self, stream=None) -> None:
+        self.stream = stream if stream is not None else sys.stderr  # looked up now, not at import
+        self.tty = self.stream.isatty()
         self.started = time.monotonic()
         self.last = 0.0
         self.drawn = False
