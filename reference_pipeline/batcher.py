@@ -1,0 +1,123 @@
+"""Dynamic batching: requests wait in one queue until a batch is full or its oldest member has waited
+`max_wait_ms`; `workers` threads each take a batch and run the model on it.
+
+The event loop submits (`submit` → asyncio.Future) and never blocks; the worker threads run the
+forward pass (PyTorch releases the GIL inside its kernels) and hand results back with
+`loop.call_soon_threadsafe`. Each result carries the timings the request's spans need: when it was
+queued, when its batch left the queue (= forward start), when the forward ended, the batch size and
+the queue depth it found, and the first request of its batch (for the span link).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class BatchResult:
+    output: Any
+    enqueued_ns: int
+    started_ns: int
+    ended_ns: int
+    batch_size: int
+    queue_depth: int
+    first_tag: Any
+
+
+@dataclass
+class _Item:
+    payload: Any
+    tag: Any
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    enqueued_ns: int
+    queue_depth: int
+    deadline: float = field(default=0.0)
+
+
+class DynamicBatcher:
+    """`run_batch(payloads) -> outputs` (same length) is called on a worker thread."""
+
+    def __init__(
+        self,
+        run_batch: Callable[[list], list],
+        max_batch: int = 8,
+        max_wait_ms: float = 5.0,
+        workers: int = 1,
+    ) -> None:
+        if max_batch < 1 or max_wait_ms < 0 or workers < 1:
+            raise ValueError("max_batch and workers must be >= 1 and max_wait_ms >= 0")
+        self.run_batch, self.max_batch, self.max_wait_s = run_batch, max_batch, max_wait_ms / 1000
+        self._queue: deque[_Item] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"batcher-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def depth(self) -> int:
+        return len(self._queue)
+
+    def submit(self, payload: Any, tag: Any = None) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("batcher is closed")
+            item = _Item(payload, tag, future, loop, time.time_ns(), len(self._queue))
+            item.deadline = time.monotonic() + self.max_wait_s
+            self._queue.append(item)
+            self._cond.notify()
+        return future
+
+    def _take(self) -> list[_Item] | None:
+        with self._cond:
+            while True:
+                if self._closed and not self._queue:
+                    return None
+                if self._queue:
+                    remaining = self._queue[0].deadline - time.monotonic()
+                    if len(self._queue) >= self.max_batch or remaining <= 0 or self._closed:
+                        return [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                    self._cond.wait(remaining)
+                else:
+                    self._cond.wait()
+
+    def _work(self) -> None:
+        while (batch := self._take()) is not None:
+            started = time.time_ns()
+            try:
+                outputs = self.run_batch([item.payload for item in batch])
+                error = None
+            except Exception as exc:  # the requests fail, the worker lives on
+                outputs, error = [None] * len(batch), exc
+            ended = time.time_ns()
+            for item, output in zip(batch, outputs, strict=True):
+                result = BatchResult(
+                    output, item.enqueued_ns, started, ended, len(batch), item.queue_depth, batch[0].tag
+                )
+                item.loop.call_soon_threadsafe(_settle, item.future, result, error)
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        for thread in self._threads:
+            thread.join(timeout)
+
+
+def _settle(future: asyncio.Future, result: BatchResult, error: Exception | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

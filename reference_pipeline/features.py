@@ -1,0 +1,204 @@
+"""Feature hydration: a real feature store behind an in-process TTL + LRU cache.
+
+`SqliteFeatureStore` (the embedded default) generates a SQLite file on start: an `entities` table of
+per-entity profile columns and an `events` table of ~`events_per_entity` transactions per entity,
+indexed by entity. A lookup is one profile read plus one aggregate over the entity's events (count,
+sum, mean, max, recency), the way an online store computes windowed features. Each thread gets its
+own connection (sqlite3 connections must not be shared across threads).
+
+`RedisFeatureStore` (when `--redis-url` is given) keeps the same 16 features per entity as a hash
+`tailscope:features:<id>`, loaded on start; `redis` is imported only then.
+
+`FeatureCache` is an LRU (OrderedDict) whose entries expire after a TTL. `jitter` spreads expiry
+times; `fill(..., jitter=0)` inserts every key at once with one TTL, which is how the key-expiry
+scenario makes a whole cache expire together. The cache lives on the event-loop thread only, so it
+needs no lock.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+N_FEATURES = 16
+COUNTRIES = ("de", "fr", "us", "gb", "br", "in", "jp", "ng", "mx", "pl")
+
+
+def entity_id(index: int) -> str:
+    return f"ent-{index:06d}"
+
+
+class SqliteFeatureStore:
+    db_system = "sqlite"
+
+    def __init__(
+        self, path: Path, n_entities: int = 5000, events_per_entity: int = 24, seed: int = 11
+    ) -> None:
+        self.path = Path(path)
+        self.n_entities = n_entities
+        self._local = threading.local()
+        self._generate(n_entities, events_per_entity, seed)
+
+    def _generate(self, n_entities: int, events_per_entity: int, seed: int) -> None:
+        rng = random.Random(seed)
+        self.path.unlink(missing_ok=True)
+        conn = sqlite3.connect(self.path)
+        conn.executescript(
+            """
+            PRAGMA journal_mode = WAL;
+            CREATE TABLE entities (id TEXT PRIMARY KEY, country TEXT, age_days INTEGER, tier INTEGER,
+                                   risk_score REAL, verified INTEGER, devices INTEGER);
+            CREATE TABLE events (entity_id TEXT, ts REAL, amount REAL, kind INTEGER, declined INTEGER);
+            """
+        )
+        now = time.time()
+        conn.executemany(
+            "INSERT INTO entities VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                (
+                    entity_id(i),
+                    rng.choice(COUNTRIES),
+                    rng.randint(1, 3650),
+                    rng.randint(0, 3),
+                    rng.random(),
+                    rng.random() < 0.8,
+                    rng.randint(1, 6),
+                )
+                for i in range(n_entities)
+            ),
+        )
+        conn.executemany(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            (
+                (
+                    entity_id(i),
+                    now - rng.expovariate(1 / 86400 / 7),
+                    rng.lognormvariate(3, 1.2),
+                    rng.randint(0, 4),
+                    rng.random() < 0.05,
+                )
+                for i in range(n_entities)
+                for _ in range(rng.randint(events_per_entity // 2, events_per_entity * 3 // 2))
+            ),
+        )
+        conn.execute("CREATE INDEX events_by_entity ON events (entity_id, ts)")
+        conn.commit()
+        conn.close()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = sqlite3.connect(self.path)
+        return conn
+
+    def get(self, key: str) -> list[float] | None:
+        conn = self._conn()
+        profile = conn.execute(
+            "SELECT country, age_days, tier, risk_score, verified, devices FROM entities WHERE id = ?", (key,)
+        ).fetchone()
+        if profile is None:
+            return None
+        now = time.time()
+        agg = conn.execute(
+            """
+            SELECT count(*), coalesce(sum(amount), 0), coalesce(avg(amount), 0), coalesce(max(amount), 0),
+                   coalesce(max(ts), 0), coalesce(sum(declined), 0),
+                   coalesce(sum(CASE WHEN ts > ? THEN 1 ELSE 0 END), 0),
+                   coalesce(sum(CASE WHEN ts > ? THEN amount ELSE 0 END), 0),
+                   count(DISTINCT kind)
+            FROM events WHERE entity_id = ?
+            """,
+            (now - 86400, now - 7 * 86400, key),
+        ).fetchone()
+        country, age_days, tier, risk, verified, devices = profile
+        count, total, mean, biggest, last_ts, declined, last_day, week_amount, kinds = agg
+        return [
+            COUNTRIES.index(country) / len(COUNTRIES),
+            age_days / 3650,
+            tier / 3,
+            risk,
+            float(verified),
+            devices / 6,
+            count / 40,
+            total / 1e3,
+            mean / 100,
+            biggest / 500,
+            min((now - last_ts) / 86400, 30) / 30,
+            declined / max(count, 1),
+            last_day / 10,
+            week_amount / 1e3,
+            kinds / 5,
+            1.0,
+        ]
+
+
+class RedisFeatureStore:
+    db_system = "redis"
+
+    def __init__(self, url: str, source: SqliteFeatureStore) -> None:
+        import redis  # optional dependency: only with --redis-url
+
+        self.client = redis.Redis.from_url(url)
+        self.n_entities = source.n_entities
+        pipe = self.client.pipeline(transaction=False)
+        for i in range(source.n_entities):
+            key = entity_id(i)
+            pipe.hset(f"tailscope:features:{key}", mapping={str(j): v for j, v in enumerate(source.get(key))})
+        pipe.execute()
+
+    def get(self, key: str) -> list[float] | None:
+        raw = self.client.hgetall(f"tailscope:features:{key}")
+        if not raw:
+            return None
+        return [float(raw[str(j).encode()]) for j in range(N_FEATURES)]
+
+
+class FeatureCache:
+    """LRU with per-entry TTL. `get` returns None on a miss or an expired entry."""
+
+    def __init__(
+        self, capacity: int, ttl_s: float, jitter: float = 0.1, seed: int = 3, clock=time.monotonic
+    ) -> None:
+        self.capacity, self.ttl_s, self.jitter = capacity, ttl_s, jitter
+        self._clock = clock
+        self._rng = random.Random(seed)
+        self._entries: OrderedDict[str, tuple[float, list[float]]] = OrderedDict()
+        self.hits = self.misses = self.evictions = self.expirations = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> list[float] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            expires_at, value = entry
+            if self._clock() < expires_at:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return value
+            del self._entries[key]
+            self.expirations += 1
+        self.misses += 1
+        return None
+
+    def put(self, key: str, value: list[float], jitter: float | None = None) -> None:
+        spread = self.jitter if jitter is None else jitter
+        ttl = self.ttl_s * (1 + self._rng.uniform(-spread, spread)) if spread else self.ttl_s
+        self._entries[key] = (self._clock() + ttl, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+            self.evictions += 1
+
+    def fill(self, store, keys: list[str], jitter: float | None = None) -> None:
+        for key in keys:
+            value = store.get(key)
+            if value is not None:
+                self.put(key, value, jitter)
+
+    def clear(self) -> None:
+        self._entries.clear()

@@ -1,0 +1,153 @@
+"""Open-loop load: Poisson arrivals at a (piecewise constant) rate, sent asynchronously.
+
+Arrival times are drawn before the run (thinning handles burst windows), and every request is sent
+at its time on its own task whatever the earlier ones are doing, so a slow server meets the same
+arrivals as a fast one (no coordinated omission). Payloads: texts of log-normally distributed length
+from the synthetic corpus, entity ids with Zipf popularity. Each request is a CLIENT span of service
+tailscope-loadgen whose W3C `traceparent` the server continues; the latency recorded is the
+client's (send → full response).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import orjson
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from reference_pipeline import span_model as sm
+from reference_pipeline.features import entity_id
+from reference_pipeline.scenarios import LoadShape
+from reference_pipeline.text import Corpus
+
+
+def arrival_times(shape: LoadShape, rng: random.Random) -> list[float]:
+    """Seconds from the start of the run, by thinning a Poisson process at the peak rate."""
+    peak = max([shape.rps] + [shape.rps * m for _, _, m in shape.bursts])
+    times, t = [], 0.0
+    while True:
+        t += rng.expovariate(peak)
+        if t >= shape.duration_s:
+            return times
+        if rng.random() * peak < shape.rate_at(t):
+            times.append(t)
+
+
+def make_payloads(n: int, rng: random.Random, n_entities: int, corpus: Corpus | None = None) -> list[bytes]:
+    corpus = corpus or Corpus()
+    cumulative, total = [], 0.0
+    for rank in range(n_entities):
+        total += 1.0 / (rank + 1) ** 1.1
+        cumulative.append(total)
+    # popularity rank → entity: a fixed shuffle, so the popular entities are not simply the first ids
+    order = list(range(n_entities))
+    random.Random(23).shuffle(order)
+    payloads = []
+    for i in range(n):
+        rank = rng.choices(range(n_entities), cum_weights=cumulative)[0]
+        words = max(3, min(90, int(rng.lognormvariate(math.log(16), 0.6))))
+        payloads.append(
+            orjson.dumps(
+                {
+                    "request_id": f"r{i:07d}",
+                    "entity_id": entity_id(order[rank]),
+                    "text": corpus.sentence(rng, words),
+                }
+            )
+        )
+    return payloads
+
+
+@dataclass
+class LoadResult:
+    latencies_ms: list[float] = field(default_factory=list)  # completed requests, in arrival order
+    statuses: list[int] = field(default_factory=list)
+    sent: int = 0
+    errors: int = 0
+    wall_s: float = 0.0
+
+    def quantile(self, q: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def summary(self) -> dict:
+        ok = sum(1 for s in self.statuses if s == 200)
+        return {
+            "requests": self.sent,
+            "errors": self.errors,
+            "p50_ms": round(self.quantile(0.5), 2),
+            "p99_ms": round(self.quantile(0.99), 2),
+            "throughput_rps": round(ok / self.wall_s, 2) if self.wall_s else 0.0,
+        }
+
+
+async def run_load(
+    url: str,
+    shape: LoadShape,
+    tracer: trace.Tracer,
+    *,
+    n_entities: int = 5000,
+    seed: int = 1,
+    drain_s: float = 30.0,
+) -> LoadResult:
+    """Send the whole schedule to `url` (…/v1/predict); wait up to drain_s for stragglers."""
+    rng = random.Random(seed)
+    times = arrival_times(shape, rng)
+    payloads = make_payloads(len(times), rng, n_entities)
+    result = LoadResult(sent=len(times))
+    slots: list[tuple[float, int] | None] = [None] * len(times)
+
+    async def one(client: httpx.AsyncClient, i: int) -> None:
+        with tracer.start_as_current_span(
+            sm.ROOT_SPAN,
+            kind=SpanKind.CLIENT,
+            attributes={"http.request.method": "POST", "url.full": url},
+        ) as span:
+            headers = {"content-type": "application/json"}
+            propagate.inject(headers)
+            start = time.perf_counter()
+            try:
+                response = await client.post(url, content=payloads[i], headers=headers)
+                status = response.status_code
+            except httpx.HTTPError as exc:
+                status = 0
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            slots[i] = ((time.perf_counter() - start) * 1000, status)
+            if status:
+                span.set_attribute("http.response.status_code", status)
+                if status >= 400:
+                    span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
+
+    limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
+    async with httpx.AsyncClient(limits=limits, timeout=drain_s) as client:
+        loop = asyncio.get_running_loop()
+        begin = loop.time()
+        tasks = []
+        for i, at in enumerate(times):
+            delay = begin + at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(client, i)))
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=drain_s)
+            for task in pending:
+                task.cancel()
+        result.wall_s = loop.time() - begin
+    for slot in slots:
+        if slot is None:
+            result.errors += 1
+            continue
+        latency, status = slot
+        result.latencies_ms.append(latency)
+        result.statuses.append(status)
+        if status != 200:
+            result.errors += 1
+    return result

@@ -1,0 +1,262 @@
+"""Run the pipeline end to end: downstream and service as child processes, load from this process.
+
+`run_pipeline(opts)` starts the downstream (unless disabled) and the service, each on a free
+127.0.0.1 port it binds itself and announces on stdout; drives the load; stops both with SIGTERM
+(they drain and flush their spans), killing whatever has not exited after a grace period; and merges
+the three processes' OTLP/JSON-lines files into `opts.out`. The children also get
+PR_SET_PDEATHSIG, so they do not outlive a runner that is killed outright. `sweep` runs a matrix of
+device × dtype × batch policy into separately labelled files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reference_pipeline import span_model as sm
+from reference_pipeline.loadgen import run_load
+from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure
+from reference_pipeline.tracing import make_provider
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class RunOptions:
+    scenario: str = "steady"
+    device: str = "cpu"
+    dtype: str = "fp32"
+    duration_s: float = 10.0
+    rps: float = 20.0
+    out: Path | None = None
+    max_batch: int = 8
+    max_wait_ms: float = 5.0
+    workers: int = 1
+    otlp_endpoint: str | None = None
+    compile: bool = False
+    cuda_graphs: bool = False
+    redis_url: str | None = None
+    downstream: bool = True
+    torch_threads: int = -1  # -1: half the cores (the event loop, load and downstream share the box)
+    n_entities: int = 5000
+    seed: int = 1
+    ready_timeout_s: float = 600.0
+    extra: dict = field(default_factory=dict)
+
+
+class ChildFailed(RuntimeError):
+    pass
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Child:
+    """A child process that prints `LISTENING <port>` when ready; stderr goes to a log file."""
+
+    def __init__(self, name: str, args: list[str], log: Path) -> None:
+        self.name, self.log = name, log
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", *args],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+
+    def wait_ready(self, timeout_s: float) -> int:
+        found: list[int] = []
+
+        def read() -> None:
+            for line in self.proc.stdout:
+                if line.startswith(b"LISTENING "):
+                    found.append(int(line.split()[1]))
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout_s)
+        if not found:
+            self.stop()
+            raise ChildFailed(f"{self.name} did not start:\n{self.tail()}")
+        return found[0]
+
+    def tail(self, lines: int = 30) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, grace_s: float = 30.0) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        return self.proc.returncode
+
+
+def _torch_threads(requested: int) -> int:
+    return max(1, (os.cpu_count() or 2) // 2) if requested < 0 else requested
+
+
+def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
+    service = ServiceConfig(
+        device=opts.device,
+        dtype=opts.dtype,
+        max_batch=opts.max_batch,
+        max_wait_ms=opts.max_wait_ms,
+        workers=opts.workers,
+        compile=opts.compile,
+        cuda_graphs=opts.cuda_graphs,
+        redis_url=opts.redis_url,
+        torch_threads=_torch_threads(opts.torch_threads),
+        n_entities=opts.n_entities,
+    )
+    load = LoadShape(rps=opts.rps, duration_s=opts.duration_s)
+    downstream = configure(opts.scenario, service, load)
+    return service, load, downstream.delay
+
+
+def run_pipeline(opts: RunOptions) -> dict:
+    """Run one scenario; returns the client-side summary plus where the traces went."""
+    service, load, delay = service_config(opts)
+    otlp = ["--otlp-endpoint", opts.otlp_endpoint] if opts.otlp_endpoint else []
+    children: list[Child] = []
+    with tempfile.TemporaryDirectory(prefix="tailscope-run-") as tmp_name:
+        tmp = Path(tmp_name)
+        parts = {name: tmp / f"{name}.jsonl" for name in ("loadgen", "service", "downstream")}
+        try:
+            if opts.downstream:
+                downstream = Child(
+                    "downstream",
+                    [
+                        "reference_pipeline.downstream",
+                        "--delay",
+                        delay,
+                        "--scenario",
+                        opts.scenario,
+                        "--trace-out",
+                        str(parts["downstream"]),
+                        *otlp,
+                    ],
+                    tmp / "downstream.log",
+                )
+                children.append(downstream)
+                service.downstream_url = f"http://127.0.0.1:{downstream.wait_ready(60)}"
+            server = Child(
+                "service",
+                [
+                    "reference_pipeline.service",
+                    "--config-json",
+                    service.to_json(),
+                    "--trace-out",
+                    str(parts["service"]),
+                    *otlp,
+                ],
+                tmp / "service.log",
+            )
+            children.append(server)
+            port = server.wait_ready(opts.ready_timeout_s)
+            result = _drive(f"http://127.0.0.1:{port}{sm.ROUTE}", load, opts, service, parts["loadgen"])
+        finally:
+            for child in reversed(children):  # the service first: its in-flight calls need the downstream
+                child.stop()
+        summary = {"scenario": opts.scenario, **result.summary()}
+        if opts.out is not None:
+            opts.out.parent.mkdir(parents=True, exist_ok=True)
+            with open(opts.out, "wb") as out:
+                for part in parts.values():
+                    if part.exists():
+                        out.write(part.read_bytes())
+            summary["out"] = str(opts.out)
+    return summary
+
+
+def _drive(url: str, load: LoadShape, opts: RunOptions, service: ServiceConfig, part: Path):
+    attrs = service.resource_attributes(None, None, None)
+    provider = make_provider(
+        sm.LOADGEN_SERVICE_NAME, {"tailscope.scenario": attrs["tailscope.scenario"]}, part, opts.otlp_endpoint
+    )
+    try:
+        return asyncio.run(
+            run_load(
+                url,
+                load,
+                provider.get_tracer("tailscope.loadgen"),
+                n_entities=service.n_entities,
+                seed=opts.seed,
+            )
+        )
+    finally:
+        provider.shutdown()
+
+
+def sweep_label(device: str, dtype: str, max_batch: int, max_wait_ms: float) -> str:
+    return f"{device}-{dtype}-b{max_batch}w{max_wait_ms:g}"
+
+
+def parse_batch_policies(text: str) -> list[tuple[int, float]]:
+    """'1:0,8:5' → [(1, 0.0), (8, 5.0)] (max batch size : max wait ms)."""
+    policies = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        size, _, wait = item.partition(":")
+        policies.append((int(size), float(wait or 0)))
+    if not policies:
+        raise ValueError("no batch policy given (expected e.g. 1:0,8:5)")
+    return policies
+
+
+def sweep(
+    base: RunOptions,
+    devices: list[str],
+    dtypes: list[str],
+    policies: list[tuple[int, float]],
+    out_dir: Path,
+    on_done=None,
+) -> list[dict]:
+    """One run per (device, dtype, policy), each written to out_dir/<label>.jsonl."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summaries = []
+    for device in devices:
+        for dtype in dtypes:
+            for max_batch, max_wait_ms in policies:
+                label = sweep_label(device, dtype, max_batch, max_wait_ms)
+                opts = RunOptions(
+                    **{
+                        **base.__dict__,
+                        "device": device,
+                        "dtype": dtype,
+                        "max_batch": max_batch,
+                        "max_wait_ms": max_wait_ms,
+                        "out": out_dir / f"{label}.jsonl",
+                    }
+                )
+                started = time.monotonic()
+                summary = {
+                    "label": label,
+                    **run_pipeline(opts),
+                    "wall_s": round(time.monotonic() - started, 1),
+                }
+                summaries.append(summary)
+                if on_done is not None:
+                    on_done(summary)
+    return summaries

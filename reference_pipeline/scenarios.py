@@ -1,0 +1,129 @@
+"""Scenarios: each plants one real cause through the real mechanism. What each sets and the
+signature it should leave in the traces:
+
+- steady: the healthy baseline. Feature cache pre-filled (TTLs jittered, longer than the run), model
+  warmed on every shape, cheap critical sections, a downstream with no added delay.
+- burst: Poisson arrivals at `burst_multiplier` × rps for `burst_s` seconds mid-run, above what the
+  model can serve. Signature: `batch.queue_wait` (stage queue) and batch.size grow during the burst.
+- gc-pressure: a large live heap of cyclic records plus allocation-heavy postprocessing (explanation
+  trees). Signature: `python.gc` events with gc.generation=2 of tens to hundreds of ms on the root
+  spans of the slowest requests; the time shows up as unattributed or in whatever stage was running.
+- lock-contention: the shared score monitor recomputes drift quantiles and fsyncs its audit row while
+  holding its lock, with `workers` (≥ 4) postprocessing threads. Signature: `lock.wait` grows.
+- cold-cache: the feature cache starts empty and holds only a small share of the entities, so the
+  long tail of the skewed key popularity keeps missing. Signature: cache.hit=false, feature_store.get
+  spans, feature_hydration p99 up.
+- key-expiry: the cache is filled at once with one TTL and no jitter, so every key expires at the same
+  moment mid-run. Signature: a burst of misses (feature_store.get) at one time, hydration p99 up.
+- slow-downstream: the downstream `/enrich` service sleeps a heavy-tailed (log-normal + Pareto tail)
+  delay per call; this is the one configured delay in the pipeline, and it stands for a slow
+  dependency. Signature: `downstream.call` p99 up.
+- cold-start: a fresh replica takes traffic as soon as its model is loaded: no warm-up forward passes
+  (the first ones pay for lazy kernel selection, thread-pool start and allocator growth), an empty
+  feature cache (popular keys miss until first use), no pooled connections. Unlike cold-cache the
+  cache has room for everything, so the penalty fades within the first second or so. Signature: the
+  first requests are the slowest of the run, their model.forward above all.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from reference_pipeline import span_model
+
+
+@dataclass
+class ServiceConfig:
+    """Everything the server process needs; travels to it as JSON."""
+
+    scenario: str = "steady"
+    device: str = "cpu"
+    dtype: str = "fp32"
+    max_batch: int = 8
+    max_wait_ms: float = 5.0
+    workers: int = 1  # model worker threads and postprocessing threads
+    compile: bool = False
+    cuda_graphs: bool = False
+    torch_threads: int = 0  # 0: PyTorch's default
+    n_entities: int = 5000
+    store_pool: int = 4  # threads (one connection each) serving feature-store reads
+    redis_url: str | None = None
+    downstream_url: str | None = None
+    warm_model: bool = True
+    cache_prefill: bool = True
+    cache_capacity: int = 10000
+    cache_ttl_s: float = 3600.0
+    cache_jitter: float = 0.2
+    gc_live_records: int = 0
+    gc_nodes_per_request: int = 0
+    heavy_monitor: bool = False
+    max_body_bytes: int = 64 * 1024
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServiceConfig:
+        return cls(**json.loads(text))
+
+    def resource_attributes(self, weights: str, gpu_name: str | None, torch_version: str) -> dict:
+        return {
+            "tailscope.scenario": self.scenario,
+            "tailscope.device": self.device,
+            "tailscope.gpu.name": gpu_name,
+            "tailscope.torch.version": torch_version,
+            "tailscope.dtype": self.dtype,
+            "tailscope.model.weights": weights,
+            "tailscope.batch.max_size": self.max_batch,
+            "tailscope.batch.max_wait_ms": self.max_wait_ms,
+            "tailscope.workers": self.workers,
+        }
+
+
+@dataclass
+class LoadShape:
+    rps: float
+    duration_s: float
+    bursts: list[tuple[float, float, float]] = field(default_factory=list)  # (start_s, length_s, x rps)
+
+    def rate_at(self, t: float) -> float:
+        for start, length, multiplier in self.bursts:
+            if start <= t < start + length:
+                return self.rps * multiplier
+        return self.rps
+
+
+@dataclass
+class DownstreamConfig:
+    delay: str = "none"  # "none" | "heavy-tail"
+
+
+def configure(scenario: str, service: ServiceConfig, load: LoadShape) -> DownstreamConfig:
+    """Apply a scenario's planted cause to the service and load settings (in place)."""
+    if scenario not in span_model.SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; one of {', '.join(span_model.SCENARIOS)}")
+    service.scenario = scenario
+    downstream = DownstreamConfig()
+    if scenario == "burst":
+        length = max(1.0, min(3.0, load.duration_s * 0.3))
+        load.bursts = [(load.duration_s * 0.35, length, 6.0)]
+    elif scenario == "gc-pressure":
+        service.gc_live_records = 250_000
+        service.gc_nodes_per_request = 5000
+    elif scenario == "lock-contention":
+        service.heavy_monitor = True
+        service.workers = max(service.workers, 4)
+    elif scenario == "cold-cache":
+        service.cache_prefill = False
+        service.cache_capacity = max(50, service.n_entities // 50)
+    elif scenario == "key-expiry":
+        service.cache_jitter = 0.0
+        service.cache_ttl_s = max(1.5, load.duration_s * 0.4)
+    elif scenario == "slow-downstream":
+        downstream.delay = "heavy-tail"
+    elif scenario == "cold-start":
+        service.warm_model = False
+        service.cache_prefill = False
+    return downstream

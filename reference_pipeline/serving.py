@@ -1,0 +1,27 @@
+"""Process plumbing shared by the service and the downstream: bind a free loopback port, serve on it."""
+
+from __future__ import annotations
+
+import signal
+import socket
+
+import uvicorn
+
+
+def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A listening socket (port 0: the kernel picks a free one, so there is no race to lose)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+def serve(app, sock: socket.socket) -> None:
+    """Serve on an already-bound socket until SIGTERM/SIGINT; announce the port on stdout first."""
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    # uvicorn re-raises the signal that stopped it once it has shut down; with the default SIGTERM
+    # action that would end the process before the caller flushes its spans, so make it a no-op.
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    print(f"LISTENING {sock.getsockname()[1]}", flush=True)
+    server.run(sockets=[sock])

@@ -1,0 +1,221 @@
+"""Tracing for the pipeline's processes: OTel SDK providers, an OTLP/JSON-lines file exporter, GC pauses.
+
+`OtlpJsonLinesExporter` writes each export call as one `ExportTraceServiceRequest` in OTLP/JSON on
+one line, the shape the Collector's file exporter writes: camelCase fields, hex trace/span ids,
+integer enums, 64-bit integers as decimal strings. It serialises ReadableSpans directly (no
+protobuf round trip) because the exporter runs in the traced process, where its cost is overhead.
+
+`GcPauseLog` times every collection through `gc.callbacks` and keeps the pauses in a bounded deque.
+The callback only appends a tuple: touching spans from inside a collection could deadlock on a
+span's lock held by the interrupted code. Instead `attach_gc_events(root)` runs just before a request
+root span ends and adds one `python.gc` event per pause that overlapped the request, which is the
+same as recording the pause on every root span in flight at that moment.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from reference_pipeline import span_model
+
+SCOPE = "tailscope.reference_pipeline"
+_KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
+_STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
+
+
+def _any_value(value) -> dict:
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, bytes):
+        import base64
+
+        return {"bytesValue": base64.b64encode(value).decode()}
+    if isinstance(value, Sequence):
+        return {"arrayValue": {"values": [_any_value(v) for v in value]}}
+    return {"stringValue": str(value)}
+
+
+def _attributes(attrs) -> list[dict]:
+    return [{"key": k, "value": _any_value(v)} for k, v in (attrs or {}).items()]
+
+
+def span_to_otlp(span: ReadableSpan) -> dict:
+    ctx = span.context
+    out: dict = {
+        "traceId": f"{ctx.trace_id:032x}",
+        "spanId": f"{ctx.span_id:016x}",
+        "name": span.name,
+        "kind": _KIND[span.kind.name],
+        "startTimeUnixNano": str(span.start_time),
+        "endTimeUnixNano": str(span.end_time),
+    }
+    if span.parent is not None:
+        out["parentSpanId"] = f"{span.parent.span_id:016x}"
+    if span.attributes:
+        out["attributes"] = _attributes(span.attributes)
+    if span.events:
+        out["events"] = [
+            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": _attributes(e.attributes)}
+            for e in span.events
+        ]
+    if span.links:
+        out["links"] = [
+            {
+                "traceId": f"{link.context.trace_id:032x}",
+                "spanId": f"{link.context.span_id:016x}",
+                "attributes": _attributes(link.attributes),
+            }
+            for link in span.links
+        ]
+    status = _STATUS[span.status.status_code.name]
+    if status:
+        out["status"] = {
+            "code": status,
+            **({"message": span.status.description} if span.status.description else {}),
+        }
+    return out
+
+
+def encode_request(spans: Sequence[ReadableSpan]) -> dict:
+    """An ExportTraceServiceRequest (OTLP/JSON) grouping spans by resource, then by scope."""
+    by_resource: dict[int, tuple[Resource, dict]] = {}
+    for span in spans:
+        _, scopes = by_resource.setdefault(id(span.resource), (span.resource, {}))
+        scope = span.instrumentation_scope
+        key = (scope.name, scope.version) if scope else ("", None)
+        scopes.setdefault(key, []).append(span_to_otlp(span))
+    return {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": _attributes(resource.attributes)},
+                "scopeSpans": [
+                    {"scope": {"name": name, **({"version": version} if version else {})}, "spans": items}
+                    for (name, version), items in scopes.items()
+                ],
+            }
+            for resource, scopes in by_resource.values()
+        ]
+    }
+
+
+class OtlpJsonLinesExporter(SpanExporter):
+    """Appends one OTLP/JSON ExportTraceServiceRequest per export call to a file."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "ab")  # noqa: SIM115 - closed in shutdown()
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        line = orjson.dumps(encode_request(spans)) + b"\n"
+        with self._lock:
+            if self._file.closed:
+                return SpanExportResult.FAILURE
+            self._file.write(line)
+            self._file.flush()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._file.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def make_provider(
+    service_name: str, attributes: dict, out: Path | None, otlp_endpoint: str | None = None
+) -> TracerProvider:
+    """A TracerProvider with the resource attributes span_model asks for and the requested exporters."""
+    resource = Resource.create(
+        {
+            "service.name": service_name,
+            "host.name": socket.gethostname(),
+            "service.instance.id": str(uuid.uuid4()),
+            "process.pid": os.getpid(),
+            **{k: v for k, v in attributes.items() if v is not None},
+        }
+    )
+    provider = TracerProvider(resource=resource)
+    if out is not None:
+        provider.add_span_processor(
+            BatchSpanProcessor(OtlpJsonLinesExporter(out), max_queue_size=65536, max_export_batch_size=2048)
+        )
+    if otlp_endpoint:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        endpoint = otlp_endpoint.rstrip("/")
+        if not endpoint.endswith("/v1/traces"):
+            endpoint += "/v1/traces"
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    return provider
+
+
+def stage_attrs(name: str, **extra) -> dict:
+    return {"tailscope.stage": span_model.STAGE_OF[name], **extra}
+
+
+class GcPauseLog:
+    """Times garbage collections via gc.callbacks; pauses are (start_ns, end_ns, generation, collected)."""
+
+    def __init__(self, keep: int = 20000) -> None:
+        # A plain list: append is atomic under the GIL and readers index from the end, so a pause
+        # recorded by another thread mid-read never breaks an iteration (a deque would raise).
+        self.pauses: list[tuple[int, int, int, int]] = []
+        self._keep = keep
+        self._start = 0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.time_ns()
+        else:
+            self.pauses.append((self._start, time.time_ns(), info["generation"], info["collected"]))
+
+    def install(self) -> None:
+        gc.callbacks.append(self._callback)
+
+    def uninstall(self) -> None:
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+    def overlapping(self, start_ns: int, end_ns: int) -> list[tuple[int, int, int, int]]:
+        if len(self.pauses) > 2 * self._keep:
+            del self.pauses[: self._keep]
+        found = []
+        i = len(self.pauses) - 1
+        while i >= 0:  # newest first; stop once pauses end before the request started
+            pause = self.pauses[i]
+            if pause[1] < start_ns:
+                break
+            if pause[0] <= end_ns:
+                found.append(pause)
+            i -= 1
+        return found[::-1]
+
+    def attach_gc_events(self, root: trace.Span, start_ns: int) -> int:
+        pauses = self.overlapping(start_ns, time.time_ns())
+        for begin, end, generation, collected in pauses:
+            root.add_event(
+                span_model.GC_EVENT,
+                {"gc.generation": generation, "gc.duration_ns": end - begin, "gc.collected": collected},
+                timestamp=begin,
+            )
+        return len(pauses)

@@ -1,0 +1,171 @@
+"""Run, sweep or simulate the reference inference pipeline.
+
+  tailscope pipeline run --scenario burst --device cpu --dtype fp32 --duration 20 --rps 40 --out burst.jsonl
+  tailscope pipeline sweep --devices cpu --dtypes fp32,int8 --batch-policies 1:0,8:5 --duration 10 \\
+      --out-dir sweep/ [--db tailscope.duckdb]
+  tailscope pipeline simulate ...   (the discrete-event model: no PyTorch needed)
+
+`run` starts the downstream service and the inference service as child processes on free
+127.0.0.1 ports, drives open-loop Poisson load for --duration seconds, stops everything and writes
+all three services' spans to --out as OTLP/JSON lines. `run` and `sweep` need the pipeline extra:
+pip install -e '.[pipeline]'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+SCENARIOS = (
+    "steady",
+    "burst",
+    "gc-pressure",
+    "lock-contention",
+    "cold-cache",
+    "key-expiry",
+    "slow-downstream",
+    "cold-start",
+)  # span_model.SCENARIOS, kept here so --help needs no import
+
+
+def _add_service_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of load (default 10)")
+    parser.add_argument("--rps", type=float, default=20.0, help="mean arrival rate, requests/s (default 20)")
+    parser.add_argument("--workers", type=int, default=1, help="model worker and postprocessing threads")
+    parser.add_argument("--otlp-endpoint", help="also export spans over OTLP/HTTP to this URL")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
+    parser.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs per shape bucket")
+    parser.add_argument("--redis-url", help="feature store in Redis instead of the embedded SQLite")
+    parser.add_argument("--no-downstream", action="store_true", help="skip the downstream enrichment call")
+    parser.add_argument(
+        "--torch-threads", type=int, default=-1, help="PyTorch intra-op threads (default: half the cores)"
+    )
+    parser.add_argument("--entities", type=int, default=5000, help="entities in the feature store")
+    parser.add_argument("--seed", type=int, default=1, help="load generator seed")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="pipeline_command", metavar="{run,sweep,simulate}", required=True)
+
+    run = sub.add_parser("run", help="run one scenario end to end and write its traces")
+    run.add_argument("--scenario", choices=SCENARIOS, default="steady")
+    run.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
+    run.add_argument("--dtype", choices=("fp32", "bf16", "fp16", "int8"), default="fp32")
+    run.add_argument("--max-batch", type=int, default=8, help="dynamic batcher: largest batch")
+    run.add_argument("--max-wait-ms", type=float, default=5.0, help="dynamic batcher: longest wait")
+    run.add_argument("--out", type=Path, required=True, help="OTLP/JSON-lines trace file to write")
+    _add_service_options(run)
+
+    sweep = sub.add_parser("sweep", help="run a device × dtype × batch-policy matrix into labelled files")
+    sweep.add_argument("--scenario", choices=SCENARIOS, default="steady")
+    sweep.add_argument("--devices", default="cpu", help="comma-separated, e.g. cpu,cuda")
+    sweep.add_argument("--dtypes", default="fp32", help="comma-separated, e.g. fp32,bf16,int8")
+    sweep.add_argument(
+        "--batch-policies",
+        default="1:0,8:5",
+        help="comma-separated max_batch:max_wait_ms pairs (default 1:0,8:5)",
+    )
+    sweep.add_argument("--out-dir", type=Path, required=True)
+    sweep.add_argument("--db", type=Path, help="also load each run into this store, labelled")
+    _add_service_options(sweep)
+
+    simulate = sub.add_parser("simulate", help="the discrete-event model of the pipeline (no PyTorch)")
+    try:
+        from reference_pipeline.simulate.cli import add_simulate_arguments
+    except ImportError:
+        simulate.set_defaults(_simulate_missing=True)
+    else:
+        add_simulate_arguments(simulate)
+
+
+def _options(args: argparse.Namespace, **overrides):
+    from reference_pipeline.runner import RunOptions
+
+    values = dict(
+        scenario=args.scenario,
+        duration_s=args.duration,
+        rps=args.rps,
+        workers=args.workers,
+        otlp_endpoint=args.otlp_endpoint,
+        compile=args.compile,
+        cuda_graphs=args.cuda_graphs,
+        redis_url=args.redis_url,
+        downstream=not args.no_downstream,
+        torch_threads=args.torch_threads,
+        n_entities=args.entities,
+        seed=args.seed,
+    )
+    values.update(overrides)
+    return RunOptions(**values)
+
+
+def _missing_pipeline_extra() -> str | None:
+    missing = [name for name in ("torch", "tokenizers") if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"the pipeline needs {', '.join(missing)}: pip install -e '.[pipeline]'"
+    return None
+
+
+def _print_summary(summary: dict) -> None:
+    print(
+        f"{summary.get('label', summary['scenario'])}: {summary['requests']} requests, "
+        f"{summary['errors']} errors, "
+        f"client p50 {summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, "
+        f"throughput {summary['throughput_rps']} req/s"
+        + (f" → {summary['out']}" if summary.get("out") else "")
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.pipeline_command == "simulate":
+        if getattr(args, "_simulate_missing", False):
+            print("tailscope pipeline simulate: the simulator is not part of this build", file=sys.stderr)
+            return 1
+        from reference_pipeline.simulate.cli import run_simulate
+
+        return run_simulate(args)
+    problem = _missing_pipeline_extra()
+    if problem:
+        print(f"tailscope pipeline: {problem}", file=sys.stderr)
+        return 1
+    from reference_pipeline.runner import ChildFailed, parse_batch_policies, run_pipeline, sweep
+
+    try:
+        if args.pipeline_command == "run":
+            summary = run_pipeline(
+                _options(
+                    args,
+                    device=args.device,
+                    dtype=args.dtype,
+                    out=args.out,
+                    max_batch=args.max_batch,
+                    max_wait_ms=args.max_wait_ms,
+                )
+            )
+            _print_summary(summary)
+            return 0 if summary["requests"] and summary["errors"] < summary["requests"] else 1
+        policies = parse_batch_policies(args.batch_policies)
+        devices = [d for d in args.devices.split(",") if d]
+        dtypes = [d for d in args.dtypes.split(",") if d]
+
+        def done(summary: dict) -> None:
+            _print_summary(summary)
+            if args.db is not None:
+                from ingest.loader import load_paths
+
+                loaded = load_paths([summary["out"]], args.db, summary["label"])
+                errors = [f.error for f in loaded.files if f.error]
+                print(
+                    f"  loaded into {args.db} as run {summary['label']!r}: {loaded.traces} traces"
+                    + (f" (errors: {errors})" if errors else "")
+                )
+
+        summaries = sweep(_options(args), devices, dtypes, policies, args.out_dir, on_done=done)
+        (args.out_dir / "sweep.json").write_text(json.dumps(summaries, indent=2))
+        return 0
+    except (ValueError, ChildFailed) as error:
+        print(f"tailscope pipeline: {error}", file=sys.stderr)
+        return 2 if isinstance(error, ValueError) else 1

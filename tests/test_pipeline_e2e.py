@@ -1,0 +1,299 @@
+"""The reference pipeline end to end: real processes, real load, traces ingested into the store.
+
+The stage statistics are computed here, straight from the ingested spans with DuckDB, so these
+tests check the planted causes without depending on the dashboard's analysis code. Each scenario is
+compared with a steady run made under the same settings; thresholds are wide, because a shared
+2-core machine is noisy, while each planted cause moves its stage by an order of magnitude or more.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from reference_pipeline import span_model as sm
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.skipif(
+        importlib.util.find_spec("torch") is None, reason="needs PyTorch: pip install -e '.[pipeline]'"
+    ),
+    pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None, reason="needs tokenizers"),
+]
+
+RPS = 12.0
+DURATION_S = 6.0
+
+
+def run_and_load(
+    tmp: Path, scenario: str, db: Path, duration_s: float = DURATION_S, rps: float = RPS, **options
+) -> dict:
+    from ingest.loader import load_paths
+    from reference_pipeline.runner import RunOptions, run_pipeline
+
+    out = tmp / f"{scenario}.jsonl"
+    summary = run_pipeline(
+        RunOptions(scenario=scenario, duration_s=duration_s, rps=rps, out=out, seed=3, **options)
+    )
+    loaded = load_paths([out], db, scenario)
+    assert not [f.error for f in loaded.files if f.error]
+    return summary
+
+
+def quantiles(db: Path, run: str, span_name: str, service: str = sm.SERVICE_NAME) -> dict[str, float]:
+    """p50/p99/max (ms) and count of one span name in one run."""
+    with duckdb.connect(str(db), read_only=True) as conn:
+        row = conn.execute(
+            """
+            SELECT count(*), quantile_cont(Duration, 0.5) / 1e6, quantile_cont(Duration, 0.99) / 1e6,
+                   max(Duration) / 1e6
+            FROM otel_traces WHERE RunLabel = ? AND SpanName = ? AND ServiceName = ?
+            """,
+            [run, span_name, service],
+        ).fetchone()
+    return {"n": row[0], "p50": row[1] or 0.0, "p99": row[2] or 0.0, "max": row[3] or 0.0}
+
+
+def query(db: Path, sql: str, params: list) -> list[tuple]:
+    with duckdb.connect(str(db), read_only=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("pipeline") / "store.duckdb"
+
+
+@pytest.fixture(scope="module")
+def steady(tmp_path_factory, store) -> Path:
+    """A steady baseline in the module's store (run label "steady")."""
+    summary = run_and_load(tmp_path_factory.mktemp("steady"), "steady", store)
+    assert summary["errors"] == 0
+    return store
+
+
+def test_cli_run_writes_complete_traces_that_ingest(tmp_path, capsys) -> None:
+    from ingest.loader import load_paths
+    from tailscope.cli.main import main
+
+    out, db = tmp_path / "steady.jsonl", tmp_path / "store.duckdb"
+    code = main(
+        [
+            "pipeline",
+            "run",
+            "--scenario",
+            "steady",
+            "--duration",
+            "3",
+            "--rps",
+            "10",
+            "--max-batch",
+            "4",
+            "--max-wait-ms",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "errors" in printed and "p99" in printed and "req/s" in printed
+    load_paths([out], db, "cli")
+
+    # every request: one loadgen CLIENT span whose trace continues into the service and downstream
+    names = dict(
+        query(
+            db,
+            "SELECT SpanName, count(*) FROM otel_traces WHERE ServiceName = ? GROUP BY 1",
+            [sm.SERVICE_NAME],
+        )
+    )
+    requests = names[sm.ROOT_SPAN]
+    assert requests >= 10
+    for name in (
+        sm.RECEIVE,
+        sm.PARSE,
+        sm.HYDRATE,
+        sm.TOKENIZE,
+        sm.QUEUE_WAIT,
+        sm.FORWARD,
+        sm.POSTPROCESS,
+        sm.LOCK_WAIT,
+        sm.DOWNSTREAM,
+        sm.SERIALIZE,
+    ):
+        assert names.get(name) == requests, name
+    (orphans,) = query(
+        db,
+        """
+        SELECT count(*) FROM otel_traces s
+        WHERE s.ServiceName = ? AND s.SpanName = ? AND NOT EXISTS (
+            SELECT 1 FROM otel_traces c WHERE c.SpanId = s.ParentSpanId AND c.TraceId = s.TraceId
+              AND c.ServiceName = ? AND c.SpanKind = 'Client')
+        """,
+        [sm.SERVICE_NAME, sm.ROOT_SPAN, sm.LOADGEN_SERVICE_NAME],
+    )[0]
+    assert orphans == 0, "every server root continues a load generator CLIENT span"
+    (downstream_orphans,) = query(
+        db,
+        """
+        SELECT count(*) FROM otel_traces s
+        WHERE s.ServiceName = ? AND NOT EXISTS (
+            SELECT 1 FROM otel_traces c WHERE c.SpanId = s.ParentSpanId AND c.SpanName = ?)
+        """,
+        [sm.DOWNSTREAM_SERVICE_NAME, sm.DOWNSTREAM],
+    )[0]
+    assert downstream_orphans == 0
+    stages = dict(
+        query(
+            db,
+            """
+        SELECT SpanName, any_value(SpanAttributes['tailscope.stage']) FROM otel_traces
+        WHERE ServiceName = ? GROUP BY 1""",
+            [sm.SERVICE_NAME],
+        )
+    )
+    assert stages == {name: sm.STAGE_OF[name] for name in stages}
+    resource = query(
+        db, "SELECT ResourceAttributes FROM otel_traces WHERE ServiceName = ? LIMIT 1", [sm.SERVICE_NAME]
+    )[0][0]
+    for key in (
+        *(k for k in sm.RESOURCE_KEYS if k != "tailscope.gpu.name"),
+        "service.name",
+        "host.name",
+        "service.instance.id",
+        "process.pid",
+    ):
+        assert key in resource, key
+    assert resource["tailscope.model.weights"] in {"pretrained", "random-init"}
+    assert resource["tailscope.batch.max_size"] == "4"
+    (bad_batches,) = query(
+        db,
+        """
+        SELECT count(*) FROM otel_traces WHERE SpanName = ? AND CAST(SpanAttributes['batch.size'] AS INT) > 4
+        """,
+        [sm.FORWARD],
+    )[0]
+    assert bad_batches == 0
+
+
+@pytest.mark.slow
+def test_burst_grows_the_batch_queue(tmp_path, steady) -> None:
+    run_and_load(tmp_path, "burst", steady)
+    base, burst = quantiles(steady, "steady", sm.QUEUE_WAIT), quantiles(steady, "burst", sm.QUEUE_WAIT)
+    assert burst["p99"] > max(3 * base["p99"], 100), (base, burst)
+    ((biggest,),) = query(
+        steady,
+        """
+        SELECT max(CAST(SpanAttributes['batch.size'] AS INT)) FROM otel_traces
+        WHERE RunLabel = 'burst' AND SpanName = ?""",
+        [sm.FORWARD],
+    )
+    assert biggest >= 4
+
+
+@pytest.mark.slow
+def test_gc_pressure_leaves_gen2_pauses_on_slow_requests(tmp_path, steady) -> None:
+    run_and_load(tmp_path, "gc-pressure", steady)
+    rows = query(
+        steady,
+        """
+        SELECT Duration / 1e6 AS ms,
+               list_max([CAST(e.Attributes['gc.duration_ns'] AS BIGINT) FOR e IN Events
+                         IF e.Name = ? AND e.Attributes['gc.generation'] = '2']) / 1e6 AS gen2_ms
+        FROM otel_traces WHERE RunLabel = 'gc-pressure' AND ServiceName = ? AND SpanName = ?
+        """,
+        [sm.GC_EVENT, sm.SERVICE_NAME, sm.ROOT_SPAN],
+    )
+    with_gen2 = [ms for ms, gen2 in rows if gen2 is not None]
+    without = [ms for ms, gen2 in rows if gen2 is None]
+    assert len(with_gen2) >= 3, "full collections stalled requests"
+    assert max(gen2 for _, gen2 in rows if gen2 is not None) >= 20
+    assert sum(with_gen2) / len(with_gen2) > sum(without) / max(1, len(without))
+
+
+@pytest.mark.slow
+def test_lock_contention_grows_lock_wait(tmp_path, steady) -> None:
+    run_and_load(tmp_path, "lock-contention", steady)
+    base, contended = (
+        quantiles(steady, "steady", sm.LOCK_WAIT),
+        quantiles(steady, "lock-contention", sm.LOCK_WAIT),
+    )
+    assert contended["p99"] > max(10 * base["p99"], 10), (base, contended)
+
+
+@pytest.mark.slow
+def test_cold_cache_raises_feature_hydration(tmp_path, steady) -> None:
+    run_and_load(tmp_path, "cold-cache", steady)
+    base, cold = quantiles(steady, "steady", sm.HYDRATE), quantiles(steady, "cold-cache", sm.HYDRATE)
+    assert cold["p99"] > max(5 * base["p99"], 0.5), (base, cold)
+    assert (
+        quantiles(steady, "cold-cache", sm.STORE_GET)["n"]
+        > quantiles(steady, "steady", sm.STORE_GET)["n"] + 10
+    )
+
+
+@pytest.mark.slow
+def test_key_expiry_misses_arrive_together(tmp_path, steady) -> None:
+    run_and_load(tmp_path, "key-expiry", steady)
+    base, expiry = quantiles(steady, "steady", sm.HYDRATE), quantiles(steady, "key-expiry", sm.HYDRATE)
+    assert expiry["p99"] > max(5 * base["p99"], 0.5), (base, expiry)
+    lookups = query(
+        steady,
+        """
+        SELECT epoch_ns(Timestamp), SpanAttributes['cache.hit'] = 'true' FROM otel_traces
+        WHERE RunLabel = 'key-expiry' AND SpanName = ? ORDER BY 1""",
+        [sm.HYDRATE],
+    )
+    first_miss = next(t for t, hit in lookups if not hit)
+    before = [hit for t, hit in lookups if t < first_miss]
+    right_after = [hit for t, hit in lookups if first_miss <= t < first_miss + 1.5e9]
+    assert len(before) >= 10 and all(before), "a prefilled cache hits until the common expiry"
+    assert right_after.count(False) >= 0.5 * len(right_after), "then most lookups miss at once"
+
+
+@pytest.mark.slow
+def test_slow_downstream_moves_the_downstream_stage(tmp_path, steady) -> None:
+    run_and_load(tmp_path, "slow-downstream", steady)
+    base, slow = (
+        quantiles(steady, "steady", sm.DOWNSTREAM),
+        quantiles(steady, "slow-downstream", sm.DOWNSTREAM),
+    )
+    assert slow["p99"] > max(base["p99"], 100), (base, slow)
+    # and the time is the dependency's own: its server span, not the hop to it
+    route = f"POST {sm.DOWNSTREAM_ROUTE}"
+    base_enrich = quantiles(steady, "steady", route, sm.DOWNSTREAM_SERVICE_NAME)
+    slow_enrich = quantiles(steady, "slow-downstream", route, sm.DOWNSTREAM_SERVICE_NAME)
+    assert slow_enrich["p99"] > max(10 * base_enrich["p99"], 100), (base_enrich, slow_enrich)
+
+
+@pytest.mark.slow
+def test_cold_start_makes_the_first_requests_slowest(tmp_path, steady) -> None:
+    run_and_load(tmp_path, "cold-start", steady)
+    roots = [
+        row[0]
+        for row in query(
+            steady,
+            """
+        SELECT Duration / 1e6 FROM otel_traces
+        WHERE RunLabel = 'cold-start' AND ServiceName = ? AND SpanName = ?
+        ORDER BY Timestamp""",
+            [sm.SERVICE_NAME, sm.ROOT_SPAN],
+        )
+    ]
+    forwards = [
+        row[0]
+        for row in query(
+            steady,
+            """
+        SELECT Duration / 1e6 FROM otel_traces WHERE RunLabel = 'cold-start' AND SpanName = ?
+        ORDER BY Timestamp""",
+            [sm.FORWARD],
+        )
+    ]
+    later = sorted(roots[len(roots) // 2 :])
+    assert sum(roots[:3]) / 3 > 2 * later[len(later) // 2], (roots[:3], later[len(later) // 2])
+    assert forwards[0] > 1.5 * sorted(forwards)[len(forwards) // 2], forwards[:5]
