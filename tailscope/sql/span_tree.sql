@@ -1,9 +1,9 @@
 -- Span-level derivation for a set of traces: request root, effective interval, depth, stage and
 -- exclusive time of every span in each trace's request subtree.
 -- Placeholders filled by tailscope.query.builders.span_tree_query with fixed SQL (never with values):
---   {scope}    which otel_traces rows (e.g. RunLabel = ?), used twice
---   {names}    the distinct-span-name columns of the name regexes (nh1, nh2, ...)
---   {rule_case} the CASE giving the first matching stage rule's position
+--   scope      which otel_traces rows (e.g. the run's), used twice
+--   names      the distinct-span-name columns of the name regexes (nh1, nh2, ...)
+--   rule_case  the CASE giving the first matching stage rule's position
 -- Steps:
 --   spans        the scope's spans, with the explicit tailscope.stage attribute and the matching rule.
 --                Name regexes run once per distinct SpanName (name_hits), not once per span: a regex

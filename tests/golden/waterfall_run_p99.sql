@@ -1,0 +1,33 @@
+-- Waterfall of one percentile band. Bands are quantile windows of e2e latency (types.BAND_QUANTILES):
+-- the band is Duration in [q(lo), q(hi)), or [q(lo), max] for the last band; the median band is
+-- [q(0.45), q(0.55)]. A band whose bounds coincide (few requests) holds the requests at that latency. Quantiles are quantile_cont (linear interpolation, as numpy's default).
+-- Params after the filter's: lo, hi, last_band (bool).
+-- Output: one row. stage columns come out in table order (ALL_STAGES) via COLUMNS('_ns$'):
+--   n, band_n, median_n, q_lo, q_hi, band_mean, median_mean,
+--   band_<stage>... (avg ns), median_<stage>... (avg ns), pct_<stage>... ([p50, p95, p99, p99.9] ns)
+WITH f AS (
+    SELECT * FROM requests WHERE RunLabel = ?
+),
+q AS (
+    SELECT quantile_cont(Duration, [0.45, 0.55, ?, ?]) AS qs, count(*) AS n FROM f
+),
+marked AS (
+    SELECT f.*,
+           f.Duration >= q.qs[3]
+               AND (f.Duration < q.qs[4] OR ((? OR q.qs[3] = q.qs[4]) AND f.Duration <= q.qs[4])) AS in_band,
+           f.Duration BETWEEN q.qs[1] AND q.qs[2] AS in_median
+    FROM f, q
+)
+SELECT
+    any_value(q.n) AS n,
+    count(*) FILTER (WHERE in_band) AS band_n,
+    count(*) FILTER (WHERE in_median) AS median_n,
+    any_value(q.qs[3]) AS q_lo,
+    any_value(q.qs[4]) AS q_hi,
+    avg(Duration) FILTER (WHERE in_band) AS band_mean,
+    avg(Duration) FILTER (WHERE in_median) AS median_mean,
+    avg(COLUMNS('_ns$')) FILTER (WHERE in_band) AS "band_\0",
+    avg(COLUMNS('_ns$')) FILTER (WHERE in_median) AS "median_\0",
+    quantile_cont(COLUMNS('_ns$'), [0.5, 0.95, 0.99, 0.999]) AS "pct_\0"
+FROM marked, q
+-- params: ["r1", 0.99, 0.999, false]

@@ -1,0 +1,182 @@
+"""refresh_run on small hand-built traces with known answers (times in ms, stored in ns)."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from analysis_spans import S, SpanColumns, add_trace, insert, load
+
+from tailscope.analysis.derive import refresh_run
+from tailscope.store.db import connect_writer
+from tailscope.vocabulary import ALL_STAGES
+
+STAGE_COLUMNS = [f"{stage}_ns" for stage in ALL_STAGES]
+
+
+def requests_of(path, run="r"):
+    with duckdb.connect(str(path), read_only=True) as conn:
+        return conn.execute("SELECT * FROM requests WHERE RunLabel = ? ORDER BY TraceId", [run]).df()
+
+
+def stage_ms(row) -> dict[str, float]:
+    return {c[:-3]: row[c] / 1e6 for c in STAGE_COLUMNS if row[c]}
+
+
+def test_two_parallel_children_are_not_double_counted(db_path):
+    # given a root of 100 ms with two children running in parallel over 20..60
+    cols = SpanColumns()
+    add_trace(
+        cols,
+        S(
+            "root",
+            0,
+            100,
+            kind="Server",
+            children=[S("a", 20, 60, stage="model_forward"), S("b", 20, 60, stage="model_forward")],
+        ),
+        1,
+    )
+    # when derived
+    load(db_path, "r", cols)
+    row = requests_of(db_path).iloc[0]
+    # then the 40 ms of parallel work count once, and the root keeps 60 ms of its own
+    assert stage_ms(row) == {"model_forward": 40.0, "unattributed": 60.0}
+    assert sum(row[c] for c in STAGE_COLUMNS) == row["Duration"]
+
+
+def test_overlapping_children_of_different_stages_share_the_overlap(db_path):
+    cols = SpanColumns()
+    add_trace(
+        cols,
+        S(
+            "root",
+            0,
+            100,
+            kind="Server",
+            children=[S("a", 10, 50, stage="model_forward"), S("b", 30, 70, stage="downstream")],
+        ),
+        1,
+    )
+    load(db_path, "r", cols)
+    row = requests_of(db_path).iloc[0]
+    # 10..30 model alone, 30..50 shared evenly, 50..70 downstream alone
+    assert stage_ms(row) == {"model_forward": 30.0, "downstream": 30.0, "unattributed": 40.0}
+
+
+def test_children_that_outlast_the_parent_are_clipped(db_path):
+    cols = SpanColumns()
+    add_trace(
+        cols,
+        S(
+            "root",
+            0,
+            100,
+            kind="Server",
+            children=[
+                S("q", 0, 40, stage="queue", children=[S("late", 30, 150, stage="downstream")]),
+                S("f", 40, 130, stage="model_forward"),
+            ],
+        ),
+        1,
+    )
+    load(db_path, "r", cols)
+    row = requests_of(db_path).iloc[0]
+    assert stage_ms(row) == {"queue": 30.0, "downstream": 10.0, "model_forward": 60.0}
+    assert row["Duration"] == 100_000_000
+
+
+def test_client_root_hands_the_request_to_its_server_child(db_path):
+    cols = SpanColumns()
+    server = S("POST /v1/predict", 0, 80, kind="Server", service="api", children=[S("model.forward", 10, 70)])
+    add_trace(cols, S("POST /v1/predict", -5, 90, kind="Client", service="loadgen", children=[server]), 1)
+    load(db_path, "r", cols)
+    row = requests_of(db_path).iloc[0]
+    assert row["ServiceName"] == "api"
+    assert row["Duration"] == 80_000_000
+    assert row["ClientDuration"] == 95_000_000
+    assert stage_ms(row) == {"model_forward": 60.0, "unattributed": 20.0}
+
+
+def test_unmatched_child_of_the_root_is_unattributed_and_grandchildren_inherit(db_path):
+    cols = SpanColumns()
+    add_trace(
+        cols,
+        S(
+            "root",
+            0,
+            50,
+            kind="Server",
+            children=[S("mystery", 0, 10), S("model.forward", 10, 40, children=[S("aten::matmul", 15, 25)])],
+        ),
+        1,
+    )
+    load(db_path, "r", cols)
+    row = requests_of(db_path).iloc[0]
+    assert stage_ms(row) == {"model_forward": 30.0, "unattributed": 20.0}
+
+
+def test_run_without_root_spans_gives_no_requests(db_path):
+    cols = SpanColumns()
+    # every span points at a parent that is not in the trace... and at each other: a cycle
+    cols.append(
+        timestamp_ns=1,
+        trace_id="a" * 32,
+        span_id="1" * 16,
+        parent_span_id="2" * 16,
+        span_name="x",
+        duration_ns=5,
+        service_name="s",
+    )
+    cols.append(
+        timestamp_ns=1,
+        trace_id="a" * 32,
+        span_id="2" * 16,
+        parent_span_id="1" * 16,
+        span_name="y",
+        duration_ns=5,
+        service_name="s",
+    )
+    load(db_path, "r", cols)
+    assert requests_of(db_path).empty
+
+
+def test_refresh_is_incremental_and_matches_a_full_rebuild(db_path):
+    first, second = SpanColumns(), SpanColumns()
+    for i in range(10):
+        add_trace(first, S("root", 0, 20 + i, kind="Server", children=[S("parse", 0, 5)]), i + 1)
+    for i in range(10, 12):
+        add_trace(second, S("root", 0, 20 + i, kind="Server", children=[S("parse", 0, 5)]), i + 1)
+    load(db_path, "r", first)
+    with connect_writer(db_path) as conn:
+        insert(conn, "r", second)
+        refresh_run(conn, "r")
+        incremental = conn.execute("SELECT * FROM requests ORDER BY TraceId").fetchall()
+        conn.execute("DELETE FROM derive_state")
+        refresh_run(conn, "r")
+        full = conn.execute("SELECT * FROM requests ORDER BY TraceId").fetchall()
+    assert len(incremental) == 12
+    assert incremental == full
+
+
+@pytest.mark.parametrize("n_traces", [1, 7])
+def test_stage_columns_add_up_to_duration(db_path, n_traces):
+    cols = SpanColumns()
+    for i in range(n_traces):
+        add_trace(
+            cols,
+            S(
+                "root",
+                0,
+                100 + i,
+                kind="Server",
+                children=[
+                    S("tokenize", 1, 30 + i),
+                    S("forward", 20, 90),
+                    S("serialize", 85, 99 + i, children=[S("encode", 80, 120)]),
+                ],
+            ),
+            i + 1,
+        )
+    load(db_path, "r", cols)
+    frame = requests_of(db_path)
+    assert (frame[STAGE_COLUMNS].sum(axis=1) == frame["Duration"]).all()
