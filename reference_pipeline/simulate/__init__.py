@@ -1,0 +1,35 @@
+"""A discrete-event simulator of the reference pipeline: the same spans, fast, without PyTorch.
+
+`simulate_to_file(out, scenario, requests, seed, ...)` writes a run as OTLP/JSON lines (or Jaeger UI
+JSON) and returns a summary; `simulate_columns(scenario, requests, seed, ...)` yields SpanColumns
+batches for big test data without files. Modules, in the order data flows:
+
+- config: the knobs (SimConfig), the scenarios that turn them, hardware setups
+- processes: arrivals, load balancing, server processes and their GC pauses (process vs wall time)
+- model: the per-process stage simulation (cache, batcher, lock) → per-request timings
+- naming, spans: span names/attributes (reference or alt) and chunks of spans with hashed ids
+- writers: OTLP/JSON lines, Jaeger UI JSON, SpanColumns
+- api, cli: the Python API and `tailscope pipeline simulate`
+
+This package imports only lightweight modules at import time (the CLI's --help stays fast); the API
+names below load their modules on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "simulate_columns": "api", "simulate_to_file": "api", "FORMATS": "api",
+    "SCENARIOS": "config", "HARDWARE": "config", "SimConfig": "config", "scenario_config": "config",
+    "simulate": "model", "Simulation": "model",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -1,0 +1,74 @@
+"""`tailscope pipeline simulate`: write a simulated run of the reference pipeline to a trace file.
+
+  tailscope pipeline simulate --scenario burst --requests 20000 --out burst.jsonl [--db tailscope.duckdb]
+
+Imports only the standard library and the simulator's config at module level, so --help stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from reference_pipeline.simulate.config import HARDWARE, SCENARIOS
+
+NAMINGS = ("reference", "alt")
+FORMATS = ("otlp-json", "jaeger")
+
+
+def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", choices=SCENARIOS, default="steady",
+                        help="planted cause (default steady)")
+    parser.add_argument("--requests", type=int, default=4000, help="requests to simulate (default 4000)")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="trace file to write (.gz / .zst suffix: compressed)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default 0)")
+    parser.add_argument("--rps", type=float, help="mean arrival rate (default: half the capacity)")
+    parser.add_argument("--workers", type=int, help="server instances, one model worker each (default 3)")
+    parser.add_argument("--max-batch", type=int, help="dynamic batcher: largest batch (default 8)")
+    parser.add_argument("--max-wait-ms", type=float, help="dynamic batcher: longest wait (default 5)")
+    parser.add_argument("--hardware", choices=tuple(HARDWARE), default="cpu-fp32",
+                        help="forward-pass cost and device attributes (default cpu-fp32)")
+    parser.add_argument("--naming", choices=NAMINGS, default="reference",
+                        help="reference: span_model's names; alt: a foreign service's names, no tailscope.*")
+    parser.add_argument("--format", choices=FORMATS, default="otlp-json",
+                        help="otlp-json: Collector file-exporter lines; jaeger: Jaeger UI JSON")
+    parser.add_argument("--run-label", metavar="LABEL",
+                        help="run label: recorded as tailscope.run.label, and used with --db "
+                             "(default: the file's name)")
+    parser.add_argument("--db", metavar="FILE", help="also load the file into this store")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    from reference_pipeline.simulate.api import simulate_to_file
+
+    try:
+        summary = simulate_to_file(
+            args.out, args.scenario, args.requests, args.seed, naming=args.naming, fmt=args.format,
+            run_label=args.run_label, hardware=args.hardware, rps=args.rps, workers=args.workers,
+            max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+        )
+    except ValueError as error:
+        print(f"tailscope pipeline simulate: {error}", file=sys.stderr)
+        return 2
+    if args.db:
+        from ingest.loader import default_run_label, load_paths
+
+        label = args.run_label or default_run_label([args.out])
+        loaded = load_paths([args.out], args.db, label)
+        summary["loaded"] = {"db": str(args.db), "run": label, "traces": loaded.traces,
+                             "errors": [f.error for f in loaded.failed]}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{summary['scenario']}: {summary['requests']} requests, {summary['spans']} spans in "
+              f"{summary['seconds']} s ({summary['spans_per_second']} spans/s), client p50 "
+              f"{summary['p50_ms']} ms, p99 {summary['p99_ms']} ms → {summary['out']}")
+        if "loaded" in summary:
+            info = summary["loaded"]
+            print(f"  loaded into {info['db']} as run {info['run']!r}: {info['traces']} traces"
+                  + (f" (errors: {info['errors']})" if info["errors"] else ""))
+    return 1 if summary.get("loaded", {}).get("errors") else 0
