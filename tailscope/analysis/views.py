@@ -126,7 +126,7 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
         for run, n, errors, first, last, t0, t1, e2e, services in rows:
             span_s = (t1 - t0) / 1e9 if t1 is not None and t0 is not None else 0.0
             p50, p95, p99, p999 = (float(v) / 1e6 for v in e2e)
-            tail = _waterfall(conn, replace(flt, run=run), "p99")
+            tail = _waterfall(conn, replace(flt, run=run), "p99", percentiles=False)
             top = max(
                 (b for b in tail.stages if b.tail_excess_share is not None),
                 key=lambda b: b.tail_excess_share,
@@ -155,7 +155,9 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
     return Overview(runs=summaries)
 
 
-def _waterfall(conn: duckdb.DuckDBPyConnection, flt: Filter, band: Band) -> Waterfall:
+def _waterfall(
+    conn: duckdb.DuckDBPyConnection, flt: Filter, band: Band, percentiles: bool = True
+) -> Waterfall:
     if band not in BAND_QUANTILES:
         raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
     flt, reason = _one_run(conn, flt)
@@ -180,7 +182,11 @@ def _waterfall(conn: duckdb.DuckDBPyConnection, flt: Filter, band: Band) -> Wate
         empty.reason = _no_requests_reason(conn, flt)
         return empty
     k = len(ALL_STAGES)
-    band_avgs, median_avgs, pcts = row[7 : 7 + k], row[7 + k : 7 + 2 * k], row[7 + 2 * k : 7 + 3 * k]
+    band_avgs, median_avgs = row[7 : 7 + k], row[7 + k : 7 + 2 * k]
+    pcts: Any = [[float("nan")] * 4] * k
+    if percentiles:
+        text, params = filtered("stage_percentiles", flt)
+        pcts = conn.execute(text, params).fetchone()
     excess = (band_mean - median_mean) if band_n and band != "p50" else None
     stages = []
     for stage, b, m, p in zip(ALL_STAGES, band_avgs, median_avgs, pcts, strict=True):
