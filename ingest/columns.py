@@ -114,6 +114,11 @@ class SpanColumns:
         for name, _, _ in COLUMNS:
             getattr(self, name).extend(getattr(other, name))
 
+    def unique_resources(self) -> list[dict[str, str]]:
+        """The distinct resource attribute dicts of the batch (by identity: decoders share one dict
+        per resource)."""
+        return list({id(attrs): attrs for attrs in self.resource_attributes}.values())
+
     def rows(self) -> list[dict[str, Any]]:
         """The batch as one dict per span (tests and debugging; not the fast path)."""
         names = [name for name, _, _ in COLUMNS]

@@ -8,6 +8,7 @@ error in strict mode, a crash, kill -9) leaves the store as it was before that f
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -19,10 +20,11 @@ from typing import Any, BinaryIO
 
 import duckdb
 
-from ingest import detect
+from ingest import detect, otlp_fast
 from ingest.columns import SpanColumns
 from ingest.compression import open_decompressed
 from ingest.errors import DecodeError
+from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool
 from tailscope import sql
 from tailscope.analysis.derive import refresh_run
 from tailscope.store.db import connect_writer
@@ -166,8 +168,7 @@ def reason_of(error: DecodeError) -> str:
 
 def setup_attributes(batch: SpanColumns, into: dict[str, set[str]]) -> None:
     """Collect the setup-describing resource attributes of a batch (each resource looked at once)."""
-    seen = {id(attrs): attrs for attrs in batch.resource_attributes}
-    for attrs in seen.values():
+    for attrs in batch.unique_resources():
         for key, value in attrs.items():
             if (
                 key in SETUP_KEYS
@@ -247,15 +248,25 @@ class _Counting:
 
 
 def decode_file(
-    raw: BinaryIO, source: str, result: FileResult, on_bad: Callable[[DecodeError], None] | None
-) -> Iterator[SpanColumns]:
-    """Decode one open file: decompress, detect, decode (batches). Sets result.format/compression."""
+    raw: BinaryIO,
+    source: str,
+    result: FileResult,
+    on_bad: Callable[[DecodeError], None] | None,
+    pool: DecodePool | None = None,
+) -> Iterator[SpanColumns | otlp_fast.ArrowSpans]:
+    """Decode one open file: decompress, detect, decode (batches). Sets result.format/compression.
+
+    OTLP JSON lines go to the fast decoder (on `pool`'s workers when given), everything else to
+    its format's reference decoder."""
     size = os.fstat(raw.fileno()).st_size
     stream, result.compression = open_decompressed(raw, source, size)
-    head = stream.peek(detect.HEAD_BYTES)[: detect.HEAD_BYTES]  # type: ignore[attr-defined]
-    result.format = detect.detect(head, source)
+    head = stream.peek(otlp_fast.BLOCK_BYTES)  # type: ignore[attr-defined]
+    result.format = detect.detect(head[: detect.HEAD_BYTES], source)
     if result.format is None:
         return iter(())
+    if result.format == "otlp_json" and otlp_fast.is_json_lines(head):
+        decode = pool.decode if pool is not None else otlp_fast.decode
+        return decode(stream, source, on_bad)
     return detect.decoder_for(result.format, source)(stream, source, on_bad)
 
 
@@ -265,6 +276,7 @@ def load_file(
     run_label: str,
     skip_bad: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    pool: DecodePool | None = None,
 ) -> FileResult:
     """Load one file in one transaction. A DecodeError (strict mode) leaves the store unchanged."""
     started = time.perf_counter()
@@ -278,7 +290,7 @@ def load_file(
     try:
         with open(path, "rb", buffering=1 << 20) as raw, connect_writer(db_path) as conn:
             counting = _Counting(raw)
-            batches = decode_file(raw, source, result, on_bad if skip_bad else None)
+            batches = decode_file(raw, source, result, on_bad if skip_bad else None, pool)
 
             def reported(batches: Iterable[SpanColumns]) -> Iterator[SpanColumns]:
                 decoded = 0
@@ -326,19 +338,20 @@ def load_paths(
     sizes = [_size(p) for p in files]
     total = sum(sizes)
     done_bytes = done_spans = 0
-    for path, size in zip(files, sizes, strict=True):
-        base_bytes, base_spans = done_bytes, done_spans
+    parallel = (os.cpu_count() or 1) > 1 and any(size >= PARALLEL_MIN_BYTES for size in sizes)
+    with DecodePool() if parallel else contextlib.nullcontext() as pool:
+        for path, size in zip(files, sizes, strict=True):
+            def file_progress(position: int, spans: int, base: tuple[int, int] = (done_bytes, done_spans)) -> None:  # noqa: E501
+                if progress is not None:
+                    progress(base[0] + position, total, base[1] + spans)
 
-        def file_progress(position: int, spans: int, base_bytes: int = base_bytes, base_spans: int = base_spans) -> None:  # noqa: E501
+            use_pool = pool if size >= PARALLEL_MIN_BYTES else None
+            result = load_file(path, db_path, label, skip_bad, file_progress, use_pool)
+            summary.files.append(result)
+            done_bytes += size
+            done_spans += result.spans
             if progress is not None:
-                progress(base_bytes + position, total, base_spans + spans)
-
-        result = load_file(path, db_path, label, skip_bad, file_progress)
-        summary.files.append(result)
-        done_bytes += size
-        done_spans += result.spans
-        if progress is not None:
-            progress(done_bytes, total, done_spans)
+                progress(done_bytes, total, done_spans)
     committed = [f.run_traces for f in summary.files if f.run_traces is not None]
     summary.traces = committed[-1] if committed else 0
     summary.seconds = time.perf_counter() - started
