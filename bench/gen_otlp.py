@@ -83,7 +83,10 @@ def _trace(rng: random.Random, t0: int) -> list[dict]:
         elif kind == 3:
             attributes += [_kv("server.address", "features.internal"), _kv("rpc.system", "grpc")]
         if stage in ("queue", "model_forward"):
-            attributes += [_kv("batch.size", rng.randint(1, 32)), _kv("batch.queue_depth", rng.randint(0, 64))]
+            attributes += [
+                _kv("batch.size", rng.randint(1, 32)),
+                _kv("batch.queue_depth", rng.randint(0, 64)),
+            ]
         if stage == "model_forward":
             attributes += [_kv("device", "cuda:0"), _kv("gpu.utilization", round(rng.random(), 3))]
         span = {
@@ -99,10 +102,16 @@ def _trace(rng: random.Random, t0: int) -> list[dict]:
         }
         if rng.random() < 0.1:
             span["events"] = [
-                {"timeUnixNano": str(start + 1000), "name": "python.gc", "attributes": [_kv("gc.generation", 2)]}
+                {
+                    "timeUnixNano": str(start + 1000),
+                    "name": "python.gc",
+                    "attributes": [_kv("gc.generation", 2)],
+                }
             ]
         if stage == "model_forward" and rng.random() < 0.2:
-            span["links"] = [{"traceId": trace_id, "spanId": root_id, "attributes": [_kv("batch.first", True)]}]
+            span["links"] = [
+                {"traceId": trace_id, "spanId": root_id, "attributes": [_kv("batch.first", True)]}
+            ]
         spans.append(span)
     return spans
 
@@ -134,7 +143,9 @@ def requests(total_spans: int, per_request: int, seed: int = 7):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--per-request", type=int, default=300)
     parser.add_argument("--proto", action="store_true", help="length-prefixed protobuf instead of JSON lines")
