@@ -28,6 +28,7 @@ from ingest.columns import SpanColumns
 from ingest.errors import DecodeError
 from ingest.span_json import (
     BATCH_SPANS,
+    INT64_MAX,
     RECORD_ERRORS,
     UNKNOWN_SERVICE,
     BadRecord,
@@ -163,6 +164,8 @@ def _append_span(
         duration_ns = micros(span.get("duration"), "duration")
     except ValueError as error:
         raise BadRecord(str(error)) from None
+    if start_ns + duration_ns > INT64_MAX:
+        raise BadRecord("startTime + duration is out of range (after year 2262)")
     name = span.get("operationName")
     if name is None:
         name = ""

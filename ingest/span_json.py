@@ -29,8 +29,10 @@ MAX_DOCUMENT_BYTES = 512 * 1024**2
 READ_CHUNK = 8 * 1024 * 1024
 BOM = b"\xef\xbb\xbf"
 
-# The largest µs value whose ns fits in a signed 64-bit int (DuckDB TIMESTAMP_NS / BIGINT).
-MAX_MICROS = (2**63 - 1) // 1000
+# The largest µs value whose ns fits in a signed 64-bit int (DuckDB TIMESTAMP_NS / BIGINT); a span's
+# end (start + duration) must fit too, since queries compute it.
+INT64_MAX = 2**63 - 1
+MAX_MICROS = INT64_MAX // 1000
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 

@@ -40,6 +40,7 @@ from ingest.columns import SpanColumns
 from ingest.errors import DecodeError
 from ingest.span_json import (
     BATCH_SPANS,
+    INT64_MAX,
     RECORD_ERRORS,
     UNKNOWN_SERVICE,
     BadRecord,
@@ -158,7 +159,7 @@ def _normalise(raw: Any) -> dict[str, Any]:
             duration_ns = max(0, end_ns - start_ns)
     except ValueError as error:
         raise BadRecord(str(error)) from None
-    if start_ns + duration_ns > 2**63 - 1:
+    if start_ns + duration_ns > INT64_MAX:
         raise BadRecord("timestamp + duration is out of range (after year 2262)")
     name = _string(raw.get("name"), "name")
 
