@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,7 +13,12 @@ import time
 from pathlib import Path
 
 import httpx
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 _LISTENING = re.compile(r"listening on (http://\S+/v1/traces)")
 
 
@@ -42,6 +48,7 @@ class Collector:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            cwd=REPO_ROOT,
             env={**os.environ, **(env or {})},
         )
         self.lines: list[str] = []
@@ -94,3 +101,111 @@ class Collector:
 
     def output(self) -> str:
         return "\n".join(self.lines)
+
+
+# -- requests by hand ---------------------------------------------------------------------------------
+
+
+def json_request(
+    service: str, spans: list[tuple[str, str, str, int, int]], attrs: dict | None = None
+) -> bytes:
+    """An OTLP/JSON body; spans as (trace_id, span_id, name, start_ns, end_ns)."""
+    attributes = [{"key": k, "value": {"stringValue": v}} for k, v in (attrs or {}).items()]
+    return json.dumps(
+        {
+            "resourceSpans": [
+                {
+                    "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+                    "scopeSpans": [
+                        {
+                            "scope": {"name": "by-hand"},
+                            "spans": [
+                                {
+                                    "traceId": t,
+                                    "spanId": s,
+                                    "name": n,
+                                    "startTimeUnixNano": str(a),
+                                    "endTimeUnixNano": str(b),
+                                    "attributes": attributes,
+                                }
+                                for t, s, n, a, b in spans
+                            ],
+                        }
+                    ],
+                }
+            ]
+        }
+    ).encode()
+
+
+def proto_request(service: str, spans: list[tuple[str, str, str, int, int]]) -> bytes:
+    request = trace_service_pb2.ExportTraceServiceRequest()
+    rs = request.resource_spans.add()
+    rs.resource.CopyFrom(
+        resource_pb2.Resource(
+            attributes=[
+                common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value=service))
+            ]
+        )
+    )
+    ss = rs.scope_spans.add()
+    for t, s, n, a, b in spans:
+        ss.spans.append(
+            trace_pb2.Span(
+                trace_id=bytes.fromhex(t),
+                span_id=bytes.fromhex(s),
+                name=n,
+                start_time_unix_nano=a,
+                end_time_unix_nano=b,
+            )
+        )
+    return request.SerializeToString()
+
+
+def spans_of(
+    trace: int, count: int, start: int = 1_700_000_000_000_000_000
+) -> list[tuple[str, str, str, int, int]]:
+    return [
+        (f"{trace:032x}", f"{trace:08x}{i + 1:08x}", f"op{i}", start + i, start + i + 1000)
+        for i in range(count)
+    ]
+
+
+# -- a reader process, as the dashboard would be ------------------------------------------------------
+
+CONSISTENCY_QUERY = """
+SELECT (SELECT count(*) FROM otel_traces) AS spans,
+       (SELECT coalesce(sum(SpanRows), 0) FROM derive_state) AS derived_spans,
+       (SELECT count(*) FROM (SELECT RunLabel FROM otel_traces GROUP BY RunLabel HAVING count(*) % ? <> 0))
+           AS partial_runs,
+       (SELECT count(*) FROM runs) AS runs
+"""
+
+
+def read_loop(db_path: str, seconds: float, unit: int, out_path: str) -> None:
+    """Query the store every 10 ms for `seconds`; write each query's latency and counts as JSON."""
+    from tailscope.store.db import Store
+
+    store = Store(db_path)
+    samples: list[list[float]] = []
+    errors: list[str] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        try:
+            row = store.query(CONSISTENCY_QUERY, [unit]).first()
+            assert row is not None
+            samples.append([time.perf_counter() - started, *row])
+        except Exception as error:  # recorded, and the test fails on any
+            errors.append(repr(error))
+        time.sleep(0.01)
+    Path(out_path).write_text(json.dumps({"samples": samples, "errors": errors}))
+
+
+def start_reader(db_path: Path, seconds: float, unit: int, out_path: Path) -> subprocess.Popen:
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from receiver_support import read_loop; "
+        "read_loop(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), sys.argv[5])"
+    )
+    args = [str(Path(__file__).parent), str(db_path), str(seconds), str(unit), str(out_path)]
+    return subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO_ROOT)

@@ -7,88 +7,20 @@ import json
 import threading
 import time
 import zlib
+from contextlib import ExitStack
 from pathlib import Path
 
-import duckdb
 import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from opentelemetry.proto.common.v1 import common_pb2
-from opentelemetry.proto.resource.v1 import resource_pb2
-from opentelemetry.proto.trace.v1 import trace_pb2
+from receiver_support import Collector, json_request, proto_request, spans_of
 
 from ingest.receiver import protocol
 from ingest.receiver.limits import BadEncoding, TooLarge, decompress
-from tailscope.store.db import connect_reader, connect_writer
-from tests.receiver_support import Collector
+from tailscope.store.db import connect_reader
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
-
-
-def json_request(
-    service: str, spans: list[tuple[str, str, str, int, int]], attrs: dict | None = None
-) -> bytes:
-    """An OTLP/JSON body; spans as (trace_id, span_id, name, start_ns, end_ns)."""
-    attributes = [{"key": k, "value": {"stringValue": v}} for k, v in (attrs or {}).items()]
-    return json.dumps(
-        {
-            "resourceSpans": [
-                {
-                    "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
-                    "scopeSpans": [
-                        {
-                            "scope": {"name": "by-hand"},
-                            "spans": [
-                                {
-                                    "traceId": t,
-                                    "spanId": s,
-                                    "name": n,
-                                    "startTimeUnixNano": str(a),
-                                    "endTimeUnixNano": str(b),
-                                    "attributes": attributes,
-                                }
-                                for t, s, n, a, b in spans
-                            ],
-                        }
-                    ],
-                }
-            ]
-        }
-    ).encode()
-
-
-def proto_request(service: str, spans: list[tuple[str, str, str, int, int]]) -> bytes:
-    request = trace_service_pb2.ExportTraceServiceRequest()
-    rs = request.resource_spans.add()
-    rs.resource.CopyFrom(
-        resource_pb2.Resource(
-            attributes=[
-                common_pb2.KeyValue(key="service.name", value=common_pb2.AnyValue(string_value=service))
-            ]
-        )
-    )
-    ss = rs.scope_spans.add()
-    for t, s, n, a, b in spans:
-        ss.spans.append(
-            trace_pb2.Span(
-                trace_id=bytes.fromhex(t),
-                span_id=bytes.fromhex(s),
-                name=n,
-                start_time_unix_nano=a,
-                end_time_unix_nano=b,
-            )
-        )
-    return request.SerializeToString()
-
-
-def spans_of(
-    trace: int, count: int, start: int = 1_700_000_000_000_000_000
-) -> list[tuple[str, str, str, int, int]]:
-    return [
-        (f"{trace:032x}", f"{trace:08x}{i + 1:08x}", f"op{i}", start + i, start + i + 1000)
-        for i in range(count)
-    ]
 
 
 def stored(db_path: Path, run: str) -> int:
@@ -269,11 +201,11 @@ def test_unsupported_media_type_encoding_and_method(collector: Collector) -> Non
 # -- backpressure, acknowledgement, shutdown -----------------------------------------------------------
 
 
-def _hold_store(db_path: Path) -> duckdb.DuckDBPyConnection:
+def _hold_store(db_path: Path) -> ExitStack:
     """Open the store read-only and keep it open: the collector's writer cannot get in meanwhile."""
-    with connect_writer(db_path):
-        pass
-    return duckdb.connect(str(db_path), read_only=True)
+    stack = ExitStack()
+    stack.enter_context(connect_reader(db_path))
+    return stack
 
 
 def test_full_queue_answers_429_with_retry_after_and_retries_succeed(tmp_path: Path) -> None:

@@ -45,17 +45,25 @@ def _is_lock_conflict(error: duckdb.Error) -> bool:
     return "Could not set lock" in text or "Conflicting lock" in text
 
 
-# Writer preference. DuckDB's file lock is taken with a non-blocking fcntl call, so a waiting writer
-# only gets in when it happens to poll in a gap between readers; a dashboard whose readers overlap
-# could starve it. A writer that finds the file busy therefore leaves a marker file beside the store
-# ("<db>.writer-waiting.<pid>-<thread>") until it has the lock, and readers about to open the file
-# hold back (at most READER_DEFER_SECONDS) while a live writer's marker is there.
+# Taking turns. DuckDB's file lock is taken with a non-blocking fcntl call, so whoever waits only
+# gets in by polling into a gap: overlapping dashboard readers could starve a writer, and a writer
+# going from one file (or flush) straight to the next could starve the readers. So whoever finds the
+# file busy leaves a marker beside the store ("<db>.waiting-writer.<pid>-<thread>", or
+# "waiting-reader") until it is in, and:
+#   - a reader about to open holds back while a live writer is marked waiting (at most
+#     READER_DEFER_SECONDS): a waiting writer goes next;
+#   - a writer about to open holds back while a reader is marked waiting (at most
+#     WRITER_COURTESY_SECONDS), once, before its first try: the readers a writer kept out get in
+#     between two of its transactions. Once that writer has itself failed to get in and is marked,
+#     it no longer holds back, so the two rules cannot wait on each other.
+# Markers of processes that are gone are removed by whoever finds them.
 READER_DEFER_SECONDS = 5.0
-_WAITING_INFIX = ".writer-waiting."
+WRITER_COURTESY_SECONDS = 1.0
+_MARKER = ".waiting-"
 
 
-def _marker_path(path: Path) -> Path:
-    return path.with_name(f"{path.name}{_WAITING_INFIX}{os.getpid()}-{threading.get_ident()}")
+def _marker_path(path: Path, role: str) -> Path:
+    return path.with_name(f"{path.name}{_MARKER}{role}.{os.getpid()}-{threading.get_ident()}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -63,14 +71,14 @@ def _pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OSError):
+    except OSError:
         return True
     return True
 
 
-def writers_waiting(path: Path) -> bool:
-    """True while a live writer is waiting for this store's lock (stale markers are removed)."""
-    prefix = path.name + _WAITING_INFIX
+def waiting(path: Path, role: str) -> bool:
+    """True while a live `role` ('writer' or 'reader') is waiting for this store's lock."""
+    prefix = f"{path.name}{_MARKER}{role}."
     try:
         names = [name for name in os.listdir(path.parent) if name.startswith(prefix)]
     except FileNotFoundError:
@@ -87,27 +95,25 @@ def writers_waiting(path: Path) -> bool:
     return False
 
 
-def _defer_to_writers(path: Path) -> None:
-    deadline = time.monotonic() + READER_DEFER_SECONDS
-    while time.monotonic() < deadline and writers_waiting(path):
+def _hold_back(path: Path, role: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while waiting(path, role) and time.monotonic() < deadline:
         time.sleep(0.005)
 
 
-def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    if read_only:
-        _defer_to_writers(path)
-    return duckdb.connect(str(path), read_only=read_only)
-
-
 def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyConnection:
-    """Connect, retrying while another process holds the lock; a waiting writer marks itself."""
+    """Connect, retrying while another process holds the lock, taking turns as described above."""
     deadline = time.monotonic() + wait_seconds
     delay = 0.005
     marker: Path | None = None
+    if not read_only:
+        _hold_back(path, "reader", WRITER_COURTESY_SECONDS)
     try:
         while True:
+            if read_only:
+                _hold_back(path, "writer", READER_DEFER_SECONDS)
             try:
-                return _connect(path, read_only)
+                return duckdb.connect(str(path), read_only=read_only)
             except duckdb.IOException as error:
                 if not _is_lock_conflict(error):
                     raise
@@ -115,13 +121,12 @@ def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyCo
                     raise StoreBusyError(
                         f"{path}: still locked by another tailscope process after {wait_seconds:.0f} s"
                     ) from error
-            if not read_only and marker is None:
-                marker = _marker_path(path)
+            if marker is None:
+                marker = _marker_path(path, "reader" if read_only else "writer")
                 with suppress(OSError):
                     marker.touch()
             time.sleep(delay)
-            # A marked writer polls fast (readers are holding back for it); readers back off to 50 ms.
-            delay = min(delay * 1.5, 0.02 if not read_only else 0.05)
+            delay = min(delay * 1.5, 0.02)
     finally:
         if marker is not None:
             with suppress(OSError):

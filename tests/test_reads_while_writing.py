@@ -1,0 +1,159 @@
+"""The dashboard keeps reading while `ingest` or `collect` writes the same store, across processes.
+
+A writer process loads files back to back (or a collector receives requests) while a reader process
+queries every 10 ms, as the dashboard would. A read waits at most for the transaction in progress
+(one file, one flush): writers let a waiting reader in between two transactions. The reader must
+never see a lock error, never part of a file or request (span counts always whole multiples, derived
+rows always matching the spans), and counts never go backwards. The worst wait is printed
+(pytest -s) and recorded in ARCHITECTURE.md, "Reads while writing".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+from receiver_support import REPO_ROOT, Collector, proto_request, start_reader
+
+READ_SECONDS = 4.0
+# Generous: the machine running the suite may be busy. Typical worst waits are far lower (see ARCHITECTURE).
+MAX_READ_WAIT_SECONDS = 5.0
+
+
+def otlp_json_file(path: Path, traces: int, spans_per_trace: int) -> int:
+    """An OTLP/JSON file of `traces` traces, each a server root with client children."""
+    spans = []
+    for t in range(traces):
+        trace_id = f"{t + 1:032x}"
+        start = 1_700_000_000_000_000_000 + t * 1_000_000
+        for s in range(spans_per_trace):
+            spans.append(
+                {
+                    "traceId": trace_id,
+                    "spanId": f"{t + 1:08x}{s + 1:08x}",
+                    "parentSpanId": "" if s == 0 else f"{t + 1:08x}{1:08x}",
+                    "name": "POST /predict" if s == 0 else f"step {s}",
+                    "kind": 2 if s == 0 else 3,
+                    "startTimeUnixNano": str(start + s * 1000),
+                    "endTimeUnixNano": str(start + 900_000 - s * 1000),
+                    "attributes": [{"key": "http.route", "value": {"stringValue": "/predict"}}],
+                }
+            )
+    body = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]},
+                "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}],
+            }
+        ]
+    }
+    path.write_text(json.dumps(body))
+    return len(spans)
+
+
+WRITER = """
+import json, sys, time
+from ingest.loader import load_file
+path, db, seconds, out = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+times, end, n = [], time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    started = time.perf_counter()
+    result = load_file(__import__("pathlib").Path(path), db, f"file-{n}")
+    assert result.error is None, result.error
+    times.append(time.perf_counter() - started)
+    n += 1
+open(out, "w").write(json.dumps(times))
+"""
+
+
+def check_reads(out_path: Path, unit: int) -> dict[str, float]:
+    report = json.loads(out_path.read_text())
+    assert report["errors"] == []
+    samples = report["samples"]
+    assert len(samples) >= 5
+    previous = 0
+    for _wait, spans, derived_spans, partial_runs, _runs in samples:
+        assert spans % unit == 0, f"saw {spans} spans: part of a {unit}-span file or request"
+        assert partial_runs == 0
+        assert derived_spans == spans, "spans visible without their derived rows"
+        assert spans >= previous
+        previous = spans
+    waits = sorted(s[0] for s in samples)
+    assert len({s[1] for s in samples}) >= 2, "the reader never got in between two writes"
+    return {"reads": len(waits), "max_wait": waits[-1], "p50_wait": waits[len(waits) // 2], "spans": previous}
+
+
+def test_reader_sees_whole_files_while_ingest_writes(tmp_path: Path) -> None:
+    file_path = tmp_path / "traces.json"
+    unit = otlp_json_file(file_path, traces=300, spans_per_trace=8)  # 2,400 spans a file
+    db_path = tmp_path / "store.duckdb"
+    writer_out, reader_out = tmp_path / "writer.json", tmp_path / "reader.json"
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            WRITER,
+            str(file_path),
+            str(db_path),
+            str(READ_SECONDS + 0.5),
+            str(writer_out),
+        ],
+        cwd=REPO_ROOT,
+    )
+    time.sleep(0.3)
+    reader = start_reader(db_path, READ_SECONDS, unit, reader_out)
+    assert reader.wait(60) == 0
+    assert writer.wait(60) == 0
+    stats = check_reads(reader_out, unit)
+    file_times = json.loads(writer_out.read_text())
+    print(f"\ningest: {len(file_times)} files, longest {max(file_times):.3f} s; reads: {stats}")
+    assert len(file_times) >= 2
+    assert stats["max_wait"] < MAX_READ_WAIT_SECONDS + max(file_times)
+
+
+def test_reader_sees_whole_requests_while_collect_writes(tmp_path: Path) -> None:
+    unit = 40  # every request: 10 traces of 4 spans
+    collector = Collector(tmp_path / "store.duckdb", "live", "--flush-interval-ms", "50")
+    reader_out = tmp_path / "reader.json"
+    sent = [0]
+    stop = threading.Event()
+
+    def send(offset: int) -> None:
+        with httpx.Client(timeout=30) as client:
+            n = 0
+            while not stop.is_set():
+                spans = []
+                for t in range(10):
+                    trace = 1_000_000 * offset + 10 * n + t + 1
+                    spans += [
+                        (f"{trace:032x}", f"{trace:08x}{s + 1:08x}", f"op{s}", 1000 + s, 9000)
+                        for s in range(4)
+                    ]
+                response = client.post(
+                    collector.url,
+                    content=proto_request("svc", spans),
+                    headers={"content-type": "application/x-protobuf"},
+                )
+                assert response.status_code == 200, response.text
+                sent[0] += unit
+                n += 1
+
+    try:
+        senders = [threading.Thread(target=send, args=(i + 1,)) for i in range(3)]
+        for thread in senders:
+            thread.start()
+        reader = start_reader(collector.db_path, READ_SECONDS, unit, reader_out)
+        assert reader.wait(60) == 0
+        stop.set()
+        for thread in senders:
+            thread.join(30)
+    finally:
+        assert collector.stop() == 0, collector.output()
+    stats = check_reads(reader_out, unit)
+    print(f"\ncollect: {sent[0]} spans sent; reads: {stats}")
+    assert stats["max_wait"] < MAX_READ_WAIT_SECONDS
