@@ -96,8 +96,8 @@ class SimConfig:
     warm_start: bool = True
     restarts: bool = False
     restart_downtime_s: float = 1.0
-    cold_forward_ms: float = 500.0  # extra on the first forward, decaying with the batch index
-    cold_forward_decay: float = 1.5
+    cold_forward_ms: float = 300.0  # extra on the first forward, decaying with the batch index
+    cold_forward_decay: float = 1.0
     cold_tokenize_ms: float = 60.0  # extra on the first tokenize, decaying with the request index
     cold_tokenize_decay: float = 6.0
 
