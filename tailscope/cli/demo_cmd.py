@@ -43,12 +43,14 @@ def demo_runs() -> list[DemoRun]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", metavar="FILE", default=DEFAULT_DB, help=f"demo store (default ./{DEFAULT_DB})")
+    parser.add_argument("--db", metavar="FILE", default=DEFAULT_DB,
+                        help=f"demo store (default ./{DEFAULT_DB})")
     parser.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS,
                         help=f"simulated requests per run (default {DEFAULT_REQUESTS})")
-    parser.add_argument("--no-serve", action="store_true", help="load the demo data, do not open the dashboard")
+    parser.add_argument("--no-serve", action="store_true",
+                        help="load the demo data, do not open the dashboard")
     parser.add_argument("--fresh", action="store_true", help="delete the demo store first and regenerate")
 
 
