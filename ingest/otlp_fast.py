@@ -457,14 +457,16 @@ def read_blocks(stream: BinaryIO, source: str, block_bytes: int = BLOCK_BYTES) -
         line_no += lines
 
 
-def numbered_lines(first_line: int, block: bytes) -> list[tuple[int, bytes]]:
-    """The non-blank lines of a block with their line numbers (checked against otlp_json.MAX_LINE_BYTES by
-    `read_blocks`)."""
-    return [
-        (number, line)
-        for number, line in enumerate(block.split(b"\n"), first_line)
-        if line and not line.isspace()
-    ]
+def numbered_lines(first_line: int, block: bytes, source: str) -> list[tuple[int, bytes]]:
+    """The non-blank lines of a block with their line numbers; a line longer than MAX_LINE_BYTES
+    raises DecodeError."""
+    limit = otlp_json.MAX_LINE_BYTES
+    lines = list(enumerate(block.split(b"\n"), first_line))
+    if len(block) > limit:
+        for number, line in lines:
+            if len(line) > limit:
+                raise DecodeError(source, f"line {number}", f"line longer than {limit >> 20} MiB")
+    return [(number, line) for number, line in lines if line and not line.isspace()]
 
 
 def is_json_lines(head: bytes) -> bool:
@@ -486,4 +488,4 @@ def decode(
 ) -> Iterator[ArrowSpans | SpanColumns]:
     """OTLP JSON lines → Arrow batches (fast path) and SpanColumns (lines it passed on)."""
     for first_line, block in read_blocks(stream, source):
-        yield from decode_lines(numbered_lines(first_line, block), source, on_bad)
+        yield from decode_lines(numbered_lines(first_line, block, source), source, on_bad)

@@ -207,10 +207,12 @@ def decode(stream: BinaryIO, source: str, on_bad: OnBad = None, batch_spans: int
         first = stream.readline(MAX_LINE_BYTES + 1)
     if not first:
         return
+    if len(first) > MAX_LINE_BYTES:
+        raise DecodeError(source, "line 1", f"line longer than {MAX_LINE_BYTES >> 20} MiB")
     out = SpanColumns()
     first_error = None
     try:
-        record = orjson.loads(first) if len(first) <= MAX_LINE_BYTES else None
+        record = orjson.loads(first)
     except orjson.JSONDecodeError as error:
         record = None
         if first.rstrip().endswith((b"}", b"]")):  # a complete but malformed first JSON line

@@ -43,7 +43,7 @@ def decode_block(
     try:
         batches = list(
             otlp_fast.decode_lines(
-                otlp_fast.numbered_lines(first_line, block), source, on_bad if skip_bad else None
+                otlp_fast.numbered_lines(first_line, block, source), source, on_bad if skip_bad else None
             )
         )
     except DecodeError as error:
