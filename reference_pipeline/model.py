@@ -243,7 +243,8 @@ class ModelRunner:
 
     `run(ids_list, features_list) -> list[(p0_logit, p1_logit)]` pads to the longest sequence (or
     to buckets under CUDA graphs), moves tensors to the device, runs the forward pass under
-    inference_mode and synchronises (so a forward span covers the real compute).
+    inference_mode and synchronises (so a forward span covers the real compute). It takes ownership
+    of `model`: casting to the device and dtype happens in place.
     """
 
     def __init__(

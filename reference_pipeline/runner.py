@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from reference_pipeline import span_model as sm
@@ -51,7 +51,7 @@ class RunOptions:
     n_entities: int = 5000
     seed: int = 1
     ready_timeout_s: float = 600.0
-    extra: dict = field(default_factory=dict)
+    tracing: bool = True
 
 
 class ChildFailed(RuntimeError):
@@ -130,6 +130,7 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         redis_url=opts.redis_url,
         torch_threads=_torch_threads(opts.torch_threads),
         n_entities=opts.n_entities,
+        tracing=opts.tracing,
     )
     load = LoadShape(rps=opts.rps, duration_s=opts.duration_s)
     downstream = configure(opts.scenario, service, load)

@@ -59,7 +59,7 @@ class ServiceConfig:
     gc_nodes_per_request: int = 0
     heavy_monitor: bool = False
     max_body_bytes: int = 64 * 1024
-    extra: dict = field(default_factory=dict)
+    tracing: bool = True  # False: a no-op tracer (the tracing-overhead benchmark's baseline)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -254,13 +254,14 @@ def main(argv: list[str] | None = None) -> int:
         try:
             # the resource names the weights, known once the model is built: build, then trace
             pipeline = Pipeline(cfg, trace.NoOpTracer(), gc_log, Path(tmp))
-            provider = make_provider(
-                sm.SERVICE_NAME,
-                cfg.resource_attributes(pipeline.weights, gpu, torch.__version__),
-                args.trace_out,
-                args.otlp_endpoint,
-            )
-            pipeline.tracer = pipeline.post.tracer = provider.get_tracer("tailscope.reference_pipeline")
+            if cfg.tracing:  # off only to measure what tracing costs (bench_pipeline.py)
+                provider = make_provider(
+                    sm.SERVICE_NAME,
+                    cfg.resource_attributes(pipeline.weights, gpu, torch.__version__),
+                    args.trace_out,
+                    args.otlp_endpoint,
+                )
+                pipeline.tracer = pipeline.post.tracer = provider.get_tracer("tailscope.reference_pipeline")
             serve(build_app(pipeline), bind_free_port(port=args.port))
             pipeline.close()
         finally:

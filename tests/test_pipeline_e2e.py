@@ -284,16 +284,7 @@ def test_cold_start_makes_the_first_requests_slowest(tmp_path, steady) -> None:
             [sm.SERVICE_NAME, sm.ROOT_SPAN],
         )
     ]
-    forwards = [
-        row[0]
-        for row in query(
-            steady,
-            """
-        SELECT Duration / 1e6 FROM otel_traces WHERE RunLabel = 'cold-start' AND SpanName = ?
-        ORDER BY Timestamp""",
-            [sm.FORWARD],
-        )
-    ]
     later = sorted(roots[len(roots) // 2 :])
     assert sum(roots[:3]) / 3 > 2 * later[len(later) // 2], (roots[:3], later[len(later) // 2])
-    assert forwards[0] > 1.5 * sorted(forwards)[len(forwards) // 2], forwards[:5]
+    # the very first request waits for the cold forward pass of its own batch
+    assert roots[0] >= sorted(roots)[int(0.9 * len(roots))], roots[:5]

@@ -286,7 +286,7 @@ def test_calibration_is_monotone_and_thresholds_split_three_ways() -> None:
 
 
 def test_service_config_round_trips_through_json() -> None:
-    cfg = ServiceConfig(scenario="burst", max_batch=16, extra={"a": 1})
+    cfg = ServiceConfig(scenario="burst", max_batch=16, tracing=False)
     assert ServiceConfig.from_json(cfg.to_json()) == cfg
     attrs = cfg.resource_attributes("random-init", None, "2.x")
     assert set(attrs) == set(sm.RESOURCE_KEYS)

@@ -1,0 +1,142 @@
+"""Reference pipeline figures for bench/RESULTS.md.
+
+  python bench/bench_pipeline.py forward   [--device cpu] [--seq 64] [--threads N]
+  python bench/bench_pipeline.py batching  [--duration 10] [--rps 150]
+  python bench/bench_pipeline.py tracing   [--duration 10] [--rps 150] [--repeats 3]
+
+forward: model.forward p50/p99 (ms) per batch size (1, 8, 32) and dtype (fp32, bf16, int8) at a fixed
+  sequence length, timed around ModelRunner.run (collation, forward, copy back), after warm-up.
+batching: the whole service (steady scenario, no downstream) under open-loop load above its capacity,
+  with max batch 1 and with dynamic batching (8 requests, 5 ms): completed requests per second.
+tracing: the same saturated service with the OTel SDK exporting every span to a file, and with a
+  no-op tracer; the overhead is the relative loss of throughput. Runs alternate to spread drift.
+Each section prints a Markdown table and the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def machine() -> str:
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    return (
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"torch {torch.__version__} ({torch.get_num_threads()} intra-op threads), {device}"
+    )
+
+
+def bench_forward(args) -> None:
+    import torch
+
+    from reference_pipeline.model import N_FEATURES, ModelRunner, build_classifier
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"model.forward, sequence length {args.seq}, device {args.device} — {machine()}\n")
+    print("| dtype | batch | p50 ms | p99 ms | ms per request (p50) | iterations |")
+    print("|---|---|---|---|---|---|")
+    for dtype in args.dtypes.split(","):
+        runner = ModelRunner(build_classifier()[0], device=args.device, dtype=dtype, max_batch=32)
+        for batch in (1, 8, 32):
+            ids = [[2, *range(1000, 1000 + args.seq - 2), 3]] * batch
+            features = [[0.1] * N_FEATURES] * batch
+            for _ in range(3):
+                runner.run(ids, features)
+            budget_s, times = args.budget, []
+            started = time.perf_counter()
+            while len(times) < 200 and (len(times) < 10 or time.perf_counter() - started < budget_s):
+                t0 = time.perf_counter()
+                runner.run(ids, features)
+                times.append((time.perf_counter() - t0) * 1000)
+            times.sort()
+            p50, p99 = statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))]
+            print(
+                f"| {dtype} | {batch} | {p50:.1f} | {p99:.1f} | {p50 / batch:.2f} | {len(times)} |",
+                flush=True,
+            )
+
+
+def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
+    from reference_pipeline.runner import RunOptions, run_pipeline
+
+    with tempfile.TemporaryDirectory() as tmp:
+        return run_pipeline(
+            RunOptions(
+                scenario="steady",
+                duration_s=args.duration,
+                rps=args.rps,
+                max_batch=max_batch,
+                max_wait_ms=max_wait_ms,
+                downstream=False,
+                tracing=tracing,
+                out=Path(tmp) / "t.jsonl",
+            )
+        )
+
+
+def bench_batching(args) -> None:
+    print(
+        f"service throughput at saturation ({args.rps:g} req/s offered for {args.duration:g} s, "
+        f"steady, no downstream) — {machine()}\n"
+    )
+    print("| policy | completed req/s | client p50 ms | client p99 ms |")
+    print("|---|---|---|---|")
+    for max_batch, wait in ((1, 0.0), (8, 5.0)):
+        summary = _saturated(max_batch, wait, True, args)
+        print(
+            f"| max batch {max_batch}, wait {wait:g} ms | {summary['throughput_rps']} | "
+            f"{summary['p50_ms']} | {summary['p99_ms']} |",
+            flush=True,
+        )
+
+
+def bench_tracing(args) -> None:
+    print(
+        f"tracing overhead at saturation ({args.rps:g} req/s offered for {args.duration:g} s, batch 8/5 ms, "
+        f"steady, no downstream) — {machine()}\n"
+    )
+    results: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(args.repeats):
+        for tracing in (False, True):
+            results[tracing].append(_saturated(8, 5.0, tracing, args)["throughput_rps"])
+            print(f"  tracing={tracing}: {results[tracing][-1]} req/s", flush=True)
+    off, on = statistics.median(results[False]), statistics.median(results[True])
+    print("\n| tracer | completed req/s (median of runs) | runs |")
+    print("|---|---|---|")
+    print(f"| no-op | {off} | {results[False]} |")
+    print(f"| OTel SDK → OTLP/JSON file | {on} | {results[True]} |")
+    print(f"\noverhead: {100 * (off - on) / off:.1f} % of throughput")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("section", choices=("forward", "batching", "tracing"))
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtypes", default="fp32,bf16,int8")
+    parser.add_argument("--seq", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--budget", type=float, default=3.0, help="seconds per forward cell (min 10 runs)")
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--rps", type=float, default=150.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    {"forward": bench_forward, "batching": bench_batching, "tracing": bench_tracing}[args.section](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

