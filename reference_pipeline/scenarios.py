@@ -2,7 +2,7 @@
 signature it should leave in the traces:
 
 - steady: the healthy baseline. Feature cache pre-filled (TTLs jittered, longer than the run), model
-  warmed on every shape, cheap critical sections, a downstream with no added delay.
+  warmed on a few batch and sequence shapes, cheap critical sections, a downstream with no added delay.
 - burst: Poisson arrivals at `burst_multiplier` × rps for `burst_s` seconds mid-run, above what the
   model can serve. Signature: `batch.queue_wait` (stage queue) and batch.size grow during the burst.
 - gc-pressure: a large live heap of cyclic records plus allocation-heavy postprocessing (explanation
