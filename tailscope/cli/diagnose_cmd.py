@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     except UnknownRunError as error:
         if error.run is None and error.available:
             print(
-                f"tailscope diagnose: the store has several runs, pick one with --run: {', '.join(error.available)}",
+                "tailscope diagnose: the store has several runs, pick one with --run: "
+                f"{', '.join(error.available)}",
                 file=sys.stderr,
             )
         elif error.run is None:

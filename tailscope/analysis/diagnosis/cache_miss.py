@@ -31,7 +31,7 @@ ADVICE = (
 )
 SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
 MIN_SPANS = 100
-MAX_FIT = 20_000
+MAX_FIT = 5_000
 
 
 def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> dict | None:
@@ -138,13 +138,16 @@ def detect(ctx: Context) -> list[Finding]:
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
         explained = (
-            f", explained by {why['explained_by']} ({why['in_slow_mode']:.0%} of slow vs {why['in_fast_mode']:.0%} of fast spans)"
+            f", explained by {why['explained_by']} ({why['in_slow_mode']:.0%} of slow vs "
+            f"{why['in_fast_mode']:.0%} of fast spans)"
             if why
             else ""
         )
         summary = (
-            f"'{name}' has two duration modes: {ms(math.exp(mix.mu[0])):.2f} ms and {ms(math.exp(mix.mu[1])):.2f} ms "
-            f"({ratio:.0f}x), the slow one {rate:.1%} of spans{explained}; misses add {ms(added):.2f} ms to the mean request "
+            f"'{name}' has two duration modes: {ms(math.exp(mix.mu[0])):.2f} ms and "
+            f"{ms(math.exp(mix.mu[1])):.2f} ms "
+            f"({ratio:.0f}x), the slow one {rate:.1%} of spans{explained}; misses add {ms(added):.2f} "
+            "ms to the mean request "
             f"({relative:.1%} of the median latency) and carry {share:.0%} of the tail excess"
             + (
                 f"; misses come in bursts (dispersion {dispersion:.1f}x chance: keys expiring together)"
@@ -152,7 +155,8 @@ def detect(ctx: Context) -> list[Finding]:
                 else ""
             )
             + (
-                f"; cold cache: miss rate {early_rate:.0%} in the first tenth of the run vs {late_rate:.0%} after"
+                f"; cold cache: miss rate {early_rate:.0%} in the first tenth of the run vs "
+                f"{late_rate:.0%} after"
                 if cold
                 else ""
             )

@@ -34,40 +34,52 @@ def detect(ctx: Context) -> list[Finding]:
     if n < 100:
         return []
     per_inst = np.bincount(reqs.instance, minlength=len(f.instances))
-    k_inst = np.clip((per_inst * 0.05).astype(np.int64), 10, 200)
-    k = k_inst[reqs.instance]
     idx = reqs.index_on_instance
-    usable = per_inst[reqs.instance] >= 40
-    early = usable & (idx < k)
-    late = usable & (idx >= 3 * k)
-    if early.sum() < 10 or late.sum() < 20:
+    life = per_inst[reqs.instance]
+    usable = life >= 40
+    if usable.sum() < 50:
         return []
     lat = reqs.latency.astype(np.float64)
-    # rank each request within its own instance so instances of different speed do not mix
-    auc_num = 0.0
-    auc_den = 0.0
-    for i in np.unique(reqs.instance[early]):
-        e = lat[early & (reqs.instance == i)]
+    late = usable & (idx >= life // 2)
+    plateau = float(np.median(lat[late]))
+    # warm-up length: past the last log-spaced index bucket whose median is 1.3x the plateau or more
+    cap = int(np.median(per_inst[per_inst >= 40]) // 2)
+    edges = np.unique(np.r_[0, np.geomspace(1, max(cap, 2), 24).astype(np.int64)])
+    bucket = np.searchsorted(edges, idx, side="right") - 1
+    medians = np.full(len(edges), np.nan)
+    for j in range(len(edges) - 1):
+        m = usable & (bucket == j)
+        if m.sum() >= 3:
+            medians[j] = np.median(lat[m])
+    high = np.nonzero(medians[:-1] > 1.3 * plateau)[0]
+    warm = int(edges[high.max() + 1]) if len(high) else 0
+    warm = min(warm, int(0.3 * cap * 2))
+    k_first = max(5, min(50, warm)) if warm else 5
+    first = usable & (idx < k_first)
+    early = usable & (idx < max(warm, 1))
+    if first.sum() < 5 or late.sum() < 20:
+        return []
+    auc_num = auc_den = 0.0
+    for i in np.unique(reqs.instance[first]):
+        e = lat[first & (reqs.instance == i)]
         lt = lat[late & (reqs.instance == i)]
         if len(e) == 0 or len(lt) == 0:
             continue
         r = ranks(np.r_[e, lt])
-        u = r[: len(e)].sum() - len(e) * (len(e) - 1) / 2
-        auc_num += u
+        auc_num += r[: len(e)].sum() - len(e) * (len(e) - 1) / 2
         auc_den += len(e) * len(lt)
     auc = auc_num / auc_den if auc_den else 0.5
-    ratio = float(np.median(lat[early]) / max(np.median(lat[late]), 1.0))
+    ratio = float(np.median(lat[first]) / max(plateau, 1.0))
     split = ctx.split
     tail_early = float(early[split.tail].mean()) if split.tail.any() else 0.0
     all_early = float(early.mean())
     impact = clamp01((tail_early - all_early) / max(1e-9, 1 - all_early))
 
     # who carries the early excess
-    excess = np.zeros(len(f.names))
     sel = f.request >= 0
-    e_w = early[np.maximum(f.request, 0)] & sel
+    e_w = first[np.maximum(f.request, 0)] & sel
     l_w = late[np.maximum(f.request, 0)] & sel
-    excess = np.bincount(f.name[e_w], weights=f.excl[e_w], minlength=len(f.names)) / early.sum()
+    excess = np.bincount(f.name[e_w], weights=f.excl[e_w], minlength=len(f.names)) / first.sum()
     excess -= np.bincount(f.name[l_w], weights=f.excl[l_w], minlength=len(f.names)) / late.sum()
     # a queue that backs up behind slow first requests is a consequence: name the work that was slow
     queue = ALL_STAGES.index("queue")
@@ -92,8 +104,10 @@ def detect(ctx: Context) -> list[Finding]:
         ).sum()
     )
     summary = (
-        f"The first requests of each instance are slower: median {ms(np.median(lat[early])):.1f} ms for the first "
-        f"{int(np.median(k[early]))} vs {ms(np.median(lat[late])):.1f} ms later ({ratio:.1f}x, AUC {auc:.2f}); "
+        f"The first requests of each instance are slower: median {ms(np.median(lat[first])):.1f} ms for "
+        "the first "
+        f"{k_first} vs {ms(plateau):.1f} ms once warm ({ratio:.1f}x, AUC {auc:.2f}); the warm-up lasts about "
+        f"{warm} requests per instance; "
         f"{tail_early:.0%} of tail requests are early ones vs {all_early:.0%} of all; '{name}'"
         f"{f' ({stage})' if stage else ''} carries {top_share:.0%} of the early excess"
         + (f"; {cache_part:.0%} of it is a cold cache" if cache_part > 0.3 else "")
@@ -101,11 +115,11 @@ def detect(ctx: Context) -> list[Finding]:
         + "."
     )
     stats = {
-        "early_requests_per_instance": int(np.median(k[early])),
-        "early_median_ms": ms(np.median(lat[early])),
-        "late_median_ms": ms(np.median(lat[late])),
+        "warmup_requests_per_instance": warm,
+        "first_median_ms": ms(np.median(lat[first])),
+        "warm_median_ms": ms(plateau),
         "ratio": round(ratio, 2),
-        "auc": round(auc, 3),
+        "auc": round(float(auc), 3),
         "tail_share_early": round(tail_early, 3),
         "all_share_early": round(all_early, 3),
         "warmup_span": name,
@@ -114,21 +128,13 @@ def detect(ctx: Context) -> list[Finding]:
         "instances": int((per_inst > 0).sum()),
         "restarts": restarts,
     }
-    # warm-up curve: median latency by request index bucket (log-spaced)
-    cap = int(min(idx.max(), 40 * int(np.median(k_inst[per_inst > 0]))))
-    edges = np.unique(np.r_[0, np.geomspace(1, max(cap, 2), 30).astype(np.int64)])
-    bucket = np.searchsorted(edges, idx, side="right") - 1
-    curve_x, curve_y = [], []
-    for b in range(len(edges) - 1):
-        m = usable & (bucket == b)
-        if m.any():
-            curve_x.append(int(edges[b]))
-            curve_y.append(ms(np.median(lat[m])))
+    ok = np.isfinite(medians[:-1])
     chart = {
         "kind": "warmup_curve",
-        "request_index": curve_x,
-        "median_ms": curve_y,
-        "early_k": int(np.median(k[early])),
+        "request_index": edges[:-1][ok].tolist(),
+        "median_ms": [ms(v) for v in medians[:-1][ok]],
+        "warm_median_ms": ms(plateau),
+        "warmup_requests": warm,
     }
     advice = ADVICE.format(where=f"'{name}'" + (f" ({stage})" if stage else ""))
     return [

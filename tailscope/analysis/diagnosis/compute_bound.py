@@ -59,6 +59,18 @@ def detect(ctx: Context) -> list[Finding]:
     if fwd.sum() < 20:
         return []
     share = ctx.share_of(fwd)
+    # time the forward spent frozen in a process-wide pause is the gc_pause finding's, not compute's
+    stalled = 0.0
+    episodes = ctx.notes.get("gc_episodes")
+    if episodes is not None:
+        from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+
+        fw = np.nonzero(fwd)[0]
+        ov = np.zeros(len(f))
+        ov[fw] = stall_overlap(f.instance[fw], f.start[fw], f.end[fw], *episodes)
+        own = np.maximum(f.excl - ov, 0)
+        stalled = share - ctx.share_of(fwd, own)
+        share -= stalled
     spans = np.nonzero(fwd)[0]
     d = f.dur[spans].astype(np.float64)
     p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
@@ -75,23 +87,28 @@ def detect(ctx: Context) -> list[Finding]:
     levers = []
     if device and "cpu" in device.lower():
         levers.append(
-            "the forward pass runs on CPU: a GPU (or a CPU inference runtime such as ONNX Runtime/OpenVINO) is the biggest lever"
+            "the forward pass runs on CPU: a GPU (or a CPU inference runtime such as ONNX "
+            "Runtime/OpenVINO) is the biggest lever"
         )
     if dtype and any(t in dtype.lower() for t in ("32", "float", "full")) and "16" not in dtype:
         levers.append(
-            f"it runs in {dtype}: bf16/fp16 (autocast) on GPU or int8 dynamic quantization on CPU cuts the per-item cost"
+            f"it runs in {dtype}: bf16/fp16 (autocast) on GPU or int8 dynamic quantization on CPU cuts "
+            "the per-item cost"
         )
     if fixed_part > 0.6 and np.nanmax(sizes, initial=1) > 1:
         levers.append(
-            f"{fixed_part:.0%} of a forward is fixed per call ({ms(intercept):.1f} ms): larger batches amortise it, and CUDA graphs/torch.compile cut launch overhead"
+            f"{fixed_part:.0%} of a forward is fixed per call ({ms(intercept):.1f} ms): larger batches "
+            "amortise it, and CUDA graphs/torch.compile cut launch overhead"
         )
     elif slope > 0:
         levers.append(
-            f"each extra item costs {ms(slope):.2f} ms: quantization, a distilled/smaller model or faster hardware reduce it; cap the batch size where the p99 target needs it"
+            f"each extra item costs {ms(slope):.2f} ms: quantization, a distilled/smaller model or "
+            "faster hardware reduce it; cap the batch size where the p99 target needs it"
         )
     if p99 > 2.5 * p50:
         levers.append(
-            f"the forward itself has a tail (p99 {ms(p99):.1f} ms vs p50 {ms(p50):.1f} ms): look for variable input lengths (bucket or pad to fixed shapes) and recompilation"
+            f"the forward itself has a tail (p99 {ms(p99):.1f} ms vs p50 {ms(p50):.1f} ms): look for "
+            "variable input lengths (bucket or pad to fixed shapes) and recompilation"
         )
     advice = (
         "The model's forward pass carries the tail, so compute is the lever here. "
@@ -100,8 +117,10 @@ def detect(ctx: Context) -> list[Finding]:
     )
     confidence = logistic(share, 0.5, 0.1)
     summary = (
-        f"model_forward carries {share:.0%} of the tail excess and {body_share:.0%} of a typical request; forward "
-        f"p50 {ms(p50):.1f} ms, p99 {ms(p99):.1f} ms; vs batch size ({size_source}): {ms(intercept):.2f} ms per call + "
+        f"model_forward carries {share:.0%} of the tail excess and {body_share:.0%} of a typical "
+        "request; forward "
+        f"p50 {ms(p50):.1f} ms, p99 {ms(p99):.1f} ms; vs batch size ({size_source}): "
+        f"{ms(intercept):.2f} ms per call + "
         f"{ms(slope):.2f} ms per item"
         + (f"; device {device}" if device else "")
         + (f", dtype {dtype}" if dtype else "")
@@ -109,6 +128,7 @@ def detect(ctx: Context) -> list[Finding]:
     )
     stats = {
         "tail_excess_share": round(share, 3),
+        "tail_excess_share_in_gc_stalls": round(stalled, 3),
         "typical_share": round(body_share, 3),
         "forward_p50_ms": ms(p50),
         "forward_p99_ms": ms(p99),

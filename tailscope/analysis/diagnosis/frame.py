@@ -98,8 +98,10 @@ class TraceFrame:
         out = np.full(len(self.names), NO_STAGE, np.int64)
         known = self.stage >= 0
         if known.any():
-            counts = np.zeros((len(self.names), len(ALL_STAGES)), np.int64)
-            np.add.at(counts, (self.name[known], self.stage[known]), 1)
+            flat = self.name[known] * len(ALL_STAGES) + self.stage[known]
+            counts = np.bincount(flat, minlength=len(self.names) * len(ALL_STAGES)).reshape(
+                len(self.names), -1
+            )
             has = counts.sum(axis=1) > 0
             out[has] = counts[has].argmax(axis=1)
         return out

@@ -50,6 +50,14 @@ def slow_flags(ctx: Context, spans: np.ndarray) -> np.ndarray:
     return d > thr[nm]
 
 
+def _stall_time(t: np.ndarray, s0: np.ndarray, s1: np.ndarray, cum: np.ndarray) -> np.ndarray:
+    """Stall time in [0, t) given sorted episodes [s0, s1) and cum = stall time before each one."""
+    k = np.searchsorted(s0, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    inside = np.clip(t - s0[kk], 0, s1[kk] - s0[kk])
+    return np.where(k >= 0, cum[kk] + inside, 0)
+
+
 def stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     """Per interval [t0, t1) on instance `inst`: total time inside stall episodes of that instance."""
     out = np.zeros(len(inst), np.float64)
@@ -57,16 +65,8 @@ def stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1) -> np.ndarray:
         sel = ep_inst == i
         s0, s1 = ep_t0[sel], ep_t1[sel]
         cum = np.r_[0, np.cumsum(s1 - s0)]
-
-        def stall_time(t: np.ndarray) -> np.ndarray:
-            k = np.searchsorted(s0, t, side="right") - 1
-            ok = k >= 0
-            kk = np.maximum(k, 0)
-            inside = np.clip(t - s0[kk], 0, s1[kk] - s0[kk])
-            return np.where(ok, cum[kk] + inside, 0)
-
         m = inst == i
-        out[m] = stall_time(t1[m]) - stall_time(t0[m])
+        out[m] = _stall_time(t1[m], s0, s1, cum) - _stall_time(t0[m], s0, s1, cum)
     return out
 
 
@@ -146,8 +146,18 @@ def detect(ctx: Context) -> list[Finding]:
     if obs < 3 or z < 2:
         return []
 
-    # stall episodes: runs of consecutive stall bins per instance
-    flat = observed.reshape(-1)
+    # stall episodes: a pause freezes everything in flight, so an episode is a run of bins in which
+    # every active name is slow ("frozen") that holds at least one stall bin
+    d_count = slow_cov.sum(axis=1, dtype=np.int16)
+    frozen = observed | ((d_count == a_count) & (a_count >= 1))
+    fz = frozen.reshape(-1)
+    run_id = np.cumsum(np.r_[True, fz[1:] != fz[:-1]]) - 1
+    run_has_stall = np.bincount(run_id, weights=observed.reshape(-1), minlength=run_id[-1] + 1) > 0
+    flat = fz & run_has_stall[run_id]
+    # runs must not join across instances
+    flat = flat.reshape(n_inst, n_bins)
+    flat[:, -1] = False
+    flat = flat.reshape(-1)
     edges = np.diff(np.r_[0, flat.astype(np.int8), 0])
     ep_start = np.nonzero(edges == 1)[0]
     ep_end = np.nonzero(edges == -1)[0]  # exclusive
@@ -164,7 +174,6 @@ def detect(ctx: Context) -> list[Finding]:
     tail_hit = float(hit[split.tail].mean()) if split.tail.any() else 0.0
     all_hit = float(hit.mean())
     impact = excess_share(overlap, split)
-    ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
 
     # bursts: arrivals per bin inside stall episodes vs overall, on the same instances
     arr_bin = (reqs.instance * n_bins + reqs.start // width).astype(np.int64)
@@ -193,12 +202,15 @@ def detect(ctx: Context) -> list[Finding]:
             confirmed += int((g[k[ok]] >= ep_t0[sel_ep][ok] - 2 * width).sum())
     confirmed_share = confirmed / max(episodes, 1)
 
-    strength = logistic(z, 4.0, 1.5) * logistic(ratio, 2.0, 0.5)
+    # effect size first: with many spans even a small coupling between adjacent stages is 'significant'
+    strength = logistic(z, 3.0, 1.0) * logistic(ratio, 2.0, 0.2)
     weight = logistic(impact, 0.25, 0.08)
     penalty = (1 - logistic(arrival_ratio, 1.6, 0.15)) * (1 - logistic(early, 0.5, 0.1))
     confidence = strength * weight * penalty
     if len(f.gc_time):
         confidence = confidence + (1 - confidence) * 0.3 * confirmed_share * strength
+    if confidence >= 0.3:  # other detectors discount time frozen in credible pauses
+        ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
     stats = {
         "stall_bins": obs,
         "stall_bins_expected": round(null_mean, 1),
@@ -218,7 +230,8 @@ def detect(ctx: Context) -> list[Finding]:
     summary = (
         f"{episodes} stall episodes (median {pause_ms:.1f} ms) where spans of several different names on one "
         f"instance were slow at once: {obs} stall bins vs {null_mean:.1f} expected by chance (z={z:.1f}); "
-        f"{tail_hit:.0%} of tail requests overlap a stall vs {all_hit:.0%} of all requests, and stall time is "
+        f"{tail_hit:.0%} of tail requests overlap a stall vs {all_hit:.0%} of all requests, and stall "
+        "time is "
         f"{impact:.0%} of the tail excess; arrivals "
         f"during stalls {arrival_ratio:.2f}x the average (no burst)"
         + (f"; {confirmed} of {episodes} episodes coincide with runtime GC events" if len(f.gc_time) else "")

@@ -21,6 +21,13 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
 
 
+def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> pa.Table:
+    """Run a named statement with bound parameters and return its rows as an Arrow table."""
+    relation = conn.sql(sql.load(name), params=params)
+    fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
+    return fetch()
+
+
 def list_runs(conn: duckdb.DuckDBPyConnection) -> list[str]:
     return [row[0] for row in conn.execute(sql.load("diagnosis_runs")).fetchall()]
 
@@ -38,16 +45,34 @@ def _stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.nd
 
 
 def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.ndarray | None:
+    """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), per
+    (span name, span kind); spans of a pair it did not see fall back to their attribute."""
     try:
-        from tailscope.analysis import diagnosis_bridge  # type: ignore[attr-defined]
-    except ImportError:
+        from tailscope.analysis.stages import stage_mapping
+
+        mapping = stage_mapping(conn, run)
+    except Exception:  # an older store without rules, or the mapping unavailable: attributes only
         return None
-    return diagnosis_bridge.stages(conn, run, table)  # pragma: no cover
+    if mapping.empty:
+        return None
+    lookup = {s: i for i, s in enumerate(ALL_STAGES)}
+    best = mapping.sort_values("spans", ascending=False).drop_duplicates(["span_name", "span_kind"])
+    pair_stage = {
+        (str(n), str(k)): lookup.get(str(st), -1)
+        for n, k, st in zip(best["span_name"], best["span_kind"], best["stage"], strict=True)
+    }
+    pair = pc.binary_join_element_wise(table.column("SpanName"), table.column("SpanKind"), "\x1f")
+    codes, values = _codes(pair)
+    value_code = np.array([pair_stage.get(tuple(v.split("\x1f", 1)), -1) for v in values] or [-1], np.int64)
+    mapped = value_code[codes]
+    attr_codes, attr_values = _codes(table.column("StageAttr"))
+    attr = np.array([lookup.get(v, -1) for v in attr_values] or [-1], np.int64)[attr_codes]
+    return np.where(mapped >= 0, mapped, attr)
 
 
 def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
     """The run's spans as a TraceFrame (empty frame when the run has no spans)."""
-    table = conn.execute(sql.load("diagnosis_spans"), {"run": run}).fetch_arrow_table()
+    table = _arrow(conn, "diagnosis_spans", {"run": run})
     n = table.num_rows
     trace, _ = _codes(table.column("TraceId"))
     name, names = _codes(table.column("SpanName"))
@@ -83,10 +108,11 @@ def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
         stage=_stages(conn, run, table) if n else np.zeros(0, np.int64),
         t0=t0,
     )
-    row = conn.execute(sql.load("diagnosis_setup"), {"run": run}).fetchone()
+    rows = conn.execute(sql.load("diagnosis_setup"), {"run": run}).fetchall()
+    row = rows[0] if rows else None
     if row and row[0]:
         frame.setup = {str(k): str(v) for k, v in dict(row[0]).items()}
-    gc = conn.execute(sql.load("diagnosis_gc_events"), {"run": run}).fetch_arrow_table()
+    gc = _arrow(conn, "diagnosis_gc_events", {"run": run})
     if gc.num_rows:
         lookup = {v: i for i, v in enumerate(instances)}
         frame.gc_instance = np.array([lookup.get(v, -1) for v in gc.column("Instance").to_pylist()], np.int64)
@@ -103,8 +129,7 @@ def _attribute_source(
     connection is open (the runner asks only for the few names a detector needs)."""
 
     def attributes(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
-        t = conn.execute(sql.load("diagnosis_span_attributes"), {"run": run, "span_name": span_name})
-        table = t.fetch_arrow_table()
+        table = _arrow(conn, "diagnosis_span_attributes", {"run": run, "span_name": span_name})
         if table.num_rows == 0:
             return {}
         idx = pc.index_in(table.column("SpanKey"), value_set=keys).to_numpy(zero_copy_only=False)

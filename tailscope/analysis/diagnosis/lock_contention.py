@@ -86,7 +86,8 @@ def detect(ctx: Context) -> list[Finding]:
         summary = (
             f"'{name}' duration rises with the number of requests already in it on the same instance: "
             f"Spearman rho={rho:.2f}, slope {ms(slope):.2f} ms per request ahead (estimated hold time), "
-            f"{ms(intercept):.2f} ms of its own work; contention explains {explained:.0%} of its mean duration and "
+            f"{ms(intercept):.2f} ms of its own work; contention explains {explained:.0%} of its mean "
+            "duration and "
             f"it carries {share:.0%} of the tail excess."
         )
         stats = {

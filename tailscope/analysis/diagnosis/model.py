@@ -58,8 +58,61 @@ class Context:
         return len(self.frame.requests)
 
     @cached_property
+    def batching(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per span name: the share of its spans that share their exact interval with another span of
+        the name on the same instance (batched work: one forward serving several requests), and the
+        share that share only their end (a batch queue: members leave together when the batch closes)."""
+        f = self.frame
+        k = len(f.names)
+        ok = (f.request >= 0) & (f.stage == NO_STAGE)  # only names the mapping left open
+        if ok.sum() < 2:
+            return np.zeros(k), np.zeros(k)
+
+        def shared(cols: list[np.ndarray]) -> np.ndarray:
+            keys = [c[ok] for c in cols]
+            order = np.lexsort(keys[::-1])
+            same = np.ones(len(order) - 1, bool)
+            for key in keys:
+                ks = key[order]
+                same &= ks[1:] == ks[:-1]
+            # a span is shared when it equals its sorted neighbour on either side
+            multi_sorted = np.r_[same, False] | np.r_[False, same]
+            multi = np.empty(len(order), bool)
+            multi[order] = multi_sorted
+            total = np.bincount(f.name[ok], minlength=k)
+            return np.bincount(f.name[ok], weights=multi, minlength=k) / np.maximum(total, 1)
+
+        both = shared([f.instance, f.name, f.start, f.end])
+        end_only = np.maximum(shared([f.instance, f.name, f.end]) - both, 0)
+        return both, end_only
+
+    @cached_property
+    def stage(self) -> np.ndarray:
+        """Per span: the mapped stage; where the mapping knows nothing, batched work counts as
+        model_forward and a batch queue as queue (inferred from timing, see `batching`)."""
+        f = self.frame
+        stage = f.stage.copy()
+        unknown = stage == NO_STAGE
+        if unknown.any():
+            both, end_only = self.batching
+            inferred = np.full(len(f.names), NO_STAGE)
+            inferred[end_only >= 0.3] = ALL_STAGES.index("queue")
+            inferred[both >= 0.3] = ALL_STAGES.index("model_forward")
+            stage[unknown] = inferred[f.name[unknown]]
+        return stage
+
+    @cached_property
     def name_stage(self) -> np.ndarray:
-        return self.frame.name_stage()
+        """The most common stage of each span name (NO_STAGE where none is known)."""
+        f = self.frame
+        out = np.full(len(f.names), NO_STAGE, np.int64)
+        known = self.stage >= 0
+        if known.any():
+            flat = f.name[known] * len(ALL_STAGES) + self.stage[known]
+            counts = np.bincount(flat, minlength=len(f.names) * len(ALL_STAGES)).reshape(len(f.names), -1)
+            has = counts.sum(axis=1) > 0
+            out[has] = counts[has].argmax(axis=1)
+        return out
 
     @cached_property
     def name_share(self) -> np.ndarray:
@@ -89,7 +142,7 @@ class Context:
         return ALL_STAGES[s] if s != NO_STAGE else None
 
     def span_stage_mask(self, stage: str) -> np.ndarray:
-        return self.frame.stage == ALL_STAGES.index(stage)
+        return self.stage == ALL_STAGES.index(stage)
 
     @cached_property
     def client_names(self) -> np.ndarray:

@@ -80,11 +80,14 @@ def detect(ctx: Context) -> list[Finding]:
         client_service = f.services[int(np.bincount(f.service[cli[sel]]).argmax())]
         server_service = f.services[int(np.bincount(f.service[srv[sel]]).argmax())]
         summary = (
-            f"Between {client_service} ('{c_name}') and {server_service}, the client sees more than the server: "
+            f"Between {client_service} ('{c_name}') and {server_service}, the client sees more than the "
+            "server: "
             f"gap p50 {ms(p50):.2f} ms, p99 {ms(p99):.2f} ms; {shifted:.1%} of calls have a gap over 5x the "
-            f"median; the gap carries {share:.0%} of the {'client-observed ' if label == 'root' else ''}tail excess"
+            f"median; the gap carries {share:.0%} of the "
+            f"{'client-observed ' if label == 'root' else ''}tail excess"
             + (
-                f"; the large gaps come from {len(affected)} of {int(callers.sum())} callers ({', '.join(affected[:4])})"
+                f"; the large gaps come from {len(affected)} of {int(callers.sum())} callers "
+                f"({', '.join(affected[:4])})"
                 if affected and len(affected) < callers.sum()
                 else ""
             )

@@ -66,7 +66,8 @@ def detect(ctx: Context) -> list[Finding]:
         stage = ctx.stage_of_name(code)
         summary = (
             f"'{name}' (a call to another service, made by {presence:.0%} of requests) has a heavy tail: p50 "
-            f"{ms(p50):.1f} ms, p99 {ms(p99):.1f} ms ({heaviness:.1f}x), and carries {share:.0%} of the tail excess"
+            f"{ms(p50):.1f} ms, p99 {ms(p99):.1f} ms ({heaviness:.1f}x), and carries {share:.0%} of the "
+            "tail excess"
             + (
                 f"; {min(server_share, 1):.0%} of that is the callee's own time"
                 if server_share is not None
