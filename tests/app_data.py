@@ -150,18 +150,20 @@ def one_span_store(db_path: Path) -> Path:
 
 
 def no_root_store(db_path: Path) -> Path:
-    """A run whose spans all point at a parent that is not in the export (a truncated trace)."""
+    """A run with spans but no request root: in every trace the two spans name each other as parent."""
     columns = SpanColumns()
-    for i in range(5):
-        columns.append(
-            timestamp_ns=START_NS + i * MS,
-            trace_id=f"{i + 1:032x}",
-            span_id=f"{i + 100:016x}",
-            parent_span_id="f" * 16,
-            span_name=sm.FORWARD,
-            span_kind="Internal",
-            duration_ns=(5 + i) * MS,
-            service_name=sm.SERVICE_NAME,
-        )
-    write_run(db_path, "orphans", columns)
+    for i in range(3):
+        first, second = f"{2 * i + 100:016x}", f"{2 * i + 101:016x}"
+        for span_id, parent in ((first, second), (second, first)):
+            columns.append(
+                timestamp_ns=START_NS + i * MS,
+                trace_id=f"{i + 1:032x}",
+                span_id=span_id,
+                parent_span_id=parent,
+                span_name=sm.FORWARD,
+                span_kind="Internal",
+                duration_ns=(5 + i) * MS,
+                service_name=sm.SERVICE_NAME,
+            )
+    write_run(db_path, "no-roots", columns)
     return db_path

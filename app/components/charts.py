@@ -24,6 +24,15 @@ def layout(fig: go.Figure, height: int = 420, **kwargs: object) -> go.Figure:
     return fig
 
 
+def pad_bars(fig: go.Figure, values: list[float], share: float = 0.22) -> go.Figure:
+    """Room on both sides of a horizontal bar chart so labels outside the bars stay readable."""
+    low, high = min(0.0, *values, 0.0), max(0.0, *values, 0.0)
+    pad = share * ((high - low) or 1.0)
+    fig.update_xaxes(range=[low - (pad if low < 0 else 0), high + pad], zeroline=True, zerolinecolor="#888")
+    fig.update_yaxes(ticklabelstandoff=6)
+    return fig
+
+
 def log_ticks(low_ms: float, high_ms: float) -> tuple[list[float], list[str]]:
     """Tick positions (log10 of ms) and labels (1 ms, 2 ms, 5 ms, 10 ms ...) covering [low, high]."""
     low = max(low_ms, 1e-3)

@@ -19,6 +19,7 @@ ALL = "(all)"
 # query parameter -> session_state key of its widget
 PARAMS = {"run": "f_run", "service": "f_service", "route": "f_route", "t0": "f_t0", "t1": "f_t1"}
 FILTER_KEY = "tailscope_filter"
+PENDING_RUN = "tailscope_pending_run"
 
 
 def _from_url(param: str, options: list[str], default: str) -> None:
@@ -51,6 +52,9 @@ def sidebar() -> Filter:
         return flt
 
     run_options = runs if len(runs) == 1 else [ALL, *runs]
+    pending = st.session_state.pop(PENDING_RUN, None)
+    if pending in run_options:
+        st.session_state[PARAMS["run"]] = pending
     _from_url("run", run_options, runs[-1] if len(runs) > 1 else runs[0])
     run_choice = bar.selectbox("Run", run_options, key=PARAMS["run"], help="Which loaded run to look at.")
     run = None if run_choice == ALL else run_choice
@@ -117,3 +121,8 @@ def _to_url(run: str, service: str, route: str, t0: float | None, t1: float | No
 def current() -> Filter:
     """The Filter the sidebar set on this rerun (views call this)."""
     return st.session_state.get(FILTER_KEY, Filter())
+
+
+def show_run_next(run: str) -> None:
+    """Make `run` the sidebar's run on the next rerun (e.g. right after it was uploaded)."""
+    st.session_state[PENDING_RUN] = run

@@ -36,7 +36,10 @@ def pct(fraction: float | None, digits: int = 1) -> str:
     """A fraction shown as a percentage: 0.0123 -> 1.2 %."""
     if _missing(fraction):
         return MISSING
-    return f"{100 * float(fraction):.{digits}f} %"  # type: ignore[arg-type]
+    value = 100 * float(fraction)  # type: ignore[arg-type]
+    if round(value, digits) == 0:
+        value = 0.0  # no "-0.0 %"
+    return f"{value:.{digits}f} %"
 
 
 def signed_pct(fraction: float | None, digits: int = 1) -> str:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
@@ -18,23 +20,35 @@ E2E = "end to end"
 STAGE_KEY = "time_stage"
 
 
+def heatmap_grid(hm: Heatmap) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """Every time bin × every latency bin between the extremes (empty ones NaN), so each brick of the
+    heatmap is exactly one bin: x = time bin centres, y = log10 of latency bin centres, counts."""
+    cells = hm.cells
+    width = pd.Timedelta(seconds=hm.time_bin_seconds or 1.0)
+    t0 = cells["time"].min()
+    tb = ((cells["time"] - t0) / width).round().astype(int).to_numpy()
+    lb = np.floor(np.log10(cells["latency_low_ms"].clip(lower=1e-6)) * hm.bins_per_decade + 1e-6).astype(int)
+    lb = lb.to_numpy()
+    grid = np.zeros((lb.max() - lb.min() + 1, tb.max() + 1))
+    np.add.at(grid, (lb - lb.min(), tb), cells["count"].to_numpy(dtype=float))
+    counts = np.where(grid > 0, grid, np.nan)
+    times = [t0 + width * (i + 0.5) for i in range(counts.shape[1])]
+    ys = (np.arange(lb.min(), lb.max() + 1) + 0.5) / hm.bins_per_decade
+    edges = 10 ** (np.arange(lb.min(), lb.max() + 2) / hm.bins_per_decade)
+    return times, ys, counts, edges
+
+
 def heatmap_figure(hm: Heatmap) -> go.Figure:
-    cells = hm.cells.copy()
-    cells["y"] = np.log10(np.sqrt(cells["latency_low_ms"].clip(lower=1e-3) * cells["latency_high_ms"]))
-    grid = cells.pivot_table(index="y", columns="time", values="count", aggfunc="sum")
-    ranges = cells.groupby("y")[["latency_low_ms", "latency_high_ms"]].first().reindex(grid.index)
-    counts = grid.to_numpy(dtype=float)
+    times, ys, counts, edges = heatmap_grid(hm)
     z = np.where(counts > 0, np.log10(np.where(counts > 0, counts, 1)), np.nan)
-    span = [f"{lo:,.2f}–{hi:,.2f} ms" for lo, hi in ranges.to_numpy()]
-    custom = np.dstack(
-        [np.nan_to_num(counts), np.repeat(np.array(span, dtype=object)[:, None], grid.shape[1], 1)]
-    )
+    span = np.array([f"{lo:,.2f}–{hi:,.2f} ms" for lo, hi in itertools.pairwise(edges)], dtype=object)
+    custom = np.dstack([np.nan_to_num(counts), np.repeat(span[:, None], counts.shape[1], 1)])
     top = max(1.0, float(np.nanmax(z)) if np.isfinite(z).any() else 1.0)
     tick_counts = [c for c in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000) if c <= 10**top]
     fig = go.Figure(
         go.Heatmap(
-            x=list(grid.columns),
-            y=list(grid.index),
+            x=times,
+            y=ys,
             z=z,
             customdata=custom,
             colorscale=HEAT_SCALE,
@@ -64,9 +78,8 @@ def heatmap_figure(hm: Heatmap) -> go.Figure:
                 hovertemplate=f"{name} %{{customdata:.2f}} ms at %{{x}}<extra></extra>",
             )
         )
-    lows = cells["latency_low_ms"].clip(lower=1e-3)
-    tickvals, ticktext = charts.log_ticks(float(lows.min()), float(cells["latency_high_ms"].max()))
-    what = "end-to-end latency" if hm.stage is None else f"{hm.stage} exclusive time"
+    tickvals, ticktext = charts.log_ticks(float(edges[0]), float(edges[-1]))
+    what = "end-to-end latency (log scale)" if hm.stage is None else f"{hm.stage} time (log scale)"
     charts.layout(fig, height=480, dragmode="select", xaxis_title="request start (UTC)", yaxis_title=what)
     fig.update_yaxes(tickvals=tickvals, ticktext=ticktext)
     return fig

@@ -61,7 +61,7 @@ def verdict(run: RunSummary) -> str:
 
 
 def run_cards(run: RunSummary) -> None:
-    cols = st.columns(4)
+    cols = st.columns([1, 1, 1, 1.7])
     cols[0].metric("Requests", fmt.count(run.requests), help="Request root spans in the filter.")
     cols[1].metric("Throughput", fmt.rps(run.throughput_rps), help="Requests per second of wall time.")
     cols[2].metric("Error rate", fmt.pct(run.error_rate, 2), help=f"{fmt.count(run.errors)} failed requests.")
@@ -70,7 +70,7 @@ def run_cards(run: RunSummary) -> None:
         run.tail_stage or fmt.MISSING,
         help="The stage with the largest share of the p99 band's excess latency over the median band.",
     )
-    cols = st.columns(4)
+    cols = st.columns([1, 1, 1, 1.7])
     target = run.latency_target_ms
     for col, label, value in zip(
         cols,
@@ -140,7 +140,7 @@ def render() -> None:
         target = latency_target()
     runs_loaded = len(data.get(analysis.filter_options).get("runs", []))
     head[0].caption(
-        f"{fmt.count(runs_loaded)} run{'s' if runs_loaded != 1 else ''} loaded. "
+        f"{fmt.count(runs_loaded)} run{'s' if runs_loaded != 1 else ''} with requests loaded. "
         "End-to-end latency is the request root span's duration; stages split it without double counting."
     )
     result = data.get(analysis.overview, flt, latency_target_ms=target)

@@ -81,8 +81,8 @@ def excess_figure(wf: Waterfall) -> go.Figure:
             ),
         )
     )
-    charts.layout(fig, height=440, xaxis_title="share of the band's excess over the median band (%)")
-    return fig
+    charts.layout(fig, height=440, xaxis_title="share of the excess (%)")
+    return charts.pad_bars(fig, [100 * (s.tail_excess_share or 0) for s in bars])
 
 
 def stage_table(wf: Waterfall) -> pd.DataFrame:

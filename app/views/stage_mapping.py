@@ -1,0 +1,153 @@
+"""Stage mapping: the ordered rules that give spans their stage (editable) and the mapping in force."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import streamlit as st
+
+from app.components import data, filters, fmt, notice
+from ingest.columns import SPAN_KINDS
+from tailscope import analysis
+from tailscope.analysis import StageRule
+from tailscope.vocabulary import ALL_STAGES, STAGE_ATTRIBUTE
+
+RULE_COLUMNS = ["order", "stage", "span_kind", "name_regex", "attribute_regex", "description"]
+MESSAGE_KEY = "mapping_message"
+
+
+def rules_frame(rules: list[StageRule]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            [float(r.position), r.stage, r.span_kind, r.name_regex, r.attribute_regex, r.description]
+            for r in rules
+        ],
+        columns=RULE_COLUMNS,
+    )
+
+
+def _text(value: object) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def rules_from_frame(frame: pd.DataFrame) -> list[StageRule]:
+    """Edited rows back into rules, sorted by `order` (rows without one go last), positions 1..n."""
+    ordered = frame.assign(_row=range(len(frame))).sort_values(["order", "_row"], na_position="last")
+    rules: list[StageRule] = []
+    for row in ordered[RULE_COLUMNS].itertuples(index=False):
+        values = dict(zip(RULE_COLUMNS, row, strict=True))
+        if all(_text(v) is None for k, v in values.items() if k != "order"):
+            continue  # an empty row the editor added
+        position = len(rules) + 1
+        rules.append(
+            StageRule(
+                position=position,
+                stage=_text(values["stage"]) or "",
+                span_kind=_text(values["span_kind"]),
+                name_regex=_text(values["name_regex"]),
+                attribute_regex=_text(values["attribute_regex"]),
+                description=_text(values["description"]) or "",
+            )
+        )
+    return rules
+
+
+def save(rules: list[StageRule]) -> None:
+    store = data.store()
+    problems = analysis.validate_rules(store, rules)
+    if problems:
+        st.error("Not saved. " + " ".join(problems), icon=":material/error:")
+        return
+    with store.writer() as conn:
+        analysis.replace_rules(conn, rules)
+    data.clear()
+    st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} rules; every run's stages were recomputed."
+    st.rerun()
+
+
+def reset() -> None:
+    with data.store().writer() as conn:
+        analysis.reset_rules(conn)
+    data.clear()
+    st.session_state[MESSAGE_KEY] = "The default rules are back; every run's stages were recomputed."
+    st.rerun()
+
+
+def rules_editor() -> None:
+    st.subheader("Rules in force")
+    st.caption(
+        f"First match wins. Before any rule, a span's own `{STAGE_ATTRIBUTE}` attribute decides, and the "
+        "request root is `ingress` (its self time shows as `unattributed`); a span no rule matches takes its "
+        "parent's stage. Regexes are RE2, case-insensitive, matched anywhere unless anchored; the attribute "
+        "regex is matched against each attribute written as `key=value`. Change `order` to move a rule (1.5 "
+        "goes between 1 and 2); saving renumbers them."
+    )
+    rules = data.get(analysis.list_rules)
+    edited = None
+    with st.form("rules_form", border=False):
+        edited = st.data_editor(
+            rules_frame(rules),
+            key="rules_editor",
+            num_rows="dynamic",
+            hide_index=True,
+            column_config={
+                "order": st.column_config.NumberColumn("order", min_value=0.0, step=0.5, width="small"),
+                "stage": st.column_config.SelectboxColumn("stage", options=list(ALL_STAGES), required=True),
+                "span_kind": st.column_config.SelectboxColumn("span kind", options=list(SPAN_KINDS)),
+                "name_regex": st.column_config.TextColumn("span name regex"),
+                "attribute_regex": st.column_config.TextColumn("attribute regex (key=value)"),
+                "description": st.column_config.TextColumn("why", width="large"),
+            },
+        )
+        cols = st.columns([1.6, 1, 3])
+        submitted = cols[0].form_submit_button("Save and recompute", type="primary", icon=":material/save:")
+        checked = cols[1].form_submit_button("Check only", icon=":material/rule:")
+    if submitted or checked:
+        proposed = rules_from_frame(edited)
+        if checked:
+            problems = analysis.validate_rules(data.store(), proposed)
+            if problems:
+                st.error(" ".join(problems), icon=":material/error:")
+            else:
+                st.success(f"{len(proposed)} rules, all valid. Nothing saved yet.", icon=":material/check:")
+        else:
+            save(proposed)
+    with st.popover("Reset to the default rules", icon=":material/restart_alt:"):
+        st.write("This replaces every rule with the defaults and recomputes every run.")
+        if st.button("Reset", type="primary"):
+            reset()
+
+
+def mapping_table() -> None:
+    flt = filters.current()
+    st.subheader("Span name → stage, as mapped now")
+    scope = f"run `{flt.run}`" if flt.run else "every run"
+    mapping = data.get(analysis.stage_mapping, flt.run)
+    if mapping.empty:
+        notice.no_data("No spans are loaded yet, so there is no mapping to show")
+        return
+    st.caption(f"For {scope}, most frequent first; `rule` says which rule decided.")
+    st.dataframe(
+        mapping,
+        hide_index=True,
+        column_config={"spans": st.column_config.NumberColumn("spans", format="%d")},
+    )
+    st.caption(
+        f"{fmt.count(int(mapping['spans'].sum()))} spans in {fmt.count(len(mapping))} name/kind pairs."
+    )
+
+
+def render() -> None:
+    st.title("Stage mapping")
+    message = st.session_state.pop(MESSAGE_KEY, None)
+    if message:
+        st.success(message, icon=":material/check_circle:")
+    rules_editor()
+    mapping_table()
+
+
+notice.guarded(render)
