@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tailscope import sql
-from tailscope.vocabulary import ALL_STAGES
 
 if TYPE_CHECKING:  # the analysis package imports this module
     from tailscope.analysis.types import Filter, StageRule
@@ -58,8 +57,7 @@ def span_tree_query(
         .replace("{names}", names_sql)
         .replace("{rule_case}", case_sql)
     )
-    stages = list(ALL_STAGES)
-    params = [*scope_params, *name_params, stages, stages, *case_params, *scope_params, stages_by_position]
+    params = [*scope_params, *name_params, *case_params, *scope_params, stages_by_position]
     return text, params
 
 
