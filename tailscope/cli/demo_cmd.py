@@ -75,6 +75,8 @@ def load_demo(db: Path, requests: int, out=None) -> list[str]:
     if not missing:
         print(f"tailscope demo: reusing the {len(have)} runs already in {db} (--fresh regenerates)", file=out)
         return []
+    print(f"tailscope demo: simulating {len(missing)} runs ({requests} requests each) into {db}",
+          file=out, flush=True)
     loaded = []
     with tempfile.TemporaryDirectory(prefix="tailscope-demo-") as tmp:
         for run in missing:
@@ -102,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
         for stale in (db, db.with_name(db.name + ".wal")):
             stale.unlink(missing_ok=True)
     started = time.perf_counter()
-    print(f"tailscope demo: simulated runs of every scenario into {db}", flush=True)
     loaded = load_demo(db, args.requests)
     if loaded:
         print(f"tailscope demo: loaded {len(loaded)} runs in {time.perf_counter() - started:.1f} s")
