@@ -15,14 +15,19 @@ from tailscope import sql
 if TYPE_CHECKING:  # the analysis package imports this module
     from tailscope.analysis.types import Filter, StageRule
 
-# Which otel_traces rows span_tree.sql reads (fixed fragments; values are parameters).
+# Which otel_traces rows span_tree.sql reads, as a relation (fixed SQL; values are parameters).
 SCOPES: dict[str, str] = {
-    "run": "RunLabel = ?",
-    "traces": "RunLabel = ? AND TraceId IN (SELECT TraceId FROM _ts_scope)",
-    "trace": "RunLabel = ? AND TraceId = ?",
+    "run": "(SELECT * FROM otel_traces WHERE RunLabel = ?)",
+    # a join, not IN (subquery): DuckDB pushes the join's keys into the scan (measured 88 ms vs 295 ms
+    # for 100 traces of a 5 M-span run)
+    "traces": (
+        "(SELECT o.* FROM otel_traces AS o JOIN _ts_scope AS x ON x.TraceId = o.TraceId "
+        "WHERE o.RunLabel = ?)"
+    ),
+    "trace": "(SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)",
     "sample": (
-        "RunLabel = ? AND TraceId IN (SELECT TraceId FROM otel_traces WHERE RunLabel = ? "
-        "GROUP BY TraceId ORDER BY hash(TraceId) LIMIT ?)"
+        "(SELECT o.* FROM otel_traces AS o JOIN (SELECT TraceId FROM otel_traces WHERE RunLabel = ? "
+        "GROUP BY TraceId ORDER BY hash(TraceId) LIMIT ?) AS x ON x.TraceId = o.TraceId WHERE o.RunLabel = ?)"
     ),
 }
 
@@ -43,7 +48,7 @@ def span_tree_query(
         "run": [run],
         "traces": [run],
         "trace": [run, trace_id],
-        "sample": [run, run, sample],
+        "sample": [run, sample, run],
     }[scope]
     names_sql, case_sql, rule_params = stage_case(rules)
     n_name = sum(1 for r in rules if r.name_regex is not None)

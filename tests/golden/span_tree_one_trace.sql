@@ -1,7 +1,7 @@
 -- Span-level derivation for a set of traces: request root, effective interval, depth, stage and
 -- exclusive time of every span in each trace's request subtree.
 -- Placeholders filled by tailscope.query.builders.span_tree_query with fixed SQL (never with values):
---   scope      which otel_traces rows (e.g. the run's), used twice
+--   scope      which otel_traces rows, as a relation (e.g. the run's), used twice
 --   names      the distinct-span-name columns of the name regexes (nh1, nh2, ...)
 --   rule_case  the CASE giving the first matching stage rule's position
 -- Joins use integer keys: TK = hash(TraceId), SK = hash(SpanId), PK = hash(ParentSpanId) (64-bit;
@@ -33,7 +33,7 @@
 --                duration exactly (up to float rounding, which derive_requests gives to unattributed).
 WITH RECURSIVE
 names AS MATERIALIZED (
-    SELECT DISTINCT SpanName FROM otel_traces WHERE RunLabel = ? AND TraceId = ?
+    SELECT DISTINCT SpanName FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)
 ),
 name_hits AS MATERIALIZED (
     SELECT SpanName, regexp_matches(SpanName, ?, 'i') AS nh1 FROM names
@@ -53,7 +53,7 @@ spans AS MATERIALIZED (
                                  'model_forward', 'postprocessing', 'downstream', 'serialization',
                                  'unattributed')
              THEN -1 ELSE CASE WHEN SpanKind = ? THEN 1 WHEN nh1 THEN 2 WHEN SpanKind = ? AND len(list_filter(map_entries(SpanAttributes), lambda a: regexp_matches(a.key || '=' || a.value, ?, 'i'))) > 0 THEN 3 END END AS RuleNo
-    FROM (SELECT *, SpanAttributes['tailscope.stage'] AS RawStage FROM otel_traces WHERE RunLabel = ? AND TraceId = ?) AS t
+    FROM (SELECT *, SpanAttributes['tailscope.stage'] AS RawStage FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)) AS t
     JOIN name_hits AS h ON h.SpanName = t.SpanName
 ),
 roots AS (
