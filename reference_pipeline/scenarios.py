@@ -3,13 +3,13 @@ signature it should leave in the traces:
 
 - steady: the healthy baseline. Feature cache pre-filled (TTLs jittered, longer than the run), model
   warmed on a few batch and sequence shapes, cheap critical sections, a downstream with no added delay.
-- burst: Poisson arrivals at `burst_multiplier` × rps for `burst_s` seconds mid-run, above what the
+- burst: Poisson arrivals at 6 × rps for 30 % of the run (1–3 s) mid-run, above what the
   model can serve. Signature: `batch.queue_wait` (stage queue) and batch.size grow during the burst.
 - gc-pressure: a large live heap of cyclic records plus allocation-heavy postprocessing (explanation
   trees). Signature: `python.gc` events with gc.generation=2 of tens to hundreds of ms on the root
   spans of the slowest requests; the time shows up as unattributed or in whatever stage was running.
 - lock-contention: the shared score monitor recomputes drift quantiles and fsyncs its audit row while
-  holding its lock, with `workers` (≥ 4) postprocessing threads. Signature: `lock.wait` grows.
+  holding its lock, with 4 postprocessing threads (or `workers`, if more). Signature: `lock.wait` grows.
 - cold-cache: the feature cache starts empty and holds only a small share of the entities, so the
   long tail of the skewed key popularity keeps missing. Signature: cache.hit=false, feature_store.get
   spans, feature_hydration p99 up.
@@ -42,7 +42,8 @@ class ServiceConfig:
     dtype: str = "fp32"
     max_batch: int = 8
     max_wait_ms: float = 5.0
-    workers: int = 1  # model worker threads and postprocessing threads
+    workers: int = 1  # model worker threads (and postprocessing threads, unless post_threads is set)
+    post_threads: int = 0  # 0: as many as workers
     compile: bool = False
     cuda_graphs: bool = False
     torch_threads: int = 0  # 0: PyTorch's default
@@ -114,7 +115,7 @@ def configure(scenario: str, service: ServiceConfig, load: LoadShape) -> Downstr
         service.gc_nodes_per_request = 5000
     elif scenario == "lock-contention":
         service.heavy_monitor = True
-        service.workers = max(service.workers, 4)
+        service.post_threads = max(service.workers, 4)
     elif scenario == "cold-cache":
         service.cache_prefill = False
         service.cache_capacity = max(50, service.n_entities // 50)

@@ -93,7 +93,7 @@ class Pipeline:
         self.store = RedisFeatureStore(cfg.redis_url, store) if cfg.redis_url else store
         self.cache = FeatureCache(cfg.cache_capacity, cfg.cache_ttl_s, jitter=cfg.cache_jitter)
         self.store_pool = ThreadPoolExecutor(cfg.store_pool, thread_name_prefix="store")
-        self.post_pool = ThreadPoolExecutor(cfg.workers, thread_name_prefix="post")
+        self.post_pool = ThreadPoolExecutor(cfg.post_threads or cfg.workers, thread_name_prefix="post")
         explanations = (
             ExplanationLog(cfg.gc_live_records, cfg.gc_nodes_per_request)
             if cfg.gc_nodes_per_request

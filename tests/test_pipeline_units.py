@@ -258,7 +258,7 @@ def test_payloads_have_varied_texts_and_skewed_entities() -> None:
         ("steady", lambda s, load: s.warm_model and s.cache_prefill and not load.bursts),
         ("burst", lambda s, load: load.bursts and load.bursts[0][2] > 1),
         ("gc-pressure", lambda s, load: s.gc_live_records > 0 and s.gc_nodes_per_request > 0),
-        ("lock-contention", lambda s, load: s.heavy_monitor and s.workers >= 4),
+        ("lock-contention", lambda s, load: s.heavy_monitor and s.post_threads >= 4),
         ("cold-cache", lambda s, load: not s.cache_prefill and s.cache_capacity < s.n_entities),
         ("key-expiry", lambda s, load: s.cache_jitter == 0 and s.cache_ttl_s < load.duration_s),
         ("cold-start", lambda s, load: not s.warm_model and not s.cache_prefill),
