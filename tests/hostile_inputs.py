@@ -299,6 +299,7 @@ HOSTILE_CASES: list[Case] = [
     Case("otlp_trace_state_not_a_string", lambda: otlp_json(traceState={"k": "v"})),
     Case("otlp_span_name_object", lambda: otlp_json(name={"a": 1})),
     Case("otlp_jsonl_event_name_not_a_string", lambda: _jsonl_event_name_number()),
+    Case("otlp_jsonl_null_attribute", lambda: _jsonl_null_attribute()),
     Case("otlp_scope_name_not_a_string", lambda: otlp_json(2).replace(b'"name": "hostile"', b'"name": 7')),
     Case(
         "otlp_link_trace_state_not_a_string",
@@ -358,4 +359,9 @@ def _jaeger_repeated_id() -> bytes:
 
 def _jsonl_event_name_number() -> bytes:
     request = otlp_request([otlp_span(0), otlp_span(1, events=[{"timeUnixNano": str(START_NS), "name": 5}])])
+    return (json.dumps(request, separators=(",", ":")) + "\n").encode()
+
+
+def _jsonl_null_attribute() -> bytes:
+    request = otlp_request([otlp_span(0), otlp_span(1, attributes=[None])])
     return (json.dumps(request, separators=(",", ":")) + "\n").encode()
