@@ -21,8 +21,9 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "simulate_columns": "api", "simulate_to_file": "api", "FORMATS": "api",
-    "SCENARIOS": "config", "HARDWARE": "config", "SimConfig": "config", "scenario_config": "config",
+    "simulate_columns": "api", "simulate_to_file": "api",
+    "SCENARIOS": "config", "NAMINGS": "config", "FORMATS": "config", "HARDWARE": "config",
+    "SimConfig": "config", "scenario_config": "config",
     "simulate": "model", "Simulation": "model",
 }
 

@@ -12,12 +12,10 @@ from typing import Any
 import numpy as np
 
 from ingest.columns import SpanColumns
-from reference_pipeline.simulate.config import scenario_config
+from reference_pipeline.simulate.config import FORMATS, scenario_config
 from reference_pipeline.simulate.model import Simulation, simulate
 from reference_pipeline.simulate.spans import SpanSource
 from reference_pipeline.simulate.writers import jaeger_json, otlp_json_lines, span_columns
-
-FORMATS = ("otlp-json", "jaeger")
 
 
 def simulate_columns(scenario: str = "steady", requests: int = 4000, seed: int = 0, *,

@@ -12,10 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from reference_pipeline.simulate.config import HARDWARE, SCENARIOS
-
-NAMINGS = ("reference", "alt")
-FORMATS = ("otlp-json", "jaeger")
+from reference_pipeline.simulate.config import FORMATS, HARDWARE, NAMINGS, SCENARIOS
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:

@@ -14,6 +14,8 @@ from reference_pipeline import span_model
 
 # span_model's scenarios plus the simulator's own (a subset of clients behind a slow network).
 SCENARIOS: tuple[str, ...] = (*span_model.SCENARIOS, "network-jitter")
+NAMINGS = ("reference", "alt")  # see naming.py
+FORMATS = ("otlp-json", "jaeger")  # see writers.py
 
 LogNormal = tuple[float, float]
 

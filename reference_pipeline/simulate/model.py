@@ -47,13 +47,12 @@ class Simulation:
     process: np.ndarray
     ds_instance: np.ndarray
     times: dict[str, tuple[np.ndarray, np.ndarray]]  # role -> (start_ns, end_ns), int64 since the epoch
-    has_store: np.ndarray
     has_downstream: np.ndarray
     chars: np.ndarray
     tokens: np.ndarray
     body_bytes: np.ndarray
     entity: np.ndarray
-    cache_hit: np.ndarray
+    cache_hit: np.ndarray  # a miss reads the feature store (a feature_store.get span)
     batch_size: np.ndarray
     queue_depth: np.ndarray
     leader: np.ndarray  # request whose forward span opens the batch
@@ -194,7 +193,7 @@ def _lock(c: SimConfig, d: _Draws, idx: np.ndarray, ready: np.ndarray):
     return acquire, release
 
 
-def _gc_events(sim: dict, idx: np.ndarray, root_s: np.ndarray, root_e: np.ndarray, proc: Process) -> None:
+def _gc_events(events: dict, idx: np.ndarray, root_s: np.ndarray, root_e: np.ndarray, proc: Process) -> None:
     """A `python.gc` event on every root span in flight at each pause (root_s sorted ascending)."""
     pauses = proc.pauses
     longest = float((root_e - root_s).max()) if len(root_s) else 0.0
@@ -204,7 +203,7 @@ def _gc_events(sim: dict, idx: np.ndarray, root_s: np.ndarray, root_e: np.ndarra
         for j in (lo + np.flatnonzero(root_e[lo:hi] > at)).tolist():
             event = (int(pauses.wall_start[p]), int(pauses.generation[p]), int(pauses.duration[p]),
                      int(pauses.collected[p]))
-            sim.setdefault(int(idx[j]), []).append(event)
+            events.setdefault(int(idx[j]), []).append(event)
 
 
 def simulate(config: SimConfig) -> Simulation:
@@ -219,7 +218,6 @@ def simulate(config: SimConfig) -> Simulation:
     rel = {role: (np.zeros(n), np.zeros(n)) for role in ROLES}
     hit, batch_size, depth, leader = (np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64),
                                       np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
-    has_store = np.zeros(n, dtype=bool)
     gc_events: dict[int, list] = {}
     for proc in processes:
         mine = np.flatnonzero(process == proc.index)
@@ -227,9 +225,10 @@ def simulate(config: SimConfig) -> Simulation:
         proc.pauses = gc_pauses(rng, c, proc.accept_from, horizon)
         if not len(mine):
             continue
-        idx = mine[np.argsort(proc.pauses.from_wall(arrive[mine]), kind="stable")]
+        tau = proc.pauses.from_wall(arrive[mine])  # arrival in process time
+        order = np.argsort(tau, kind="stable")
+        idx, t0 = mine[order], tau[order]
         g = d.gaps[:, idx]
-        t0 = proc.pauses.from_wall(arrive[idx])
         recv_e = t0 + d.receive[idx]
         parse_s = recv_e + g[0]
         parse_e = parse_s + d.parse[idx]
@@ -264,7 +263,7 @@ def simulate(config: SimConfig) -> Simulation:
         ds_wall = rel["downstream"][0][idx] + ds_out
         rel["ds_server"][0][idx], rel["ds_server"][1][idx] = ds_wall, ds_wall + ds_srv
         _gc_events(gc_events, idx, t0, root_e, proc)
-        hit[idx], has_store[idx] = hits, ~hits
+        hit[idx] = hits
         batch_size[idx], depth[idx], leader[idx] = sizes, depths, idx[lead]
     rel["client"] = (d.send, rel["root"][1] + d.net_out)
     times = {role: (np.rint(s).astype(np.int64) + c.start_ns, np.rint(e).astype(np.int64) + c.start_ns)
@@ -272,7 +271,7 @@ def simulate(config: SimConfig) -> Simulation:
     events = {i: [(ts + c.start_ns, *rest) for ts, *rest in evs] for i, evs in sorted(gc_events.items())}
     return Simulation(
         config=c, processes=processes, client=d.client, process=process, ds_instance=d.ds_instance,
-        times=times, has_store=has_store, has_downstream=d.has_downstream.copy(),
+        times=times, has_downstream=d.has_downstream.copy(),
         chars=d.chars.astype(np.int64), tokens=np.minimum(np.ceil(d.chars / 4.5).astype(np.int64) + 2, 128),
         body_bytes=d.body_bytes.astype(np.int64), entity=d.entity, cache_hit=hit, batch_size=batch_size,
         queue_depth=depth, leader=leader, gc_events=events,

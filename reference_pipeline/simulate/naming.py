@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from reference_pipeline import span_model as sm
-from reference_pipeline.simulate.config import SimConfig
+from reference_pipeline.simulate.config import NAMINGS, SimConfig
 from reference_pipeline.simulate.model import ROLES, Simulation
 
-NAMINGS = ("reference", "alt")
 SDK = {"telemetry.sdk.name": "opentelemetry", "telemetry.sdk.language": "python",
        "telemetry.sdk.version": "1.38.0"}
 
@@ -91,7 +90,7 @@ def role_specs(naming: str, config: SimConfig) -> dict[str, RoleSpec]:
             "ds_server": (("http.request.method", "POST"), ("http.route", sm.DOWNSTREAM_ROUTE),
                           ("http.response.status_code", 200)),
         }
-        names = {role: name for role, name in _REFERENCE_NAMES.items()}
+        names = dict(_REFERENCE_NAMES)
         scopes = {"client": "tailscope.loadgen", "ds_server": "tailscope.downstream"}
         default_scope = "tailscope.reference_pipeline"
     else:
@@ -140,7 +139,7 @@ def dynamic_attributes(sim: Simulation, role: str, naming: str) -> list[tuple[st
 def present(sim: Simulation, role: str) -> np.ndarray | None:
     """Which requests have a span of this role (None: all of them)."""
     if role == "store_get":
-        return sim.has_store
+        return ~sim.cache_hit
     if role in ("downstream", "ds_server"):
         return sim.has_downstream
     return None

@@ -89,12 +89,13 @@ def _extras(group: SpanGroup) -> list[str]:
 def otlp_json_lines(source: SpanSource, requests_per_line: int = 512) -> Iterator[bytes]:
     """One ExportTraceServiceRequest per line, for `requests_per_line` requests' spans."""
     resources = [_json({"attributes": key_values(attrs)}) for attrs in source.resources]
-    templates: dict[tuple[str, int], _SpanTemplate] = {}
+    templates: dict[str, _SpanTemplate] = {}  # by role, built from the role's first group
     for groups in source.chunks(requests_per_line):
         by_resource: dict[int, dict[str, list[str]]] = {}
         for group in groups:
-            key = (group.spec.role, len(group.attrs))
-            template = templates.get(key) or templates.setdefault(key, _SpanTemplate(group))
+            template = templates.get(group.spec.role)
+            if template is None:
+                template = templates[group.spec.role] = _SpanTemplate(group)
             by_resource.setdefault(group.resource, {}).setdefault(group.spec.scope, []).extend(
                 template.render(group)
             )
