@@ -15,7 +15,8 @@ from tailscope.store.db import Store, connect_writer
 def test_order_statistic_bootstrap_matches_naive_resampling():
     rng = np.random.default_rng(1)
     sample = np.sort(rng.lognormal(3, 1, size=2000))
-    fast = bootstrap_quantile(sample, 0.99, np.random.default_rng(2), 4000)
+    estimate, fast = bootstrap_quantile(rng.permutation(sample), 0.99, np.random.default_rng(2), 4000)
+    assert estimate == np.quantile(sample, 0.99, method="inverted_cdf")
     naive = np.quantile(rng.choice(sample, size=(4000, sample.size)), 0.99, axis=1, method="inverted_cdf")
     assert np.percentile(fast, [2.5, 50, 97.5]) == pytest.approx(
         np.percentile(naive, [2.5, 50, 97.5]), rel=0.05

@@ -34,15 +34,20 @@ sample AS MATERIALIZED (
     FROM m
     QUALIFY row_number() OVER (PARTITION BY selected ORDER BY hash(TraceId)) <= ?
 ),
-kv AS (
-    SELECT s.TraceId, s.selected, 'span' AS source, o.SpanName AS span_name,
-           unnest(map_keys(o.SpanAttributes)) AS key, unnest(map_values(o.SpanAttributes)) AS value
+sampled_spans AS MATERIALIZED (  -- one scan of otel_traces for both kinds of attributes
+
+    SELECT s.TraceId, s.selected, o.SpanName, o.SpanAttributes,
+           CASE WHEN o.SpanId = s.RootSpanId THEN o.ResourceAttributes END AS RootResource
     FROM otel_traces AS o JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId
+),
+kv AS (
+    SELECT TraceId, selected, 'span' AS source, SpanName AS span_name,
+           unnest(map_keys(SpanAttributes)) AS key, unnest(map_values(SpanAttributes)) AS value
+    FROM sampled_spans
     UNION ALL
-    SELECT s.TraceId, s.selected, 'resource', '',
-           unnest(map_keys(o.ResourceAttributes)), unnest(map_values(o.ResourceAttributes))
-    FROM otel_traces AS o
-    JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId AND o.SpanId = s.RootSpanId
+    SELECT TraceId, selected, 'resource', '', unnest(map_keys(RootResource)), unnest(map_values(RootResource))
+    FROM sampled_spans
+    WHERE RootResource IS NOT NULL
     UNION ALL
     SELECT TraceId, selected, 'stage', '', 'dominant stage', DominantStage FROM sample
 ),
