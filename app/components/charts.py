@@ -24,11 +24,29 @@ def layout(fig: go.Figure, height: int = 420, **kwargs: object) -> go.Figure:
     return fig
 
 
-def pad_bars(fig: go.Figure, values: list[float], share: float = 0.22) -> go.Figure:
-    """Room on both sides of a horizontal bar chart so labels outside the bars stay readable."""
-    low, high = min(0.0, *values, 0.0), max(0.0, *values, 0.0)
+def bar_labels(
+    fig: go.Figure, y: list, values: list[float], texts: list[str], share: float = 0.25
+) -> go.Figure:
+    """Value labels of a horizontal bar chart, each just right of its bar (or of zero for a negative
+    bar, so it never runs into the axis labels), with room kept for them on the right."""
+    fig.add_trace(
+        go.Scatter(
+            y=y,
+            x=[max(v, 0.0) for v in values],
+            text=texts,
+            mode="text",
+            textposition="middle right",
+            textfont={"size": 11},
+            hoverinfo="skip",
+            showlegend=False,
+            cliponaxis=False,
+        )
+    )
+    if len(fig.data) == 2:  # one bar trace and its labels: nothing to tell apart in a legend
+        fig.update_layout(showlegend=False)
+    low, high = min(0.0, *values), max(0.0, *values)
     pad = share * ((high - low) or 1.0)
-    fig.update_xaxes(range=[low - (pad if low < 0 else 0), high + pad], zeroline=True, zerolinecolor="#888")
+    fig.update_xaxes(range=[low - 0.03 * (high - low), high + pad], zeroline=True, zerolinecolor="#888")
     fig.update_yaxes(ticklabelstandoff=6)
     return fig
 

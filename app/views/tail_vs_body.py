@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
@@ -16,10 +17,18 @@ TOP_ATTRIBUTES = 15
 MIN_DIFFERENCE_PCT = 0.5
 
 
+LABEL_CHARS = 48
+
+
 def attribute_label(row: pd.Series) -> str:
+    """`key=value (where)`, shortened to fit beside the chart (the hover has it whole)."""
     where = row.get("span_name") or row.get("source") or ""
     text = f"{row['key']}={row['value']}"
-    return f"{text}  ({where})" if where else text
+    suffix = f"  ({where})" if where else ""
+    room = max(LABEL_CHARS - len(suffix), 16)
+    if len(text) > room:
+        text = text[: room - 1] + "…"
+    return text + suffix
 
 
 def over_represented(result: TailVsBody) -> pd.DataFrame:
@@ -30,6 +39,10 @@ def over_represented(result: TailVsBody) -> pd.DataFrame:
 def bubbleup_figure(result: TailVsBody) -> go.Figure:
     top = over_represented(result).head(TOP_ATTRIBUTES).iloc[::-1]
     labels = [attribute_label(row) for _, row in top.iterrows()]
+    full = [
+        f"{row['key']}={row['value']} ({row.get('span_name') or row.get('source')})"
+        for _, row in top.iterrows()
+    ]
     fig = go.Figure()
     for column, name, color in (("rest_pct", "rest", BODY), ("selected_pct", "selected", TAIL)):
         fig.add_trace(
@@ -39,9 +52,9 @@ def bubbleup_figure(result: TailVsBody) -> go.Figure:
                 name=f"{name} requests",
                 orientation="h",
                 marker_color=color,
-                customdata=top[["difference_pct", "lift"]].to_numpy(),
+                customdata=np.column_stack([top["difference_pct"], top["lift"], full]),
                 hovertemplate=(
-                    f"%{{y}}<br>{name}: %{{x:.1f}} % of requests<br>"
+                    f"%{{customdata[2]}}<br>{name}: %{{x:.1f}} % of requests<br>"
                     "difference %{customdata[0]:+.1f} points, lift ×%{customdata[1]:.2f}<extra></extra>"
                 ),
             )
@@ -64,9 +77,6 @@ def stages_figure(result: TailVsBody) -> go.Figure:
             orientation="h",
             marker_color=[stage_color(s) for s in stages["stage"]],
             customdata=stages[["selected_mean_ms", "rest_mean_ms"]].to_numpy(),
-            text=[fmt.signed_ms(v) for v in stages["delta_ms"]],
-            textposition="outside",
-            cliponaxis=False,
             hovertemplate=(
                 "%{y}: selected %{customdata[0]:.2f} ms vs rest %{customdata[1]:.2f} ms<extra></extra>"
             ),
@@ -75,7 +85,8 @@ def stages_figure(result: TailVsBody) -> go.Figure:
     charts.layout(
         fig, height=max(300, 30 * len(stages) + 80), xaxis_title="mean exclusive time, selected − rest (ms)"
     )
-    return charts.pad_bars(fig, [float(v) for v in stages["delta_ms"]])
+    values = [float(v) for v in stages["delta_ms"]]
+    return charts.bar_labels(fig, list(stages["stage"]), values, [fmt.signed_ms(v) for v in values])
 
 
 def choose_selection() -> tuple[analysis.Rect | None, str | None, float, str]:

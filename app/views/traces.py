@@ -30,9 +30,13 @@ NBSP = "\u00a0"
 def span_labels(spans: pd.DataFrame) -> list[str]:
     """Indented span names, padded to one width so the right-aligned monospace ticks read as a tree;
     zero-width spaces keep repeated names apart as categories."""
+    depths = spans["depth"].astype(int) - int(spans["depth"].min())
+    roots = spans.loc[spans["depth"] == 0, "service"]
+    home = roots.iloc[0] if len(roots) else None
     raw = [
-        f"{NBSP * 2 * int(depth)}{'└' + NBSP if depth else ''}{name}"
-        for depth, name in zip(spans["depth"], spans["name"], strict=True)
+        f"{NBSP * 2 * (depth - 1) if depth else ''}{'└' + NBSP if depth else ''}{name}"
+        + (f"{NBSP}({service})" if service != home else "")
+        for depth, name, service in zip(depths, spans["name"], spans["service"], strict=True)
     ]
     width = max(len(r) for r in raw)
     return [r.ljust(width, NBSP) + "\u200b" * i for i, r in enumerate(raw)]
@@ -60,7 +64,7 @@ def gantt_figure(g: Gantt) -> go.Figure:
                 "cmax": 100,
                 "line": {"color": line_colors, "width": line_widths},
                 "colorbar": {
-                    "title": {"text": "rank among<br>same-name<br>spans"},
+                    "title": {"text": "rank among same-name spans", "side": "right"},
                     "ticksuffix": " %",
                 },
             },

@@ -71,9 +71,6 @@ def excess_figure(wf: Waterfall) -> go.Figure:
             y=[s.stage for s in bars],
             orientation="h",
             marker_color=[stage_color(s.stage) for s in bars],
-            text=[fmt.pct(s.tail_excess_share) for s in bars],
-            textposition="outside",
-            cliponaxis=False,
             customdata=[[s.mean_ms, s.median_band_mean_ms] for s in bars],
             hovertemplate=(
                 "%{y}: %{x:.1f} % of the excess<br>band mean %{customdata[0]:.2f} ms, "
@@ -82,7 +79,10 @@ def excess_figure(wf: Waterfall) -> go.Figure:
         )
     )
     charts.layout(fig, height=440, xaxis_title="share of the excess (%)")
-    return charts.pad_bars(fig, [100 * (s.tail_excess_share or 0) for s in bars])
+    values = [100 * (s.tail_excess_share or 0) for s in bars]
+    return charts.bar_labels(
+        fig, [s.stage for s in bars], values, [fmt.pct(s.tail_excess_share) for s in bars]
+    )
 
 
 def stage_table(wf: Waterfall) -> pd.DataFrame:
@@ -92,7 +92,8 @@ def stage_table(wf: Waterfall) -> pd.DataFrame:
             f"{wf.band} band mean (ms)": [s.mean_ms for s in wf.stages],
             "median band mean (ms)": [s.median_band_mean_ms for s in wf.stages],
             "tail-excess share (%)": [
-                None if s.tail_excess_share is None else 100 * s.tail_excess_share for s in wf.stages
+                None if s.tail_excess_share is None else round(100 * s.tail_excess_share, 1) + 0.0
+                for s in wf.stages
             ],
             "p50 (ms)": [s.p50_ms for s in wf.stages],
             "p95 (ms)": [s.p95_ms for s in wf.stages],
