@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from analysis_spans import S, SpanColumns, add_trace, insert
@@ -69,3 +71,16 @@ def test_unknown_run_lists_the_known_ones(store):
     result = compare(store, "a", "zzz")
     assert result.stages == []
     assert "'zzz'" in result.reason and "a, b" in result.reason
+
+
+def test_cli_compare_table_json_and_unknown_run(store, capsys):
+    from tailscope.cli.main import main
+
+    assert main(["compare", "a", "b", "--db", str(store.path), "--price-a", "1", "--price-b", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "per 1,000 inferences" in out and "model_forward" in out and "device: A → B" in out
+    assert main(["compare", "a", "b", "--db", str(store.path), "--json", "--resamples", "100"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {s["stage"] for s in data["stages"]} >= {"e2e", "model_forward"}
+    assert main(["compare", "a", "nope", "--db", str(store.path)]) == 2
+    assert "unknown run 'nope'" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -136,3 +137,16 @@ def test_run_without_roots_says_so(db_path):
     result = waterfall(Store(db_path), Filter(run="r"))
     assert result.stages == []
     assert "no request root" in result.reason
+
+
+def test_cli_waterfall_table_json_and_unknown_run(store, capsys):
+    from tailscope.cli.main import main
+
+    assert main(["waterfall", "--db", str(store.path), "--band", "p99"]) == 0
+    out = capsys.readouterr().out
+    assert "model_forward" in out and "do not add up" in out
+    assert main(["waterfall", "--db", str(store.path), "--run", "run1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert sum(s["mean_ms"] for s in data["stages"]) == pytest.approx(data["band_mean_ms"])
+    assert main(["waterfall", "--db", str(store.path), "--run", "nope"]) == 2
+    assert "runs in" in capsys.readouterr().err
