@@ -289,6 +289,7 @@ def load_file(
 
     try:
         with open(path, "rb", buffering=1 << 20) as raw, connect_writer(db_path) as conn:
+            _query(conn, "ingest_writer_memory", [])
             counting = _Counting(raw)
             batches = decode_file(raw, source, result, on_bad if skip_bad else None, pool)
 

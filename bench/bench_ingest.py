@@ -1,0 +1,188 @@
+"""Ingest benchmark: bare JSON decode vs `tailscope ingest` end to end, OTLP JSON lines and protobuf.
+
+    python bench/bench_ingest.py                    # 1 M spans, JSON lines and length-prefixed protobuf
+    python bench/bench_ingest.py --spans 5000000    # ~2 GB of JSON lines: the peak-RSS check
+
+Prints the machine, date, command and every figure; paste its output into bench/RESULTS.md.
+Data files are generated once into bench/data/ (gitignored) by bench/gen_otlp.py.
+
+Figures:
+- bare decode: every line of the file (already in memory) through orjson.loads and through untyped
+  msgspec.json.decode, cyclic GC on (as a plain script runs) and off; the baseline is the fastest.
+- ingest: `tailscope ingest FILE --db <fresh> --run bench --json` in a subprocess, wall clock,
+  user+system CPU of it and its workers, and the largest process's peak RSS.
+- refresh_run: the analysis layer's derived-table rebuild for the run, timed on its own, because it
+  runs inside every ingest transaction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{platform.machine()} {model}, {os.cpu_count()} cores, {memory:.0f} GiB, "
+        f"Python {platform.python_version()}, load average {load}"
+    )
+
+
+def ensure_data(spans: int, proto: bool) -> Path:
+    path = HERE / "data" / f"otlp_{spans}.{'pb' if proto else 'jsonl'}"
+    if not path.exists():
+        command = [sys.executable, str(HERE / "gen_otlp.py"), "--spans", str(spans)] + (
+            ["--proto"] if proto else []
+        )
+        subprocess.run(command, check=True)
+    return path
+
+
+def bare_json_decode(path: Path) -> dict[str, float]:
+    import msgspec
+    import orjson
+
+    with open(path, "rb") as f:
+        lines = f.readlines()
+    decoder = msgspec.json.Decoder()
+    out: dict[str, float] = {}
+    for gc_on in (True, False):
+        for name, decode in (("orjson.loads", orjson.loads), ("msgspec.json.decode", decoder.decode)):
+            if not gc_on:
+                gc.disable()
+            started = time.perf_counter()
+            for line in lines:
+                decode(line)
+            out[f"{name} (gc {'on' if gc_on else 'off'})"] = time.perf_counter() - started
+            gc.enable()
+    return out
+
+
+def bare_proto_parse(path: Path) -> float:
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    data = path.read_bytes()
+    started = time.perf_counter()
+    offset = 0
+    while offset < len(data):
+        length = int.from_bytes(data[offset : offset + 4], "big")
+        trace_pb2.TracesData().ParseFromString(data[offset + 4 : offset + 4 + length])
+        offset += 4 + length
+    return time.perf_counter() - started
+
+
+def ingest(path: Path) -> dict[str, object]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.duckdb"
+        command = [
+            sys.executable,
+            "-m",
+            "tailscope.cli.main",
+            "ingest",
+            str(path),
+            "--db",
+            str(db),
+            "--run",
+            "bench",
+            "--json",
+        ]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+        wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode != 0:
+            raise SystemExit(f"ingest failed ({done.returncode}): {done.stderr[-2000:]}")
+        summary = json.loads(done.stdout)
+        derive = time_refresh_run(db)
+    return {
+        "command": shlex.join(["tailscope", *command[3:]]),
+        "wall_s": wall,
+        "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+        "peak_rss_mib": after.ru_maxrss / 1024,
+        "spans": summary["spans"],
+        "refresh_run_s": derive,
+    }
+
+
+def time_refresh_run(db: Path) -> float:
+    sys.path.insert(0, str(ROOT))
+    from tailscope.analysis.derive import refresh_run
+    from tailscope.store.db import connect_writer
+
+    with connect_writer(db) as conn:
+        conn.begin()
+        started = time.perf_counter()
+        refresh_run(conn, "bench")
+        seconds = time.perf_counter() - started
+        conn.rollback()
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--spans", type=int, default=1_000_000)
+    parser.add_argument("--no-proto", action="store_true", help="skip the protobuf figures")
+    args = parser.parse_args()
+    print(f"machine: {machine()}")
+    print(f"date:    {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}")
+    print(f"command: {shlex.join([sys.executable, *sys.argv])}")
+
+    path = ensure_data(args.spans, proto=False)
+    print(f"\nOTLP JSON lines: {path.name}, {path.stat().st_size / 2**20:,.0f} MiB, {args.spans:,} spans")
+    bare = bare_json_decode(path)
+    for name, seconds in bare.items():
+        print(f"  bare decode {name:<28} {seconds:7.2f} s  {args.spans / seconds:>10,.0f} spans/s")
+    baseline = min(bare["orjson.loads (gc on)"], bare["msgspec.json.decode (gc on)"])
+    result = ingest(path)
+    print(f"  ingest: {result['command']}")
+    wall, cpu, rss = result["wall_s"], result["cpu_s"], result["peak_rss_mib"]
+    rate = result["spans"] / wall
+    print(
+        f"  ingest end to end {wall:7.2f} s  {rate:>10,.0f} spans/s  = {wall / baseline:.2f}x the bare decode"
+    )
+    print(f"  (baseline {baseline:.2f} s: the faster decoder with gc on)")
+    print(f"  ingest CPU (all processes) {cpu:.1f} s; peak RSS of the largest process {rss:,.0f} MiB")
+    print(f"  of which refresh_run (derived tables, analysis layer): {result['refresh_run_s']:.2f} s")
+
+    if not args.no_proto:
+        path = ensure_data(args.spans, proto=True)
+        print(f"\nOTLP protobuf, length-prefixed: {path.name}, {path.stat().st_size / 2**20:,.0f} MiB")
+        parse = bare_proto_parse(path)
+        print(f"  bare TracesData.ParseFromString {parse:7.2f} s  {args.spans / parse:>10,.0f} spans/s")
+        result = ingest(path)
+        wall, cpu, rss = result["wall_s"], result["cpu_s"], result["peak_rss_mib"]
+        print(f"  ingest end to end {wall:7.2f} s  {result['spans'] / wall:>10,.0f} spans/s")
+        print(
+            f"  ingest CPU {cpu:.1f} s; peak RSS {rss:,.0f} MiB; refresh_run {result['refresh_run_s']:.2f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
