@@ -43,5 +43,5 @@ if importlib.util.find_spec("app.views.diagnosis") is not None:
 page = st.navigation(PAGES)
 with st.sidebar:
     notice.guarded(filters.sidebar)
-    st.caption(f"Store: `{data.db_path()}`")
+    st.caption(f"Store: `{data.db_path().name}`", help=f"{data.db_path()} (`tailscope serve --db FILE`)")
 page.run()

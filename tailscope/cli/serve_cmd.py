@@ -67,6 +67,8 @@ def streamlit_command(db_path: Path, host: str, port: int) -> list[str]:
         "false",
         "--theme.base",
         "light",
+        "--client.toolbarMode",
+        "minimal",
         "--",
         "--db",
         str(db_path),
