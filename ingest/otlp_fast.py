@@ -21,15 +21,14 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 import msgspec
-import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
 from msgspec import Raw, Struct
 
 from ingest import anyvalue as av
 from ingest import otlp_json
-from ingest.columns import COLUMNS, EVENT, LINK, STRING_MAP, SpanColumns
+from ingest.arrow_batch import ArrowSpans, ColumnBatch
+from ingest.columns import EVENT, LINK, SpanColumns
 from ingest.errors import DecodeError
 
 BLOCK_BYTES = 8 << 20
@@ -154,86 +153,12 @@ def render_attributes(raw: bytes) -> dict[str, str]:
     return out
 
 
-_KINDS = {key: av.SPAN_KIND_NAMES.index(name) for key, name in av.SPAN_KINDS.items() if key is not None}
-_STATUS = {key: av.STATUS_CODE_NAMES.index(name) for key, name in av.STATUS_CODES.items() if key is not None}
-_KIND_ARRAY = pa.array(av.SPAN_KIND_NAMES)
-_STATUS_ARRAY = pa.array(av.STATUS_CODE_NAMES)
-_NAMES = [column for _, column, _ in COLUMNS]
-
-
-class ArrowSpans:
-    """A batch already in Arrow form (what the fast path yields); the loader stores it like a
-    SpanColumns batch."""
-
-    __slots__ = ("resources", "table")
-
-    def __init__(self, table: pa.Table, resources: list[dict[str, str]]) -> None:
-        self.table = table
-        self.resources = resources
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-    def to_arrow(self) -> pa.Table:
-        return self.table
-
-    def unique_resources(self) -> list[dict[str, str]]:
-        return self.resources
-
-
-class _Batch:
-    """Columns of the spans decoded so far, plus the lines they came from."""
-
-    def __init__(self) -> None:
-        self.lines: list[tuple[int, bytes]] = []
-        self.span_line: list[int] = []
-        self.trace_id: list[str] = []
-        self.span_id: list[str] = []
-        self.parent: list[str] = []
-        self.trace_state: list[str] = []
-        self.name: list[str] = []
-        self.kind: list[Any] = []
-        self.start: list[int] = []
-        self.end: list[int] = []
-        self.status: list[Any] = []
-        self.message: list[str] = []
-        self.resource: list[int] = []
-        self.scope: list[int] = []
-        self.attributes: list[int] = []
-        self.events: list[Any] = []
-        self.links: list[Any] = []
-        self.resource_keys: dict[bytes, int] = {}
-        self.resource_maps: list[dict[str, str]] = []
-        self.services: list[str] = []
-        self.scope_keys: dict[tuple[str, str], int] = {}
-        self.attribute_keys: dict[bytes, int] = {}
-        self.attribute_maps: list[dict[str, str]] = []
-
-    def __len__(self) -> int:
-        return len(self.span_id)
-
-    def truncate(self, size: int) -> None:
-        for column in (
-            self.span_line, self.trace_id, self.span_id, self.parent, self.trace_state, self.name,
-            self.kind, self.start, self.end, self.status, self.message, self.resource, self.scope,
-            self.attributes, self.events, self.links,
-        ):  # fmt: skip
-            del column[size:]
+class _JsonBatch(ColumnBatch):
+    """A ColumnBatch filled from OTLP JSON lines (attribute lists keyed by their raw bytes)."""
 
     def _resource(self, resource: _Resource | None) -> int:
         raw = bytes(resource.attributes) if resource is not None else b""
-        index = self.resource_keys.get(raw)
-        if index is None:
-            attributes = render_attributes(raw)
-            index = self.resource_keys[raw] = len(self.resource_maps)
-            self.resource_maps.append(attributes)
-            self.services.append(attributes.get("service.name") or otlp_json.UNKNOWN_SERVICE)
-        return index
-
-    def _attribute_index(self, raw: bytes) -> int:
-        index = self.attribute_keys[raw] = len(self.attribute_maps)
-        self.attribute_maps.append(render_attributes(raw))
-        return index
+        return self.resource_index(raw, lambda: render_attributes(raw), otlp_json.UNKNOWN_SERVICE)
 
     def add_line(self, line_no: int, line: bytes) -> bool:
         """Decode one line into the columns; False (and nothing added) when it needs the slow path."""
@@ -247,8 +172,9 @@ class _Batch:
                     if not spans:
                         continue
                     scope = ss.scope
-                    scope_key = (scope.name, scope.version) if scope is not None else ("", "")
-                    scope_index = self.scope_keys.setdefault(scope_key, len(self.scope_keys))
+                    scope_index = (
+                        self.scope_index(scope.name, scope.version) if scope else self.scope_index("", "")
+                    )
                     count = len(spans)
                     self.span_line += [line_no] * count
                     self.resource += [resource] * count
@@ -268,7 +194,9 @@ class _Batch:
                     for s in spans:
                         raw = bytes(s.attributes)
                         index = keys.get(raw)
-                        self.attributes.append(index if index is not None else self._attribute_index(raw))
+                        if index is None:
+                            index = self.new_attributes(raw, render_attributes(raw))
+                        self.attributes.append(index)
                     self.events += [s.events for s in spans]
                     self.links += [s.links for s in spans]
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError, orjson.JSONDecodeError):
@@ -278,112 +206,44 @@ class _Batch:
             self.lines.append((line_no, line))
         return True
 
-    def finish(self) -> tuple[ArrowSpans | None, list[tuple[int, bytes]]]:
-        """The batch as Arrow, and the lines whose values the fast path does not take as-is."""
-        try:
-            table, bad = self._table()
-        except (OverflowError, ValueError, TypeError, msgspec.ValidationError, pa.ArrowException):
-            return None, self.lines  # e.g. a time past int64: let the reference decoder say where
-        if bad is not None and len(bad):
-            bad_lines = set(np.asarray(self.span_line)[bad].tolist())
-            keep = pc.invert(pc.is_in(pa.array(self.span_line), pa.array(sorted(bad_lines))))
-            table = table.filter(keep)
-            return ArrowSpans(table, self.resource_maps), [ln for ln in self.lines if ln[0] in bad_lines]
-        return ArrowSpans(table, self.resource_maps), []
+    def events_array(self) -> pa.Array:
+        values: list[Any] = []
+        for raw in self.events:
+            data = b"" if raw is _EMPTY else bytes(raw)
+            if data in _NO_LIST:
+                values.append(())
+                continue
+            values.append(
+                [
+                    (
+                        av.unix_nano(event.time_unix_nano, "event timeUnixNano"),
+                        event.name,
+                        list(render_attributes(bytes(event.attributes)).items()),
+                    )
+                    for event in _EVENTS.decode(data)
+                ]
+            )
+        return pa.array(values, pa.list_(EVENT))
 
-    def _table(self) -> tuple[pa.Table, np.ndarray | None]:
-        start = np.array(self.start, dtype=np.int64)
-        duration = np.array(self.end, dtype=np.int64) - start
-        kind = [_KINDS.get(k, -1) for k in self.kind]
-        status = [_STATUS.get(c, -1) for c in self.status]
-        trace_id = pa.array(self.trace_id, pa.string())
-        span_id = pa.array(self.span_id, pa.string())
-        parent = pa.array(self.parent, pa.string())
-        kind_index = np.array(kind, dtype=np.int32)
-        status_index = np.array(status, dtype=np.int32)
-        bad = (
-            (duration < 0)
-            | (kind_index < 0)
-            | (status_index < 0)
-            | ~pc.match_substring_regex(trace_id, "^[0-9a-f]{32}$").to_numpy(zero_copy_only=False)
-            | ~pc.match_substring_regex(span_id, "^[0-9a-f]{16}$").to_numpy(zero_copy_only=False)
-            | ~pc.match_substring_regex(parent, "^([0-9a-f]{16})?$").to_numpy(zero_copy_only=False)
-        )
-        kind_index[kind_index < 0] = 0
-        status_index[status_index < 0] = 0
-        resource = pa.array(self.resource, pa.int32())
-        arrays = {
-            "Timestamp": pa.array(start, pa.int64()).cast(pa.timestamp("ns")),
-            "TraceId": trace_id,
-            "SpanId": span_id,
-            "ParentSpanId": parent,
-            "TraceState": pa.array(self.trace_state, pa.string()),
-            "SpanName": pa.array(self.name, pa.string()),
-            "SpanKind": pa.DictionaryArray.from_arrays(pa.array(kind_index), _KIND_ARRAY),
-            "ServiceName": pa.DictionaryArray.from_arrays(resource, pa.array(self.services, pa.string())),
-            "ResourceAttributes": pa.DictionaryArray.from_arrays(
-                resource, pa.array([list(m.items()) for m in self.resource_maps], STRING_MAP)
-            ),
-            "ScopeName": pa.DictionaryArray.from_arrays(
-                pa.array(self.scope, pa.int32()), pa.array([k[0] for k in self.scope_keys], pa.string())
-            ),
-            "ScopeVersion": pa.DictionaryArray.from_arrays(
-                pa.array(self.scope, pa.int32()), pa.array([k[1] for k in self.scope_keys], pa.string())
-            ),
-            "SpanAttributes": pa.DictionaryArray.from_arrays(
-                pa.array(self.attributes, pa.int32()),
-                pa.array([list(m.items()) for m in self.attribute_maps], STRING_MAP),
-            ),
-            "Duration": pa.array(duration, pa.int64()),
-            "StatusCode": pa.DictionaryArray.from_arrays(pa.array(status_index), _STATUS_ARRAY),
-            "StatusMessage": pa.array(self.message, pa.string()),
-            "Events": _events(self.events),
-            "Links": _links(self.links),
-        }
-        return pa.Table.from_arrays([arrays[name] for name in _NAMES], names=_NAMES), (
-            np.flatnonzero(bad) if bad.any() else None
-        )
-
-
-def _events(raws: list[Raw]) -> pa.Array:
-    values: list[Any] = []
-    for raw in raws:
-        data = b"" if raw is _EMPTY else bytes(raw)
-        if data in _NO_LIST:
-            values.append(())
-            continue
-        values.append(
-            [
-                (
-                    av.unix_nano(event.time_unix_nano, "event timeUnixNano"),
-                    event.name,
-                    list(render_attributes(bytes(event.attributes)).items()),
-                )
-                for event in _EVENTS.decode(data)
-            ]
-        )
-    return pa.array(values, pa.list_(EVENT))
-
-
-def _links(raws: list[Raw]) -> pa.Array:
-    values: list[Any] = []
-    for raw in raws:
-        data = b"" if raw is _EMPTY else bytes(raw)
-        if data in _NO_LIST:
-            values.append(())
-            continue
-        values.append(
-            [
-                (
-                    av.normalize_id(link.trace_id, 16, "link traceId"),
-                    av.normalize_id(link.span_id, 8, "link spanId"),
-                    link.trace_state,
-                    list(render_attributes(bytes(link.attributes)).items()),
-                )
-                for link in _LINKS.decode(data)
-            ]
-        )
-    return pa.array(values, pa.list_(LINK))
+    def links_array(self) -> pa.Array:
+        values: list[Any] = []
+        for raw in self.links:
+            data = b"" if raw is _EMPTY else bytes(raw)
+            if data in _NO_LIST:
+                values.append(())
+                continue
+            values.append(
+                [
+                    (
+                        av.normalize_id(link.trace_id, 16, "link traceId"),
+                        av.normalize_id(link.span_id, 8, "link spanId"),
+                        link.trace_state,
+                        list(render_attributes(bytes(link.attributes)).items()),
+                    )
+                    for link in _LINKS.decode(data)
+                ]
+            )
+        return pa.array(values, pa.list_(LINK))
 
 
 def decode_lines(
@@ -391,7 +251,7 @@ def decode_lines(
 ) -> Iterator[ArrowSpans | SpanColumns]:
     """Decode numbered JSON lines (a batch's worth): the fast path, then the reference decoder for
     the lines it passed on."""
-    batch = _Batch()
+    batch = _JsonBatch()
     slow: list[tuple[int, bytes]] = []
     for line_no, line in lines:
         if not batch.add_line(line_no, line):
