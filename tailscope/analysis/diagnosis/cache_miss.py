@@ -122,7 +122,7 @@ def detect(ctx: Context) -> list[Finding]:
         miss_bin = np.bincount(tb[slow], minlength=nb).astype(np.float64)
         expected = per_bin * rate
         dispersion = float(((miss_bin - expected) ** 2).sum() / max(expected.sum() * (1 - rate), 1e-9))
-        dispersion /= nb  # ~1 for independent misses
+        # ~1 for independent misses (binomial variance per bin), >> 1 when misses come in storms
         early = t < t.min() + (t.max() - t.min()) * 0.1
         early_rate = float(slow[early].mean()) if early.any() else rate
         late_rate = float(slow[~early].mean()) if (~early).any() else rate
@@ -134,6 +134,8 @@ def detect(ctx: Context) -> list[Finding]:
         added = rate * (math.exp(mix.mu[1]) - math.exp(mix.mu[0]))
         relative = added / max(float(np.median(reqs.latency)), 1.0)
         weight = max(logistic(share, 0.2, 0.06), logistic(relative, 0.02, 0.006))
+        if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
+            weight = max(weight, 0.85 * logistic(dispersion, 5.0, 1.5))
         confidence = strength * weight * (1.0 if why else 0.85)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None

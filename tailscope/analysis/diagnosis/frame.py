@@ -45,6 +45,14 @@ class Requests:
     def __len__(self) -> int:
         return len(self.root)
 
+    @property
+    def arrival(self) -> np.ndarray:
+        """When each request was sent: its CLIENT parent's start where traced (a stalled server
+        accepts late, so server-side starts clump after a pause), else the root's start."""
+        return self._arrival
+
+    _arrival: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
 
 @dataclass
 class TraceFrame:
@@ -207,6 +215,8 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
         client_span=np.where(has_client, prnt, -1),
         index_on_instance=index_on,
     )
+    client_start = frame.start[np.maximum(prnt, 0)]
+    frame.requests._arrival = np.where(has_client, client_start, frame.start[roots])
     # request column as an index into the request table (not a span index)
     req_index = np.full(n, -1, np.int64)
     req_index[roots] = np.arange(len(roots))

@@ -32,7 +32,7 @@ MAX_NAMES = 24
 MAX_CELLS = 3_000_000
 SHIFTS = 12
 MIN_BIN_NS = 1_000_000
-WINDOW_NS = 20_000_000
+WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy 10 ms windows
 
 
 def slow_flags(ctx: Context, spans: np.ndarray) -> np.ndarray:
@@ -176,11 +176,12 @@ def detect(ctx: Context) -> list[Finding]:
     impact = excess_share(overlap, split)
 
     # bursts: arrivals per bin inside stall episodes vs overall, on the same instances
-    arr_bin = (reqs.instance * n_bins + reqs.start // width).astype(np.int64)
+    arr_bin = (reqs.instance * n_bins + np.clip(reqs.arrival, 0, None) // width).astype(np.int64)
     arrivals = np.bincount(arr_bin, minlength=n_inst * n_bins).reshape(n_inst, n_bins)
-    lead = max(1, int(WINDOW_NS // width))  # the arrivals that feed a stall come just before it
-    csum = np.cumsum(np.pad(observed.astype(np.int32), ((0, 0), (1, lead))), axis=1)  # csum[:, t] = obs[:t]
-    window = (csum[:, lead + 1 : lead + 1 + n_bins] - csum[:, :n_bins]) > 0  # any stall in [b, b + lead]
+    half = max(1, int(WINDOW_NS // width) // 2)  # arrivals within +-0.5 s of a stall bin
+    csum = np.cumsum(np.pad(observed.astype(np.int32), ((0, 0), (1, 2 * half))), axis=1)
+    csum = np.pad(csum, ((0, 0), (half, 0)))  # csum[:, t] = stall bins before t - half
+    window = (csum[:, 2 * half + 1 : 2 * half + 1 + n_bins] - csum[:, :n_bins]) > 0
     live = a_count > 0
     rate_in = float(arrivals[window & live].mean()) if (window & live).any() else 0.0
     rate_all = float(arrivals[live].mean()) if live.any() else 0.0
@@ -200,16 +201,28 @@ def detect(ctx: Context) -> list[Finding]:
             k = np.searchsorted(g, ep_t1[sel_ep], side="right") - 1
             ok = k >= 0
             confirmed += int((g[k[ok]] >= ep_t0[sel_ep][ok] - 2 * width).sum())
-    confirmed_share = confirmed / max(episodes, 1)
 
     # effect size first: with many spans even a small coupling between adjacent stages is 'significant'
     strength = logistic(z, 3.0, 1.0) * logistic(ratio, 2.0, 0.2)
     weight = logistic(impact, 0.25, 0.08)
     penalty = (1 - logistic(arrival_ratio, 1.6, 0.15)) * (1 - logistic(early, 0.5, 0.1))
     confidence = strength * weight * penalty
+    event_share = None
     if len(f.gc_time):
-        confidence = confidence + (1 - confidence) * 0.3 * confirmed_share * strength
-    if confidence >= 0.3:  # other detectors discount time frozen in credible pauses
+        # confirmation: how much of the tail excess the runtime's own pause reports cover
+        order = np.lexsort((f.gc_time, f.gc_instance))
+        ev = stall_overlap(
+            reqs.instance,
+            reqs.start,
+            reqs.start + reqs.latency,
+            f.gc_instance[order],
+            f.gc_time[order],
+            f.gc_time[order] + f.gc_dur[order],
+        )
+        event_share = excess_share(ev, split)
+        confirm = logistic(event_share, 0.3, 0.08) * logistic(ratio, 1.5, 0.15) * penalty
+        confidence = max(confidence, confirm)
+    if strength >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
     stats = {
         "stall_bins": obs,
@@ -226,6 +239,7 @@ def detect(ctx: Context) -> list[Finding]:
         "early_share": round(early, 3),
         "gc_events": len(f.gc_time),
         "episodes_confirmed_by_gc_events": confirmed,
+        "tail_excess_share_in_reported_gc": None if event_share is None else round(event_share, 3),
     }
     summary = (
         f"{episodes} stall episodes (median {pause_ms:.1f} ms) where spans of several different names on one "
@@ -234,7 +248,11 @@ def detect(ctx: Context) -> list[Finding]:
         "time is "
         f"{impact:.0%} of the tail excess; arrivals "
         f"during stalls {arrival_ratio:.2f}x the average (no burst)"
-        + (f"; {confirmed} of {episodes} episodes coincide with runtime GC events" if len(f.gc_time) else "")
+        + (
+            f"; the runtime reported GC pauses covering {event_share:.0%} of the tail excess"
+            if event_share is not None
+            else ""
+        )
         + "."
     )
     return [

@@ -51,10 +51,11 @@ def detect(ctx: Context) -> list[Finding]:
         return []
     w = waits(ctx)
     share = excess_share(w, ctx.split)
-    span_ns = int(reqs.start.max() - reqs.start.min()) + 1
+    arrival = reqs.arrival
+    span_ns = int(arrival.max() - arrival.min()) + 1
     bins = int(min(BINS, max(20, n // 20)))
     width = span_ns / bins
-    b = np.minimum(((reqs.start - reqs.start.min()) / width).astype(np.int64), bins - 1)
+    b = np.minimum(((arrival - arrival.min()) / width).astype(np.int64), bins - 1)
     arrivals = np.bincount(b, minlength=bins).astype(np.float64)
     wait_sum = np.bincount(b, weights=w, minlength=bins)
     mean_wait = np.where(arrivals > 0, wait_sum / np.maximum(arrivals, 1), 0.0)

@@ -1,0 +1,276 @@
+"""Diagnosis: the causes of the run's latency tail, each with its evidence chart and what to change.
+
+Every number comes from `tailscope.analysis.diagnosis` (pure functions over the run's spans); the
+figure builders here turn a finding's `evidence["chart"]` data into a Plotly figure and are pure too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+import streamlit as st
+
+from app.components import charts, data, filters, fmt, notice
+from app.components.palette import BODY, NEUTRAL, P99_LINE, TAIL, TOTAL
+from tailscope.analysis.diagnosis import Diagnosis, diagnose, list_runs
+
+TITLES = {
+    "gc_pause": "GC pauses stall every in-flight request",
+    "lock_contention": "Lock contention",
+    "queueing": "Queueing under load",
+    "cache_miss": "Cache misses",
+    "cold_start": "Cold start",
+    "slow_dependency": "Slow dependency",
+    "network": "Network between client and server",
+    "compute_bound": "The model's forward pass",
+}
+CHART_TITLES = {
+    "stall_timeline": "Stall timeline: the leaf spans of requests on one instance around the longest stall",
+    "wait_vs_concurrency": "Duration vs requests already in the span, with the fitted hold time",
+    "arrival_vs_wait": "Arrival rate and wait before work, over time",
+    "log_duration_histogram": "Duration histogram (log scale) with its two modes",
+    "warmup_curve": "Median latency by request index of the instance (warm-up curve)",
+    "dependency_tail_share": "The dependency's quantiles against end-to-end latency's",
+    "network_gap": "Client-observed minus server-observed time per call",
+    "forward_vs_batch": "Forward time vs batch size, with the fitted line",
+}
+
+
+def _stall_timeline(c: dict[str, Any]) -> go.Figure:
+    fig = go.Figure()
+    for slow, color, label in ((False, BODY, "span"), (True, TAIL, "slow span (above p90 of its name)")):
+        idx = [i for i, s in enumerate(c["slow"]) if bool(s) == slow]
+        if not idx:
+            continue
+        fig.add_trace(
+            go.Bar(
+                x=[c["end_ms"][i] - c["start_ms"][i] for i in idx],
+                base=[c["start_ms"][i] for i in idx],
+                y=[c["row"][i] for i in idx],
+                orientation="h",
+                marker_color=color,
+                name=label,
+                customdata=[c["name"][i] for i in idx],
+                hovertemplate="%{customdata}: %{x:.2f} ms<extra></extra>",
+            )
+        )
+    lo, hi = c["stall_ms"]
+    fig.add_vrect(x0=lo, x1=hi, fillcolor=TAIL, opacity=0.12, line_width=0, annotation_text="stall")
+    charts.layout(fig, height=380, barmode="overlay", xaxis_title="time (ms)", yaxis_title="request")
+    return fig
+
+
+def _wait_vs_concurrency(c: dict[str, Any]) -> go.Figure:
+    xs = c["concurrency"]
+    top = max(xs, default=0)
+    fig = go.Figure(
+        go.Scatter(
+            x=xs, y=c["duration_ms"], mode="markers", marker={"color": BODY, "opacity": 0.35}, name="span"
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top],
+            y=[c["intercept_ms"], c["intercept_ms"] + c["slope_ms"] * top],
+            mode="lines",
+            line={"color": TAIL, "width": 3},
+            name=f"fit: {fmt.ms(c['slope_ms'])} per request ahead",
+        )
+    )
+    charts.layout(
+        fig, height=360, xaxis_title="requests already in the span (same instance)", yaxis_title="ms"
+    )
+    return fig
+
+
+def _arrival_vs_wait(c: dict[str, Any]) -> go.Figure:
+    fig = go.Figure()
+    fig.add_trace(
+        go.Scatter(x=c["time_s"], y=c["arrival_rps"], name="arrivals (req/s)", line={"color": NEUTRAL})
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=c["time_s"], y=c["mean_wait_ms"], name="mean wait (ms)", line={"color": TAIL}, yaxis="y2"
+        )
+    )
+    charts.layout(
+        fig,
+        height=360,
+        xaxis_title=f"time since start (s); wait lags arrivals by {fmt.ms(c['lag_ms'])}",
+        yaxis={"title": "arrivals (req/s)"},
+        yaxis2={"title": "mean wait (ms)", "overlaying": "y", "side": "right"},
+    )
+    return fig
+
+
+def _histogram(c: dict[str, Any]) -> go.Figure:
+    xs = [10**v for v in c["log10_ms"]]
+    fig = go.Figure(go.Bar(x=xs, y=c["count"], marker_color=BODY, name="spans"))
+    for label, value, color in (
+        ("fast mode", c["modes_ms"][0], BODY),
+        ("slow mode", c["modes_ms"][1], TAIL),
+        ("split", c["threshold_ms"], TOTAL),
+    ):
+        fig.add_vline(x=value, line_color=color, line_dash="dot", annotation_text=f"{label} {fmt.ms(value)}")
+    charts.layout(fig, height=360, xaxis_title="duration (ms, log scale)", yaxis_title="spans", bargap=0)
+    fig.update_xaxes(type="log")
+    return fig
+
+
+def _warmup(c: dict[str, Any]) -> go.Figure:
+    xs = [max(i, 0) + 1 for i in c["request_index"]]
+    fig = go.Figure(
+        go.Scatter(x=xs, y=c["median_ms"], mode="lines+markers", line={"color": TAIL}, name="median")
+    )
+    fig.add_hline(y=c["warm_median_ms"], line_color=BODY, line_dash="dot", annotation_text="warm")
+    charts.layout(
+        fig, height=360, xaxis_title="request number on its instance (log)", yaxis_title="median ms"
+    )
+    fig.update_xaxes(type="log")
+    return fig
+
+
+def _dependency(c: dict[str, Any]) -> go.Figure:
+    labels = [f"p{100 * q:g}" for q in c["quantiles"]]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=c["latency_ms"], name="end-to-end latency", marker_color=NEUTRAL))
+    fig.add_trace(go.Bar(x=labels, y=c["dependency_ms"], name="the dependency", marker_color=TAIL))
+    charts.layout(fig, height=360, barmode="group", yaxis_title="ms")
+    return fig
+
+
+def _network(c: dict[str, Any]) -> go.Figure:
+    fig = go.Figure(go.Histogram(x=c["gap_ms"], nbinsx=60, marker_color=TAIL, name="calls"))
+    charts.layout(fig, height=360, xaxis_title="gap (ms)", yaxis_title="calls")
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def _forward(c: dict[str, Any]) -> go.Figure:
+    top = max(c["batch_size"], default=1)
+    fig = go.Figure(
+        go.Scatter(
+            x=c["batch_size"],
+            y=c["forward_ms"],
+            mode="markers",
+            marker={"color": BODY, "opacity": 0.35},
+            name="forward",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[0, top],
+            y=[c["intercept_ms"], c["intercept_ms"] + c["slope_ms"] * top],
+            mode="lines",
+            line={"color": P99_LINE, "width": 3},
+            name=f"{fmt.ms(c['intercept_ms'])} per call + {fmt.ms(c['slope_ms'])} per item",
+        )
+    )
+    charts.layout(fig, height=360, xaxis_title="batch size", yaxis_title="forward (ms)")
+    return fig
+
+
+BUILDERS = {
+    "stall_timeline": _stall_timeline,
+    "wait_vs_concurrency": _wait_vs_concurrency,
+    "arrival_vs_wait": _arrival_vs_wait,
+    "log_duration_histogram": _histogram,
+    "warmup_curve": _warmup,
+    "dependency_tail_share": _dependency,
+    "network_gap": _network,
+    "forward_vs_batch": _forward,
+}
+
+
+def evidence_figure(chart: dict[str, Any] | None) -> go.Figure | None:
+    """The evidence chart of a finding (None when it has no chart data of a known kind)."""
+    if not chart or chart.get("kind") not in BUILDERS:
+        return None
+    return BUILDERS[chart["kind"]](chart)
+
+
+def confidence_label(confidence: float) -> str:
+    if confidence >= 0.8:
+        return "strong"
+    if confidence >= 0.5:
+        return "likely"
+    if confidence >= 0.2:
+        return "possible"
+    return "weak"
+
+
+def finding_card(index: int, finding: dict[str, Any]) -> None:
+    with st.container(border=True):
+        head, score = st.columns([4, 1])
+        where = " · ".join(
+            x
+            for x in (finding.get("stage"), finding.get("span_name") and f"span `{finding['span_name']}`")
+            if x
+        )
+        head.subheader(f"{index}. {TITLES.get(finding['pattern'], finding['pattern'])}")
+        head.caption(f"pattern `{finding['pattern']}`" + (f" · {where}" if where else ""))
+        score.metric(
+            "confidence",
+            f"{finding['confidence']:.2f}",
+            confidence_label(finding["confidence"]),
+            delta_color="off",
+        )
+        st.markdown(finding["evidence"].get("summary", ""))
+        chart = finding["evidence"].get("chart")
+        fig = evidence_figure(chart)
+        if fig is not None:
+            st.markdown(f"**{CHART_TITLES.get(chart['kind'], 'Evidence')}**")
+            st.plotly_chart(fig, key=f"diagnosis_chart_{index}", config=charts.CONFIG)
+        st.success(f"**What to change.** {finding['advice']}", icon=":material/build:")
+        with st.expander("The numbers behind it"):
+            st.json(finding["evidence"].get("stats", {}))
+
+
+def _diagnose(store, run: str) -> dict[str, Any]:
+    """Cached form of the diagnosis: plain data (figures are built per rerun)."""
+    result: Diagnosis = diagnose(store, run)
+    out = result.to_dict(with_chart=True)
+    out["seconds"] = round(result.seconds, 3)
+    return out
+
+
+def render() -> None:
+    st.title("Diagnosis")
+    st.caption(
+        "The causes of the run's latency tail, named from trace timing (overlaps, co-occurring stalls, "
+        "arrival rates, duration modes, request order) and confirmed by runtime signals where present. "
+        "Confidence is calibrated on simulated runs with a planted cause: findings at 0.5 or more named "
+        "the planted cause; a healthy run shows none except possibly compute_bound."
+    )
+    flt = filters.current()
+    run = flt.run
+    if run is None:
+        runs = data.get(list_runs)
+        if not runs:
+            notice.no_data("The store has no runs yet")
+            return
+        if len(runs) > 1:
+            st.info("The diagnosis looks at one run: pick it in the sidebar.", icon=":material/info:")
+            return
+        run = runs[0]
+    result = data.get(_diagnose, run)
+    if result.get("reason"):
+        notice.no_data(result["reason"], "A diagnosis needs at least 50 requests with a request root span.")
+        if not result["findings"]:
+            return
+    st.markdown(
+        f"Run **{result['run']}**: {fmt.count(result['requests'])} requests, "
+        f"{len(result['findings'])} finding(s). The sidebar's run filter applies; the service, route and "
+        "time filters do not (a cause is judged on the whole run)."
+    )
+    if not result["findings"]:
+        st.success("No cause of a latency tail stands out in this run.", icon=":material/check_circle:")
+        return
+    for pattern, error in (result.get("errors") or {}).items():
+        st.warning(f"The {pattern} detector failed on this run: {error}", icon=":material/warning:")
+    for i, finding in enumerate(result["findings"], 1):
+        finding_card(i, finding)
+
+
+notice.guarded(render)

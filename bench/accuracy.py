@@ -1,0 +1,210 @@
+"""Diagnosis accuracy on every planted scenario of the simulator: scenario x seed x naming (x format).
+
+    .venv/bin/python bench/accuracy.py [--requests 3000] [--seeds 5] [--jaeger] [--write]
+
+Each seed also varies the load (0.4 / 0.5 / 0.65 of capacity) and the number of server processes
+(2 / 3 / 4), so the table covers several rates and concurrencies. Spans go from `simulate_columns`
+straight into an in-memory store (the `--jaeger` rows instead go through a Jaeger JSON file and the
+real loader); the diagnosis then reads them like any run. The top finding must be the planted
+cause, and steady must raise nothing above 0.5 but compute_bound. With --write the tables replace the
+"Diagnosis accuracy" part of bench/RESULTS.md.
+
+The calibration table groups every finding of every run by confidence and counts how often a
+finding in that band is the planted cause (steady's compute_bound is left out: it is allowed there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from reference_pipeline.simulate.api import simulate_columns, simulate_to_file  # noqa: E402
+from reference_pipeline.simulate.config import SCENARIOS  # noqa: E402
+from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
+from tailscope.analysis.diagnosis.load import load_frame  # noqa: E402
+from tailscope.store.db import ensure_schema  # noqa: E402
+
+PLANTED = {
+    "steady": None,
+    "burst": "queueing",
+    "gc-pressure": "gc_pause",
+    "lock-contention": "lock_contention",
+    "cold-cache": "cache_miss",
+    "key-expiry": "cache_miss",
+    "slow-downstream": "slow_dependency",
+    "cold-start": "cold_start",
+    "network-jitter": "network",
+}
+LOADS = (0.4, 0.5, 0.65)
+WORKERS = (2, 3, 4)
+BANDS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.8), (0.8, 1.01))
+BEGIN = "<!-- diagnosis-accuracy:begin -->"
+END = "<!-- diagnosis-accuracy:end -->"
+
+
+def options(seed: int) -> dict:
+    return {"load": LOADS[seed % 3], "workers": WORKERS[seed % 3]}
+
+
+def diagnose_columns(scenario: str, requests: int, seed: int, naming: str):
+    conn = duckdb.connect()
+    ensure_schema(conn)
+    for batch in simulate_columns(scenario, requests, seed, naming=naming, **options(seed)):
+        conn.register("acc_batch", batch.to_arrow())
+        conn.execute("INSERT INTO otel_traces SELECT *, 'run' FROM acc_batch").fetchall()
+        conn.unregister("acc_batch")
+    return diagnose_frame(load_frame(conn, "run"))
+
+
+def diagnose_jaeger(scenario: str, requests: int, seed: int, naming: str):
+    from ingest.loader import load_paths
+    from tailscope.analysis.diagnosis import diagnose
+    from tailscope.store.db import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        simulate_to_file(out, scenario, requests, seed, naming=naming, fmt="jaeger", **options(seed))
+        db = Path(tmp) / "store.duckdb"
+        load_paths([out], db, "run")
+        return diagnose(Store(db), "run")
+
+
+def verdict(scenario: str, findings) -> bool:
+    planted = PLANTED[scenario]
+    if planted is None:
+        return all(f.pattern == "compute_bound" or f.confidence <= 0.5 for f in findings)
+    return bool(findings) and findings[0].pattern == planted
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--namings", default="reference,alt")
+    parser.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s in PLANTED))
+    parser.add_argument(
+        "--jaeger", action="store_true", help="also one seed per scenario through Jaeger JSON"
+    )
+    parser.add_argument("--write", action="store_true", help="write the tables into bench/RESULTS.md")
+    args = parser.parse_args(argv)
+
+    rows = []  # (scenario, naming, format, seed, findings, ok, seconds)
+    for scenario in args.scenarios.split(","):
+        for naming in args.namings.split(","):
+            for seed in range(args.seeds):
+                started = time.perf_counter()
+                result = diagnose_columns(scenario, args.requests, seed, naming)
+                rows.append(
+                    (
+                        scenario,
+                        naming,
+                        "otlp",
+                        seed,
+                        result.findings,
+                        verdict(scenario, result.findings),
+                        time.perf_counter() - started,
+                    )
+                )
+                print(_line(rows[-1]), flush=True)
+        if args.jaeger:
+            result = diagnose_jaeger(scenario, args.requests, 100, "alt")
+            rows.append(
+                (scenario, "alt", "jaeger", 100, result.findings, verdict(scenario, result.findings), 0.0)
+            )
+            print(_line(rows[-1]), flush=True)
+    text = report(rows, args)
+    print(text)
+    if args.write:
+        write(text)
+    return 0 if all(r[5] for r in rows) else 1
+
+
+def _top(findings) -> str:
+    return f"{findings[0].pattern} {findings[0].confidence:.2f}" if findings else "(none)"
+
+
+def _line(row) -> str:
+    scenario, naming, fmt, seed, findings, ok, seconds = row
+    rest = ", ".join(f"{f.pattern} {f.confidence:.2f}" for f in findings[1:3])
+    return f"{scenario:16s} {naming:9s} {fmt:6s} seed {seed:3d}: {'ok ' if ok else 'BAD'} {_top(findings)}  ({rest})"
+
+
+def report(rows, args) -> str:
+    by_cell = defaultdict(list)
+    for row in rows:
+        by_cell[(row[0], row[1], row[2])].append(row)
+    lines = [
+        BEGIN,
+        "",
+        f"`bench/accuracy.py --requests {args.requests} --seeds {args.seeds}"
+        f"{' --jaeger' if args.jaeger else ''}`, {datetime.now(UTC):%Y-%m-%d}, {platform.machine()}, "
+        f"Python {platform.python_version()}. Seeds vary load {'/'.join(map(str, LOADS))} of capacity and "
+        f"{'/'.join(map(str, WORKERS))} server processes. A cell lists each seed's top finding and confidence.",
+        "",
+        "| scenario | planted cause | naming | format | correct | top finding per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (scenario, naming, fmt), cell in by_cell.items():
+        good = sum(r[5] for r in cell)
+        tops = "; ".join(_top(r[4]) for r in cell)
+        if PLANTED[scenario] is None:
+            loud = [
+                f"{f.pattern} {f.confidence:.2f}" for r in cell for f in r[4] if f.pattern != "compute_bound"
+            ]
+            tops += f" (others: {', '.join(loud) or 'none'})"
+        lines.append(
+            f"| {scenario} | {PLANTED[scenario] or '(none: no alarm > 0.5)'} | {naming} | {fmt} | {good}/{len(cell)} | {tops} |"
+        )
+    total = sum(r[5] for r in rows)
+    lines += [
+        "",
+        f"**{total}/{len(rows)} runs diagnosed correctly.**",
+        "",
+        "Calibration: every finding of every run, by confidence band (steady's compute_bound left out).",
+        "",
+        "| confidence | findings | the planted cause | share |",
+        "|---|---|---|---|",
+    ]
+    for lo, hi in BANDS:
+        hits = n = 0
+        for scenario, _naming, _fmt, _seed, findings, _ok, _s in rows:
+            for f in findings:
+                if PLANTED[scenario] is None and f.pattern == "compute_bound":
+                    continue
+                if lo <= f.confidence < hi:
+                    n += 1
+                    hits += f.pattern == PLANTED[scenario]
+        share = f"{hits / n:.0%}" if n else "-"
+        lines.append(f"| {lo:.1f}–{min(hi, 1.0):.1f} | {n} | {hits} | {share} |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def write(text: str) -> None:
+    path = ROOT / "bench" / "RESULTS.md"
+    body = path.read_text(encoding="utf-8")
+    if BEGIN in body and END in body:
+        head, rest = body.split(BEGIN, 1)
+        body = head + text + rest.split(END, 1)[1]
+    else:
+        marker = "## Diagnosis\n"
+        head, rest = body.split(marker, 1) if marker in body else (body + "\n", "")
+        body = head + marker + "\n### Diagnosis accuracy\n\n" + text + "\n" + rest
+    path.write_text(body, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
