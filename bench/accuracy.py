@@ -139,7 +139,9 @@ def _top(findings) -> str:
 def _line(row) -> str:
     scenario, naming, fmt, seed, findings, ok, seconds = row
     rest = ", ".join(f"{f.pattern} {f.confidence:.2f}" for f in findings[1:3])
-    return f"{scenario:16s} {naming:9s} {fmt:6s} seed {seed:3d}: {'ok ' if ok else 'BAD'} {_top(findings)}  ({rest})"
+    verdict_text = "ok " if ok else "BAD"
+    head = f"{scenario:16s} {naming:9s} {fmt:6s} seed {seed:3d}"
+    return f"{head}: {verdict_text} {_top(findings)}  ({rest}) {seconds:.1f} s"
 
 
 def report(rows, args) -> str:
@@ -152,7 +154,8 @@ def report(rows, args) -> str:
         f"`bench/accuracy.py --requests {args.requests} --seeds {args.seeds}"
         f"{' --jaeger' if args.jaeger else ''}`, {datetime.now(UTC):%Y-%m-%d}, {platform.machine()}, "
         f"Python {platform.python_version()}. Seeds vary load {'/'.join(map(str, LOADS))} of capacity and "
-        f"{'/'.join(map(str, WORKERS))} server processes. A cell lists each seed's top finding and confidence.",
+        f"{'/'.join(map(str, WORKERS))} server processes. A cell lists each seed's top finding and "
+        "confidence.",
         "",
         "| scenario | planted cause | naming | format | correct | top finding per seed |",
         "|---|---|---|---|---|---|",
@@ -166,7 +169,8 @@ def report(rows, args) -> str:
             ]
             tops += f" (others: {', '.join(loud) or 'none'})"
         lines.append(
-            f"| {scenario} | {PLANTED[scenario] or '(none: no alarm > 0.5)'} | {naming} | {fmt} | {good}/{len(cell)} | {tops} |"
+            f"| {scenario} | {PLANTED[scenario] or '(none: no alarm > 0.5)'} | {naming} | {fmt} | "
+            f"{good}/{len(cell)} | {tops} |"
         )
     total = sum(r[5] for r in rows)
     lines += [
