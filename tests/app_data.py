@@ -167,3 +167,25 @@ def no_root_store(db_path: Path) -> Path:
             )
     write_run(db_path, "no-roots", columns)
     return db_path
+
+
+def simulated_store(db_path: Path, requests: int = 1500) -> Path | None:
+    """Runs of the reference pipeline's simulator (a bursty one, and CPU vs GPU at the same load),
+    or None when the simulator is not part of this build."""
+    try:
+        from reference_pipeline.simulate.api import simulate_columns
+    except ImportError:
+        return None
+    runs = (
+        ("sim-burst", "burst", 1, {}),
+        ("sim-cpu-fp32", "steady", 2, {"hardware": "cpu-fp32", "rps": 300.0}),
+        ("sim-gpu-bf16", "steady", 3, {"hardware": "gpu-bf16", "rps": 300.0}),
+    )
+    for label, scenario, seed, options in runs:
+        with connect_writer(db_path) as conn:
+            conn.execute("BEGIN TRANSACTION")
+            store_batches(
+                conn, label, simulate_columns(scenario, requests, seed, **options), [f"simulated {scenario}"]
+            )
+            conn.execute("COMMIT")
+    return db_path

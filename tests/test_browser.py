@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from app_data import build_store
+from app_data import build_store, simulated_store
 from browser_support import (
     PAGES,
     REPO_ROOT,
@@ -26,13 +26,13 @@ if (reason := browser_missing()) is not None:
     pytestmark.append(pytest.mark.skip(reason=reason))
 
 SHOTS = REPO_ROOT / "artifacts" / "screenshots"
-RUN = "cpu-fp32"
+RUN = "sim-burst" if importlib.util.find_spec("reference_pipeline.simulate") else "cpu-fp32"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("browser")
-    db = build_store(folder / "store.duckdb", requests=400)
+    db = simulated_store(folder / "store.duckdb") or build_store(folder / "store.duckdb", requests=400)
     with serving(db, log=folder / "serve.log") as url:
         yield url
 

@@ -71,4 +71,6 @@ def seconds(value: float | None) -> str:
     if _missing(value):
         return MISSING
     v = float(value)  # type: ignore[arg-type]
+    if v < 1:
+        return f"{v * 1000:,.0f} ms"
     return f"{v:,.1f} s" if v < 600 else f"{v / 60:,.1f} min"

@@ -29,7 +29,7 @@ class Selection:
     def describe(self) -> str:
         what = "end-to-end latency" if self.stage is None else f"{self.stage} time"
         return (
-            f"{self.rect.start:%H:%M:%S}–{self.rect.end:%H:%M:%S} UTC, {what} "
+            f"{self.rect.start:%H:%M:%S.%f}"[:-3] + f"–{self.rect.end:%H:%M:%S.%f}"[:-3] + f" UTC, {what} "
             f"{self.rect.low_ms:,.1f}–{self.rect.high_ms:,.1f} ms"
         )
 

@@ -84,6 +84,14 @@ def delta_table(result: Comparison) -> pd.DataFrame:
     )
 
 
+def from_url(param: str, key: str, options: list[str], default: str) -> None:
+    """Seed a run picker from the URL (?a=...&b=...) so a comparison can be shared as a link."""
+    if st.session_state.get(key) in options:
+        return
+    wanted = st.query_params.get(param)
+    st.session_state[key] = wanted if wanted in options else default
+
+
 def price_input(label: str, key: str, run: str) -> float | None:
     value = st.number_input(
         f"{label} price per hour (USD/h)",
@@ -113,9 +121,12 @@ def render() -> None:
         return
     flt = filters.current()
     cols = st.columns(2)
-    run_a = cols[0].selectbox("Run A (baseline)", runs, index=0, key="compare_a")
+    from_url("a", "compare_a", runs, runs[0])
+    run_a = cols[0].selectbox("Run A (baseline)", runs, key="compare_a")
     others = [r for r in runs if r != run_a]
-    run_b = cols[1].selectbox("Run B", others, index=0, key="compare_b")
+    from_url("b", "compare_b", others, others[0])
+    run_b = cols[1].selectbox("Run B", others, key="compare_b")
+    st.query_params["a"], st.query_params["b"] = run_a, run_b
     with cols[0]:
         price_a = price_input("Run A", "price", run_a)
     with cols[1]:

@@ -12,12 +12,14 @@ import streamlit as st
 
 from app.components import charts, data, filters, fmt, notice, selection
 from app.components.palette import HEAT_SCALE, P50_LINE, P99_LINE
+from app.components.tables import REQUEST_COLUMNS
 from tailscope import analysis
 from tailscope.analysis import Heatmap
 from tailscope.vocabulary import ALL_STAGES
 
 E2E = "end to end"
 STAGE_KEY = "time_stage"
+SELECT_LIMIT = 1000
 
 
 def heatmap_grid(hm: Heatmap) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
@@ -32,7 +34,7 @@ def heatmap_grid(hm: Heatmap) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]
     grid = np.zeros((lb.max() - lb.min() + 1, tb.max() + 1))
     np.add.at(grid, (lb - lb.min(), tb), cells["count"].to_numpy(dtype=float))
     counts = np.where(grid > 0, grid, np.nan)
-    times = [t0 + width * (i + 0.5) for i in range(counts.shape[1])]
+    times = [(t0 + width * (i + 0.5)).round("us").to_pydatetime() for i in range(counts.shape[1])]
     ys = (np.arange(lb.min(), lb.max() + 1) + 0.5) / hm.bins_per_decade
     edges = 10 ** (np.arange(lb.min(), lb.max() + 2) / hm.bins_per_decade)
     return times, ys, counts, edges
@@ -126,9 +128,12 @@ def heatmap_panel() -> None:
     if chosen is None:
         st.caption("No region selected yet.")
         return
-    selected = data.get(analysis.select_requests, flt, chosen.rect, stage=chosen.stage)
-    st.markdown(f"**Selected:** {fmt.count(len(selected))} requests, {chosen.describe()}.")
-    links = st.columns([1, 1, 1, 3])
+    selected = data.get(analysis.select_requests, flt, chosen.rect, stage=chosen.stage, limit=SELECT_LIMIT)
+    how_many = (
+        fmt.count(len(selected)) if len(selected) < SELECT_LIMIT else f"{fmt.count(SELECT_LIMIT)} or more"
+    )
+    st.markdown(f"**Selected:** {how_many} requests, {chosen.describe()}.")
+    links = st.columns([1.5, 1.3, 1, 2])
     links[0].page_link(
         "views/tail_vs_body.py", label="Compare with the rest", icon=":material/compare_arrows:"
     )
@@ -137,16 +142,8 @@ def heatmap_panel() -> None:
         selection.clear()
         st.rerun(scope="fragment")
     if not selected.empty:
-        show = selected.head(200)
-        st.dataframe(
-            show,
-            hide_index=True,
-            column_config={
-                "duration_ms": st.column_config.NumberColumn("duration", format="%.2f ms"),
-                "client_duration_ms": st.column_config.NumberColumn("client-observed", format="%.2f ms"),
-                "dominant_stage_ms": st.column_config.NumberColumn("dominant stage time", format="%.2f ms"),
-            },
-        )
+        st.caption("The slowest of them:")
+        st.dataframe(selected.head(200), hide_index=True, column_config=REQUEST_COLUMNS, height=320)
 
 
 def render() -> None:

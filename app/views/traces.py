@@ -8,20 +8,11 @@ import streamlit as st
 
 from app.components import charts, data, filters, fmt, notice, selection
 from app.components.palette import CRITICAL, RANK_SCALE
+from app.components.tables import REQUEST_COLUMNS
 from tailscope import analysis
 from tailscope.analysis import Gantt
 
 LIMIT = 50
-TABLE_COLUMNS = {
-    "trace_id": st.column_config.TextColumn("trace id", width="medium"),
-    "timestamp": st.column_config.DatetimeColumn("started (UTC)", format="HH:mm:ss.SSS"),
-    "duration_ms": st.column_config.NumberColumn("duration", format="%.2f ms"),
-    "client_duration_ms": st.column_config.NumberColumn("client-observed", format="%.2f ms"),
-    "dominant_stage": st.column_config.TextColumn("dominant stage"),
-    "dominant_stage_ms": st.column_config.NumberColumn("its time", format="%.2f ms"),
-    "is_error": st.column_config.CheckboxColumn("error"),
-    "root_span_id": None,
-}
 
 
 NBSP = "\u00a0"
@@ -114,7 +105,7 @@ def render() -> None:
         on_select="rerun",
         selection_mode="single-row",
         key="traces_table",
-        column_config=TABLE_COLUMNS,
+        column_config=REQUEST_COLUMNS,
         height=320,
     )
     rows = event.selection.rows if event else []
