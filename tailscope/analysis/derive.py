@@ -8,8 +8,8 @@ request's exclusive time per stage, and `derive_state`, how far each run has bee
 recomputes only the traces that received spans since the last refresh (found by rowid above the
 stored high-water mark, checked against the row count); anything unexpected (rows deleted, rowids
 moved, more than half the run new) falls back to recomputing the whole run. Rule edits recompute every
-run (`refresh_all`). All of it is SQL in DuckDB: span_tree.sql (span level) then
-derive_requests.sql (aggregate per request).
+run (`refresh_all`). All of it is SQL in DuckDB: span_tree.sql (span level, aggregated per request
+by span_tree_requests.sql) then derive_requests.sql (root attributes, dominant stage).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tailscope.query.builders import span_tree_query
 
 
 def _drop_temp(conn: duckdb.DuckDBPyConnection) -> None:
-    conn.execute("DROP TABLE IF EXISTS temp._ts_span_rows")
+    conn.execute("DROP TABLE IF EXISTS temp._ts_request_rows")
     conn.execute("DROP TABLE IF EXISTS temp._ts_scope")
 
 
@@ -62,8 +62,8 @@ def refresh_run(conn: duckdb.DuckDBPyConnection, run_label: str) -> None:
         )
     else:
         conn.execute("DELETE FROM requests WHERE RunLabel = ?", [run_label])
-    text, params = span_tree_query(rules_in_force(conn), scope, run_label)
-    conn.execute(f"CREATE TEMP TABLE _ts_span_rows AS {text}", params)
+    text, params = span_tree_query(rules_in_force(conn), scope, run_label, output="requests")
+    conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label])
     _drop_temp(conn)
     conn.execute("INSERT OR REPLACE INTO derive_state VALUES (?, ?, ?)", [run_label, count, max_rowid])

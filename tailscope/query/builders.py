@@ -31,6 +31,9 @@ SCOPES: dict[str, str] = {
     ),
 }
 
+# What span_tree.sql ends with: per span (Gantt, stage mapping) or per request (refresh_run).
+OUTPUTS: dict[str, str] = {"spans": "span_tree_spans", "requests": "span_tree_requests"}
+
 
 def span_tree_query(
     rules: list[StageRule],
@@ -38,12 +41,15 @@ def span_tree_query(
     run: str,
     trace_id: str | None = None,
     sample: int | None = None,
+    output: str = "spans",
 ) -> tuple[str, list[Any]]:
-    """span_tree.sql for one scope of one run (see SCOPES)."""
+    """span_tree.sql for one scope of one run (see SCOPES), ending in one of OUTPUTS."""
     from tailscope.analysis.stages import stage_case
 
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
+    if output not in OUTPUTS:
+        raise ValueError(f"unknown output {output!r}")
     scope_params: list[Any] = {
         "run": [run],
         "traces": [run],
@@ -61,6 +67,7 @@ def span_tree_query(
         .replace("{scope}", SCOPES[scope])
         .replace("{names}", names_sql)
         .replace("{rule_case}", case_sql)
+        .replace("{output}", sql.load(OUTPUTS[output]))
     )
     params = [*scope_params, *name_params, *case_params, *scope_params, stages_by_position]
     return text, params

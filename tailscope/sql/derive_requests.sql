@@ -1,30 +1,12 @@
--- One `requests` row per request root in the temp table _ts_span_rows (span_tree.sql's output for the
--- traces being refreshed). Root attributes come from the root span's own row in otel_traces (the
+-- One `requests` row per request in the temp table _ts_request_rows (span_tree.sql with the
+-- span_tree_requests.sql output, for the traces being refreshed). Root attributes come from the root span's own row in otel_traces (the
 -- join reads only the run's rows: $1 = run label). Stage columns sum the spans' attributed time
--- (self time, with parallel branches' overlap split evenly). `unattributed` is the rest of the root's
+-- (self time, with parallel branches' overlap split evenly), summed per stage in span_tree_requests.sql. `unattributed` is the rest of the root's
 -- duration: the root's own self time, spans mapped to no stage, and float rounding (< 1 ns per span),
 -- so the stage columns add up to Duration exactly.
 INSERT INTO requests
 WITH per_request AS (
-    SELECT
-        TraceId,
-        any_value(SpanId) FILTER (WHERE Depth = 0) AS SpanId,
-        any_value(ClientDuration) AS ClientDuration,
-        count(*) AS SpanCount,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'ingress'), 0)) AS BIGINT) AS ingress_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'queue'), 0)) AS BIGINT) AS queue_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'parsing'), 0)) AS BIGINT) AS parsing_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'feature_hydration'), 0)) AS BIGINT)
-            AS feature_hydration_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'preprocessing'), 0)) AS BIGINT) AS preprocessing_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'model_forward'), 0)) AS BIGINT) AS model_forward_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'postprocessing'), 0)) AS BIGINT)
-            AS postprocessing_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'downstream'), 0)) AS BIGINT) AS downstream_ns,
-        CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'serialization'), 0)) AS BIGINT) AS serialization_ns,
-        any_value(EffEnd - EffStart) FILTER (WHERE Depth = 0) AS RootNs
-    FROM _ts_span_rows
-    GROUP BY TraceId
+    SELECT * FROM _ts_request_rows
 ),
 roots AS (
     SELECT p.* EXCLUDE (RootNs),

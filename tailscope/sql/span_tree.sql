@@ -4,6 +4,9 @@
 --   scope      which otel_traces rows, as a relation (e.g. the run's), used twice
 --   names      the distinct-span-name columns of the name regexes (nh1, nh2, ...)
 --   rule_case  the CASE giving the first matching stage rule's position
+--   output     the final SELECT over span_rows: span_tree_spans.sql (one row per span, for the Gantt
+--              and the mapping) or span_tree_requests.sql (one row per request, for refresh_run:
+--              aggregating here saves writing and re-reading a row per span)
 -- Joins use integer keys: TK = hash(TraceId), SK = hash(SpanId), PK = hash(ParentSpanId) (64-bit;
 -- joining on two BIGINTs instead of two 16-32 character strings roughly halves the walk's cost).
 -- Steps:
@@ -104,17 +107,19 @@ walked AS MATERIALIZED (
 ),
 covered AS (
     SELECT TK, PK AS SK,
+           -- acc = {s: running max end - covered so far, e: running max end}: covered = e - s
            list_reduce(
-               list_sort(list({'s': EffStart, 'e': EffEnd, 'c': EffEnd - EffStart})),
-               lambda acc, x: {'s': x.s, 'e': greatest(acc.e, x.e),
-                               'c': acc.c + greatest(0, x.e - greatest(x.s, acc.e))}).c AS Covered,
+               list_sort(list({'s': EffStart, 'e': EffEnd})),
+               lambda acc, x: {'s': greatest(acc.e, x.e)
+                                    - ((acc.e - acc.s) + greatest(0, x.e - greatest(x.s, acc.e))),
+                               'e': greatest(acc.e, x.e)}) AS U,
            max(EffEnd) AS LastEnd
     FROM walked
     WHERE Depth > 0
     GROUP BY TK, PK
 ),
 exclusive AS MATERIALIZED (
-    SELECT w.*, (w.EffEnd - w.EffStart) - coalesce(c.Covered, 0) AS ExclusiveNs, c.LastEnd
+    SELECT w.*, (w.EffEnd - w.EffStart) - coalesce(c.U.e - c.U.s, 0) AS ExclusiveNs, c.LastEnd
     FROM walked AS w LEFT JOIN covered AS c ON c.TK = w.TK AND c.SK = w.SK
 ),
 concurrent AS MATERIALIZED (
@@ -158,14 +163,13 @@ shared AS (
     FROM self_intervals AS i
     JOIN segments AS g ON g.TK = i.TK AND g.S0 < i.B AND g.S1 > i.A AND g.Active > 0
     GROUP BY i.TK, i.SK
+),
+span_rows AS (
+    SELECT w.TK, w.SK, w.PK, w.EffStart, w.EffEnd, w.Depth, w.Stage, w.RuleNo, w.ExclusiveNs,
+           CASE WHEN x.TK IS NULL THEN CAST(w.ExclusiveNs AS DOUBLE)
+                ELSE coalesce(sh.Attributed, 0) END AS AttributedNs
+    FROM exclusive AS w
+    LEFT JOIN concurrent AS x ON x.TK = w.TK
+    LEFT JOIN shared AS sh ON sh.TK = w.TK AND sh.SK = w.SK
 )
-SELECT s.TraceId, s.SpanId, s.ParentSpanId, s.SpanName, s.SpanKind, s.ServiceName, s.StatusCode,
-       s.Duration, s.StartNs, w.EffStart, w.EffEnd, w.Depth, w.Stage, w.RuleNo, w.ExclusiveNs,
-       CASE WHEN x.TK IS NULL THEN CAST(w.ExclusiveNs AS DOUBLE)
-            ELSE coalesce(sh.Attributed, 0) END AS AttributedNs,
-       r.ClientSpanId, r.ClientDuration
-FROM exclusive AS w
-JOIN spans AS s ON s.TK = w.TK AND s.SK = w.SK AND s.PK = w.PK
-JOIN request_root AS r ON r.TK = w.TK
-LEFT JOIN concurrent AS x ON x.TK = w.TK
-LEFT JOIN shared AS sh ON sh.TK = w.TK AND sh.SK = w.SK
+{output}
