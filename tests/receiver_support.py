@@ -78,6 +78,15 @@ class Collector:
             self.url, content=body, headers={"content-type": content_type, **headers}, timeout=30
         )
 
+    def post_until_accepted(self, body: bytes, content_type: str, attempts: int = 20) -> httpx.Response:
+        """POST, and on 429/503 wait Retry-After and again, as the OTel exporters do."""
+        for _ in range(attempts):
+            response = self.post(body, content_type)
+            if response.status_code not in (429, 503):
+                return response
+            time.sleep(float(response.headers.get("retry-after", "1")))
+        return response
+
     def peak_rss_bytes(self) -> int:
         """The collector's peak resident memory (VmHWM) so far."""
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():

@@ -31,7 +31,9 @@ def stored(db_path: Path, run: str) -> int:
 @pytest.fixture(scope="module")
 def collector(tmp_path_factory: pytest.TempPathFactory):
     db_path = tmp_path_factory.mktemp("collect") / "store.duckdb"
-    running = Collector(db_path, "live", "--max-request-bytes", "200000", "--flush-interval-ms", "20")
+    # --ack committed: a 200 means the spans are readable, which these tests check right after.
+    options = ("--max-request-bytes", "200000", "--flush-interval-ms", "20", "--ack", "committed")
+    running = Collector(db_path, "live", *options)
     yield running
     assert running.stop() == 0, running.output()
 
@@ -82,24 +84,23 @@ def test_real_otel_sdk_exporter_spans_arrive_with_ids_parents_attributes(tmp_pat
             ctx = root.get_span_context()
             expected[f"{ctx.span_id:016x}"] = (f"{ctx.trace_id:032x}", "", {"request.id": str(request)})
         assert provider.force_flush(30_000)
-        # Acknowledged means committed: readable now, while the collector still runs.
-        with connect_reader(collector.db_path) as conn:
-            rows = conn.execute(
-                "SELECT SpanId, TraceId, ParentSpanId, SpanAttributes, ServiceName, ScopeName,"
-                " ResourceAttributes['host.name'] FROM otel_traces WHERE RunLabel = 'sdk'"
-            ).fetchall()
         provider.shutdown()
-        assert statuses and set(statuses) == {200}
-        assert len(rows) == len(expected) == 160
-        for span_id, trace_id, parent, attributes, service, scope, host in rows:
-            want_trace, want_parent, want_attrs = expected[span_id]
-            assert (trace_id, parent) == (want_trace, want_parent)
-            assert {k: v for k, v in dict(attributes).items() if k in want_attrs} == want_attrs
-            assert (service, scope, host) == ("checkout", "tests.collect", "box-1")
     finally:
-        code = collector.stop()
+        code = collector.stop()  # acknowledged (queued) requests are stored before it exits
     assert code == 0, collector.output()
     assert "collect: stopped" in collector.output()
+    with connect_reader(collector.db_path) as conn:
+        rows = conn.execute(
+            "SELECT SpanId, TraceId, ParentSpanId, SpanAttributes, ServiceName, ScopeName,"
+            " ResourceAttributes['host.name'] FROM otel_traces WHERE RunLabel = 'sdk'"
+        ).fetchall()
+    assert statuses and set(statuses) == {200}
+    assert len(rows) == len(expected) == 160
+    for span_id, trace_id, parent, attributes, service, scope, host in rows:
+        want_trace, want_parent, want_attrs = expected[span_id]
+        assert (trace_id, parent) == (want_trace, want_parent)
+        assert {k: v for k, v in dict(attributes).items() if k in want_attrs} == want_attrs
+        assert (service, scope, host) == ("checkout", "tests.collect", "box-1")
 
 
 # -- requests by hand ----------------------------------------------------------------------------------
@@ -233,23 +234,24 @@ def test_full_queue_answers_429_with_retry_after_and_retries_succeed(tmp_path: P
         for n in throttled:
             assert int(results[n].headers["retry-after"]) >= 1
             assert _status(results[n])[0] == protocol.RESOURCE_EXHAUSTED
-        holder.close()  # the writer gets in; the queued requests are committed and answered
+        holder.close()  # the writer gets in and drains the queue
         for thread in threads:
             thread.join(30)
         throttled = [n for n, r in results.items() if r.status_code == 429]
         codes = sorted(r.status_code for r in results.values())
         assert codes == [200] * (8 - len(throttled)) + [429] * len(throttled)
-        for n in throttled:
-            send(n)  # what an exporter does after Retry-After
-            assert results[n].status_code == 200
-        assert stored(collector.db_path, "busy") == 80
+        for n in throttled:  # what an exporter does: wait Retry-After, send again
+            body = proto_request("svc", spans_of(100 + n, 10))
+            assert collector.post_until_accepted(body, PROTOBUF).status_code == 200
     finally:
         assert collector.stop() == 0, collector.output()
+    assert stored(collector.db_path, "busy") == 80
 
 
-def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path) -> None:
-    collector = Collector(tmp_path / "store.duckdb", "shutdown", "--flush-interval-ms", "10")
-    holder = _hold_store(collector.db_path)
+@pytest.mark.parametrize("ack", ["queued", "committed"])
+def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path, ack: str) -> None:
+    collector = Collector(tmp_path / "store.duckdb", "shutdown", "--flush-interval-ms", "10", "--ack", ack)
+    holder = _hold_store(collector.db_path)  # the writer cannot store anything meanwhile
     results: dict[int, int] = {}
 
     def send(n: int) -> None:
@@ -258,8 +260,12 @@ def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path) -> None:
     threads = [threading.Thread(target=send, args=(n,)) for n in range(5)]
     for thread in threads:
         thread.start()
-    time.sleep(0.5)  # all five accepted, waiting for the store
-    assert results == {}
+    # All five accepted: answered already (queued) or waiting for the commit (committed).
+    deadline = time.monotonic() + (0.5 if ack == "committed" else 15)
+    while len(results) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert results == ({} if ack == "committed" else dict.fromkeys(range(5), 200))
+    assert stored(collector.db_path, "shutdown") == 0
     collector.process.send_signal(15)
     time.sleep(0.5)
     with pytest.raises(httpx.ConnectError):  # no longer accepting
@@ -272,8 +278,9 @@ def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path) -> None:
     assert stored(collector.db_path, "shutdown") == 125
 
 
-def test_acknowledged_means_committed_even_if_killed(tmp_path: Path) -> None:
-    collector = Collector(tmp_path / "store.duckdb", "kill9", "--flush-interval-ms", "1000")
+def test_ack_committed_survives_kill_9(tmp_path: Path) -> None:
+    options = ("--flush-interval-ms", "1000", "--ack", "committed")
+    collector = Collector(tmp_path / "store.duckdb", "kill9", *options)
     response = collector.post(proto_request("svc", spans_of(300, 12)), PROTOBUF)
     assert response.status_code == 200
     collector.kill()  # SIGKILL: no flush, no cleanup

@@ -17,7 +17,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 from receiver_support import REPO_ROOT, Collector, proto_request, start_reader
 
 READ_SECONDS = 4.0
@@ -124,24 +123,19 @@ def test_reader_sees_whole_requests_while_collect_writes(tmp_path: Path) -> None
     stop = threading.Event()
 
     def send(offset: int) -> None:
-        with httpx.Client(timeout=30) as client:
-            n = 0
-            while not stop.is_set():
-                spans = []
-                for t in range(10):
-                    trace = 1_000_000 * offset + 10 * n + t + 1
-                    spans += [
-                        (f"{trace:032x}", f"{trace:08x}{s + 1:08x}", f"op{s}", 1000 + s, 9000)
-                        for s in range(4)
-                    ]
-                response = client.post(
-                    collector.url,
-                    content=proto_request("svc", spans),
-                    headers={"content-type": "application/x-protobuf"},
-                )
-                assert response.status_code == 200, response.text
-                sent[0] += unit
-                n += 1
+        n = 0
+        while not stop.is_set():
+            spans = []
+            for t in range(10):
+                trace = 1_000_000 * offset + 10 * n + t + 1
+                spans += [
+                    (f"{trace:032x}", f"{trace:08x}{s + 1:08x}", f"op{s}", 1000 + s, 9000) for s in range(4)
+                ]
+            response = collector.post_until_accepted(proto_request("svc", spans), "application/x-protobuf")
+            assert response.status_code == 200, response.text
+            sent[0] += unit
+            n += 1
+            time.sleep(0.01)
 
     try:
         senders = [threading.Thread(target=send, args=(i + 1,)) for i in range(3)]

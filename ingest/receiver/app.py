@@ -29,6 +29,10 @@ from ingest.receiver.limits import BadEncoding, TooLarge, decompress
 from ingest.receiver.writer import BatchWriter, QueueFull, ShuttingDown
 
 RETRY_AFTER_SECONDS = 1
+# How long shutdown waits for the writer to store what is queued (the store may be locked by a reader).
+SHUTDOWN_FLUSH_SECONDS = 120
+ACK_QUEUED = "queued"  # 200 once the request is in the writer's queue (flushed on shutdown)
+ACK_COMMITTED = "committed"  # 200 once its transaction has committed (survives kill -9)
 # Requests being read or decoded at once; more wait for a slot (their bodies are not read yet).
 DECODE_SLOTS = 4
 
@@ -54,9 +58,12 @@ def _status(media: str, http_status: int, code: int, message: str, retry: bool =
     return Response(protocol.status_body(media, code, message), http_status, headers, media_type=media)
 
 
-def create_app(writer: BatchWriter, manage_writer: bool = True) -> Starlette:
-    """The receiver app around `writer`. With manage_writer, the app's lifespan starts the writer and,
-    on shutdown (after uvicorn has let in-flight requests finish), flushes and stops it."""
+def create_app(writer: BatchWriter, ack: str = ACK_QUEUED, manage_writer: bool = True) -> Starlette:
+    """The receiver app around `writer`, answering 200 once a request is queued (ACK_QUEUED) or
+    once it is committed (ACK_COMMITTED). With manage_writer, the app's lifespan starts the writer
+    and, on shutdown (after uvicorn has let in-flight requests finish), flushes and stops it."""
+    if ack not in (ACK_QUEUED, ACK_COMMITTED):
+        raise ValueError(f"ack must be {ACK_QUEUED!r} or {ACK_COMMITTED!r}, not {ack!r}")
     limit = writer.limits.max_request_bytes
     slots = asyncio.Semaphore(DECODE_SLOTS)
 
@@ -95,14 +102,11 @@ def create_app(writer: BatchWriter, manage_writer: bool = True) -> Starlette:
                 return _status(media, 429, protocol.RESOURCE_EXHAUSTED, "receiver queue full", retry=True)
             except ShuttingDown as error:
                 return _status(media, 503, protocol.UNAVAILABLE, str(error), retry=True)
-            try:
-                await asyncio.wrap_future(future)
-            except Exception as error:
-                from tailscope.store.db import StoreBusyError
-
-                if isinstance(error, StoreBusyError):
-                    return _status(media, 503, protocol.UNAVAILABLE, str(error), retry=True)
-                return _status(media, 500, protocol.INTERNAL, f"could not store the spans: {error}")
+            if ack == ACK_COMMITTED:
+                try:
+                    await asyncio.wrap_future(future)
+                except Exception as error:
+                    return _status(media, 500, protocol.INTERNAL, f"could not store the spans: {error}")
         reason = ""
         if rejected:
             more = f" (and {len(rejected) - 1} more)" if len(rejected) > 1 else ""
@@ -118,6 +122,6 @@ def create_app(writer: BatchWriter, manage_writer: bool = True) -> Starlette:
             yield
         finally:
             if manage_writer:
-                await run_in_threadpool(writer.close)
+                await run_in_threadpool(writer.close, SHUTDOWN_FLUSH_SECONDS)
 
     return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])], lifespan=lifespan)

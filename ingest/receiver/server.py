@@ -1,9 +1,10 @@
 """Run the receiver: uvicorn on a loopback port, a status line, counters, graceful shutdown.
 
-SIGINT or SIGTERM: uvicorn stops accepting connections and lets in-flight requests finish (each is
-waiting for the commit of its spans), then the app's lifespan flushes whatever is still queued and
-stops the writer, and the process exits 0. A second SIGINT abandons the wait; anything not yet
-answered was never acknowledged, so the exporters keep it and retry elsewhere or later.
+SIGINT or SIGTERM: uvicorn stops accepting connections and lets in-flight requests finish, then the
+app's lifespan has the writer store everything queued (every acknowledged request, in either ack
+mode) and stop, and the process exits 0. If the store stays locked past SHUTDOWN_FLUSH_SECONDS, the
+exit code is 1 and the number of accepted spans not stored is printed. A second SIGINT stops waiting
+for in-flight requests; those were not answered yet, so their exporters still hold them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TextIO
 
 import uvicorn
 
-from ingest.receiver.app import create_app
+from ingest.receiver.app import SHUTDOWN_FLUSH_SECONDS, create_app
 from ingest.receiver.limits import Limits
 from ingest.receiver.writer import BatchWriter
 
@@ -33,6 +34,7 @@ class ReceiverConfig:
     host: str = "127.0.0.1"
     port: int = 4318
     limits: Limits = field(default_factory=Limits)
+    ack: str = "queued"
     stats_interval_s: float = 10.0
 
 
@@ -80,8 +82,8 @@ def _report_periodically(writer: BatchWriter, every: float, stop: threading.Even
 
 def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> int:
     """Run until SIGINT/SIGTERM; 0 after a clean flush, 1 if the writer could not finish."""
-    writer = BatchWriter(config.db_path, config.run_label, config.limits, source=_source(config))
-    app = create_app(writer)
+    writer = BatchWriter(config.db_path, config.run_label, config.limits, source=_source(config), log=out)
+    app = create_app(writer, config.ack)
     limits = config.limits
     uv_config = uvicorn.Config(
         app,
@@ -104,7 +106,7 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> int:
         host = f"[{config.host}]" if ":" in config.host else config.host
         print(
             f"collect: listening on http://{host}:{port}/v1/traces  db={config.db_path}  "
-            f"run={config.run_label}  (Ctrl-C to stop)",
+            f"run={config.run_label}  ack={config.ack}  (Ctrl-C to stop)",
             file=out,
             flush=True,
         )
@@ -115,12 +117,23 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> int:
         server.run()
     finally:
         stop.set()
-    line, _ = _format_status(writer, (writer.counters.started, 0))
-    clean = writer.close(timeout=60)
-    print(line.replace("collect:", "collect: stopped;", 1), file=out, flush=True)
+    clean = writer.close(timeout=0 if server.started else SHUTDOWN_FLUSH_SECONDS)
+    c = writer.counters
+    elapsed = time.monotonic() - c.started
+    print(
+        f"collect: stopped; {c.spans_stored:,} spans stored in {c.transactions:,} transactions "
+        f"({c.spans_stored / max(elapsed, 1e-9):,.0f}/s over {elapsed:.0f} s), {c.requests:,} requests, "
+        f"{c.throttled:,} throttled, {c.failed_transactions:,} failed transactions, "
+        f"longest commit {c.max_tx_seconds * 1000:.0f} ms",
+        file=out,
+        flush=True,
+    )
+    unstored = writer.unstored_spans()
+    if unstored:
+        print(f"collect: {unstored:,} accepted spans could not be stored", file=out, flush=True)
     if not server.started:
         return 1
-    return 0 if clean else 1
+    return 0 if clean and not unstored else 1
 
 
 def _source(config: ReceiverConfig) -> str:

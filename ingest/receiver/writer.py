@@ -6,12 +6,15 @@ close. Between transactions the file is released so the dashboard's readers get 
 at least `flush_interval_ms` between transactions, and at least as long as its last transaction took,
 so it holds the file at most about half of the time however large the batches grow.
 
-Each request carries a Future that the writer resolves after the commit (or fails with the error),
-which is what the HTTP handler waits for before answering 200: acknowledged means committed.
+Each request carries a Future that the writer resolves after the commit (or fails with the error);
+with `--ack committed` the HTTP handler waits for it before answering 200. If the store stays locked
+past the lock wait (a very long query), the requests go back to the head of the queue and are tried
+again: nothing accepted is dropped for a busy store, and the full queue turns new requests away.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -19,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ingest.columns import SpanColumns
 from ingest.receiver.limits import Limits
@@ -44,6 +47,7 @@ class Counters:
     spans_stored: int = 0
     transactions: int = 0
     failed_transactions: int = 0
+    spans_lost: int = 0  # in requests whose transaction failed for another reason than a lock
     throttled: int = 0
     last_tx_seconds: float = 0.0
     max_tx_seconds: float = 0.0
@@ -73,12 +77,14 @@ class BatchWriter:
         limits: Limits,
         source: str = "otlp-http",
         store: StoreFn | None = None,
+        log: TextIO = sys.stderr,
     ) -> None:
         self.db_path = Path(db_path)
         self.run_label = run_label
         self.limits = limits
         self.source = source
         self._store = store
+        self.log = log
         self.counters = Counters()
         self._items: deque[_Item] = deque()
         self._queued_spans = 0
@@ -178,13 +184,25 @@ class BatchWriter:
             self._transaction(items)
         except Exception as error:
             self.counters.failed_transactions += 1
-            if len(items) > 1 and not _is_busy(error):
+            if _is_busy(error):
+                # The store stayed locked (a very long query): keep the requests, try again later.
+                with self._cond:
+                    self._items.extendleft(reversed(items))
+                    self._queued_spans += sum(len(item.columns) for item in items)
+                print(f"collect: {error}; will retry", file=self.log, flush=True)
+                return
+            if len(items) > 1:
                 # Isolate the request that breaks the transaction: retry each on its own.
                 for item in items:
                     self._write([item])
                 return
-            for item in items:
-                item.future.set_exception(error)
+            self.counters.spans_lost += len(items[0].columns)
+            print(
+                f"collect: could not store a request of {len(items[0].columns)} spans: {error}",
+                file=self.log,
+                flush=True,
+            )
+            items[0].future.set_exception(error)
             return
         elapsed = time.monotonic() - started
         counters = self.counters
@@ -194,6 +212,10 @@ class BatchWriter:
         for item in items:
             counters.spans_stored += len(item.columns)
             item.future.set_result(len(item.columns))
+
+    def unstored_spans(self) -> int:
+        """Spans accepted but not stored: still queued (after close: given up on) or lost."""
+        return self._queued_spans + self.counters.spans_lost
 
 
 def _is_busy(error: BaseException) -> bool:

@@ -1,10 +1,10 @@
 """Receive OTLP/HTTP traces (POST /v1/traces) straight into the store.
 
 Point an OpenTelemetry exporter at http://127.0.0.1:4318/v1/traces (protobuf or JSON, gzip or not).
-A request is answered 200 once its spans are committed; when the queue of waiting requests is full
-the answer is 429 with Retry-After, which the OTel SDK exporters honour. Spans are written in short
-transactions so the dashboard can read the same store meanwhile. Ctrl-C (or SIGTERM) stops taking
-requests, stores everything already accepted, and exits 0.
+A request is answered 200 once it is queued for the writer (or, with --ack committed, once its spans
+are committed); when the queue is full the answer is 429 with Retry-After, which the OTel SDK
+exporters honour. Spans are written in short transactions so the dashboard can read the same store
+meanwhile. Ctrl-C (or SIGTERM) stops taking requests, stores everything already accepted, and exits 0.
 """
 
 from __future__ import annotations
@@ -54,6 +54,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="least time between two write transactions (default 200; the store is free in between)",
     )
     parser.add_argument(
+        "--ack",
+        choices=("queued", "committed"),
+        default="queued",
+        help="answer 200 once a request is queued (default; flushed on shutdown) or once it is "
+        "committed (survives kill -9, but each exporter then waits for the write)",
+    )
+    parser.add_argument(
         "--stats-interval",
         type=float,
         default=10.0,
@@ -96,5 +103,6 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         limits=limits,
         stats_interval_s=args.stats_interval,
+        ack=args.ack,
     )
     return serve(config)
