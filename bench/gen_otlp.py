@@ -142,6 +142,63 @@ def requests(total_spans: int, per_request: int, seed: int = 7):
         }
 
 
+def _set_value(target: object, value: dict) -> None:
+    ((kind, inner),) = value.items()
+    if kind == "intValue":
+        target.int_value = int(inner)
+    elif kind == "stringValue":
+        target.string_value = inner
+    elif kind == "boolValue":
+        target.bool_value = inner
+    else:
+        target.double_value = inner
+
+
+def _set_attributes(target: object, attributes: list) -> None:
+    for kv in attributes:
+        item = target.add()
+        item.key = kv["key"]
+        _set_value(item.value, kv["value"])
+
+
+def to_proto(request: dict) -> object:
+    """The same request as a protobuf TracesData (hex ids → bytes)."""
+    from opentelemetry.proto.trace.v1 import trace_pb2
+
+    message = trace_pb2.TracesData()
+    for rs in request["resourceSpans"]:
+        resource_spans = message.resource_spans.add()
+        _set_attributes(resource_spans.resource.attributes, rs["resource"]["attributes"])
+        for ss in rs["scopeSpans"]:
+            scope_spans = resource_spans.scope_spans.add()
+            scope_spans.scope.name = ss["scope"]["name"]
+            scope_spans.scope.version = ss["scope"]["version"]
+            for sp in ss["spans"]:
+                span = scope_spans.spans.add()
+                span.trace_id = bytes.fromhex(sp["traceId"])
+                span.span_id = bytes.fromhex(sp["spanId"])
+                span.parent_span_id = bytes.fromhex(sp["parentSpanId"])
+                span.name = sp["name"]
+                span.kind = sp["kind"]
+                span.start_time_unix_nano = int(sp["startTimeUnixNano"])
+                span.end_time_unix_nano = int(sp["endTimeUnixNano"])
+                _set_attributes(span.attributes, sp["attributes"])
+                if sp["status"]:
+                    span.status.code = sp["status"]["code"]
+                    span.status.message = sp["status"]["message"]
+                for ev in sp.get("events", ()):
+                    event = span.events.add()
+                    event.time_unix_nano = int(ev["timeUnixNano"])
+                    event.name = ev["name"]
+                    _set_attributes(event.attributes, ev["attributes"])
+                for lk in sp.get("links", ()):
+                    link = span.links.add()
+                    link.trace_id = bytes.fromhex(lk["traceId"])
+                    link.span_id = bytes.fromhex(lk["spanId"])
+                    _set_attributes(link.attributes, lk["attributes"])
+    return message
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -156,16 +213,11 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as f:
         for request in requests(args.spans, args.per_request):
-            body = orjson.dumps(request)
             if args.proto:
-                from google.protobuf import json_format
-                from opentelemetry.proto.trace.v1 import trace_pb2
-
-                message = json_format.Parse(body, trace_pb2.TracesData())
-                data = message.SerializeToString()
+                data = to_proto(request).SerializeToString()
                 f.write(len(data).to_bytes(4, "big") + data)
             else:
-                f.write(body + b"\n")
+                f.write(orjson.dumps(request) + b"\n")
     print(f"{out}: {out.stat().st_size / 2**20:,.1f} MiB, {args.spans:,} spans")
 
 

@@ -20,7 +20,8 @@ from typing import Any, BinaryIO
 
 import duckdb
 
-from ingest import detect, otlp_fast
+from ingest import detect, otlp_fast, otlp_proto, otlp_proto_fast
+from ingest.arrow_batch import ArrowSpans
 from ingest.columns import SpanColumns
 from ingest.compression import open_decompressed
 from ingest.errors import DecodeError
@@ -253,7 +254,7 @@ def decode_file(
     result: FileResult,
     on_bad: Callable[[DecodeError], None] | None,
     pool: DecodePool | None = None,
-) -> Iterator[SpanColumns | otlp_fast.ArrowSpans]:
+) -> Iterator[SpanColumns | ArrowSpans]:
     """Decode one open file: decompress, detect, decode (batches). Sets result.format/compression.
 
     OTLP JSON lines go to the fast decoder (on `pool`'s workers when given), everything else to
@@ -264,9 +265,13 @@ def decode_file(
     result.format = detect.detect(head[: detect.HEAD_BYTES], source)
     if result.format is None:
         return iter(())
-    if result.format == "otlp_json" and otlp_fast.is_json_lines(head):
-        decode = pool.decode if pool is not None else otlp_fast.decode
-        return decode(stream, source, on_bad)
+    fast = {"otlp_json": otlp_fast.decode, "otlp_proto": otlp_proto_fast.decode}.get(result.format)
+    if fast is not None and (
+        otlp_fast.is_json_lines(head) if result.format == "otlp_json" else otlp_proto.is_length_prefixed(head)
+    ):
+        if pool is not None:
+            return pool.decode(result.format, stream, source, on_bad)
+        return fast(stream, source, on_bad)
     return detect.decoder_for(result.format, source)(stream, source, on_bad)
 
 
@@ -342,7 +347,10 @@ def load_paths(
     parallel = (os.cpu_count() or 1) > 1 and any(size >= PARALLEL_MIN_BYTES for size in sizes)
     with DecodePool() if parallel else contextlib.nullcontext() as pool:
         for path, size in zip(files, sizes, strict=True):
-            def file_progress(position: int, spans: int, base: tuple[int, int] = (done_bytes, done_spans)) -> None:  # noqa: E501
+
+            def file_progress(
+                position: int, spans: int, base: tuple[int, int] = (done_bytes, done_spans)
+            ) -> None:
                 if progress is not None:
                     progress(base[0] + position, total, base[1] + spans)
 

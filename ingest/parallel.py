@@ -20,7 +20,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from ingest import otlp_fast
+from ingest import otlp_fast, otlp_proto_fast
+from ingest.arrow_batch import ArrowSpans
 from ingest.columns import SpanColumns
 from ingest.errors import DecodeError
 
@@ -29,8 +30,24 @@ IN_FLIGHT = 2 * WORKERS + 1
 PARALLEL_MIN_BYTES = 16 << 20
 
 
+def _decode_json(block: tuple[int, bytes], source: str, on_bad: Any) -> list[Any]:
+    first_line, data = block
+    return list(otlp_fast.decode_lines(otlp_fast.numbered_lines(first_line, data, source), source, on_bad))
+
+
+def _decode_proto(block: list[tuple[int, int, bytes]], source: str, on_bad: Any) -> list[Any]:
+    return list(otlp_proto_fast.decode_messages(block, source, on_bad))
+
+
+_DECODERS = {"otlp_json": _decode_json, "otlp_proto": _decode_proto}
+_READERS: dict[str, Callable[[BinaryIO, str], Iterator[Any]]] = {
+    "otlp_json": otlp_fast.read_blocks,
+    "otlp_proto": otlp_proto_fast.read_message_blocks,
+}
+
+
 def decode_block(
-    first_line: int, block: bytes, source: str, skip_bad: bool
+    fmt: str, block: Any, source: str, skip_bad: bool
 ) -> tuple[list[Any], list[tuple[str, str, str]], tuple[str, str, str] | None]:
     """Worker side: (batches, rejected records' errors, the fatal error in strict mode)."""
     rejected: list[tuple[str, str, str]] = []
@@ -41,11 +58,7 @@ def decode_block(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        batches = list(
-            otlp_fast.decode_lines(
-                otlp_fast.numbered_lines(first_line, block, source), source, on_bad if skip_bad else None
-            )
-        )
+        batches = _DECODERS[fmt](block, source, on_bad if skip_bad else None)
     except DecodeError as error:
         return [], rejected, (error.source, error.position, error.message)
     finally:
@@ -59,7 +72,8 @@ def _worker_init() -> None:
 
 
 class DecodePool:
-    """Worker processes for the fast OTLP JSON lines decoder; use as a context manager."""
+    """Worker processes for the fast decoders (OTLP JSON lines, length-prefixed protobuf); use as a
+    context manager."""
 
     def __init__(self, workers: int = WORKERS) -> None:
         self.workers = workers
@@ -75,8 +89,10 @@ class DecodePool:
         self._pool.join()
 
     def decode(
-        self, stream: BinaryIO, source: str, on_bad: Callable[[DecodeError], None] | None
-    ) -> Iterator[otlp_fast.ArrowSpans | SpanColumns]:
+        self, fmt: str, stream: BinaryIO, source: str, on_bad: Callable[[DecodeError], None] | None
+    ) -> Iterator[ArrowSpans | SpanColumns]:
+        """Decode `stream` (format 'otlp_json' lines or 'otlp_proto' length-prefixed) on the workers,
+        yielding batches in file order."""
         pending: deque[Any] = deque()
 
         def collect(result: Any) -> list[Any]:
@@ -89,10 +105,8 @@ class DecodePool:
             return batches
 
         try:
-            for first_line, block in otlp_fast.read_blocks(stream, source):
-                pending.append(
-                    self._pool.apply_async(decode_block, (first_line, block, source, on_bad is not None))
-                )
+            for block in _READERS[fmt](stream, source):
+                pending.append(self._pool.apply_async(decode_block, (fmt, block, source, on_bad is not None)))
                 if len(pending) >= IN_FLIGHT:
                     yield from collect(pending.popleft())
             while pending:

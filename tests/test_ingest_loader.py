@@ -174,3 +174,17 @@ def test_cli_missing_file_is_bad_input(
 def test_real_corpus_counts(corpus_dir: Path, db_path: Path, folder: str, spans: int, traces: int) -> None:
     summary = loader.load_paths([corpus_dir / folder], db_path, "real")
     assert (summary.spans, summary.traces, summary.failed) == (spans, traces, [])
+
+
+def test_decode_pool_protobuf_matches_serial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.test_ingest_proto import message, prefixed
+
+    payloads = [message(*(span(spanId=f"{i:08x}{j:08x}") for j in range(10))) for i in range(50)]
+    path = tmp_path / "big.pb"
+    path.write_bytes(prefixed(*payloads))
+    serial = loader.load_paths([path], tmp_path / "serial.duckdb", "r")
+    monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel.otlp_proto_fast, "BLOCK_BYTES", 2048)
+    pooled = loader.load_paths([path], tmp_path / "pooled.duckdb", "r")
+    assert serial.spans == pooled.spans == 500
+    assert spans_in(tmp_path / "serial.duckdb", "r") == spans_in(tmp_path / "pooled.duckdb", "r")

@@ -184,3 +184,29 @@ def test_detect_by_content(head: bytes, fmt: str | None) -> None:
 def test_detect_refuses_other_files(head: bytes) -> None:
     with pytest.raises(DecodeError, match="f: byte 0: "):
         detect.detect(head, "f")
+
+
+def test_fast_protobuf_path_matches_reference_and_passes_on_odd_messages() -> None:
+    from ingest import otlp_proto_fast
+    from tests.test_ingest_json import _table
+
+    compressor = zstandard.ZstdCompressor()
+    data = prefixed(
+        message(span(), span(spanId=PARENT, parentSpanId="", status={}, kind=1)),
+        message(span(traceId="")),
+        compressor.compress(message(span(spanId="2222222222222222"))),
+        message(
+            span(
+                spanId="3333333333333333",
+                events=[{"timeUnixNano": "7", "name": "e"}],
+                links=[{"traceId": TRACE, "spanId": SPAN, "traceState": "t"}],
+            )
+        ),
+    )
+    fast = list(otlp_proto_fast.decode(io.BytesIO(data), "p.pb"))
+    reference = list(otlp_proto.decode(io.BytesIO(data), "p.pb"))
+    assert any(isinstance(batch, otlp_proto_fast.ArrowSpans) for batch in fast)
+    assert _table(fast) == _table(reference)
+    bad = prefixed(message(span()), message(span(spanId=PARENT, endTimeUnixNano="1")))
+    with pytest.raises(DecodeError, match=r"message 2 at byte \d+: .*ends before it starts"):
+        list(otlp_proto_fast.decode(io.BytesIO(bad), "p.pb"))

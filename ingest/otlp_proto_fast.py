@@ -1,0 +1,273 @@
+"""The fast path for OTLP protobuf files: upb-parsed messages straight into Arrow columns.
+
+Messages are parsed with the `opentelemetry-proto` classes (upb runtime); per scope the span fields
+are pulled with list comprehensions into an `arrow_batch.ColumnBatch` (dictionary-encoded maps,
+vectorised checks). A message that holds anything the fast path does not take as-is (empty ids,
+end before start, non-scalar attribute values are fine; unknown enums, bad id lengths are not) is
+re-decoded by `otlp_proto`'s reference decoder, which names the message and byte offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
+
+import pyarrow as pa
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.resource.v1 import resource_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from ingest import anyvalue as av
+from ingest import otlp_json, otlp_proto
+from ingest.arrow_batch import ArrowSpans, ColumnBatch
+from ingest.columns import EVENT, LINK, SpanColumns
+from ingest.compression import ZSTD_MAGIC, decompress_message
+from ingest.errors import DecodeError
+
+BLOCK_BYTES = 8 << 20
+OnBad = Callable[[DecodeError], None] | None
+
+# Fields the fast path reads as their raw encoded bytes: equal bytes are equal values, so each
+# distinct resource, scope and attribute list is parsed (with the official classes) once per batch.
+_AS_BYTES = {
+    ("ResourceSpans", "resource"),
+    ("ScopeSpans", "scope"),
+    ("Span", "attributes"),
+    ("Span", "events"),
+    ("Span", "links"),
+    ("Span", "status"),
+}
+_OFFICIAL = ".opentelemetry.proto.trace.v1."
+_SHADOW = "tailscope.shadow.trace.v1"
+
+
+def _shadow_traces_data() -> Any:
+    """TracesData from a copy of the official trace.proto descriptor in which the fields above are
+    declared `bytes` (wire-compatible: both are length-delimited). upb still does all the parsing."""
+    proto = descriptor_pb2.FileDescriptorProto()
+    trace_pb2.DESCRIPTOR.CopyToProto(proto)
+    proto.name = "tailscope/shadow/trace.proto"
+    proto.package = _SHADOW
+
+    def retarget(message: Any) -> None:
+        for field in message.field:
+            if (message.name, field.name) in _AS_BYTES:
+                field.type = descriptor_pb2.FieldDescriptorProto.TYPE_BYTES
+                field.ClearField("type_name")
+            elif field.type_name.startswith(_OFFICIAL):
+                field.type_name = f".{_SHADOW}." + field.type_name[len(_OFFICIAL) :]
+        for nested in message.nested_type:
+            retarget(nested)
+
+    for message in proto.message_type:
+        retarget(message)
+    pool = descriptor_pool.Default()
+    try:
+        pool.FindFileByName(proto.name)
+    except KeyError:
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_SHADOW}.TracesData"))
+
+
+_TRACES_DATA = _shadow_traces_data()
+_KEY_VALUE = common_pb2.KeyValue.FromString
+_RESOURCE = resource_pb2.Resource.FromString
+_SCOPE = common_pb2.InstrumentationScope.FromString
+_EVENT = trace_pb2.Span.Event.FromString
+_LINK = trace_pb2.Span.Link.FromString
+_STATUS = trace_pb2.Status.FromString
+
+
+def _attributes(items: Any) -> dict[str, str]:
+    out = {}
+    for kv in items:
+        value = kv.value
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            out[kv.key] = value.string_value
+        elif which == "int_value":
+            out[kv.key] = str(value.int_value)
+        else:
+            out[kv.key] = av.proto_value_string(value)
+    return out
+
+
+class _ProtoBatch(ColumnBatch):
+    """A ColumnBatch filled from TracesData messages (resources, scopes and attribute lists keyed by
+    their encoded bytes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scope_bytes: dict[bytes, int] = {}
+        self.statuses: dict[bytes, tuple[int, str]] = {b"": (0, "")}
+
+    def add_message(self, number: int, payload: bytes) -> bool:
+        """Add one message's spans; False (and nothing added) when it needs the reference decoder."""
+        size = len(self.span_id)
+        try:
+            if payload[:4] == ZSTD_MAGIC or payload[:1] == b"{":
+                return False
+            message = _TRACES_DATA.FromString(payload)
+            scopes = self.scope_bytes
+            for rs in message.resource_spans:
+                raw = rs.resource
+                resource = self.resource_index(
+                    raw, lambda raw=raw: _attributes(_RESOURCE(raw).attributes), otlp_json.UNKNOWN_SERVICE
+                )
+                for ss in rs.scope_spans:
+                    spans = ss.spans
+                    count = len(spans)
+                    if not count:
+                        continue
+                    scope_index = scopes.get(ss.scope)
+                    if scope_index is None:
+                        scope = _SCOPE(ss.scope)
+                        scope_index = scopes[ss.scope] = self.scope_index(scope.name, scope.version)
+                    self.span_line += [number] * count
+                    self.resource += [resource] * count
+                    self.scope += [scope_index] * count
+                    self.trace_id += [s.trace_id.hex() for s in spans]
+                    self.span_id += [s.span_id.hex() for s in spans]
+                    self.parent += [s.parent_span_id.hex() for s in spans]
+                    self.trace_state += [s.trace_state for s in spans]
+                    self.name += [s.name for s in spans]
+                    self.kind += [s.kind for s in spans]
+                    self.start += [s.start_time_unix_nano for s in spans]
+                    self.end += [s.end_time_unix_nano for s in spans]
+                    statuses = [s.status for s in spans]
+                    if any(statuses):
+                        known = self.statuses
+                        for raw in set(statuses).difference(known):
+                            status = _STATUS(raw)
+                            known[raw] = (status.code, status.message)
+                        pairs = [known[raw] for raw in statuses]
+                        self.status += [pair[0] for pair in pairs]
+                        self.message += [pair[1] for pair in pairs]
+                    else:
+                        self.status += [0] * count
+                        self.message += [""] * count
+                    get = self.attribute_keys.get
+                    for key in [tuple(s.attributes) for s in spans]:
+                        index = get(key)
+                        if index is None:
+                            index = self.new_attributes(key, _attributes(map(_KEY_VALUE, key)))
+                        self.attributes.append(index)
+                    self.events += [s.events or None for s in spans]
+                    self.links += [s.links or None for s in spans]
+        except Exception:  # any surprise: the reference decoder names it properly
+            self.truncate(size)
+            return False
+        if len(self.span_id) > size:
+            self.lines.append((number, payload))
+        return True
+
+    def events_array(self) -> pa.Array:
+        values = [
+            ()
+            if events is None
+            else [
+                (e.time_unix_nano, e.name, list(_attributes(e.attributes).items()))
+                for e in map(_EVENT, events)
+                if e.time_unix_nano <= av.INT64_MAX or _raise("event time out of range")
+            ]
+            for events in self.events
+        ]
+        return pa.array(values, pa.list_(EVENT))
+
+    def links_array(self) -> pa.Array:
+        values = [
+            ()
+            if links is None
+            else [
+                (
+                    av.id_from_bytes(link.trace_id, 16, "link trace_id"),
+                    av.id_from_bytes(link.span_id, 8, "link span_id"),
+                    link.trace_state,
+                    list(_attributes(link.attributes).items()),
+                )
+                for link in map(_LINK, links)
+            ]
+            for links in self.links
+        ]
+        return pa.array(values, pa.list_(LINK))
+
+
+def _raise(message: str) -> bool:
+    raise ValueError(message)
+
+
+def read_message_blocks(stream: BinaryIO, source: str) -> Iterator[list[tuple[int, int, bytes]]]:
+    """Groups of (message number, byte offset, payload) from a length-prefixed stream, ~BLOCK_BYTES
+    each; a bad prefix or a truncated message raises DecodeError."""
+    group: list[tuple[int, int, bytes]] = []
+    size = offset = number = 0
+    while True:
+        prefix = stream.read(4)
+        if not prefix:
+            break
+        number += 1
+        position = f"message {number} at byte {offset}"
+        if len(prefix) < 4:
+            raise DecodeError(source, position, "truncated length prefix")
+        length = int.from_bytes(prefix, "big")
+        if length > otlp_proto.MAX_MESSAGE_BYTES:
+            raise DecodeError(source, position, f"message length {length} exceeds the limit")
+        payload = stream.read(length)
+        if len(payload) < length:
+            raise DecodeError(source, position, f"truncated message: {len(payload)} of {length} bytes")
+        group.append((number, offset, payload))
+        offset += 4 + length
+        size += length
+        if size >= BLOCK_BYTES:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def decode_messages(
+    messages: list[tuple[int, int, bytes]], source: str, on_bad: OnBad
+) -> Iterator[ArrowSpans | SpanColumns]:
+    """A group of messages: the fast path, then the reference decoder for those it passed on."""
+    batch = _ProtoBatch()
+    slow = []
+    for number, _, payload in messages:
+        if not batch.add_message(number, payload):
+            slow.append(number)
+    if len(batch):
+        table, rejected = batch.finish()
+        if table is not None and len(table):
+            yield table
+        slow.extend(number for number, _ in rejected)
+    if slow:
+        wanted = set(slow)
+        yield from _reference([m for m in messages if m[0] in wanted], source, on_bad)
+
+
+def _reference(messages: list[tuple[int, int, bytes]], source: str, on_bad: OnBad) -> Iterator[SpanColumns]:
+    ctx = otlp_json.DecodeContext(source)
+    out = SpanColumns()
+    for number, offset, payload in messages:
+        ctx.record = number
+        ctx.position = f"message {number} at byte {offset}"
+        try:
+            data = payload
+            if data[:4] == ZSTD_MAGIC:
+                data = decompress_message(data, source, ctx.position, otlp_proto.MAX_MESSAGE_BYTES)
+            if data[:1] == b"{":
+                otlp_json.decode_record(otlp_json._parse(data, ctx), out, ctx, on_bad)
+            else:
+                otlp_proto.decode_message(otlp_proto._parse(data, ctx), out, ctx, on_bad)
+        except DecodeError as error:
+            if on_bad is None:
+                raise
+            on_bad(error)
+    if len(out):
+        yield out
+
+
+def decode(stream: BinaryIO, source: str, on_bad: OnBad = None) -> Iterator[ArrowSpans | SpanColumns]:
+    """A length-prefixed protobuf stream → Arrow batches (and SpanColumns for passed-on messages)."""
+    for group in read_message_blocks(stream, source):
+        yield from decode_messages(group, source, on_bad)
