@@ -52,7 +52,8 @@ def _cached(_fn: Callable[..., Any], name: str, path: str, version: Any, args: t
 def get(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`fn(store, *args, **kwargs)`, cached until the store changes."""
     handle = store()
-    name = f"{fn.__module__}.{fn.__qualname__}"
+    code = getattr(fn, "__code__", None)
+    name = f"{fn.__module__}.{fn.__qualname__}@{code.co_filename if code else ''}"
     return _cached(fn, name, str(handle.path), handle.data_version(), args, tuple(sorted(kwargs.items())))
 
 

@@ -14,6 +14,10 @@ COLOR_A = "#4C78A8"
 COLOR_B = "#F58518"
 
 
+def stage_name(stage: str) -> str:
+    return "end to end" if stage == "e2e" else stage
+
+
 def _err(value: float | None, low: float | None, high: float | None) -> tuple[float, float]:
     if value is None:
         return 0.0, 0.0
@@ -31,7 +35,7 @@ def quantile_figure(result: Comparison, quantile: float) -> go.Figure:
         ]
         fig.add_trace(
             go.Bar(
-                x=[s.stage for s in rows],
+                x=[stage_name(s.stage) for s in rows],
                 y=[v or 0 for v in values],
                 name=name,
                 marker_color=color,
@@ -72,7 +76,7 @@ def verdict(s: StageComparison) -> str:
 def delta_table(result: Comparison) -> pd.DataFrame:
     return pd.DataFrame(
         {
-            "stage": [s.stage for s in result.stages],
+            "stage": [stage_name(s.stage) for s in result.stages],
             "percentile": ["p50" if s.quantile == 0.5 else f"p{100 * s.quantile:g}" for s in result.stages],
             f"A: {result.run_a}": [_interval(s.a_ms, s.a_low_ms, s.a_high_ms) for s in result.stages],
             f"B: {result.run_b}": [_interval(s.b_ms, s.b_low_ms, s.b_high_ms) for s in result.stages],
@@ -178,7 +182,9 @@ def render() -> None:
         st.info("Neither run recorded setup attributes (device, dtype, batch policy ...).")
     else:
         st.dataframe(
-            result.setup.rename(columns={"a": f"A: {run_a}", "b": f"B: {run_b}"}),
+            result.setup.sort_values("differs", ascending=False, kind="stable").rename(
+                columns={"a": f"A: {run_a}", "b": f"B: {run_b}"}
+            ),
             hide_index=True,
             column_config={"differs": st.column_config.CheckboxColumn("differs")},
         )
