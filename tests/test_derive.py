@@ -180,3 +180,33 @@ def test_stage_columns_add_up_to_duration(db_path, n_traces):
     load(db_path, "r", cols)
     frame = requests_of(db_path)
     assert (frame[STAGE_COLUMNS].sum(axis=1) == frame["Duration"]).all()
+
+
+@pytest.mark.slow
+def test_real_world_corpus_derives_consistent_requests_and_every_view_answers(corpus_dir, db_path):
+    from ingest.loader import load_paths
+    from tailscope.analysis import Filter, overview, slowest_traces, stage_mapping, trace_gantt, waterfall
+    from tailscope.store.db import Store
+
+    files = sorted(
+        p for p in corpus_dir.rglob("*") if p.is_file() and p.suffix != ".md" and p.name != "manifest.json"
+    )
+    for number, path in enumerate(files):
+        load_paths([path], db_path, f"corpus-{number}", skip_bad=True)
+    store = Store(db_path)
+    with duckdb.connect(str(db_path), read_only=True) as conn:
+        frame = conn.execute("SELECT * FROM requests").df()
+        runs = [r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM otel_traces").fetchall()]
+    assert len(frame) > 0
+    assert (frame[STAGE_COLUMNS].sum(axis=1) == frame["Duration"].clip(lower=0)).all()
+    assert (frame[STAGE_COLUMNS] >= 0).all().all()
+    for run in runs:
+        flt = Filter(run=run)
+        assert overview(store, flt).runs or overview(store, flt).reason
+        result = waterfall(store, flt, "p99")
+        assert result.stages or result.reason
+        slow = slowest_traces(store, flt, 1)
+        if not slow.empty:
+            gantt = trace_gantt(store, slow["trace_id"][0], run)
+            assert gantt.reason is None and not gantt.spans.empty
+        assert not stage_mapping(store, run).empty or slow.empty
