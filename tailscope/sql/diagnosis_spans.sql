@@ -1,11 +1,14 @@
 -- Diagnosis: every span of one run as plain columns for numpy (tailscope.analysis.diagnosis.load).
--- The instance is the process that ran the span: service.instance.id, else host.name + process.pid,
--- else the service itself; GC pauses and lock contention are per process, so detectors group by it.
--- Ids stay strings here: pyarrow dictionary-encodes them in C++, faster than dense_rank() in SQL.
+-- Ids travel as 63-bit hashes, not strings: TraceKey groups a trace's spans, SpanKey/ParentKey
+-- (hashes of trace id + span id) let numpy find each span's parent with one sort and a binary
+-- search, and match rows of later reads (span attributes). A plain scan: no join, no sort (a join +
+-- ORDER BY here cost 3x more on 1 M spans). The instance is the process that ran the span:
+-- service.instance.id, else host.name + process.pid, else the service itself; GC pauses and lock
+-- contention are per process, so detectors group by it.
 SELECT
-    TraceId,
-    SpanId,
-    ParentSpanId,
+    CAST(hash(TraceId) >> 1 AS BIGINT) AS TraceKey,
+    CAST(hash(TraceId, SpanId) >> 1 AS BIGINT) AS SpanKey,
+    CASE WHEN ParentSpanId = '' THEN -1 ELSE CAST(hash(TraceId, ParentSpanId) >> 1 AS BIGINT) END AS ParentKey,
     SpanName,
     SpanKind,
     ServiceName,

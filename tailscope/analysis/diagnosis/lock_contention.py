@@ -27,7 +27,7 @@ ADVICE = (
 )
 SKIP_STAGES = {ALL_STAGES.index("queue")}
 MIN_SPANS = 60
-MAX_FIT = 50_000
+MAX_FIT = 20_000
 
 
 def concurrency_at_start(ctx: Context, spans: np.ndarray) -> np.ndarray:

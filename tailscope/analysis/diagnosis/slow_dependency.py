@@ -34,7 +34,14 @@ def detect(ctx: Context) -> list[Finding]:
     if n < 50:
         return []
     downstream = ALL_STAGES.index("downstream")
-    cands = set(int(c) for c in ctx.client_names) | set(np.nonzero(ctx.name_stage == downstream)[0].tolist())
+    # the caller's side of each call: CLIENT spans, or downstream-stage spans that are not the callee's
+    # SERVER span (that one sits inside the CLIENT span and would report the same call twice)
+    inside = f.request >= 0
+    total = np.bincount(f.name[inside], minlength=len(f.names))
+    server = np.bincount(f.name[inside & (f.kind == KIND_SERVER)], minlength=len(f.names))
+    callee = server * 2 > total
+    stage_named = np.nonzero((ctx.name_stage == downstream) & ~callee)[0].tolist()
+    cands = set(int(c) for c in ctx.client_names) | set(stage_named)
     findings = []
     for code in sorted(cands):
         mask = (f.name == code) & (f.request >= 0)
