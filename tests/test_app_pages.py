@@ -11,6 +11,11 @@ import pytest
 from app_data import build_store, no_root_store, one_span_store
 from streamlit.testing.v1 import AppTest
 
+from app.components.rules import rules_frame, rules_from_frame
+from tailscope import analysis
+from tailscope.analysis import StageRule
+from tailscope.store.db import Store
+
 APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
 PAGES = [
     "views/overview.py",
@@ -224,3 +229,35 @@ def test_stage_mapping_checks_the_rules(small_store: Path, monkeypatch: pytest.M
     check.click().run()
     assert_clean(at)
     assert any("all valid" in s.value for s in at.success)
+
+
+def test_stage_mapping_saves_the_rules_and_recomputes(
+    small_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "copy.duckdb"
+    db.write_bytes(small_store.read_bytes())
+    at = open_page(db, "views/stage_mapping.py", monkeypatch)
+    next(b for b in at.button if b.label == "Save and recompute").click().run()
+    assert_clean(at)
+    assert any("every run's stages were recomputed" in s.value for s in at.success)
+
+
+def test_rules_table_round_trip_orders_and_drops_empty_rows() -> None:
+    rules = [
+        StageRule(position=1, stage="queue", name_regex="wait"),
+        StageRule(position=2, stage="downstream", span_kind="Client", description="calls out"),
+    ]
+    frame = rules_frame(rules)
+    assert rules_from_frame(frame) == rules
+    moved = frame.copy()
+    moved.loc[1, "order"] = 0.5  # the second rule moves first
+    moved.loc[2] = [None, None, None, None, None, None]  # a row the editor added and left empty
+    back = rules_from_frame(moved)
+    assert [r.stage for r in back] == ["downstream", "queue"]
+    assert [r.position for r in back] == [1, 2]
+
+
+def test_invalid_rules_are_named_by_the_analysis_layer(small_store: Path) -> None:
+    frame = rules_frame([StageRule(position=1, stage="not-a-stage", name_regex="(")])
+    problems = analysis.validate_rules(Store(small_store), rules_from_frame(frame))
+    assert problems

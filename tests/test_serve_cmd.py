@@ -45,6 +45,11 @@ def test_bad_port_is_refused(capsys) -> None:
     assert "not a port number" in capsys.readouterr().err
 
 
+def test_db_in_a_missing_folder_is_refused(tmp_path: Path, capsys) -> None:
+    assert main(["serve", "--db", str(tmp_path / "nowhere" / "x.duckdb")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
 def test_serve_answers_then_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     port = free_port()
     process = subprocess.Popen(

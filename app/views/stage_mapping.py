@@ -2,58 +2,16 @@
 
 from __future__ import annotations
 
-import math
-
-import pandas as pd
 import streamlit as st
 
 from app.components import data, filters, fmt, notice
+from app.components.rules import rules_frame, rules_from_frame
 from ingest.columns import SPAN_KINDS
 from tailscope import analysis
 from tailscope.analysis import StageRule
 from tailscope.vocabulary import ALL_STAGES, STAGE_ATTRIBUTE
 
-RULE_COLUMNS = ["order", "stage", "span_kind", "name_regex", "attribute_regex", "description"]
 MESSAGE_KEY = "mapping_message"
-
-
-def rules_frame(rules: list[StageRule]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            [float(r.position), r.stage, r.span_kind, r.name_regex, r.attribute_regex, r.description]
-            for r in rules
-        ],
-        columns=RULE_COLUMNS,
-    )
-
-
-def _text(value: object) -> str | None:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    text = str(value).strip()
-    return text or None
-
-
-def rules_from_frame(frame: pd.DataFrame) -> list[StageRule]:
-    """Edited rows back into rules, sorted by `order` (rows without one go last), positions 1..n."""
-    ordered = frame.assign(_row=range(len(frame))).sort_values(["order", "_row"], na_position="last")
-    rules: list[StageRule] = []
-    for row in ordered[RULE_COLUMNS].itertuples(index=False):
-        values = dict(zip(RULE_COLUMNS, row, strict=True))
-        if all(_text(v) is None for k, v in values.items() if k != "order"):
-            continue  # an empty row the editor added
-        position = len(rules) + 1
-        rules.append(
-            StageRule(
-                position=position,
-                stage=_text(values["stage"]) or "",
-                span_kind=_text(values["span_kind"]),
-                name_regex=_text(values["name_regex"]),
-                attribute_regex=_text(values["attribute_regex"]),
-                description=_text(values["description"]) or "",
-            )
-        )
-    return rules
 
 
 def save(rules: list[StageRule]) -> None:

@@ -109,4 +109,8 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:
         print(f"tailscope serve: {error}", file=sys.stderr)
         return 1
-    return serve(resolve_db(args.db), args.host, args.port)
+    db = resolve_db(args.db)
+    if not db.parent.is_dir():
+        print(f"tailscope serve: --db {db}: folder {db.parent} does not exist", file=sys.stderr)
+        return 2
+    return serve(db, args.host, args.port)
