@@ -18,11 +18,12 @@ signature it should leave in the traces:
 - slow-downstream: the downstream `/enrich` service sleeps a heavy-tailed (log-normal + Pareto tail)
   delay per call; this is the one configured delay in the pipeline, and it stands for a slow
   dependency. Signature: `downstream.call` p99 up.
-- cold-start: a fresh replica takes traffic as soon as its model is loaded: no warm-up forward passes
-  (the first ones pay for lazy kernel selection, thread-pool start and allocator growth), an empty
-  feature cache (popular keys miss until first use), no pooled connections. Unlike cold-cache the
-  cache has room for everything, so the penalty fades within the first second or so. Signature: the
-  first requests are the slowest of the run, their model.forward above all.
+- cold-start: a fresh replica takes traffic as soon as its model is loaded: the weights file (which
+  the service memory-maps, as model servers do) and the feature-store file are not in the page
+  cache, and no warm-up pass has touched them, so the first forward passes and store reads fault
+  their pages in from disk; the feature cache is empty and no connection is pooled yet. Unlike
+  cold-cache, the cache has room for everything, so the penalty fades within the first second or
+  so. Signature: the first requests are the slowest of the run (and requests queue behind them).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from starlette.routing import Route
 from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import DynamicBatcher
 from reference_pipeline.features import FeatureCache, RedisFeatureStore, SqliteFeatureStore, entity_id
-from reference_pipeline.model import ModelRunner, build_classifier, pretrained_dir
+from reference_pipeline.model import ModelRunner, build_classifier, pretrained_dir, serve_from_file
 from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreMonitor
 from reference_pipeline.scenarios import ServiceConfig
 from reference_pipeline.serving import bind_free_port, serve
@@ -80,6 +80,7 @@ class Pipeline:
             torch.set_num_threads(cfg.torch_threads)
         weights_dir = pretrained_dir()
         model, self.weights = build_classifier(weights_dir)
+        model = serve_from_file(model, workdir / "model.safetensors", cold=not cfg.warm_model)
         self.runner = ModelRunner(
             model,
             device=cfg.device,
@@ -90,6 +91,8 @@ class Pipeline:
         )
         self.tokenizer = build_tokenizer(weights_dir)
         store = SqliteFeatureStore(workdir / "features.sqlite", n_entities=cfg.n_entities)
+        if not cfg.warm_model:
+            store.drop_page_cache()
         self.store = RedisFeatureStore(cfg.redis_url, store) if cfg.redis_url else store
         self.cache = FeatureCache(cfg.cache_capacity, cfg.cache_ttl_s, jitter=cfg.cache_jitter)
         self.store_pool = ThreadPoolExecutor(cfg.store_pool, thread_name_prefix="store")

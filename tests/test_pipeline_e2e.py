@@ -285,6 +285,47 @@ def test_cold_start_makes_the_first_requests_slowest(tmp_path, steady) -> None:
         )
     ]
     later = sorted(roots[len(roots) // 2 :])
-    assert sum(roots[:3]) / 3 > 2 * later[len(later) // 2], (roots[:3], later[len(later) // 2])
-    # the very first request waits for the cold forward pass of its own batch
-    assert roots[0] >= sorted(roots)[int(0.9 * len(roots))], roots[:5]
+    first = roots[:3]
+    assert sum(first) / 3 > 1.5 * later[len(later) // 2], (first, later[len(later) // 2])
+    assert max(first) >= sorted(roots)[int(0.9 * len(roots))], (first, sorted(roots)[-5:])
+
+
+@pytest.mark.slow
+def test_sweep_writes_labelled_runs_into_the_store(tmp_path, capsys) -> None:
+    from tailscope.cli.main import main
+
+    db = tmp_path / "store.duckdb"
+    code = main(
+        [
+            "pipeline",
+            "sweep",
+            "--dtypes",
+            "fp32,int8",
+            "--batch-policies",
+            "1:0",
+            "--duration",
+            "2",
+            "--rps",
+            "8",
+            "--no-downstream",
+            "--out-dir",
+            str(tmp_path / "sweep"),
+            "--db",
+            str(db),
+        ]
+    )
+    assert code == 0, capsys.readouterr()
+    assert sorted(p.name for p in (tmp_path / "sweep").glob("*.jsonl")) == [
+        "cpu-fp32-b1w0.jsonl",
+        "cpu-int8-b1w0.jsonl",
+    ]
+    runs = dict(query(db, "SELECT RunLabel, TraceCount FROM runs ORDER BY 1", []))
+    assert set(runs) == {"cpu-fp32-b1w0", "cpu-int8-b1w0"} and all(n > 5 for n in runs.values())
+    dtypes = query(
+        db,
+        """
+        SELECT DISTINCT RunLabel, ResourceAttributes['tailscope.dtype'] FROM otel_traces
+        WHERE ServiceName = ? ORDER BY 1""",
+        [sm.SERVICE_NAME],
+    )
+    assert dtypes == [("cpu-fp32-b1w0", "fp32"), ("cpu-int8-b1w0", "int8")]

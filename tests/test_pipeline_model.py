@@ -201,3 +201,15 @@ def test_runner_helpers() -> None:
     with pytest.raises(ValueError):
         parse_batch_policies(" , ")
     assert sweep_label("cpu", "int8", 8, 5.0) == "cpu-int8-b8w5"
+
+
+@pytest.mark.parametrize("cold", [False, True])
+def test_serving_from_a_mapped_file_keeps_the_weights(tmp_path, cold) -> None:
+    from reference_pipeline.model import serve_from_file
+
+    original = build_classifier()[0]
+    expected = {k: v.clone() for k, v in original.state_dict().items()}
+    served = serve_from_file(build_classifier()[0], tmp_path / "model.safetensors", cold=cold)
+    assert all(torch.equal(served.state_dict()[k], v) for k, v in expected.items())
+    out = ModelRunner(served).run([_request(9)], [[0.3] * N_FEATURES])
+    assert out == ModelRunner(original).run([_request(9)], [[0.3] * N_FEATURES])

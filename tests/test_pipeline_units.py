@@ -8,6 +8,7 @@ import random
 import threading
 import time
 
+import duckdb
 import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -199,7 +200,7 @@ def test_otlp_json_lines_exporter_writes_collector_shaped_requests(tmp_path) -> 
     assert spans[sm.FORWARD]["links"][0]["spanId"] == root_json["spanId"]
 
 
-def test_exported_file_decodes_with_the_ingest_decoder(tmp_path) -> None:
+def test_exported_file_loads_into_the_store(tmp_path) -> None:
     loader = pytest.importorskip("ingest.loader")
     path = tmp_path / "spans.jsonl"
     exporter = OtlpJsonLinesExporter(path)
@@ -212,13 +213,13 @@ def test_exported_file_decodes_with_the_ingest_decoder(tmp_path) -> None:
         pass
     exporter.export(memory.get_finished_spans())
     exporter.shutdown()
-    result = loader.FileResult(path=str(path))
-    with open(path, "rb") as raw:
-        rows = [row for batch in loader.decode_file(raw, str(path), result, None) for row in batch.rows()]
-    assert result.format is not None
-    by_name = {row["span_name"]: row for row in rows}
-    assert by_name[sm.TOKENIZE]["parent_span_id"] == by_name[sm.ROOT_SPAN]["span_id"]
-    assert by_name[sm.ROOT_SPAN]["span_kind"] == "Server"
+    summary = loader.load_paths([path], tmp_path / "store.duckdb", "unit")
+    assert summary.traces == 1 and not [f.error for f in summary.files if f.error]
+    with duckdb.connect(str(tmp_path / "store.duckdb"), read_only=True) as conn:
+        rows = conn.execute("SELECT SpanName, SpanId, ParentSpanId, SpanKind FROM otel_traces").fetchall()
+    by_name = {name: (span_id, parent, kind) for name, span_id, parent, kind in rows}
+    assert by_name[sm.TOKENIZE][1] == by_name[sm.ROOT_SPAN][0]
+    assert by_name[sm.ROOT_SPAN][2] == "Server"
 
 
 def test_encode_request_groups_by_resource() -> None:
@@ -310,3 +311,12 @@ def test_lock_wait_span_is_a_child_of_the_callers_span(tmp_path) -> None:
     assert lock_wait.parent.span_id == parent.get_span_context().span_id
     assert lock_wait.attributes["tailscope.stage"] == "postprocessing"
     assert (lock_wait.end_time - lock_wait.start_time) / 1e6 >= 30
+
+
+def test_otlp_endpoint_gets_an_http_exporter_on_the_traces_path() -> None:
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    provider = make_provider(sm.SERVICE_NAME, {}, None, "http://127.0.0.1:4318")
+    processors = provider._active_span_processor._span_processors
+    (processor,) = processors
+    assert processor.span_exporter._endpoint == "http://127.0.0.1:4318/v1/traces"
+    provider.shutdown()
