@@ -38,6 +38,7 @@ from ingest.span_json import (
     record_message,
     render_value,
     report,
+    scope_of,
     type_name,
 )
 
@@ -50,8 +51,6 @@ SPAN_KINDS = {
 }
 STATUS_CODES = {"ok": "Ok", "error": "Error", "unset": "Unset"}
 REF_TYPES = {"CHILD_OF": "child_of", "FOLLOWS_FROM": "follows_from"}
-SCOPE_NAME_TAGS = ("otel.scope.name", "otel.library.name")
-SCOPE_VERSION_TAGS = ("otel.scope.version", "otel.library.version")
 
 
 def decode(
@@ -201,8 +200,7 @@ def _append_span(
     elif description is not None:
         attributes["otel.status_description"] = description
     trace_state = attributes.pop("w3c.tracestate", "")
-    scope_name = next((attributes.pop(k) for k in SCOPE_NAME_TAGS if k in attributes), "")
-    scope_version = next((attributes.pop(k) for k in SCOPE_VERSION_TAGS if k in attributes), "")
+    scope_name, scope_version = scope_of(attributes)
 
     events = _events(span.get("logs"), start_ns)
 
@@ -259,6 +257,8 @@ def _references(
         except ValueError as error:
             raise BadRecord(str(error)) from None
 
+    if len(refs) == 1 and refs[0][0] == "child_of":  # the usual case: one parent, no links
+        return refs[0][2], []
     parent = next((i for i, r in enumerate(refs) if r[0] == "child_of" and r[1] == trace_id), None)
     if parent is None:
         parent = next((i for i, r in enumerate(refs) if r[0] == "child_of"), 0)

@@ -11,6 +11,7 @@ the parser with a line and column instead of exhausting the stack.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
@@ -34,35 +35,41 @@ BOM = b"\xef\xbb\xbf"
 INT64_MAX = 2**63 - 1
 MAX_MICROS = INT64_MAX // 1000
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+_LOWER_HEX = re.compile(r"[0-9a-f]+")
 
 
 def read_document(stream: BinaryIO, source: str, limit: int | None = None) -> Any:
-    """Read and parse the whole stream as one JSON document; DecodeError on anything malformed."""
+    """Read and parse the whole stream as one JSON document; DecodeError on anything malformed.
+
+    The bytes are gathered in one bytearray and parsed in place (orjson reads a memoryview), so a
+    document costs its size once, not twice, before parsing."""
     cap = MAX_DOCUMENT_BYTES if limit is None else limit
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        chunk = stream.read(READ_CHUNK)
-        if not chunk:
-            break
-        total += len(chunk)
-        if total > cap:
+    data = bytearray()
+    while chunk := stream.read(READ_CHUNK):
+        if len(data) + len(chunk) > cap:
             raise DecodeError(
-                source, f"byte {cap}", f"JSON document larger than {cap} bytes; refusing to load it"
+                source,
+                f"byte {cap}",
+                f"JSON document larger than {cap >> 20} MiB; refusing to load it whole "
+                "(export OTLP JSON lines or protobuf for files this big)",
             )
-        chunks.append(chunk)
-    data = b"".join(chunks)
+        data += chunk
+    view = memoryview(data)
     if data.startswith(BOM):
-        data = data[len(BOM) :]
-    if not data.strip():
+        view = view[len(BOM) :]
+    if not view or data.isspace():
         raise DecodeError(source, "byte 0", "empty file (no JSON document)")
     try:
-        return orjson.loads(data)
+        return orjson.loads(view)
     except orjson.JSONDecodeError as error:
         reason = str(error).split(": line ", 1)[0]
+        if "empty" in reason:
+            raise DecodeError(source, "byte 0", "empty file (no JSON document)") from None
         raise DecodeError(
             source, f"line {error.lineno} column {error.colno}", f"invalid JSON: {reason}"
         ) from None
+    finally:
+        view.release()
 
 
 def hex_id(value: Any, width: int, what: str) -> str:
@@ -71,6 +78,8 @@ def hex_id(value: Any, width: int, what: str) -> str:
     Jaeger and Zipkin write 64-bit trace ids as 16 hex chars (older Jaeger versions drop leading
     zeros); OTLP wants 32, so shorter ids are left-padded as Zipkin's and Jaeger's own readers do.
     """
+    if value.__class__ is str and len(value) <= width and _LOWER_HEX.fullmatch(value):  # the usual case
+        return value if len(value) == width else value.rjust(width, "0")
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a hex string, not {type_name(value)}")
     if not value:
@@ -82,8 +91,25 @@ def hex_id(value: Any, width: int, what: str) -> str:
     return value.lower().rjust(width, "0")
 
 
+SCOPE_TAGS = (("otel.scope.name", "otel.library.name"), ("otel.scope.version", "otel.library.version"))
+
+
+def scope_of(attributes: dict[str, str]) -> tuple[str, str]:
+    """(scope name, scope version) taken out of Jaeger/Zipkin tags, as the Collector's translators do
+    (`otel.scope.*`, or the older `otel.library.*`); ('', '') when the tags carry none."""
+    found = ["", ""]
+    for slot, keys in enumerate(SCOPE_TAGS):
+        for key in keys:
+            if key in attributes:
+                found[slot] = attributes.pop(key)
+                break
+    return found[0], found[1]
+
+
 def micros(value: Any, what: str) -> int:
     """A non-negative integral count of microseconds, as nanoseconds. ValueError says what is wrong."""
+    if value.__class__ is int and 0 <= value <= MAX_MICROS:  # the usual case
+        return value * 1000
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"{what} must be a number of microseconds, not {type_name(value)}")
     if isinstance(value, float):

@@ -36,7 +36,7 @@ import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
-from ingest.columns import SpanColumns
+from ingest.columns import COLUMNS, SpanColumns
 from ingest.errors import DecodeError
 from ingest.span_json import (
     BATCH_SPANS,
@@ -50,6 +50,7 @@ from ingest.span_json import (
     record_message,
     render_value,
     report,
+    scope_of,
     type_name,
 )
 
@@ -63,9 +64,15 @@ V1_KINDS = {
     "mr": "Consumer",
 }
 STATUS_CODES = {"ok": "Ok", "error": "Error", "unset": "Unset"}
-SCOPE_NAME_TAGS = ("otel.scope.name", "otel.library.name")
-SCOPE_VERSION_TAGS = ("otel.scope.version", "otel.library.version")
 NO_PARENT = {None, "", "0000000000000000"}
+REMOTE_ATTRIBUTES = (
+    ("serviceName", "peer.service"),
+    ("ipv4", "net.peer.ip"),
+    ("ipv6", "net.peer.ip"),
+    ("port", "net.peer.port"),
+)
+# Positions in a row (COLUMNS order) that the shared-span pass reads or rewrites.
+TRACE_ID, SPAN_ID, PARENT_ID, SERVICE = 1, 2, 3, 7
 
 
 def shared_server_id(trace_id: str, span_id: str) -> str:
@@ -78,30 +85,32 @@ def decode(
 ) -> Iterator[SpanColumns]:
     """Decode one Zipkin v2 JSON document into batches of at most BATCH_SPANS spans."""
     document = read_document(stream, source)
-    spans: list[dict[str, Any]] = []
+    rows: list[list[Any]] = []  # one value per SpanColumns column, in COLUMNS order
+    shared: dict[tuple[str, str], tuple[str, str]] = {}  # (trace, client id) → (server id, service)
+    resources: dict[tuple[str, ...], dict[str, str]] = {}  # one shared dict per distinct endpoint
     for position, raw in _positions(document, source):
         try:
-            spans.append(_normalise(raw))
+            row, original_id = _normalise(raw, resources)
         except RECORD_ERRORS as error:
             report(DecodeError(source, position, record_message(error)), on_bad)
+            continue
+        rows.append(row)
+        if original_id is not None:
+            shared[row[TRACE_ID], original_id] = (row[SPAN_ID], row[SERVICE])
 
-    # Server halves of shared spans: (trace, client span id) → (server span id, server service).
-    shared = {
-        (s["trace_id"], s["original_id"]): (s["span_id"], s["service_name"])
-        for s in spans
-        if s["original_id"] is not None
-    }
     batch = SpanColumns()
-    for span in spans:
-        if shared and span["original_id"] is None:
-            server = shared.get((span["trace_id"], span["parent_span_id"]))
-            if server is not None and server[1] == span["service_name"] and span["span_id"] != server[0]:
-                span["parent_span_id"] = server[0]
-        del span["original_id"]
-        batch.append(**span)
+    columns = [getattr(batch, name) for name, _, _ in COLUMNS]
+    for row in rows:
+        if shared:
+            server = shared.get((row[TRACE_ID], row[PARENT_ID]))
+            if server is not None and server[1] == row[SERVICE] and row[SPAN_ID] != server[0]:
+                row[PARENT_ID] = server[0]
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
         if len(batch) >= BATCH_SPANS:
             yield batch
             batch = SpanColumns()
+            columns = [getattr(batch, name) for name, _, _ in COLUMNS]
     if len(batch):
         yield batch
 
@@ -137,8 +146,8 @@ def _string(value: Any, what: str) -> str:
     return value
 
 
-def _normalise(raw: Any) -> dict[str, Any]:
-    """One Zipkin span as SpanColumns.append keyword arguments, plus `original_id` (shared spans)."""
+def _normalise(raw: Any, resources: dict[tuple[str, ...], dict[str, str]]) -> tuple[list[Any], str | None]:
+    """One Zipkin span as a row of column values, and its original id if it is a shared server half."""
     if not isinstance(raw, dict):
         raise BadRecord(f"a span must be an object, not {type_name(raw)}")
     try:
@@ -179,17 +188,20 @@ def _normalise(raw: Any) -> dict[str, Any]:
         raise BadRecord(f"kind {render_value(kind)[:40]!r} is not CLIENT, SERVER, PRODUCER or CONSUMER")
 
     attributes = _tags(raw)
-    for key, attribute in (("serviceName", "peer.service"), ("ipv4", "net.peer.ip"), ("ipv6", "net.peer.ip")):
-        if remote.get(key) and attribute not in attributes:
-            attributes[attribute] = render_value(remote[key])
-    if remote.get("port"):
-        attributes.setdefault("net.peer.port", render_value(remote["port"]))
-    resource = {"service.name": service}
-    for key in ("ipv4", "ipv6"):
-        if local.get(key):
-            resource.setdefault("net.host.ip", render_value(local[key]))
-    if local.get("port"):
-        resource["net.host.port"] = render_value(local["port"])
+    if remote:
+        for key, attribute in REMOTE_ATTRIBUTES:
+            if remote.get(key) and attribute not in attributes:
+                attributes[attribute] = render_value(remote[key])
+    host = render_value(local.get("ipv4") or local.get("ipv6") or "")
+    port = render_value(local.get("port") or "")
+    resource = resources.get((service, host, port))
+    if resource is None:
+        resource = {"service.name": service}
+        if host:
+            resource["net.host.ip"] = host
+        if port:
+            resource["net.host.port"] = port
+        resources[service, host, port] = resource
 
     status_code, status_message = "Unset", ""
     otel_status = attributes.pop("otel.status_code", None)
@@ -203,8 +215,7 @@ def _normalise(raw: Any) -> dict[str, Any]:
         status_message = description or ("" if message.lower() in ("", "true") else message)
     elif description is not None:
         attributes["otel.status_description"] = description
-    scope_name = next((attributes.pop(k) for k in SCOPE_NAME_TAGS if k in attributes), "")
-    scope_version = next((attributes.pop(k) for k in SCOPE_VERSION_TAGS if k in attributes), "")
+    scope_name, scope_version = scope_of(attributes)
 
     original_id = None
     if raw.get("shared") is True and span_kind == "Server":
@@ -212,25 +223,12 @@ def _normalise(raw: Any) -> dict[str, Any]:
         parent_span_id = span_id
         span_id = shared_server_id(trace_id, span_id)
 
-    return {
-        "timestamp_ns": start_ns,
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_span_id": parent_span_id,
-        "span_name": name,
-        "duration_ns": duration_ns,
-        "service_name": service,
-        "span_kind": span_kind,
-        "resource_attributes": resource,
-        "scope_name": scope_name,
-        "scope_version": scope_version,
-        "span_attributes": attributes,
-        "status_code": status_code,
-        "status_message": status_message,
-        "events": [(ts, value, {}) for ts, value, _ in annotations],
-        "links": [],
-        "original_id": original_id,
-    }
+    events = [(ts, value, {}) for ts, value, _ in annotations] if annotations else []
+    row = [
+        start_ns, trace_id, span_id, parent_span_id, "", name, span_kind, service, resource, scope_name,
+        scope_version, attributes, duration_ns, status_code, status_message, events, [],
+    ]  # fmt: skip
+    return row, original_id
 
 
 def _annotations(raw: Any) -> list[tuple[int, str, str]]:
@@ -256,7 +254,9 @@ def _tags(raw: dict[str, Any]) -> dict[str, str]:
         tags = {}
     if not isinstance(tags, dict):
         raise BadRecord(f"tags must be an object, not {type_name(tags)}")
-    attributes = {key: render_value(value) for key, value in tags.items()}
+    attributes = {
+        key: value if value.__class__ is str else render_value(value) for key, value in tags.items()
+    }
     binary = raw.get("binaryAnnotations")
     if binary is not None:
         if not isinstance(binary, list):

@@ -3,7 +3,7 @@ draw span sets, writers for every format, and what each format's decoder should 
 
 `expected_*` say what a format can carry of a span: Jaeger and Zipkin keep µs, Zipkin has no
 Internal kind, no links, no scope and no event attributes; Jaeger carries kind, status and scope as
-tags. `arrow_rows` turns any decoded batch (SpanColumns or the fast path's Arrow) into plain rows.
+tags.
 """
 
 from __future__ import annotations
