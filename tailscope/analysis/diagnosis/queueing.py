@@ -13,7 +13,14 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, excess_share, lagged_correlation, logistic, ms
+from tailscope.analysis.diagnosis.stats import (
+    clamp01,
+    excess_share,
+    lagged_correlation,
+    logistic,
+    ms,
+    spearman,
+)
 
 PATTERN = "queueing"
 ADVICE = (
@@ -21,6 +28,12 @@ ADVICE = (
     "Scale on queue depth or wait time rather than CPU/GPU utilisation (autoscaling trigger), keep warm "
     "spare capacity (pre-warming) for known bursts, bound the queue and shed or degrade load beyond it, "
     "and alert on queue depth. A faster model shortens the drain but does not remove the queue."
+)
+OVERLOAD_ADVICE = (
+    "Arrivals exceed what the service can serve, so the queue grows for as long as the load lasts: add "
+    "capacity (more replicas or workers, a faster model: see the forward pass), raise throughput per "
+    "call (larger batches), and bound the queue with admission control or load shedding so latency "
+    "stays within the target; alert on queue depth and autoscale on it."
 )
 BINS = 100
 MAX_LAG = 10
@@ -65,9 +78,15 @@ def detect(ctx: Context) -> list[Finding]:
     dispersion = float(a.var() / a.mean()) if a.mean() > 0 else 0.0
     lag, r, rs = lagged_correlation(a, mw, MAX_LAG)
     r0 = float(rs[0])
-    if r <= 0.1 or share <= 0.05:
+    # sustained overload: no burst to follow, the queue just grows for the whole run
+    trend = spearman(arrival.astype(np.float64), w)
+    if max(r, trend) <= 0.1 or share <= 0.05:
         return []
-    strength = logistic(r, 0.5, 0.08) * logistic(dispersion, 2.5, 0.5)
+    strength = max(logistic(r, 0.5, 0.08) * logistic(dispersion, 2.5, 0.5), logistic(trend, 0.6, 0.08))
+    overloaded = logistic(trend, 0.6, 0.08) > logistic(r, 0.5, 0.08) * logistic(dispersion, 2.5, 0.5)
+    ends = reqs.start + reqs.latency
+    served_rps = n / max((ends.max() - ends.min()) / 1e9, 1e-9)
+    offered_rps = n / max(span_ns / 1e9, 1e-9)
     weight = logistic(share, 0.3, 0.08)
     confidence = strength * weight
     peak = int(np.argmax(a)) + 1
@@ -86,6 +105,10 @@ def detect(ctx: Context) -> list[Finding]:
         "wait_p99_ms": ms(np.quantile(w, 0.99)),
         "tail_excess_share": round(share, 3),
         "drains_after_peak": drains,
+        "wait_trend_spearman": round(trend, 3),
+        "sustained_overload": bool(overloaded),
+        "offered_rps": round(offered_rps, 2),
+        "served_rps": round(served_rps, 2),
     }
     summary = (
         f"Wait before work starts follows the arrival rate (r={r:.2f} at a lag of {ms(lag * width):.0f} ms; "
@@ -94,6 +117,13 @@ def detect(ctx: Context) -> list[Finding]:
         f"{stats['wait_p99_ms']} ms; it carries {share:.0%} of the tail excess"
         + ("; the queue drains after the peak." if drains else ".")
     )
+    if overloaded:
+        summary = (
+            f"The queue never drains: wait before work grows through the whole run (Spearman {trend:.2f} "
+            f"with arrival time), from p50 {stats['wait_p50_ms']} ms to p99 {stats['wait_p99_ms']} ms; "
+            f"requests arrive at {offered_rps:.1f}/s and are served at {served_rps:.1f}/s (sustained "
+            f"overload); the wait carries {share:.0%} of the tail excess."
+        )
     chart = {
         "kind": "arrival_vs_wait",
         "time_s": (np.arange(bins) * width / 1e9).round(3).tolist(),
@@ -110,6 +140,6 @@ def detect(ctx: Context) -> list[Finding]:
             "queue",
             span_name,
             {"summary": summary, "stats": stats, "chart": chart},
-            ADVICE,
+            OVERLOAD_ADVICE if overloaded else ADVICE,
         )
     ]
