@@ -73,19 +73,29 @@ def test_page_renders_on_a_small_store(page: str, small_store: Path, monkeypatch
     assert at.sidebar.selectbox(key="f_run").value == "cpu-fp32"
 
 
-@pytest.mark.parametrize("make", [None, one_span_store, no_root_store], ids=["empty", "one-span", "no-root"])
+MAKERS: dict[str, Callable[[Path], Path]] = {
+    "empty": lambda db: db,
+    "one-span": one_span_store,
+    "no-root": no_root_store,
+}
+
+
+@pytest.fixture(scope="module")
+def degenerate_stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("degenerate")
+    return {kind: make(folder / f"{kind}.duckdb") for kind, make in MAKERS.items()}
+
+
+@pytest.mark.parametrize("kind", list(MAKERS))
 @pytest.mark.parametrize("page", PAGES)
 def test_page_explains_when_there_is_nothing_to_chart(
-    page: str, make: Callable[[Path], Path] | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    page: str, kind: str, degenerate_stores: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "store.duckdb"
-    if make is not None:
-        make(db)
-    at = open_page(db, page, monkeypatch)
+    at = open_page(degenerate_stores[kind], page, monkeypatch)
     assert_clean(at)
-    if make is not one_span_store and page not in ("views/upload.py", "views/stage_mapping.py"):
+    if kind != "one-span" and page not in ("views/upload.py", "views/stage_mapping.py"):
         assert at.info, "an empty view says why and what to do"
-    if make is None and page == "views/overview.py":
+    if kind == "empty" and page == "views/overview.py":
         assert "tailscope demo" in texts(at)
 
 
