@@ -100,8 +100,8 @@ def ingest(path: Path) -> dict[str, object]:
         db = Path(tmp) / "bench.duckdb"
         command = [
             sys.executable,
-            "-m",
-            "tailscope.cli.main",
+            "-c",
+            "from tailscope.cli.main import entrypoint; entrypoint()",
             "ingest",
             str(path),
             "--db",
@@ -120,7 +120,7 @@ def ingest(path: Path) -> dict[str, object]:
         summary = json.loads(done.stdout)
         derive = time_refresh_run(db)
     return {
-        "command": shlex.join(["tailscope", *command[3:]]),
+        "command": shlex.join(["tailscope", *command[3:]]),  # what the subprocess runs
         "wall_s": wall,
         "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
         "peak_rss_mib": after.ru_maxrss / 1024,

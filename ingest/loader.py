@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -295,6 +296,7 @@ def load_file(
     try:
         with open(path, "rb", buffering=1 << 20) as raw, connect_writer(db_path) as conn:
             _query(conn, "ingest_writer_memory", [])
+            _query(conn, "ingest_writer_quiet", [])
             counting = _Counting(raw)
             batches = decode_file(raw, source, result, on_bad if skip_bad else None, pool)
 
@@ -344,7 +346,13 @@ def load_paths(
     sizes = [_size(p) for p in files]
     total = sum(sizes)
     done_bytes = done_spans = 0
-    parallel = (os.cpu_count() or 1) > 1 and any(size >= PARALLEL_MIN_BYTES for size in sizes)
+    # Worker processes are forked: only from a single-threaded process (the CLI), where no lock
+    # held by another thread can be inherited; a server calling this decodes in its own thread.
+    parallel = (
+        (os.cpu_count() or 1) > 1
+        and threading.active_count() == 1
+        and any(size >= PARALLEL_MIN_BYTES for size in sizes)
+    )
     with DecodePool() if parallel else contextlib.nullcontext() as pool:
         for path, size in zip(files, sizes, strict=True):
 
