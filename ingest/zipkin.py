@@ -21,10 +21,12 @@ Decisions:
   annotations the missing value is 0.
 - `shared: true` SERVER spans reuse the client's span id for the server half of the same RPC. Both
   halves are real spans and both are kept: the server half gets a fresh deterministic id (the first
-  16 hex chars of sha256(trace id + span id + "shared")) and the client half as its parent, as Jaeger
-  does. Spans whose parentId is the shared id and that run in the server half's service are
+  16 hex chars of sha256(trace id + span id + "shared")) and the client half as its parent. Spans
+  whose parentId is the shared id and that run in the server half's service are
   re-parented to the server half, since that is where they ran.
-- Spans that repeat an id (without `shared`) are kept as they are.
+- Spans that repeat an id (without `shared`) are kept as they are; the loader drops exact repeats.
+- A span without localEndpoint.serviceName takes its annotations' endpoint service, else
+  "unknown_service" (as the OpenTelemetry SDKs and ingest.otlp_json name a nameless service).
 
 A record is one span: in strict mode the first malformed one raises DecodeError at "span N" (or
 "trace T span S" in the array-of-traces form), 1-based; with `on_bad` it is reported and skipped.
