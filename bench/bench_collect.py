@@ -125,6 +125,7 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=2000, help="spans/s each exporter creates")
     parser.add_argument("--queue-requests", type=int, default=16, help="collect --queue-requests")
     parser.add_argument("--flush-interval-ms", type=int, default=200, help="collect --flush-interval-ms")
+    parser.add_argument("--ack", choices=("queued", "committed"), default="queued", help="collect --ack")
     parser.add_argument("--db", help="store file (default: a temporary one)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args()
@@ -135,7 +136,7 @@ def main() -> int:
         sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()",
         "collect", "--db", str(db_path), "--port", "0", "--run", "bench",
         "--queue-requests", str(args.queue_requests), "--flush-interval-ms", str(args.flush_interval_ms),
-        "--stats-interval", "5",
+        "--stats-interval", "5", "--ack", args.ack,
     ]  # fmt: skip
     collector = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
@@ -191,6 +192,8 @@ def main() -> int:
         "machine": machine(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": " ".join(["python", "bench/bench_collect.py", *sys.argv[1:]]),
+        "ack": args.ack,
+        "queue_requests": args.queue_requests,
         "exporters": args.exporters,
         "rate_per_exporter": args.rate,
         "seconds": args.seconds,

@@ -113,7 +113,10 @@ def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyCo
             if read_only:
                 _hold_back(path, "writer", READER_DEFER_SECONDS)
             try:
-                return duckdb.connect(str(path), read_only=read_only)
+                conn = duckdb.connect(str(path), read_only=read_only)
+                # DuckDB draws a progress bar on stderr for long statements: not ours to print.
+                conn.execute("SET enable_progress_bar = false")
+                return conn
             except duckdb.IOException as error:
                 if not _is_lock_conflict(error):
                     raise
