@@ -130,3 +130,58 @@ def test_request_index_counts_per_instance_in_start_order() -> None:
     rows = [(i, -1, "r", "Server", i % 2, 10 * i, 5) for i in range(6)]
     f = _frame(rows)
     assert f.requests.index_on_instance.tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_degenerate_runs_give_no_finding_and_no_error() -> None:
+    from tailscope.analysis.diagnosis import diagnose_frame
+
+    rng = np.random.default_rng(0)
+    n = 300
+    # every request one root span of zero length, all at the same instant, on one instance
+    zero = _frame([(i, -1, "GET /", "Server", 0, 0, 0) for i in range(n)])
+    result = diagnose_frame(zero)
+    assert not result.errors and not result.findings
+    # roots with identical children: no variance anywhere
+    rows = []
+    for i in range(n):
+        rows.append((i, -1, "GET /", "Server", 0, 10 * i, 5))
+        rows.append((i, 2 * i, "work", "Internal", 0, 10 * i + 1, 3))
+    flat = diagnose_frame(_frame(rows))
+    assert not flat.errors and all(f.confidence < 0.5 for f in flat.findings)
+    # random noise without structure
+    rows = [
+        (
+            i,
+            -1,
+            "GET /",
+            "Server",
+            int(rng.integers(0, 2)),
+            int(rng.integers(0, 10_000)),
+            int(rng.integers(1, 50)),
+        )
+        for i in range(n)
+    ]
+    noise = diagnose_frame(_frame(rows))
+    assert not noise.errors and all(f.confidence < 0.5 for f in noise.findings)
+
+
+def test_too_few_requests_is_said_not_guessed() -> None:
+    from tailscope.analysis.diagnosis import diagnose_frame
+
+    result = diagnose_frame(_frame([(i, -1, "GET /", "Server", 0, 10 * i, 5) for i in range(10)]))
+    assert result.findings == [] and "too few" in (result.reason or "")
+
+
+def test_real_world_exports_load_and_diagnose_without_errors(corpus_dir, tmp_path) -> None:
+    """Every real export of the corpus in one run: odd ids, missing parents, no kinds, events."""
+    from ingest.loader import load_paths
+    from tailscope.analysis.diagnosis import diagnose
+    from tailscope.store.db import Store
+
+    db = tmp_path / "corpus.duckdb"
+    files = [p for p in sorted(corpus_dir.rglob("*")) if p.is_file() and p.suffix not in (".md",)]
+    files = [p for p in files if p.name != "manifest.json"]
+    load_paths(files, db, "corpus", skip_bad=True)
+    result = diagnose(Store(db), "corpus")
+    assert not result.errors, result.errors
+    assert result.spans > 0
