@@ -22,7 +22,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from hostile_inputs import HOSTILE_CASES, Case, otlp_jsonl, zipkin_span
+from hostile_inputs import HOSTILE_CASES, Case, jaeger_span, otlp_jsonl, zipkin_span
 
 from tailscope.cli.main import main
 
@@ -211,6 +211,21 @@ def test_skip_bad_on_json_lines_skips_only_the_broken_lines(store: Path, tmp_pat
     summary = json.loads(out)
     assert code == 0
     assert (summary["spans"], summary["rejected"]) == (6, 2)
+
+
+def test_skip_bad_on_jaeger_counts_bad_spans_and_bad_traces(store: Path, tmp_path: Path) -> None:
+    good = {
+        "traceID": "a1",
+        "spans": [jaeger_span(0), jaeger_span(1)],
+        "processes": {"p1": {"serviceName": "s"}},
+    }
+    bad_span = {"traceID": "a2", "spans": [jaeger_span(2), jaeger_span(3, duration=-1)], "processes": {}}
+    path = tmp_path / "mixed-jaeger.json"
+    path.write_text(json.dumps({"data": [good, "not a trace", bad_span]}))
+    code, out, _ = run_cli(str(path), "--db", str(store), "--run", "mixed", "--skip-bad", "--json")
+    summary = json.loads(out)
+    assert code == 0
+    assert (summary["spans"], summary["rejected"]) == (2, 3), "2 good spans; 1 bad trace and 2 bad spans"
 
 
 def test_in_strict_mode_the_same_mixed_file_is_rejected_whole(store: Path, tmp_path: Path) -> None:
