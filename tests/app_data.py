@@ -169,7 +169,7 @@ def no_root_store(db_path: Path) -> Path:
     return db_path
 
 
-def simulated_store(db_path: Path, requests: int = 1500) -> Path | None:
+def simulated_store(db_path: Path, requests: int = 800) -> Path | None:
     """Runs of the reference pipeline's simulator (a bursty one, and CPU vs GPU at the same load),
     or None when the simulator is not part of this build."""
     try:

@@ -78,6 +78,8 @@ def gantt_figure(g: Gantt) -> go.Figure:
     fig.update_yaxes(
         autorange="reversed", categoryorder="array", categoryarray=labels, tickfont={"family": "monospace"}
     )
+    end = float((spans["start_offset_ms"] + spans["duration_ms"]).max())
+    fig.update_xaxes(range=[0, 1.14 * end if end > 0 else 1.0])  # room for the labels right of the bars
     return fig
 
 
