@@ -122,7 +122,7 @@ def configure(scenario: str, service: ServiceConfig, load: LoadShape) -> Downstr
         service.cache_capacity = max(50, service.n_entities // 50)
     elif scenario == "key-expiry":
         service.cache_jitter = 0.0
-        service.cache_ttl_s = max(1.5, load.duration_s * 0.4)
+        service.cache_ttl_s = max(2.0, load.duration_s * 0.5)
     elif scenario == "slow-downstream":
         downstream.delay = "heavy-tail"
     elif scenario == "cold-start":

@@ -251,7 +251,7 @@ def test_key_expiry_misses_arrive_together(tmp_path, steady) -> None:
     first_miss = next(t for t, hit in lookups if not hit)
     before = [hit for t, hit in lookups if t < first_miss]
     right_after = [hit for t, hit in lookups if first_miss <= t < first_miss + 1.5e9]
-    assert len(before) >= 10 and all(before), "a prefilled cache hits until the common expiry"
+    assert len(before) >= 5 and all(before), "a prefilled cache hits until the common expiry"
     assert right_after.count(False) >= 0.5 * len(right_after), "then most lookups miss at once"
 
 
