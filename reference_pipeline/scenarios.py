@@ -52,7 +52,7 @@ class ServiceConfig:
     store_pool: int = 4  # threads (one connection each) serving feature-store reads
     redis_url: str | None = None
     downstream_url: str | None = None
-    warm_model: bool = True
+    warm_model: bool = True  # False (cold-start): no warm-up pass; weights and store files start uncached
     cache_prefill: bool = True
     cache_capacity: int = 10000
     cache_ttl_s: float = 3600.0
