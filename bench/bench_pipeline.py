@@ -79,6 +79,8 @@ def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
         return run_pipeline(
             RunOptions(
                 scenario="steady",
+                device=args.device,
+                dtype=args.dtype,
                 duration_s=args.duration,
                 rps=args.rps,
                 max_batch=max_batch,
@@ -130,7 +132,8 @@ def main() -> int:
     )
     parser.add_argument("section", choices=("forward", "batching", "tracing"))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtypes", default="fp32,bf16,int8")
+    parser.add_argument("--dtypes", default="fp32,bf16,int8", help="forward: dtypes to time")
+    parser.add_argument("--dtype", default="fp32", help="batching, tracing: the service's dtype")
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per forward cell (min 10 runs)")
