@@ -91,5 +91,31 @@ def test_brushing_the_heatmap_selects_requests(server: str, page: Any) -> None:
     page.get_by_text("Compare with the rest").click()
     wait_for_app(page)
     assert "Tail vs body" in page.inner_text("h1")
+    assert f"run={RUN}" in page.url, "the filters follow to the next page"
     assert page.get_by_text("Brushed region").count() >= 1
     assert problems_on(page) == []
+
+
+OTLP_JSON = (
+    b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"up"}}]},'
+    b'"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331",'
+    b'"name":"GET /","kind":2,"startTimeUnixNano":"1700000000000000000",'
+    b'"endTimeUnixNano":"1700000000050000000"}]}]}]}'
+)
+
+
+def test_upload_from_the_browser_adds_a_run(server: str, page: Any) -> None:
+    page.goto(f"{server}/upload")
+    wait_for_app(page)
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+        {"name": "browser-upload.json", "mimeType": "application/json", "buffer": OTLP_JSON}
+    )
+    wait_for_app(page)
+    page.get_by_label("Run label", exact=True).fill("from-browser")
+    page.get_by_label("Run label", exact=True).press("Enter")
+    wait_for_app(page)
+    page.get_by_role("button", name="Load into the store").click()
+    page.wait_for_selector("text=Loaded 1 spans", timeout=30_000)
+    wait_for_app(page)
+    assert problems_on(page) == []
+    assert "run=from-browser" in page.url

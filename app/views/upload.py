@@ -12,11 +12,22 @@ from app.components import data, filters, fmt, notice
 from ingest.loader import LoadSummary, default_run_label, load_paths
 
 RESULT_KEY = "upload_last_result"
+LABEL_KEY = "upload_label"
+SUGGESTED_KEY = "upload_label_suggested"
 FORMATS = (
     "OTLP/JSON (one request, JSON lines from the Collector's file exporter, arrays), OTLP protobuf "
     "(raw TracesData or the file exporter's length-prefixed stream), Jaeger UI JSON, Zipkin v2 JSON; "
     "gzip or zstd compressed or not. The format is detected from the content, not the file name."
 )
+
+
+def suggest_label(suggestion: str) -> None:
+    """Offer a label from the file names, without overwriting one the user typed."""
+    previous = st.session_state.get(SUGGESTED_KEY, "")
+    if suggestion != previous:
+        if st.session_state.get(LABEL_KEY, "") in ("", previous):
+            st.session_state[LABEL_KEY] = suggestion
+        st.session_state[SUGGESTED_KEY] = suggestion
 
 
 def safe_name(name: str) -> str:
@@ -61,9 +72,10 @@ def render() -> None:
         help="Several files go into one run, each loaded in its own transaction.",
     )
     names = [f.name for f in files or []]
+    suggest_label(default_run_label(names) if names else "")
     label = st.text_input(
         "Run label",
-        value=default_run_label(names) if names else "",
+        key=LABEL_KEY,
         placeholder="e.g. prod-2026-11-21 or gpu-bf16",
         help="Files loaded under an existing label are added to that run (duplicate spans are skipped).",
     ).strip()
