@@ -18,6 +18,7 @@ HOW_TO_LOAD = (
 def no_data(reason: str | None, hint: str | None = None) -> None:
     """An st.info box: why there is nothing to show, and what to do about it."""
     text = reason or "No requests to show."
+    text = text[0].upper() + text[1:]
     if not text.endswith("."):
         text += "."
     st.info(f"{text}\n\n{hint or HOW_TO_LOAD}", icon=":material/info:")
