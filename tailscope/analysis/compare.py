@@ -30,20 +30,33 @@ def order_statistic_rank(n: int, q: float) -> int:
     return min(n, max(1, int(np.ceil(q * n))))
 
 
+def bootstrap_quantiles(
+    values: np.ndarray, quantiles: tuple[float, ...], rng: np.random.Generator, resamples: int
+) -> list[tuple[float, np.ndarray]]:
+    """For each q: the q-quantile of the sample (order statistic k = ceil(q·n)) and `resamples`
+    bootstrap replicates of it. Needs only the ranks the Beta draws land on: one O(n) np.partition
+    around all of them and a sort of each narrow window, never a sort of the whole sample."""
+    n = len(values)
+    plans = []
+    for q in quantiles:
+        k = order_statistic_rank(n, q)
+        u = rng.beta(k, n - k + 1, size=resamples)
+        index = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
+        plans.append((k, index, int(min(index.min(), k - 1)), int(max(index.max(), k - 1))))
+    kth = sorted({bound for _, _, low, high in plans for bound in (low, high)})
+    part = np.partition(values, kth) if n > 1 else values
+    results = []
+    for k, index, low, high in plans:
+        window = np.sort(part[low : high + 1])
+        results.append((float(window[k - 1 - low]), window[index - low].astype(np.float64)))
+    return results
+
+
 def bootstrap_quantile(
     values: np.ndarray, q: float, rng: np.random.Generator, resamples: int
 ) -> tuple[float, np.ndarray]:
-    """The q-quantile of the sample (order statistic k = ceil(q·n)) and `resamples` bootstrap
-    replicates of it. Needs only the ranks the Beta draws land on: one O(n) np.partition around them
-    and a sort of that narrow slice, never a sort of the whole sample."""
-    n = len(values)
-    k = order_statistic_rank(n, q)
-    u = rng.beta(k, n - k + 1, size=resamples)
-    index = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
-    low, high = int(min(index.min(), k - 1)), int(max(index.max(), k - 1))
-    part = np.partition(values, (low, high)) if n > 1 else values
-    window = np.sort(part[low : high + 1])
-    return float(window[k - 1 - low]), window[index - low]
+    """`bootstrap_quantiles` for one quantile."""
+    return bootstrap_quantiles(values, (q,), rng, resamples)[0]
 
 
 def cost_per_1k(price_per_hour: float | None, throughput_rps: float | None) -> float | None:
@@ -56,9 +69,9 @@ def cost_per_1k(price_per_hour: float | None, throughput_rps: float | None) -> f
 def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | None]:
     text, params = filtered("compare_values", flt)
     arrays = conn.execute(text, params).fetchnumpy()
-    values = {"e2e": np.asarray(arrays["Duration"], dtype=np.float64)}
+    values = {"e2e": np.asarray(arrays["Duration"])}
     for stage in ALL_STAGES:
-        values[stage] = np.asarray(arrays[f"{stage}_ns"], dtype=np.float64)
+        values[stage] = np.asarray(arrays[f"{stage}_ns"])
     text, params = filtered("overview", flt)
     row = conn.execute(text, params).fetchone()
     throughput = None
@@ -113,9 +126,9 @@ def compare(
     rng = np.random.default_rng(seed)
     tail = (1 - CONFIDENCE) / 2 * 100
     for stage in ("e2e", *ALL_STAGES):
-        for q in QUANTILES:
-            a_est, a_boot = bootstrap_quantile(a_vals[stage], q, rng, resamples)
-            b_est, b_boot = bootstrap_quantile(b_vals[stage], q, rng, resamples)
+        a_all = bootstrap_quantiles(a_vals[stage], QUANTILES, rng, resamples)
+        b_all = bootstrap_quantiles(b_vals[stage], QUANTILES, rng, resamples)
+        for q, (a_est, a_boot), (b_est, b_boot) in zip(QUANTILES, a_all, b_all, strict=True):
             a_lo, a_hi = (float(v) for v in np.percentile(a_boot, [tail, 100 - tail]))
             b_lo, b_hi = (float(v) for v in np.percentile(b_boot, [tail, 100 - tail]))
             d_lo, d_hi = (float(v) for v in np.percentile(b_boot - a_boot, [tail, 100 - tail]))
