@@ -127,13 +127,20 @@ def detect(ctx: Context) -> list[Finding]:
         early_rate = float(slow[early].mean()) if early.any() else rate
         late_rate = float(slow[~early].mean()) if (~early).any() else rate
         cold = early_rate > 3 * max(late_rate, 1e-3) and early_rate > 0.2
+        # misses in the warm-up of each instance (its first requests after a (re)start)
+        from tailscope.analysis.diagnosis.gc_pause import warm_up_mask
+
+        in_warm = warm_up_mask(ctx)[np.maximum(f.request[spans], 0)]
+        warm_rate = float(slow[in_warm].mean()) if in_warm.any() else rate
+        settled_rate = float(slow[~in_warm].mean()) if (~in_warm).any() else rate
         synced = dispersion > 4 and not cold
 
         strength = logistic(mix.separation, 2.5, 0.3) * logistic(mix.bic_gain, 30, 10)
-        # the weight: the tail excess it carries, or what the misses add to the mean request
+        # the weight: the tail excess it carries, or (capped below a tail carrier) what the misses add
+        # to the mean request
         added = rate * (math.exp(mix.mu[1]) - math.exp(mix.mu[0]))
         relative = added / max(float(np.median(reqs.latency)), 1.0)
-        weight = max(logistic(share, 0.2, 0.06), logistic(relative, 0.02, 0.006))
+        weight = max(logistic(share, 0.2, 0.06), 0.9 * logistic(relative, 0.02, 0.006))
         if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
             weight = max(weight, 0.85 * logistic(dispersion, 5.0, 1.5))
         confidence = strength * weight * (1.0 if why else 0.85)
@@ -178,6 +185,8 @@ def detect(ctx: Context) -> list[Finding]:
             "cold_cache": cold,
             "early_miss_rate": round(early_rate, 4),
             "late_miss_rate": round(late_rate, 4),
+            "warm_up_miss_rate": round(warm_rate, 4),
+            "settled_miss_rate": round(settled_rate, 4),
         }
         if why:
             stats.update({k: v for k, v in why.items() if k != "score"})

@@ -56,6 +56,24 @@ class Diagnosis:
         return out
 
 
+def arbitrate(findings: list[Finding]) -> list[Finding]:
+    """Settle causes that explain each other. A cache whose misses pile up in the first requests of
+    each instance, in a run with a clear cold start, is part of that cold start (restarts empty the
+    cache): it stays a finding, ranked below the cold start."""
+    cold = max((fd.confidence for fd in findings if fd.pattern == "cold_start"), default=0.0)
+    if cold >= 0.5:
+        for fd in findings:
+            stats = fd.evidence.get("stats", {})
+            warm, settled = stats.get("warm_up_miss_rate"), stats.get("settled_miss_rate")
+            if fd.pattern == "cache_miss" and warm is not None and warm > 2 * max(settled or 0.0, 1e-3):
+                fd.confidence = min(fd.confidence, 0.9 * cold)
+                fd.evidence["summary"] += (
+                    f" Misses pile up in the first requests of each instance ({warm:.0%} vs {settled:.0%} "
+                    "once settled): part of the cold start."
+                )
+    return findings
+
+
 def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
     """All detectors over a built frame. A detector that fails is reported in `errors`, not raised."""
     started = time.perf_counter()
@@ -70,7 +88,14 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
             findings.extend(detector.detect(ctx))
         except Exception as error:  # a detector bug must not hide the others' findings
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
+    findings = arbitrate(findings)
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
-    findings.sort(key=lambda fd: -fd.confidence)
+    # most confident first; between equally confident findings, the one carrying more of the tail
+    findings.sort(
+        key=lambda fd: (
+            -round(fd.confidence, 2),
+            -float(fd.evidence.get("stats", {}).get("tail_excess_share") or 0),
+        )
+    )
     reason = None if n_req >= 50 else f"only {n_req} requests: too few to diagnose (50 needed)"
     return Diagnosis(frame.run, n_req, len(frame), findings, time.perf_counter() - started, errors, reason)
