@@ -146,6 +146,7 @@ def test_waterfall_bands(small_store: Path, monkeypatch: pytest.MonkeyPatch) -> 
     at.button_group(key="waterfall_band").set_value("p50").run()
     assert_clean(at)
     assert len(charts(at)) == 1, "the median band has no excess chart"
+    assert at.query_params["band"] == "p50", "the band is part of the shareable URL"
     at.button_group(key="waterfall_band").set_value("p99.9").run()
     assert_clean(at)
     assert len(charts(at)) == 2

@@ -118,6 +118,15 @@ def _to_url(run: str, service: str, route: str, t0: float | None, t1: float | No
             st.query_params[name] = value
 
 
+def keep_in_url(name: str, value: str, default: str) -> None:
+    """A page's own setting in the URL (?band=p90), left out while it has its default value."""
+    if value == default:
+        if name in st.query_params:
+            del st.query_params[name]
+    elif st.query_params.get(name) != value:
+        st.query_params[name] = value
+
+
 def current() -> Filter:
     """The Filter the sidebar set on this rerun (views call this)."""
     return st.session_state.get(FILTER_KEY, Filter())

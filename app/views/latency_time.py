@@ -94,6 +94,7 @@ def stage_picker() -> str | None:
     choice = st.selectbox(
         "Latency of", [E2E, *ALL_STAGES], key=STAGE_KEY, help="End to end, or one stage's exclusive time."
     )
+    filters.keep_in_url("stage", choice, E2E)
     return None if choice == E2E else choice
 
 

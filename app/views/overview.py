@@ -27,10 +27,7 @@ def latency_target() -> float:
         key=TARGET_KEY,
         help="The end-to-end p99 the service should meet. Cards show how far each percentile is from it.",
     )
-    if value != DEFAULT_LATENCY_TARGET_MS:
-        st.query_params["target"] = f"{value:g}"
-    elif "target" in st.query_params:
-        del st.query_params["target"]
+    filters.keep_in_url("target", f"{value:g}", f"{DEFAULT_LATENCY_TARGET_MS:g}")
     return float(value)
 
 

@@ -115,6 +115,7 @@ def band_budget() -> None:
         st.session_state[BAND_KEY] = wanted if wanted in BANDS else "p99"
     band = st.segmented_control("Percentile band", BANDS, key=BAND_KEY, help=band_label("p99"))
     band = band or "p99"
+    filters.keep_in_url("band", band, "p99")
     wf = data.get(analysis.waterfall, flt, band=band)
     if wf.reason:
         notice.no_data(wf.reason)
