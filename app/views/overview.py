@@ -161,9 +161,14 @@ def render() -> None:
         "Runs meeting the p99 target",
         f"{sum(1 for r in result.runs if r.meets_target)} of {len(result.runs)}",
     )
-    st.dataframe(
-        runs_table(result.runs),
+    table = runs_table(result.runs)
+    event = st.dataframe(
+        table,
         hide_index=True,
+        key="overview_runs",
+        on_select="rerun",
+        selection_mode="single-row",
+        height=min(36 * (len(table) + 1) + 4, 640),
         column_config={
             "throughput (req/s)": st.column_config.NumberColumn(format="%.1f req/s"),
             "error rate (%)": st.column_config.NumberColumn(format="%.2f %%"),
@@ -174,7 +179,11 @@ def render() -> None:
             "tail stage share (%)": st.column_config.NumberColumn(format="%.1f %%"),
         },
     )
-    st.caption("Pick one run in the sidebar for its cards and the stage that dominates its tail.")
+    st.caption("Click a run (or pick it in the sidebar) for its cards and the stage that dominates its tail.")
+    rows = event.selection.rows if event else []
+    if rows:
+        filters.show_run_next(str(table.iloc[rows[0]]["run"]))
+        st.rerun()
 
 
 notice.guarded(render)
