@@ -11,6 +11,7 @@ rows always matching the spans), and counts never go backwards. The worst wait i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -151,3 +152,23 @@ def test_reader_sees_whole_requests_while_collect_writes(tmp_path: Path) -> None
     stats = check_reads(reader_out, unit)
     print(f"\ncollect: {sent[0]} spans sent; reads: {stats}")
     assert stats["max_wait"] < MAX_READ_WAIT_SECONDS
+
+
+def test_waiting_markers_of_dead_processes_are_ignored_and_removed(tmp_path: Path) -> None:
+    from tailscope.store import db
+
+    store = tmp_path / "store.duckdb"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"store.duckdb.waiting-writer.{dead.pid}-1"
+    stale.touch()
+    assert not db.waiting(store, "writer")
+    assert not stale.exists()
+    live = tmp_path / f"store.duckdb.waiting-reader.{os.getpid()}-1"
+    live.touch()
+    assert db.waiting(store, "reader") and not db.waiting(store, "writer")
+    started = time.monotonic()
+    with db.connect_writer(store, wait_seconds=5):  # holds back at most WRITER_COURTESY_SECONDS
+        pass
+    assert db.WRITER_COURTESY_SECONDS <= time.monotonic() - started < db.WRITER_COURTESY_SECONDS + 5
+    live.unlink()
