@@ -110,6 +110,11 @@ def test_upload_from_the_browser_adds_a_run(server: str, page: Any) -> None:
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
         {"name": "browser-upload.json", "mimeType": "application/json", "buffer": OTLP_JSON}
     )
+    page.wait_for_selector("text=browser-upload.json", timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=\"stTextInputField\"]')?.value === 'browser-upload'",
+        timeout=30_000,
+    )
     wait_for_app(page)
     page.get_by_label("Run label", exact=True).fill("from-browser")
     page.get_by_label("Run label", exact=True).press("Enter")
