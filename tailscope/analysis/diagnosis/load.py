@@ -8,6 +8,7 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -29,12 +30,16 @@ def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -
 
 
 def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """Row of `keys` holding each `wanted` key (-1 where none): one sort, one binary search."""
+    """Row of `keys` holding each `wanted` key (-1 where none). A hash index (pandas) when the keys
+    are unique, as they are after the loader's dedupe; else one sort and a binary search."""
     if len(keys) == 0:
         return np.full(len(wanted), -1, np.int64)
+    index = pd.Index(keys)
+    if index.is_unique:
+        return index.get_indexer(wanted).astype(np.int64)
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
-    needles = np.argsort(wanted, kind="stable")  # sorted needles: a cache-friendly search (3x faster)
+    needles = np.argsort(wanted, kind="stable")  # sorted needles: a cache-friendly search
     pos = np.empty(len(wanted), np.int64)
     pos[needles] = np.searchsorted(sorted_keys, wanted[needles])
     pos = np.minimum(pos, len(keys) - 1)
@@ -88,8 +93,7 @@ def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
     table = _arrow(conn, "diagnosis_spans", {"run": run})
     n = table.num_rows
     trace_keys = table.column("TraceKey").to_numpy()
-    _, trace = np.unique(trace_keys, return_inverse=True) if n else (None, np.zeros(0, np.int64))
-    trace = trace.astype(np.int64).reshape(-1)
+    trace = pd.factorize(trace_keys)[0].astype(np.int64)  # hash-based: no sort
     name, names = _codes(table.column("SpanName"))
     service, services = _codes(table.column("ServiceName"))
     instance, instances = _codes(table.column("Instance"))
