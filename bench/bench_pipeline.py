@@ -29,14 +29,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def machine() -> str:
+def machine(threads: str | None = None) -> str:
     import torch
 
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    threads = threads or f"{torch.get_num_threads()} intra-op threads"
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     return (
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"torch {torch.__version__} ({torch.get_num_threads()} intra-op threads), {device}"
+        f"torch {torch.__version__} ({threads}), {device}{load}"
     )
+
+
+SERVICE_THREADS = "service: intra-op threads = half the cores"
 
 
 def bench_forward(args) -> None:
@@ -95,7 +100,7 @@ def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
 def bench_batching(args) -> None:
     print(
         f"service throughput at saturation ({args.rps:g} req/s offered for {args.duration:g} s, "
-        f"steady, no downstream) — {machine()}\n"
+        f"steady, no downstream) — {machine(SERVICE_THREADS)}\n"
     )
     print("| policy | completed req/s | client p50 ms | client p99 ms |")
     print("|---|---|---|---|")
@@ -111,7 +116,7 @@ def bench_batching(args) -> None:
 def bench_tracing(args) -> None:
     print(
         f"tracing overhead at saturation ({args.rps:g} req/s offered for {args.duration:g} s, batch 8/5 ms, "
-        f"steady, no downstream) — {machine()}\n"
+        f"steady, no downstream) — {machine(SERVICE_THREADS)}\n"
     )
     results: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(args.repeats):
@@ -138,7 +143,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per forward cell (min 10 runs)")
     parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--rps", type=float, default=150.0)
+    parser.add_argument("--rps", type=float, default=60.0, help="offered load: keep it above capacity")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     {"forward": bench_forward, "batching": bench_batching, "tracing": bench_tracing}[args.section](args)
