@@ -19,7 +19,7 @@ from receiver_support import Collector
 from tailscope.store.db import connect_reader
 
 EXPORTERS = 4
-SECONDS = 5.0
+SECONDS = 4.0
 SPANS_PER_SECOND_EACH = 400
 PEAK_RSS_LIMIT = 600 * 1024 * 1024
 
@@ -101,5 +101,5 @@ def test_overload_is_throttled_and_retries_get_everything_in(tmp_path: Path) -> 
     assert statuses[429] + statuses[503] > 0, statuses
     assert results["failed"] == 0, (results, statuses)
     assert stored == sum(created), (stored, sum(created), statuses)
-    assert sum(created) >= 4_000  # (the rate is the producers' aim; a busy machine gets fewer)
+    assert sum(created) >= 3_000  # (the rate is the producers' aim; a busy machine gets fewer)
     assert peak_rss < PEAK_RSS_LIMIT, peak_rss

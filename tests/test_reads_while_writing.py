@@ -20,7 +20,7 @@ from pathlib import Path
 
 from receiver_support import REPO_ROOT, Collector, proto_request, start_reader
 
-READ_SECONDS = 4.0
+READ_SECONDS = 3.0
 # Generous: the machine running the suite may be busy. Typical worst waits are far lower (see ARCHITECTURE).
 MAX_READ_WAIT_SECONDS = 5.0
 
