@@ -17,7 +17,6 @@ needs no lock.
 
 from __future__ import annotations
 
-import os
 import random
 import sqlite3
 import threading
@@ -89,13 +88,6 @@ class SqliteFeatureStore:
         conn.execute("CREATE INDEX events_by_entity ON events (entity_id, ts)")
         conn.commit()
         conn.close()
-
-    def drop_page_cache(self) -> None:
-        """Write the file back and ask the kernel to forget its cached pages (a freshly started node)."""
-        with open(self.path, "rb+") as f:
-            os.fsync(f.fileno())
-            if hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference_pipeline import pagecache
+
 MAX_SEQ_LEN = 128
 N_FEATURES = 16
 N_CLASSES = 2
@@ -172,9 +174,9 @@ def read_safetensors(
     their pages are read from disk on first touch, as model servers that mmap weights do.
     drop_page_cache: first ask the kernel to forget the file's cached pages (a fresh node's state).
     """
+    if drop_page_cache:
+        pagecache.drop_page_cache(path)
     with open(path, "rb") as f:
-        if drop_page_cache and hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if mapped else bytearray(f.read())
     (header_len,) = struct.unpack("<Q", buffer[:8])
     header = json.loads(bytes(buffer[8 : 8 + header_len]))
@@ -213,7 +215,7 @@ def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
         for chunk in chunks:
             f.write(chunk)
         f.flush()
-        os.fsync(f.fileno())  # written back, so the page cache may drop these pages on request
+        os.fsync(f.fileno())
 
 
 def serve_from_file(model: Classifier, path: Path, *, cold: bool) -> Classifier:

@@ -40,6 +40,7 @@ from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import DynamicBatcher
 from reference_pipeline.features import FeatureCache, RedisFeatureStore, SqliteFeatureStore, entity_id
 from reference_pipeline.model import ModelRunner, build_classifier, pretrained_dir, serve_from_file
+from reference_pipeline.pagecache import drop_page_cache
 from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreMonitor
 from reference_pipeline.scenarios import ServiceConfig
 from reference_pipeline.serving import bind_free_port, serve
@@ -92,7 +93,7 @@ class Pipeline:
         self.tokenizer = build_tokenizer(weights_dir)
         store = SqliteFeatureStore(workdir / "features.sqlite", n_entities=cfg.n_entities)
         if not cfg.warm_model:
-            store.drop_page_cache()
+            drop_page_cache(store.path)
         self.store = RedisFeatureStore(cfg.redis_url, store) if cfg.redis_url else store
         self.cache = FeatureCache(cfg.cache_capacity, cfg.cache_ttl_s, jitter=cfg.cache_jitter)
         self.store_pool = ThreadPoolExecutor(cfg.store_pool, thread_name_prefix="store")
