@@ -210,6 +210,7 @@ def store_batches(
     stats.spans_stored = _query(conn, "ingest_run_span_count", [run_label])[0][0] - before
     _update_run(conn, run_label, source_files, setup)
     stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
+    _query(conn, "ingest_writer_memory_reset", [])
     refresh_run(conn, run_label)
     return stats
 
@@ -296,7 +297,6 @@ def load_file(
     try:
         with open(path, "rb", buffering=1 << 20) as raw, connect_writer(db_path) as conn:
             _query(conn, "ingest_writer_memory", [])
-            _query(conn, "ingest_writer_quiet", [])
             counting = _Counting(raw)
             batches = decode_file(raw, source, result, on_bad if skip_bad else None, pool)
 

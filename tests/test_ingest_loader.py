@@ -110,6 +110,14 @@ def test_default_run_label_is_the_file_stem(name: str, label: str) -> None:
     assert loader.default_run_label([name]) == label
 
 
+def _spy(method, calls: list):
+    def spy(self, fmt, *args):
+        calls.append(fmt)
+        return method(self, fmt, *args)
+
+    return spy
+
+
 def test_decode_pool_gives_the_same_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     requests = [
         request(*(span(spanId=f"{i:08x}{j:08x}", traceId=f"{i:032x}") for j in range(20))) for i in range(60)
@@ -119,7 +127,10 @@ def test_decode_pool_gives_the_same_store(tmp_path: Path, monkeypatch: pytest.Mo
     serial = loader.load_paths([path], tmp_path / "serial.duckdb", "r")
     monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(parallel.otlp_fast, "BLOCK_BYTES", 4096)
+    used = []
+    monkeypatch.setattr(parallel.DecodePool, "decode", _spy(parallel.DecodePool.decode, used))
     pooled = loader.load_paths([path], tmp_path / "pooled.duckdb", "r")
+    assert used == ["otlp_json"], "the worker pool was not used"
     assert serial.spans == pooled.spans == 1201
     assert spans_in(tmp_path / "serial.duckdb", "r") == spans_in(tmp_path / "pooled.duckdb", "r")
 
