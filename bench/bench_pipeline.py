@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -78,10 +79,13 @@ def bench_forward(args) -> None:
 
 
 def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
+    """One saturated run; adds the service process's CPU ms per completed request (`cpu_ms_per_req`),
+    read from the reaped child's rusage (the only child: the downstream is off)."""
     from reference_pipeline.runner import RunOptions, run_pipeline
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as tmp:
-        return run_pipeline(
+        summary = run_pipeline(
             RunOptions(
                 scenario="steady",
                 device=args.device,
@@ -95,6 +99,11 @@ def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
                 out=Path(tmp) / "t.jsonl",
             )
         )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    completed = summary["requests"] - summary["errors"]
+    summary["cpu_ms_per_req"] = round(1000 * cpu_s / max(completed, 1), 2)
+    return summary
 
 
 def bench_batching(args) -> None:
@@ -118,17 +127,32 @@ def bench_tracing(args) -> None:
         f"tracing overhead at saturation ({args.rps:g} req/s offered for {args.duration:g} s, batch 8/5 ms, "
         f"steady, no downstream) — {machine(SERVICE_THREADS)}\n"
     )
-    results: dict[bool, list[float]] = {True: [], False: []}
+    rps: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(args.repeats):
         for tracing in (False, True):
-            results[tracing].append(_saturated(8, 5.0, tracing, args)["throughput_rps"])
-            print(f"  tracing={tracing}: {results[tracing][-1]} req/s", flush=True)
-    off, on = statistics.median(results[False]), statistics.median(results[True])
-    print("\n| tracer | completed req/s (median of runs) | runs |")
-    print("|---|---|---|")
-    print(f"| no-op | {off} | {results[False]} |")
-    print(f"| OTel SDK → OTLP/JSON file | {on} | {results[True]} |")
-    print(f"\noverhead: {100 * (off - on) / off:.1f} % of throughput")
+            summary = _saturated(8, 5.0, tracing, args)
+            rps[tracing].append(summary["throughput_rps"])
+            cpu[tracing].append(summary["cpu_ms_per_req"])
+            print(
+                f"  tracing={tracing}: {rps[tracing][-1]} req/s, {cpu[tracing][-1]} CPU ms/request",
+                flush=True,
+            )
+    print(
+        "\n| tracer | completed req/s (median) | service CPU ms per request (median) | runs (req/s; CPU ms) |"
+    )
+    print("|---|---|---|---|")
+    for tracing, name in ((False, "no-op"), (True, "OTel SDK → OTLP/JSON file")):
+        print(
+            f"| {name} | {statistics.median(rps[tracing])} | {statistics.median(cpu[tracing])} | "
+            f"{rps[tracing]}; {cpu[tracing]} |"
+        )
+    off, on = statistics.median(rps[False]), statistics.median(rps[True])
+    cpu_off, cpu_on = statistics.median(cpu[False]), statistics.median(cpu[True])
+    print(
+        f"\noverhead: {100 * (off - on) / off:.1f} % of throughput, "
+        f"{100 * (cpu_on - cpu_off) / cpu_off:.1f} % service CPU per request"
+    )
 
 
 def main() -> int:

@@ -180,7 +180,13 @@ def run_pipeline(opts: RunOptions) -> dict:
             result = _drive(f"http://127.0.0.1:{port}{sm.ROUTE}", load, opts, service, parts["loadgen"])
         finally:
             for child in reversed(children):  # the service first: its in-flight calls need the downstream
-                child.stop()
+                if child.stop() not in (0, -signal.SIGTERM):
+                    print(
+                        f"tailscope pipeline: {child.name} exited with {child.proc.returncode}:",
+                        child.tail(),
+                        sep="\n",
+                        file=sys.stderr,
+                    )
         summary = {"scenario": opts.scenario, **result.summary()}
         if opts.out is not None:
             opts.out.parent.mkdir(parents=True, exist_ok=True)
@@ -193,10 +199,9 @@ def run_pipeline(opts: RunOptions) -> dict:
 
 
 def _drive(url: str, load: LoadShape, opts: RunOptions, service: ServiceConfig, part: Path):
-    attrs = service.resource_attributes(None, None, None)
-    provider = make_provider(
-        sm.LOADGEN_SERVICE_NAME, {"tailscope.scenario": attrs["tailscope.scenario"]}, part, opts.otlp_endpoint
-    )
+    # the run's setup, less what only the service knows (weights, GPU name, torch version)
+    setup = service.resource_attributes(None, None, None)
+    provider = make_provider(sm.LOADGEN_SERVICE_NAME, setup, part, opts.otlp_endpoint)
     try:
         return asyncio.run(
             run_load(
