@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tailscope import sql
+from tailscope.analysis.runs import runs_with_requests
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Comparison, Filter, RunCost, StageComparison
 from tailscope.query.builders import filtered
@@ -104,7 +105,7 @@ def compare(
     runs' setup attributes side by side. `flt` narrows both runs (its `run` is ignored)."""
     base = flt or Filter()
     with reading(source) as conn:
-        known = {r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests").fetchall()}
+        known = set(runs_with_requests(conn))
         a_vals, a_n, a_tp = _run_data(conn, replace(base, run=run_a))
         b_vals, b_n, b_tp = _run_data(conn, replace(base, run=run_b))
         setup = _setup(conn, run_a, run_b)

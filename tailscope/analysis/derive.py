@@ -17,62 +17,49 @@ from __future__ import annotations
 import duckdb
 
 from tailscope import sql
+from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.stages import rules_in_force, seed_rules
 from tailscope.query.builders import span_tree_query
 
 
 def _drop_temp(conn: duckdb.DuckDBPyConnection) -> None:
-    conn.execute("DROP TABLE IF EXISTS temp._ts_request_rows")
-    conn.execute("DROP TABLE IF EXISTS temp._ts_scope")
+    conn.execute(sql.load("derive_drop_rows"))
+    conn.execute(sql.load("derive_drop_scope"))
 
 
 def refresh_run(conn: duckdb.DuckDBPyConnection, run_label: str) -> None:
     """Bring the derived rows of one run up to date with its spans (incrementally when it can)."""
     seed_rules(conn)
-    count, max_rowid = conn.execute(
-        "SELECT count(*), max(rowid) FROM otel_traces WHERE RunLabel = ?", [run_label]
-    ).fetchone()
-    state = conn.execute(
-        "SELECT SpanRows, MaxRowid FROM derive_state WHERE RunLabel = ?", [run_label]
-    ).fetchone()
+    count, max_rowid = conn.execute(sql.load("derive_run_rows"), [run_label]).fetchone()
+    state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
     if count == 0:
-        conn.execute("DELETE FROM requests WHERE RunLabel = ?", [run_label])
-        conn.execute("DELETE FROM derive_state WHERE RunLabel = ?", [run_label])
+        conn.execute(sql.load("derive_delete_run"), [run_label])
+        conn.execute(sql.load("derive_state_forget"), [run_label])
         return
     scope = "run"
     if state is not None:
         old_rows, old_max = state
         if count == old_rows and max_rowid == old_max:
             return  # nothing new
-        new_rows = conn.execute(
-            "SELECT count(*) FROM otel_traces WHERE RunLabel = ? AND rowid > ?", [run_label, old_max]
-        ).fetchone()[0]
+        new_rows = conn.execute(sql.load("derive_new_rows"), [run_label, old_max]).fetchone()[0]
         if count == old_rows + new_rows and new_rows * 2 < count:
             scope = "traces"
     _drop_temp(conn)
     if scope == "traces":
-        conn.execute(
-            "CREATE TEMP TABLE _ts_scope AS "
-            "SELECT DISTINCT TraceId FROM otel_traces WHERE RunLabel = ? AND rowid > ?",
-            [run_label, state[1]],
-        )
-        conn.execute(
-            "DELETE FROM requests WHERE RunLabel = ? AND TraceId IN (SELECT TraceId FROM _ts_scope)",
-            [run_label],
-        )
+        conn.execute(sql.load("derive_scope"), [run_label, state[1]])
+        conn.execute(sql.load("derive_delete_scope"), [run_label])
     else:
-        conn.execute("DELETE FROM requests WHERE RunLabel = ?", [run_label])
+        conn.execute(sql.load("derive_delete_run"), [run_label])
     text, params = span_tree_query(rules_in_force(conn), scope, run_label, output="requests")
     conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label])
     _drop_temp(conn)
-    conn.execute("INSERT OR REPLACE INTO derive_state VALUES (?, ?, ?)", [run_label, count, max_rowid])
+    conn.execute(sql.load("derive_state_write"), [run_label, count, max_rowid])
 
 
 def refresh_all(conn: duckdb.DuckDBPyConnection) -> None:
     """Recompute every run from scratch (after a stage-rule edit)."""
-    conn.execute("DELETE FROM derive_state")
-    runs = [row[0] for row in conn.execute("SELECT DISTINCT RunLabel FROM otel_traces").fetchall()]
-    conn.execute("DELETE FROM requests")
-    for run_label in runs:
+    conn.execute(sql.load("derive_state_forget"), [None])
+    conn.execute(sql.load("derive_delete_run"), [None])
+    for run_label in runs_with_spans(conn):
         refresh_run(conn, run_label)

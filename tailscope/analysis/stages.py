@@ -20,6 +20,7 @@ import duckdb
 import pandas as pd
 
 from tailscope import sql
+from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import StageRule
 from tailscope.store.db import run_query
@@ -173,7 +174,7 @@ def validate_rules(source: Source, rules: list[StageRule]) -> list[str]:
                     problems.append(f"{where}: empty {label} (leave it unset instead)")
                     continue
                 try:
-                    conn.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+                    conn.execute(sql.load("regex_check"), [pattern]).fetchall()
                 except duckdb.Error as error:
                     message = str(error).split("Error:", 1)[-1].strip()
                     problems.append(f"{where}: {label} {pattern!r} is not a valid RE2 regex ({message})")
@@ -181,7 +182,7 @@ def validate_rules(source: Source, rules: list[StageRule]) -> list[str]:
 
 
 def _store_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
-    conn.execute("DELETE FROM stage_rules")
+    conn.execute(sql.load("stage_rules_delete"))
     conn.executemany(
         sql.load("stage_rules_insert"),
         [
@@ -193,7 +194,7 @@ def _store_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> Non
 
 def seed_rules(conn: duckdb.DuckDBPyConnection) -> None:
     """Store the default rules when the table is empty (a new store)."""
-    if conn.execute("SELECT count(*) FROM stage_rules").fetchone()[0] == 0:
+    if conn.execute(sql.load("stage_rules_count")).fetchone()[0] == 0:
         _store_rules(conn, default_rules())
 
 
@@ -206,13 +207,13 @@ def replace_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> No
         raise ValueError("invalid stage rules: " + "; ".join(problems))
     from tailscope.analysis.derive import refresh_all
 
-    conn.execute("BEGIN TRANSACTION")
+    conn.begin()
     try:
         _store_rules(conn, rules)
         refresh_all(conn)
-        conn.execute("COMMIT")
+        conn.commit()
     except BaseException:
-        conn.execute("ROLLBACK")
+        conn.rollback()
         raise
 
 
@@ -287,16 +288,9 @@ def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2
     with reading(source) as conn:
         rules = rules_in_force(conn)
         frames = []
-        runs = (
-            [run]
-            if run is not None
-            else [
-                r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM otel_traces ORDER BY 1").fetchall()
-            ]
-        )
-        for label in runs:
+        for label in [run] if run is not None else runs_with_spans(conn):
             text, params = span_tree_query(rules, scope="sample", run=label, sample=sample_traces)
-            summary = f"SELECT SpanName, SpanKind, Stage, RuleNo, count(*) FROM ({text}) GROUP BY ALL"
+            summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
             frames.extend(conn.execute(summary, params).fetchall())
     if not frames:
         return pd.DataFrame(columns=columns)

@@ -62,9 +62,7 @@ def trace_gantt(source: Source, trace_id: str, run: str | None = None) -> Gantt:
     span's duration ranked among spans of the same name in the run."""
     with reading(source) as conn:
         if run is None:
-            row = conn.execute(
-                "SELECT min(RunLabel) FROM otel_traces WHERE TraceId = ?", [trace_id]
-            ).fetchone()
+            row = conn.execute(sql.load("trace_run"), [trace_id]).fetchone()
             run = row[0] if row else None
         empty = Gantt(
             run=run,
@@ -80,9 +78,7 @@ def trace_gantt(source: Source, trace_id: str, run: str | None = None) -> Gantt:
         text, params = span_tree_query(rules_in_force(conn), "trace", run, trace_id=trace_id)
         tree = conn.execute(text, params).df()
         if tree.empty:
-            spans = conn.execute(
-                "SELECT count(*) FROM otel_traces WHERE RunLabel = ? AND TraceId = ?", [run, trace_id]
-            ).fetchone()[0]
+            spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]
             empty.reason = (
                 f"trace {trace_id!r} has no request root"
                 if spans

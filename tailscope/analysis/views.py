@@ -17,6 +17,8 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from tailscope import sql
+from tailscope.analysis.runs import runs_with_requests, runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import (
     BAND_QUANTILES,
@@ -44,37 +46,27 @@ def _ms(ns: float | None) -> float | None:
 
 def _no_requests_reason(conn: duckdb.DuckDBPyConnection, flt: Filter) -> str:
     """Why a filter found nothing, in words the UI can show."""
-    spans = conn.execute("SELECT count(*) FROM otel_traces").fetchone()[0]
+    spans, run_spans, requests, run_requests = conn.execute(
+        sql.load("store_counts"), [flt.run, flt.run]
+    ).fetchone()
     if spans == 0:
         return "the store is empty: load traces first"
     if flt.run is not None:
-        run_spans = conn.execute("SELECT count(*) FROM otel_traces WHERE RunLabel = ?", [flt.run]).fetchone()[
-            0
-        ]
         if run_spans == 0:
-            runs = ", ".join(_runs(conn)) or "none"
+            runs = ", ".join(runs_with_spans(conn)) or "none"
             return f"no run {flt.run!r} in the store (runs: {runs})"
-        run_requests = conn.execute("SELECT count(*) FROM requests WHERE RunLabel = ?", [flt.run]).fetchone()[
-            0
-        ]
         if run_requests == 0:
             return f"run {flt.run!r} has {run_spans} spans but no request root spans"
-    elif conn.execute("SELECT count(*) FROM requests").fetchone()[0] == 0:
+    elif requests == 0:
         return f"the store has {spans} spans but no request root spans"
     return NO_REQUESTS
-
-
-def _runs(conn: duckdb.DuckDBPyConnection) -> list[str]:
-    return [
-        r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM otel_traces ORDER BY RunLabel").fetchall()
-    ]
 
 
 def _one_run(conn: duckdb.DuckDBPyConnection, flt: Filter) -> tuple[Filter, str | None]:
     """The filter with its run set: the given one, or the store's only run with requests."""
     if flt.run is not None:
         return flt, None
-    runs = [r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests ORDER BY 1").fetchall()]
+    runs = runs_with_requests(conn)
     if len(runs) == 1:
         return replace(flt, run=runs[0]), None
     if not runs:
@@ -85,22 +77,16 @@ def _one_run(conn: duckdb.DuckDBPyConnection, flt: Filter) -> tuple[Filter, str 
 def list_runs(source: Source) -> list[str]:
     """Run labels that have requests, sorted."""
     with reading(source) as conn:
-        return [r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests ORDER BY 1").fetchall()]
+        return runs_with_requests(conn)
 
 
 def filter_options(source: Source, run: str | None = None) -> dict[str, list[str]]:
     """Values for the sidebar: {'runs': [...], 'services': [...], 'routes': [...], 'instances': [...]}
     (services/routes/instances of request roots, of `run` when given)."""
     with reading(source) as conn:
-        runs = [r[0] for r in conn.execute("SELECT DISTINCT RunLabel FROM requests ORDER BY 1").fetchall()]
-        options: dict[str, list[str]] = {"runs": runs}
-        for key, column in (("services", "ServiceName"), ("routes", "Route"), ("instances", "Instance")):
-            text = (
-                f"SELECT DISTINCT {column} FROM requests WHERE RunLabel = coalesce(?, RunLabel) "
-                f"AND {column} <> '' ORDER BY 1"
-            )
-            options[key] = [r[0] for r in conn.execute(text, [run]).fetchall()]
-    return options
+        runs = runs_with_requests(conn)
+        services, routes, instances = conn.execute(sql.load("filter_values"), [run]).fetchone()
+    return {"runs": runs, "services": services or [], "routes": routes or [], "instances": instances or []}
 
 
 def time_range(source: Source, flt: Filter) -> tuple[datetime, datetime] | None:

@@ -1,0 +1,2 @@
+-- Forget how far a run was read (param: run), so the next refresh rebuilds it.
+DELETE FROM derive_state WHERE RunLabel = coalesce(?, RunLabel)

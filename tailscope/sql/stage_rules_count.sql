@@ -1,0 +1,2 @@
+-- Whether the rules were seeded.
+SELECT count(*) FROM stage_rules

@@ -1,0 +1,2 @@
+-- Before storing a new rule list.
+DELETE FROM stage_rules
