@@ -61,6 +61,20 @@ def add_trace(cols: SpanColumns, root: S, trace_no: int, offset_ms: float = 0.0,
     return trace_id
 
 
+def add_rootless_trace(cols: SpanColumns) -> None:
+    """A trace of two spans that are each other's parent: no root, so no request."""
+    for span_id, parent_id in (("1" * 16, "2" * 16), ("2" * 16, "1" * 16)):
+        cols.append(
+            timestamp_ns=BASE_NS,
+            trace_id="a" * 32,
+            span_id=span_id,
+            parent_span_id=parent_id,
+            span_name="x",
+            duration_ns=5,
+            service_name="s",
+        )
+
+
 def load(path: Path, run: str, cols: SpanColumns) -> None:
     """Insert the spans as one run and refresh its derived rows."""
     with connect_writer(path) as conn:

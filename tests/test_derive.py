@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import duckdb
 import pytest
-from analysis_spans import S, SpanColumns, add_trace, insert, load
+from analysis_spans import S, SpanColumns, add_rootless_trace, add_trace, insert, load
 
 from tailscope.analysis.derive import refresh_run
 from tailscope.store.db import connect_writer
@@ -117,25 +117,7 @@ def test_unmatched_child_of_the_root_is_unattributed_and_grandchildren_inherit(d
 
 def test_run_without_root_spans_gives_no_requests(db_path):
     cols = SpanColumns()
-    # every span points at a parent that is not in the trace... and at each other: a cycle
-    cols.append(
-        timestamp_ns=1,
-        trace_id="a" * 32,
-        span_id="1" * 16,
-        parent_span_id="2" * 16,
-        span_name="x",
-        duration_ns=5,
-        service_name="s",
-    )
-    cols.append(
-        timestamp_ns=1,
-        trace_id="a" * 32,
-        span_id="2" * 16,
-        parent_span_id="1" * 16,
-        span_name="y",
-        duration_ns=5,
-        service_name="s",
-    )
+    add_rootless_trace(cols)
     load(db_path, "r", cols)
     assert requests_of(db_path).empty
 

@@ -6,7 +6,7 @@ import json
 import random
 
 import pytest
-from analysis_spans import S, SpanColumns, add_trace, load
+from analysis_spans import S, SpanColumns, add_rootless_trace, add_trace, load
 
 from tailscope.analysis import (
     BANDS,
@@ -115,24 +115,7 @@ def test_empty_and_one_span_stores_give_reasons_not_errors(db_path, spans):
 
 def test_run_without_roots_says_so(db_path):
     cols = SpanColumns()
-    cols.append(
-        timestamp_ns=1,
-        trace_id="a" * 32,
-        span_id="1" * 16,
-        parent_span_id="2" * 16,
-        span_name="x",
-        duration_ns=5,
-        service_name="s",
-    )
-    cols.append(
-        timestamp_ns=1,
-        trace_id="a" * 32,
-        span_id="2" * 16,
-        parent_span_id="1" * 16,
-        span_name="y",
-        duration_ns=5,
-        service_name="s",
-    )
+    add_rootless_trace(cols)
     load(db_path, "r", cols)
     result = waterfall(Store(db_path), Filter(run="r"))
     assert result.stages == []

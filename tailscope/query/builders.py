@@ -8,6 +8,7 @@ builders' output against tests/golden/.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from tailscope import sql
@@ -96,11 +97,15 @@ def filter_where(flt: Filter) -> tuple[str, list[Any]]:
     return (" AND ".join(clauses) or "true"), params
 
 
+_INCLUDE = re.compile(r"\{include:(\w+)\}")
+
+
 def filtered(name: str, flt: Filter, *extra: Any) -> tuple[str, list[Any]]:
-    """`<name>.sql` with its `{where}` placeholder filled from the filter; the filter's params come
-    first, then `extra` (the statement's own parameters, in text order after the WHERE)."""
+    """`<name>.sql` with its `{include:other}` placeholders replaced by other.sql (shared CTEs) and
+    its `{where}` placeholder filled from the filter; the filter's params come first, then `extra`
+    (the statement's own parameters, in text order after the WHERE)."""
     where, params = filter_where(flt)
-    text = sql.load(name)
+    text = _INCLUDE.sub(lambda match: sql.load(match.group(1)).rstrip(), sql.load(name))
     if text.count("{where}") != 1:
         raise ValueError(f"{name}.sql must use {{where}} exactly once")
     return text.replace("{where}", where), [*params, *extra]

@@ -2,33 +2,10 @@
 -- A seeded sample of up to N selected and N other requests (ordered by hash(TraceId)) keeps the scan of
 -- otel_traces to the sampled traces. Dimensions: span attributes of every span of the trace (with
 -- the span name), resource attributes of the request root, and the request's dominant stage. Keys
--- with more than ? distinct values in the sample (ids, free text) are left out.
--- Params after the filter's: (same as tail_stages.sql) tail quantile, use_rect (bool), rect start, end, stage ('' for e2e),
--- low ns, stage again, high ns. Selected = inside the rectangle when use_rect, else Duration >= q(tail quantile).
-WITH f AS (
-    SELECT * FROM requests WHERE {where}
-),
-q AS (
-    SELECT quantile_cont(Duration, ?) AS qd FROM f
-),
-m AS (
-    SELECT f.*,
-           CASE WHEN ? THEN
-               f.Timestamp >= ? AND f.Timestamp < ?
-               AND CASE ? WHEN 'ingress' THEN ingress_ns WHEN 'queue' THEN queue_ns WHEN 'parsing' THEN parsing_ns
-                   WHEN 'feature_hydration' THEN feature_hydration_ns WHEN 'preprocessing' THEN preprocessing_ns
-                   WHEN 'model_forward' THEN model_forward_ns WHEN 'postprocessing' THEN postprocessing_ns
-                   WHEN 'downstream' THEN downstream_ns WHEN 'serialization' THEN serialization_ns
-                   WHEN 'unattributed' THEN unattributed_ns ELSE Duration END >= ?
-               AND CASE ? WHEN 'ingress' THEN ingress_ns WHEN 'queue' THEN queue_ns WHEN 'parsing' THEN parsing_ns
-                   WHEN 'feature_hydration' THEN feature_hydration_ns WHEN 'preprocessing' THEN preprocessing_ns
-                   WHEN 'model_forward' THEN model_forward_ns WHEN 'postprocessing' THEN postprocessing_ns
-                   WHEN 'downstream' THEN downstream_ns WHEN 'serialization' THEN serialization_ns
-                   WHEN 'unattributed' THEN unattributed_ns ELSE Duration END < ?
-           ELSE f.Duration >= q.qd END AS selected
-    FROM f, q
-)
-,
+-- with more distinct values in the sample than the limit given (ids, free text) are left out.
+-- Params: the filter's, tail_selection.sql's, then the sample size per side and the maximum
+-- number of distinct values per key.
+{include:tail_selection},
 sample AS MATERIALIZED (
     SELECT RunLabel, TraceId, SpanId AS RootSpanId, DominantStage, selected
     FROM m

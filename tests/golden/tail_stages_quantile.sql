@@ -1,6 +1,10 @@
 -- Tail vs body, per stage: mean time of the selected requests vs the rest.
+-- Params: the filter's, then tail_selection.sql's.
+-- Tail vs body: the filtered requests (f), the tail threshold (q) and each request marked selected
+-- or not (m). Included by tail_stages.sql and tail_attributes.sql ({include:tail_selection}).
 -- Params after the filter's: tail quantile, use_rect (bool), rect start, end, stage ('' for e2e),
--- low ns, stage again, high ns. Selected = inside the rectangle when use_rect, else Duration >= q(tail quantile).
+-- low ns, stage again, high ns. Selected = inside the rectangle [start, end) x [low, high) of e2e or
+-- stage latency when use_rect, else Duration >= q(tail quantile).
 WITH f AS (
     SELECT * FROM requests WHERE RunLabel = ?
 ),
