@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, gmm2, logistic, ms, spearman
@@ -106,6 +107,9 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         slow = x >= mix.threshold
         rate = float(slow.mean())
+        # a call whose slow mode is time outside the callee's own span is the network's, not a miss
+        if _slow_mode_is_gap(ctx, spans, slow):
+            continue
         # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss
         crowd = spearman(concurrency_at_start(ctx, spans).astype(np.float64), slow.astype(np.float64))
         if crowd > 0.3:
@@ -224,6 +228,28 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return _dedupe(ctx, findings)[:2]
+
+
+def _slow_mode_is_gap(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
+    """For CLIENT spans whose callee's SERVER span is traced: does the client-minus-server gap, not
+    the callee's time, make most of the difference between the slow and the fast mode?"""
+    f = ctx.frame
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
+    child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
+    child = child[pos[f.parent[child]] >= 0]
+    if len(child) < 0.5 * len(spans) or not slow.any() or slow.all():
+        return False
+    server = np.zeros(len(spans))
+    server[pos[f.parent[child]]] = f.dur[child]
+    has = np.zeros(len(spans), bool)
+    has[pos[f.parent[child]]] = True
+    d = f.dur[spans].astype(np.float64)
+    gap = d - server
+    s, q = slow & has, ~slow & has
+    if not s.any() or not q.any():
+        return False
+    return float(gap[s].mean() - gap[q].mean()) > 0.5 * float(d[s].mean() - d[q].mean())
 
 
 def _dedupe(ctx: Context, findings: list[Finding]) -> list[Finding]:

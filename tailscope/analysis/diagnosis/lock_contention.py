@@ -80,7 +80,7 @@ def detect(ctx: Context) -> list[Finding]:
         explained = slope * conc.mean() / max(d.mean(), 1.0)
         strength = logistic(rho, 0.45, 0.08)
         weight = logistic(share, 0.08, 0.03)
-        confidence = strength * weight * logistic(explained, 0.25, 0.08)
+        confidence = strength * weight * logistic(explained, 0.15, 0.05)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
         summary = (

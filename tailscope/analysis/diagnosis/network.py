@@ -20,7 +20,9 @@ PATTERN = "network"
 ADVICE = (
     "Time is lost between {client} and {server}, outside the server's own span: network latency or "
     "retransmits, connection setup (TLS handshakes, no keep-alive / connection pooling), or the server's "
-    "accept queue. Reuse connections, co-locate the client and server (same zone), check for packet loss "
+    "accept queue. A step of about 40 ms is Nagle's algorithm meeting delayed ACKs: set TCP_NODELAY on "
+    "the client and server sockets. Reuse connections, co-locate the client and server (same zone), "
+    "check for packet loss "
     "and MTU issues on the affected hosts, and compare client- and server-side latency SLOs."
 )
 
@@ -109,6 +111,11 @@ def detect(ctx: Context) -> list[Finding]:
             + (
                 f"; {in_stall:.0%} of the large gaps fall in server stalls (see gc_pause)"
                 if in_stall > 0.2
+                else ""
+            )
+            + (
+                "; the large gaps sit near 40 ms, the signature of Nagle's algorithm meeting delayed ACKs"
+                if big.any() and 35.0 <= ms(np.median(g[big])) <= 48.0
                 else ""
             )
             + "."
