@@ -1,8 +1,9 @@
 """Reference pipeline figures for bench/RESULTS.md.
 
   python bench/bench_pipeline.py forward   [--device cpu] [--seq 64] [--threads N]
-  python bench/bench_pipeline.py batching  [--duration 10] [--rps 150]
-  python bench/bench_pipeline.py tracing   [--duration 10] [--rps 150] [--repeats 3]
+  python bench/bench_pipeline.py batching  [--duration 10] [--rps 60]
+  python bench/bench_pipeline.py tracing   [--duration 10] [--rps 60] [--repeats 3]
+  python bench/bench_pipeline.py spans     [--requests 3000]
 
 forward: model.forward p50/p99 (ms) per batch size (1, 8, 32) and dtype (fp32, bf16, int8) at a fixed
   sequence length, timed around ModelRunner.run (collation, forward, copy back), after warm-up. The
@@ -12,6 +13,7 @@ batching: the whole service (steady scenario, no downstream) under open-loop loa
   with max batch 1 and with dynamic batching (8 requests, 5 ms): completed requests per second.
 tracing: the same saturated service with the OTel SDK exporting every span to a file, and with a
   no-op tracer; the overhead is the relative loss of throughput. Runs alternate to spread drift.
+spans: CPU per request of the tracing alone (the service's 13 spans, no service around them).
 Each section prints a Markdown table and the machine it ran on.
 """
 
@@ -155,11 +157,63 @@ def bench_tracing(args) -> None:
     )
 
 
+def _one_request_of_spans(tracer) -> None:
+    """The 13 spans the service makes for one request, with their attributes."""
+    from opentelemetry.trace import SpanKind
+
+    from reference_pipeline import span_model as sm
+    from reference_pipeline.tracing import stage_attrs
+
+    root_attrs = stage_attrs(sm.ROOT_SPAN, **{"http.request.method": "POST", "http.route": sm.ROUTE})
+    with tracer.start_as_current_span(sm.ROOT_SPAN, kind=SpanKind.SERVER, attributes=root_attrs) as root:
+        for name in (
+            sm.RECEIVE,
+            sm.PARSE,
+            sm.HYDRATE,
+            sm.TOKENIZE,
+            sm.POSTPROCESS,
+            sm.DOWNSTREAM,
+            sm.SERIALIZE,
+        ):
+            with tracer.start_as_current_span(name, attributes=stage_attrs(name)) as span:
+                span.set_attribute("example.size", 1)
+        for name in (sm.QUEUE_WAIT, sm.FORWARD, sm.LOCK_WAIT):
+            tracer.start_span(name, attributes=stage_attrs(name, **{"batch.size": 4})).end()
+        root.set_attribute("http.response.status_code", 200)
+
+
+def bench_spans(args) -> None:
+    """CPU per request of tracing alone: SDK spans, then the BatchSpanProcessor and the file exporter."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from reference_pipeline.tracing import make_provider
+
+    print(f"tracing CPU per request (13 spans), {args.requests} requests — {machine()}\n")
+    print("| what | CPU µs per request |")
+    print("|---|---|")
+    bare = TracerProvider().get_tracer("bench")
+    started = time.process_time()
+    for _ in range(args.requests):
+        _one_request_of_spans(bare)
+    print(f"| SDK spans, no processor | {(time.process_time() - started) / args.requests * 1e6:.0f} |")
+    with tempfile.TemporaryDirectory() as tmp:
+        provider = make_provider("bench", {}, Path(tmp) / "spans.jsonl")
+        tracer = provider.get_tracer("bench")
+        started = time.process_time()  # all threads: the processor's export thread included
+        for _ in range(args.requests):
+            _one_request_of_spans(tracer)
+        provider.shutdown()
+        print(
+            f"| SDK spans + BatchSpanProcessor + OTLP/JSON-lines file | "
+            f"{(time.process_time() - started) / args.requests * 1e6:.0f} |"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("section", choices=("forward", "batching", "tracing"))
+    parser.add_argument("section", choices=("forward", "batching", "tracing", "spans"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="fp32,bf16,int8", help="forward: dtypes to time")
     parser.add_argument("--dtype", default="fp32", help="batching, tracing: the service's dtype")
@@ -169,8 +223,15 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--rps", type=float, default=60.0, help="offered load: keep it above capacity")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=3000, help="spans: requests' worth of spans")
     args = parser.parse_args()
-    {"forward": bench_forward, "batching": bench_batching, "tracing": bench_tracing}[args.section](args)
+    sections = {
+        "forward": bench_forward,
+        "batching": bench_batching,
+        "tracing": bench_tracing,
+        "spans": bench_spans,
+    }
+    sections[args.section](args)
     return 0
 
 
