@@ -107,6 +107,9 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         slow = x >= mix.threshold
         rate = float(slow.mean())
+        # a slow mode made of GC pauses (allocation-heavy code triggers them) is the gc_pause finding's
+        if _slow_mode_in_pauses(ctx, spans, slow):
+            continue
         # a call whose slow mode is time outside the callee's own span is the network's, not a miss
         if _slow_mode_is_gap(ctx, spans, slow):
             continue
@@ -228,6 +231,28 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return _dedupe(ctx, findings)[:2]
+
+
+def _slow_mode_in_pauses(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
+    """Do most slow-mode spans sit through a process pause (gc_pause's stall episodes, or pauses the
+    runtime reported) that covers at least half of their extra time?"""
+    from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+
+    f = ctx.frame
+    s = spans[slow]
+    if len(s) == 0:
+        return False
+    fast_median = float(np.median(f.dur[spans[~slow]])) if (~slow).any() else 0.0
+    extra = np.maximum(f.dur[s] - fast_median, 1)
+    covered = np.zeros(len(s))
+    episodes = ctx.notes.get("gc_episodes")
+    if episodes is not None:
+        covered = np.maximum(covered, stall_overlap(f.instance[s], f.start[s], f.end[s], *episodes))
+    if len(f.gc_time):
+        order = np.lexsort((f.gc_time, f.gc_instance))
+        ev = (f.gc_instance[order], f.gc_time[order], f.gc_time[order] + f.gc_dur[order])
+        covered = np.maximum(covered, stall_overlap(f.instance[s], f.start[s], f.end[s], *ev))
+    return float((covered >= 0.5 * extra).mean()) > 0.5
 
 
 def _slow_mode_is_gap(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:

@@ -19,11 +19,12 @@ from tailscope.analysis.diagnosis import (
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 
-# Order matters only for notes: cache_miss marks bimodal names before cold_start reads them.
+# Order matters only for notes: gc_pause leaves its stall episodes for cache_miss, network and
+# compute_bound; cache_miss marks bimodal names before cold_start reads them.
 DETECTORS = (
+    gc_pause,
     cache_miss,
     cold_start,
-    gc_pause,
     lock_contention,
     queueing,
     slow_dependency,
