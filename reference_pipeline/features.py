@@ -143,7 +143,6 @@ class RedisFeatureStore:
         import redis  # optional dependency: only with --redis-url
 
         self.client = redis.Redis.from_url(url)
-        self.n_entities = source.n_entities
         pipe = self.client.pipeline(transaction=False)
         for i in range(source.n_entities):
             key = entity_id(i)
@@ -199,6 +198,3 @@ class FeatureCache:
             value = store.get(key)
             if value is not None:
                 self.put(key, value, jitter)
-
-    def clear(self) -> None:
-        self._entries.clear()

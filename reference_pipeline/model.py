@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from reference_pipeline import pagecache
+from reference_pipeline.features import N_FEATURES  # the head reads the feature vector
 
 MAX_SEQ_LEN = 128
-N_FEATURES = 16
 N_CLASSES = 2
 SEED = 20260522
 
