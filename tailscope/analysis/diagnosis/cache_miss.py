@@ -140,7 +140,22 @@ def detect(ctx: Context) -> list[Finding]:
         in_warm = warm_up_mask(ctx)[np.maximum(f.request[spans], 0)]
         warm_rate = float(slow[in_warm].mean()) if in_warm.any() else rate
         settled_rate = float(slow[~in_warm].mean()) if (~in_warm).any() else rate
-        synced = dispersion > 4 and not cold
+        # onset: misses that start together at one moment (every key expiring at once) and then go on
+        # (each key refetched on its next use): a one-sided Kolmogorov-Smirnov distance between the
+        # times of misses and of all spans, scaled to a z; positive when misses come late
+        order_t = np.argsort(t, kind="stable")
+        cum_all = np.arange(1, len(t) + 1) / len(t)
+        cum_miss = np.cumsum(slow[order_t]) / max(int(slow.sum()), 1)
+        n_miss = int(slow.sum())
+        onset_z = float((cum_all - cum_miss).max()) * np.sqrt(n_miss * len(t) / max(n_miss + len(t), 1))
+        k = int(np.argmax(cum_all - cum_miss))
+        before_rate = float(slow[order_t[: k + 1]].mean()) if k >= 0 else rate
+        onset = onset_z > 2.5 and before_rate < 0.25 * rate and not cold  # one-sided KS: p < 1e-5
+        synced = (dispersion > 4 and not cold) or onset
+        sync_strength = max(
+            logistic(dispersion, 5.0, 1.5) if dispersion > 4 else 0.0,
+            logistic(onset_z, 2.5, 0.5) if onset else 0.0,
+        )
 
         strength = logistic(mix.separation, 2.5, 0.3) * logistic(mix.bic_gain, 30, 10)
         # the weight: the tail excess it carries, or (capped below a tail carrier) what the misses add
@@ -149,7 +164,7 @@ def detect(ctx: Context) -> list[Finding]:
         relative = added / max(float(np.median(reqs.latency)), 1.0)
         weight = max(logistic(share, 0.2, 0.06), 0.9 * logistic(relative, 0.02, 0.006))
         if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
-            weight = max(weight, 0.85 * logistic(dispersion, 5.0, 1.5))
+            weight = max(weight, 0.85 * sync_strength)
         confidence = strength * weight * (1.0 if why else 0.85)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
@@ -167,7 +182,13 @@ def detect(ctx: Context) -> list[Finding]:
             f"({relative:.1%} of the median latency) and carry {share:.0%} of the tail excess"
             + (
                 f"; misses come in bursts (dispersion {dispersion:.1f}x chance: keys expiring together)"
-                if synced
+                if synced and not onset
+                else ""
+            )
+            + (
+                f"; misses start together: {before_rate:.0%} before one moment, {rate:.0%} overall "
+                f"(onset z {onset_z:.1f}: keys expiring at once)"
+                if onset
                 else ""
             )
             + (
@@ -189,6 +210,8 @@ def detect(ctx: Context) -> list[Finding]:
             "added_share_of_median_latency": round(relative, 4),
             "miss_dispersion": round(dispersion, 2),
             "synchronised_expiry": synced,
+            "miss_onset_z": round(onset_z, 2),
+            "miss_rate_before_onset": round(before_rate, 4),
             "cold_cache": cold,
             "early_miss_rate": round(early_rate, 4),
             "late_miss_rate": round(late_rate, 4),
