@@ -9,6 +9,7 @@ compared with a steady run made under the same settings; thresholds are wide, be
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import duckdb
@@ -41,6 +42,19 @@ def run_and_load(
     loaded = load_paths([out], db, scenario)
     assert not [f.error for f in loaded.files if f.error]
     return summary
+
+
+def children_of(pid: int) -> list[int]:
+    """Live child processes of `pid` (Linux /proc; empty elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
 
 
 def quantiles(db: Path, run: str, span_name: str, service: str = sm.SERVICE_NAME) -> dict[str, float]:
@@ -100,6 +114,7 @@ def test_cli_run_writes_complete_traces_that_ingest(tmp_path, capsys) -> None:
     )
     printed = capsys.readouterr().out
     assert code == 0, printed
+    assert not children_of(os.getpid()), "the downstream and service processes are gone"
     assert "errors" in printed and "p99" in printed and "req/s" in printed
     load_paths([out], db, "cli")
 
