@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import duckdb
+import pyarrow as pa
 
 from ingest import detect, otlp_fast, otlp_proto, otlp_proto_fast
 from ingest.arrow_batch import ArrowSpans
@@ -42,6 +43,7 @@ SETUP_KEYS = frozenset(
 )  # fmt: skip
 SETUP_PREFIXES = ("tailscope.",)
 SETUP_WORDS = ("device", "gpu", "dtype", "batch")
+INSERT_ROWS = 122_880  # one DuckDB row group per INSERT
 _COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
 
 Progress = Callable[[int, int, int], None]  # (bytes read, bytes total, spans decoded so far)
@@ -195,16 +197,30 @@ def store_batches(
     stats = StoreStats()
     before = _query(conn, "ingest_run_span_count", [run_label])[0][0]
     setup: dict[str, set[str]] = {}
-    for batch in batches:
-        if not len(batch):
-            continue
-        setup_attributes(batch, setup)
-        conn.register("ingest_batch", batch.to_arrow())
+    pending: list[pa.Table] = []  # appended together: DuckDB's per-INSERT cost is not negligible
+
+    def append() -> None:
+        table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
+        pending.clear()
+        conn.register("ingest_batch", table)
         try:
             _query(conn, "ingest_insert_spans", [run_label])
         finally:
             conn.unregister("ingest_batch")
+
+    for batch in batches:
+        if not len(batch):
+            continue
+        setup_attributes(batch, setup)
+        table = batch.to_arrow()
+        if pending and not table.schema.equals(pending[0].schema):
+            append()
+        pending.append(table)
         stats.spans_decoded += len(batch)
+        if sum(t.num_rows for t in pending) >= INSERT_ROWS:
+            append()
+    if pending:
+        append()
     if stats.spans_decoded:
         _query(conn, "ingest_dedupe_run", [run_label])
     stats.spans_stored = _query(conn, "ingest_run_span_count", [run_label])[0][0] - before
