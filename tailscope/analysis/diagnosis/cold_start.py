@@ -93,6 +93,8 @@ def detect(ctx: Context) -> list[Finding]:
     ctx.notes["cold_start_cache_part"] = cache_part
 
     strength = logistic(auc, 0.72, 0.05) * logistic(ratio, 1.4, 0.15)
+    if strength >= 0.3:  # compute_bound leaves the warm-up requests' forward time to this finding
+        ctx.notes["warm_up_requests"] = early
     weight = logistic(impact, 0.25, 0.08)
     confidence = strength * weight * (1 - cache_part)
     stage = ctx.stage_of_name(top)

@@ -71,6 +71,16 @@ def detect(ctx: Context) -> list[Finding]:
         own = np.maximum(f.excl - ov, 0)
         stalled = share - ctx.share_of(fwd, own)
         share -= stalled
+    # and the forward time of warm-up requests is the cold_start finding's (first calls are slow)
+    warming = 0.0
+    warm = ctx.notes.get("warm_up_requests")
+    if warm is not None and warm.any():
+        in_warm = fwd & warm[np.maximum(f.request, 0)] & (f.request >= 0)
+        settled = float(np.median(f.excl[fwd & ~in_warm])) if (fwd & ~in_warm).any() else 0.0
+        adjusted = np.where(in_warm, np.minimum(f.excl, settled), f.excl)
+        warming = ctx.share_of(fwd) - ctx.share_of(fwd, adjusted)
+        warming = max(0.0, min(warming, share))
+        share -= warming
     spans = np.nonzero(fwd)[0]
     d = f.dur[spans].astype(np.float64)
     p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
@@ -129,6 +139,7 @@ def detect(ctx: Context) -> list[Finding]:
     stats = {
         "tail_excess_share": round(share, 3),
         "tail_excess_share_in_gc_stalls": round(stalled, 3),
+        "tail_excess_share_in_warm_up": round(warming, 3),
         "typical_share": round(body_share, 3),
         "forward_p50_ms": ms(p50),
         "forward_p99_ms": ms(p99),
