@@ -202,7 +202,7 @@ def test_upload_loads_a_file_and_selects_its_run(tmp_path: Path, monkeypatch: py
     db = tmp_path / "store.duckdb"
     at = open_page(db, "views/upload.py", monkeypatch)
     assert_clean(at)
-    assert "512 MB" in texts(at)
+    assert "400 MB" in texts(at)
     at.file_uploader(key="upload_files").set_value(("trace.json", otlp, "application/json")).run()
     at.text_input[0].set_value("uploaded").run()
     at.button[0].click().run()

@@ -33,3 +33,23 @@ def test_every_command_is_documented_and_has_help() -> None:
         assert f"tailscope {name}" in README, f"README does not document `tailscope {name}`"
         assert name in subparsers.choices, f"`tailscope {name}` is not wired into the CLI"
         assert subparsers.choices[name].format_help().strip()
+
+
+def test_store_errors_become_one_line_messages(monkeypatch, capsys) -> None:
+    from tailscope.cli import main as cli_main
+    from tailscope.store.db import StoreBusyError
+
+    def busy(args) -> int:
+        raise StoreBusyError("x.duckdb: still locked by another tailscope process after 60 s")
+
+    parser = cli_main.build_parser()
+    monkeypatch.setattr(cli_main, "build_parser", lambda: parser)
+    parser.set_defaults(_run=busy)
+    for action in parser._actions:
+        if action.dest == "command":
+            for sub in action.choices.values():
+                sub.set_defaults(_run=busy)
+    assert cli_main.main(["waterfall"]) == cli_main.EXIT_FAILURE
+    assert capsys.readouterr().err.strip() == (
+        "tailscope: x.duckdb: still locked by another tailscope process after 60 s"
+    )

@@ -57,6 +57,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args._run(args))
+    except Exception as error:  # the store's own errors become a one-line message; others propagate
+        from tailscope.store.db import StoreBusyError, StoreVersionError
+
+        if not isinstance(error, StoreBusyError | StoreVersionError):
+            raise
+        print(f"tailscope: {error}", file=sys.stderr)
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         print("tailscope: interrupted", file=sys.stderr)
         return 130

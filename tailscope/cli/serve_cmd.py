@@ -17,7 +17,7 @@ from pathlib import Path
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
 # Mirrors .streamlit/config.toml, which Streamlit only reads from the working directory.
-MAX_UPLOAD_MB = 512
+MAX_UPLOAD_MB = 400
 STOP_WAIT_SECONDS = 10.0
 
 
