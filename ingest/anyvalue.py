@@ -46,6 +46,15 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 INT64_MAX = (1 << 63) - 1
 
 
+def json_string(value: Any, what: str) -> str:
+    """An optional OTLP/JSON string field: None → '', a string as is, anything else an error."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string, got {type(value).__name__}")
+    return value
+
+
 def span_kind(value: Any) -> str:
     try:
         return SPAN_KINDS[value]
@@ -276,7 +285,8 @@ def json_attributes(items: Any) -> dict[str, str]:
         raise ValueError("attributes is not a list")
     out = {}
     for kv in items:
-        out[_kv_key(kv)] = json_value_string(kv.get("value"))
+        key = _kv_key(kv)  # checks kv is an object before kv.get below
+        out[key] = json_value_string(kv.get("value"))
     return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import io
 import zlib
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 
@@ -69,6 +69,36 @@ class _Bounded(io.RawIOBase):
         return count
 
 
+class _ZstdFrames:
+    """Streaming zstd (one or more frames) that, unlike `stream_reader`, notices a truncated last
+    frame. Input is fed in small chunks so one call's output stays bounded."""
+
+    FEED = 16 << 10
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self._raw = raw
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._frame = self._decompressor.decompressobj()
+        self._started = False
+        self._out = b""
+
+    def read(self, size: int) -> bytes:
+        while len(self._out) < size:
+            chunk = self._raw.read(self.FEED)
+            if not chunk:
+                if self._started and not self._frame.eof:
+                    raise zstandard.ZstdError("truncated zstd frame (the file ends inside it)")
+                break
+            while chunk:
+                if self._frame.eof:
+                    self._frame = self._decompressor.decompressobj()
+                self._started = True
+                self._out += self._frame.decompress(chunk)
+                chunk = self._frame.unused_data if self._frame.eof else b""
+        data, self._out = self._out[:size], self._out[size:]
+        return data
+
+
 def open_decompressed(raw: BinaryIO, source: str, compressed_size: int) -> tuple[BinaryIO, str | None]:
     """Wrap `raw` (a buffered binary file) in a bounded decompressor if its magic says so.
 
@@ -78,11 +108,7 @@ def open_decompressed(raw: BinaryIO, source: str, compressed_size: int) -> tuple
     kind = compression_of(head)
     if kind is None:
         return raw, None
-    inner: BinaryIO
-    if kind == "gzip":
-        inner = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
-    else:
-        inner = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)  # type: ignore[assignment]
+    inner: Any = gzip.GzipFile(fileobj=raw, mode="rb") if kind == "gzip" else _ZstdFrames(raw)
     bounded = _Bounded(inner, source, kind, expansion_limit(compressed_size))
     return io.BufferedReader(bounded, buffer_size=READ_BUFFER), kind  # type: ignore[return-value]
 

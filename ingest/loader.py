@@ -282,7 +282,7 @@ def decode_file(
     head = stream.peek(otlp_fast.BLOCK_BYTES)  # type: ignore[attr-defined]
     result.format = detect.detect(head[: detect.HEAD_BYTES], source)
     if result.format is None:
-        return iter(())
+        raise DecodeError(source, "byte 0", "no trace data: the file is empty or blank")
     fast = {"otlp_json": otlp_fast.decode, "otlp_proto": otlp_proto_fast.decode}.get(result.format)
     if fast is not None and (
         otlp_fast.is_json_lines(head) if result.format == "otlp_json" else otlp_proto.is_length_prefixed(head)

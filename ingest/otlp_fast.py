@@ -292,8 +292,13 @@ def read_blocks(stream: BinaryIO, source: str, block_bytes: int = BLOCK_BYTES) -
     raise DecodeError."""
     carry = b""
     line_no = 1
+    first = True
     while True:
         data = stream.read(block_bytes)
+        if first:
+            first = False
+            if data.startswith(otlp_json.BOM):
+                data = data[len(otlp_json.BOM) :]
         if not data:
             if carry:
                 yield line_no, carry
@@ -331,7 +336,7 @@ def numbered_lines(first_line: int, block: bytes, source: str) -> list[tuple[int
 
 def is_json_lines(head: bytes) -> bool:
     """Whether a file whose first bytes are `head` is JSON lines (else one pretty-printed document)."""
-    text = head.lstrip()
+    text = head.removeprefix(otlp_json.BOM).lstrip()
     newline = text.find(b"\n")
     if newline < 0:
         return True  # one long first line

@@ -31,6 +31,7 @@ MAX_LINE_BYTES = 64 << 20
 MAX_DOCUMENT_BYTES = 256 << 20
 BATCH_SPANS = 50_000
 UNKNOWN_SERVICE = "unknown_service"
+BOM = b"\xef\xbb\xbf"
 
 OnBad = Callable[[DecodeError], None] | None
 
@@ -84,9 +85,7 @@ class DecodeContext:
 def _span(out: SpanColumns, span: Any, resource: tuple, scope: tuple, where: str, ctx: DecodeContext) -> None:
     if not isinstance(span, dict):
         raise ValueError("span is not an object")
-    name = span.get("name") or ""
-    if not isinstance(name, str):
-        raise ValueError("span name is not a string")
+    name = av.json_string(span.get("name"), "span name")
     start = av.unix_nano(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano")
     end = av.unix_nano(_get(span, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano")
     if end < start:
@@ -106,7 +105,7 @@ def _span(out: SpanColumns, span: Any, resource: tuple, scope: tuple, where: str
         events.append(
             (
                 av.unix_nano(_get(event, "timeUnixNano", "time_unix_nano"), "event timeUnixNano"),
-                event.get("name") or "",
+                av.json_string(event.get("name"), "event name"),
                 av.json_attributes(event.get("attributes")),
             )
         )
@@ -118,7 +117,7 @@ def _span(out: SpanColumns, span: Any, resource: tuple, scope: tuple, where: str
             (
                 av.normalize_id(_get(link, "traceId", "trace_id"), 16, "link traceId"),
                 av.normalize_id(_get(link, "spanId", "span_id"), 8, "link spanId"),
-                _get(link, "traceState", "trace_state") or "",
+                av.json_string(_get(link, "traceState", "trace_state"), "link traceState"),
                 av.json_attributes(link.get("attributes")),
             )
         )
@@ -127,7 +126,7 @@ def _span(out: SpanColumns, span: Any, resource: tuple, scope: tuple, where: str
         trace_id=trace_id,
         span_id=span_id,
         parent_span_id=parent,
-        trace_state=_get(span, "traceState", "trace_state") or "",
+        trace_state=av.json_string(_get(span, "traceState", "trace_state"), "traceState"),
         span_name=name,
         span_kind=av.span_kind(span.get("kind")),
         service_name=resource[1],
@@ -137,7 +136,7 @@ def _span(out: SpanColumns, span: Any, resource: tuple, scope: tuple, where: str
         span_attributes=av.json_attributes(span.get("attributes")),
         duration_ns=end - start,
         status_code=av.status_code(status.get("code")),
-        status_message=status.get("message") or "",
+        status_message=av.json_string(status.get("message"), "status message"),
         events=events,
         links=links,
     )
@@ -177,7 +176,12 @@ def decode_record(record: Any, out: SpanColumns, ctx: DecodeContext, on_bad: OnB
                 scope = _get(ss, "scope", "scope") or _get(
                     ss, "instrumentationLibrary", "instrumentation_library"
                 ) or {}
-                scope_key = (scope.get("name") or "", scope.get("version") or "")
+                if not isinstance(scope, dict):
+                    raise ValueError("scope is not an object")
+                scope_key = (
+                    av.json_string(scope.get("name"), "scope name"),
+                    av.json_string(scope.get("version"), "scope version"),
+                )
                 spans = _list(ss, "spans", "spans", "spans")
             except (ValueError, AttributeError) as error:
                 bad(f"resourceSpans[{r}].scopeSpans[{s}]", ValueError(str(error)))
@@ -203,6 +207,8 @@ def decode(stream: BinaryIO, source: str, on_bad: OnBad = None, batch_spans: int
     """Decode an OTLP/JSON file into batches of spans (JSON lines streamed, a document read whole)."""
     ctx = DecodeContext(source)
     first = stream.readline(MAX_LINE_BYTES + 1)
+    if first.startswith(BOM):
+        first = first[len(BOM) :]
     while first and not first.strip():
         first = stream.readline(MAX_LINE_BYTES + 1)
     if not first:
