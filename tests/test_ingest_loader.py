@@ -199,3 +199,19 @@ def test_decode_pool_protobuf_matches_serial(tmp_path: Path, monkeypatch: pytest
     pooled = loader.load_paths([path], tmp_path / "pooled.duckdb", "r")
     assert serial.spans == pooled.spans == 500
     assert spans_in(tmp_path / "serial.duckdb", "r") == spans_in(tmp_path / "pooled.duckdb", "r")
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\n", b"\xef\xbb\xbf"])
+def test_empty_files_are_rejected_and_leave_no_run(tmp_path: Path, db_path: Path, content: bytes) -> None:
+    path = tmp_path / "empty.json"
+    path.write_bytes(content)
+    summary = loader.load_paths([path], db_path, "r")
+    assert summary.failed and "no trace data" in summary.failed[0].error
+    with duckdb.connect(str(db_path), read_only=True) as conn:
+        assert conn.execute("SELECT count(*) FROM runs").fetchall() == [(0,)]
+
+
+def test_byte_order_mark_is_accepted(tmp_path: Path, db_path: Path) -> None:
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(request(span())).encode() + b"\n")
+    assert loader.load_paths([path], db_path, "r").spans == 1

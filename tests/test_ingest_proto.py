@@ -210,3 +210,13 @@ def test_fast_protobuf_path_matches_reference_and_passes_on_odd_messages() -> No
     bad = prefixed(message(span()), message(span(spanId=PARENT, endTimeUnixNano="1")))
     with pytest.raises(DecodeError, match=r"message 2 at byte \d+: .*ends before it starts"):
         list(otlp_proto_fast.decode(io.BytesIO(bad), "p.pb"))
+
+
+def test_truncated_zstd_file_is_a_decode_error() -> None:
+    data = zstandard.ZstdCompressor().compress(prefixed(message(span())) * 200)
+    truncated = data[: len(data) // 2]
+    stream, _ = compression.open_decompressed(
+        io.BufferedReader(io.BytesIO(truncated)), "t.zst", len(truncated)
+    )
+    with pytest.raises(DecodeError, match="truncated zstd frame"):
+        stream.read()
