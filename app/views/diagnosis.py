@@ -213,9 +213,9 @@ def finding_card(index: int, finding: dict[str, Any]) -> None:
         score.metric(
             "confidence",
             f"{finding['confidence']:.2f}",
-            confidence_label(finding["confidence"]),
-            delta_color="off",
+            help="Calibrated on simulated runs with a planted cause (bench/RESULTS.md, Diagnosis).",
         )
+        score.caption(confidence_label(finding["confidence"]))
         st.markdown(finding["evidence"].get("summary", ""))
         chart = finding["evidence"].get("chart")
         fig = evidence_figure(chart)
