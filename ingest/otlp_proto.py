@@ -9,7 +9,7 @@ that is JSON (starts with '{') after per-message decompression goes to the OTLP/
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from google.protobuf.message import DecodeError as ProtoDecodeError
@@ -126,44 +126,47 @@ def _payload(data: bytes, out: SpanColumns, ctx: Any, on_bad: otlp_json.OnBad) -
         decode_message(_parse(data, ctx), out, ctx, on_bad)
 
 
-def decode(
-    stream: BinaryIO, source: str, on_bad: otlp_json.OnBad = None, batch_spans: int = BATCH_SPANS
-) -> Iterator[SpanColumns]:
-    """Decode a protobuf file (raw message or length-prefixed stream) into batches of spans."""
-    ctx = otlp_json.DecodeContext(source)
-    head = stream.read(5)
-    out = SpanColumns()
-    if not is_length_prefixed(head):
-        ctx.position = "message 1 at byte 0"
-        data = head + stream.read(MAX_MESSAGE_BYTES + 1 - len(head))
-        if len(data) > MAX_MESSAGE_BYTES:
-            raise ctx.error(f"a single protobuf message larger than {MAX_MESSAGE_BYTES >> 20} MiB")
-        if data:
-            decode_message(_parse(data, ctx), out, ctx, on_bad)
-        if len(out):
-            yield out
-        return
-    offset, number, pending = 0, 0, head
+def read_messages(stream: BinaryIO, source: str, head: bytes = b"") -> Iterator[tuple[int, int, bytes]]:
+    """(message number, byte offset, payload) of a length-prefixed stream whose first bytes, already
+    read, are `head`; a bad prefix or a truncated message raises DecodeError."""
+    offset = number = 0
+    pending = head
     while True:
-        prefix = pending + stream.read(4 - len(pending)) if len(pending) < 4 else pending[:4]
-        rest = pending[4:] if len(pending) > 4 else b""
-        pending = b""
+        prefix = pending[:4] + stream.read(max(0, 4 - len(pending)))
+        pending = pending[4:]
         if not prefix:
-            break
+            return
         number += 1
-        ctx.record = number
-        ctx.position = f"message {number} at byte {offset}"
+        position = f"message {number} at byte {offset}"
         if len(prefix) < 4:
-            raise ctx.error("truncated length prefix")
+            raise DecodeError(source, position, "truncated length prefix")
         length = int.from_bytes(prefix, "big")
         if length > MAX_MESSAGE_BYTES:
-            raise ctx.error(f"message length {length} exceeds {MAX_MESSAGE_BYTES >> 20} MiB")
-        data = rest + stream.read(length - len(rest))
-        if len(data) < length:
-            raise ctx.error(f"truncated message: {len(data)} of {length} bytes")
+            raise DecodeError(
+                source, position, f"message length {length} exceeds {MAX_MESSAGE_BYTES >> 20} MiB"
+            )
+        payload = pending[:length] + stream.read(max(0, length - len(pending)))
+        pending = pending[length:]
+        if len(payload) < length:
+            raise DecodeError(source, position, f"truncated message: {len(payload)} of {length} bytes")
+        yield number, offset, payload
         offset += 4 + length
+
+
+def decode_payloads(
+    messages: Iterable[tuple[int, int, bytes]],
+    source: str,
+    on_bad: otlp_json.OnBad,
+    batch_spans: int = BATCH_SPANS,
+) -> Iterator[SpanColumns]:
+    """The reference decoding of numbered messages (protobuf, or JSON after per-message zstd)."""
+    ctx = otlp_json.DecodeContext(source)
+    out = SpanColumns()
+    for number, offset, payload in messages:
+        ctx.record = number
+        ctx.position = f"message {number} at byte {offset}"
         try:
-            _payload(data, out, ctx, on_bad)
+            _payload(payload, out, ctx, on_bad)
         except DecodeError as error:
             if on_bad is None:
                 raise
@@ -171,6 +174,26 @@ def decode(
         if len(out) >= batch_spans:
             yield out
             out = SpanColumns()
+    if len(out):
+        yield out
+
+
+def decode(
+    stream: BinaryIO, source: str, on_bad: otlp_json.OnBad = None, batch_spans: int = BATCH_SPANS
+) -> Iterator[SpanColumns]:
+    """Decode a protobuf file (raw message or length-prefixed stream) into batches of spans."""
+    head = stream.read(5)
+    if is_length_prefixed(head):
+        yield from decode_payloads(read_messages(stream, source, head), source, on_bad, batch_spans)
+        return
+    ctx = otlp_json.DecodeContext(source)
+    ctx.position = "message 1 at byte 0"
+    data = head + stream.read(MAX_MESSAGE_BYTES + 1 - len(head))
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise ctx.error(f"a single protobuf message larger than {MAX_MESSAGE_BYTES >> 20} MiB")
+    out = SpanColumns()
+    if data:
+        decode_message(_parse(data, ctx), out, ctx, on_bad)
     if len(out):
         yield out
 

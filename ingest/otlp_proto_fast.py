@@ -22,7 +22,7 @@ from ingest import anyvalue as av
 from ingest import otlp_json, otlp_proto
 from ingest.arrow_batch import ArrowSpans, ColumnBatch
 from ingest.columns import EVENT, LINK, SpanColumns
-from ingest.compression import ZSTD_MAGIC, decompress_message
+from ingest.compression import ZSTD_MAGIC
 from ingest.errors import DecodeError
 
 BLOCK_BYTES = 8 << 20
@@ -198,27 +198,12 @@ def _raise(message: str) -> bool:
 
 
 def read_message_blocks(stream: BinaryIO, source: str) -> Iterator[list[tuple[int, int, bytes]]]:
-    """Groups of (message number, byte offset, payload) from a length-prefixed stream, ~BLOCK_BYTES
-    each; a bad prefix or a truncated message raises DecodeError."""
+    """Groups of (message number, byte offset, payload) of about BLOCK_BYTES each."""
     group: list[tuple[int, int, bytes]] = []
-    size = offset = number = 0
-    while True:
-        prefix = stream.read(4)
-        if not prefix:
-            break
-        number += 1
-        position = f"message {number} at byte {offset}"
-        if len(prefix) < 4:
-            raise DecodeError(source, position, "truncated length prefix")
-        length = int.from_bytes(prefix, "big")
-        if length > otlp_proto.MAX_MESSAGE_BYTES:
-            raise DecodeError(source, position, f"message length {length} exceeds the limit")
-        payload = stream.read(length)
-        if len(payload) < length:
-            raise DecodeError(source, position, f"truncated message: {len(payload)} of {length} bytes")
-        group.append((number, offset, payload))
-        offset += 4 + length
-        size += length
+    size = 0
+    for message in otlp_proto.read_messages(stream, source):
+        group.append(message)
+        size += len(message[2])
         if size >= BLOCK_BYTES:
             yield group
             group, size = [], 0
@@ -242,29 +227,7 @@ def decode_messages(
         slow.extend(number for number, _ in rejected)
     if slow:
         wanted = set(slow)
-        yield from _reference([m for m in messages if m[0] in wanted], source, on_bad)
-
-
-def _reference(messages: list[tuple[int, int, bytes]], source: str, on_bad: OnBad) -> Iterator[SpanColumns]:
-    ctx = otlp_json.DecodeContext(source)
-    out = SpanColumns()
-    for number, offset, payload in messages:
-        ctx.record = number
-        ctx.position = f"message {number} at byte {offset}"
-        try:
-            data = payload
-            if data[:4] == ZSTD_MAGIC:
-                data = decompress_message(data, source, ctx.position, otlp_proto.MAX_MESSAGE_BYTES)
-            if data[:1] == b"{":
-                otlp_json.decode_record(otlp_json._parse(data, ctx), out, ctx, on_bad)
-            else:
-                otlp_proto.decode_message(otlp_proto._parse(data, ctx), out, ctx, on_bad)
-        except DecodeError as error:
-            if on_bad is None:
-                raise
-            on_bad(error)
-    if len(out):
-        yield out
+        yield from otlp_proto.decode_payloads([m for m in messages if m[0] in wanted], source, on_bad)
 
 
 def decode(stream: BinaryIO, source: str, on_bad: OnBad = None) -> Iterator[ArrowSpans | SpanColumns]:
