@@ -53,3 +53,4 @@ def test_store_errors_become_one_line_messages(monkeypatch, capsys) -> None:
     assert capsys.readouterr().err.strip() == (
         "tailscope: x.duckdb: still locked by another tailscope process after 60 s"
     )
+

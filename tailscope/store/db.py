@@ -142,7 +142,9 @@ def ensure_schema(conn: duckdb.DuckDBPyConnection) -> None:
         body = "\n".join(line for line in statement.splitlines() if not line.strip().startswith("--"))
         if body.strip():
             conn.execute(body)
-    row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
+    # fetchall, not fetchone: DuckDB 2 keeps a half-read result open and refuses other work on it.
+    rows = conn.execute("SELECT max(version) FROM schema_version").fetchall()
+    row = rows[0] if rows else None
     if row is None or row[0] is None:
         conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
     elif row[0] != SCHEMA_VERSION:
