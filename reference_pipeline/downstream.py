@@ -2,10 +2,11 @@
 
 It assigns a customer segment from a small in-memory table keyed by a hash of the entity id (real,
 cheap work). With `--delay heavy-tail` (the slow-downstream scenario) each call also sleeps a
-log-normal delay with a Pareto tail. That sleep is a configured delay, and it is the only one in the
-pipeline: it stands in for a dependency that is slow for reasons outside this system (a remote
-service under its own load), which is exactly what the scenario is about. Every other stage's time
-is spent doing its work.
+log-normal delay with a Pareto tail. That sleep is a configured delay: it stands in for a dependency
+that is slow for reasons outside this system (a remote service under its own load), which is exactly
+what the scenario is about. The only other configured delay is the remote feature store's simulated
+network round trip on a cache miss (cold-cache and key-expiry, see features.py); every other stage's
+time is spent doing its work.
 
 Run: `python -m reference_pipeline.downstream [--delay none|heavy-tail] [--trace-out FILE]`; prints
 `LISTENING <port>` when ready, like the service.

@@ -9,6 +9,12 @@ own connection (sqlite3 connections must not be shared across threads).
 `RedisFeatureStore` (when `--redis-url` is given) keeps the same 16 features per entity as a hash
 `tailscope:features:<id>`, loaded on start; `redis` is imported only then.
 
+`RemoteLatency` simulates the network round trip of a remote feature store (a managed online store
+or a Redis across the network, where every miss is a request over the wire). It is a configured
+delay, drawn from a log-normal, and is used only when the config asks for it (the cold-cache and
+key-expiry scenarios, whose planted cause is misses against such a store); the local SQLite file
+itself answers in well under a millisecond, which is not what a miss costs in production.
+
 `FeatureCache` is an LRU (OrderedDict) whose entries expire after a TTL. `jitter` spreads expiry
 times; `fill(..., jitter=0)` inserts every key at once with one TTL, which is how the key-expiry
 scenario makes a whole cache expire together. The cache lives on the event-loop thread only, so it
@@ -154,6 +160,19 @@ class RedisFeatureStore:
         if not raw:
             return None
         return [float(raw[str(j).encode()]) for j in range(N_FEATURES)]
+
+
+class RemoteLatency:
+    """Simulated network round trip of a remote feature store: log-normal, `median_ms` and `sigma`
+    (0.5: p99 ≈ 3.2 × the median). `draw()` returns seconds; the caller waits that long per miss and
+    records it on the span (`tailscope.injected_delay_ms`), so the wait is never mistaken for work."""
+
+    def __init__(self, median_ms: float, sigma: float = 0.5, seed: int = 29) -> None:
+        self.median_s, self.sigma = median_ms / 1000, sigma
+        self._rng = random.Random(seed)
+
+    def draw(self) -> float:
+        return self.median_s * self._rng.lognormvariate(0.0, self.sigma)
 
 
 class FeatureCache:

@@ -38,7 +38,13 @@ from starlette.routing import Route
 
 from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import DynamicBatcher
-from reference_pipeline.features import FeatureCache, RedisFeatureStore, SqliteFeatureStore, entity_id
+from reference_pipeline.features import (
+    FeatureCache,
+    RedisFeatureStore,
+    RemoteLatency,
+    SqliteFeatureStore,
+    entity_id,
+)
 from reference_pipeline.model import ModelRunner, build_classifier, pretrained_dir, serve_from_file
 from reference_pipeline.pagecache import drop_page_cache
 from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreMonitor
@@ -95,6 +101,9 @@ class Pipeline:
         if not cfg.warm_model:
             drop_page_cache(store.path)
         self.store = RedisFeatureStore(cfg.redis_url, store) if cfg.redis_url else store
+        # simulated network round trip of a remote store (cold-cache, key-expiry); see features.py
+        remote = cfg.store_rtt_ms > 0 and not cfg.redis_url
+        self.store_rtt = RemoteLatency(cfg.store_rtt_ms) if remote else None
         self.cache = FeatureCache(cfg.cache_capacity, cfg.cache_ttl_s, jitter=cfg.cache_jitter)
         self.store_pool = ThreadPoolExecutor(cfg.store_pool, thread_name_prefix="store")
         self.post_pool = ThreadPoolExecutor(cfg.post_threads or cfg.workers, thread_name_prefix="post")
@@ -111,6 +120,11 @@ class Pipeline:
             self.cache.fill(self.store, [entity_id(i) for i in range(cfg.n_entities)])
         self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch, cfg.max_wait_ms, cfg.workers)
         self.client: httpx.AsyncClient | None = None
+
+    def _fetch(self, key: str, network_wait_s: float) -> list[float] | None:
+        if network_wait_s:
+            time.sleep(network_wait_s)  # the simulated remote store's network round trip, not work
+        return self.store.get(key)
 
     def _run_batch(self, payloads: list[tuple[list[int], list[float]]]) -> list[list[float]]:
         return self.runner.run([p[0] for p in payloads], [p[1] for p in payloads])
@@ -129,9 +143,12 @@ class Pipeline:
             features = self.cache.get(key)
             span.set_attribute("cache.hit", features is not None)
             if features is None:
-                with self.span(sm.STORE_GET, SpanKind.CLIENT, **{"db.system": self.store.db_system}):
+                with self.span(sm.STORE_GET, SpanKind.CLIENT, **{"db.system": self.store.db_system}) as get:
+                    wait = self.store_rtt.draw() if self.store_rtt else 0.0
+                    if wait:
+                        get.set_attribute("tailscope.injected_delay_ms", round(wait * 1000, 3))
                     loop = asyncio.get_running_loop()
-                    features = await loop.run_in_executor(self.store_pool, self.store.get, key)
+                    features = await loop.run_in_executor(self.store_pool, self._fetch, key, wait)
                 if features is None:
                     raise BadRequest(404, f"unknown entity {key}")
                 self.cache.put(key, features)

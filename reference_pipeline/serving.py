@@ -9,9 +9,16 @@ import uvicorn
 
 
 def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
-    """A listening socket (port 0: the kernel picks a free one, so there is no race to lose)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """A listening socket (port 0: the kernel picks a free one, so there is no race to lose).
+
+    TCP_NODELAY is set on it (accepted connections inherit it on Linux) and the protocol is named:
+    asyncio disables Nagle only on sockets whose `proto` is IPPROTO_TCP, and a socket made with proto
+    0 is skipped. Without it a response written in two pieces waits for the peer's delayed ACK,
+    ~40 ms on every call (measured: 44 ms → 1.9 ms median per loopback POST with httpx).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(1024)
     return sock

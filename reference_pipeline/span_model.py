@@ -77,8 +77,9 @@ RESOURCE_KEYS = (
     "tailscope.model.weights",  # "pretrained" | "random-init" | "simulated"
     "tailscope.batch.max_size",
     "tailscope.batch.max_wait_ms",
-    "tailscope.workers",
+    "tailscope.workers",  # model-worker threads in one service process
 )
+# the simulator adds "tailscope.instances": how many server processes (instances) it simulates
 
 SCENARIOS = (
     "steady",

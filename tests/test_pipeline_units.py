@@ -320,3 +320,34 @@ def test_otlp_endpoint_gets_an_http_exporter_on_the_traces_path() -> None:
     (processor,) = processors
     assert processor.span_exporter._endpoint == "http://127.0.0.1:4318/v1/traces"
     provider.shutdown()
+
+
+def test_remote_store_latency_only_where_the_scenario_makes_the_store_remote() -> None:
+    from reference_pipeline.features import RemoteLatency
+
+    expected = {"steady": False, "cold-start": False, "cold-cache": True, "key-expiry": True}
+    for scenario, remote in expected.items():
+        cfg = ServiceConfig()
+        configure(scenario, cfg, LoadShape(rps=10, duration_s=10))
+        assert (cfg.store_rtt_ms > 0) == remote, scenario
+    latency = RemoteLatency(8.0, seed=1)
+    draws = sorted(latency.draw() for _ in range(2000))
+    assert 0.007 < draws[1000] < 0.009 and draws[-20] > 2 * draws[1000] and draws[0] > 0
+
+
+def test_listening_sockets_disable_nagle() -> None:
+    import socket
+
+    from reference_pipeline.serving import bind_free_port
+
+    sock = bind_free_port()
+    try:
+        assert sock.proto == socket.IPPROTO_TCP  # asyncio sets TCP_NODELAY only on such sockets
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        client = socket.create_connection(sock.getsockname())
+        conn, _ = sock.accept()
+        assert conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # inherited on accept
+        conn.close()
+        client.close()
+    finally:
+        sock.close()

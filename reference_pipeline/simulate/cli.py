@@ -23,7 +23,9 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace file to write (.gz / .zst suffix: compressed)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default 0)")
     parser.add_argument("--rps", type=float, help="mean arrival rate (default: half the capacity)")
-    parser.add_argument("--workers", type=int, help="server instances, one model worker each (default 3)")
+    parser.add_argument("--instances", "--workers", dest="workers", type=int,
+                        help="server instances (processes), one model worker each; resource attribute "
+                        "tailscope.instances (default 3)")
     parser.add_argument("--max-batch", type=int, help="dynamic batcher: largest batch (default 8)")
     parser.add_argument("--max-wait-ms", type=float, help="dynamic batcher: longest wait (default 5)")
     parser.add_argument("--hardware", choices=tuple(HARDWARE), default="cpu-fp32",

@@ -165,7 +165,9 @@ def resources(sim: Simulation, naming: str, run_label: str | None = None
             "tailscope.gpu.name": c.gpu_name or None, "tailscope.torch.version": c.torch_version,
             "tailscope.dtype": c.dtype, "tailscope.model.weights": "simulated",
             "tailscope.batch.max_size": c.max_batch, "tailscope.batch.max_wait_ms": c.max_wait_ms,
-            "tailscope.workers": c.workers, "tailscope.run.label": run_label,
+            # tailscope.workers means what it means in the real service: model-worker threads per
+            # process (one here); the simulator's `workers` setting counts instances (processes)
+            "tailscope.workers": 1, "tailscope.instances": c.workers, "tailscope.run.label": run_label,
         }
         setup = {k: v for k, v in setup.items() if v is not None}
 
