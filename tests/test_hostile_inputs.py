@@ -42,47 +42,8 @@ FROM runs
 """
 
 
-# Cases that fail today because of bugs in code this suite does not own; each reason says where.
-# strict=False: a fix turns them into XPASS (listed by -ra) without breaking the build.
-_NON_STRING = (
-    "ingest/otlp_json.py does not type-check event names, status.message, traceState or scope names: "
-    "the non-string reaches SpanColumns.to_arrow and pyarrow raises ArrowTypeError (a traceback, exit 1)"
-)
-_EMPTY = (
-    "ingest/loader.py: detect() returns None for an empty or blank file and the loader commits it as "
-    "a run with 0 spans (exit 0, a runs row added) instead of rejecting it"
-)
-KNOWN_BUGS = {
-    "truncated_zstd": (
-        "ingest/compression.py: python-zstandard's stream_reader ends silently on a truncated frame, so "
-        "the file decodes as empty (exit 0); check ZstdDecompressionObj.eof at end of input"
-    ),
-    "empty_file": _EMPTY,
-    "whitespace_only": _EMPTY,
-    "otlp_event_name_not_a_string": _NON_STRING,
-    "otlp_jsonl_event_name_not_a_string": _NON_STRING,
-    "otlp_status_message_not_a_string": _NON_STRING,
-    "otlp_trace_state_not_a_string": _NON_STRING,
-    "otlp_scope_name_not_a_string": _NON_STRING,
-    "otlp_link_trace_state_not_a_string": _NON_STRING,
-    "otlp_jsonl_null_attribute": (
-        "ingest/otlp_fast.py render_attributes calls anyvalue.json_attributes outside any handler: an "
-        "attribute entry that is not an object escapes as AttributeError (a traceback, exit 1)"
-    ),
-    "json_with_bom_otlp": (
-        "ingest/otlp_json.py: detect() skips a UTF-8 BOM but otlp_json hands it to orjson, which refuses it"
-    ),
-}
-
-
 def cases(stored: bool) -> list[Any]:
-    return [
-        pytest.param(c, id=c.name, marks=[pytest.mark.xfail(reason=KNOWN_BUGS[c.name], strict=False)])
-        if c.name in KNOWN_BUGS
-        else pytest.param(c, id=c.name)
-        for c in HOSTILE_CASES
-        if (c.stored is not None) == stored
-    ]
+    return [pytest.param(c, id=c.name) for c in HOSTILE_CASES if (c.stored is not None) == stored]
 
 
 def run_cli(*args: str) -> tuple[int, str, str]:
