@@ -23,7 +23,7 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace file to write (.gz / .zst suffix: compressed)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default 0)")
     parser.add_argument("--rps", type=float, help="mean arrival rate (default: half the capacity)")
-    parser.add_argument("--instances", "--workers", dest="workers", type=int,
+    parser.add_argument("--instances", "--workers", dest="workers", type=int, metavar="N",
                         help="server instances (processes), one model worker each; resource attribute "
                         "tailscope.instances (default 3)")
     parser.add_argument("--max-batch", type=int, help="dynamic batcher: largest batch (default 8)")
