@@ -21,12 +21,15 @@ signature it should leave in the traces:
 - slow-downstream: the downstream `/enrich` service sleeps a heavy-tailed (log-normal + Pareto tail)
   delay per call; this is the one configured delay in the pipeline, and it stands for a slow
   dependency. Signature: `downstream.call` p99 up.
-- cold-start: a fresh replica takes traffic as soon as its model is loaded: the weights file (which
-  the service memory-maps, as model servers do) and the feature-store file are not in the page
-  cache, and no warm-up pass has touched them, so the first forward passes and store reads fault
-  their pages in from disk; the feature cache is empty and no connection is pooled yet. Unlike
-  cold-cache, the cache has room for everything, so the penalty fades within the first second or
-  so. Signature: the first requests are the slowest of the run (and requests queue behind them).
+- cold-start: a fresh replica whose readiness is not gated on its model (a common misconfiguration
+  behind autoscaling cold starts): it announces itself and takes traffic as soon as its socket is
+  bound, and the first batch does the start-up work on the request path: build the encoder, write
+  and memory-map its weights file (dropped from the page cache first, as is the feature-store file),
+  and run the warm-up pass over every batch and sequence padding bucket (about 2 s on the 2-core
+  VM). Requests that arrive meanwhile queue behind it and the backlog then drains, so latency decays
+  with request index; the feature cache also starts empty. No sleep: the time is the load itself.
+  Signature: the first requests are the slowest of the run, the first batch's `model.forward` carries
+  the load, the ones behind it wait in `batch.queue_wait`.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class ServiceConfig:
     redis_url: str | None = None
     downstream_url: str | None = None
     warm_model: bool = True  # False (cold-start): no warm-up pass; weights and store files start uncached
+    lazy_load: bool = False  # True (cold-start): ready before the model loads; the first batch loads it
     cache_prefill: bool = True
     cache_capacity: int = 10000
     cache_ttl_s: float = 3600.0
@@ -139,5 +143,6 @@ def configure(scenario: str, service: ServiceConfig, load: LoadShape) -> Downstr
         downstream.delay = "heavy-tail"
     elif scenario == "cold-start":
         service.warm_model = False
+        service.lazy_load = True
         service.cache_prefill = False
     return downstream

@@ -2,7 +2,9 @@
 
 Run as a process: `python -m reference_pipeline.service --config-json JSON [--trace-out FILE]
 [--otlp-endpoint URL]`. It binds 127.0.0.1 on a free port, prints `LISTENING <port>` once it is ready
-(model built and, unless the scenario says otherwise, warmed), serves until SIGTERM/SIGINT, then
+(model built and, unless the scenario says otherwise, warmed; under `lazy_load`, the cold-start
+scenario, as soon as the socket is bound, and the first batch builds and loads the model), serves
+until SIGTERM/SIGINT, then
 drains the batcher and flushes its spans.
 
 A request: read and size-check the body (http.receive) → decode and validate JSON (parse_request) →
@@ -21,6 +23,7 @@ import contextvars
 import re
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -45,7 +48,15 @@ from reference_pipeline.features import (
     SqliteFeatureStore,
     entity_id,
 )
-from reference_pipeline.model import ModelRunner, build_classifier, pretrained_dir, serve_from_file
+from reference_pipeline.model import (
+    MAX_SEQ_LEN,
+    ModelRunner,
+    batch_bucket,
+    build_classifier,
+    pretrained_dir,
+    seq_bucket,
+    serve_from_file,
+)
 from reference_pipeline.pagecache import drop_page_cache
 from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreMonitor
 from reference_pipeline.scenarios import ServiceConfig
@@ -85,17 +96,11 @@ class Pipeline:
         self.cfg, self.tracer, self.gc_log = cfg, tracer, gc_log
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
-        weights_dir = pretrained_dir()
-        model, self.weights = build_classifier(weights_dir)
-        model = serve_from_file(model, workdir / "model.safetensors", cold=not cfg.warm_model)
-        self.runner = ModelRunner(
-            model,
-            device=cfg.device,
-            dtype=cfg.dtype,
-            compile=cfg.compile,
-            cuda_graphs=cfg.cuda_graphs,
-            max_batch=cfg.max_batch,
-        )
+        weights_dir, self.workdir = pretrained_dir(), workdir
+        self.weights = "pretrained" if weights_dir is not None else "random-init"
+        self._weights_dir, self._load_lock = weights_dir, threading.Lock()
+        # lazy_load (cold-start): readiness is not gated on the model; the first batch loads it
+        self.runner: ModelRunner | None = None if cfg.lazy_load else self._load_model(cfg.warm_model)
         self.tokenizer = build_tokenizer(weights_dir)
         store = SqliteFeatureStore(workdir / "features.sqlite", n_entities=cfg.n_entities)
         if not cfg.warm_model:
@@ -114,8 +119,6 @@ class Pipeline:
         )
         self.monitor = ScoreMonitor(workdir / "audit.sqlite", heavy=cfg.heavy_monitor)
         self.post = Postprocessor(self.monitor, explanations, tracer)
-        if cfg.warm_model:
-            self.runner.warm_up([(1, 16), (1, 64), (cfg.max_batch, 32), (cfg.max_batch, 128)])
         if cfg.cache_prefill:
             self.cache.fill(self.store, [entity_id(i) for i in range(cfg.n_entities)])
         self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch, cfg.max_wait_ms, cfg.workers)
@@ -126,8 +129,38 @@ class Pipeline:
             time.sleep(network_wait_s)  # the simulated remote store's network round trip, not work
         return self.store.get(key)
 
+    def _load_model(self, warm: bool) -> ModelRunner:
+        """Build the encoder, load its weights, memory-map them from the served file, set up the runner
+        and, with `warm`, run the warm-up pass over the batch and sequence shapes traffic will use."""
+        model, _ = build_classifier(self._weights_dir)  # its label is self.weights (same weights_dir)
+        model = serve_from_file(model, self.workdir / "model.safetensors", cold=not self.cfg.warm_model)
+        runner = ModelRunner(
+            model,
+            device=self.cfg.device,
+            dtype=self.cfg.dtype,
+            compile=self.cfg.compile,
+            cuda_graphs=self.cfg.cuda_graphs,
+            max_batch=self.cfg.max_batch,
+        )
+        if warm:  # every batch and sequence padding bucket: no shape meets traffic uninitialised
+            batches = sorted({batch_bucket(n, self.cfg.max_batch) for n in range(1, self.cfg.max_batch + 1)})
+            seqs = sorted({seq_bucket(n) for n in range(1, MAX_SEQ_LEN + 1)})
+            runner.warm_up([(rows, seq) for rows in batches for seq in seqs])
+        return runner
+
+    def _ready_runner(self) -> ModelRunner:
+        """The runner, loaded on first use under lazy_load (readiness not gated on the model): the
+        batch that triggers it does the whole start-up work, the same load and warm-up pass that gate
+        readiness otherwise, in a model worker thread, so its forward span carries it; every request
+        that arrives meanwhile queues behind it."""
+        if self.runner is None:
+            with self._load_lock:
+                if self.runner is None:
+                    self.runner = self._load_model(warm=True)
+        return self.runner
+
     def _run_batch(self, payloads: list[tuple[list[int], list[float]]]) -> list[list[float]]:
-        return self.runner.run([p[0] for p in payloads], [p[1] for p in payloads])
+        return self._ready_runner().run([p[0] for p in payloads], [p[1] for p in payloads])
 
     def close(self) -> None:
         self.batcher.close()

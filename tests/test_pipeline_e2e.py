@@ -301,8 +301,11 @@ def test_cold_start_makes_the_first_requests_slowest(tmp_path, steady) -> None:
     ]
     later = sorted(roots[len(roots) // 2 :])
     first = roots[:3]
-    assert sum(first) / 3 > 1.5 * later[len(later) // 2], (first, later[len(later) // 2])
-    assert max(first) >= sorted(roots)[int(0.9 * len(roots))], (first, sorted(roots)[-5:])
+    # the model loads on the first batch (readiness is not gated on it): the first requests wait for
+    # the whole load, those behind them less and less as the backlog drains
+    assert sum(first) / 3 > 5 * later[len(later) // 2], (first, later[len(later) // 2])
+    assert max(roots) == max(first), (first, sorted(roots)[-5:])
+    assert min(roots[:5]) >= sorted(roots)[int(0.9 * len(roots))], (roots[:5], sorted(roots)[-8:])
 
 
 @pytest.mark.slow
