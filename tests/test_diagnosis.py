@@ -86,6 +86,24 @@ def test_findings_are_sorted_and_carry_chart_data(store: Store) -> None:
     assert result.findings[0].evidence["stats"]["hold_ms"] > 0
 
 
+def test_stall_timeline_shows_the_requests_caught_in_the_stall(store: Store) -> None:
+    chart = diagnose(store, "gc-pressure").findings[0].evidence["chart"]
+    assert chart["kind"] == "stall_timeline"
+    lo, hi = chart["stall_ms"]
+    assert [lo, hi] in chart["stalls_ms"]
+    slow_spans = [
+        (start, end)
+        for start, end, slow in zip(chart["start_ms"], chart["end_ms"], chart["slow"], strict=True)
+        if slow
+    ]
+    in_longest = [1 for start, end in slow_spans if start < hi and end > lo]
+    in_a_stall = [1 for start, end in slow_spans if any(start < b and end > a for a, b in chart["stalls_ms"])]
+    assert in_longest, "no slow span drawn overlaps the longest stall the chart is about"
+    assert len(in_a_stall) >= 0.8 * len(slow_spans), (
+        f"only {len(in_a_stall)} of {len(slow_spans)} slow spans drawn lie in a shaded stall"
+    )
+
+
 def test_cache_miss_names_the_attribute_that_explains_the_slow_mode(store: Store) -> None:
     top = diagnose(store, "cold-cache").findings[0]
     stats = top.evidence["stats"]

@@ -55,8 +55,10 @@ def _stall_timeline(c: dict[str, Any]) -> go.Figure:
                 hovertemplate="%{customdata}: %{x:.2f} ms<extra></extra>",
             )
         )
+    for lo, hi in c.get("stalls_ms", []):
+        fig.add_vrect(x0=lo, x1=hi, fillcolor=TAIL, opacity=0.10, line_width=0)
     lo, hi = c["stall_ms"]
-    fig.add_vrect(x0=lo, x1=hi, fillcolor=TAIL, opacity=0.12, line_width=0, annotation_text="stall")
+    fig.add_vrect(x0=lo, x1=hi, fillcolor=TAIL, opacity=0.12, line_width=0, annotation_text="longest stall")
     charts.layout(fig, height=380, barmode="overlay", xaxis_title="time (ms)", yaxis_title="request")
     return fig
 

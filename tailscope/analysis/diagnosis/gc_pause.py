@@ -281,12 +281,14 @@ def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:
     f = ctx.frame
     k = int(np.argmax(ep_t1 - ep_t0))
     inst, t0, t1 = int(ep_inst[k]), int(ep_t0[k]), int(ep_t1[k])
-    pad = max(3 * (t1 - t0), 20_000_000)
+    pad = max(t1 - t0, 20_000_000)
     lo, hi = t0 - pad, t1 + pad
     reqs = f.requests
-    sel_req = np.nonzero((reqs.instance == inst) & (reqs.start < hi) & (reqs.start + reqs.latency > lo))[0][
-        :60
-    ]
+    near = np.nonzero((reqs.instance == inst) & (reqs.start < hi) & (reqs.start + reqs.latency > lo))[0]
+    # The 60 requests nearest the stall (those overlapping it first), drawn in start order.
+    gap = np.maximum(np.maximum(t0 - (reqs.start[near] + reqs.latency[near]), reqs.start[near] - t1), 0)
+    sel_req = np.sort(near[np.argsort(gap, kind="stable")[:60]])
+    in_window = (ep_inst == inst) & (ep_t0 < hi) & (ep_t1 > lo)
     row_of = np.full(len(reqs), -1)
     row_of[sel_req] = np.arange(len(sel_req))
     r = f.request[spans]
@@ -300,5 +302,9 @@ def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:
         "name": [f.names[c] for c in f.name[s]],
         "slow": slow[keep].tolist(),
         "stall_ms": [round((t0 - lo) / 1e6, 3), round((t1 - lo) / 1e6, 3)],
+        "stalls_ms": [
+            [round((a - lo) / 1e6, 3), round((b - lo) / 1e6, 3)]
+            for a, b in zip(ep_t0[in_window], ep_t1[in_window], strict=True)
+        ],
         "instance": f.instances[inst],
     }
