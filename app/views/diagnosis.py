@@ -116,7 +116,7 @@ def _histogram(c: dict[str, Any]) -> go.Figure:
     ):
         fig.add_vline(x=value, line_color=color, line_dash="dot", annotation_text=f"{label} {fmt.ms(value)}")
     charts.layout(fig, height=360, xaxis_title="duration (ms, log scale)", yaxis_title="spans", bargap=0)
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log", dtick=1)
     return fig
 
 
@@ -129,7 +129,7 @@ def _warmup(c: dict[str, Any]) -> go.Figure:
     charts.layout(
         fig, height=360, xaxis_title="request number on its instance (log)", yaxis_title="median ms"
     )
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log", dtick=1)
     return fig
 
 
@@ -145,7 +145,7 @@ def _dependency(c: dict[str, Any]) -> go.Figure:
 def _network(c: dict[str, Any]) -> go.Figure:
     fig = go.Figure(go.Histogram(x=c["gap_ms"], nbinsx=60, marker_color=TAIL, name="calls"))
     charts.layout(fig, height=360, xaxis_title="gap (ms)", yaxis_title="calls")
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", dtick=1)
     return fig
 
 
