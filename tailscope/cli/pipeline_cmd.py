@@ -19,16 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-SCENARIOS = (
-    "steady",
-    "burst",
-    "gc-pressure",
-    "lock-contention",
-    "cold-cache",
-    "key-expiry",
-    "slow-downstream",
-    "cold-start",
-)  # span_model.SCENARIOS, kept here so --help needs no import
+from reference_pipeline.span_model import SCENARIOS  # stdlib-only module: --help stays light
 
 
 def _add_service_options(parser: argparse.ArgumentParser) -> None:
