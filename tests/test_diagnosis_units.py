@@ -185,3 +185,15 @@ def test_real_world_exports_load_and_diagnose_without_errors(corpus_dir, tmp_pat
     result = diagnose(Store(db), "corpus")
     assert not result.errors, result.errors
     assert result.spans > 0
+
+
+def test_warmup_length_is_the_unbroken_slow_run_from_the_start() -> None:
+    from tailscope.analysis.diagnosis.cold_start import warmup_length
+
+    edges = np.array([0, 1, 2, 4, 8, 16, 32, 64])
+    nan = np.nan
+    # slow start (one bucket too small to judge), settled from index 8, a noisy slow bucket at 32
+    medians = np.array([900.0, nan, 400.0, 60.0, 40.0, 41.0, 90.0, 40.0])
+    assert warmup_length(medians, 40.0, edges) == 8  # not 64: the late noise is not warm-up
+    assert warmup_length(np.array([40.0, 41.0, 39.0, 90.0, 40.0, 40.0, 40.0, 40.0]), 40.0, edges) == 0
+    assert warmup_length(np.array([90.0] * 7 + [40.0]), 40.0, edges) == 64  # never settles in range

@@ -27,6 +27,19 @@ ADVICE = (
 )
 
 
+def warmup_length(medians: np.ndarray, plateau: float, edges: np.ndarray) -> int:
+    """Requests per instance before latency settles, from per-bucket medians over request index.
+
+    The warm-up is the unbroken run of slow buckets (median > 1.3x the plateau) from the first
+    request: a bucket known to be back at the plateau ends it, buckets too small to judge (NaN) neither
+    extend nor end it, so slow requests later in the run (noise, load) do not stretch it.
+    """
+    slow = medians[:-1] > 1.3 * plateau
+    settled = np.nonzero(~np.isnan(medians[:-1]) & ~slow)[0]
+    high = np.nonzero(slow[: settled[0]] if len(settled) else slow)[0]
+    return int(edges[high.max() + 1]) if len(high) else 0
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
@@ -51,8 +64,7 @@ def detect(ctx: Context) -> list[Finding]:
         m = usable & (bucket == j)
         if m.sum() >= 3:
             medians[j] = np.median(lat[m])
-    high = np.nonzero(medians[:-1] > 1.3 * plateau)[0]
-    warm = int(edges[high.max() + 1]) if len(high) else 0
+    warm = warmup_length(medians, plateau, edges)
     warm = min(warm, int(0.3 * cap * 2))
     k_first = max(5, min(50, warm)) if warm else 5
     first = usable & (idx < k_first)
