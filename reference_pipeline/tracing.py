@@ -30,32 +30,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from reference_pipeline import span_model
+from reference_pipeline.otlp_values import key_values
 
 SCOPE = "tailscope.reference_pipeline"
 _KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
 _STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
-
-
-def _any_value(value) -> dict:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    if isinstance(value, str):
-        return {"stringValue": value}
-    if isinstance(value, bytes):
-        import base64
-
-        return {"bytesValue": base64.b64encode(value).decode()}
-    if isinstance(value, Sequence):
-        return {"arrayValue": {"values": [_any_value(v) for v in value]}}
-    return {"stringValue": str(value)}
-
-
-def _attributes(attrs) -> list[dict]:
-    return [{"key": k, "value": _any_value(v)} for k, v in (attrs or {}).items()]
 
 
 def span_to_otlp(span: ReadableSpan) -> dict:
@@ -71,10 +50,10 @@ def span_to_otlp(span: ReadableSpan) -> dict:
     if span.parent is not None:
         out["parentSpanId"] = f"{span.parent.span_id:016x}"
     if span.attributes:
-        out["attributes"] = _attributes(span.attributes)
+        out["attributes"] = key_values(span.attributes)
     if span.events:
         out["events"] = [
-            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": _attributes(e.attributes)}
+            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
             for e in span.events
         ]
     if span.links:
@@ -82,7 +61,7 @@ def span_to_otlp(span: ReadableSpan) -> dict:
             {
                 "traceId": f"{link.context.trace_id:032x}",
                 "spanId": f"{link.context.span_id:016x}",
-                "attributes": _attributes(link.attributes),
+                "attributes": key_values(link.attributes),
             }
             for link in span.links
         ]
@@ -106,7 +85,7 @@ def encode_request(spans: Sequence[ReadableSpan]) -> dict:
     return {
         "resourceSpans": [
             {
-                "resource": {"attributes": _attributes(resource.attributes)},
+                "resource": {"attributes": key_values(resource.attributes)},
                 "scopeSpans": [
                     {"scope": {"name": name, **({"version": version} if version else {})}, "spans": items}
                     for (name, version), items in scopes.items()

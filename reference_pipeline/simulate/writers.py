@@ -9,31 +9,17 @@ decimal strings, integer enums; what `reference_pipeline.tracing` writes for the
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from ingest.columns import SpanColumns
+from reference_pipeline.otlp_values import key_values
 from reference_pipeline.simulate.spans import SpanGroup, SpanSource, string_value
 
 _KIND_NUMBER = {"Internal": 1, "Server": 2, "Client": 3}
 _PLACEHOLDER = {"int": '{"intValue":"%d"}', "bool": '{"boolValue":%s}', "str": '{"stringValue":%s}'}
-
-
-def any_value(value: Any) -> dict[str, Any]:
-    if isinstance(value, bool):
-        return {"boolValue": value}
-    if isinstance(value, int):
-        return {"intValue": str(value)}
-    if isinstance(value, float):
-        return {"doubleValue": value}
-    return {"stringValue": str(value)}
-
-
-def key_values(attrs: dict[str, Any] | Iterable[tuple[str, Any]]) -> list[dict[str, Any]]:
-    items = attrs.items() if isinstance(attrs, dict) else attrs
-    return [{"key": k, "value": any_value(v)} for k, v in items]
 
 
 def _json(value: Any) -> str:
