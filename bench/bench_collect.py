@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import os
-import platform
 import re
 import subprocess
 import sys
@@ -28,24 +26,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from machine_info import machine
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"{platform.machine()} {model}, {os.cpu_count()} cores, {memory:.0f} GiB, "
-        f"Python {platform.python_version()}, load average {load}"
-    )
 
 
 def exporter(index: int, url: str, seconds: float, rate: int, results: mp.Queue) -> None:

@@ -21,8 +21,6 @@ import argparse
 import datetime
 import gc
 import json
-import os
-import platform
 import resource
 import shlex
 import subprocess
@@ -31,25 +29,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine_info import machine
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-
-
-def machine() -> str:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    return (
-        f"{platform.machine()} {model}, {os.cpu_count()} cores, {memory:.0f} GiB, "
-        f"Python {platform.python_version()}, load average {load}"
-    )
 
 
 def ensure_data(spans: int, proto: bool) -> Path:

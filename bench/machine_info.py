@@ -1,0 +1,24 @@
+"""The one-line machine description every benchmark prints beside its figures."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+
+def machine() -> str:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    return (
+        f"{platform.machine()} {model}, {os.cpu_count()} cores, {memory:.0f} GiB, "
+        f"Python {platform.python_version()}, load average {load}"
+    )
