@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextvars
+import gc
 import re
 import sys
 import tempfile
@@ -316,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                     args.otlp_endpoint,
                 )
                 pipeline.tracer = pipeline.post.tracer = provider.get_tracer("tailscope.reference_pipeline")
+            if cfg.gc_freeze:  # what a tuned service does once ready; gc-pressure plants the opposite
+                gc.collect()
+                gc.freeze()
             serve(build_app(pipeline), bind_free_port(port=args.port))
             pipeline.close()
         finally:

@@ -5,11 +5,16 @@ one line, the shape the Collector's file exporter writes: camelCase fields, hex 
 integer enums, 64-bit integers as decimal strings. It serialises ReadableSpans directly (no
 protobuf round trip) because the exporter runs in the traced process, where its cost is overhead.
 
-`GcPauseLog` times every collection through `gc.callbacks` and keeps the pauses in a bounded deque.
-The callback only appends a tuple: touching spans from inside a collection could deadlock on a
-span's lock held by the interrupted code. Instead `attach_gc_events(root)` runs just before a request
-root span ends and adds one `python.gc` event per pause that overlapped the request, which is the
-same as recording the pause on every root span in flight at that moment.
+`GcPauseLog` times every collection through `gc.callbacks` and keeps the pauses that can matter to
+a latency tail: every generation-1 and -2 collection, and a generation-0 one only when it took at
+least `MIN_YOUNG_PAUSE_NS` (1 ms). A young collection takes ~60 µs and runs ~70 times a second under
+load, so recording each on every request in flight cost more than the rest of the tracing together:
+an overloaded run carried ~110 events per request, and the spans that held them lengthened the full
+collections they were meant to report. The callback only appends a tuple: touching spans from
+inside a collection could deadlock on a span's lock held by the interrupted code. Instead
+`attach_gc_events(root)` runs just before a request root span ends and adds one `python.gc` event
+per pause that overlapped the request, which is the same as recording the pause on every root span
+in flight at that moment.
 """
 
 from __future__ import annotations
@@ -152,8 +157,12 @@ def stage_attrs(name: str, **extra) -> dict:
     return {"tailscope.stage": span_model.STAGE_OF[name], **extra}
 
 
+MIN_YOUNG_PAUSE_NS = 1_000_000
+
+
 class GcPauseLog:
-    """Times garbage collections via gc.callbacks; pauses are (start_ns, end_ns, generation, collected)."""
+    """Times garbage collections via gc.callbacks; pauses are (start_ns, end_ns, generation, collected).
+    Generation-0 collections shorter than MIN_YOUNG_PAUSE_NS are timed but not kept."""
 
     def __init__(self, keep: int = 20000) -> None:
         # A plain list: append is atomic under the GIL and readers index from the end, so a pause
@@ -166,7 +175,9 @@ class GcPauseLog:
         if phase == "start":
             self._start = time.time_ns()
         else:
-            self.pauses.append((self._start, time.time_ns(), info["generation"], info["collected"]))
+            end, generation = time.time_ns(), info["generation"]
+            if generation or end - self._start >= MIN_YOUNG_PAUSE_NS:
+                self.pauses.append((self._start, end, generation, info["collected"]))
 
     def install(self) -> None:
         gc.callbacks.append(self._callback)

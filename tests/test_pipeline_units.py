@@ -144,6 +144,17 @@ def test_gc_pause_log_records_collections_and_finds_overlaps() -> None:
     assert not log.overlapping(after + 1, after + 2)
 
 
+def test_gc_pause_log_keeps_full_collections_and_long_young_ones_only() -> None:
+    log = GcPauseLog()
+    log._callback("start", {"generation": 0})
+    log._callback("stop", {"generation": 0, "collected": 3})  # microseconds: not kept
+    log._start = time.time_ns() - 2_000_000
+    log._callback("stop", {"generation": 0, "collected": 4})  # a 2 ms young collection: kept
+    log._callback("start", {"generation": 1})
+    log._callback("stop", {"generation": 1, "collected": 5})  # older generations: always kept
+    assert [(p[2], p[3]) for p in log.pauses] == [(0, 4), (1, 5)]
+
+
 def _memory_provider():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -256,9 +267,12 @@ def test_payloads_have_varied_texts_and_skewed_entities() -> None:
 @pytest.mark.parametrize(
     ("scenario", "check"),
     [
-        ("steady", lambda s, load: s.warm_model and s.cache_prefill and not load.bursts),
+        ("steady", lambda s, load: s.warm_model and s.cache_prefill and s.gc_freeze and not load.bursts),
         ("burst", lambda s, load: load.bursts and load.bursts[0][2] > 1),
-        ("gc-pressure", lambda s, load: s.gc_live_records > 0 and s.gc_nodes_per_request > 0),
+        (
+            "gc-pressure",
+            lambda s, load: s.gc_live_records > 0 and s.gc_nodes_per_request > 0 and not s.gc_freeze,
+        ),
         ("lock-contention", lambda s, load: s.heavy_monitor and s.post_threads >= 4),
         ("cold-cache", lambda s, load: not s.cache_prefill and s.cache_capacity < s.n_entities),
         ("key-expiry", lambda s, load: s.cache_jitter == 0 and s.cache_ttl_s < load.duration_s),
