@@ -54,7 +54,7 @@ def decide(score: float) -> str:
 
 
 class ScoreMonitor:
-    def __init__(self, audit_path: Path, heavy: bool, window: int = 400_000) -> None:
+    def __init__(self, audit_path: Path, heavy: bool, window: int = 1_000_000) -> None:
         self.heavy = heavy
         self.lock = threading.Lock()
         self._array = np.random.default_rng(5).random(window)  # a full window from the start
