@@ -1,18 +1,23 @@
 """Reference pipeline figures for bench/RESULTS.md.
 
   python bench/bench_pipeline.py forward   [--device cpu] [--seq 64] [--threads N]
-  python bench/bench_pipeline.py batching  [--duration 10] [--rps 60]
-  python bench/bench_pipeline.py tracing   [--duration 10] [--rps 60] [--repeats 3]
+  python bench/bench_pipeline.py batching  [--duration 10] [--concurrency 32]
+  python bench/bench_pipeline.py tracing   [--duration 10] [--concurrency 32] [--repeats 5]
   python bench/bench_pipeline.py spans     [--requests 3000]
 
 forward: model.forward p50/p99 (ms) per batch size (1, 8, 32) and dtype (fp32, bf16, int8) at a fixed
   sequence length, timed around ModelRunner.run (collation, forward, copy back), after warm-up. The
   CPU column is the calling thread's CPU time: with one intra-op thread (--threads 1) that is the
   compute itself, which stays meaningful on a machine shared with other work.
-batching: the whole service (steady scenario, no downstream) under open-loop load above its capacity,
-  with max batch 1 and with dynamic batching (8 requests, 5 ms): completed requests per second.
+batching: the whole service (steady scenario, no downstream) saturated by a closed loop of
+  --concurrency clients (each sends its next request when the last answers; --rps N instead: open-loop
+  Poisson load, which must exceed capacity), with max batch 1 and with dynamic batching (8 requests,
+  5 ms): completed requests per second. The closed loop is the throughput measure: an open loop above
+  capacity grows a backlog of connections whose client work, on the same 2 cores, takes CPU from the
+  server and makes its throughput swing by ±10 % from run to run.
 tracing: the same saturated service with the OTel SDK exporting every span to a file, and with a
-  no-op tracer; the overhead is the relative loss of throughput. Runs alternate to spread drift.
+  no-op tracer; the overhead is the relative loss of throughput (and the service's CPU per request).
+  Runs alternate to spread drift.
 spans: CPU per request of the tracing alone (the service's 13 spans, no service around them).
 Each section prints a Markdown table and the machine it ran on.
 """
@@ -93,7 +98,8 @@ def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
                 device=args.device,
                 dtype=args.dtype,
                 duration_s=args.duration,
-                rps=args.rps,
+                rps=args.rps or 60.0,
+                concurrency=0 if args.rps else args.concurrency,
                 max_batch=max_batch,
                 max_wait_ms=max_wait_ms,
                 downstream=False,
@@ -108,9 +114,15 @@ def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
     return summary
 
 
+def _load_text(args) -> str:
+    if args.rps:
+        return f"open loop, {args.rps:g} req/s offered for {args.duration:g} s"
+    return f"closed loop, {args.concurrency} clients for {args.duration:g} s"
+
+
 def bench_batching(args) -> None:
     print(
-        f"service throughput at saturation ({args.rps:g} req/s offered for {args.duration:g} s, "
+        f"service throughput at saturation ({_load_text(args)}, "
         f"steady, no downstream) — {machine(SERVICE_THREADS)}\n"
     )
     print("| policy | completed req/s | client p50 ms | client p99 ms |")
@@ -126,7 +138,7 @@ def bench_batching(args) -> None:
 
 def bench_tracing(args) -> None:
     print(
-        f"tracing overhead at saturation ({args.rps:g} req/s offered for {args.duration:g} s, batch 8/5 ms, "
+        f"tracing overhead at saturation ({_load_text(args)}, batch 8/5 ms, "
         f"steady, no downstream) — {machine(SERVICE_THREADS)}\n"
     )
     rps: dict[bool, list[float]] = {True: [], False: []}
@@ -221,8 +233,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per forward cell (min 10 runs)")
     parser.add_argument("--duration", type=float, default=10.0)
-    parser.add_argument("--rps", type=float, default=60.0, help="offered load: keep it above capacity")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--rps", type=float, default=0.0, help="open-loop load instead (keep it above capacity)"
+    )
+    parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--requests", type=int, default=3000, help="spans: requests' worth of spans")
     args = parser.parse_args()
     sections = {

@@ -6,6 +6,12 @@ arrivals as a fast one (no coordinated omission). Payloads: texts of log-normall
 from the synthetic corpus, entity ids with Zipf popularity. Each request is a CLIENT span of service
 tailscope-loadgen whose W3C `traceparent` the server continues; the latency recorded is the
 client's (send → full response).
+
+Closed loop (`LoadShape.concurrency` > 0), for throughput benchmarks only: that many clients each
+send their next request as soon as the last one answers, for the duration. It keeps the server
+saturated with a fixed, small number of connections, so the load generator (on the same machine)
+does not compete with the server the way an ever-growing open-loop backlog does; it hides queueing,
+so tail studies use the open loop.
 """
 
 from __future__ import annotations
@@ -25,6 +31,9 @@ from reference_pipeline import span_model as sm
 from reference_pipeline.features import entity_id
 from reference_pipeline.scenarios import LoadShape
 from reference_pipeline.text import Corpus
+
+CLOSED_LOOP_PAYLOADS = 4096
+CLOSED_LOOP_MAX_RPS = 20_000
 
 
 def arrival_times(shape: LoadShape, rng: random.Random) -> list[float]:
@@ -97,13 +106,19 @@ async def run_load(
     n_entities: int = 5000,
     seed: int = 1,
     drain_s: float = 30.0,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> LoadResult:
     """Send the whole schedule to `url` (…/v1/predict); wait up to drain_s for stragglers."""
     rng = random.Random(seed)
-    times = arrival_times(shape, rng)
-    payloads = make_payloads(len(times), rng, n_entities)
+    if shape.concurrency > 0:  # closed loop: a pool of payloads, reused in turn; slots for the most
+        times = []  # requests the duration could hold
+        payloads = make_payloads(CLOSED_LOOP_PAYLOADS, rng, n_entities)
+        slots: list[tuple[float, int] | None] = [None] * int(shape.duration_s * CLOSED_LOOP_MAX_RPS)
+    else:
+        times = arrival_times(shape, rng)
+        payloads = make_payloads(len(times), rng, n_entities)
+        slots = [None] * len(times)
     result = LoadResult(sent=len(times))
-    slots: list[tuple[float, int] | None] = [None] * len(times)
 
     async def one(client: httpx.AsyncClient, i: int) -> None:
         with tracer.start_as_current_span(
@@ -115,7 +130,7 @@ async def run_load(
             propagate.inject(headers)
             start = time.perf_counter()
             try:
-                response = await client.post(url, content=payloads[i], headers=headers)
+                response = await client.post(url, content=payloads[i % len(payloads)], headers=headers)
                 status = response.status_code
             except httpx.HTTPError as exc:
                 status = 0
@@ -127,9 +142,11 @@ async def run_load(
                     span.set_status(Status(StatusCode.ERROR, f"HTTP {status}"))
 
     limits = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
-    async with httpx.AsyncClient(limits=limits, timeout=drain_s) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=drain_s, transport=transport) as client:
         loop = asyncio.get_running_loop()
         begin = loop.time()
+        if shape.concurrency > 0:
+            return await _closed_loop(client, shape, one, slots, result, begin)
         tasks = []
         for i, at in enumerate(times):
             delay = begin + at - loop.time()
@@ -141,6 +158,10 @@ async def run_load(
             for task in pending:
                 task.cancel()
         result.wall_s = loop.time() - begin
+    return _collect(slots, result)
+
+
+def _collect(slots: list[tuple[float, int] | None], result: LoadResult) -> LoadResult:
     for slot in slots:
         if slot is None:
             result.errors += 1
@@ -151,3 +172,21 @@ async def run_load(
         if status != 200:
             result.errors += 1
     return result
+
+
+async def _closed_loop(client, shape: LoadShape, one, slots: list, result: LoadResult, begin: float):
+    """`shape.concurrency` clients, each sending payload after payload until the duration is over."""
+    loop = asyncio.get_running_loop()
+    next_index = 0
+
+    async def client_loop() -> None:
+        nonlocal next_index
+        while loop.time() - begin < shape.duration_s and next_index < len(slots):
+            i, next_index = next_index, next_index + 1
+            await one(client, i)
+
+    await asyncio.gather(*(client_loop() for _ in range(shape.concurrency)))
+    result.wall_s = loop.time() - begin
+    del slots[next_index:]
+    result.sent = next_index
+    return _collect(slots, result)

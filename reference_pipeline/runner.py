@@ -38,6 +38,7 @@ class RunOptions:
     dtype: str = "fp32"
     duration_s: float = 10.0
     rps: float = 20.0
+    concurrency: int = 0  # > 0: closed-loop load with this many clients instead of rps (throughput)
     out: Path | None = None
     max_batch: int = 8
     max_wait_ms: float = 5.0
@@ -132,7 +133,7 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         n_entities=opts.n_entities,
         tracing=opts.tracing,
     )
-    load = LoadShape(rps=opts.rps, duration_s=opts.duration_s)
+    load = LoadShape(rps=opts.rps, duration_s=opts.duration_s, concurrency=opts.concurrency)
     downstream = configure(opts.scenario, service, load)
     return service, load, downstream.delay
 

@@ -108,6 +108,9 @@ class LoadShape:
     rps: float
     duration_s: float
     bursts: list[tuple[float, float, float]] = field(default_factory=list)  # (start_s, length_s, x rps)
+    # > 0: closed loop instead, this many clients each sending its next request when the last one
+    # answers (rps and bursts unused). For throughput benchmarks: a closed loop hides queueing.
+    concurrency: int = 0
 
     def rate_at(self, t: float) -> float:
         for start, length, multiplier in self.bursts:

@@ -9,6 +9,7 @@ import threading
 import time
 
 import duckdb
+import httpx
 import orjson
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -19,7 +20,7 @@ from opentelemetry.trace import Link, SpanKind
 from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import DynamicBatcher
 from reference_pipeline.features import FeatureCache, SqliteFeatureStore, entity_id
-from reference_pipeline.loadgen import arrival_times, make_payloads
+from reference_pipeline.loadgen import arrival_times, make_payloads, run_load
 from reference_pipeline.postprocess import calibrate, decide
 from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure
 from reference_pipeline.tracing import GcPauseLog, OtlpJsonLinesExporter, encode_request, make_provider
@@ -365,3 +366,28 @@ def test_listening_sockets_disable_nagle() -> None:
         client.close()
     finally:
         sock.close()
+
+
+def test_closed_loop_keeps_exactly_n_requests_in_flight_for_the_duration() -> None:
+    from opentelemetry import trace
+
+    in_flight, peak, served = 0, 0, 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:  # a test double of the service
+        nonlocal in_flight, peak, served
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        served += 1
+        return httpx.Response(200, json={"ok": True})
+
+    shape = LoadShape(rps=1, duration_s=0.5, concurrency=4)
+    result = asyncio.run(
+        run_load("http://svc/v1/predict", shape, trace.NoOpTracer(), transport=httpx.MockTransport(handler))
+    )
+    assert peak == 4
+    assert result.sent == served == len(result.latencies_ms) and result.errors == 0
+    # 4 clients x ~10 ms per request for 0.5 s: far more than the rps=1 an open loop would send
+    assert 60 <= served <= 4 * 0.5 / 0.01 + 4
+    assert 0.5 <= result.wall_s < 1.0

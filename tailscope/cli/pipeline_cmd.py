@@ -25,6 +25,13 @@ from reference_pipeline.span_model import SCENARIOS  # stdlib-only module: --hel
 def _add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of load (default 10)")
     parser.add_argument("--rps", type=float, default=20.0, help="mean arrival rate, requests/s (default 20)")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=0,
+        help="closed loop instead of --rps: N clients, each sending when its last request answers "
+        "(for throughput; it hides queueing, so not for tail studies)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="model worker and postprocessing threads")
     parser.add_argument("--otlp-endpoint", help="also export spans over OTLP/HTTP to this URL")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
@@ -79,6 +86,7 @@ def _options(args: argparse.Namespace, **overrides):
         scenario=args.scenario,
         duration_s=args.duration,
         rps=args.rps,
+        concurrency=args.concurrency,
         workers=args.workers,
         otlp_endpoint=args.otlp_endpoint,
         compile=args.compile,
