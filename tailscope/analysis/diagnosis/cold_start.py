@@ -4,7 +4,10 @@ Statistic. Every instance's requests are numbered from its first one (a restarte
 instance id, so restarts are covered). The first K requests of an instance (5 % of them, 10 to 200)
 are compared with those after 3K: the ratio of medians and the probability that an early request is
 slower than a late one (AUC, from ranks; 0.5 when there is no warm-up). Its weight is how much the
-early requests are over-represented in the tail. The stage and span name that carry the early excess
+early requests are over-represented in the tail, and how much of the tail's latency excess their
+extra time (latency over the warm plateau) is: a handful of first requests a few milliseconds slow
+can fill a short run's tail by count and still be a small part of what the tail costs. The stage
+and span name that carry the early excess
 are named; when that span is a bimodal (cache) span, the warm-up is a cold cache and is left to the
 cache_miss finding.
 """
@@ -14,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, ranks
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, ranks
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "cold_start"
@@ -86,6 +89,8 @@ def detect(ctx: Context) -> list[Finding]:
     tail_early = float(early[split.tail].mean()) if split.tail.any() else 0.0
     all_early = float(early.mean())
     impact = clamp01((tail_early - all_early) / max(1e-9, 1 - all_early))
+    extra = np.where(early, np.maximum(lat - plateau, 0.0), 0.0)
+    extra_share = excess_share(extra, ctx.split)
 
     # who carries the early excess
     sel = f.request >= 0
@@ -107,7 +112,7 @@ def detect(ctx: Context) -> list[Finding]:
     strength = logistic(auc, 0.72, 0.05) * logistic(ratio, 1.4, 0.15)
     if strength >= 0.3:  # compute_bound leaves the warm-up requests' forward time to this finding
         ctx.notes["warm_up_requests"] = early
-    weight = logistic(impact, 0.25, 0.08)
+    weight = logistic(impact, 0.25, 0.08) * logistic(extra_share, 0.2, 0.06)
     confidence = strength * weight * (1 - cache_part)
     stage = ctx.stage_of_name(top)
     name = f.names[top]
@@ -136,6 +141,7 @@ def detect(ctx: Context) -> list[Finding]:
         "auc": round(float(auc), 3),
         "tail_share_early": round(tail_early, 3),
         "all_share_early": round(all_early, 3),
+        "tail_excess_share_of_warm_up": round(extra_share, 3),
         "warmup_span": name,
         "warmup_span_share": round(top_share, 3),
         "cold_cache_part": round(cache_part, 3),

@@ -7,6 +7,11 @@ mutex each holder in front adds one hold time, so duration ~ own work + concurre
 strong rank correlation (Spearman rho) and a positive robust slope (Theil-Sen) that is the hold time.
 The name with the strongest correlation, weighted by its share of the tail excess, is reported; the
 slope is the estimated hold time and the intercept the work outside the lock.
+
+Materiality. The modelled wait of a span is slope x concurrency. It must be a real part of the span's
+time either on average (share of its mean duration) or in the tail (share of the requests' tail excess
+it accounts for): at a low arrival rate the lock is rarely contended, so waits are a small part of
+the mean, yet the few requests that queue on it are the tail.
 """
 
 from __future__ import annotations
@@ -78,17 +83,24 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         share = _inclusive_share(ctx, code)
         explained = slope * conc.mean() / max(d.mean(), 1.0)
+        wait = np.minimum(slope * conc, d)  # the modelled wait, never more than the span itself
+        in_span = np.zeros(len(f), bool)
+        in_span[spans] = True
+        values = np.zeros(len(f))
+        values[spans] = wait
+        tail_wait = ctx.share_of(in_span, values)
         strength = logistic(rho, 0.45, 0.08)
         weight = logistic(share, 0.08, 0.03)
-        confidence = strength * weight * logistic(explained, 0.15, 0.05)
+        material = max(logistic(explained, 0.15, 0.05), logistic(tail_wait, 0.25, 0.06))
+        confidence = strength * weight * material
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
         summary = (
             f"'{name}' duration rises with the number of requests already in it on the same instance: "
             f"Spearman rho={rho:.2f}, slope {ms(slope):.2f} ms per request ahead (estimated hold time), "
             f"{ms(intercept):.2f} ms of its own work; contention explains {explained:.0%} of its mean "
-            "duration and "
-            f"it carries {share:.0%} of the tail excess."
+            f"duration and {tail_wait:.0%} of the requests' tail excess, and the span "
+            f"carries {share:.0%} of the tail excess."
         )
         stats = {
             "spearman_rho": round(rho, 3),
@@ -97,6 +109,7 @@ def detect(ctx: Context) -> list[Finding]:
             "mean_concurrency": round(float(conc.mean()), 2),
             "max_concurrency": int(conc.max()),
             "contention_share_of_duration": round(explained, 3),
+            "contention_share_of_tail_excess": round(tail_wait, 3),
             "tail_excess_share": round(share, 3),
             "spans": len(spans),
         }
