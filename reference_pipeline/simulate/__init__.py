@@ -8,6 +8,9 @@ batches for big test data without files. Modules, in the order data flows:
 - processes: arrivals, load balancing, server processes and their GC pauses (process vs wall time)
 - model: the per-process stage simulation (cache, batcher, lock) → per-request timings
 - naming, spans: span names/attributes (reference or alt) and chunks of spans with hashed ids
+- gateway: the `gateway` topology, the same model rendered as another service's traces (an API
+  gateway root, a gRPC call into a model server that holds the work, deeper nesting, no queue or lock
+  span, host + pid instances, GC as `GC pause` events or none): a held-out family for accuracy checks
 - writers: OTLP/JSON lines, Jaeger UI JSON, SpanColumns
 - api, cli: the Python API and `tailscope pipeline simulate`
 
@@ -23,6 +26,7 @@ from typing import Any
 _LAZY = {
     "simulate_columns": "api", "simulate_to_file": "api",
     "SCENARIOS": "config", "NAMINGS": "config", "FORMATS": "config", "HARDWARE": "config",
+    "TOPOLOGIES": "config",
     "SimConfig": "config", "scenario_config": "config",
     "simulate": "model", "Simulation": "model",
 }

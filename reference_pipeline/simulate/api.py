@@ -13,6 +13,7 @@ import numpy as np
 
 from ingest.columns import SpanColumns
 from reference_pipeline.simulate.config import FORMATS, scenario_config
+from reference_pipeline.simulate.gateway import GatewaySource
 from reference_pipeline.simulate.model import Simulation, simulate
 from reference_pipeline.simulate.spans import SpanSource
 from reference_pipeline.simulate.writers import jaeger_json, otlp_json_lines, span_columns
@@ -23,10 +24,20 @@ def simulate_columns(scenario: str = "steady", requests: int = 4000, seed: int =
                      ) -> Iterator[SpanColumns]:
     """Simulated spans as SpanColumns batches (about 13 spans per request), no file in between.
 
-    `options` are `scenario_config` keywords: `hardware`, and any SimConfig field (rps, workers, ...).
+    `options` are `scenario_config` keywords: `hardware`, and any SimConfig field (rps, workers,
+    topology, gc_events, ...).
     """
-    source = SpanSource(simulate(scenario_config(scenario, requests, seed, **options)), naming)
-    yield from span_columns(source, batch_requests)
+    source = span_source(simulate(scenario_config(scenario, requests, seed, **options)), naming)
+    yield from span_columns(source, batch_requests)  # type: ignore[arg-type]
+
+
+def span_source(sim: Simulation, naming: str = "reference", run_label: str | None = None
+                ) -> SpanSource | GatewaySource:
+    """The spans of a simulation in its topology: the pipeline's tree under `naming`, or the gateway
+    topology's own names (`naming` and `run_label` apply to the pipeline topology only)."""
+    if sim.config.topology == "gateway":
+        return GatewaySource(sim)
+    return SpanSource(sim, naming, run_label=run_label)
 
 
 def _open_for_writing(path: Path, suffix: str):
@@ -52,10 +63,10 @@ def simulate_to_file(out: str | os.PathLike[str], scenario: str = "steady", requ
     started = time.perf_counter()
     config = scenario_config(scenario, requests, seed, **options)
     sim = simulate(config)
-    source = SpanSource(sim, naming, run_label=run_label)
+    source = span_source(sim, naming, run_label)
     path = Path(out)
     partial = path.with_name(path.name + ".partial")
-    pieces = otlp_json_lines(source) if fmt == "otlp-json" else jaeger_json(source)
+    pieces = otlp_json_lines(source) if fmt == "otlp-json" else jaeger_json(source)  # type: ignore[arg-type]
     try:
         with _open_for_writing(partial, path.suffix) as stream:
             for piece in pieces:
@@ -66,7 +77,8 @@ def simulate_to_file(out: str | os.PathLike[str], scenario: str = "steady", requ
     seconds = time.perf_counter() - started
     spans = source.span_count()
     return {
-        "scenario": scenario, "naming": naming, "format": fmt, "out": str(path), "seed": seed,
+        "scenario": scenario, "topology": config.topology, "naming": source.naming, "format": fmt,
+        "out": str(path), "seed": seed,
         "run_label": run_label, "requests": requests, "spans": spans, "bytes": path.stat().st_size,
         "seconds": round(seconds, 3), "spans_per_second": round(spans / seconds) if seconds > 0 else None,
         **run_figures(sim),

@@ -1,6 +1,10 @@
 """`tailscope pipeline simulate`: write a simulated run of the reference pipeline to a trace file.
 
   tailscope pipeline simulate --scenario burst --requests 20000 --out burst.jsonl [--db tailscope.duckdb]
+  tailscope pipeline simulate --topology gateway --scenario gc-pressure --no-gc-events --out gc.jsonl
+
+`--topology gateway` renders the same simulated mechanisms as another service's traces (a held-out
+family for accuracy checks, see reference_pipeline/simulate/gateway.py).
 
 Imports only the standard library and the simulator's config at module level, so --help stays fast.
 """
@@ -12,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from reference_pipeline.simulate.config import FORMATS, HARDWARE, NAMINGS, SCENARIOS
+from reference_pipeline.simulate.config import FORMATS, HARDWARE, NAMINGS, SCENARIOS, TOPOLOGIES
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +36,14 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
                         help="forward-pass cost and device attributes (default cpu-fp32)")
     parser.add_argument("--naming", choices=NAMINGS, default="reference",
                         help="reference: span_model's names; alt: a foreign service's names, no tailscope.*")
+    parser.add_argument("--topology", choices=TOPOLOGIES, default="pipeline",
+                        help="pipeline: the reference pipeline's span tree; gateway: the same mechanisms "
+                        "behind another shape of service (API gateway root, gRPC call to a model server "
+                        "whose span holds the work, deeper nesting, no queue or lock span, host + pid "
+                        "instances, GC as 'GC pause' events, no tailscope.* attributes; --naming is "
+                        "ignored) (default pipeline)")
+    parser.add_argument("--no-gc-events", dest="gc_events", action="store_false",
+                        help="do not report GC pauses as span events (timing is all that shows them)")
     parser.add_argument("--format", choices=FORMATS, default="otlp-json",
                         help="otlp-json: Collector file-exporter lines; jaeger: Jaeger UI JSON")
     parser.add_argument("--run-label", metavar="LABEL",
@@ -48,7 +60,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         summary = simulate_to_file(
             args.out, args.scenario, args.requests, args.seed, naming=args.naming, fmt=args.format,
             run_label=args.run_label, hardware=args.hardware, rps=args.rps, workers=args.workers,
-            max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+            max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, topology=args.topology,
+            gc_events=args.gc_events,
         )
     except ValueError as error:
         print(f"tailscope pipeline simulate: {error}", file=sys.stderr)

@@ -15,6 +15,9 @@ from reference_pipeline import span_model
 # span_model's scenarios plus the simulator's own (a subset of clients behind a slow network).
 SCENARIOS: tuple[str, ...] = (*span_model.SCENARIOS, "network-jitter")
 NAMINGS = ("reference", "alt")  # see naming.py
+# pipeline: the reference pipeline's span tree (named by NAMINGS); gateway: the same mechanisms behind
+# a two-tier service of another shape (see gateway.py), for held-out accuracy checks
+TOPOLOGIES = ("pipeline", "gateway")
 FORMATS = ("otlp-json", "jaeger")  # see writers.py
 
 LogNormal = tuple[float, float]
@@ -29,6 +32,8 @@ class SimConfig:
     requests: int = 4000
     seed: int = 0
     start_ns: int = DEFAULT_START_NS
+    topology: str = "pipeline"  # one of TOPOLOGIES
+    gc_events: bool = True  # report GC pauses as span events (the gateway topology can leave them out)
 
     # load: open-loop Poisson arrivals at `rps`, or at `load` × capacity when rps is None
     rps: float | None = None
@@ -123,6 +128,11 @@ HARDWARE: dict[str, dict] = {
 }
 
 
+# The gateway topology's model server reads features from a local Redis (a round trip, not a dict
+# lookup) and a PostgreSQL table on a miss.
+GATEWAY_CHANGES: dict = {"cache_hit_ms": (0.25, 0.35), "store_ms": (5.0, 0.5)}
+
+
 def _scenario_changes(name: str) -> dict:
     if name == "steady":
         return {}
@@ -154,6 +164,10 @@ def scenario_config(scenario: str = "steady", requests: int = 4000, seed: int = 
     if hardware is not None and hardware not in HARDWARE:
         raise ValueError(f"unknown hardware {hardware!r}; one of {', '.join(HARDWARE)}")
     changes = {**HARDWARE[hardware or "cpu-fp32"], **{k: v for k, v in changes.items() if v is not None}}
+    if overrides.get("topology") == "gateway":
+        changes = {**GATEWAY_CHANGES, **changes}
+    elif overrides.get("topology") not in (None, *TOPOLOGIES):
+        raise ValueError(f"unknown topology {overrides['topology']!r}; one of {', '.join(TOPOLOGIES)}")
     config = replace(SimConfig(), scenario=scenario, requests=requests, seed=seed, **changes)
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if config.requests < 1:

@@ -116,7 +116,7 @@ class SpanSource:
             else:
                 attrs.append((key, kind, values[reqs].tolist()))
         events = links = None
-        if spec.role == "root":
+        if spec.role == "root" and sim.config.gc_events:
             events = [[(ts, sm.GC_EVENT, {"gc.generation": gen, "gc.duration_ns": dur, "gc.collected": col})
                        for ts, gen, dur, col in sim.gc_events.get(r, ())] for r in reqs.tolist()]
         elif spec.role == "forward":
