@@ -5,7 +5,10 @@ integer-coded columns, and `build_frame` derives, with vectorised numpy only,
 
 - the request root of every span (the topmost SERVER span of its trace; a trace without SERVER spans
   is rooted at its parentless span), so a client-side wrapper (a load generator's CLIENT span) sits
-  above the request and is kept as the client-observed latency,
+  above the request and is kept as the client-observed latency. A proxy tier is treated the same way:
+  where the roots of one (service, name) mostly forward the request whole (the median root is
+  covered ≥ 80 % by one CLIENT call's SERVER span in another service: an API gateway, a sidecar), the
+  request is that callee's span, and the proxy's call is its client wrapper,
 - each span's exclusive (self) time: its duration minus the union of its children's intervals,
 - leaves, depth, and the request table (start, latency, instance, index of the request on its instance).
 """
@@ -132,6 +135,67 @@ def _depth_and_ancestors(parent: np.ndarray, is_server: np.ndarray) -> tuple[np.
     return depth, server_above
 
 
+PROXY_COVERAGE = 0.8  # a root this much covered by one forwarded call (median) is a proxy tier
+
+
+def _nearest_server_above(parent: np.ndarray, is_server: np.ndarray, spans: np.ndarray) -> np.ndarray:
+    """For each span of `spans`: its nearest SERVER ancestor (-1 where none)."""
+    out = np.full(len(spans), -1, np.int64)
+    cur = parent[spans].copy()
+    todo = np.arange(len(spans))
+    for _ in range(256):
+        alive = cur[todo] >= 0
+        todo = todo[alive]
+        if len(todo) == 0:
+            break
+        hit = is_server[cur[todo]]
+        out[todo[hit]] = cur[todo[hit]]
+        todo = todo[~hit]
+        cur[todo] = parent[cur[todo]]
+    return out
+
+
+def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray) -> np.ndarray:
+    """Request roots moved from proxy tiers to the span of the service they forward to (see the
+    module docstring). Returns the span indices of the roots that moved (their new position)."""
+    is_server = frame.kind == KIND_SERVER
+    servers = np.nonzero(is_server & (parent >= 0))[0]
+    if len(servers) == 0:
+        return np.zeros(0, np.int64)
+    above = _nearest_server_above(parent, is_server, servers)
+    via_client = frame.kind[parent[servers]] == KIND_CLIENT
+    moved_all = []
+    for _ in range(4):  # a gateway in front of a router in front of the model server, at most
+        ok = (above >= 0) & via_client
+        ok[ok] = is_root[above[ok]] & (frame.service[servers[ok]] != frame.service[above[ok]])
+        cand, root = servers[ok], above[ok]
+        if len(cand) == 0:
+            break
+        # one forwarded call per root: the longest
+        order = np.lexsort((frame.dur[cand], root))
+        cand, root = cand[order], root[order]
+        last = np.r_[root[1:] != root[:-1], True]
+        cand, root = cand[last], root[last]
+        cover = frame.dur[cand] / np.maximum(frame.dur[root], 1)
+        roots = np.nonzero(is_root)[0]
+        group_codes = frame.service[roots] * (len(frame.names) + 1) + frame.name[roots]
+        groups, group_of = np.unique(group_codes, return_inverse=True)
+        coverage = np.zeros(len(frame), np.float64)
+        coverage[root] = cover
+        proxy = np.zeros(len(groups), bool)
+        for g in range(len(groups)):
+            proxy[g] = np.median(coverage[roots[group_of == g]]) >= PROXY_COVERAGE
+        position = np.full(len(frame), -1, np.int64)
+        position[roots] = group_of
+        move = proxy[position[root]]
+        if not move.any():
+            break
+        is_root[root[move]] = False
+        is_root[cand[move]] = True
+        moved_all.append(cand[move])
+    return np.concatenate(moved_all) if moved_all else np.zeros(0, np.int64)
+
+
 def _request_of(parent: np.ndarray, is_root: np.ndarray) -> np.ndarray:
     n = len(parent)
     req = np.where(is_root, np.arange(n), -1)
@@ -177,6 +241,38 @@ def exclusive_times(parent: np.ndarray, start: np.ndarray, dur: np.ndarray) -> n
     return np.maximum(excl, 0)
 
 
+def self_segments(
+    parent: np.ndarray, start: np.ndarray, dur: np.ndarray, owners: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stretches of time of each span in `owners` (spans with children) that no child covers: the
+    span's own work, or waiting that has no span of its own (an uninstrumented queue). Returns
+    (owner span, start, end) of every non-empty stretch."""
+    n = len(parent)
+    is_owner = np.zeros(n, bool)
+    is_owner[owners] = True
+    child = np.nonzero((parent >= 0) & is_owner[np.maximum(parent, 0)])[0]
+    if len(child) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    p = parent[child]
+    pstart, pend = start[p], start[p] + dur[p]
+    cs = np.clip(start[child], pstart, pend)
+    ce = np.clip(start[child] + dur[child], pstart, pend)
+    order = np.lexsort((cs, p))
+    p, cs, ce, pstart, pend = p[order], cs[order], ce[order], pstart[order], pend[order]
+    first = np.r_[True, p[1:] != p[:-1]]
+    last = np.r_[p[1:] != p[:-1], True]
+    group = np.cumsum(first) - 1
+    span = int(max((ce - pstart).max(initial=0), 1)) + 1
+    offset = group.astype(np.int64) * span
+    run_end = np.maximum.accumulate(ce - pstart + offset) - offset + pstart  # covered up to, inclusive
+    gap_from = np.where(first, pstart, np.r_[np.int64(0), run_end[:-1]])
+    owner = np.r_[p, p[last]]
+    seg_s = np.r_[gap_from, run_end[last]]
+    seg_e = np.r_[cs, pend[last]]
+    keep = seg_e > seg_s
+    return owner[keep], seg_s[keep], seg_e[keep]
+
+
 def build_frame(frame: TraceFrame) -> TraceFrame:
     """Fill the derived fields of a frame whose span columns are set. Returns the same frame."""
     n = len(frame.dur)
@@ -186,6 +282,10 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
     has_server = np.zeros(int(frame.trace.max(initial=-1)) + 1, bool)
     has_server[frame.trace[is_server]] = True
     is_root = (is_server & ~server_above) | ((parent < 0) & ~has_server[frame.trace])
+    moved = _descend_proxies(frame, parent, is_root)
+    if len(moved):  # the request root is ingress, whatever its name (as in the stage mapping)
+        frame.stage = frame.stage.copy()
+        frame.stage[moved] = ALL_STAGES.index("ingress")
     frame.depth = depth
     frame.request = _request_of(parent, is_root)
     frame.excl = exclusive_times(parent, frame.start, frame.dur)

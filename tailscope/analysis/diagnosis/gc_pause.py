@@ -1,22 +1,26 @@
 """gc_pause: unrelated in-flight requests on one instance stretched at the same instant.
 
 Statistic. Per instance, time is cut into short bins. A leaf span is *slow* when it is above the 90th
-percentile of its span name (and 1.5x its median). For every bin we count D = the number of distinct
-span names that have a slow span covering the bin. A stop-the-world pause stretches whatever is in
-flight, whatever its stage, so during pauses several different names are slow in the same bins. The
-null hypothesis ("each name is slow on its own schedule") is built by circularly shifting every
-(instance, name) slow-indicator series by a random offset, which keeps each name's own clustering
-(lock convoys, expiry storms, queue build-ups are one name each) but breaks cross-name alignment.
-Stall bins are bins with D >= 2 that hold at least 60 % of the active names; the finding's strength is
-how far the observed count of stall bins sits above the shifted counts (z score, ratio), and its weight
-is how many tail requests overlap a stall episode. A rise in arrivals during stalls (a burst) and
-stalls packed at the start (warm-up) discount it. GC events reported by the runtime only confirm.
+percentile of its span name (and 1.5x its median). The longest stretch of each request root that no
+child covers counts as a leaf of its own (named after the root): a request waiting in a queue that has
+no span (a batcher awaited inside the handler) is in flight too, and a pause stretches that wait.
+For every bin we count D = the number of distinct span names that have a slow span covering the bin.
+A stop-the-world pause stretches whatever is in flight, whatever its stage, so during pauses several
+different names are slow in the same bins. The null hypothesis ("each name is slow on its own
+schedule") is built by circularly shifting every (instance, name) slow-indicator series by a random
+offset, which keeps each name's own clustering (lock convoys, expiry storms, queue build-ups are one
+name each) but breaks cross-name alignment. Stall bins are bins with D >= 2 that hold at least 60 % of
+the active names; the finding's strength is how far the observed count of stall bins sits above the
+shifted counts (z score, ratio), and its weight is how many tail requests overlap a stall episode. A
+rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. GC
+events reported by the runtime only confirm.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import self_segments
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms
 
@@ -35,18 +39,16 @@ MIN_BIN_NS = 1_000_000
 WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy 10 ms windows
 
 
-def slow_flags(ctx: Context, spans: np.ndarray, sample: int = 200_000) -> np.ndarray:
-    """Per span (of `spans`): above its name's 90th percentile and 1.5x its median (the per-name
-    quantiles come from a random sample of at most `sample` spans)."""
-    f = ctx.frame
-    nm = f.name[spans]
-    d = f.dur[spans].astype(np.float64)
-    pick = (
-        np.arange(len(spans)) if len(spans) <= sample else ctx.rng.choice(len(spans), sample, replace=False)
-    )
+def slow_flags(
+    ctx: Context, nm: np.ndarray, d: np.ndarray, n_codes: int, sample: int = 200_000
+) -> np.ndarray:
+    """Per interval (name code `nm`, duration `d`): above its name's 90th percentile and 1.5x its
+    median (the per-name quantiles come from a random sample of at most `sample` intervals)."""
+    d = d.astype(np.float64)
+    pick = np.arange(len(nm)) if len(nm) <= sample else ctx.rng.choice(len(nm), sample, replace=False)
     order = np.lexsort((d[pick], nm[pick]))
     nm_s, d_s = nm[pick][order], d[pick][order]
-    counts = np.bincount(nm_s, minlength=len(f.names))
+    counts = np.bincount(nm_s, minlength=n_codes)
     starts = np.r_[0, np.cumsum(counts)[:-1]]
     last = len(d_s) - 1
     q90 = d_s[np.minimum(starts + (0.9 * np.maximum(counts - 1, 0)).astype(np.int64), last)]
@@ -83,6 +85,26 @@ def warm_up_mask(ctx: Context) -> np.ndarray:
     return reqs.index_on_instance < 3 * k
 
 
+def _root_waits(ctx: Context, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(root span, start, end) of the longest stretch of each request root that no child covers,
+    for the root names where that stretch is a material part of the request (median >= 5 % of the
+    median latency: a wait, not scheduling slack between stages)."""
+    f = ctx.frame
+    roots = f.requests.root
+    owner, seg_s, seg_e = self_segments(f.parent, f.start, f.dur, roots[~f.leaf[roots] & inside[roots]])
+    if len(owner) == 0:
+        return owner, seg_s, seg_e
+    order = np.lexsort((seg_e - seg_s, owner))
+    last = np.r_[owner[order][1:] != owner[order][:-1], True]
+    pick = order[last]
+    owner, seg_s, seg_e = owner[pick], seg_s[pick], seg_e[pick]
+    material = np.zeros(len(owner), bool)
+    for code in np.unique(f.name[owner]).tolist():
+        sel = f.name[owner] == code
+        material[sel] = np.median(seg_e[sel] - seg_s[sel]) >= 0.05 * np.median(f.dur[owner[sel]])
+    return owner[material], seg_s[material], seg_e[material]
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
@@ -91,20 +113,30 @@ def detect(ctx: Context) -> list[Finding]:
     # warm-up requests (the first 3K of each instance, see cold_start) are slow across every stage for
     # another reason; leave them out so a cold start is not read as pauses
     warm = warm_up_mask(ctx)
-    spans = np.nonzero(f.leaf & (f.request >= 0))[0]
-    spans = spans[~warm[f.request[spans]]]
+    inside = f.request >= 0
+    inside[inside] = ~warm[f.request[inside]]
+    spans = np.nonzero(f.leaf & inside)[0]
     if len(spans) < 100:
         return []
+    # what is in flight: leaf spans, and the stretches of other spans that no child covers (a span's
+    # own work, or a wait with no span of its own, like a batch queue), named after their span
+    owner, seg_s, seg_e = _root_waits(ctx, inside)
+    n_codes = 2 * len(f.names)
+    nm = np.r_[f.name[spans], len(f.names) + f.name[owner]]
+    t_s, t_e = np.r_[f.start[spans], seg_s], np.r_[f.end[spans], seg_e]
+    inst = np.r_[f.instance[spans], f.instance[owner]]
     # keep the most frequent names (bounded memory); others do not take part
-    counts = np.bincount(f.name[spans], minlength=len(f.names))
+    counts = np.bincount(nm, minlength=n_codes)
     top = np.argsort(-counts)[:MAX_NAMES]
     top = top[counts[top] >= 20]
     if len(top) < 2:
         return []
-    name_slot = np.full(len(f.names), -1)
+    name_slot = np.full(n_codes, -1)
     name_slot[top] = np.arange(len(top))
-    spans = spans[name_slot[f.name[spans]] >= 0]
-    slow = slow_flags(ctx, spans)
+    keep = name_slot[nm] >= 0
+    nm, t_s, t_e, inst = nm[keep], t_s[keep], t_e[keep], inst[keep]
+    slow = slow_flags(ctx, nm, t_e - t_s, n_codes)
+    chart_spans = spans[keep[: len(spans)]]  # the leaves come first in the arrays above
 
     run_len = int(f.end.max())
     n_inst = int(f.instance.max()) + 1
@@ -112,10 +144,9 @@ def detect(ctx: Context) -> list[Finding]:
     width = max(MIN_BIN_NS, int(np.ceil((run_len + 1) * n_inst * n_names / MAX_CELLS)))
     n_bins = run_len // width + 2
 
-    inst = f.instance[spans]
-    slot = name_slot[f.name[spans]]
-    b0 = f.start[spans] // width
-    b1 = f.end[spans] // width
+    slot = name_slot[nm]
+    b0 = t_s // width
+    b1 = t_e // width
     row = (inst * n_names + slot) * n_bins
     size = n_inst * n_names * n_bins + 1
 
@@ -125,7 +156,7 @@ def detect(ctx: Context) -> list[Finding]:
         )
         return (np.cumsum(diff[:-1]) > 0).reshape(n_inst, n_names, n_bins)
 
-    active = coverage(np.ones(len(spans), bool))
+    active = coverage(np.ones(len(nm), bool))
     slow_cov = coverage(slow)
     a_count = active.sum(axis=1, dtype=np.int16)  # (inst, bins)
     a_need = np.maximum(2, np.ceil(0.6 * a_count)).astype(np.int16)
@@ -272,7 +303,7 @@ def detect(ctx: Context) -> list[Finding]:
             evidence={
                 "summary": summary,
                 "stats": stats,
-                "chart": _chart(ctx, spans, slow, ep_inst, ep_t0, ep_t1),
+                "chart": _chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
             },
             advice=ADVICE,
         )

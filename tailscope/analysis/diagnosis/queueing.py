@@ -1,7 +1,8 @@
 """queueing: waiting before work starts that tracks the arrival rate with a lag and drains after.
 
-Statistic. A request's wait is the exclusive time of its queue-stage spans plus the time between the
-request root's start and its first child (work not yet started). Time is cut into ~100 bins; per bin
+Statistic. A request's wait is the exclusive time of its queue-stage spans plus the request root's own
+unattributed time: before its first child (work not yet started), or between children (a batch queue
+or a worker pool with no span of its own shows only as such a hole). Time is cut into ~100 bins; per bin
 we take the arrival count and the mean wait of the requests arriving in it, then the correlation of
 arrivals with wait at lags 0..10 bins (the queue fills while arrivals exceed capacity and drains
 after, so wait lags arrivals). Arrivals must really vary (index of dispersion of the per-bin counts
@@ -40,20 +41,15 @@ MAX_LAG = 10
 
 
 def waits(ctx: Context) -> np.ndarray:
-    """Per request: exclusive time of queue-stage spans + the gap before the root's first child."""
+    """Per request: exclusive time of queue-stage spans + the root's exclusive time, where the root has
+    children (a childless root's own time is its work, not a wait)."""
     f = ctx.frame
     reqs = f.requests
-    n = len(reqs)
     queue = ctx.span_stage_mask("queue")
     wait = ctx.per_request(queue & (f.request >= 0))
-    child = (f.parent >= 0) & (f.request >= 0)
-    child &= f.parent == f.requests.root[np.maximum(f.request, 0)]
-    first = np.full(n, np.iinfo(np.int64).max)
-    np.minimum.at(first, f.request[child], f.start[child])
-    has = first < np.iinfo(np.int64).max
-    gap = np.zeros(n)
-    gap[has] = np.maximum(0, first[has] - reqs.start[has])
-    return wait + gap
+    roots = reqs.root
+    has_children = ~f.leaf[roots] & ~queue[roots]  # a queue-stage root is counted above
+    return wait + np.where(has_children, f.excl[roots], 0).astype(np.float64)
 
 
 def detect(ctx: Context) -> list[Finding]:
