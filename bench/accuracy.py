@@ -1,6 +1,14 @@
 """Diagnosis accuracy on every planted scenario of the simulator: scenario x seed x naming (x format).
 
     .venv/bin/python bench/accuracy.py [--requests 3000] [--seeds 5] [--jaeger] [--write]
+        [--topologies pipeline,gateway]
+
+`--topologies` picks the span trees: `pipeline` (default) is the reference pipeline's, in both
+namings; `gateway` is the held-out family (reference_pipeline/simulate/gateway.py): the same planted
+mechanisms behind a two-tier service of another shape (API gateway root, gRPC call to a model server,
+deeper nesting, no queue or lock span, host + pid instances, GC reported as `GC pause` events or not
+at all). Gateway runs always go through a trace file and the real loader: even seeds OTLP/JSON lines,
+odd seeds Jaeger JSON; seeds 0, 1 (mod 4) report GC events, seeds 2, 3 do not.
 
 Each seed also varies the load (0.4 / 0.5 / 0.65 of capacity) and the number of server processes
 (2 / 3 / 4), so the table covers several rates and concurrencies. Spans go from `simulate_columns`
@@ -51,6 +59,8 @@ WORKERS = (2, 3, 4)
 BANDS = ((0.0, 0.2), (0.2, 0.5), (0.5, 0.8), (0.8, 1.01))
 BEGIN = "<!-- diagnosis-accuracy:begin -->"
 END = "<!-- diagnosis-accuracy:end -->"
+HELD_OUT_BEGIN = "<!-- diagnosis-heldout:begin -->"
+HELD_OUT_END = "<!-- diagnosis-heldout:end -->"
 
 
 def options(seed: int) -> dict:
@@ -80,6 +90,26 @@ def diagnose_jaeger(scenario: str, requests: int, seed: int, naming: str):
         return diagnose(Store(db), "run")
 
 
+def gateway_setup(seed: int) -> tuple[str, bool]:
+    """Format and GC reporting of a held-out (gateway) run: they alternate with the seed."""
+    return ("otlp" if seed % 2 == 0 else "jaeger"), seed % 4 < 2
+
+
+def diagnose_gateway(scenario: str, requests: int, seed: int):
+    from ingest.loader import load_paths
+    from tailscope.analysis.diagnosis import diagnose
+    from tailscope.store.db import Store
+
+    fmt, gc_events = gateway_setup(seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / ("run.jsonl" if fmt == "otlp" else "run.json")
+        simulate_to_file(out, scenario, requests, seed, fmt="otlp-json" if fmt == "otlp" else "jaeger",
+                         topology="gateway", gc_events=gc_events, **options(seed))
+        db = Path(tmp) / "store.duckdb"
+        load_paths([out], db, "run")
+        return diagnose(Store(db), "run")
+
+
 def verdict(scenario: str, findings) -> bool:
     planted = PLANTED[scenario]
     if planted is None:
@@ -98,9 +128,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jaeger", action="store_true", help="also one seed per scenario through Jaeger JSON"
     )
+    parser.add_argument("--topologies", default="pipeline",
+                        help="pipeline, gateway (the held-out family) or both, comma-separated")
     parser.add_argument("--write", action="store_true", help="write the tables into bench/RESULTS.md")
     args = parser.parse_args(argv)
+    topologies = args.topologies.split(",")
+    ok = True
+    if "pipeline" in topologies:
+        rows = pipeline_rows(args)
+        text = report(rows, args)
+        print(text)
+        if args.write:
+            write(text)
+        ok &= all(r[5] for r in rows)
+    if "gateway" in topologies:
+        rows = gateway_rows(args)
+        text = report(rows, args, held_out=True)
+        print(text)
+        if args.write:
+            write(text, HELD_OUT_BEGIN, HELD_OUT_END)
+        ok &= all(r[5] for r in rows)
+    return 0 if ok else 1
 
+
+def gateway_rows(args) -> list:
+    rows = []
+    for scenario in args.scenarios.split(","):
+        for seed in range(args.seeds):
+            started = time.perf_counter()
+            result = diagnose_gateway(scenario, args.requests, seed)
+            fmt, gc_events = gateway_setup(seed)
+            label = "gateway" + ("" if gc_events else " (no GC events)")
+            ok = verdict(scenario, result.findings)
+            rows.append((scenario, label, fmt, seed, result.findings, ok, time.perf_counter() - started))
+            print(_line(rows[-1]), flush=True)
+    return rows
+
+
+def pipeline_rows(args) -> list:
     rows = []  # (scenario, naming, format, seed, findings, ok, seconds)
     for scenario in args.scenarios.split(","):
         for naming in args.namings.split(","):
@@ -125,11 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 (scenario, "alt", "jaeger", 100, result.findings, verdict(scenario, result.findings), 0.0)
             )
             print(_line(rows[-1]), flush=True)
-    text = report(rows, args)
-    print(text)
-    if args.write:
-        write(text)
-    return 0 if all(r[5] for r in rows) else 1
+    return rows
 
 
 def _top(findings) -> str:
@@ -144,20 +205,26 @@ def _line(row) -> str:
     return f"{head}: {verdict_text} {_top(findings)}  ({rest}) {seconds:.1f} s"
 
 
-def report(rows, args) -> str:
+def report(rows, args, held_out: bool = False) -> str:
     by_cell = defaultdict(list)
     for row in rows:
         by_cell[(row[0], row[1], row[2])].append(row)
+    command = (
+        f"bench/accuracy.py --topologies gateway --requests {args.requests} --seeds {args.seeds}"
+        if held_out
+        else f"bench/accuracy.py --requests {args.requests} --seeds {args.seeds}"
+        f"{' --jaeger' if args.jaeger else ''}"
+    )
     lines = [
-        BEGIN,
+        HELD_OUT_BEGIN if held_out else BEGIN,
         "",
-        f"`bench/accuracy.py --requests {args.requests} --seeds {args.seeds}"
-        f"{' --jaeger' if args.jaeger else ''}`, {datetime.now(UTC):%Y-%m-%d}, {platform.machine()}, "
+        f"`{command}`, {datetime.now(UTC):%Y-%m-%d}, {platform.machine()}, "
         f"Python {platform.python_version()}. Seeds vary load {'/'.join(map(str, LOADS))} of capacity and "
         f"{'/'.join(map(str, WORKERS))} server processes. A cell lists each seed's top finding and "
         "confidence.",
         "",
-        "| scenario | planted cause | naming | format | correct | top finding per seed |",
+        f"| scenario | planted cause | {'topology' if held_out else 'naming'} | format | correct | "
+        "top finding per seed |",
         "|---|---|---|---|---|---|",
     ]
     for (scenario, naming, fmt), cell in by_cell.items():
@@ -193,16 +260,16 @@ def report(rows, args) -> str:
                     hits += f.pattern == PLANTED[scenario]
         share = f"{hits / n:.0%}" if n else "-"
         lines.append(f"| {lo:.1f}–{min(hi, 1.0):.1f} | {n} | {hits} | {share} |")
-    lines += ["", END]
+    lines += ["", HELD_OUT_END if held_out else END]
     return "\n".join(lines)
 
 
-def write(text: str) -> None:
+def write(text: str, begin: str = BEGIN, end: str = END) -> None:
     path = ROOT / "bench" / "RESULTS.md"
     body = path.read_text(encoding="utf-8")
-    if BEGIN in body and END in body:
-        head, rest = body.split(BEGIN, 1)
-        body = head + text + rest.split(END, 1)[1]
+    if begin in body and end in body:
+        head, rest = body.split(begin, 1)
+        body = head + text + rest.split(end, 1)[1]
     else:
         marker = "## Diagnosis\n"
         head, rest = body.split(marker, 1) if marker in body else (body + "\n", "")
