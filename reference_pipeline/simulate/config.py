@@ -34,6 +34,7 @@ class SimConfig:
     start_ns: int = DEFAULT_START_NS
     topology: str = "pipeline"  # one of TOPOLOGIES
     gc_events: bool = True  # report GC pauses as span events (the gateway topology can leave them out)
+    gateway_ms: LogNormal = (0.12, 0.4)  # gateway topology: the gateway's own work (authorisation)
 
     # load: open-loop Poisson arrivals at `rps`, or at `load` × capacity when rps is None
     rps: float | None = None

@@ -88,7 +88,7 @@ def gateway_times(sim: Simulation) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     t = sim.times
     n = sim.n
     rng = np.random.default_rng([sim.config.seed, 11])
-    auth = lognormal(rng, (0.12, 0.4), n).astype(np.int64)
+    auth = lognormal(rng, sim.config.gateway_ms, n).astype(np.int64)
     gaps = lognormal(rng, (0.02, 0.5), 2 * n).reshape(2, n).astype(np.int64)
     write = lognormal(rng, (0.04, 0.4), n).astype(np.int64)
     call_s, call_e = t["client"]

@@ -6,9 +6,10 @@ integer-coded columns, and `build_frame` derives, with vectorised numpy only,
 - the request root of every span (the topmost SERVER span of its trace; a trace without SERVER spans
   is rooted at its parentless span), so a client-side wrapper (a load generator's CLIENT span) sits
   above the request and is kept as the client-observed latency. A proxy tier is treated the same way:
-  where the roots of one (service, name) mostly forward the request whole (the median root is
-  covered ≥ 80 % by one CLIENT call's SERVER span in another service: an API gateway, a sidecar), the
-  request is that callee's span, and the proxy's call is its client wrapper,
+  where the roots of one (service, name) hand the request on to a service whose work is traced (a
+  CLIENT call whose SERVER child in another service has children covers ≥ 60 % of the median root or
+  carries ≥ 50 % of the roots' tail excess: an API gateway, a sidecar, a front end), the request is
+  that callee's span, and the proxy's call is its client wrapper,
 - each span's exclusive (self) time: its duration minus the union of its children's intervals,
 - leaves, depth, and the request table (start, latency, instance, index of the request on its instance).
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.stats import excess_share, tail_split
 from tailscope.vocabulary import ALL_STAGES
 
 SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
@@ -135,7 +137,8 @@ def _depth_and_ancestors(parent: np.ndarray, is_server: np.ndarray) -> tuple[np.
     return depth, server_above
 
 
-PROXY_COVERAGE = 0.8  # a root this much covered by one forwarded call (median) is a proxy tier
+PROXY_COVERAGE = 0.6  # a root mostly covered by one forwarded call (median) is a proxy tier
+PROXY_TAIL = 0.5  # ... or one whose forwarded call carries most of its tail excess
 
 
 def _nearest_server_above(parent: np.ndarray, is_server: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -164,6 +167,7 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
         return np.zeros(0, np.int64)
     above = _nearest_server_above(parent, is_server, servers)
     via_client = frame.kind[parent[servers]] == KIND_CLIENT
+    has_children = np.bincount(parent[parent >= 0], minlength=len(frame)) > 0
     moved_all = []
     for _ in range(4):  # a gateway in front of a router in front of the model server, at most
         ok = (above >= 0) & via_client
@@ -176,15 +180,24 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
         cand, root = cand[order], root[order]
         last = np.r_[root[1:] != root[:-1], True]
         cand, root = cand[last], root[last]
-        cover = frame.dur[cand] / np.maximum(frame.dur[root], 1)
+        call = frame.dur[parent[cand]]  # the time handed on: the CLIENT span (with the wire and accept)
+        cover = call / np.maximum(frame.dur[root], 1)
         roots = np.nonzero(is_root)[0]
         group_codes = frame.service[roots] * (len(frame.names) + 1) + frame.name[roots]
         groups, group_of = np.unique(group_codes, return_inverse=True)
         coverage = np.zeros(len(frame), np.float64)
         coverage[root] = cover
+        call_dur = np.zeros(len(frame), np.float64)
+        call_dur[root] = call
+        traced_work = np.zeros(len(frame), bool)  # the callee's own spans are traced: its work is visible
+        traced_work[root] = has_children[cand]
         proxy = np.zeros(len(groups), bool)
         for g in range(len(groups)):
-            proxy[g] = np.median(coverage[roots[group_of == g]]) >= PROXY_COVERAGE
+            members = roots[group_of == g]
+            if traced_work[members].mean() < 0.5:
+                continue
+            tail_share = excess_share(call_dur[members], tail_split(frame.dur[members]))
+            proxy[g] = np.median(coverage[members]) >= PROXY_COVERAGE or tail_share >= PROXY_TAIL
         position = np.full(len(frame), -1, np.int64)
         position[roots] = group_of
         move = proxy[position[root]]
