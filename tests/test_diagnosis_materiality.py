@@ -54,6 +54,11 @@ def _warm_up_run(outliers: bool) -> TraceFrame:
         rows.append((i, -1, "POST /predict", "Server", 0, start, work + call + 1.0))
         rows.append((i, root, "work", "Internal", 0, start + 0.5, work))
         rows.append((i, root, "call", "Client", 0, start + 0.5 + work, call))
+    return _hand_frame(rows)
+
+
+def _hand_frame(rows: list[tuple]) -> TraceFrame:
+    """rows: (trace, parent_index, name, kind, instance, start_ms, dur_ms), one instance."""
     names = sorted({r[2] for r in rows})
     cols = list(zip(*rows, strict=True))
     return build_frame(
@@ -83,3 +88,37 @@ def test_a_warm_up_that_is_a_small_part_of_the_tail_cost_is_not_a_cold_start() -
     cold = [f for f in beside if f.pattern == "cold_start"]
     assert not cold or cold[0].confidence < 0.3
     assert beside[0].pattern == "slow_dependency"
+
+
+def _lone_pauses_run(reported: bool) -> TraceFrame:
+    """400 requests 50 ms apart on one instance, ~20 ms each: one in flight at a time. Six of them sit
+    through a 300 ms stop-the-world pause, which the runtime reports as GC events (or not)."""
+    rng = np.random.default_rng(5)
+    hit = sorted(rng.choice(np.arange(50, 400), 6, replace=False).tolist())
+    rows, pauses = [], []
+    for i in range(400):
+        start = 50.0 * i
+        parse, work = float(rng.lognormal(np.log(2.0), 0.1)), float(rng.lognormal(np.log(16.0), 0.1))
+        if i in hit:
+            pauses.append(start + 2.0 + parse)
+            work += 300.0
+        root = len(rows)
+        rows.append((i, -1, "POST /predict", "Server", 0, start, 1.0 + parse + work + 1.0))
+        rows.append((i, root, "parse", "Internal", 0, start + 1.0, parse))
+        rows.append((i, root, "work", "Internal", 0, start + 1.0 + parse, work))
+    frame = _hand_frame(rows)
+    if reported:
+        frame.gc_instance = np.zeros(len(pauses), np.int64)
+        frame.gc_time = (np.array(pauses) * MS).astype(np.int64)
+        frame.gc_dur = np.full(len(pauses), 300 * MS, np.int64)
+    return frame
+
+
+def test_reported_pauses_name_gc_where_timing_alone_cannot_see_them() -> None:
+    """One span stretched at a time leaves no cross-name alignment; the runtime's reports then count."""
+    assert _confidence(diagnose_frame(_lone_pauses_run(reported=False)).findings, "gc_pause") < 0.3
+    findings = diagnose_frame(_lone_pauses_run(reported=True)).findings
+    assert findings[0].pattern == "gc_pause" and findings[0].confidence >= 0.8
+    stats = findings[0].evidence["stats"]
+    assert stats["tail_excess_share_in_reported_gc"] > 0.8 and stats["longest_pause_ms"] == 300
+    assert findings[0].evidence["chart"]["kind"] == "stall_timeline"

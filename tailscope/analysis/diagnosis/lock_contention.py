@@ -91,7 +91,10 @@ def detect(ctx: Context) -> list[Finding]:
         tail_wait = ctx.share_of(in_span, values)
         strength = logistic(rho, 0.45, 0.08)
         weight = logistic(share, 0.08, 0.03)
-        material = max(logistic(explained, 0.15, 0.05), logistic(tail_wait, 0.25, 0.06))
+        # a real share of the tail excess, or of the mean with at least a few per cent of the tail
+        material = max(
+            logistic(tail_wait, 0.2, 0.06), logistic(explained, 0.15, 0.05) * logistic(tail_wait, 0.06, 0.02)
+        )
         confidence = strength * weight * material
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
