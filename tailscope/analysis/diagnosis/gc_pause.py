@@ -388,7 +388,7 @@ def _reported_only(ctx: Context) -> list[Finding]:
         "the runtime's own reports."
     )
     spans = np.nonzero(f.leaf & (f.request >= 0))[0]
-    slow = slow_flags(ctx, spans)
+    slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
     chart = _chart(ctx, spans, slow, g_inst[long], g0[long], g1[long])
     evidence = {"summary": summary, "stats": stats, "chart": chart}
     return [Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)]
