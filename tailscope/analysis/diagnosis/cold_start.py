@@ -6,8 +6,11 @@ are compared with those after 3K: the ratio of medians and the probability that 
 slower than a late one (AUC, from ranks; 0.5 when there is no warm-up). Its weight is how much the
 early requests are over-represented in the tail, and how much of the tail's latency excess their
 extra time (latency over the warm plateau) is: a handful of first requests a few milliseconds slow
-can fill a short run's tail by count and still be a small part of what the tail costs. The stage
-and span name that carry the early excess
+can fill a short run's tail by count and still be a small part of what the tail costs. A warm-up is
+slowest at its start (a load, a compile, an empty pool) and then decays or stays flat; first
+requests that get slower towards the end of the window (a neighbour's load, a burst) are discounted
+by the ratio of the window's last third to its first third. The stage and span name that carry the
+early excess
 are named; when that span is a bimodal (cache) span, the warm-up is a cold cache and is left to the
 cache_miss finding.
 """
@@ -41,6 +44,17 @@ def warmup_length(medians: np.ndarray, plateau: float, edges: np.ndarray) -> int
     settled = np.nonzero(~np.isnan(medians[:-1]) & ~slow)[0]
     high = np.nonzero(slow[: settled[0]] if len(settled) else slow)[0]
     return int(edges[high.max() + 1]) if len(high) else 0
+
+
+def _rise(lat: np.ndarray, idx: np.ndarray, usable: np.ndarray, k_first: int) -> float:
+    """Median latency of the last third of the first k_first requests over that of the first third
+    (per-instance request index): below 1 for a decay, ~1 for a flat warm-up, above 1 when rising."""
+    third = max(1, k_first // 3)
+    head = lat[usable & (idx < third)]
+    last = lat[usable & (idx >= k_first - third) & (idx < k_first)]
+    if len(head) == 0 or len(last) == 0:
+        return 1.0
+    return float(np.median(last) / max(np.median(head), 1.0))
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -113,7 +127,8 @@ def detect(ctx: Context) -> list[Finding]:
     if strength >= 0.3:  # compute_bound leaves the warm-up requests' forward time to this finding
         ctx.notes["warm_up_requests"] = early
     weight = logistic(impact, 0.25, 0.08) * logistic(extra_share, 0.2, 0.06)
-    confidence = strength * weight * (1 - cache_part)
+    rising = _rise(lat, idx, usable, k_first)
+    confidence = strength * weight * (1 - cache_part) * (1 - logistic(rising, 1.3, 0.1))
     stage = ctx.stage_of_name(top)
     name = f.names[top]
     restarts = int(
@@ -142,6 +157,7 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_share_early": round(tail_early, 3),
         "all_share_early": round(all_early, 3),
         "tail_excess_share_of_warm_up": round(extra_share, 3),
+        "rise_within_warm_up": round(rising, 2),
         "warmup_span": name,
         "warmup_span_share": round(top_share, 3),
         "cold_cache_part": round(cache_part, 3),
