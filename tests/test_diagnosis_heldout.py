@@ -26,6 +26,7 @@ RUNS = {
     "gc-pressure": ("gc-pressure", 2, "otlp-json", False, THICK, "gc_pause"),
     "slow-downstream": ("slow-downstream", 3, "jaeger", True, THIN, "slow_dependency"),
     "burst": ("burst", 4, "jaeger", False, THIN, "queueing"),
+    "cold-cache": ("cold-cache", 5, "otlp-json", True, THIN, "cache_miss"),
 }
 
 
@@ -48,6 +49,13 @@ def test_top_finding_is_the_planted_cause(store: Store, run: str) -> None:
     assert findings, f"{run}: no finding"
     assert findings[0].pattern == RUNS[run][5], [(f.pattern, round(f.confidence, 2)) for f in findings]
     assert findings[0].confidence > 0.5
+
+
+def test_one_cause_seen_on_nested_spans_is_one_finding(store: Store) -> None:
+    # misses make `feature_lookup` bimodal, and so its parent `preprocess`: one finding, the inner span
+    misses = [f for f in diagnose(store, "cold-cache").findings if f.pattern == "cache_miss"]
+    assert [f.span_name for f in misses] == ["feature_lookup"], [(f.span_name, f.confidence) for f in misses]
+    assert "'preprocess'" in misses[0].evidence["summary"]
 
 
 def test_steady_raises_no_false_alarm(store: Store) -> None:

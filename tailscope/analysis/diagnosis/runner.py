@@ -6,6 +6,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tailscope.analysis.diagnosis import (
     cache_miss,
     cold_start,
@@ -75,6 +77,40 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
     return findings
 
 
+def _wraps(frame: TraceFrame, outer: str, inner: str) -> bool:
+    """Whether most spans named `inner` sit inside a span named `outer` (parent or grandparent)."""
+    if outer not in frame.names or inner not in frame.names or outer == inner:
+        return False
+    a, b = frame.names.index(outer), frame.names.index(inner)
+    spans = np.nonzero(frame.name == b)[0]
+    if len(spans) == 0:
+        return False
+    up = frame.parent[spans]
+    hit = (up >= 0) & (frame.name[np.maximum(up, 0)] == a)
+    up2 = np.where(up >= 0, frame.parent[np.maximum(up, 0)], -1)
+    hit |= (up2 >= 0) & (frame.name[np.maximum(up2, 0)] == a)
+    return bool(hit.mean() >= 0.5)
+
+
+def merge_nested(findings: list[Finding], frame: TraceFrame) -> list[Finding]:
+    """One cause seen on a span and again on the span that wraps it (a slow `feature_lookup` makes its
+    parent `preprocess` slow too) is one finding: the inner span's, which names the work."""
+    drop = set()
+    for i, outer in enumerate(findings):
+        for j, inner in enumerate(findings):
+            if i == j or j in drop or outer.pattern != inner.pattern:
+                continue
+            if outer.span_name and inner.span_name and _wraps(frame, outer.span_name, inner.span_name):
+                drop.add(i)
+                inner.evidence["summary"] += (
+                    f" The same cause shows on the span around it, '{outer.span_name}' "
+                    f"(confidence {outer.confidence:.2f})."
+                )
+                inner.confidence = max(inner.confidence, outer.confidence)
+                break
+    return [fd for k, fd in enumerate(findings) if k not in drop]
+
+
 def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
     """All detectors over a built frame. A detector that fails is reported in `errors`, not raised."""
     started = time.perf_counter()
@@ -89,7 +125,7 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
             findings.extend(detector.detect(ctx))
         except Exception as error:  # a detector bug must not hide the others' findings
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
-    findings = arbitrate(findings)
+    findings = arbitrate(merge_nested(findings, frame))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     # most confident first; between equally confident findings, the one carrying more of the tail
     findings.sort(
