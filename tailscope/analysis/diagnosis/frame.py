@@ -335,3 +335,24 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
     req_index[roots] = np.arange(len(roots))
     frame.request = np.where(frame.request >= 0, req_index[np.maximum(frame.request, 0)], -1)
     return frame
+
+
+def root_waits(frame: TraceFrame, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(root span, start, end) of the longest stretch of each request root (among the spans where
+    `inside` is set) that no child covers, for the root names where that stretch is a material part
+    of the request (median >= 5 % of the median latency: a wait, not scheduling slack between stages)."""
+    roots = frame.requests.root if frame.requests is not None else np.zeros(0, np.int64)
+    owner, seg_s, seg_e = self_segments(
+        frame.parent, frame.start, frame.dur, roots[~frame.leaf[roots] & inside[roots]]
+    )
+    if len(owner) == 0:
+        return owner, seg_s, seg_e
+    order = np.lexsort((seg_e - seg_s, owner))
+    last = np.r_[owner[order][1:] != owner[order][:-1], True]
+    pick = order[last]
+    owner, seg_s, seg_e = owner[pick], seg_s[pick], seg_e[pick]
+    material = np.zeros(len(owner), bool)
+    for code in np.unique(frame.name[owner]).tolist():
+        sel = frame.name[owner] == code
+        material[sel] = np.median(seg_e[sel] - seg_s[sel]) >= 0.05 * np.median(frame.dur[owner[sel]])
+    return owner[material], seg_s[material], seg_e[material]

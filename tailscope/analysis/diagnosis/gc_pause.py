@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import self_segments
+from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms
 
@@ -91,26 +91,6 @@ def warm_up_mask(ctx: Context) -> np.ndarray:
     return reqs.index_on_instance < 3 * k
 
 
-def _root_waits(ctx: Context, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(root span, start, end) of the longest stretch of each request root that no child covers,
-    for the root names where that stretch is a material part of the request (median >= 5 % of the
-    median latency: a wait, not scheduling slack between stages)."""
-    f = ctx.frame
-    roots = f.requests.root
-    owner, seg_s, seg_e = self_segments(f.parent, f.start, f.dur, roots[~f.leaf[roots] & inside[roots]])
-    if len(owner) == 0:
-        return owner, seg_s, seg_e
-    order = np.lexsort((seg_e - seg_s, owner))
-    last = np.r_[owner[order][1:] != owner[order][:-1], True]
-    pick = order[last]
-    owner, seg_s, seg_e = owner[pick], seg_s[pick], seg_e[pick]
-    material = np.zeros(len(owner), bool)
-    for code in np.unique(f.name[owner]).tolist():
-        sel = f.name[owner] == code
-        material[sel] = np.median(seg_e[sel] - seg_s[sel]) >= 0.05 * np.median(f.dur[owner[sel]])
-    return owner[material], seg_s[material], seg_e[material]
-
-
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
@@ -126,7 +106,7 @@ def detect(ctx: Context) -> list[Finding]:
         return []
     # what is in flight: leaf spans, and the stretches of other spans that no child covers (a span's
     # own work, or a wait with no span of its own, like a batch queue), named after their span
-    owner, seg_s, seg_e = _root_waits(ctx, inside)
+    owner, seg_s, seg_e = root_waits(f, inside)
     n_codes = 2 * len(f.names)
     nm = np.r_[f.name[spans], len(f.names) + f.name[owner]]
     t_s, t_e = np.r_[f.start[spans], seg_s], np.r_[f.end[spans], seg_e]
