@@ -164,8 +164,17 @@ def bench_tracing(args) -> None:
     off, on = statistics.median(rps[False]), statistics.median(rps[True])
     cpu_off, cpu_on = statistics.median(cpu[False]), statistics.median(cpu[True])
     print(
-        f"\noverhead: {100 * (off - on) / off:.1f} % of throughput, "
+        f"\noverhead of the medians: {100 * (off - on) / off:.1f} % of throughput, "
         f"{100 * (cpu_on - cpu_off) / cpu_off:.1f} % service CPU per request"
+    )
+    # each traced run against the no-op run just before it: robust to the machine drifting between
+    # pairs (on the shared VM a no-op run's throughput moves by ±15 % from one run to the next)
+    pairs = [100 * (a - b) / a for a, b in zip(rps[False], rps[True], strict=True)]
+    cpu_pairs = [100 * (b - a) / a for a, b in zip(cpu[False], cpu[True], strict=True)]
+    print(
+        f"paired (median of {len(pairs)} adjacent pairs): {statistics.median(pairs):.1f} % of throughput "
+        f"{[round(x, 1) for x in pairs]}, {statistics.median(cpu_pairs):.1f} % service CPU per request "
+        f"{[round(x, 1) for x in cpu_pairs]}"
     )
 
 

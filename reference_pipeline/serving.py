@@ -24,9 +24,18 @@ def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
+# Idle keep-alive connections stay open longer than any client here keeps them in its pool (httpx:
+# 5 s). At equal timeouts (uvicorn's default is also 5 s) the server may close a connection just as
+# the client reuses it, and that request fails with ReadError: seen once in a real 20 s run.
+KEEP_ALIVE_S = 30
+
+
 def serve(app, sock: socket.socket) -> None:
     """Serve on an already-bound socket until SIGTERM/SIGINT; announce the port on stdout first."""
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on"))
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
+    )
+    server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once it has shut down; with the default SIGTERM
     # action that would end the process before the caller flushes its spans, so make it a no-op.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)

@@ -130,3 +130,21 @@ def test_first_requests_that_get_slower_are_not_a_warm_up() -> None:
     assert _confidence(diagnose_frame(_warm_up_run(outliers=False)).findings, "cold_start") >= 0.8
     rising = diagnose_frame(_warm_up_run(outliers=False, slow_from=6)).findings
     assert _confidence(rising, "cold_start") < 0.3
+
+
+def test_a_lock_wait_is_not_read_as_a_cache_miss(tmp_path: Path) -> None:
+    """A lock wait is bimodal (zero, or the others' hold) like a cache lookup; it is slow exactly when
+    someone else is inside the section holding the lock. At 5 req/s this read as cache_miss 0.85."""
+    simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
+    db = tmp_path / "s.duckdb"
+    with Store(db).writer() as writer:
+        conn = writer.cursor()
+        for batch in simulate_api.simulate_columns(
+            "lock-contention", 1500, 3, rps=5, workers=1, lock_hold_ms=(25.0, 0.2)
+        ):
+            conn.register("batch", batch.to_arrow())
+            conn.execute("INSERT INTO otel_traces SELECT *, ? FROM batch", ["slow-lock"]).fetchall()
+            conn.unregister("batch")
+    findings = diagnose(Store(db), "slow-lock").findings
+    assert findings[0].pattern == "lock_contention", [(f.pattern, f.span_name) for f in findings]
+    assert not [f for f in findings if f.pattern == "cache_miss" and f.confidence >= 0.2]

@@ -113,9 +113,10 @@ def detect(ctx: Context) -> list[Finding]:
         # a call whose slow mode is time outside the callee's own span is the network's, not a miss
         if _slow_mode_is_gap(ctx, spans, slow):
             continue
-        # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss
+        # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss; so is
+        # one that comes with a crowd in the enclosing section (a lock wait inside it)
         crowd = spearman(concurrency_at_start(ctx, spans).astype(np.float64), slow.astype(np.float64))
-        if crowd > 0.3:
+        if crowd > 0.3 or _section_crowd(ctx, spans, slow) > 0.5:
             continue
         ratio = math.exp(mix.mu[1] - mix.mu[0])
         share = _share(ctx, code)
@@ -254,6 +255,30 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return _dedupe(ctx, findings)[:2]
+
+
+def _section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
+    """Spearman of the slow mode with how many other spans named like the parent were running on the
+    same instance when each span started. A lock wait is slow exactly when someone else is inside the
+    section that holds it. Only for spans below the request root: everything is inside the root."""
+    f = ctx.frame
+    par = f.parent[spans]
+    root_depth = f.depth[f.requests.root][np.maximum(f.request[spans], 0)]
+    ok = (par >= 0) & (f.depth[np.maximum(par, 0)] > root_depth)
+    if ok.mean() < 0.9 or len(np.unique(f.name[par[ok]])) != 1:
+        return 0.0
+    section = np.nonzero((f.name == f.name[par[ok][0]]) & (f.request >= 0))[0]
+    horizon = int(f.end.max()) + 2
+
+    def key(inst: np.ndarray, t: np.ndarray) -> np.ndarray:  # instance-major time, one sortable key
+        return inst.astype(np.int64) * horizon + t
+
+    starts = np.sort(key(f.instance[section], f.start[section]))
+    ends = np.sort(key(f.instance[section], f.end[section]))
+    at = key(f.instance[spans[ok]], f.start[spans[ok]])
+    running = np.searchsorted(starts, at, side="left") - np.searchsorted(ends, at, side="right")
+    others = np.maximum(running - 1, 0).astype(np.float64)  # the span's own section is running
+    return spearman(others, slow[ok].astype(np.float64))
 
 
 def _slow_mode_in_pauses(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
