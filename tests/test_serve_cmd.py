@@ -66,6 +66,9 @@ def test_serve_answers_then_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # as a foreground process in a terminal: a suite started in the background (CI runners, `&`)
+        # hands its children SIGINT ignored, and Python then keeps it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", process)
