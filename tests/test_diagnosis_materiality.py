@@ -7,32 +7,36 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hand_frames import MS, hand_frame
 
 from tailscope.analysis.diagnosis import diagnose, diagnose_frame
-from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.store.db import Store
-
-MS = 1_000_000
 
 
 def _confidence(findings, pattern: str) -> float:
     return max((f.confidence for f in findings if f.pattern == pattern), default=0.0)
 
 
-def test_a_rarely_contended_lock_that_makes_the_tail_is_named(tmp_path: Path) -> None:
-    """One process at 8 req/s, a 25 ms critical section: waits are rare (small in the mean) but the
-    requests that wait are the tail. The mean-only weighting gave 0.18 here."""
+def _slow_lock_findings(tmp_path: Path, rps: float) -> list:
+    """A simulated lock-contention run of one process at `rps` with a 25 ms critical section."""
     simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
     db = tmp_path / "s.duckdb"
     with Store(db).writer() as writer:
         conn = writer.cursor()
         for batch in simulate_api.simulate_columns(
-            "lock-contention", 1500, 3, rps=8, workers=1, lock_hold_ms=(25.0, 0.2)
+            "lock-contention", 1500, 3, rps=rps, workers=1, lock_hold_ms=(25.0, 0.2)
         ):
             conn.register("batch", batch.to_arrow())
-            conn.execute("INSERT INTO otel_traces SELECT *, ? FROM batch", ["low-rate"]).fetchall()
+            conn.execute("INSERT INTO otel_traces SELECT *, ? FROM batch", ["run"]).fetchall()
             conn.unregister("batch")
-    findings = diagnose(Store(db), "low-rate").findings
+    return diagnose(Store(db), "run").findings
+
+
+def test_a_rarely_contended_lock_that_makes_the_tail_is_named(tmp_path: Path) -> None:
+    """One process at 8 req/s, a 25 ms critical section: waits are rare (small in the mean) but the
+    requests that wait are the tail. The mean-only weighting gave 0.18 here."""
+    findings = _slow_lock_findings(tmp_path, rps=8)
     top = findings[0]
     assert top.pattern == "lock_contention", [(f.pattern, f.confidence) for f in findings]
     assert top.confidence >= 0.5
@@ -54,30 +58,7 @@ def _warm_up_run(outliers: bool, slow_from: int = 0) -> TraceFrame:
         rows.append((i, -1, "POST /predict", "Server", 0, start, work + call + 1.0))
         rows.append((i, root, "work", "Internal", 0, start + 0.5, work))
         rows.append((i, root, "call", "Client", 0, start + 0.5 + work, call))
-    return _hand_frame(rows)
-
-
-def _hand_frame(rows: list[tuple]) -> TraceFrame:
-    """rows: (trace, parent_index, name, kind, instance, start_ms, dur_ms), one instance."""
-    names = sorted({r[2] for r in rows})
-    cols = list(zip(*rows, strict=True))
-    return build_frame(
-        TraceFrame(
-            run="hand",
-            trace=np.array(cols[0]),
-            parent=np.array(cols[1]),
-            name=np.array([names.index(n) for n in cols[2]]),
-            names=names,
-            kind=np.array([SPAN_KINDS.index(k) for k in cols[3]]),
-            service=np.zeros(len(rows), np.int64),
-            services=["svc"],
-            instance=np.array(cols[4]),
-            instances=["a"],
-            start=(np.array(cols[5]) * MS).astype(np.int64),
-            dur=(np.array(cols[6]) * MS).astype(np.int64),
-            stage=np.full(len(rows), -1),
-        )
-    )
+    return hand_frame(rows, instances=["a"])
 
 
 def test_a_warm_up_that_is_a_small_part_of_the_tail_cost_is_not_a_cold_start() -> None:
@@ -106,7 +87,7 @@ def _lone_pauses_run(reported: bool) -> TraceFrame:
         rows.append((i, -1, "POST /predict", "Server", 0, start, 1.0 + parse + work + 1.0))
         rows.append((i, root, "parse", "Internal", 0, start + 1.0, parse))
         rows.append((i, root, "work", "Internal", 0, start + 1.0 + parse, work))
-    frame = _hand_frame(rows)
+    frame = hand_frame(rows, instances=["a"])
     if reported:
         frame.gc_instance = np.zeros(len(pauses), np.int64)
         frame.gc_time = (np.array(pauses) * MS).astype(np.int64)
@@ -135,16 +116,6 @@ def test_first_requests_that_get_slower_are_not_a_warm_up() -> None:
 def test_a_lock_wait_is_not_read_as_a_cache_miss(tmp_path: Path) -> None:
     """A lock wait is bimodal (zero, or the others' hold) like a cache lookup; it is slow exactly when
     someone else is inside the section holding the lock. At 5 req/s this read as cache_miss 0.85."""
-    simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
-    db = tmp_path / "s.duckdb"
-    with Store(db).writer() as writer:
-        conn = writer.cursor()
-        for batch in simulate_api.simulate_columns(
-            "lock-contention", 1500, 3, rps=5, workers=1, lock_hold_ms=(25.0, 0.2)
-        ):
-            conn.register("batch", batch.to_arrow())
-            conn.execute("INSERT INTO otel_traces SELECT *, ? FROM batch", ["slow-lock"]).fetchall()
-            conn.unregister("batch")
-    findings = diagnose(Store(db), "slow-lock").findings
+    findings = _slow_lock_findings(tmp_path, rps=5)
     assert findings[0].pattern == "lock_contention", [(f.pattern, f.span_name) for f in findings]
     assert not [f for f in findings if f.pattern == "cache_miss" and f.confidence >= 0.2]

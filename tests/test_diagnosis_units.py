@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from hand_frames import hand_frame
 
-from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame, exclusive_times
+from tailscope.analysis.diagnosis.frame import exclusive_times
 from tailscope.analysis.diagnosis.stats import (
     excess_share,
     gmm2,
@@ -85,27 +86,7 @@ def test_exclusive_time_counts_overlapping_children_once() -> None:
     assert excl.tolist() == [100 - 50 - 10, 30, 30, 30]
 
 
-def _frame(rows: list[tuple]) -> TraceFrame:
-    """rows: (trace, parent_index, name, kind, instance, start_ms, dur_ms)."""
-    names = sorted({r[2] for r in rows})
-    cols = list(zip(*rows, strict=True))
-    return build_frame(
-        TraceFrame(
-            run="hand",
-            trace=np.array(cols[0]),
-            parent=np.array(cols[1]),
-            name=np.array([names.index(n) for n in cols[2]]),
-            names=names,
-            kind=np.array([SPAN_KINDS.index(k) for k in cols[3]]),
-            service=np.zeros(len(rows), np.int64),
-            services=["svc"],
-            instance=np.array(cols[4]),
-            instances=["a", "b"],
-            start=np.array(cols[5]) * MS,
-            dur=np.array(cols[6]) * MS,
-            stage=np.full(len(rows), -1),
-        )
-    )
+_frame = hand_frame
 
 
 def test_request_root_is_the_server_span_under_a_client_wrapper() -> None:
