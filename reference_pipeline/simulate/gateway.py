@@ -30,7 +30,7 @@ import numpy as np
 from reference_pipeline.simulate.model import Simulation
 from reference_pipeline.simulate.naming import SDK, RoleSpec, entity_key
 from reference_pipeline.simulate.processes import NS_PER_MS, lognormal
-from reference_pipeline.simulate.spans import SpanGroup, _hex_words, _mix
+from reference_pipeline.simulate.spans import RequestIds, SpanGroup, _mix
 
 SERVICE, GATEWAY, RISK = "model-server", "api-gateway", "risk-svc"
 INFER_RPC = "inference.GRPCInferenceService/ModelInfer"
@@ -74,7 +74,6 @@ _LAYOUT: dict[str, tuple[str | None, str, str, str, str, tuple[tuple[str, Any], 
                     _grpc("risk.v1.RiskService", "Check")),
 }
 ROLES = tuple(_LAYOUT)
-_ROLE_INDEX = {role: k for k, role in enumerate(ROLES)}
 _TRACE_WORDS = (30, 31)
 GC_EVENT = "GC pause"
 
@@ -110,8 +109,10 @@ def gateway_times(sim: Simulation) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     }
 
 
-class GatewaySource:
+class GatewaySource(RequestIds):
     """The spans of one simulation in the gateway topology, by chunk of requests (writer-ready)."""
+
+    roles, role_bits, trace_words = ROLES, 5, _TRACE_WORDS
 
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
@@ -143,26 +144,6 @@ class GatewaySource:
         index = {"gateway": sim.client, "server": c.clients + sim.process,
                  "downstream": c.clients + len(sim.processes) + sim.ds_instance}
         return out, index
-
-    def span_count(self) -> int:
-        total = 0
-        for role in ROLES:
-            mask = self._present(role)
-            total += self.sim.n if mask is None else int(mask.sum())
-        return total
-
-    def span_ids(self, role: str, requests: np.ndarray) -> list[str]:
-        words = (requests.astype(np.uint64) << np.uint64(5)) | np.uint64(_ROLE_INDEX[role])
-        return _hex_words(_mix(words ^ self._key), 16)
-
-    def trace_ids(self, requests: np.ndarray) -> list[str]:
-        base = requests.astype(np.uint64) << np.uint64(5)
-        words = np.stack([base | np.uint64(w) for w in _TRACE_WORDS], axis=1)
-        return _hex_words(_mix(words ^ self._key), 32)
-
-    def chunks(self, size: int = 2048) -> Iterator[list[SpanGroup]]:
-        for first in range(0, self.sim.n, size):
-            yield list(self.groups(first, min(first + size, self.sim.n)))
 
     def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
         requests = np.arange(first, stop)

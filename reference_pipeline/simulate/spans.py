@@ -26,7 +26,6 @@ from reference_pipeline.simulate.naming import (
     role_specs,
 )
 
-_ROLE_INDEX = {role: k for k, role in enumerate(ROLES)}
 _TRACE_WORDS = (14, 15)  # the two hash inputs of a trace id beside the 14 roles
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -60,8 +59,49 @@ class SpanGroup:
     links: list[tuple[str, str]] | None  # (trace id, span id) of the batch leader's forward span
 
 
-class SpanSource:
+class RequestIds:
+    """What every span source shares: deterministic span and trace ids per (request, role), hashed
+    from the seeded key, the span count and chunking. A source sets `roles`, `role_bits` (room for
+    the role index, and the trace words after it, below the request number), `trace_words`, `_key`,
+    `sim`, and says which requests have a role (`_present`: None for all)."""
+
+    roles: tuple[str, ...]
+    role_bits: int
+    trace_words: tuple[int, int]
+    sim: Simulation
+    _key: np.uint64
+
+    def _present(self, role: str) -> np.ndarray | None:
+        raise NotImplementedError
+
+    def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
+        raise NotImplementedError
+
+    def span_count(self) -> int:
+        total = 0
+        for role in self.roles:
+            mask = self._present(role)
+            total += self.sim.n if mask is None else int(mask.sum())
+        return total
+
+    def span_ids(self, role: str, requests: np.ndarray) -> list[str]:
+        words = (requests.astype(np.uint64) << np.uint64(self.role_bits)) | np.uint64(self.roles.index(role))
+        return _hex_words(_mix(words ^ self._key), 16)
+
+    def trace_ids(self, requests: np.ndarray) -> list[str]:
+        base = requests.astype(np.uint64) << np.uint64(self.role_bits)
+        words = np.stack([base | np.uint64(w) for w in self.trace_words], axis=1)
+        return _hex_words(_mix(words ^ self._key), 32)
+
+    def chunks(self, size: int = 2048) -> Iterator[list[SpanGroup]]:
+        for first in range(0, self.sim.n, size):
+            yield list(self.groups(first, min(first + size, self.sim.n)))
+
+
+class SpanSource(RequestIds):
     """The spans of one simulation under one naming, by chunk of requests (in send order)."""
+
+    roles, role_bits, trace_words = ROLES, 4, _TRACE_WORDS
 
     def __init__(self, sim: Simulation, naming: str = "reference", run_label: str | None = None) -> None:
         self.sim, self.naming = sim, naming
@@ -70,25 +110,8 @@ class SpanSource:
         self._key = _mix(np.array([sim.config.seed], dtype=np.uint64))[0]
         self._dynamic = {role: dynamic_attributes(sim, role, naming) for role in ROLES}
 
-    def span_count(self) -> int:
-        total = 0
-        for role in ROLES:
-            mask = present(self.sim, role)
-            total += self.sim.n if mask is None else int(mask.sum())
-        return total
-
-    def span_ids(self, role: str, requests: np.ndarray) -> list[str]:
-        words = (requests.astype(np.uint64) << np.uint64(4)) | np.uint64(_ROLE_INDEX[role])
-        return _hex_words(_mix(words ^ self._key), 16)
-
-    def trace_ids(self, requests: np.ndarray) -> list[str]:
-        base = requests.astype(np.uint64) << np.uint64(4)
-        words = np.stack([base | np.uint64(w) for w in _TRACE_WORDS], axis=1)
-        return _hex_words(_mix(words ^ self._key), 32)
-
-    def chunks(self, size: int = 2048) -> Iterator[list[SpanGroup]]:
-        for first in range(0, self.sim.n, size):
-            yield list(self.groups(first, min(first + size, self.sim.n)))
+    def _present(self, role: str) -> np.ndarray | None:
+        return present(self.sim, role)
 
     def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
         sim = self.sim
