@@ -3,6 +3,7 @@
   python bench/bench_pipeline.py forward   [--device cpu] [--seq 64] [--threads N]
   python bench/bench_pipeline.py batching  [--duration 10] [--concurrency 32]
   python bench/bench_pipeline.py tracing   [--duration 10] [--concurrency 32] [--repeats 5]
+  python bench/bench_pipeline.py tracing-ab [--duration 60] [--concurrency 32] [--period 4] [--repeats 2]
   python bench/bench_pipeline.py spans     [--requests 3000]
 
 forward: model.forward p50/p99 (ms) per batch size (1, 8, 32) and dtype (fp32, bf16, int8) at a fixed
@@ -18,6 +19,9 @@ batching: the whole service (steady scenario, no downstream) saturated by a clos
 tracing: the same saturated service with the OTel SDK exporting every span to a file, and with a
   no-op tracer; the overhead is the relative loss of throughput (and the service's CPU per request).
   Runs alternate to spread drift.
+tracing-ab: one saturated service process whose tracer is swapped between the OTel SDK and a no-op
+  tracer every --period seconds (reference_pipeline.tracing_switch); throughput and CPU per request
+  are booked per mode inside the process, so the run-to-run variance of separate processes cancels.
 spans: CPU per request of the tracing alone (the service's 13 spans, no service around them).
 Each section prints a Markdown table and the machine it ran on.
 """
@@ -178,6 +182,50 @@ def bench_tracing(args) -> None:
     )
 
 
+def bench_tracing_ab(args) -> None:
+    from reference_pipeline.runner import RunOptions, run_pipeline
+
+    print(
+        f"tracing overhead inside one process ({_load_text(args)}, tracer swapped every "
+        f"{args.period:g} s, batch 8/5 ms, steady, no downstream) — {machine(SERVICE_THREADS)}\n"
+    )
+    print("| run | mode | windows | seconds | requests | req/s | CPU ms per request |")
+    print("|---|---|---|---|---|---|---|")
+    overheads, cpu_overheads = [], []
+    for run in range(1, args.repeats + 1):
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = run_pipeline(
+                RunOptions(
+                    scenario="steady",
+                    device=args.device,
+                    dtype=args.dtype,
+                    duration_s=args.duration,
+                    rps=args.rps or 60.0,
+                    concurrency=0 if args.rps else args.concurrency,
+                    downstream=False,
+                    tracing_ab_period_s=args.period,
+                    out=Path(tmp) / "t.jsonl",
+                )
+            )
+        books = summary["tracing_ab"]
+        rate, cpu = {}, {}
+        for mode in ("no-op", "traced"):
+            b = books[mode]
+            rate[mode] = b["requests"] / b["seconds"]
+            cpu[mode] = 1000 * b["cpu_seconds"] / max(b["requests"], 1)
+            print(
+                f"| {run} | {mode} | {b['windows']} | {b['seconds']:.1f} | {b['requests']} | "
+                f"{rate[mode]:.2f} | {cpu[mode]:.2f} |",
+                flush=True,
+            )
+        overheads.append(100 * (rate["no-op"] - rate["traced"]) / rate["no-op"])
+        cpu_overheads.append(100 * (cpu["traced"] - cpu["no-op"]) / cpu["no-op"])
+    print(
+        f"\noverhead: {[round(x, 1) for x in overheads]} % of throughput, "
+        f"{[round(x, 1) for x in cpu_overheads]} % service CPU per request (per run)"
+    )
+
+
 def _one_request_of_spans(tracer) -> None:
     """The 13 spans the service makes for one request, with their attributes."""
     from opentelemetry.trace import SpanKind
@@ -234,7 +282,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("section", choices=("forward", "batching", "tracing", "spans"))
+    parser.add_argument("section", choices=("forward", "batching", "tracing", "tracing-ab", "spans"))
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="fp32,bf16,int8", help="forward: dtypes to time")
     parser.add_argument("--dtype", default="fp32", help="batching, tracing: the service's dtype")
@@ -247,12 +295,14 @@ def main() -> int:
     )
     parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--period", type=float, default=4.0, help="tracing-ab: seconds per mode window")
     parser.add_argument("--requests", type=int, default=3000, help="spans: requests' worth of spans")
     args = parser.parse_args()
     sections = {
         "forward": bench_forward,
         "batching": bench_batching,
         "tracing": bench_tracing,
+        "tracing-ab": bench_tracing_ab,
         "spans": bench_spans,
     }
     sections[args.section](args)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -53,6 +54,7 @@ class RunOptions:
     seed: int = 1
     ready_timeout_s: float = 600.0
     tracing: bool = True
+    tracing_ab_period_s: float = 0.0  # > 0: swap tracing on/off in the service this often (benchmark)
 
 
 class ChildFailed(RuntimeError):
@@ -146,6 +148,8 @@ def run_pipeline(opts: RunOptions) -> dict:
     with tempfile.TemporaryDirectory(prefix="tailscope-run-") as tmp_name:
         tmp = Path(tmp_name)
         parts = {name: tmp / f"{name}.jsonl" for name in ("loadgen", "service", "downstream")}
+        if opts.tracing_ab_period_s > 0:
+            service.tracing_ab_report = str(tmp / "tracing_ab.json")
         try:
             if opts.downstream:
                 downstream = Child(
@@ -178,7 +182,8 @@ def run_pipeline(opts: RunOptions) -> dict:
             )
             children.append(server)
             port = server.wait_ready(opts.ready_timeout_s)
-            result = _drive(f"http://127.0.0.1:{port}{sm.ROUTE}", load, opts, service, parts["loadgen"])
+            with _swapping(server.proc.pid, opts.tracing_ab_period_s, opts.duration_s):
+                result = _drive(f"http://127.0.0.1:{port}{sm.ROUTE}", load, opts, service, parts["loadgen"])
         finally:
             for child in reversed(children):  # the service first: its in-flight calls need the downstream
                 if child.stop() not in (0, -signal.SIGTERM):
@@ -189,6 +194,8 @@ def run_pipeline(opts: RunOptions) -> dict:
                         file=sys.stderr,
                     )
         summary = {"scenario": opts.scenario, **result.summary()}
+        if service.tracing_ab_report and Path(service.tracing_ab_report).exists():
+            summary["tracing_ab"] = json.loads(Path(service.tracing_ab_report).read_text())
         if opts.out is not None:
             opts.out.parent.mkdir(parents=True, exist_ok=True)
             with open(opts.out, "wb") as out:
@@ -197,6 +204,34 @@ def run_pipeline(opts: RunOptions) -> dict:
                         out.write(part.read_bytes())
             summary["out"] = str(opts.out)
     return summary
+
+
+@contextlib.contextmanager
+def _swapping(pid: int, period_s: float, duration_s: float):
+    """While the load runs: SIGUSR1 to the service after a first period of warm-up and then every
+    period_s (tracing swaps on and off, see reference_pipeline.tracing_switch), SIGUSR2 at the last
+    whole window before the load ends (its ramp-down is not booked). Nothing when period_s <= 0."""
+    if period_s <= 0:
+        yield
+        return
+    done = threading.Event()
+    deadline = time.monotonic() + duration_s
+
+    def swap() -> None:
+        while not done.wait(period_s):
+            if time.monotonic() + period_s > deadline:
+                os.kill(pid, signal.SIGUSR2)
+                return
+            os.kill(pid, signal.SIGUSR1)
+
+    thread = threading.Thread(target=swap, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        os.kill(pid, signal.SIGUSR2)
 
 
 def _drive(url: str, load: LoadShape, opts: RunOptions, service: ServiceConfig, part: Path):

@@ -81,6 +81,8 @@ class ServiceConfig:
     gc_freeze: bool = True  # gc.freeze() once ready: full collections skip the start-up heap
     max_body_bytes: int = 64 * 1024
     tracing: bool = True  # False: a no-op tracer (the tracing-overhead benchmark's baseline)
+    # a path: SIGUSR1/SIGUSR2 swap tracing on and off in-process (reference_pipeline.tracing_switch)
+    tracing_ab_report: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

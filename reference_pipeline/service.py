@@ -64,6 +64,7 @@ from reference_pipeline.scenarios import ServiceConfig
 from reference_pipeline.serving import bind_free_port, serve
 from reference_pipeline.text import build_tokenizer
 from reference_pipeline.tracing import GcPauseLog, make_provider, stage_attrs
+from reference_pipeline.tracing_switch import TracingSwitch
 
 ENTITY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_TEXT_CHARS = 8000
@@ -124,6 +125,7 @@ class Pipeline:
             self.cache.fill(self.store, [entity_id(i) for i in range(cfg.n_entities)])
         self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch, cfg.max_wait_ms, cfg.workers)
         self.client: httpx.AsyncClient | None = None
+        self.switch: TracingSwitch | None = None  # the tracing-overhead benchmark's A/B switch
 
     def _fetch(self, key: str, network_wait_s: float) -> list[float] | None:
         if network_wait_s:
@@ -212,6 +214,8 @@ class Pipeline:
                 root.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             root.set_attribute("http.response.status_code", status)
             self.gc_log.attach_gc_events(root, started)
+        if self.switch is not None:
+            self.switch.completed()
         return Response(body, status_code=status, media_type="application/json")
 
     async def _handle(self, request: Request, root: trace.Span) -> bytes:
@@ -317,11 +321,16 @@ def main(argv: list[str] | None = None) -> int:
                     args.otlp_endpoint,
                 )
                 pipeline.tracer = pipeline.post.tracer = provider.get_tracer("tailscope.reference_pipeline")
+                if cfg.tracing_ab_report:
+                    pipeline.switch = TracingSwitch(pipeline, pipeline.tracer)
+                    pipeline.switch.install()
             if cfg.gc_freeze:  # what a tuned service does once ready; gc-pressure plants the opposite
                 gc.collect()
                 gc.freeze()
             serve(build_app(pipeline), bind_free_port(port=args.port))
             pipeline.close()
+            if pipeline.switch is not None:
+                pipeline.switch.report(Path(cfg.tracing_ab_report))
         finally:
             gc_log.uninstall()
             if provider is not None:

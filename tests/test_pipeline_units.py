@@ -391,3 +391,31 @@ def test_closed_loop_keeps_exactly_n_requests_in_flight_for_the_duration() -> No
     # 4 clients x ~10 ms per request for 0.5 s: far more than the rps=1 an open loop would send
     assert 60 <= served <= 4 * 0.5 / 0.01 + 4
     assert 0.5 <= result.wall_s < 1.0
+
+
+def test_tracing_switch_books_each_mode_and_swaps_the_tracers(tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from opentelemetry import trace
+
+    from reference_pipeline.tracing_switch import TracingSwitch
+
+    sdk_tracer = TracerProvider().get_tracer("t")
+    pipeline = SimpleNamespace(tracer=sdk_tracer, post=SimpleNamespace(tracer=sdk_tracer))
+    switch = TracingSwitch(pipeline, sdk_tracer)
+    switch.completed()  # before the first signal: warm-up, not booked
+    switch.toggle()  # starts the books, traced first
+    switch.completed()
+    switch.completed()
+    switch.toggle()  # now no-op
+    assert isinstance(pipeline.tracer, trace.NoOpTracer) and pipeline.post.tracer is pipeline.tracer
+    switch.completed()
+    switch.toggle()
+    assert pipeline.tracer is sdk_tracer
+    switch.stop()
+    switch.completed()  # after the books closed: not booked
+    switch.report(tmp_path / "ab.json")
+    books = orjson.loads((tmp_path / "ab.json").read_bytes())
+    assert books["traced"]["requests"] == 2 and books["no-op"]["requests"] == 1
+    assert books["traced"]["windows"] == 2 and books["no-op"]["windows"] == 1
+    assert all(b["seconds"] >= 0 and b["cpu_seconds"] >= 0 for b in books.values())

@@ -1,0 +1,69 @@
+"""Tracing on and off inside one running service, to measure what tracing costs (A/B in one process).
+
+Two separate service processes, one traced and one not, differ by more than the tracer on a shared
+2-core VM: identical untraced runs moved between ~55 and ~80 req/s from one process to the next. Here
+one process alternates: the first SIGUSR1 starts the books, every later one swaps the pipeline's
+tracer between the SDK tracer and a no-op tracer, SIGUSR2 closes the books; in between, wall time,
+process CPU time and completed requests are booked to the mode that was on. Only the
+tracing-overhead benchmark sends these signals (`RunOptions.tracing_ab_period_s`); the report is
+written as JSON when the service stops. Requests in flight across a swap count in the mode in which
+they complete, and their traces are partial (such a run's trace file is not for analysis).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+from opentelemetry import trace
+
+
+class TracingSwitch:
+    def __init__(self, pipeline, sdk_tracer: trace.Tracer) -> None:
+        self.pipeline, self.sdk_tracer = pipeline, sdk_tracer
+        self.traced, self.booking = True, False
+        self.books = {mode: {"seconds": 0.0, "cpu_seconds": 0.0, "requests": 0, "windows": 0}
+                      for mode in ("traced", "no-op")}
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    @property
+    def mode(self) -> str:
+        return "traced" if self.traced else "no-op"
+
+    def completed(self) -> None:
+        if self.booking:
+            self.books[self.mode]["requests"] += 1
+
+    def _close_window(self) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        book = self.books[self.mode]
+        book["seconds"] += wall - self._wall
+        book["cpu_seconds"] += cpu - self._cpu
+        book["windows"] += 1
+        self._wall, self._cpu = wall, cpu
+
+    def toggle(self) -> None:
+        if not self.booking:  # the load has started: book from now on
+            self.booking = True
+            self._wall, self._cpu = time.perf_counter(), time.process_time()
+            return
+        self._close_window()
+        self.traced = not self.traced
+        tracer = self.sdk_tracer if self.traced else trace.NoOpTracer()
+        self.pipeline.tracer = self.pipeline.post.tracer = tracer
+
+    def install(self) -> None:
+        """SIGUSR1 swaps; the handler runs on the main thread, which is the event loop's."""
+        signal.signal(signal.SIGUSR1, lambda signum, frame: self.toggle())
+        signal.signal(signal.SIGUSR2, lambda signum, frame: self.stop())
+
+    def stop(self) -> None:
+        if self.booking:
+            self._close_window()
+            self.booking = False
+
+    def report(self, path: Path) -> None:
+        self.stop()
+        path.write_text(json.dumps(self.books))
