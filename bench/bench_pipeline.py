@@ -89,14 +89,12 @@ def bench_forward(args) -> None:
             )
 
 
-def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
-    """One saturated run; adds the service process's CPU ms per completed request (`cpu_ms_per_req`),
-    read from the reaped child's rusage (the only child: the downstream is off)."""
+def _steady_run(args, **options) -> dict:
+    """One saturated steady run without the downstream, under the load the arguments describe."""
     from reference_pipeline.runner import RunOptions, run_pipeline
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryDirectory() as tmp:
-        summary = run_pipeline(
+        return run_pipeline(
             RunOptions(
                 scenario="steady",
                 device=args.device,
@@ -104,13 +102,18 @@ def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
                 duration_s=args.duration,
                 rps=args.rps or 60.0,
                 concurrency=0 if args.rps else args.concurrency,
-                max_batch=max_batch,
-                max_wait_ms=max_wait_ms,
                 downstream=False,
-                tracing=tracing,
                 out=Path(tmp) / "t.jsonl",
+                **options,
             )
         )
+
+
+def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
+    """One saturated run; adds the service process's CPU ms per completed request (`cpu_ms_per_req`),
+    read from the reaped child's rusage (the only child: the downstream is off)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    summary = _steady_run(args, max_batch=max_batch, max_wait_ms=max_wait_ms, tracing=tracing)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     completed = summary["requests"] - summary["errors"]
@@ -183,8 +186,6 @@ def bench_tracing(args) -> None:
 
 
 def bench_tracing_ab(args) -> None:
-    from reference_pipeline.runner import RunOptions, run_pipeline
-
     print(
         f"tracing overhead inside one process ({_load_text(args)}, tracer swapped every "
         f"{args.period:g} s, batch 8/5 ms, steady, no downstream) — {machine(SERVICE_THREADS)}\n"
@@ -193,21 +194,7 @@ def bench_tracing_ab(args) -> None:
     print("|---|---|---|---|---|---|---|")
     overheads, cpu_overheads = [], []
     for run in range(1, args.repeats + 1):
-        with tempfile.TemporaryDirectory() as tmp:
-            summary = run_pipeline(
-                RunOptions(
-                    scenario="steady",
-                    device=args.device,
-                    dtype=args.dtype,
-                    duration_s=args.duration,
-                    rps=args.rps or 60.0,
-                    concurrency=0 if args.rps else args.concurrency,
-                    downstream=False,
-                    tracing_ab_period_s=args.period,
-                    out=Path(tmp) / "t.jsonl",
-                )
-            )
-        books = summary["tracing_ab"]
+        books = _steady_run(args, tracing_ab_period_s=args.period)["tracing_ab"]
         rate, cpu = {}, {}
         for mode in ("no-op", "traced"):
             b = books[mode]
