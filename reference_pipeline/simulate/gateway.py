@@ -22,7 +22,6 @@ of the eight gateway replicas behind a slow link).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -144,19 +143,6 @@ class GatewaySource(RequestIds):
         index = {"gateway": sim.client, "server": c.clients + sim.process,
                  "downstream": c.clients + len(sim.processes) + sim.ds_instance}
         return out, index
-
-    def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
-        requests = np.arange(first, stop)
-        trace_ids = self.trace_ids(requests)
-        ids = {role: self.span_ids(role, requests) for role in ROLES}
-        for role in ROLES:
-            spec = self.specs[role]
-            mask = self._present(role)
-            local = np.arange(len(requests)) if mask is None else np.flatnonzero(mask[first:stop])
-            where = self.resource_index[spec.side][first + local]
-            for resource in np.unique(where).tolist():
-                pick = local[where == resource]
-                yield self._group(spec, resource, first + pick, pick.tolist(), trace_ids, ids)
 
     def _group(self, spec: RoleSpec, resource: int, reqs: np.ndarray, pick: list[int],
                trace_ids: list[str], ids: dict[str, list[str]]) -> SpanGroup:

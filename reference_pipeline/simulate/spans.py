@@ -61,11 +61,14 @@ class SpanGroup:
 
 class RequestIds:
     """What every span source shares: deterministic span and trace ids per (request, role), hashed
-    from the seeded key, the span count and chunking. A source sets `roles`, `role_bits` (room for
-    the role index, and the trace words after it, below the request number), `trace_words`, `_key`,
-    `sim`, and says which requests have a role (`_present`: None for all)."""
+    from the seeded key, the span count, chunking and grouping by role and resource. A source sets
+    `roles`, `role_bits` (room for the role index, and the trace words after it, below the request
+    number), `trace_words`, `_key`, `sim`, `specs`, `resource_index`, says which requests have a role
+    (`_present`: None for all) and renders one group (`_group`)."""
 
     roles: tuple[str, ...]
+    specs: dict[str, RoleSpec]
+    resource_index: dict[str, np.ndarray]
     role_bits: int
     trace_words: tuple[int, int]
     sim: Simulation
@@ -74,8 +77,23 @@ class RequestIds:
     def _present(self, role: str) -> np.ndarray | None:
         raise NotImplementedError
 
-    def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
+    def _group(self, spec: RoleSpec, resource: int, reqs: np.ndarray, pick: list[int],
+               trace_ids: list[str], ids: dict[str, list[str]]) -> SpanGroup:
         raise NotImplementedError
+
+    def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
+        """Span groups of requests [first, stop): one per role and resource, in role order."""
+        requests = np.arange(first, stop)
+        trace_ids = self.trace_ids(requests)
+        ids = {role: self.span_ids(role, requests) for role in self.roles}
+        for role in self.roles:
+            spec = self.specs[role]
+            mask = self._present(role)
+            local = np.arange(len(requests)) if mask is None else np.flatnonzero(mask[first:stop])
+            where = self.resource_index[spec.side][first + local]
+            for resource in np.unique(where).tolist():
+                pick = local[where == resource]
+                yield self._group(spec, resource, first + pick, pick.tolist(), trace_ids, ids)
 
     def span_count(self) -> int:
         total = 0
@@ -112,20 +130,6 @@ class SpanSource(RequestIds):
 
     def _present(self, role: str) -> np.ndarray | None:
         return present(self.sim, role)
-
-    def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
-        sim = self.sim
-        requests = np.arange(first, stop)
-        trace_ids = self.trace_ids(requests)
-        ids = {role: self.span_ids(role, requests) for role in ROLES}
-        for role in ROLES:
-            spec = self.specs[role]
-            mask = present(sim, role)
-            local = np.arange(len(requests)) if mask is None else np.flatnonzero(mask[first:stop])
-            where = self.resource_index[spec.side][first + local]
-            for resource in np.unique(where).tolist():
-                pick = local[where == resource]
-                yield self._group(spec, resource, first + pick, pick.tolist(), trace_ids, ids)
 
     def _group(self, spec: RoleSpec, resource: int, reqs: np.ndarray, pick: list[int],
                trace_ids: list[str], ids: dict[str, list[str]]) -> SpanGroup:
