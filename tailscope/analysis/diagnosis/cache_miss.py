@@ -293,13 +293,9 @@ def _slow_mode_in_pauses(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> b
     fast_median = float(np.median(f.dur[spans[~slow]])) if (~slow).any() else 0.0
     extra = np.maximum(f.dur[s] - fast_median, 1)
     covered = np.zeros(len(s))
-    episodes = ctx.notes.get("gc_episodes")
-    if episodes is not None:
-        covered = np.maximum(covered, stall_overlap(f.instance[s], f.start[s], f.end[s], *episodes))
-    if len(f.gc_time):
-        order = np.lexsort((f.gc_time, f.gc_instance))
-        ev = (f.gc_instance[order], f.gc_time[order], f.gc_time[order] + f.gc_dur[order])
-        covered = np.maximum(covered, stall_overlap(f.instance[s], f.start[s], f.end[s], *ev))
+    for pauses in (ctx.notes.get("gc_episodes"), ctx.reported_pauses if len(f.gc_time) else None):
+        if pauses is not None:
+            covered = np.maximum(covered, stall_overlap(f.instance[s], f.start[s], f.end[s], *pauses))
     return float((covered >= 0.5 * extra).mean()) > 0.5
 
 

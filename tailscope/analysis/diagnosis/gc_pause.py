@@ -232,15 +232,7 @@ def detect(ctx: Context) -> list[Finding]:
     event_share = None
     if len(f.gc_time):
         # confirmation: how much of the tail excess the runtime's own pause reports cover
-        order = np.lexsort((f.gc_time, f.gc_instance))
-        ev = stall_overlap(
-            reqs.instance,
-            reqs.start,
-            reqs.start + reqs.latency,
-            f.gc_instance[order],
-            f.gc_time[order],
-            f.gc_time[order] + f.gc_dur[order],
-        )
+        ev = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *ctx.reported_pauses)
         event_share = excess_share(ev, split)
         covered = logistic(event_share, 0.3, 0.08)
         confirm = covered * logistic(ratio, 1.5, 0.15) * penalty
@@ -340,8 +332,7 @@ def _reported_only(ctx: Context) -> list[Finding]:
     if not len(f.gc_time):
         return []
     reqs = f.requests
-    order = np.lexsort((f.gc_time, f.gc_instance))  # pauses by instance, then start
-    g_inst, g0, g1 = f.gc_instance[order], f.gc_time[order], f.gc_time[order] + f.gc_dur[order]
+    g_inst, g0, g1 = ctx.reported_pauses
     overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, g_inst, g0, g1)
     share = excess_share(overlap, ctx.split)
     confidence = REPORTED_CAP * logistic(share, 0.35, 0.06)

@@ -53,6 +53,14 @@ class Context:
     def split(self) -> TailSplit:
         return tail_split(self.frame.requests.latency)
 
+    @cached_property
+    def reported_pauses(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The runtime's reported GC pauses as (instance, start, end), by instance then start: the
+        episode form `gc_pause.stall_overlap` takes."""
+        f = self.frame
+        order = np.lexsort((f.gc_time, f.gc_instance))
+        return f.gc_instance[order], f.gc_time[order], f.gc_time[order] + f.gc_dur[order]
+
     @property
     def n_requests(self) -> int:
         return len(self.frame.requests)

@@ -72,15 +72,7 @@ def detect(ctx: Context) -> list[Finding]:
             from tailscope.analysis.diagnosis.gc_pause import stall_overlap
 
             c_idx, s_idx = cli[sel][big], srv[sel][big]
-            order = np.lexsort((f.gc_time, f.gc_instance))
-            ov = stall_overlap(
-                f.instance[s_idx],
-                f.start[c_idx],
-                f.end[c_idx],
-                f.gc_instance[order],
-                f.gc_time[order],
-                f.gc_time[order] + f.gc_dur[order],
-            )
+            ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *ctx.reported_pauses)
             in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
         # a subset of clients behind a slow network: the gap per calling instance
         c_inst = f.instance[cli[sel]]
