@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 pipeline.tracer = pipeline.post.tracer = provider.get_tracer("tailscope.reference_pipeline")
                 if cfg.tracing_ab_report:
-                    pipeline.switch = TracingSwitch(pipeline, pipeline.tracer)
+                    pipeline.switch = TracingSwitch(pipeline, pipeline.tracer, provider.force_flush)
                     pipeline.switch.install()
             if cfg.gc_freeze:  # what a tuned service does once ready; gc-pressure plants the opposite
                 gc.collect()

@@ -8,6 +8,11 @@ process CPU time and completed requests are booked to the mode that was on. Only
 tracing-overhead benchmark sends these signals (`RunOptions.tracing_ab_period_s`); the report is
 written as JSON when the service stops. Requests in flight across a swap count in the mode in which
 they complete, and their traces are partial (such a run's trace file is not for analysis).
+
+Leaving the traced mode flushes the provider before the window closes: the BatchSpanProcessor
+exports on its own schedule (every 2,048 spans or 5 s), so without the flush the export of a traced
+window's last spans, and the freeing of them, would run in the no-op window after it and be booked
+to the wrong mode.
 """
 
 from __future__ import annotations
@@ -15,14 +20,17 @@ from __future__ import annotations
 import json
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from opentelemetry import trace
 
 
 class TracingSwitch:
-    def __init__(self, pipeline, sdk_tracer: trace.Tracer) -> None:
-        self.pipeline, self.sdk_tracer = pipeline, sdk_tracer
+    def __init__(
+        self, pipeline, sdk_tracer: trace.Tracer, flush: Callable[[], object] = lambda: None
+    ) -> None:
+        self.pipeline, self.sdk_tracer, self.flush = pipeline, sdk_tracer, flush
         self.traced, self.booking = True, False
         self.books = {mode: {"seconds": 0.0, "cpu_seconds": 0.0, "requests": 0, "windows": 0}
                       for mode in ("traced", "no-op")}
@@ -49,6 +57,8 @@ class TracingSwitch:
             self.booking = True
             self._wall, self._cpu = time.perf_counter(), time.process_time()
             return
+        if self.traced:
+            self.flush()  # the traced window pays for exporting its spans
         self._close_window()
         self.traced = not self.traced
         tracer = self.sdk_tracer if self.traced else trace.NoOpTracer()
@@ -61,6 +71,8 @@ class TracingSwitch:
 
     def stop(self) -> None:
         if self.booking:
+            if self.traced:
+                self.flush()
             self._close_window()
             self.booking = False
 

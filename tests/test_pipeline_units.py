@@ -402,13 +402,15 @@ def test_tracing_switch_books_each_mode_and_swaps_the_tracers(tmp_path) -> None:
 
     sdk_tracer = TracerProvider().get_tracer("t")
     pipeline = SimpleNamespace(tracer=sdk_tracer, post=SimpleNamespace(tracer=sdk_tracer))
-    switch = TracingSwitch(pipeline, sdk_tracer)
+    flushes: list[bool] = []
+    switch = TracingSwitch(pipeline, sdk_tracer, flush=lambda: flushes.append(pipeline.tracer is sdk_tracer))
     switch.completed()  # before the first signal: warm-up, not booked
     switch.toggle()  # starts the books, traced first
     switch.completed()
     switch.completed()
     switch.toggle()  # now no-op
     assert isinstance(pipeline.tracer, trace.NoOpTracer) and pipeline.post.tracer is pipeline.tracer
+    assert flushes == [True]  # flushed while the traced window was still open
     switch.completed()
     switch.toggle()
     assert pipeline.tracer is sdk_tracer
@@ -418,4 +420,5 @@ def test_tracing_switch_books_each_mode_and_swaps_the_tracers(tmp_path) -> None:
     books = orjson.loads((tmp_path / "ab.json").read_bytes())
     assert books["traced"]["requests"] == 2 and books["no-op"]["requests"] == 1
     assert books["traced"]["windows"] == 2 and books["no-op"]["windows"] == 1
+    assert flushes == [True, True]  # and when the books closed in the traced mode
     assert all(b["seconds"] >= 0 and b["cpu_seconds"] >= 0 for b in books.values())
