@@ -185,6 +185,19 @@ def bench_tracing(args) -> None:
     )
 
 
+def window_pair_overheads(windows: list[dict]) -> list[float]:
+    """Each traced window against the no-op window right after it: the % of throughput it lost.
+    Adjacent windows share the machine's state of the moment, so slow drifts and short disturbances
+    cancel within a pair; pairs are disjoint (windows 1-2, 3-4, ...), the first window is traced."""
+    out = []
+    for traced, no_op in zip(windows[::2], windows[1::2], strict=False):
+        if traced["mode"] != "traced" or no_op["mode"] != "no-op" or not no_op["requests"]:
+            continue
+        rate = {w["mode"]: w["requests"] / w["seconds"] for w in (traced, no_op)}
+        out.append(100 * (rate["no-op"] - rate["traced"]) / rate["no-op"])
+    return out
+
+
 def bench_tracing_ab(args) -> None:
     print(
         f"tracing overhead inside one process ({_load_text(args)}, tracer swapped every "
@@ -192,7 +205,7 @@ def bench_tracing_ab(args) -> None:
     )
     print("| run | mode | windows | seconds | requests | req/s | CPU ms per request |")
     print("|---|---|---|---|---|---|---|")
-    overheads, cpu_overheads = [], []
+    overheads, cpu_overheads, pairs, stolen = [], [], [], []
     for run in range(1, args.repeats + 1):
         books = _steady_run(args, tracing_ab_period_s=args.period)["tracing_ab"]
         rate, cpu = {}, {}
@@ -207,10 +220,21 @@ def bench_tracing_ab(args) -> None:
             )
         overheads.append(100 * (rate["no-op"] - rate["traced"]) / rate["no-op"])
         cpu_overheads.append(100 * (cpu["traced"] - cpu["no-op"]) / cpu["no-op"])
+        pairs += window_pair_overheads(books["windows"])
+        stolen += [w["stolen_seconds"] for w in books["windows"] if w["stolen_seconds"] is not None]
     print(
-        f"\noverhead: {[round(x, 1) for x in overheads]} % of throughput, "
-        f"{[round(x, 1) for x in cpu_overheads]} % service CPU per request (per run)"
+        f"\noverhead per run: {[round(x, 1) for x in overheads]} % of throughput "
+        f"(mean {statistics.mean(overheads):.1f} %), {[round(x, 1) for x in cpu_overheads]} % service CPU "
+        f"per request (mean {statistics.mean(cpu_overheads):.1f} %)"
     )
+    if pairs:
+        print(
+            f"adjacent window pairs (traced, then no-op): median {statistics.median(pairs):.1f} %, "
+            f"mean {statistics.mean(pairs):.1f} % of throughput over {len(pairs)} pairs"
+        )
+    if stolen:
+        print(f"CPU stolen by the hypervisor per window: median {statistics.median(stolen):.2f} s, "
+              f"max {max(stolen):.2f} s")
 
 
 def _one_request_of_spans(tracer) -> None:

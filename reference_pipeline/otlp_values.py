@@ -13,6 +13,11 @@ from typing import Any
 
 def any_value(value: Any) -> dict[str, Any]:
     """One value as an OTLP/JSON AnyValue (64-bit ints as strings, bytes as base64)."""
+    kind = type(value)  # the exact built-in types first: the exporter's hot path
+    if kind is str:
+        return {"stringValue": value}
+    if kind is int:
+        return {"intValue": str(value)}
     if isinstance(value, bool):
         return {"boolValue": value}
     if isinstance(value, int):

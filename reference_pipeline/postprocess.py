@@ -120,16 +120,13 @@ class Postprocessor:
         if self.explanations is not None:
             self.explanations.record(features, score)
         wait_start = time.time_ns()
-        self.monitor.lock.acquire()
-        try:
+        with self.monitor.lock:
             wait_end = time.time_ns()
-            span = self.tracer.start_span(
-                span_model.LOCK_WAIT,
-                start_time=wait_start,
-                attributes=stage_attrs(span_model.LOCK_WAIT, **{"lock.name": "score_monitor"}),
-            )
-            span.end(end_time=wait_end)
             self.monitor.update(entity, score, decision)
-        finally:
-            self.monitor.lock.release()
+        # the wait's span is written once the lock is released, so tracing never lengthens the hold
+        self.tracer.start_span(
+            span_model.LOCK_WAIT,
+            start_time=wait_start,
+            attributes=stage_attrs(span_model.LOCK_WAIT, **{"lock.name": "score_monitor"}),
+        ).end(end_time=wait_end)
         return {"score": round(score, 6), "decision": decision}

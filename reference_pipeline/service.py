@@ -63,7 +63,7 @@ from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreM
 from reference_pipeline.scenarios import ServiceConfig
 from reference_pipeline.serving import bind_free_port, serve
 from reference_pipeline.text import build_tokenizer
-from reference_pipeline.tracing import GcPauseLog, make_provider, stage_attrs
+from reference_pipeline.tracing import GcPauseLog, StageSpan, make_provider, stage_attrs
 from reference_pipeline.tracing_switch import TracingSwitch
 
 ENTITY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -171,11 +171,14 @@ class Pipeline:
         self.store_pool.shutdown(wait=True)
         self.monitor.close()
 
-    def span(self, name: str, kind: SpanKind = SpanKind.INTERNAL, **attrs):
-        return self.tracer.start_as_current_span(name, kind=kind, attributes=stage_attrs(name, **attrs))
+    def span(
+        self, name: str, kind: SpanKind = SpanKind.INTERNAL, current: bool = False, **attrs
+    ) -> StageSpan:
+        """A stage's span; `current` for a stage whose work makes child spans or propagates context."""
+        return StageSpan(self.tracer, name, stage_attrs(name, **attrs), kind, current)
 
     async def hydrate(self, key: str) -> list[float]:
-        with self.span(sm.HYDRATE, **{"feature.key": key}) as span:
+        with self.span(sm.HYDRATE, current=True, **{"feature.key": key}) as span:
             features = self.cache.get(key)
             span.set_attribute("cache.hit", features is not None)
             if features is None:
@@ -248,7 +251,7 @@ class Pipeline:
             attributes=stage_attrs(sm.FORWARD, device=self.cfg.device, dtype=self.cfg.dtype, **batch_attrs),
         ).end(end_time=result.ended_ns)
 
-        with self.span(sm.POSTPROCESS):
+        with self.span(sm.POSTPROCESS, current=True):
             loop = asyncio.get_running_loop()
             ctx = contextvars.copy_context()
             outcome = await loop.run_in_executor(
@@ -265,6 +268,7 @@ class Pipeline:
         with self.span(
             sm.DOWNSTREAM,
             SpanKind.CLIENT,
+            current=True,
             **{"http.request.method": "POST", "url.full": url, "server.address": httpx.URL(url).host},
         ) as span:
             headers: dict[str, str] = {}

@@ -29,10 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Status, StatusCode
 
 from reference_pipeline import span_model
 from reference_pipeline.otlp_values import key_values
@@ -43,7 +45,9 @@ _STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
 
 
 def span_to_otlp(span: ReadableSpan) -> dict:
-    ctx = span.context
+    # each ReadableSpan property builds a fresh proxy or tuple: read each once
+    ctx, parent, attributes = span.context, span.parent, span.attributes
+    events, links = span.events, span.links
     out: dict = {
         "traceId": f"{ctx.trace_id:032x}",
         "spanId": f"{ctx.span_id:016x}",
@@ -52,29 +56,29 @@ def span_to_otlp(span: ReadableSpan) -> dict:
         "startTimeUnixNano": str(span.start_time),
         "endTimeUnixNano": str(span.end_time),
     }
-    if span.parent is not None:
-        out["parentSpanId"] = f"{span.parent.span_id:016x}"
-    if span.attributes:
-        out["attributes"] = key_values(span.attributes)
-    if span.events:
+    if parent is not None:
+        out["parentSpanId"] = f"{parent.span_id:016x}"
+    if attributes:
+        out["attributes"] = key_values(attributes)
+    if events:
         out["events"] = [
             {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
-            for e in span.events
+            for e in events
         ]
-    if span.links:
+    if links:
         out["links"] = [
             {
                 "traceId": f"{link.context.trace_id:032x}",
                 "spanId": f"{link.context.span_id:016x}",
                 "attributes": key_values(link.attributes),
             }
-            for link in span.links
+            for link in links
         ]
-    status = _STATUS[span.status.status_code.name]
-    if status:
+    status = span.status
+    if status.status_code is not StatusCode.UNSET:
         out["status"] = {
-            "code": status,
-            **({"message": span.status.description} if span.status.description else {}),
+            "code": _STATUS[status.status_code.name],
+            **({"message": status.description} if status.description else {}),
         }
     return out
 
@@ -155,6 +159,47 @@ def make_provider(
 
 def stage_attrs(name: str, **extra) -> dict:
     return {"tailscope.stage": span_model.STAGE_OF[name], **extra}
+
+
+class StageSpan:
+    """`with StageSpan(tracer, name, attributes) as span:` starts a span on entry and ends it on exit,
+    recording an exception that escapes the block as `start_as_current_span` does (an exception
+    event and an ERROR status). It is a plain class rather than the SDK's two nested generator
+    context managers, and it makes the span current only when asked (`current=True`: spans with
+    children, or whose context is propagated); a leaf is parented on the current span without
+    becoming it. Both save a few microseconds per span on the request path."""
+
+    __slots__ = ("_attributes", "_context", "_current", "_kind", "_name", "_span", "_token", "_tracer")
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        name: str,
+        attributes: dict,
+        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+        current: bool = False,
+        context: otel_context.Context | None = None,
+    ) -> None:
+        self._tracer, self._name, self._kind, self._attributes = tracer, name, kind, attributes
+        self._context, self._current = context, current
+        self._token: object | None = None
+
+    def __enter__(self) -> trace.Span:
+        self._span = span = self._tracer.start_span(
+            self._name, context=self._context, kind=self._kind, attributes=self._attributes
+        )
+        if self._current:
+            self._token = otel_context.attach(trace.set_span_in_context(span))
+        return span
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        span = self._span
+        if self._token is not None:
+            otel_context.detach(self._token)
+        if isinstance(exc, Exception) and span.is_recording():
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        span.end()
 
 
 MIN_YOUNG_PAUSE_NS = 1_000_000

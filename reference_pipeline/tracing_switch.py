@@ -13,6 +13,10 @@ Leaving the traced mode flushes the provider before the window closes: the Batch
 exports on its own schedule (every 2,048 spans or 5 s), so without the flush the export of a traced
 window's last spans, and the freeing of them, would run in the no-op window after it and be booked
 to the wrong mode.
+
+Besides the totals per mode, the report lists every window (mode, seconds, CPU seconds, requests,
+and the CPU time the hypervisor stole from the machine meanwhile, where /proc/stat says), so the
+benchmark can compare each window with its neighbours and see which ones a noisy host disturbed.
 """
 
 from __future__ import annotations
@@ -25,6 +29,18 @@ from pathlib import Path
 
 from opentelemetry import trace
 
+USER_HZ = 100  # /proc/stat's unit (sysconf(_SC_CLK_TCK) on every Linux this runs on)
+
+
+def stolen_seconds() -> float | None:
+    """CPU time the hypervisor has taken from this machine since boot (all CPUs), or None."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+        return int(fields[8]) / USER_HZ
+    except (OSError, IndexError, ValueError):
+        return None
+
 
 class TracingSwitch:
     def __init__(
@@ -32,9 +48,17 @@ class TracingSwitch:
     ) -> None:
         self.pipeline, self.sdk_tracer, self.flush = pipeline, sdk_tracer, flush
         self.traced, self.booking = True, False
-        self.books = {mode: {"seconds": 0.0, "cpu_seconds": 0.0, "requests": 0, "windows": 0}
-                      for mode in ("traced", "no-op")}
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        self.books: dict = {
+            mode: {"seconds": 0.0, "cpu_seconds": 0.0, "requests": 0, "windows": 0}
+            for mode in ("traced", "no-op")
+        }
+        self.books["windows"] = []
+        self._requests = 0
+        self._start_window()
+
+    def _start_window(self) -> None:
+        self._wall, self._cpu, self._stolen = time.perf_counter(), time.process_time(), stolen_seconds()
+        self._requests = 0
 
     @property
     def mode(self) -> str:
@@ -42,20 +66,28 @@ class TracingSwitch:
 
     def completed(self) -> None:
         if self.booking:
-            self.books[self.mode]["requests"] += 1
+            self._requests += 1
 
     def _close_window(self) -> None:
-        wall, cpu = time.perf_counter(), time.process_time()
+        wall, cpu, stolen = time.perf_counter(), time.process_time(), stolen_seconds()
+        window = {
+            "mode": self.mode,
+            "seconds": wall - self._wall,
+            "cpu_seconds": cpu - self._cpu,
+            "requests": self._requests,
+            "stolen_seconds": None if stolen is None or self._stolen is None else stolen - self._stolen,
+        }
+        self.books["windows"].append(window)
         book = self.books[self.mode]
-        book["seconds"] += wall - self._wall
-        book["cpu_seconds"] += cpu - self._cpu
+        for key in ("seconds", "cpu_seconds", "requests"):
+            book[key] += window[key]
         book["windows"] += 1
-        self._wall, self._cpu = wall, cpu
+        self._start_window()
 
     def toggle(self) -> None:
         if not self.booking:  # the load has started: book from now on
             self.booking = True
-            self._wall, self._cpu = time.perf_counter(), time.process_time()
+            self._start_window()
             return
         if self.traced:
             self.flush()  # the traced window pays for exporting its spans

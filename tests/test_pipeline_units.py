@@ -421,4 +421,9 @@ def test_tracing_switch_books_each_mode_and_swaps_the_tracers(tmp_path) -> None:
     assert books["traced"]["requests"] == 2 and books["no-op"]["requests"] == 1
     assert books["traced"]["windows"] == 2 and books["no-op"]["windows"] == 1
     assert flushes == [True, True]  # and when the books closed in the traced mode
-    assert all(b["seconds"] >= 0 and b["cpu_seconds"] >= 0 for b in books.values())
+    assert all(books[m]["seconds"] >= 0 and books[m]["cpu_seconds"] >= 0 for m in ("traced", "no-op"))
+    windows = books["windows"]
+    assert [(w["mode"], w["requests"]) for w in windows] == [("traced", 2), ("no-op", 1), ("traced", 0)]
+    assert sum(w["seconds"] for w in windows) == pytest.approx(
+        books["traced"]["seconds"] + books["no-op"]["seconds"]
+    )
