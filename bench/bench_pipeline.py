@@ -1,15 +1,16 @@
 """Reference pipeline figures for bench/RESULTS.md.
 
-  python bench/bench_pipeline.py forward   [--device cpu] [--seq 64] [--threads N]
+  python bench/bench_pipeline.py forward   [--device cpu] [--seq 64] [--threads N] [--executors E,E]
   python bench/bench_pipeline.py batching  [--duration 10] [--concurrency 32]
   python bench/bench_pipeline.py tracing   [--duration 10] [--concurrency 32] [--repeats 5]
   python bench/bench_pipeline.py tracing-ab [--duration 60] [--concurrency 32] [--period 4] [--repeats 2]
   python bench/bench_pipeline.py spans     [--requests 3000]
 
-forward: model.forward p50/p99 (ms) per batch size (1, 8, 32) and dtype (fp32, bf16, int8) at a fixed
-  sequence length, timed around ModelRunner.run (collation, forward, copy back), after warm-up. The
-  CPU column is the calling thread's CPU time: with one intra-op thread (--threads 1) that is the
-  compute itself, which stays meaningful on a machine shared with other work.
+forward: model.forward p50/p99 (ms) per executor (torchscript, eager), batch size (1, 8, 32) and
+  dtype (fp32, bf16, int8) at a fixed sequence length, timed around ModelRunner.run (collation,
+  forward, copy back), after warm-up. The CPU column is the calling thread's CPU time: with one
+  intra-op thread (--threads 1) that is the compute itself, which stays meaningful on a machine
+  shared with other work.
 batching: the whole service (steady scenario, no downstream) saturated by a closed loop of
   --concurrency clients (each sends its next request when the last answers; --rps N instead: open-loop
   Poisson load, which must exceed capacity), with max batch 1 and with dynamic batching (8 requests,
@@ -64,10 +65,19 @@ def bench_forward(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"model.forward, sequence length {args.seq}, device {args.device} — {machine()}\n")
-    print("| dtype | batch | p50 ms | p99 ms | ms per request (p50) | CPU ms (p50) | iterations |")
-    print("|---|---|---|---|---|---|---|")
-    for dtype in args.dtypes.split(","):
-        runner = ModelRunner(build_classifier()[0], device=args.device, dtype=dtype, max_batch=32)
+    print("| executor | dtype | batch | p50 ms | p99 ms | ms per request (p50) | CPU ms (p50) | iterations |")
+    print("|---|---|---|---|---|---|---|---|")
+    cells = [(e, d) for e in args.executors.split(",") for d in args.dtypes.split(",")]
+    for executor, dtype in cells:
+        runner = ModelRunner(
+            build_classifier()[0],
+            device=args.device,
+            dtype=dtype,
+            max_batch=32,
+            script=executor == "torchscript",
+            cuda_graphs=executor == "cuda-graphs",
+            compile=executor == "compile",
+        )
         for batch in (1, 8, 32):
             ids = [[2, *range(1000, 1000 + args.seq - 2), 3]] * batch
             features = [[0.1] * N_FEATURES] * batch
@@ -83,7 +93,7 @@ def bench_forward(args) -> None:
             times.sort()
             p50, p99 = statistics.median(times), times[min(len(times) - 1, int(0.99 * len(times)))]
             print(
-                f"| {dtype} | {batch} | {p50:.1f} | {p99:.1f} | {p50 / batch:.2f} | "
+                f"| {executor} | {dtype} | {batch} | {p50:.1f} | {p99:.1f} | {p50 / batch:.2f} | "
                 f"{statistics.median(cpu):.1f} | {len(times)} |",
                 flush=True,
             )
@@ -103,6 +113,7 @@ def _steady_run(args, **options) -> dict:
                 rps=args.rps or 60.0,
                 concurrency=0 if args.rps else args.concurrency,
                 downstream=False,
+                eager=args.eager,
                 out=Path(tmp) / "t.jsonl",
                 **options,
             )
@@ -297,6 +308,12 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="fp32,bf16,int8", help="forward: dtypes to time")
     parser.add_argument("--dtype", default="fp32", help="batching, tracing: the service's dtype")
+    parser.add_argument(
+        "--executors", default="torchscript,eager", help="forward: eager, torchscript, compile, cuda-graphs"
+    )
+    parser.add_argument(
+        "--eager", action="store_true", help="batching, tracing: the service's forward op by op"
+    )
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per forward cell (min 10 runs)")

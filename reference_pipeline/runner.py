@@ -47,6 +47,7 @@ class RunOptions:
     otlp_endpoint: str | None = None
     compile: bool = False
     cuda_graphs: bool = False
+    eager: bool = False  # op-by-op forward on the CPU instead of TorchScript (ServiceConfig.executor)
     redis_url: str | None = None
     downstream: bool = True
     torch_threads: int = -1  # -1: half the cores (the event loop, load and downstream share the box)
@@ -130,6 +131,7 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         workers=opts.workers,
         compile=opts.compile,
         cuda_graphs=opts.cuda_graphs,
+        eager=opts.eager,
         redis_url=opts.redis_url,
         torch_threads=_torch_threads(opts.torch_threads),
         n_entities=opts.n_entities,

@@ -61,6 +61,7 @@ class ServiceConfig:
     post_threads: int = 0  # 0: as many as workers
     compile: bool = False
     cuda_graphs: bool = False
+    eager: bool = False  # True: op-by-op forward on the CPU too (see `executor`)
     torch_threads: int = 0  # 0: PyTorch's default
     n_entities: int = 5000
     store_pool: int = 4  # threads (one connection each) serving feature-store reads
@@ -91,6 +92,16 @@ class ServiceConfig:
     def from_json(cls, text: str) -> ServiceConfig:
         return cls(**json.loads(text))
 
+    @property
+    def executor(self) -> str:
+        """How the forward pass runs (reference_pipeline.model): TorchScript on the CPU unless eager,
+        compile or CUDA graphs is asked for; eager on CUDA unless compile or CUDA graphs."""
+        if self.compile:
+            return "compile"
+        if self.cuda_graphs:
+            return "cuda-graphs"
+        return "torchscript" if self.device == "cpu" and not self.eager else "eager"
+
     def resource_attributes(self, weights: str, gpu_name: str | None, torch_version: str) -> dict:
         return {
             "tailscope.scenario": self.scenario,
@@ -99,6 +110,7 @@ class ServiceConfig:
             "tailscope.torch.version": torch_version,
             "tailscope.dtype": self.dtype,
             "tailscope.model.weights": weights,
+            "tailscope.model.executor": self.executor,
             "tailscope.batch.max_size": self.max_batch,
             "tailscope.batch.max_wait_ms": self.max_wait_ms,
             "tailscope.workers": self.workers,

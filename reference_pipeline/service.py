@@ -143,6 +143,7 @@ class Pipeline:
             dtype=self.cfg.dtype,
             compile=self.cfg.compile,
             cuda_graphs=self.cfg.cuda_graphs,
+            script=self.cfg.executor == "torchscript",
             max_batch=self.cfg.max_batch,
         )
         if warm:  # every batch and sequence padding bucket: no shape meets traffic uninitialised

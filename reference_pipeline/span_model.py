@@ -76,6 +76,7 @@ RESOURCE_KEYS = (
     "tailscope.torch.version",
     "tailscope.dtype",
     "tailscope.model.weights",  # "pretrained" | "random-init" | "simulated"
+    "tailscope.model.executor",  # "torchscript" | "eager" | "compile" | "cuda-graphs" | "simulated"
     "tailscope.batch.max_size",
     "tailscope.batch.max_wait_ms",
     "tailscope.workers",  # model-worker threads in one service process

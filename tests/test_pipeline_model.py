@@ -98,6 +98,77 @@ def test_pretrained_package_loads_weights_and_tokenizer() -> None:
     assert build_tokenizer(directory).encode("hello world").tokens == ["[CLS]", "hello", "world", "[SEP]"]
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+def test_torchscript_executor_matches_eager_on_every_shape(dtype) -> None:
+    eager = ModelRunner(build_classifier()[0], dtype=dtype)  # same seed: same weights
+    script = ModelRunner(build_classifier()[0], dtype=dtype, script=True)
+    assert (eager.executor, script.executor) == ("eager", "torchscript")
+    for n, lengths in ((1, (3,)), (3, (5, 40, 17)), (8, (MAX_SEQ_LEN,) * 4 + (2, 9, 64, 100))):
+        ids = [_request(length, offset=i) for i, length in enumerate(lengths)]
+        features = [[0.1 * i] * N_FEATURES for i in range(n)]
+        expected, got = eager.run(ids, features), script.run(ids, features)
+        gap = (torch.tensor(got) - torch.tensor(expected)).abs().max().item()
+        assert gap <= (1e-4 if dtype == "fp32" else 5e-2), (dtype, n, gap)
+
+
+def _forward_seconds(runner: ModelRunner, busy_thread: bool) -> float:
+    """One batch-8 forward on a thread; with `busy_thread`, this thread meanwhile runs Python non-stop
+    under a 50 ms GIL switch interval, so a forward that returns to Python between ops waits up to
+    50 ms for the GIL at each of them. One intra-op thread: the two threads get a core each."""
+    import sys
+    import threading
+    import time
+
+    ids, features = [_request(64, offset=i) for i in range(8)], [[0.0] * N_FEATURES] * 8
+    torch_threads, interval = torch.get_num_threads(), sys.getswitchinterval()
+    torch.set_num_threads(1)
+    runner.run(ids, features)  # warm
+    took: list[float] = []
+
+    def forward() -> None:
+        started = time.perf_counter()
+        runner.run(ids, features)
+        took.append(time.perf_counter() - started)
+
+    sys.setswitchinterval(0.05)
+    try:
+        thread = threading.Thread(target=forward)
+        thread.start()
+        deadline = time.perf_counter() + 5.0
+        while busy_thread and not took and time.perf_counter() < deadline:
+            pass  # pure Python: holds the GIL until the interpreter makes it switch
+        thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+        torch.set_num_threads(torch_threads)
+    return took[0]
+
+
+def test_torchscript_forward_runs_without_the_gil() -> None:
+    """Why the CPU default is TorchScript: busy Python elsewhere in the process (the event loop, the
+    tracer) stalls an eager forward at every op; the frozen graph runs clear of the GIL."""
+    waits = {}  # the busy thread's cost to one forward, in 50 ms GIL waits
+    for script in (True, False):
+        runner = ModelRunner(build_classifier()[0], script=script)
+        alone = min(_forward_seconds(runner, busy_thread=False) for _ in range(2))
+        waits[runner.executor] = (_forward_seconds(runner, busy_thread=True) - alone) / 0.05
+    # measured: ~5-7 (collation, the graph call, the copy back) against ~100 (every op)
+    assert waits["torchscript"] < 20 and waits["eager"] > 50, waits
+
+
+def test_service_config_picks_the_executor() -> None:
+    from reference_pipeline.scenarios import ServiceConfig
+
+    assert ServiceConfig().executor == "torchscript"
+    assert ServiceConfig(eager=True).executor == "eager"
+    assert ServiceConfig(device="cuda").executor == "eager"
+    assert ServiceConfig(device="cuda", cuda_graphs=True).executor == "cuda-graphs"
+    assert ServiceConfig(compile=True).executor == "compile"
+    assert ServiceConfig().resource_attributes("random-init", None, "2")["tailscope.model.executor"] == (
+        "torchscript"
+    )
+
+
 def test_shape_buckets() -> None:
     assert [seq_bucket(n) for n in (1, 16, 17, 33, 100, 128)] == [16, 16, 32, 64, 128, 128]
     assert [batch_bucket(n, 8) for n in (1, 3, 5, 8)] == [1, 4, 8, 8]
@@ -117,6 +188,8 @@ def test_device_and_precision_guards(model) -> None:
         ModelRunner(model, dtype="fp8")
     with pytest.raises(ValueError, match="needs --device cuda"):
         ModelRunner(model, cuda_graphs=True)
+    with pytest.raises(ValueError, match="one executor"):
+        ModelRunner(model, script=True, compile=True)
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="no CUDA"):
             ModelRunner(model, device="cuda")

@@ -164,6 +164,7 @@ def resources(sim: Simulation, naming: str, run_label: str | None = None
             "tailscope.scenario": c.scenario, "tailscope.device": c.device,
             "tailscope.gpu.name": c.gpu_name or None, "tailscope.torch.version": c.torch_version,
             "tailscope.dtype": c.dtype, "tailscope.model.weights": "simulated",
+            "tailscope.model.executor": "simulated",
             "tailscope.batch.max_size": c.max_batch, "tailscope.batch.max_wait_ms": c.max_wait_ms,
             # tailscope.workers means what it means in the real service: model-worker threads per
             # process (one here); the simulator's `workers` setting counts instances (processes)

@@ -36,6 +36,12 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--otlp-endpoint", help="also export spans over OTLP/HTTP to this URL")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
     parser.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs per shape bucket")
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="run the forward op by op from Python (default on the CPU: one frozen TorchScript graph, "
+        "which holds the GIL only at its start and end)",
+    )
     parser.add_argument("--redis-url", help="feature store in Redis instead of the embedded SQLite")
     parser.add_argument("--no-downstream", action="store_true", help="skip the downstream enrichment call")
     parser.add_argument(
@@ -91,6 +97,7 @@ def _options(args: argparse.Namespace, **overrides):
         otlp_endpoint=args.otlp_endpoint,
         compile=args.compile,
         cuda_graphs=args.cuda_graphs,
+        eager=args.eager,
         redis_url=args.redis_url,
         downstream=not args.no_downstream,
         torch_threads=args.torch_threads,
