@@ -196,17 +196,31 @@ def bench_tracing(args) -> None:
     )
 
 
-def window_pair_overheads(windows: list[dict]) -> list[float]:
-    """Each traced window against the no-op window right after it: the % of throughput it lost.
-    Adjacent windows share the machine's state of the moment, so slow drifts and short disturbances
-    cancel within a pair; pairs are disjoint (windows 1-2, 3-4, ...), the first window is traced."""
+def window_overheads(windows: list[dict]) -> list[float]:
+    """Each interior window against the mean of its two neighbours (which are of the other mode): the
+    % of throughput tracing cost there. A drift in the service's speed over the run (it keeps getting
+    faster for tens of seconds after warm-up) cancels when it is linear over three windows, which it
+    would not if each traced window were compared with the no-op window after it."""
+    rates = [w["requests"] / w["seconds"] for w in windows]
     out = []
-    for traced, no_op in zip(windows[::2], windows[1::2], strict=False):
-        if traced["mode"] != "traced" or no_op["mode"] != "no-op" or not no_op["requests"]:
-            continue
-        rate = {w["mode"]: w["requests"] / w["seconds"] for w in (traced, no_op)}
-        out.append(100 * (rate["no-op"] - rate["traced"]) / rate["no-op"])
+    for i in range(1, len(windows) - 1):
+        around = (rates[i - 1] + rates[i + 1]) / 2
+        traced, no_op = (rates[i], around) if windows[i]["mode"] == "traced" else (around, rates[i])
+        out.append(100 * (no_op - traced) / no_op)
     return out
+
+
+def print_windows(windows: list[dict]) -> None:
+    print("\n| window | mode | req/s | CPU ms/request | GC ms gen 0/1/2 | flush ms | stolen s |")
+    print("|---|---|---|---|---|---|---|")
+    for i, w in enumerate(windows, 1):
+        gc_ms = "/".join(f"{1000 * g:.0f}" for g in w["gc_seconds"])
+        print(
+            f"| {i} | {w['mode']} | {w['requests'] / w['seconds']:.1f} | "
+            f"{1000 * w['cpu_seconds'] / max(w['requests'], 1):.2f} | {gc_ms} | "
+            f"{1000 * w['flush_seconds']:.0f} | {w['stolen_seconds']} |"
+        )
+    print()
 
 
 def bench_tracing_ab(args) -> None:
@@ -231,7 +245,9 @@ def bench_tracing_ab(args) -> None:
             )
         overheads.append(100 * (rate["no-op"] - rate["traced"]) / rate["no-op"])
         cpu_overheads.append(100 * (cpu["traced"] - cpu["no-op"]) / cpu["no-op"])
-        pairs += window_pair_overheads(books["windows"])
+        pairs += window_overheads(books["windows"])
+        if args.windows:
+            print_windows(books["windows"])
         stolen += [w["stolen_seconds"] for w in books["windows"] if w["stolen_seconds"] is not None]
     print(
         f"\noverhead per run: {[round(x, 1) for x in overheads]} % of throughput "
@@ -240,8 +256,8 @@ def bench_tracing_ab(args) -> None:
     )
     if pairs:
         print(
-            f"adjacent window pairs (traced, then no-op): median {statistics.median(pairs):.1f} %, "
-            f"mean {statistics.mean(pairs):.1f} % of throughput over {len(pairs)} pairs"
+            f"each window against its neighbours: median {statistics.median(pairs):.1f} %, "
+            f"mean {statistics.mean(pairs):.1f} % of throughput over {len(pairs)} windows"
         )
     if stolen:
         print(f"CPU stolen by the hypervisor per window: median {statistics.median(stolen):.2f} s, "
@@ -324,6 +340,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients (default 32)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--period", type=float, default=4.0, help="tracing-ab: seconds per mode window")
+    parser.add_argument("--windows", action="store_true", help="tracing-ab: print every window too")
     parser.add_argument("--requests", type=int, default=3000, help="spans: requests' worth of spans")
     args = parser.parse_args()
     sections = {

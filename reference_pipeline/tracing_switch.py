@@ -56,9 +56,13 @@ class TracingSwitch:
         self._requests = 0
         self._start_window()
 
+    def _gc_seconds(self) -> list[float]:
+        gc_log = getattr(self.pipeline, "gc_log", None)
+        return [ns / 1e9 for ns in gc_log.total_ns] if gc_log is not None else [0.0, 0.0, 0.0]
+
     def _start_window(self) -> None:
         self._wall, self._cpu, self._stolen = time.perf_counter(), time.process_time(), stolen_seconds()
-        self._requests = 0
+        self._gc, self._requests = self._gc_seconds(), 0
 
     @property
     def mode(self) -> str:
@@ -69,8 +73,13 @@ class TracingSwitch:
             self._requests += 1
 
     def _close_window(self) -> None:
+        flushed = time.perf_counter()
+        if self.traced:
+            self.flush()  # the traced window pays for exporting its spans
         wall, cpu, stolen = time.perf_counter(), time.process_time(), stolen_seconds()
         window = {
+            "flush_seconds": wall - flushed,
+            "gc_seconds": [now - then for now, then in zip(self._gc_seconds(), self._gc, strict=True)],
             "mode": self.mode,
             "seconds": wall - self._wall,
             "cpu_seconds": cpu - self._cpu,
@@ -89,8 +98,6 @@ class TracingSwitch:
             self.booking = True
             self._start_window()
             return
-        if self.traced:
-            self.flush()  # the traced window pays for exporting its spans
         self._close_window()
         self.traced = not self.traced
         tracer = self.sdk_tracer if self.traced else trace.NoOpTracer()
@@ -103,8 +110,6 @@ class TracingSwitch:
 
     def stop(self) -> None:
         if self.booking:
-            if self.traced:
-                self.flush()
             self._close_window()
             self.booking = False
 
