@@ -26,7 +26,7 @@ from pathlib import Path
 
 from reference_pipeline import span_model as sm
 from reference_pipeline.loadgen import run_load
-from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure
+from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure, size_bursts
 from reference_pipeline.tracing import make_provider
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -85,12 +85,16 @@ class Child:
             )
 
     def wait_ready(self, timeout_s: float) -> int:
+        """The port the child listens on; the key=value facts after it land in `self.announced`."""
         found: list[int] = []
+        self.announced: dict[str, str] = {}
 
         def read() -> None:
             for line in self.proc.stdout:
                 if line.startswith(b"LISTENING "):
-                    found.append(int(line.split()[1]))
+                    _, port, *facts = line.decode().split()
+                    self.announced = dict(fact.partition("=")[::2] for fact in facts)
+                    found.append(int(port))
                     return
 
         reader = threading.Thread(target=read, daemon=True)
@@ -147,6 +151,7 @@ def run_pipeline(opts: RunOptions) -> dict:
     service, load, delay = service_config(opts)
     otlp = ["--otlp-endpoint", opts.otlp_endpoint] if opts.otlp_endpoint else []
     children: list[Child] = []
+    capacity = 0.0  # the model's requests/s as the warmed service measured it (0: not measured)
     with tempfile.TemporaryDirectory(prefix="tailscope-run-") as tmp_name:
         tmp = Path(tmp_name)
         parts = {name: tmp / f"{name}.jsonl" for name in ("loadgen", "service", "downstream")}
@@ -184,6 +189,8 @@ def run_pipeline(opts: RunOptions) -> dict:
             )
             children.append(server)
             port = server.wait_ready(opts.ready_timeout_s)
+            capacity = float(server.announced.get("capacity_rps", 0))
+            size_bursts(load, capacity)
             with _swapping(server.proc.pid, opts.tracing_ab_period_s, opts.duration_s):
                 result = _drive(f"http://127.0.0.1:{port}{sm.ROUTE}", load, opts, service, parts["loadgen"])
         finally:
@@ -196,6 +203,10 @@ def run_pipeline(opts: RunOptions) -> dict:
                         file=sys.stderr,
                     )
         summary = {"scenario": opts.scenario, **result.summary()}
+        if capacity:
+            summary["model_capacity_rps"] = round(capacity, 1)
+        if load.bursts:
+            summary["burst_rps"] = round(max(load.rps * m for _, _, m in load.bursts), 1)
         if service.tracing_ab_report and Path(service.tracing_ab_report).exists():
             summary["tracing_ab"] = json.loads(Path(service.tracing_ab_report).read_text())
         if opts.out is not None:

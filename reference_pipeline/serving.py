@@ -30,8 +30,9 @@ def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
 KEEP_ALIVE_S = 30
 
 
-def serve(app, sock: socket.socket) -> None:
-    """Serve on an already-bound socket until SIGTERM/SIGINT; announce the port on stdout first."""
+def serve(app, sock: socket.socket, announce: str = "") -> None:
+    """Serve on an already-bound socket until SIGTERM/SIGINT; announce the port on stdout first
+    (`LISTENING <port>`, then `announce`: space-separated key=value facts for the runner)."""
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
     )
@@ -39,5 +40,5 @@ def serve(app, sock: socket.socket) -> None:
     # uvicorn re-raises the signal that stopped it once it has shut down; with the default SIGTERM
     # action that would end the process before the caller flushes its spans, so make it a no-op.
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    print(f"LISTENING {sock.getsockname()[1]}", flush=True)
+    print(f"LISTENING {sock.getsockname()[1]} {announce}".rstrip(), flush=True)
     server.run(sockets=[sock])

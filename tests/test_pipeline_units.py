@@ -295,6 +295,39 @@ def test_every_span_model_scenario_is_configurable() -> None:
         configure("nope", ServiceConfig(), LoadShape(rps=1, duration_s=1))
 
 
+def test_bursts_are_sized_above_the_measured_capacity() -> None:
+    from reference_pipeline.scenarios import size_bursts
+
+    load = LoadShape(rps=8, duration_s=20)
+    configure("burst", ServiceConfig(), load)
+    assert load.bursts[0][2] == 6.0  # 48 req/s: under a ~75 req/s service
+    size_bursts(load, capacity_rps=60.0)
+    assert load.rps * load.bursts[0][2] == pytest.approx(120.0)  # twice the capacity
+    size_bursts(load, capacity_rps=2.0)  # a slow model: 6 × rps is already above twice its capacity
+    assert load.rps * load.bursts[0][2] == pytest.approx(120.0)
+    steady = LoadShape(rps=8, duration_s=20)
+    size_bursts(steady, capacity_rps=60.0)
+    assert steady.bursts == []
+    size_bursts(load, capacity_rps=0.0)  # not measured (lazy load): unchanged
+    assert load.rps * load.bursts[0][2] == pytest.approx(120.0)
+
+
+def test_child_reads_the_port_and_the_facts_it_announces(tmp_path, monkeypatch) -> None:
+    from reference_pipeline.runner import Child
+
+    (tmp_path / "announcer.py").write_text(
+        "import time\nprint('LISTENING 4321 capacity_rps=57.5 x=y', flush=True)\ntime.sleep(30)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # Child runs `python -m announcer`
+    child = Child("announcer", ["announcer"], tmp_path / "announcer.log")
+    try:
+        assert child.wait_ready(20) == 4321
+        assert child.announced == {"capacity_rps": "57.5", "x": "y"}
+    finally:
+        child.proc.kill()
+        child.proc.wait()
+
+
 def test_calibration_is_monotone_and_thresholds_split_three_ways() -> None:
     scores = [calibrate([0.0, x]) for x in (-5.0, -1.0, 0.0, 1.0, 5.0)]
     assert scores == sorted(scores) and 0 < scores[0] < scores[-1] < 1

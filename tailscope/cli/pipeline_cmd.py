@@ -121,6 +121,12 @@ def _print_summary(summary: dict) -> None:
         f"{summary['errors']} errors, "
         f"client p50 {summary['p50_ms']} ms, p99 {summary['p99_ms']} ms, "
         f"throughput {summary['throughput_rps']} req/s"
+        + (f", burst {summary['burst_rps']} req/s" if summary.get("burst_rps") else "")
+        + (
+            f" (model capacity {summary['model_capacity_rps']} req/s)"
+            if summary.get("burst_rps") and summary.get("model_capacity_rps")
+            else ""
+        )
         + (f" → {summary['out']}" if summary.get("out") else "")
     )
 
