@@ -72,6 +72,7 @@ class Child:
 
     def __init__(self, name: str, args: list[str], log: Path) -> None:
         self.name, self.log = name, log
+        self.announced: dict[str, str] = {}  # key=value facts from its LISTENING line
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         with open(log, "wb") as err:
@@ -87,7 +88,6 @@ class Child:
     def wait_ready(self, timeout_s: float) -> int:
         """The port the child listens on; the key=value facts after it land in `self.announced`."""
         found: list[int] = []
-        self.announced: dict[str, str] = {}
 
         def read() -> None:
             for line in self.proc.stdout:

@@ -64,6 +64,7 @@ class ServiceConfig:
     compile: bool = False
     cuda_graphs: bool = False
     eager: bool = False  # True: op-by-op forward on the CPU too (see `executor`)
+    announce_capacity: bool = False  # True (burst): time full batches once ready, for size_bursts
     torch_threads: int = 0  # 0: PyTorch's default
     n_entities: int = 5000
     store_pool: int = 4  # threads (one connection each) serving feature-store reads
@@ -162,6 +163,7 @@ def configure(scenario: str, service: ServiceConfig, load: LoadShape) -> Downstr
     if scenario == "burst":
         length = max(1.0, min(3.0, load.duration_s * 0.3))
         load.bursts = [(load.duration_s * 0.35, length, 6.0)]
+        service.announce_capacity = True
     elif scenario == "gc-pressure":
         service.gc_live_records = 250_000
         service.gc_nodes_per_request = 5000

@@ -299,8 +299,10 @@ def test_bursts_are_sized_above_the_measured_capacity() -> None:
     from reference_pipeline.scenarios import size_bursts
 
     load = LoadShape(rps=8, duration_s=20)
-    configure("burst", ServiceConfig(), load)
+    service = ServiceConfig()
+    configure("burst", service, load)
     assert load.bursts[0][2] == 6.0  # 48 req/s: under a ~75 req/s service
+    assert service.announce_capacity and not ServiceConfig().announce_capacity
     size_bursts(load, capacity_rps=60.0)
     assert load.rps * load.bursts[0][2] == pytest.approx(120.0)  # twice the capacity
     size_bursts(load, capacity_rps=2.0)  # a slow model: 6 × rps is already above twice its capacity
