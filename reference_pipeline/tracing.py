@@ -182,7 +182,7 @@ class StageSpan:
     children, or whose context is propagated); a leaf is parented on the current span without
     becoming it. Both save a few microseconds per span on the request path."""
 
-    __slots__ = ("_attributes", "_context", "_current", "_kind", "_name", "_span", "_token", "_tracer")
+    __slots__ = ("_attributes", "_current", "_kind", "_name", "_span", "_token", "_tracer")
 
     def __init__(
         self,
@@ -191,16 +191,13 @@ class StageSpan:
         attributes: dict,
         kind: trace.SpanKind = trace.SpanKind.INTERNAL,
         current: bool = False,
-        context: otel_context.Context | None = None,
     ) -> None:
         self._tracer, self._name, self._kind, self._attributes = tracer, name, kind, attributes
-        self._context, self._current = context, current
+        self._current = current
         self._token: object | None = None
 
     def __enter__(self) -> trace.Span:
-        self._span = span = self._tracer.start_span(
-            self._name, context=self._context, kind=self._kind, attributes=self._attributes
-        )
+        self._span = span = self._tracer.start_span(self._name, kind=self._kind, attributes=self._attributes)
         if self._current:
             self._token = otel_context.attach(trace.set_span_in_context(span))
         return span

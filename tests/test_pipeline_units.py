@@ -295,6 +295,35 @@ def test_every_span_model_scenario_is_configurable() -> None:
         configure("nope", ServiceConfig(), LoadShape(rps=1, duration_s=1))
 
 
+def test_stage_span_parents_leaves_and_records_escaping_errors() -> None:
+    from opentelemetry import trace
+
+    from reference_pipeline.tracing import StageSpan
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("t")
+    with tracer.start_as_current_span("root") as root:
+        with StageSpan(tracer, "leaf", {"a": 1}):
+            assert trace.get_current_span() is root  # a leaf does not become current
+        with StageSpan(tracer, "outer", {}, current=True) as outer:
+            assert trace.get_current_span() is outer
+            with StageSpan(tracer, "inner", {}):
+                pass
+        assert trace.get_current_span() is root
+        with pytest.raises(ValueError), StageSpan(tracer, "failing", {}):
+            raise ValueError("bad input")
+    spans = {s.name: s for s in memory.get_finished_spans()}
+    root_id = spans["root"].context.span_id
+    assert spans["leaf"].parent.span_id == root_id and spans["leaf"].attributes["a"] == 1
+    assert spans["inner"].parent.span_id == spans["outer"].context.span_id
+    failing = spans["failing"]
+    assert failing.status.status_code.name == "ERROR"
+    assert failing.status.description == "ValueError: bad input"
+    assert [e.name for e in failing.events] == ["exception"]
+
+
 def test_bursts_are_sized_above_the_measured_capacity() -> None:
     from reference_pipeline.scenarios import size_bursts
 
