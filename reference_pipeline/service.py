@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import contextvars
 import gc
-import math
 import re
 import sys
 import tempfile
@@ -44,7 +43,6 @@ from starlette.routing import Route
 from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import DynamicBatcher
 from reference_pipeline.features import (
-    N_FEATURES,
     FeatureCache,
     RedisFeatureStore,
     RemoteLatency,
@@ -58,7 +56,6 @@ from reference_pipeline.model import (
     build_classifier,
     pretrained_dir,
     seq_bucket,
-    serve_from_file,
 )
 from reference_pipeline.pagecache import drop_page_cache
 from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreMonitor
@@ -67,6 +64,7 @@ from reference_pipeline.serving import bind_free_port, serve
 from reference_pipeline.text import build_tokenizer
 from reference_pipeline.tracing import GcPauseLog, StageSpan, make_provider, stage_attrs
 from reference_pipeline.tracing_switch import TracingSwitch
+from reference_pipeline.weights import serve_from_file
 
 ENTITY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_TEXT_CHARS = 8000
@@ -166,19 +164,9 @@ class Pipeline:
         return self.runner
 
     def model_capacity_rps(self) -> float:
-        """Requests per second the model alone serves at full batches of 64-token requests (best of
-        three timed forwards), or 0 when the model is not loaded yet (lazy_load). The runner sizes
-        the burst scenario's arrivals from it."""
-        if self.runner is None:
-            return 0.0
-        batch = [[101, *range(1000, 1062), 102]] * self.cfg.max_batch
-        features = [[0.0] * N_FEATURES] * self.cfg.max_batch
-        best = math.inf
-        for _ in range(3):
-            started = time.perf_counter()
-            self.runner.run(batch, features)
-            best = min(best, time.perf_counter() - started)
-        return self.cfg.max_batch / best
+        """The model's requests/s at full batches of 64-token requests, or 0 when it is not loaded yet
+        (lazy_load). The runner sizes the burst scenario's arrivals from it."""
+        return self.runner.capacity_rps(self.cfg.max_batch) if self.runner is not None else 0.0
 
     def _run_batch(self, payloads: list[tuple[list[int], list[float]]]) -> list[list[float]]:
         return self._ready_runner().run([p[0] for p in payloads], [p[1] for p in payloads])

@@ -53,7 +53,6 @@ class TracingSwitch:
             for mode in ("traced", "no-op")
         }
         self.books["windows"] = []
-        self._requests = 0
         self._start_window()
 
     def _gc_seconds(self) -> list[float]:

@@ -25,10 +25,9 @@ if importlib.util.find_spec("torch") is not None:
         batch_bucket,
         build_classifier,
         pretrained_dir,
-        read_safetensors,
         seq_bucket,
-        write_safetensors,
     )
+    from reference_pipeline.weights import read_safetensors, write_safetensors
 
 cuda = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or not torch.cuda.is_available(), reason="needs a CUDA device"
@@ -278,7 +277,7 @@ def test_runner_helpers() -> None:
 
 @pytest.mark.parametrize("cold", [False, True])
 def test_serving_from_a_mapped_file_keeps_the_weights(tmp_path, cold) -> None:
-    from reference_pipeline.model import serve_from_file
+    from reference_pipeline.weights import serve_from_file
 
     original = build_classifier()[0]
     expected = {k: v.clone() for k, v in original.state_dict().items()}
