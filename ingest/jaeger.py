@@ -1,6 +1,7 @@
 """Jaeger UI JSON ("Download JSON" / the query API's /api/traces) → SpanColumns.
 
-Shapes: `{"data": [trace, ...]}`, a bare array of traces, or one trace object. A trace is
+Shapes: `{"data": [trace, ...]}`, a bare array of traces, one trace object, or a bare array of UI
+spans each carrying its own `process` (what Jaeger's anonymizer writes). A trace is
 `{traceID, spans: [...], processes: {id: {serviceName, tags}}}`; unknown keys (`_comment`, `warnings`)
 are ignored. Normalisation follows the Collector's Jaeger translator:
 
@@ -15,9 +16,9 @@ are ignored. Normalisation follows the Collector's Jaeger translator:
 - logs become Events named by their `event` field, or "log"
 
 A record is one span (or a trace whose shape is wrong): in strict mode the first malformed one raises
-DecodeError at "trace T span S" (1-based); with `on_bad` it is reported and skipped. Spans that repeat
-an id are kept as they are (Jaeger's own UI fixture has such a pair; the loader drops only exact
-repeats). A span whose processID is missing from `processes` is malformed: Jaeger always writes it.
+DecodeError at "trace T span S" (1-based; "span S" in a bare array of spans); with `on_bad` it is
+reported and skipped. Spans that repeat an id are kept as they are (Jaeger's own UI fixture has
+such a pair; the loader drops only exact repeats). A span whose processID is missing from `processes` is malformed: Jaeger always writes it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def decode(
     """Decode one Jaeger UI JSON document into batches of at most BATCH_SPANS spans."""
     traces = _traces(read_document(stream, source), source)
     batch = SpanColumns()
+    if _is_span_array(traces):
+        yield from _decode_spans(traces, source, on_bad)
+        return
     for trace_number, trace in enumerate(traces, 1):
         try:
             spans, processes, trace_id = _trace_parts(trace)
@@ -76,6 +80,30 @@ def decode(
             if len(batch) >= BATCH_SPANS:
                 yield batch
                 batch = SpanColumns()
+    if len(batch):
+        yield batch
+
+
+def _is_span_array(items: list[Any]) -> bool:
+    """A bare array of UI spans (the anonymizer's output): its first object is a span, not a trace."""
+    first = next((item for item in items if isinstance(item, dict)), None)
+    return first is not None and "spans" not in first and ("spanID" in first or "operationName" in first)
+
+
+def _decode_spans(
+    spans: list[Any], source: str, on_bad: Callable[[DecodeError], None] | None
+) -> Iterator[SpanColumns]:
+    """A bare array of spans, each with its own traceID and `process` object."""
+    batch = SpanColumns()
+    for span_number, span in enumerate(spans, 1):
+        try:
+            _append_span(batch, span, {}, "")
+        except RECORD_ERRORS as error:
+            report(DecodeError(source, f"span {span_number}", record_message(error)), on_bad)
+            continue
+        if len(batch) >= BATCH_SPANS:
+            yield batch
+            batch = SpanColumns()
     if len(batch):
         yield batch
 
@@ -100,7 +128,7 @@ def _traces(document: Any, source: str) -> list[Any]:
     raise DecodeError(
         source,
         "byte 0",
-        'not a Jaeger UI JSON export: expected {"data": [traces]}, an array of traces or one trace',
+        'not a Jaeger UI JSON export: expected {"data": [traces]}, an array of traces or spans, or one trace',
     )
 
 

@@ -227,3 +227,60 @@ def test_batches_hold_at_most_batch_spans(monkeypatch: pytest.MonkeyPatch) -> No
     document = orjson.dumps(trace(*(span(f"{i:016x}") for i in range(1, 6))))
     sizes = [len(b) for b in jaeger.decode(io.BytesIO(document), "t.json")]
     assert sizes == [2, 2, 1]
+
+
+def anonymized_span(span_id: str, trace_id: str, service: str, parent: str | None = None) -> dict[str, Any]:
+    """A span as Jaeger's anonymizer writes it: its own traceID and a `process` object, no processID."""
+    refs = [] if parent is None else [{"refType": "CHILD_OF", "traceID": trace_id, "spanID": parent}]
+    given = span(span_id, traceID=trace_id, references=refs, processID=None, warnings=["clock skew"])
+    del given["processID"]
+    tags = [{"key": "ip", "type": "string", "value": "10.0.0.1"}]
+    given["process"] = {"serviceName": service, "tags": tags}
+    return given
+
+
+def test_a_bare_array_of_spans_each_with_its_process_decodes() -> None:
+    rows = decode(
+        [
+            anonymized_span("01", "a1", "frontend"),
+            anonymized_span("02", "a1", "backend", parent="01"),
+            anonymized_span("03", "b2", "frontend"),
+        ]
+    )
+    assert [(r["trace_id"][-2:], r["span_id"][-2:], r["parent_span_id"][-2:]) for r in rows] == [
+        ("a1", "01", ""),
+        ("a1", "02", "01"),
+        ("b2", "03", ""),
+    ]
+    assert [r["service_name"] for r in rows] == ["frontend", "backend", "frontend"]
+    assert rows[1]["resource_attributes"] == {"ip": "10.0.0.1", "service.name": "backend"}
+
+
+def test_a_malformed_span_in_a_bare_span_array_names_the_span() -> None:
+    bad = anonymized_span("03", "a1", "x")
+    bad["duration"] = -1
+    with pytest.raises(DecodeError) as caught:
+        decode([anonymized_span("01", "a1", "x"), anonymized_span("02", "a1", "x"), bad])
+    assert caught.value.position == "span 3"
+    reported: list[DecodeError] = []
+    assert len(decode([anonymized_span("01", "a1", "x"), bad], reported.append)) == 1
+    assert [e.position for e in reported] == ["span 2"]
+
+
+def test_a_bare_span_array_is_detected_and_ingested(tmp_path: Any) -> None:
+    from ingest.detect import detect
+    from tailscope.cli.main import main
+
+    spans = [anonymized_span("01", "a1", "frontend"), anonymized_span("02", "a1", "db", "01")]
+    document = orjson.dumps(spans)
+    assert detect(document) == "jaeger"
+    path = tmp_path / "anonymized.json"
+    path.write_bytes(document)
+    assert main(["ingest", str(path), "--db", str(tmp_path / "t.duckdb"), "--run", "anon"]) == 0
+    import duckdb
+
+    with duckdb.connect(str(tmp_path / "t.duckdb"), read_only=True) as conn:
+        count, traces = conn.execute(
+            "SELECT count(*), count(DISTINCT TraceId) FROM otel_traces WHERE RunLabel = 'anon'"
+        ).fetchone()
+    assert (count, traces) == (2, 1)
