@@ -18,7 +18,8 @@ are ignored. Normalisation follows the Collector's Jaeger translator:
 A record is one span (or a trace whose shape is wrong): in strict mode the first malformed one raises
 DecodeError at "trace T span S" (1-based; "span S" in a bare array of spans); with `on_bad` it is
 reported and skipped. Spans that repeat an id are kept as they are (Jaeger's own UI fixture has
-such a pair; the loader drops only exact repeats). A span whose processID is missing from `processes` is malformed: Jaeger always writes it.
+such a pair; the loader drops only exact repeats). A span whose processID is missing from
+`processes` is malformed: Jaeger always writes it.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest import detect, otlp_fast, otlp_proto, otlp_proto_fast
 from ingest.arrow_batch import ArrowSpans
@@ -182,6 +183,29 @@ def setup_attributes(batch: SpanColumns, into: dict[str, set[str]]) -> None:
                 into.setdefault(key, set()).add(value)
 
 
+class TouchedTraces:
+    """The trace ids and time range of the spans one transaction appends: what its dedupe and its
+    derived-row refresh need to look at, so their cost follows the batch, not the run."""
+
+    def __init__(self) -> None:
+        self._ids: list[pa.Array] = []
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+
+    def add(self, table: pa.Table) -> None:
+        self._ids.append(pc.unique(table.column("TraceId")))
+        bounds = pc.min_max(table.column("Timestamp").cast(pa.int64()))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        self.first_ns = low if self.first_ns is None else min(self.first_ns, low)
+        self.last_ns = high if self.last_ns is None else max(self.last_ns, high)
+        if len(self._ids) >= 64:  # keep the list short: fold what was collected so far
+            self._ids = [pc.unique(pa.chunked_array(self._ids, type=pa.string()))]
+
+    def table(self) -> pa.Table:
+        ids = pc.unique(pa.chunked_array(self._ids, type=pa.string()))
+        return pa.table({"TraceId": ids})
+
+
 def store_batches(
     conn: duckdb.DuckDBPyConnection,
     run_label: str,
@@ -192,11 +216,13 @@ def store_batches(
 
     The caller owns BEGIN/COMMIT/ROLLBACK. Within the run, a (TraceId, SpanId) already stored wins
     over a later copy; the runs row (files, counts, setup attributes) and the derived tables are
-    brought up to date before returning.
+    brought up to date before returning. Dedupe and refresh look only at the traces the batches
+    touched.
     """
     stats = StoreStats()
     before = _query(conn, "ingest_run_span_count", [run_label])[0][0]
     setup: dict[str, set[str]] = {}
+    touched = TouchedTraces()
     pending: list[pa.Table] = []  # appended together: DuckDB's per-INSERT cost is not negligible
 
     def append() -> None:
@@ -213,6 +239,7 @@ def store_batches(
             continue
         setup_attributes(batch, setup)
         table = batch.to_arrow()
+        touched.add(table)
         if pending and not table.schema.equals(pending[0].schema):
             append()
         pending.append(table)
@@ -221,13 +248,18 @@ def store_batches(
             append()
     if pending:
         append()
-    if stats.spans_decoded:
-        _query(conn, "ingest_dedupe_run", [run_label])
+    touched_table = touched.table() if stats.spans_decoded else None
+    if touched_table is not None:
+        conn.register("ingest_touched", touched_table)
+        try:
+            _query(conn, "ingest_dedupe_run", [run_label, touched.first_ns, touched.last_ns])
+        finally:
+            conn.unregister("ingest_touched")
     stats.spans_stored = _query(conn, "ingest_run_span_count", [run_label])[0][0] - before
     _update_run(conn, run_label, source_files, setup)
     stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
     _query(conn, "ingest_writer_memory_reset", [])
-    refresh_run(conn, run_label)
+    refresh_run(conn, run_label, touched_table, stats.spans_stored)
     return stats
 
 

@@ -230,6 +230,19 @@ def decode_messages(
         yield from otlp_proto.decode_payloads([m for m in messages if m[0] in wanted], source, on_bad)
 
 
+def decode_request(body: bytes) -> ArrowSpans | SpanColumns | None:
+    """One OTLP/HTTP protobuf body through the fast path (the receiver's); None when any of it needs
+    the reference decoder (a body that does not parse, a span it would reject or synthesise ids for),
+    which then says what is wrong and rejects only the bad spans."""
+    batch = _ProtoBatch()
+    if not batch.add_message(1, body):
+        return None
+    if not len(batch):
+        return SpanColumns()
+    table, passed_on = batch.finish()
+    return None if table is None or passed_on else table
+
+
 def decode(stream: BinaryIO, source: str, on_bad: OnBad = None) -> Iterator[ArrowSpans | SpanColumns]:
     """A length-prefixed protobuf stream → Arrow batches (and SpanColumns for passed-on messages)."""
     for group in read_message_blocks(stream, source):

@@ -13,6 +13,7 @@ import orjson
 from google.protobuf.message import DecodeError as ProtoDecodeError
 from opentelemetry.proto.trace.v1 import trace_pb2
 
+from ingest.arrow_batch import ArrowSpans
 from ingest.columns import SpanColumns
 from ingest.errors import DecodeError
 
@@ -35,14 +36,21 @@ def media_type(content_type: str | None) -> str | None:
     return MEDIA_TYPES.get(content_type.split(";", 1)[0].strip().lower())
 
 
-def decode(body: bytes, media: str, source: str) -> tuple[SpanColumns, list[DecodeError]]:
+def decode(body: bytes, media: str, source: str) -> tuple[SpanColumns | ArrowSpans, list[DecodeError]]:
     """One ExportTraceServiceRequest body → (its good spans, one DecodeError per rejected span).
 
     A body that does not parse at all raises DecodeError (the caller answers 400); a span the
     decoders refuse (an end before its start, a malformed id or attribute) is rejected on its own
-    and reported in partial_success, and the rest of the request is stored.
+    and reported in partial_success, and the rest of the request is stored. Protobuf bodies go
+    through the file ingest's fast path first (upb straight into Arrow); a body it does not take
+    as-is goes through the reference decoder, which names what is wrong.
     """
-    from ingest import otlp_json, otlp_proto
+    from ingest import otlp_json, otlp_proto, otlp_proto_fast
+
+    if media == PROTOBUF:
+        fast = otlp_proto_fast.decode_request(body)
+        if fast is not None:
+            return fast, []
 
     ctx = otlp_json.DecodeContext(source)
     ctx.position = "body"

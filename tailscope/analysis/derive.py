@@ -4,17 +4,23 @@ The ingest loader and the OTLP receiver call `refresh_run(conn, run_label)` afte
 spans, inside the same transaction, so a reader never sees spans without their derived rows.
 
 What it maintains (DDL in sql/schema.sql): `requests`, one row per trace with a request root and that
-request's exclusive time per stage, and `derive_state`, how far each run has been read. A refresh
-recomputes only the traces that received spans since the last refresh (found by rowid above the
-stored high-water mark, checked against the row count); anything unexpected (rows deleted, rowids
-moved, more than half the run new) falls back to recomputing the whole run. Rule edits recompute every
-run (`refresh_all`). All of it is SQL in DuckDB: span_tree.sql (span level, aggregated per request
-by span_tree_requests.sql) then derive_requests.sql (root attributes, dominant stage).
+request's exclusive time per stage, and `derive_state`, how many of a run's spans the derived rows
+reflect. A writer that knows which traces it touched (the loader and the receiver: the trace ids of
+the batches of one transaction) passes them, and only those traces are recomputed, so a flush costs
+what its batch costs, not what the run holds. Anything unexpected (the run's span count is not the
+recorded count plus what the writer says it added, no recorded state, more than half the run new)
+falls back to recomputing the whole run. Rule edits recompute every run (`refresh_all`). All of it
+is SQL in DuckDB: span_tree.sql (span level, aggregated per request by span_tree_requests.sql) then
+derive_requests.sql (root attributes, dominant stage).
+
+(Rowids cannot mark how far a run was read: inside a transaction DuckDB numbers uncommitted rows
+from 2^55, so a high-water mark taken in the writer's transaction matched nothing after commit.)
 """
 
 from __future__ import annotations
 
 import duckdb
+import pyarrow as pa
 
 from tailscope import sql
 from tailscope.analysis.runs import runs_with_spans
@@ -27,34 +33,46 @@ def _drop_temp(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(sql.load("derive_drop_scope"))
 
 
-def refresh_run(conn: duckdb.DuckDBPyConnection, run_label: str) -> None:
-    """Bring the derived rows of one run up to date with its spans (incrementally when it can)."""
+def refresh_run(
+    conn: duckdb.DuckDBPyConnection,
+    run_label: str,
+    touched: pa.Table | None = None,
+    added: int = 0,
+) -> None:
+    """Bring the derived rows of one run up to date with its spans.
+
+    `touched`: a table with a TraceId column naming every trace that received spans since the last
+    refresh, `added` how many spans those writes added to the run; with them only those traces are
+    recomputed. Without them, a run whose span count moved is recomputed whole.
+    """
     seed_rules(conn)
-    count, max_rowid = conn.execute(sql.load("derive_run_rows"), [run_label]).fetchone()
+    count = conn.execute(sql.load("derive_run_rows"), [run_label]).fetchone()[0]
     state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
     if count == 0:
         conn.execute(sql.load("derive_delete_run"), [run_label])
         conn.execute(sql.load("derive_state_forget"), [run_label])
         return
-    scope = "run"
-    if state is not None:
-        old_rows, old_max = state
-        if count == old_rows and max_rowid == old_max:
-            return  # nothing new
-        new_rows = conn.execute(sql.load("derive_new_rows"), [run_label, old_max]).fetchone()[0]
-        if count == old_rows + new_rows and new_rows * 2 < count:
-            scope = "traces"
+    if state is not None and count == state[0] and (touched is None or added == 0):
+        return  # nothing new
+    incremental = (
+        state is not None and touched is not None and count == state[0] + added and added * 2 < count
+    )
     _drop_temp(conn)
-    if scope == "traces":
-        conn.execute(sql.load("derive_scope"), [run_label, state[1]])
+    if incremental:
+        conn.register("_ts_touched", touched)
+        try:
+            conn.execute(sql.load("derive_scope"))
+        finally:
+            conn.unregister("_ts_touched")
         conn.execute(sql.load("derive_delete_scope"), [run_label])
     else:
         conn.execute(sql.load("derive_delete_run"), [run_label])
+    scope = "traces" if incremental else "run"
     text, params = span_tree_query(rules_in_force(conn), scope, run_label, output="requests")
     conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label])
     _drop_temp(conn)
-    conn.execute(sql.load("derive_state_write"), [run_label, count, max_rowid])
+    conn.execute(sql.load("derive_state_write"), [run_label, count])
 
 
 def refresh_all(conn: duckdb.DuckDBPyConnection) -> None:

@@ -1,2 +1,2 @@
--- A run's span count and highest rowid (refresh_run's high-water mark).
-SELECT count(*), max(rowid) FROM otel_traces WHERE RunLabel = ?
+-- A run's span count (what derive_state records the derived rows as reflecting). Param: run.
+SELECT count(*) FROM otel_traces WHERE RunLabel = ?

@@ -1,3 +1,4 @@
--- The traces an incremental refresh recomputes: those with spans above the high-water mark.
+-- The traces an incremental refresh recomputes: those the writer touched (the Arrow table it
+-- registered as _ts_touched, one TraceId column).
 CREATE TEMP TABLE _ts_scope AS
-SELECT DISTINCT TraceId FROM otel_traces WHERE RunLabel = ? AND rowid > ?
+SELECT DISTINCT TraceId FROM _ts_touched

@@ -1,2 +1,2 @@
--- How far refresh_run has read a run.
-SELECT SpanRows, MaxRowid FROM derive_state WHERE RunLabel = ?
+-- How many of a run's spans its derived rows reflect. Param: run.
+SELECT SpanRows FROM derive_state WHERE RunLabel = ?

@@ -2,7 +2,10 @@
 -- adds nothing and a file that repeats a span keeps its first copy. A span is identified by its ids
 -- AND its timing, name and service, not by (TraceId, SpanId) alone: real exports carry distinct spans
 -- that share an id (Jaeger's own UI fixture ui_01.json has two different spans with id ...0002), and
--- those are both kept. $1: run label.
+-- those are both kept. Only what the transaction touched is looked at: its traces (the Arrow table
+-- registered as ingest_touched) within its time range (a copy has the same Timestamp, and the
+-- Timestamp range lets DuckDB skip row groups by their min/max), so the cost follows the batch, not
+-- the run. $1: run label, $2/$3: the batch's first and last span start (ns since the epoch).
 DELETE FROM otel_traces
 WHERE rowid IN (
     SELECT rowid
@@ -14,6 +17,8 @@ WHERE rowid IN (
                ) AS copy
         FROM otel_traces
         WHERE RunLabel = $1
+          AND Timestamp BETWEEN make_timestamp_ns($2::BIGINT) AND make_timestamp_ns($3::BIGINT)
+          AND TraceId IN (SELECT TraceId FROM ingest_touched)
     )
     WHERE copy > 1
 )

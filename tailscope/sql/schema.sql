@@ -73,8 +73,8 @@ CREATE TABLE IF NOT EXISTS requests (
     serialization_ns BIGINT NOT NULL,
     unattributed_ns BIGINT NOT NULL
 );
--- derive_state: how far refresh_run has read a run's spans (row count and highest rowid), so the
--- next refresh recomputes only the traces that received spans since (the receiver flushes often).
+-- derive_state: how many of a run's spans its derived rows reflect, so a writer that names the traces
+-- it touched gets only those recomputed (the receiver flushes often). MaxRowid is unused (-1).
 CREATE TABLE IF NOT EXISTS derive_state (
     RunLabel VARCHAR PRIMARY KEY,
     SpanRows BIGINT NOT NULL,

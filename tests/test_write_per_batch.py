@@ -1,0 +1,102 @@
+"""A writer's transaction re-derives and dedupes only the traces its batches touched.
+
+Each store_batches call below runs in its own explicit transaction, as `ingest` (one file) and
+`collect` (one flush) do: the cost of a flush must follow its batch, not the run it lands in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+from analysis_spans import BASE_NS, S, SpanColumns, add_trace
+
+from ingest.loader import store_batches
+from tailscope.analysis.derive import refresh_run
+from tailscope.store.db import connect_writer
+
+RUN = "r"
+
+
+def transaction(db_path: Path, cols: SpanColumns) -> None:
+    with connect_writer(db_path) as conn:
+        conn.begin()
+        store_batches(conn, RUN, [cols], ["test"])
+        conn.commit()
+
+
+def request_rows(db_path: Path) -> list[tuple]:
+    with duckdb.connect(str(db_path), read_only=True) as conn:
+        return conn.execute(
+            "SELECT * EXCLUDE (DominantStage) FROM requests WHERE RunLabel = ? ORDER BY TraceId", [RUN]
+        ).fetchall()
+
+
+def root_span_id(db_path: Path, trace_id: str) -> str:
+    with duckdb.connect(str(db_path), read_only=True) as conn:
+        return conn.execute(
+            "SELECT SpanId FROM otel_traces WHERE TraceId = ? AND ParentSpanId = ''", [trace_id]
+        ).fetchone()[0]
+
+
+def first_batch() -> SpanColumns:
+    cols = SpanColumns()
+    for trace_no in range(1, 11):
+        add_trace(cols, S("root", 0, 50, kind="Server", children=[S("parse", 0, 5)]), trace_no)
+    return cols
+
+
+def late_child(trace_id: str, parent_id: str) -> SpanColumns:
+    """A span of an already stored trace, arriving in a later transaction: 30 ms of model_forward."""
+    cols = SpanColumns()
+    cols.append(
+        timestamp_ns=BASE_NS + 10_000_000,
+        trace_id=trace_id,
+        span_id="f" * 16,
+        parent_span_id=parent_id,
+        span_name="late",
+        duration_ns=30_000_000,
+        service_name="svc",
+        span_attributes={"tailscope.stage": "model_forward"},
+    )
+    return cols
+
+
+def test_a_later_transaction_recomputes_only_the_traces_it_touched(db_path: Path) -> None:
+    transaction(db_path, first_batch())
+    untouched, touched = f"{2:032x}", f"{1:032x}"
+    # Mark an untouched trace's derived row: a full recompute would overwrite the mark.
+    with connect_writer(db_path) as conn:
+        conn.execute("UPDATE requests SET SpanCount = -7 WHERE TraceId = ?", [untouched])
+    transaction(db_path, late_child(touched, root_span_id(db_path, touched)))
+    rows = {row[1]: row for row in request_rows(db_path)}
+    with duckdb.connect(str(db_path), read_only=True) as conn:
+        span_count, forward = conn.execute(
+            "SELECT SpanCount, model_forward_ns FROM requests WHERE TraceId = ?", [touched]
+        ).fetchone()
+    assert rows[untouched][10] == -7  # SpanCount of the untouched trace: not recomputed
+    assert (span_count, forward) == (3, 30_000_000)  # the touched trace: re-derived with its new span
+
+
+def test_a_trace_split_across_transactions_derives_as_if_loaded_at_once(db_path: Path) -> None:
+    transaction(db_path, first_batch())
+    touched = f"{1:032x}"
+    transaction(db_path, late_child(touched, root_span_id(db_path, touched)))
+    incremental = request_rows(db_path)
+    with connect_writer(db_path) as conn:
+        conn.execute("DELETE FROM derive_state")
+        refresh_run(conn, RUN)
+    assert request_rows(db_path) == incremental
+    assert len(incremental) == 10
+
+
+def test_a_repeated_batch_adds_nothing_and_keeps_derived_rows(db_path: Path) -> None:
+    cols = first_batch()
+    transaction(db_path, cols)
+    before = request_rows(db_path)
+    transaction(db_path, cols)  # a retried request: same ids, same times
+    with duckdb.connect(str(db_path), read_only=True) as conn:
+        counts = conn.execute("SELECT SpanCount, TraceCount FROM runs WHERE RunLabel = ?", [RUN]).fetchone()
+        stored = conn.execute("SELECT count(*) FROM otel_traces").fetchone()[0]
+    assert counts == (20, 10) and stored == 20
+    assert request_rows(db_path) == before
