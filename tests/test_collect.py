@@ -313,3 +313,19 @@ def test_response_bodies_match_the_proto_definitions() -> None:
 
     status = status_pb2.Status.FromString(protocol.status_body(protocol.PROTOBUF, 8, "é" * 200))
     assert (status.code, status.message) == (8, "é" * 200)
+
+
+def test_protobuf_bodies_take_the_fast_path_and_bad_ones_the_reference_decoder() -> None:
+    from ingest.arrow_batch import ArrowSpans
+    from ingest.columns import SpanColumns
+
+    spans = spans_of(9, 3)
+    fast, rejected = protocol.decode(proto_request("svc", spans), PROTOBUF, "req")
+    assert isinstance(fast, ArrowSpans) and len(fast) == 3 and rejected == []
+    reference, _ = protocol.decode(json_request("svc", spans), JSON, "req")
+    assert fast.to_arrow().column("SpanId").to_pylist() == reference.to_arrow().column("SpanId").to_pylist()
+    t, s, n, a, _ = spans[1]
+    spans[1] = (t, s, n, a, a - 10)  # ends before it starts: only the reference decoder names it
+    slow, rejected = protocol.decode(proto_request("svc", spans), PROTOBUF, "req")
+    assert isinstance(slow, SpanColumns) and len(slow) == 2
+    assert len(rejected) == 1 and "ends before it starts" in rejected[0].message
