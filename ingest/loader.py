@@ -258,7 +258,7 @@ def store_batches(
     stats.spans_stored = _query(conn, "ingest_run_span_count", [run_label])[0][0] - before
     _update_run(conn, run_label, source_files, setup)
     stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
-    _query(conn, "ingest_writer_memory_reset", [])
+    # (the memory cap set by load_file stays for the derive: it goes part by part, see derive.PART_SPANS)
     refresh_run(conn, run_label, touched_table, stats.spans_stored)
     return stats
 

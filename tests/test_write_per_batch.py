@@ -100,3 +100,16 @@ def test_a_repeated_batch_adds_nothing_and_keeps_derived_rows(db_path: Path) -> 
         stored = conn.execute("SELECT count(*) FROM otel_traces").fetchone()[0]
     assert counts == (20, 10) and stored == 20
     assert request_rows(db_path) == before
+
+
+def test_a_whole_run_derived_in_hash_partitions_matches_one_pass(db_path: Path, monkeypatch) -> None:
+    from tailscope.analysis import derive
+
+    transaction(db_path, first_batch())
+    one_pass = request_rows(db_path)
+    monkeypatch.setattr(derive, "PART_SPANS", 3)  # 20 spans → 7 parts of the run's traces
+    with connect_writer(db_path) as conn:
+        conn.execute("DELETE FROM derive_state")
+        conn.execute("DELETE FROM requests")
+        refresh_run(conn, RUN)
+    assert request_rows(db_path) == one_pass and len(one_pass) == 10

@@ -27,6 +27,10 @@ from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.stages import rules_in_force, seed_rules
 from tailscope.query.builders import span_tree_query
 
+# A whole-run derive goes through the run's traces in hash partitions of about this many spans, so
+# its memory follows the partition, not the run (the walk and the sweep hold every span in scope).
+PART_SPANS = 1_000_000
+
 
 def _drop_temp(conn: duckdb.DuckDBPyConnection) -> None:
     conn.execute(sql.load("derive_drop_rows"))
@@ -65,14 +69,25 @@ def refresh_run(
         finally:
             conn.unregister("_ts_touched")
         conn.execute(sql.load("derive_delete_scope"), [run_label])
+        _derive(conn, run_label, "traces")
     else:
         conn.execute(sql.load("derive_delete_run"), [run_label])
-    scope = "traces" if incremental else "run"
+        parts = -(-count // PART_SPANS)
+        if parts == 1:
+            _derive(conn, run_label, "run")
+        else:
+            for part in range(parts):
+                conn.execute(sql.load("derive_scope_part"), [run_label, parts, part])
+                _derive(conn, run_label, "traces")
+    conn.execute(sql.load("derive_state_write"), [run_label, count])
+
+
+def _derive(conn: duckdb.DuckDBPyConnection, run_label: str, scope: str) -> None:
+    """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`."""
     text, params = span_tree_query(rules_in_force(conn), scope, run_label, output="requests")
     conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label])
     _drop_temp(conn)
-    conn.execute(sql.load("derive_state_write"), [run_label, count])
 
 
 def refresh_all(conn: duckdb.DuckDBPyConnection) -> None:

@@ -1,2 +1,0 @@
--- Back to DuckDB's default memory limit (see ingest_writer_memory.sql).
-RESET memory_limit
