@@ -166,10 +166,12 @@ class BatchWriter:
             self._last_end = time.monotonic()
 
     def _transaction(self, items: list[_Item]) -> None:
+        from tailscope import sql
         from tailscope.store.db import connect_writer
 
         assert self._store is not None
         with connect_writer(self.db_path) as conn:
+            conn.execute(sql.load("ingest_writer_memory"))  # the same cap as a file's ingest
             conn.execute("BEGIN TRANSACTION")
             try:
                 self._store(conn, self.run_label, [item.columns for item in items], [self.source])
