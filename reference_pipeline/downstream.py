@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import hashlib
 import random
-import sys
 from pathlib import Path
 
 import orjson
@@ -30,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reference_pipeline import span_model as sm
-from reference_pipeline.serving import bind_free_port, serve
+from reference_pipeline.serving import bind_free_port, run_until_stopped, serve
 from reference_pipeline.tracing import make_provider
 
 SEGMENTS = ("new", "casual", "regular", "loyal", "vip", "dormant", "at-risk", "business")
@@ -87,4 +86,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_until_stopped(main)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ from reference_pipeline import span_model as sm
 from reference_pipeline.loadgen import run_load
 from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure, size_bursts
 from reference_pipeline.tracing import make_provider
+from tailscope.cli.signals import die_with_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,11 +62,6 @@ class ChildFailed(RuntimeError):
     pass
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 class Child:
     """A child process that prints `LISTENING <port>` when ready; stderr goes to a log file."""
 
@@ -82,7 +77,7 @@ class Child:
                 stderr=err,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent,
             )
 
     def wait_ready(self, timeout_s: float) -> int:

@@ -22,7 +22,6 @@ import asyncio
 import contextvars
 import gc
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -60,7 +59,7 @@ from reference_pipeline.model import (
 from reference_pipeline.pagecache import drop_page_cache
 from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreMonitor
 from reference_pipeline.scenarios import ServiceConfig
-from reference_pipeline.serving import bind_free_port, serve
+from reference_pipeline.serving import bind_free_port, run_until_stopped, serve
 from reference_pipeline.text import build_tokenizer
 from reference_pipeline.tracing import GcPauseLog, StageSpan, make_provider, stage_attrs
 from reference_pipeline.tracing_switch import TracingSwitch
@@ -351,4 +350,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_until_stopped(main)

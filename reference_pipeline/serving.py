@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
+from collections.abc import Callable
+from typing import NoReturn
 
 import uvicorn
+
+from tailscope.cli import signals
 
 
 def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
@@ -42,3 +47,15 @@ def serve(app, sock: socket.socket, announce: str = "") -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     print(f"LISTENING {sock.getsockname()[1]} {announce}".rstrip(), flush=True)
     server.run(sockets=[sock])
+
+
+def run_until_stopped(main: Callable[[], int]) -> NoReturn:
+    """A child's entry point: SIGTERM or SIGHUP before the server is up (while the model loads) unwinds
+    `main` like Ctrl-C, so its temporary files and span exporters are cleaned up, then the process
+    ends by that signal, as the runner expects of a stopped child."""
+    signals.install()
+    try:
+        code = main()
+    except KeyboardInterrupt as stop:
+        signals.exit_by_signal(signals.signal_of(stop))
+    sys.exit(code)

@@ -20,6 +20,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _LISTENING = re.compile(r"listening on (http://\S+/v1/traces)")
+# How a collector ends after SIGTERM once everything accepted is stored: by that signal.
+STOPPED = -signal.SIGTERM
 
 
 class Collector:
@@ -94,10 +96,10 @@ class Collector:
                 return int(line.split()[1]) * 1024
         return 0
 
-    def stop(self, timeout: float = 60) -> int:
-        """SIGTERM, then wait for the exit code."""
+    def stop(self, timeout: float = 60, signum: int = signal.SIGTERM) -> int:
+        """Send `signum` (SIGTERM), then wait for the exit code (-signum: ended by that signal)."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            self.process.send_signal(signum)
         try:
             return self.process.wait(timeout)
         finally:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
-from receiver_support import Collector, json_request, proto_request, spans_of
+from receiver_support import STOPPED, Collector, json_request, proto_request, spans_of
 
 from ingest.receiver import protocol
 from ingest.receiver.limits import BadEncoding, TooLarge, decompress
@@ -35,7 +35,7 @@ def collector(tmp_path_factory: pytest.TempPathFactory):
     options = ("--max-request-bytes", "200000", "--flush-interval-ms", "20", "--ack", "committed")
     running = Collector(db_path, "live", *options)
     yield running
-    assert running.stop() == 0, running.output()
+    assert running.stop() == STOPPED, running.output()
 
 
 # -- the real OpenTelemetry SDK exporter -------------------------------------------------------------
@@ -87,7 +87,7 @@ def test_real_otel_sdk_exporter_spans_arrive_with_ids_parents_attributes(tmp_pat
         provider.shutdown()
     finally:
         code = collector.stop()  # acknowledged (queued) requests are stored before it exits
-    assert code == 0, collector.output()
+    assert code == STOPPED, collector.output()
     assert "collect: stopped" in collector.output()
     with connect_reader(collector.db_path) as conn:
         rows = conn.execute(
@@ -244,7 +244,7 @@ def test_full_queue_answers_429_with_retry_after_and_retries_succeed(tmp_path: P
             body = proto_request("svc", spans_of(100 + n, 10))
             assert collector.post_until_accepted(body, PROTOBUF).status_code == 200
     finally:
-        assert collector.stop() == 0, collector.output()
+        assert collector.stop() == STOPPED, collector.output()
     assert stored(collector.db_path, "busy") == 80
 
 
@@ -273,7 +273,7 @@ def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path, ack: str)
     holder.close()
     for thread in threads:
         thread.join(30)
-    assert collector.process.wait(30) == 0, collector.output()
+    assert collector.process.wait(30) == STOPPED, collector.output()
     assert results == dict.fromkeys(range(5), 200)
     assert stored(collector.db_path, "shutdown") == 125
 

@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from receiver_support import Collector
+from receiver_support import STOPPED, Collector
 
 from tailscope.store.db import connect_reader
 
@@ -95,7 +95,7 @@ def test_overload_is_throttled_and_retries_get_everything_in(tmp_path: Path) -> 
         for provider in providers:
             provider.shutdown()
         code = collector.stop()
-    assert code == 0, collector.output()
+    assert code == STOPPED, collector.output()
     with connect_reader(collector.db_path) as conn:
         stored = conn.execute("SELECT count(*) FROM otel_traces WHERE RunLabel = 'load'").fetchone()[0]
     assert statuses[429] + statuses[503] > 0, statuses

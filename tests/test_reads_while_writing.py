@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from receiver_support import REPO_ROOT, Collector, proto_request, start_reader
+from receiver_support import REPO_ROOT, STOPPED, Collector, proto_request, start_reader
 
 READ_SECONDS = 3.0
 # Generous: the machine running the suite may be busy. Typical worst waits are far lower (see ARCHITECTURE).
@@ -148,7 +148,7 @@ def test_reader_sees_whole_requests_while_collect_writes(tmp_path: Path) -> None
         for thread in senders:
             thread.join(30)
     finally:
-        assert collector.stop() == 0, collector.output()
+        assert collector.stop() == STOPPED, collector.output()
     stats = check_reads(reader_out, unit)
     print(f"\ncollect: {sent[0]} spans sent; reads: {stats}")
     assert stats["max_wait"] < MAX_READ_WAIT_SECONDS

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from receiver_support import REPO_ROOT, Collector
+from receiver_support import REPO_ROOT, STOPPED, Collector
 
 from tailscope.store.db import connect_reader
 
@@ -114,7 +114,7 @@ def hostile_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
         body = json.dumps(hostile_export(values)).encode()
         assert collector.post(body, "application/json").status_code == 200
     finally:
-        assert collector.stop() == 0, collector.output()
+        assert collector.stop() == STOPPED, collector.output()
     return db_path, values, canary
 
 
@@ -223,7 +223,7 @@ def test_collect_and_serve_bind_loopback_by_default(tmp_path: Path) -> None:
         if Path("/proc/net/tcp").exists():
             assert _listeners(port) == {"0100007F"}  # 127.0.0.1 only: not 0.0.0.0, not ::
     finally:
-        assert collector.stop() == 0
+        assert collector.stop() == STOPPED
 
 
 def test_oversized_request_is_refused_before_it_is_read(tmp_path: Path) -> None:
@@ -240,7 +240,7 @@ def test_oversized_request_is_refused_before_it_is_read(tmp_path: Path) -> None:
         assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
         assert time.monotonic() - started < 5
     finally:
-        assert collector.stop() == 0
+        assert collector.stop() == STOPPED
 
 
 # -- static checks ---------------------------------------------------------------------------------------

@@ -1,20 +1,22 @@
 """Run the receiver: uvicorn on a loopback port, a status line, counters, graceful shutdown.
 
-SIGINT or SIGTERM: uvicorn stops accepting connections and lets in-flight requests finish, then the
-app's lifespan has the writer store everything queued (every acknowledged request, in either ack
-mode) and stop, and the process exits 0. If the store stays locked past SHUTDOWN_FLUSH_SECONDS, the
-exit code is 1 and the number of accepted spans not stored is printed. A second SIGINT stops waiting
+SIGINT, SIGTERM or SIGHUP: uvicorn stops accepting connections and lets in-flight requests finish,
+then the app's lifespan has the writer store everything queued (every acknowledged request, in
+either ack mode) and stop, and the process ends by that signal (`tailscope collect` re-raises it: a
+shell sees 128 + its number). If the store stays locked past SHUTDOWN_FLUSH_SECONDS, the exit code
+is 1 and the number of accepted spans not stored is printed. A second SIGINT stops waiting
 for in-flight requests; those were not answered yet, so their exporters still hold them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -25,6 +27,8 @@ import uvicorn
 from ingest.receiver.app import SHUTDOWN_FLUSH_SECONDS, create_app
 from ingest.receiver.limits import Limits
 from ingest.receiver.writer import BatchWriter
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -39,10 +43,24 @@ class ReceiverConfig:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, minus re-raising the signal after shutdown (which would skip our exit 0),
-    plus a callback once the socket is bound (port 0 gets its real number there)."""
+    """uvicorn's server, stopping gracefully on SIGHUP too and remembering the first stop signal
+    (instead of re-raising it after shutdown: the caller decides how to exit), plus a callback once
+    the socket is bound (port 0 gets its real number there)."""
 
     on_started: Callable[[int], None] = staticmethod(lambda port: None)
+    stop_signal: int | None = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
@@ -51,6 +69,8 @@ class _Server(uvicorn.Server):
             self.on_started(port)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self.stop_signal is None:
+            self.stop_signal = sig
         if self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
         else:
@@ -80,8 +100,9 @@ def _report_periodically(writer: BatchWriter, every: float, stop: threading.Even
         last_seen = seen
 
 
-def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> int:
-    """Run until SIGINT/SIGTERM; 0 after a clean flush, 1 if the writer could not finish."""
+def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | None]:
+    """Run until SIGINT, SIGTERM or SIGHUP; (0 after a clean flush or 1 if the writer could not
+    finish, the signal that stopped it)."""
     writer = BatchWriter(config.db_path, config.run_label, config.limits, source=_source(config), log=out)
     app = create_app(writer, config.ack)
     limits = config.limits
@@ -132,8 +153,8 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> int:
     if unstored:
         print(f"collect: {unstored:,} accepted spans could not be stored", file=out, flush=True)
     if not server.started:
-        return 1
-    return 0 if clean and not unstored else 1
+        return 1, server.stop_signal
+    return (0 if clean and not unstored else 1), server.stop_signal
 
 
 def _source(config: ReceiverConfig) -> str:

@@ -4,7 +4,8 @@ Point an OpenTelemetry exporter at http://127.0.0.1:4318/v1/traces (protobuf or 
 A request is answered 200 once it is queued for the writer (or, with --ack committed, once its spans
 are committed); when the queue is full the answer is 429 with Retry-After, which the OTel SDK
 exporters honour. Spans are written in short transactions so the dashboard can read the same store
-meanwhile. Ctrl-C (or SIGTERM) stops taking requests, stores everything already accepted, and exits 0.
+meanwhile. Ctrl-C, SIGTERM or SIGHUP stops taking requests, stores everything already accepted, and
+ends the process by that signal (exit status 128 + its number; 1 if accepted spans could not be stored).
 """
 
 from __future__ import annotations
@@ -105,4 +106,9 @@ def run(args: argparse.Namespace) -> int:
         stats_interval_s=args.stats_interval,
         ack=args.ack,
     )
-    return serve(config)
+    code, stop_signal = serve(config)
+    if code == 0 and stop_signal is not None:
+        from tailscope.cli.signals import Stopped
+
+        raise Stopped(stop_signal)  # everything accepted is stored: end by the signal, as expected
+    return code

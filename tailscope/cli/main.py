@@ -9,9 +9,14 @@ and never pulls in Streamlit or PyTorch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
+
+from tailscope.cli import signals
 
 # (command, module, one-line help) in the order `--help` lists them.
 COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -28,6 +33,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # 141, what a shell reports for a process ended by SIGPIPE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,7 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Outcome:
+    """What the last `main` call ended by: a stop signal (`signum`), or None for a plain return."""
+
+    signum: int | None = None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code (128 + N when signal N stopped it)."""
+    Outcome.signum = None
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -60,16 +74,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:  # the store's own errors become a one-line message; others propagate
         from tailscope.store.db import StoreBusyError, StoreVersionError
 
+        if isinstance(error, BrokenPipeError):
+            return output_closed()
         if not isinstance(error, StoreBusyError | StoreVersionError):
             raise
         print(f"tailscope: {error}", file=sys.stderr)
         return EXIT_FAILURE
-    except KeyboardInterrupt:
-        print("tailscope: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return EXIT_FAILURE
+    except KeyboardInterrupt as interrupt:
+        Outcome.signum = signals.signal_of(interrupt)
+        name = "interrupted" if Outcome.signum == signal.SIGINT else f"stopped by {interrupt}"
+        print(f"tailscope: {name}", file=sys.stderr)
+        return 128 + Outcome.signum
+
+
+def output_closed() -> int:
+    """The reader of our stdout went away (`tailscope … | head`): stop quietly, as `cat` would.
+
+    What is still buffered can go nowhere, so stdout is pointed at /dev/null for the interpreter's
+    final flush (which would otherwise print a second BrokenPipeError); the exit code is 141, a
+    shell's for a process ended by SIGPIPE."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
 
 
 def entrypoint() -> None:
-    sys.exit(main())
+    signals.install()
+    try:
+        code = main()
+    except BrokenPipeError:  # raised outside a command (argparse's --help into a closed pipe)
+        code = output_closed()
+    if Outcome.signum is not None:
+        signals.exit_by_signal(Outcome.signum)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = output_closed()
+    sys.exit(code)

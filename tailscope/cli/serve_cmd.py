@@ -1,7 +1,8 @@
 """Open the dashboard on the store: `streamlit run app/main.py`, bound to 127.0.0.1, headless.
 
 The dashboard runs in a child process (this interpreter's `python -m streamlit`), with the store's
-path in the environment (TAILSCOPE_DB) and after `--` on its command line. Ctrl-C stops it cleanly.
+path in the environment (TAILSCOPE_DB) and after `--` on its command line. Ctrl-C, SIGTERM or SIGHUP
+stop it and then this process (exit status 128 + the signal's number).
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from tailscope.cli import signals
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8501
@@ -76,28 +78,37 @@ def streamlit_command(db_path: Path, host: str, port: int) -> list[str]:
 
 
 def serve(db_path: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
-    """Run the dashboard in the foreground until it exits or Ctrl-C; returns an exit code."""
+    """Run the dashboard in the foreground until it exits; returns its exit code.
+
+    Ctrl-C, SIGTERM or SIGHUP (a KeyboardInterrupt here, see tailscope.cli.signals) stop the
+    dashboard first and are then raised again for the entry point to exit by."""
     env = dict(os.environ, TAILSCOPE_DB=str(db_path))
     command = streamlit_command(db_path, host, port)
     print(f"tailscope: dashboard on {db_path} at http://{host}:{port}  (Ctrl-C stops it)", flush=True)
-    child = subprocess.Popen(command, env=env)
+    child: subprocess.Popen[bytes] | None = None
     try:
+        child = subprocess.Popen(command, env=env, preexec_fn=signals.die_with_parent)
         return child.wait()
-    except KeyboardInterrupt:
-        # The terminal sent SIGINT to the whole process group; make sure the child got it, then wait.
-        if child.poll() is None:
-            child.send_signal(signal.SIGINT)
+    except KeyboardInterrupt as interrupt:
+        if child is not None:
+            stop_child(child, signals.child_signal(signals.signal_of(interrupt)))
+        print("tailscope: dashboard stopped", file=sys.stderr)
+        raise
+
+
+def stop_child(child: subprocess.Popen[bytes], signum: int) -> None:
+    """Send `signum` (if the child still runs), then wait; SIGTERM, then SIGKILL, if it lingers."""
+    if child.poll() is None:
+        child.send_signal(signum)
+    try:
+        child.wait(timeout=STOP_WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.terminate()
         try:
             child.wait(timeout=STOP_WAIT_SECONDS)
         except subprocess.TimeoutExpired:
-            child.terminate()
-            try:
-                child.wait(timeout=STOP_WAIT_SECONDS)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        print("tailscope: dashboard stopped", file=sys.stderr)
-        return 0
+            child.kill()
+            child.wait()
 
 
 def run(args: argparse.Namespace) -> int:
