@@ -103,12 +103,23 @@ def entrypoint() -> None:
     signals.install()
     try:
         code = main()
-    except BrokenPipeError:  # raised outside a command (argparse's --help into a closed pipe)
+    except BrokenPipeError:  # raised outside a command
         code = output_closed()
+    except SystemExit:  # argparse's --help, --version and usage errors
+        if not stdout_flushed():
+            sys.exit(output_closed())
+        raise
     if Outcome.signum is not None:
         signals.exit_by_signal(Outcome.signum)
+    if not stdout_flushed():
+        code = output_closed()
+    sys.exit(code)
+
+
+def stdout_flushed() -> bool:
+    """Flush what is buffered for stdout; False when its reader has gone."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        code = output_closed()
-    sys.exit(code)
+        return False
+    return True
