@@ -16,15 +16,27 @@ from app.components import data, filters, notice
 st.set_page_config(page_title="tailscope", page_icon=":material/timer:", layout="wide")
 
 
-def view(file: str, title: str, icon: str, url_path: str, default: bool = False) -> st.Page:
-    return st.Page(
-        f"views/{file}", title=title, icon=f":material/{icon}:", url_path=url_path, default=default
-    )
+def view(file: str, title: str, icon: str, url_path: str) -> st.Page:
+    return st.Page(f"views/{file}", title=title, icon=f":material/{icon}:", url_path=url_path)
+
+
+OVERVIEW = view("overview.py", "Overview", "dashboard", "overview")
+
+
+def open_overview() -> None:
+    """`/` opens the Overview at its own URL, `/overview`, keeping the query string (the filters):
+    Streamlit serves a default page only at `/`, so every page, the first included, is a
+    non-default page with its own URL, and a link pasted into a ticket opens the same view."""
+    st.switch_page(OVERVIEW, query_params={name: st.query_params.get_all(name) for name in st.query_params})
+
+
+HOME = st.Page(open_overview, title="tailscope", url_path="home", default=True, visibility="hidden")
 
 
 PAGES = {
     "Latency": [
-        view("overview.py", "Overview", "dashboard", "overview", default=True),
+        HOME,
+        OVERVIEW,
         view("waterfall.py", "Waterfall", "waterfall_chart", "waterfall"),
         view("latency_time.py", "Latency over time", "timeline", "time"),
         view("tail_vs_body.py", "Tail vs body", "compare_arrows", "tail"),
@@ -41,6 +53,8 @@ if importlib.util.find_spec("app.views.diagnosis") is not None:
     PAGES["Latency"].insert(5, view("diagnosis.py", "Diagnosis", "troubleshoot", "diagnosis"))
 
 page = st.navigation(PAGES)
+if page is HOME:
+    open_overview()
 with st.sidebar:
     notice.guarded(filters.sidebar)
     st.caption(f"Store: `{data.db_path().name}`", help=f"{data.db_path()} (`tailscope serve --db FILE`)")

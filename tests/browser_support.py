@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # url path of each page (st.Page url_path in app/main.py) -> a word its title contains
 # (the default page is served at the root, "")
 PAGES = {
-    "": "Overview",
+    "overview": "Overview",
     "waterfall": "Waterfall",
     "time": "Latency over time",
     "tail": "Tail vs body",
@@ -138,9 +138,9 @@ def chromium() -> Iterator[Any]:
 
 
 def problems_on(page: Any) -> list[str]:
-    """Exception boxes and error alerts on the page, as text."""
+    """Exception boxes, error alerts and dialogs (Streamlit's "Page not found") on the page, as text."""
     found = []
-    for selector in ('[data-testid="stException"]', '[data-testid="stAlertContentError"]'):
+    for selector in ('[data-testid="stException"]', '[data-testid="stAlertContentError"]', '[role="dialog"]'):
         found += [el.inner_text() for el in page.query_selector_all(selector)]
     return found
 

@@ -58,7 +58,7 @@ def page(context: Any) -> Iterator[Any]:
     tab.close()
 
 
-@pytest.mark.parametrize("path", list(PAGES), ids=[p or "overview" for p in PAGES])
+@pytest.mark.parametrize("path", list(PAGES))
 def test_page_loads_without_errors(path: str, server: str, page: Any) -> None:
     if path == "diagnosis" and importlib.util.find_spec("app.views.diagnosis") is None:
         pytest.skip("no Diagnosis page in this build (app/views/diagnosis.py)")
@@ -66,9 +66,17 @@ def test_page_loads_without_errors(path: str, server: str, page: Any) -> None:
     assert response is not None and response.ok
     wait_for_app(page)
     assert PAGES[path] in page.inner_text("h1")
-    screenshot(page, SHOTS / f"{path or 'overview'}.png")
+    screenshot(page, SHOTS / f"{path}.png")
     assert problems_on(page) == []
     assert f"run={RUN}" in page.url, "the filters stay in the URL"
+
+
+def test_the_root_url_opens_the_overview_at_its_own_url(server: str, page: Any) -> None:
+    page.goto(f"{server}/?run={RUN}")
+    wait_for_app(page)
+    page.wait_for_url(f"**/overview?run={RUN}", timeout=30_000)
+    assert "Overview" in page.inner_text("h1")
+    assert problems_on(page) == []
 
 
 def test_brushing_the_heatmap_selects_requests(server: str, page: Any) -> None:
