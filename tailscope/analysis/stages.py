@@ -2,11 +2,14 @@
 
 Order of precedence, first hit wins:
 1. the span's explicit `tailscope.stage` attribute, when it names a canonical stage;
-2. the request root span is `ingress` (its own self time is reported as `unattributed`);
+2. the request root span is `ingress` (its own self time is reported as `unattributed`), and so is a
+   nested SERVER span with children: the entry of another service whose work is traced (a model
+   server behind a gateway); its own self time (a batch wait, a handler) is `unattributed` too, as
+   the diagnosis, which takes such a span as the request of a proxy tier, sees it;
 3. the ordered rules of the `stage_rules` table (data, editable; seeded with `default_rules()`):
    OpenTelemetry semantic conventions first, then span-name patterns;
 4. otherwise the parent's stage (a child of a `model.forward` span is model_forward), except that an
-   unmatched direct child of the request root is `unattributed`.
+   unmatched direct child of the request root (or of a nested SERVER span) is `unattributed`.
 
 The rules become one SQL CASE (`stage_case`) with every regex and stage as a bound parameter; name
 regexes are evaluated once per distinct span name, not once per span (see sql/span_tree.sql).
@@ -33,6 +36,7 @@ RULE_ATTRIBUTE = -1
 RULE_ROOT = 0
 RULE_INHERITED = 10_000
 RULE_UNMATCHED = 10_001
+RULE_TIER_ROOT = 10_002
 
 _FEATURE_DB = "redis|memcached|aerospike|cassandra|scylla|dynamodb|hbase|couchbase|bigtable|feast|tecton"
 
@@ -260,6 +264,8 @@ def rule_label(rule_no: int | None, rules: list[StageRule]) -> str:
         return "attribute tailscope.stage"
     if rule_no == RULE_ROOT:
         return "request root"
+    if rule_no == RULE_TIER_ROOT:
+        return "nested SERVER span (another service's request; its own time unattributed)"
     if rule_no == RULE_INHERITED:
         return "inherited from parent"
     if rule_no == RULE_UNMATCHED or rule_no is None:

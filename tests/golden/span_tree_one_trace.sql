@@ -17,6 +17,12 @@
 --   trace_root   one per trace: a true root first, then the longest, then the earliest
 --   request_root a CLIENT root with a SERVER child hands the request over to that child, and is kept
 --                only for its client-observed duration
+--   tier_roots   nested SERVER spans with children and no tailscope.stage attribute: the entry of another
+--                service whose work is traced (a model server behind a gateway, a feature service).
+--                They are mapped like the request root (stage ingress, rule 10002): their own
+--                exclusive time (a batch wait, a handler's overhead) is not given to a stage by name
+--                but left unattributed, and their unmatched direct children are unattributed too.
+--                A leaf SERVER span (an untraced dependency) keeps the rules: all of it is its work.
 --   tree         recursive walk down from the request root. Each span's effective interval is its own
 --                clipped to its parent's effective interval, so children that outlast their parent
 --                are cut and the exclusive times of a request add up to the root's duration exactly.
@@ -81,6 +87,11 @@ request_root AS (
            CASE WHEN sc.SK IS NOT NULL THEN r.Duration END AS ClientDuration
     FROM trace_root AS r LEFT JOIN server_child AS sc ON sc.TK = r.TK
 ),
+tier_roots AS MATERIALIZED (
+    SELECT s.TK, s.SK
+    FROM spans AS s SEMI JOIN spans AS c ON c.TK = s.TK AND c.PK = s.SK
+    WHERE s.SpanKind = 'Server' AND s.AttrStage IS NULL
+),
 tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
     SELECT s.TK, s.SK, s.PK, s.StartNs, s.EndNs, s.StartNs, 0,
            coalesce(s.AttrStage, 'ingress'),
@@ -93,13 +104,17 @@ tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
            t.EffStart,
            t.Depth + 1,
            CASE WHEN c.RuleNo = -1 THEN c.AttrStage
+                WHEN tr.SK IS NOT NULL THEN 'ingress'
                 WHEN c.RuleNo IS NOT NULL THEN list_extract(?::VARCHAR[], c.RuleNo)
-                WHEN t.Depth = 0 THEN 'unattributed'
+                WHEN t.Depth = 0 OR t.RuleNo = 10002 THEN 'unattributed'
                 ELSE t.Stage END,
-           CASE WHEN c.RuleNo IS NOT NULL THEN c.RuleNo
-                WHEN t.Depth = 0 THEN 10001
+           CASE WHEN c.RuleNo = -1 THEN -1
+                WHEN tr.SK IS NOT NULL THEN 10002
+                WHEN c.RuleNo IS NOT NULL THEN c.RuleNo
+                WHEN t.Depth = 0 OR t.RuleNo = 10002 THEN 10001
                 ELSE 10000 END
     FROM tree AS t JOIN spans AS c ON c.TK = t.TK AND c.PK = t.SK
+    LEFT JOIN tier_roots AS tr ON tr.TK = c.TK AND tr.SK = c.SK
     WHERE t.Depth < 64
 ),
 walked AS MATERIALIZED (

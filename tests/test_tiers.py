@@ -1,0 +1,102 @@
+"""Two tiers in one trace: a gateway whose request is almost all one call into a model server.
+
+The model server's SERVER span is nested under the gateway's CLIENT call. Its own time not covered
+by its children (here a 40 ms batch wait with no span of its own) is mapped like the request root's
+own time, unattributed, not by the span's name into model_forward; what its children cover keeps
+their stages. The diagnosis sees the same: it takes that span as the request of a proxy tier."""
+
+from __future__ import annotations
+
+import pytest
+from analysis_spans import S, SpanColumns, add_trace, load
+
+from tailscope.analysis import Filter, stage_mapping, waterfall
+from tailscope.analysis.diagnosis.frame import KIND_SERVER
+from tailscope.store.db import Store, connect_reader
+from tailscope.vocabulary import ALL_STAGES
+
+STAGE_COLUMNS = ("ingress", "queue", "preprocessing", "model_forward", "downstream", "unattributed")
+
+
+def gateway_trace(forward_ms: float) -> S:
+    """gateway 0-100 (forward 45 ms): call 2-97: model server 'POST /v1/infer' 2.5-96.5 → tokenize 4 ms,
+    (batch wait 40 ms), forward, then 5 ms answering."""
+    end = 51.5 + forward_ms
+    return S("POST /predict", 0, end + 3.5, kind="Server", service="gateway", children=[
+        S("POST /v1/infer", 2, end + 0.5, kind="Client", service="gateway",
+          attrs={"http.request.method": "POST", "server.address": "model"}, children=[
+            S("POST /v1/infer", 2.5, end, kind="Server", service="model-server", children=[
+                S("tokenize", 2.5, 6.5, service="model-server"),
+                S("model.forward", 46.5, 46.5 + forward_ms, service="model-server"),
+            ]),
+        ]),
+    ])  # fmt: skip
+
+
+def request_row(db, trace_no: int) -> dict[str, float]:
+    with connect_reader(db) as conn:
+        cols = ", ".join(f"{c}_ns" for c in STAGE_COLUMNS)
+        row = conn.execute(
+            f"SELECT Duration, {cols} FROM requests WHERE TraceId = ?", [f"{trace_no:032x}"]
+        ).fetchone()
+    return {"duration": row[0] / 1e6} | {c: v / 1e6 for c, v in zip(STAGE_COLUMNS, row[1:], strict=True)}
+
+
+@pytest.fixture
+def two_tier(db_path):
+    cols = SpanColumns()
+    for i in range(200):
+        add_trace(cols, gateway_trace(45.0 + (i % 10)), i + 1, offset_ms=i * 200)
+    load(db_path, "tiers", cols)
+    return db_path
+
+
+def test_the_model_servers_own_time_is_unattributed_not_model_forward(two_tier):
+    row = request_row(two_tier, 1)  # forward 45 ms
+    assert row["model_forward"] == pytest.approx(45.0)
+    assert row["preprocessing"] == pytest.approx(4.0)
+    assert row["downstream"] == pytest.approx(1.0)  # the gateway's call outside the server's span
+    # the gateway's own 5 ms and the model server's own 45 ms (40 ms batch wait + 5 ms answering)
+    assert row["unattributed"] == pytest.approx(5.0 + 45.0)
+    assert row["ingress"] == 0 and row["queue"] == 0
+    assert sum(row[c] for c in STAGE_COLUMNS) == pytest.approx(row["duration"])
+
+
+def test_the_waterfall_and_the_mapping_say_so(two_tier):
+    store = Store(two_tier)
+    stages = {s.stage: s.mean_ms for s in waterfall(store, Filter(run="tiers"), "p50").stages}
+    assert stages["model_forward"] < 55 and stages["unattributed"] == pytest.approx(50.0)
+    mapping = stage_mapping(store, "tiers")
+    server = mapping[(mapping.span_kind == "Server") & (mapping.span_name == "POST /v1/infer")]
+    assert server.stage.tolist() == ["ingress"]
+    assert "nested SERVER span" in server.rule.iloc[0]
+
+
+def test_a_leaf_server_span_and_an_explicit_stage_keep_their_mapping(db_path):
+    """A SERVER span without children is an untraced dependency: all its time is its work, mapped by
+    the rules (here inherited from the call: downstream). tailscope.stage always wins."""
+    cols = SpanColumns()
+    add_trace(cols, S("POST /predict", 0, 50, kind="Server", children=[
+        S("POST /enrich", 5, 25, kind="Client", attrs={"http.request.method": "POST"}, children=[
+            S("enrich", 6, 24, kind="Server", service="enricher"),
+        ]),
+        S("POST /v1/infer", 25, 48, kind="Server", service="model", stage="model_forward", children=[
+            S("tokenize", 25, 27, service="model"),
+        ]),
+    ]), 1)  # fmt: skip
+    load(db_path, "leaf", cols)
+    row = request_row(db_path, 1)
+    assert row["downstream"] == pytest.approx(20.0)
+    assert row["model_forward"] == pytest.approx(21.0) and row["preprocessing"] == pytest.approx(2.0)
+    assert row["unattributed"] == pytest.approx(7.0)
+
+
+def test_the_diagnosis_takes_the_model_server_span_as_the_request(two_tier):
+    from tailscope.analysis.diagnosis.load import load_frame
+
+    with connect_reader(two_tier) as conn:
+        frame = load_frame(conn, "tiers")
+    roots = frame.requests.root
+    assert len(roots) == 200
+    assert {(frame.names[frame.name[r]], frame.kind[r]) for r in roots} == {("POST /v1/infer", KIND_SERVER)}
+    assert {ALL_STAGES[frame.stage[r]] for r in roots} == {"ingress"}  # as the waterfall maps it
