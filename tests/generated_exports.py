@@ -150,9 +150,18 @@ def expected_jaeger(span: Span) -> dict[str, Any]:
     return row
 
 
+# Zipkin v1 core annotations and the span kind they imply (the v1 → v2 conversion's table)
+V1_KINDS = {
+    "cs": "Client", "cr": "Client", "sr": "Server", "ss": "Server", "ms": "Producer", "mr": "Consumer"
+}  # fmt: skip
+
+
 def expected_zipkin(span: Span) -> dict[str, Any]:
     row = expected_otlp(in_micros(span))
     kind = "Unspecified" if span.kind == "Internal" else span.kind
+    if kind == "Unspecified":  # no `kind` written: v1 core annotations (cs, sr, ms, ...) name it
+        inferred = {V1_KINDS[n] for _, n, _ in span.events if n in V1_KINDS}
+        kind = inferred.pop() if len(inferred) == 1 else kind
     message = "" if span.message.lower() in ("", "true") else span.message
     events = [(t, n, {}) for t, n, _ in row["Events"]]
     row.update(TraceState="", SpanKind=kind, ScopeName="", ScopeVersion="", StatusMessage=message, Links=[])
