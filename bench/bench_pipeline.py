@@ -265,13 +265,16 @@ def bench_tracing_ab(args) -> None:
 
 
 def _one_request_of_spans(tracer) -> None:
-    """The 10 spans the service makes for a steady request (no downstream), made the way it makes them."""
+    """The 10 spans the service makes for a steady request (no downstream), made the way it makes them
+    (the root through `tracer`, the rest through tailscope.instrument on the provider set by `ts.use`)."""
     from opentelemetry.trace import SpanKind
 
     from reference_pipeline import span_model as sm
-    from reference_pipeline.tracing import StageSpan, stage_attrs
+    from tailscope import instrument as ts
 
-    root_attrs = stage_attrs(sm.ROOT_SPAN, **{"http.request.method": "POST", "http.route": sm.ROUTE})
+    root_attrs = ts.stage_attributes(
+        sm.STAGE_OF[sm.ROOT_SPAN], attributes={"http.request.method": "POST", "http.route": sm.ROUTE}
+    )
     with tracer.start_as_current_span(sm.ROOT_SPAN, kind=SpanKind.SERVER, attributes=root_attrs) as root:
         for name, current in (
             (sm.RECEIVE, False),
@@ -281,10 +284,12 @@ def _one_request_of_spans(tracer) -> None:
             (sm.POSTPROCESS, True),
             (sm.SERIALIZE, False),
         ):
-            with StageSpan(tracer, name, stage_attrs(name), current=current) as span:
+            with ts.stage(sm.STAGE_OF[name], name, current=current) as span:
                 span.set_attribute("example.size", 1)
-        for name in (sm.QUEUE_WAIT, sm.FORWARD, sm.LOCK_WAIT):
-            tracer.start_span(name, attributes=stage_attrs(name, **{"batch.size": 4})).end()
+        now = time.time_ns()
+        ts.record_queue_wait(now, now, span_name=sm.QUEUE_WAIT, batch_size=4)
+        ts.record_span("model_forward", sm.FORWARD, now, now, {"batch.size": 4})
+        ts.record_span("postprocessing", sm.LOCK_WAIT, now, now, {"lock.name": "score_monitor"})
         root.set_attribute("http.response.status_code", 200)
 
 
@@ -297,7 +302,11 @@ def bench_spans(args) -> None:
     print(f"tracing CPU per request (10 spans), {args.requests} requests — {machine()}\n")
     print("| what | CPU µs per request |")
     print("|---|---|")
-    bare = TracerProvider().get_tracer("bench")
+    from tailscope import instrument as ts
+
+    bare_provider = TracerProvider()
+    bare = bare_provider.get_tracer("bench")
+    ts.use(bare_provider)
     started = time.process_time()
     for _ in range(args.requests):
         _one_request_of_spans(bare)
@@ -305,6 +314,7 @@ def bench_spans(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         provider = make_provider("bench", {}, Path(tmp) / "spans.jsonl")
         tracer = provider.get_tracer("bench")
+        ts.use(provider)
         started = time.process_time()  # all threads: the processor's export thread included
         for _ in range(args.requests):
             _one_request_of_spans(tracer)

@@ -27,14 +27,13 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from opentelemetry import trace
 
 from reference_pipeline import span_model
-from reference_pipeline.tracing import stage_attrs
+from tailscope import instrument as ts
 
 TEMPERATURE = 1.7
 PLATT_A, PLATT_B = 1.3, -0.2
@@ -111,7 +110,13 @@ class ExplanationLog:
 class Postprocessor:
     monitor: ScoreMonitor
     explanations: ExplanationLog | None
-    tracer: trace.Tracer
+    # each wait for the monitor's lock is a `lock.wait` span, written once the lock is released, so
+    # tracing never lengthens the hold
+    monitor_lock: ts.TracedLock = field(init=False)
+
+    def __post_init__(self) -> None:
+        stage = span_model.STAGE_OF[span_model.LOCK_WAIT]
+        self.monitor_lock = ts.TracedLock(self.monitor.lock, "score_monitor", stage=stage)
 
     def run(self, entity: str, logits: list[float], features: list[float]) -> dict:
         """Runs on a postprocessing thread inside the `postprocess` span's context."""
@@ -119,14 +124,6 @@ class Postprocessor:
         decision = decide(score)
         if self.explanations is not None:
             self.explanations.record(features, score)
-        wait_start = time.time_ns()
-        with self.monitor.lock:
-            wait_end = time.time_ns()
+        with self.monitor_lock:
             self.monitor.update(entity, score, decision)
-        # the wait's span is written once the lock is released, so tracing never lengthens the hold
-        self.tracer.start_span(
-            span_model.LOCK_WAIT,
-            start_time=wait_start,
-            attributes=stage_attrs(span_model.LOCK_WAIT, **{"lock.name": "score_monitor"}),
-        ).end(end_time=wait_end)
         return {"score": round(score, 6), "decision": decision}

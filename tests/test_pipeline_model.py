@@ -262,15 +262,16 @@ def test_cuda_graphs_match_eager(dtype) -> None:
         assert graphs.run(batch, features) == pytest.approx(expected, abs=5e-2)
 
 
-def test_service_answers_and_rejects_bad_requests(tmp_path) -> None:
+@pytest.mark.parametrize("weights", ["random-init", pytest.param("pretrained", marks=needs_pretrained)])
+def test_service_answers_and_rejects_bad_requests(tmp_path, weights) -> None:
     from opentelemetry import trace
     from starlette.testclient import TestClient
 
     from reference_pipeline.scenarios import ServiceConfig
     from reference_pipeline.service import Pipeline, build_app
-    from reference_pipeline.tracing import GcPauseLog
+    from tailscope.instrument.gc_pauses import GcPauseLog
 
-    cfg = ServiceConfig(n_entities=30, warm_model=False, max_wait_ms=1, torch_threads=1)
+    cfg = ServiceConfig(n_entities=30, warm_model=False, max_wait_ms=1, torch_threads=1, weights=weights)
     pipeline = Pipeline(cfg, trace.NoOpTracer(), GcPauseLog(), tmp_path)
     try:
         with TestClient(build_app(pipeline)) as client:
@@ -281,6 +282,7 @@ def test_service_answers_and_rejects_bad_requests(tmp_path) -> None:
             body = ok.json()
             assert body["decision"] in {"approve", "review", "reject"} and 0 <= body["score"] <= 1
             assert body["segment"] is None  # no downstream configured
+            assert body["model"] == weights
             assert client.post("/v1/predict", content=b"{nope").status_code == 400
             assert client.post("/v1/predict", json={"entity_id": "x y", "text": "t"}).status_code == 400
             assert (

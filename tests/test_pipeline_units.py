@@ -23,7 +23,10 @@ from reference_pipeline.features import FeatureCache, SqliteFeatureStore, entity
 from reference_pipeline.loadgen import arrival_times, make_payloads, run_load
 from reference_pipeline.postprocess import calibrate, decide
 from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure
-from reference_pipeline.tracing import GcPauseLog, OtlpJsonLinesExporter, encode_request, make_provider
+from reference_pipeline.tracing import OtlpJsonLinesExporter, encode_request, make_provider
+from tailscope import instrument as ts
+from tailscope.instrument import gc_pauses
+from tailscope.instrument.gc_pauses import GcPauseLog
 
 
 class FakeClock:
@@ -165,12 +168,16 @@ def _memory_provider():
 
 def test_gc_events_are_attached_to_the_request_root() -> None:
     provider, exporter = _memory_provider()
-    log = GcPauseLog()
-    now = time.time_ns()
-    log.pauses.append((now, now + 5_000_000, 2, 7))
-    root = provider.get_tracer("t").start_span(sm.ROOT_SPAN)
-    assert log.attach_gc_events(root, time.time_ns() - 1_000_000) == 1
-    root.end()
+    log = ts.install()
+    try:
+        now = time.time_ns()
+        log.pauses.append((now, now + 5_000_000, 2, 7))
+        root = provider.get_tracer("t").start_span(sm.ROOT_SPAN)
+        assert ts.attach_gc_pauses(root, time.time_ns() - 1_000_000) == 1
+        assert ts.attach_gc_pauses(root, time.time_ns() - 1_000_000) == 0  # once per span
+        root.end()
+    finally:
+        gc_pauses.uninstall()
     (event,) = exporter.get_finished_spans()[0].events
     assert event.name == sm.GC_EVENT
     assert dict(event.attributes) == {"gc.generation": 2, "gc.duration_ns": 5_000_000, "gc.collected": 7}
@@ -295,35 +302,6 @@ def test_every_span_model_scenario_is_configurable() -> None:
         configure("nope", ServiceConfig(), LoadShape(rps=1, duration_s=1))
 
 
-def test_stage_span_parents_leaves_and_records_escaping_errors() -> None:
-    from opentelemetry import trace
-
-    from reference_pipeline.tracing import StageSpan
-
-    memory = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
-    tracer = provider.get_tracer("t")
-    with tracer.start_as_current_span("root") as root:
-        with StageSpan(tracer, "leaf", {"a": 1}):
-            assert trace.get_current_span() is root  # a leaf does not become current
-        with StageSpan(tracer, "outer", {}, current=True) as outer:
-            assert trace.get_current_span() is outer
-            with StageSpan(tracer, "inner", {}):
-                pass
-        assert trace.get_current_span() is root
-        with pytest.raises(ValueError), StageSpan(tracer, "failing", {}):
-            raise ValueError("bad input")
-    spans = {s.name: s for s in memory.get_finished_spans()}
-    root_id = spans["root"].context.span_id
-    assert spans["leaf"].parent.span_id == root_id and spans["leaf"].attributes["a"] == 1
-    assert spans["inner"].parent.span_id == spans["outer"].context.span_id
-    failing = spans["failing"]
-    assert failing.status.status_code.name == "ERROR"
-    assert failing.status.description == "ValueError: bad input"
-    assert [e.name for e in failing.events] == ["exception"]
-
-
 def test_bursts_are_sized_above_the_measured_capacity() -> None:
     from reference_pipeline.scenarios import size_bursts
 
@@ -377,14 +355,18 @@ def test_lock_wait_span_is_a_child_of_the_callers_span(tmp_path) -> None:
 
     provider, exporter = _memory_provider()
     tracer = provider.get_tracer("t")
+    ts.use(provider)
     monitor = ScoreMonitor(tmp_path / "audit.sqlite", heavy=False, window=1000)
-    post = Postprocessor(monitor, None, tracer)
+    post = Postprocessor(monitor, None)
     monitor.lock.acquire()
     releaser = threading.Timer(0.05, monitor.lock.release)
     releaser.start()
-    with tracer.start_as_current_span(sm.POSTPROCESS) as parent:
-        outcome = post.run("ent-000001", [0.1, 0.4], [0.0] * 16)
-    monitor.close()
+    try:
+        with tracer.start_as_current_span(sm.POSTPROCESS) as parent:
+            outcome = post.run("ent-000001", [0.1, 0.4], [0.0] * 16)
+    finally:
+        ts.use(None)
+        monitor.close()
     assert outcome["decision"] in {"approve", "review", "reject"}
     lock_wait = next(s for s in exporter.get_finished_spans() if s.name == sm.LOCK_WAIT)
     assert lock_wait.parent.span_id == parent.get_span_context().span_id
@@ -464,20 +446,29 @@ def test_tracing_switch_books_each_mode_and_swaps_the_tracers(tmp_path) -> None:
 
     from reference_pipeline.tracing_switch import TracingSwitch
 
-    sdk_tracer = TracerProvider().get_tracer("t")
-    pipeline = SimpleNamespace(tracer=sdk_tracer, post=SimpleNamespace(tracer=sdk_tracer))
+    provider = TracerProvider()
+    sdk_tracer = provider.get_tracer("t")
+    pipeline = SimpleNamespace(tracer=sdk_tracer)
     flushes: list[bool] = []
-    switch = TracingSwitch(pipeline, sdk_tracer, flush=lambda: flushes.append(pipeline.tracer is sdk_tracer))
+    ts.use(provider)
+    switch = TracingSwitch(
+        pipeline, sdk_tracer, flush=lambda: flushes.append(pipeline.tracer is sdk_tracer), provider=provider
+    )
     switch.completed()  # before the first signal: warm-up, not booked
     switch.toggle()  # starts the books, traced first
     switch.completed()
     switch.completed()
-    switch.toggle()  # now no-op
-    assert isinstance(pipeline.tracer, trace.NoOpTracer) and pipeline.post.tracer is pipeline.tracer
+    switch.toggle()  # now no-op: the root's tracer and the stage spans' provider alike
+    assert isinstance(pipeline.tracer, trace.NoOpTracer)
+    with ts.stage("parsing") as span:
+        assert not span.is_recording()
     assert flushes == [True]  # flushed while the traced window was still open
     switch.completed()
     switch.toggle()
     assert pipeline.tracer is sdk_tracer
+    with ts.stage("parsing") as span:
+        assert span.is_recording()
+    ts.use(None)
     switch.stop()
     switch.completed()  # after the books closed: not booked
     switch.report(tmp_path / "ab.json")
