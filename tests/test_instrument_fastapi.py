@@ -73,13 +73,16 @@ def test_the_fastapi_example_is_traced_into_tailscope_collect(tmp_path: Path) ->
     assert collector.stop() == STOPPED, collector.output()
 
     store = Store(collector.db_path)
-    stages = {s.stage: s.mean_ms for s in waterfall(store, Filter(run="live", route="/predict"), "p50").stages}
+    band = waterfall(store, Filter(run="live", route="/predict"), "p50")
+    stages = {s.stage: s.mean_ms for s in band.stages}
     for stage in ("parsing", "feature_hydration", "preprocessing", "model_forward", "postprocessing"):
         assert stages[stage] > 0, (stage, stages)
     mapping = stage_mapping(store, "live")
     assert {"features.get", "tokenize", "model.forward", "lock.wait"} <= set(mapping.span_name)
     with connect_reader(collector.db_path) as conn:
-        requests = conn.execute("SELECT count(*) FROM requests WHERE RunLabel = 'live' AND Route = '/predict'").fetchone()[0]
+        requests = conn.execute(
+            "SELECT count(*) FROM requests WHERE RunLabel = 'live' AND Route = '/predict'"
+        ).fetchone()[0]
         roots = conn.execute(
             "SELECT DISTINCT SpanName FROM otel_traces WHERE SpanKind = 'Server' AND ServiceName = 'scorer'"
         ).fetchall()
