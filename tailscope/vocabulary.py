@@ -28,6 +28,7 @@ PATTERNS: tuple[str, ...] = (
     "slow_dependency",
     "network",
     "compute_bound",
+    "unexplained_tail",  # a material tail whose mechanism is not recognised: where it goes, what is known
 )
 
 # Span attribute that states a span's stage explicitly; it wins over every other mapping rule.

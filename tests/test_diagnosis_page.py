@@ -112,6 +112,14 @@ CHARTS = [
         "slope_ms": 2.5,
         "intercept_ms": 10.0,
     },
+    {
+        "kind": "tail_excess_by_span",
+        "span": ["pg.select_profile", "scorer.run"],
+        "share": [0.9, 0.05],
+        "present_in_tail": [1.0, 1.0],
+        "present_in_body": [0.2, 1.0],
+        "unexplained": [True, False],
+    },
 ]
 
 

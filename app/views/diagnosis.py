@@ -24,6 +24,7 @@ TITLES = {
     "slow_dependency": "Slow dependency",
     "network": "Network between client and server",
     "compute_bound": "The model's forward pass",
+    "unexplained_tail": "Where the rest of the tail goes (no recognised mechanism)",
 }
 CHART_TITLES = {
     "stall_timeline": "Stall timeline: the leaf spans of requests on one instance around the longest stall",
@@ -34,6 +35,7 @@ CHART_TITLES = {
     "dependency_tail_share": "The dependency's quantiles against end-to-end latency's",
     "network_gap": "Client-observed minus server-observed time per call",
     "forward_vs_batch": "Forward time vs batch size, with the fitted line",
+    "tail_excess_by_span": "Share of the tail excess per span (in red: what no mechanism explains)",
 }
 
 
@@ -173,6 +175,27 @@ def _forward(c: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def _tail_excess(c: dict[str, Any]) -> go.Figure:
+    colors = [TAIL if flagged else NEUTRAL for flagged in c["unexplained"]]
+    fig = go.Figure(
+        go.Bar(
+            x=[share * 100 for share in c["share"]],
+            y=c["span"],
+            orientation="h",
+            marker_color=colors,
+            customdata=list(zip(c["present_in_tail"], c["present_in_body"], strict=True)),
+            hovertemplate=(
+                "%{y}: %{x:.0f} % of the tail excess<br>in %{customdata[0]:.0%} of slow requests, "
+                "%{customdata[1]:.0%} of the others<extra></extra>"
+            ),
+            name="share of the tail excess",
+        )
+    )
+    charts.layout(fig, height=320, xaxis_title="share of the tail excess (%)", yaxis_title="")
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
 BUILDERS = {
     "stall_timeline": _stall_timeline,
     "wait_vs_concurrency": _wait_vs_concurrency,
@@ -182,6 +205,7 @@ BUILDERS = {
     "dependency_tail_share": _dependency,
     "network_gap": _network,
     "forward_vs_batch": _forward,
+    "tail_excess_by_span": _tail_excess,
 }
 
 

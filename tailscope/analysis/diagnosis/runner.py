@@ -17,6 +17,7 @@ from tailscope.analysis.diagnosis import (
     network,
     queueing,
     slow_dependency,
+    unexplained,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -92,6 +93,17 @@ def _wraps(frame: TraceFrame, outer: str, inner: str) -> bool:
     return bool(hit.mean() >= 0.5)
 
 
+def speaks_for(findings: list[Finding], frame: TraceFrame, min_confidence: float = 0.3):
+    """Whether a finding of some weight speaks for a span name: its own, or one it wraps or that wraps
+    it (a lock_contention finding on `postprocess` speaks for the `lock.wait` inside it)."""
+    named = {fd.span_name for fd in findings if fd.span_name and fd.confidence >= min_confidence}
+
+    def covered(name: str) -> bool:
+        return name in named or any(_wraps(frame, name, n) or _wraps(frame, n, name) for n in named)
+
+    return covered
+
+
 def merge_nested(findings: list[Finding], frame: TraceFrame) -> list[Finding]:
     """One cause seen on a span and again on the span that wraps it (a slow `feature_lookup` makes its
     parent `preprocess` slow too) is one finding: the inner span's, which names the work."""
@@ -134,5 +146,9 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
             -float(fd.evidence.get("stats", {}).get("tail_excess_share") or 0),
         )
     )
+    try:  # where a material tail goes that the named causes leave unaccounted for: listed after them
+        findings.extend(unexplained.account(ctx, findings, speaks_for(findings, frame)))
+    except Exception as error:
+        errors[unexplained.PATTERN] = f"{type(error).__name__}: {error}"
     reason = None if n_req >= 50 else f"only {n_req} requests: too few to diagnose (50 needed)"
     return Diagnosis(frame.run, n_req, len(frame), findings, time.perf_counter() - started, errors, reason)
