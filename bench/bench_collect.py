@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import re
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 
+from collector_process import start_collector
 from machine_info import machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,30 +113,13 @@ def main() -> int:
 
     tmp = tempfile.TemporaryDirectory(prefix="bench-collect-")
     db_path = Path(args.db) if args.db else Path(tmp.name) / "store.duckdb"
-    command = [
-        sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()",
-        "collect", "--db", str(db_path), "--port", "0", "--run", "bench",
+    collector, bench_url, lines = start_collector(
+        db_path, "bench",
         "--queue-requests", str(args.queue_requests), "--flush-interval-ms", str(args.flush_interval_ms),
-        "--stats-interval", "5", "--ack", args.ack,
-    ]  # fmt: skip
-    collector = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    ready = threading.Event()
-    url = [""]
-
-    def read() -> None:
-        assert collector.stderr is not None
-        for line in collector.stderr:
-            lines.append(line.rstrip())
-            print(line.rstrip(), file=sys.stderr, flush=True)
-            match = re.search(r"listening on (http://\S+/v1/traces)", line)
-            if match:
-                url[0] = match.group(1)
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    if not ready.wait(60) or not url[0]:
+        "--stats-interval", "5", "--ack", args.ack, echo=True,
+    )  # fmt: skip
+    url = [bench_url]
+    if not url[0]:
         collector.kill()
         print("collect did not start", file=sys.stderr)
         return 1

@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
-import re
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from collector_process import start_collector
 from machine_info import machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,31 +78,6 @@ def rss_of(pid: int) -> int:
     return 0
 
 
-def start_collector(db_path: Path, ack: str) -> tuple[subprocess.Popen[str], str, list[str]]:
-    command = [
-        sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()",
-        "collect", "--db", str(db_path), "--port", "0", "--run", "flood", "--ack", ack,
-    ]  # fmt: skip
-    collector = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    ready = threading.Event()
-    url = [""]
-
-    def read() -> None:
-        assert collector.stderr is not None
-        for line in collector.stderr:
-            lines.append(line.rstrip())
-            match = re.search(r"listening on (http://\S+/v1/traces)", line)
-            if match:
-                url[0] = match.group(1)
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    ready.wait(60)
-    return collector, url[0], lines
-
-
 def windows(accepted: list[tuple[float, int]], start: float, seconds: float) -> list[tuple[str, float]]:
     """Accepted spans/s per minute, or per quarter of a run shorter than 4 minutes."""
     width = 60.0 if seconds >= 240 else seconds / 4
@@ -128,7 +101,7 @@ def main() -> int:
     args = parser.parse_args()
     tmp = tempfile.TemporaryDirectory(prefix="bench-flood-")
     db_path = Path(tmp.name) / "store.duckdb"
-    collector, url, lines = start_collector(db_path, args.ack)
+    collector, url, lines = start_collector(db_path, "flood", "--ack", args.ack)
     if not url:
         collector.kill()
         print("collect did not start:\n" + "\n".join(lines), file=sys.stderr)

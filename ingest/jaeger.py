@@ -61,10 +61,27 @@ def decode(
 ) -> Iterator[SpanColumns]:
     """Decode one Jaeger UI JSON document into batches of at most BATCH_SPANS spans."""
     traces = _traces(read_document(stream, source), source)
+    spans = _bare_spans(traces) if _is_span_array(traces) else _trace_spans(traces, source, on_bad)
     batch = SpanColumns()
-    if _is_span_array(traces):
-        yield from _decode_spans(traces, source, on_bad)
-        return
+    for position, span, processes, trace_id in spans:
+        try:
+            _append_span(batch, span, processes, trace_id)
+        except RECORD_ERRORS as error:
+            report(DecodeError(source, position, record_message(error)), on_bad)
+            continue
+        if len(batch) >= BATCH_SPANS:
+            yield batch
+            batch = SpanColumns()
+    if len(batch):
+        yield batch
+
+
+Located = tuple[str, Any, dict[str, Any], str]  # (position for errors, span, processes, trace id)
+
+
+def _trace_spans(
+    traces: list[Any], source: str, on_bad: Callable[[DecodeError], None] | None
+) -> Iterator[Located]:
     for trace_number, trace in enumerate(traces, 1):
         try:
             spans, processes, trace_id = _trace_parts(trace)
@@ -72,41 +89,19 @@ def decode(
             report(DecodeError(source, f"trace {trace_number}", record_message(error)), on_bad)
             continue
         for span_number, span in enumerate(spans, 1):
-            try:
-                _append_span(batch, span, processes, trace_id)
-            except RECORD_ERRORS as error:
-                position = f"trace {trace_number} span {span_number}"
-                report(DecodeError(source, position, record_message(error)), on_bad)
-                continue
-            if len(batch) >= BATCH_SPANS:
-                yield batch
-                batch = SpanColumns()
-    if len(batch):
-        yield batch
+            yield f"trace {trace_number} span {span_number}", span, processes, trace_id
+
+
+def _bare_spans(spans: list[Any]) -> Iterator[Located]:
+    """A bare array of spans, each with its own traceID and `process` object."""
+    for span_number, span in enumerate(spans, 1):
+        yield f"span {span_number}", span, {}, ""
 
 
 def _is_span_array(items: list[Any]) -> bool:
     """A bare array of UI spans (the anonymizer's output): its first object is a span, not a trace."""
     first = next((item for item in items if isinstance(item, dict)), None)
     return first is not None and "spans" not in first and ("spanID" in first or "operationName" in first)
-
-
-def _decode_spans(
-    spans: list[Any], source: str, on_bad: Callable[[DecodeError], None] | None
-) -> Iterator[SpanColumns]:
-    """A bare array of spans, each with its own traceID and `process` object."""
-    batch = SpanColumns()
-    for span_number, span in enumerate(spans, 1):
-        try:
-            _append_span(batch, span, {}, "")
-        except RECORD_ERRORS as error:
-            report(DecodeError(source, f"span {span_number}", record_message(error)), on_bad)
-            continue
-        if len(batch) >= BATCH_SPANS:
-            yield batch
-            batch = SpanColumns()
-    if len(batch):
-        yield batch
 
 
 def _traces(document: Any, source: str) -> list[Any]:
