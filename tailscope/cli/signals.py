@@ -19,7 +19,6 @@ import sys
 from types import FrameType
 from typing import NoReturn
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _PR_SET_PDEATHSIG = 1
 
 

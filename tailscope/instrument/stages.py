@@ -160,17 +160,20 @@ class stage:
 
 
 def record_span(
-    stage_name: str,
+    stage_name: str | None,
     span_name: str,
     start_ns: int,
     end_ns: int,
     attributes: Mapping[str, Any] | None = None,
     links: list[trace.Link] | None = None,
 ) -> None:
-    """A stage span with times measured elsewhere (a batch's forward pass, run by another thread),
-    written as a child of the current span."""
+    """A span with times measured elsewhere (a batch's forward pass, run by another thread; a lock
+    wait, written after release), as a child of the current span. `stage_name` None leaves the
+    stage to the mapping (a child takes its parent's)."""
     tracer = _tracer.tracer()
     if tracer is None:
         return
-    attrs = stage_attributes(stage_name, attributes=attributes)
+    attrs = (
+        dict(attributes or {}) if stage_name is None else stage_attributes(stage_name, attributes=attributes)
+    )
     tracer.start_span(span_name, attributes=attrs, start_time=start_ns, links=links).end(end_time=end_ns)

@@ -19,21 +19,10 @@ from typing import Any
 
 from opentelemetry import trace
 
-from tailscope.instrument import _tracer
-from tailscope.instrument.stages import record_span, stage_attributes
+from tailscope.instrument.stages import record_span
 
 LOCK_WAIT = "lock.wait"
 QUEUE_WAIT = "queue.wait"
-
-
-def _write_wait(name: str, lock_name: str, stage_name: str | None, start_ns: int, end_ns: int) -> None:
-    tracer = _tracer.tracer()
-    if tracer is None:
-        return
-    attrs: dict[str, Any] = {"lock.name": lock_name}
-    if stage_name is not None:
-        attrs = stage_attributes(stage_name, attributes=attrs)
-    tracer.start_span(name, attributes=attrs, start_time=start_ns).end(end_time=end_ns)
 
 
 class TracedLock:
@@ -53,7 +42,7 @@ class TracedLock:
     def __exit__(self, *exc: Any) -> None:
         started, acquired = self._waits.pop()
         self._lock.release()
-        _write_wait(LOCK_WAIT, self.name, self._stage, started, acquired)
+        record_span(self._stage, LOCK_WAIT, started, acquired, {"lock.name": self.name})
 
     def locked(self) -> bool:
         return self._lock.locked()
@@ -75,7 +64,7 @@ class AsyncTracedLock:
     async def __aexit__(self, *exc: Any) -> None:
         started, acquired = self._waits.pop()
         self._lock.release()
-        _write_wait(LOCK_WAIT, self.name, self._stage, started, acquired)
+        record_span(self._stage, LOCK_WAIT, started, acquired, {"lock.name": self.name})
 
     def locked(self) -> bool:
         return self._lock.locked()
