@@ -103,7 +103,7 @@ def _describe(ctx: Context, name: int) -> tuple[str, dict]:
     return "slower", stats
 
 
-def _chart(ctx: Context, names: list[int], shares: np.ndarray) -> dict:
+def _chart(ctx: Context, reported: set[int], shares: np.ndarray) -> dict:
     f = ctx.frame
     top = np.argsort(-shares)[:8]
     rows = []
@@ -111,7 +111,7 @@ def _chart(ctx: Context, names: list[int], shares: np.ndarray) -> dict:
         if shares[k] <= 0:
             continue
         in_tail, in_body, _ = _occurrence(ctx, int(k))
-        rows.append((f.names[k], float(shares[k]), in_tail, in_body, int(k) in names))
+        rows.append((f.names[k], float(shares[k]), in_tail, in_body, int(k) in reported))
     return {
         "kind": "tail_excess_by_span",
         "span": [r[0] for r in rows],
@@ -144,8 +144,7 @@ def account(
         if shares[k] >= MIN_SHARE and f.names[k] not in named and not covered(f.names[k])
     ]
     out: list[Finding] = []
-    chosen = candidates[:MAX_FINDINGS]
-    for k in chosen:
+    for k in candidates[:MAX_FINDINGS]:
         share = min(float(shares[k]), room)
         if share < MIN_SHARE:
             break
@@ -184,8 +183,12 @@ def account(
                 confidence=min(MAX_CONFIDENCE, share * severity),
                 stage=stage,
                 span_name=span,
-                evidence={"summary": summary, "stats": stats, "chart": _chart(ctx, chosen, shares)},
+                evidence={"summary": summary, "stats": stats},
                 advice=ADVICE.format(span=span, hint=hint),
             )
         )
+    if out:  # one chart for all of them, the spans they name marked
+        chart = _chart(ctx, {f.names.index(fd.span_name) for fd in out}, shares)
+        for fd in out:
+            fd.evidence["chart"] = chart
     return out
