@@ -21,7 +21,6 @@ from typing import Any, BinaryIO
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ingest import detect, otlp_fast, otlp_proto, otlp_proto_fast
 from ingest.arrow_batch import ArrowSpans
@@ -29,21 +28,12 @@ from ingest.columns import SpanColumns
 from ingest.compression import open_decompressed
 from ingest.errors import DecodeError
 from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool
+from ingest.setup import setup_attributes
+from ingest.touched import TouchedTraces
 from tailscope import sql
 from tailscope.analysis.derive import refresh_run
 from tailscope.store.db import connect_writer
 
-# Resource attributes that describe a run's setup and are kept in runs.SetupAttributes.
-SETUP_KEYS = frozenset(
-    {
-        "host.name", "host.arch", "host.type", "os.type", "os.description",
-        "service.version", "service.namespace", "deployment.environment", "deployment.environment.name",
-        "process.runtime.name", "process.runtime.version", "telemetry.sdk.language", "telemetry.sdk.version",
-        "cloud.provider", "cloud.region", "cloud.instance.type", "k8s.node.name",
-    }
-)  # fmt: skip
-SETUP_PREFIXES = ("tailscope.",)
-SETUP_WORDS = ("device", "gpu", "dtype", "batch")
 INSERT_ROWS = 122_880  # one DuckDB row group per INSERT
 _COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
 
@@ -169,41 +159,6 @@ def reason_of(error: DecodeError) -> str:
     message = re.sub(r"^(resource_?[sS]pans\[\d+\][^:]*: )", "", error.message)
     message = re.sub(r"'[^']*'|\"[^\"]*\"", "…", message)
     return re.sub(r"(?<![A-Za-z])\d+", "N", message)
-
-
-def setup_attributes(batch: SpanColumns, into: dict[str, set[str]]) -> None:
-    """Collect the setup-describing resource attributes of a batch (each resource looked at once)."""
-    for attrs in batch.unique_resources():
-        for key, value in attrs.items():
-            if (
-                key in SETUP_KEYS
-                or key.startswith(SETUP_PREFIXES)
-                or any(word in key for word in SETUP_WORDS)
-            ):
-                into.setdefault(key, set()).add(value)
-
-
-class TouchedTraces:
-    """The trace ids and time range of the spans one transaction appends: what its dedupe and its
-    derived-row refresh need to look at, so their cost follows the batch, not the run."""
-
-    def __init__(self) -> None:
-        self._ids: list[pa.Array] = []
-        self.first_ns: int | None = None
-        self.last_ns: int | None = None
-
-    def add(self, table: pa.Table) -> None:
-        self._ids.append(pc.unique(table.column("TraceId")))
-        bounds = pc.min_max(table.column("Timestamp").cast(pa.int64()))
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        self.first_ns = low if self.first_ns is None else min(self.first_ns, low)
-        self.last_ns = high if self.last_ns is None else max(self.last_ns, high)
-        if len(self._ids) >= 64:  # keep the list short: fold what was collected so far
-            self._ids = [pc.unique(pa.chunked_array(self._ids, type=pa.string()))]
-
-    def table(self) -> pa.Table:
-        ids = pc.unique(pa.chunked_array(self._ids, type=pa.string()))
-        return pa.table({"TraceId": ids})
 
 
 def store_batches(
