@@ -1,12 +1,11 @@
 """Spans held column-wise on their way to Arrow, with dictionary-encoded maps: the fast decoders'
 shared batch builder (`otlp_fast` for JSON lines, `otlp_proto_fast` for protobuf).
 
-Resource and span attribute maps are kept once per distinct map in a batch and the Arrow columns
-are dictionary arrays of them: DuckDB then converts and checks each distinct map once, where a
-plain map column costs it about half a microsecond per entry (its MAP conversion, not Python, was
-the largest single cost). Ids, durations and enums are checked per batch with Arrow/NumPy kernels;
-the spans of any record (line or message) holding a value the fast path does not take as-is are
-dropped from the batch and the record handed back for the reference decoder.
+Resource and span attribute maps are kept once per distinct map in a batch, written as JSON text
+once each, and the Arrow columns are dictionary arrays of those texts. Ids, durations and enums are
+checked per batch with Arrow/NumPy kernels; the spans of any record (line or message) holding a
+value the fast path does not take as-is are dropped from the batch and the record handed back for
+the reference decoder.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import anyvalue as av
-from ingest.columns import COLUMNS, STRING_MAP
+from ingest.columns import COLUMNS, attributes_json
 
 _KINDS = {key: av.SPAN_KIND_NAMES.index(name) for key, name in av.SPAN_KINDS.items() if key is not None}
 _STATUS = {key: av.STATUS_CODE_NAMES.index(name) for key, name in av.STATUS_CODES.items() if key is not None}
@@ -155,7 +154,7 @@ class ColumnBatch:
             "SpanKind": pa.DictionaryArray.from_arrays(pa.array(kind_index), _KIND_ARRAY),
             "ServiceName": pa.DictionaryArray.from_arrays(resource, pa.array(self.services, pa.string())),
             "ResourceAttributes": pa.DictionaryArray.from_arrays(
-                resource, pa.array([list(m.items()) for m in self.resource_maps], STRING_MAP)
+                resource, pa.array([attributes_json(m) for m in self.resource_maps], pa.string())
             ),
             "ScopeName": pa.DictionaryArray.from_arrays(
                 pa.array(self.scope, pa.int32()), pa.array([k[0] for k in self.scope_keys], pa.string())
@@ -165,7 +164,7 @@ class ColumnBatch:
             ),
             "SpanAttributes": pa.DictionaryArray.from_arrays(
                 pa.array(self.attributes, pa.int32()),
-                pa.array([list(m.items()) for m in self.attribute_maps], STRING_MAP),
+                pa.array([attributes_json(m) for m in self.attribute_maps], pa.string()),
             ),
             "Duration": pa.array(duration, pa.int64()),
             "StatusCode": pa.DictionaryArray.from_arrays(pa.array(status_index), _STATUS_ARRAY),

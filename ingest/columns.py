@@ -12,26 +12,48 @@ Arrow table. Values are already normalised when appended:
   (bools 'true'/'false', ints decimal, doubles shortest repr, bytes base64, arrays/kvlists JSON)
 - events: list of (timestamp_ns, name, attributes); links: list of (trace_id, span_id, trace_state,
   attributes)
+
+In the Arrow table (and the store) attributes, events and links are JSON text, as schema.sql
+describes; `attributes_json`, `events_json` and `links_json` write that form.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
-STRING_MAP = pa.map_(pa.string(), pa.string())
-EVENT = pa.struct(
-    [("Timestamp", pa.timestamp("ns")), ("Name", pa.string()), ("Attributes", STRING_MAP)]
-)
-LINK = pa.struct(
-    [
-        ("TraceId", pa.string()),
-        ("SpanId", pa.string()),
-        ("TraceState", pa.string()),
-        ("Attributes", STRING_MAP),
-    ]
-)
+JSON_TEXT = pa.string()
+EMPTY_OBJECT = "{}"
+EMPTY_LIST = "[]"
+
+
+def attributes_json(attributes: dict[str, str]) -> str:
+    """An attribute map as stored: a JSON object of string values."""
+    return orjson.dumps(attributes).decode() if attributes else EMPTY_OBJECT
+
+
+def events_json(events: list[tuple[int, str, dict[str, str]]] | tuple) -> str:
+    """Span events as stored: [{"Timestamp": ns, "Name": ..., "Attributes": {...}}, ...]."""
+    if not events:
+        return EMPTY_LIST
+    return orjson.dumps(
+        [{"Timestamp": ts, "Name": name, "Attributes": attributes} for ts, name, attributes in events]
+    ).decode()
+
+
+def links_json(links: list[tuple[str, str, str, dict[str, str]]] | tuple) -> str:
+    """Span links as stored: [{"TraceId", "SpanId", "TraceState", "Attributes": {...}}, ...]."""
+    if not links:
+        return EMPTY_LIST
+    return orjson.dumps(
+        [
+            {"TraceId": trace_id, "SpanId": span_id, "TraceState": state, "Attributes": attributes}
+            for trace_id, span_id, state, attributes in links
+        ]
+    ).decode()
+
 
 # (attribute on SpanColumns, otel_traces column, arrow type) in table order, RunLabel excluded.
 COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
@@ -43,15 +65,15 @@ COLUMNS: tuple[tuple[str, str, pa.DataType], ...] = (
     ("span_name", "SpanName", pa.string()),
     ("span_kind", "SpanKind", pa.string()),
     ("service_name", "ServiceName", pa.string()),
-    ("resource_attributes", "ResourceAttributes", STRING_MAP),
+    ("resource_attributes", "ResourceAttributes", JSON_TEXT),
     ("scope_name", "ScopeName", pa.string()),
     ("scope_version", "ScopeVersion", pa.string()),
-    ("span_attributes", "SpanAttributes", STRING_MAP),
+    ("span_attributes", "SpanAttributes", JSON_TEXT),
     ("duration_ns", "Duration", pa.int64()),
     ("status_code", "StatusCode", pa.string()),
     ("status_message", "StatusMessage", pa.string()),
-    ("events", "Events", pa.list_(EVENT)),
-    ("links", "Links", pa.list_(LINK)),
+    ("events", "Events", JSON_TEXT),
+    ("links", "Links", JSON_TEXT),
 )
 
 SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
@@ -130,11 +152,11 @@ class SpanColumns:
         arrays = []
         for name, _, arrow_type in COLUMNS:
             values = getattr(self, name)
-            if arrow_type == STRING_MAP:
-                values = [list(d.items()) for d in values]
+            if name in ("resource_attributes", "span_attributes"):
+                values = [attributes_json(d) for d in values]
             elif name == "events":
-                values = [[(ts, n, list(a.items())) for ts, n, a in evs] for evs in values]
+                values = [events_json(evs) for evs in values]
             elif name == "links":
-                values = [[(t, s, st, list(a.items())) for t, s, st, a in lks] for lks in values]
+                values = [links_json(lks) for lks in values]
             arrays.append(pa.array(values, type=arrow_type))
         return pa.Table.from_arrays(arrays, names=[column for _, column, _ in COLUMNS])

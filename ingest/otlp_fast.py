@@ -28,7 +28,7 @@ from msgspec import Raw, Struct
 from ingest import anyvalue as av
 from ingest import otlp_json
 from ingest.arrow_batch import ArrowSpans, ColumnBatch
-from ingest.columns import EVENT, LINK, SpanColumns
+from ingest.columns import EMPTY_LIST, SpanColumns, events_json, links_json
 from ingest.errors import DecodeError
 
 BLOCK_BYTES = 8 << 20
@@ -211,39 +211,43 @@ class _JsonBatch(ColumnBatch):
         for raw in self.events:
             data = b"" if raw is _EMPTY else bytes(raw)
             if data in _NO_LIST:
-                values.append(())
+                values.append(EMPTY_LIST)
                 continue
             values.append(
-                [
-                    (
-                        av.unix_nano(event.time_unix_nano, "event timeUnixNano"),
-                        event.name,
-                        list(render_attributes(bytes(event.attributes)).items()),
-                    )
-                    for event in _EVENTS.decode(data)
-                ]
+                events_json(
+                    [
+                        (
+                            av.unix_nano(event.time_unix_nano, "event timeUnixNano"),
+                            event.name,
+                            render_attributes(bytes(event.attributes)),
+                        )
+                        for event in _EVENTS.decode(data)
+                    ]
+                )
             )
-        return pa.array(values, pa.list_(EVENT))
+        return pa.array(values, pa.string())
 
     def links_array(self) -> pa.Array:
         values: list[Any] = []
         for raw in self.links:
             data = b"" if raw is _EMPTY else bytes(raw)
             if data in _NO_LIST:
-                values.append(())
+                values.append(EMPTY_LIST)
                 continue
             values.append(
-                [
-                    (
-                        av.normalize_id(link.trace_id, 16, "link traceId"),
-                        av.normalize_id(link.span_id, 8, "link spanId"),
-                        link.trace_state,
-                        list(render_attributes(bytes(link.attributes)).items()),
-                    )
-                    for link in _LINKS.decode(data)
-                ]
+                links_json(
+                    [
+                        (
+                            av.normalize_id(link.trace_id, 16, "link traceId"),
+                            av.normalize_id(link.span_id, 8, "link spanId"),
+                            link.trace_state,
+                            render_attributes(bytes(link.attributes)),
+                        )
+                        for link in _LINKS.decode(data)
+                    ]
+                )
             )
-        return pa.array(values, pa.list_(LINK))
+        return pa.array(values, pa.string())
 
 
 def decode_lines(

@@ -21,7 +21,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from ingest import anyvalue as av
 from ingest import otlp_json, otlp_proto
 from ingest.arrow_batch import ArrowSpans, ColumnBatch
-from ingest.columns import EVENT, LINK, SpanColumns
+from ingest.columns import EMPTY_LIST, SpanColumns, events_json, links_json
 from ingest.compression import ZSTD_MAGIC
 from ingest.errors import DecodeError
 
@@ -164,33 +164,37 @@ class _ProtoBatch(ColumnBatch):
 
     def events_array(self) -> pa.Array:
         values = [
-            ()
+            EMPTY_LIST
             if events is None
-            else [
-                (e.time_unix_nano, e.name, list(_attributes(e.attributes).items()))
-                for e in map(_EVENT, events)
-                if e.time_unix_nano <= av.INT64_MAX or _raise("event time out of range")
-            ]
+            else events_json(
+                [
+                    (e.time_unix_nano, e.name, _attributes(e.attributes))
+                    for e in map(_EVENT, events)
+                    if e.time_unix_nano <= av.INT64_MAX or _raise("event time out of range")
+                ]
+            )
             for events in self.events
         ]
-        return pa.array(values, pa.list_(EVENT))
+        return pa.array(values, pa.string())
 
     def links_array(self) -> pa.Array:
         values = [
-            ()
+            EMPTY_LIST
             if links is None
-            else [
-                (
-                    av.id_from_bytes(link.trace_id, 16, "link trace_id"),
-                    av.id_from_bytes(link.span_id, 8, "link span_id"),
-                    link.trace_state,
-                    list(_attributes(link.attributes).items()),
-                )
-                for link in map(_LINK, links)
-            ]
+            else links_json(
+                [
+                    (
+                        av.id_from_bytes(link.trace_id, 16, "link trace_id"),
+                        av.id_from_bytes(link.span_id, 8, "link span_id"),
+                        link.trace_state,
+                        _attributes(link.attributes),
+                    )
+                    for link in map(_LINK, links)
+                ]
+            )
             for links in self.links
         ]
-        return pa.array(values, pa.list_(LINK))
+        return pa.array(values, pa.string())
 
 
 def _raise(message: str) -> bool:

@@ -92,14 +92,14 @@ def test_real_otel_sdk_exporter_spans_arrive_with_ids_parents_attributes(tmp_pat
     with connect_reader(collector.db_path) as conn:
         rows = conn.execute(
             "SELECT SpanId, TraceId, ParentSpanId, SpanAttributes, ServiceName, ScopeName,"
-            " ResourceAttributes['host.name'] FROM otel_traces WHERE RunLabel = 'sdk'"
+            " ResourceAttributes->>'host.name' FROM otel_traces WHERE RunLabel = 'sdk'"
         ).fetchall()
     assert statuses and set(statuses) == {200}
     assert len(rows) == len(expected) == 160
     for span_id, trace_id, parent, attributes, service, scope, host in rows:
         want_trace, want_parent, want_attrs = expected[span_id]
         assert (trace_id, parent) == (want_trace, want_parent)
-        assert {k: v for k, v in dict(attributes).items() if k in want_attrs} == want_attrs
+        assert {k: v for k, v in json.loads(attributes).items() if k in want_attrs} == want_attrs
         assert (service, scope, host) == ("checkout", "tests.collect", "box-1")
 
 

@@ -64,10 +64,15 @@ class Ingested:
         return rows(self.db, query, params)
 
     def spans(self) -> list[dict[str, Any]]:
+        """Every stored span as a dict; attributes, events and links parsed from their JSON text."""
         with duckdb.connect(str(self.db), read_only=True) as conn:
             cursor = conn.execute("SELECT * FROM otel_traces ORDER BY Timestamp, SpanId")
             names = [d[0] for d in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+            spans = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        for span in spans:
+            for name in ("ResourceAttributes", "SpanAttributes", "Events", "Links"):
+                span[name] = json.loads(span[name])
+        return spans
 
 
 def run_cli(*args: str) -> tuple[int, dict[str, Any] | None, str]:

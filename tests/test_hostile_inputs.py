@@ -138,7 +138,7 @@ def test_a_megabyte_attribute_value_is_stored_intact(store: Path, tmp_path: Path
     assert run_cli(str(path), "--db", str(store), "--run", "big")[0] == 0
     with duckdb.connect(str(store), read_only=True) as conn:
         (length,) = conn.execute(
-            "SELECT max(length(SpanAttributes['payload'])) FROM otel_traces WHERE RunLabel = 'big'"
+            "SELECT max(length(SpanAttributes->>'payload')) FROM otel_traces WHERE RunLabel = 'big'"
         ).fetchone()
     assert length == 1 << 20
 

@@ -87,7 +87,7 @@ def test_the_fastapi_example_is_traced_into_tailscope_collect(tmp_path: Path) ->
             "SELECT DISTINCT SpanName FROM otel_traces WHERE SpanKind = 'Server' AND ServiceName = 'scorer'"
         ).fetchall()
         hits = conn.execute(
-            "SELECT SpanAttributes['cache.hit'], count(*) FROM otel_traces WHERE SpanName = 'features.get' "
+            "SELECT SpanAttributes->>'cache.hit', count(*) FROM otel_traces WHERE SpanName = 'features.get' "
             "GROUP BY 1 ORDER BY 1"
         ).fetchall()
     assert requests == REQUESTS and ("POST /predict",) in roots  # the readiness polls are GET /docs

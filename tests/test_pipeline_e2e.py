@@ -9,6 +9,7 @@ compared with a steady run made under the same settings; thresholds are wide, be
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -166,15 +167,17 @@ def test_cli_run_writes_complete_traces_that_ingest(tmp_path, capsys) -> None:
         query(
             db,
             """
-        SELECT SpanName, any_value(SpanAttributes['tailscope.stage']) FROM otel_traces
+        SELECT SpanName, any_value(SpanAttributes->>'tailscope.stage') FROM otel_traces
         WHERE ServiceName = ? GROUP BY 1""",
             [sm.SERVICE_NAME],
         )
     )
     assert stages == {name: sm.STAGE_OF[name] for name in stages}
-    resource = query(
-        db, "SELECT ResourceAttributes FROM otel_traces WHERE ServiceName = ? LIMIT 1", [sm.SERVICE_NAME]
-    )[0][0]
+    resource = json.loads(
+        query(
+            db, "SELECT ResourceAttributes FROM otel_traces WHERE ServiceName = ? LIMIT 1", [sm.SERVICE_NAME]
+        )[0][0]
+    )
     for key in (
         *(k for k in sm.RESOURCE_KEYS if k != "tailscope.gpu.name"),
         "service.name",
@@ -188,7 +191,7 @@ def test_cli_run_writes_complete_traces_that_ingest(tmp_path, capsys) -> None:
     (bad_batches,) = query(
         db,
         """
-        SELECT count(*) FROM otel_traces WHERE SpanName = ? AND CAST(SpanAttributes['batch.size'] AS INT) > 4
+        SELECT count(*) FROM otel_traces WHERE SpanName = ? AND CAST(SpanAttributes->>'batch.size' AS INT) > 4
         """,
         [sm.FORWARD],
     )[0]
@@ -203,7 +206,7 @@ def test_burst_grows_the_batch_queue(tmp_path, steady) -> None:
     ((biggest,),) = query(
         steady,
         """
-        SELECT max(CAST(SpanAttributes['batch.size'] AS INT)) FROM otel_traces
+        SELECT max(CAST(SpanAttributes->>'batch.size' AS INT)) FROM otel_traces
         WHERE RunLabel = 'burst' AND SpanName = ?""",
         [sm.FORWARD],
     )
@@ -218,8 +221,8 @@ def test_gc_pressure_leaves_gen2_pauses_on_slow_requests(tmp_path, steady) -> No
         steady,
         """
         SELECT Duration / 1e6 AS ms,
-               list_max([CAST(e.Attributes['gc.duration_ns'] AS BIGINT) FOR e IN Events
-                         IF e.Name = ? AND e.Attributes['gc.generation'] = '2']) / 1e6 AS gen2_ms
+               list_max([CAST(e->'Attributes'->>'gc.duration_ns' AS BIGINT) FOR e IN Events::JSON[]
+                         IF e->>'Name' = ? AND e->'Attributes'->>'gc.generation' = '2']) / 1e6 AS gen2_ms
         FROM otel_traces WHERE RunLabel = 'gc-pressure' AND ServiceName = ? AND SpanName = ?
         """,
         [sm.GC_EVENT, sm.SERVICE_NAME, sm.ROOT_SPAN],
@@ -260,7 +263,7 @@ def test_key_expiry_misses_arrive_together(tmp_path, steady) -> None:
     lookups = query(
         steady,
         """
-        SELECT epoch_ns(Timestamp), SpanAttributes['cache.hit'] = 'true' FROM otel_traces
+        SELECT epoch_ns(Timestamp), SpanAttributes->>'cache.hit' = 'true' FROM otel_traces
         WHERE RunLabel = 'key-expiry' AND SpanName = ? ORDER BY 1""",
         [sm.HYDRATE],
     )
@@ -343,7 +346,7 @@ def test_sweep_writes_labelled_runs_into_the_store(tmp_path, capsys) -> None:
     dtypes = query(
         db,
         """
-        SELECT DISTINCT RunLabel, ResourceAttributes['tailscope.dtype'] FROM otel_traces
+        SELECT DISTINCT RunLabel, ResourceAttributes->>'tailscope.dtype' FROM otel_traces
         WHERE ServiceName = ? ORDER BY 1""",
         [sm.SERVICE_NAME],
     )

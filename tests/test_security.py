@@ -127,9 +127,9 @@ def test_hostile_values_are_stored_verbatim_and_tables_intact(hostile_store) -> 
         keys = {
             key
             for (attributes,) in conn.execute("SELECT SpanAttributes FROM otel_traces").fetchall()
-            for key in dict(attributes)
+            for key in json.loads(attributes)
         }
-        hosts = conn.execute("SELECT DISTINCT ResourceAttributes['host.name'] FROM otel_traces").fetchall()
+        hosts = conn.execute("SELECT DISTINCT ResourceAttributes->>'host.name' FROM otel_traces").fetchall()
     assert set(values) <= names
     assert services == {OR_TRUE}
     assert set(values) <= keys

@@ -100,3 +100,31 @@ def test_invalid_rules_change_nothing(db_path):
     with connect_writer(db_path) as conn, pytest.raises(ValueError, match="RE2"):
         replace_rules(conn, [StageRule(1, "queue", name_regex="[")])
     assert list_rules(Store(db_path)) == default_rules()
+
+
+def test_an_attribute_regex_matches_each_key_value_pair_with_its_own_anchors(db_path):
+    """Attributes are stored as JSON text; a rule's attribute regex still sees one `key=value` per
+    attribute, `^` and `$` anchored to that pair, whatever the other attributes hold."""
+    children = [
+        S("step_a", 0, 1, attrs={"team": "x", "db.system": "redis"}),
+        S("step_b", 1, 2, attrs={"note": "see db.system=redis"}),
+        S("step_c", 2, 3, attrs={"db.system": "redis-cluster"}),
+        S("step_d", 3, 4, attrs={"q": 'say "hi",\n"x":"y"', "db.system": "redis", "z": "\\"}),
+        S("step_e", 4, 5, attrs={"db.system": "redis\nother"}),
+    ]
+    cols = SpanColumns()
+    add_trace(cols, S("root", 0, 10, kind="Server", children=children), 1)
+    load(db_path, "r", cols)
+    with connect_writer(db_path) as conn:
+        replace_rules(
+            conn, [StageRule(1, "downstream", attribute_regex=r"^db\.system=redis$"), *default_rules()]
+        )
+    frame = stage_mapping(Store(db_path), "r")
+    stages = {row.span_name: row.stage for row in frame.itertuples()}
+    assert [stages[f"step_{x}"] for x in "abcde"] == [
+        "downstream",
+        "unattributed",
+        "unattributed",
+        "downstream",
+        "unattributed",
+    ]

@@ -231,7 +231,10 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
     joined with its name hits, params in text order: name columns first, then the CASE).
 
     The CASE yields the position of the first matching rule, or NULL. It reads `SpanKind`,
-    `SpanAttributes` and the name-hit columns `nh1`, `nh2`, ... (one per rule with a name regex)."""
+    `AttrLines` (the span's attributes as "key=value" lines, see span_tree.sql) and the name-hit
+    columns `nh1`, `nh2`, ... (one per rule with a name regex). An attribute regex is matched
+    against each line (multi-line mode: `^` and `$` are a line's ends), as it was against each
+    key=value pair when attributes were a MAP."""
     name_cols: list[str] = []
     name_params: list[Any] = []
     whens: list[str] = []
@@ -247,11 +250,8 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
             name_params.append(rule.name_regex)
             conditions.append(column)
         if rule.attribute_regex is not None:
-            conditions.append(
-                "len(list_filter(map_entries(SpanAttributes), "
-                "lambda a: regexp_matches(a.key || '=' || a.value, ?, 'i'))) > 0"
-            )
-            case_params.append(rule.attribute_regex)
+            conditions.append("regexp_matches(AttrLines, ?, 'i')")
+            case_params.append("(?m)" + rule.attribute_regex)
         whens.append(f"WHEN {' AND '.join(conditions) or 'false'} THEN {int(rule.position)}")
     names_sql = ", ".join(["SpanName", *name_cols])
     case_sql = "CASE " + " ".join(whens) + " END" if whens else "CAST(NULL AS INTEGER)"

@@ -28,6 +28,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("diagnose", "diagnose_cmd", "name the causes of a run's latency tail, with evidence and advice"),
     ("collect", "collect_cmd", "receive OTLP/HTTP traces (POST /v1/traces) straight into the store"),
     ("pipeline", "pipeline_cmd", "run, sweep or simulate the reference inference pipeline"),
+    ("migrate", "migrate_cmd", "convert a store written by an older tailscope, in place"),
 )
 
 EXIT_OK = 0

@@ -30,13 +30,13 @@ SELECT
     SpanId,
     Timestamp,
     ServiceName,
-    coalesce(nullif(SpanAttributes['http.route'], ''), SpanName) AS Route,
-    coalesce(nullif(ResourceAttributes['service.instance.id'], ''),
-             nullif(ResourceAttributes['host.name'], ''), '') AS Instance,
+    coalesce(nullif(SpanAttributes->>'http.route', ''), SpanName) AS Route,
+    coalesce(nullif(ResourceAttributes->>'service.instance.id', ''),
+             nullif(ResourceAttributes->>'host.name', ''), '') AS Instance,
     Duration,
     StatusCode = 'Error'
-        OR coalesce(try_cast(coalesce(SpanAttributes['http.response.status_code'],
-                                      SpanAttributes['http.status_code']) AS INTEGER) >= 500, false) AS IsError,
+        OR coalesce(try_cast(coalesce(SpanAttributes->>'http.response.status_code',
+                                      SpanAttributes->>'http.status_code') AS INTEGER) >= 500, false) AS IsError,
     ClientDuration,
     SpanCount,
     list_extract(

@@ -3,21 +3,23 @@
 -- rows are deduplicated per instance and timestamp.
 SELECT DISTINCT
     ServiceName || '/' || coalesce(
-        ResourceAttributes['service.instance.id'],
-        ResourceAttributes['host.name'] || ':' || ResourceAttributes['process.pid'],
-        ResourceAttributes['process.pid'],
-        ResourceAttributes['host.name'],
+        ResourceAttributes->>'service.instance.id',
+        (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
+        ResourceAttributes->>'process.pid',
+        ResourceAttributes->>'host.name',
         ''
     ) AS Instance,
-    epoch_ns(ev.Timestamp) AS TimeNs,
+    ev.Timestamp AS TimeNs,
     coalesce(
-        TRY_CAST(ev.Attributes['gc.duration_ns'] AS BIGINT),
-        CAST(TRY_CAST(ev.Attributes['gc.duration_ms'] AS DOUBLE) * 1e6 AS BIGINT),
+        TRY_CAST(ev.Attributes->>'gc.duration_ns' AS BIGINT),
+        CAST(TRY_CAST(ev.Attributes->>'gc.duration_ms' AS DOUBLE) * 1e6 AS BIGINT),
         0
     ) AS DurationNs
 FROM (
-    SELECT ServiceName, ResourceAttributes, unnest(Events) AS ev
+    -- Events is JSON text (schema.sql); only spans with an event that could be a GC pause are parsed
+    SELECT ServiceName, ResourceAttributes,
+           unnest(from_json(Events, '[{"Timestamp": "BIGINT", "Name": "VARCHAR", "Attributes": "JSON"}]')) AS ev
     FROM otel_traces
-    WHERE RunLabel = $run AND len(Events) > 0
+    WHERE RunLabel = $run AND Events <> '[]' AND regexp_matches(Events, 'gc|garbage', 'i')
 )
 WHERE regexp_matches(lower(ev.Name), '(^|[._ ])gc([._ ]|$)|garbage')

@@ -13,14 +13,14 @@ SELECT
     SpanKind,
     ServiceName,
     ServiceName || '/' || coalesce(
-        ResourceAttributes['service.instance.id'],
-        ResourceAttributes['host.name'] || ':' || ResourceAttributes['process.pid'],
-        ResourceAttributes['process.pid'],
-        ResourceAttributes['host.name'],
+        ResourceAttributes->>'service.instance.id',
+        (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
+        ResourceAttributes->>'process.pid',
+        ResourceAttributes->>'host.name',
         ''
     ) AS Instance,
     epoch_ns(Timestamp) AS StartNs,
     Duration,
-    coalesce(SpanAttributes['tailscope.stage'], '') AS StageAttr
+    coalesce(SpanAttributes->>'tailscope.stage', '') AS StageAttr
 FROM otel_traces
 WHERE RunLabel = $run

@@ -11,6 +11,7 @@
 -- joining on two BIGINTs instead of two 16-32 character strings roughly halves the walk's cost).
 -- Steps:
 --   spans        the scope's spans, with the explicit tailscope.stage attribute and the matching rule.
+--                Attributes are JSON text (schema.sql); AttrLines is what attribute regexes match.
 --                Name regexes run once per distinct SpanName (name_hits), not once per span: a regex
 --                over 10 M names costs ~1 s on 2 cores, over the ~20 distinct names nothing.
 --   roots        spans whose parent is not in the trace (ParentSpanId '' or a missing parent)
@@ -62,7 +63,12 @@ spans AS MATERIALIZED (
                                  'model_forward', 'postprocessing', 'downstream', 'serialization',
                                  'unattributed')
              THEN -1 ELSE {rule_case} END AS RuleNo
-    FROM (SELECT *, SpanAttributes['tailscope.stage'] AS RawStage FROM {scope}) AS t
+    FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage,
+                 -- the attributes as "key=value" lines for the rules' attribute regexes: the JSON
+                 -- object's '","' and '":"' separators (never inside an escaped string) become a
+                 -- newline and '='; values keep their JSON escapes (\" \\ \n)
+                 replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') AS AttrLines
+          FROM {scope}) AS t
     JOIN name_hits AS h ON h.SpanName = t.SpanName
 ),
 roots AS (

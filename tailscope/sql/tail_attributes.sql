@@ -17,14 +17,14 @@ sampled_spans AS MATERIALIZED (  -- one scan of otel_traces for both kinds of at
            CASE WHEN o.SpanId = s.RootSpanId THEN o.ResourceAttributes END AS RootResource
     FROM otel_traces AS o JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId
 ),
-kv AS (
-    SELECT TraceId, selected, 'span' AS source, SpanName AS span_name,
-           unnest(map_keys(SpanAttributes)) AS key, unnest(map_values(SpanAttributes)) AS value
-    FROM sampled_spans
+kv AS (  -- attributes are JSON text (schema.sql): json_each gives one row per key
+    SELECT s.TraceId, s.selected, 'span' AS source, s.SpanName AS span_name,
+           a.key AS key, a.value ->> '$' AS value
+    FROM sampled_spans AS s, json_each(s.SpanAttributes) AS a
     UNION ALL
-    SELECT TraceId, selected, 'resource', '', unnest(map_keys(RootResource)), unnest(map_values(RootResource))
-    FROM sampled_spans
-    WHERE RootResource IS NOT NULL
+    SELECT s.TraceId, s.selected, 'resource', '', a.key, a.value ->> '$'
+    FROM sampled_spans AS s, json_each(s.RootResource) AS a
+    WHERE s.RootResource IS NOT NULL
     UNION ALL
     SELECT TraceId, selected, 'stage', '', 'dominant stage', DominantStage FROM sample
 ),

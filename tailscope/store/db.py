@@ -21,18 +21,23 @@ from typing import Any
 import duckdb
 
 from tailscope import sql
+from tailscope.store.migrate import (
+    CURRENT_VERSION,
+    Migration,
+    StoreVersionError,
+    migrate,
+    newer_store_message,
+    old_store_message,
+    stored_version,
+)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = CURRENT_VERSION
 DEFAULT_DB = "tailscope.duckdb"
 LOCK_WAIT_SECONDS = 60.0
 
 
 class StoreBusyError(RuntimeError):
     """The store stayed locked by another process for longer than we were willing to wait."""
-
-
-class StoreVersionError(RuntimeError):
-    """The store file was written by a different schema version."""
 
 
 def default_db_path() -> Path:
@@ -136,19 +141,31 @@ def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyCo
                 marker.unlink()
 
 
-def ensure_schema(conn: duckdb.DuckDBPyConnection) -> None:
-    """Create the tables if missing; refuse a store of another schema version."""
+def ensure_schema(conn: duckdb.DuckDBPyConnection, path: str | Path = "store") -> None:
+    """Create the tables if missing; migrate an older store in place (one transaction); refuse a
+    store written by a newer tailscope."""
+    version = stored_version(conn)
+    if version is not None and version > SCHEMA_VERSION:
+        raise StoreVersionError(newer_store_message(path, version))
+    if version is not None and version < SCHEMA_VERSION:
+        migrate(conn, path)
     for statement in sql.load("schema").split(";"):
         body = "\n".join(line for line in statement.splitlines() if not line.strip().startswith("--"))
         if body.strip():
             conn.execute(body)
-    # fetchall, not fetchone: DuckDB 2 keeps a half-read result open and refuses other work on it.
-    rows = conn.execute("SELECT max(version) FROM schema_version").fetchall()
-    row = rows[0] if rows else None
-    if row is None or row[0] is None:
+    if stored_version(conn) is None:
         conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
-    elif row[0] != SCHEMA_VERSION:
-        raise StoreVersionError(f"store has schema version {row[0]}, this tailscope expects {SCHEMA_VERSION}")
+
+
+def check_version(conn: duckdb.DuckDBPyConnection, path: str | Path) -> None:
+    """A reader's check: a store of another schema version gets a clear message, not SQL errors."""
+    version = stored_version(conn)
+    if version is None:
+        raise StoreVersionError(f"{path}: not a tailscope store (it has no schema_version table)")
+    if version < SCHEMA_VERSION:
+        raise StoreVersionError(old_store_message(path, version))
+    if version > SCHEMA_VERSION:
+        raise StoreVersionError(newer_store_message(path, version))
 
 
 @contextmanager
@@ -159,8 +176,18 @@ def connect_writer(
     db_path = Path(path) if path is not None else default_db_path()
     conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
     try:
-        ensure_schema(conn)
+        ensure_schema(conn, db_path)
         yield conn
+    finally:
+        conn.close()
+
+
+def migrate_store(path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS) -> Migration:
+    """`tailscope migrate`: take an existing store to the current schema (see migrate.py)."""
+    db_path = Path(path) if path is not None else default_db_path()
+    conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
+    try:
+        return migrate(conn, db_path)
     finally:
         conn.close()
 
@@ -176,6 +203,7 @@ def connect_reader(
             pass
     conn = _open(db_path, read_only=True, wait_seconds=wait_seconds)
     try:
+        check_version(conn, db_path)
         yield conn
     finally:
         conn.close()

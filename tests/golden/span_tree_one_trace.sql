@@ -11,6 +11,7 @@
 -- joining on two BIGINTs instead of two 16-32 character strings roughly halves the walk's cost).
 -- Steps:
 --   spans        the scope's spans, with the explicit tailscope.stage attribute and the matching rule.
+--                Attributes are JSON text (schema.sql); AttrLines is what attribute regexes match.
 --                Name regexes run once per distinct SpanName (name_hits), not once per span: a regex
 --                over 10 M names costs ~1 s on 2 cores, over the ~20 distinct names nothing.
 --   roots        spans whose parent is not in the trace (ParentSpanId '' or a missing parent)
@@ -61,8 +62,13 @@ spans AS MATERIALIZED (
         CASE WHEN t.RawStage IN ('ingress', 'queue', 'parsing', 'feature_hydration', 'preprocessing',
                                  'model_forward', 'postprocessing', 'downstream', 'serialization',
                                  'unattributed')
-             THEN -1 ELSE CASE WHEN SpanKind = ? THEN 1 WHEN nh1 THEN 2 WHEN SpanKind = ? AND len(list_filter(map_entries(SpanAttributes), lambda a: regexp_matches(a.key || '=' || a.value, ?, 'i'))) > 0 THEN 3 END END AS RuleNo
-    FROM (SELECT *, SpanAttributes['tailscope.stage'] AS RawStage FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)) AS t
+             THEN -1 ELSE CASE WHEN SpanKind = ? THEN 1 WHEN nh1 THEN 2 WHEN SpanKind = ? AND regexp_matches(AttrLines, ?, 'i') THEN 3 END END AS RuleNo
+    FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage,
+                 -- the attributes as "key=value" lines for the rules' attribute regexes: the JSON
+                 -- object's '","' and '":"' separators (never inside an escaped string) become a
+                 -- newline and '='; values keep their JSON escapes (\" \\ \n)
+                 replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') AS AttrLines
+          FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)) AS t
     JOIN name_hits AS h ON h.SpanName = t.SpanName
 ),
 roots AS (
@@ -194,4 +200,4 @@ SELECT s.TraceId, s.SpanId, s.ParentSpanId, s.SpanName, s.SpanKind, s.ServiceNam
 FROM span_rows AS w
 JOIN spans AS s ON s.TK = w.TK AND s.SK = w.SK AND s.PK = w.PK
 JOIN request_root AS r ON r.TK = w.TK
--- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "^http\\.", "r1", "abababababababababababababababab", ["queue", "model_forward", "downstream"]]
+-- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", ["queue", "model_forward", "downstream"]]

@@ -1,0 +1,34 @@
+"""Convert a store written by an older tailscope to this version's schema, in place.
+
+One transaction: if it is interrupted or fails, the store is left exactly as it was. Nothing stored
+is lost: spans, runs, stage rules and derived rows all stay. `tailscope ingest` and `collect` do the
+same on their first write; the dashboard and the reports only read, so they ask for this instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db", metavar="FILE", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from tailscope.store.db import default_db_path, migrate_store
+
+    path = Path(args.db) if args.db else default_db_path()
+    if not path.exists():
+        print(f"tailscope: {path}: no such store", file=sys.stderr)
+        return 2
+    outcome = migrate_store(path)
+    print(json.dumps(asdict(outcome)) if args.json else outcome.describe())
+    return 0
