@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 
 from ingest import detect, otlp_fast, otlp_proto, otlp_proto_fast
@@ -183,11 +184,7 @@ def store_batches(
     def append() -> None:
         table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
         pending.clear()
-        conn.register("ingest_batch", table)
-        try:
-            _query(conn, "ingest_insert_spans", [run_label])
-        finally:
-            conn.unregister("ingest_batch")
+        append_batch(conn, run_label, table)
 
     for batch in batches:
         if not len(batch):
@@ -216,6 +213,16 @@ def store_batches(
     # (the memory cap set by load_file stays for the derive: it goes part by part, see derive.PART_SPANS)
     refresh_run(conn, run_label, touched_table, stats.spans_stored)
     return stats
+
+
+def append_batch(conn: duckdb.DuckDBPyConnection, run_label: str, table: pa.Table) -> None:
+    """INSERT one Arrow batch into otel_traces under `run_label` (see ingest_insert_spans.sql for
+    why the batch is a relation with the label as a column, not a registered view)."""
+    label = pa.DictionaryArray.from_arrays(
+        pa.array(np.zeros(table.num_rows, dtype=np.int32)), pa.array([run_label], pa.string())
+    )
+    batch = conn.from_arrow(table.append_column("RunLabel", label))
+    batch.query("ingest_batch", sql.load("ingest_insert_spans"))
 
 
 def _query(conn: duckdb.DuckDBPyConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
