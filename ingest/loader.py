@@ -182,7 +182,7 @@ def store_batches(
     pending: list[pa.Table] = []  # appended together: DuckDB's per-INSERT cost is not negligible
 
     def append() -> None:
-        table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
+        table = (pending[0] if len(pending) == 1 else pa.concat_tables(pending)).combine_chunks()
         pending.clear()
         append_batch(conn, run_label, table)
 
