@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
 from tailscope.analysis import (
     Filter,
     Rect,
@@ -89,13 +91,13 @@ SELECT
     make_timestamp_ns(start_ns), trace_id, lpad(format('{:x}', slot + 1), 16, '0'),
     CASE WHEN parent < 0 THEN '' ELSE lpad(format('{:x}', parent + 1), 16, '0') END,
     '', name, kind, service,
-    MAP {'service.instance.id': 'api-' || (hash(trace_id) % 4)::VARCHAR, 'tailscope.scenario': 'bench'},
+    '{"service.instance.id":"api-' || (hash(trace_id) % 4)::VARCHAR || '","tailscope.scenario":"bench"}',
     'bench', '1',
-    CASE WHEN stage = '' THEN MAP {'http.request.method': 'POST'}
-         WHEN slot = 4 THEN MAP {'tailscope.stage': stage,
-                                 'cache.hit': CASE WHEN miss THEN 'false' ELSE 'true' END}
-         ELSE MAP {'tailscope.stage': stage} END,
-    dur, 'Unset', '', [], [], run
+    CASE WHEN stage = '' THEN '{"http.request.method":"POST"}'
+         WHEN slot = 4 THEN '{"tailscope.stage":"' || stage || '","cache.hit":"'
+                            || CASE WHEN miss THEN 'false' ELSE 'true' END || '"}'
+         ELSE '{"tailscope.stage":"' || stage || '"}' END,
+    dur, 'Unset', '', '[]', '[]', run
 FROM spans
 """
 
@@ -192,8 +194,10 @@ def main() -> int:
         # an incremental refresh: one more small batch of 100 requests into run bench-a
         conn.execute("BEGIN TRANSACTION")
         conn.execute(GENERATE, [10**9, "bench-a", 100])
+        # as a writer does: name the traces it touched and how many spans it added
+        touched = pa.table({"TraceId": [f"{i + 10**9:032x}" for i in range(100)]})
         wall, cpu = time.perf_counter(), time.process_time()
-        refresh_run(conn, "bench-a")
+        refresh_run(conn, "bench-a", touched, 100 * SPANS_PER_REQUEST)
         print(
             f"refresh_run +100 requests     {(time.perf_counter() - wall) * 1000:8.0f} ms wall "
             f"{(time.process_time() - cpu) * 1000:8.0f} ms cpu",
