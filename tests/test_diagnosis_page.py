@@ -120,6 +120,13 @@ CHARTS = [
         "present_in_body": [0.2, 1.0],
         "unexplained": [True, False],
     },
+    {
+        "kind": "miss_rate_over_time",
+        "seconds": [10.0, 30.0, 50.0],
+        "miss_rate": [0.02, 0.9, 0.01],
+        "requests": [100, 100, 100],
+        "overall_rate": 0.31,
+    },
 ]
 
 

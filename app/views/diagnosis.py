@@ -196,6 +196,25 @@ def _tail_excess(c: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def _miss_rate(c: dict[str, Any]) -> go.Figure:
+    fig = go.Figure(
+        go.Scatter(
+            x=c["seconds"],
+            y=[rate * 100 for rate in c["miss_rate"]],
+            mode="lines+markers",
+            line={"color": TAIL},
+            customdata=c["requests"],
+            hovertemplate="%{x:.0f} s: %{y:.1f} % of %{customdata} requests<extra></extra>",
+            name="requests taking the fallback",
+        )
+    )
+    fig.add_hline(
+        y=c["overall_rate"] * 100, line_color=BODY, line_dash="dot", annotation_text="over the run"
+    )
+    charts.layout(fig, height=320, xaxis_title="time into the run (s)", yaxis_title="miss rate (%)")
+    return fig
+
+
 BUILDERS = {
     "stall_timeline": _stall_timeline,
     "wait_vs_concurrency": _wait_vs_concurrency,
@@ -206,6 +225,7 @@ BUILDERS = {
     "network_gap": _network,
     "forward_vs_batch": _forward,
     "tail_excess_by_span": _tail_excess,
+    "miss_rate_over_time": _miss_rate,
 }
 
 

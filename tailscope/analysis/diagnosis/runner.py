@@ -12,6 +12,7 @@ from tailscope.analysis.diagnosis import (
     cache_miss,
     cold_start,
     compute_bound,
+    fallback_path,
     gc_pause,
     lock_contention,
     network,
@@ -23,10 +24,11 @@ from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 
 # Order matters only for notes: gc_pause leaves its stall episodes for cache_miss, network and
-# compute_bound; cache_miss marks bimodal names before cold_start reads them.
+# compute_bound; cache_miss marks bimodal names before cold_start and fallback_path read them.
 DETECTORS = (
     gc_pause,
     cache_miss,
+    fallback_path,
     cold_start,
     lock_contention,
     queueing,

@@ -1,0 +1,168 @@
+"""cache_miss as a conditional fallback path: a cheap lookup every request makes, then, in some
+requests only, a slower call after it (a read-through cache going to its store on a miss).
+
+Statistic, from structure and timing only (no names): for a span name F inside requests, present in
+between 0.5 % and 60 % of them, look for a sibling name L under the same parent that is present in
+at least 95 % of requests and ends before F starts wherever both occur (the lookup that decides),
+different from F (a second copy of the same call is a retry, not a fallback), and at least 3x
+faster than F at the median (a cache is far faster than what it stands in front of). F's weight is
+its share of the tail excess; requests with F must be over-represented in the tail. The fallback
+rate over time tells a steady miss rate (size, TTL) from misses clustered in time (keys expiring
+together, after a deploy or restart), each with its own advice.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms
+from tailscope.vocabulary import ALL_STAGES
+
+PATTERN = "cache_miss"
+SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
+MIN_RATE, MAX_RATE = 0.005, 0.6
+ALWAYS = 0.95
+BINS = 50
+ADVICE_STEADY = (
+    "{fallback} runs after {lookup} in {rate:.1%} of requests, at a steady rate: the cache misses all the "
+    "time. Raise the hit rate where it is decided: a larger cache or a longer TTL for the keys that miss "
+    "most, refresh-ahead of hot keys before they expire, and coalesce concurrent misses for one key "
+    "(single-flight) so the store sees one call per key."
+)
+ADVICE_CLUSTERED = (
+    "{fallback} runs after {lookup} in {rate:.1%} of requests, but in bursts ({when}): many keys miss at "
+    "once. Add jitter to TTLs so keys do not expire together, refresh hot keys ahead of expiry, warm the "
+    "cache before a new instance takes traffic, and coalesce concurrent misses (single-flight)."
+)
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    if ctx.n_requests < 50 or ctx.split.excess_ns <= 0:
+        return []
+    inside = (f.request >= 0) & (f.parent >= 0)
+    present = _presence(ctx, inside)
+    rates = present.mean(axis=0)
+    findings = []
+    for code in np.nonzero((rates >= MIN_RATE) & (rates <= MAX_RATE))[0]:
+        if int(ctx.name_stage[code]) in SKIP:
+            continue
+        lookup = _lookup_before(ctx, inside, int(code), rates)
+        if lookup is None:
+            continue
+        finding = _finding(ctx, int(code), lookup, present[:, code])
+        if finding is not None:
+            findings.append(finding)
+    findings.sort(key=lambda x: -x.confidence)
+    return findings[:2]
+
+
+def _presence(ctx: Context, inside: np.ndarray) -> np.ndarray:
+    """requests x names: does the request contain a span of the name (below its root)?"""
+    f = ctx.frame
+    out = np.zeros((ctx.n_requests, len(f.names)), bool)
+    out[f.request[inside], f.name[inside]] = True
+    return out
+
+
+def _lookup_before(ctx: Context, inside: np.ndarray, code: int, rates: np.ndarray) -> int | None:
+    """The always-present sibling that ends before the fallback starts and is much faster."""
+    f = ctx.frame
+    fallback = np.nonzero(inside & (f.name == code))[0]
+    parents = f.parent[fallback]
+    if len(np.unique(f.name[parents])) != 1:
+        return None
+    if int(f.name[parents[0]]) in ctx.notes.get("bimodal_names", {}):
+        return None  # the enclosing span's two modes are already the bimodal cache_miss finding
+    candidates = np.nonzero(inside & np.isin(f.parent, parents) & (f.name != code))[0]
+    fallback_median = float(np.median(f.dur[fallback]))
+    for name in np.unique(f.name[candidates]):
+        if rates[name] < ALWAYS:
+            continue
+        spans = candidates[f.name[candidates] == name]
+        # the lookup's last end under each parent, against the fallback's first start there
+        order = np.argsort(f.parent[spans], kind="stable")
+        keys, first = np.unique(f.parent[spans][order], return_index=True)
+        ends = np.maximum.reduceat(f.end[spans][order], first)
+        where = np.searchsorted(keys, parents)
+        found = (where < len(keys)) & (keys[np.minimum(where, len(keys) - 1)] == parents)
+        if found.mean() < 0.9:
+            continue
+        before = ends[where[found]] <= f.start[fallback[found]]
+        if before.mean() >= 0.9 and 3 * float(np.median(f.dur[spans])) <= fallback_median:
+            return int(name)
+    return None
+
+
+def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) -> Finding | None:
+    f, sp = ctx.frame, ctx.split
+    in_tail, in_body = float(with_fallback[sp.tail].mean()), float(with_fallback[sp.body].mean())
+    if in_tail < max(1.5 * in_body, in_body + 0.1):
+        return None  # present as often in fast requests: not what makes the tail
+    mask = f.name == code
+    share = clamp01(ctx.share_of(mask, f.dur))  # other spans can be faster in the tail
+    rate = float(with_fallback.mean())
+    timing = _over_time(ctx, with_fallback)
+    lift = clamp01((in_tail - in_body) / max(1.0 - in_body, 1e-9))
+    confidence = logistic(share, 0.2, 0.06) * (0.5 + 0.5 * lift) * 0.95
+    name, lookup_name = f.names[code], f.names[lookup]
+    stage = ctx.stage_of_name(code)
+    cost = float(np.median(f.dur[mask]))
+    when = timing["pattern"].replace("_", " ")
+    summary = (
+        f"'{name}' runs only after '{lookup_name}' and only in {rate:.1%} of requests (a fallback: "
+        f"{ms(cost):.1f} ms at the median against {ms(float(np.median(f.dur[f.name == lookup]))):.2f} ms "
+        f"for the lookup); it is in {in_tail:.0%} of the slow requests and {in_body:.0%} of the others "
+        f"and carries {share:.0%} of the tail excess; misses over time: {when}."
+    )
+    advice = (ADVICE_STEADY if timing["pattern"] == "steady" else ADVICE_CLUSTERED).format(
+        fallback=f"'{name}'", lookup=f"'{lookup_name}'", rate=rate, when=when
+    )
+    stats = {
+        "miss_rate": round(rate, 4),
+        "fallback_span": name,
+        "lookup_span": lookup_name,
+        "fallback_median_ms": round(ms(cost), 3),
+        "present_in_tail": round(in_tail, 3),
+        "present_in_body": round(in_body, 3),
+        "tail_excess_share": round(share, 3),
+        **{k: v for k, v in timing.items() if k != "chart"},
+    }
+    evidence = {"summary": summary, "stats": stats, "chart": timing["chart"]}
+    return Finding(PATTERN, clamp01(confidence), stage, name, evidence, advice)
+
+
+def _over_time(ctx: Context, with_fallback: np.ndarray) -> dict:
+    """Fallback rate per time bin: steady, clustered (over-dispersed bins), or concentrated early."""
+    start = ctx.frame.start[ctx.frame.requests.root].astype(np.float64)
+    span = max(float(start.max() - start.min()), 1.0)
+    bins = np.minimum(((start - start.min()) * BINS // span).astype(np.int64), BINS - 1)
+    total = np.bincount(bins, minlength=BINS).astype(np.float64)
+    misses = np.bincount(bins[with_fallback], minlength=BINS).astype(np.float64)
+    rate = float(with_fallback.mean())
+    expected = total * rate
+    dispersion = float(((misses - expected) ** 2).sum() / max(expected.sum() * (1 - rate), 1e-9))
+    early = bins < BINS // 10
+    early_rate = float(with_fallback[early].mean()) if early.any() else rate
+    late_rate = float(with_fallback[~early].mean()) if (~early).any() else rate
+    if early_rate > 3 * max(late_rate, 1e-3) and early_rate > 0.2:
+        pattern = "after_start"
+    elif dispersion > 4:
+        pattern = "clustered_in_time"
+    else:
+        pattern = "steady"
+    per_bin = np.where(total > 0, misses / np.maximum(total, 1), 0.0)
+    return {
+        "pattern": pattern,
+        "miss_dispersion": round(dispersion, 2),
+        "early_miss_rate": round(early_rate, 4),
+        "late_miss_rate": round(late_rate, 4),
+        "chart": {
+            "kind": "miss_rate_over_time",
+            "seconds": ((np.arange(BINS) + 0.5) * span / BINS / 1e9).round(3).tolist(),
+            "miss_rate": per_bin.round(4).tolist(),
+            "requests": total.astype(int).tolist(),
+            "overall_rate": round(rate, 4),
+        },
+    }
