@@ -161,7 +161,7 @@ def test_the_migrated_store_answers_reports_and_the_diagnosis(v1_store: Path) ->
 
 
 def test_a_failed_migration_leaves_the_version_1_store_as_it_was(
-    v1_store: Path, monkeypatch: pytest.MonkeyPatch
+    v1_store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     unchanged, content = snapshot(v1_store), v1_content(v1_store)
     real = migration._statements
@@ -170,6 +170,10 @@ def test_a_failed_migration_leaves_the_version_1_store_as_it_was(
         migration_of(v1_store)
     assert table(v1_store, "SELECT version FROM schema_version") == [(1,)]
     assert v1_content(v1_store) == content and snapshot(v1_store) == unchanged
+    assert main(["migrate", "--db", str(v1_store)]) == 1  # the command says so in one line
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "migration failed, store unchanged" in err[0] and "disk full" in err[0], err
+    assert table(v1_store, "SELECT version FROM schema_version") == [(1,)]
 
 
 def migration_of(path: Path) -> None:

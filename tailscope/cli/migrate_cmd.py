@@ -23,12 +23,19 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
     from pathlib import Path
 
+    import duckdb
+
     from tailscope.store.db import default_db_path, migrate_store
 
     path = Path(args.db) if args.db else default_db_path()
     if not path.exists():
         print(f"tailscope: {path}: no such store", file=sys.stderr)
         return 2
-    outcome = migrate_store(path)
+    try:
+        outcome = migrate_store(path)
+    except duckdb.Error as error:  # the transaction rolled back: the store is as it was
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"tailscope: {path}: migration failed, store unchanged: {first_line}", file=sys.stderr)
+        return 1
     print(json.dumps(asdict(outcome)) if args.json else outcome.describe())
     return 0
