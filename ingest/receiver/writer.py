@@ -3,8 +3,9 @@
 Requests wait in the queue until the writer takes all of them into one short transaction: open the
 store for writing, store the spans (the loader also refreshes the run's derived data), commit,
 close. Between transactions the file is released so the dashboard's readers get in. The writer waits
-at least `flush_interval_ms` between transactions, and at least as long as its last transaction took,
-so it holds the file at most about half of the time however large the batches grow.
+at least `flush_interval_ms` between transactions, and, while a reader is waiting for the file, at
+least as long as its last transaction took, so with readers about it holds the file at most about
+half of the time however large the batches grow; with none it writes at the flush interval.
 
 Each request carries a Future that the writer resolves after the commit (or fails with the error);
 with `--ack committed` the HTTP handler waits for it before answering 200. If the store stays locked
@@ -27,6 +28,7 @@ from typing import Any, TextIO
 from ingest.columns import SpanColumns
 from ingest.receiver.limits import Limits
 
+READER_POLL_SECONDS = 0.05  # how often a pacing writer looks for a reader waiting for the file
 # store(conn, run_label, batches, source_files) -> stats, as ingest.loader.store_batches
 StoreFn = Callable[[Any, str, Sequence[SpanColumns], list[str]], Any]
 
@@ -144,18 +146,26 @@ class BatchWriter:
         with self._cond:
             while not self._items and not self._closing:
                 self._cond.wait()
-            # Pace transactions: at least the flush interval, and at least the last transaction's
-            # length, since the end of the last one. A full queue or shutdown flushes at once.
-            not_before = self._last_end + max(interval, self.counters.last_tx_seconds)
+            # Pace transactions: at least the flush interval since the end of the last one, and
+            # while a reader is waiting for the file, at least as long as the last transaction took
+            # (the reader's turn). A full queue or shutdown flushes at once.
             while not self._closing and not self.is_full():
+                not_before = self._last_end + interval
+                if self._reader_waiting():
+                    not_before = max(not_before, self._last_end + self.counters.last_tx_seconds)
                 remaining = not_before - time.monotonic()
                 if remaining <= 0:
                     break
-                self._cond.wait(remaining)
+                self._cond.wait(min(remaining, READER_POLL_SECONDS))
             items = list(self._items)
             self._items.clear()
             self._queued_spans = 0
             return items
+
+    def _reader_waiting(self) -> bool:
+        from tailscope.store.db import waiting
+
+        return waiting(self.db_path, "reader")
 
     def _run(self) -> None:
         while True:

@@ -1,0 +1,59 @@
+"""The receiver's writer paces its transactions: the flush interval always, and the length of its last
+transaction only while a reader is waiting for the file (so readers get their turn, and a writer with
+no reader about does not idle half of the time, which capped `--ack committed`)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from analysis_spans import S, SpanColumns, add_trace
+
+from ingest.receiver.limits import Limits
+from ingest.receiver.writer import BatchWriter
+
+INTERVAL_MS = 50
+
+
+def batch(n: int) -> SpanColumns:
+    cols = SpanColumns()
+    add_trace(cols, S("root", 0, 10, kind="Server", children=[S("child", 1, 9)]), n)
+    return cols
+
+
+def gaps_between_transactions(db: Path, reader_waiting: bool) -> tuple[list[float], list[float]]:
+    """Submit a request whenever the previous one is committed; (idle gaps, transaction lengths)."""
+    spans: list[tuple[float, float]] = []
+
+    def slow_store(conn, run_label, batches, sources):  # real work: a transaction of ~0.2 s or more
+        started = time.monotonic()
+        conn.execute("SELECT sum(hash(i)) FROM range(80000000) AS r(i)").fetchall()
+        spans.append((started, time.monotonic()))
+        return None
+
+    marker = db.with_name(f"{db.name}.waiting-reader.{os.getpid()}-{threading.get_ident()}")
+    if reader_waiting:
+        marker.touch()
+    writer = BatchWriter(db, "r", Limits(flush_interval_ms=INTERVAL_MS), store=slow_store)
+    writer.start()
+    try:
+        for n in range(4):
+            writer.submit(batch(n)).result(timeout=60)
+    finally:
+        writer.close(30)
+        marker.unlink(missing_ok=True)
+    gaps = [spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)]
+    return gaps, [end - start for start, end in spans]
+
+
+def test_no_reader_waiting_the_writer_flushes_at_the_interval(tmp_path: Path) -> None:
+    gaps, lengths = gaps_between_transactions(tmp_path / "s.duckdb", reader_waiting=False)
+    assert min(lengths) > 2 * INTERVAL_MS / 1000
+    assert max(gaps) < min(lengths), (gaps, lengths)
+
+
+def test_a_waiting_reader_gets_a_turn_as_long_as_the_last_transaction(tmp_path: Path) -> None:
+    gaps, lengths = gaps_between_transactions(tmp_path / "s.duckdb", reader_waiting=True)
+    assert all(gap >= 0.9 * length for gap, length in zip(gaps, lengths, strict=False)), (gaps, lengths)
