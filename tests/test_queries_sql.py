@@ -15,6 +15,7 @@ import pytest
 from analysis_spans import S, SpanColumns, add_trace, load
 
 from tailscope.analysis import Filter, StageRule, default_rules, overview, slowest_traces, waterfall
+from tailscope.analysis.types import PhaseRule
 from tailscope.query.builders import filtered, span_tree_query
 from tailscope.store.db import Store
 
@@ -40,6 +41,12 @@ CASES = {
         "trace",
         "r1",
         trace_id="ab" * 16,
+        phase_rules=[
+            PhaseRule(1, "fw", "queue", "queue", "attribute", "fw.queue_time", unit="ms"),
+            PhaseRule(
+                2, "fw", "infer", "model_forward", "events", "INFER_START", "INFER_END", name_regex="^m"
+            ),
+        ],
     ),
 }
 

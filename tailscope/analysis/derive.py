@@ -23,6 +23,7 @@ import duckdb
 import pyarrow as pa
 
 from tailscope import sql
+from tailscope.analysis.phases import phase_rules_in_force, seed_phase_rules
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.stages import rules_in_force, seed_rules
 from tailscope.query.builders import span_tree_query
@@ -50,6 +51,8 @@ def refresh_run(
     recomputed. Without them, a run whose span count moved is recomputed whole.
     """
     seed_rules(conn)
+    if seed_phase_rules(conn):  # a store derived before phase rules existed: derive every run with them
+        refresh_all(conn)
     count = conn.execute(sql.load("derive_run_rows"), [run_label]).fetchone()[0]
     state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
     if count == 0:
@@ -84,7 +87,9 @@ def refresh_run(
 
 def _derive(conn: duckdb.DuckDBPyConnection, run_label: str, scope: str) -> None:
     """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`."""
-    text, params = span_tree_query(rules_in_force(conn), scope, run_label, output="requests")
+    text, params = span_tree_query(
+        rules_in_force(conn), scope, run_label, output="requests", phase_rules=phase_rules_in_force(conn)
+    )
     conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label])
     _drop_temp(conn)

@@ -23,9 +23,11 @@ import duckdb
 import pandas as pd
 
 from tailscope import sql
+from tailscope.analysis.phases import PHASE_RULE_BASE, phase_rule_label, phase_rules_in_force
+from tailscope.analysis.rule_checks import regex_problems
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.source import Source, reading
-from tailscope.analysis.types import StageRule
+from tailscope.analysis.types import PhaseRule, StageRule
 from tailscope.store.db import run_query
 from tailscope.vocabulary import STAGES
 
@@ -168,20 +170,8 @@ def validate_rules(source: Source, rules: list[StageRule]) -> list[str]:
                 problems.append(
                     f"{where}: has no condition (set a span kind, a name regex or an attribute regex)"
                 )
-            for label, pattern in (
-                ("name regex", rule.name_regex),
-                ("attribute regex", rule.attribute_regex),
-            ):
-                if pattern is None:
-                    continue
-                if pattern == "":
-                    problems.append(f"{where}: empty {label} (leave it unset instead)")
-                    continue
-                try:
-                    conn.execute(sql.load("regex_check"), [pattern]).fetchall()
-                except duckdb.Error as error:
-                    message = str(error).split("Error:", 1)[-1].strip()
-                    problems.append(f"{where}: {label} {pattern!r} is not a valid RE2 regex ({message})")
+            problems += regex_problems(conn, where, "name regex", rule.name_regex)
+            problems += regex_problems(conn, where, "attribute regex", rule.attribute_regex)
     return problems
 
 
@@ -258,8 +248,12 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
     return names_sql, case_sql, name_params + case_params
 
 
-def rule_label(rule_no: int | None, rules: list[StageRule]) -> str:
+def rule_label(
+    rule_no: int | None, rules: list[StageRule], phase_rules: list[PhaseRule] | None = None
+) -> str:
     """Words for a rule number as span_tree.sql reports it."""
+    if rule_no is not None and rule_no >= PHASE_RULE_BASE:
+        return phase_rule_label(rule_no, phase_rules or [])
     if rule_no == RULE_ATTRIBUTE:
         return "attribute tailscope.stage"
     if rule_no == RULE_ROOT:
@@ -293,14 +287,19 @@ def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2
     columns = ["span_name", "span_kind", "stage", "rule", "spans"]
     with reading(source) as conn:
         rules = rules_in_force(conn)
+        phase_rules = phase_rules_in_force(conn)
         frames = []
         for label in [run] if run is not None else runs_with_spans(conn):
-            text, params = span_tree_query(rules, scope="sample", run=label, sample=sample_traces)
+            text, params = span_tree_query(
+                rules, scope="sample", run=label, sample=sample_traces, phase_rules=phase_rules
+            )
             summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
             frames.extend(conn.execute(summary, params).fetchall())
     if not frames:
         return pd.DataFrame(columns=columns)
     frame = pd.DataFrame(frames, columns=["span_name", "span_kind", "stage", "rule_no", "spans"])
     frame = frame.groupby(["span_name", "span_kind", "stage", "rule_no"], as_index=False)["spans"].sum()
-    frame["rule"] = [rule_label(int(n) if n is not None else None, rules) for n in frame["rule_no"]]
+    frame["rule"] = [
+        rule_label(int(n) if n is not None else None, rules, phase_rules) for n in frame["rule_no"]
+    ]
     return frame.sort_values(["spans", "span_name"], ascending=[False, True])[columns].reset_index(drop=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from tailscope import sql
+from tailscope.analysis.phases import phase_rules_in_force
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.stages import rules_in_force
 from tailscope.analysis.types import Gantt
@@ -75,7 +76,9 @@ def trace_gantt(source: Source, trace_id: str, run: str | None = None) -> Gantt:
         if run is None:
             empty.reason = f"no trace {trace_id!r} in the store"
             return empty
-        text, params = span_tree_query(rules_in_force(conn), "trace", run, trace_id=trace_id)
+        text, params = span_tree_query(
+            rules_in_force(conn), "trace", run, trace_id=trace_id, phase_rules=phase_rules_in_force(conn)
+        )
         tree = conn.execute(text, params).df()
         if tree.empty:
             spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]

@@ -43,14 +43,20 @@ def demo_runs() -> list[DemoRun]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", metavar="FILE", default=DEFAULT_DB,
-                        help=f"demo store (default ./{DEFAULT_DB})")
+    parser.add_argument(
+        "--db", metavar="FILE", default=DEFAULT_DB, help=f"demo store (default ./{DEFAULT_DB})"
+    )
     parser.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS,
-                        help=f"simulated requests per run (default {DEFAULT_REQUESTS})")
-    parser.add_argument("--no-serve", action="store_true",
-                        help="load the demo data, do not open the dashboard")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=DEFAULT_REQUESTS,
+        help=f"simulated requests per run (default {DEFAULT_REQUESTS})",
+    )
+    parser.add_argument(
+        "--no-serve", action="store_true", help="load the demo data, do not open the dashboard"
+    )
     parser.add_argument("--fresh", action="store_true", help="delete the demo store first and regenerate")
 
 
@@ -75,23 +81,31 @@ def load_demo(db: Path, requests: int, out=None) -> list[str]:
     if not missing:
         print(f"tailscope demo: reusing the {len(have)} runs already in {db} (--fresh regenerates)", file=out)
         return []
-    print(f"tailscope demo: simulating {len(missing)} runs ({requests} requests each) into {db}",
-          file=out, flush=True)
+    print(
+        f"tailscope demo: simulating {len(missing)} runs ({requests} requests each) into {db}",
+        file=out,
+        flush=True,
+    )
     loaded = []
     with tempfile.TemporaryDirectory(prefix="tailscope-demo-") as tmp:
         for run in missing:
             started = time.perf_counter()
             path = Path(tmp) / f"{run.label}.jsonl"
-            summary = simulate_to_file(path, run.scenario, requests, run.seed, naming=run.naming,
-                                       run_label=run.label, **run.options)
+            summary = simulate_to_file(
+                path, run.scenario, requests, run.seed, naming=run.naming, run_label=run.label, **run.options
+            )
             result = load_paths([path], db, run.label)
             path.unlink()
             if result.failed:
                 raise RuntimeError(f"loading {run.label} failed: {result.failed[0].error}")
             loaded.append(run.label)
-            print(f"  {run.label:22s} {run.scenario:16s} {result.spans:>7} spans  {result.traces:>5} traces  "
-                  f"client p50 {summary['p50_ms']:7.1f} ms  p99 {summary['p99_ms']:7.1f} ms  "
-                  f"({time.perf_counter() - started:.1f} s)", file=out, flush=True)
+            print(
+                f"  {run.label:22s} {run.scenario:16s} {result.spans:>7} spans  {result.traces:>5} traces  "
+                f"client p50 {summary['p50_ms']:7.1f} ms  p99 {summary['p99_ms']:7.1f} ms  "
+                f"({time.perf_counter() - started:.1f} s)",
+                file=out,
+                flush=True,
+            )
     return loaded
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tailscope import sql
 
 if TYPE_CHECKING:  # the analysis package imports this module
-    from tailscope.analysis.types import Filter, StageRule
+    from tailscope.analysis.types import Filter, PhaseRule, StageRule
 
 # Which otel_traces rows span_tree.sql reads, as a relation (fixed SQL; values are parameters).
 SCOPES: dict[str, str] = {
@@ -22,8 +22,7 @@ SCOPES: dict[str, str] = {
     # a join, not IN (subquery): DuckDB pushes the join's keys into the scan (measured 88 ms vs 295 ms
     # for 100 traces of a 5 M-span run)
     "traces": (
-        "(SELECT o.* FROM otel_traces AS o JOIN _ts_scope AS x ON x.TraceId = o.TraceId "
-        "WHERE o.RunLabel = ?)"
+        "(SELECT o.* FROM otel_traces AS o JOIN _ts_scope AS x ON x.TraceId = o.TraceId WHERE o.RunLabel = ?)"
     ),
     "trace": "(SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)",
     "sample": (
@@ -36,6 +35,33 @@ SCOPES: dict[str, str] = {
 OUTPUTS: dict[str, str] = {"spans": "span_tree_spans", "requests": "span_tree_requests"}
 
 
+def _scope_params(scope: str, run: str, trace_id: str | None, sample: int | None) -> list[Any]:
+    if scope not in SCOPES:
+        raise ValueError(f"unknown scope {scope!r}")
+    return {
+        "run": [run],
+        "traces": [run],
+        "trace": [run, trace_id],
+        "sample": [run, sample, run],
+    }[scope]
+
+
+def phase_spans_query(
+    phase_rules: list[PhaseRule],
+    scope: str,
+    run: str,
+    trace_id: str | None = None,
+    sample: int | None = None,
+) -> tuple[str, list[Any]]:
+    """phase_spans.sql for one scope of one run: the phase spans the rules make there."""
+    from tailscope.analysis.phases import phase_candidates, phase_rules_param
+
+    scope_params = _scope_params(scope, run, trace_id, sample)
+    candidates_sql, candidate_params = phase_candidates(phase_rules)
+    text = sql.load("phase_spans").replace("{scope}", SCOPES[scope]).replace("{candidates}", candidates_sql)
+    return text, [*scope_params, *candidate_params, phase_rules_param(phase_rules)]
+
+
 def span_tree_query(
     rules: list[StageRule],
     scope: str,
@@ -43,20 +69,16 @@ def span_tree_query(
     trace_id: str | None = None,
     sample: int | None = None,
     output: str = "spans",
+    phase_rules: list[PhaseRule] | None = None,
 ) -> tuple[str, list[Any]]:
-    """span_tree.sql for one scope of one run (see SCOPES), ending in one of OUTPUTS."""
+    """span_tree.sql for one scope of one run (see SCOPES), ending in one of OUTPUTS, with the phase
+    spans of `phase_rules` (none when not given)."""
     from tailscope.analysis.stages import stage_case
 
-    if scope not in SCOPES:
-        raise ValueError(f"unknown scope {scope!r}")
     if output not in OUTPUTS:
         raise ValueError(f"unknown output {output!r}")
-    scope_params: list[Any] = {
-        "run": [run],
-        "traces": [run],
-        "trace": [run, trace_id],
-        "sample": [run, sample, run],
-    }[scope]
+    scope_params = _scope_params(scope, run, trace_id, sample)
+    phases_sql, phase_params = phase_spans_query(phase_rules or [], scope, run, trace_id, sample)
     names_sql, case_sql, rule_params = stage_case(rules)
     n_name = sum(1 for r in rules if r.name_regex is not None)
     name_params, case_params = rule_params[:n_name], rule_params[n_name:]
@@ -68,9 +90,10 @@ def span_tree_query(
         .replace("{scope}", SCOPES[scope])
         .replace("{names}", names_sql)
         .replace("{rule_case}", case_sql)
+        .replace("{phases}", phases_sql)
         .replace("{output}", sql.load(OUTPUTS[output]))
     )
-    params = [*scope_params, *name_params, *case_params, *scope_params, stages_by_position]
+    params = [*scope_params, *name_params, *case_params, *scope_params, *phase_params, stages_by_position]
     return text, params
 
 

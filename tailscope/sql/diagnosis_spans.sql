@@ -4,7 +4,9 @@
 -- search, and match rows of later reads (span attributes). A plain scan: no join, no sort (a join +
 -- ORDER BY here cost 3x more on 1 M spans). The instance is the process that ran the span:
 -- service.instance.id, else host.name + process.pid, else the service itself; GC pauses and lock
--- contention are per process, so detectors group by it.
+-- contention are per process, so detectors group by it. The run's phase spans (a serving
+-- framework's self-reported phases, phase_spans.sql, in the temp table _ts_phase_spans that
+-- load.py fills first) come with their rule's stage as the stage attribute.
 SELECT
     CAST(hash(TraceId) >> 1 AS BIGINT) AS TraceKey,
     CAST(hash(TraceId, SpanId) >> 1 AS BIGINT) AS SpanKey,
@@ -19,8 +21,17 @@ SELECT
         ResourceAttributes->>'host.name',
         ''
     ) AS Instance,
-    epoch_ns(Timestamp) AS StartNs,
+    StartNs,
     Duration,
-    coalesce(SpanAttributes->>'tailscope.stage', '') AS StageAttr
-FROM otel_traces
-WHERE RunLabel = $run
+    StageAttr
+FROM (
+    SELECT TraceId, SpanId, ParentSpanId, SpanName, SpanKind, ServiceName, ResourceAttributes,
+           epoch_ns(Timestamp) AS StartNs, Duration,
+           coalesce(SpanAttributes->>'tailscope.stage', '') AS StageAttr
+    FROM otel_traces
+    WHERE RunLabel = $run
+    UNION ALL
+    SELECT TraceId, SpanId, ParentSpanId, SpanName, SpanKind, ServiceName, ResourceAttributes, StartNs,
+           Duration, Stage
+    FROM _ts_phase_spans
+)

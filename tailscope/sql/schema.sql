@@ -52,6 +52,21 @@ CREATE TABLE IF NOT EXISTS stage_rules (
     attribute_regex VARCHAR,
     description VARCHAR NOT NULL
 );
+-- phase_rules: the ordered, editable rules that turn a span's self-reported phases (a serving
+-- framework's durations carried as attributes, or start/end events) into stage intervals under that
+-- span (tailscope.analysis.phases, sql/phase_spans.sql). Seeded with phases.default_phase_rules.
+CREATE TABLE IF NOT EXISTS phase_rules (
+    position INTEGER PRIMARY KEY,
+    framework VARCHAR NOT NULL,
+    phase VARCHAR NOT NULL,
+    stage VARCHAR NOT NULL,
+    source VARCHAR NOT NULL,
+    start_key VARCHAR NOT NULL,
+    end_key VARCHAR,
+    unit VARCHAR,
+    name_regex VARCHAR,
+    description VARCHAR NOT NULL
+);
 -- requests: one row per trace that has a request root, with the root's exclusive time per stage.
 -- The stage columns are the canonical stages (tailscope.vocabulary.ALL_STAGES) in nanoseconds and
 -- add up to Duration exactly. Wide rather than one row per (request, stage): a waterfall is then one

@@ -4,13 +4,18 @@
 --   scope      which otel_traces rows, as a relation (e.g. the run's), used twice
 --   names      the distinct-span-name columns of the name regexes (nh1, nh2, ...)
 --   rule_case  the CASE giving the first matching stage rule's position
+--   phases     phase_spans.sql over the same scope (its own placeholders filled the same way)
 --   output     the final SELECT over span_rows: span_tree_spans.sql (one row per span, for the Gantt
 --              and the mapping) or span_tree_requests.sql (one row per request, for refresh_run:
 --              aggregating here saves writing and re-reading a row per span)
 -- Joins use integer keys: TK = hash(TraceId), SK = hash(SpanId), PK = hash(ParentSpanId) (64-bit;
 -- joining on two BIGINTs instead of two 16-32 character strings roughly halves the walk's cost).
 -- Steps:
---   spans        the scope's spans, with the explicit tailscope.stage attribute and the matching rule.
+--   phases       phase spans (phase_spans.sql): the phases a span reports about itself (a serving
+--                framework's durations or events), as synthetic children with their rule's stage,
+--                RuleNo 20000 + the phase rule's position. They are walked like any child span.
+--   spans        the scope's spans, with the explicit tailscope.stage attribute and the matching rule,
+--                plus the phase spans.
 --                Attributes are JSON text (schema.sql); AttrLines is what attribute regexes match.
 --                Name regexes run once per distinct SpanName (name_hits), not once per span: a regex
 --                over 10 M names costs ~1 s on 2 cores, over the ~20 distinct names nothing.
@@ -48,7 +53,7 @@ names AS MATERIALIZED (
 name_hits AS MATERIALIZED (
     SELECT {names} FROM names
 ),
-spans AS MATERIALIZED (
+real_spans AS (
     SELECT
         hash(t.TraceId) AS TK, hash(t.SpanId) AS SK, hash(t.ParentSpanId) AS PK,
         t.TraceId, t.SpanId, t.ParentSpanId, t.SpanName, t.SpanKind, t.ServiceName, t.StatusCode,
@@ -70,6 +75,17 @@ spans AS MATERIALIZED (
                  replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') AS AttrLines
           FROM {scope}) AS t
     JOIN name_hits AS h ON h.SpanName = t.SpanName
+),
+phase_rows AS (
+{phases}
+),
+spans AS MATERIALIZED (
+    SELECT * FROM real_spans
+    UNION ALL BY NAME
+    SELECT hash(TraceId) AS TK, hash(SpanId) AS SK, hash(ParentSpanId) AS PK, TraceId, SpanId,
+           ParentSpanId, SpanName, SpanKind, ServiceName, StatusCode, Duration, StartNs,
+           StartNs + Duration AS EndNs, Stage AS AttrStage, RuleNo
+    FROM phase_rows
 ),
 roots AS (
     SELECT s.TK, s.SK, s.ParentSpanId, s.SpanKind, s.Duration, s.StartNs, s.SpanId
@@ -109,12 +125,12 @@ tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
            greatest(least(greatest(c.StartNs, t.EffStart), t.EffEnd), least(c.EndNs, t.EffEnd)),
            t.EffStart,
            t.Depth + 1,
-           CASE WHEN c.RuleNo = -1 THEN c.AttrStage
+           CASE WHEN c.RuleNo = -1 OR c.RuleNo >= 20000 THEN c.AttrStage
                 WHEN tr.SK IS NOT NULL THEN 'ingress'
                 WHEN c.RuleNo IS NOT NULL THEN list_extract(?::VARCHAR[], c.RuleNo)
                 WHEN t.Depth = 0 OR t.RuleNo = 10002 THEN 'unattributed'
                 ELSE t.Stage END,
-           CASE WHEN c.RuleNo = -1 THEN -1
+           CASE WHEN c.RuleNo = -1 OR c.RuleNo >= 20000 THEN c.RuleNo
                 WHEN tr.SK IS NOT NULL THEN 10002
                 WHEN c.RuleNo IS NOT NULL THEN c.RuleNo
                 WHEN t.Depth = 0 OR t.RuleNo = 10002 THEN 10001

@@ -6,7 +6,7 @@
 SELECT s.TraceId, s.SpanId, r.ClientDuration, p.* EXCLUDE (TK)
 FROM (
     SELECT TK,
-           count(*) AS SpanCount,
+           count(*) FILTER (WHERE RuleNo < 20000) AS SpanCount,  -- phase spans are not spans
            CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND RuleNo <> 10002 AND Stage = 'ingress'), 0)) AS BIGINT)
                AS ingress_ns,
            CAST(round(coalesce(sum(AttributedNs) FILTER (WHERE Depth > 0 AND Stage = 'queue'), 0)) AS BIGINT)

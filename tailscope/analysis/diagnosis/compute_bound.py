@@ -37,6 +37,21 @@ def _batch_sizes(ctx: Context, spans: np.ndarray) -> tuple[np.ndarray, str]:
     return counts[inv.reshape(-1)].astype(np.float64), "spans sharing one forward interval"
 
 
+def _split_by_name(ctx: Context, fwd: np.ndarray) -> tuple[str | None, str]:
+    """The forward span name that carries the tail (the only one, or one carrying >= 60 % of the
+    forward's tail excess, e.g. prefill rather than decode), and words for the split by name."""
+    f = ctx.frame
+    codes = np.unique(f.name[fwd])
+    if len(codes) == 1:
+        return f.names[int(codes[0])], ""
+    shares = sorted(((ctx.share_of(fwd & (f.name == c)), f.names[int(c)]) for c in codes), reverse=True)
+    total = sum(max(v, 0.0) for v, _ in shares)
+    words = ", ".join(f"{name} {v:.0%}" for v, name in shares[:3] if v >= 0.005)
+    if total > 0 and shares[0][0] >= 0.6 * total:
+        return shares[0][1], words
+    return None, words
+
+
 def _num(v) -> float:
     try:
         return float(v)
@@ -126,9 +141,12 @@ def detect(ctx: Context) -> list[Finding]:
         + "."
     )
     confidence = logistic(share, 0.5, 0.1)
+    top_name, by_name = _split_by_name(ctx, fwd)
     summary = (
         f"model_forward carries {share:.0%} of the tail excess and {body_share:.0%} of a typical "
-        "request; forward "
+        "request"
+        + (f" ({by_name})" if by_name else "")
+        + "; forward "
         f"p50 {ms(p50):.1f} ms, p99 {ms(p99):.1f} ms; vs batch size ({size_source}): "
         f"{ms(intercept):.2f} ms per call + "
         f"{ms(slope):.2f} ms per item"
@@ -158,13 +176,12 @@ def detect(ctx: Context) -> list[Finding]:
         "slope_ms": ms(slope),
         "intercept_ms": ms(intercept),
     }
-    names = np.unique(f.name[spans])
     return [
         Finding(
             PATTERN,
             clamp01(confidence),
             "model_forward",
-            f.names[int(names[0])] if len(names) == 1 else None,
+            top_name,
             {"summary": summary, "stats": stats, "chart": chart},
             advice,
         )

@@ -14,6 +14,8 @@ import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.analysis.phases import phase_rules_in_force
+from tailscope.query.builders import phase_spans_query
 from tailscope.vocabulary import ALL_STAGES
 
 
@@ -88,8 +90,17 @@ def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -
     return np.where(mapped >= 0, mapped, attr)
 
 
+def _phase_spans(conn: duckdb.DuckDBPyConnection, run: str) -> None:
+    """The run's phase spans (a serving framework's self-reported phases) into _ts_phase_spans,
+    which diagnosis_spans.sql reads with the run's spans."""
+    text, params = phase_spans_query(phase_rules_in_force(conn), "run", run)
+    conn.execute(sql.load("diagnosis_phase_drop"))
+    conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", params)
+
+
 def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
     """The run's spans as a TraceFrame (empty frame when the run has no spans)."""
+    _phase_spans(conn, run)
     table = _arrow(conn, "diagnosis_spans", {"run": run})
     n = table.num_rows
     trace_keys = table.column("TraceKey").to_numpy()

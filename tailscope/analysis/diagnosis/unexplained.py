@@ -87,7 +87,7 @@ def _describe(ctx: Context, name: int) -> tuple[str, dict]:
     f = ctx.frame
     in_tail, in_body, per_request = _occurrence(ctx, name)
     durations = f.dur[(f.name == name) & (f.request >= 0)]
-    p50, p99 = (np.percentile(durations, [50, 99]) if len(durations) else (0.0, 0.0))
+    p50, p99 = np.percentile(durations, [50, 99]) if len(durations) else (0.0, 0.0)
     stats = {
         "present_in_tail": round(in_tail, 3),
         "present_in_body": round(in_body, 3),

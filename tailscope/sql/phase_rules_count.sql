@@ -1,0 +1,2 @@
+-- Whether the phase rules were seeded.
+SELECT count(*) FROM phase_rules

@@ -1,0 +1,2 @@
+-- Before storing a new phase rule list.
+DELETE FROM phase_rules
