@@ -7,11 +7,12 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 import pytest
 from app_data import build_store, no_root_store, one_span_store
 from streamlit.testing.v1 import AppTest
 
-from app.components.rules import rules_frame, rules_from_frame
+from app.components.rules import phase_rules_frame, phase_rules_from_frame, rules_frame, rules_from_frame
 from tailscope import analysis
 from tailscope.analysis import StageRule
 from tailscope.store.db import Store
@@ -272,3 +273,26 @@ def test_invalid_rules_are_named_by_the_analysis_layer(small_store: Path) -> Non
     frame = rules_frame([StageRule(position=1, stage="not-a-stage", name_regex="(")])
     problems = analysis.validate_rules(Store(small_store), rules_from_frame(frame))
     assert problems
+
+
+def test_stage_mapping_shows_and_checks_the_phase_rules(
+    small_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at = open_page(small_store, "views/stage_mapping.py", monkeypatch)
+    assert any(s.value == "Serving framework phases" for s in at.subheader)
+    checks = [b for b in at.button if b.label == "Check only"]
+    assert len(checks) == 2
+    checks[1].click().run()
+    assert_clean(at)
+    assert any("phase rules, all valid" in s.value for s in at.success)
+
+
+def test_phase_rules_table_round_trip() -> None:
+    rules = analysis.default_phase_rules()
+    frame = phase_rules_frame(rules)
+    assert phase_rules_from_frame(frame) == rules
+    frame.loc[len(frame)] = [None] * len(frame.columns)  # a row the editor added and left empty
+    frame.loc[0, "unit"] = "fortnights"
+    back = phase_rules_from_frame(frame)
+    assert len(back) == len(rules)
+    assert any("fortnights" in p for p in analysis.validate_phase_rules(duckdb.connect(), back))

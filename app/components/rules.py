@@ -1,4 +1,4 @@
-"""Stage rules as the editable table of the Stage mapping page, and back."""
+"""Stage rules and phase rules as the editable tables of the Stage mapping page, and back."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from tailscope.analysis import StageRule
+from tailscope.analysis import PhaseRule, StageRule
 
 RULE_COLUMNS = ["order", "stage", "span_kind", "name_regex", "attribute_regex", "description"]
 
@@ -45,6 +45,66 @@ def rules_from_frame(frame: pd.DataFrame) -> list[StageRule]:
                 name_regex=_text(values["name_regex"]),
                 attribute_regex=_text(values["attribute_regex"]),
                 description=_text(values["description"]) or "",
+            )
+        )
+    return rules
+
+
+PHASE_COLUMNS = [
+    "order",
+    "framework",
+    "phase",
+    "stage",
+    "source",
+    "start_key",
+    "end_key",
+    "unit",
+    "name_regex",
+    "description",
+]
+
+
+def phase_rules_frame(rules: list[PhaseRule]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            [
+                float(r.position),
+                r.framework,
+                r.phase,
+                r.stage,
+                r.source,
+                r.start_key,
+                r.end_key,
+                r.unit,
+                r.name_regex,
+                r.description,
+            ]
+            for r in rules
+        ],
+        columns=PHASE_COLUMNS,
+    )
+
+
+def phase_rules_from_frame(frame: pd.DataFrame) -> list[PhaseRule]:
+    """Edited phase rule rows back into rules, sorted by `order`, positions 1..n."""
+    ordered = frame.assign(_row=range(len(frame))).sort_values(["order", "_row"], na_position="last")
+    rules: list[PhaseRule] = []
+    for row in ordered[PHASE_COLUMNS].itertuples(index=False):
+        values = {k: _text(v) for k, v in zip(PHASE_COLUMNS, row, strict=True) if k != "order"}
+        if all(v is None for v in values.values()):
+            continue  # an empty row the editor added
+        rules.append(
+            PhaseRule(
+                position=len(rules) + 1,
+                framework=values["framework"] or "",
+                phase=values["phase"] or "",
+                stage=values["stage"] or "",
+                source=values["source"] or "",
+                start_key=values["start_key"] or "",
+                end_key=values["end_key"],
+                unit=values["unit"],
+                name_regex=values["name_regex"],
+                description=values["description"] or "",
             )
         )
     return rules

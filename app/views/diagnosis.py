@@ -208,9 +208,7 @@ def _miss_rate(c: dict[str, Any]) -> go.Figure:
             name="requests taking the fallback",
         )
     )
-    fig.add_hline(
-        y=c["overall_rate"] * 100, line_color=BODY, line_dash="dot", annotation_text="over the run"
-    )
+    fig.add_hline(y=c["overall_rate"] * 100, line_color=BODY, line_dash="dot", annotation_text="over the run")
     charts.layout(fig, height=320, xaxis_title="time into the run (s)", yaxis_title="miss rate (%)")
     return fig
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import streamlit as st
 
 from app.components import data, filters, fmt, notice
-from app.components.rules import rules_frame, rules_from_frame
+from app.components.rules import phase_rules_frame, phase_rules_from_frame, rules_frame, rules_from_frame
 from ingest.columns import SPAN_KINDS
 from tailscope import analysis
-from tailscope.analysis import StageRule
+from tailscope.analysis import PhaseRule, StageRule
+from tailscope.analysis.phases import SOURCES, UNITS
 from tailscope.vocabulary import ALL_STAGES, STAGE_ATTRIBUTE
 
 MESSAGE_KEY = "mapping_message"
@@ -80,6 +81,73 @@ def rules_editor() -> None:
             reset()
 
 
+def save_phases(rules: list[PhaseRule]) -> None:
+    store = data.store()
+    problems = analysis.validate_phase_rules(store, rules)
+    if problems:
+        st.error("Not saved. " + " ".join(problems), icon=":material/error:")
+        return
+    with store.writer() as conn:
+        analysis.replace_phase_rules(conn, rules)
+    data.clear()
+    st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} phase rules; every run's stages were recomputed."
+    st.rerun()
+
+
+def phase_rules_editor() -> None:
+    st.subheader("Serving framework phases")
+    st.caption(
+        "A serving framework often reports where a request's time went on one span: vLLM as "
+        "`gen_ai.latency.*` durations, Triton as timestamped events, TGI as duration fields. Each rule "
+        "turns one such phase into a child interval of that span with the given stage, shown in the trace "
+        "timeline under the phase's name; what the framework does not account for stays with the span. "
+        "`attribute` rules: `start key` holds the duration in `unit` (`text` reads values such as "
+        "`12.5ms`), one framework's phases are laid end to end from the span's start, or placed so that a "
+        "phase with an `end key` ends at that offset from the span's start. `events` rules: the phase "
+        "runs from the first `start key` event to the first `end key` event."
+    )
+    rules = data.get(analysis.list_phase_rules)
+    with st.form("phase_rules_form", border=False):
+        edited = st.data_editor(
+            phase_rules_frame(rules),
+            key="phase_rules_editor",
+            num_rows="dynamic",
+            hide_index=True,
+            column_config={
+                "order": st.column_config.NumberColumn("order", min_value=0.0, step=0.5, width="small"),
+                "framework": st.column_config.TextColumn("framework", required=True),
+                "phase": st.column_config.TextColumn("phase", required=True),
+                "stage": st.column_config.SelectboxColumn("stage", options=list(ALL_STAGES), required=True),
+                "source": st.column_config.SelectboxColumn("source", options=list(SOURCES), required=True),
+                "start_key": st.column_config.TextColumn("start key (attribute or event)", required=True),
+                "end_key": st.column_config.TextColumn("end key (event, or end offset)"),
+                "unit": st.column_config.SelectboxColumn("unit", options=list(UNITS)),
+                "name_regex": st.column_config.TextColumn("span name regex"),
+                "description": st.column_config.TextColumn("what it is", width="large"),
+            },
+        )
+        cols = st.columns([1.6, 1, 3])
+        submitted = cols[0].form_submit_button("Save and recompute", type="primary", icon=":material/save:")
+        checked = cols[1].form_submit_button("Check only", icon=":material/rule:")
+    if submitted or checked:
+        proposed = phase_rules_from_frame(edited)
+        problems = analysis.validate_phase_rules(data.store(), proposed)
+        if checked and problems:
+            st.error(" ".join(problems), icon=":material/error:")
+        elif checked:
+            st.success(f"{len(proposed)} phase rules, all valid. Nothing saved yet.", icon=":material/check:")
+        else:
+            save_phases(proposed)
+    with st.popover("Reset to the default phase rules", icon=":material/restart_alt:"):
+        st.write("This replaces every phase rule with the defaults and recomputes every run.")
+        if st.button("Reset phases", type="primary"):
+            with data.store().writer() as conn:
+                analysis.reset_phase_rules(conn)
+            data.clear()
+            st.session_state[MESSAGE_KEY] = "The default phase rules are back; every run was recomputed."
+            st.rerun()
+
+
 def mapping_table() -> None:
     flt = filters.current()
     st.subheader("Span name → stage, as mapped now")
@@ -105,6 +173,7 @@ def render() -> None:
     if message:
         st.success(message, icon=":material/check_circle:")
     rules_editor()
+    phase_rules_editor()
     mapping_table()
 
 

@@ -1,6 +1,13 @@
 """Analysis: stage mapping, derived per-request tables and the pure functions behind every view."""
 
 from tailscope.analysis.compare import compare
+from tailscope.analysis.phases import (
+    default_phase_rules,
+    list_phase_rules,
+    replace_phase_rules,
+    reset_phase_rules,
+    validate_phase_rules,
+)
 from tailscope.analysis.stages import (
     default_rules,
     list_rules,
@@ -20,6 +27,7 @@ from tailscope.analysis.types import (
     Gantt,
     Heatmap,
     Overview,
+    PhaseRule,
     Rect,
     RunCost,
     RunSummary,
@@ -51,6 +59,7 @@ __all__ = [
     "Gantt",
     "Heatmap",
     "Overview",
+    "PhaseRule",
     "Rect",
     "RunCost",
     "RunSummary",
@@ -60,13 +69,17 @@ __all__ = [
     "TailVsBody",
     "Waterfall",
     "compare",
+    "default_phase_rules",
     "default_rules",
     "filter_options",
     "heatmap",
+    "list_phase_rules",
     "list_rules",
     "list_runs",
     "overview",
+    "replace_phase_rules",
     "replace_rules",
+    "reset_phase_rules",
     "reset_rules",
     "select_requests",
     "slowest_traces",
@@ -74,6 +87,7 @@ __all__ = [
     "tail_vs_body",
     "time_range",
     "trace_gantt",
+    "validate_phase_rules",
     "validate_rules",
     "waterfall",
 ]

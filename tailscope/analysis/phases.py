@@ -20,6 +20,7 @@ import duckdb
 
 from tailscope import sql
 from tailscope.analysis.rule_checks import regex_problems
+from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule
 from tailscope.store.db import run_query
 from tailscope.vocabulary import STAGES
@@ -206,14 +207,32 @@ def phase_rule_problems(rules: list[PhaseRule]) -> list[str]:
     return problems
 
 
+def list_phase_rules(source: Source) -> list[PhaseRule]:
+    """The phase rules in force, ordered by position (defaults when the store has none yet)."""
+    with reading(source) as conn:
+        return phase_rules_in_force(conn)
+
+
+def validate_phase_rules(source: Source, rules: list[PhaseRule]) -> list[str]:
+    """Problems with a proposed phase rule list, one sentence each ([] when valid)."""
+    problems = phase_rule_problems(rules)
+    with reading(source) as conn:
+        for number, rule in enumerate(rules, start=1):
+            problems += regex_problems(conn, f"phase rule {number}", "name regex", rule.name_regex)
+    return problems
+
+
+def reset_phase_rules(conn: duckdb.DuckDBPyConnection) -> None:
+    """Put the default phase rules back and recompute every run."""
+    replace_phase_rules(conn, default_phase_rules())
+
+
 def replace_phase_rules(conn: duckdb.DuckDBPyConnection, rules: list[PhaseRule]) -> None:
     """Validate, store (positions renumbered 1..n) and recompute every run, in one transaction on a
     writer connection. Raises ValueError naming the problems; nothing changes then."""
     from tailscope.analysis.derive import refresh_all
 
-    problems = phase_rule_problems(rules)
-    for number, rule in enumerate(rules, start=1):
-        problems += regex_problems(conn, f"phase rule {number}", "name regex", rule.name_regex)
+    problems = validate_phase_rules(conn, rules)
     if problems:
         raise ValueError("invalid phase rules: " + "; ".join(problems))
     conn.begin()
