@@ -129,6 +129,29 @@ def runs_table(runs: list[RunSummary]) -> pd.DataFrame:
     )
 
 
+def llm_section(flt: analysis.Filter) -> None:
+    """TTFT and TPOT next to end-to-end latency, where the spans carry them (an LLM server)."""
+    table = data.get(analysis.llm_latency, flt)
+    if table.empty:
+        return
+    st.subheader("LLM latency")
+    st.caption(
+        "For a language model, end-to-end latency mostly follows how many tokens it writes. Time to first "
+        "token (queue + prefill) and time per output token (decode) are what users feel, from the "
+        "attributes the server puts on its request spans (vLLM, GenAI conventions, TGI)."
+    )
+    multi = table["run"].nunique() > 1
+    st.dataframe(
+        table if multi else table.drop(columns=["run"]),
+        hide_index=True,
+        key="overview_llm",
+        column_config={
+            "requests": st.column_config.NumberColumn("requests", format="%d"),
+            **{q: st.column_config.NumberColumn(q, format="%.1f") for q in ("p50", "p90", "p99")},
+        },
+    )
+
+
 def render() -> None:
     st.title("Overview")
     flt = filters.current()
@@ -152,6 +175,7 @@ def render() -> None:
         st.plotly_chart(percentile_chart(run), key="overview_percentiles", config=charts.CONFIG)
         if run.services:
             st.caption("Services: " + ", ".join(f"`{s}`" for s in run.services))
+        llm_section(flt)
         return
     st.subheader(f"{len(result.runs)} runs")
     cols = st.columns(3)
@@ -180,6 +204,7 @@ def render() -> None:
         },
     )
     st.caption("Click a run (or pick it in the sidebar) for its cards and the stage that dominates its tail.")
+    llm_section(flt)
     rows = event.selection.rows if event else []
     if rows:
         filters.show_run_next(str(table.iloc[rows[0]]["run"]))

@@ -1,6 +1,7 @@
 """Analysis: stage mapping, derived per-request tables and the pure functions behind every view."""
 
 from tailscope.analysis.compare import compare
+from tailscope.analysis.llm import llm_latency
 from tailscope.analysis.phases import (
     default_phase_rules,
     list_phase_rules,
@@ -76,6 +77,7 @@ __all__ = [
     "list_phase_rules",
     "list_rules",
     "list_runs",
+    "llm_latency",
     "overview",
     "replace_phase_rules",
     "replace_rules",
