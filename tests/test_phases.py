@@ -178,3 +178,46 @@ def test_a_store_derived_before_phase_rules_is_rederived_by_the_next_writer(db_p
     assert request_row(db_path, 1)["queue"] == pytest.approx(20.0, abs=1e-3)
     with connect_reader(db_path) as conn:
         assert len(phase_rules_in_force(conn)) == len(default_phase_rules())
+
+
+def test_triton_three_span_shape_queue_ends_at_the_compute_childs_start(db_path):
+    """Triton's OpenTelemetry mode: a top-level span (HTTP timestamps), a model span (REQUEST_START,
+    QUEUE_START, REQUEST_END) and its compute span (COMPUTE_* timestamps)."""
+    compute = S(
+        "compute",
+        12,
+        35,
+        events=[
+            (12, "COMPUTE_START"),
+            (13, "COMPUTE_INPUT_END"),
+            (33, "COMPUTE_OUTPUT_START"),
+            (35, "COMPUTE_END"),
+        ],
+    )
+    model = S(
+        "resnet50",
+        1.5,
+        36,
+        children=[compute],
+        events=[(1.5, "REQUEST_START"), (2, "QUEUE_START"), (36, "REQUEST_END")],
+    )
+    top = S(
+        "InferRequest",
+        0,
+        40,
+        kind="Server",
+        children=[model],
+        events=[(0, "HTTP_RECV_START"), (1, "HTTP_RECV_END"), (37, "HTTP_SEND_START"), (39, "HTTP_SEND_END")],
+    )
+    cols = SpanColumns()
+    add_trace(cols, top, 1)
+    load(db_path, "triton", cols)
+    row = request_row(db_path, 1)
+    assert row["spans"] == 3
+    assert row["queue"] == pytest.approx(10.0, abs=1e-3)
+    assert (row["preprocessing"], row["model_forward"], row["postprocessing"]) == pytest.approx(
+        (1, 20, 2), abs=1e-3
+    )
+    assert (row["ingress"], row["serialization"]) == pytest.approx((1, 2), abs=1e-3)
+    # not accounted for by Triton: 1..2 ms before the queue, 35..37 and 39..40 ms around the send
+    assert row["unattributed"] == pytest.approx(1 + 2 + 1, abs=1e-3)

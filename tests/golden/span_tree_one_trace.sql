@@ -91,10 +91,11 @@ phase_rows AS (
 -- Then one bound parameter: the rules, as a list of structs (factor: ns per unit; NULL for 'text').
 -- Attribute phases of one framework on one span are laid end to end in rule order from the span's
 -- start, or placed so that the phase with an end_key ends at that offset from the span's start.
--- Event phases run from the first start event to the first end event after it.
+-- Event phases run from the span's first start event to the first end event after it, on the span
+-- or on a direct child (the start event must be the span's own, so a phase is made once).
 -- Ids: SpanId = carrier's SpanId || '/phase' || rule position; RuleNo = 20000 + rule position.
 WITH phase_candidates AS MATERIALIZED (
-    SELECT TraceId, SpanId, SpanName, ServiceName, ResourceAttributes, SpanAttributes, Events,
+    SELECT TraceId, SpanId, ParentSpanId, SpanName, ServiceName, ResourceAttributes, SpanAttributes, Events,
            epoch_ns(Timestamp) AS StartNs
     FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)
     WHERE contains(Events, ?) OR contains(SpanAttributes, ?)
@@ -136,22 +137,30 @@ attribute_placed AS (
                PARTITION BY TraceId, SpanId, grp), 0), 0) AS A
     FROM attribute_phases
 ),
-event_times AS (
-    SELECT TraceId, SpanId, e.Name AS Name, min(e.Timestamp) AS T
-    FROM (SELECT TraceId, SpanId,
+event_own AS (
+    SELECT TraceId, SpanId, ParentSpanId, e.Name AS Name, min(e.Timestamp) AS T
+    FROM (SELECT TraceId, SpanId, ParentSpanId,
                  unnest(from_json(Events, '[{"Timestamp":"BIGINT","Name":"VARCHAR"}]')) AS e
           FROM phase_candidates
           WHERE Events <> '[]')
     GROUP BY ALL
 ),
+-- an end event may sit on the span or on a direct child: Triton's model span has QUEUE_START, its
+-- compute child span COMPUTE_START (the queue ends where compute starts)
+event_ends AS (
+    SELECT TraceId, SpanId, Name, T FROM event_own
+    UNION ALL
+    SELECT TraceId, ParentSpanId, Name, T FROM event_own WHERE ParentSpanId <> ''
+),
 event_placed AS (
     SELECT c.TraceId, c.SpanId, c.SpanName, c.ServiceName, c.ResourceAttributes, r.pos, r.phase, r.stage,
-           CAST(e.T - s.T AS DOUBLE) AS Dur, s.T AS A
+           s.T AS A, CAST(min(e.T) - s.T AS DOUBLE) AS Dur
     FROM phase_candidates AS c
     JOIN phase_rules_given AS r ON r.source = 'events'
-    JOIN event_times AS s ON s.TraceId = c.TraceId AND s.SpanId = c.SpanId AND s.Name = r.start_key
-    JOIN event_times AS e ON e.TraceId = c.TraceId AND e.SpanId = c.SpanId AND e.Name = r.end_key
-    WHERE e.T > s.T AND (r.name_regex IS NULL OR regexp_matches(c.SpanName, r.name_regex, 'i'))
+    JOIN event_own AS s ON s.TraceId = c.TraceId AND s.SpanId = c.SpanId AND s.Name = r.start_key
+    JOIN event_ends AS e ON e.TraceId = c.TraceId AND e.SpanId = c.SpanId AND e.Name = r.end_key AND e.T > s.T
+    WHERE r.name_regex IS NULL OR regexp_matches(c.SpanName, r.name_regex, 'i')
+    GROUP BY c.TraceId, c.SpanId, c.SpanName, c.ServiceName, c.ResourceAttributes, r.pos, r.phase, r.stage, s.T
 )
 SELECT TraceId, SpanId || '/phase' || pos AS SpanId, SpanId AS ParentSpanId, phase AS SpanName,
        'Internal' AS SpanKind, ServiceName, ResourceAttributes, 'Unset' AS StatusCode,
