@@ -28,6 +28,7 @@ class BatchResult:
     batch_size: int
     queue_depth: int
     first_tag: Any
+    marks: dict[str, int] = field(default_factory=dict)  # phase times the model reported (ns)
 
 
 @dataclass
@@ -42,11 +43,12 @@ class _Item:
 
 
 class DynamicBatcher:
-    """`run_batch(payloads) -> outputs` (same length) is called on a worker thread."""
+    """`run_batch(payloads, marks) -> outputs` (same length) is called on a worker thread; it may put
+    phase times (ns) into `marks`, which every result of the batch carries."""
 
     def __init__(
         self,
-        run_batch: Callable[[list], list],
+        run_batch: Callable[[list, dict[str, int]], list],
         max_batch: int = 8,
         max_wait_ms: float = 5.0,
         workers: int = 1,
@@ -94,15 +96,23 @@ class DynamicBatcher:
     def _work(self) -> None:
         while (batch := self._take()) is not None:
             started = time.time_ns()
+            marks: dict[str, int] = {}
             try:
-                outputs = self.run_batch([item.payload for item in batch])
+                outputs = self.run_batch([item.payload for item in batch], marks)
                 error = None
             except Exception as exc:  # the requests fail, the worker lives on
                 outputs, error = [None] * len(batch), exc
             ended = time.time_ns()
             for item, output in zip(batch, outputs, strict=True):
                 result = BatchResult(
-                    output, item.enqueued_ns, started, ended, len(batch), item.queue_depth, batch[0].tag
+                    output,
+                    item.enqueued_ns,
+                    started,
+                    ended,
+                    len(batch),
+                    item.queue_depth,
+                    batch[0].tag,
+                    marks,
                 )
                 item.loop.call_soon_threadsafe(_settle, item.future, result, error)
 

@@ -293,14 +293,29 @@ class ModelRunner:
         )
 
     @torch.inference_mode()
-    def run(self, ids_list: list[list[int]], features_list: list[list[float]]) -> list[list[float]]:
+    def run(
+        self, ids_list: list[list[int]], features_list: list[list[float]], marks: dict[str, int] | None = None
+    ) -> list[list[float]]:
+        """Logits per request. `marks`, when given, receives the wall-clock ns at which the inputs were
+        ready on the device (`input_end`) and the forward pass ended (`output_start`), as a serving
+        framework reports its compute phases."""
         n = len(ids_list)
         tensors = self.collate(ids_list, features_list)
         if self.device != "cpu":
             tensors = tuple(t.to(self.device, non_blocking=True) for t in tensors)
+            if marks is not None:
+                torch.cuda.synchronize(self.device)  # the copy is done before input_end is read
+        if marks is not None:
+            marks["input_end"] = time.time_ns()
         logits = self._graph_forward(*tensors) if self.cuda_graphs else self.model(*tensors)
         if self.device != "cpu":
+            if marks is not None:
+                torch.cuda.synchronize(self.device)  # the forward has run before output_start is read
+            if marks is not None:
+                marks["output_start"] = time.time_ns()
             logits = logits.cpu()  # synchronises the CUDA stream: the forward span covers the compute
+        elif marks is not None:
+            marks["output_start"] = time.time_ns()
         return logits.tolist()[:n]
 
     def _graph_forward(self, input_ids, mask, features) -> torch.Tensor:

@@ -57,6 +57,7 @@ class RunOptions:
     ready_timeout_s: float = 600.0
     tracing: bool = True
     tracing_ab_period_s: float = 0.0  # > 0: swap tracing on/off in the service this often (benchmark)
+    model_telemetry: str = "spans"  # or "triton" (ServiceConfig.model_telemetry)
 
 
 class ChildFailed(RuntimeError):
@@ -137,6 +138,7 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         torch_threads=_torch_threads(opts.torch_threads),
         n_entities=opts.n_entities,
         tracing=opts.tracing,
+        model_telemetry=opts.model_telemetry,
     )
     load = LoadShape(rps=opts.rps, duration_s=opts.duration_s, concurrency=opts.concurrency)
     downstream = configure(opts.scenario, service, load)

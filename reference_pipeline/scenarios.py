@@ -90,6 +90,9 @@ class ServiceConfig:
     gc_freeze: bool = True  # gc.freeze() once ready: full collections skip the start-up heap
     max_body_bytes: int = 64 * 1024
     tracing: bool = True  # False: a no-op tracer (the tracing-overhead benchmark's baseline)
+    # "spans": batch.queue_wait + model.forward; "triton": a model span and a compute span with
+    # Triton's events, no stage attributes (reference_pipeline.framework_telemetry)
+    model_telemetry: str = "spans"
     # a path: SIGUSR1/SIGUSR2 swap tracing on and off in-process (reference_pipeline.tracing_switch)
     tracing_ab_report: str | None = None
 

@@ -40,7 +40,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from reference_pipeline import span_model as sm
-from reference_pipeline.batcher import DynamicBatcher
+from reference_pipeline.batcher import BatchResult, DynamicBatcher
 from reference_pipeline.features import (
     FeatureCache,
     RedisFeatureStore,
@@ -48,6 +48,7 @@ from reference_pipeline.features import (
     SqliteFeatureStore,
     entity_id,
 )
+from reference_pipeline.framework_telemetry import record_triton_style
 from reference_pipeline.model import (
     MAX_SEQ_LEN,
     ModelRunner,
@@ -171,8 +172,11 @@ class Pipeline:
         (lazy_load). The runner sizes the burst scenario's arrivals from it."""
         return self.runner.capacity_rps(self.cfg.max_batch) if self.runner is not None else 0.0
 
-    def _run_batch(self, payloads: list[tuple[list[int], list[float]]]) -> list[list[float]]:
-        return self._ready_runner().run([p[0] for p in payloads], [p[1] for p in payloads])
+    def _run_batch(
+        self, payloads: list[tuple[list[int], list[float]]], marks: dict[str, int]
+    ) -> list[list[float]]:
+        wanted = marks if self.cfg.model_telemetry == "triton" else None
+        return self._ready_runner().run([p[0] for p in payloads], [p[1] for p in payloads], wanted)
 
     def close(self) -> None:
         self.batcher.close()
@@ -180,9 +184,7 @@ class Pipeline:
         self.store_pool.shutdown(wait=True)
         self.monitor.close()
 
-    def span(
-        self, name: str, kind: SpanKind = SpanKind.INTERNAL, current: bool = False, **attrs
-    ) -> ts.stage:
+    def span(self, name: str, kind: SpanKind = SpanKind.INTERNAL, current: bool = False, **attrs) -> ts.stage:
         """A stage's span; `current` for a stage whose work makes child spans or propagates context."""
         return ts.stage(sm.STAGE_OF[name], name, attributes=attrs, kind=kind, current=current)
 
@@ -253,16 +255,19 @@ class Pipeline:
 
         result = await self.batcher.submit((ids, features), tag=root.get_span_context())
         batch_attrs = {"batch.size": result.batch_size, "batch.queue_depth": result.queue_depth}
-        ts.record_queue_wait(
-            result.enqueued_ns,
-            result.started_ns,
-            span_name=sm.QUEUE_WAIT,
-            batch_size=result.batch_size,
-            queue_depth=result.queue_depth,
-        )
-        links = [] if result.first_tag == root.get_span_context() else [Link(result.first_tag)]
-        forward_attrs = {"device": self.cfg.device, "dtype": self.cfg.dtype, **batch_attrs}
-        ts.record_span("model_forward", sm.FORWARD, result.started_ns, result.ended_ns, forward_attrs, links)
+        if self.cfg.model_telemetry == "triton":
+            record_triton_style(
+                self.tracer,
+                "classifier",
+                req["request_id"],
+                result.enqueued_ns,
+                result.started_ns,
+                result.ended_ns,
+                result.marks,
+                {"batch.size": result.batch_size},
+            )
+        else:
+            self._record_model_spans(root, result, batch_attrs)
 
         with self.span(sm.POSTPROCESS, current=True):
             loop = asyncio.get_running_loop()
@@ -273,6 +278,19 @@ class Pipeline:
         outcome["segment"] = await self.enrich(req["entity_id"], outcome["score"])
         with self.span(sm.SERIALIZE):
             return orjson.dumps({"request_id": req["request_id"], **outcome, "model": self.weights})
+
+    def _record_model_spans(self, root: trace.Span, result: BatchResult, batch_attrs: dict) -> None:
+        """The pipeline's own model-stage spans: the batch queue wait and the forward pass."""
+        ts.record_queue_wait(
+            result.enqueued_ns,
+            result.started_ns,
+            span_name=sm.QUEUE_WAIT,
+            batch_size=result.batch_size,
+            queue_depth=result.queue_depth,
+        )
+        links = [] if result.first_tag == root.get_span_context() else [Link(result.first_tag)]
+        forward_attrs = {"device": self.cfg.device, "dtype": self.cfg.dtype, **batch_attrs}
+        ts.record_span("model_forward", sm.FORWARD, result.started_ns, result.ended_ns, forward_attrs, links)
 
     async def enrich(self, key: str, score: float) -> str | None:
         if self.client is None or not self.cfg.downstream_url:

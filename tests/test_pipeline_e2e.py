@@ -31,16 +31,22 @@ DURATION_S = 6.0
 
 
 def run_and_load(
-    tmp: Path, scenario: str, db: Path, duration_s: float = DURATION_S, rps: float = RPS, **options
+    tmp: Path,
+    scenario: str,
+    db: Path,
+    duration_s: float = DURATION_S,
+    rps: float = RPS,
+    label: str | None = None,
+    **options,
 ) -> dict:
     from ingest.loader import load_paths
     from reference_pipeline.runner import RunOptions, run_pipeline
 
-    out = tmp / f"{scenario}.jsonl"
+    out = tmp / f"{label or scenario}.jsonl"
     summary = run_pipeline(
         RunOptions(scenario=scenario, duration_s=duration_s, rps=rps, out=out, seed=3, **options)
     )
-    loaded = load_paths([out], db, scenario)
+    loaded = load_paths([out], db, label or scenario)
     assert not [f.error for f in loaded.files if f.error]
     return summary
 
@@ -351,3 +357,40 @@ def test_sweep_writes_labelled_runs_into_the_store(tmp_path, capsys) -> None:
         [sm.SERVICE_NAME],
     )
     assert dtypes == [("cpu-fp32-b1w0", "fp32"), ("cpu-int8-b1w0", "int8")]
+
+
+def test_model_stage_traced_as_triton_becomes_stages_by_phase_rules(tmp_path, steady) -> None:
+    """--model-telemetry triton: no queue or forward span, no stage attribute on the model stage; the
+    phase rules must find queue / input / infer / output from Triton's events alone."""
+    summary = run_and_load(tmp_path, "steady", steady, label="triton-style", model_telemetry="triton")
+    assert summary["errors"] == 0
+    names = dict(
+        query(
+            steady,
+            "SELECT SpanName, count(*) FROM otel_traces WHERE RunLabel = ? AND ServiceName = ? GROUP BY 1",
+            ["triton-style", sm.SERVICE_NAME],
+        )
+    )
+    assert sm.FORWARD not in names and sm.QUEUE_WAIT not in names
+    assert names["classifier"] == names["compute"] == names[sm.ROOT_SPAN]
+    ((stage_attrs,),) = query(
+        steady,
+        "SELECT count(*) FROM otel_traces WHERE RunLabel = ? AND SpanName IN ('classifier', 'compute') "
+        "AND SpanAttributes->>'tailscope.stage' IS NOT NULL",
+        ["triton-style"],
+    )
+    assert stage_attrs == 0
+    rows = query(
+        steady,
+        """SELECT RunLabel, quantile_cont(model_forward_ns, 0.5) / 1e6, avg(queue_ns) / 1e6,
+                  avg(unattributed_ns::DOUBLE / Duration)
+           FROM requests WHERE RunLabel IN ('steady', 'triton-style') GROUP BY 1""",
+        [],
+    )
+    by_run = {r[0]: r[1:] for r in rows}
+    forward, queue, unattributed = by_run["triton-style"]
+    base_forward, _, base_unattributed = by_run["steady"]
+    # the forward is the same model under the same load: within a wide factor of the span-traced run
+    assert 0.3 * base_forward < forward < 3 * base_forward, (by_run,)
+    assert queue > 0
+    assert unattributed < base_unattributed + 0.05, (by_run,)

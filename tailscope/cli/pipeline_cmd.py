@@ -54,6 +54,13 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--torch-threads", type=int, default=-1, help="PyTorch intra-op threads (default: half the cores)"
     )
+    parser.add_argument(
+        "--model-telemetry",
+        choices=("spans", "triton"),
+        default="spans",
+        help="how the model stage is traced: the pipeline's own queue and forward spans (default), or as "
+        "Triton does (a model span and a compute span with QUEUE_START/COMPUTE_* events, no stage names)",
+    )
     parser.add_argument("--entities", type=int, default=5000, help="entities in the feature store")
     parser.add_argument("--seed", type=int, default=1, help="load generator seed")
 
@@ -111,6 +118,7 @@ def _options(args: argparse.Namespace, **overrides):
         torch_threads=args.torch_threads,
         n_entities=args.entities,
         seed=args.seed,
+        model_telemetry=args.model_telemetry,
     )
     values.update(overrides)
     return RunOptions(**values)
