@@ -25,7 +25,8 @@ parsed AS (
                      WHEN 'ms' THEN 1 WHEN 's' THEN 1e3 END AS tpot_text_ms,
            1e3 * try_cast(A->>'gen_ai.latency.time_in_model_decode' AS DOUBLE) AS decode_ms,
            coalesce(try_cast(A->>'gen_ai.usage.input_tokens' AS DOUBLE),
-                    try_cast(A->>'gen_ai.usage.prompt_tokens' AS DOUBLE)) AS tokens_in,
+                    try_cast(A->>'gen_ai.usage.prompt_tokens' AS DOUBLE),
+                    try_cast(A->>'prompt_tokens' AS DOUBLE)) AS tokens_in,
            coalesce(try_cast(A->>'gen_ai.usage.output_tokens' AS DOUBLE),
                     try_cast(A->>'gen_ai.usage.completion_tokens' AS DOUBLE),
                     try_cast(A->>'generated_tokens' AS DOUBLE)) AS tokens_out
