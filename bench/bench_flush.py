@@ -18,18 +18,35 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.gen_otlp import requests, to_proto
+from bench.gen_otlp import START_NS, requests, to_proto
 from ingest import otlp_proto_fast
 from ingest.loader import store_batches
 from tailscope import sql
 from tailscope.store.db import connect_writer
 
 
+class Clock:
+    """Where the next generated traces start: a live service's spans arrive in time order, so each
+    flush's spans start after the last flush's (row groups of older spans then lie outside a
+    flush's time window)."""
+
+    now = START_NS
+
+
 def batches(total: int, per_request: int, seed: int) -> list[Any]:
     """Requests of about `per_request` spans, `total` spans in all (distinct ids per seed), decoded as
-    the receiver decodes protobuf bodies."""
+    the receiver decodes protobuf bodies; their traces start where the last batches' ended."""
     out = []
-    for request in requests(total, per_request, seed):
+    for request in requests(total, per_request, seed, start_ns=Clock.now):
+        Clock.now = max(
+            Clock.now,
+            *(
+                int(span["startTimeUnixNano"])
+                for rs in request["resourceSpans"]
+                for ss in rs["scopeSpans"]
+                for span in ss["spans"]
+            ),
+        )
         decoded = otlp_proto_fast.decode_request(to_proto(request).SerializeToString())
         assert decoded is not None, "the generated request should take the fast path"
         out.append(decoded)

@@ -116,12 +116,16 @@ def _trace(rng: random.Random, t0: int) -> list[dict]:
     return spans
 
 
-def requests(total_spans: int, per_request: int, seed: int = 7):
-    """Yield OTLP/JSON request dicts until `total_spans` spans have been produced."""
+START_NS = 1_763_700_000_000_000_000
+
+
+def requests(total_spans: int, per_request: int, seed: int = 7, start_ns: int = START_NS):
+    """Yield OTLP/JSON request dicts until `total_spans` spans have been produced; traces start
+    0.1-2 ms apart from `start_ns` on."""
     rng = random.Random(seed)
     resources = [_resource(s, h) for s in SERVICES for h in HOSTS]
     produced = 0
-    t0 = 1_763_700_000_000_000_000
+    t0 = start_ns
     while produced < total_spans:
         by_resource: dict[int, list[dict]] = {}
         count = 0

@@ -29,10 +29,11 @@ from ingest.columns import SpanColumns
 from ingest.compression import open_decompressed
 from ingest.errors import DecodeError
 from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool
+from ingest.run_row import trace_count, update_run
 from ingest.setup import setup_attributes
 from ingest.touched import TouchedTraces
 from tailscope import sql
-from tailscope.analysis.derive import refresh_run
+from tailscope.analysis.derive import refresh_run, trace_window
 from tailscope.store.db import connect_writer
 
 INSERT_ROWS = 122_880  # one DuckDB row group per INSERT
@@ -201,17 +202,23 @@ def store_batches(
     if pending:
         append()
     touched_table = touched.table() if stats.spans_decoded else None
+    known = 0
     if touched_table is not None:
         conn.register("ingest_touched", touched_table)
         try:
             _query(conn, "ingest_dedupe_run", [run_label, touched.first_ns, touched.last_ns])
+            if before:
+                window = trace_window(conn, run_label, touched.span_range())
+                known = _query(conn, "ingest_known_traces", [run_label, *window])[0][0]
         finally:
             conn.unregister("ingest_touched")
-    stats.spans_stored = _query(conn, "ingest_run_span_count", [run_label])[0][0] - before
-    _update_run(conn, run_label, source_files, setup)
+    after = _query(conn, "ingest_run_span_count", [run_label])[0][0]
+    stats.spans_stored = after - before
+    traces = trace_count(conn, run_label, before, after, len(touched_table or []) - known)
+    update_run(conn, run_label, source_files, setup, after, traces)
     stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
     # (the memory cap set by load_file stays for the derive: it goes part by part, see derive.PART_SPANS)
-    refresh_run(conn, run_label, touched_table, stats.spans_stored)
+    refresh_run(conn, run_label, touched_table, stats.spans_stored, touched.span_range())
     return stats
 
 
@@ -228,23 +235,6 @@ def append_batch(conn: duckdb.DuckDBPyConnection, run_label: str, table: pa.Tabl
 def _query(conn: duckdb.DuckDBPyConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
     """Run one statement from tailscope/sql to its end and return its rows."""
     return conn.execute(sql.load(name), params).fetchall()
-
-
-def _update_run(
-    conn: duckdb.DuckDBPyConnection, run_label: str, source_files: list[str], setup: dict[str, set[str]]
-) -> None:
-    rows = _query(conn, "ingest_run_setup", [run_label])
-    row = rows[0] if rows else None
-    files = list(row[0]) if row else []
-    for source in source_files:
-        if source not in files:
-            files.append(source)
-    merged = {key: set(value.split(",")) for key, value in (row[1] if row else {}).items()}
-    for key, values in setup.items():
-        merged.setdefault(key, set()).update(values)
-    keys = sorted(merged)
-    values = [",".join(sorted(merged[key])) for key in keys]
-    _query(conn, "ingest_upsert_run", [run_label, files, keys, values])
 
 
 class _Counting:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
+import pytest
 from analysis_spans import BASE_NS, S, SpanColumns, add_trace
 
 from ingest.loader import store_batches
@@ -143,3 +144,86 @@ def test_an_appended_batch_is_not_kept_alive_until_the_commit(db_path: Path) -> 
         assert conn.execute("SELECT count(*), any_value(RunLabel) FROM otel_traces").fetchall() == [
             (4000, "r")
         ]
+
+
+def span(trace_id: str, span_id: str, parent: str, start_s: float, dur_s: float, name: str) -> SpanColumns:
+    cols = SpanColumns()
+    cols.append(
+        timestamp_ns=BASE_NS + int(start_s * 1e9),
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        span_name=name,
+        duration_ns=int(dur_s * 1e9),
+        service_name="svc",
+        span_kind="Server" if not parent else "Internal",
+    )
+    return cols
+
+
+@pytest.mark.parametrize("root_first", [False, True])
+def test_a_long_trace_split_over_flushes_hours_apart_is_derived_whole(
+    db_path: Path, root_first: bool
+) -> None:
+    """Flushes look for a touched trace's older spans only within the run's longest request (plus 10 s
+    of clock skew) of the new spans: a 10-minute trace whose spans arrive minutes apart, with
+    other traffic hours later, is derived whole, whether its root arrives first or last."""
+    long_trace, root = "a" * 32, "1" * 16
+    root_span = span(long_trace, root, "", 0.0, 600.0, "root")
+    if root_first:
+        transaction(db_path, root_span)
+    transaction(db_path, span(long_trace, "2" * 16, root, 1.0, 0.5, "early child"))
+    later = SpanColumns()
+    for n in range(1, 200):  # three hours later: other requests
+        add_trace(
+            later, S("root", 0, 50, kind="Server", children=[S("parse", 0, 5)]), n, offset_ms=3 * 3600e3
+        )
+    transaction(db_path, later)
+    transaction(db_path, span(long_trace, "3" * 16, root, 540.0, 2.0, "late child"))
+    if not root_first:
+        transaction(db_path, root_span)
+    incremental = request_rows(db_path)
+    with connect_writer(db_path) as conn:
+        conn.execute("DELETE FROM derive_state")
+        refresh_run(conn, RUN)
+    whole = request_rows(db_path)
+    assert incremental == whole
+    row = next(r for r in whole if r[1] == long_trace)
+    assert row[10] == 3  # SpanCount: the root and both children
+
+
+def test_the_runs_trace_count_stays_exact_without_a_recount_per_write(db_path: Path, monkeypatch) -> None:
+    """Each write adds the traces it brought to the recorded count (recounting the run's distinct
+    TraceIds only when its span count crosses a power of 1.25): the count stays exact as new traces
+    and late spans of old ones arrive, and most writes do not scan the run."""
+    from ingest import run_row
+
+    recounts = []
+    original = run_row._query
+
+    def counting(conn, name, params):
+        if name == "ingest_run_trace_count":
+            recounts.append(params)
+        return original(conn, name, params)
+
+    monkeypatch.setattr(run_row, "_query", counting)
+    trace_no = 0
+    for write in range(40):
+        cols = SpanColumns()
+        for _ in range(5):
+            trace_no += 1
+            add_trace(
+                cols, S("root", 0, 50, kind="Server", children=[S("parse", 0, 5)]), trace_no, write * 100.0
+            )
+        if write:
+            old = f"{trace_no - 7:032x}"
+            cols.extend(late_child(old, root_span_id(db_path, old)))
+        transaction(db_path, cols)
+        with duckdb.connect(str(db_path), read_only=True) as conn:
+            recorded, exact = conn.execute(
+                "SELECT (SELECT TraceCount FROM runs WHERE RunLabel = ?), count(DISTINCT TraceId) "
+                "FROM otel_traces",
+                [RUN],
+            ).fetchone()
+        assert recorded == exact == trace_no
+    assert len(recounts) < 20

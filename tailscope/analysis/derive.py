@@ -26,11 +26,14 @@ from tailscope import sql
 from tailscope.analysis.phases import phase_rules_in_force, seed_phase_rules
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.stages import rules_in_force, seed_rules
-from tailscope.query.builders import span_tree_query
+from tailscope.query.builders import ALL_TIME, span_tree_query
 
 # A whole-run derive goes through the run's traces in hash partitions of about this many spans, so
 # its memory follows the partition, not the run (the walk and the sweep hold every span in scope).
 PART_SPANS = 1_000_000
+# How far a trace's spans may start outside its root's interval (clocks of different hosts: NTP keeps
+# them within milliseconds; 10 s leaves room for a badly synchronised host).
+CLOCK_SKEW_NS = 10 * 10**9
 
 
 def _drop_temp(conn: duckdb.DuckDBPyConnection) -> None:
@@ -43,12 +46,15 @@ def refresh_run(
     run_label: str,
     touched: pa.Table | None = None,
     added: int = 0,
+    span_range: tuple[int, int, int] | None = None,
 ) -> None:
     """Bring the derived rows of one run up to date with its spans.
 
     `touched`: a table with a TraceId column naming every trace that received spans since the last
     refresh, `added` how many spans those writes added to the run; with them only those traces are
-    recomputed. Without them, a run whose span count moved is recomputed whole.
+    recomputed. Without them, a run whose span count moved is recomputed whole. `span_range`:
+    (first start, last start, longest duration) of the added spans in ns; with it the touched
+    traces' older spans are looked for only where they can be (see `trace_window`).
     """
     seed_rules(conn)
     if seed_phase_rules(conn):  # a store derived before phase rules existed: derive every run with them
@@ -71,8 +77,9 @@ def refresh_run(
             conn.execute(sql.load("derive_scope"))
         finally:
             conn.unregister("_ts_touched")
-        conn.execute(sql.load("derive_delete_scope"), [run_label])
-        _derive(conn, run_label, "traces")
+        window = trace_window(conn, run_label, span_range)
+        conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
+        _derive(conn, run_label, "traces", window)
     else:
         conn.execute(sql.load("derive_delete_run"), [run_label])
         parts = -(-count // PART_SPANS)
@@ -85,13 +92,40 @@ def refresh_run(
     conn.execute(sql.load("derive_state_write"), [run_label, count])
 
 
-def _derive(conn: duckdb.DuckDBPyConnection, run_label: str, scope: str) -> None:
+def trace_window(
+    conn: duckdb.DuckDBPyConnection, run_label: str, span_range: tuple[int, int, int] | None
+) -> tuple[int, int]:
+    """Where the spans of the traces a write touched can start: within the longest request (or span)
+    the run has seen, plus 10 s of clock skew, of the written spans' starts.
+
+    A trace's spans all start inside its root's interval, so two of its spans start at most the
+    root's duration apart. The root is either among the written spans (their longest bounds it) or
+    stored and derived (the run's longest request bounds it). If the root has not arrived yet, the
+    trace is derived from what the window holds and derived again, whole, when the root arrives.
+    DuckDB skips the row groups outside the window by their Timestamp min/max, so a flush into a long
+    run reads what the window holds, not the run's whole TraceId column."""
+    if span_range is None:
+        return ALL_TIME
+    first, last, longest = span_range
+    known = conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0
+    reach = max(int(longest), int(known)) + CLOCK_SKEW_NS
+    return first - reach, last + reach
+
+
+def _derive(
+    conn: duckdb.DuckDBPyConnection, run_label: str, scope: str, window: tuple[int, int] = ALL_TIME
+) -> None:
     """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`."""
     text, params = span_tree_query(
-        rules_in_force(conn), scope, run_label, output="requests", phase_rules=phase_rules_in_force(conn)
+        rules_in_force(conn),
+        scope,
+        run_label,
+        output="requests",
+        phase_rules=phase_rules_in_force(conn),
+        window=window,
     )
     conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
-    conn.execute(sql.load("derive_requests"), [run_label])
+    conn.execute(sql.load("derive_requests"), [run_label, *window])
     _drop_temp(conn)
 
 

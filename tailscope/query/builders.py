@@ -21,8 +21,11 @@ SCOPES: dict[str, str] = {
     "run": "(SELECT * FROM otel_traces WHERE RunLabel = ?)",
     # a join, not IN (subquery): DuckDB pushes the join's keys into the scan (measured 88 ms vs 295 ms
     # for 100 traces of a 5 M-span run)
+    # within a time window: where the traces' spans can start (derive.trace_window: a writer's window
+    # lets DuckDB skip the row groups of older spans by their Timestamp min/max)
     "traces": (
-        "(SELECT o.* FROM otel_traces AS o JOIN _ts_scope AS x ON x.TraceId = o.TraceId WHERE o.RunLabel = ?)"
+        "(SELECT o.* FROM otel_traces AS o JOIN _ts_scope AS x ON x.TraceId = o.TraceId WHERE o.RunLabel = ? "
+        "AND o.Timestamp BETWEEN make_timestamp_ns(?::BIGINT) AND make_timestamp_ns(?::BIGINT))"
     ),
     "trace": "(SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)",
     "sample": (
@@ -35,12 +38,18 @@ SCOPES: dict[str, str] = {
 OUTPUTS: dict[str, str] = {"spans": "span_tree_spans", "requests": "span_tree_requests"}
 
 
-def _scope_params(scope: str, run: str, trace_id: str | None, sample: int | None) -> list[Any]:
+# Timestamps (ns) no span has: the "traces" scope's window when none is given.
+ALL_TIME = (-(2**62), 2**62)
+
+
+def _scope_params(
+    scope: str, run: str, trace_id: str | None, sample: int | None, window: tuple[int, int] | None = None
+) -> list[Any]:
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
     return {
         "run": [run],
-        "traces": [run],
+        "traces": [run, *(window or ALL_TIME)],
         "trace": [run, trace_id],
         "sample": [run, sample, run],
     }[scope]
@@ -52,11 +61,12 @@ def phase_spans_query(
     run: str,
     trace_id: str | None = None,
     sample: int | None = None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[str, list[Any]]:
     """phase_spans.sql for one scope of one run: the phase spans the rules make there."""
     from tailscope.analysis.phases import phase_candidates, phase_rules_param
 
-    scope_params = _scope_params(scope, run, trace_id, sample)
+    scope_params = _scope_params(scope, run, trace_id, sample, window)
     candidates_sql, candidate_params = phase_candidates(phase_rules)
     text = sql.load("phase_spans").replace("{scope}", SCOPES[scope]).replace("{candidates}", candidates_sql)
     return text, [*scope_params, *candidate_params, phase_rules_param(phase_rules)]
@@ -70,15 +80,17 @@ def span_tree_query(
     sample: int | None = None,
     output: str = "spans",
     phase_rules: list[PhaseRule] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[str, list[Any]]:
     """span_tree.sql for one scope of one run (see SCOPES), ending in one of OUTPUTS, with the phase
-    spans of `phase_rules` (none when not given)."""
+    spans of `phase_rules` (none when not given). `window`: (first, last) span start in ns for the
+    "traces" scope (every time when not given)."""
     from tailscope.analysis.stages import stage_case
 
     if output not in OUTPUTS:
         raise ValueError(f"unknown output {output!r}")
-    scope_params = _scope_params(scope, run, trace_id, sample)
-    phases_sql, phase_params = phase_spans_query(phase_rules or [], scope, run, trace_id, sample)
+    scope_params = _scope_params(scope, run, trace_id, sample, window)
+    phases_sql, phase_params = phase_spans_query(phase_rules or [], scope, run, trace_id, sample, window)
     names_sql, case_sql, rule_params = stage_case(rules)
     n_name = sum(1 for r in rules if r.name_regex is not None)
     name_params, case_params = rule_params[:n_name], rule_params[n_name:]

@@ -1,6 +1,7 @@
 -- One `requests` row per request in the temp table _ts_request_rows (span_tree.sql with the
 -- span_tree_requests.sql output, for the traces being refreshed). Root attributes come from the root span's own row in otel_traces (the
--- join reads only the run's rows: $1 = run label). Stage columns sum the spans' attributed time
+-- join reads only the run's rows within the traces' window: $1 = run label, $2/$3 = the window in
+-- ns, derive.trace_window). Stage columns sum the spans' attributed time
 -- (self time, with parallel branches' overlap split evenly), summed per stage in span_tree_requests.sql. `unattributed` is the rest of the root's
 -- duration: the root's own self time, spans mapped to no stage, and float rounding (< 1 ns per span),
 -- so the stage columns add up to Duration exactly.
@@ -22,6 +23,7 @@ roots AS (
                         + p.serialization_ns)] AS stage_ns
     FROM per_request AS p
     JOIN otel_traces AS o ON o.RunLabel = $1 AND o.TraceId = p.TraceId AND o.SpanId = p.SpanId
+        AND o.Timestamp BETWEEN make_timestamp_ns($2::BIGINT) AND make_timestamp_ns($3::BIGINT)
     QUALIFY row_number() OVER (PARTITION BY p.TraceId ORDER BY o.Timestamp) = 1
 )
 SELECT
