@@ -4,6 +4,8 @@ Whole-file compression is undone first (see `compression`); then the first `HEAD
 - JSON mentioning resourceSpans / scopeSpans / instrumentationLibrarySpans (any key case) → OTLP/JSON
 - JSON with Jaeger's `traceID` / `spanID` / `operationName` keys → Jaeger UI JSON (ingest.jaeger)
 - JSON with Zipkin v2's `traceId` and `id` keys → Zipkin v2 JSON (ingest.zipkin)
+- JSON objects with `"trace_id": "0x…"` and `"kind": "SpanKind.…"` → the OpenTelemetry SDK's console
+  exporter JSON (ingest.otel_console; what Ray Serve's tracing writes)
 - binary starting with field 1 of TracesData (0x0A), or a 4-byte length prefix → OTLP protobuf
 """
 
@@ -25,6 +27,7 @@ FORMATS: dict[str, str] = {
     "otlp_proto": "ingest.otlp_proto",
     "jaeger": "ingest.jaeger",
     "zipkin": "ingest.zipkin",
+    "otel_console": "ingest.otel_console",
 }
 
 _OTLP_KEYS = re.compile(
@@ -35,6 +38,9 @@ _JAEGER_KEYS = re.compile(rb'"(traceID|spanID|operationName)"')
 _ZIPKIN_ID = re.compile(rb'"id"\s*:')
 _ZIPKIN_TRACE = re.compile(rb'"traceId"\s*:')
 _BOM = b"\xef\xbb\xbf"
+# the SDK console exporter's span objects: "context" with snake_case "trace_id", "kind": "SpanKind.X"
+_CONSOLE_KEYS = re.compile(rb'"trace_id"\s*:\s*"0x[0-9a-fA-F]+"')
+_CONSOLE_KIND = re.compile(rb'"kind"\s*:\s*"SpanKind\.')
 
 
 class Decoder(Protocol):
@@ -56,9 +62,13 @@ def detect(head: bytes, source: str = "<input>") -> str | None:
             return "jaeger"
         if _ZIPKIN_TRACE.search(text) and _ZIPKIN_ID.search(text):
             return "zipkin"
+        if _CONSOLE_KEYS.search(text) and _CONSOLE_KIND.search(text):
+            return "otel_console"
         if re.search(rb'"(batches|result)"\s*:', text):
             return "otlp_json"
-        raise DecodeError(source, "byte 0", "JSON, but not OTLP, Jaeger or Zipkin trace data")
+        raise DecodeError(
+            source, "byte 0", "JSON, but not OTLP, Jaeger, Zipkin or OpenTelemetry console trace data"
+        )
     if head[:1] == b"\x0a" or is_length_prefixed(head):
         return "otlp_proto"
     raise DecodeError(source, "byte 0", "not a recognised trace format (OTLP JSON/protobuf, Jaeger, Zipkin)")

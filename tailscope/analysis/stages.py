@@ -71,6 +71,21 @@ def default_rules() -> list[StageRule]:
             r"^(http|rpc|url|server|db|net\.peer|network\.peer)\.",
             "CLIENT span with http.*/rpc.*/url.*/db.* attributes (a remote call)",
         ),
+        # serving frameworks' own span names
+        (
+            "queue",
+            None,
+            r"route_to_replica|assign_request|choose_replica",
+            None,
+            "Ray Serve: routing to a replica, waiting while every replica is busy",
+        ),
+        (
+            "model_forward",
+            None,
+            r"^replica_handle_request",
+            None,
+            "Ray Serve: a replica handling the request (the deployment's code; with child spans, those map)",
+        ),
         # span names
         ("parsing", None, r"deserializ|pars(e|ing)|validat|decod", None, "parse / validate / decode"),
         (

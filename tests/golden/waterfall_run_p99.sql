@@ -12,12 +12,20 @@ WITH f AS (
 q AS (
     SELECT quantile_cont(Duration, [0.45, 0.55, ?, ?]) AS qs, count(*) AS n FROM f
 ),
+-- with few requests a band's window can fall between two of them (20 requests: q.99 and q.999 both
+-- lie between the two slowest): the band then holds the first request at or above its lower bound
+window_fill AS (
+    SELECT count(*) FILTER (WHERE f.Duration >= q.qs[3] AND f.Duration < q.qs[4]) AS inside,
+           min(f.Duration) FILTER (WHERE f.Duration >= q.qs[3]) AS first_above
+    FROM f, q
+),
 marked AS (
     SELECT f.*,
-           f.Duration >= q.qs[3]
-               AND (f.Duration < q.qs[4] OR ((? OR q.qs[3] = q.qs[4]) AND f.Duration <= q.qs[4])) AS in_band,
+           (f.Duration >= q.qs[3]
+               AND (f.Duration < q.qs[4] OR ((? OR q.qs[3] = q.qs[4]) AND f.Duration <= q.qs[4])))
+           OR (w.inside = 0 AND f.Duration = w.first_above) AS in_band,
            f.Duration BETWEEN q.qs[1] AND q.qs[2] AS in_median
-    FROM f, q
+    FROM f, q, window_fill AS w
 )
 SELECT
     any_value(q.n) AS n,
