@@ -6,6 +6,8 @@ Whole-file compression is undone first (see `compression`); then the first `HEAD
 - JSON with Zipkin v2's `traceId` and `id` keys → Zipkin v2 JSON (ingest.zipkin)
 - JSON objects with `"trace_id": "0x…"` and `"kind": "SpanKind.…"` → the OpenTelemetry SDK's console
   exporter JSON (ingest.otel_console; what Ray Serve's tracing writes)
+- a JSON array of records with `"timestamps": [{"name", "ns"}]` or `"model_name"` → Triton's own
+  trace file (ingest.triton_trace)
 - binary starting with field 1 of TracesData (0x0A), or a 4-byte length prefix → OTLP protobuf
 """
 
@@ -28,6 +30,7 @@ FORMATS: dict[str, str] = {
     "jaeger": "ingest.jaeger",
     "zipkin": "ingest.zipkin",
     "otel_console": "ingest.otel_console",
+    "triton_trace": "ingest.triton_trace",
 }
 
 _OTLP_KEYS = re.compile(
@@ -41,6 +44,8 @@ _BOM = b"\xef\xbb\xbf"
 # the SDK console exporter's span objects: "context" with snake_case "trace_id", "kind": "SpanKind.X"
 _CONSOLE_KEYS = re.compile(rb'"trace_id"\s*:\s*"0x[0-9a-fA-F]+"')
 _CONSOLE_KIND = re.compile(rb'"kind"\s*:\s*"SpanKind\.')
+# Triton's trace file: records with "timestamps": [{"name": ..., "ns": ...}] or a "model_name" header
+_TRITON_KEYS = re.compile(rb'"(timestamps"\s*:\s*\[\s*\{\s*"name"|model_name")')
 
 
 class Decoder(Protocol):
@@ -64,10 +69,12 @@ def detect(head: bytes, source: str = "<input>") -> str | None:
             return "zipkin"
         if _CONSOLE_KEYS.search(text) and _CONSOLE_KIND.search(text):
             return "otel_console"
+        if stripped[:1] == b"[" and _TRITON_KEYS.search(text):
+            return "triton_trace"
         if re.search(rb'"(batches|result)"\s*:', text):
             return "otlp_json"
         raise DecodeError(
-            source, "byte 0", "JSON, but not OTLP, Jaeger, Zipkin or OpenTelemetry console trace data"
+            source, "byte 0", "JSON, but not OTLP, Jaeger, Zipkin, OpenTelemetry console or Triton trace data"
         )
     if head[:1] == b"\x0a" or is_length_prefixed(head):
         return "otlp_proto"
