@@ -8,6 +8,8 @@ Whole-file compression is undone first (see `compression`); then the first `HEAD
   exporter JSON (ingest.otel_console; what Ray Serve's tracing writes)
 - a JSON array of records with `"timestamps": [{"name", "ns"}]` or `"model_name"` → Triton's own
   trace file (ingest.triton_trace)
+- text with TorchServe's per-request metric lines (`HandlerTime.ms:12.9|#…requestID:…`) → its
+  metrics log (ingest.torchserve_log)
 - binary starting with field 1 of TracesData (0x0A), or a 4-byte length prefix → OTLP protobuf
 """
 
@@ -31,6 +33,7 @@ FORMATS: dict[str, str] = {
     "zipkin": "ingest.zipkin",
     "otel_console": "ingest.otel_console",
     "triton_trace": "ingest.triton_trace",
+    "torchserve_log": "ingest.torchserve_log",
 }
 
 _OTLP_KEYS = re.compile(
@@ -45,6 +48,7 @@ _BOM = b"\xef\xbb\xbf"
 _CONSOLE_KEYS = re.compile(rb'"trace_id"\s*:\s*"0x[0-9a-fA-F]+"')
 _CONSOLE_KIND = re.compile(rb'"kind"\s*:\s*"SpanKind\.')
 # Triton's trace file: records with "timestamps": [{"name": ..., "ns": ...}] or a "model_name" header
+_TORCHSERVE_METRIC = re.compile(rb"\w+\.(ms|Milliseconds):[-+0-9.eE]+\|#[^\n]*requestID:")
 _TRITON_KEYS = re.compile(rb'"(timestamps"\s*:\s*\[\s*\{\s*"name"|model_name")')
 
 
@@ -76,6 +80,8 @@ def detect(head: bytes, source: str = "<input>") -> str | None:
         raise DecodeError(
             source, "byte 0", "JSON, but not OTLP, Jaeger, Zipkin, OpenTelemetry console or Triton trace data"
         )
+    if _TORCHSERVE_METRIC.search(text):
+        return "torchserve_log"
     if head[:1] == b"\x0a" or is_length_prefixed(head):
         return "otlp_proto"
     raise DecodeError(source, "byte 0", "not a recognised trace format (OTLP JSON/protobuf, Jaeger, Zipkin)")

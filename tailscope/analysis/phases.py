@@ -126,6 +126,20 @@ def default_phase_rules() -> list[PhaseRule]:
             description="prefill and decode",
         ),
     ]
+    rules += [
+        # TorchServe's metrics log (ingest/torchserve_log.py): the handler's time, ending where the
+        # backend's prediction ends; the rest of the prediction stays with the span
+        dict(
+            framework="TorchServe",
+            phase="handler",
+            stage="model_forward",
+            source="attribute",
+            start_key="torchserve.HandlerTime",
+            end_key="torchserve.PredictionTime",
+            unit="ms",
+            description="the handler: preprocess, inference and postprocess in the backend worker",
+        ),
+    ]
     return [PhaseRule(position=i, **rule) for i, rule in enumerate(rules, start=1)]
 
 
