@@ -155,6 +155,32 @@ def band_budget() -> None:
             "tail-excess share (%)": st.column_config.NumberColumn(format="%.1f %%"),
         },
     )
+    breakdown_section(flt, band)
+
+
+def breakdown_section(flt: analysis.Filter, band: str) -> None:
+    """Which spans inside each stage carry the band's time (prefill vs decode, lookup vs fallback)."""
+    if band == "p50":
+        return
+    with st.expander("Inside the stages: which spans carry the band's time", icon=":material/account_tree:"):
+        table = data.get(analysis.stage_breakdown, flt, band=band)
+        if table.empty:
+            st.caption("Too few requests in this band or in the median band to compare.")
+            return
+        st.caption(
+            "Mean time per request of each span (a serving framework's phases included, e.g. prefill and "
+            "decode), in this band and in the median band, from a sample of up to 500 requests of each; "
+            "largest difference first."
+        )
+        st.dataframe(
+            table.head(15),
+            hide_index=True,
+            column_config={
+                "band_ms": st.column_config.NumberColumn(f"{band} band (ms)", format="%.2f"),
+                "median_ms": st.column_config.NumberColumn("median band (ms)", format="%.2f"),
+                "delta_ms": st.column_config.NumberColumn("difference (ms)", format="%.2f"),
+            },
+        )
 
 
 def render() -> None:

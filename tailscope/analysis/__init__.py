@@ -1,5 +1,6 @@
 """Analysis: stage mapping, derived per-request tables and the pure functions behind every view."""
 
+from tailscope.analysis.breakdown import stage_breakdown
 from tailscope.analysis.compare import compare
 from tailscope.analysis.llm import llm_latency
 from tailscope.analysis.phases import (
@@ -85,6 +86,7 @@ __all__ = [
     "reset_rules",
     "select_requests",
     "slowest_traces",
+    "stage_breakdown",
     "stage_mapping",
     "tail_vs_body",
     "time_range",

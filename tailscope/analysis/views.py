@@ -62,7 +62,7 @@ def _no_requests_reason(conn: duckdb.DuckDBPyConnection, flt: Filter) -> str:
     return NO_REQUESTS
 
 
-def _one_run(conn: duckdb.DuckDBPyConnection, flt: Filter) -> tuple[Filter, str | None]:
+def one_run(conn: duckdb.DuckDBPyConnection, flt: Filter) -> tuple[Filter, str | None]:
     """The filter with its run set: the given one, or the store's only run with requests."""
     if flt.run is not None:
         return flt, None
@@ -146,7 +146,7 @@ def _waterfall(
 ) -> Waterfall:
     if band not in BAND_QUANTILES:
         raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
-    flt, reason = _one_run(conn, flt)
+    flt, reason = one_run(conn, flt)
     empty = Waterfall(
         band=band,
         band_low_ms=None,
