@@ -260,8 +260,10 @@ def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path, ack: str)
     threads = [threading.Thread(target=send, args=(n,)) for n in range(5)]
     for thread in threads:
         thread.start()
-    # All five accepted: answered already (queued) or waiting for the commit (committed).
-    deadline = time.monotonic() + (0.5 if ack == "committed" else 15)
+    # All five accepted: answered already (queued) or waiting for the commit (committed). Nothing tells
+    # when a held request has reached the server, so committed waits long enough for five posts to
+    # arrive on a loaded 2-core machine (0.5 s was not: two were still connecting at SIGTERM).
+    deadline = time.monotonic() + (3.0 if ack == "committed" else 15)
     while len(results) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert results == ({} if ack == "committed" else dict.fromkeys(range(5), 200))
