@@ -221,3 +221,27 @@ def test_triton_three_span_shape_queue_ends_at_the_compute_childs_start(db_path)
     assert (row["ingress"], row["serialization"]) == pytest.approx((1, 2), abs=1e-3)
     # not accounted for by Triton: 1..2 ms before the queue, 35..37 and 39..40 ms around the send
     assert row["unattributed"] == pytest.approx(1 + 2 + 1, abs=1e-3)
+
+
+def test_a_phase_fills_only_the_time_its_spans_children_do_not_cover(db_path):
+    """TGI's generate span reports validation/queue/inference durations, and its children (validate,
+    queued, infer) cover the same time: the children say what that time is, the phases only fill what
+    no child covers (here 1 ms between validation and the queue)."""
+    attrs = {"validation_time": "2ms", "queue_time": "11ms", "inference_time": "30ms"}
+    generate = S(
+        "generate",
+        0,
+        43,
+        attrs=attrs,
+        children=[S("validate", 0, 2), S("queued", 3, 13), S("infer", 13, 21), S("infer", 21, 43)],
+    )
+    cols = SpanColumns()
+    add_trace(cols, S("POST /generate", 0, 44, kind="Server", children=[generate]), 1)
+    load(db_path, "tgi", cols)
+    row = request_row(db_path, 1)
+    assert row["parsing"] == pytest.approx(2.0, abs=1e-3)  # the validate child, by name
+    assert row["queue"] == pytest.approx(
+        10.0 + 1.0, abs=1e-3
+    )  # queued child + the uncovered 2..3 ms of the queue phase
+    assert row["model_forward"] == pytest.approx(30.0, abs=1e-3)
+    assert row["preprocessing"] == 0

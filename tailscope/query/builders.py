@@ -69,7 +69,7 @@ def phase_spans_query(
     scope_params = _scope_params(scope, run, trace_id, sample, window)
     candidates_sql, candidate_params = phase_candidates(phase_rules)
     text = sql.load("phase_spans").replace("{scope}", SCOPES[scope]).replace("{candidates}", candidates_sql)
-    return text, [*scope_params, *candidate_params, phase_rules_param(phase_rules)]
+    return text, [*scope_params, *candidate_params, phase_rules_param(phase_rules), *scope_params]
 
 
 def span_tree_query(

@@ -84,7 +84,7 @@ phase_rows AS (
 -- see a vLLM request's queue / prefill / decode or a Triton request's queue / input / infer / output
 -- as stages; what the framework does not account for stays with the span itself.
 -- Placeholders filled by tailscope.query.builders.phase_spans_query with fixed SQL (never values):
---   scope       which otel_traces rows, as a relation
+--   scope       which otel_traces rows, as a relation (read twice: candidates, carriers' children)
 --   candidates  an OR of contains() tests (keys and event names are bound parameters): only spans
 --               that carry one of the rules' attribute keys or event names are looked at, so a run
 --               without framework phases pays one substring scan
@@ -93,7 +93,8 @@ phase_rows AS (
 -- start, or placed so that the phase with an end_key ends at that offset from the span's start.
 -- Event phases run from the span's first start event to the first end event after it, on the span
 -- or on a direct child (the start event must be the span's own, so a phase is made once).
--- Ids: SpanId = carrier's SpanId || '/phase' || rule position; RuleNo = 20000 + rule position.
+-- A phase fills only the part of its span's time that no child span of it covers (it may come out in
+-- pieces: ids '<carrier>/phase<n>', '.2', '.3' ...). RuleNo = 20000 + rule position.
 WITH phase_candidates AS MATERIALIZED (
     SELECT TraceId, SpanId, ParentSpanId, SpanName, ServiceName, ResourceAttributes, SpanAttributes, Events,
            epoch_ns(Timestamp) AS StartNs
@@ -161,12 +162,49 @@ event_placed AS (
     JOIN event_ends AS e ON e.TraceId = c.TraceId AND e.SpanId = c.SpanId AND e.Name = r.end_key AND e.T > s.T
     WHERE r.name_regex IS NULL OR regexp_matches(c.SpanName, r.name_regex, 'i')
     GROUP BY c.TraceId, c.SpanId, c.SpanName, c.ServiceName, c.ResourceAttributes, r.pos, r.phase, r.stage, s.T
+),
+placed AS (
+    SELECT * FROM attribute_placed UNION ALL BY NAME SELECT * FROM event_placed
+),
+-- a phase fills only its span's own time: where a child span of the carrier runs, the child says what
+-- that time is (TGI's generate span reports durations that its queued / infer children also cover;
+-- a Triton ensemble's queue runs until its first member's compute, over the member's own span)
+carrier_children AS MATERIALIZED (
+    SELECT o.TraceId, o.ParentSpanId AS CarrierId, epoch_ns(o.Timestamp) AS S,
+           epoch_ns(o.Timestamp) + greatest(o.Duration, 0) AS E
+    FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?) AS o
+    SEMI JOIN phase_candidates AS c ON c.TraceId = o.TraceId AND c.SpanId = o.ParentSpanId
+),
+child_runs AS (
+    SELECT TraceId, CarrierId, S, E,
+           max(E) OVER (PARTITION BY TraceId, CarrierId ORDER BY S, E
+                        ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS PrevEnd
+    FROM carrier_children
+),
+gaps AS (  -- the carrier's time no child covers, as [GA, GB) pieces; a carrier without children: all
+    SELECT TraceId, CarrierId, coalesce(PrevEnd, -4611686018427387904) AS GA, S AS GB
+    FROM child_runs
+    WHERE S > coalesce(PrevEnd, -4611686018427387904)
+    UNION ALL
+    SELECT TraceId, CarrierId, max(E), 4611686018427387904 FROM carrier_children GROUP BY TraceId, CarrierId
+    UNION ALL
+    SELECT DISTINCT p.TraceId, p.SpanId, -4611686018427387904, 4611686018427387904
+    FROM placed AS p
+    ANTI JOIN carrier_children AS k ON k.TraceId = p.TraceId AND k.CarrierId = p.SpanId
+),
+pieces AS (
+    SELECT p.*, greatest(p.A, g.GA) AS PA, least(p.A + p.Dur, g.GB) AS PB,
+           row_number() OVER (PARTITION BY p.TraceId, p.SpanId, p.pos ORDER BY g.GA) AS piece
+    FROM placed AS p
+    JOIN gaps AS g ON g.TraceId = p.TraceId AND g.CarrierId = p.SpanId
+    WHERE least(p.A + p.Dur, g.GB) > greatest(p.A, g.GA)
 )
-SELECT TraceId, SpanId || '/phase' || pos AS SpanId, SpanId AS ParentSpanId, phase AS SpanName,
+SELECT TraceId, SpanId || '/phase' || pos || CASE WHEN piece > 1 THEN '.' || piece ELSE '' END AS SpanId,
+       SpanId AS ParentSpanId, phase AS SpanName,
        'Internal' AS SpanKind, ServiceName, ResourceAttributes, 'Unset' AS StatusCode,
-       CAST(round(A) AS BIGINT) AS StartNs, CAST(round(Dur) AS BIGINT) AS Duration, stage AS Stage,
+       CAST(round(PA) AS BIGINT) AS StartNs, CAST(round(PB - PA) AS BIGINT) AS Duration, stage AS Stage,
        20000 + pos AS RuleNo
-FROM (SELECT * FROM attribute_placed UNION ALL BY NAME SELECT * FROM event_placed)
+FROM pieces
 
 ),
 spans AS MATERIALIZED (
@@ -306,4 +344,4 @@ SELECT s.TraceId, s.SpanId, s.ParentSpanId, s.SpanName, s.SpanKind, s.ServiceNam
 FROM span_rows AS w
 JOIN spans AS s ON s.TK = w.TK AND s.SK = w.SK AND s.PK = w.PK
 JOIN request_root AS r ON r.TK = w.TK
--- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", "r1", "abababababababababababababababab", "\"INFER_START\"", "\"fw.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m"}], ["queue", "model_forward", "downstream"]]
+-- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", "r1", "abababababababababababababababab", "\"INFER_START\"", "\"fw.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m"}], "r1", "abababababababababababababababab", ["queue", "model_forward", "downstream"]]
