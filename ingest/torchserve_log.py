@@ -10,7 +10,8 @@ metrics"; frontend/server/.../metrics/Metric.java parses the same shape):
 
 (one line; newer versions write the unit as `ms`). HandlerTime is the handler's own time
 (preprocess + inference + postprocess), PredictionTime the backend's whole prediction around it;
-custom metrics added per request carry the same requestID. Each request becomes a SERVER span named
+custom metrics added per request carry the same requestID; with batching, a line lists the ids of
+every request in the batch (each waited for the whole batch). Each request becomes a SERVER span named
 after its model, ending at the line's time (epoch seconds from `timestamp:`, milliseconds from the
 log prefix) and lasting its PredictionTime (else HandlerTime); every metric of the request is a
 `torchserve.<Metric>` attribute in ms, and a phase rule places HandlerTime as model_forward at the
@@ -55,6 +56,20 @@ def _pairs(text: str) -> dict[str, str]:
     return dict(part.split(":", 1) for part in text.split(",") if ":" in part)
 
 
+def _request_ids(host: str) -> list[str]:
+    """The request ids of a metric line: one, or a batch's, comma-separated after `requestID:`."""
+    parts = host.split(",")
+    for i, part in enumerate(parts):
+        if part.startswith("requestID:"):
+            ids = [part[len("requestID:") :]]
+            for p in parts[i + 1 :]:
+                if ":" in p:
+                    break
+                ids.append(p)
+            return [r for r in ids if r]
+    return []
+
+
 def decode(
     stream: BinaryIO, source: str, on_bad: Callable[[DecodeError], None] | None = None
 ) -> Iterator[SpanColumns]:
@@ -71,18 +86,13 @@ def decode(
             report(DecodeError(source, f"line {number}", "a metric line that does not parse"), on_bad)
             continue
         host = _pairs(match["host"])
-        request = requests.setdefault(host.get("requestID", ""), _Request())
         seconds = host.get("timestamp", "")
         if not seconds.isdigit():
             report(DecodeError(source, f"line {number}", "metric line without a timestamp"), on_bad)
             continue
-        request.end_ms = max(request.end_ms, _end_ms(int(seconds), line))
-        request.dims, request.host = _pairs(match["dims"]), host.get("hostname", "")
-        factor = TO_MS.get(match["unit"].lower())
-        if factor is None:
-            request.other[match["name"]] = f"{match['value']} {match['unit']}"
-        else:
-            request.times_ms[match["name"]] = float(match["value"]) * factor
+        # a batch's line names every request of the batch: each waited for the whole batch
+        for request_id in _request_ids(match["host"]):
+            _record(requests.setdefault(request_id, _Request()), match, host, _end_ms(int(seconds), line))
     batch = SpanColumns()
     for request_id, request in requests.items():
         if request_id and request.times_ms:
@@ -92,6 +102,16 @@ def decode(
             batch = SpanColumns()
     if len(batch):
         yield batch
+
+
+def _record(request: _Request, match: re.Match[str], host: dict[str, str], end_ms: float) -> None:
+    request.end_ms = max(request.end_ms, end_ms)
+    request.dims, request.host = _pairs(match["dims"]), host.get("hostname", "")
+    factor = TO_MS.get(match["unit"].lower())
+    if factor is None:
+        request.other[match["name"]] = f"{match['value']} {match['unit']}"
+    else:
+        request.times_ms[match["name"]] = float(match["value"]) * factor
 
 
 def _end_ms(epoch_s: int, line: str) -> float:

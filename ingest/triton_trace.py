@@ -17,6 +17,7 @@ Decisions:
   nanoseconds from 1970-01-01 (time since the server's boot); durations and order are exact.
 - A gRPC request's GRPC_WAITREAD_START..END includes waiting for the client to send (Triton's docs:
   "not a useful measure"), so a span starts at GRPC_WAITREAD_END when it has one.
+- A file copied while Triton runs lacks the closing `]` (written at shutdown): it is read as closed.
 - Ids: Triton's numbers restart with the server, so TraceId/SpanId hash the id together with its
   first timestamp (deterministic: loading the file again adds nothing).
 """
@@ -24,6 +25,7 @@ Decisions:
 from __future__ import annotations
 
 import hashlib
+import io
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -33,6 +35,7 @@ from ingest.errors import DecodeError
 from ingest.span_json import (
     BATCH_SPANS,
     INT64_MAX,
+    MAX_DOCUMENT_BYTES,
     RECORD_ERRORS,
     BadRecord,
     read_document,
@@ -58,7 +61,7 @@ def decode(
     stream: BinaryIO, source: str, on_bad: Callable[[DecodeError], None] | None = None
 ) -> Iterator[SpanColumns]:
     """Decode one Triton trace file into batches of at most BATCH_SPANS spans."""
-    document = read_document(stream, source)
+    document = _read(stream, source)
     if not isinstance(document, list):
         raise DecodeError(source, "byte 0", "not a Triton trace file: expected a JSON array of records")
     requests: dict[int, _Request] = {}
@@ -77,6 +80,23 @@ def decode(
             batch = SpanColumns()
     if len(batch):
         yield batch
+
+
+def _read(stream: BinaryIO, source: str) -> Any:
+    """The file's JSON array. Triton writes the closing bracket only when it shuts down, so a file
+    copied while the server runs ends after a record (and maybe a comma): it is closed here."""
+    data = stream.read(MAX_DOCUMENT_BYTES + 1)
+    try:
+        return read_document(io.BytesIO(data), source)
+    except DecodeError:
+        body = data.rstrip()
+        if not body.lstrip().startswith(b"[") or body.endswith(b"]"):
+            raise
+        try:
+            return read_document(io.BytesIO(body.rstrip(b",") + b"]"), source)
+        except DecodeError:
+            pass
+        raise
 
 
 def _int(value: Any, what: str) -> int:

@@ -20,6 +20,13 @@ CASES = [
     ("triton_trace.json", 28, 20, "queue", 0.10),
     ("rayserve_spans.json", 80, 20, "queue", 0.15),
     ("torchserve_model_metrics.log", 20, 20, "model_forward", 0.01),
+    # made independently from the frameworks' sources, without the rules in view (independent/README.md)
+    ("independent/vllm_otlp.json", 32, 32, "queue", 0.02),
+    ("independent/triton_otel_otlp.json", 108, 30, "queue", 0.06),
+    ("independent/triton_trace.json", 44, 30, "queue", 0.05),
+    ("independent/tgi_otlp.json", 281, 20, "model_forward", 0.01),
+    ("independent/ray_serve_otlp.json", 100, 20, "queue", 0.05),
+    ("independent/torchserve_model_metrics.log", 13, 13, "model_forward", 0.05),
 ]
 STAGE_SUM = (
     "ingress_ns + queue_ns + parsing_ns + feature_hydration_ns + preprocessing_ns + model_forward_ns"

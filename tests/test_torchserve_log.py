@@ -61,3 +61,11 @@ def test_the_fixture_handler_time_is_model_forward(tmp_path) -> None:
     assert ratio > 0.99  # the handler is all of a prediction but ~0.05 ms
     tail = {s.stage: s for s in waterfall(Store(db), Filter(run="torchserve"), "p90").stages}
     assert tail["model_forward"].tail_excess_share > 0.99 and tail["model_forward"].mean_ms > 80
+
+
+def test_a_batch_line_names_every_request_of_the_batch() -> None:
+    other = "0c0a33e1-53a2-4f65-b0b7-1d2bb55b9f36"
+    text = LINE.format(metric="HandlerTime.ms:40.5", rid=f"{RID},{other}")
+    cols = decode(text)
+    assert sorted(cols["TraceId"]) == sorted([RID.replace("-", ""), other.replace("-", "")])
+    assert cols["Duration"] == [40_500_000, 40_500_000]

@@ -105,3 +105,12 @@ def test_the_fixture_ingests_once_and_its_stages_add_up(tmp_path) -> None:
     assert body["model_forward"] > 5 and body["preprocessing"] >= 2.2 and body["queue"] < 1
     tail = {s.stage: s for s in waterfall(Store(db), Filter(run="triton"), "p90").stages}
     assert tail["queue"].tail_excess_share > 0.9
+
+
+def test_a_file_copied_while_triton_runs_has_no_closing_bracket() -> None:
+    records = [{"id": 1, "model_name": "m"}, *stamps(1, ("REQUEST_START", 5), ("REQUEST_END", 9))]
+    text = "[\n" + ",\n".join(json.dumps(r) for r in records) + ",\n"
+    batches = list(triton_trace.decode(io.BytesIO(text.encode()), "trace.json", None))
+    assert batches[0].to_arrow().column("Duration").to_pylist() == [4]
+    with pytest.raises(DecodeError, match="invalid JSON"):
+        list(triton_trace.decode(io.BytesIO(b'[{"id": 1, "model_'), "trace.json", None))

@@ -71,7 +71,22 @@ def default_rules() -> list[StageRule]:
             r"^(http|rpc|url|server|db|net\.peer|network\.peer)\.",
             "CLIENT span with http.*/rpc.*/url.*/db.* attributes (a remote call)",
         ),
-        # serving frameworks' own span names
+        # serving frameworks' own span names. Ray Serve's spans are all SERVER kind in its own export
+        # and OTLP: rules that name kind Server apply to them although they nest (see span_tree.sql)
+        (
+            "queue",
+            "Server",
+            r"route_to_replica|assign_request|choose_replica",
+            None,
+            "Ray Serve (SERVER spans): routing to a replica, waiting while every replica is busy",
+        ),
+        (
+            "model_forward",
+            "Server",
+            r"^replica_handle_request",
+            None,
+            "Ray Serve (SERVER spans): a replica handling the request (its own code; child spans map)",
+        ),
         (
             "queue",
             None,

@@ -105,7 +105,16 @@ def span_tree_query(
         .replace("{phases}", phases_sql)
         .replace("{output}", sql.load(OUTPUTS[output]))
     )
-    params = [*scope_params, *name_params, *case_params, *scope_params, *phase_params, stages_by_position]
+    server_rules = [rule.position for rule in rules if rule.span_kind == "Server"]
+    params = [
+        *scope_params,
+        *name_params,
+        *case_params,
+        *scope_params,
+        *phase_params,
+        server_rules,
+        stages_by_position,
+    ]
     return text, params
 
 

@@ -28,7 +28,9 @@
 --                They are mapped like the request root (stage ingress, rule 10002): their own
 --                exclusive time (a batch wait, a handler's overhead) is not given to a stage by name
 --                but left unattributed, and their unmatched direct children are unattributed too.
---                A leaf SERVER span (an untraced dependency) keeps the rules: all of it is its work.
+--                A leaf SERVER span (an untraced dependency) keeps the rules: all of it is its work,
+--                and so does one matched by a rule that names span kind Server (written for such
+--                spans: Ray Serve's nested route_to_replica / replica_handle_request SERVER spans).
 --   tree         recursive walk down from the request root. Each span's effective interval is its own
 --                clipped to its parent's effective interval, so children that outlast their parent
 --                are cut and the exclusive times of a request add up to the root's duration exactly.
@@ -113,6 +115,8 @@ tier_roots AS MATERIALIZED (
     SELECT s.TK, s.SK
     FROM spans AS s SEMI JOIN spans AS c ON c.TK = s.TK AND c.PK = s.SK
     WHERE s.SpanKind = 'Server' AND s.AttrStage IS NULL
+      -- a rule written for SERVER spans (span kind Server) is meant for them: it wins
+      AND NOT list_contains(?::INTEGER[], coalesce(s.RuleNo, 0))
 ),
 tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
     SELECT s.TK, s.SK, s.PK, s.StartNs, s.EndNs, s.StartNs, 0,

@@ -10,9 +10,11 @@ WITH f AS (
 q AS (
     SELECT quantile_cont(Duration, [0.45, 0.55, ?, ?]) AS qs FROM f
 ),
-window_fill AS (
+window_fill AS (  -- likewise, an empty median band holds the request nearest the median
     SELECT count(*) FILTER (WHERE f.Duration >= q.qs[3] AND f.Duration < q.qs[4]) AS inside,
-           min(f.Duration) FILTER (WHERE f.Duration >= q.qs[3]) AS first_above
+           min(f.Duration) FILTER (WHERE f.Duration >= q.qs[3]) AS first_above,
+           count(*) FILTER (WHERE f.Duration BETWEEN q.qs[1] AND q.qs[2]) AS median_inside,
+           arg_min(f.Duration, abs(f.Duration - (q.qs[1] + q.qs[2]) / 2)) AS nearest_median
     FROM f, q
 ),
 marked AS (
@@ -20,7 +22,8 @@ marked AS (
            CASE WHEN (f.Duration >= q.qs[3]
                       AND (f.Duration < q.qs[4] OR ((? OR q.qs[3] = q.qs[4]) AND f.Duration <= q.qs[4])))
                      OR (w.inside = 0 AND f.Duration = w.first_above) THEN 'band'
-                WHEN f.Duration BETWEEN q.qs[1] AND q.qs[2] THEN 'median' END AS grp
+                WHEN f.Duration BETWEEN q.qs[1] AND q.qs[2]
+                     OR (w.median_inside = 0 AND f.Duration = w.nearest_median) THEN 'median' END AS grp
     FROM f, q, window_fill AS w
 )
 SELECT TraceId, grp FROM marked

@@ -28,7 +28,9 @@
 --                They are mapped like the request root (stage ingress, rule 10002): their own
 --                exclusive time (a batch wait, a handler's overhead) is not given to a stage by name
 --                but left unattributed, and their unmatched direct children are unattributed too.
---                A leaf SERVER span (an untraced dependency) keeps the rules: all of it is its work.
+--                A leaf SERVER span (an untraced dependency) keeps the rules: all of it is its work,
+--                and so does one matched by a rule that names span kind Server (written for such
+--                spans: Ray Serve's nested route_to_replica / replica_handle_request SERVER spans).
 --   tree         recursive walk down from the request root. Each span's effective interval is its own
 --                clipped to its parent's effective interval, so children that outlast their parent
 --                are cut and the exclusive times of a request add up to the root's duration exactly.
@@ -241,6 +243,8 @@ tier_roots AS MATERIALIZED (
     SELECT s.TK, s.SK
     FROM spans AS s SEMI JOIN spans AS c ON c.TK = s.TK AND c.PK = s.SK
     WHERE s.SpanKind = 'Server' AND s.AttrStage IS NULL
+      -- a rule written for SERVER spans (span kind Server) is meant for them: it wins
+      AND NOT list_contains(?::INTEGER[], coalesce(s.RuleNo, 0))
 ),
 tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
     SELECT s.TK, s.SK, s.PK, s.StartNs, s.EndNs, s.StartNs, 0,
@@ -344,4 +348,4 @@ SELECT s.TraceId, s.SpanId, s.ParentSpanId, s.SpanName, s.SpanKind, s.ServiceNam
 FROM span_rows AS w
 JOIN spans AS s ON s.TK = w.TK AND s.SK = w.SK AND s.PK = w.PK
 JOIN request_root AS r ON r.TK = w.TK
--- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", "r1", "abababababababababababababababab", "\"INFER_START\"", "\"fw.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m"}], "r1", "abababababababababababababababab", ["queue", "model_forward", "downstream"]]
+-- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", "r1", "abababababababababababababababab", "\"INFER_START\"", "\"fw.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m"}], "r1", "abababababababababababababababab", [], ["queue", "model_forward", "downstream"]]
