@@ -10,7 +10,8 @@ import streamlit as st
 from tailscope.store.db import StoreBusyError, StoreVersionError
 
 HOW_TO_LOAD = (
-    "Load traces with `tailscope ingest FILE --run LABEL` (OTLP JSON or protobuf, Jaeger, Zipkin), "
+    "Load traces with `tailscope ingest FILE --run LABEL` (OTLP JSON or protobuf, Jaeger, Zipkin, "
+    "Triton and TorchServe logs, the OpenTelemetry console exporter), "
     "generate simulated traces of every scenario with `tailscope demo`, or use the **Upload** page."
 )
 

@@ -16,7 +16,9 @@ LABEL_KEY = "upload_label"
 SUGGESTED_KEY = "upload_label_suggested"
 FORMATS = (
     "OTLP/JSON (one request, JSON lines from the Collector's file exporter, arrays), OTLP protobuf "
-    "(raw TracesData or the file exporter's length-prefixed stream), Jaeger UI JSON, Zipkin v2 JSON; "
+    "(raw TracesData or the file exporter's length-prefixed stream), Jaeger UI JSON, Zipkin v2 JSON, "
+    "the OpenTelemetry SDK console exporter's JSON (Ray Serve), Triton's trace file, "
+    "TorchServe's metrics log; "
     "gzip or zstd compressed or not. The format is detected from the content, not the file name."
 )
 

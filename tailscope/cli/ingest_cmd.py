@@ -1,7 +1,8 @@
 """Load trace exports (files or folders) into the store.
 
 Formats are detected from content: OTLP JSON (document, JSON lines, arrays), OTLP protobuf (raw or
-length-prefixed), Jaeger UI JSON and Zipkin v2 JSON; gzip or zstd compressed or not. Each file is one
+length-prefixed), Jaeger UI JSON, Zipkin v2 JSON, the OpenTelemetry SDK console exporter's JSON (Ray
+Serve), Triton's trace file and TorchServe's metrics log; gzip or zstd compressed or not. Each file is one
 transaction. Strict by default: a malformed record rejects its whole file (one line on stderr,
 exit code 2, store unchanged for that file); --skip-bad loads the good records and reports the rest.
 """
