@@ -272,8 +272,20 @@ def phase_candidates(rules: list[PhaseRule]) -> tuple[str, list[str]]:
     return (" OR ".join(tests) or "false"), params
 
 
+def attribute_keys(rules: list[PhaseRule]) -> list[str]:
+    """Every attribute key the attribute rules read (durations and end offsets), in a fixed order."""
+    keys = [key for r in rules if r.source == "attribute" for key in (r.start_key, r.end_key) if key]
+    return list(dict.fromkeys(keys))
+
+
+def attribute_paths(rules: list[PhaseRule]) -> list[str]:
+    """The keys of `attribute_keys` as JSON paths (quoted: keys contain dots)."""
+    return ['$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"' for key in attribute_keys(rules)]
+
+
 def phase_rules_param(rules: list[PhaseRule]) -> list[dict[str, Any]]:
     """The rules as phase_spans.sql's list-of-structs parameter."""
+    at = {key: i for i, key in enumerate(attribute_keys(rules), start=1)}
     return [
         {
             "pos": r.position,
@@ -285,6 +297,8 @@ def phase_rules_param(rules: list[PhaseRule]) -> list[dict[str, Any]]:
             "end_key": r.end_key,
             "factor": UNITS.get(r.unit or "") if r.source == "attribute" else None,
             "name_regex": r.name_regex,
+            "start_at": at.get(r.start_key) if r.source == "attribute" else None,
+            "end_at": at.get(r.end_key or "") if r.source == "attribute" else None,
         }
         for r in rules
     ]

@@ -64,12 +64,13 @@ def phase_spans_query(
     window: tuple[int, int] | None = None,
 ) -> tuple[str, list[Any]]:
     """phase_spans.sql for one scope of one run: the phase spans the rules make there."""
-    from tailscope.analysis.phases import phase_candidates, phase_rules_param
+    from tailscope.analysis.phases import attribute_paths, phase_candidates, phase_rules_param
 
     scope_params = _scope_params(scope, run, trace_id, sample, window)
     candidates_sql, candidate_params = phase_candidates(phase_rules)
     text = sql.load("phase_spans").replace("{scope}", SCOPES[scope]).replace("{candidates}", candidates_sql)
-    return text, [*scope_params, *candidate_params, phase_rules_param(phase_rules), *scope_params]
+    paths = attribute_paths(phase_rules)
+    return text, [paths, *scope_params, *candidate_params, phase_rules_param(phase_rules), *scope_params]
 
 
 def span_tree_query(

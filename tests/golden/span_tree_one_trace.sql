@@ -90,55 +90,92 @@ phase_rows AS (
 --   candidates  an OR of contains() tests (keys and event names are bound parameters): only spans
 --               that carry one of the rules' attribute keys or event names are looked at, so a run
 --               without framework phases pays one substring scan
--- Then one bound parameter: the rules, as a list of structs (factor: ns per unit; NULL for 'text').
+-- Bound parameters besides the scope's: the JSON paths of every attribute the rules read (before the
+-- candidate filter's), and the rules, as a list of structs (factor: ns per unit, NULL for 'text';
+-- start_at / end_at: the positions of their keys in that path list).
 -- Attribute phases of one framework on one span are laid end to end in rule order from the span's
 -- start, or placed so that the phase with an end_key ends at that offset from the span's start.
 -- Event phases run from the span's first start event to the first end event after it, on the span
 -- or on a direct child (the start event must be the span's own, so a phase is made once).
 -- A phase fills only the part of its span's time that no child span of it covers (it may come out in
--- pieces: ids '<carrier>/phase<n>', '.2', '.3' ...). RuleNo = 20000 + rule position.
+-- pieces: ids '<carrier>/phase<n>', then '.<gap start ns>' for pieces after a child's end).
+-- RuleNo = 20000 + rule position.
 WITH phase_candidates AS MATERIALIZED (
-    SELECT TraceId, SpanId, ParentSpanId, SpanName, ServiceName, ResourceAttributes, SpanAttributes, Events,
-           epoch_ns(Timestamp) AS StartNs
+    SELECT TraceId, SpanId, hash(TraceId, SpanId) AS CK, ParentSpanId, SpanName, ServiceName,
+           ResourceAttributes, SpanAttributes, Events, epoch_ns(Timestamp) AS StartNs,
+           -- every attribute the rules read, with one parse of the span's attributes
+           json_extract_string(SpanAttributes, ?::VARCHAR[]) AS RuleValues
     FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)
     WHERE contains(Events, ?) OR contains(SpanAttributes, ?)
 ),
 phase_rules_given AS MATERIALIZED (
-    SELECT r.pos, r.grp, r.phase, r.stage, r.source, r.start_key, r.end_key, r.factor, r.name_regex
+    SELECT r.pos, r.grp, r.phase, r.stage, r.source, r.start_key, r.end_key, r.factor, r.name_regex,
+           r.start_at, r.end_at
     FROM (SELECT unnest(?::STRUCT(pos INTEGER, grp VARCHAR, phase VARCHAR, stage VARCHAR, source VARCHAR,
-                                  start_key VARCHAR, end_key VARCHAR, factor DOUBLE,
-                                  name_regex VARCHAR)[]) AS r)
+                                  start_key VARCHAR, end_key VARCHAR, factor DOUBLE, name_regex VARCHAR,
+                                  start_at INTEGER, end_at INTEGER)[]) AS r)
+),
+-- which rules apply to which span name: name regexes run once per distinct name, not per span
+rules_by_name AS MATERIALIZED (
+    SELECT n.SpanName, r.pos
+    FROM (SELECT DISTINCT SpanName FROM phase_candidates) AS n, phase_rules_given AS r
+    WHERE r.name_regex IS NULL OR regexp_matches(n.SpanName, r.name_regex, 'i')
 ),
 attribute_raw AS (
-    SELECT c.TraceId, c.SpanId, c.SpanName, c.ServiceName, c.ResourceAttributes, c.StartNs,
-           r.pos, r.grp, r.phase, r.stage,
-           -- [duration, end offset] in ns: a number times the unit's factor, or a number with its
-           -- unit ("12.5ms", "850µs", "1.2s": Rust's Duration Debug text, as TGI records it)
-           list_transform(
-               [c.SpanAttributes->>r.start_key, c.SpanAttributes->>r.end_key],
-               lambda v: CASE WHEN r.factor IS NOT NULL THEN try_cast(v AS DOUBLE) * r.factor
-                         ELSE try_cast(regexp_extract(v, '^\s*([0-9.eE+-]+)\s*([a-zµμ]+)\s*$', 1) AS DOUBLE)
-                              * CASE regexp_extract(v, '^\s*([0-9.eE+-]+)\s*([a-zµμ]+)\s*$', 2)
-                                    WHEN 'ns' THEN 1 WHEN 'us' THEN 1e3 WHEN 'µs' THEN 1e3 WHEN 'μs' THEN 1e3
-                                    WHEN 'ms' THEN 1e6 WHEN 's' THEN 1e9 WHEN 'm' THEN 6e10
-                                    WHEN 'min' THEN 6e10 WHEN 'h' THEN 3.6e12 END
-                    END) AS V
+    SELECT c.TraceId, c.SpanId, c.CK, c.SpanName, c.ServiceName, c.ResourceAttributes, c.StartNs,
+           r.pos, r.grp, r.phase, r.stage, r.factor,
+           c.RuleValues[r.start_at] AS RawDur,
+           CASE WHEN r.end_at IS NOT NULL THEN c.RuleValues[r.end_at] END AS RawEnd
     FROM phase_candidates AS c
-    JOIN phase_rules_given AS r ON r.source = 'attribute'
-    WHERE r.name_regex IS NULL OR regexp_matches(c.SpanName, r.name_regex, 'i')
+    JOIN rules_by_name AS n ON n.SpanName = c.SpanName
+    JOIN phase_rules_given AS r ON r.pos = n.pos AND r.source = 'attribute'
+    WHERE contains(c.SpanAttributes, '"' || r.start_key || '":')  -- only the rules whose key it has
+),
+attribute_values AS (
+    -- duration and end offset in ns: a number times the unit's factor, or a number with its unit
+    -- ("12.5ms", "850µs", "1.2s": Rust's Duration Debug text, as TGI records it)
+    SELECT *,
+           CASE WHEN factor IS NOT NULL THEN try_cast(RawDur AS DOUBLE) * factor
+                ELSE try_cast(regexp_extract(RawDur, '^\s*([0-9.eE+-]+)\s*([a-zµμ]+)\s*$', 1) AS DOUBLE)
+                     * CASE regexp_extract(RawDur, '^\s*([0-9.eE+-]+)\s*([a-zµμ]+)\s*$', 2)
+                           WHEN 'ns' THEN 1 WHEN 'us' THEN 1e3 WHEN 'µs' THEN 1e3 WHEN 'μs' THEN 1e3
+                           WHEN 'ms' THEN 1e6 WHEN 's' THEN 1e9 WHEN 'm' THEN 6e10
+                           WHEN 'min' THEN 6e10 WHEN 'h' THEN 3.6e12 END
+           END AS Dur,
+           CASE WHEN RawEnd IS NULL THEN NULL
+                WHEN factor IS NOT NULL THEN try_cast(RawEnd AS DOUBLE) * factor
+                ELSE try_cast(regexp_extract(RawEnd, '^\s*([0-9.eE+-]+)\s*([a-zµμ]+)\s*$', 1) AS DOUBLE)
+                     * CASE regexp_extract(RawEnd, '^\s*([0-9.eE+-]+)\s*([a-zµμ]+)\s*$', 2)
+                           WHEN 'ns' THEN 1 WHEN 'us' THEN 1e3 WHEN 'µs' THEN 1e3 WHEN 'μs' THEN 1e3
+                           WHEN 'ms' THEN 1e6 WHEN 's' THEN 1e9 WHEN 'm' THEN 6e10
+                           WHEN 'min' THEN 6e10 WHEN 'h' THEN 3.6e12 END
+           END AS EndOffset
+    FROM attribute_raw
 ),
 attribute_phases AS (
-    SELECT *, V[1] AS Dur, V[2] AS EndOffset,
-           coalesce(sum(V[1]) OVER (PARTITION BY TraceId, SpanId, grp ORDER BY pos
-                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS Before
-    FROM attribute_raw
-    WHERE V[1] > 0
+    SELECT * FROM attribute_values WHERE Dur > 0
+),
+-- where each phase starts within its framework's chain on the span: the durations of the phases
+-- before it (a self-join: a span has a few phases, and a join is cheaper here than a window)
+attribute_before AS (
+    SELECT a.CK, a.grp, a.pos, coalesce(sum(b.Dur), 0) AS Before
+    FROM attribute_phases AS a
+    LEFT JOIN attribute_phases AS b ON b.CK = a.CK AND b.grp = a.grp AND b.pos < a.pos
+    GROUP BY a.CK, a.grp, a.pos
+),
+-- the chain's start: the span's start, or where the anchored phase (with an end offset) puts it
+attribute_chain AS (
+    SELECT a.CK, a.grp, greatest(coalesce(max(a.EndOffset - (b.Before + a.Dur)), 0), 0) AS ChainStart
+    FROM attribute_phases AS a
+    JOIN attribute_before AS b ON b.CK = a.CK AND b.grp = a.grp AND b.pos = a.pos
+    GROUP BY a.CK, a.grp
 ),
 attribute_placed AS (
-    SELECT TraceId, SpanId, SpanName, ServiceName, ResourceAttributes, pos, phase, stage, Dur,
-           StartNs + Before + greatest(coalesce(max(EndOffset - (Before + Dur)) OVER (
-               PARTITION BY TraceId, SpanId, grp), 0), 0) AS A
-    FROM attribute_phases
+    SELECT a.TraceId, a.SpanId, a.CK, a.SpanName, a.ServiceName, a.ResourceAttributes, a.pos, a.phase,
+           a.stage, a.Dur, a.StartNs + b.Before + c.ChainStart AS A
+    FROM attribute_phases AS a
+    JOIN attribute_before AS b ON b.CK = a.CK AND b.grp = a.grp AND b.pos = a.pos
+    JOIN attribute_chain AS c ON c.CK = a.CK AND c.grp = a.grp
 ),
 event_own AS (
     SELECT TraceId, SpanId, ParentSpanId, e.Name AS Name, min(e.Timestamp) AS T
@@ -156,14 +193,15 @@ event_ends AS (
     SELECT TraceId, ParentSpanId, Name, T FROM event_own WHERE ParentSpanId <> ''
 ),
 event_placed AS (
-    SELECT c.TraceId, c.SpanId, c.SpanName, c.ServiceName, c.ResourceAttributes, r.pos, r.phase, r.stage,
-           s.T AS A, CAST(min(e.T) - s.T AS DOUBLE) AS Dur
+    SELECT c.TraceId, c.SpanId, c.CK, c.SpanName, c.ServiceName, c.ResourceAttributes, r.pos, r.phase,
+           r.stage, s.T AS A, CAST(min(e.T) - s.T AS DOUBLE) AS Dur
     FROM phase_candidates AS c
-    JOIN phase_rules_given AS r ON r.source = 'events'
+    JOIN rules_by_name AS n ON n.SpanName = c.SpanName
+    JOIN phase_rules_given AS r ON r.pos = n.pos AND r.source = 'events'
     JOIN event_own AS s ON s.TraceId = c.TraceId AND s.SpanId = c.SpanId AND s.Name = r.start_key
     JOIN event_ends AS e ON e.TraceId = c.TraceId AND e.SpanId = c.SpanId AND e.Name = r.end_key AND e.T > s.T
-    WHERE r.name_regex IS NULL OR regexp_matches(c.SpanName, r.name_regex, 'i')
-    GROUP BY c.TraceId, c.SpanId, c.SpanName, c.ServiceName, c.ResourceAttributes, r.pos, r.phase, r.stage, s.T
+    GROUP BY c.TraceId, c.SpanId, c.CK, c.SpanName, c.ServiceName, c.ResourceAttributes, r.pos, r.phase,
+             r.stage, s.T
 ),
 placed AS (
     SELECT * FROM attribute_placed UNION ALL BY NAME SELECT * FROM event_placed
@@ -195,13 +233,13 @@ gaps AS (  -- the carrier's time no child covers, as [GA, GB) pieces; a carrier 
     ANTI JOIN carrier_children AS k ON k.TraceId = p.TraceId AND k.CarrierId = p.SpanId
 ),
 pieces AS (
-    SELECT p.*, greatest(p.A, g.GA) AS PA, least(p.A + p.Dur, g.GB) AS PB,
-           row_number() OVER (PARTITION BY p.TraceId, p.SpanId, p.pos ORDER BY g.GA) AS piece
+    SELECT p.*, greatest(p.A, g.GA) AS PA, least(p.A + p.Dur, g.GB) AS PB, g.GA
     FROM placed AS p
     JOIN gaps AS g ON g.TraceId = p.TraceId AND g.CarrierId = p.SpanId
     WHERE least(p.A + p.Dur, g.GB) > greatest(p.A, g.GA)
 )
-SELECT TraceId, SpanId || '/phase' || pos || CASE WHEN piece > 1 THEN '.' || piece ELSE '' END AS SpanId,
+SELECT TraceId,
+       SpanId || '/phase' || pos || CASE WHEN GA = -4611686018427387904 THEN '' ELSE '.' || GA END AS SpanId,
        SpanId AS ParentSpanId, phase AS SpanName,
        'Internal' AS SpanKind, ServiceName, ResourceAttributes, 'Unset' AS StatusCode,
        CAST(round(PA) AS BIGINT) AS StartNs, CAST(round(PB - PA) AS BIGINT) AS Duration, stage AS Stage,
@@ -348,4 +386,4 @@ SELECT s.TraceId, s.SpanId, s.ParentSpanId, s.SpanName, s.SpanKind, s.ServiceNam
 FROM span_rows AS w
 JOIN spans AS s ON s.TK = w.TK AND s.SK = w.SK AND s.PK = w.PK
 JOIN request_root AS r ON r.TK = w.TK
--- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", "r1", "abababababababababababababababab", "\"INFER_START\"", "\"fw.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m"}], "r1", "abababababababababababababababab", [], ["queue", "model_forward", "downstream"]]
+-- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", ["$.\"fw.queue_time\""], "r1", "abababababababababababababababab", "\"INFER_START\"", "\"fw.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null, "start_at": 1, "end_at": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m", "start_at": null, "end_at": null}], "r1", "abababababababababababababababab", [], ["queue", "model_forward", "downstream"]]
