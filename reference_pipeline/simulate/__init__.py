@@ -24,17 +24,11 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "simulate_columns": "api",
-    "simulate_to_file": "api",
-    "SCENARIOS": "config",
-    "NAMINGS": "config",
-    "FORMATS": "config",
-    "HARDWARE": "config",
+    "simulate_columns": "api", "simulate_to_file": "api",
+    "SCENARIOS": "config", "NAMINGS": "config", "FORMATS": "config", "HARDWARE": "config",
     "TOPOLOGIES": "config",
-    "SimConfig": "config",
-    "scenario_config": "config",
-    "simulate": "model",
-    "Simulation": "model",
+    "SimConfig": "config", "scenario_config": "config",
+    "simulate": "model", "Simulation": "model",
 }
 
 __all__ = sorted(_LAZY)

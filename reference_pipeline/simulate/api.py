@@ -19,15 +19,9 @@ from reference_pipeline.simulate.spans import SpanSource
 from reference_pipeline.simulate.writers import jaeger_json, otlp_json_lines, span_columns
 
 
-def simulate_columns(
-    scenario: str = "steady",
-    requests: int = 4000,
-    seed: int = 0,
-    *,
-    naming: str = "reference",
-    batch_requests: int = 4096,
-    **options: Any,
-) -> Iterator[SpanColumns]:
+def simulate_columns(scenario: str = "steady", requests: int = 4000, seed: int = 0, *,
+                     naming: str = "reference", batch_requests: int = 4096, **options: Any
+                     ) -> Iterator[SpanColumns]:
     """Simulated spans as SpanColumns batches (about 13 spans per request), no file in between.
 
     `options` are `scenario_config` keywords: `hardware`, and any SimConfig field (rps, workers,
@@ -37,9 +31,8 @@ def simulate_columns(
     yield from span_columns(source, batch_requests)  # type: ignore[arg-type]
 
 
-def span_source(
-    sim: Simulation, naming: str = "reference", run_label: str | None = None
-) -> SpanSource | GatewaySource:
+def span_source(sim: Simulation, naming: str = "reference", run_label: str | None = None
+                ) -> SpanSource | GatewaySource:
     """The spans of a simulation in its topology: the pipeline's tree under `naming`, or the gateway
     topology's own names (`naming` and `run_label` apply to the pipeline topology only)."""
     if sim.config.topology == "gateway":
@@ -58,17 +51,9 @@ def _open_for_writing(path: Path, suffix: str):
     return open(path, "wb", buffering=1 << 20)
 
 
-def simulate_to_file(
-    out: str | os.PathLike[str],
-    scenario: str = "steady",
-    requests: int = 4000,
-    seed: int = 0,
-    *,
-    naming: str = "reference",
-    fmt: str = "otlp-json",
-    run_label: str | None = None,
-    **options: Any,
-) -> dict[str, Any]:
+def simulate_to_file(out: str | os.PathLike[str], scenario: str = "steady", requests: int = 4000,
+                     seed: int = 0, *, naming: str = "reference", fmt: str = "otlp-json",
+                     run_label: str | None = None, **options: Any) -> dict[str, Any]:
     """Write one simulated run to `out` (atomically: a temporary file renamed at the end).
 
     Returns a summary: what was written, how fast, and the run's headline numbers.
@@ -92,18 +77,10 @@ def simulate_to_file(
     seconds = time.perf_counter() - started
     spans = source.span_count()
     return {
-        "scenario": scenario,
-        "topology": config.topology,
-        "naming": source.naming,
-        "format": fmt,
-        "out": str(path),
-        "seed": seed,
-        "run_label": run_label,
-        "requests": requests,
-        "spans": spans,
-        "bytes": path.stat().st_size,
-        "seconds": round(seconds, 3),
-        "spans_per_second": round(spans / seconds) if seconds > 0 else None,
+        "scenario": scenario, "topology": config.topology, "naming": source.naming, "format": fmt,
+        "out": str(path), "seed": seed,
+        "run_label": run_label, "requests": requests, "spans": spans, "bytes": path.stat().st_size,
+        "seconds": round(seconds, 3), "spans_per_second": round(spans / seconds) if seconds > 0 else None,
         **run_figures(sim),
     }
 

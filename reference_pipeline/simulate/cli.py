@@ -20,65 +20,35 @@ from reference_pipeline.simulate.config import FORMATS, HARDWARE, NAMINGS, SCENA
 
 
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--scenario", choices=SCENARIOS, default="steady", help="planted cause (default steady)"
-    )
+    parser.add_argument("--scenario", choices=SCENARIOS, default="steady",
+                        help="planted cause (default steady)")
     parser.add_argument("--requests", type=int, default=4000, help="requests to simulate (default 4000)")
-    parser.add_argument(
-        "--out", type=Path, required=True, help="trace file to write (.gz / .zst suffix: compressed)"
-    )
+    parser.add_argument("--out", type=Path, required=True,
+                        help="trace file to write (.gz / .zst suffix: compressed)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default 0)")
     parser.add_argument("--rps", type=float, help="mean arrival rate (default: half the capacity)")
-    parser.add_argument(
-        "--instances",
-        "--workers",
-        dest="workers",
-        type=int,
-        metavar="N",
-        help="server instances (processes), one model worker each; resource attribute "
-        "tailscope.instances (default 3)",
-    )
+    parser.add_argument("--instances", "--workers", dest="workers", type=int, metavar="N",
+                        help="server instances (processes), one model worker each; resource attribute "
+                        "tailscope.instances (default 3)")
     parser.add_argument("--max-batch", type=int, help="dynamic batcher: largest batch (default 8)")
     parser.add_argument("--max-wait-ms", type=float, help="dynamic batcher: longest wait (default 5)")
-    parser.add_argument(
-        "--hardware",
-        choices=tuple(HARDWARE),
-        default="cpu-fp32",
-        help="forward-pass cost and device attributes (default cpu-fp32)",
-    )
-    parser.add_argument(
-        "--naming",
-        choices=NAMINGS,
-        default="reference",
-        help="reference: span_model's names; alt: a foreign service's names, no tailscope.*",
-    )
-    parser.add_argument(
-        "--topology",
-        choices=TOPOLOGIES,
-        default="pipeline",
-        help="pipeline: the reference pipeline's span tree; gateway: the same mechanisms "
-        "behind another shape of service (API gateway root, gRPC call to a model server "
-        "whose span holds the work, deeper nesting, no queue or lock span, host + pid "
-        "instances, GC as 'GC pause' events, no tailscope.* attributes; --naming is "
-        "ignored) (default pipeline)",
-    )
-    parser.add_argument(
-        "--no-gc-events",
-        dest="gc_events",
-        action="store_false",
-        help="do not report GC pauses as span events (timing is all that shows them)",
-    )
-    parser.add_argument(
-        "--format",
-        choices=FORMATS,
-        default="otlp-json",
-        help="otlp-json: Collector file-exporter lines; jaeger: Jaeger UI JSON",
-    )
-    parser.add_argument(
-        "--run-label",
-        metavar="LABEL",
-        help="run label: recorded as tailscope.run.label, and used with --db (default: the file's name)",
-    )
+    parser.add_argument("--hardware", choices=tuple(HARDWARE), default="cpu-fp32",
+                        help="forward-pass cost and device attributes (default cpu-fp32)")
+    parser.add_argument("--naming", choices=NAMINGS, default="reference",
+                        help="reference: span_model's names; alt: a foreign service's names, no tailscope.*")
+    parser.add_argument("--topology", choices=TOPOLOGIES, default="pipeline",
+                        help="pipeline: the reference pipeline's span tree; gateway: the same mechanisms "
+                        "behind another shape of service (API gateway root, gRPC call to a model server "
+                        "whose span holds the work, deeper nesting, no queue or lock span, host + pid "
+                        "instances, GC as 'GC pause' events, no tailscope.* attributes; --naming is "
+                        "ignored) (default pipeline)")
+    parser.add_argument("--no-gc-events", dest="gc_events", action="store_false",
+                        help="do not report GC pauses as span events (timing is all that shows them)")
+    parser.add_argument("--format", choices=FORMATS, default="otlp-json",
+                        help="otlp-json: Collector file-exporter lines; jaeger: Jaeger UI JSON")
+    parser.add_argument("--run-label", metavar="LABEL",
+                        help="run label: recorded as tailscope.run.label, and used with --db "
+                             "(default: the file's name)")
     parser.add_argument("--db", metavar="FILE", help="also load the file into this store")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -88,19 +58,9 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     try:
         summary = simulate_to_file(
-            args.out,
-            args.scenario,
-            args.requests,
-            args.seed,
-            naming=args.naming,
-            fmt=args.format,
-            run_label=args.run_label,
-            hardware=args.hardware,
-            rps=args.rps,
-            workers=args.workers,
-            max_batch=args.max_batch,
-            max_wait_ms=args.max_wait_ms,
-            topology=args.topology,
+            args.out, args.scenario, args.requests, args.seed, naming=args.naming, fmt=args.format,
+            run_label=args.run_label, hardware=args.hardware, rps=args.rps, workers=args.workers,
+            max_batch=args.max_batch, max_wait_ms=args.max_wait_ms, topology=args.topology,
             gc_events=args.gc_events,
         )
     except ValueError as error:
@@ -111,24 +71,16 @@ def run_simulate(args: argparse.Namespace) -> int:
 
         label = args.run_label or default_run_label([args.out])
         loaded = load_paths([args.out], args.db, label)
-        summary["loaded"] = {
-            "db": str(args.db),
-            "run": label,
-            "traces": loaded.traces,
-            "errors": [f.error for f in loaded.failed],
-        }
+        summary["loaded"] = {"db": str(args.db), "run": label, "traces": loaded.traces,
+                             "errors": [f.error for f in loaded.failed]}
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(
-            f"{summary['scenario']}: {summary['requests']} requests, {summary['spans']} spans in "
-            f"{summary['seconds']} s ({summary['spans_per_second']} spans/s), client p50 "
-            f"{summary['p50_ms']} ms, p99 {summary['p99_ms']} ms → {summary['out']}"
-        )
+        print(f"{summary['scenario']}: {summary['requests']} requests, {summary['spans']} spans in "
+              f"{summary['seconds']} s ({summary['spans_per_second']} spans/s), client p50 "
+              f"{summary['p50_ms']} ms, p99 {summary['p99_ms']} ms → {summary['out']}")
         if "loaded" in summary:
             info = summary["loaded"]
-            print(
-                f"  loaded into {info['db']} as run {info['run']!r}: {info['traces']} traces"
-                + (f" (errors: {info['errors']})" if info["errors"] else "")
-            )
+            print(f"  loaded into {info['db']} as run {info['run']!r}: {info['traces']} traces"
+                  + (f" (errors: {info['errors']})" if info["errors"] else ""))
     return 1 if summary.get("loaded", {}).get("errors") else 0

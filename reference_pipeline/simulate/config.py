@@ -122,20 +122,10 @@ class SimConfig:
 HARDWARE: dict[str, dict] = {
     "cpu-fp32": {"device": "cpu", "dtype": "fp32", "forward_base_ms": 10.0, "forward_per_item_ms": 2.5},
     "cpu-int8": {"device": "cpu", "dtype": "int8", "forward_base_ms": 6.0, "forward_per_item_ms": 1.2},
-    "gpu-fp32": {
-        "device": "cuda",
-        "gpu_name": "NVIDIA H100 80GB HBM3",
-        "dtype": "fp32",
-        "forward_base_ms": 2.5,
-        "forward_per_item_ms": 0.3,
-    },
-    "gpu-bf16": {
-        "device": "cuda",
-        "gpu_name": "NVIDIA H100 80GB HBM3",
-        "dtype": "bf16",
-        "forward_base_ms": 1.8,
-        "forward_per_item_ms": 0.12,
-    },
+    "gpu-fp32": {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "dtype": "fp32",
+                 "forward_base_ms": 2.5, "forward_per_item_ms": 0.3},
+    "gpu-bf16": {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "dtype": "bf16",
+                 "forward_base_ms": 1.8, "forward_per_item_ms": 0.12},
 }
 
 
@@ -167,9 +157,8 @@ def _scenario_changes(name: str) -> dict:
     raise ValueError(f"unknown scenario {name!r}; one of {', '.join(SCENARIOS)}")
 
 
-def scenario_config(
-    scenario: str = "steady", requests: int = 4000, seed: int = 0, hardware: str | None = None, **overrides
-) -> SimConfig:
+def scenario_config(scenario: str = "steady", requests: int = 4000, seed: int = 0,
+                    hardware: str | None = None, **overrides) -> SimConfig:
     """The configuration of one scenario on one hardware setup (default cpu-fp32); keyword overrides
     of SimConfig fields win (None values are ignored)."""
     changes = _scenario_changes(scenario)

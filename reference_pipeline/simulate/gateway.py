@@ -37,99 +37,40 @@ RISK_RPC = "risk.v1.RiskService/Check"
 
 
 def _grpc(service: str, method: str, peer: str | None = None) -> tuple[tuple[str, Any], ...]:
-    attrs: tuple[tuple[str, Any], ...] = (
-        ("rpc.system", "grpc"),
-        ("rpc.service", service),
-        ("rpc.method", method),
-        ("rpc.grpc.status_code", 0),
-    )
+    attrs: tuple[tuple[str, Any], ...] = (("rpc.system", "grpc"), ("rpc.service", service),
+                                         ("rpc.method", method), ("rpc.grpc.status_code", 0))
     return attrs + ((("server.address", peer), ("server.port", 8001)) if peer else ())
 
 
 # role -> (parent role, kind, side, name, scope, static attributes)
 _LAYOUT: dict[str, tuple[str | None, str, str, str, str, tuple[tuple[str, Any], ...]]] = {
-    "gw_root": (
-        None,
-        "Server",
-        "gateway",
-        "POST /api/v2/score",
-        "net/http",
-        (
-            ("http.request.method", "POST"),
-            ("http.route", "/api/v2/score"),
-            ("url.scheme", "https"),
-            ("http.response.status_code", 200),
-        ),
-    ),
+    "gw_root": (None, "Server", "gateway", "POST /api/v2/score", "net/http",
+                (("http.request.method", "POST"), ("http.route", "/api/v2/score"),
+                 ("url.scheme", "https"), ("http.response.status_code", 200))),
     "gw_auth": ("gw_root", "Internal", "gateway", "authz.CheckToken", "gateway/middleware", ()),
-    "gw_call": (
-        "gw_root",
-        "Client",
-        "gateway",
-        INFER_RPC,
-        "google.golang.org/grpc",
-        _grpc("inference.GRPCInferenceService", "ModelInfer", SERVICE),
-    ),
-    "server": (
-        "gw_call",
-        "Server",
-        "server",
-        INFER_RPC,
-        "opentelemetry.instrumentation.grpc",
-        _grpc("inference.GRPCInferenceService", "ModelInfer"),
-    ),
+    "gw_call": ("gw_root", "Client", "gateway", INFER_RPC, "google.golang.org/grpc",
+                _grpc("inference.GRPCInferenceService", "ModelInfer", SERVICE)),
+    "server": ("gw_call", "Server", "server", INFER_RPC, "opentelemetry.instrumentation.grpc",
+               _grpc("inference.GRPCInferenceService", "ModelInfer")),
     "preprocess": ("server", "Internal", "server", "preprocess", "model_server", ()),
     "validate": ("preprocess", "Internal", "server", "validate_input", "model_server", ()),
     "features": ("preprocess", "Internal", "server", "feature_lookup", "model_server", ()),
-    "cache_get": (
-        "features",
-        "Client",
-        "server",
-        "redis GET",
-        "opentelemetry.instrumentation.redis",
-        (("db.system", "redis"), ("db.operation.name", "GET"), ("server.address", "localhost")),
-    ),
-    "db_select": (
-        "features",
-        "Client",
-        "server",
-        "SELECT features",
-        "opentelemetry.instrumentation.psycopg",
-        (
-            ("db.system", "postgresql"),
-            ("db.operation.name", "SELECT"),
-            ("db.collection.name", "features"),
-            ("server.address", "features-db"),
-        ),
-    ),
-    "cache_set": (
-        "features",
-        "Client",
-        "server",
-        "redis SET",
-        "opentelemetry.instrumentation.redis",
-        (("db.system", "redis"), ("db.operation.name", "SET"), ("server.address", "localhost")),
-    ),
+    "cache_get": ("features", "Client", "server", "redis GET", "opentelemetry.instrumentation.redis",
+                  (("db.system", "redis"), ("db.operation.name", "GET"), ("server.address", "localhost"))),
+    "db_select": ("features", "Client", "server", "SELECT features",
+                  "opentelemetry.instrumentation.psycopg",
+                  (("db.system", "postgresql"), ("db.operation.name", "SELECT"),
+                   ("db.collection.name", "features"), ("server.address", "features-db"))),
+    "cache_set": ("features", "Client", "server", "redis SET", "opentelemetry.instrumentation.redis",
+                  (("db.system", "redis"), ("db.operation.name", "SET"), ("server.address", "localhost"))),
     "tokenize": ("preprocess", "Internal", "server", "tokenize", "model_server", ()),
     "infer": ("server", "Internal", "server", "onnxruntime.run", "model_server", ()),
     "postprocess": ("server", "Internal", "server", "postprocess", "model_server", ()),
     "update_stats": ("postprocess", "Internal", "server", "update_stats", "model_server", ()),
-    "risk_call": (
-        "server",
-        "Client",
-        "server",
-        RISK_RPC,
-        "opentelemetry.instrumentation.grpc",
-        _grpc("risk.v1.RiskService", "Check", RISK),
-    ),
-    "risk_server": (
-        "risk_call",
-        "Server",
-        "downstream",
-        RISK_RPC,
-        "io.grpc",
-        _grpc("risk.v1.RiskService", "Check"),
-    ),
+    "risk_call": ("server", "Client", "server", RISK_RPC, "opentelemetry.instrumentation.grpc",
+                  _grpc("risk.v1.RiskService", "Check", RISK)),
+    "risk_server": ("risk_call", "Server", "downstream", RISK_RPC, "io.grpc",
+                    _grpc("risk.v1.RiskService", "Check")),
 }
 ROLES = tuple(_LAYOUT)
 _TRACE_WORDS = (30, 31)
@@ -157,21 +98,12 @@ def gateway_times(sim: Simulation) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     hyd_s, hyd_e = t["hydrate"]
     post_s, post_e = t["postprocess"]
     return {
-        "gw_root": (gw_s, call_e + write),
-        "gw_auth": (auth_s, auth_e),
-        "gw_call": (call_s, call_e),
-        "server": t["root"],
-        "preprocess": (t["parse"][0], t["tokenize"][1]),
-        "validate": t["parse"],
-        "features": t["hydrate"],
-        "cache_get": (hyd_s, np.where(miss, store_s, hyd_e)),
-        "db_select": (store_s, store_e),
-        "cache_set": (store_e, hyd_e),
-        "tokenize": t["tokenize"],
-        "infer": t["forward"],
-        "postprocess": (post_s, post_e),
-        "update_stats": (t["lock_wait"][0], post_e),
-        "risk_call": t["downstream"],
+        "gw_root": (gw_s, call_e + write), "gw_auth": (auth_s, auth_e), "gw_call": (call_s, call_e),
+        "server": t["root"], "preprocess": (t["parse"][0], t["tokenize"][1]), "validate": t["parse"],
+        "features": t["hydrate"], "cache_get": (hyd_s, np.where(miss, store_s, hyd_e)),
+        "db_select": (store_s, store_e), "cache_set": (store_e, hyd_e), "tokenize": t["tokenize"],
+        "infer": t["forward"], "postprocess": (post_s, post_e),
+        "update_stats": (t["lock_wait"][0], post_e), "risk_call": t["downstream"],
         "risk_server": t["ds_server"],
     }
 
@@ -184,10 +116,8 @@ class GatewaySource(RequestIds):
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         self.naming = "gateway"
-        self.specs = {
-            role: RoleSpec(role, parent, kind, side, name, scope, static)
-            for role, (parent, kind, side, name, scope, static) in _LAYOUT.items()
-        }
+        self.specs = {role: RoleSpec(role, parent, kind, side, name, scope, static)
+                      for role, (parent, kind, side, name, scope, static) in _LAYOUT.items()}
         self.times = gateway_times(sim)
         self.resources, self.resource_index = self._resources()
         self._key = _mix(np.array([sim.config.seed ^ 0x6A7E], dtype=np.uint64))[0]
@@ -204,34 +134,18 @@ class GatewaySource(RequestIds):
         rng = np.random.default_rng([c.seed, 13])
 
         def resource(service: str, host: str, language: str) -> dict[str, Any]:
-            return {
-                "service.name": service,
-                "host.name": host,
-                "process.pid": int(rng.integers(2, 65000)),
-                **SDK,
-                "telemetry.sdk.language": language,
-                "deployment.environment.name": "prod",
-            }
+            return {"service.name": service, "host.name": host, "process.pid": int(rng.integers(2, 65000)),
+                    **SDK, "telemetry.sdk.language": language, "deployment.environment.name": "prod"}
 
         out = [resource(GATEWAY, f"gw-{k}", "go") for k in range(c.clients)]
         out += [resource(SERVICE, f"model-server-{p.instance}", "python") for p in sim.processes]
         out += [resource(RISK, f"risk-svc-{k}", "java") for k in range(c.downstream_instances)]
-        index = {
-            "gateway": sim.client,
-            "server": c.clients + sim.process,
-            "downstream": c.clients + len(sim.processes) + sim.ds_instance,
-        }
+        index = {"gateway": sim.client, "server": c.clients + sim.process,
+                 "downstream": c.clients + len(sim.processes) + sim.ds_instance}
         return out, index
 
-    def _group(
-        self,
-        spec: RoleSpec,
-        resource: int,
-        reqs: np.ndarray,
-        pick: list[int],
-        trace_ids: list[str],
-        ids: dict[str, list[str]],
-    ) -> SpanGroup:
+    def _group(self, spec: RoleSpec, resource: int, reqs: np.ndarray, pick: list[int],
+               trace_ids: list[str], ids: dict[str, list[str]]) -> SpanGroup:
         sim = self.sim
         own, parent = ids[spec.role], ids[spec.parent] if spec.parent else None
         start, end = self.times[spec.role]
@@ -243,23 +157,11 @@ class GatewaySource(RequestIds):
             attrs.append(("input.length", "int", sim.chars[reqs].tolist()))
         events = None
         if spec.role == "server" and sim.config.gc_events:
-            events = [
-                [
-                    (ts, GC_EVENT, {"gc.duration_ms": round(dur / NS_PER_MS, 3), "gc.gen": gen})
-                    for ts, gen, dur, _ in sim.gc_events.get(r, ())
-                ]
-                for r in reqs.tolist()
-            ]
+            events = [[(ts, GC_EVENT, {"gc.duration_ms": round(dur / NS_PER_MS, 3), "gc.gen": gen})
+                       for ts, gen, dur, _ in sim.gc_events.get(r, ())] for r in reqs.tolist()]
         return SpanGroup(
-            spec=spec,
-            resource=resource,
-            requests=reqs,
-            trace_ids=[trace_ids[k] for k in pick],
-            span_ids=[own[k] for k in pick],
+            spec=spec, resource=resource, requests=reqs,
+            trace_ids=[trace_ids[k] for k in pick], span_ids=[own[k] for k in pick],
             parent_ids=[parent[k] for k in pick] if parent else None,
-            start_ns=start[reqs].tolist(),
-            end_ns=end[reqs].tolist(),
-            attrs=attrs,
-            events=events,
-            links=None,
+            start_ns=start[reqs].tolist(), end_ns=end[reqs].tolist(), attrs=attrs, events=events, links=None,
         )

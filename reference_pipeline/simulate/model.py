@@ -32,22 +32,8 @@ from reference_pipeline.simulate.processes import (
 
 # Span roles in the order a request's spans are written; `model.Simulation.times` has each one's
 # (start, end) in wall-clock nanoseconds since the epoch.
-ROLES = (
-    "client",
-    "root",
-    "receive",
-    "parse",
-    "hydrate",
-    "store_get",
-    "tokenize",
-    "queue",
-    "forward",
-    "postprocess",
-    "lock_wait",
-    "downstream",
-    "ds_server",
-    "serialize",
-)
+ROLES = ("client", "root", "receive", "parse", "hydrate", "store_get", "tokenize", "queue", "forward",
+         "postprocess", "lock_wait", "downstream", "ds_server", "serialize")
 GAPS = 9  # scheduling gaps: between the root's children, and before the response leaves
 
 
@@ -118,9 +104,8 @@ class _Draws:
         self.ds_net = lognormal(rng, c.downstream_net_ms, 2 * n).reshape(2, n)
 
 
-def _hydrate(
-    c: SimConfig, rng: np.random.Generator, d: _Draws, idx: np.ndarray, start: np.ndarray, proc: Process
-):
+def _hydrate(c: SimConfig, rng: np.random.Generator, d: _Draws, idx: np.ndarray, start: np.ndarray,
+             proc: Process):
     """Cache lookups in arrival order; misses read the store through a pool of connections."""
     m = len(idx)
     end, store_start, store_end = np.empty(m), np.zeros(m), np.zeros(m)
@@ -216,12 +201,8 @@ def _gc_events(events: dict, idx: np.ndarray, root_s: np.ndarray, root_e: np.nda
         at = pauses.at[p]
         lo, hi = np.searchsorted(root_s, [at - longest, at])
         for j in (lo + np.flatnonzero(root_e[lo:hi] > at)).tolist():
-            event = (
-                int(pauses.wall_start[p]),
-                int(pauses.generation[p]),
-                int(pauses.duration[p]),
-                int(pauses.collected[p]),
-            )
+            event = (int(pauses.wall_start[p]), int(pauses.generation[p]), int(pauses.duration[p]),
+                     int(pauses.collected[p]))
             events.setdefault(int(idx[j]), []).append(event)
 
 
@@ -235,12 +216,8 @@ def simulate(config: SimConfig) -> Simulation:
     processes = server_processes(c)
     process = route(rng, processes, arrive)
     rel = {role: (np.zeros(n), np.zeros(n)) for role in ROLES}
-    hit, batch_size, depth, leader = (
-        np.zeros(n, dtype=bool),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(n, dtype=np.int64),
-    )
+    hit, batch_size, depth, leader = (np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64),
+                                      np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64))
     gc_events: dict[int, list] = {}
     for proc in processes:
         mine = np.flatnonzero(process == proc.index)
@@ -276,20 +253,10 @@ def simulate(config: SimConfig) -> Simulation:
         ser_s = np.where(ds, ds_e + g[7], ds_s)
         ser_e = ser_s + d.serialize[idx]
         root_e = ser_e + g[8]
-        t = dict(
-            receive=(t0, recv_e),
-            parse=(parse_s, parse_e),
-            hydrate=(hyd_s, hyd_e),
-            store_get=(store_s, store_e),
-            tokenize=(tok_s, tok_e),
-            queue=(q_s, fwd_s),
-            forward=(fwd_s, fwd_e),
-            postprocess=(post_s, post_e),
-            lock_wait=(lock_s, lock_e),
-            downstream=(ds_s, ds_e),
-            serialize=(ser_s, ser_e),
-            root=(t0, root_e),
-        )
+        t = dict(receive=(t0, recv_e), parse=(parse_s, parse_e), hydrate=(hyd_s, hyd_e),
+                 store_get=(store_s, store_e), tokenize=(tok_s, tok_e), queue=(q_s, fwd_s),
+                 forward=(fwd_s, fwd_e), postprocess=(post_s, post_e), lock_wait=(lock_s, lock_e),
+                 downstream=(ds_s, ds_e), serialize=(ser_s, ser_e), root=(t0, root_e))
         for role, (s, e) in t.items():
             rel[role][0][idx] = proc.pauses.to_wall(s)
             rel[role][1][idx] = proc.pauses.to_wall(e)
@@ -299,26 +266,13 @@ def simulate(config: SimConfig) -> Simulation:
         hit[idx] = hits
         batch_size[idx], depth[idx], leader[idx] = sizes, depths, idx[lead]
     rel["client"] = (d.send, rel["root"][1] + d.net_out)
-    times = {
-        role: (np.rint(s).astype(np.int64) + c.start_ns, np.rint(e).astype(np.int64) + c.start_ns)
-        for role, (s, e) in rel.items()
-    }
+    times = {role: (np.rint(s).astype(np.int64) + c.start_ns, np.rint(e).astype(np.int64) + c.start_ns)
+             for role, (s, e) in rel.items()}
     events = {i: [(ts + c.start_ns, *rest) for ts, *rest in evs] for i, evs in sorted(gc_events.items())}
     return Simulation(
-        config=c,
-        processes=processes,
-        client=d.client,
-        process=process,
-        ds_instance=d.ds_instance,
-        times=times,
-        has_downstream=d.has_downstream.copy(),
-        chars=d.chars.astype(np.int64),
-        tokens=np.minimum(np.ceil(d.chars / 4.5).astype(np.int64) + 2, 128),
-        body_bytes=d.body_bytes.astype(np.int64),
-        entity=d.entity,
-        cache_hit=hit,
-        batch_size=batch_size,
-        queue_depth=depth,
-        leader=leader,
-        gc_events=events,
+        config=c, processes=processes, client=d.client, process=process, ds_instance=d.ds_instance,
+        times=times, has_downstream=d.has_downstream.copy(),
+        chars=d.chars.astype(np.int64), tokens=np.minimum(np.ceil(d.chars / 4.5).astype(np.int64) + 2, 128),
+        body_bytes=d.body_bytes.astype(np.int64), entity=d.entity, cache_hit=hit, batch_size=batch_size,
+        queue_depth=depth, leader=leader, gc_events=events,
     )

@@ -19,11 +19,8 @@ from reference_pipeline import span_model as sm
 from reference_pipeline.simulate.config import NAMINGS, SimConfig
 from reference_pipeline.simulate.model import ROLES, Simulation
 
-SDK = {
-    "telemetry.sdk.name": "opentelemetry",
-    "telemetry.sdk.language": "python",
-    "telemetry.sdk.version": "1.38.0",
-}
+SDK = {"telemetry.sdk.name": "opentelemetry", "telemetry.sdk.language": "python",
+       "telemetry.sdk.version": "1.38.0"}
 
 
 @dataclass(frozen=True)
@@ -56,48 +53,24 @@ _SHAPE = {
 }
 
 _REFERENCE_NAMES = {
-    "client": sm.ROOT_SPAN,
-    "root": sm.ROOT_SPAN,
-    "receive": sm.RECEIVE,
-    "parse": sm.PARSE,
-    "hydrate": sm.HYDRATE,
-    "store_get": sm.STORE_GET,
-    "tokenize": sm.TOKENIZE,
-    "queue": sm.QUEUE_WAIT,
-    "forward": sm.FORWARD,
-    "postprocess": sm.POSTPROCESS,
-    "lock_wait": sm.LOCK_WAIT,
-    "downstream": sm.DOWNSTREAM,
-    "ds_server": f"POST {sm.DOWNSTREAM_ROUTE}",
-    "serialize": sm.SERIALIZE,
+    "client": sm.ROOT_SPAN, "root": sm.ROOT_SPAN, "receive": sm.RECEIVE, "parse": sm.PARSE,
+    "hydrate": sm.HYDRATE, "store_get": sm.STORE_GET, "tokenize": sm.TOKENIZE, "queue": sm.QUEUE_WAIT,
+    "forward": sm.FORWARD, "postprocess": sm.POSTPROCESS, "lock_wait": sm.LOCK_WAIT,
+    "downstream": sm.DOWNSTREAM, "ds_server": f"POST {sm.DOWNSTREAM_ROUTE}", "serialize": sm.SERIALIZE,
 }
 
 _ALT_NAMES = {
-    "client": "HTTP POST",
-    "root": "POST /score",
-    "receive": "read_body",
-    "parse": "validate_payload",
-    "hydrate": "get_features",
-    "store_get": "redis GET",
-    "tokenize": "embed_tokens",
-    "queue": "wait_for_batch",
-    "forward": "infer",
-    "postprocess": "decode_scores",
-    "lock_wait": "acquire_mutex",
-    "downstream": "call-risk-api",
-    "ds_server": "POST /v2/risk",
+    "client": "HTTP POST", "root": "POST /score", "receive": "read_body", "parse": "validate_payload",
+    "hydrate": "get_features", "store_get": "redis GET", "tokenize": "embed_tokens",
+    "queue": "wait_for_batch", "forward": "infer", "postprocess": "decode_scores",
+    "lock_wait": "acquire_mutex", "downstream": "call-risk-api", "ds_server": "POST /v2/risk",
     "serialize": "encode_response",
 }
 
 
 def _http(method: str, url: str, address: str, port: int) -> tuple[tuple[str, Any], ...]:
-    return (
-        ("http.request.method", method),
-        ("url.full", url),
-        ("server.address", address),
-        ("server.port", port),
-        ("http.response.status_code", 200),
-    )
+    return (("http.request.method", method), ("url.full", url), ("server.address", address),
+            ("server.port", port), ("http.response.status_code", 200))
 
 
 def role_specs(naming: str, config: SimConfig) -> dict[str, RoleSpec]:
@@ -107,26 +80,15 @@ def role_specs(naming: str, config: SimConfig) -> dict[str, RoleSpec]:
     if reference:
         static: dict[str, tuple] = {
             "client": _http("POST", f"http://{sm.SERVICE_NAME}:8000{sm.ROUTE}", sm.SERVICE_NAME, 8000),
-            "root": (
-                ("http.request.method", "POST"),
-                ("http.route", sm.ROUTE),
-                ("url.path", sm.ROUTE),
-                ("http.response.status_code", 200),
-            ),
+            "root": (("http.request.method", "POST"), ("http.route", sm.ROUTE), ("url.path", sm.ROUTE),
+                     ("http.response.status_code", 200)),
             "store_get": (("db.system", "sqlite"), ("db.operation.name", "SELECT")),
             "forward": (("device", config.device), ("dtype", config.dtype)),
             "lock_wait": (("lock.name", "score_monitor"),),
-            "downstream": _http(
-                "POST",
-                f"http://{sm.DOWNSTREAM_SERVICE_NAME}:8001{sm.DOWNSTREAM_ROUTE}",
-                sm.DOWNSTREAM_SERVICE_NAME,
-                8001,
-            ),
-            "ds_server": (
-                ("http.request.method", "POST"),
-                ("http.route", sm.DOWNSTREAM_ROUTE),
-                ("http.response.status_code", 200),
-            ),
+            "downstream": _http("POST", f"http://{sm.DOWNSTREAM_SERVICE_NAME}:8001{sm.DOWNSTREAM_ROUTE}",
+                                sm.DOWNSTREAM_SERVICE_NAME, 8001),
+            "ds_server": (("http.request.method", "POST"), ("http.route", sm.DOWNSTREAM_ROUTE),
+                          ("http.response.status_code", 200)),
         }
         names = dict(_REFERENCE_NAMES)
         scopes = {"client": "tailscope.loadgen", "ds_server": "tailscope.downstream"}
@@ -134,36 +96,21 @@ def role_specs(naming: str, config: SimConfig) -> dict[str, RoleSpec]:
     else:
         static = {
             "client": _http("POST", "http://scoring-api:8080/score", "scoring-api", 8080),
-            "root": (
-                ("http.request.method", "POST"),
-                ("http.route", "/score"),
-                ("url.path", "/score"),
-                ("url.scheme", "http"),
-                ("http.response.status_code", 200),
-            ),
-            "store_get": (
-                ("db.system", "redis"),
-                ("db.operation.name", "GET"),
-                ("server.address", "features-redis"),
-                ("server.port", 6379),
-            ),
+            "root": (("http.request.method", "POST"), ("http.route", "/score"), ("url.path", "/score"),
+                     ("url.scheme", "http"), ("http.response.status_code", 200)),
+            "store_get": (("db.system", "redis"), ("db.operation.name", "GET"),
+                          ("server.address", "features-redis"), ("server.port", 6379)),
             "forward": (("model.device", config.device), ("model.dtype", config.dtype)),
             "lock_wait": (("mutex", "stats"),),
             "downstream": _http("POST", "http://risk-api:8080/v2/risk", "risk-api", 8080),
-            "ds_server": (
-                ("http.request.method", "POST"),
-                ("http.route", "/v2/risk"),
-                ("http.response.status_code", 200),
-            ),
+            "ds_server": (("http.request.method", "POST"), ("http.route", "/v2/risk"),
+                          ("http.response.status_code", 200)),
         }
         names = dict(_ALT_NAMES)
-        scopes = {
-            "client": "k6",
-            "root": "opentelemetry.instrumentation.asgi",
-            "store_get": "opentelemetry.instrumentation.redis",
-            "downstream": "opentelemetry.instrumentation.httpx",
-            "ds_server": "opentelemetry.instrumentation.flask",
-        }
+        scopes = {"client": "k6", "root": "opentelemetry.instrumentation.asgi",
+                  "store_get": "opentelemetry.instrumentation.redis",
+                  "downstream": "opentelemetry.instrumentation.httpx",
+                  "ds_server": "opentelemetry.instrumentation.flask"}
         default_scope = "scoring_api"
     specs = {}
     for role in ROLES:
@@ -202,49 +149,33 @@ def entity_key(index: int) -> str:
     return f"ent-{index:06d}"
 
 
-def resources(
-    sim: Simulation, naming: str, run_label: str | None = None
-) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
+def resources(sim: Simulation, naming: str, run_label: str | None = None
+              ) -> tuple[list[dict[str, Any]], dict[str, np.ndarray]]:
     """Every resource's attributes (typed values) and, per side, each request's resource index.
     With the reference naming, `run_label` is recorded as tailscope.run.label."""
     c = sim.config
     reference = naming == "reference"
     rng = np.random.default_rng([c.seed, 7])
-    services = (
-        (sm.LOADGEN_SERVICE_NAME, sm.SERVICE_NAME, sm.DOWNSTREAM_SERVICE_NAME)
-        if reference
-        else ("load-generator", "scoring-api", "risk-api")
-    )
+    services = ((sm.LOADGEN_SERVICE_NAME, sm.SERVICE_NAME, sm.DOWNSTREAM_SERVICE_NAME) if reference
+                else ("load-generator", "scoring-api", "risk-api"))
     setup: dict[str, Any] = {}
     if reference:
         setup = {
-            "tailscope.scenario": c.scenario,
-            "tailscope.device": c.device,
-            "tailscope.gpu.name": c.gpu_name or None,
-            "tailscope.torch.version": c.torch_version,
-            "tailscope.dtype": c.dtype,
-            "tailscope.model.weights": "simulated",
+            "tailscope.scenario": c.scenario, "tailscope.device": c.device,
+            "tailscope.gpu.name": c.gpu_name or None, "tailscope.torch.version": c.torch_version,
+            "tailscope.dtype": c.dtype, "tailscope.model.weights": "simulated",
             "tailscope.model.executor": "simulated",
-            "tailscope.batch.max_size": c.max_batch,
-            "tailscope.batch.max_wait_ms": c.max_wait_ms,
+            "tailscope.batch.max_size": c.max_batch, "tailscope.batch.max_wait_ms": c.max_wait_ms,
             # tailscope.workers means what it means in the real service: model-worker threads per
             # process (one here); the simulator's `workers` setting counts instances (processes)
-            "tailscope.workers": 1,
-            "tailscope.instances": c.workers,
-            "tailscope.run.label": run_label,
+            "tailscope.workers": 1, "tailscope.instances": c.workers, "tailscope.run.label": run_label,
         }
         setup = {k: v for k, v in setup.items() if v is not None}
 
     def resource(service: str, host: str) -> dict[str, Any]:
         instance = str(uuid.UUID(bytes=rng.bytes(16), version=4))
-        return {
-            "service.name": service,
-            "service.instance.id": instance,
-            "host.name": host,
-            "process.pid": int(rng.integers(1000, 60000)),
-            **SDK,
-            **setup,
-        }
+        return {"service.name": service, "service.instance.id": instance, "host.name": host,
+                "process.pid": int(rng.integers(1000, 60000)), **SDK, **setup}
 
     hosts = ("loadgen", "inference", "enrich") if reference else ("k6-runner", "scoring-api", "risk-api")
     out = [resource(services[0], f"{hosts[0]}-{k}") for k in range(c.clients)]

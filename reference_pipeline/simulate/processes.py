@@ -33,10 +33,8 @@ def arrivals(rng: np.random.Generator, config: SimConfig) -> np.ndarray:
     """
     base = config.arrival_rps()
     nominal_s = config.requests / base
-    bursts = [
-        (start, min(length, nominal_s / 10), multiple * config.capacity_rps())
-        for start, length, multiple in sorted(config.bursts)
-    ]
+    bursts = [(start, min(length, nominal_s / 10), multiple * config.capacity_rps())
+              for start, length, multiple in sorted(config.bursts)]
     # place the bursts within the run the requests actually last: bursts spend requests faster
     extra = sum((rate - base) * length for _, length, rate in bursts)
     run_s = max(config.requests - extra, 0.2 * config.requests) / base
@@ -85,10 +83,8 @@ def gc_pauses(rng: np.random.Generator, config: SimConfig, start: float, end: fl
     n_major = rng.poisson(config.gc_major_rate * seconds)
     at = rng.uniform(start, end, n_minor + n_major)
     duration = np.concatenate(
-        (
-            np.clip(lognormal(rng, config.gc_minor_ms, n_minor), 0.05 * NS_PER_MS, 5 * NS_PER_MS),
-            rng.uniform(*config.gc_major_ms, n_major) * NS_PER_MS,
-        )
+        (np.clip(lognormal(rng, config.gc_minor_ms, n_minor), 0.05 * NS_PER_MS, 5 * NS_PER_MS),
+         rng.uniform(*config.gc_major_ms, n_major) * NS_PER_MS)
     )
     generation = np.concatenate(((rng.random(n_minor) < 0.15).astype(np.int64), np.full(n_major, 2)))
     collected = np.concatenate((rng.integers(20, 2000, n_minor), rng.integers(20_000, 400_000, n_major)))

@@ -77,15 +77,8 @@ class RequestIds:
     def _present(self, role: str) -> np.ndarray | None:
         raise NotImplementedError
 
-    def _group(
-        self,
-        spec: RoleSpec,
-        resource: int,
-        reqs: np.ndarray,
-        pick: list[int],
-        trace_ids: list[str],
-        ids: dict[str, list[str]],
-    ) -> SpanGroup:
+    def _group(self, spec: RoleSpec, resource: int, reqs: np.ndarray, pick: list[int],
+               trace_ids: list[str], ids: dict[str, list[str]]) -> SpanGroup:
         raise NotImplementedError
 
     def groups(self, first: int, stop: int) -> Iterator[SpanGroup]:
@@ -138,15 +131,8 @@ class SpanSource(RequestIds):
     def _present(self, role: str) -> np.ndarray | None:
         return present(self.sim, role)
 
-    def _group(
-        self,
-        spec: RoleSpec,
-        resource: int,
-        reqs: np.ndarray,
-        pick: list[int],
-        trace_ids: list[str],
-        ids: dict[str, list[str]],
-    ) -> SpanGroup:
+    def _group(self, spec: RoleSpec, resource: int, reqs: np.ndarray, pick: list[int],
+               trace_ids: list[str], ids: dict[str, list[str]]) -> SpanGroup:
         sim = self.sim
         own, parent = ids[spec.role], ids[spec.parent] if spec.parent else None
         start, end = sim.times[spec.role]
@@ -158,28 +144,16 @@ class SpanSource(RequestIds):
                 attrs.append((key, kind, values[reqs].tolist()))
         events = links = None
         if spec.role == "root" and sim.config.gc_events:
-            events = [
-                [
-                    (ts, sm.GC_EVENT, {"gc.generation": gen, "gc.duration_ns": dur, "gc.collected": col})
-                    for ts, gen, dur, col in sim.gc_events.get(r, ())
-                ]
-                for r in reqs.tolist()
-            ]
+            events = [[(ts, sm.GC_EVENT, {"gc.generation": gen, "gc.duration_ns": dur, "gc.collected": col})
+                       for ts, gen, dur, col in sim.gc_events.get(r, ())] for r in reqs.tolist()]
         elif spec.role == "forward":
             leaders = sim.leader[reqs]
             links = list(zip(self.trace_ids(leaders), self.span_ids("forward", leaders), strict=True))
         return SpanGroup(
-            spec=spec,
-            resource=resource,
-            requests=reqs,
-            trace_ids=[trace_ids[k] for k in pick],
-            span_ids=[own[k] for k in pick],
+            spec=spec, resource=resource, requests=reqs,
+            trace_ids=[trace_ids[k] for k in pick], span_ids=[own[k] for k in pick],
             parent_ids=[parent[k] for k in pick] if parent else None,
-            start_ns=start[reqs].tolist(),
-            end_ns=end[reqs].tolist(),
-            attrs=attrs,
-            events=events,
-            links=links,
+            start_ns=start[reqs].tolist(), end_ns=end[reqs].tolist(), attrs=attrs, events=events, links=links,
         )
 
 

@@ -39,9 +39,8 @@ class _SpanTemplate:
         text += f',"name":{literal(spec.name)},"kind":{_KIND_NUMBER[spec.kind]}'
         text += ',"startTimeUnixNano":"%d","endTimeUnixNano":"%d"'
         attributes = [literal(kv) for kv in key_values(spec.static)]
-        attributes += [
-            f'{{"key":{literal(key)},"value":{_PLACEHOLDER[kind]}}}' for key, kind, _ in group.attrs
-        ]
+        attributes += [f'{{"key":{literal(key)},"value":{_PLACEHOLDER[kind]}}}'
+                       for key, kind, _ in group.attrs]
         if attributes:
             text += ',"attributes":[' + ",".join(attributes) + "]"
         self.format = text + "%s}"
@@ -64,18 +63,10 @@ class _SpanTemplate:
 
 def _extras(group: SpanGroup) -> list[str]:
     if group.events is not None:
-        return [
-            ""
-            if not evs
-            else ',"events":'
-            + _json(
-                [
-                    {"timeUnixNano": str(ts), "name": name, "attributes": key_values(attrs)}
-                    for ts, name, attrs in evs
-                ]
-            )
-            for evs in group.events
-        ]
+        return ["" if not evs else ',"events":' + _json([
+            {"timeUnixNano": str(ts), "name": name, "attributes": key_values(attrs)}
+            for ts, name, attrs in evs
+        ]) for evs in group.events]
     if group.links is not None:
         return [f',"links":[{{"traceId":"{t}","spanId":"{s}"}}]' for t, s in group.links]
     return [""] * len(group.span_ids)
@@ -96,22 +87,15 @@ def otlp_json_lines(source: SpanSource, requests_per_line: int = 512) -> Iterato
             )
         resource_spans = []
         for resource, scopes in by_resource.items():
-            scope_spans = ",".join(
-                f'{{"scope":{{"name":{_json(scope)}}},"spans":[{",".join(spans)}]}}'
-                for scope, spans in scopes.items()
-            )
+            scope_spans = ",".join(f'{{"scope":{{"name":{_json(scope)}}},"spans":[{",".join(spans)}]}}'
+                                   for scope, spans in scopes.items())
             resource_spans.append(f'{{"resource":{resources[resource]},"scopeSpans":[{scope_spans}]}}')
         yield ('{"resourceSpans":[' + ",".join(resource_spans) + "]}\n").encode()
 
 
 def _jaeger_tag(key: str, value: Any) -> dict[str, Any]:
-    kind = (
-        "bool"
-        if isinstance(value, bool)
-        else "int64"
-        if isinstance(value, int)
-        else ("float64" if isinstance(value, float) else "string")
-    )
+    kind = "bool" if isinstance(value, bool) else "int64" if isinstance(value, int) else (
+        "float64" if isinstance(value, float) else "string")
     return {"key": key, "type": kind, "value": value}
 
 
@@ -119,10 +103,8 @@ def jaeger_json(source: SpanSource, requests_per_chunk: int = 512) -> Iterator[b
     """Jaeger UI JSON ({"data": [trace, ...]}, times in microseconds) in pieces to concatenate."""
     yield b'{"data":['
     processes = [
-        {
-            "serviceName": attrs["service.name"],
-            "tags": [_jaeger_tag(k, v) for k, v in attrs.items() if k != "service.name"],
-        }
+        {"serviceName": attrs["service.name"],
+         "tags": [_jaeger_tag(k, v) for k, v in attrs.items() if k != "service.name"]}
         for attrs in source.resources
     ]
     first = True
@@ -131,52 +113,34 @@ def jaeger_json(source: SpanSource, requests_per_chunk: int = 512) -> Iterator[b
         for group in groups:
             spec = group.spec
             static = [_jaeger_tag(k, v) for k, v in spec.static]
-            static += [
-                {"key": "span.kind", "type": "string", "value": spec.kind.lower()},
-                {"key": "otel.scope.name", "type": "string", "value": spec.scope},
-            ]
+            static += [{"key": "span.kind", "type": "string", "value": spec.kind.lower()},
+                       {"key": "otel.scope.name", "type": "string", "value": spec.scope}]
             for k, request in enumerate(group.requests.tolist()):
                 trace_id = group.trace_ids[k]
-                trace = traces.setdefault(
-                    request, {"traceID": trace_id, "spans": [], "processes": {}, "warnings": None}
-                )
+                trace = traces.setdefault(request, {"traceID": trace_id, "spans": [], "processes": {},
+                                                    "warnings": None})
                 references = []
                 if group.parent_ids is not None:
-                    references.append(
-                        {"refType": "CHILD_OF", "traceID": trace_id, "spanID": group.parent_ids[k]}
-                    )
+                    references.append({"refType": "CHILD_OF", "traceID": trace_id,
+                                       "spanID": group.parent_ids[k]})
                 if group.links is not None:
                     link_trace, link_span = group.links[k]
                     references.append({"refType": "FOLLOWS_FROM", "traceID": link_trace, "spanID": link_span})
                 start, end = group.start_ns[k], group.end_ns[k]
                 logs = []
                 if group.events is not None:
-                    logs = [
-                        {
-                            "timestamp": ts // 1000,
-                            "fields": [
-                                _jaeger_tag("event", name),
-                                *(_jaeger_tag(a, v) for a, v in attrs.items()),
-                            ],
-                        }
-                        for ts, name, attrs in group.events[k]
-                    ]
+                    logs = [{"timestamp": ts // 1000,
+                             "fields": [_jaeger_tag("event", name),
+                                        *(_jaeger_tag(a, v) for a, v in attrs.items())]}
+                            for ts, name, attrs in group.events[k]]
                 process_id = f"p{group.resource}"
                 trace["processes"][process_id] = processes[group.resource]
-                trace["spans"].append(
-                    {
-                        "traceID": trace_id,
-                        "spanID": group.span_ids[k],
-                        "operationName": spec.name,
-                        "references": references,
-                        "startTime": start // 1000,
-                        "duration": (end - start) // 1000,
-                        "tags": static + [_jaeger_tag(key, values[k]) for key, _, values in group.attrs],
-                        "logs": logs,
-                        "processID": process_id,
-                        "warnings": None,
-                    }
-                )
+                trace["spans"].append({
+                    "traceID": trace_id, "spanID": group.span_ids[k], "operationName": spec.name,
+                    "references": references, "startTime": start // 1000, "duration": (end - start) // 1000,
+                    "tags": static + [_jaeger_tag(key, values[k]) for key, _, values in group.attrs],
+                    "logs": logs, "processID": process_id, "warnings": None,
+                })
         for _, trace in sorted(traces.items()):
             yield (b"" if first else b",") + orjson.dumps(trace)
             first = False
@@ -215,10 +179,8 @@ def span_columns(source: SpanSource, requests_per_batch: int = 4096) -> Iterator
             batch.status_code += ["Unset"] * n
             batch.status_message += [""] * n
             if group.events is not None:
-                batch.events += [
-                    [(ts, name, {k: str(v) for k, v in attrs.items()}) for ts, name, attrs in evs]
-                    for evs in group.events
-                ]
+                batch.events += [[(ts, name, {k: str(v) for k, v in attrs.items()})
+                                  for ts, name, attrs in evs] for evs in group.events]
             else:
                 batch.events += [[] for _ in range(n)]
             if group.links is not None:
