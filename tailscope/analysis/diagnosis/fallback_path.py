@@ -51,11 +51,12 @@ def detect(ctx: Context) -> list[Finding]:
         lookup = _lookup_before(ctx, inside, int(code), rates)
         if lookup is None:
             continue
+        # a call made only as the fallback of a lookup is the miss path (slow_dependency leaves it),
+        # whether or not the misses make this run's tail
+        ctx.notes.setdefault("fallback_names", set()).add(int(code))
         finding = _finding(ctx, int(code), lookup, present[:, code])
         if finding is not None:
             findings.append(finding)
-            # a call made only as the fallback of a lookup is the miss path (slow_dependency leaves it)
-            ctx.notes.setdefault("fallback_names", set()).add(int(code))
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
 
