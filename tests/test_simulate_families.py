@@ -131,3 +131,15 @@ def test_family_changes_apply_under_the_scenario(tmp_path: Path) -> None:
     assert region.net_ms[0] == 38.0 and region.slow_clients == 2
     with pytest.raises(ValueError, match="unknown topology"):
         scenario_config("steady", 100, 0, topology="mesh")
+
+
+def test_cli_takes_a_two_cause_scenario_and_a_family(tmp_path: Path, capsys) -> None:
+    from tailscope.cli.main import main
+
+    out = tmp_path / "run.jsonl"
+    argv = ["pipeline", "simulate", "--scenario", "burst+slow-downstream", "--topology", "readthrough"]
+    assert main([*argv, "--requests", "80", "--out", str(out)]) == 0
+    assert "burst+slow-downstream: 80 requests" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["pipeline", "simulate", "--scenario", "burst+bogus", "--out", str(out)])
+    assert "unknown scenario 'burst+bogus'" in capsys.readouterr().err
