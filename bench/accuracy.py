@@ -39,6 +39,7 @@ import duckdb
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.accuracy_runs import FAMILIES, family_rows, pair_rows, summary  # noqa: E402
 from reference_pipeline.simulate.api import simulate_columns, simulate_to_file  # noqa: E402
 from reference_pipeline.simulate.config import SCENARIOS  # noqa: E402
 from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
@@ -63,6 +64,8 @@ BEGIN = "<!-- diagnosis-accuracy:begin -->"
 END = "<!-- diagnosis-accuracy:end -->"
 HELD_OUT_BEGIN = "<!-- diagnosis-heldout:begin -->"
 HELD_OUT_END = "<!-- diagnosis-heldout:end -->"
+SUMMARY_BEGIN = "<!-- diagnosis-families:begin -->"
+SUMMARY_END = "<!-- diagnosis-families:end -->"
 
 
 def options(seed: int) -> dict:
@@ -134,11 +137,16 @@ def main(argv: list[str] | None = None) -> int:
         "--jaeger", action="store_true", help="also one seed per scenario through Jaeger JSON"
     )
     parser.add_argument("--topologies", default="pipeline",
-                        help="pipeline, gateway (the held-out family) or both, comma-separated")
+                        help="comma-separated: pipeline, gateway, region, readthrough, queue-worker, or all")
+    parser.add_argument("--pairs", action="store_true",
+                        help="also the two-cause runs (accuracy_runs.PAIRS) in every topology picked")
     parser.add_argument("--write", action="store_true", help="write the tables into bench/RESULTS.md")
     args = parser.parse_args(argv)
     topologies = args.topologies.split(",")
+    if topologies == ["all"]:
+        topologies = ["pipeline", "gateway", *FAMILIES]
     ok = True
+    single: list = []
     if "pipeline" in topologies:
         rows = pipeline_rows(args)
         text = report(rows, args)
@@ -146,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.write:
             write(text)
         ok &= all(r[5] for r in rows)
+        single += rows
     if "gateway" in topologies:
         rows = gateway_rows(args)
         text = report(rows, args, held_out=True)
@@ -153,6 +162,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.write:
             write(text, HELD_OUT_BEGIN, HELD_OUT_END)
         ok &= all(r[5] for r in rows)
+        single += [(r[0], "gateway", *r[2:]) for r in rows]
+    families = [t for t in topologies if t in FAMILIES]
+    if families:
+        rows = family_rows(families, args.requests, args.seeds, options, _line)
+        ok &= all(r[5] for r in rows)
+        single += rows
+    pairs = []
+    if args.pairs:
+        def in_memory(scenario: str, requests: int, seed: int):
+            return diagnose_columns(scenario, requests, seed, "alt")
+
+        pairs = pair_rows(topologies, args.requests, args.seeds, options, in_memory, _line)
+    if families or args.pairs or len(topologies) > 1:
+        command = (
+            f"bench/accuracy.py --topologies {','.join(topologies)} --requests {args.requests} "
+            f"--seeds {args.seeds} --namings {args.namings}{' --jaeger' if args.jaeger else ''}"
+            f"{' --pairs' if args.pairs else ''}"
+        )
+        head = f"`{command}`, {datetime.now(UTC):%Y-%m-%d}, {platform.machine()}."
+        text = f"{SUMMARY_BEGIN}\n\n{head}\n\n{summary(single, pairs)}\n\n{SUMMARY_END}"
+        print(text)
+        if args.write:
+            write(text, SUMMARY_BEGIN, SUMMARY_END)
     return 0 if ok else 1
 
 

@@ -11,6 +11,9 @@ batches for big test data without files. Modules, in the order data flows:
 - gateway: the `gateway` topology, the same model rendered as another service's traces (an API
   gateway root, a gRPC call into a model server that holds the work, deeper nesting, no queue or lock
   span, host + pid instances, GC as `GC pause` events or none): a held-out family for accuracy checks
+- family, region, readthrough, queue_worker: three more held-out families on a shared FamilySource
+  (a caller in another region wrapping the server; a read-through cache whose misses add a fallback
+  call; request-reply through a message queue to a worker); `a+b` scenarios plant two causes
 - writers: OTLP/JSON lines, Jaeger UI JSON, SpanColumns
 - api, cli: the Python API and `tailscope pipeline simulate`
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from ingest.columns import SpanColumns
 from reference_pipeline.simulate.config import FORMATS, scenario_config
+from reference_pipeline.simulate.family import FamilySource
 from reference_pipeline.simulate.gateway import GatewaySource
 from reference_pipeline.simulate.model import Simulation, simulate
 from reference_pipeline.simulate.spans import SpanSource
@@ -31,12 +32,28 @@ def simulate_columns(scenario: str = "steady", requests: int = 4000, seed: int =
     yield from span_columns(source, batch_requests)  # type: ignore[arg-type]
 
 
+def _family(topology: str) -> type[FamilySource]:
+    if topology == "region":
+        from reference_pipeline.simulate.region import RegionSource
+
+        return RegionSource
+    if topology == "readthrough":
+        from reference_pipeline.simulate.readthrough import ReadThroughSource
+
+        return ReadThroughSource
+    from reference_pipeline.simulate.queue_worker import QueueWorkerSource
+
+    return QueueWorkerSource
+
+
 def span_source(sim: Simulation, naming: str = "reference", run_label: str | None = None
-                ) -> SpanSource | GatewaySource:
-    """The spans of a simulation in its topology: the pipeline's tree under `naming`, or the gateway
-    topology's own names (`naming` and `run_label` apply to the pipeline topology only)."""
+                ) -> SpanSource | GatewaySource | FamilySource:
+    """The spans of a simulation in its topology: the pipeline's tree under `naming`, or another
+    family's own names (`naming` and `run_label` apply to the pipeline topology only)."""
     if sim.config.topology == "gateway":
         return GatewaySource(sim)
+    if sim.config.topology != "pipeline":
+        return _family(sim.config.topology)(sim)
     return SpanSource(sim, naming, run_label=run_label)
 
 

@@ -19,9 +19,17 @@ from pathlib import Path
 from reference_pipeline.simulate.config import FORMATS, HARDWARE, NAMINGS, SCENARIOS, TOPOLOGIES
 
 
+def _scenario(text: str) -> str:
+    parts = text.split("+")
+    if not 1 <= len(parts) <= 2 or any(p not in SCENARIOS for p in parts):
+        raise argparse.ArgumentTypeError(f"unknown scenario {text!r}; one of {', '.join(SCENARIOS)}, or a+b")
+    return text
+
+
 def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", choices=SCENARIOS, default="steady",
-                        help="planted cause (default steady)")
+    parser.add_argument("--scenario", type=_scenario, default="steady",
+                        help=f"planted cause, one of {', '.join(SCENARIOS)}, or two joined by '+' "
+                        "(default steady)")
     parser.add_argument("--requests", type=int, default=4000, help="requests to simulate (default 4000)")
     parser.add_argument("--out", type=Path, required=True,
                         help="trace file to write (.gz / .zst suffix: compressed)")
@@ -41,7 +49,8 @@ def add_simulate_arguments(parser: argparse.ArgumentParser) -> None:
                         "behind another shape of service (API gateway root, gRPC call to a model server "
                         "whose span holds the work, deeper nesting, no queue or lock span, host + pid "
                         "instances, GC as 'GC pause' events, no tailscope.* attributes; --naming is "
-                        "ignored) (default pipeline)")
+                        "ignored); region, readthrough, queue-worker: three more shapes (see their "
+                        "modules in reference_pipeline/simulate/) (default pipeline)")
     parser.add_argument("--no-gc-events", dest="gc_events", action="store_false",
                         help="do not report GC pauses as span events (timing is all that shows them)")
     parser.add_argument("--format", choices=FORMATS, default="otlp-json",

@@ -15,9 +15,12 @@ from reference_pipeline import span_model
 # span_model's scenarios plus the simulator's own (a subset of clients behind a slow network).
 SCENARIOS: tuple[str, ...] = (*span_model.SCENARIOS, "network-jitter")
 NAMINGS = ("reference", "alt")  # see naming.py
-# pipeline: the reference pipeline's span tree (named by NAMINGS); gateway: the same mechanisms behind
-# a two-tier service of another shape (see gateway.py), for held-out accuracy checks
-TOPOLOGIES = ("pipeline", "gateway")
+# pipeline: the reference pipeline's span tree (named by NAMINGS); the others render the same mechanisms
+# as services of other shapes, for held-out accuracy checks: gateway (gateway.py: a two-tier gRPC
+# service), region (region.py: a caller in another region wraps the server), readthrough
+# (readthrough.py: a read-through cache whose misses add a fallback call), queue-worker
+# (queue_worker.py: request-reply through a message queue to a worker)
+TOPOLOGIES = ("pipeline", "gateway", "region", "readthrough", "queue-worker")
 FORMATS = ("otlp-json", "jaeger")  # see writers.py
 
 LogNormal = tuple[float, float]
@@ -129,12 +132,29 @@ HARDWARE: dict[str, dict] = {
 }
 
 
-# The gateway topology's model server reads features from a local Redis (a round trip, not a dict
-# lookup) and a PostgreSQL table on a miss.
-GATEWAY_CHANGES: dict = {"cache_hit_ms": (0.25, 0.35), "store_ms": (5.0, 0.5)}
+# What a topology changes in the model (scenario changes win over these). The gateway's model server
+# reads features from a local Redis (a round trip, not a dict lookup) and a PostgreSQL table on a miss;
+# the region family's caller is ~38 ms away over a steady WAN link (a worse one for network-jitter's
+# slow callers); the read-through cache is a Redis round trip in front of a slower MySQL query.
+TOPOLOGY_CHANGES: dict[str, dict] = {
+    "gateway": {"cache_hit_ms": (0.25, 0.35), "store_ms": (5.0, 0.5)},
+    "region": {"net_ms": (38.0, 0.03), "slow_net_ms": (70.0, 0.5)},
+    "readthrough": {"cache_hit_ms": (0.3, 0.3), "store_ms": (9.0, 0.45)},
+    "queue-worker": {},
+}
 
 
 def _scenario_changes(name: str) -> dict:
+    """A scenario's changes; `a+b` plants both causes (their changes merged: two-cause runs)."""
+    if "+" in name:
+        out: dict = {}
+        for part in name.split("+"):
+            out.update(_one_scenario(part))
+        return out
+    return _one_scenario(name)
+
+
+def _one_scenario(name: str) -> dict:
     if name == "steady":
         return {}
     if name == "burst":
@@ -165,17 +185,17 @@ def scenario_config(scenario: str = "steady", requests: int = 4000, seed: int = 
     if hardware is not None and hardware not in HARDWARE:
         raise ValueError(f"unknown hardware {hardware!r}; one of {', '.join(HARDWARE)}")
     changes = {**HARDWARE[hardware or "cpu-fp32"], **{k: v for k, v in changes.items() if v is not None}}
-    if overrides.get("topology") == "gateway":
-        changes = {**GATEWAY_CHANGES, **changes}
-    elif overrides.get("topology") not in (None, *TOPOLOGIES):
-        raise ValueError(f"unknown topology {overrides['topology']!r}; one of {', '.join(TOPOLOGIES)}")
+    topology = overrides.get("topology")
+    if topology not in (None, *TOPOLOGIES):
+        raise ValueError(f"unknown topology {topology!r}; one of {', '.join(TOPOLOGIES)}")
+    changes = {**TOPOLOGY_CHANGES.get(topology or "pipeline", {}), **changes}
     config = replace(SimConfig(), scenario=scenario, requests=requests, seed=seed, **changes)
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if config.requests < 1:
         raise ValueError("requests must be >= 1")
     if config.workers < 1 or config.max_batch < 1 or config.max_wait_ms < 0:
         raise ValueError("workers and max_batch must be >= 1 and max_wait_ms >= 0")
-    if scenario == "key-expiry" and "cache_ttl_s" not in overrides:
+    if "key-expiry" in scenario.split("+") and "cache_ttl_s" not in overrides:
         # every key is filled at once with one TTL: they all expire together 30% of the way in, are
         # refetched within a short window (a stampede), and so expire together again one TTL later
         nominal_s = config.requests / config.arrival_rps()

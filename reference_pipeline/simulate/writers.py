@@ -18,7 +18,7 @@ from ingest.columns import SpanColumns
 from reference_pipeline.otlp_values import key_values
 from reference_pipeline.simulate.spans import SpanGroup, SpanSource, string_value
 
-_KIND_NUMBER = {"Internal": 1, "Server": 2, "Client": 3}
+_KIND_NUMBER = {"Internal": 1, "Server": 2, "Client": 3, "Producer": 4, "Consumer": 5}
 _PLACEHOLDER = {"int": '{"intValue":"%d"}', "bool": '{"boolValue":%s}', "str": '{"stringValue":%s}'}
 
 

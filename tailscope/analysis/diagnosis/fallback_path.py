@@ -51,6 +51,9 @@ def detect(ctx: Context) -> list[Finding]:
         lookup = _lookup_before(ctx, inside, int(code), rates)
         if lookup is None:
             continue
+        # a call made only as the fallback of a lookup is the miss path (slow_dependency leaves it),
+        # whether or not the misses make this run's tail
+        ctx.notes.setdefault("fallback_names", set()).add(int(code))
         finding = _finding(ctx, int(code), lookup, present[:, code])
         if finding is not None:
             findings.append(finding)
@@ -77,6 +80,8 @@ def _lookup_before(ctx: Context, inside: np.ndarray, code: int, rates: np.ndarra
         return None  # the enclosing span's two modes are already the bimodal cache_miss finding
     candidates = np.nonzero(inside & np.isin(f.parent, parents) & (f.name != code))[0]
     fallback_median = float(np.median(f.dur[fallback]))
+    # the nearest always-run sibling before the fallback decides (a lookup, not an auth check earlier)
+    closest, best_gap = None, np.inf
     for name in np.unique(f.name[candidates]):
         if rates[name] < ALWAYS:
             continue
@@ -91,8 +96,10 @@ def _lookup_before(ctx: Context, inside: np.ndarray, code: int, rates: np.ndarra
             continue
         before = ends[where[found]] <= f.start[fallback[found]]
         if before.mean() >= 0.9 and 3 * float(np.median(f.dur[spans])) <= fallback_median:
-            return int(name)
-    return None
+            gap = float(np.median(f.start[fallback[found]] - ends[where[found]]))
+            if gap < best_gap:
+                closest, best_gap = int(name), gap
+    return closest
 
 
 def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) -> Finding | None:

@@ -23,6 +23,12 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.stats import excess_share, tail_split
+from tailscope.analysis.diagnosis.structure import (
+    callee_mask,
+    containing_parent,
+    work_instances,
+    wrapper_spans,
+)
 from tailscope.vocabulary import ALL_STAGES
 
 SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
@@ -42,10 +48,11 @@ class Requests:
     root: np.ndarray  # span index of the request root
     start: np.ndarray  # ns since the run's first span
     latency: np.ndarray  # ns, the root's duration
-    instance: np.ndarray  # instance code of the root span
+    instance: np.ndarray  # instance code of the work: the root's, or the worker's it hands on to
     client_latency: np.ndarray  # float ns of a CLIENT parent of the root, nan where none
     client_span: np.ndarray  # span index of that CLIENT parent, -1 where none
     index_on_instance: np.ndarray  # 0 for an instance's first request, 1 for its second, ...
+    root_instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.root)
@@ -87,6 +94,9 @@ class TraceFrame:
     excl: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     leaf: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     depth: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the parent whose exclusive time a span is subtracted from (its own, unless detached)
+    excl_parent: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    wrappers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # see structure.py
     requests: Requests | None = None
     # span name -> {attribute key: (span indices, values)}; None when attributes are not available
     attribute_source: Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]] | None = None
@@ -301,7 +311,8 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
         frame.stage[moved] = ALL_STAGES.index("ingress")
     frame.depth = depth
     frame.request = _request_of(parent, is_root)
-    frame.excl = exclusive_times(parent, frame.start, frame.dur)
+    frame.excl_parent = containing_parent(parent, frame.start, frame.dur)
+    frame.excl = exclusive_times(frame.excl_parent, frame.start, frame.dur)
     frame.leaf = np.bincount(parent[parent >= 0], minlength=n) == 0 if n else np.zeros(0, bool)
 
     roots = np.nonzero(is_root)[0]
@@ -311,7 +322,11 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
     has_client[has_client] = frame.kind[prnt[has_client]] == KIND_CLIENT
     client_latency = np.full(len(roots), np.nan)
     client_latency[has_client] = frame.dur[prnt[has_client]]
-    inst = frame.instance[roots]
+    req_index = np.full(n, -1, np.int64)
+    req_index[roots] = np.arange(len(roots))
+    request = np.where(frame.request >= 0, req_index[np.maximum(frame.request, 0)], -1)
+    own = ~callee_mask(parent, frame.kind, depth, KIND_SERVER, KIND_CLIENT) & ~is_root
+    inst = work_instances(request, frame.instance, frame.excl, own, frame.instance[roots])
     order = np.lexsort((frame.start[roots], inst))
     index_on = np.empty(len(roots), np.int64)
     if len(roots):
@@ -327,24 +342,22 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
         client_latency=client_latency,
         client_span=np.where(has_client, prnt, -1),
         index_on_instance=index_on,
+        root_instance=frame.instance[roots],
     )
     client_start = frame.start[np.maximum(prnt, 0)]
     frame.requests._arrival = np.where(has_client, client_start, frame.start[roots])
-    # request column as an index into the request table (not a span index)
-    req_index = np.full(n, -1, np.int64)
-    req_index[roots] = np.arange(len(roots))
-    frame.request = np.where(frame.request >= 0, req_index[np.maximum(frame.request, 0)], -1)
+    frame.request = request  # an index into the request table (not a span index)
+    frame.wrappers = wrapper_spans(request, frame.name, frame.dur, frame.leaf, roots, frame.requests.latency)
     return frame
 
 
 def root_waits(frame: TraceFrame, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(root span, start, end) of the longest stretch of each request root (among the spans where
-    `inside` is set) that no child covers, for the root names where that stretch is a material part
+    """(span, start, end) of the longest stretch of each request root or wrapper (among the spans
+    where `inside` is set) that no child covers, for the names where that stretch is a material part
     of the request (median >= 5 % of the median latency: a wait, not scheduling slack between stages)."""
     roots = frame.requests.root if frame.requests is not None else np.zeros(0, np.int64)
-    owner, seg_s, seg_e = self_segments(
-        frame.parent, frame.start, frame.dur, roots[~frame.leaf[roots] & inside[roots]]
-    )
+    owners = np.r_[roots[~frame.leaf[roots]], frame.wrappers].astype(np.int64)
+    owner, seg_s, seg_e = self_segments(frame.excl_parent, frame.start, frame.dur, owners[inside[owners]])
     if len(owner) == 0:
         return owner, seg_s, seg_e
     order = np.lexsort((seg_e - seg_s, owner))

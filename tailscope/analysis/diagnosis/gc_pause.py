@@ -12,8 +12,12 @@ offset, which keeps each name's own clustering (lock convoys, expiry storms, que
 name each) but breaks cross-name alignment. Stall bins are bins with D >= 2 that hold at least 60 % of
 the active names; the finding's strength is how far the observed count of stall bins sits above the
 shifted counts (z score, ratio), and its weight is how many tail requests overlap a stall episode. A
-rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. GC
-events reported by the runtime confirm.
+rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. A
+pause freezes the process for as long as it lasts, while co-slowness from ordinary queueing cannot
+outlast ordinary work: stall episodes longer than the median request weigh most. Where none is that
+long, the timing finding is discounted (to 0.6 of itself); where most tail requests sit in such
+stalls and they carry most of the tail excess, the evidence is overwhelming whatever the stall-bin
+ratio and the confidence says so. GC events reported by the runtime confirm.
 
 Reported pauses alone. With about one request in flight, a pause stretches one span at a time and
 leaves no cross-name alignment to detect, and requests that arrive during it start after it (the
@@ -228,7 +232,15 @@ def detect(ctx: Context) -> list[Finding]:
     strength = logistic(z, 3.0, 1.0) * logistic(ratio, 2.0, 0.2)
     weight = logistic(impact, 0.25, 0.08)
     penalty = (1 - logistic(arrival_ratio, 1.6, 0.15)) * (1 - logistic(early, 0.5, 0.1))
-    confidence = strength * weight * penalty
+    # a pause freezes a process for as long as it lasts; co-slowness from ordinary queueing cannot
+    # outlast ordinary work. Stalls longer than the median request carry the weight of the evidence:
+    # where most tail requests sit in them and they carry most of the tail excess, that is
+    # overwhelming whatever the stall-bin ratio; where none is that long, timing alone is weaker
+    long_share, long_hit = _long_stalls(ctx, ep_inst, ep_t0, ep_t1)
+    overwhelming = logistic(z, 3.0, 1.0) * logistic(long_hit, 0.7, 0.06) * logistic(long_share, 0.5, 0.08)
+    confidence = max(
+        strength * weight * penalty * (0.6 + 0.4 * logistic(long_share, 0.15, 0.05)), overwhelming * penalty
+    )
     event_share = None
     if len(f.gc_time):
         # confirmation: how much of the tail excess the runtime's own pause reports cover
@@ -240,7 +252,7 @@ def detect(ctx: Context) -> list[Finding]:
         # another reason (CPU starvation, a blocking call holding the interpreter), so trust timing less.
         reported = REPORTED_CAP * logistic(event_share, 0.35, 0.06)  # see _reported_only
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
-    if strength >= 0.3:  # other detectors discount time frozen in credible pauses
+    if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
     stats = {
         "stall_bins": obs,
@@ -250,8 +262,12 @@ def detect(ctx: Context) -> list[Finding]:
         "episodes": episodes,
         "bin_ms": ms(width),
         "median_stall_ms": round(pause_ms, 3),
+        "p90_stall_ms": round(float(np.quantile(ep_t1 - ep_t0, 0.9)) / 1e6, 3),
+        "longest_stall_ms": round(float((ep_t1 - ep_t0).max()) / 1e6, 3),
         "tail_requests_in_stall": round(tail_hit, 3),
         "tail_excess_share": round(impact, 3),
+        "tail_excess_share_in_long_stalls": round(long_share, 3),
+        "tail_requests_in_long_stall": round(long_hit, 3),
         "all_requests_in_stall": round(all_hit, 3),
         "arrival_ratio_in_stall": round(arrival_ratio, 2),
         "early_share": round(early, 3),
@@ -287,6 +303,19 @@ def detect(ctx: Context) -> list[Finding]:
             advice=ADVICE,
         )
     ]
+
+
+def _long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float]:
+    """Share of the tail excess spent in stall episodes longer than the median request, and the share
+    of tail requests overlapping one."""
+    reqs, split = ctx.frame.requests, ctx.split
+    long = (ep_t1 - ep_t0) > np.median(reqs.latency)
+    if not long.any():
+        return 0.0, 0.0
+    args = (ep_inst[long], ep_t0[long], ep_t1[long])
+    overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *args)
+    hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
+    return excess_share(overlap, split), hit
 
 
 def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:

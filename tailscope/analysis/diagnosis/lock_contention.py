@@ -6,7 +6,9 @@ running (spans that start at the same instant, like the members of one batch, do
 mutex each holder in front adds one hold time, so duration ~ own work + concurrency x hold time: a
 strong rank correlation (Spearman rho) and a positive robust slope (Theil-Sen) that is the hold time.
 The name with the strongest correlation, weighted by its share of the tail excess, is reported; the
-slope is the estimated hold time and the intercept the work outside the lock.
+slope is the estimated hold time and the intercept the work outside the lock. A span that holds the
+model's forward pass below it is no candidate: it holds the batch queue too, which grows with the
+crowd without any lock.
 
 Materiality. The modelled wait of a span is slope x concurrency. It must be a real part of the span's
 time either on average (share of its mean duration) or in the tail (share of the requests' tail excess
@@ -60,10 +62,11 @@ def detect(ctx: Context) -> list[Finding]:
         return []
     inside = (f.request >= 0) & (f.depth > f.depth[f.requests.root][np.maximum(f.request, 0)])
     candidates = np.nonzero(np.bincount(f.name[inside], minlength=len(f.names)) >= MIN_SPANS)[0]
+    wraps_forward = _wraps_forward(ctx)
     results = []
     for code in candidates:
         stage = int(ctx.name_stage[code])
-        if stage in SKIP_STAGES:
+        if stage in SKIP_STAGES or wraps_forward[code]:
             continue
         spans = np.nonzero(inside & (f.name == code))[0]
         if len(spans) > MAX_FIT:
@@ -146,6 +149,25 @@ def detect(ctx: Context) -> list[Finding]:
         seen.add(fd.stage)
         out.append(fd)
     return out[:2]
+
+
+def _wraps_forward(ctx: Context) -> np.ndarray:
+    """Per span name: most of its spans hold a model_forward span below them. Such a span also holds
+    the wait for a batch to fill and a free model, which grows with how many requests are in it
+    whether or not a lock is taken (a handler or controller span around the whole request)."""
+    f = ctx.frame
+    holds = np.zeros(len(f), bool)
+    cur = f.parent[np.nonzero(ctx.span_stage_mask("model_forward") & (f.request >= 0))[0]]
+    for _ in range(64):
+        cur = cur[cur >= 0]
+        cur = cur[~holds[cur]]
+        if len(cur) == 0:
+            break
+        holds[cur] = True
+        cur = f.parent[cur]
+    inside = f.request >= 0
+    total = np.bincount(f.name[inside], minlength=len(f.names))
+    return np.bincount(f.name[inside & holds], minlength=len(f.names)) * 2 > total
 
 
 def _inclusive_share(ctx: Context, code: int) -> float:

@@ -72,7 +72,7 @@ class Context:
         share that share only their end (a batch queue: members leave together when the batch closes)."""
         f = self.frame
         k = len(f.names)
-        ok = (f.request >= 0) & (f.stage == NO_STAGE)  # only names the mapping left open
+        ok = (f.request >= 0) & self.open_stage  # only names the mapping left open
         if ok.sum() < 2:
             return np.zeros(k), np.zeros(k)
 
@@ -95,18 +95,29 @@ class Context:
         return both, end_only
 
     @cached_property
+    def open_stage(self) -> np.ndarray:
+        """Per span: the mapping knows nothing of it: no stage, or `unattributed` below the request
+        root (a name no rule matched, under the root: the mapping's default, not a judgement)."""
+        f = self.frame
+        unattributed = ALL_STAGES.index("unattributed")
+        is_root = np.zeros(len(f), bool)
+        is_root[f.requests.root] = True
+        return (f.stage == NO_STAGE) | ((f.stage == unattributed) & ~is_root)
+
+    @cached_property
     def stage(self) -> np.ndarray:
         """Per span: the mapped stage; where the mapping knows nothing, batched work counts as
         model_forward and a batch queue as queue (inferred from timing, see `batching`)."""
         f = self.frame
         stage = f.stage.copy()
-        unknown = stage == NO_STAGE
+        unknown = self.open_stage
         if unknown.any():
             both, end_only = self.batching
             inferred = np.full(len(f.names), NO_STAGE)
             inferred[end_only >= 0.3] = ALL_STAGES.index("queue")
             inferred[both >= 0.3] = ALL_STAGES.index("model_forward")
-            stage[unknown] = inferred[f.name[unknown]]
+            guess = inferred[f.name[unknown]]
+            stage[unknown] = np.where(guess >= 0, guess, stage[unknown])
         return stage
 
     @cached_property

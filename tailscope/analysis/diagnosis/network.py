@@ -5,7 +5,11 @@ request root, or a service calling a traced dependency), the gap = client durati
 is the time on the wire and in the server's accept queue. Its weight is the share of the client-observed
 tail excess the gap carries (for the request root: excess of client-observed latency; for an inner
 call: excess of the request latency); its shape (p99 vs p50, and the share of calls with a gap beyond
-5x the median) shows whether it is large for everyone or shifted for a subset.
+5x the median, or far beyond its usual spread where the median is a long, steady trip to another
+region) shows whether it is large for everyone or shifted for a subset. Large gaps that end in
+bunches (several callers' calls starting on one server instance in the same millisecond) are a server
+that stopped accepting and then took the held calls at once, not the wire: they discount the finding
+as gaps inside known stalls do.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def detect(ctx: Context) -> list[Finding]:
         else:
             share = ctx.share_of(np.isin(np.arange(len(f)), cli[sel]), _gap_values(f, cli[sel], g))
         p50, p99 = float(np.median(g)), float(np.quantile(g, 0.99))
-        big = g > 5 * max(p50, 100_000)
+        big = large_gaps(g, p50)
         shifted = float(big.mean())
         # a stalled server process (GC pause) delays accepting and writing too: gaps inside stalls are
         # the gc_pause finding's, not the network's
@@ -74,6 +78,10 @@ def detect(ctx: Context) -> list[Finding]:
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *ctx.reported_pauses)
             in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
+        # a server that stopped accepting takes the calls held meanwhile at once: their server spans
+        # start together on one instance, whichever caller sent them (the wire delays each on its own)
+        released = released_together(f, srv[sel], big)
+        in_stall = max(in_stall, released)
         # a subset of clients behind a slow network: the gap per calling instance
         c_inst = f.instance[cli[sel]]
         per_client = np.bincount(c_inst, weights=big, minlength=len(f.instances)) / np.maximum(
@@ -91,8 +99,8 @@ def detect(ctx: Context) -> list[Finding]:
         summary = (
             f"Between {client_service} ('{c_name}') and {server_service}, the client sees more than the "
             "server: "
-            f"gap p50 {ms(p50):.2f} ms, p99 {ms(p99):.2f} ms; {shifted:.1%} of calls have a gap over 5x the "
-            f"median; the gap carries {share:.0%} of the "
+            f"gap p50 {ms(p50):.2f} ms, p99 {ms(p99):.2f} ms; {shifted:.1%} of calls have a gap far beyond "
+            f"the usual one; the gap carries {share:.0%} of the "
             f"{'client-observed ' if label == 'root' else ''}tail excess"
             + (
                 f"; the large gaps come from {len(affected)} of {int(callers.sum())} callers "
@@ -102,7 +110,14 @@ def detect(ctx: Context) -> list[Finding]:
             )
             + (
                 f"; {in_stall:.0%} of the large gaps fall in server stalls (see gc_pause)"
-                if in_stall > 0.2
+                if in_stall > 0.2 and released < in_stall
+                else ""
+            )
+            + (
+                f"; {released:.0%} of the large gaps end in bunches, several callers' calls starting on "
+                "one server instance at the same moment: the server stopped accepting and then took "
+                "them at once (a stall, not the wire)"
+                if released > 0.2 and released >= in_stall
                 else ""
             )
             + (
@@ -120,6 +135,7 @@ def detect(ctx: Context) -> list[Finding]:
             "pairs": int(sel.sum()),
             "affected_callers": affected[:20],
             "large_gaps_in_server_stalls": round(in_stall, 3),
+            "large_gaps_released_together": round(released, 3),
             "client_service": client_service,
             "server_service": server_service,
         }
@@ -141,6 +157,33 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:1]
+
+
+RELEASE_NS = 1_000_000  # server spans starting within the same millisecond were released together
+RELEASE_BUNCH = 3  # ... three or more of them with a large gap
+
+
+def released_together(f, srv: np.ndarray, big: np.ndarray) -> float:
+    """Share of the large gaps whose server span starts in the same millisecond, on the same server
+    instance, as at least two other large-gap calls from more than one caller."""
+    if big.sum() < RELEASE_BUNCH:
+        return 0.0
+    s = srv[big]
+    key = f.instance[s].astype(np.int64) * (int(f.end.max()) // RELEASE_NS + 2) + f.start[s] // RELEASE_NS
+    _, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    inverse = inverse.reshape(-1)
+    callers = f.instance[np.maximum(f.parent[s], 0)]
+    pairs = np.unique(np.c_[inverse, callers], axis=0)
+    n_callers = np.bincount(pairs[:, 0], minlength=len(counts))
+    bunched = (counts[inverse] >= RELEASE_BUNCH) & (n_callers[inverse] >= 2)
+    return float(bunched.mean())
+
+
+def large_gaps(g: np.ndarray, p50: float) -> np.ndarray:
+    """Gaps far beyond the usual one: over 5x the median, or (where the median itself is long, a
+    steady trip to another region) more than 10 interquartile ranges and 5 ms above it."""
+    q25, q75 = np.quantile(g, [0.25, 0.75])
+    return (g > 5 * max(p50, 100_000)) | (g - p50 > max(10 * float(q75 - q25), 5_000_000))
 
 
 def _gap_values(f, cli: np.ndarray, g: np.ndarray) -> np.ndarray:

@@ -1,8 +1,9 @@
 """queueing: waiting before work starts that tracks the arrival rate with a lag and drains after.
 
 Statistic. A request's wait is the exclusive time of its queue-stage spans plus the request root's own
-unattributed time: before its first child (work not yet started), or between children (a batch queue
-or a worker pool with no span of its own shows only as such a hole). Time is cut into ~100 bins; per bin
+unattributed time (and that of a span wrapping the request's work, a handler under the root): before
+its first child (work not yet started), or between children (a batch queue or a worker pool with no
+span of its own shows only as such a hole). Time is cut into ~100 bins; per bin
 we take the arrival count and the mean wait of the requests arriving in it, then the correlation of
 arrivals with wait at lags 0..10 bins (the queue fills while arrivals exceed capacity and drains
 after, so wait lags arrivals). Arrivals must really vary (index of dispersion of the per-bin counts
@@ -49,7 +50,10 @@ def waits(ctx: Context) -> np.ndarray:
     wait = ctx.per_request(queue & (f.request >= 0))
     roots = reqs.root
     has_children = ~f.leaf[roots] & ~queue[roots]  # a queue-stage root is counted above
-    return wait + np.where(has_children, f.excl[roots], 0).astype(np.float64)
+    wait = wait + np.where(has_children, f.excl[roots], 0).astype(np.float64)
+    # a span that wraps the request's work (a handler under the root) holds the same kind of wait
+    wrap = f.wrappers[~queue[f.wrappers]]
+    return wait + np.bincount(f.request[wrap], weights=f.excl[wrap].astype(np.float64), minlength=len(reqs))
 
 
 def detect(ctx: Context) -> list[Finding]:

@@ -2,7 +2,8 @@
 
 Statistic. Candidates are span names that are mostly CLIENT spans inside requests, or that the stage
 mapping puts in `downstream`, and that most requests make (a call made only on some requests, like a
-store lookup on a cache miss, is the cache_miss detector's). Each gets its share of the tail excess
+store lookup on a cache miss, is the cache_miss detector's; so is a call the fallback_path detector
+found running only after a lookup, whatever its rate). Each gets its share of the tail excess
 (its duration per request, tail minus body, over the latency excess) and its own tail heaviness
 (p99 / p50). When the callee's SERVER span is traced too, the time is split into the callee's own
 time and the gap around it (the network detector looks at the gap).
@@ -42,6 +43,7 @@ def detect(ctx: Context) -> list[Finding]:
     callee = server * 2 > total
     stage_named = np.nonzero((ctx.name_stage == downstream) & ~callee)[0].tolist()
     cands = set(int(c) for c in ctx.client_names) | set(stage_named)
+    cands -= ctx.notes.get("fallback_names", set())  # a miss path after a lookup: cache_miss's
     findings = []
     for code in sorted(cands):
         mask = (f.name == code) & (f.request >= 0)

@@ -1,0 +1,101 @@
+"""Request structure beyond parent links: detached children, the instance that did a request's work,
+and the spans that wrap a request's work. Pure numpy over span columns (used by frame.build_frame
+and the detectors); nothing here knows a span name.
+
+- A *detached* child runs mostly outside its parent: a message queue's CONSUMER span is the child of
+  the PRODUCER span that published the message but starts after the publish has ended (OpenTelemetry
+  messaging), and so does work a span hands to a thread it does not await. Its time is not the
+  parent's to subtract; it is subtracted from the nearest ancestor that holds it, so the wait between
+  the two (a broker's hand-off, a backlog) stays the exclusive time of that ancestor.
+- The *work instance* of a request is the instance whose spans below the root hold most of its
+  exclusive time, not counting callees (spans at or below a SERVER span reached through a CLIENT
+  call) nor the root's own time (which holds waits: a message waiting for a paused worker). It is the root's
+  instance for a service that does its own work, the worker's for a request handed on through a queue.
+- A *wrapper* is a span with children that covers most of its request (a controller or handler span
+  under the root, a queue consumer that runs the work): its uncovered time is the request's own, as
+  the root's is (a batch queue without a span shows there).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+DETACHED = 0.5  # a child with less than half of its time inside its parent is detached
+WRAPS = 0.8  # a wrapper covers at least this share of its request's latency (median over its name)
+WRAPPER_PRESENCE = 0.9  # ... in at least this share of the requests
+
+
+def containing_parent(parent: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Per span: the nearest ancestor that holds at least half of it (its parent, unless detached;
+    -1 where none does)."""
+    eff = parent.astype(np.int64).copy()
+    end = start + dur
+    todo = np.nonzero(eff >= 0)[0]
+    for _ in range(64):
+        if len(todo) == 0:
+            break
+        p = eff[todo]
+        inside = np.minimum(end[todo], end[p]) - np.maximum(start[todo], start[p])
+        detached = np.maximum(inside, 0) < DETACHED * dur[todo]
+        todo = todo[detached]
+        eff[todo] = parent[eff[todo]]
+        todo = todo[eff[todo] >= 0]
+    return eff
+
+
+def callee_mask(
+    parent: np.ndarray, kind: np.ndarray, depth: np.ndarray, server: int, client: int
+) -> np.ndarray:
+    """Spans at or below a SERVER span whose parent is a CLIENT span (another service's side of a call)."""
+    has_p = parent >= 0
+    flag = np.zeros(len(parent), bool)
+    flag[has_p] = (kind[has_p] == server) & (kind[parent[has_p]] == client)
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        sel = np.nonzero((depth == d) & has_p)[0]
+        flag[sel] |= flag[parent[sel]]
+    return flag
+
+
+def work_instances(
+    request: np.ndarray, instance: np.ndarray, excl: np.ndarray, own: np.ndarray, root_instance: np.ndarray
+) -> np.ndarray:
+    """Per request: the instance of `own` spans holding most of its exclusive time (the root's
+    instance where all its own spans run there)."""
+    sel = own & (request >= 0)
+    req, inst = request[sel], instance[sel]
+    if len(req) == 0 or (inst == root_instance[req]).all():
+        return root_instance.copy()
+    n_inst = int(max(instance.max(initial=0), root_instance.max(initial=0))) + 1
+    keys, inverse = np.unique(req.astype(np.int64) * n_inst + inst, return_inverse=True)
+    sums = np.bincount(inverse.reshape(-1), weights=excl[sel].astype(np.float64))
+    key_req = keys // n_inst
+    order = np.lexsort((sums, key_req))
+    last = order[np.r_[key_req[order][1:] != key_req[order][:-1], True]]
+    out = root_instance.copy()
+    out[key_req[last]] = keys[last] % n_inst
+    return out
+
+
+def wrapper_spans(
+    request: np.ndarray,
+    name: np.ndarray,
+    dur: np.ndarray,
+    leaf: np.ndarray,
+    roots: np.ndarray,
+    latency: np.ndarray,
+) -> np.ndarray:
+    """Span indices of wrappers (see the module docstring), roots excluded."""
+    is_root = np.zeros(len(request), bool)
+    is_root[roots] = True
+    cand = np.nonzero((request >= 0) & ~leaf & ~is_root)[0]
+    if len(cand) == 0 or len(roots) == 0:
+        return cand
+    cover = dur[cand] / np.maximum(latency[request[cand]], 1)
+    out = []
+    for code in np.unique(name[cand]).tolist():
+        mine = name[cand] == code
+        if len(np.unique(request[cand[mine]])) < WRAPPER_PRESENCE * len(roots):
+            continue
+        if np.median(cover[mine]) >= WRAPS:
+            out.append(cand[mine])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
