@@ -320,11 +320,14 @@ def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2
         phase_rules = phase_rules_in_force(conn)
         frames = []
         for label in [run] if run is not None else runs_with_spans(conn):
-            text, params = span_tree_query(
-                rules, scope="sample", run=label, sample=sample_traces, phase_rules=phase_rules
-            )
-            summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
-            frames.extend(conn.execute(summary, params).fetchall())
+            conn.execute(sql.load("derive_drop_scope"))
+            conn.execute(sql.load("stage_mapping_scope"), [label, int(sample_traces)])
+            try:
+                text, params = span_tree_query(rules, scope="traces", run=label, phase_rules=phase_rules)
+                summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
+                frames.extend(conn.execute(summary, params).fetchall())
+            finally:
+                conn.execute(sql.load("derive_drop_scope"))
     if not frames:
         return pd.DataFrame(columns=columns)
     frame = pd.DataFrame(frames, columns=["span_name", "span_kind", "stage", "rule_no", "spans"])
