@@ -1,7 +1,12 @@
 """Diagnosis accuracy on every planted scenario of the simulator: scenario x seed x naming (x format).
 
     .venv/bin/python bench/accuracy.py [--requests 3000] [--seeds 5] [--jaeger] [--write]
-        [--topologies pipeline,gateway]
+        [--topologies pipeline,gateway,region,readthrough,queue-worker | all] [--pairs]
+
+`region`, `readthrough` and `queue-worker` are three more held-out families, and `--pairs` adds the
+two-cause runs; with either (or several topologies) a summary follows: top-finding accuracy per
+family, two-cause recall, false alarms at >= 0.5 and a reliability table over every run (see
+bench/accuracy_runs.py).
 
 `--topologies` picks the span trees: `pipeline` (default) is the reference pipeline's, in both
 namings; `gateway` is the held-out family (reference_pipeline/simulate/gateway.py): the same planted
