@@ -15,17 +15,22 @@ from tailscope.vocabulary import ALL_STAGES, STAGE_ATTRIBUTE
 MESSAGE_KEY = "mapping_message"
 
 
-def save(rules: list[StageRule]) -> None:
+def _save(rules: list, validate, replace, noun: str) -> None:
+    """Validate, store and recompute (stage rules or phase rules), then rerun with a message."""
     store = data.store()
-    problems = analysis.validate_rules(store, rules)
+    problems = validate(store, rules)
     if problems:
         st.error("Not saved. " + " ".join(problems), icon=":material/error:")
         return
     with store.writer() as conn:
-        analysis.replace_rules(conn, rules)
+        replace(conn, rules)
     data.clear()
-    st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} rules; every run's stages were recomputed."
+    st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} {noun}; every run's stages were recomputed."
     st.rerun()
+
+
+def save(rules: list[StageRule]) -> None:
+    _save(rules, analysis.validate_rules, analysis.replace_rules, "rules")
 
 
 def reset() -> None:
@@ -82,16 +87,7 @@ def rules_editor() -> None:
 
 
 def save_phases(rules: list[PhaseRule]) -> None:
-    store = data.store()
-    problems = analysis.validate_phase_rules(store, rules)
-    if problems:
-        st.error("Not saved. " + " ".join(problems), icon=":material/error:")
-        return
-    with store.writer() as conn:
-        analysis.replace_phase_rules(conn, rules)
-    data.clear()
-    st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} phase rules; every run's stages were recomputed."
-    st.rerun()
+    _save(rules, analysis.validate_phase_rules, analysis.replace_phase_rules, "phase rules")
 
 
 def phase_rules_editor() -> None:
