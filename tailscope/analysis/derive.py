@@ -19,6 +19,8 @@ from 2^55, so a high-water mark taken in the writer's transaction matched nothin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import duckdb
 import pyarrow as pa
 
@@ -127,6 +129,18 @@ def _derive(
     conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label, *window])
     _drop_temp(conn)
+
+
+def rederive_after(conn: duckdb.DuckDBPyConnection, write: Callable[[], None]) -> None:
+    """Run `write` (a rule edit) and recompute every run, in one transaction: all or nothing."""
+    conn.begin()
+    try:
+        write()
+        refresh_all(conn)
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 def refresh_all(conn: duckdb.DuckDBPyConnection) -> None:

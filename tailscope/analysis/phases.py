@@ -244,19 +244,12 @@ def reset_phase_rules(conn: duckdb.DuckDBPyConnection) -> None:
 def replace_phase_rules(conn: duckdb.DuckDBPyConnection, rules: list[PhaseRule]) -> None:
     """Validate, store (positions renumbered 1..n) and recompute every run, in one transaction on a
     writer connection. Raises ValueError naming the problems; nothing changes then."""
-    from tailscope.analysis.derive import refresh_all
+    from tailscope.analysis.derive import rederive_after
 
     problems = validate_phase_rules(conn, rules)
     if problems:
         raise ValueError("invalid phase rules: " + "; ".join(problems))
-    conn.begin()
-    try:
-        _store(conn, rules)
-        refresh_all(conn)
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
+    rederive_after(conn, lambda: _store(conn, rules))
 
 
 def phase_candidates(rules: list[PhaseRule]) -> tuple[str, list[str]]:

@@ -229,16 +229,9 @@ def replace_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> No
     problems = validate_rules(conn, rules)
     if problems:
         raise ValueError("invalid stage rules: " + "; ".join(problems))
-    from tailscope.analysis.derive import refresh_all
+    from tailscope.analysis.derive import rederive_after
 
-    conn.begin()
-    try:
-        _store_rules(conn, rules)
-        refresh_all(conn)
-        conn.commit()
-    except BaseException:
-        conn.rollback()
-        raise
+    rederive_after(conn, lambda: _store_rules(conn, rules))
 
 
 def reset_rules(conn: duckdb.DuckDBPyConnection) -> None:
