@@ -14,7 +14,9 @@ the active names; the finding's strength is how far the observed count of stall 
 shifted counts (z score, ratio), and its weight is how many tail requests overlap a stall episode. A
 rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. A
 pause freezes the process for as long as it lasts, while co-slowness from ordinary queueing cannot
-outlast ordinary work: stall episodes longer than the median request weigh most. Where none is that
+outlast ordinary work: stall episodes longer than the median request in which the process finished
+no work (a paused process finishes nothing; a queue draining while the model keeps stepping does)
+weigh most. Where none is that
 long, the timing finding is discounted (to 0.6 of itself); where most tail requests sit in such
 stalls and they carry most of the tail excess, the evidence is overwhelming whatever the stall-bin
 ratio and the confidence says so. GC events reported by the runtime confirm.
@@ -31,8 +33,9 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import root_waits
+from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
 PATTERN = "gc_pause"
 ADVICE = (
@@ -65,26 +68,6 @@ def slow_flags(
     med = d_s[np.minimum(starts + (0.5 * np.maximum(counts - 1, 0)).astype(np.int64), last)]
     thr = np.where(counts > 0, np.maximum(q90, 1.5 * med), np.inf)
     return d > thr[nm]
-
-
-def _stall_time(t: np.ndarray, s0: np.ndarray, s1: np.ndarray, cum: np.ndarray) -> np.ndarray:
-    """Stall time in [0, t) given sorted episodes [s0, s1) and cum = stall time before each one."""
-    k = np.searchsorted(s0, t, side="right") - 1
-    kk = np.maximum(k, 0)
-    inside = np.clip(t - s0[kk], 0, s1[kk] - s0[kk])
-    return np.where(k >= 0, cum[kk] + inside, 0)
-
-
-def stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1) -> np.ndarray:
-    """Per interval [t0, t1) on instance `inst`: total time inside stall episodes of that instance."""
-    out = np.zeros(len(inst), np.float64)
-    for i in np.unique(ep_inst):
-        sel = ep_inst == i
-        s0, s1 = ep_t0[sel], ep_t1[sel]
-        cum = np.r_[0, np.cumsum(s1 - s0)]
-        m = inst == i
-        out[m] = _stall_time(t1[m], s0, s1, cum) - _stall_time(t0[m], s0, s1, cum)
-    return out
 
 
 def warm_up_mask(ctx: Context) -> np.ndarray:
@@ -236,10 +219,17 @@ def detect(ctx: Context) -> list[Finding]:
     # outlast ordinary work. Stalls longer than the median request carry the weight of the evidence:
     # where most tail requests sit in them and they carry most of the tail excess, that is
     # overwhelming whatever the stall-bin ratio; where none is that long, timing alone is weaker
-    long_share, long_hit = _long_stalls(ctx, ep_inst, ep_t0, ep_t1)
+    long_share, long_hit = long_stalls(ctx, ep_inst, ep_t0, ep_t1)
     overwhelming = logistic(z, 3.0, 1.0) * logistic(long_hit, 0.7, 0.06) * logistic(long_share, 0.5, 0.08)
+    # a burst keeps work finishing, so stalls in which nothing finished for longer than the median
+    # request are not discounted for arrivals: where they carry a material share, the pauses are a cause
+    # beside whatever else makes the tail (a slow dependency's calls raise the arrival ratio near stalls)
+    warm = 1 - logistic(early, 0.5, 0.1)
+    frozen = strength * material_weight(long_share) * warm
     confidence = max(
-        strength * weight * penalty * (0.6 + 0.4 * logistic(long_share, 0.15, 0.05)), overwhelming * penalty
+        strength * weight * penalty * (0.6 + 0.4 * logistic(long_share, 0.15, 0.05)),
+        overwhelming * penalty,
+        frozen,
     )
     event_share = None
     if len(f.gc_time):
@@ -250,7 +240,7 @@ def detect(ctx: Context) -> list[Finding]:
         confirm = covered * logistic(ratio, 1.5, 0.15) * penalty
         # The runtime reports its pauses, yet they cover little of the stalls: the process stalled for
         # another reason (CPU starvation, a blocking call holding the interpreter), so trust timing less.
-        reported = REPORTED_CAP * logistic(event_share, 0.35, 0.06)  # see _reported_only
+        reported = REPORTED_CAP * material_weight(event_share)  # see _reported_only
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
     if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
@@ -305,19 +295,6 @@ def detect(ctx: Context) -> list[Finding]:
     ]
 
 
-def _long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float]:
-    """Share of the tail excess spent in stall episodes longer than the median request, and the share
-    of tail requests overlapping one."""
-    reqs, split = ctx.frame.requests, ctx.split
-    long = (ep_t1 - ep_t0) > np.median(reqs.latency)
-    if not long.any():
-        return 0.0, 0.0
-    args = (ep_inst[long], ep_t0[long], ep_t1[long])
-    overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *args)
-    hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
-    return excess_share(overlap, split), hit
-
-
 def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:
     """Stall timeline: leaf spans of the requests around the longest episode, one row per request."""
     f = ctx.frame
@@ -364,7 +341,7 @@ def _reported_only(ctx: Context) -> list[Finding]:
     g_inst, g0, g1 = ctx.reported_pauses
     overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, g_inst, g0, g1)
     share = excess_share(overlap, ctx.split)
-    confidence = REPORTED_CAP * logistic(share, 0.35, 0.06)
+    confidence = REPORTED_CAP * material_weight(share)
     if confidence < 0.05:
         return []
     split = ctx.split

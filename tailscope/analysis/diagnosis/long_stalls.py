@@ -1,0 +1,68 @@
+"""gc_pause's strongest evidence: stall episodes longer than a request in which the process
+finished no work. A pause freezes a process for as long as it lasts; co-slowness from ordinary
+queueing cannot outlast ordinary work, and while a queue drains the work in flight keeps ending."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.model import Context
+from tailscope.analysis.diagnosis.stats import excess_share
+
+
+def _stall_time(t: np.ndarray, s0: np.ndarray, s1: np.ndarray, cum: np.ndarray) -> np.ndarray:
+    """Stall time in [0, t) given sorted episodes [s0, s1) and cum = stall time before each one."""
+    k = np.searchsorted(s0, t, side="right") - 1
+    kk = np.maximum(k, 0)
+    inside = np.clip(t - s0[kk], 0, s1[kk] - s0[kk])
+    return np.where(k >= 0, cum[kk] + inside, 0)
+
+
+def stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1) -> np.ndarray:
+    """Per interval [t0, t1) on instance `inst`: total time inside stall episodes of that instance."""
+    out = np.zeros(len(inst), np.float64)
+    for i in np.unique(ep_inst):
+        sel = ep_inst == i
+        s0, s1 = ep_t0[sel], ep_t1[sel]
+        cum = np.r_[0, np.cumsum(s1 - s0)]
+        m = inst == i
+        out[m] = _stall_time(t1[m], s0, s1, cum) - _stall_time(t0[m], s0, s1, cum)
+    return out
+
+
+def quiet_gaps(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
+    """Per episode: the longest stretch inside it in which its process finished no work (ns). A
+    paused process finishes nothing for as long as the pause lasts; a long co-slow stretch in which
+    work spans keep ending (a queue draining after a burst while the model keeps stepping) is load,
+    not a pause. Work = leaf spans of requests outside the queue stage."""
+    f = ctx.frame
+    work = np.nonzero(f.leaf & (f.request >= 0) & ~ctx.span_stage_mask("queue"))[0]
+    if not len(work):
+        return (ep_t1 - ep_t0).astype(np.int64)
+    scale = int(max(f.end.max(), ep_t1.max())) + 1
+    keys = np.sort(f.instance[work].astype(np.int64) * scale + f.end[work])
+    base = ep_inst.astype(np.int64) * scale
+    lo = np.searchsorted(keys, base + ep_t0, side="right")
+    hi = np.searchsorted(keys, base + ep_t1)
+    out = np.empty(len(ep_t0), np.int64)
+    for k in range(len(ep_t0)):
+        points = np.r_[ep_t0[k], keys[lo[k] : hi[k]] - base[k], ep_t1[k]]
+        out[k] = int(np.diff(points).max())
+    return out
+
+
+def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float]:
+    """Share of the tail excess spent in stall episodes in which the process finished no work for
+    longer than the median request (see quiet_gaps), and the share of tail requests overlapping one."""
+    reqs, split = ctx.frame.requests, ctx.split
+    median = np.median(reqs.latency)
+    long = (ep_t1 - ep_t0) > median  # only these can hold a quiet stretch that long
+    if not long.any():
+        return 0.0, 0.0
+    long[long] = quiet_gaps(ctx, ep_inst[long], ep_t0[long], ep_t1[long]) > median
+    if not long.any():
+        return 0.0, 0.0
+    args = (ep_inst[long], ep_t0[long], ep_t1[long])
+    overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *args)
+    hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
+    return excess_share(overlap, split), hit
