@@ -47,11 +47,15 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
     if n_slow == 0 or n_fast == 0:
         return None
 
-    def consider(label: str, present: np.ndarray) -> None:
+    slow_path: list[int] = []  # child spans made on the slow path (a store call on misses)
+
+    def consider(label: str, present: np.ndarray, child: int = -1) -> None:
         nonlocal best
         in_slow = float(present[slow].mean())
         in_fast = float(present[~slow].mean())
         score = in_slow - in_fast
+        if child >= 0 and score > 0.5:
+            slow_path.append(child)
         if abs(score) > 0.5 and (best is None or abs(score) > abs(best["score"])):
             best = {
                 "explained_by": label,
@@ -65,7 +69,7 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
     for c in np.unique(f.name[child]):
         present = np.zeros(len(spans), bool)
         present[pos[f.parent[child[f.name[child] == c]]]] = True
-        consider(f"child span '{f.names[int(c)]}'", present)
+        consider(f"child span '{f.names[int(c)]}'", present, int(c))
     for key, (idx, values) in ctx.frame.attributes(code).items():
         p = pos[idx]
         ok = p >= 0
@@ -79,6 +83,8 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
             present = np.zeros(len(spans), bool)
             present[p[ok][inv == u]] = True
             consider(f"{key}={uniq[u]}", present)
+    if best is not None:
+        best["slow_path"] = slow_path
     if best is not None and best["score"] < 0:
         # the value marks the fast path (e.g. cache.hit=true): say so from the slow path's side
         best["in_slow_mode"], best["in_fast_mode"] = 1 - best["in_slow_mode"], 1 - best["in_fast_mode"]
@@ -226,7 +232,9 @@ def detect(ctx: Context) -> list[Finding]:
             "settled_miss_rate": round(settled_rate, 4),
         }
         if why:
-            stats.update({k: v for k, v in why.items() if k != "score"})
+            stats.update({k: v for k, v in why.items() if k not in ("score", "slow_path")})
+            if confidence >= 0.3:  # the calls made on the slow path are the misses' cost, not a dependency
+                ctx.notes.setdefault("miss_path_names", set()).update(why["slow_path"])
         hist, edges = np.histogram(x / math.log(10) - 6, bins=60)
         grid = (edges[:-1] + edges[1:]) / 2
         chart = {

@@ -1,9 +1,10 @@
-"""slow_dependency: a call to another service whose heavy tail carries most of the tail excess.
+"""slow_dependency: a call to another service whose heavy tail carries a material share of the tail excess.
 
 Statistic. Candidates are span names that are mostly CLIENT spans inside requests, or that the stage
 mapping puts in `downstream`, and that most requests make (a call made only on some requests, like a
 store lookup on a cache miss, is the cache_miss detector's; so is a call the fallback_path detector
-found running only after a lookup, whatever its rate). Each gets its share of the tail excess
+found running only after a lookup, whatever its rate, and the child call that explains a bimodal
+lookup's slow mode). Each gets its share of the tail excess
 (its duration per request, tail minus body, over the latency excess) and its own tail heaviness
 (p99 / p50). When the callee's SERVER span is traced too, the time is split into the callee's own
 time and the gap around it (the network detector looks at the gap).
@@ -15,7 +16,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "slow_dependency"
@@ -44,6 +45,7 @@ def detect(ctx: Context) -> list[Finding]:
     stage_named = np.nonzero((ctx.name_stage == downstream) & ~callee)[0].tolist()
     cands = set(int(c) for c in ctx.client_names) | set(stage_named)
     cands -= ctx.notes.get("fallback_names", set())  # a miss path after a lookup: cache_miss's
+    cands -= ctx.notes.get("miss_path_names", set())  # the call a bimodal lookup makes on its misses
     findings = []
     for code in sorted(cands):
         mask = (f.name == code) & (f.request >= 0)
@@ -69,7 +71,7 @@ def detect(ctx: Context) -> list[Finding]:
         if len(child) > 0.5 * len(spans):
             server_share = ctx.share_of(np.isin(np.arange(len(f)), child), f.dur) / max(share, 1e-9)
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
-        weight = logistic(share, 0.35, 0.08)
+        weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
         name = f.names[code]
         stage = ctx.stage_of_name(code)
