@@ -10,17 +10,32 @@ slope is the estimated hold time and the intercept the work outside the lock. A 
 model's forward pass below it is no candidate: it holds the batch queue too, which grows with the
 crowd without any lock.
 
-Materiality. The modelled wait of a span is slope x concurrency. It must be a real part of the span's
-time either on average (share of its mean duration) or in the tail (share of the requests' tail excess
-it accounts for): at a low arrival rate the lock is rarely contended, so waits are a small part of
-the mean, yet the few requests that queue on it are the tail.
+Cohorts. Where the lock is taken after some work inside the span, requests that enter the span
+together (a batch's members, released within microseconds) reach the lock in an order their starts do
+not give, and the start order hides the contention. So the requests ahead are also counted by
+cohort (starts closer than 5 % of the median duration): each cohort is one observation, its requests
+ahead (those running when it began, plus half of its other members) against its mean duration. Both
+counts are fixed when a span starts, so neither correlates with the span's duration without a shared
+resource; the better one is kept. The waits are then sized with the order the members completed in.
+
+Serialisation. A mutex lets one holder out at a time: a span that was waiting when the one before it
+(same name and instance) completed finishes at least about one hold later. Work done side by side,
+or batched work that grows with the cohort, completes in clumps; the share of back-to-back
+completions closer than a quarter of the hold scales the confidence down.
+
+Materiality. The modelled wait of a span is slope x requests ahead. It must be a real part of the
+span's time either on average (share of its mean duration) or in the tail (share of the requests'
+tail excess it accounts for): at a low arrival rate the lock is rarely contended, so waits are a small
+part of the mean, yet the few requests that queue on it are the tail.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import NO_STAGE
+from tailscope.analysis.diagnosis.frame import NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman, theil_sen
 from tailscope.vocabulary import ALL_STAGES
@@ -35,25 +50,102 @@ ADVICE = (
 SKIP_STAGES = {ALL_STAGES.index("queue")}
 MIN_SPANS = 60
 MAX_FIT = 20_000
+MIN_COHORTS = 50
+TOGETHER = 0.05  # starts closer than this share of the median duration make one cohort
 
 
-def concurrency_at_start(ctx: Context, spans: np.ndarray) -> np.ndarray:
-    """Same-name, same-instance spans running when each span starts (started strictly before it)."""
+@dataclass
+class Fit:
+    """Duration against requests ahead for one span name, with one way of counting who is ahead."""
+
+    conc: np.ndarray  # requests ahead of each span, as known when it starts (the test)
+    ahead: np.ndarray  # requests ahead of each span, as known once done (the size of its wait)
+    d: np.ndarray  # durations, ns
+    rho: float
+    slope: float  # ns per request ahead: the hold time
+    intercept: float  # ns: the span's own work
+    close: float  # close_completions at that hold
+    cohorts: bool  # counted by cohorts (see concurrency_at_start)
+
+    @property
+    def serial(self) -> float:
+        """Completions spaced by the hold (1) or in clumps (0): a mutex lets one holder out at a time."""
+        return 1.0 if np.isnan(self.close) else 1.0 - logistic(self.close, 0.3, 0.07)
+
+
+def cohorts(start: np.ndarray, group: np.ndarray, together_ns: float) -> np.ndarray:
+    """Cohort id of each span: spans of one group (name and instance) whose starts follow each other
+    within `together_ns` (the members of a batch, released together) share one."""
+    key = group * (int(start.max(initial=0)) + int(together_ns) + 2) + start
+    starts = np.sort(key)
+    first = np.cumsum(np.r_[True, np.diff(starts) > together_ns]) - 1  # a new group is a new cohort
+    return first[np.searchsorted(starts, key, side="left")]
+
+
+def concurrency_at_start(
+    ctx: Context, spans: np.ndarray, together_ns: float = 0.0, by_end: bool = False
+) -> np.ndarray:
+    """Same-name, same-instance spans running when each span starts (started strictly before it).
+
+    With `together_ns` > 0, spans are counted by `cohorts`: each member counts the spans running when
+    its cohort began, plus half of the other members. Where the shared resource is taken after some
+    work inside the span, the start order does not say which member of a cohort gets it first; on
+    average a member has half of the others ahead of it. With `by_end`, a member counts the members
+    that completed before it instead: the order a mutex let them through, known only once they are
+    done (for the size of the waits, never for the test that there is a lock)."""
     f = ctx.frame
-    group = f.instance[spans].astype(np.int64) * (len(f.names) + 1) + f.name[spans]
-    horizon = int(f.end.max()) + 2
-    s_key = group * horizon + f.start[spans]
-    e_key = group * horizon + f.end[spans]
+    start, group = f.start[spans], _group(ctx, spans)
+    member = cohorts(start, group, together_ns) if together_ns > 0 else None
+    return _ahead(start, start + f.dur[spans], group, member, by_end)
+
+
+def _ahead(
+    start: np.ndarray, end: np.ndarray, group: np.ndarray, member: np.ndarray | None, by_end: bool
+) -> np.ndarray:
+    """concurrency_at_start on arrays; `member`: cohort ids, or None to count by start order."""
+    horizon = int(end.max(initial=0)) + 2
+    s_key = group * horizon + start
+    e_key = group * horizon + end
     starts = np.sort(s_key)
     ends = np.sort(e_key)
-    started_before = np.searchsorted(starts, s_key, side="left")
-    ended_by = np.searchsorted(ends, s_key, side="right")
+    at_key, extra = s_key, np.zeros(len(start))
+    if member is not None and len(start):
+        size = np.bincount(member)
+        at_key = np.full(len(size), np.iinfo(np.int64).max)
+        np.minimum.at(at_key, member, s_key)
+        at_key = at_key[member]
+        extra = (size[member] - 1) / 2.0
+        if by_end:
+            order = np.lexsort((end, member))
+            extra = np.empty(len(start))
+            extra[order] = np.arange(len(start)) - np.searchsorted(member[order], member[order])
+    started_before = np.searchsorted(starts, at_key, side="left")
+    ended_by = np.searchsorted(ends, at_key, side="right")
     # zero-length spans that start exactly at s ended "by s" without having started before it
-    zero = np.sort(s_key[f.dur[spans] == 0])
-    ended_by -= np.searchsorted(zero, s_key, side="right") - np.searchsorted(zero, s_key, side="left")
+    zero = np.sort(s_key[end == start])
+    ended_by -= np.searchsorted(zero, at_key, side="right") - np.searchsorted(zero, at_key, side="left")
     group_first = np.searchsorted(starts, group * horizon, side="left")
     group_first_end = np.searchsorted(ends, group * horizon, side="left")
-    return np.maximum((started_before - group_first) - (ended_by - group_first_end), 0)
+    return np.maximum((started_before - group_first) - (ended_by - group_first_end), 0) + extra
+
+
+def _group(ctx: Context, spans: np.ndarray) -> np.ndarray:
+    f = ctx.frame
+    return f.instance[spans].astype(np.int64) * (len(f.names) + 1) + f.name[spans]
+
+
+def close_completions(start: np.ndarray, end: np.ndarray, group: np.ndarray, hold: float) -> float:
+    """Share of back-to-back completions closer than a quarter of `hold`, among the spans that were
+    already running when the span before them (same group: name and instance, by end) completed.
+    Under a mutex the next holder finishes at least one hold after the last one, so the share is ~0;
+    work done side by side (a batch, parallel handlers sharing a CPU) finishes in clumps. NaN where
+    no such pair exists."""
+    order = np.lexsort((end, group))
+    s, e, g = start[order], end[order], group[order]
+    waited = (g[1:] == g[:-1]) & (s[1:] < e[:-1])
+    if not waited.any():
+        return float("nan")
+    return float(np.mean((e[1:] - e[:-1])[waited] < 0.25 * hold))
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -71,22 +163,17 @@ def detect(ctx: Context) -> list[Finding]:
         spans = np.nonzero(inside & (f.name == code))[0]
         if len(spans) > MAX_FIT:
             spans = np.sort(ctx.rng.choice(spans, MAX_FIT, replace=False))
-        conc = concurrency_at_start(ctx, spans).astype(np.float64)
-        if conc.max(initial=0) < 2 or np.mean(conc > 0) < 0.05:
-            continue
-        d = f.dur[spans].astype(np.float64)
-        rho = spearman(conc, d)
-        slope, intercept = theil_sen(conc, d, ctx.rng)
-        results.append((code, stage, spans, conc, d, rho, slope, intercept))
-    if not results:
-        return []
+        fit = _fit(ctx, spans)
+        if fit is not None:
+            results.append((code, stage, spans, fit))
     findings = []
-    for code, stage, spans, conc, d, rho, slope, intercept in results:
-        if rho < 0.2 or slope <= 0:
+    for code, stage, spans, fit in results:
+        conc, d, rho, slope, intercept = fit.conc, fit.d, fit.rho, fit.slope, fit.intercept
+        if rho < 0.2 or slope <= 0 or fit.serial < 0.05:  # completions in clumps: batched work
             continue
         share = _inclusive_share(ctx, code)
-        explained = slope * conc.mean() / max(d.mean(), 1.0)
-        wait = np.minimum(slope * conc, d)  # the modelled wait, never more than the span itself
+        explained = slope * fit.ahead.mean() / max(d.mean(), 1.0)
+        wait = np.minimum(slope * fit.ahead, d)  # the modelled wait, never more than the span itself
         in_span = np.zeros(len(f), bool)
         in_span[spans] = True
         values = np.zeros(len(f))
@@ -98,7 +185,7 @@ def detect(ctx: Context) -> list[Finding]:
         material = max(
             logistic(tail_wait, 0.2, 0.06), logistic(explained, 0.15, 0.05) * logistic(tail_wait, 0.06, 0.02)
         )
-        confidence = strength * weight * material
+        confidence = strength * weight * material * fit.serial
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
         summary = (
@@ -118,6 +205,8 @@ def detect(ctx: Context) -> list[Finding]:
             "contention_share_of_tail_excess": round(tail_wait, 3),
             "tail_excess_share": round(share, 3),
             "spans": len(spans),
+            "close_completions": round(fit.close, 3),
+            "cohorts": fit.cohorts,
         }
         pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)
         chart = {
@@ -141,14 +230,59 @@ def detect(ctx: Context) -> list[Finding]:
             )
         )
     findings.sort(key=lambda x: -x.confidence)
-    # one finding per stage: a lock's parent span shows the same contention as the lock span itself
-    seen, out = set(), []
+    # one finding per stage: a lock's parent span shows the same contention as the lock span itself.
+    # A span inside a kept one goes on too: the runner keeps the inner one, which names the lock.
+    out: list[Finding] = []
     for fd in findings:
-        if fd.stage in seen and fd.stage is not None:
+        same = [k for k in out if k.stage == fd.stage and fd.stage is not None]
+        if same and not any(_inside(f, fd.span_name, k.span_name) for k in same):
             continue
-        seen.add(fd.stage)
         out.append(fd)
     return out[:2]
+
+
+def _inside(f: TraceFrame, inner: str, outer: str) -> bool:
+    """Most spans named `inner` are children of a span named `outer`."""
+    spans = np.nonzero(f.name == f.names.index(inner))[0]
+    up = f.parent[spans]
+    return bool(np.mean((up >= 0) & (f.name[np.maximum(up, 0)] == f.names.index(outer))) >= 0.5)
+
+
+def _fit(ctx: Context, spans: np.ndarray) -> Fit | None:
+    """The better of two counts of the requests ahead: by start order, and by cohorts of spans that
+    start together (a lock taken after some work inside the span: the start order does not rank a
+    cohort at the lock). Both are fixed when a span starts, so neither correlates with the span's own
+    duration where there is no shared resource. None where the spans hardly overlap."""
+    f = ctx.frame
+    d = f.dur[spans].astype(np.float64)
+    start, group = f.start[spans], _group(ctx, spans)
+    end = start + f.dur[spans]
+    best = None
+    for together in (0.0, TOGETHER * float(np.median(d))):
+        member = cohorts(start, group, together) if together > 0 else None
+        conc = _ahead(start, end, group, member, by_end=False)
+        if conc.max(initial=0) < 2 or np.mean(conc > 0) < 0.05:
+            continue
+        rho = spearman(conc, d) if member is None else _cohort_rho(member, conc, d)
+        slope, intercept = theil_sen(conc, d, ctx.rng)
+        ahead = conc if member is None else _ahead(start, end, group, member, by_end=True)
+        close = close_completions(start, end, group, slope)
+        fit = Fit(conc, ahead, d, rho, slope, intercept, close, member is not None)
+        if best is None or fit.rho * fit.serial > best.rho * best.serial:
+            best = fit
+    return best
+
+
+def _cohort_rho(member: np.ndarray, conc: np.ndarray, d: np.ndarray) -> float:
+    """Rank correlation over cohorts, one point each: requests ahead of the cohort against its mean
+    duration. Members of a cohort are alike when they start, so the cohort is the observation."""
+    size = np.bincount(member)
+    keep = size > 0
+    if keep.sum() < MIN_COHORTS:  # too few observations for a rank correlation to mean much
+        return 0.0
+    mean_d = np.bincount(member, weights=d)[keep] / size[keep]
+    ahead = np.bincount(member, weights=conc)[keep] / size[keep]
+    return spearman(ahead, mean_d)
 
 
 def _wraps_forward(ctx: Context) -> np.ndarray:
