@@ -157,15 +157,20 @@ def test_cli_json_report(store: Store, capsys: pytest.CaptureFixture[str]) -> No
     out = json.loads(capsys.readouterr().out)
     assert out["run"] == "slow-downstream" and out["requests"] == REQUESTS
     first = out["findings"][0]
-    assert set(first) == {"pattern", "confidence", "stage", "span_name", "evidence", "advice"}
+    assert set(first) == {"pattern", "confidence", "stage", "span_name", "evidence", "advice", "share"}
     assert first["pattern"] == "slow_dependency"
     assert "chart" not in first["evidence"]
+    # each finding's share of the tail excess; all of them together never pass 100 %
+    assert 0.3 <= first["share"] <= 1.0
+    assert sum(fd["share"] or 0.0 for fd in out["findings"]) <= 1.0 + 1e-9
+    assert out["tail"]["excess_ms"] > 0 and out["tail"]["p99_ms"] > out["tail"]["p50_ms"]
 
 
 def test_cli_text_report_and_exit_codes(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["diagnose", "--db", str(store.path), "--run", "burst"]) == 0
     text = capsys.readouterr().out
     assert "1. queueing" in text and "advice:" in text and "evidence:" in text
+    assert "% of the tail excess" in text
     assert main(["diagnose", "--db", str(store.path), "--run", "missing"]) == 2
     err = capsys.readouterr().err
     assert "unknown run 'missing'" in err and "steady" in err

@@ -49,6 +49,8 @@ def test_each_finding_is_a_card_with_its_chart_and_advice(db: Path, monkeypatch:
     assert list(at.get("plotly_chart")), "the top finding has an evidence chart"
     assert any("What to change" in s.value for s in at.success)
     assert at.metric[0].label == "confidence"
+    assert at.metric[1].label == "share of the tail" and at.metric[1].value.endswith("%")
+    assert any("Where the tail goes" in m.value for m in at.markdown)  # the share bar above the cards
 
 
 def test_the_only_run_is_diagnosed_without_a_filter(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:

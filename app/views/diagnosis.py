@@ -13,6 +13,7 @@ import streamlit as st
 
 from app.components import charts, data, filters, fmt, notice
 from app.components.palette import BODY, NEUTRAL, P99_LINE, TAIL, TOTAL
+from app.views.diagnosis_shares import share_rows, shares_figure
 from tailscope.analysis.diagnosis import Diagnosis, diagnose, list_runs
 
 TITLES = {
@@ -260,6 +261,12 @@ def finding_card(index: int, finding: dict[str, Any]) -> None:
             help="Calibrated on simulated runs with a planted cause (bench/RESULTS.md, Diagnosis).",
         )
         score.caption(confidence_label(finding["confidence"]))
+        if finding.get("share") is not None:
+            score.metric(
+                "share of the tail",
+                fmt.pct(finding["share"], 0),
+                help="Of the tail excess (the slowest requests' mean latency minus the middle half's).",
+            )
         st.markdown(finding["evidence"].get("summary", ""))
         chart = finding["evidence"].get("chart")
         fig = evidence_figure(chart)
@@ -313,8 +320,25 @@ def render() -> None:
         return
     for pattern, error in (result.get("errors") or {}).items():
         st.warning(f"The {pattern} detector failed on this run: {error}", icon=":material/warning:")
+    _where_the_tail_goes(result)
     for i, finding in enumerate(result["findings"], 1):
         finding_card(i, finding)
+
+
+def _where_the_tail_goes(result: dict[str, Any]) -> None:
+    """The tail excess and each finding's share of it, in the order of the cards below."""
+    tail, rows = result.get("tail"), share_rows(result)
+    if not tail or not rows:
+        return
+    st.markdown(
+        f"**Where the tail goes.** p50 {fmt.ms(tail['p50_ms'])}, p99 {fmt.ms(tail['p99_ms'])}; requests "
+        f"from p{tail['tail_from_quantile'] * 100:g} on take {fmt.ms(tail['excess_ms'])} more than the "
+        "middle half on average (the tail excess). Named causes account for "
+        f"{fmt.pct(tail['named_share'], 0)} of it; causes judged possible (below 0.5) take no share. "
+        "Causes that overlap (a pause also queues the requests behind it) are scaled together so that "
+        "the shares never pass 100 %."
+    )
+    st.plotly_chart(shares_figure(rows), key="diagnosis_shares", config=charts.CONFIG)
 
 
 notice.guarded(render)

@@ -30,6 +30,15 @@ def render_text(result: dict) -> str:
     lines = [f"run {result['run']}: {result['requests']} requests"]
     if result.get("reason"):
         lines.append(f"  note: {result['reason']}")
+    tail = result.get("tail")
+    if tail and tail["excess_ms"] > 0:
+        lines.append(
+            f"  tail: p50 {tail['p50_ms']:.1f} ms, p99 {tail['p99_ms']:.1f} ms; requests from "
+            f"p{tail['tail_from_quantile'] * 100:g} on take {tail['excess_ms']:.1f} ms more than the middle "
+            f"half (the tail excess), {tail['named_share']:.0%} of it named below"
+            + (f", {tail['unexplained_share']:.0%} located" if tail["unexplained_share"] else "")
+            + "."
+        )
     findings = result["findings"]
     if not findings:
         lines.append("  no cause of a latency tail found")
@@ -38,9 +47,9 @@ def render_text(result: dict) -> str:
             x for x in (fd.get("stage"), fd.get("span_name") and f"span '{fd['span_name']}'") if x
         )
         lines.append("")
-        lines.append(
-            f"{i}. {fd['pattern']}  confidence {fd['confidence']:.2f}" + (f"  ({where})" if where else "")
-        )
+        share = "" if fd.get("share") is None else f"  {fd['share']:.0%} of the tail excess"
+        where = f"  ({where})" if where else ""
+        lines.append(f"{i}. {fd['pattern']}  confidence {fd['confidence']:.2f}{share}{where}")
         for label, text in (("evidence", fd["evidence"].get("summary", "")), ("advice", fd["advice"])):
             wrapped = textwrap.wrap(
                 text, width=96, initial_indent=f"   {label}: ", subsequent_indent=" " * (5 + len(label))

@@ -157,6 +157,7 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_share_early": round(tail_early, 3),
         "all_share_early": round(all_early, 3),
         "tail_excess_share_of_warm_up": round(extra_share, 3),
+        "tail_excess_share": round(min(1.0, max(0.0, extra_share)), 3),
         "rise_within_warm_up": round(rising, 2),
         "warmup_span": name,
         "warmup_span_share": round(top_share, 3),

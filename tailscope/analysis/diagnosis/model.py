@@ -28,6 +28,7 @@ class Finding:
     span_name: str | None
     evidence: dict[str, Any]
     advice: str
+    share: float | None = None  # of the run's tail excess, as reported (see shares.py); None: not a cause
 
     def to_dict(self, with_chart: bool = True) -> dict[str, Any]:
         out = asdict(self)

@@ -1,4 +1,5 @@
-"""Run every detector on one run and return its findings, most confident first."""
+"""Run every detector on one run and return its findings: the named causes ranked by their share of the
+tail excess, then the possible ones, then where the rest of a material tail goes (see shares.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tailscope.analysis.diagnosis import (
     lock_contention,
     network,
     queueing,
+    shares,
     slow_dependency,
     unexplained,
 )
@@ -48,6 +50,7 @@ class Diagnosis:
     seconds: float = 0.0
     errors: dict[str, str] = field(default_factory=dict)
     reason: str | None = None
+    tail: dict[str, float] = field(default_factory=dict)  # the latency tail the shares are of
 
     def to_dict(self, with_chart: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -55,6 +58,8 @@ class Diagnosis:
             "requests": self.requests,
             "findings": [fd.to_dict(with_chart) for fd in self.findings],
         }
+        if self.tail:
+            out["tail"] = self.tail
         if self.reason:
             out["reason"] = self.reason
         if self.errors:
@@ -73,6 +78,7 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
             warm, settled = stats.get("warm_up_miss_rate"), stats.get("settled_miss_rate")
             if fd.pattern == "cache_miss" and warm is not None and warm > 2 * max(settled or 0.0, 1e-3):
                 fd.confidence = min(fd.confidence, 0.9 * cold)
+                stats["part_of"] = "cold_start"
                 fd.evidence["summary"] += (
                     f" Misses pile up in the first requests of each instance ({warm:.0%} vs {settled:.0%} "
                     "once settled): part of the cold start."
@@ -141,16 +147,31 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
     findings = arbitrate(merge_nested(findings, frame))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
-    # most confident first; between equally confident findings, the one carrying more of the tail
-    findings.sort(
-        key=lambda fd: (
-            -round(fd.confidence, 2),
-            -float(fd.evidence.get("stats", {}).get("tail_excess_share") or 0),
-        )
-    )
+    shares.apportion(findings)
+    findings = shares.rank(findings)  # the named causes by their share of the tail excess
     try:  # where a material tail goes that the named causes leave unaccounted for: listed after them
         findings.extend(unexplained.account(ctx, findings, speaks_for(findings, frame)))
     except Exception as error:
         errors[unexplained.PATTERN] = f"{type(error).__name__}: {error}"
+    named = shares.apportion(findings)
     reason = None if n_req >= 50 else f"only {n_req} requests: too few to diagnose (50 needed)"
-    return Diagnosis(frame.run, n_req, len(frame), findings, time.perf_counter() - started, errors, reason)
+    seconds = time.perf_counter() - started
+    return Diagnosis(
+        frame.run, n_req, len(frame), findings, seconds, errors, reason, _tail(ctx, named, findings)
+    )
+
+
+def _tail(ctx: Context, named: float, findings: list[Finding]) -> dict[str, float]:
+    """The tail the findings' shares are of: p50/p99 (ms), the tail's quantile (p99, or p95 for small
+    runs), its requests' mean excess over the middle half's (p25-p75, ms) and how much of it the named
+    causes and the unexplained-tail findings account for."""
+    p50, p99 = np.percentile(ctx.frame.requests.latency, [50, 99])
+    rest = sum(fd.share or 0.0 for fd in findings if fd.pattern == unexplained.PATTERN)
+    return {
+        "p50_ms": round(float(p50) / 1e6, 3),
+        "p99_ms": round(float(p99) / 1e6, 3),
+        "tail_from_quantile": round(float(ctx.split.quantile), 4),
+        "excess_ms": round(max(0.0, float(ctx.split.excess_ns)) / 1e6, 3),
+        "named_share": round(named, 4),
+        "unexplained_share": round(rest, 4),
+    }

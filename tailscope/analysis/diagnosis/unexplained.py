@@ -23,13 +23,13 @@ from collections.abc import Callable
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.shares import apportion
 from tailscope.analysis.diagnosis.stats import ms
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "unexplained_tail"
 MATERIAL_RATIO = 1.5  # p99 / p50 of request latency
 MATERIAL_EXCESS_NS = 3_000_000  # or a tail excess above 3 ms
-NAMED = 0.5  # findings at this confidence or more account for their share of the tail excess
 MIN_SHARE = 0.15  # a span name must carry this much of the excess to be reported
 MAX_CONFIDENCE = 0.45
 MAX_FINDINGS = 3
@@ -66,11 +66,8 @@ def material(ctx: Context) -> bool:
 
 
 def explained_share(findings: list[Finding]) -> float:
-    share = 0.0
-    for fd in findings:
-        if fd.confidence >= NAMED:
-            share += max(0.0, float(fd.evidence.get("stats", {}).get("tail_excess_share") or 0.0))
-    return min(share, 1.0)
+    """The share of the tail excess the named causes account for (at most 1; see shares.py)."""
+    return apportion([fd for fd in findings if fd.pattern != PATTERN])
 
 
 def _occurrence(ctx: Context, name: int) -> tuple[float, float, np.ndarray]:
