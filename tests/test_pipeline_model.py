@@ -186,8 +186,9 @@ def test_torchscript_forward_runs_without_the_gil() -> None:
         runner = ModelRunner(build_classifier()[0], script=script)
         alone = min(_forward_seconds(runner, busy_thread=False) for _ in range(2))
         waits[runner.executor] = (_forward_seconds(runner, busy_thread=True) - alone) / 0.05
-    # measured: ~5-7 (collation, the graph call, the copy back) against ~100 (every op)
-    assert waits["torchscript"] < 20 and waits["eager"] > 50, waits
+    # measured: ~4-7 (collation, the graph call, the copy back) against 25-100 (every op; fewer
+    # where the machine's ops are quick enough to end before the busy thread is scheduled again)
+    assert waits["torchscript"] < 20 and waits["eager"] > 3 * max(waits["torchscript"], 5.0), waits
 
 
 def test_service_config_picks_the_executor() -> None:
