@@ -193,15 +193,20 @@ SELECT (SELECT count(*) FROM otel_traces) AS spans,
 """
 
 
+MIN_READS = 5
+
+
 def read_loop(db_path: str, seconds: float, unit: int, out_path: str) -> None:
-    """Query the store every 10 ms for `seconds`; write each query's latency and counts as JSON."""
+    """Query the store every 10 ms for `seconds` (longer, up to 4x, until MIN_READS reads are in: a
+    busy machine stretches each write); write each query's latency and counts as JSON."""
     from tailscope.store.db import Store
 
     store = Store(db_path)
     samples: list[list[float]] = []
     errors: list[str] = []
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    started_at = time.monotonic()
+    end, last = started_at + seconds, started_at + 4 * seconds
+    while (now := time.monotonic()) < end or (len(samples) < MIN_READS and now < last):
         started = time.perf_counter()
         try:
             row = store.query(CONSISTENCY_QUERY, [unit]).first()
