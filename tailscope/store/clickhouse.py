@@ -1,0 +1,326 @@
+"""The ClickHouse store: the OTel Collector exporter's otel_traces read in place, on a server or in chdb.
+
+One class, `ClickHouseStore`, with the DuckDB Store's query interface (`query(statement, params)`
+returning a Result). Statements are ClickHouse SQL from tailscope/sql/clickhouse/ with server-side
+parameters `{name:Type}`; `params` is a dict by name, or a list bound to `{p1:...}`, `{p2:...}`, ...
+in order. Two transports differ only in how they send a statement with its parameters:
+
+    ChdbTransport  in-process (chdb.session.Session on a data folder); values are written in
+                   ClickHouse's parameter text form by `bind_value` and parsed by the engine
+    HttpTransport  a server over HTTP(S) through clickhouse-connect, which binds the same
+                   `{name:Type}` parameters server-side
+
+Both return Arrow (ArrowStream / query_arrow), so rows come back with the same Python types.
+Every query runs under `max_execution_time`; every failure that means the store is unusable becomes
+a StoreError with one line (tailscope.store.errors).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from tailscope import sql
+from tailscope.store.db import Result
+from tailscope.store.errors import (
+    QueryTimeoutError,
+    SchemaMismatchError,
+    StoreError,
+    StoreLockedError,
+    StoreUnreachableError,
+    TableMissingError,
+    classify,
+    first_line,
+)
+from tailscope.store.url import StoreLocation
+
+DEFAULT_TIME_LIMIT_S = 60.0
+# What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
+DDL = ("otel_traces_ddl", "otel_traces_trace_id_ts_ddl", "otel_traces_trace_id_ts_mv_ddl")
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"}
+_MAP = ("Map(LowCardinality(String), String)", "Map(String, String)")
+_TEXT = ("String", "LowCardinality(String)")
+# The columns tailscope reads from otel_traces and the types the exporter gives them (any of these).
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Timestamp": ("DateTime64(9)",),
+    "TraceId": _TEXT,
+    "SpanId": _TEXT,
+    "ParentSpanId": _TEXT,
+    "SpanName": _TEXT,
+    "SpanKind": _TEXT,
+    "ServiceName": _TEXT,
+    "ResourceAttributes": _MAP,
+    "SpanAttributes": _MAP,
+    "Duration": ("UInt64", "Int64"),
+    "StatusCode": _TEXT,
+    "StatusMessage": _TEXT,
+    "Events.Timestamp": ("Array(DateTime64(9))",),
+    "Events.Name": tuple(f"Array({t})" for t in _TEXT),
+    "Events.Attributes": tuple(f"Array({t})" for t in _MAP),
+}
+
+
+def _escape(text: str) -> str:
+    return "".join(_ESCAPES.get(ch, ch) for ch in text)
+
+
+def _literal(value: Any) -> str:
+    """A value inside an array or map parameter: strings quoted, NULL spelled out."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return "'" + _escape(value).replace("'", "\\'") + "'"
+    if isinstance(value, datetime | date):
+        return "'" + bind_value(value) + "'"
+    return bind_value(value)
+
+
+def bind_value(value: Any) -> str:
+    """A Python value as the text ClickHouse parses for a `{name:Type}` parameter (escaped format)."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        return _escape(value)
+    if isinstance(value, datetime):
+        nanos = getattr(value, "nanosecond", 0)  # a pandas Timestamp keeps ns
+        return value.strftime("%Y-%m-%d %H:%M:%S") + f".{value.microsecond * 1000 + nanos:09d}"
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{_literal(k)}:{_literal(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, Sequence | set | frozenset):
+        return "[" + ",".join(_literal(v) for v in value) + "]"
+    raise TypeError(f"cannot bind a {type(value).__name__} as a ClickHouse parameter")
+
+
+def named_params(params: Sequence[Any] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Parameters by name: a list binds to p1, p2, ... in order."""
+    if params is None:
+        return {}
+    if isinstance(params, Mapping):
+        return dict(params)
+    return {f"p{i}": value for i, value in enumerate(params, start=1)}
+
+
+def schema_problem(columns: Mapping[str, str]) -> str | None:
+    """Why otel_traces' columns (name -> type) are not the exporter's schema, None when they are."""
+    for name, types in REQUIRED_COLUMNS.items():
+        found = columns.get(name)
+        if found is None:
+            return f"column {name} is missing"
+        if found not in types:
+            return f"column {name} is {found}, expected {' or '.join(types)}"
+    return None
+
+
+class Transport(Protocol):
+    """How statements reach ClickHouse: the only part that differs between chdb and a server."""
+
+    def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table: ...
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ChdbTransport:
+    """chdb in-process on a data folder. One process per folder (chdb locks `<folder>/status`)."""
+
+    def __init__(self, path: Path) -> None:
+        from chdb import session as chs
+
+        path.mkdir(parents=True, exist_ok=True)
+        if _locked_elsewhere(path / "status"):
+            raise StoreLockedError(
+                f"chdb://{path}: the folder is in use by another process (chdb allows one)"
+            )
+        try:
+            self._session = chs.Session(str(path))
+        except RuntimeError as error:
+            raise StoreLockedError(f"chdb://{path}: cannot open it ({first_line(str(error))})") from None
+
+    def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
+        text = statement.rstrip().rstrip(";")
+        if settings:
+            text += " SETTINGS " + ", ".join(f"{k} = {bind_value(v)}" for k, v in settings.items())
+        result = self._session.query(
+            text, "ArrowStream", params={k: bind_value(v) for k, v in params.items()}
+        )
+        raw = result.bytes()
+        if not raw:
+            return pa.table({})
+        return pa.ipc.open_stream(pa.py_buffer(raw)).read_all()
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, data.schema) as writer:
+            writer.write_table(data)
+        columns = ", ".join(f"`{name}`" for name in data.column_names)
+        with self._session.send_insert(f"INSERT INTO {table} ({columns})", "ArrowStream") as inserter:
+            inserter.append(sink.getvalue().to_pybytes())
+            inserter.finish()
+
+    def close(self) -> None:
+        self._session.close()
+
+
+def _locked_elsewhere(status: Path) -> bool:
+    """True when another process holds chdb's lock on the folder's status file."""
+    if not status.exists():
+        return False
+    fd = os.open(status, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+class HttpTransport:
+    """A ClickHouse server over HTTP(S) through clickhouse-connect (server-side parameter binding)."""
+
+    def __init__(self, location: StoreLocation, connect_timeout: float = 5.0) -> None:
+        import clickhouse_connect
+
+        self._client = clickhouse_connect.get_client(
+            host=location.host,
+            port=location.port,
+            username=location.user,
+            password=location.password,
+            database=location.database,
+            secure=location.secure,
+            connect_timeout=connect_timeout,
+        )
+
+    def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
+        return self._client.query_arrow(statement, parameters=params, settings=settings)
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        self._client.insert_arrow(table, data)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    return list(zip(*columns, strict=True)) if columns else []
+
+
+class ClickHouseStore:
+    """A handle on a ClickHouse store (chdb folder or server) with the DuckDB Store's query interface.
+
+    The transport opens on first use and stays open (a chdb session holds its folder's lock for the
+    life of the process; an HTTP client is a connection pool). `check()` verifies otel_traces."""
+
+    dialect = "clickhouse"
+
+    def __init__(
+        self,
+        location: StoreLocation,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+        transport: Transport | None = None,
+    ) -> None:
+        if location.engine not in ("chdb", "clickhouse"):
+            raise ValueError(f"{location.url} is not a ClickHouse store")
+        self.location = location
+        self.time_limit_s = time_limit_s
+        self._transport = transport
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            try:
+                if self.location.engine == "chdb":
+                    assert self.location.path is not None
+                    self._transport = ChdbTransport(self.location.path)
+                else:
+                    self._transport = HttpTransport(self.location)
+            except StoreError:
+                raise
+            except Exception as error:
+                raise self._store_error(error) from None
+        return self._transport
+
+    def _store_error(self, error: Exception) -> Exception:
+        message = str(error)
+        kind = classify(message)
+        where = self.location.url
+        if kind is StoreUnreachableError:
+            return kind(f"{where}: no ClickHouse server answers there ({first_line(message)})")
+        if kind is QueryTimeoutError:
+            return kind(
+                f"{where}: a query ran over the time limit of {self.time_limit_s:g} s (max_execution_time)"
+            )
+        if kind is not None:
+            return kind(f"{where}: {first_line(message)}")
+        return error
+
+    def query(self, statement: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:
+        """Run one statement with bound parameters under the time limit, and time it."""
+        started = time.perf_counter()
+        settings = {"max_execution_time": self.time_limit_s}
+        try:
+            table = self.transport.query_arrow(statement, named_params(params), settings)
+        except StoreError:
+            raise
+        except Exception as error:
+            raise self._store_error(error) from None
+        return Result(list(table.column_names), _rows(table), time.perf_counter() - started)
+
+    def insert_arrow(self, table: str, data: pa.Table) -> None:
+        try:
+            self.transport.insert_arrow(table, data)
+        except Exception as error:
+            raise self._store_error(error) from None
+
+    def check(self) -> None:
+        """Raise TableMissingError / SchemaMismatchError unless otel_traces is the exporter's table."""
+        columns = dict(self.query(sql.load("otel_traces_columns", dialect="clickhouse")).rows)
+        if not columns:
+            raise TableMissingError(
+                f"{self.location.url}: no table otel_traces (start the Collector's ClickHouse exporter, "
+                "or `tailscope ingest --store ...` to create it)"
+            )
+        problem = schema_problem(columns)
+        if problem:
+            raise SchemaMismatchError(
+                f"{self.location.url}: otel_traces is not the exporter's schema tailscope reads ({problem})"
+            )
+
+    def create_tables(self) -> None:
+        """The exporter's otel_traces (and its trace-id lookup) when missing, then tailscope's tables."""
+        for name in DDL:
+            self.query(sql.load(name, dialect="clickhouse"))
+
+    @contextmanager
+    def reader(self) -> Iterator[ClickHouseStore]:
+        yield self
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
