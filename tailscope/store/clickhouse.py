@@ -45,7 +45,14 @@ from tailscope.store.url import StoreLocation
 
 DEFAULT_TIME_LIMIT_S = 60.0
 # What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
-DDL = ("otel_traces_ddl", "otel_traces_trace_id_ts_ddl", "otel_traces_trace_id_ts_mv_ddl")
+DDL = (
+    "otel_traces_ddl",
+    "otel_traces_trace_id_ts_ddl",
+    "otel_traces_trace_id_ts_mv_ddl",
+    "tailscope_runs_ddl",
+    "tailscope_stage_rules_ddl",
+    "tailscope_requests_ddl",
+)
 _ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"}
 _MAP = ("Map(LowCardinality(String), String)", "Map(String, String)")
 _TEXT = ("String", "LowCardinality(String)")
@@ -153,18 +160,20 @@ class ChdbTransport:
             raise StoreLockedError(
                 f"chdb://{path}: the folder is in use by another process (chdb allows one)"
             )
+        self._settings: dict[str, Any] = {}
         try:
             self._session = chs.Session(str(path))
         except RuntimeError as error:
             raise StoreLockedError(f"chdb://{path}: cannot open it ({first_line(str(error))})") from None
 
     def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
-        text = statement.rstrip().rstrip(";")
-        if settings:
-            text += " SETTINGS " + ", ".join(f"{k} = {bind_value(v)}" for k, v in settings.items())
-        result = self._session.query(
-            text, "ArrowStream", params={k: bind_value(v) for k, v in params.items()}
-        )
+        # Settings are session state in chdb (a trailing SETTINGS clause cannot follow VALUES).
+        for name, value in settings.items():
+            if self._settings.get(name) != value:
+                self._session.query(f"SET {name} = {bind_value(value)}")
+                self._settings[name] = value
+        bound = {k: bind_value(v) for k, v in params.items()}
+        result = self._session.query(statement, "ArrowStream", params=bound)
         raw = result.bytes()
         if not raw:
             return pa.table({})
