@@ -74,47 +74,67 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, dict[str, Any]]:
     return names_sql, case_sql, params
 
 
-def span_tree_query(rules: list[StageRule], selection: RunSelection, output: str) -> tuple[str, dict[str, Any]]:
-    """clickhouse/span_tree.sql over one run's selection, ending in `output` (fixed SQL that may
-    use the CTEs: span_rows, request_root, spans)."""
+STEPS = (
+    "span_tree_1_spans",
+    "span_tree_2_roots",
+    "span_tree_3_tiers",
+    "span_tree_4_walk",
+    "span_tree_5_exclusive",
+)
+Statement = tuple[str, dict[str, Any]]
+
+
+def span_tree_statements(rules: list[StageRule], selection: RunSelection, output: str) -> list[Statement]:
+    """clickhouse/span_tree*.sql over one run's selection, in order: drop the temporary tables, fill
+    them step by step, the final statement ending in `output` (fixed SQL that may read span_rows,
+    _ts_request_root and _ts_spans), drop them again. Every statement gets the same parameters."""
     names_sql, case_sql, rule_params = stage_case(rules)
     stages: list[str | None] = [None] * max((r.position for r in rules), default=0)
     for rule in rules:
         stages[rule.position - 1] = rule.stage
-    text = (
-        _strip_comments(sql.load("span_tree", dialect="clickhouse"))
-        .replace("{scope}", RUN_SCOPE)
-        .replace("{names}", names_sql)
-        .replace("{rule_case}", case_sql)
-        .replace("{phases}", NO_PHASES)
-        .replace("{output}", output)
-    )
     params = {
         **selection.params(),
         **rule_params,
         "server_rules": [int(r.position) for r in rules if r.span_kind == "Server"],
         "stages": stages,
     }
-    return text, params
+    drop = (_text("span_tree_drop"), {})
+    steps = [
+        (
+            _text(name)
+            .replace("{scope}", RUN_SCOPE)
+            .replace("{names}", names_sql)
+            .replace("{rule_case}", case_sql)
+            .replace("{phases}", NO_PHASES),
+            params,
+        )
+        for name in STEPS
+    ]
+    final = (_text("span_tree").replace("{output}", output), params)
+    return [drop, *steps, final, drop]
 
 
-def derive_requests_query(
-    rules: list[StageRule], run: str, selection: RunSelection
-) -> tuple[str, dict[str, Any]]:
-    """The INSERT ... SELECT that derives a run's tailscope_requests rows inside ClickHouse."""
-    per_request = _strip_comments(sql.load("span_tree_requests", dialect="clickhouse"))
+def derive_statements(rules: list[StageRule], run: str, selection: RunSelection) -> list[Statement]:
+    """The statements that derive a run's tailscope_requests rows inside ClickHouse (the last but
+    one is the INSERT ... SELECT)."""
     output = (
-        _strip_comments(sql.load("derive_requests", dialect="clickhouse"))
-        .replace("{per_request}", per_request)
+        _text("derive_requests")
+        .replace("{per_request}", _text("span_tree_requests"))
         .replace("{scope}", RUN_SCOPE)
     )
-    text, params = span_tree_query(rules, selection, output)
-    return "INSERT INTO tailscope_requests\n" + text, {**params, "run": run}
+    statements = span_tree_statements(rules, selection, output)
+    insert, params = statements[-2]
+    statements[-2] = ("INSERT INTO tailscope_requests\n" + insert, {**params, "run": run})
+    return statements
 
 
-def requests_query(rules: list[StageRule], selection: RunSelection) -> tuple[str, dict[str, Any]]:
-    """The per-request rows of a run's selection without storing them (span_tree_requests.sql)."""
-    return span_tree_query(rules, selection, _strip_comments(sql.load("span_tree_requests", "clickhouse")))
+def requests_statements(rules: list[StageRule], selection: RunSelection) -> list[Statement]:
+    """As derive_statements, the per-request rows returned by the last but one instead of stored."""
+    return span_tree_statements(rules, selection, _text("span_tree_requests"))
+
+
+def _text(name: str) -> str:
+    return _strip_comments(sql.load(name, dialect="clickhouse"))
 
 
 def _strip_comments(text: str) -> str:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.types import StageRule
-from tailscope.query.clickhouse import RunSelection, derive_requests_query
+from tailscope.query.clickhouse import RunSelection, derive_statements
 from tailscope.store.clickhouse import ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
@@ -140,8 +140,14 @@ def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
         )
         return rules
     return [
-        StageRule(position=r[0], stage=r[1], span_kind=r[2], name_regex=r[3], attribute_regex=r[4],
-                  description=r[5] or "")
+        StageRule(
+            position=r[0],
+            stage=r[1],
+            span_kind=r[2],
+            name_regex=r[3],
+            attribute_regex=r[4],
+            description=r[5] or "",
+        )
         for r in rows
     ]
 
@@ -153,6 +159,6 @@ def refresh_run(store: ClickHouseStore, run: str) -> int:
         raise KeyError(run)
     rules = rules_in_force(store)
     store.query(sql.load("derive_delete_run", dialect="clickhouse"), {"run": run})
-    text, params = derive_requests_query(rules, run, selection)
-    store.query(text, params)
+    for text, params in derive_statements(rules, run, selection):
+        store.query(text, params)
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())

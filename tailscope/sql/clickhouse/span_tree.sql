@@ -16,134 +16,17 @@
 --                never 0 in practice), where 0 and NULL give the same
 --   phases       phase rules (framework self-reported phases) are not applied on ClickHouse yet:
 --                {phases} is an empty relation (ARCHITECTURE.md, "Not implemented yet")
--- Placeholders (fixed SQL from tailscope.query.clickhouse): scope, names, rule_case, phases, output.
--- Parameters: the scope's (run_start, run_end, run_filters), the rules' nr<i> / rk<i> / ra<i>,
--- server_rules (positions of rules naming span kind Server), stages (stage by rule position).
-WITH RECURSIVE
-names AS (
-    SELECT DISTINCT SpanName FROM {scope}
-),
-name_hits AS (
-    SELECT {names} FROM names
-),
-real_spans AS (
-    SELECT
-        cityHash64(t.TraceId) AS TK, cityHash64(t.SpanId) AS SK, cityHash64(t.ParentSpanId) AS PK,
-        t.TraceId AS TraceId, t.SpanId AS SpanId, t.ParentSpanId AS ParentSpanId,
-        toString(t.SpanName) AS SpanName, toString(t.SpanKind) AS SpanKind,
-        toInt64(t.Duration) AS Duration,
-        toUnixTimestamp64Nano(t.Timestamp) AS StartNs,
-        toUnixTimestamp64Nano(t.Timestamp) + greatest(toInt64(t.Duration), 0) AS EndNs,
-        CAST(if(t.RawStage IN ('ingress', 'queue', 'parsing', 'feature_hydration', 'preprocessing',
-                               'model_forward', 'postprocessing', 'downstream', 'serialization',
-                               'unattributed'), t.RawStage, NULL) AS Nullable(String)) AS AttrStage,
-        CAST(if(t.RawStage IN ('ingress', 'queue', 'parsing', 'feature_hydration', 'preprocessing',
-                               'model_forward', 'postprocessing', 'downstream', 'serialization',
-                               'unattributed'), -1, {rule_case}) AS Nullable(Int64)) AS RuleNo
-    FROM (SELECT *, SpanAttributes['tailscope.stage'] AS RawStage,
-                 arrayStringConcat(arrayMap((k, v) -> concat(k, '=', v), mapKeys(SpanAttributes),
-                                            mapValues(SpanAttributes)), '\n') AS AttrLines
-          FROM {scope}) AS t
-    JOIN name_hits AS h ON h.SpanName = t.SpanName
-),
-phase_rows AS (
-{phases}
-),
-spans AS (
-    SELECT TK, SK, PK, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StartNs, EndNs,
-           AttrStage, RuleNo
-    FROM real_spans
-    UNION ALL
-    SELECT cityHash64(TraceId), cityHash64(SpanId), cityHash64(ParentSpanId), TraceId, SpanId,
-           ParentSpanId, SpanName, SpanKind, Duration, StartNs, StartNs + Duration, AttrStage, RuleNo
-    FROM phase_rows
-),
-roots AS (
-    SELECT s.TK AS TK, s.SK AS SK, s.ParentSpanId AS ParentSpanId, s.SpanKind AS SpanKind,
-           s.Duration AS Duration, s.StartNs AS StartNs, s.SpanId AS SpanId
-    FROM spans AS s LEFT ANTI JOIN spans AS p ON p.TK = s.TK AND p.SK = s.PK
-),
-trace_root AS (
-    SELECT * FROM roots
-    QUALIFY row_number() OVER (
-        PARTITION BY TK ORDER BY (ParentSpanId = '') DESC, Duration DESC, StartNs, SpanId) = 1
-),
-server_child AS (
-    SELECT c.TK AS TK, c.SK AS SK
-    FROM trace_root AS r JOIN spans AS c ON c.TK = r.TK AND c.PK = r.SK
-    WHERE r.SpanKind = 'Client' AND c.SpanKind = 'Server'
-    QUALIFY row_number() OVER (PARTITION BY c.TK ORDER BY c.Duration DESC, c.StartNs, c.SpanId) = 1
-),
-request_root AS (
-    SELECT r.TK AS TK,
-           if(sc.TK != 0, sc.SK, r.SK) AS RootSK,
-           if(sc.TK != 0, r.SpanId, NULL) AS ClientSpanId,
-           if(sc.TK != 0, r.Duration, NULL) AS ClientDuration
-    FROM trace_root AS r LEFT JOIN server_child AS sc ON sc.TK = r.TK
-),
-tier_roots AS (
-    SELECT s.TK AS TK, s.SK AS SK
-    FROM spans AS s LEFT SEMI JOIN spans AS c ON c.TK = s.TK AND c.PK = s.SK
-    WHERE s.SpanKind = 'Server' AND s.AttrStage IS NULL
-      -- a rule written for SERVER spans (span kind Server) is meant for them: it wins
-      AND NOT has({server_rules:Array(Int64)}, coalesce(s.RuleNo, 0))
-),
-tree AS (
-    SELECT s.TK AS TK, s.SK AS SK, s.PK AS PK, s.StartNs AS EffStart, s.EndNs AS EffEnd,
-           s.StartNs AS PStart, toInt64(0) AS Depth,
-           CAST(coalesce(s.AttrStage, 'ingress') AS String) AS Stage,
-           CAST(if(s.AttrStage IS NOT NULL, -1, 0) AS Int64) AS RuleNo
-    FROM spans AS s JOIN request_root AS r ON s.TK = r.TK AND s.SK = r.RootSK
-    UNION ALL
-    SELECT c.TK, c.SK, c.PK,
-           least(greatest(c.StartNs, t.EffStart), t.EffEnd),
-           greatest(least(greatest(c.StartNs, t.EffStart), t.EffEnd), least(c.EndNs, t.EffEnd)),
-           t.EffStart,
-           t.Depth + 1,
-           CAST(multiIf(c.RuleNo = -1 OR c.RuleNo >= 20000, assumeNotNull(c.AttrStage),
-                        tr.TK != 0, 'ingress',
-                        c.RuleNo IS NOT NULL,
-                        coalesce(arrayElement({stages:Array(Nullable(String))}, assumeNotNull(c.RuleNo)), ''),
-                        t.Depth = 0 OR t.RuleNo = 10002, 'unattributed',
-                        t.Stage) AS String),
-           CAST(multiIf(c.RuleNo = -1 OR c.RuleNo >= 20000, assumeNotNull(c.RuleNo),
-                        tr.TK != 0, 10002,
-                        c.RuleNo IS NOT NULL, assumeNotNull(c.RuleNo),
-                        t.Depth = 0 OR t.RuleNo = 10002, 10001,
-                        10000) AS Int64)
-    FROM tree AS t JOIN spans AS c ON c.TK = t.TK AND c.PK = t.SK
-    LEFT JOIN tier_roots AS tr ON tr.TK = c.TK AND tr.SK = c.SK
-    WHERE t.Depth < 64
-),
-walked AS (
-    SELECT * FROM tree
-),
-child_runs AS (
-    SELECT TK, PK, EffStart, EffEnd,
-           max(EffEnd) OVER (
-               PARTITION BY TK, PK ORDER BY EffStart, EffEnd
-               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS PrevMax,
-           row_number() OVER (PARTITION BY TK, PK ORDER BY EffStart, EffEnd) AS Nth
-    FROM walked
-    WHERE Depth > 0
-),
-covered AS (
-    -- each child adds what of it lies past the running maximum end of the children before it
-    SELECT TK, PK AS SK,
-           sum(if(Nth = 1, EffEnd - EffStart, greatest(0, EffEnd - greatest(EffStart, PrevMax)))) AS U,
-           max(EffEnd) AS LastEnd
-    FROM child_runs
-    GROUP BY TK, PK
-),
-exclusive AS (
-    SELECT w.TK AS TK, w.SK AS SK, w.PK AS PK, w.EffStart AS EffStart, w.EffEnd AS EffEnd,
-           w.PStart AS PStart, w.Depth AS Depth, w.Stage AS Stage, w.RuleNo AS RuleNo,
-           (w.EffEnd - w.EffStart) - coalesce(c.U, 0) AS ExclusiveNs, c.LastEnd AS LastEnd
-    FROM walked AS w LEFT JOIN covered AS c ON c.TK = w.TK AND c.SK = w.SK
-),
+-- Steps 1-5 (span_tree_1_spans.sql ... span_tree_5_exclusive.sql) fill temporary tables: the run's
+-- spans (_ts_spans), request roots (_ts_request_root), tier roots, the walk (_ts_walked) and the
+-- exclusive times (_ts_exclusive). This statement is the rest: which traces have overlapping
+-- branches, the sweep, and the per-span rows, ending in {output} (span_tree_requests.sql or
+-- derive_requests.sql), which may read span_rows, _ts_request_root and _ts_spans.
+-- Parameters of the steps: the scope's (run_start, run_end, run_filters), the rules' nr<i> / rk<i> /
+-- ra<i>, server_rules (positions of rules naming span kind Server), stages (stage by rule position).
+WITH
 concurrent AS (
     SELECT TK
-    FROM exclusive
+    FROM _ts_exclusive
     GROUP BY TK
     HAVING sum(ExclusiveNs) > anyIf(EffEnd - EffStart, Depth = 0)
 ),
@@ -152,7 +35,7 @@ children AS (
            max(EffEnd) OVER (
                PARTITION BY TK, PK ORDER BY EffStart, EffEnd
                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS PrevEnd
-    FROM exclusive
+    FROM _ts_exclusive
     WHERE Depth > 0 AND TK IN (SELECT TK FROM concurrent)
 ),
 self_intervals AS (
@@ -161,7 +44,7 @@ self_intervals AS (
     WHERE EffStart > greatest(PrevEnd, PStart)
     UNION ALL
     SELECT TK, SK, greatest(coalesce(LastEnd, EffStart), EffStart) AS A, EffEnd AS B
-    FROM exclusive
+    FROM _ts_exclusive
     WHERE TK IN (SELECT TK FROM concurrent)
       AND EffEnd > greatest(coalesce(LastEnd, EffStart), EffStart)
 ),
@@ -192,7 +75,7 @@ span_rows AS (
            w.Depth AS Depth, w.Stage AS Stage, w.RuleNo AS RuleNo, w.ExclusiveNs AS ExclusiveNs,
            if(w.TK IN (SELECT TK FROM concurrent), coalesce(sh.Attributed, 0),
               toFloat64(w.ExclusiveNs)) AS AttributedNs
-    FROM exclusive AS w
+    FROM _ts_exclusive AS w
     LEFT JOIN shared AS sh ON sh.TK = w.TK AND sh.SK = w.SK
 )
 {output}

@@ -18,5 +18,5 @@ FROM (
     FROM span_rows
     GROUP BY TK
 ) AS p
-JOIN request_root AS r ON r.TK = p.TK
-JOIN spans AS s ON s.TK = r.TK AND s.SK = r.RootSK
+JOIN _ts_request_root AS r ON r.TK = p.TK
+JOIN _ts_spans AS s ON s.TK = r.TK AND s.SK = r.RootSK
