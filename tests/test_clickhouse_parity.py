@@ -137,3 +137,92 @@ def test_hand_built_traces_take_the_sweep(stores: tuple[Store, ClickHouseStore])
         "SELECT DISTINCT feature_hydration_ns FROM tailscope_requests WHERE RunLabel = 'hand'"
     ).rows
     assert values == [(20_000_000,)]
+
+
+def test_quantile_definition_is_duckdbs_bit_for_bit() -> None:
+    # the Python interpolation the ClickHouse views use, against DuckDB's quantile_cont itself
+    import duckdb
+    import numpy as np
+
+    from tailscope.analysis.quantiles import from_order_statistics, position
+
+    rng = np.random.default_rng(7)
+    conn = duckdb.connect()
+    levels = [0.45, 0.5, 0.55, 0.9, 0.95, 0.99, 0.999]
+    for _ in range(300):
+        values = np.sort(rng.integers(0, 10**10, int(rng.integers(1, 400))))
+        expected = conn.execute(
+            "SELECT quantile_cont(v, ?) FROM (SELECT unnest(?::BIGINT[]) AS v)", [levels, values.tolist()]
+        ).fetchone()[0]
+        pairs = [(values[position(len(values), q)[0]], values[position(len(values), q)[1]]) for q in levels]
+        assert from_order_statistics(pairs, len(values), levels) == expected
+
+
+@pytest.mark.parametrize("band", ["p50", "p90", "p99", "p99.9"])
+@pytest.mark.parametrize("run", ["hand", *SIMULATED])
+def test_waterfall_is_the_same(stores: tuple[Store, ClickHouseStore], run: str, band: str) -> None:
+    from tailscope.analysis import views
+    from tailscope.analysis.types import Filter
+
+    duck, clickhouse = stores
+    expected = views.waterfall(duck, Filter(run=run), band)
+    got = views.waterfall(clickhouse, Filter(run=run), band)
+    assert (got.requests_total, got.requests_in_band, got.reason) == (
+        expected.requests_total,
+        expected.requests_in_band,
+        expected.reason,
+    )
+    assert (got.band_low_ms, got.band_high_ms) == (expected.band_low_ms, expected.band_high_ms)
+    assert got.band_mean_ms == pytest.approx(expected.band_mean_ms, rel=1e-12)
+    assert got.median_band_mean_ms == pytest.approx(expected.median_band_mean_ms, rel=1e-12)
+    for g, e in zip(got.stages, expected.stages, strict=True):
+        assert g.stage == e.stage
+        assert (g.p50_ms, g.p95_ms, g.p99_ms, g.p999_ms) == (e.p50_ms, e.p95_ms, e.p99_ms, e.p999_ms)
+        assert g.mean_ms == pytest.approx(e.mean_ms, rel=1e-12, abs=1e-12)
+        assert g.median_band_mean_ms == pytest.approx(e.median_band_mean_ms, rel=1e-12, abs=1e-12)
+        if e.tail_excess_share is None:
+            assert g.tail_excess_share is None
+        else:
+            assert g.tail_excess_share == pytest.approx(e.tail_excess_share, abs=1e-9)
+
+
+def test_overview_is_the_same(stores: tuple[Store, ClickHouseStore]) -> None:
+    from tailscope.analysis import views
+    from tailscope.analysis.types import Filter
+
+    duck, clickhouse = stores
+    expected = views.overview(duck, Filter())
+    got = views.overview(clickhouse, Filter())
+    assert [r.run for r in got.runs] == [r.run for r in expected.runs] == sorted(["hand", *SIMULATED])
+    for g, e in zip(got.runs, expected.runs, strict=True):
+        assert (g.requests, g.errors, g.first_request, g.last_request) == (
+            e.requests,
+            e.errors,
+            e.first_request,
+            e.last_request,
+        )
+        assert (g.p50_ms, g.p95_ms, g.p99_ms, g.p999_ms) == (e.p50_ms, e.p95_ms, e.p99_ms, e.p999_ms)
+        assert g.throughput_rps == e.throughput_rps
+        assert (g.tail_stage, g.services) == (e.tail_stage, e.services)
+        assert g.tail_stage_share == pytest.approx(e.tail_stage_share, abs=1e-9)
+
+
+def test_compare_is_the_same(stores: tuple[Store, ClickHouseStore]) -> None:
+    from tailscope.analysis import compare
+
+    duck, clickhouse = stores
+    expected = compare(duck, "steady", "burst", price_a_per_hour=1.0, price_b_per_hour=2.0, resamples=300)
+    got = compare(clickhouse, "steady", "burst", price_a_per_hour=1.0, price_b_per_hour=2.0, resamples=300)
+    assert got.reason == expected.reason is None
+    assert got.stages == expected.stages  # same values, same seed: the same bootstrap draws
+    assert got.a == expected.a and got.b == expected.b
+
+
+def test_empty_filter_gives_the_same_reason(stores: tuple[Store, ClickHouseStore]) -> None:
+    from tailscope.analysis import views
+    from tailscope.analysis.types import Filter
+
+    duck, clickhouse = stores
+    for flt in (Filter(run="nope"), Filter(run="steady", service="no-such-service")):
+        assert views.waterfall(clickhouse, flt).reason == views.waterfall(duck, flt).reason
+    assert views.list_runs(clickhouse) == views.list_runs(duck)

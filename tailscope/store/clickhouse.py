@@ -23,11 +23,12 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.store.db import Result
@@ -44,6 +45,7 @@ from tailscope.store.errors import (
 from tailscope.store.url import StoreLocation
 
 DEFAULT_TIME_LIMIT_S = 60.0
+_EPOCH = datetime(1970, 1, 1)
 # What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
 DDL = (
     "otel_traces_ddl",
@@ -234,8 +236,21 @@ class HttpTransport:
         self._client.close()
 
 
+def _datetime(ticks: int, per_second: int) -> datetime:
+    """A naive UTC datetime from ticks since the epoch, cut to microseconds (floor, as DuckDB does)."""
+    return _EPOCH + timedelta(microseconds=ticks * 10**6 // per_second)
+
+
 def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    """Rows as Python values, timestamps as naive UTC datetimes (microseconds), as DuckDB gives them."""
+    columns = []
+    for column in table.columns:
+        if pa.types.is_timestamp(column.type):
+            ticks = pc.cast(pc.cast(column, pa.timestamp(column.type.unit)), pa.int64()).to_pylist()
+            per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[column.type.unit]
+            columns.append([None if v is None else _datetime(v, per_second) for v in ticks])
+        else:
+            columns.append(column.to_pylist())
     return list(zip(*columns, strict=True)) if columns else []
 
 

@@ -1,0 +1,58 @@
+"""A ClickHouse store seen through the few DuckDB connection methods the analysis functions use.
+
+`tailscope.analysis.source.reading(store)` yields a `ClickHouseConnection` for a ClickHouseStore, so
+a view runs the same Python on both engines; only the SQL differs (the view loads it with
+`sql.load(name, dialect_of(conn))`, tailscope/sql/clickhouse/). `execute(statement, params)` runs at
+once and returns the connection, holding the result for fetchone / fetchall / fetchnumpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tailscope.sql import Dialect
+from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.db import Result
+
+
+class ClickHouseConnection:
+    """execute / fetchone / fetchall / fetchnumpy / description over a ClickHouseStore."""
+
+    dialect: Dialect = "clickhouse"
+
+    def __init__(self, store: ClickHouseStore) -> None:
+        self.store = store
+        self._result: Result | None = None
+
+    def execute(
+        self, statement: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> ClickHouseConnection:
+        self._result = self.store.query(statement, params)
+        return self
+
+    def _last(self) -> Result:
+        if self._result is None:
+            raise RuntimeError("no statement has run on this connection")
+        return self._result
+
+    @property
+    def description(self) -> list[tuple[str, ...]]:
+        return [(name,) for name in self._last().columns]
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._last().first()
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._last().rows
+
+    def fetchnumpy(self) -> dict[str, np.ndarray]:
+        result = self._last()
+        return {name: np.asarray([row[i] for row in result.rows]) for i, name in enumerate(result.columns)}
+
+
+def dialect_of(conn: object) -> Dialect:
+    """The SQL dialect of a connection the analysis functions were handed."""
+    return getattr(conn, "dialect", "duckdb")
