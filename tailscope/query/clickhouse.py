@@ -133,6 +133,16 @@ def requests_statements(rules: list[StageRule], selection: RunSelection) -> list
     return span_tree_statements(rules, selection, _text("span_tree_requests"))
 
 
+def scoped(name: str, selection: RunSelection, **params: Any) -> Statement:
+    """clickhouse/<name>.sql with its {scope} the run's selection, and the selection's parameters."""
+    return _text(name).replace("{scope}", RUN_SCOPE), {**selection.params(), **params}
+
+
+def stage_mapping_statements(rules: list[StageRule], selection: RunSelection) -> list[Statement]:
+    """The span tree over a run ending in stage_mapping_summary.sql (the last but one statement)."""
+    return span_tree_statements(rules, selection, _text("stage_mapping_summary"))
+
+
 def _text(name: str) -> str:
     return _strip_comments(sql.load(name, dialect="clickhouse"))
 

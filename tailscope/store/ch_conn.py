@@ -33,6 +33,10 @@ class ClickHouseConnection:
         self._result = self.store.query(statement, params)
         return self
 
+    def cursor(self) -> ClickHouseConnection:
+        """A connection of its own (results are held per object, statements run at once)."""
+        return ClickHouseConnection(self.store)
+
     def _last(self) -> Result:
         if self._result is None:
             raise RuntimeError("no statement has run on this connection")

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.types import StageRule
-from tailscope.query.clickhouse import RunSelection, derive_statements
+from tailscope.query.clickhouse import RunSelection, derive_statements, stage_mapping_statements
 from tailscope.store.clickhouse import ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
@@ -162,3 +162,17 @@ def refresh_run(store: ClickHouseStore, run: str) -> int:
     for text, params in derive_statements(rules, run, selection):
         store.query(text, params)
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
+
+
+def stage_mapping(store: ClickHouseStore, run: str) -> list[tuple[str, str, str, int, int]]:
+    """The stage mapping in force over a run: (span name, span kind, stage, rule number, spans)."""
+    selection = run_selection(store, run)
+    if selection is None:
+        raise KeyError(run)
+    statements = stage_mapping_statements(rules_in_force(store), selection)
+    rows: list[tuple[str, str, str, int, int]] = []
+    for i, (text, params) in enumerate(statements):
+        result = store.query(text, params)
+        if i == len(statements) - 2:
+            rows = [tuple(row) for row in result.rows]  # type: ignore[misc]
+    return rows

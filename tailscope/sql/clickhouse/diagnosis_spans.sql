@@ -1,0 +1,24 @@
+-- Diagnosis: every span of one run as plain columns for numpy, as ../diagnosis_spans.sql (read its
+-- notes): 63-bit keys (cityHash64 here, DuckDB's hash there: only equality within one read matters),
+-- the instance that ran the span (service.instance.id, else host.name:process.pid, else either, from
+-- the Map's keys where DuckDB tests JSON for NULL). Phase spans are not applied on ClickHouse yet.
+-- {scope}: the run's selection (tailscope.query.clickhouse.RUN_SCOPE). Spans in time order.
+SELECT
+    toInt64(bitShiftRight(cityHash64(TraceId), 1)) AS TraceKey,
+    toInt64(bitShiftRight(cityHash64(TraceId, SpanId), 1)) AS SpanKey,
+    if(ParentSpanId = '', toInt64(-1), toInt64(bitShiftRight(cityHash64(TraceId, ParentSpanId), 1))) AS ParentKey,
+    toString(SpanName) AS SpanName,
+    toString(SpanKind) AS SpanKind,
+    toString(ServiceName) AS ServiceName,
+    concat(toString(ServiceName), '/', multiIf(
+        mapContains(ResourceAttributes, 'service.instance.id'), ResourceAttributes['service.instance.id'],
+        mapContains(ResourceAttributes, 'host.name') AND mapContains(ResourceAttributes, 'process.pid'),
+            concat(ResourceAttributes['host.name'], ':', ResourceAttributes['process.pid']),
+        mapContains(ResourceAttributes, 'process.pid'), ResourceAttributes['process.pid'],
+        mapContains(ResourceAttributes, 'host.name'), ResourceAttributes['host.name'],
+        '')) AS Instance,
+    toUnixTimestamp64Nano(Timestamp) AS StartNs,
+    toInt64(Duration) AS Duration,
+    SpanAttributes['tailscope.stage'] AS StageAttr
+FROM {scope}
+ORDER BY Timestamp, TraceId, SpanId
