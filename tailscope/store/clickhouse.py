@@ -47,14 +47,8 @@ from tailscope.store.url import StoreLocation
 DEFAULT_TIME_LIMIT_S = 60.0
 _EPOCH = datetime(1970, 1, 1)
 # What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
-DDL = (
-    "otel_traces_ddl",
-    "otel_traces_trace_id_ts_ddl",
-    "otel_traces_trace_id_ts_mv_ddl",
-    "tailscope_runs_ddl",
-    "tailscope_stage_rules_ddl",
-    "tailscope_requests_ddl",
-)
+EXPORTER_DDL = ("otel_traces_ddl", "otel_traces_trace_id_ts_ddl", "otel_traces_trace_id_ts_mv_ddl")
+TAILSCOPE_DDL = ("tailscope_runs_ddl", "tailscope_stage_rules_ddl", "tailscope_requests_ddl")
 _ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"}
 _MAP = ("Map(LowCardinality(String), String)", "Map(String, String)")
 _TEXT = ("String", "LowCardinality(String)")
@@ -151,22 +145,42 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
+class _Session:
+    """One chdb session on a folder, shared by every ChdbTransport of this process on that folder
+    (chdb holds one folder per process; a second session on it would meet our own lock)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.settings: dict[str, Any] = {}
+        self.users = 0
+
+
+_SESSIONS: dict[Path, _Session] = {}
+
+
 class ChdbTransport:
     """chdb in-process on a data folder. One process per folder (chdb locks `<folder>/status`)."""
 
     def __init__(self, path: Path) -> None:
         from chdb import session as chs
 
-        path.mkdir(parents=True, exist_ok=True)
-        if _locked_elsewhere(path / "status"):
-            raise StoreLockedError(
-                f"chdb://{path}: the folder is in use by another process (chdb allows one)"
-            )
-        self._settings: dict[str, Any] = {}
-        try:
-            self._session = chs.Session(str(path))
-        except RuntimeError as error:
-            raise StoreLockedError(f"chdb://{path}: cannot open it ({first_line(str(error))})") from None
+        self._path = path.resolve()
+        shared = _SESSIONS.get(self._path)
+        if shared is None:
+            path.mkdir(parents=True, exist_ok=True)
+            if _locked_elsewhere(path / "status"):
+                raise StoreLockedError(
+                    f"chdb://{path}: the folder is in use by another process (chdb allows one)"
+                )
+            try:
+                shared = _Session(chs.Session(str(path)))
+            except RuntimeError as error:
+                raise StoreLockedError(f"chdb://{path}: cannot open it ({first_line(str(error))})") from None
+            _SESSIONS[self._path] = shared
+        shared.users += 1
+        self._shared = shared
+        self._session = shared.session
+        self._settings = shared.settings
 
     def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
         # Settings are session state in chdb (a trailing SETTINGS clause cannot follow VALUES).
@@ -191,7 +205,10 @@ class ChdbTransport:
             inserter.finish()
 
     def close(self) -> None:
-        self._session.close()
+        self._shared.users -= 1
+        if self._shared.users == 0:
+            _SESSIONS.pop(self._path, None)
+            self._session.close()
 
 
 def _locked_elsewhere(status: Path) -> bool:
@@ -343,7 +360,17 @@ class ClickHouseStore:
 
     def create_tables(self) -> None:
         """The exporter's otel_traces (and its trace-id lookup) when missing, then tailscope's tables."""
-        for name in DDL:
+        for name in (*EXPORTER_DDL, *TAILSCOPE_DDL):
+            self.query(sql.load(name, dialect="clickhouse"))
+
+    def prepare(self, create_exporter_table: bool = False) -> None:
+        """Before a command: otel_traces checked (created first when `create_exporter_table` and
+        missing: a writer), tailscope's own tables created when missing."""
+        if create_exporter_table:
+            for name in EXPORTER_DDL:
+                self.query(sql.load(name, dialect="clickhouse"))
+        self.check()
+        for name in TAILSCOPE_DDL:
             self.query(sql.load(name, dialect="clickhouse"))
 
     @contextmanager

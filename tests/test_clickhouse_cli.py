@@ -1,0 +1,120 @@
+"""The commands on a ClickHouse store (--store chdb:///..., $TAILSCOPE_STORE): ingest into the
+exporter's schema, then waterfall, compare and diagnose give what they give on DuckDB for the same
+files; a bad URL or an unusable store is one line on stderr. chdb runs in this process, so every
+command here shares one data folder (module scope)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tailscope.cli.main import main
+
+pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra)")
+simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("cli-traces")
+    files = {}
+    for run, scenario, seed in (("a", "steady", 1), ("b", "slow-downstream", 2)):
+        files[run] = folder / f"{run}.jsonl"
+        simulate_api.simulate_to_file(files[run], scenario, 500, seed)
+    return files
+
+
+@pytest.fixture(scope="module")
+def stores(traces: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("cli-stores")
+    urls = {"duckdb": str(folder / "s.duckdb"), "chdb": f"chdb://{folder / 'chdb'}"}
+    for url in urls.values():
+        for run, path in traces.items():
+            assert main(["ingest", str(path), "--store", url, "--run", run, "--json"]) == 0
+    return urls
+
+
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    capsys.readouterr()
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return json.loads(out)
+
+
+def test_ingest_reports_the_same_counts(
+    traces: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], stores: dict[str, str]
+) -> None:
+    folder = tmp_path / "again"
+    folder.mkdir()
+    summaries = {}
+    for name, url in (("duckdb", str(folder / "s.duckdb")), ("chdb", stores["chdb"])):
+        run = "again"
+        summaries[name] = _json(capsys, ["ingest", str(traces["a"]), "--store", url, "--run", run, "--json"])
+    assert summaries["chdb"]["spans"] == summaries["duckdb"]["spans"] > 0
+    assert summaries["chdb"]["traces"] == summaries["duckdb"]["traces"] > 0
+    assert summaries["chdb"]["files_failed"] == 0
+
+
+@pytest.mark.parametrize("band", ["p50", "p99"])
+def test_waterfall_json_is_the_same(
+    stores: dict[str, str], capsys: pytest.CaptureFixture[str], band: str
+) -> None:
+    results = {
+        name: _json(capsys, ["waterfall", "--store", url, "--run", "b", "--band", band, "--json"])
+        for name, url in stores.items()
+    }
+    duck, clickhouse = results["duckdb"], results["chdb"]
+    assert clickhouse["requests_total"] == duck["requests_total"] == 500
+    for key in ("requests_in_band", "band_low_ms", "band_high_ms"):
+        assert clickhouse[key] == duck[key]
+    for got, expected in zip(clickhouse["stages"], duck["stages"], strict=True):
+        for key in ("stage", "p50_ms", "p95_ms", "p99_ms", "p999_ms"):
+            assert got[key] == expected[key]
+        if expected["tail_excess_share"] is not None:
+            assert got["tail_excess_share"] == pytest.approx(expected["tail_excess_share"], abs=1e-9)
+
+
+def test_store_from_the_environment(
+    stores: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TAILSCOPE_STORE", stores["chdb"])
+    via_env = _json(capsys, ["waterfall", "--run", "a", "--json"])
+    via_flag = _json(capsys, ["waterfall", "--store", stores["chdb"], "--run", "a", "--json"])
+    assert via_env == via_flag
+
+
+def test_compare_and_diagnose_run_on_chdb(stores: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    results = {
+        name: _json(capsys, ["compare", "a", "b", "--store", url, "--resamples", "200", "--json"])
+        for name, url in stores.items()
+    }
+    assert results["chdb"]["stages"] == results["duckdb"]["stages"]
+    found = {
+        name: _json(capsys, ["diagnose", "--store", url, "--run", "b", "--json"])
+        for name, url in stores.items()
+    }
+    patterns = [f["pattern"] for f in found["chdb"]["findings"]]
+    assert patterns == [f["pattern"] for f in found["duckdb"]["findings"]]
+    assert patterns and patterns[0] == "slow_dependency"
+
+
+def test_unknown_run_names_the_store_by_url(
+    stores: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["waterfall", "--store", stores["chdb"], "--run", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == f"tailscope: unknown run 'nope'; runs in {stores['chdb']}: a, again, b" or (
+        err.strip() == f"tailscope: unknown run 'nope'; runs in {stores['chdb']}: a, b"
+    )
+
+
+def test_bad_url_and_unreachable_server_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["waterfall", "--store", "sqlite:///x.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown engine 'sqlite'" in err
+    assert main(["diagnose", "--store", "clickhouse://u:secret@127.0.0.1:9/default"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no ClickHouse server answers" in err and "secret" not in err
