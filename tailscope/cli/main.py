@@ -27,6 +27,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("compare", "compare_cmd", "compare two runs stage by stage, with confidence intervals"),
     ("diagnose", "diagnose_cmd", "name the causes of a run's latency tail, with evidence and advice"),
     ("collect", "collect_cmd", "receive OTLP/HTTP traces (POST /v1/traces) straight into the store"),
+    ("select", "select_cmd", "name a selection of a ClickHouse store's spans as a run (time, attributes)"),
     ("pipeline", "pipeline_cmd", "run, sweep or simulate the reference inference pipeline"),
     ("migrate", "migrate_cmd", "convert a store written by an older tailscope, in place"),
 )
