@@ -24,6 +24,9 @@ RUN_SCOPE = (
     "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
     "mapKeys({run_filters:Map(String, String)}), mapValues({run_filters:Map(String, String)})))"
 )
+# Some traces of a run (the stage mapping's sample: sample_traces.sql picks them), by id: the
+# exporter's bloom filter index on TraceId skips the granules without them.
+SAMPLE_SCOPE = "(SELECT * FROM " + RUN_SCOPE + " AS r WHERE TraceId IN {sample_ids:Array(String)})"
 # Phase rules are not applied on ClickHouse yet: the phase spans are an empty relation of the
 # columns span_tree.sql reads from them.
 NO_PHASES = (
@@ -84,10 +87,13 @@ STEPS = (
 Statement = tuple[str, dict[str, Any]]
 
 
-def span_tree_statements(rules: list[StageRule], selection: RunSelection, output: str) -> list[Statement]:
-    """clickhouse/span_tree*.sql over one run's selection, in order: drop the temporary tables, fill
-    them step by step, the final statement ending in `output` (fixed SQL that may read span_rows,
-    _ts_request_root and _ts_spans), drop them again. Every statement gets the same parameters."""
+def span_tree_statements(
+    rules: list[StageRule], selection: RunSelection, output: str, sample_ids: list[str] | None = None
+) -> list[Statement]:
+    """clickhouse/span_tree*.sql over one run's selection (or the traces `sample_ids` of it), in
+    order: drop the temporary tables, fill them step by step, the final statement ending in `output`
+    (fixed SQL that may read span_rows, _ts_request_root and _ts_spans), drop them again. Every
+    statement gets the same parameters."""
     names_sql, case_sql, rule_params = stage_case(rules)
     stages: list[str | None] = [None] * max((r.position for r in rules), default=0)
     for rule in rules:
@@ -98,11 +104,15 @@ def span_tree_statements(rules: list[StageRule], selection: RunSelection, output
         "server_rules": [int(r.position) for r in rules if r.span_kind == "Server"],
         "stages": stages,
     }
+    scope = RUN_SCOPE
+    if sample_ids is not None:
+        scope = SAMPLE_SCOPE
+        params["sample_ids"] = list(sample_ids)
     drop = (_text("span_tree_drop"), {})
     steps = [
         (
             _text(name)
-            .replace("{scope}", RUN_SCOPE)
+            .replace("{scope}", scope)
             .replace("{names}", names_sql)
             .replace("{rule_case}", case_sql)
             .replace("{phases}", NO_PHASES),
@@ -138,9 +148,12 @@ def scoped(name: str, selection: RunSelection, **params: Any) -> Statement:
     return _text(name).replace("{scope}", RUN_SCOPE), {**selection.params(), **params}
 
 
-def stage_mapping_statements(rules: list[StageRule], selection: RunSelection) -> list[Statement]:
-    """The span tree over a run ending in stage_mapping_summary.sql (the last but one statement)."""
-    return span_tree_statements(rules, selection, _text("stage_mapping_summary"))
+def stage_mapping_statements(
+    rules: list[StageRule], selection: RunSelection, sample_ids: list[str] | None = None
+) -> list[Statement]:
+    """The span tree over a run (or the traces `sample_ids` of it) ending in
+    stage_mapping_summary.sql (the last but one statement)."""
+    return span_tree_statements(rules, selection, _text("stage_mapping_summary"), sample_ids)
 
 
 def _text(name: str) -> str:

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.types import StageRule
-from tailscope.query.clickhouse import RunSelection, derive_statements, stage_mapping_statements
+from tailscope.query.clickhouse import RunSelection, derive_statements, scoped, stage_mapping_statements
 from tailscope.store.clickhouse import ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
@@ -164,12 +164,19 @@ def refresh_run(store: ClickHouseStore, run: str) -> int:
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
 
 
-def stage_mapping(store: ClickHouseStore, run: str) -> list[tuple[str, str, str, int, int]]:
-    """The stage mapping in force over a run: (span name, span kind, stage, rule number, spans)."""
+def stage_mapping(
+    store: ClickHouseStore, run: str, sample_traces: int | None = None
+) -> list[tuple[str, str, str, int, int]]:
+    """The stage mapping in force over a run (or `sample_traces` of its traces, chosen by hash):
+    (span name, span kind, stage, rule number, spans)."""
     selection = run_selection(store, run)
     if selection is None:
         raise KeyError(run)
-    statements = stage_mapping_statements(rules_in_force(store), selection)
+    sample_ids = None
+    if sample_traces is not None:
+        text, params = scoped("sample_traces", selection, traces=int(sample_traces))
+        sample_ids = [row[0] for row in store.query(text, params).rows]
+    statements = stage_mapping_statements(rules_in_force(store), selection, sample_ids)
     rows: list[tuple[str, str, str, int, int]] = []
     for i, (text, params) in enumerate(statements):
         result = store.query(text, params)

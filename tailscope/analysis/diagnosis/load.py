@@ -36,7 +36,11 @@ def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -
         if selection is None:
             raise LookupError(f"no run {params['run']!r}")
         text, bound = scoped(name, selection, **params)
-        return conn.store.query_arrow(text, bound)
+        table = conn.store.query_arrow(text, bound)
+        if "OrderTraceId" in table.column_names:  # a fixed span order (clickhouse/diagnosis_spans.sql)
+            keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
+            table = table.sort_by(keys).drop_columns(["OrderTraceId", "OrderSpanId"])
+        return table
     relation = conn.sql(sql.load(name), params=params)
     fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
     return fetch()
@@ -85,7 +89,7 @@ def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -
             from tailscope.store.ch_write import stage_mapping as clickhouse_mapping
 
             columns = ["span_name", "span_kind", "stage", "rule_no", "spans"]
-            mapping = pd.DataFrame(clickhouse_mapping(conn.store, run), columns=columns)
+            mapping = pd.DataFrame(clickhouse_mapping(conn.store, run, sample_traces=300), columns=columns)
         else:
             mapping = stage_mapping(conn, run, sample_traces=300)  # one row per (name, kind) is all we need
     except Exception:  # an older store without rules, or the mapping unavailable: attributes only
