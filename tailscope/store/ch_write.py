@@ -1,19 +1,16 @@
 """Writing to a ClickHouse store: spans into the exporter's otel_traces, runs as selections, derived rows.
 
 The decoders (ingest/) give a batch of spans as an Arrow table in tailscope's column form
-(ingest.columns.COLUMNS: attributes as JSON text, events and links as JSON arrays). `exporter_table`
-turns it into the exporter's columns (Map attributes, Nested events and links as parallel arrays)
-and `append_spans` sends it in one insert per batch. A run written by tailscope is a selection like
-any other: its spans carry the resource attribute `tailscope.run` = the label, and its row in
-tailscope_runs selects on that and on the batch's time range (`define_run`). `refresh_run` derives
-the run's tailscope_requests rows with one INSERT ... SELECT inside ClickHouse.
+(ingest.columns.COLUMNS: attributes as JSON text, events and links as JSON arrays). `append_spans`
+stages it as it is and has ClickHouse convert it into the exporter's columns (Map attributes,
+Nested events and links as parallel arrays) with one INSERT ... SELECT per batch. A run written by
+tailscope is a selection like any other: its spans carry the resource attribute `tailscope.run` =
+the label, and its row in tailscope_runs selects on that and on the spans' time range
+(`define_run`). `refresh_run` derives the run's tailscope_requests rows inside ClickHouse.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,68 +20,31 @@ from tailscope.query.clickhouse import RunSelection, derive_statements, scoped, 
 from tailscope.store.clickhouse import ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
-_MAP = pa.map_(pa.string(), pa.string())
 
 
-def _map_column(column: pa.ChunkedArray, extra: dict[str, str]) -> pa.Array:
-    """JSON object texts as an Arrow map column, each distinct text parsed once, `extra` added."""
-    array = column.combine_chunks()
-    if not pa.types.is_dictionary(array.type):
-        array = array.dictionary_encode()
-    maps = pa.array(
-        [list({**orjson.loads(text), **extra}.items()) for text in array.dictionary.to_pylist()], _MAP
-    )
-    return pc.take(maps, array.indices)
-
-
-def _nested(column: pa.ChunkedArray, keys: tuple[str, ...], prefix: str) -> dict[str, pa.Array]:
-    """JSON arrays of objects (events, links) as the exporter's Nested parallel arrays."""
-    out: dict[str, list[Any]] = {key: [] for key in (*keys, "Attributes")}
-    for text in column.to_pylist():
-        items = orjson.loads(text) if text != "[]" else ()
-        for key in keys:
-            out[key].append([item[key] for item in items])
-        out["Attributes"].append([list(item.get("Attributes", {}).items()) for item in items])
-    arrays = {}
-    for key, values in out.items():
-        if key == "Attributes":
-            kind = pa.list_(_MAP)
-        elif key == "Timestamp":
-            kind = pa.list_(pa.timestamp("ns"))
-        else:
-            kind = pa.list_(pa.string())
-        arrays[f"{prefix}.{key}"] = pa.array(values, kind)
-    return arrays
-
-
-def exporter_table(chunk: pa.Table, run: str | None = None) -> pa.Table:
-    """A decoded batch in the exporter's otel_traces columns; with `run`, each span's resource
-    attributes get tailscope.run = run (the run's selection filter)."""
-    columns: dict[str, Any] = {
-        name: chunk.column(name)
-        for name in chunk.column_names
-        if name not in ("Events", "Links", "ResourceAttributes", "SpanAttributes", "RunLabel")
-    }
-    columns["Timestamp"] = pc.cast(chunk.column("Timestamp"), pa.timestamp("ns"))
-    columns["Duration"] = pc.cast(chunk.column("Duration"), pa.uint64())
-    columns["ResourceAttributes"] = _map_column(
-        chunk.column("ResourceAttributes"), {RUN_ATTRIBUTE: run} if run is not None else {}
-    )
-    columns["SpanAttributes"] = _map_column(chunk.column("SpanAttributes"), {})
-    columns.update(_nested(chunk.column("Events"), ("Timestamp", "Name"), "Events"))
-    columns.update(_nested(chunk.column("Links"), ("TraceId", "SpanId", "TraceState"), "Links"))
-    for name, column in list(columns.items()):
-        if isinstance(column, pa.ChunkedArray) and pa.types.is_dictionary(column.type):
-            columns[name] = pc.cast(column, column.type.value_type)
+def staged_table(chunk: pa.Table) -> pa.Table:
+    """A decoded batch as the staging table's plain columns (dictionaries decoded, no RunLabel)."""
+    columns = {}
+    for name, column in zip(chunk.column_names, chunk.columns, strict=True):
+        if name == "RunLabel":
+            continue
+        columns[name] = (
+            pc.cast(column, column.type.value_type) if pa.types.is_dictionary(column.type) else column
+        )
     return pa.table(columns)
 
 
-def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str | None = None) -> tuple[int, int]:
-    """Insert one decoded batch into otel_traces; (first, last) span start of the batch in ns."""
-    table = exporter_table(chunk, run)
-    store.insert_arrow("otel_traces", table)
-    starts = pc.cast(table.column("Timestamp"), pa.int64())
-    bounds = pc.min_max(starts)
+def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
+    """Insert one decoded batch into otel_traces (staged as text, converted to the exporter's Map
+    and Nested columns by ClickHouse: ingest_stage_move.sql), each span's resource attributes with
+    tailscope.run = run; (first, last) span start of the batch in ns."""
+    store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
+    store.insert_arrow("_ts_stage", staged_table(chunk))
+    try:
+        store.query(sql.load("ingest_stage_move", dialect="clickhouse"), {"run": run})
+    finally:
+        store.query(sql.load("ingest_stage_clear", dialect="clickhouse"))
+    bounds = pc.min_max(pc.cast(chunk.column("Timestamp"), pa.int64()))
     return int(bounds["min"].as_py()), int(bounds["max"].as_py())
 
 
