@@ -141,12 +141,16 @@ def test_select_by_time_takes_part_of_a_run(
     from tailscope.store.engine import open_store
 
     url = stores["chdb"]
-    run_a = overview(open_store(url), Filter(run="a")).runs[0]
+    store = open_store(url)
+    run_a = overview(store, Filter(run="a")).runs[0]
+    store.close()  # (the command below opens the folder itself)
     middle = run_a.first_request + (run_a.last_request - run_a.first_request) / 2
     capsys.readouterr()
     argv = ["select", "a-late", "--store", url, "--where", "tailscope.run=a", "--since", middle.isoformat()]
     assert main(argv) == 0
-    late = overview(open_store(url), Filter(run="a-late")).runs[0]
+    store = open_store(url)
+    late = overview(store, Filter(run="a-late")).runs[0]
+    store.close()
     assert 0 < late.requests < run_a.requests
     assert late.first_request >= middle
 

@@ -88,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = "interrupted" if Outcome.signum == signal.SIGINT else f"stopped by {interrupt}"
         print(f"tailscope: {name}", file=sys.stderr)
         return 128 + Outcome.signum
+    finally:
+        from tailscope.cli.store_arg import close_opened
+
+        close_opened()
 
 
 def output_closed() -> int:

@@ -18,6 +18,9 @@ STORE_HELP = (
 DB_HELP = "DuckDB store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
 
 
+_OPENED: list[Any] = []  # stores the running command opened, closed by close_opened()
+
+
 def add_store_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--store", metavar="URL", help=STORE_HELP)
     parser.add_argument("--db", metavar="FILE", help=DB_HELP)
@@ -38,8 +41,15 @@ def open_from(args: argparse.Namespace, command: str, writing: bool = False) -> 
         return None
     store = open_store(location)
     if isinstance(store, ClickHouseStore):
+        _OPENED.append(store)
         store.prepare(create_exporter_table=writing)
     return store
+
+
+def close_opened() -> None:
+    """Close what the command opened (a chdb session holds its folder until closed)."""
+    while _OPENED:
+        _OPENED.pop().close()
 
 
 def store_name(store: Any) -> str:
