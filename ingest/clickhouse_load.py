@@ -1,11 +1,14 @@
 """Load trace files into a ClickHouse store (a server or chdb): the exporter's otel_traces, in batches.
 
 The same decoders as ingest.loader; what differs is the write. ClickHouse has no transaction over a
-file, so a file is decoded whole (Arrow, compact) before its first insert: a file rejected in strict
-mode writes nothing, as on DuckDB. Its spans then go into otel_traces in inserts of INSERT_ROWS,
-each span's resource attributes carrying tailscope.run = the run label. After the last file the run
-is (re)defined in tailscope_runs as a selection (tailscope.run = label, over the time its spans
-cover, widened to any earlier definition's) and its per-request rows are derived inside ClickHouse.
+file, so a file's spans are staged first (the session's in-memory staging table, in the decoders'
+text form, batch by batch while the next batch decodes in this thread: the insert runs in a second
+thread, where ClickHouse works without the GIL) and moved into otel_traces by one INSERT ... SELECT
+that converts them to the exporter's columns once the whole file decoded: a file rejected in strict
+mode writes nothing, as on DuckDB. Each span's resource attributes carry tailscope.run = the label.
+After the last file the run is (re)defined in tailscope_runs as a selection (tailscope.run = label,
+over the time its spans cover, widened to any earlier definition's) and its per-request rows are
+derived inside ClickHouse.
 Unlike the DuckDB loader there is no duplicate check: spans loaded twice are stored twice.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,38 +31,52 @@ from tailscope.query.clickhouse import RunSelection
 from tailscope.store import ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 
-INSERT_ROWS = 100_000  # spans per insert: few, large parts for the MergeTree
+INSERT_ROWS = 100_000  # spans per insert into the staging table
 
 
-def _decode(path: Path, result: FileResult, skip_bad: bool, setup: dict[str, set[str]]) -> list[pa.Table]:
-    """A file's spans as Arrow tables (raises DecodeError in strict mode on the first bad record)."""
+def _stage_file(
+    store: ClickHouseStore, path: Path, result: FileResult, skip_bad: bool, setup: dict[str, set[str]]
+) -> tuple[int, int] | None:
+    """Decode a file into the staging table (raises DecodeError in strict mode on the first bad
+    record), counting its spans in result.spans; the (first, last) span start staged, None when the
+    file had no spans."""
 
     def on_bad(error: DecodeError) -> None:
         result.rejected += 1
         result.reasons[_reason(error)] += 1
 
-    tables = []
-    with open(path, "rb", buffering=1 << 20) as raw:
-        for batch in decode_file(raw, str(path), result, on_bad if skip_bad else None):
-            if len(batch):
+    bounds: tuple[int, int] | None = None
+    with ThreadPoolExecutor(1, thread_name_prefix="tailscope-stage") as stager:
+        pending: Future[tuple[int, int]] | None = None
+        waiting: list[pa.Table] = []
+
+        def flush() -> None:
+            nonlocal pending, bounds
+            if pending is not None:
+                first, last = pending.result()
+                bounds = (first, last) if bounds is None else (min(bounds[0], first), max(bounds[1], last))
+            chunk = pa.concat_tables(waiting) if len(waiting) > 1 else waiting[0]
+            waiting.clear()
+            result.spans += chunk.num_rows
+            pending = stager.submit(ch_write.stage_spans, store, chunk)
+
+        with open(path, "rb", buffering=1 << 20) as raw:
+            for batch in decode_file(raw, str(path), result, on_bad if skip_bad else None):
+                if not len(batch):
+                    continue
                 setup_attributes(batch, setup)
-                tables.append(batch.to_arrow())
-    return tables
-
-
-def _chunks(tables: list[pa.Table]) -> Iterable[pa.Table]:
-    """The tables regrouped into inserts of about INSERT_ROWS spans (same schema only)."""
-    pending: list[pa.Table] = []
-    for table in tables:
-        if pending and not table.schema.equals(pending[0].schema):
-            yield pa.concat_tables(pending)
-            pending = []
-        pending.append(table)
-        if sum(t.num_rows for t in pending) >= INSERT_ROWS:
-            yield pa.concat_tables(pending)
-            pending = []
-    if pending:
-        yield pa.concat_tables(pending)
+                table = batch.to_arrow()
+                if waiting and not table.schema.equals(waiting[0].schema):
+                    flush()
+                waiting.append(table)
+                if sum(t.num_rows for t in waiting) >= INSERT_ROWS:
+                    flush()
+        if waiting:
+            flush()
+        if pending is not None:
+            first, last = pending.result()
+            bounds = (first, last) if bounds is None else (min(bounds[0], first), max(bounds[1], last))
+    return bounds
 
 
 def load_file(
@@ -69,16 +87,18 @@ def load_file(
     result = FileResult(path=str(path))
     bounds: tuple[int, int] | None = None
     try:
-        tables = _decode(path, result, skip_bad, setup)
-        for chunk in _chunks(tables):
-            first, last = ch_write.append_spans(store, chunk, run_label)
-            result.spans += chunk.num_rows
-            bounds = (first, last) if bounds is None else (min(bounds[0], first), max(bounds[1], last))
+        ch_write.clear_staged(store)
+        bounds = _stage_file(store, path, result, skip_bad, setup)
+        if bounds is not None:
+            ch_write.move_staged(store, run_label)
     except DecodeError as error:
+        ch_write.clear_staged(store)
         result.error = str(error)
-        result.spans = 0
+        result.spans, bounds = 0, None
     except OSError as error:
+        ch_write.clear_staged(store)
         result.error = f"{path}: {error.strerror or error}"
+        result.spans, bounds = 0, None
     result.seconds = time.perf_counter() - started
     return result, bounds
 

@@ -160,3 +160,28 @@ def test_select_refuses_a_duckdb_store(stores: dict[str, str], capsys: pytest.Ca
     assert "only on a ClickHouse store" in capsys.readouterr().err
     assert main(["select", "x", "--store", stores["chdb"], "--where", "nokey"]) == 2
     assert "is not KEY=VALUE" in capsys.readouterr().err
+
+
+def test_a_rejected_file_writes_nothing(
+    traces: dict[str, Path], stores: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # strict mode: a malformed record after good ones rejects the whole file, and ClickHouse (no
+    # transaction over a file) gets none of its spans: they were only staged
+    from tailscope.store.engine import open_store
+
+    lines = traces["a"].read_text(encoding="utf-8").splitlines()
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*lines[:5], '{"resourceSpans": [{"scopeSpans": 7}]}', *lines[5:]]) + "\n")
+    url = stores["chdb"]
+    store = open_store(url)
+    before = store.query("SELECT count() FROM otel_traces").single_value()
+    store.close()
+    assert main(["ingest", str(broken), "--store", url, "--run", "broken"]) == 2
+    assert "broken.jsonl" in capsys.readouterr().err
+    store = open_store(url)
+    after = store.query("SELECT count() FROM otel_traces").single_value()
+    runs = store.query("SELECT count() FROM tailscope_runs WHERE RunLabel = 'broken'").single_value()
+    store.close()
+    assert (after, runs) == (before, 0)
+    assert main(["ingest", str(broken), "--store", url, "--run", "skipped", "--skip-bad", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rejected"] == 1

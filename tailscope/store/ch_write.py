@@ -34,18 +34,37 @@ def staged_table(chunk: pa.Table) -> pa.Table:
     return pa.table(columns)
 
 
-def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
-    """Insert one decoded batch into otel_traces (staged as text, converted to the exporter's Map
-    and Nested columns by ClickHouse: ingest_stage_move.sql), each span's resource attributes with
-    tailscope.run = run; (first, last) span start of the batch in ns."""
+def stage_spans(store: ClickHouseStore, chunk: pa.Table) -> tuple[int, int]:
+    """Add one decoded batch to the session's staging table (created when missing); (first, last)
+    span start of the batch in ns. Nothing reaches otel_traces until `move_staged`."""
     store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
     store.insert_arrow("_ts_stage", staged_table(chunk))
+    bounds = pc.min_max(pc.cast(chunk.column("Timestamp"), pa.int64()))
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+
+
+def move_staged(store: ClickHouseStore, run: str) -> None:
+    """Everything staged into otel_traces, converted by ClickHouse into the exporter's Map and
+    Nested columns (ingest_stage_move.sql), each span's resource attributes with tailscope.run = run;
+    the staging table is emptied whatever happens."""
     try:
         store.query(sql.load("ingest_stage_move", dialect="clickhouse"), {"run": run})
     finally:
-        store.query(sql.load("ingest_stage_clear", dialect="clickhouse"))
-    bounds = pc.min_max(pc.cast(chunk.column("Timestamp"), pa.int64()))
-    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+        clear_staged(store)
+
+
+def clear_staged(store: ClickHouseStore) -> None:
+    """Drop what is staged (a file rejected part way: nothing of it is written)."""
+    store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
+    store.query(sql.load("ingest_stage_clear", dialect="clickhouse"))
+
+
+def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
+    """Insert one decoded batch into otel_traces (stage_spans, then move_staged); (first, last) span
+    start of the batch in ns."""
+    bounds = stage_spans(store, chunk)
+    move_staged(store, run)
+    return bounds
 
 
 def define_run(
