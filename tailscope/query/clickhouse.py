@@ -124,9 +124,15 @@ def span_tree_statements(
     return [drop, *steps, final, drop]
 
 
-def derive_statements(rules: list[StageRule], run: str, selection: RunSelection) -> list[Statement]:
+ALL_TIME = (-(2**62), 2**62)  # a window no span starts outside
+
+
+def derive_statements(
+    rules: list[StageRule], run: str, selection: RunSelection, keep: tuple[int, int] = ALL_TIME
+) -> list[Statement]:
     """The statements that derive a run's tailscope_requests rows inside ClickHouse (the last but
-    one is the INSERT ... SELECT)."""
+    one is the INSERT ... SELECT): the requests of `selection` whose root starts in `keep`
+    ([start, end) ns)."""
     output = (
         _text("derive_requests")
         .replace("{per_request}", _text("span_tree_requests"))
@@ -134,7 +140,8 @@ def derive_statements(rules: list[StageRule], run: str, selection: RunSelection)
     )
     statements = span_tree_statements(rules, selection, output)
     insert, params = statements[-2]
-    statements[-2] = ("INSERT INTO tailscope_requests\n" + insert, {**params, "run": run})
+    bound = {**params, "run": run, "keep_start": keep[0], "keep_end": keep[1]}
+    statements[-2] = ("INSERT INTO tailscope_requests\n" + insert, bound)
     return statements
 
 

@@ -11,15 +11,28 @@ the label, and its row in tailscope_runs selects on that and on the spans' time 
 
 from __future__ import annotations
 
+import itertools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.types import StageRule
-from tailscope.query.clickhouse import RunSelection, derive_statements, scoped, stage_mapping_statements
+from tailscope.query.clickhouse import (
+    ALL_TIME,
+    RunSelection,
+    derive_statements,
+    scoped,
+    stage_mapping_statements,
+)
 from tailscope.store.clickhouse import ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
+# A derive goes through a run in time windows of about this many spans (memory follows the window).
+PART_SPANS = 1_000_000
+# How far a trace's spans may start outside its root's interval (clocks of different hosts), as
+# tailscope.analysis.derive.CLOCK_SKEW_NS.
+CLOCK_SKEW_NS = 10 * 10**9
 
 
 def staged_table(chunk: pa.Table) -> pa.Table:
@@ -131,16 +144,46 @@ def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
     ]
 
 
-def refresh_run(store: ClickHouseStore, run: str) -> int:
-    """Derive a run's tailscope_requests rows again, inside ClickHouse; how many there are now."""
+def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) -> int:
+    """Derive a run's tailscope_requests rows again, inside ClickHouse, in time windows of about
+    `part_spans` spans each (memory follows the window, not the run); how many rows there are now."""
     selection = run_selection(store, run)
     if selection is None:
         raise KeyError(run)
+    text, params = scoped("run_reach", selection)
+    spans, longest = store.query(text, params).first() or (0, 0)
+    parts = max(1, -(-int(spans) // part_spans))
+    width = -(-(selection.end_ns + 1 - selection.start_ns) // parts)
+    edges = [selection.start_ns + i * width for i in range(parts)] + [selection.end_ns + 1]
+    edges[0], edges[-1] = ALL_TIME  # the first and last windows also clear rows of an older selection
     rules = rules_in_force(store)
-    store.query(sql.load("derive_delete_run", dialect="clickhouse"), {"run": run})
-    for text, params in derive_statements(rules, run, selection):
-        store.query(text, params)
+    for keep in itertools.pairwise(edges):
+        refresh_window(store, run, keep, int(longest or 0), rules, selection)
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
+
+
+def refresh_window(
+    store: ClickHouseStore,
+    run: str,
+    keep: tuple[int, int],
+    longest_ns: int,
+    rules: list[StageRule] | None = None,
+    selection: RunSelection | None = None,
+) -> None:
+    """Derive again the run's requests whose root starts in `keep` ([start, end) ns), reading only
+    the spans that can belong to them: within `longest_ns` (the run's longest span, so its longest
+    request) plus CLOCK_SKEW_NS of the window (as the DuckDB derive's trace_window)."""
+    selection = selection or run_selection(store, run)
+    if selection is None:
+        raise KeyError(run)
+    reach = longest_ns + CLOCK_SKEW_NS
+    around = RunSelection(
+        max(selection.start_ns, keep[0] - reach), min(selection.end_ns, keep[1] + reach), selection.filters
+    )
+    window = {"run": run, "keep_start": keep[0], "keep_end": keep[1]}
+    store.query(sql.load("derive_delete_window", dialect="clickhouse"), window)
+    for text, params in derive_statements(rules or rules_in_force(store), run, around, keep):
+        store.query(text, params)
 
 
 def stage_mapping(

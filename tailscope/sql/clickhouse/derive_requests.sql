@@ -2,7 +2,9 @@
 -- as ../derive_requests.sql: the per-request stage times ({per_request}: span_tree_requests.sql)
 -- joined with the root span's own row of the run's otel_traces ({scope}) for its attributes;
 -- unattributed is the rest of the root's duration so the stage columns add up to it exactly.
--- Used as `INSERT INTO tailscope_requests <span_tree.sql ending in this>`. Parameter: run (label).
+-- Used as `INSERT INTO tailscope_requests <span_tree.sql ending in this>`. Parameters: run (label),
+-- keep_start / keep_end: only requests whose root starts in [keep_start, keep_end) ns are kept (a
+-- derive by time window reads the spans around the window, ch_write.refresh_run).
 SELECT
     {run:String} AS RunLabel,
     q.TraceId AS TraceId,
@@ -39,3 +41,5 @@ FROM (
 ) AS q
 JOIN {scope} AS o ON o.TraceId = q.TraceId AND o.SpanId = q.SpanId
 QUALIFY row_number() OVER (PARTITION BY q.TraceId ORDER BY o.Timestamp) = 1
+    AND toUnixTimestamp64Nano(o.Timestamp) >= {keep_start:Int64}
+    AND toUnixTimestamp64Nano(o.Timestamp) < {keep_end:Int64}
