@@ -46,7 +46,7 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def bench(url: str, trace_file: Path, engine: str) -> None:
+def bench(url: str, trace_file: Path, engine: str, diagnosis: bool = True) -> None:
     seconds = timed(lambda: main(["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]))
     print(f"{engine:6} ingest (decode + store + derive)   {seconds:7.2f} s")
     store = open_store(url)
@@ -57,7 +57,9 @@ def bench(url: str, trace_file: Path, engine: str) -> None:
     print(f"{engine:6} overview                          {best(lambda: overview(store, flt)):7.3f} s")
     print(f"{engine:6} waterfall p99 (+ percentiles)     {best(lambda: waterfall(store, flt, 'p99')):7.3f} s")
     print(f"{engine:6} compare r r (1000 resamples)      {best(lambda: compare(store, 'r', 'r')):7.3f} s")
-    print(f"{engine:6} diagnose                          {best(lambda: diagnose(store, 'r'), runs=2):7.2f} s")
+    if diagnosis:
+        seconds = best(lambda: diagnose(store, "r"), runs=2)
+        print(f"{engine:6} diagnose                          {seconds:7.2f} s")
     close = getattr(store, "close", None)
     if close is not None:
         close()
@@ -67,6 +69,7 @@ def run() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=77_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ch"))
+    parser.add_argument("--no-diagnose", action="store_true", help="skip the diagnosis (10 M spans)")
     args = parser.parse_args()
     from reference_pipeline.simulate.api import simulate_to_file
 
@@ -75,8 +78,8 @@ def run() -> None:
     trace_file = args.work / "steady.jsonl"
     summary = simulate_to_file(trace_file, "steady", args.requests, 1)
     print(f"file: {summary['spans']:,} spans, {summary['bytes'] / 2**20:,.0f} MiB")
-    bench(str(args.work / "s.duckdb"), trace_file, "duckdb")
-    bench(f"chdb://{args.work / 'chdb'}", trace_file, "chdb")
+    bench(str(args.work / "s.duckdb"), trace_file, "duckdb", not args.no_diagnose)
+    bench(f"chdb://{args.work / 'chdb'}", trace_file, "chdb", not args.no_diagnose)
 
 
 if __name__ == "__main__":
