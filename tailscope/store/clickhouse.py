@@ -227,24 +227,42 @@ def _locked_elsewhere(status: Path) -> bool:
         os.close(fd)
 
 
+# Statements that answer with rows; the others (DDL, INSERT, DELETE, SET) go as HTTP commands: a
+# FORMAT clause, which a query for Arrow rows appends, is not valid after them.
+_ROW_STATEMENTS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "EXISTS")
+
+
+def returns_rows(statement: str) -> bool:
+    """True when a statement answers with rows (its first word, after comments, says so)."""
+    lines = [line for line in statement.splitlines() if not line.lstrip().startswith("--")]
+    words = " ".join(lines).split()
+    return bool(words) and words[0].upper().lstrip("(") in _ROW_STATEMENTS
+
+
 class HttpTransport:
-    """A ClickHouse server over HTTP(S) through clickhouse-connect (server-side parameter binding)."""
+    """A ClickHouse server over HTTP(S) through clickhouse-connect (server-side parameter binding;
+    its session keeps the temporary tables of a derive or a staged ingest)."""
 
-    def __init__(self, location: StoreLocation, connect_timeout: float = 5.0) -> None:
-        import clickhouse_connect
+    def __init__(self, location: StoreLocation, connect_timeout: float = 5.0, client: Any = None) -> None:
+        if client is None:
+            import clickhouse_connect
 
-        self._client = clickhouse_connect.get_client(
-            host=location.host,
-            port=location.port,
-            username=location.user,
-            password=location.password,
-            database=location.database,
-            secure=location.secure,
-            connect_timeout=connect_timeout,
-        )
+            client = clickhouse_connect.get_client(
+                host=location.host,
+                port=location.port,
+                username=location.user,
+                password=location.password,
+                database=location.database,
+                secure=location.secure,
+                connect_timeout=connect_timeout,
+            )
+        self._client = client
 
     def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
-        return self._client.query_arrow(statement, parameters=params, settings=settings)
+        if returns_rows(statement):
+            return self._client.query_arrow(statement, parameters=params, settings=settings, use_strings=True)
+        self._client.command(statement, parameters=params, settings=settings)
+        return pa.table({})
 
     def insert_arrow(self, table: str, data: pa.Table) -> None:
         self._client.insert_arrow(table, data)
