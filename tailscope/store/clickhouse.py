@@ -18,12 +18,11 @@ a StoreError with one line (tailscope.store.errors).
 from __future__ import annotations
 
 import fcntl
-import math
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope import sql
+from tailscope.store.ch_binding import bind_value, named_params
 from tailscope.store.db import Result
 from tailscope.store.errors import (
     QueryTimeoutError,
@@ -49,7 +49,6 @@ _EPOCH = datetime(1970, 1, 1)
 # What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
 EXPORTER_DDL = ("otel_traces_ddl", "otel_traces_trace_id_ts_ddl", "otel_traces_trace_id_ts_mv_ddl")
 TAILSCOPE_DDL = ("tailscope_runs_ddl", "tailscope_stage_rules_ddl", "tailscope_requests_ddl")
-_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"}
 _MAP = ("Map(LowCardinality(String), String)", "Map(String, String)")
 _TEXT = ("String", "LowCardinality(String)")
 # The columns tailscope reads from otel_traces and the types the exporter gives them (any of these).
@@ -70,58 +69,6 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "Events.Name": tuple(f"Array({t})" for t in _TEXT),
     "Events.Attributes": tuple(f"Array({t})" for t in _MAP),
 }
-
-
-def _escape(text: str) -> str:
-    return "".join(_ESCAPES.get(ch, ch) for ch in text)
-
-
-def _literal(value: Any) -> str:
-    """A value inside an array or map parameter: strings quoted, NULL spelled out."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return "'" + _escape(value).replace("'", "\\'") + "'"
-    if isinstance(value, datetime | date):
-        return "'" + bind_value(value) + "'"
-    return bind_value(value)
-
-
-def bind_value(value: Any) -> str:
-    """A Python value as the text ClickHouse parses for a `{name:Type}` parameter (escaped format)."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "nan"
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        return repr(value)
-    if isinstance(value, str):
-        return _escape(value)
-    if isinstance(value, datetime):
-        nanos = getattr(value, "nanosecond", 0)  # a pandas Timestamp keeps ns
-        return value.strftime("%Y-%m-%d %H:%M:%S") + f".{value.microsecond * 1000 + nanos:09d}"
-    if isinstance(value, date):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return "{" + ",".join(f"{_literal(k)}:{_literal(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, Sequence | set | frozenset):
-        return "[" + ",".join(_literal(v) for v in value) + "]"
-    raise TypeError(f"cannot bind a {type(value).__name__} as a ClickHouse parameter")
-
-
-def named_params(params: Sequence[Any] | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Parameters by name: a list binds to p1, p2, ... in order."""
-    if params is None:
-        return {}
-    if isinstance(params, Mapping):
-        return dict(params)
-    return {f"p{i}": value for i, value in enumerate(params, start=1)}
 
 
 def schema_problem(columns: Mapping[str, str]) -> str | None:
