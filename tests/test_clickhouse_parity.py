@@ -278,3 +278,27 @@ def test_diagnosis_is_identical_given_the_same_span_order(
     for g, e in zip(got.findings, expected.findings, strict=True):
         assert g.confidence == pytest.approx(e.confidence, abs=1e-9)
         assert g.share == pytest.approx(e.share, abs=1e-9)
+
+
+def test_filtered_views_are_the_same(stores: tuple[Store, ClickHouseStore]) -> None:
+    # every filter field on both engines: service, route, instance, and a time range (naive UTC)
+    from dataclasses import replace
+
+    from tailscope.analysis import views
+    from tailscope.analysis.types import Filter
+
+    duck, clickhouse = stores
+    run = views.overview(duck, Filter(run="gateway")).runs[0]
+    middle = run.first_request + (run.last_request - run.first_request) / 2
+    options = views.filter_options(duck, "gateway")
+    assert views.filter_options(clickhouse, "gateway") == options
+    base = Filter(run="gateway", service=options["services"][0], route=options["routes"][0])
+    for flt in (base, replace(base, start=middle), replace(base, end=middle), replace(base, instance="none")):
+        expected, got = views.waterfall(duck, flt, "p90"), views.waterfall(clickhouse, flt, "p90")
+        assert (got.requests_total, got.requests_in_band, got.reason) == (
+            expected.requests_total,
+            expected.requests_in_band,
+            expected.reason,
+        )
+        assert [s.p99_ms for s in got.stages] == [s.p99_ms for s in expected.stages]
+    assert 0 < views.waterfall(duck, replace(base, start=middle)).requests_total < run.requests
