@@ -362,3 +362,29 @@ def test_http_sends_row_queries_for_arrow_and_the_rest_as_commands(name: str, ca
     store.query(sql.load(name, dialect="clickhouse"), {"run": "r"})
     assert [c[0] for c in client.calls] == [call]
     assert client.calls[0][2] == {"run": "r"} and client.calls[0][3] == {"max_execution_time": 5}
+
+
+def test_clickhouse_filter_and_rules_carry_values_only_as_parameters() -> None:
+    from tailscope.analysis.types import Filter, StageRule
+    from tailscope.query.builders import filter_where_clickhouse, filtered
+    from tailscope.query.clickhouse import stage_case
+
+    where, params = filter_where_clickhouse(Filter(run=HOSTILE, service="s", start=datetime(2024, 1, 1)))
+    assert where == (
+        "RunLabel = {f_run:String} AND ServiceName = {f_service:String} "
+        "AND Timestamp >= {f_start:DateTime64(9, 'UTC')}"
+    )
+    assert params == {"f_run": HOSTILE, "f_service": "s", "f_start": datetime(2024, 1, 1)}
+    text, params = filtered("waterfall", Filter(run=HOSTILE), 1.0, 2.0, 3.0, 4.0, True, dialect="clickhouse")
+    assert HOSTILE not in text and params["f_run"] == HOSTILE and params["p5"] is True
+    rules = [
+        StageRule(position=1, stage="queue", span_kind="Server", name_regex=HOSTILE, attribute_regex=None),
+        StageRule(position=2, stage="downstream", span_kind=None, name_regex=None, attribute_regex="^db\\."),
+    ]
+    names, case, rule_params = stage_case(rules)
+    assert names == "SpanName, match(SpanName, concat('(?i)', {nr1:String})) AS nh1"
+    assert case == (
+        "CASE WHEN SpanKind = {rk1:String} AND h.nh1 THEN 1 "
+        "WHEN match(AttrLines, concat('(?mi)', {ra2:String})) THEN 2 END"
+    )
+    assert rule_params == {"rk1": "Server", "nr1": HOSTILE, "ra2": "^db\\."}
