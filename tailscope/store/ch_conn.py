@@ -8,13 +8,15 @@ once and returns the connection, holding the result for fetchone / fetchall / fe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from tailscope.sql import Dialect
-from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.clickhouse import ClickHouseStore, rows_of
 from tailscope.store.db import Result
 
 
@@ -25,12 +27,17 @@ class ClickHouseConnection:
 
     def __init__(self, store: ClickHouseStore) -> None:
         self.store = store
+        self._table: pa.Table | None = None
         self._result: Result | None = None
+        self._seconds = 0.0
 
     def execute(
         self, statement: str, params: Sequence[Any] | Mapping[str, Any] | None = None
     ) -> ClickHouseConnection:
-        self._result = self.store.query(statement, params)
+        started = time.perf_counter()
+        self._table = self.store.query_arrow(statement, params)
+        self._seconds = time.perf_counter() - started
+        self._result = None  # rows are made when asked for: fetchnumpy reads the Arrow columns
         return self
 
     def cursor(self) -> ClickHouseConnection:
@@ -38,8 +45,10 @@ class ClickHouseConnection:
         return ClickHouseConnection(self.store)
 
     def _last(self) -> Result:
-        if self._result is None:
+        if self._table is None:
             raise RuntimeError("no statement has run on this connection")
+        if self._result is None:
+            self._result = Result(list(self._table.column_names), rows_of(self._table), self._seconds)
         return self._result
 
     @property

@@ -25,7 +25,7 @@ from tailscope.query.clickhouse import (
     scoped,
     stage_mapping_statements,
 )
-from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
 # A derive goes through a run in time windows of about this many spans (memory follows the window).
@@ -61,7 +61,7 @@ def move_staged(store: ClickHouseStore, run: str) -> None:
     Nested columns (ingest_stage_move.sql), each span's resource attributes with tailscope.run = run;
     the staging table is emptied whatever happens."""
     try:
-        store.query(sql.load("ingest_stage_move", dialect="clickhouse"), {"run": run})
+        store.query(sql.load("ingest_stage_move", dialect="clickhouse"), {"run": run}, WRITE_TIME_LIMIT_S)
     finally:
         clear_staged(store)
 
@@ -183,7 +183,7 @@ def refresh_window(
     window = {"run": run, "keep_start": keep[0], "keep_end": keep[1]}
     store.query(sql.load("derive_delete_window", dialect="clickhouse"), window)
     for text, params in derive_statements(rules or rules_in_force(store), run, around, keep):
-        store.query(text, params)
+        store.query(text, params, WRITE_TIME_LIMIT_S)
 
 
 def stage_mapping(

@@ -45,6 +45,8 @@ from tailscope.store.errors import (
 from tailscope.store.url import StoreLocation
 
 DEFAULT_TIME_LIMIT_S = 60.0
+# A writer's statements (moving a staged file, deriving a window) may run longer than a view's.
+WRITE_TIME_LIMIT_S = 3600.0
 _EPOCH = datetime(1970, 1, 1)
 # What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
 EXPORTER_DDL = ("otel_traces_ddl", "otel_traces_trace_id_ts_ddl", "otel_traces_trace_id_ts_mv_ddl")
@@ -223,7 +225,7 @@ def _datetime(ticks: int, per_second: int) -> datetime:
     return _EPOCH + timedelta(microseconds=ticks * 10**6 // per_second)
 
 
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+def rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
     """Rows as Python values, timestamps as naive UTC datetimes (microseconds), as DuckDB gives them."""
     columns = []
     for column in table.columns:
@@ -271,7 +273,7 @@ class ClickHouseStore:
                 raise self._store_error(error) from None
         return self._transport
 
-    def _store_error(self, error: Exception) -> Exception:
+    def _store_error(self, error: Exception, limit_s: float | None = None) -> Exception:
         message = str(error)
         kind = classify(message)
         where = self.location.url
@@ -279,29 +281,39 @@ class ClickHouseStore:
             return kind(f"{where}: no ClickHouse server answers there ({first_line(message)})")
         if kind is QueryTimeoutError:
             return kind(
-                f"{where}: a query ran over the time limit of {self.time_limit_s:g} s (max_execution_time)"
+                f"{where}: a query ran over the time limit of {limit_s or self.time_limit_s:g} s "
+                "(max_execution_time)"
             )
         if kind is not None:
             return kind(f"{where}: {first_line(message)}")
         return error
 
-    def query(self, statement: str, params: Sequence[Any] | Mapping[str, Any] | None = None) -> Result:
-        """Run one statement with bound parameters under the time limit, and time it."""
+    def query(
+        self,
+        statement: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        time_limit_s: float | None = None,
+    ) -> Result:
+        """Run one statement with bound parameters under the time limit (the store's, or
+        `time_limit_s`: a writer's longer one), and time it."""
         started = time.perf_counter()
-        table = self.query_arrow(statement, params)
-        return Result(list(table.column_names), _rows(table), time.perf_counter() - started)
+        table = self.query_arrow(statement, params, time_limit_s)
+        return Result(list(table.column_names), rows_of(table), time.perf_counter() - started)
 
     def query_arrow(
-        self, statement: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+        self,
+        statement: str,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        time_limit_s: float | None = None,
     ) -> pa.Table:
         """As `query`, the rows as an Arrow table (for numpy: the diagnosis' span reads)."""
-        settings = {"max_execution_time": self.time_limit_s}
+        settings = {"max_execution_time": time_limit_s or self.time_limit_s}
         try:
             return self.transport.query_arrow(statement, named_params(params), settings)
         except StoreError:
             raise
         except Exception as error:
-            raise self._store_error(error) from None
+            raise self._store_error(error, time_limit_s) from None
 
     def insert_arrow(self, table: str, data: pa.Table) -> None:
         try:
