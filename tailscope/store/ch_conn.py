@@ -62,8 +62,13 @@ class ClickHouseConnection:
         return self._last().rows
 
     def fetchnumpy(self) -> dict[str, np.ndarray]:
-        result = self._last()
-        return {name: np.asarray([row[i] for row in result.rows]) for i, name in enumerate(result.columns)}
+        """The columns as numpy arrays, straight from Arrow (no Python rows)."""
+        if self._table is None:
+            raise RuntimeError("no statement has run on this connection")
+        return {
+            name: column.to_numpy()
+            for name, column in zip(self._table.column_names, self._table.columns, strict=True)
+        }
 
 
 def dialect_of(conn: object) -> Dialect:
