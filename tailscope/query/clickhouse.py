@@ -24,9 +24,16 @@ RUN_SCOPE = (
     "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
     "mapKeys({run_filters:Map(String, String)}), mapValues({run_filters:Map(String, String)})))"
 )
-# Some traces of a run (the stage mapping's sample: sample_traces.sql picks them), by id: the
-# exporter's bloom filter index on TraceId skips the granules without them.
-SAMPLE_SCOPE = "(SELECT * FROM " + RUN_SCOPE + " AS r WHERE TraceId IN {sample_ids:Array(String)})"
+# Some traces of a run (the stage mapping's sample: sample_traces.sql picks them), by id: PREWHERE
+# reads the TraceId column first and the rest (attribute maps) only for the sample's rows (1 M spans:
+# the mapping's first step 0.83 s -> 0.50 s).
+SAMPLE_SCOPE = (
+    "(SELECT * FROM otel_traces PREWHERE TraceId IN {sample_ids:Array(String)} "
+    "WHERE Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
+    "AND fromUnixTimestamp64Nano({run_end:Int64}) "
+    "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
+    "mapKeys({run_filters:Map(String, String)}), mapValues({run_filters:Map(String, String)})))"
+)
 # Phase rules are not applied on ClickHouse yet: the phase spans are an empty relation of the
 # columns span_tree.sql reads from them.
 NO_PHASES = (
