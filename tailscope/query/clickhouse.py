@@ -22,7 +22,7 @@ RUN_SCOPE = (
     "WHERE Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
     "AND fromUnixTimestamp64Nano({run_end:Int64}) "
     "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
-    "mapKeys({run_filters:Map(String, String)}), mapValues({run_filters:Map(String, String)})))"
+    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)}))"
 )
 # Some traces of a run (the stage mapping's sample: sample_traces.sql picks them), by id: PREWHERE
 # reads the TraceId column first and the rest (attribute maps) only for the sample's rows (1 M spans:
@@ -32,7 +32,7 @@ SAMPLE_SCOPE = (
     "WHERE Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
     "AND fromUnixTimestamp64Nano({run_end:Int64}) "
     "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
-    "mapKeys({run_filters:Map(String, String)}), mapValues({run_filters:Map(String, String)})))"
+    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)}))"
 )
 # Phase rules are not applied on ClickHouse yet: the phase spans are an empty relation of the
 # columns span_tree.sql reads from them.
@@ -53,7 +53,14 @@ class RunSelection:
     filters: dict[str, str] = field(default_factory=dict)
 
     def params(self) -> dict[str, Any]:
-        return {"run_start": self.start_ns, "run_end": self.end_ns, "run_filters": dict(self.filters)}
+        """The scope's parameters; the filters as two arrays (a dict parameter does not reach a
+        server as a Map through clickhouse-connect)."""
+        return {
+            "run_start": self.start_ns,
+            "run_end": self.end_ns,
+            "run_filter_keys": list(self.filters),
+            "run_filter_values": list(self.filters.values()),
+        }
 
 
 def stage_case(rules: list[StageRule]) -> tuple[str, str, dict[str, Any]]:

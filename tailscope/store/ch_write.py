@@ -94,9 +94,11 @@ def define_run(
             "run": run,
             "start": selection.start_ns,
             "end": selection.end_ns,
-            "filters": selection.filters,
+            "filter_keys": list(selection.filters),
+            "filter_values": list(selection.filters.values()),
             "files": files or [],
-            "setup": setup or {},
+            "setup_keys": list(setup or {}),
+            "setup_values": list((setup or {}).values()),
         },
     )
 

@@ -138,7 +138,13 @@ class ChdbTransport:
                 self._session.query(f"SET {name} = {bind_value(value)}")
                 self._settings[name] = value
         bound = {k: bind_value(v) for k, v in params.items()}
-        result = self._session.query(statement, "ArrowStream", params=bound)
+        try:
+            result = self._session.query(statement, "ArrowStream", params=bound)
+        except Exception:
+            # chdb keeps what a failed query had written (a timeout's Arrow header) and hands it out
+            # at the front of the next result: a throwaway query takes it
+            self._session.query("SELECT 1", "TabSeparated")
+            raise
         raw = result.bytes()
         if not raw:
             return pa.table({})
@@ -208,6 +214,9 @@ class HttpTransport:
         self._client = client
 
     def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
+        for name, value in params.items():
+            if isinstance(value, Mapping):  # clickhouse-connect writes it as JSON, not a Map literal
+                raise TypeError(f"parameter {name!r}: bind a map as two arrays (keys, values)")
         if returns_rows(statement):
             return self._client.query_arrow(statement, parameters=params, settings=settings, use_strings=True)
         self._client.command(statement, parameters=params, settings=settings)

@@ -21,7 +21,7 @@
 -- exclusive times (_ts_exclusive). This statement is the rest: which traces have overlapping
 -- branches, the sweep, and the per-span rows, ending in {output} (span_tree_requests.sql or
 -- derive_requests.sql), which may read span_rows, _ts_request_root and _ts_spans.
--- Parameters of the steps: the scope's (run_start, run_end, run_filters), the rules' nr<i> / rk<i> /
+-- Parameters of the steps: the scope's (run_start, run_end, run_filter_keys / _values), the rules' nr<i> / rk<i> /
 -- ra<i>, server_rules (positions of rules naming span kind Server), stages (stage by rule position).
 WITH
 concurrent AS (
