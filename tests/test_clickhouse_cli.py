@@ -185,3 +185,15 @@ def test_a_rejected_file_writes_nothing(
     assert (after, runs) == (before, 0)
     assert main(["ingest", str(broken), "--store", url, "--run", "skipped", "--skip-bad", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rejected"] == 1
+
+
+def test_serve_refuses_a_clickhouse_store_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert main(["serve", "--store", "chdb:///tmp/nowhere"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the dashboard reads DuckDB stores only, not chdb:///tmp/nowhere" in err
+    monkeypatch.setenv("TAILSCOPE_STORE", "clickhouse://u:secret@h:8123/otel")
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "clickhouse://u:***@h:8123/otel" in err and "secret" not in err

@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"tailscope demo: the dashboard is not part of this build; run: tailscope serve --db {db}")
         return 0
-    return serve_cmd.run(argparse.Namespace(db=str(db), port=args.port, host=args.host))
+    return serve_cmd.run(argparse.Namespace(db=str(db), store=str(db), port=args.port, host=args.host))
 
 
 def _clickhouse_demo(args: argparse.Namespace) -> int:
