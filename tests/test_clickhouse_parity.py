@@ -41,7 +41,7 @@ SIMULATED: dict[str, tuple[str, int, int, dict[str, Any]]] = {
 
 
 # runs derived on ClickHouse in time windows of this many spans (hand: ~6 windows, burst: ~16)
-WINDOWED = {"hand": 50, "burst": 500}
+WINDOWED = {"hand": 50, "burst": 500, "frameworks": 100}
 
 
 def _hand_built() -> list[pa.Table]:
@@ -72,6 +72,72 @@ def _hand_built() -> list[pa.Table]:
     return [cols.to_arrow()]
 
 
+def _frameworks() -> list[pa.Table]:
+    """Serving frameworks' self-reported phases (the phase rules): vLLM duration attributes, Triton
+    events on one span and over a model span and its compute child, TGI text durations whose
+    children cover part of them, and a vLLM span nested under a gateway's client call."""
+    from test_phases import triton_request, vllm_request
+
+    cols = SpanColumns()
+    for i in range(12):
+        add_trace(cols, vllm_request(0.002 * i, 0.025 + 0.001 * i, 0.040), 100 + i, offset_ms=i * 300)
+        add_trace(cols, triton_request(queue_ms=1.0 + i, infer_ms=20.0 + 0.5 * i), 200 + i, offset_ms=i * 300)
+        compute = S(
+            "compute",
+            12,
+            35,
+            events=[
+                (12, "COMPUTE_START"),
+                (13, "COMPUTE_INPUT_END"),
+                (33 - i * 0.25, "COMPUTE_OUTPUT_START"),
+                (35, "COMPUTE_END"),
+            ],
+        )
+        model = S(
+            "resnet50",
+            1.5,
+            36,
+            children=[compute],
+            events=[(1.5, "REQUEST_START"), (2, "QUEUE_START"), (36, "REQUEST_END")],
+        )
+        top = S(
+            "InferRequest",
+            0,
+            40,
+            kind="Server",
+            children=[model],
+            events=[
+                (0, "HTTP_RECV_START"),
+                (1, "HTTP_RECV_END"),
+                (37, "HTTP_SEND_START"),
+                (39, "HTTP_SEND_END"),
+            ],
+        )
+        add_trace(cols, top, 300 + i, offset_ms=i * 300)
+        tgi = {"validation_time": f"{2 + i * 0.1:.1f}ms", "queue_time": "11ms", "inference_time": "0.03s"}
+        generate = S(
+            "generate",
+            0,
+            43,
+            attrs=tgi,
+            children=[S("validate", 0, 2), S("queued", 3, 13), S("infer", 13, 21), S("infer", 21, 43)],
+        )
+        add_trace(
+            cols, S("POST /generate", 0, 44, kind="Server", children=[generate]), 400 + i, offset_ms=i * 300
+        )
+        vllm = vllm_request(0.003, 0.03, 0.05)
+        vllm.start, vllm.end = vllm.start + 6, vllm.end + 6
+        gateway = S(
+            "POST /v1/completions",
+            0,
+            120,
+            kind="Server",
+            children=[S("vllm call", 5, 115, kind="Client", children=[vllm])],
+        )
+        add_trace(cols, gateway, 500 + i, offset_ms=i * 300)
+    return [cols.to_arrow()]
+
+
 def _simulated(scenario: str, requests: int, seed: int, options: dict[str, Any]) -> list[pa.Table]:
     naming = options.pop("naming", "reference")
     batches = simulate_api.simulate_columns(scenario, requests, seed, naming=naming, **options)
@@ -80,7 +146,7 @@ def _simulated(scenario: str, requests: int, seed: int, options: dict[str, Any])
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, list[pa.Table]]:
-    loaded = {"hand": _hand_built()}
+    loaded = {"hand": _hand_built(), "frameworks": _frameworks()}
     for run, (scenario, requests, seed, options) in SIMULATED.items():
         loaded[run] = _simulated(scenario, requests, seed, dict(options))
     return loaded
@@ -119,7 +185,7 @@ REQUEST_COLUMNS = (
 )
 
 
-@pytest.mark.parametrize("run", ["hand", *SIMULATED])
+@pytest.mark.parametrize("run", ["hand", "frameworks", *SIMULATED])
 def test_derived_requests_are_identical(stores: tuple[Store, ClickHouseStore], run: str) -> None:
     duck, clickhouse = stores
     columns = REQUEST_COLUMNS
@@ -198,7 +264,7 @@ def test_overview_is_the_same(stores: tuple[Store, ClickHouseStore]) -> None:
     duck, clickhouse = stores
     expected = views.overview(duck, Filter())
     got = views.overview(clickhouse, Filter())
-    assert [r.run for r in got.runs] == [r.run for r in expected.runs] == sorted(["hand", *SIMULATED])
+    assert [r.run for r in got.runs] == [r.run for r in expected.runs] == sorted(["hand", "frameworks", *SIMULATED])
     for g, e in zip(got.runs, expected.runs, strict=True):
         assert (g.requests, g.errors, g.first_request, g.last_request) == (
             e.requests,
@@ -302,3 +368,20 @@ def test_filtered_views_are_the_same(stores: tuple[Store, ClickHouseStore]) -> N
         )
         assert [s.p99_ms for s in got.stages] == [s.p99_ms for s in expected.stages]
     assert 0 < views.waterfall(duck, replace(base, start=middle)).requests_total < run.requests
+
+
+def test_framework_phases_reach_the_diagnosis_on_both_engines(stores: tuple[Store, ClickHouseStore]) -> None:
+    # the diagnosis reads the phase spans too (its frame's stages): the frames agree span for span
+    from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.source import reading
+
+    duck, clickhouse = stores
+    frames = {}
+    for name, store in (("duckdb", duck), ("clickhouse", clickhouse)):
+        with reading(store) as conn:
+            frame = load_frame(conn, "frameworks")
+        names = [frame.names[i] for i in frame.name]
+        frames[name] = sorted(zip(names, frame.stage.tolist(), frame.dur.tolist(), strict=True))
+    assert len(frames["clickhouse"]) == len(frames["duckdb"]) > 0
+    assert frames["clickhouse"] == frames["duckdb"]
+    assert any(name == "decode" for name, _, _ in frames["clickhouse"])  # a vLLM phase span

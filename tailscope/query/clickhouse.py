@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tailscope import sql
 
 if TYPE_CHECKING:
-    from tailscope.analysis.types import StageRule
+    from tailscope.analysis.types import PhaseRule, StageRule
 
 # Which otel_traces rows belong to a run: a time range and resource-attribute filters (tailscope_runs).
 RUN_SCOPE = (
@@ -34,13 +34,42 @@ SAMPLE_SCOPE = (
     "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
     "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)}))"
 )
-# Phase rules are not applied on ClickHouse yet: the phase spans are an empty relation of the
-# columns span_tree.sql reads from them.
+# No phase rules: the phase spans are an empty relation of the columns span_tree.sql reads.
 NO_PHASES = (
     "SELECT '' AS TraceId, '' AS SpanId, '' AS ParentSpanId, '' AS SpanName, '' AS SpanKind, "
     "toInt64(0) AS Duration, toInt64(0) AS StartNs, CAST(NULL AS Nullable(String)) AS AttrStage, "
     "CAST(NULL AS Nullable(Int64)) AS RuleNo WHERE 0"
 )
+# The columns of phase_spans.sql span_tree.sql reads.
+PHASE_COLUMNS = "TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StartNs, AttrStage, RuleNo"
+
+
+def phase_params(phase_rules: list[PhaseRule]) -> dict[str, Any]:
+    """phase_spans.sql's parameters: the rules as parallel arrays, and the keys that make a span a
+    candidate (attribute rules' duration keys, event rules' start event names)."""
+    from tailscope.analysis.phases import UNITS
+
+    return {
+        "ph_pos": [int(r.position) for r in phase_rules],
+        "ph_grp": [r.framework for r in phase_rules],
+        "ph_phase": [r.phase for r in phase_rules],
+        "ph_stage": [r.stage for r in phase_rules],
+        "ph_source": [r.source for r in phase_rules],
+        "ph_start_key": [r.start_key for r in phase_rules],
+        "ph_end_key": [r.end_key for r in phase_rules],
+        "ph_factor": [UNITS.get(r.unit or "") if r.source == "attribute" else None for r in phase_rules],
+        "ph_name_regex": [r.name_regex for r in phase_rules],
+        "ph_attribute_keys": sorted({r.start_key for r in phase_rules if r.source == "attribute"}),
+        "ph_event_keys": sorted({r.start_key for r in phase_rules if r.source == "events"}),
+    }
+
+
+def phases_relation(phase_rules: list[PhaseRule], scope: str) -> tuple[str, dict[str, Any]]:
+    """The phase spans of `scope` as span_tree.sql's {phases} relation, and its parameters."""
+    if not phase_rules:
+        return NO_PHASES, {}
+    text = _text("phase_spans").replace("{scope}", scope)
+    return f"SELECT {PHASE_COLUMNS} FROM (\n{text}\n)", phase_params(phase_rules)
 
 
 @dataclass(frozen=True)
@@ -102,7 +131,11 @@ Statement = tuple[str, dict[str, Any]]
 
 
 def span_tree_statements(
-    rules: list[StageRule], selection: RunSelection, output: str, sample_ids: list[str] | None = None
+    rules: list[StageRule],
+    selection: RunSelection,
+    output: str,
+    sample_ids: list[str] | None = None,
+    phase_rules: list[PhaseRule] | None = None,
 ) -> list[Statement]:
     """clickhouse/span_tree*.sql over one run's selection (or the traces `sample_ids` of it), in
     order: drop the temporary tables, fill them step by step, the final statement ending in `output`
@@ -122,14 +155,16 @@ def span_tree_statements(
     if sample_ids is not None:
         scope = SAMPLE_SCOPE
         params["sample_ids"] = list(sample_ids)
+    phases_sql, phases_params = phases_relation(phase_rules or [], scope)
+    params.update(phases_params)
     drop = (_text("span_tree_drop"), {})
     steps = [
         (
             _text(name)
+            .replace("{phases}", phases_sql)
             .replace("{scope}", scope)
             .replace("{names}", names_sql)
-            .replace("{rule_case}", case_sql)
-            .replace("{phases}", NO_PHASES),
+            .replace("{rule_case}", case_sql),
             params,
         )
         for name in STEPS
@@ -142,7 +177,11 @@ ALL_TIME = (-(2**62), 2**62)  # a window no span starts outside
 
 
 def derive_statements(
-    rules: list[StageRule], run: str, selection: RunSelection, keep: tuple[int, int] = ALL_TIME
+    rules: list[StageRule],
+    run: str,
+    selection: RunSelection,
+    keep: tuple[int, int] = ALL_TIME,
+    phase_rules: list[PhaseRule] | None = None,
 ) -> list[Statement]:
     """The statements that derive a run's tailscope_requests rows inside ClickHouse (the last but
     one is the INSERT ... SELECT): the requests of `selection` whose root starts in `keep`
@@ -152,7 +191,7 @@ def derive_statements(
         .replace("{per_request}", _text("span_tree_requests"))
         .replace("{scope}", RUN_SCOPE)
     )
-    statements = span_tree_statements(rules, selection, output)
+    statements = span_tree_statements(rules, selection, output, phase_rules=phase_rules)
     insert, params = statements[-2]
     bound = {**params, "run": run, "keep_start": keep[0], "keep_end": keep[1]}
     statements[-2] = ("INSERT INTO tailscope_requests\n" + insert, bound)
@@ -164,17 +203,29 @@ def requests_statements(rules: list[StageRule], selection: RunSelection) -> list
     return span_tree_statements(rules, selection, _text("span_tree_requests"))
 
 
-def scoped(name: str, selection: RunSelection, **params: Any) -> Statement:
-    """clickhouse/<name>.sql with its {scope} the run's selection, and the selection's parameters."""
-    return _text(name).replace("{scope}", RUN_SCOPE), {**selection.params(), **params}
+def scoped(
+    name: str, selection: RunSelection, phase_rules: list[PhaseRule] | None = None, **params: Any
+) -> Statement:
+    """clickhouse/<name>.sql with its {scope} the run's selection (and its {phases}, if it has one,
+    the phase spans `phase_rules` make there: phase_spans.sql), and the parameters."""
+    text = _text(name)
+    if "{phases}" in text:
+        if not phase_rules:
+            raise ValueError(f"{name}.sql reads phase spans: give the phase rules")
+        text = text.replace("{phases}", _text("phase_spans"))
+        params = {**phase_params(phase_rules), **params}
+    return text.replace("{scope}", RUN_SCOPE), {**selection.params(), **params}
 
 
 def stage_mapping_statements(
-    rules: list[StageRule], selection: RunSelection, sample_ids: list[str] | None = None
+    rules: list[StageRule],
+    selection: RunSelection,
+    sample_ids: list[str] | None = None,
+    phase_rules: list[PhaseRule] | None = None,
 ) -> list[Statement]:
     """The span tree over a run (or the traces `sample_ids` of it) ending in
     stage_mapping_summary.sql (the last but one statement)."""
-    return span_tree_statements(rules, selection, _text("stage_mapping_summary"), sample_ids)
+    return span_tree_statements(rules, selection, _text("stage_mapping_summary"), sample_ids, phase_rules)
 
 
 def _text(name: str) -> str:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope import sql
+from tailscope.analysis.phases import default_phase_rules
 from tailscope.analysis.types import StageRule
 from tailscope.query.clickhouse import (
     ALL_TIME,
@@ -184,7 +185,8 @@ def refresh_window(
     )
     window = {"run": run, "keep_start": keep[0], "keep_end": keep[1]}
     store.query(sql.load("derive_delete_window", dialect="clickhouse"), window)
-    for text, params in derive_statements(rules or rules_in_force(store), run, around, keep):
+    statements = derive_statements(rules or rules_in_force(store), run, around, keep, default_phase_rules())
+    for text, params in statements:
         store.query(text, params, WRITE_TIME_LIMIT_S)
 
 
@@ -200,7 +202,7 @@ def stage_mapping(
     if sample_traces is not None:
         text, params = scoped("sample_traces", selection, traces=int(sample_traces))
         sample_ids = [row[0] for row in store.query(text, params).rows]
-    statements = stage_mapping_statements(rules_in_force(store), selection, sample_ids)
+    statements = stage_mapping_statements(rules_in_force(store), selection, sample_ids, default_phase_rules())
     rows: list[tuple[str, str, str, int, int]] = []
     for i, (text, params) in enumerate(statements):
         result = store.query(text, params)

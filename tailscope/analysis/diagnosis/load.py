@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
-from tailscope.analysis.phases import phase_rules_in_force
+from tailscope.analysis.phases import default_phase_rules, phase_rules_in_force
 from tailscope.query.builders import phase_spans_query
 from tailscope.store.ch_conn import dialect_of
 from tailscope.vocabulary import ALL_STAGES
@@ -35,7 +35,7 @@ def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -
         selection = run_selection(conn.store, params["run"])
         if selection is None:
             raise LookupError(f"no run {params['run']!r}")
-        text, bound = scoped(name, selection, **params)
+        text, bound = scoped(name, selection, default_phase_rules(), **params)  # (no editing there)
         table = conn.store.query_arrow(text, bound)
         if "OrderTraceId" in table.column_names:  # a fixed span order (clickhouse/diagnosis_spans.sql)
             keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
@@ -113,7 +113,8 @@ def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -
 
 def _phase_spans(conn: duckdb.DuckDBPyConnection, run: str) -> None:
     """The run's phase spans (a serving framework's self-reported phases) into _ts_phase_spans,
-    which diagnosis_spans.sql reads with the run's spans. (Not on ClickHouse yet: no phase spans.)"""
+    which diagnosis_spans.sql reads with the run's spans (on ClickHouse that statement makes them
+    itself: clickhouse/diagnosis_spans.sql)."""
     if dialect_of(conn) == "clickhouse":
         return
     text, params = phase_spans_query(phase_rules_in_force(conn), "run", run)

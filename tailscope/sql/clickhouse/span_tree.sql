@@ -14,8 +14,8 @@
 --                unmatched LEFT JOIN's column (join_use_nulls is off): every use is inside
 --                greatest(..., PStart), greatest(..., EffStart), a sum or a `!= 0` test (hashes are
 --                never 0 in practice), where 0 and NULL give the same
---   phases       phase rules (framework self-reported phases) are not applied on ClickHouse yet:
---                {phases} is an empty relation (ARCHITECTURE.md, "Not implemented yet")
+--   phases       clickhouse/phase_spans.sql (the default phase rules: they cannot be edited on a
+--                ClickHouse store yet), read in step 1
 -- Steps 1-5 (span_tree_1_spans.sql ... span_tree_5_exclusive.sql) fill temporary tables: the run's
 -- spans (_ts_spans), request roots (_ts_request_root), tier roots, the walk (_ts_walked) and the
 -- exclusive times (_ts_exclusive). This statement is the rest: which traces have overlapping
