@@ -34,11 +34,13 @@ SAMPLE_SCOPE = (
     "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
     "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)}))"
 )
-# No phase rules: the phase spans are an empty relation of the columns span_tree.sql reads.
+# No phase rules (or no span they could read): the phase spans as an empty relation of
+# phase_spans.sql's columns.
 NO_PHASES = (
     "SELECT '' AS TraceId, '' AS SpanId, '' AS ParentSpanId, '' AS SpanName, '' AS SpanKind, "
-    "toInt64(0) AS Duration, toInt64(0) AS StartNs, CAST(NULL AS Nullable(String)) AS AttrStage, "
-    "CAST(NULL AS Nullable(Int64)) AS RuleNo WHERE 0"
+    "'' AS ServiceName, CAST(map(), 'Map(LowCardinality(String), String)') AS ResourceAttributes, "
+    "'' AS StatusCode, toInt64(0) AS StartNs, toInt64(0) AS Duration, "
+    "CAST(NULL AS Nullable(String)) AS AttrStage, CAST(NULL AS Nullable(Int64)) AS RuleNo WHERE 0"
 )
 # The columns of phase_spans.sql span_tree.sql reads.
 PHASE_COLUMNS = "TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StartNs, AttrStage, RuleNo"
@@ -210,10 +212,8 @@ def scoped(
     the phase spans `phase_rules` make there: phase_spans.sql), and the parameters."""
     text = _text(name)
     if "{phases}" in text:
-        if not phase_rules:
-            raise ValueError(f"{name}.sql reads phase spans: give the phase rules")
-        text = text.replace("{phases}", _text("phase_spans"))
-        params = {**phase_params(phase_rules), **params}
+        text = text.replace("{phases}", _text("phase_spans") if phase_rules else NO_PHASES)
+        params = {**phase_params(phase_rules or []), **params}
     return text.replace("{scope}", RUN_SCOPE), {**selection.params(), **params}
 
 

@@ -18,11 +18,12 @@ import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.phases import default_phase_rules
-from tailscope.analysis.types import StageRule
+from tailscope.analysis.types import PhaseRule, StageRule
 from tailscope.query.clickhouse import (
     ALL_TIME,
     RunSelection,
     derive_statements,
+    phase_params,
     scoped,
     stage_mapping_statements,
 )
@@ -165,6 +166,14 @@ def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) 
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
 
 
+def phase_rules_for(store: ClickHouseStore, selection: RunSelection) -> list[PhaseRule]:
+    """The phase rules in force (the defaults: not editable on ClickHouse yet), or none when the
+    run has no span they could read (phase_candidates_any.sql: the phase spans then cost nothing)."""
+    rules = default_phase_rules()
+    text, params = scoped("phase_candidates_any", selection, **phase_params(rules))
+    return rules if store.query(text, params).single_value() else []
+
+
 def refresh_window(
     store: ClickHouseStore,
     run: str,
@@ -185,7 +194,8 @@ def refresh_window(
     )
     window = {"run": run, "keep_start": keep[0], "keep_end": keep[1]}
     store.query(sql.load("derive_delete_window", dialect="clickhouse"), window)
-    statements = derive_statements(rules or rules_in_force(store), run, around, keep, default_phase_rules())
+    phases = phase_rules_for(store, around)
+    statements = derive_statements(rules or rules_in_force(store), run, around, keep, phases)
     for text, params in statements:
         store.query(text, params, WRITE_TIME_LIMIT_S)
 
@@ -202,7 +212,9 @@ def stage_mapping(
     if sample_traces is not None:
         text, params = scoped("sample_traces", selection, traces=int(sample_traces))
         sample_ids = [row[0] for row in store.query(text, params).rows]
-    statements = stage_mapping_statements(rules_in_force(store), selection, sample_ids, default_phase_rules())
+    statements = stage_mapping_statements(
+        rules_in_force(store), selection, sample_ids, phase_rules_for(store, selection)
+    )
     rows: list[tuple[str, str, str, int, int]] = []
     for i, (text, params) in enumerate(statements):
         result = store.query(text, params)

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from tailscope import sql
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
-from tailscope.analysis.phases import default_phase_rules, phase_rules_in_force
+from tailscope.analysis.phases import phase_rules_in_force
 from tailscope.query.builders import phase_spans_query
 from tailscope.store.ch_conn import dialect_of
 from tailscope.vocabulary import ALL_STAGES
@@ -30,12 +30,13 @@ def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -
     ClickHouse the statement reads the run's selection ({scope}, tailscope.query.clickhouse)."""
     if dialect_of(conn) == "clickhouse":
         from tailscope.query.clickhouse import scoped
-        from tailscope.store.ch_write import run_selection
+        from tailscope.store.ch_write import phase_rules_for, run_selection
 
         selection = run_selection(conn.store, params["run"])
         if selection is None:
             raise LookupError(f"no run {params['run']!r}")
-        text, bound = scoped(name, selection, default_phase_rules(), **params)  # (no editing there)
+        phases = phase_rules_for(conn.store, selection) if name == "diagnosis_spans" else []
+        text, bound = scoped(name, selection, phases, **params)
         table = conn.store.query_arrow(text, bound)
         if "OrderTraceId" in table.column_names:  # a fixed span order (clickhouse/diagnosis_spans.sql)
             keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
