@@ -140,6 +140,15 @@ def test_schema_problem_names_the_first_wrong_column() -> None:
     )
     missing = {k: v for k, v in EXPORTER.items() if k != "Duration"}
     assert schema_problem(missing) == "column Duration is missing"
+    # the exporter's JSON-typed attributes (its newer `json` option) are another schema tailscope
+    # does not read yet: said so by name, not met with SQL errors later
+    assert schema_problem({**EXPORTER, "ResourceAttributes": "JSON"}) == (
+        "column ResourceAttributes is JSON, expected "
+        "Map(LowCardinality(String), String) or Map(String, String)"
+    )
+    assert schema_problem({**EXPORTER, "Timestamp": "DateTime64(6)"}) == (
+        "column Timestamp is DateTime64(6), expected DateTime64(9)"
+    )
 
 
 def _closed_port() -> int:
