@@ -14,7 +14,9 @@ Unlike the DuckDB loader there is no duplicate check: spans loaded twice are sto
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +27,7 @@ import pyarrow as pa
 from ingest.errors import DecodeError
 from ingest.loader import FileResult, LoadSummary, Progress, decode_file, default_run_label, expand_paths
 from ingest.loader import reason_of as _reason
+from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool
 from ingest.setup import setup_attributes
 from tailscope import sql
 from tailscope.query.clickhouse import RunSelection
@@ -35,7 +38,12 @@ INSERT_ROWS = 100_000  # spans per insert into the staging table
 
 
 def _stage_file(
-    store: ClickHouseStore, path: Path, result: FileResult, skip_bad: bool, setup: dict[str, set[str]]
+    store: ClickHouseStore,
+    path: Path,
+    result: FileResult,
+    skip_bad: bool,
+    setup: dict[str, set[str]],
+    pool: DecodePool | None = None,
 ) -> tuple[int, int] | None:
     """Decode a file into the staging table (raises DecodeError in strict mode on the first bad
     record), counting its spans in result.spans; the (first, last) span start staged, None when the
@@ -61,7 +69,7 @@ def _stage_file(
             pending = stager.submit(ch_write.stage_spans, store, chunk)
 
         with open(path, "rb", buffering=1 << 20) as raw:
-            for batch in decode_file(raw, str(path), result, on_bad if skip_bad else None):
+            for batch in decode_file(raw, str(path), result, on_bad if skip_bad else None, pool):
                 if not len(batch):
                     continue
                 setup_attributes(batch, setup)
@@ -80,7 +88,12 @@ def _stage_file(
 
 
 def load_file(
-    store: ClickHouseStore, path: Path, run_label: str, skip_bad: bool, setup: dict[str, set[str]]
+    store: ClickHouseStore,
+    path: Path,
+    run_label: str,
+    skip_bad: bool,
+    setup: dict[str, set[str]],
+    pool: DecodePool | None = None,
 ) -> tuple[FileResult, tuple[int, int] | None]:
     """Load one file; its result and the (first, last) span start it wrote, None when nothing."""
     started = time.perf_counter()
@@ -88,7 +101,7 @@ def load_file(
     bounds: tuple[int, int] | None = None
     try:
         ch_write.clear_staged(store)
-        bounds = _stage_file(store, path, result, skip_bad, setup)
+        bounds = _stage_file(store, path, result, skip_bad, setup, pool)
         if bounds is not None:
             ch_write.move_staged(store, run_label)
     except DecodeError as error:
@@ -121,15 +134,25 @@ def load_paths(
     done_bytes = done_spans = 0
     setup: dict[str, set[str]] = {}
     span: tuple[int, int] | None = None
-    for path in files:
-        result, bounds = load_file(store, path, label, skip_bad, setup)
-        summary.files.append(result)
-        if bounds is not None:
-            span = bounds if span is None else (min(span[0], bounds[0]), max(span[1], bounds[1]))
-        done_bytes += path.stat().st_size if path.exists() else 0
-        done_spans += result.spans
-        if progress is not None:
-            progress(done_bytes, total, done_spans)
+    sizes = [p.stat().st_size if p.exists() else 0 for p in files]
+    # big OTLP files decode on worker processes, as ingest.loader does (forked before this load
+    # starts a thread; the workers only decode, and leave by os._exit, never touching chdb)
+    parallel = (
+        (os.cpu_count() or 1) > 1
+        and threading.active_count() == 1
+        and any(size >= PARALLEL_MIN_BYTES for size in sizes)
+    )
+    with DecodePool() if parallel else contextlib.nullcontext() as pool:
+        for path, size in zip(files, sizes, strict=True):
+            use_pool = pool if size >= PARALLEL_MIN_BYTES else None
+            result, bounds = load_file(store, path, label, skip_bad, setup, use_pool)
+            summary.files.append(result)
+            if bounds is not None:
+                span = bounds if span is None else (min(span[0], bounds[0]), max(span[1], bounds[1]))
+            done_bytes += size
+            done_spans += result.spans
+            if progress is not None:
+                progress(done_bytes, total, done_spans)
     if span is not None:
         earlier = ch_write.run_selection(store, label)
         if earlier is not None:

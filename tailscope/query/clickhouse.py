@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from tailscope.analysis.types import PhaseRule, StageRule
 
 # Which otel_traces rows belong to a run: a time range and resource-attribute filters (tailscope_runs).
-RUN_SCOPE = (
-    "(SELECT * FROM otel_traces "
-    "WHERE Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
+RUN_WHERE = (
+    "Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
     "AND fromUnixTimestamp64Nano({run_end:Int64}) "
     "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
-    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)}))"
+    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)})"
 )
+RUN_SCOPE = "(SELECT * FROM otel_traces WHERE " + RUN_WHERE + ")"
 # Some traces of a run (the stage mapping's sample: sample_traces.sql picks them), by id: PREWHERE
 # reads the TraceId column first and the rest (attribute maps) only for the sample's rows (1 M spans:
 # the mapping's first step 0.83 s -> 0.50 s).
@@ -191,7 +191,7 @@ def derive_statements(
     output = (
         _text("derive_requests")
         .replace("{per_request}", _text("span_tree_requests"))
-        .replace("{scope}", RUN_SCOPE)
+        .replace("{scope_where}", RUN_WHERE)
     )
     statements = span_tree_statements(rules, selection, output, phase_rules=phase_rules)
     insert, params = statements[-2]
