@@ -393,9 +393,9 @@ def test_clickhouse_filter_and_rules_carry_values_only_as_parameters() -> None:
         StageRule(position=2, stage="downstream", span_kind=None, name_regex=None, attribute_regex="^db\\."),
     ]
     names, case, rule_params = stage_case(rules)
-    assert names == "SpanName, match(SpanName, concat('(?i)', {nr1:String})) AS nh1"
+    assert names == ", match(SpanName, concat('(?i)', {nr1:String})) AS nh1"
     assert case == (
-        "CASE WHEN SpanKind = {rk1:String} AND h.nh1 THEN 1 "
+        "CASE WHEN SpanKind = {rk1:String} AND t.nh1 THEN 1 "
         "WHEN match(AttrLines, concat('(?mi)', {ra2:String})) THEN 2 END"
     )
     assert rule_params == {"rk1": "Server", "nr1": HOSTILE, "ra2": "^db\\."}

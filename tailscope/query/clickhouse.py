@@ -96,7 +96,10 @@ class RunSelection:
 
 def stage_case(rules: list[StageRule]) -> tuple[str, str, dict[str, Any]]:
     """ClickHouse pieces for the stage rules, as stages.stage_case gives DuckDB's: (name-hit columns
-    over SpanName, the CASE giving the first matching rule's position or NULL, their parameters).
+    over SpanName, each after a comma, computed on each span's row: SpanName is LowCardinality in
+    the exporter's table, so ClickHouse runs a regex once per distinct name, as DuckDB's name_hits
+    CTE does by hand; the CASE over them (`t.nh<i>`) giving the first matching rule's position or
+    NULL; their parameters).
     Name regexes are `nr<i>`, span kinds `rk<position>`, attribute regexes `ra<position>`; all
     matched case-insensitively, attribute regexes per key=value line ((?m))."""
     name_cols: list[str] = []
@@ -112,12 +115,12 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, dict[str, Any]]:
             column = f"nh{len(name_cols) + 1}"
             name_cols.append(f"match(SpanName, concat('(?i)', {{nr{n}:String}})) AS {column}")
             params[f"nr{n}"] = rule.name_regex
-            conditions.append(f"h.{column}")
+            conditions.append(f"t.{column}")
         if rule.attribute_regex is not None:
             conditions.append(f"match(AttrLines, concat('(?mi)', {{ra{n}:String}}))")
             params[f"ra{n}"] = rule.attribute_regex
         whens.append(f"WHEN {' AND '.join(conditions) or 'false'} THEN {n}")
-    names_sql = ", ".join(["SpanName", *name_cols])
+    names_sql = "".join(f", {col}" for col in name_cols)
     case_sql = "CASE " + " ".join(whens) + " END" if whens else "CAST(NULL AS Nullable(Int64))"
     return names_sql, case_sql, params
 

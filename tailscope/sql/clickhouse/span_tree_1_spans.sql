@@ -7,12 +7,6 @@
 -- Placeholders (fixed SQL): scope, names, rule_case, phases.
 CREATE TEMPORARY TABLE _ts_spans ENGINE = Memory AS
 WITH
-names AS (
-    SELECT DISTINCT SpanName FROM {scope}
-),
-name_hits AS (
-    SELECT {names} FROM names
-),
 real_spans AS (
     SELECT
         cityHash64(t.TraceId) AS TK, cityHash64(t.SpanId) AS SK, cityHash64(t.ParentSpanId) AS PK,
@@ -30,8 +24,8 @@ real_spans AS (
     FROM (SELECT *, SpanAttributes['tailscope.stage'] AS RawStage,
                  arrayStringConcat(arrayMap((k, v) -> concat(k, '=', v), mapKeys(SpanAttributes),
                                             mapValues(SpanAttributes)), '\n') AS AttrLines
+                 {names}
           FROM {scope}) AS t
-    JOIN name_hits AS h ON h.SpanName = t.SpanName
 ),
 phase_rows AS (
 {phases}
