@@ -331,50 +331,6 @@ def test_chdb_folder_locked_by_another_process(chdb_store: ClickHouseStore, tmp_
     assert done.stdout.strip() == f"{url}: the folder is in use by another process (chdb allows one)"
 
 
-class FakeClient:
-    """Stands in for clickhouse-connect's client: records which call each statement took."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
-
-    def query_arrow(self, statement: str, parameters: Any, settings: Any, use_strings: bool) -> Any:
-        import pyarrow as pa
-
-        assert use_strings  # String columns as Arrow strings, as chdb gives them
-        self.calls.append(("query_arrow", statement, parameters, settings))
-        return pa.table({"x": ["a"]})
-
-    def command(self, statement: str, parameters: Any, settings: Any) -> None:
-        self.calls.append(("command", statement, parameters, settings))
-
-    def close(self) -> None:
-        pass
-
-
-@pytest.mark.parametrize(
-    ("name", "call"),
-    [
-        ("overview", "query_arrow"),  # WITH ... SELECT
-        ("run_selection", "query_arrow"),
-        ("otel_traces_ddl", "command"),
-        ("tailscope_requests_ddl", "command"),
-        ("run_define", "command"),  # INSERT ... VALUES
-        ("derive_delete_window", "command"),
-        ("span_tree_1_spans", "command"),  # CREATE TEMPORARY TABLE ... AS WITH ... SELECT
-        ("ingest_stage_move", "command"),  # INSERT ... SELECT
-    ],
-)
-def test_http_sends_row_queries_for_arrow_and_the_rest_as_commands(name: str, call: str) -> None:
-    from tailscope.store.clickhouse import HttpTransport
-
-    client = FakeClient()
-    location = parse_store_url("clickhouse://h/db")
-    store = ClickHouseStore(location, time_limit_s=5, transport=HttpTransport(location, client=client))
-    store.query(sql.load(name, dialect="clickhouse"), {"run": "r"})
-    assert [c[0] for c in client.calls] == [call]
-    assert client.calls[0][2] == {"run": "r"} and client.calls[0][3] == {"max_execution_time": 5}
-
-
 def test_clickhouse_filter_and_rules_carry_values_only_as_parameters() -> None:
     from tailscope.analysis.types import Filter, StageRule
     from tailscope.query.builders import filter_where_clickhouse, filtered
