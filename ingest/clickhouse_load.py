@@ -1,10 +1,10 @@
 """Load trace files into a ClickHouse store (a server or chdb): the exporter's otel_traces, in batches.
 
 The same decoders as ingest.loader; what differs is the write. ClickHouse has no transaction over a
-file, so a file's spans are staged first (the session's in-memory staging table, in the decoders'
-text form, batch by batch while the next batch decodes in this thread: the insert runs in a second
-thread, where ClickHouse works without the GIL) and moved into otel_traces by one INSERT ... SELECT
-that converts them to the exporter's columns once the whole file decoded: a file rejected in strict
+file, so a file's spans are staged first, batch by batch while the next batch decodes (in a second thread,
+where ClickHouse works without the GIL): each batch goes into an in-memory staging table in the
+decoders' text form and is converted there into the exporter's columns (a second in-memory table),
+and once the whole file decoded one insert writes it into otel_traces: a file rejected in strict
 mode writes nothing, as on DuckDB. Each span's resource attributes carry tailscope.run = the label.
 After the last file the run is (re)defined in tailscope_runs as a selection (tailscope.run = label,
 over the time its spans cover, widened to any earlier definition's) and its per-request rows are
@@ -40,6 +40,7 @@ INSERT_ROWS = 100_000  # spans per insert into the staging table
 def _stage_file(
     store: ClickHouseStore,
     path: Path,
+    run_label: str,
     result: FileResult,
     skip_bad: bool,
     setup: dict[str, set[str]],
@@ -66,7 +67,7 @@ def _stage_file(
             chunk = pa.concat_tables(waiting) if len(waiting) > 1 else waiting[0]
             waiting.clear()
             result.spans += chunk.num_rows
-            pending = stager.submit(ch_write.stage_spans, store, chunk)
+            pending = stager.submit(ch_write.stage_spans, store, chunk, run_label)
 
         with open(path, "rb", buffering=1 << 20) as raw:
             for batch in decode_file(raw, str(path), result, on_bad if skip_bad else None, pool):
@@ -101,9 +102,9 @@ def load_file(
     bounds: tuple[int, int] | None = None
     try:
         ch_write.clear_staged(store)
-        bounds = _stage_file(store, path, result, skip_bad, setup, pool)
+        bounds = _stage_file(store, path, run_label, result, skip_bad, setup, pool)
         if bounds is not None:
-            ch_write.move_staged(store, run_label)
+            ch_write.move_ready(store)
     except DecodeError as error:
         ch_write.clear_staged(store)
         result.error = str(error)

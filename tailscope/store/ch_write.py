@@ -51,13 +51,28 @@ def staged_table(chunk: pa.Table) -> pa.Table:
     return pa.table(columns)
 
 
-def stage_spans(store: ClickHouseStore, chunk: pa.Table) -> tuple[int, int]:
-    """Add one decoded batch to the session's staging table (created when missing); (first, last)
-    span start of the batch in ns. Nothing reaches otel_traces until `move_staged`."""
+def stage_spans(store: ClickHouseStore, chunk: pa.Table, run: str | None = None) -> tuple[int, int]:
+    """Add one decoded batch to the session's staging table (created when missing); with `run`,
+    convert it at once into the exporter's columns in the second staging table (_ts_ready, for
+    `move_ready`), its spans' resource attributes with tailscope.run = run. (first, last) span start
+    of the batch in ns. Nothing reaches otel_traces until `move_staged` or `move_ready`."""
     store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
     store.insert_arrow("_ts_stage", staged_table(chunk))
+    if run is not None:
+        store.query(sql.load("ingest_ready_ddl", dialect="clickhouse"))
+        try:
+            store.query(_convert_into("_ts_ready"), {"run": run}, WRITE_TIME_LIMIT_S)
+        finally:
+            store.query(sql.load("ingest_stage_clear", dialect="clickhouse"))
     bounds = pc.min_max(pc.cast(chunk.column("Timestamp"), pa.int64()))
     return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+
+
+def _convert_into(target: str) -> str:
+    """ingest_stage_move.sql into one of its two targets (fixed names, never a value)."""
+    if target not in ("otel_traces", "_ts_ready"):
+        raise ValueError(f"unknown staging target {target!r}")
+    return sql.load("ingest_stage_move", dialect="clickhouse").replace("{target}", target)
 
 
 def move_staged(store: ClickHouseStore, run: str) -> None:
@@ -65,15 +80,23 @@ def move_staged(store: ClickHouseStore, run: str) -> None:
     Nested columns (ingest_stage_move.sql), each span's resource attributes with tailscope.run = run;
     the staging table is emptied whatever happens."""
     try:
-        store.query(sql.load("ingest_stage_move", dialect="clickhouse"), {"run": run}, WRITE_TIME_LIMIT_S)
+        store.query(_convert_into("otel_traces"), {"run": run}, WRITE_TIME_LIMIT_S)
+    finally:
+        clear_staged(store)
+
+
+def move_ready(store: ClickHouseStore) -> None:
+    """The spans `stage_spans(..., run)` converted into otel_traces in one insert; emptied after."""
+    try:
+        store.query(sql.load("ingest_ready_move", dialect="clickhouse"), None, WRITE_TIME_LIMIT_S)
     finally:
         clear_staged(store)
 
 
 def clear_staged(store: ClickHouseStore) -> None:
-    """Drop what is staged (a file rejected part way: nothing of it is written)."""
-    store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
-    store.query(sql.load("ingest_stage_clear", dialect="clickhouse"))
+    """Drop what is staged or converted (a file rejected part way: nothing of it is written)."""
+    for name in ("ingest_stage_ddl", "ingest_stage_clear", "ingest_ready_ddl", "ingest_ready_clear"):
+        store.query(sql.load(name, dialect="clickhouse"))
 
 
 def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
