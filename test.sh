@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs tailscope with its pipeline and test extras into ./.venv, then runs the test suite.
+# Installs tailscope with its pipeline, test and clickhouse extras into ./.venv, then runs the test suite
+# (the clickhouse extra brings chdb, so the ClickHouse parity tests run in process).
 # Extra arguments go to pytest (e.g. ./test.sh -k ingest). Browser tests need Debian's chromium:
 # installed here when running as root, skipped with a reason otherwise.
 set -euo pipefail
@@ -12,6 +13,6 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" >/dev/null
 # torch==2.13.0 is pinned so pip takes the CPU build where one is on offer instead of the CUDA one.
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -e '.[pipeline,dev]'
+.venv/bin/python -m pip install -q -e '.[pipeline,dev,clickhouse]'
 .venv/bin/python -m ruff check .
 exec .venv/bin/python -m pytest "$@"

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 import uvicorn
 
@@ -35,6 +35,7 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 class ReceiverConfig:
     db_path: Path
     run_label: str
+    clickhouse: Any = None  # a ClickHouseStore to write into instead of the DuckDB file db_path
     host: str = "127.0.0.1"
     port: int = 4318
     limits: Limits = field(default_factory=Limits)
@@ -103,7 +104,16 @@ def _report_periodically(writer: BatchWriter, every: float, stop: threading.Even
 def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | None]:
     """Run until SIGINT, SIGTERM or SIGHUP; (0 after a clean flush or 1 if the writer could not
     finish, the signal that stopped it)."""
-    writer = BatchWriter(config.db_path, config.run_label, config.limits, source=_source(config), log=out)
+    if config.clickhouse is not None:
+        from ingest.receiver.clickhouse_writer import ClickHouseBatchWriter
+
+        writer: BatchWriter = ClickHouseBatchWriter(
+            config.clickhouse, config.run_label, config.limits, source=_source(config), log=out
+        )
+        where = f"store={config.clickhouse.location.url}"
+    else:
+        writer = BatchWriter(config.db_path, config.run_label, config.limits, source=_source(config), log=out)
+        where = f"db={config.db_path}"
     app = create_app(writer, config.ack)
     limits = config.limits
     uv_config = uvicorn.Config(
@@ -126,7 +136,7 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | 
     def started(port: int) -> None:
         host = f"[{config.host}]" if ":" in config.host else config.host
         print(
-            f"collect: listening on http://{host}:{port}/v1/traces  db={config.db_path}  "
+            f"collect: listening on http://{host}:{port}/v1/traces  {where}  "
             f"run={config.run_label}  ack={config.ack}  (Ctrl-C to stop)",
             file=out,
             flush=True,

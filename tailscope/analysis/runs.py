@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import duckdb
 
 from tailscope import sql
+from tailscope.store.ch_conn import dialect_of
 
 
-def runs_with_requests(conn: duckdb.DuckDBPyConnection) -> list[str]:
-    return [row[0] for row in conn.execute(sql.load("request_runs")).fetchall()]
+def runs_with_requests(conn: duckdb.DuckDBPyConnection | Any) -> list[str]:
+    return [row[0] for row in conn.execute(sql.load("request_runs", dialect_of(conn))).fetchall()]
 
 
-def runs_with_spans(conn: duckdb.DuckDBPyConnection) -> list[str]:
-    return [row[0] for row in conn.execute(sql.load("span_runs")).fetchall()]
+def runs_with_spans(conn: duckdb.DuckDBPyConnection | Any) -> list[str]:
+    return [row[0] for row in conn.execute(sql.load("span_runs", dialect_of(conn))).fetchall()]

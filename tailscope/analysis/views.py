@@ -18,6 +18,7 @@ import duckdb
 import pandas as pd
 
 from tailscope import sql
+from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.runs import runs_with_requests, runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import (
@@ -35,9 +36,11 @@ from tailscope.analysis.types import (
     Waterfall,
 )
 from tailscope.query.builders import filtered
+from tailscope.store.ch_conn import dialect_of
 from tailscope.vocabulary import ALL_STAGES
 
 NO_REQUESTS = "no requests match the filter"
+OVERVIEW_QUANTILES = (0.5, 0.95, 0.99, 0.999)  # overview.sql's e2e and stage_percentiles.sql's
 
 
 def _ms(ns: float | None) -> float | None:
@@ -47,7 +50,7 @@ def _ms(ns: float | None) -> float | None:
 def _no_requests_reason(conn: duckdb.DuckDBPyConnection, flt: Filter) -> str:
     """Why a filter found nothing, in words the UI can show."""
     spans, run_spans, requests, run_requests = conn.execute(
-        sql.load("store_counts"), [flt.run, flt.run]
+        sql.load("store_counts", dialect_of(conn)), [flt.run, flt.run]
     ).fetchone()
     if spans == 0:
         return "the store is empty: load traces first"
@@ -85,14 +88,15 @@ def filter_options(source: Source, run: str | None = None) -> dict[str, list[str
     (services/routes/instances of request roots, of `run` when given)."""
     with reading(source) as conn:
         runs = runs_with_requests(conn)
-        services, routes, instances = conn.execute(sql.load("filter_values"), [run]).fetchone()
+        statement = sql.load("filter_values", dialect_of(conn))
+        services, routes, instances = conn.execute(statement, [run]).fetchone()
     return {"runs": runs, "services": services or [], "routes": routes or [], "instances": instances or []}
 
 
 def time_range(source: Source, flt: Filter) -> tuple[datetime, datetime] | None:
     """First and last request start of the filtered requests (None when there are none)."""
     with reading(source) as conn:
-        text, params = filtered("overview", flt)
+        text, params = filtered("overview", flt, dialect=dialect_of(conn))
         rows = conn.execute(text, params).fetchall()
     if not rows:
         return None
@@ -104,13 +108,16 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
     throughput, e2e p50/p95/p99/p99.9, error rate, whether p99 meets the target, and the stage that
     dominates the tail (largest share of the p99 band's excess over the median band)."""
     with reading(source) as conn:
-        text, params = filtered("overview", flt)
+        dialect = dialect_of(conn)
+        text, params = filtered("overview", flt, dialect=dialect)
         rows = conn.execute(text, params).fetchall()
         if not rows:
             return Overview(runs=[], reason=_no_requests_reason(conn, flt))
         summaries = []
         for run, n, errors, first, last, t0, t1, e2e, services in rows:
             span_s = (t1 - t0) / 1e9 if t1 is not None and t0 is not None else 0.0
+            if dialect == "clickhouse":  # order statistics: one quantile definition on both engines
+                e2e = from_order_statistics(e2e, n, OVERVIEW_QUANTILES)
             p50, p95, p99, p999 = (float(v) / 1e6 for v in e2e)
             tail = _waterfall(conn, replace(flt, run=run), "p99", percentiles=False)
             top = max(
@@ -161,7 +168,13 @@ def _waterfall(
         empty.reason = reason
         return empty
     lo, hi = BAND_QUANTILES[band]
-    text, params = filtered("waterfall", flt, lo, hi, hi >= 1.0)
+    dialect = dialect_of(conn)
+    if dialect == "clickhouse":  # quantile_cont's values from exact order statistics (quantiles.py)
+        text, params = filtered("order_statistics", flt, [0.45, 0.55, lo, hi], dialect=dialect)
+        bounds = from_order_statistics(*conn.execute(text, params).fetchone(), (0.45, 0.55, lo, hi))
+        text, params = filtered("waterfall", flt, *bounds, hi >= 1.0, dialect=dialect)
+    else:
+        text, params = filtered("waterfall", flt, lo, hi, hi >= 1.0)
     row = conn.execute(text, params).fetchone()
     n, band_n, _median_n, q_lo, q_hi, band_mean, median_mean = row[:7]
     if not n:
@@ -171,8 +184,10 @@ def _waterfall(
     band_avgs, median_avgs = row[7 : 7 + k], row[7 + k : 7 + 2 * k]
     pcts: Any = [[float("nan")] * 4] * k
     if percentiles:
-        text, params = filtered("stage_percentiles", flt)
+        text, params = filtered("stage_percentiles", flt, dialect=dialect)
         pcts = conn.execute(text, params).fetchone()
+        if dialect == "clickhouse":
+            pcts = [from_order_statistics(pairs, pcts[0], OVERVIEW_QUANTILES) for pairs in pcts[1:]]
     excess = (band_mean - median_mean) if band_n and band != "p50" else None
     stages = []
     for stage, b, m, p in zip(ALL_STAGES, band_avgs, median_avgs, pcts, strict=True):

@@ -25,7 +25,9 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", metavar="FILE", help="store (default: $TAILSCOPE_DB or ./tailscope.duckdb)")
+    from tailscope.cli.store_arg import add_store_arguments
+
+    add_store_arguments(parser)
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
     )
@@ -82,9 +84,14 @@ def _is_loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     from ingest.receiver.limits import Limits
     from ingest.receiver.server import ReceiverConfig, serve
-    from tailscope.store.db import default_db_path
+    from tailscope.cli.store_arg import open_from
+    from tailscope.store.clickhouse import ClickHouseStore
 
-    db_path = default_db_path() if args.db is None else Path(args.db)
+    store = open_from(args, "collect", writing=True)
+    if store is None:
+        return 2
+    clickhouse = store if isinstance(store, ClickHouseStore) else None
+    db_path = Path(store.location.url) if clickhouse is not None else Path(store.path)
     label = args.run or f"collect-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     if not _is_loopback(args.host):
         print(
@@ -99,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     )
     config = ReceiverConfig(
         db_path=db_path,
+        clickhouse=clickhouse,
         run_label=label,
         host=args.host,
         port=args.port,

@@ -12,7 +12,9 @@ from dataclasses import asdict
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_a", metavar="RUN_A")
     parser.add_argument("run_b", metavar="RUN_B")
-    parser.add_argument("--db", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)")
+    from tailscope.cli.store_arg import add_store_arguments
+
+    add_store_arguments(parser)
     parser.add_argument("--price-a", type=float, metavar="USD/h", help="hourly price of run A's hardware")
     parser.add_argument("--price-b", type=float, metavar="USD/h", help="hourly price of run B's hardware")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
@@ -26,10 +28,12 @@ def _ms(value: float | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tailscope.analysis import compare
+    from tailscope.cli.store_arg import open_from
     from tailscope.cli.waterfall_cmd import check_run
-    from tailscope.store.db import Store
 
-    store = Store(args.db)
+    store = open_from(args, "compare")
+    if store is None:
+        return 2
     if not (check_run(store, args.run_a) and check_run(store, args.run_b)):
         return 2
     result = compare(

@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DEFAULT_DB = "tailscope-demo.duckdb"
 DEFAULT_REQUESTS = 2000
@@ -46,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db", metavar="FILE", default=DEFAULT_DB, help=f"demo store (default ./{DEFAULT_DB})"
     )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="load the demo runs into this store instead (a ClickHouse one: chdb:///folder or "
+        "clickhouse://...; the dashboard is not opened there, the reports are)",
+    )
     parser.add_argument("--port", type=int, default=8501, help="dashboard port (default 8501)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument(
@@ -69,20 +76,40 @@ def existing_runs(db: Path) -> set[str]:
         return {row[0] for row in conn.execute("SELECT RunLabel FROM runs").fetchall()}
 
 
-def load_demo(db: Path, requests: int, out=None) -> list[str]:
-    """Generate and load every demo run missing from `db`; returns the labels it loaded.
-    Progress goes to `out` (default stdout)."""
+def load_demo(db: Path | Any, requests: int, out=None) -> list[str]:
+    """Generate and load every demo run missing from `db` (a DuckDB file, or a ClickHouseStore);
+    returns the labels it loaded. Progress goes to `out` (default stdout)."""
     from ingest.loader import load_paths
     from reference_pipeline.simulate.api import simulate_to_file
+    from tailscope.store.clickhouse import ClickHouseStore
 
     out = out or sys.stdout
-    have = existing_runs(db)
+    if isinstance(db, ClickHouseStore):
+        from ingest import clickhouse_load
+        from tailscope.analysis.runs import runs_with_spans
+        from tailscope.store.ch_conn import ClickHouseConnection
+
+        store: ClickHouseStore = db
+        have = set(runs_with_spans(ClickHouseConnection(store)))
+        where: Any = store.location.url
+
+        def load(path: Path, label: str) -> Any:
+            return clickhouse_load.load_paths(store, [path], label)
+
+    else:
+        have, where = existing_runs(db), db
+
+        def load(path: Path, label: str) -> Any:
+            return load_paths([path], db, label)
+
     missing = [run for run in demo_runs() if run.label not in have]
     if not missing:
-        print(f"tailscope demo: reusing the {len(have)} runs already in {db} (--fresh regenerates)", file=out)
+        print(
+            f"tailscope demo: reusing the {len(have)} runs already in {where} (--fresh regenerates)", file=out
+        )
         return []
     print(
-        f"tailscope demo: simulating {len(missing)} runs ({requests} requests each) into {db}",
+        f"tailscope demo: simulating {len(missing)} runs ({requests} requests each) into {where}",
         file=out,
         flush=True,
     )
@@ -94,7 +121,7 @@ def load_demo(db: Path, requests: int, out=None) -> list[str]:
             summary = simulate_to_file(
                 path, run.scenario, requests, run.seed, naming=run.naming, run_label=run.label, **run.options
             )
-            result = load_paths([path], db, run.label)
+            result = load(path, run.label)
             path.unlink()
             if result.failed:
                 raise RuntimeError(f"loading {run.label} failed: {result.failed[0].error}")
@@ -113,6 +140,17 @@ def run(args: argparse.Namespace) -> int:
     if args.requests < 100:
         print("tailscope demo: --requests must be at least 100", file=sys.stderr)
         return 2
+    if args.store:
+        from tailscope.store.url import parse_store_url
+
+        try:
+            engine = parse_store_url(args.store).engine
+        except ValueError as error:
+            print(f"tailscope demo: {error}", file=sys.stderr)
+            return 2
+        if engine != "duckdb":
+            return _clickhouse_demo(args)
+        args.db = str(parse_store_url(args.store).path)
     db = Path(args.db).resolve()
     if args.fresh:
         for stale in (db, db.with_name(db.name + ".wal")):
@@ -129,4 +167,28 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"tailscope demo: the dashboard is not part of this build; run: tailscope serve --db {db}")
         return 0
-    return serve_cmd.run(argparse.Namespace(db=str(db), port=args.port, host=args.host))
+    return serve_cmd.run(argparse.Namespace(db=str(db), store=str(db), port=args.port, host=args.host))
+
+
+def _clickhouse_demo(args: argparse.Namespace) -> int:
+    """The demo runs into a ClickHouse store; the reports, not the dashboard (DuckDB only), read them."""
+    from tailscope.cli.store_arg import open_from
+
+    if args.fresh:
+        print(
+            "tailscope demo: --fresh deletes a DuckDB demo file; it does not clear a ClickHouse store",
+            file=sys.stderr,
+        )
+        return 2
+    store = open_from(argparse.Namespace(store=args.store, db=None), "demo", writing=True)
+    if store is None:
+        return 2
+    started = time.perf_counter()
+    loaded = load_demo(store, args.requests)
+    if loaded:
+        print(f"tailscope demo: loaded {len(loaded)} runs in {time.perf_counter() - started:.1f} s")
+    print(
+        "tailscope demo: the dashboard runs on DuckDB stores only; read these runs with: "
+        f"tailscope waterfall --store {store.location.url} --run demo-steady"
+    )
+    return 0

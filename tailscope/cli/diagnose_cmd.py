@@ -18,9 +18,9 @@ EXIT_BAD_INPUT = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db", metavar="FILE", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
-    )
+    from tailscope.cli.store_arg import add_store_arguments
+
+    add_store_arguments(parser)
     parser.add_argument("--run", metavar="LABEL", help="run label (default: the store's only run)")
     parser.add_argument("--json", action="store_true", help='print {"run", "requests", "findings"} as JSON')
 
@@ -62,9 +62,11 @@ def render_text(result: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tailscope.analysis.diagnosis import UnknownRunError, diagnose
-    from tailscope.store.db import Store
+    from tailscope.cli.store_arg import open_from, store_name
 
-    store = Store(args.db)
+    store = open_from(args, "diagnose")
+    if store is None:
+        return EXIT_BAD_INPUT
     try:
         diagnosis = diagnose(store, args.run)
     except UnknownRunError as error:
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             )
         elif error.run is None:
             print(
-                f"tailscope diagnose: {store.path} has no runs; load traces with `tailscope ingest`",
+                f"tailscope diagnose: {store_name(store)} has no runs; load traces with `tailscope ingest`",
                 file=sys.stderr,
             )
         else:

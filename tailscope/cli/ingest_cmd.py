@@ -21,9 +21,9 @@ EXIT_BAD_INPUT = 2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="trace files or folders (recursive)")
-    parser.add_argument(
-        "--db", metavar="FILE", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
-    )
+    from tailscope.cli.store_arg import add_store_arguments
+
+    add_store_arguments(parser)
     parser.add_argument("--run", metavar="LABEL", help="run label (default: the first file's name)")
     parser.add_argument(
         "--skip-bad", action="store_true", help="load good records, skip and count malformed ones"
@@ -71,14 +71,24 @@ class ProgressBar:
 
 def run(args: argparse.Namespace) -> int:
     from ingest.loader import default_run_label, expand_paths, load_paths
+    from tailscope.cli.store_arg import open_from
+    from tailscope.store.clickhouse import ClickHouseStore
 
+    store = open_from(args, "ingest", writing=True)
+    if store is None:
+        return EXIT_BAD_INPUT
     files = expand_paths(args.paths)
     label = args.run or default_run_label(args.paths)
     if not args.run and not args.json:
         print(f"run label: {label} (from the file name; choose one with --run)")
     bar = ProgressBar()
     try:
-        summary = load_paths(files, args.db, label, skip_bad=args.skip_bad, progress=bar)
+        if isinstance(store, ClickHouseStore):  # the exporter's schema, in batches (ingest.clickhouse_load)
+            from ingest import clickhouse_load
+
+            summary = clickhouse_load.load_paths(store, files, label, skip_bad=args.skip_bad, progress=bar)
+        else:
+            summary = load_paths(files, store.path, label, skip_bad=args.skip_bad, progress=bar)
     finally:
         bar.close()
     for failed in summary.failed:

@@ -27,6 +27,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("compare", "compare_cmd", "compare two runs stage by stage, with confidence intervals"),
     ("diagnose", "diagnose_cmd", "name the causes of a run's latency tail, with evidence and advice"),
     ("collect", "collect_cmd", "receive OTLP/HTTP traces (POST /v1/traces) straight into the store"),
+    ("select", "select_cmd", "name a selection of a ClickHouse store's spans as a run (time, attributes)"),
     ("pipeline", "pipeline_cmd", "run, sweep or simulate the reference inference pipeline"),
     ("migrate", "migrate_cmd", "convert a store written by an older tailscope, in place"),
 )
@@ -74,10 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args))
     except Exception as error:  # the store's own errors become a one-line message; others propagate
         from tailscope.store.db import StoreBusyError, StoreVersionError
+        from tailscope.store.errors import StoreError
 
         if isinstance(error, BrokenPipeError):
             return output_closed()
-        if not isinstance(error, StoreBusyError | StoreVersionError):
+        if not isinstance(error, StoreBusyError | StoreVersionError | StoreError):
             raise
         print(f"tailscope: {error}", file=sys.stderr)
         return EXIT_FAILURE
@@ -86,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = "interrupted" if Outcome.signum == signal.SIGINT else f"stopped by {interrupt}"
         print(f"tailscope: {name}", file=sys.stderr)
         return 128 + Outcome.signum
+    finally:
+        from tailscope.cli.store_arg import close_opened
+
+        close_opened()
 
 
 def output_closed() -> int:

@@ -28,6 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--db", metavar="FILE", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
     )
     parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="a DuckDB store URL (duckdb:///path); the dashboard does not read ClickHouse stores yet",
+    )
+    parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})"
     )
     parser.add_argument(
@@ -120,6 +125,23 @@ def run(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:
         print(f"tailscope serve: {error}", file=sys.stderr)
         return 1
+    store = getattr(args, "store", None) or os.environ.get("TAILSCOPE_STORE")
+    if store:
+        from tailscope.store.url import parse_store_url
+
+        try:
+            location = parse_store_url(store)
+        except ValueError as error:
+            print(f"tailscope serve: {error}", file=sys.stderr)
+            return 2
+        if location.engine != "duckdb":
+            print(
+                f"tailscope serve: the dashboard reads DuckDB stores only, not {location.url}; its reports "
+                "do: tailscope waterfall / compare / diagnose --store URL",
+                file=sys.stderr,
+            )
+            return 2
+        args.db = str(location.path)
     db = resolve_db(args.db)
     if not db.parent.is_dir():
         print(f"tailscope serve: --db {db}: folder {db.parent} does not exist", file=sys.stderr)

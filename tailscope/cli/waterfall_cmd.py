@@ -11,7 +11,9 @@ from dataclasses import asdict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", help="store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)")
+    from tailscope.cli.store_arg import add_store_arguments
+
+    add_store_arguments(parser)
     parser.add_argument("--run", help="run label (default: the store's only run)")
     parser.add_argument(
         "--band",
@@ -33,17 +35,22 @@ def check_run(store, run: str) -> bool:
     runs = known_runs(store)
     if run in runs:
         return True
+    from tailscope.cli.store_arg import store_name
+
     print(
-        f"tailscope: unknown run {run!r}; runs in {store.path}: {', '.join(runs) or 'none'}", file=sys.stderr
+        f"tailscope: unknown run {run!r}; runs in {store_name(store)}: {', '.join(runs) or 'none'}",
+        file=sys.stderr,
     )
     return False
 
 
 def run(args: argparse.Namespace) -> int:
     from tailscope.analysis import Filter, waterfall
-    from tailscope.store.db import Store
+    from tailscope.cli.store_arg import open_from
 
-    store = Store(args.db)
+    store = open_from(args, "waterfall")
+    if store is None:
+        return 2
     if args.run is not None and not check_run(store, args.run):
         return 2
     result = waterfall(store, Filter(run=args.run), args.band)

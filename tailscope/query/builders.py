@@ -12,6 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tailscope import sql
+from tailscope.sql import Dialect
 
 if TYPE_CHECKING:  # the analysis package imports this module
     from tailscope.analysis.types import Filter, PhaseRule, StageRule
@@ -130,6 +131,29 @@ _FILTER_CLAUSES: tuple[tuple[str, str], ...] = (
 )
 
 
+# The same filters in ClickHouse SQL: named server-side parameters (naive datetimes are UTC).
+_FILTER_CLAUSES_CLICKHOUSE: tuple[tuple[str, str], ...] = (
+    ("run", "RunLabel = {f_run:String}"),
+    ("service", "ServiceName = {f_service:String}"),
+    ("route", "Route = {f_route:String}"),
+    ("instance", "Instance = {f_instance:String}"),
+    ("start", "Timestamp >= {f_start:DateTime64(9, 'UTC')}"),
+    ("end", "Timestamp < {f_end:DateTime64(9, 'UTC')}"),
+)
+
+
+def filter_where_clickhouse(flt: Filter) -> tuple[str, dict[str, Any]]:
+    """filter_where for ClickHouse: a WHERE body ('true' when nothing is set) and its named params."""
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    for field_name, clause in _FILTER_CLAUSES_CLICKHOUSE:
+        value = getattr(flt, field_name)
+        if value is not None:
+            clauses.append(clause)
+            params[f"f_{field_name}"] = value
+    return (" AND ".join(clauses) or "true"), params
+
+
 def filter_where(flt: Filter) -> tuple[str, list[Any]]:
     """A WHERE body (never empty: 'true' when nothing is set) and its params for the requests table."""
     clauses: list[str] = []
@@ -145,12 +169,19 @@ def filter_where(flt: Filter) -> tuple[str, list[Any]]:
 _INCLUDE = re.compile(r"\{include:(\w+)\}")
 
 
-def filtered(name: str, flt: Filter, *extra: Any) -> tuple[str, list[Any]]:
+def filtered(name: str, flt: Filter, *extra: Any, dialect: Dialect = "duckdb") -> tuple[str, Any]:
     """`<name>.sql` with its `{include:other}` placeholders replaced by other.sql (shared CTEs) and
     its `{where}` placeholder filled from the filter; the filter's params come first, then `extra`
-    (the statement's own parameters, in text order after the WHERE)."""
-    where, params = filter_where(flt)
-    text = _INCLUDE.sub(lambda match: sql.load(match.group(1)).rstrip(), sql.load(name))
+    (the statement's own parameters, in text order after the WHERE). For ClickHouse the file is
+    clickhouse/<name>.sql and the params a dict: the filter's by name (f_run, ...), `extra` as
+    p1, p2, ... in order."""
+    if dialect == "clickhouse":
+        where, named = filter_where_clickhouse(flt)
+        params: Any = {**named, **{f"p{i}": value for i, value in enumerate(extra, start=1)}}
+    else:
+        where, positional = filter_where(flt)
+        params = [*positional, *extra]
+    text = _INCLUDE.sub(lambda match: sql.load(match.group(1), dialect).rstrip(), sql.load(name, dialect))
     if text.count("{where}") != 1:
         raise ValueError(f"{name}.sql must use {{where}} exactly once")
-    return text.replace("{where}", where), [*params, *extra]
+    return text.replace("{where}", where), params

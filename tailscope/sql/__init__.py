@@ -2,18 +2,34 @@
 
 Python code never builds SQL from user values: it loads a statement by name and passes values as
 bound parameters. Identifiers that must vary (rare) go through `quote_identifier`.
+
+Two dialects: DuckDB (this folder, `?` parameters) and ClickHouse (`clickhouse/`, server-side
+`{name:Type}` parameters). `load(name, dialect="clickhouse")` takes `clickhouse/<name>.sql` when it
+exists and falls back to `<name>.sql`, so a statement both engines accept as written lives once.
 """
 
 from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from typing import Literal
+
+Dialect = Literal["duckdb", "clickhouse"]
+DIALECTS: tuple[Dialect, ...] = ("duckdb", "clickhouse")
 
 
 @cache
-def load(name: str) -> str:
-    """Return the text of `<name>.sql` from this package (cached)."""
-    return resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8")
+def load(name: str, dialect: Dialect = "duckdb") -> str:
+    """Return the text of `<name>.sql` for the dialect (cached): `clickhouse/<name>.sql` first when
+    the dialect is clickhouse, else `<name>.sql` from this package."""
+    if dialect not in DIALECTS:
+        raise ValueError(f"unknown SQL dialect {dialect!r} (one of {', '.join(DIALECTS)})")
+    folder = resources.files(__package__)
+    if dialect == "clickhouse":
+        specific = folder.joinpath("clickhouse", f"{name}.sql")
+        if specific.is_file():
+            return specific.read_text(encoding="utf-8")
+    return folder.joinpath(f"{name}.sql").read_text(encoding="utf-8")
 
 
 def quote_identifier(name: str) -> str:

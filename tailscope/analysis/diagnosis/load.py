@@ -16,6 +16,7 @@ from tailscope import sql
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
 from tailscope.analysis.phases import phase_rules_in_force
 from tailscope.query.builders import phase_spans_query
+from tailscope.store.ch_conn import dialect_of
 from tailscope.vocabulary import ALL_STAGES
 
 
@@ -25,7 +26,22 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
 
 
 def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> pa.Table:
-    """Run a named statement with bound parameters and return its rows as an Arrow table."""
+    """Run a named statement with bound parameters and return its rows as an Arrow table. On
+    ClickHouse the statement reads the run's selection ({scope}, tailscope.query.clickhouse)."""
+    if dialect_of(conn) == "clickhouse":
+        from tailscope.query.clickhouse import scoped
+        from tailscope.store.ch_write import phase_rules_for, run_selection
+
+        selection = run_selection(conn.store, params["run"])
+        if selection is None:
+            raise LookupError(f"no run {params['run']!r}")
+        phases = phase_rules_for(conn.store, selection) if name == "diagnosis_spans" else []
+        text, bound = scoped(name, selection, phases, **params)
+        table = conn.store.query_arrow(text, bound)
+        if "OrderTraceId" in table.column_names:  # a fixed span order (clickhouse/diagnosis_spans.sql)
+            keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
+            table = table.sort_by(keys).drop_columns(["OrderTraceId", "OrderSpanId"])
+        return table
     relation = conn.sql(sql.load(name), params=params)
     fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
     return fetch()
@@ -49,7 +65,7 @@ def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def list_runs(conn: duckdb.DuckDBPyConnection) -> list[str]:
-    return [row[0] for row in conn.execute(sql.load("diagnosis_runs")).fetchall()]
+    return [row[0] for row in conn.execute(sql.load("diagnosis_runs", dialect_of(conn))).fetchall()]
 
 
 def _stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.ndarray:
@@ -70,7 +86,13 @@ def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -
     try:
         from tailscope.analysis.stages import stage_mapping
 
-        mapping = stage_mapping(conn, run, sample_traces=300)  # one row per (name, kind) is all we need
+        if dialect_of(conn) == "clickhouse":
+            from tailscope.store.ch_write import stage_mapping as clickhouse_mapping
+
+            columns = ["span_name", "span_kind", "stage", "rule_no", "spans"]
+            mapping = pd.DataFrame(clickhouse_mapping(conn.store, run, sample_traces=300), columns=columns)
+        else:
+            mapping = stage_mapping(conn, run, sample_traces=300)  # one row per (name, kind) is all we need
     except Exception:  # an older store without rules, or the mapping unavailable: attributes only
         return None
     if mapping.empty:
@@ -92,7 +114,10 @@ def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -
 
 def _phase_spans(conn: duckdb.DuckDBPyConnection, run: str) -> None:
     """The run's phase spans (a serving framework's self-reported phases) into _ts_phase_spans,
-    which diagnosis_spans.sql reads with the run's spans."""
+    which diagnosis_spans.sql reads with the run's spans (on ClickHouse that statement makes them
+    itself: clickhouse/diagnosis_spans.sql)."""
+    if dialect_of(conn) == "clickhouse":
+        return
     text, params = phase_spans_query(phase_rules_in_force(conn), "run", run)
     conn.execute(sql.load("diagnosis_phase_drop"))
     conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", params)
@@ -134,7 +159,7 @@ def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
         stage=_stages(conn, run, table) if n else np.zeros(0, np.int64),
         t0=t0,
     )
-    rows = conn.execute(sql.load("diagnosis_setup"), {"run": run}).fetchall()
+    rows = conn.execute(sql.load("diagnosis_setup", dialect_of(conn)), {"run": run}).fetchall()
     row = rows[0] if rows else None
     if row and row[0]:
         frame.setup = {str(k): str(v) for k, v in dict(row[0]).items()}

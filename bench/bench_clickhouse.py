@@ -1,0 +1,86 @@
+"""DuckDB vs chdb on the same simulated trace file: ingest, derive, the dashboard's view queries, diagnosis.
+
+    PYTHONPATH=. .venv/bin/python bench/bench_clickhouse.py [--requests 77000] [--work /tmp/bench_ch]
+
+One OTLP JSON-lines file of the reference pipeline's steady scenario (about 13 spans per request:
+77,000 requests ~ 1 M spans), written once (not timed). Then, for each engine (wall seconds):
+- ingest: `tailscope ingest` on that file (decode, store, derive the run's requests), and for chdb the
+  derive alone again (ch_write.refresh_run);
+- views: overview, waterfall p99 (bands, shares and stage percentiles), compare against itself
+  (bootstrap 1000), each the best of 3 after a warm-up;
+- diagnose: the run's diagnosis (load + detectors), best of 2.
+Prints one line per figure. Keep it modest: 2 shared cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tailscope.analysis import Filter, compare, overview, waterfall
+from tailscope.analysis.diagnosis import diagnose
+from tailscope.cli.main import main
+from tailscope.store import ch_write
+from tailscope.store.engine import open_store
+
+
+def best(fn: Callable[[], object], runs: int = 3) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def bench(url: str, trace_file: Path, engine: str, diagnosis: bool = True) -> None:
+    seconds = timed(lambda: main(["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]))
+    print(f"{engine:6} ingest (decode + store + derive)   {seconds:7.2f} s")
+    store = open_store(url)
+    if engine == "chdb":
+        derive = timed(lambda: ch_write.refresh_run(store, "r"))
+        print(f"{engine:6} derive alone                      {derive:7.2f} s")
+    flt = Filter(run="r")
+    print(f"{engine:6} overview                          {best(lambda: overview(store, flt)):7.3f} s")
+    print(f"{engine:6} waterfall p99 (+ percentiles)     {best(lambda: waterfall(store, flt, 'p99')):7.3f} s")
+    print(f"{engine:6} compare r r (1000 resamples)      {best(lambda: compare(store, 'r', 'r')):7.3f} s")
+    if diagnosis:
+        seconds = best(lambda: diagnose(store, "r"), runs=2)
+        print(f"{engine:6} diagnose                          {seconds:7.2f} s")
+    close = getattr(store, "close", None)
+    if close is not None:
+        close()
+
+
+def run() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=77_000)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ch"))
+    parser.add_argument("--no-diagnose", action="store_true", help="skip the diagnosis (10 M spans)")
+    args = parser.parse_args()
+    from reference_pipeline.simulate.api import simulate_to_file
+
+    shutil.rmtree(args.work, ignore_errors=True)
+    args.work.mkdir(parents=True)
+    trace_file = args.work / "steady.jsonl"
+    summary = simulate_to_file(trace_file, "steady", args.requests, 1)
+    print(f"file: {summary['spans']:,} spans, {summary['bytes'] / 2**20:,.0f} MiB")
+    bench(str(args.work / "s.duckdb"), trace_file, "duckdb", not args.no_diagnose)
+    bench(f"chdb://{args.work / 'chdb'}", trace_file, "chdb", not args.no_diagnose)
+
+
+if __name__ == "__main__":
+    run()

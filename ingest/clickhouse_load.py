@@ -1,0 +1,174 @@
+"""Load trace files into a ClickHouse store (a server or chdb): the exporter's otel_traces, in batches.
+
+The same decoders as ingest.loader; what differs is the write. ClickHouse has no transaction over a
+file, so a file's spans are staged first, batch by batch while the next batch decodes (in a second thread,
+where ClickHouse works without the GIL): each batch goes into an in-memory staging table in the
+decoders' text form and is converted there into the exporter's columns (a second in-memory table),
+and once the whole file decoded one insert writes it into otel_traces: a file rejected in strict
+mode writes nothing, as on DuckDB. Each span's resource attributes carry tailscope.run = the label.
+After the last file the run is (re)defined in tailscope_runs as a selection (tailscope.run = label,
+over the time its spans cover, widened to any earlier definition's) and its per-request rows are
+derived inside ClickHouse.
+Unlike the DuckDB loader there is no duplicate check: spans loaded twice are stored twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+
+from ingest.errors import DecodeError
+from ingest.loader import FileResult, LoadSummary, Progress, decode_file, default_run_label, expand_paths
+from ingest.loader import reason_of as _reason
+from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool
+from ingest.setup import setup_attributes
+from tailscope import sql
+from tailscope.query.clickhouse import RunSelection
+from tailscope.store import ch_write
+from tailscope.store.clickhouse import ClickHouseStore
+
+INSERT_ROWS = 100_000  # spans per insert into the staging table
+
+
+def _stage_file(
+    store: ClickHouseStore,
+    path: Path,
+    run_label: str,
+    result: FileResult,
+    skip_bad: bool,
+    setup: dict[str, set[str]],
+    pool: DecodePool | None = None,
+) -> tuple[int, int] | None:
+    """Decode a file into the staging table (raises DecodeError in strict mode on the first bad
+    record), counting its spans in result.spans; the (first, last) span start staged, None when the
+    file had no spans."""
+
+    def on_bad(error: DecodeError) -> None:
+        result.rejected += 1
+        result.reasons[_reason(error)] += 1
+
+    bounds: tuple[int, int] | None = None
+    with ThreadPoolExecutor(1, thread_name_prefix="tailscope-stage") as stager:
+        pending: Future[tuple[int, int]] | None = None
+        waiting: list[pa.Table] = []
+
+        def flush() -> None:
+            nonlocal pending, bounds
+            if pending is not None:
+                first, last = pending.result()
+                bounds = (first, last) if bounds is None else (min(bounds[0], first), max(bounds[1], last))
+            chunk = pa.concat_tables(waiting) if len(waiting) > 1 else waiting[0]
+            waiting.clear()
+            result.spans += chunk.num_rows
+            pending = stager.submit(ch_write.stage_spans, store, chunk, run_label)
+
+        with open(path, "rb", buffering=1 << 20) as raw:
+            for batch in decode_file(raw, str(path), result, on_bad if skip_bad else None, pool):
+                if not len(batch):
+                    continue
+                setup_attributes(batch, setup)
+                table = batch.to_arrow()
+                if waiting and not table.schema.equals(waiting[0].schema):
+                    flush()
+                waiting.append(table)
+                if sum(t.num_rows for t in waiting) >= INSERT_ROWS:
+                    flush()
+        if waiting:
+            flush()
+        if pending is not None:
+            first, last = pending.result()
+            bounds = (first, last) if bounds is None else (min(bounds[0], first), max(bounds[1], last))
+    return bounds
+
+
+def load_file(
+    store: ClickHouseStore,
+    path: Path,
+    run_label: str,
+    skip_bad: bool,
+    setup: dict[str, set[str]],
+    pool: DecodePool | None = None,
+) -> tuple[FileResult, tuple[int, int] | None]:
+    """Load one file; its result and the (first, last) span start it wrote, None when nothing."""
+    started = time.perf_counter()
+    result = FileResult(path=str(path))
+    bounds: tuple[int, int] | None = None
+    try:
+        ch_write.clear_staged(store)
+        bounds = _stage_file(store, path, run_label, result, skip_bad, setup, pool)
+        if bounds is not None:
+            ch_write.move_ready(store)
+    except DecodeError as error:
+        ch_write.clear_staged(store)
+        result.error = str(error)
+        result.spans, bounds = 0, None
+    except OSError as error:
+        ch_write.clear_staged(store)
+        result.error = f"{path}: {error.strerror or error}"
+        result.spans, bounds = 0, None
+    result.seconds = time.perf_counter() - started
+    return result, bounds
+
+
+def load_paths(
+    store: ClickHouseStore,
+    paths: Iterable[str | os.PathLike[str]],
+    run_label: str | None,
+    skip_bad: bool = False,
+    progress: Progress | None = None,
+) -> LoadSummary:
+    """As ingest.loader.load_paths, into a ClickHouse store: files into one run, then the run's
+    selection and derived rows."""
+    started = time.perf_counter()
+    paths = list(paths)
+    files = expand_paths(paths)
+    label = run_label or default_run_label(paths)
+    summary = LoadSummary(run_label=label)
+    total = sum(p.stat().st_size for p in files if p.exists())
+    done_bytes = done_spans = 0
+    setup: dict[str, set[str]] = {}
+    span: tuple[int, int] | None = None
+    sizes = [p.stat().st_size if p.exists() else 0 for p in files]
+    # big OTLP files decode on worker processes, as ingest.loader does (forked before this load
+    # starts a thread; the workers only decode, and leave by os._exit, never touching chdb)
+    parallel = (
+        (os.cpu_count() or 1) > 1
+        and threading.active_count() == 1
+        and any(size >= PARALLEL_MIN_BYTES for size in sizes)
+    )
+    with DecodePool() if parallel else contextlib.nullcontext() as pool:
+        for path, size in zip(files, sizes, strict=True):
+            use_pool = pool if size >= PARALLEL_MIN_BYTES else None
+            result, bounds = load_file(store, path, label, skip_bad, setup, use_pool)
+            summary.files.append(result)
+            if bounds is not None:
+                span = bounds if span is None else (min(span[0], bounds[0]), max(span[1], bounds[1]))
+            done_bytes += size
+            done_spans += result.spans
+            if progress is not None:
+                progress(done_bytes, total, done_spans)
+    if span is not None:
+        earlier = ch_write.run_selection(store, label)
+        if earlier is not None:
+            span = (min(span[0], earlier.start_ns), max(span[1], earlier.end_ns))
+        selection = RunSelection(span[0], span[1], {ch_write.RUN_ATTRIBUTE: label})
+        ch_write.define_run(
+            store,
+            label,
+            selection,
+            files=[f.path for f in summary.files if f.error is None],
+            setup={key: ",".join(sorted(values)) for key, values in sorted(setup.items())},
+        )
+        ch_write.refresh_run(store, label)
+        summary.traces = int(
+            store.query(sql.load("run_trace_count", "clickhouse"), selection.params()).single_value()
+        )
+    summary.seconds = time.perf_counter() - started
+    return summary

@@ -1,0 +1,58 @@
+"""--store / --db for the commands: which store they use, through the store seam.
+
+--store URL (or $TAILSCOPE_STORE) names any engine: a DuckDB path or duckdb://, chdb:///folder,
+clickhouse://user:password@host:8123/database. --db FILE (or $TAILSCOPE_DB) still names a DuckDB file;
+--store wins (tailscope.store.url.resolve_store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+STORE_HELP = (
+    "store URL: a DuckDB file (path or duckdb:///path), chdb:///folder (ClickHouse in-process) or "
+    "clickhouse://user:password@host:8123/database (default: $TAILSCOPE_STORE, else --db)"
+)
+DB_HELP = "DuckDB store file (default: $TAILSCOPE_DB or ./tailscope.duckdb)"
+
+
+_OPENED: list[Any] = []  # stores the running command opened, closed by close_opened()
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--store", metavar="URL", help=STORE_HELP)
+    parser.add_argument("--db", metavar="FILE", help=DB_HELP)
+
+
+def open_from(args: argparse.Namespace, command: str, writing: bool = False) -> Any | None:
+    """The store the arguments name, or None after a one-line message (a URL that does not parse).
+    A ClickHouse store is checked first (server reachable, otel_traces the exporter's) and gets
+    tailscope's own tables; `writing` also creates otel_traces when the database has none."""
+    from tailscope.store.clickhouse import ClickHouseStore
+    from tailscope.store.engine import open_store
+    from tailscope.store.url import resolve_store
+
+    try:
+        location = resolve_store(getattr(args, "store", None), args.db)
+    except ValueError as error:
+        print(f"tailscope {command}: {error}", file=sys.stderr)
+        return None
+    store = open_store(location)
+    if isinstance(store, ClickHouseStore):
+        _OPENED.append(store)
+        store.prepare(create_exporter_table=writing)
+    return store
+
+
+def close_opened() -> None:
+    """Close what the command opened (a chdb session holds its folder until closed)."""
+    while _OPENED:
+        _OPENED.pop().close()
+
+
+def store_name(store: Any) -> str:
+    """How a message names the store: its file, or its URL (no password)."""
+    location = getattr(store, "location", None)
+    return location.url if location is not None else str(store.path)

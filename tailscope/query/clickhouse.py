@@ -1,0 +1,239 @@
+"""SQL builders for the ClickHouse dialect: each returns (statement text, named parameters) and
+touches no database, like tailscope.query.builders does for DuckDB.
+
+Texts come from tailscope/sql/clickhouse/*.sql; the only text added here is fixed SQL from constants
+(the run scope, the rules' CASE with one `{name:Type}` placeholder per value). Every value (run
+label, time range, attribute filters, regexes, stages) is a server-side parameter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tailscope import sql
+
+if TYPE_CHECKING:
+    from tailscope.analysis.types import PhaseRule, StageRule
+
+# Which otel_traces rows belong to a run: a time range and resource-attribute filters (tailscope_runs).
+RUN_WHERE = (
+    "Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
+    "AND fromUnixTimestamp64Nano({run_end:Int64}) "
+    "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
+    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)})"
+)
+RUN_SCOPE = "(SELECT * FROM otel_traces WHERE " + RUN_WHERE + ")"
+# Some traces of a run (the stage mapping's sample: sample_traces.sql picks them), by id: PREWHERE
+# reads the TraceId column first and the rest (attribute maps) only for the sample's rows (1 M spans:
+# the mapping's first step 0.83 s -> 0.50 s).
+SAMPLE_SCOPE = (
+    "(SELECT * FROM otel_traces PREWHERE TraceId IN {sample_ids:Array(String)} "
+    "WHERE Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
+    "AND fromUnixTimestamp64Nano({run_end:Int64}) "
+    "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
+    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)}))"
+)
+# No phase rules (or no span they could read): the phase spans as an empty relation of
+# phase_spans.sql's columns.
+NO_PHASES = (
+    "SELECT '' AS TraceId, '' AS SpanId, '' AS ParentSpanId, '' AS SpanName, '' AS SpanKind, "
+    "'' AS ServiceName, CAST(map(), 'Map(LowCardinality(String), String)') AS ResourceAttributes, "
+    "'' AS StatusCode, toInt64(0) AS StartNs, toInt64(0) AS Duration, "
+    "CAST(NULL AS Nullable(String)) AS AttrStage, CAST(NULL AS Nullable(Int64)) AS RuleNo WHERE 0"
+)
+# The columns of phase_spans.sql span_tree.sql reads.
+PHASE_COLUMNS = "TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StartNs, AttrStage, RuleNo"
+
+
+def phase_params(phase_rules: list[PhaseRule]) -> dict[str, Any]:
+    """phase_spans.sql's parameters: the rules as parallel arrays, and the keys that make a span a
+    candidate (attribute rules' duration keys, event rules' start event names)."""
+    from tailscope.analysis.phases import UNITS
+
+    return {
+        "ph_pos": [int(r.position) for r in phase_rules],
+        "ph_grp": [r.framework for r in phase_rules],
+        "ph_phase": [r.phase for r in phase_rules],
+        "ph_stage": [r.stage for r in phase_rules],
+        "ph_source": [r.source for r in phase_rules],
+        "ph_start_key": [r.start_key for r in phase_rules],
+        "ph_end_key": [r.end_key for r in phase_rules],
+        "ph_factor": [UNITS.get(r.unit or "") if r.source == "attribute" else None for r in phase_rules],
+        "ph_name_regex": [r.name_regex for r in phase_rules],
+        "ph_attribute_keys": sorted({r.start_key for r in phase_rules if r.source == "attribute"}),
+        "ph_event_keys": sorted({r.start_key for r in phase_rules if r.source == "events"}),
+    }
+
+
+def phases_relation(phase_rules: list[PhaseRule], scope: str) -> tuple[str, dict[str, Any]]:
+    """The phase spans of `scope` as span_tree.sql's {phases} relation, and its parameters."""
+    if not phase_rules:
+        return NO_PHASES, {}
+    text = _text("phase_spans").replace("{scope}", scope)
+    return f"SELECT {PHASE_COLUMNS} FROM (\n{text}\n)", phase_params(phase_rules)
+
+
+@dataclass(frozen=True)
+class RunSelection:
+    """A run on ClickHouse: spans starting in [start_ns, end_ns] whose ResourceAttributes hold
+    every (key, value) of `filters`."""
+
+    start_ns: int
+    end_ns: int
+    filters: dict[str, str] = field(default_factory=dict)
+
+    def params(self) -> dict[str, Any]:
+        """The scope's parameters; the filters as two arrays (a dict parameter does not reach a
+        server as a Map through clickhouse-connect)."""
+        return {
+            "run_start": self.start_ns,
+            "run_end": self.end_ns,
+            "run_filter_keys": list(self.filters),
+            "run_filter_values": list(self.filters.values()),
+        }
+
+
+def stage_case(rules: list[StageRule]) -> tuple[str, str, dict[str, Any]]:
+    """ClickHouse pieces for the stage rules, as stages.stage_case gives DuckDB's: (name-hit columns
+    over SpanName, each after a comma, computed on each span's row: SpanName is LowCardinality in
+    the exporter's table, so ClickHouse runs a regex once per distinct name, as DuckDB's name_hits
+    CTE does by hand; the CASE over them (`t.nh<i>`) giving the first matching rule's position or
+    NULL; their parameters).
+    Name regexes are `nr<i>`, span kinds `rk<position>`, attribute regexes `ra<position>`; all
+    matched case-insensitively, attribute regexes per key=value line ((?m))."""
+    name_cols: list[str] = []
+    whens: list[str] = []
+    params: dict[str, Any] = {}
+    for rule in rules:
+        conditions: list[str] = []
+        n = int(rule.position)
+        if rule.span_kind is not None:
+            conditions.append(f"SpanKind = {{rk{n}:String}}")
+            params[f"rk{n}"] = rule.span_kind
+        if rule.name_regex is not None:
+            column = f"nh{len(name_cols) + 1}"
+            name_cols.append(f"match(SpanName, concat('(?i)', {{nr{n}:String}})) AS {column}")
+            params[f"nr{n}"] = rule.name_regex
+            conditions.append(f"t.{column}")
+        if rule.attribute_regex is not None:
+            conditions.append(f"match(AttrLines, concat('(?mi)', {{ra{n}:String}}))")
+            params[f"ra{n}"] = rule.attribute_regex
+        whens.append(f"WHEN {' AND '.join(conditions) or 'false'} THEN {n}")
+    names_sql = "".join(f", {col}" for col in name_cols)
+    case_sql = "CASE " + " ".join(whens) + " END" if whens else "CAST(NULL AS Nullable(Int64))"
+    return names_sql, case_sql, params
+
+
+STEPS = (
+    "span_tree_1_spans",
+    "span_tree_2_roots",
+    "span_tree_3_tiers",
+    "span_tree_4_walk",
+    "span_tree_5_exclusive",
+)
+Statement = tuple[str, dict[str, Any]]
+
+
+def span_tree_statements(
+    rules: list[StageRule],
+    selection: RunSelection,
+    output: str,
+    sample_ids: list[str] | None = None,
+    phase_rules: list[PhaseRule] | None = None,
+) -> list[Statement]:
+    """clickhouse/span_tree*.sql over one run's selection (or the traces `sample_ids` of it), in
+    order: drop the temporary tables, fill them step by step, the final statement ending in `output`
+    (fixed SQL that may read span_rows, _ts_request_root and _ts_spans), drop them again. Every
+    statement gets the same parameters."""
+    names_sql, case_sql, rule_params = stage_case(rules)
+    stages: list[str | None] = [None] * max((r.position for r in rules), default=0)
+    for rule in rules:
+        stages[rule.position - 1] = rule.stage
+    params = {
+        **selection.params(),
+        **rule_params,
+        "server_rules": [int(r.position) for r in rules if r.span_kind == "Server"],
+        "stages": stages,
+    }
+    scope = RUN_SCOPE
+    if sample_ids is not None:
+        scope = SAMPLE_SCOPE
+        params["sample_ids"] = list(sample_ids)
+    phases_sql, phases_params = phases_relation(phase_rules or [], scope)
+    params.update(phases_params)
+    drop = (_text("span_tree_drop"), {})
+    steps = [
+        (
+            _text(name)
+            .replace("{phases}", phases_sql)
+            .replace("{scope}", scope)
+            .replace("{names}", names_sql)
+            .replace("{rule_case}", case_sql),
+            params,
+        )
+        for name in STEPS
+    ]
+    final = (_text("span_tree").replace("{output}", output), params)
+    return [drop, *steps, final, drop]
+
+
+ALL_TIME = (-(2**62), 2**62)  # a window no span starts outside
+
+
+def derive_statements(
+    rules: list[StageRule],
+    run: str,
+    selection: RunSelection,
+    keep: tuple[int, int] = ALL_TIME,
+    phase_rules: list[PhaseRule] | None = None,
+) -> list[Statement]:
+    """The statements that derive a run's tailscope_requests rows inside ClickHouse (the last but
+    one is the INSERT ... SELECT): the requests of `selection` whose root starts in `keep`
+    ([start, end) ns)."""
+    output = (
+        _text("derive_requests")
+        .replace("{per_request}", _text("span_tree_requests"))
+        .replace("{scope_where}", RUN_WHERE)
+    )
+    statements = span_tree_statements(rules, selection, output, phase_rules=phase_rules)
+    insert, params = statements[-2]
+    bound = {**params, "run": run, "keep_start": keep[0], "keep_end": keep[1]}
+    statements[-2] = ("INSERT INTO tailscope_requests\n" + insert, bound)
+    return statements
+
+
+def requests_statements(rules: list[StageRule], selection: RunSelection) -> list[Statement]:
+    """As derive_statements, the per-request rows returned by the last but one instead of stored."""
+    return span_tree_statements(rules, selection, _text("span_tree_requests"))
+
+
+def scoped(
+    name: str, selection: RunSelection, phase_rules: list[PhaseRule] | None = None, **params: Any
+) -> Statement:
+    """clickhouse/<name>.sql with its {scope} the run's selection (and its {phases}, if it has one,
+    the phase spans `phase_rules` make there: phase_spans.sql), and the parameters."""
+    text = _text(name)
+    if "{phases}" in text:
+        text = text.replace("{phases}", _text("phase_spans") if phase_rules else NO_PHASES)
+        params = {**phase_params(phase_rules or []), **params}
+    return text.replace("{scope}", RUN_SCOPE), {**selection.params(), **params}
+
+
+def stage_mapping_statements(
+    rules: list[StageRule],
+    selection: RunSelection,
+    sample_ids: list[str] | None = None,
+    phase_rules: list[PhaseRule] | None = None,
+) -> list[Statement]:
+    """The span tree over a run (or the traces `sample_ids` of it) ending in
+    stage_mapping_summary.sql (the last but one statement)."""
+    return span_tree_statements(rules, selection, _text("stage_mapping_summary"), sample_ids, phase_rules)
+
+
+def _text(name: str) -> str:
+    return _strip_comments(sql.load(name, dialect="clickhouse"))
+
+
+def _strip_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))

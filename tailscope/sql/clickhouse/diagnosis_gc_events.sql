@@ -1,0 +1,18 @@
+-- Diagnosis: runtime GC pauses reported as span events, as ../diagnosis_gc_events.sql, from the
+-- exporter's Nested Events columns. {scope}: the run's selection. Deduplicated per instance and time.
+SELECT DISTINCT
+    concat(toString(ServiceName), '/', multiIf(
+        mapContains(ResourceAttributes, 'service.instance.id'), ResourceAttributes['service.instance.id'],
+        mapContains(ResourceAttributes, 'host.name') AND mapContains(ResourceAttributes, 'process.pid'),
+            concat(ResourceAttributes['host.name'], ':', ResourceAttributes['process.pid']),
+        mapContains(ResourceAttributes, 'process.pid'), ResourceAttributes['process.pid'],
+        mapContains(ResourceAttributes, 'host.name'), ResourceAttributes['host.name'],
+        '')) AS Instance,
+    toUnixTimestamp64Nano(ev_time) AS TimeNs,
+    coalesce(toInt64OrNull(ev_attributes['gc.duration_ns']),
+             toInt64(round(toFloat64OrNull(ev_attributes['gc.duration_ms']) * 1e6)),
+             0) AS DurationNs
+FROM {scope}
+ARRAY JOIN `Events.Timestamp` AS ev_time, `Events.Name` AS ev_name, `Events.Attributes` AS ev_attributes
+WHERE match(lower(toString(ev_name)), '(^|[._ ])gc([._ ]|$)|garbage')
+ORDER BY Instance, TimeNs

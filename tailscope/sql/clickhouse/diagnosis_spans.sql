@@ -1,0 +1,39 @@
+-- Diagnosis: every span of one run as plain columns for numpy, as ../diagnosis_spans.sql (read its
+-- notes): 63-bit keys (cityHash64 here, DuckDB's hash there: only equality within one read matters),
+-- the instance that ran the span (service.instance.id, else host.name:process.pid, else either, from
+-- the Map's keys where DuckDB tests JSON for NULL), with the run's phase spans ({phases}:
+-- phase_spans.sql over the same scope), their rule's stage as the stage attribute.
+-- {scope}: the run's selection (tailscope.query.clickhouse.RUN_SCOPE). The rows come unordered with
+-- OrderTraceId / OrderSpanId, and load.py puts them in (StartNs, TraceId, SpanId) order with Arrow
+-- (1 M spans: 0.2 s there against 1 s more for an ORDER BY here): a fixed order, since the
+-- diagnosis' confidences depend on the order of the spans it reads.
+SELECT
+    TraceId AS OrderTraceId,
+    SpanId AS OrderSpanId,
+    toInt64(bitShiftRight(cityHash64(TraceId), 1)) AS TraceKey,
+    toInt64(bitShiftRight(cityHash64(TraceId, SpanId), 1)) AS SpanKey,
+    if(ParentSpanId = '', toInt64(-1), toInt64(bitShiftRight(cityHash64(TraceId, ParentSpanId), 1))) AS ParentKey,
+    SpanName,
+    SpanKind,
+    ServiceName,
+    concat(ServiceName, '/', multiIf(
+        mapContains(ResourceAttributes, 'service.instance.id'), ResourceAttributes['service.instance.id'],
+        mapContains(ResourceAttributes, 'host.name') AND mapContains(ResourceAttributes, 'process.pid'),
+            concat(ResourceAttributes['host.name'], ':', ResourceAttributes['process.pid']),
+        mapContains(ResourceAttributes, 'process.pid'), ResourceAttributes['process.pid'],
+        mapContains(ResourceAttributes, 'host.name'), ResourceAttributes['host.name'],
+        '')) AS Instance,
+    StartNs,
+    Duration,
+    StageAttr
+FROM (
+    SELECT TraceId, SpanId, ParentSpanId, toString(SpanName) AS SpanName, toString(SpanKind) AS SpanKind,
+           toString(ServiceName) AS ServiceName, ResourceAttributes,
+           toUnixTimestamp64Nano(Timestamp) AS StartNs, toInt64(Duration) AS Duration,
+           SpanAttributes['tailscope.stage'] AS StageAttr
+    FROM {scope} AS o
+    UNION ALL
+    SELECT TraceId, SpanId, ParentSpanId, SpanName, SpanKind, ServiceName, ResourceAttributes, StartNs,
+           Duration, assumeNotNull(AttrStage) AS StageAttr
+    FROM ({phases}) AS p
+)

@@ -1,0 +1,3 @@
+-- otel_traces' columns and their types in the current database (ClickHouseStore.check compares them
+-- with the exporter's schema). Nested columns are listed as their parts: Events.Timestamp, ...
+SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = 'otel_traces'

@@ -1,0 +1,256 @@
+"""Writing to a ClickHouse store: spans into the exporter's otel_traces, runs as selections, derived rows.
+
+The decoders (ingest/) give a batch of spans as an Arrow table in tailscope's column form
+(ingest.columns.COLUMNS: attributes as JSON text, events and links as JSON arrays). `append_spans`
+stages it as it is and has ClickHouse convert it into the exporter's columns (Map attributes,
+Nested events and links as parallel arrays) with one INSERT ... SELECT per batch. A run written by
+tailscope is a selection like any other: its spans carry the resource attribute `tailscope.run` =
+the label, and its row in tailscope_runs selects on that and on the spans' time range
+(`define_run`). `refresh_run` derives the run's tailscope_requests rows inside ClickHouse.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tailscope import sql
+from tailscope.analysis.phases import default_phase_rules
+from tailscope.analysis.types import PhaseRule, StageRule
+from tailscope.query.clickhouse import (
+    ALL_TIME,
+    RunSelection,
+    derive_statements,
+    phase_params,
+    scoped,
+    stage_mapping_statements,
+)
+from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
+
+RUN_ATTRIBUTE = "tailscope.run"
+# A derive goes through a run in time windows of about this many spans (memory follows the window).
+# Each window also reads the spans within the run's longest request of it, so fewer, larger windows
+# read less twice (1 M spans in two windows: 6.9 s, in one: 3.4-4.0 s).
+PART_SPANS = 2_000_000
+# How far a trace's spans may start outside its root's interval (clocks of different hosts), as
+# tailscope.analysis.derive.CLOCK_SKEW_NS.
+CLOCK_SKEW_NS = 10 * 10**9
+
+
+def staged_table(chunk: pa.Table) -> pa.Table:
+    """A decoded batch as the staging table's plain columns (dictionaries decoded, no RunLabel)."""
+    columns = {}
+    for name, column in zip(chunk.column_names, chunk.columns, strict=True):
+        if name == "RunLabel":
+            continue
+        columns[name] = (
+            pc.cast(column, column.type.value_type) if pa.types.is_dictionary(column.type) else column
+        )
+    return pa.table(columns)
+
+
+def stage_spans(store: ClickHouseStore, chunk: pa.Table, run: str | None = None) -> tuple[int, int]:
+    """Add one decoded batch to the session's staging table (created when missing); with `run`,
+    convert it at once into the exporter's columns in the second staging table (_ts_ready, for
+    `move_ready`), its spans' resource attributes with tailscope.run = run. (first, last) span start
+    of the batch in ns. Nothing reaches otel_traces until `move_staged` or `move_ready`."""
+    store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
+    store.insert_arrow("_ts_stage", staged_table(chunk))
+    if run is not None:
+        store.query(sql.load("ingest_ready_ddl", dialect="clickhouse"))
+        try:
+            store.query(_convert_into("_ts_ready"), {"run": run}, WRITE_TIME_LIMIT_S)
+        finally:
+            store.query(sql.load("ingest_stage_clear", dialect="clickhouse"))
+    bounds = pc.min_max(pc.cast(chunk.column("Timestamp"), pa.int64()))
+    return int(bounds["min"].as_py()), int(bounds["max"].as_py())
+
+
+def _convert_into(target: str) -> str:
+    """ingest_stage_move.sql into one of its two targets (fixed names, never a value)."""
+    if target not in ("otel_traces", "_ts_ready"):
+        raise ValueError(f"unknown staging target {target!r}")
+    return sql.load("ingest_stage_move", dialect="clickhouse").replace("{target}", target)
+
+
+def move_staged(store: ClickHouseStore, run: str) -> None:
+    """Everything staged into otel_traces, converted by ClickHouse into the exporter's Map and
+    Nested columns (ingest_stage_move.sql), each span's resource attributes with tailscope.run = run;
+    the staging table is emptied whatever happens."""
+    try:
+        store.query(_convert_into("otel_traces"), {"run": run}, WRITE_TIME_LIMIT_S)
+    finally:
+        clear_staged(store)
+
+
+def move_ready(store: ClickHouseStore) -> None:
+    """The spans `stage_spans(..., run)` converted into otel_traces in one insert; emptied after."""
+    try:
+        store.query(sql.load("ingest_ready_move", dialect="clickhouse"), None, WRITE_TIME_LIMIT_S)
+    finally:
+        clear_staged(store)
+
+
+def clear_staged(store: ClickHouseStore) -> None:
+    """Drop what is staged or converted (a file rejected part way: nothing of it is written)."""
+    for name in ("ingest_stage_ddl", "ingest_stage_clear", "ingest_ready_ddl", "ingest_ready_clear"):
+        store.query(sql.load(name, dialect="clickhouse"))
+
+
+def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
+    """Insert one decoded batch into otel_traces (stage_spans, then move_staged); (first, last) span
+    start of the batch in ns."""
+    bounds = stage_spans(store, chunk)
+    move_staged(store, run)
+    return bounds
+
+
+def define_run(
+    store: ClickHouseStore,
+    run: str,
+    selection: RunSelection,
+    files: list[str] | None = None,
+    setup: dict[str, str] | None = None,
+) -> None:
+    """Name a selection of otel_traces as a run (a newer definition replaces an older one)."""
+    store.query(
+        sql.load("run_define", dialect="clickhouse"),
+        {
+            "run": run,
+            "start": selection.start_ns,
+            "end": selection.end_ns,
+            "filter_keys": list(selection.filters),
+            "filter_values": list(selection.filters.values()),
+            "files": files or [],
+            "setup_keys": list(setup or {}),
+            "setup_values": list((setup or {}).values()),
+        },
+    )
+
+
+def run_selection(store: ClickHouseStore, run: str) -> RunSelection | None:
+    """A run's selection, None when no run has that label."""
+    row = store.query(sql.load("run_selection", dialect="clickhouse"), {"run": run}).first()
+    if row is None:
+        return None
+    filters = dict(row[2]) if not isinstance(row[2], dict) else row[2]
+    return RunSelection(int(row[0]), int(row[1]), filters)
+
+
+def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
+    """The stored stage rules, seeding the defaults into an empty table first."""
+    from tailscope.analysis.stages import default_rules
+
+    rows = store.query(sql.load("stage_rules_list", dialect="clickhouse")).rows
+    if not rows:
+        rules = default_rules()
+        store.insert_arrow(
+            "tailscope_stage_rules",
+            pa.table(
+                {
+                    "position": pa.array([r.position for r in rules], pa.int32()),
+                    "stage": [r.stage for r in rules],
+                    "span_kind": [r.span_kind for r in rules],
+                    "name_regex": [r.name_regex for r in rules],
+                    "attribute_regex": [r.attribute_regex for r in rules],
+                    "description": [r.description for r in rules],
+                }
+            ),
+        )
+        return rules
+    return [
+        StageRule(
+            position=r[0],
+            stage=r[1],
+            span_kind=r[2],
+            name_regex=r[3],
+            attribute_regex=r[4],
+            description=r[5] or "",
+        )
+        for r in rows
+    ]
+
+
+def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) -> int:
+    """Derive a run's tailscope_requests rows again, inside ClickHouse, in time windows of about
+    `part_spans` spans each (memory follows the window, not the run); how many rows there are now."""
+    selection = run_selection(store, run)
+    if selection is None:
+        raise KeyError(run)
+    text, params = scoped("run_reach", selection)
+    spans, longest = store.query(text, params).first() or (0, 0)
+    parts = max(1, -(-int(spans) // part_spans))
+    width = -(-(selection.end_ns + 1 - selection.start_ns) // parts)
+    edges = [selection.start_ns + i * width for i in range(parts)] + [selection.end_ns + 1]
+    edges[0], edges[-1] = ALL_TIME
+    rules = rules_in_force(store)
+    # one delete for the whole run (a lightweight delete costs ~1 s however little it removes)
+    store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, ALL_TIME))
+    for keep in itertools.pairwise(edges):
+        refresh_window(store, run, keep, int(longest or 0), rules, selection, deleted=True)
+    return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
+
+
+def phase_rules_for(store: ClickHouseStore, selection: RunSelection) -> list[PhaseRule]:
+    """The phase rules in force (the defaults: not editable on ClickHouse yet), or none when the
+    run has no span they could read (phase_candidates_any.sql: the phase spans then cost nothing)."""
+    rules = default_phase_rules()
+    text, params = scoped("phase_candidates_any", selection, **phase_params(rules))
+    return rules if store.query(text, params).single_value() else []
+
+
+def _window(run: str, keep: tuple[int, int]) -> dict[str, object]:
+    return {"run": run, "keep_start": keep[0], "keep_end": keep[1]}
+
+
+def refresh_window(
+    store: ClickHouseStore,
+    run: str,
+    keep: tuple[int, int],
+    longest_ns: int,
+    rules: list[StageRule] | None = None,
+    selection: RunSelection | None = None,
+    deleted: bool = False,
+) -> None:
+    """Derive again the run's requests whose root starts in `keep` ([start, end) ns), reading only
+    the spans that can belong to them: within `longest_ns` (the run's longest span, so its longest
+    request) plus CLOCK_SKEW_NS of the window (as the DuckDB derive's trace_window). `deleted`:
+    the window's old rows are already gone (refresh_run deletes the run's once)."""
+    selection = selection or run_selection(store, run)
+    if selection is None:
+        raise KeyError(run)
+    reach = longest_ns + CLOCK_SKEW_NS
+    around = RunSelection(
+        max(selection.start_ns, keep[0] - reach), min(selection.end_ns, keep[1] + reach), selection.filters
+    )
+    if not deleted:
+        store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, keep))
+    phases = phase_rules_for(store, around)
+    statements = derive_statements(rules or rules_in_force(store), run, around, keep, phases)
+    for text, params in statements:
+        store.query(text, params, WRITE_TIME_LIMIT_S)
+
+
+def stage_mapping(
+    store: ClickHouseStore, run: str, sample_traces: int | None = None
+) -> list[tuple[str, str, str, int, int]]:
+    """The stage mapping in force over a run (or `sample_traces` of its traces, chosen by hash):
+    (span name, span kind, stage, rule number, spans)."""
+    selection = run_selection(store, run)
+    if selection is None:
+        raise KeyError(run)
+    sample_ids = None
+    if sample_traces is not None:
+        text, params = scoped("sample_traces", selection, traces=int(sample_traces))
+        sample_ids = [row[0] for row in store.query(text, params).rows]
+    statements = stage_mapping_statements(
+        rules_in_force(store), selection, sample_ids, phase_rules_for(store, selection)
+    )
+    rows: list[tuple[str, str, str, int, int]] = []
+    for i, (text, params) in enumerate(statements):
+        result = store.query(text, params)
+        if i == len(statements) - 2:
+            rows = [tuple(row) for row in result.rows]  # type: ignore[misc]
+    return rows

@@ -1,0 +1,86 @@
+"""Why a store cannot be used, one exception class per way, each with a one-line message.
+
+Every engine's failures end up here (tailscope.store.clickhouse maps ClickHouse's error codes with
+`classify`), so a command prints one sentence and exits instead of a driver's traceback. The
+messages name the store by its URL with the password replaced (StoreLocation.url).
+"""
+
+from __future__ import annotations
+
+import re
+
+
+class StoreError(RuntimeError):
+    """A store cannot be used as asked; str() is one line meant for the user."""
+
+
+class StoreUnreachableError(StoreError):
+    """No ClickHouse server answers at the URL's host and port."""
+
+
+class StoreAuthError(StoreError):
+    """The server answered but refused the user or password (or the user lacks a grant)."""
+
+
+class TableMissingError(StoreError):
+    """The database has no otel_traces table (the Collector's exporter has not created it)."""
+
+
+class SchemaMismatchError(StoreError):
+    """otel_traces exists but its columns are not the exporter's (another schema version)."""
+
+
+class QueryTimeoutError(StoreError):
+    """A query ran longer than the store's time limit (max_execution_time)."""
+
+
+class StoreLockedError(StoreError):
+    """A chdb data folder is held by another process (one process per folder)."""
+
+
+# ClickHouse error codes (src/Common/ErrorCodes.cpp) that mean one of the classes above.
+_CODES: dict[int, type[StoreError]] = {
+    159: QueryTimeoutError,  # TIMEOUT_EXCEEDED
+    60: TableMissingError,  # UNKNOWN_TABLE
+    81: TableMissingError,  # UNKNOWN_DATABASE
+    192: StoreAuthError,  # UNKNOWN_USER
+    193: StoreAuthError,  # WRONG_PASSWORD
+    194: StoreAuthError,  # REQUIRED_PASSWORD
+    497: StoreAuthError,  # ACCESS_DENIED
+    516: StoreAuthError,  # AUTHENTICATION_FAILED
+    209: StoreUnreachableError,  # SOCKET_TIMEOUT
+    210: StoreUnreachableError,  # NETWORK_ERROR
+}
+_CODE = re.compile(r"Code: (\d+)\.")
+_UNREACHABLE = (
+    "Connection refused",
+    "Failed to establish a new connection",
+    "Name or service not known",
+    "timed out",
+    "No route to host",
+    "Temporary failure in name resolution",
+)
+
+
+def error_code(message: str) -> int | None:
+    """The ClickHouse error code in a server or chdb message ('Code: 159. DB::Exception: ...')."""
+    match = _CODE.search(message)
+    return int(match.group(1)) if match else None
+
+
+def first_line(message: str) -> str:
+    """A driver's message cut to its first sentence-bearing line, without the stack trace."""
+    line = next((part.strip() for part in message.splitlines() if part.strip()), "")
+    line = re.sub(r"\s*\(version [^)]*\)\s*$", "", line)
+    line = line.split(" Stack trace")[0]
+    return line[:300]
+
+
+def classify(message: str) -> type[StoreError] | None:
+    """Which StoreError a ClickHouse (or HTTP driver) message means, None for an ordinary SQL error."""
+    code = error_code(message)
+    if code in _CODES:
+        return _CODES[code]
+    if code is None and any(text in message for text in _UNREACHABLE):
+        return StoreUnreachableError
+    return None

@@ -1,0 +1,28 @@
+"""`tailscope demo --store chdb:///...`: the demo runs go into a ClickHouse store (the exporter's
+schema) and the reports read them there; the dashboard stays DuckDB-only and says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tailscope.cli.demo_cmd import demo_runs
+from tailscope.cli.main import main
+
+pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra)")
+pytest.importorskip("reference_pipeline.simulate.api")
+
+
+def test_demo_into_chdb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"chdb://{tmp_path / 'demo'}"
+    assert main(["demo", "--store", url, "--requests", "100"]) == 0
+    out = capsys.readouterr().out
+    assert f"read these runs with: tailscope waterfall --store {url} --run demo-steady" in out
+    labels = [run.label for run in demo_runs()]
+    assert all(label in out for label in labels)
+    assert main(["waterfall", "--store", url, "--run", "demo-steady", "--json"]) == 0
+    assert '"requests_total": 100' in capsys.readouterr().out
+    assert main(["demo", "--store", url, "--requests", "100"]) == 0  # nothing missing: reused
+    assert f"reusing the {len(labels)} runs already in {url}" in capsys.readouterr().out
+    assert main(["demo", "--store", url, "--fresh"]) == 2
