@@ -135,7 +135,9 @@ class ChdbTransport:
         # Settings are session state in chdb (a trailing SETTINGS clause cannot follow VALUES).
         for name, value in settings.items():
             if self._settings.get(name) != value:
-                self._session.query(f"SET {name} = {bind_value(value)}")
+                # the value as a bound parameter, the name quoted (settings come from our code)
+                setting = f"SET {sql.quote_identifier(name)} = {{value:String}}"
+                self._session.query(setting, "TabSeparated", params={"value": bind_value(value)})
                 self._settings[name] = value
         bound = {k: bind_value(v) for k, v in params.items()}
         try:
