@@ -6,8 +6,13 @@
 -- service.instance.id, else host.name + process.pid, else the service itself; GC pauses and lock
 -- contention are per process, so detectors group by it. The run's phase spans (a serving
 -- framework's self-reported phases, phase_spans.sql, in the temp table _ts_phase_spans that
--- load.py fills first) come with their rule's stage as the stage attribute.
+-- load.py fills first) come with their rule's stage as the stage attribute. TraceId and SpanId come
+-- along as OrderTraceId / OrderSpanId: load.py puts the rows in (StartNs, TraceId, SpanId) order, the
+-- same on every engine and whatever order the spans were written in (the detectors' sampling and
+-- null draws follow the span order).
 SELECT
+    TraceId AS OrderTraceId,
+    SpanId AS OrderSpanId,
     CAST(hash(TraceId) >> 1 AS BIGINT) AS TraceKey,
     CAST(hash(TraceId, SpanId) >> 1 AS BIGINT) AS SpanKey,
     CASE WHEN ParentSpanId = '' THEN -1 ELSE CAST(hash(TraceId, ParentSpanId) >> 1 AS BIGINT) END AS ParentKey,

@@ -47,7 +47,7 @@ ADVICE = (
 )
 MAX_NAMES = 24
 MAX_CELLS = 12_000_000
-SHIFTS = 12
+SHIFTS = 48
 MIN_BIN_NS = 1_000_000
 WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy 10 ms windows
 

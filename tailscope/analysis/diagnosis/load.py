@@ -37,14 +37,20 @@ def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -
             raise LookupError(f"no run {params['run']!r}")
         phases = phase_rules_for(conn.store, selection) if name == "diagnosis_spans" else []
         text, bound = scoped(name, selection, phases, **params)
-        table = conn.store.query_arrow(text, bound)
-        if "OrderTraceId" in table.column_names:  # a fixed span order (clickhouse/diagnosis_spans.sql)
-            keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
-            table = table.sort_by(keys).drop_columns(["OrderTraceId", "OrderSpanId"])
-        return table
+        return _in_fixed_order(conn.store.query_arrow(text, bound))
     relation = conn.sql(sql.load(name), params=params)
     fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
-    return fetch()
+    return _in_fixed_order(fetch())
+
+
+def _in_fixed_order(table: pa.Table) -> pa.Table:
+    """The spans in (start, trace id, span id) order, whatever order the engine returned them in (or
+    the writer wrote them in): the detectors' samples and null draws follow the span order, so a run
+    gets the same diagnosis on every engine and from every load (diagnosis_spans.sql)."""
+    if "OrderTraceId" not in table.column_names:
+        return table
+    keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
+    return table.sort_by(keys).drop_columns(["OrderTraceId", "OrderSpanId"])
 
 
 def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
