@@ -84,3 +84,15 @@ def test_heatmap_rectangle_selects_the_same_requests(stores: Stores, run: str, s
     got = views.select_requests(clickhouse, Filter(run=run), rect, stage=stage, limit=1000)
     assert 0 < len(expected) < views.overview(duck, Filter(run=run)).runs[0].requests
     _same_frame(got, expected)
+
+
+@pytest.mark.parametrize("run", [None, "frameworks", "steady"])
+def test_llm_latency_is_the_same(stores: Stores, run: str | None) -> None:
+    from tailscope.analysis import llm_latency
+
+    duck, clickhouse = stores
+    expected = llm_latency(duck, Filter(run=run))
+    got = llm_latency(clickhouse, Filter(run=run))
+    if run != "steady":  # the vLLM requests of the frameworks run report TTFT and tokens
+        assert "time to first token (ms)" in set(expected["metric"])
+    _same_frame(got, expected)
