@@ -96,3 +96,15 @@ def test_llm_latency_is_the_same(stores: Stores, run: str | None) -> None:
     if run != "steady":  # the vLLM requests of the frameworks run report TTFT and tokens
         assert "time to first token (ms)" in set(expected["metric"])
     _same_frame(got, expected)
+
+
+@pytest.mark.parametrize("run", ["hand", "frameworks", "gateway", None])
+def test_stage_mapping_is_the_same(stores: Stores, run: str | None) -> None:
+    # a sample larger than any run: every trace on both engines (their sample hashes differ)
+    from tailscope.analysis import stage_mapping
+
+    duck, clickhouse = stores
+    expected = stage_mapping(duck, run, sample_traces=100_000)
+    got = stage_mapping(clickhouse, run, sample_traces=100_000)
+    assert len(expected) > 0
+    _same_frame(got, expected)
