@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import test_clickhouse_parity as parity
 
-from tailscope.analysis import views
+from tailscope.analysis import tail_vs_body, views
 from tailscope.analysis.types import Filter, Rect
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.db import Store
@@ -108,3 +108,55 @@ def test_stage_mapping_is_the_same(stores: Stores, run: str | None) -> None:
     got = stage_mapping(clickhouse, run, sample_traces=100_000)
     assert len(expected) > 0
     _same_frame(got, expected)
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(list(frame.columns[:4]), ignore_index=True)
+
+
+@pytest.mark.parametrize("max_values", [30, 5])
+@pytest.mark.parametrize("run", ["hand", "frameworks", "lock", "alt-slow"])
+def test_tail_vs_body_is_the_same(stores: Stores, run: str, max_values: int) -> None:
+    # a sample and a limit that cover every request and value: the two engines' samples (by hash)
+    # are then the same set; at 5 values per key the batch sizes and queue depths are binned
+    duck, clickhouse = stores
+    kwargs: dict = {
+        "tail_quantile": 0.9,
+        "sample": 100_000,
+        "limit": 100_000,
+        "max_values_per_key": max_values,
+    }
+    expected = tail_vs_body(duck, Filter(run=run), **kwargs)
+    got = tail_vs_body(clickhouse, Filter(run=run), **kwargs)
+    assert expected.reason is None and len(expected.attributes) > 0
+    assert (got.reason, got.selection) == (expected.reason, expected.selection)
+    assert (got.selected_requests, got.rest_requests) == (expected.selected_requests, expected.rest_requests)
+    assert list(got.stages["stage"]) == list(expected.stages["stage"])
+    for column in expected.stages.columns[1:]:
+        assert got.stages[column].tolist() == pytest.approx(
+            expected.stages[column].tolist(), rel=1e-12, abs=1e-9
+        )
+    g, e = _sorted(got.attributes), _sorted(expected.attributes)
+    if max_values == 5 and run in ("lock", "alt-slow"):
+        assert e["value"].str.startswith("≥ ").any()  # binned numbers
+    assert g[list(g.columns[:4])].values.tolist() == e[list(e.columns[:4])].values.tolist()
+    for column in ("selected_pct", "rest_pct", "difference_pct"):
+        assert g[column].tolist() == pytest.approx(e[column].tolist(), abs=1e-9)
+
+
+@pytest.mark.parametrize("stage", [None, "model_forward"])
+def test_tail_vs_body_of_a_rectangle_is_the_same(stores: Stores, stage: str | None) -> None:
+    duck, clickhouse = stores
+    hm = views.heatmap(duck, Filter(run="burst"), stage=stage, time_bins=4, bins_per_decade=3)
+    cell = hm.cells.sort_values("count", ascending=False, ignore_index=True).iloc[0]
+    rect = Rect(
+        cell.time, cell.time + timedelta(seconds=hm.time_bin_seconds), 0.0, float(cell.latency_high_ms)
+    )
+    kwargs: dict = {"rect": rect, "stage": stage, "sample": 100_000, "limit": 100_000}
+    expected = tail_vs_body(duck, Filter(run="burst"), **kwargs)
+    got = tail_vs_body(clickhouse, Filter(run="burst"), **kwargs)
+    assert expected.selected_requests > 0 and expected.rest_requests > 0
+    assert (got.selected_requests, got.rest_requests) == (expected.selected_requests, expected.rest_requests)
+    g, e = _sorted(got.attributes), _sorted(expected.attributes)
+    assert g[list(g.columns[:4])].values.tolist() == e[list(e.columns[:4])].values.tolist()
+    assert g["difference_pct"].tolist() == pytest.approx(e["difference_pct"].tolist(), abs=1e-9)

@@ -111,9 +111,6 @@ def render() -> None:
         "BubbleUp-style: every attribute value is ranked by how much more often it appears on the selected "
         "requests than on the rest. Values at the top are what the slow requests have in common."
     )
-    if data.is_clickhouse():
-        notice.not_on_clickhouse("Tail vs body")
-        return
     flt = filters.current()
     rect, stage, quantile, _ = choose_selection()
     result = data.get(analysis.tail_vs_body, flt, rect=rect, tail_quantile=quantile, stage=stage)

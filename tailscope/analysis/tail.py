@@ -4,13 +4,24 @@ tail_selection.sql."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
+from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Filter, Rect, TailVsBody
 from tailscope.analysis.views import _check_stage, _no_requests_reason
 from tailscope.query.builders import filtered
+from tailscope.store.ch_conn import dialect_of
 from tailscope.vocabulary import ALL_STAGES
+
+
+def _threshold(conn: Any, flt: Filter, quantile: float) -> float:
+    """quantile_cont(Duration, quantile) of the filtered requests on ClickHouse (0 when none)."""
+    text, params = filtered("order_statistics", flt, [quantile], dialect="clickhouse")
+    pairs, n = conn.execute(text, params).fetchone()
+    return from_order_statistics(pairs, n, [quantile])[0] if n else 0.0
 
 
 def tail_vs_body(
@@ -49,7 +60,11 @@ def tail_vs_body(
     attr_cols = ["source", "span_name", "key", "value", "selected_pct", "rest_pct", "difference_pct", "lift"]
     stage_cols = ["stage", "selected_mean_ms", "rest_mean_ms", "delta_ms", "selected_share", "rest_share"]
     with reading(source) as conn:
-        text, params = filtered("tail_stages", flt, tail_quantile, *sel)
+        dialect = dialect_of(conn)
+        head: list[Any] = [tail_quantile, *sel]
+        if dialect == "clickhouse":  # the threshold from order statistics; the stage first (p1)
+            head = [stage_param, _threshold(conn, flt, tail_quantile), *sel[:3], sel[4], sel[6]]
+        text, params = filtered("tail_stages", flt, *head, dialect=dialect)
         groups = {row[0]: row for row in conn.execute(text, params).fetchall()}
         selected, rest = groups.get(True), groups.get(False)
         empty = TailVsBody(
@@ -66,7 +81,7 @@ def tail_vs_body(
             empty.reason = "the selection holds every request or none: nothing to compare"
             return empty
         text, params = filtered(
-            "tail_attributes", flt, tail_quantile, *sel, int(sample), int(max_values_per_key)
+            "tail_attributes", flt, *head, int(sample), int(max_values_per_key), dialect=dialect
         )
         attrs = conn.execute(text, params).fetchall()
     stage_rows = []
