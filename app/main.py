@@ -57,5 +57,6 @@ if page is HOME:
     open_overview()
 with st.sidebar:
     notice.guarded(filters.sidebar)
-    st.caption(f"Store: `{data.db_path().name}`", help=f"{data.db_path()} (`tailscope serve --db FILE`)")
+    shown = data.where() if data.is_clickhouse() else data.db_path().name
+    st.caption(f"Store: `{shown}`", help=f"{data.where()} (`tailscope serve --db FILE` or `--store URL`)")
 page.run()

@@ -7,7 +7,8 @@ One OTLP JSON-lines file of the reference pipeline's steady scenario (about 13 s
 - ingest: `tailscope ingest` on that file (decode, store, derive the run's requests), and for chdb the
   derive alone again (ch_write.refresh_run);
 - views: overview, waterfall p99 (bands, shares and stage percentiles), compare against itself
-  (bootstrap 1000), each the best of 3 after a warm-up;
+  (bootstrap 1000), heatmap, slowest traces, tail vs body, LLM latency, stage mapping (the sample
+  of 2000 traces), each the best of 3 after a warm-up;
 - diagnose: the run's diagnosis (load + detectors), best of 2.
 Prints one line per figure. Keep it modest: 2 shared cores.
 """
@@ -23,7 +24,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tailscope.analysis import Filter, compare, overview, waterfall
+from tailscope.analysis import (
+    Filter,
+    compare,
+    heatmap,
+    llm_latency,
+    overview,
+    slowest_traces,
+    stage_mapping,
+    tail_vs_body,
+    waterfall,
+)
 from tailscope.analysis.diagnosis import diagnose
 from tailscope.cli.main import main
 from tailscope.store import ch_write
@@ -46,6 +57,10 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+def views_line(engine: str, name: str, fn: Callable[[], object]) -> None:
+    print(f"{engine:6} {name:33} {best(fn):7.3f} s")
+
+
 def bench(url: str, trace_file: Path, engine: str, diagnosis: bool = True) -> None:
     seconds = timed(lambda: main(["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]))
     print(f"{engine:6} ingest (decode + store + derive)   {seconds:7.2f} s")
@@ -57,6 +72,11 @@ def bench(url: str, trace_file: Path, engine: str, diagnosis: bool = True) -> No
     print(f"{engine:6} overview                          {best(lambda: overview(store, flt)):7.3f} s")
     print(f"{engine:6} waterfall p99 (+ percentiles)     {best(lambda: waterfall(store, flt, 'p99')):7.3f} s")
     print(f"{engine:6} compare r r (1000 resamples)      {best(lambda: compare(store, 'r', 'r')):7.3f} s")
+    views_line(engine, "heatmap (60 time bins)", lambda: heatmap(store, flt))
+    views_line(engine, "slowest traces (50)", lambda: slowest_traces(store, flt))
+    views_line(engine, "tail vs body (p99, sample 1000)", lambda: tail_vs_body(store, flt))
+    views_line(engine, "LLM latency", lambda: llm_latency(store, flt))
+    views_line(engine, "stage mapping (2000 traces)", lambda: stage_mapping(store, "r"))
     if diagnosis:
         seconds = best(lambda: diagnose(store, "r"), runs=2)
         print(f"{engine:6} diagnose                          {seconds:7.2f} s")

@@ -77,16 +77,16 @@ def wait_healthy(url: str, process: subprocess.Popen[Any], timeout: float = 60.0
 
 
 @contextmanager
-def serving(db: Path, log: Path | None = None) -> Iterator[str]:
-    """`tailscope serve --db DB --port N` in the background; yields its base URL, stops it after."""
+def serving(db: Path | str, log: Path | None = None) -> Iterator[str]:
+    """`tailscope serve --db DB --port N` (a str: `--store URL`) in the background; yields its base
+    URL, stops it after."""
     port = free_port()
     command = [
         sys.executable,
         "-c",
         "from tailscope.cli.main import entrypoint; entrypoint()",
         "serve",
-        "--db",
-        str(db),
+        *(["--store", db] if isinstance(db, str) else ["--db", str(db)]),
         "--port",
         str(port),
     ]

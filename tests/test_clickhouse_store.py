@@ -92,7 +92,8 @@ def test_url_chooses_the_engine(url: str, engine: str, kind: type) -> None:
 
 def test_sql_load_picks_the_dialects_file_and_falls_back() -> None:
     assert "system.columns" in sql.load("otel_traces_columns", dialect="clickhouse")
-    assert sql.load("heatmap", dialect="clickhouse") == sql.load("heatmap")  # no ClickHouse file (yet)
+    # no ClickHouse file (a DuckDB store migration): the DuckDB text
+    assert sql.load("migrate_v1_to_v2", dialect="clickhouse") == sql.load("migrate_v1_to_v2")
     with pytest.raises(ValueError, match="unknown SQL dialect"):
         sql.load("run_setup", dialect="sqlite")  # type: ignore[arg-type]
 

@@ -1,12 +1,15 @@
-"""Data access for the views: one cached Store handle, analysis results cached per store version.
+"""Data access for the views: one cached store handle, analysis results cached per store version.
 
-Every number a view shows comes from a pure function of `tailscope.analysis`; this module only
-caches them. Results are keyed by the function, its arguments (filters included) and
-`Store.data_version()`, so a new ingest or a rule change shows up on the next rerun.
+The store is the DuckDB file after `--db` (what `tailscope serve` passes), else the store URL in
+$TAILSCOPE_STORE (`serve --store chdb:///dir` or `clickhouse://...`: a ClickHouse store), else the
+default DuckDB file. Every number a view shows comes from a pure function of `tailscope.analysis`;
+this module only caches them. Results are keyed by the function, its arguments (filters included)
+and the store's `data_version()`, so a new ingest or a rule change shows up on the next rerun.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +17,9 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from tailscope.store.db import Store, default_db_path
+from tailscope.store.db import default_db_path
+from tailscope.store.engine import AnyStore, open_store
+from tailscope.store.url import parse_store_url
 
 T = TypeVar("T")
 
@@ -29,24 +34,50 @@ def db_path_from_argv(argv: list[str]) -> Path | None:
     return None
 
 
+def clickhouse_url() -> str | None:
+    """The ClickHouse store URL in $TAILSCOPE_STORE, unless `--db` names a DuckDB file."""
+    if db_path_from_argv(sys.argv[1:]) is not None:
+        return None
+    url = os.environ.get("TAILSCOPE_STORE")
+    if url and parse_store_url(url).engine != "duckdb":
+        return url
+    return None
+
+
+def is_clickhouse() -> bool:
+    """Whether this dashboard reads a ClickHouse store (its pages that write say they cannot)."""
+    return clickhouse_url() is not None
+
+
 def db_path() -> Path:
     return (db_path_from_argv(sys.argv[1:]) or default_db_path()).resolve()
 
 
+def where() -> str:
+    """The store, for the sidebar: a DuckDB file's path or a ClickHouse URL (no password)."""
+    url = clickhouse_url()
+    return parse_store_url(url).url if url else str(db_path())
+
+
+def _key() -> str:
+    return clickhouse_url() or str(db_path())
+
+
 @st.cache_resource(show_spinner=False)
-def _store(path: str) -> Store:
-    return Store(path)
+def _store(key: str) -> AnyStore:
+    return open_store(key)
 
 
-def store() -> Store:
-    """The Store handle for this server's database (it holds no open file, so it is safe to share)."""
-    return _store(str(db_path()))
+def store() -> AnyStore:
+    """The store handle for this server (a DuckDB Store holds no open file; a ClickHouse store one
+    chdb session or HTTP pool for the process), safe to share."""
+    return _store(_key())
 
 
 @st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
-def _cached(_fn: Callable[..., Any], name: str, path: str, version: Any, args: tuple, kwargs: tuple) -> Any:
+def _cached(_fn: Callable[..., Any], name: str, key: str, version: Any, args: tuple, kwargs: tuple) -> Any:
     del name, version  # part of the cache key only
-    return _fn(_store(path), *args, **dict(kwargs))
+    return _fn(_store(key), *args, **dict(kwargs))
 
 
 def get(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -54,7 +85,7 @@ def get(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     handle = store()
     code = getattr(fn, "__code__", None)
     name = f"{fn.__module__}.{fn.__qualname__}@{code.co_filename if code else ''}"
-    return _cached(fn, name, str(handle.path), handle.data_version(), args, tuple(sorted(kwargs.items())))
+    return _cached(fn, name, _key(), handle.data_version(), args, tuple(sorted(kwargs.items())))
 
 
 def clear() -> None:

@@ -168,8 +168,13 @@ def render() -> None:
     message = st.session_state.pop(MESSAGE_KEY, None)
     if message:
         st.success(message, icon=":material/check_circle:")
-    rules_editor()
-    phase_rules_editor()
+    if data.is_clickhouse():
+        notice.not_on_clickhouse(
+            "Editing stage and phase rules", "The mapping below uses the rules in force (the defaults)."
+        )
+    else:
+        rules_editor()
+        phase_rules_editor()
     mapping_table()
 
 

@@ -59,6 +59,12 @@ def summary_lines(summary: LoadSummary, tmp: str) -> tuple[list[str], str | None
 
 def render() -> None:
     st.title("Upload")
+    if data.is_clickhouse():
+        notice.not_on_clickhouse(
+            "Upload",
+            "Load spans with `tailscope ingest FILE --store URL` or the Collector's ClickHouse exporter.",
+        )
+        return
     limit_mb = int(st.get_option("server.maxUploadSize"))
     st.caption(f"{FORMATS} Up to **{limit_mb:,} MB per file**; larger exports: `tailscope ingest FILE`.")
     last = st.session_state.pop(RESULT_KEY, None)

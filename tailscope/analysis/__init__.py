@@ -18,6 +18,7 @@ from tailscope.analysis.stages import (
     stage_mapping,
     validate_rules,
 )
+from tailscope.analysis.tail import tail_vs_body
 from tailscope.analysis.trace import trace_gantt
 from tailscope.analysis.types import (
     BAND_QUANTILES,
@@ -46,7 +47,6 @@ from tailscope.analysis.views import (
     overview,
     select_requests,
     slowest_traces,
-    tail_vs_body,
     time_range,
     waterfall,
 )

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Filter
 from tailscope.query.builders import filtered
+from tailscope.store.ch_conn import dialect_of
 
 COLUMNS = ["run", "metric", "requests", "p50", "p90", "p99"]
+QUANTILES = (0.5, 0.9, 0.99)  # llm_latency.sql's
 
 
 def llm_latency(source: Source, flt: Filter) -> pd.DataFrame:
@@ -21,8 +24,10 @@ def llm_latency(source: Source, flt: Filter) -> pd.DataFrame:
     (end to end (ms), time to first token (ms), time per output token (ms), tokens in, tokens out).
     Empty when no request carries LLM attributes."""
     with reading(source) as conn:
-        text, params = filtered("llm_latency", flt)
-        rows = conn.execute(text, params).fetchall()
+        dialect = dialect_of(conn)
+        rows = conn.execute(*filtered("llm_latency", flt, dialect=dialect)).fetchall()
+    if dialect == "clickhouse":  # order statistics: one quantile definition on both engines
+        rows = [(run, metric, n, from_order_statistics(q, n, QUANTILES)) for run, metric, n, q in rows]
     if not rows or all(metric.startswith("end to end") for _, metric, *_ in rows):
         return pd.DataFrame(columns=COLUMNS)
     return pd.DataFrame(

@@ -28,6 +28,7 @@ from tailscope.analysis.rule_checks import regex_problems
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule, StageRule
+from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.db import run_query
 from tailscope.vocabulary import STAGES
 
@@ -300,6 +301,13 @@ def rule_label(
     return f"rule {rule_no}"
 
 
+def _ch_mapping(ch_write: Any, store: ClickHouseStore, run: str, sample_traces: int) -> list[tuple[Any, ...]]:
+    try:
+        return ch_write.stage_mapping(store, run, sample_traces)
+    except KeyError:  # no such run: no spans to map
+        return []
+
+
 def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2000) -> pd.DataFrame:
     """The mapping in force, per distinct span: DataFrame[span_name, span_kind, stage, rule
     (e.g. 'attribute tailscope.stage', 'request root', 'rule 7: name ~ (forward|infer...)',
@@ -309,10 +317,18 @@ def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2
 
     columns = ["span_name", "span_kind", "stage", "rule", "spans"]
     with reading(source) as conn:
-        rules = rules_in_force(conn)
-        phase_rules = phase_rules_in_force(conn)
-        frames = []
-        for label in [run] if run is not None else runs_with_spans(conn):
+        labels = [run] if run is not None else runs_with_spans(conn)
+        frames: list[tuple[Any, ...]] = []
+        if isinstance(source, ClickHouseStore):  # the span tree inside ClickHouse (query.clickhouse)
+            from tailscope.analysis.phases import default_phase_rules
+            from tailscope.store import ch_write
+
+            rules, phase_rules = ch_write.rules_in_force(source), default_phase_rules()
+            frames = [row for label in labels for row in _ch_mapping(ch_write, source, label, sample_traces)]
+            labels = []
+        else:
+            rules, phase_rules = rules_in_force(conn), phase_rules_in_force(conn)
+        for label in labels:
             conn.execute(sql.load("derive_drop_scope"))
             conn.execute(sql.load("stage_mapping_scope"), [label, int(sample_traces)])
             try:

@@ -4,8 +4,8 @@ Every function takes a Source (a `Store`, which opens a short-lived reader, or a
 connection) and a `Filter`, runs SQL from tailscope/sql over the derived `requests` table (and
 otel_traces where it needs spans) with bound parameters only, and returns a declared shape from
 tailscope.analysis.types. Empty stores, one-span stores and runs without request roots give empty
-results with a `reason`, never exceptions. The Gantt and the run comparison live in
-analysis.trace and analysis.compare.
+results with a `reason`, never exceptions. The Gantt, tail vs body and the run comparison live in
+analysis.trace, analysis.tail and analysis.compare.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from tailscope.analysis.types import (
     Rect,
     RunSummary,
     StageBar,
-    TailVsBody,
     Waterfall,
 )
 from tailscope.query.builders import filtered
@@ -251,11 +250,15 @@ def heatmap(
     cell_cols = ["time", "latency_low_ms", "latency_high_ms", "count"]
     line_cols = ["time", "p50_ms", "p99_ms", "requests"]
     with reading(source) as conn:
-        text, params = filtered(
-            "heatmap", flt, stage_param, max(1, int(time_bins)), max(1, int(bins_per_decade))
-        )
-        rows = conn.execute(text, params).fetchall()
+        dialect = dialect_of(conn)
+        bins = (max(1, int(time_bins)), max(1, int(bins_per_decade)))
+        rows = conn.execute(*filtered("heatmap", flt, stage_param, *bins, dialect=dialect)).fetchall()
         reason = None if rows else _no_requests_reason(conn, flt)
+    if dialect == "clickhouse":  # lines: order statistics, one quantile definition on both engines
+        rows = [
+            r if r[0] == "cell" else (*r[:4], *from_order_statistics(r[4:6], r[3], (0.5, 0.99)), *r[6:])
+            for r in rows
+        ]
     if not rows:
         return Heatmap(
             stage=stage,
@@ -289,7 +292,7 @@ def heatmap(
 
 def _request_list(source: Source, flt: Filter, stage: str, bounds: list[Any], limit: int) -> pd.DataFrame:
     with reading(source) as conn:
-        text, params = filtered("request_list", flt, stage, *bounds, int(limit))
+        text, params = filtered("request_list", flt, stage, *bounds, int(limit), dialect=dialect_of(conn))
         return conn.execute(text, params).df()
 
 
@@ -305,95 +308,3 @@ def slowest_traces(source: Source, flt: Filter, limit: int = 50) -> pd.DataFrame
     """DataFrame[run, trace_id, root_span_id, timestamp, duration_ms, client_duration_ms, service,
     route, instance, is_error, dominant_stage, dominant_stage_ms, spans], slowest first."""
     return _request_list(source, flt, "", [None, None, None, None], limit)
-
-
-def tail_vs_body(
-    source: Source,
-    flt: Filter,
-    rect: Rect | None = None,
-    tail_quantile: float = 0.99,
-    stage: str | None = None,
-    limit: int = 50,
-    sample: int = 1000,
-    max_values_per_key: int = 30,
-) -> TailVsBody:
-    """BubbleUp: which attribute values (span attributes of any span of the request, resource
-    attributes of the request root, the request's dominant stage) are over-represented in the
-    selected set vs the rest, and which stages differ most. The selected set is the rectangle when
-    given, else the requests at or above the tail quantile of e2e latency. Attribute shares come from
-    a seeded sample of up to `sample` requests on each side."""
-    stage_param = _check_stage(stage)
-    if rect is not None:
-        selection = (
-            f"requests started {rect.start:%H:%M:%S}–{rect.end:%H:%M:%S} with "
-            f"{stage or 'e2e'} latency {rect.low_ms:g}–{rect.high_ms:g} ms"
-        )
-        sel = [
-            True,
-            rect.start,
-            rect.end,
-            stage_param,
-            int(rect.low_ms * 1e6),
-            stage_param,
-            int(rect.high_ms * 1e6),
-        ]
-    else:
-        selection = f"requests at or above the p{tail_quantile * 100:g} of e2e latency"
-        sel = [False, None, None, stage_param, None, stage_param, None]
-    attr_cols = ["source", "span_name", "key", "value", "selected_pct", "rest_pct", "difference_pct", "lift"]
-    stage_cols = ["stage", "selected_mean_ms", "rest_mean_ms", "delta_ms", "selected_share", "rest_share"]
-    with reading(source) as conn:
-        text, params = filtered("tail_stages", flt, tail_quantile, *sel)
-        groups = {row[0]: row for row in conn.execute(text, params).fetchall()}
-        selected, rest = groups.get(True), groups.get(False)
-        empty = TailVsBody(
-            selection=selection,
-            selected_requests=selected[1] if selected else 0,
-            rest_requests=rest[1] if rest else 0,
-            attributes=pd.DataFrame(columns=attr_cols),
-            stages=pd.DataFrame(columns=stage_cols),
-        )
-        if not groups:
-            empty.reason = _no_requests_reason(conn, flt)
-            return empty
-        if not selected or not rest:
-            empty.reason = "the selection holds every request or none: nothing to compare"
-            return empty
-        text, params = filtered(
-            "tail_attributes", flt, tail_quantile, *sel, int(sample), int(max_values_per_key)
-        )
-        attrs = conn.execute(text, params).fetchall()
-    stage_rows = []
-    for i, name in enumerate(ALL_STAGES):
-        s_ns, r_ns = selected[3 + i] or 0.0, rest[3 + i] or 0.0
-        stage_rows.append(
-            (
-                name,
-                s_ns / 1e6,
-                r_ns / 1e6,
-                (s_ns - r_ns) / 1e6,
-                s_ns / selected[2] if selected[2] else 0.0,
-                r_ns / rest[2] if rest[2] else 0.0,
-            )
-        )
-    stages = pd.DataFrame(stage_rows, columns=stage_cols).sort_values(
-        "delta_ms", ascending=False, ignore_index=True
-    )
-    attr_rows = []
-    for source_name, span_name, key, value, sel_n, rest_n, sel_total, rest_total in attrs:
-        s_pct = 100.0 * sel_n / sel_total if sel_total else 0.0
-        r_pct = 100.0 * rest_n / rest_total if rest_total else 0.0
-        lift = s_pct / r_pct if r_pct > 0 else float("inf") if s_pct > 0 else 1.0
-        attr_rows.append((source_name, span_name, key, value, s_pct, r_pct, s_pct - r_pct, lift))
-    attributes = pd.DataFrame(attr_rows, columns=attr_cols)
-    if not attributes.empty:
-        attributes = attributes.sort_values(
-            ["difference_pct", "key", "value"], ascending=[False, True, True], ignore_index=True
-        ).head(limit)
-    return TailVsBody(
-        selection=selection,
-        selected_requests=selected[1],
-        rest_requests=rest[1],
-        attributes=attributes,
-        stages=stages,
-    )

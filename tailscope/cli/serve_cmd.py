@@ -1,7 +1,9 @@
 """Open the dashboard on the store: `streamlit run app/main.py`, bound to 127.0.0.1, headless.
 
-The dashboard runs in a child process (this interpreter's `python -m streamlit`), with the store's
-path in the environment (TAILSCOPE_DB) and after `--` on its command line. Ctrl-C, SIGTERM or SIGHUP
+The dashboard runs in a child process (this interpreter's `python -m streamlit`), with a DuckDB
+store's path in the environment (TAILSCOPE_DB) and after `--` on its command line; a ClickHouse
+store's URL (chdb:///dir, clickhouse://user:password@host:8123/db) in the environment only
+(TAILSCOPE_STORE: a password stays off the command line). Ctrl-C, SIGTERM or SIGHUP
 stop it and then this process (exit status 128 + the signal's number).
 """
 
@@ -30,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         metavar="URL",
-        help="a DuckDB store URL (duckdb:///path); the dashboard does not read ClickHouse stores yet",
+        help="store URL: duckdb:///path, chdb:///dir or clickhouse://user:password@host:8123/db "
+        "(default: $TAILSCOPE_STORE, else --db)",
     )
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})"
@@ -52,8 +55,9 @@ def resolve_db(db: str | None) -> Path:
     return Path(db or os.environ.get("TAILSCOPE_DB") or "tailscope.duckdb").resolve()
 
 
-def streamlit_command(db_path: Path, host: str, port: int) -> list[str]:
-    """The `python -m streamlit run ...` command line that serves the dashboard on `db_path`."""
+def streamlit_command(db_path: Path | None, host: str, port: int) -> list[str]:
+    """The `python -m streamlit run ...` command line that serves the dashboard on `db_path` (None: on
+    the store $TAILSCOPE_STORE names)."""
     return [
         sys.executable,
         "-m",
@@ -76,20 +80,28 @@ def streamlit_command(db_path: Path, host: str, port: int) -> list[str]:
         "light",
         "--client.toolbarMode",
         "minimal",
-        "--",
-        "--db",
-        str(db_path),
+        *(["--", "--db", str(db_path)] if db_path is not None else []),
     ]
 
 
-def serve(db_path: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> int:
-    """Run the dashboard in the foreground until it exits; returns its exit code.
+def serve(
+    db_path: Path | None, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, store: str | None = None
+) -> int:
+    """Run the dashboard in the foreground until it exits; returns its exit code. On the DuckDB file
+    `db_path`, or (db_path None) on the ClickHouse store whose URL is `store`.
 
     Ctrl-C, SIGTERM or SIGHUP (a KeyboardInterrupt here, see tailscope.cli.signals) stop the
     dashboard first and are then raised again for the entry point to exit by."""
-    env = dict(os.environ, TAILSCOPE_DB=str(db_path))
+    if db_path is not None:
+        env, shown = dict(os.environ, TAILSCOPE_DB=str(db_path)), str(db_path)
+    else:
+        from tailscope.store.url import parse_store_url
+
+        assert store is not None
+        env, shown = dict(os.environ, TAILSCOPE_STORE=store), parse_store_url(store).url  # no password
+        env.pop("TAILSCOPE_DB", None)
     command = streamlit_command(db_path, host, port)
-    print(f"tailscope: dashboard on {db_path} at http://{host}:{port}  (Ctrl-C stops it)", flush=True)
+    print(f"tailscope: dashboard on {shown} at http://{host}:{port}  (Ctrl-C stops it)", flush=True)
     child: subprocess.Popen[bytes] | None = None
     try:
         child = subprocess.Popen(command, env=env, preexec_fn=signals.die_with_parent)
@@ -135,12 +147,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"tailscope serve: {error}", file=sys.stderr)
             return 2
         if location.engine != "duckdb":
-            print(
-                f"tailscope serve: the dashboard reads DuckDB stores only, not {location.url}; its reports "
-                "do: tailscope waterfall / compare / diagnose --store URL",
-                file=sys.stderr,
-            )
-            return 2
+            return serve(None, args.host, args.port, store=store)
         args.db = str(location.path)
     db = resolve_db(args.db)
     if not db.parent.is_dir():

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from tailscope.sql import Dialect
@@ -21,7 +22,7 @@ from tailscope.store.db import Result
 
 
 class ClickHouseConnection:
-    """execute / fetchone / fetchall / fetchnumpy / description over a ClickHouseStore."""
+    """execute / fetchone / fetchall / fetchnumpy / df / description over a ClickHouseStore."""
 
     dialect: Dialect = "clickhouse"
 
@@ -60,6 +61,11 @@ class ClickHouseConnection:
 
     def fetchall(self) -> list[tuple[Any, ...]]:
         return self._last().rows
+
+    def df(self) -> pd.DataFrame:
+        """The result as a DataFrame (DuckDB's `.df()`): Python values, timestamps naive UTC."""
+        result = self._last()
+        return pd.DataFrame(result.rows, columns=result.columns)
 
     def fetchnumpy(self) -> dict[str, np.ndarray]:
         """The columns as numpy arrays, straight from Arrow (no Python rows)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -102,6 +103,7 @@ class _Session:
         self.session = session
         self.settings: dict[str, Any] = {}
         self.users = 0
+        self.lock = threading.RLock()  # one statement at a time (the dashboard reads from threads)
 
 
 _SESSIONS: dict[Path, _Session] = {}
@@ -132,6 +134,10 @@ class ChdbTransport:
         self._settings = shared.settings
 
     def query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
+        with self._shared.lock:
+            return self._query_arrow(statement, params, settings)
+
+    def _query_arrow(self, statement: str, params: dict[str, Any], settings: dict[str, Any]) -> pa.Table:
         # Settings are session state in chdb (a trailing SETTINGS clause cannot follow VALUES).
         for name, value in settings.items():
             if self._settings.get(name) != value:
@@ -157,7 +163,8 @@ class ChdbTransport:
         with pa.ipc.new_stream(sink, data.schema) as writer:
             writer.write_table(data)
         columns = ", ".join(f"`{name}`" for name in data.column_names)
-        with self._session.send_insert(f"INSERT INTO {table} ({columns})", "ArrowStream") as inserter:
+        statement = f"INSERT INTO {table} ({columns})"
+        with self._shared.lock, self._session.send_insert(statement, "ArrowStream") as inserter:
             inserter.append(sink.getvalue().to_pybytes())
             inserter.finish()
 
@@ -360,6 +367,10 @@ class ClickHouseStore:
         self.check()
         for name in TAILSCOPE_DDL:
             self.query(sql.load(name, dialect="clickhouse"))
+
+    def data_version(self) -> tuple[Any, ...]:
+        """Changes when the data does (as Store.data_version): counts of spans, runs, requests, rules."""
+        return tuple(self.query(sql.load("data_version", dialect="clickhouse")).first() or ())
 
     @contextmanager
     def reader(self) -> Iterator[ClickHouseStore]:

@@ -1,0 +1,67 @@
+"""The dashboard on a ClickHouse store: `tailscope serve --store chdb:///dir` opens it, and its pages
+load in Chromium without an exception: Overview, Waterfall, Latency over time (the heatmap), Tail
+vs body, Traces
+(the slowest traces) and Stage mapping (the mapping; editing says in one line it is not available),
+Upload likewise. The store is the demo's runs, loaded by `tailscope demo --store` in a child process
+(chdb holds a data folder per process: the dashboard's)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from browser_support import REPO_ROOT, browser_missing, chromium, problems_on, serving, wait_for_app
+
+pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra): no ClickHouse store")
+pytest.importorskip("reference_pipeline.simulate", reason="the demo's simulator is not installed")
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
+if reason := browser_missing():
+    pytestmark.append(pytest.mark.skip(reason=reason))
+
+RUN = "demo-steady"
+NOT_HERE = "is not available on a ClickHouse store"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("chdb-dashboard")
+    url = f"chdb://{folder / 'store'}"
+    demo = [sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()", "demo"]
+    subprocess.run([*demo, "--store", url, "--requests", "150"], cwd=REPO_ROOT, check=True, timeout=240)
+    with serving(url, log=folder / "serve.log") as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def page(server: str) -> Iterator[Any]:
+    with chromium() as browser:
+        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        yield context.new_page()
+        context.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "title", "expect"),
+    [
+        ("overview", "Overview", RUN),
+        ("waterfall", "Waterfall", "model_forward"),
+        ("time", "Latency over time", "requests"),
+        ("tail", "Tail vs body", "dominant stage"),
+        ("traces", "Traces", "The trace Gantt chart " + NOT_HERE),
+        ("mapping", "Stage mapping", "Editing stage and phase rules " + NOT_HERE),
+        ("upload", "Upload", "Upload " + NOT_HERE),
+    ],
+)
+def test_page_loads_on_chdb(server: str, page: Any, path: str, title: str, expect: str) -> None:
+    response = page.goto(f"{server}/{path}?run={RUN}")
+    assert response is not None and response.ok
+    wait_for_app(page)
+    assert title in page.inner_text("h1")
+    assert problems_on(page) == []
+    text = page.inner_text("body")
+    assert expect in text
+    assert "chdb://" in text  # the sidebar names the store
+    assert "This view failed" not in text
