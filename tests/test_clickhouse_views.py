@@ -183,3 +183,20 @@ def test_trace_gantt_is_the_same(stores: Stores, run: str) -> None:
         )
     assert trace_gantt(clickhouse, traces["trace_id"].iloc[0]).run == run  # the run found from the trace
     assert trace_gantt(clickhouse, "0" * 32, run=run).reason == trace_gantt(duck, "0" * 32, run=run).reason
+
+
+@pytest.mark.parametrize("band", ["p90", "p99"])
+@pytest.mark.parametrize("run", ["hand", "frameworks", "lock", "gateway"])
+def test_stage_breakdown_is_the_same(stores: Stores, run: str, band: str) -> None:
+    # a sample that covers both groups: the two engines' samples (by hash) are then the same
+    from tailscope.analysis import stage_breakdown
+
+    duck, clickhouse = stores
+    expected = stage_breakdown(duck, Filter(run=run), band=band, sample=100_000)
+    got = stage_breakdown(clickhouse, Filter(run=run), band=band, sample=100_000)
+    assert len(expected) > 0
+    key = ["stage", "span_name"]
+    g, e = got.sort_values(key, ignore_index=True), expected.sort_values(key, ignore_index=True)
+    assert g[key].values.tolist() == e[key].values.tolist()
+    for column in ("band_ms", "median_ms", "delta_ms"):
+        assert g[column].tolist() == pytest.approx(e[column].tolist(), rel=1e-12, abs=1e-9)
