@@ -8,7 +8,7 @@ One OTLP JSON-lines file of the reference pipeline's steady scenario (about 13 s
   derive alone again (ch_write.refresh_run);
 - views: overview, waterfall p99 (bands, shares and stage percentiles), compare against itself
   (bootstrap 1000), heatmap, slowest traces, tail vs body, LLM latency, stage mapping (the sample
-  of 2000 traces), each the best of 3 after a warm-up;
+  of 2000 traces), the p99 stage breakdown, the slowest trace's Gantt, each the best of 3 after a warm-up;
 - diagnose: the run's diagnosis (load + detectors), best of 2.
 Prints one line per figure. Keep it modest: 2 shared cores.
 """
@@ -31,8 +31,10 @@ from tailscope.analysis import (
     llm_latency,
     overview,
     slowest_traces,
+    stage_breakdown,
     stage_mapping,
     tail_vs_body,
+    trace_gantt,
     waterfall,
 )
 from tailscope.analysis.diagnosis import diagnose
@@ -77,6 +79,9 @@ def bench(url: str, trace_file: Path, engine: str, diagnosis: bool = True) -> No
     views_line(engine, "tail vs body (p99, sample 1000)", lambda: tail_vs_body(store, flt))
     views_line(engine, "LLM latency", lambda: llm_latency(store, flt))
     views_line(engine, "stage mapping (2000 traces)", lambda: stage_mapping(store, "r"))
+    views_line(engine, "stage breakdown p99 (sample 500)", lambda: stage_breakdown(store, flt, "p99"))
+    slowest = str(slowest_traces(store, flt, limit=1)["trace_id"].iloc[0])
+    views_line(engine, "trace Gantt (the slowest trace)", lambda: trace_gantt(store, slowest, run="r"))
     if diagnosis:
         seconds = best(lambda: diagnose(store, "r"), runs=2)
         print(f"{engine:6} diagnose                          {seconds:7.2f} s")

@@ -1,9 +1,8 @@
 """The dashboard on a ClickHouse store: `tailscope serve --store chdb:///dir` opens it, and its pages
-load in Chromium without an exception: Overview, Waterfall, Latency over time (the heatmap), Tail
-vs body, Traces
-(the slowest traces) and Stage mapping (the mapping; editing says in one line it is not available),
-Upload likewise. The store is the demo's runs, loaded by `tailscope demo --store` in a child process
-(chdb holds a data folder per process: the dashboard's)."""
+load in Chromium without an exception: Overview, Waterfall, Latency over time (the heatmap), Tail vs
+body, Traces (the slowest traces and the Gantt of one) and Stage mapping (the mapping; editing says
+in one line it is not available), Upload likewise. The store is the demo's runs, loaded by
+`tailscope demo --store` in a child process (chdb holds a data folder per process: the dashboard's)."""
 
 from __future__ import annotations
 
@@ -50,7 +49,7 @@ def page(server: str) -> Iterator[Any]:
         ("waterfall", "Waterfall", "model_forward"),
         ("time", "Latency over time", "requests"),
         ("tail", "Tail vs body", "dominant stage"),
-        ("traces", "Traces", "The trace Gantt chart " + NOT_HERE),
+        ("traces", "Traces", "On the critical path"),
         ("mapping", "Stage mapping", "Editing stage and phase rules " + NOT_HERE),
         ("upload", "Upload", "Upload " + NOT_HERE),
     ],

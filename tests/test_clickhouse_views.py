@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import test_clickhouse_parity as parity
 
-from tailscope.analysis import tail_vs_body, views
+from tailscope.analysis import tail_vs_body, trace_gantt, views
 from tailscope.analysis.types import Filter, Rect
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.db import Store
@@ -160,3 +160,43 @@ def test_tail_vs_body_of_a_rectangle_is_the_same(stores: Stores, stage: str | No
     g, e = _sorted(got.attributes), _sorted(expected.attributes)
     assert g[list(g.columns[:4])].values.tolist() == e[list(e.columns[:4])].values.tolist()
     assert g["difference_pct"].tolist() == pytest.approx(e["difference_pct"].tolist(), abs=1e-9)
+
+
+@pytest.mark.parametrize("run", ["hand", "frameworks", "steady", "gateway", "alt-slow"])
+def test_trace_gantt_is_the_same(stores: Stores, run: str) -> None:
+    # the slowest trace and a middling one of each run, span for span (rows sorted by span id)
+    duck, clickhouse = stores
+    traces = views.slowest_traces(duck, Filter(run=run), limit=1000)
+    for trace_id in (traces["trace_id"].iloc[0], traces["trace_id"].iloc[len(traces) // 2]):
+        expected = trace_gantt(duck, trace_id, run=run)
+        got = trace_gantt(clickhouse, trace_id, run=run)
+        assert expected.reason is None and len(expected.spans) > 1
+        assert (got.reason, got.root_span_id, got.duration_ms, got.client_duration_ms) == (
+            expected.reason,
+            expected.root_span_id,
+            expected.duration_ms,
+            expected.client_duration_ms,
+        )
+        key = ["span_id", "name"]
+        _same_frame(
+            got.spans.sort_values(key, ignore_index=True), expected.spans.sort_values(key, ignore_index=True)
+        )
+    assert trace_gantt(clickhouse, traces["trace_id"].iloc[0]).run == run  # the run found from the trace
+    assert trace_gantt(clickhouse, "0" * 32, run=run).reason == trace_gantt(duck, "0" * 32, run=run).reason
+
+
+@pytest.mark.parametrize("band", ["p90", "p99"])
+@pytest.mark.parametrize("run", ["hand", "frameworks", "lock", "gateway"])
+def test_stage_breakdown_is_the_same(stores: Stores, run: str, band: str) -> None:
+    # a sample that covers both groups: the two engines' samples (by hash) are then the same
+    from tailscope.analysis import stage_breakdown
+
+    duck, clickhouse = stores
+    expected = stage_breakdown(duck, Filter(run=run), band=band, sample=100_000)
+    got = stage_breakdown(clickhouse, Filter(run=run), band=band, sample=100_000)
+    assert len(expected) > 0
+    key = ["stage", "span_name"]
+    g, e = got.sort_values(key, ignore_index=True), expected.sort_values(key, ignore_index=True)
+    assert g[key].values.tolist() == e[key].values.tolist()
+    for column in ("band_ms", "median_ms", "delta_ms"):
+        assert g[column].tolist() == pytest.approx(e[column].tolist(), rel=1e-12, abs=1e-9)

@@ -113,9 +113,6 @@ def render() -> None:
     rows = event.selection.rows if event else []
     row = table.iloc[rows[0] if rows else 0]
     run = row.get("run") if "run" in table.columns else flt.run
-    if data.is_clickhouse():
-        notice.not_on_clickhouse("The trace Gantt chart", "The table above lists the traces.")
-        return
     gantt = data.get(analysis.trace_gantt, str(row["trace_id"]), run=run)
     st.subheader(f"Trace `{row['trace_id']}`")
     if gantt.reason or gantt.spans.empty:

@@ -163,9 +163,6 @@ def breakdown_section(flt: analysis.Filter, band: str) -> None:
     if band == "p50":
         return
     with st.expander("Inside the stages: which spans carry the band's time", icon=":material/account_tree:"):
-        if data.is_clickhouse():
-            notice.not_on_clickhouse("The per-span breakdown inside the stages")
-            return
         table = data.get(analysis.stage_breakdown, flt, band=band)
         if table.empty:
             st.caption("Too few requests in this band or in the median band to compare.")

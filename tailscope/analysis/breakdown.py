@@ -7,15 +7,20 @@ band's requests (sql/stage_breakdown*.sql), as mean attributed ms per request of
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from tailscope import sql
 from tailscope.analysis.phases import phase_rules_in_force
+from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.stages import rules_in_force
 from tailscope.analysis.types import BAND_QUANTILES, BANDS, Band, Filter
 from tailscope.analysis.views import one_run
 from tailscope.query.builders import filtered, span_tree_query
+from tailscope.store.ch_conn import ClickHouseConnection
+from tailscope.store.clickhouse import ClickHouseStore
 
 COLUMNS = ["stage", "span_name", "band_ms", "median_ms", "delta_ms"]
 
@@ -27,6 +32,11 @@ def stage_breakdown(source: Source, flt: Filter, band: Band = "p99", sample: int
     if band not in BAND_QUANTILES:
         raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
     lo, hi = BAND_QUANTILES[band]
+    if isinstance(source, ClickHouseStore):
+        rows, counts = _clickhouse_rows(source, flt, lo, hi, sample)
+        if not counts.get("band") or not counts.get("median"):
+            return pd.DataFrame(columns=COLUMNS)
+        return _table(rows, counts)
     with reading(source) as conn:
         flt, reason = one_run(conn, flt)
         if reason:
@@ -46,6 +56,10 @@ def stage_breakdown(source: Source, flt: Filter, band: Band = "p99", sample: int
             ).fetchall()
         finally:
             conn.execute(sql.load("derive_drop_scope"))
+    return _table(rows, counts)
+
+
+def _table(rows: list[Any], counts: dict[str, int]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["stage", "span_name", "grp", "ns"])
     table = frame.pivot_table(
         index=["stage", "span_name"], columns="grp", values="ns", aggfunc="sum", fill_value=0
@@ -58,3 +72,42 @@ def stage_breakdown(source: Source, flt: Filter, band: Band = "p99", sample: int
     ).reset_index()
     out["delta_ms"] = out["band_ms"] - out["median_ms"]
     return out.sort_values("delta_ms", ascending=False, ignore_index=True)[COLUMNS]
+
+
+def _clickhouse_rows(
+    store: ClickHouseStore, flt: Filter, lo: float, hi: float, sample: int
+) -> tuple[list[Any], dict[str, int]]:
+    """(stage, span name, group, ns) rows and the sampled requests per group, on ClickHouse: the
+    band bounds from order statistics, the span tree of the sampled traces inside ClickHouse."""
+    from tailscope.analysis.phases import default_phase_rules
+    from tailscope.query.clickhouse import span_tree_statements
+    from tailscope.store import ch_write
+
+    conn = ClickHouseConnection(store)
+    flt, reason = one_run(conn, flt)
+    selection = ch_write.run_selection(store, flt.run) if not reason and flt.run else None
+    if selection is None:
+        return [], {}
+    quantiles = (0.45, 0.55, lo, hi)
+    text, params = filtered("order_statistics", flt, list(quantiles), dialect="clickhouse")
+    pairs, n = conn.execute(text, params).fetchone()
+    if not n:
+        return [], {}
+    bounds = from_order_statistics(pairs, n, quantiles)
+    text, params = filtered(
+        "stage_breakdown_scope", flt, bounds, hi >= 1.0, int(sample), dialect="clickhouse"
+    )
+    groups = dict(conn.execute(text, params).fetchall())
+    counts = {grp: sum(1 for g in groups.values() if g == grp) for grp in ("band", "median")}
+    if not counts["band"] or not counts["median"]:
+        return [], counts
+    output = sql.load("stage_breakdown", dialect="clickhouse")
+    statements = span_tree_statements(
+        ch_write.rules_in_force(store), selection, output, list(groups), default_phase_rules()
+    )
+    rows: list[Any] = []
+    for i, (text, params) in enumerate(statements):
+        result = store.query(text, params)
+        if i == len(statements) - 2:
+            rows = [(stage, name, groups[trace], ns) for stage, name, trace, ns in result.rows]
+    return rows, counts

@@ -3,6 +3,8 @@ each span's duration ranked among the spans of the same name in the run."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from tailscope import sql
@@ -11,6 +13,7 @@ from tailscope.analysis.source import Source, reading
 from tailscope.analysis.stages import rules_in_force
 from tailscope.analysis.types import Gantt
 from tailscope.query.builders import span_tree_query
+from tailscope.store.clickhouse import ClickHouseStore
 
 COLUMNS = [
     "span_id",
@@ -61,40 +64,22 @@ def critical_path(spans: pd.DataFrame) -> set[str]:
 def trace_gantt(source: Source, trace_id: str, run: str | None = None) -> Gantt:
     """One trace's spans for a Gantt chart (see types.Gantt), with the critical path marked and each
     span's duration ranked among spans of the same name in the run."""
-    with reading(source) as conn:
-        if run is None:
-            row = conn.execute(sql.load("trace_run"), [trace_id]).fetchone()
-            run = row[0] if row else None
-        empty = Gantt(
+    if isinstance(source, ClickHouseStore):
+        loaded = _read_clickhouse(source, trace_id, run)
+    else:
+        with reading(source) as conn:
+            loaded = _read(conn, trace_id, run)
+    run, tree, client, ranks, reason = loaded
+    if reason or tree is None:
+        return Gantt(
             run=run,
             trace_id=trace_id,
             root_span_id=None,
             duration_ms=None,
             client_duration_ms=None,
             spans=pd.DataFrame(columns=COLUMNS),
+            reason=reason,
         )
-        if run is None:
-            empty.reason = f"no trace {trace_id!r} in the store"
-            return empty
-        text, params = span_tree_query(
-            rules_in_force(conn), "trace", run, trace_id=trace_id, phase_rules=phase_rules_in_force(conn)
-        )
-        tree = conn.execute(text, params).df()
-        if tree.empty:
-            spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]
-            empty.reason = (
-                f"trace {trace_id!r} has no request root"
-                if spans
-                else f"no trace {trace_id!r} in run {run!r}"
-            )
-            return empty
-        client_id = tree["ClientSpanId"].iloc[0]
-        client = None
-        if isinstance(client_id, str):
-            client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
-        names = [*tree["SpanName"], *([client[2]] if client else [])]
-        durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
-        ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
     root = tree[tree["Depth"] == 0].iloc[0]
     origin = int(client[5]) if client and client[5] < root["StartNs"] else int(root["StartNs"])
     on_path = critical_path(tree)
@@ -115,7 +100,7 @@ def trace_gantt(source: Source, trace_id: str, run: str | None = None) -> Gantt:
                 None,
                 None,
                 False,
-                ranks.get(len(names)),
+                ranks.get(len(tree) + 1),  # the client span is the last name ranked
                 client[7],
                 False,
             )
@@ -170,3 +155,52 @@ def _depth_first(tree: pd.DataFrame) -> list[int]:
         for _, _, child in sorted(kids.get(tree.iloc[i]["SpanId"], []), reverse=True):
             stack.append(child)
     return order
+
+
+Loaded = tuple[str | None, pd.DataFrame | None, tuple[Any, ...] | None, dict[int, float], str | None]
+
+
+def _no_tree(trace_id: str, run: str, spans: int) -> str:
+    return f"trace {trace_id!r} has no request root" if spans else f"no trace {trace_id!r} in run {run!r}"
+
+
+def _read(conn: Any, trace_id: str, run: str | None) -> Loaded:
+    """The span tree, client span and ranks of one trace from a DuckDB store (or a reason)."""
+    if run is None:
+        row = conn.execute(sql.load("trace_run"), [trace_id]).fetchone()
+        run = row[0] if row else None
+    if run is None:
+        return run, None, None, {}, f"no trace {trace_id!r} in the store"
+    text, params = span_tree_query(
+        rules_in_force(conn), "trace", run, trace_id=trace_id, phase_rules=phase_rules_in_force(conn)
+    )
+    tree = conn.execute(text, params).df()
+    if tree.empty:
+        spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]
+        return run, None, None, {}, _no_tree(trace_id, run, spans)
+    client_id = tree["ClientSpanId"].iloc[0]
+    client = None
+    if isinstance(client_id, str):
+        client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
+    names = [*tree["SpanName"], *([client[2]] if client else [])]
+    durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
+    ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
+    return run, tree, client, ranks, None
+
+
+def _read_clickhouse(store: ClickHouseStore, trace_id: str, run: str | None) -> Loaded:
+    """As _read, on a ClickHouse store (analysis.trace_ch: the span tree inside ClickHouse)."""
+    from tailscope.analysis import trace_ch
+
+    run = run if run is not None else trace_ch.trace_run(store, trace_id)
+    if run is None:
+        return run, None, None, {}, f"no trace {trace_id!r} in the store"
+    tree = trace_ch.span_tree(store, run, trace_id)
+    if tree is None or tree.empty:
+        spans = trace_ch.span_count(store, run, trace_id) if tree is not None else 0
+        return run, None, None, {}, _no_tree(trace_id, run, spans)
+    client_id = tree["ClientSpanId"].iloc[0]
+    client = trace_ch.client_span(store, trace_id, client_id) if isinstance(client_id, str) else None
+    names = [*tree["SpanName"], *([client[2]] if client else [])]
+    durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
+    return run, tree, client, trace_ch.ranks(store, run, names, durations), None
