@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,7 +26,7 @@ import pyarrow as pa
 from ingest.errors import DecodeError
 from ingest.loader import FileResult, LoadSummary, Progress, decode_file, default_run_label, expand_paths
 from ingest.loader import reason_of as _reason
-from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool
+from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool, decode_on_workers
 from ingest.setup import setup_attributes
 from tailscope import sql
 from tailscope.query.clickhouse import RunSelection
@@ -138,11 +137,7 @@ def load_paths(
     sizes = [p.stat().st_size if p.exists() else 0 for p in files]
     # big OTLP files decode on worker processes, as ingest.loader does (forked before this load
     # starts a thread; the workers only decode, and leave by os._exit, never touching chdb)
-    parallel = (
-        (os.cpu_count() or 1) > 1
-        and threading.active_count() == 1
-        and any(size >= PARALLEL_MIN_BYTES for size in sizes)
-    )
+    parallel = decode_on_workers(sizes)
     with DecodePool() if parallel else contextlib.nullcontext() as pool:
         for path, size in zip(files, sizes, strict=True):
             use_pool = pool if size >= PARALLEL_MIN_BYTES else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -28,7 +27,7 @@ from ingest.arrow_batch import ArrowSpans
 from ingest.columns import SpanColumns
 from ingest.compression import open_decompressed
 from ingest.errors import DecodeError
-from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool
+from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool, decode_on_workers
 from ingest.run_row import trace_count, update_run
 from ingest.setup import setup_attributes
 from ingest.touched import TouchedTraces
@@ -346,13 +345,7 @@ def load_paths(
     sizes = [_size(p) for p in files]
     total = sum(sizes)
     done_bytes = done_spans = 0
-    # Worker processes are forked: only from a single-threaded process (the CLI), where no lock
-    # held by another thread can be inherited; a server calling this decodes in its own thread.
-    parallel = (
-        (os.cpu_count() or 1) > 1
-        and threading.active_count() == 1
-        and any(size >= PARALLEL_MIN_BYTES for size in sizes)
-    )
+    parallel = decode_on_workers(sizes)
     with DecodePool() if parallel else contextlib.nullcontext() as pool:
         for path, size in zip(files, sizes, strict=True):
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
@@ -28,6 +29,17 @@ from ingest.errors import DecodeError
 WORKERS = 2
 IN_FLIGHT = 2 * WORKERS + 1
 PARALLEL_MIN_BYTES = 16 << 20
+
+
+def decode_on_workers(sizes: list[int]) -> bool:
+    """Whether a load of files of these sizes decodes on worker processes: on more than one core,
+    when one file is big enough, and only from a single-threaded process (the CLI): the workers are
+    forked, and a lock held by another thread would be inherited; a server decodes in its own thread."""
+    return (
+        (os.cpu_count() or 1) > 1
+        and threading.active_count() == 1
+        and any(size >= PARALLEL_MIN_BYTES for size in sizes)
+    )
 
 
 def _decode_json(block: tuple[int, bytes], source: str, on_bad: Any) -> list[Any]:

@@ -126,6 +126,7 @@ def test_decode_pool_gives_the_same_store(tmp_path: Path, monkeypatch: pytest.Mo
     path = write_lines(tmp_path / "big.jsonl", *requests)
     serial = loader.load_paths([path], tmp_path / "serial.duckdb", "r")
     monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(parallel.otlp_fast, "BLOCK_BYTES", 4096)
     used = []
     monkeypatch.setattr(parallel.DecodePool, "decode", _spy(parallel.DecodePool.decode, used))
@@ -141,6 +142,7 @@ def test_decode_pool_strict_error_rolls_back(
     requests = [request(span(spanId=f"{i:016x}")) for i in range(200)] + [request(span(endTimeUnixNano="0"))]
     path = write_lines(tmp_path / "big.jsonl", *requests)
     monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(parallel.otlp_fast, "BLOCK_BYTES", 2048)
     summary = loader.load_paths([path], db_path, "r")
     assert summary.failed and "line 201" in summary.failed[0].error and spans_in(db_path, "r") == []
@@ -195,6 +197,7 @@ def test_decode_pool_protobuf_matches_serial(tmp_path: Path, monkeypatch: pytest
     path.write_bytes(prefixed(*payloads))
     serial = loader.load_paths([path], tmp_path / "serial.duckdb", "r")
     monkeypatch.setattr(loader, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_BYTES", 1)
     monkeypatch.setattr(parallel.otlp_proto_fast, "BLOCK_BYTES", 2048)
     pooled = loader.load_paths([path], tmp_path / "pooled.duckdb", "r")
     assert serial.spans == pooled.spans == 500

@@ -151,7 +151,8 @@ def default_rules() -> list[StageRule]:
     ]
 
 
-def _rows_to_rules(rows: list[tuple[Any, ...]]) -> list[StageRule]:
+def rules_from_rows(rows: list[tuple[Any, ...]]) -> list[StageRule]:
+    """Stage rules from stage_rules_list rows (position, stage, kind, name, attribute, description)."""
     return [
         StageRule(
             position=r[0],
@@ -170,7 +171,7 @@ def _stored_rules(conn: duckdb.DuckDBPyConnection) -> list[StageRule] | None:
         rows = run_query(conn, sql.load("stage_rules_list")).rows
     except duckdb.CatalogException:  # a store from before the table existed, opened read-only
         return None
-    return _rows_to_rules(rows) if rows else None
+    return rules_from_rows(rows) if rows else None
 
 
 def rules_in_force(conn: duckdb.DuckDBPyConnection) -> list[StageRule]:

@@ -141,7 +141,7 @@ def run_selection(store: ClickHouseStore, run: str) -> RunSelection | None:
 
 def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
     """The stored stage rules, seeding the defaults into an empty table first."""
-    from tailscope.analysis.stages import default_rules
+    from tailscope.analysis.stages import default_rules, rules_from_rows
 
     rows = store.query(sql.load("stage_rules_list", dialect="clickhouse")).rows
     if not rows:
@@ -160,17 +160,7 @@ def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
             ),
         )
         return rules
-    return [
-        StageRule(
-            position=r[0],
-            stage=r[1],
-            span_kind=r[2],
-            name_regex=r[3],
-            attribute_regex=r[4],
-            description=r[5] or "",
-        )
-        for r in rows
-    ]
+    return rules_from_rows(rows)
 
 
 def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) -> int:
