@@ -137,8 +137,7 @@ def detect(ctx: Context) -> list[Finding]:
         )
     advice = (
         "The model's forward pass carries the tail, so compute is the lever here. "
-        + "; ".join(levers or ["profile the forward pass (torch.profiler) to find the dominant operators"])
-        + "."
+        + _sentence("; ".join(levers or [PROFILE_ADVICE]))
     )
     confidence = logistic(share, 0.5, 0.1)
     top_name, by_name = _split_by_name(ctx, fwd)
@@ -186,3 +185,11 @@ def detect(ctx: Context) -> list[Finding]:
             advice,
         )
     ]
+
+
+PROFILE_ADVICE = "profile the forward pass (torch.profiler) to find the dominant operators"
+
+
+def _sentence(text: str) -> str:
+    """The levers as one sentence: capitalised, with its full stop."""
+    return text[:1].upper() + text[1:] + "."
