@@ -49,18 +49,14 @@ PHASE_COLUMNS = "TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, St
 def phase_params(phase_rules: list[PhaseRule]) -> dict[str, Any]:
     """phase_spans.sql's parameters: the rules as parallel arrays, and the keys that make a span a
     candidate (attribute rules' duration keys, event rules' start event names)."""
-    from tailscope.analysis.phases import UNITS
+    from tailscope.analysis.phases import phase_rules_param
 
+    # the per-rule values as DuckDB's list-of-structs parameter has them, one array per field
+    structs = phase_rules_param(phase_rules)
+    fields = ("grp", "phase", "stage", "source", "start_key", "end_key", "factor", "name_regex")
     return {
-        "ph_pos": [int(r.position) for r in phase_rules],
-        "ph_grp": [r.framework for r in phase_rules],
-        "ph_phase": [r.phase for r in phase_rules],
-        "ph_stage": [r.stage for r in phase_rules],
-        "ph_source": [r.source for r in phase_rules],
-        "ph_start_key": [r.start_key for r in phase_rules],
-        "ph_end_key": [r.end_key for r in phase_rules],
-        "ph_factor": [UNITS.get(r.unit or "") if r.source == "attribute" else None for r in phase_rules],
-        "ph_name_regex": [r.name_regex for r in phase_rules],
+        "ph_pos": [int(s["pos"]) for s in structs],
+        **{f"ph_{field}": [s[field] for s in structs] for field in fields},
         "ph_attribute_keys": sorted({r.start_key for r in phase_rules if r.source == "attribute"}),
         "ph_event_keys": sorted({r.start_key for r in phase_rules if r.source == "events"}),
     }
