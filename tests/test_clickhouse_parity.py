@@ -76,43 +76,13 @@ def _frameworks() -> list[pa.Table]:
     """Serving frameworks' self-reported phases (the phase rules): vLLM duration attributes, Triton
     events on one span and over a model span and its compute child, TGI text durations whose
     children cover part of them, and a vLLM span nested under a gateway's client call."""
-    from test_phases import triton_request, vllm_request
+    from test_phases import triton_otel_request, triton_request, vllm_request
 
     cols = SpanColumns()
     for i in range(12):
         add_trace(cols, vllm_request(0.002 * i, 0.025 + 0.001 * i, 0.040), 100 + i, offset_ms=i * 300)
         add_trace(cols, triton_request(queue_ms=1.0 + i, infer_ms=20.0 + 0.5 * i), 200 + i, offset_ms=i * 300)
-        compute = S(
-            "compute",
-            12,
-            35,
-            events=[
-                (12, "COMPUTE_START"),
-                (13, "COMPUTE_INPUT_END"),
-                (33 - i * 0.25, "COMPUTE_OUTPUT_START"),
-                (35, "COMPUTE_END"),
-            ],
-        )
-        model = S(
-            "resnet50",
-            1.5,
-            36,
-            children=[compute],
-            events=[(1.5, "REQUEST_START"), (2, "QUEUE_START"), (36, "REQUEST_END")],
-        )
-        top = S(
-            "InferRequest",
-            0,
-            40,
-            kind="Server",
-            children=[model],
-            events=[
-                (0, "HTTP_RECV_START"),
-                (1, "HTTP_RECV_END"),
-                (37, "HTTP_SEND_START"),
-                (39, "HTTP_SEND_END"),
-            ],
-        )
+        top = triton_otel_request(output_start_ms=33 - i * 0.25)
         add_trace(cols, top, 300 + i, offset_ms=i * 300)
         tgi = {"validation_time": f"{2 + i * 0.1:.1f}ms", "queue_time": "11ms", "inference_time": "0.03s"}
         generate = S(

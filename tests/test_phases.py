@@ -180,7 +180,7 @@ def test_a_store_derived_before_phase_rules_is_rederived_by_the_next_writer(db_p
         assert len(phase_rules_in_force(conn)) == len(default_phase_rules())
 
 
-def test_triton_three_span_shape_queue_ends_at_the_compute_childs_start(db_path):
+def triton_otel_request(output_start_ms: float = 33) -> S:
     """Triton's OpenTelemetry mode: a top-level span (HTTP timestamps), a model span (REQUEST_START,
     QUEUE_START, REQUEST_END) and its compute span (COMPUTE_* timestamps)."""
     compute = S(
@@ -190,7 +190,7 @@ def test_triton_three_span_shape_queue_ends_at_the_compute_childs_start(db_path)
         events=[
             (12, "COMPUTE_START"),
             (13, "COMPUTE_INPUT_END"),
-            (33, "COMPUTE_OUTPUT_START"),
+            (output_start_ms, "COMPUTE_OUTPUT_START"),
             (35, "COMPUTE_END"),
         ],
     )
@@ -201,7 +201,7 @@ def test_triton_three_span_shape_queue_ends_at_the_compute_childs_start(db_path)
         children=[compute],
         events=[(1.5, "REQUEST_START"), (2, "QUEUE_START"), (36, "REQUEST_END")],
     )
-    top = S(
+    return S(
         "InferRequest",
         0,
         40,
@@ -209,6 +209,11 @@ def test_triton_three_span_shape_queue_ends_at_the_compute_childs_start(db_path)
         children=[model],
         events=[(0, "HTTP_RECV_START"), (1, "HTTP_RECV_END"), (37, "HTTP_SEND_START"), (39, "HTTP_SEND_END")],
     )
+
+
+def test_triton_three_span_shape_queue_ends_at_the_compute_childs_start(db_path):
+    """Triton's OpenTelemetry mode (triton_otel_request): the queue ends where the compute child starts."""
+    top = triton_otel_request()
     cols = SpanColumns()
     add_trace(cols, top, 1)
     load(db_path, "triton", cols)
