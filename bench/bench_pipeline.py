@@ -114,21 +114,34 @@ def _steady_run(args, **options) -> dict:
                 concurrency=0 if args.rps else args.concurrency,
                 downstream=False,
                 eager=args.eager,
+                cuda_graphs=args.cuda_graphs,
+                workers=args.workers,
                 out=Path(tmp) / "t.jsonl",
                 **options,
             )
         )
 
 
+def _cpu_s(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
-    """One saturated run; adds the service process's CPU ms per completed request (`cpu_ms_per_req`),
-    read from the reaped child's rusage (the only child: the downstream is off)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """One saturated run; adds the service processes' CPU ms per completed request (`cpu_ms_per_req`),
+    read from the reaped children's rusage (the only children: the downstream is off), and the load
+    generator's own CPU: ms per request and its busy share of one core (`client_core_share`; near 1.0
+    the single-process client, not the service, sets the throughput)."""
+    service_before, client_before = _cpu_s(resource.RUSAGE_CHILDREN), _cpu_s(resource.RUSAGE_SELF)
     summary = _steady_run(args, max_batch=max_batch, max_wait_ms=max_wait_ms, tracing=tracing)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    completed = summary["requests"] - summary["errors"]
-    summary["cpu_ms_per_req"] = round(1000 * cpu_s / max(completed, 1), 2)
+    completed = max(summary["requests"] - summary["errors"], 1)
+    service_s = _cpu_s(resource.RUSAGE_CHILDREN) - service_before
+    client_s = _cpu_s(resource.RUSAGE_SELF) - client_before
+    summary["cpu_ms_per_req"] = round(1000 * service_s / completed, 2)
+    summary["client_cpu_ms_per_req"] = round(1000 * client_s / completed, 2)
+    summary["client_core_share"] = round(
+        summary["client_cpu_ms_per_req"] * summary["throughput_rps"] / 1000, 2
+    )
     return summary
 
 
@@ -143,13 +156,17 @@ def bench_batching(args) -> None:
         f"service throughput at saturation ({_load_text(args)}, "
         f"steady, no downstream) — {machine(SERVICE_THREADS)}\n"
     )
-    print("| policy | completed req/s | client p50 ms | client p99 ms |")
-    print("|---|---|---|---|")
+    print(
+        "| policy | completed req/s | client p50 ms | client p99 ms | service CPU ms/req | "
+        "load generator CPU ms/req (share of one core) |"
+    )
+    print("|---|---|---|---|---|---|")
     for max_batch, wait in ((1, 0.0), (8, 5.0)):
         summary = _saturated(max_batch, wait, True, args)
         print(
             f"| max batch {max_batch}, wait {wait:g} ms | {summary['throughput_rps']} | "
-            f"{summary['p50_ms']} | {summary['p99_ms']} |",
+            f"{summary['p50_ms']} | {summary['p99_ms']} | {summary['cpu_ms_per_req']} | "
+            f"{summary['client_cpu_ms_per_req']} ({summary['client_core_share']:.2f}) |",
             flush=True,
         )
 
@@ -339,6 +356,10 @@ def main() -> int:
     parser.add_argument(
         "--eager", action="store_true", help="batching, tracing: the service's forward op by op"
     )
+    parser.add_argument(
+        "--cuda-graphs", action="store_true", help="batching, tracing: the service replays CUDA graphs"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="batching, tracing: service processes")
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per forward cell (min 10 runs)")
