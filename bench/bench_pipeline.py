@@ -277,8 +277,10 @@ def bench_tracing_ab(args) -> None:
             f"mean {statistics.mean(window_costs):.1f} % of throughput over {len(window_costs)} windows"
         )
     if stolen:
-        print(f"CPU stolen by the hypervisor per window: median {statistics.median(stolen):.2f} s, "
-              f"max {max(stolen):.2f} s")
+        print(
+            f"CPU stolen by the hypervisor per window: median {statistics.median(stolen):.2f} s, "
+            f"max {max(stolen):.2f} s"
+        )
 
 
 def _one_request_of_spans(tracer) -> None:
