@@ -116,6 +116,7 @@ def _steady_run(args, **options) -> dict:
                 eager=args.eager,
                 cuda_graphs=args.cuda_graphs,
                 workers=args.workers,
+                load_processes=args.load_processes,
                 out=Path(tmp) / "t.jsonl",
                 **options,
             )
@@ -130,13 +131,16 @@ def _cpu_s(who: int) -> float:
 def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
     """One saturated run; adds the service processes' CPU ms per completed request (`cpu_ms_per_req`),
     read from the reaped children's rusage (the only children: the downstream is off), and the load
-    generator's own CPU: ms per request and its busy share of one core (`client_core_share`; near 1.0
-    the single-process client, not the service, sets the throughput)."""
-    service_before, client_before = _cpu_s(resource.RUSAGE_CHILDREN), _cpu_s(resource.RUSAGE_SELF)
+    generator's own CPU: ms per request and the cores it kept busy (`client_core_share`; near 1.0 per
+    load process, the load generator, not the service, sets the throughput: add --load-processes)."""
+    children_before = _cpu_s(resource.RUSAGE_CHILDREN)
     summary = _steady_run(args, max_batch=max_batch, max_wait_ms=max_wait_ms, tracing=tracing)
     completed = max(summary["requests"] - summary["errors"], 1)
-    service_s = _cpu_s(resource.RUSAGE_CHILDREN) - service_before
-    client_s = _cpu_s(resource.RUSAGE_SELF) - client_before
+    client_s = summary["loadgen_cpu_ms_per_request"] * summary["requests"] / 1000
+    # reaped children: the service, and the load generator's processes when it has several
+    service_s = _cpu_s(resource.RUSAGE_CHILDREN) - children_before
+    if args.load_processes > 1:
+        service_s -= client_s
     summary["cpu_ms_per_req"] = round(1000 * service_s / completed, 2)
     summary["client_cpu_ms_per_req"] = round(1000 * client_s / completed, 2)
     summary["client_core_share"] = round(
@@ -158,7 +162,7 @@ def bench_batching(args) -> None:
     )
     print(
         "| policy | completed req/s | client p50 ms | client p99 ms | service CPU ms/req | "
-        "load generator CPU ms/req (share of one core) |"
+        "load generator CPU ms/req (cores busy) |"
     )
     print("|---|---|---|---|---|---|")
     for max_batch, wait in ((1, 0.0), (8, 5.0)):
@@ -361,7 +365,10 @@ def main() -> int:
     parser.add_argument(
         "--cuda-graphs", action="store_true", help="batching, tracing: the service replays CUDA graphs"
     )
-    parser.add_argument("--workers", type=int, default=1, help="batching, tracing: service processes")
+    parser.add_argument("--workers", type=int, default=1, help="batching, tracing: model worker threads")
+    parser.add_argument(
+        "--load-processes", type=int, default=1, help="batching, tracing: load generator processes"
+    )
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--threads", type=int, default=0)
     parser.add_argument("--budget", type=float, default=3.0, help="seconds per forward cell (min 10 runs)")

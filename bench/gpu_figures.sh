@@ -5,7 +5,8 @@
 # of torch, from the repository root:
 #   bash bench/gpu_figures.sh [LOG]
 # Optional: WHEELS=dir installs wheels there first (a machine without a package index); QUICK=1 shortens
-# every section (a smoke run of the script itself).
+# every section (a smoke run of the script itself). DEVICE=cpu runs it where there is no GPU (the
+# cuda-graphs cells then fail: they need CUDA).
 set -uo pipefail
 log=${1:-gpu-figures.log}
 export PYTHONUNBUFFERED=1
@@ -16,7 +17,7 @@ if [[ -n "${WHEELS:-}" ]]; then
     export PYTHONPATH=/tmp/site:$PWD
 fi
 device=${DEVICE:-cuda}
-dur=20; budget=1.5; ab=30
+dur=15; budget=1.5; ab=30
 if [[ -n "${QUICK:-}" ]]; then dur=3; budget=0.2; ab=12; fi
 
 step() {  # step SECONDS TITLE COMMAND...
@@ -33,9 +34,11 @@ step() {  # step SECONDS TITLE COMMAND...
     step 120 "CUDA tests" "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_pipeline_model.py
     step 150 "forward" "$py" bench/bench_pipeline.py forward --device "$device" \
         --dtypes fp32,bf16,fp16 --executors eager,torchscript,cuda-graphs --budget "$budget" --seq 64
-    for dtype in bf16 fp32; do
-        step 120 "batching ($dtype)" "$py" bench/bench_pipeline.py batching --device "$device" \
-            --dtype "$dtype" --concurrency 64 --duration "$dur"
+    # the load over 4 processes: one load-generator process saturates its core first on a GPU
+    for service in "bf16 --cuda-graphs" "fp32 --cuda-graphs" "bf16"; do
+        # shellcheck disable=SC2086  # dtype and executor flag, split on purpose
+        step 120 "batching ($service)" "$py" bench/bench_pipeline.py batching --device "$device" \
+            --dtype $service --concurrency 64 --load-processes 4 --duration "$dur"
     done
     step 150 "tracing (one process, tracer swapped every 4 s)" "$py" bench/bench_pipeline.py tracing-ab \
         --device "$device" --dtype bf16 --concurrency 64 --duration "$ab" --period 4 --repeats 2

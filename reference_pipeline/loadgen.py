@@ -80,6 +80,7 @@ class LoadResult:
     sent: int = 0
     errors: int = 0
     wall_s: float = 0.0
+    cpu_s: float = 0.0  # the load generator's own CPU seconds (its processes', start-up included)
 
     def quantile(self, q: float) -> float:
         if not self.latencies_ms:
@@ -95,6 +96,7 @@ class LoadResult:
             "p50_ms": round(self.quantile(0.5), 2),
             "p99_ms": round(self.quantile(0.99), 2),
             "throughput_rps": round(ok / self.wall_s, 2) if self.wall_s else 0.0,
+            "loadgen_cpu_ms_per_request": round(1000 * self.cpu_s / max(self.sent, 1), 2),
         }
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from reference_pipeline import span_model as sm
 from reference_pipeline.loadgen import run_load
+from reference_pipeline.loadgen_pool import drive_in_processes
 from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure, size_bursts
 from reference_pipeline.tracing import make_provider
 from tailscope.cli.signals import die_with_parent
@@ -40,6 +41,7 @@ class RunOptions:
     duration_s: float = 10.0
     rps: float = 20.0
     concurrency: int = 0  # > 0: closed-loop load with this many clients instead of rps (throughput)
+    load_processes: int = 1  # the load spread over this many processes (reference_pipeline.loadgen_pool)
     out: Path | None = None
     max_batch: int = 8
     max_wait_ms: float = 5.0
@@ -249,9 +251,21 @@ def _swapping(pid: int, period_s: float, duration_s: float):
 def _drive(url: str, load: LoadShape, opts: RunOptions, service: ServiceConfig, part: Path):
     # the run's setup, less what only the service knows (weights, GPU name, torch version)
     setup = service.resource_attributes(None, None, None)
+    if opts.load_processes > 1:
+        return drive_in_processes(
+            url,
+            load,
+            opts.load_processes,
+            setup=setup,
+            part=part,
+            otlp_endpoint=opts.otlp_endpoint,
+            n_entities=service.n_entities,
+            seed=opts.seed,
+        )
     provider = make_provider(sm.LOADGEN_SERVICE_NAME, setup, part, opts.otlp_endpoint)
+    started = time.process_time()
     try:
-        return asyncio.run(
+        result = asyncio.run(
             run_load(
                 url,
                 load,
@@ -262,6 +276,8 @@ def _drive(url: str, load: LoadShape, opts: RunOptions, service: ServiceConfig, 
         )
     finally:
         provider.shutdown()
+    result.cpu_s = time.process_time() - started
+    return result
 
 
 def sweep_label(device: str, dtype: str, max_batch: int, max_wait_ms: float) -> str:

@@ -483,3 +483,74 @@ def test_tracing_switch_books_each_mode_and_swaps_the_tracers(tmp_path) -> None:
     assert sum(w["seconds"] for w in windows) == pytest.approx(
         books["traced"]["seconds"] + books["no-op"]["seconds"]
     )
+
+
+def test_load_split_over_processes_keeps_the_shape() -> None:
+    from reference_pipeline.loadgen import LoadResult
+    from reference_pipeline.loadgen_pool import merge_results, split_shape
+
+    closed = split_shape(LoadShape(rps=1, duration_s=5, concurrency=10), 3)
+    assert [s.concurrency for s in closed] == [4, 3, 3] and {s.duration_s for s in closed} == {5}
+    bursty = LoadShape(rps=90, duration_s=5, bursts=[(1.0, 2.0, 6.0)])
+    shares = split_shape(bursty, 3)
+    assert [s.rps for s in shares] == [30, 30, 30] and all(s.bursts == bursty.bursts for s in shares)
+    with pytest.raises(ValueError, match="2 closed-loop clients cannot be split over 3"):
+        split_shape(LoadShape(rps=1, duration_s=5, concurrency=2), 3)
+    merged = merge_results(
+        [LoadResult([5.0], [200], 1, 0, 2.0, 0.5), LoadResult([7.0, 9.0], [200, 503], 3, 2, 2.5, 0.7)]
+    )
+    assert sorted(merged.latencies_ms) == [5.0, 7.0, 9.0] and merged.statuses.count(503) == 1
+    assert (merged.sent, merged.errors, merged.wall_s) == (4, 2, 2.5)
+    assert merged.cpu_s == pytest.approx(1.2)
+
+
+def test_load_in_several_processes_reaches_the_server_and_writes_one_trace_file(tmp_path) -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from reference_pipeline.loadgen_pool import drive_in_processes
+
+    served: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):  # a test double of the service
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            served.append(self.headers.get("traceparent", ""))
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    part = tmp_path / "loadgen.jsonl"
+    try:
+        result = drive_in_processes(
+            f"http://127.0.0.1:{server.server_port}/v1/predict",
+            LoadShape(rps=1, duration_s=1.0, concurrency=4),
+            2,
+            setup={},
+            part=part,
+            otlp_endpoint=None,
+            n_entities=50,
+            seed=1,
+        )
+    finally:
+        server.shutdown()
+    assert result.sent == len(served) == len(result.latencies_ms) > 20 and result.errors == 0
+    assert result.cpu_s > 0 and all(served)  # each request carried its client span's context
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["loadgen.jsonl"]  # the share files merged
+    spans, pids = 0, set()
+    for line in part.read_bytes().splitlines():
+        for resource_spans in json.loads(line)["resourceSpans"]:
+            attrs = {a["key"]: a["value"] for a in resource_spans["resource"]["attributes"]}
+            pids.add(attrs["process.pid"]["intValue"])
+            spans += sum(len(s["spans"]) for s in resource_spans["scopeSpans"])
+    assert spans == result.sent and len(pids) == 2

@@ -32,6 +32,12 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
         help="closed loop instead of --rps: N clients, each sending when its last request answers "
         "(for throughput; it hides queueing, so not for tail studies)",
     )
+    parser.add_argument(
+        "--load-processes",
+        type=int,
+        default=1,
+        help="spread the load generator over N processes (one saturates a core at ~250 requests/s)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="model worker and postprocessing threads")
     parser.add_argument("--otlp-endpoint", help="also export spans over OTLP/HTTP to this URL")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
@@ -107,6 +113,7 @@ def _options(args: argparse.Namespace, **overrides):
         duration_s=args.duration,
         rps=args.rps,
         concurrency=args.concurrency,
+        load_processes=args.load_processes,
         workers=args.workers,
         otlp_endpoint=args.otlp_endpoint,
         compile=args.compile,
