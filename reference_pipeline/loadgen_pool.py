@@ -15,7 +15,6 @@ import asyncio
 import multiprocessing
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,14 +87,14 @@ def drive_in_processes(
     shares = split_shape(shape, n)
     share_parts = [part.with_name(f"{part.stem}-{i}{part.suffix}") for i in range(n)]
     context = multiprocessing.get_context("spawn")  # no forked copy of the caller's threads or tracer
-    with ProcessPoolExecutor(n, mp_context=context, initializer=die_with_parent) as pool:
-        futures = [
-            pool.submit(
-                _drive_share, url, share, setup, str(p), otlp_endpoint, n_entities, seed + SEED_STRIDE * i
-            )
-            for i, (share, p) in enumerate(zip(shares, share_parts, strict=True))
-        ]
-        results = [future.result() for future in futures]
+    jobs = [
+        (url, share, setup, str(p), otlp_endpoint, n_entities, seed + SEED_STRIDE * i)
+        for i, (share, p) in enumerate(zip(shares, share_parts, strict=True))
+    ]
+    # leaving the block terminates the workers: at once when the caller is stopped (SIGTERM, Ctrl-C
+    # raise here), after their results otherwise
+    with context.Pool(n, initializer=die_with_parent) as pool:
+        results = pool.starmap(_drive_share, jobs)
     with open(part, "ab") as out:
         for share_part in share_parts:
             if share_part.exists():

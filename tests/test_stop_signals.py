@@ -169,3 +169,17 @@ def test_pipeline_sweep_stops_its_children(tmp_path: Path) -> None:
     wait_for_children(process, 2)
     stop_and_check(process, signal.SIGTERM, timeout=90)
     assert list(scratch.iterdir()) == []
+
+
+@needs_torch
+@pytest.mark.torch
+def test_pipeline_run_stops_its_load_processes(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    process = start(
+        "pipeline", "run", "--duration", "120", "--concurrency", "4", "--load-processes", "2",
+        "--no-downstream", "--out", str(tmp_path / "run.jsonl"), tmpdir=scratch,
+    )  # fmt: skip
+    wait_for_children(process, 3)  # the service and two load processes
+    stop_and_check(process, signal.SIGTERM, timeout=90)
+    assert list(scratch.iterdir()) == []
