@@ -42,9 +42,12 @@ def serve(app, sock: socket.socket, announce: str = "") -> None:
         app, log_level="warning", access_log=False, lifespan="on", timeout_keep_alive=KEEP_ALIVE_S
     )
     server = uvicorn.Server(config)
-    # uvicorn re-raises the signal that stopped it once it has shut down; with the default SIGTERM
-    # action that would end the process before the caller flushes its spans, so make it a no-op.
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    # SIGTERM asks the server to exit, from here on: one that arrives before uvicorn installs its own
+    # handlers (the runner stops a child as soon as it announces its port) ends the server right after
+    # its start-up instead of being lost; the child would otherwise be killed 30 s later and leave its
+    # temporary folder. uvicorn re-raises the signal that stopped it once it has shut down, which this
+    # handler, restored by then, also absorbs, so the caller still flushes its spans before ending.
+    signal.signal(signal.SIGTERM, server.handle_exit)
     print(f"LISTENING {sock.getsockname()[1]} {announce}".rstrip(), flush=True)
     server.run(sockets=[sock])
 
