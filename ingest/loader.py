@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -33,6 +32,7 @@ from ingest.setup import setup_attributes
 from ingest.touched import TouchedTraces
 from tailscope import sql
 from tailscope.analysis.derive import refresh_run, trace_window
+from tailscope.store.connection import WriterConnection
 from tailscope.store.db import connect_writer
 
 INSERT_ROWS = 122_880  # one DuckDB row group per INSERT
@@ -163,7 +163,7 @@ def reason_of(error: DecodeError) -> str:
 
 
 def store_batches(
-    conn: duckdb.DuckDBPyConnection,
+    conn: WriterConnection,
     run_label: str,
     batches: Iterable[SpanColumns],
     source_files: list[str],
@@ -221,7 +221,7 @@ def store_batches(
     return stats
 
 
-def append_batch(conn: duckdb.DuckDBPyConnection, run_label: str, table: pa.Table) -> None:
+def append_batch(conn: WriterConnection, run_label: str, table: pa.Table) -> None:
     """INSERT one Arrow batch into otel_traces under `run_label` (see ingest_insert_spans.sql for
     why the batch is a relation with the label as a column, not a registered view)."""
     label = pa.DictionaryArray.from_arrays(
@@ -231,7 +231,7 @@ def append_batch(conn: duckdb.DuckDBPyConnection, run_label: str, table: pa.Tabl
     batch.query("ingest_batch", sql.load("ingest_insert_spans"))
 
 
-def _query(conn: duckdb.DuckDBPyConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
+def _query(conn: WriterConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
     """Run one statement from tailscope/sql to its end and return its rows."""
     return conn.execute(sql.load(name), params).fetchall()
 

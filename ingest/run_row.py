@@ -6,16 +6,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import duckdb
-
 from tailscope import sql
+from tailscope.store.connection import WriterConnection
 
 
-def _query(conn: duckdb.DuckDBPyConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
+def _query(conn: WriterConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
     return conn.execute(sql.load(name), params).fetchall()
 
 
-def trace_count(conn: duckdb.DuckDBPyConnection, run_label: str, before: int, after: int, new: int) -> int:
+def trace_count(conn: WriterConnection, run_label: str, before: int, after: int, new: int) -> int:
     """The run's trace count after a write that brought `new` traces it did not have: the recorded
     count plus those, recounted exactly (a scan of the run's TraceId column) on its first write and
     whenever its span count crosses a power of 1.25, so the scans add up to a constant per span
@@ -32,7 +31,7 @@ def _growth_step(spans: int) -> int:
 
 
 def update_run(
-    conn: duckdb.DuckDBPyConnection,
+    conn: WriterConnection,
     run_label: str,
     source_files: list[str],
     setup: dict[str, set[str]],

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import duckdb
 import pyarrow as pa
 
 from tailscope import sql
@@ -29,6 +28,7 @@ from tailscope.analysis.phases import phase_rules_in_force, seed_phase_rules
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.stages import rules_in_force, seed_rules
 from tailscope.query.builders import ALL_TIME, span_tree_query
+from tailscope.store.connection import WriterConnection
 
 # A whole-run derive goes through the run's traces in hash partitions of about this many spans, so
 # its memory follows the partition, not the run (the walk and the sweep hold every span in scope).
@@ -38,13 +38,13 @@ PART_SPANS = 1_000_000
 CLOCK_SKEW_NS = 10 * 10**9
 
 
-def _drop_temp(conn: duckdb.DuckDBPyConnection) -> None:
+def _drop_temp(conn: WriterConnection) -> None:
     conn.execute(sql.load("derive_drop_rows"))
     conn.execute(sql.load("derive_drop_scope"))
 
 
 def refresh_run(
-    conn: duckdb.DuckDBPyConnection,
+    conn: WriterConnection,
     run_label: str,
     touched: pa.Table | None = None,
     added: int = 0,
@@ -95,7 +95,7 @@ def refresh_run(
 
 
 def trace_window(
-    conn: duckdb.DuckDBPyConnection, run_label: str, span_range: tuple[int, int, int] | None
+    conn: WriterConnection, run_label: str, span_range: tuple[int, int, int] | None
 ) -> tuple[int, int]:
     """Where the spans of the traces a write touched can start: within the longest request (or span)
     the run has seen, plus 10 s of clock skew, of the written spans' starts.
@@ -114,9 +114,7 @@ def trace_window(
     return first - reach, last + reach
 
 
-def _derive(
-    conn: duckdb.DuckDBPyConnection, run_label: str, scope: str, window: tuple[int, int] = ALL_TIME
-) -> None:
+def _derive(conn: WriterConnection, run_label: str, scope: str, window: tuple[int, int] = ALL_TIME) -> None:
     """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`."""
     text, params = span_tree_query(
         rules_in_force(conn),
@@ -131,7 +129,7 @@ def _derive(
     _drop_temp(conn)
 
 
-def rederive_after(conn: duckdb.DuckDBPyConnection, write: Callable[[], None]) -> None:
+def rederive_after(conn: WriterConnection, write: Callable[[], None]) -> None:
     """Run `write` (a rule edit) and recompute every run, in one transaction: all or nothing."""
     conn.begin()
     try:
@@ -143,7 +141,7 @@ def rederive_after(conn: duckdb.DuckDBPyConnection, write: Callable[[], None]) -
         raise
 
 
-def refresh_all(conn: duckdb.DuckDBPyConnection) -> None:
+def refresh_all(conn: WriterConnection) -> None:
     """Recompute every run from scratch (after a stage-rule edit)."""
     conn.execute(sql.load("derive_state_forget"), [None])
     conn.execute(sql.load("derive_delete_run"), [None])

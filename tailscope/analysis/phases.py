@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
-
 from tailscope import sql
 from tailscope.analysis.rule_checks import regex_problems
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule
+from tailscope.store.connection import MISSING_TABLE_ERRORS, Connection, WriterConnection
 from tailscope.store.db import run_query
 from tailscope.vocabulary import STAGES
 
@@ -161,17 +160,17 @@ def _rows_to_rules(rows: list[tuple[Any, ...]]) -> list[PhaseRule]:
     ]
 
 
-def phase_rules_in_force(conn: duckdb.DuckDBPyConnection) -> list[PhaseRule]:
+def phase_rules_in_force(conn: Connection) -> list[PhaseRule]:
     """The stored phase rules, or the defaults when the store has none (or no table yet: a store
     from before phase rules, opened read-only)."""
     try:
         rows = run_query(conn, sql.load("phase_rules_list")).rows
-    except duckdb.CatalogException:
+    except MISSING_TABLE_ERRORS:
         return default_phase_rules()
     return _rows_to_rules(rows) if rows else default_phase_rules()
 
 
-def seed_phase_rules(conn: duckdb.DuckDBPyConnection) -> bool:
+def seed_phase_rules(conn: WriterConnection) -> bool:
     """Store the default phase rules when the table is empty. True when it seeded them, i.e. the
     store's derived rows were computed without phase rules."""
     if conn.execute(sql.load("phase_rules_count")).fetchone()[0] != 0:
@@ -180,7 +179,7 @@ def seed_phase_rules(conn: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
-def _store(conn: duckdb.DuckDBPyConnection, rules: list[PhaseRule]) -> None:
+def _store(conn: WriterConnection, rules: list[PhaseRule]) -> None:
     conn.execute(sql.load("phase_rules_delete"))
     conn.executemany(
         sql.load("phase_rules_insert"),
@@ -236,12 +235,12 @@ def validate_phase_rules(source: Source, rules: list[PhaseRule]) -> list[str]:
     return problems
 
 
-def reset_phase_rules(conn: duckdb.DuckDBPyConnection) -> None:
+def reset_phase_rules(conn: WriterConnection) -> None:
     """Put the default phase rules back and recompute every run."""
     replace_phase_rules(conn, default_phase_rules())
 
 
-def replace_phase_rules(conn: duckdb.DuckDBPyConnection, rules: list[PhaseRule]) -> None:
+def replace_phase_rules(conn: WriterConnection, rules: list[PhaseRule]) -> None:
     """Validate, store (positions renumbered 1..n) and recompute every run, in one transaction on a
     writer connection. Raises ValueError naming the problems; nothing changes then."""
     from tailscope.analysis.derive import rederive_after

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import duckdb
-
 from tailscope import sql
+from tailscope.store.connection import QUERY_ERRORS, Connection
 
 
-def regex_problems(conn: duckdb.DuckDBPyConnection, where: str, label: str, pattern: str | None) -> list[str]:
+def regex_problems(conn: Connection, where: str, label: str, pattern: str | None) -> list[str]:
     """[] when `pattern` is unset or a regex RE2 (DuckDB) accepts, else one sentence saying why not."""
     if pattern is None:
         return []
@@ -15,7 +14,7 @@ def regex_problems(conn: duckdb.DuckDBPyConnection, where: str, label: str, patt
         return [f"{where}: empty {label} (leave it unset instead)"]
     try:
         conn.execute(sql.load("regex_check"), [pattern]).fetchall()
-    except duckdb.Error as error:
+    except QUERY_ERRORS as error:
         message = str(error).split("Error:", 1)[-1].strip()
         return [f"{where}: {label} {pattern!r} is not a valid RE2 regex ({message})"]
     return []

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import duckdb
-
 from tailscope import sql
 from tailscope.store.ch_conn import dialect_of
+from tailscope.store.connection import Connection
 
 
-def runs_with_requests(conn: duckdb.DuckDBPyConnection | Any) -> list[str]:
+def runs_with_requests(conn: Connection) -> list[str]:
     return [row[0] for row in conn.execute(sql.load("request_runs", dialect_of(conn))).fetchall()]
 
 
-def runs_with_spans(conn: duckdb.DuckDBPyConnection | Any) -> list[str]:
+def runs_with_spans(conn: Connection) -> list[str]:
     return [row[0] for row in conn.execute(sql.load("span_runs", dialect_of(conn))).fetchall()]

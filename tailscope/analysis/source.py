@@ -7,12 +7,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Union
 
-import duckdb
-
 from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.connection import Connection
 from tailscope.store.db import Store
 
-Source = Union[Store, ClickHouseStore, duckdb.DuckDBPyConnection]  # noqa: UP007 (a runtime alias)
+Source = Union[Store, ClickHouseStore, Connection]  # noqa: UP007 (a runtime alias)
 
 
 @contextmanager

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
 import pandas as pd
 
 from tailscope import sql
@@ -29,6 +28,7 @@ from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule, StageRule
 from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.connection import MISSING_TABLE_ERRORS, Connection, WriterConnection
 from tailscope.store.db import run_query
 from tailscope.vocabulary import STAGES
 
@@ -166,15 +166,15 @@ def rules_from_rows(rows: list[tuple[Any, ...]]) -> list[StageRule]:
     ]
 
 
-def _stored_rules(conn: duckdb.DuckDBPyConnection) -> list[StageRule] | None:
+def _stored_rules(conn: Connection) -> list[StageRule] | None:
     try:
         rows = run_query(conn, sql.load("stage_rules_list")).rows
-    except duckdb.CatalogException:  # a store from before the table existed, opened read-only
+    except MISSING_TABLE_ERRORS:  # a store from before the table existed, opened read-only
         return None
     return rules_from_rows(rows) if rows else None
 
 
-def rules_in_force(conn: duckdb.DuckDBPyConnection) -> list[StageRule]:
+def rules_in_force(conn: Connection) -> list[StageRule]:
     """The stored rules, or the defaults when the store has none."""
     return _stored_rules(conn) or default_rules()
 
@@ -207,7 +207,7 @@ def validate_rules(source: Source, rules: list[StageRule]) -> list[str]:
     return problems
 
 
-def _store_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
+def _store_rules(conn: WriterConnection, rules: list[StageRule]) -> None:
     conn.execute(sql.load("stage_rules_delete"))
     conn.executemany(
         sql.load("stage_rules_insert"),
@@ -218,13 +218,13 @@ def _store_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> Non
     )
 
 
-def seed_rules(conn: duckdb.DuckDBPyConnection) -> None:
+def seed_rules(conn: WriterConnection) -> None:
     """Store the default rules when the table is empty (a new store)."""
     if conn.execute(sql.load("stage_rules_count")).fetchone()[0] == 0:
         _store_rules(conn, default_rules())
 
 
-def replace_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> None:
+def replace_rules(conn: WriterConnection, rules: list[StageRule]) -> None:
     """Validate, store (renumbering positions 1..n in list order) and recompute the derived tables of
     every run. Takes a writer connection (`with store.writer() as conn:`). Raises ValueError listing
     the problems when invalid; nothing is changed then."""
@@ -236,7 +236,7 @@ def replace_rules(conn: duckdb.DuckDBPyConnection, rules: list[StageRule]) -> No
     rederive_after(conn, lambda: _store_rules(conn, rules))
 
 
-def reset_rules(conn: duckdb.DuckDBPyConnection) -> None:
+def reset_rules(conn: WriterConnection) -> None:
     """Put the default rules back and recompute every run."""
     replace_rules(conn, default_rules())
 

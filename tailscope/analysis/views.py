@@ -14,7 +14,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import duckdb
 import pandas as pd
 
 from tailscope import sql
@@ -36,6 +35,7 @@ from tailscope.analysis.types import (
 )
 from tailscope.query.builders import filtered
 from tailscope.store.ch_conn import dialect_of
+from tailscope.store.connection import Connection
 from tailscope.vocabulary import ALL_STAGES
 
 NO_REQUESTS = "no requests match the filter"
@@ -46,7 +46,7 @@ def _ms(ns: float | None) -> float | None:
     return None if ns is None else float(ns) / 1e6
 
 
-def _no_requests_reason(conn: duckdb.DuckDBPyConnection, flt: Filter) -> str:
+def _no_requests_reason(conn: Connection, flt: Filter) -> str:
     """Why a filter found nothing, in words the UI can show."""
     spans, run_spans, requests, run_requests = conn.execute(
         sql.load("store_counts", dialect_of(conn)), [flt.run, flt.run]
@@ -64,7 +64,7 @@ def _no_requests_reason(conn: duckdb.DuckDBPyConnection, flt: Filter) -> str:
     return NO_REQUESTS
 
 
-def one_run(conn: duckdb.DuckDBPyConnection, flt: Filter) -> tuple[Filter, str | None]:
+def one_run(conn: Connection, flt: Filter) -> tuple[Filter, str | None]:
     """The filter with its run set: the given one, or the store's only run with requests."""
     if flt.run is not None:
         return flt, None
@@ -147,9 +147,7 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
     return Overview(runs=summaries)
 
 
-def _waterfall(
-    conn: duckdb.DuckDBPyConnection, flt: Filter, band: Band, percentiles: bool = True
-) -> Waterfall:
+def _waterfall(conn: Connection, flt: Filter, band: Band, percentiles: bool = True) -> Waterfall:
     if band not in BAND_QUANTILES:
         raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
     flt, reason = one_run(conn, flt)

@@ -23,8 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
     from pathlib import Path
 
-    import duckdb
-
+    from tailscope.store.connection import QUERY_ERRORS
     from tailscope.store.db import default_db_path, migrate_store
 
     path = Path(args.db) if args.db else default_db_path()
@@ -33,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         outcome = migrate_store(path)
-    except duckdb.Error as error:  # the transaction rolled back: the store is as it was
+    except QUERY_ERRORS as error:  # the transaction rolled back: the store is as it was
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         print(f"tailscope: {path}: migration failed, store unchanged: {first_line}", file=sys.stderr)
         return 1

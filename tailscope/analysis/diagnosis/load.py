@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -17,6 +16,7 @@ from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_fra
 from tailscope.analysis.phases import phase_rules_in_force
 from tailscope.query.builders import phase_spans_query
 from tailscope.store.ch_conn import dialect_of
+from tailscope.store.connection import Connection
 from tailscope.vocabulary import ALL_STAGES
 
 
@@ -25,7 +25,7 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
 
 
-def _arrow(conn: duckdb.DuckDBPyConnection, name: str, params: dict[str, Any]) -> pa.Table:
+def _arrow(conn: Connection, name: str, params: dict[str, Any]) -> pa.Table:
     """Run a named statement with bound parameters and return its rows as an Arrow table. On
     ClickHouse the statement reads the run's selection ({scope}, tailscope.query.clickhouse)."""
     if dialect_of(conn) == "clickhouse":
@@ -70,11 +70,11 @@ def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(sorted_keys[pos] == wanted, order[pos], -1).astype(np.int64)
 
 
-def list_runs(conn: duckdb.DuckDBPyConnection) -> list[str]:
+def list_runs(conn: Connection) -> list[str]:
     return [row[0] for row in conn.execute(sql.load("diagnosis_runs", dialect_of(conn))).fetchall()]
 
 
-def _stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.ndarray:
+def _stages(conn: Connection, run: str, table: pa.Table) -> np.ndarray:
     """Stage code per span: the analysis layer's mapping when it is available, else the explicit
     `tailscope.stage` attribute (NO_STAGE where neither says)."""
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
@@ -86,7 +86,7 @@ def _stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.nd
     return value_code[codes]
 
 
-def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -> np.ndarray | None:
+def _mapped_stages(conn: Connection, run: str, table: pa.Table) -> np.ndarray | None:
     """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), per
     (span name, span kind); spans of a pair it did not see fall back to their attribute."""
     try:
@@ -118,7 +118,7 @@ def _mapped_stages(conn: duckdb.DuckDBPyConnection, run: str, table: pa.Table) -
     return np.where(mapped >= 0, mapped, attr)
 
 
-def _phase_spans(conn: duckdb.DuckDBPyConnection, run: str) -> None:
+def _phase_spans(conn: Connection, run: str) -> None:
     """The run's phase spans (a serving framework's self-reported phases) into _ts_phase_spans,
     which diagnosis_spans.sql reads with the run's spans (on ClickHouse that statement makes them
     itself: clickhouse/diagnosis_spans.sql)."""
@@ -129,7 +129,7 @@ def _phase_spans(conn: duckdb.DuckDBPyConnection, run: str) -> None:
     conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", params)
 
 
-def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
+def load_frame(conn: Connection, run: str) -> TraceFrame:
     """The run's spans as a TraceFrame (empty frame when the run has no spans)."""
     _phase_spans(conn, run)
     table = _arrow(conn, "diagnosis_spans", {"run": run})
@@ -180,7 +180,7 @@ def load_frame(conn: duckdb.DuckDBPyConnection, run: str) -> TraceFrame:
 
 
 def _attribute_source(
-    conn: duckdb.DuckDBPyConnection, run: str, span_keys: np.ndarray
+    conn: Connection, run: str, span_keys: np.ndarray
 ) -> Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]]:
     """A function: span name -> {attribute key: (span indices, values)}. Queried lazily, while the
     connection is open (the runner asks only for the few names a detector needs)."""
