@@ -80,13 +80,22 @@ def wait_healthy(url: str, process: subprocess.Popen[Any], timeout: float = 60.0
 def serving(db: Path | str, log: Path | None = None) -> Iterator[str]:
     """`tailscope serve --db DB --port N` (a str: `--store URL`) in the background; yields its base
     URL, stops it after."""
+    with serving_command(
+        ["serve", *(["--store", db] if isinstance(db, str) else ["--db", str(db)])], log
+    ) as url:
+        yield url
+
+
+@contextmanager
+def serving_command(args: list[str], log: Path | None = None, timeout: float = 60.0) -> Iterator[str]:
+    """`tailscope ARGS --port N` (a command that opens the dashboard: serve, demo) in the
+    background; yields the dashboard's base URL once healthy, stops the command after."""
     port = free_port()
     command = [
         sys.executable,
         "-c",
         "from tailscope.cli.main import entrypoint; entrypoint()",
-        "serve",
-        *(["--store", db] if isinstance(db, str) else ["--db", str(db)]),
+        *args,
         "--port",
         str(port),
     ]
@@ -97,7 +106,7 @@ def serving(db: Path | str, log: Path | None = None) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, process)
+        wait_healthy(url, process, timeout)
         yield url
     finally:
         if process.poll() is None:

@@ -1,18 +1,16 @@
-"""The dashboard on a ClickHouse store: `tailscope serve --store chdb:///dir` opens it, and its pages
+"""The dashboard on a ClickHouse store: `tailscope demo --store chdb:///dir` opens it, and its pages
 load in Chromium without an exception: Overview, Waterfall, Latency over time (the heatmap), Tail vs
 body, Traces (the slowest traces and the Gantt of one) and Stage mapping (the mapping; editing says
-in one line it is not available), Upload likewise. The store is the demo's runs, loaded by
-`tailscope demo --store` in a child process (chdb holds a data folder per process: the dashboard's)."""
+in one line it is not available), Upload likewise. The demo loads its runs into the folder, closes
+it and starts the dashboard, whose process then holds it (chdb allows one process per folder)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser_support import REPO_ROOT, browser_missing, chromium, problems_on, serving, wait_for_app
+from browser_support import browser_missing, chromium, problems_on, serving_command, wait_for_app
 
 pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra): no ClickHouse store")
 pytest.importorskip("reference_pipeline.simulate", reason="the demo's simulator is not installed")
@@ -28,9 +26,9 @@ NOT_HERE = "is not available on a ClickHouse store"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("chdb-dashboard")
     url = f"chdb://{folder / 'store'}"
-    demo = [sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()", "demo"]
-    subprocess.run([*demo, "--store", url, "--requests", "150"], cwd=REPO_ROOT, check=True, timeout=240)
-    with serving(url, log=folder / "serve.log") as base:
+    # what a user types: the demo loads its runs into the chdb folder, lets go of it, opens the dashboard
+    demo = ["demo", "--store", url, "--requests", "150"]
+    with serving_command(demo, log=folder / "demo.log", timeout=240) as base:
         yield base
 
 

@@ -1,5 +1,5 @@
 """`tailscope demo --store chdb:///...`: the demo runs go into a ClickHouse store (the exporter's
-schema) and the reports read them there; the dashboard stays DuckDB-only and says so."""
+schema), the reports read them there, and the dashboard opens on them."""
 
 from __future__ import annotations
 
@@ -16,13 +16,14 @@ pytest.importorskip("reference_pipeline.simulate.api")
 
 def test_demo_into_chdb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"chdb://{tmp_path / 'demo'}"
-    assert main(["demo", "--store", url, "--requests", "100"]) == 0
+    assert main(["demo", "--store", url, "--requests", "100", "--no-serve"]) == 0
     out = capsys.readouterr().out
-    assert f"read these runs with: tailscope waterfall --store {url} --run demo-steady" in out
+    assert f"tailscope waterfall --store {url} --run demo-steady" in out
+    assert f"open the dashboard with: tailscope serve --store {url}" in out
     labels = [run.label for run in demo_runs()]
     assert all(label in out for label in labels)
     assert main(["waterfall", "--store", url, "--run", "demo-steady", "--json"]) == 0
     assert '"requests_total": 100' in capsys.readouterr().out
-    assert main(["demo", "--store", url, "--requests", "100"]) == 0  # nothing missing: reused
+    assert main(["demo", "--store", url, "--requests", "100", "--no-serve"]) == 0  # nothing missing: reused
     assert f"reusing the {len(labels)} runs already in {url}" in capsys.readouterr().out
     assert main(["demo", "--store", url, "--fresh"]) == 2

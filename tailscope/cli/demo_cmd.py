@@ -171,8 +171,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _clickhouse_demo(args: argparse.Namespace) -> int:
-    """The demo runs into a ClickHouse store; the reports, not the dashboard (DuckDB only), read them."""
-    from tailscope.cli.store_arg import open_from
+    """The demo runs into a ClickHouse store, then the dashboard on it (upload and rule editing are
+    DuckDB-only and say so there)."""
+    from tailscope.cli.store_arg import close_opened, open_from
 
     if args.fresh:
         print(
@@ -187,8 +188,12 @@ def _clickhouse_demo(args: argparse.Namespace) -> int:
     loaded = load_demo(store, args.requests)
     if loaded:
         print(f"tailscope demo: loaded {len(loaded)} runs in {time.perf_counter() - started:.1f} s")
-    print(
-        "tailscope demo: the dashboard runs on DuckDB stores only; read these runs with: "
-        f"tailscope waterfall --store {store.location.url} --run demo-steady"
-    )
-    return 0
+    shown = store.location.url  # never the password
+    print(f"tailscope demo: read the runs with e.g.: tailscope waterfall --store {shown} --run demo-steady")
+    close_opened()  # a chdb folder is held by one process at a time: the dashboard's, from here on
+    if args.no_serve:
+        print(f"tailscope demo: open the dashboard with: tailscope serve --store {shown}")
+        return 0
+    from tailscope.cli import serve_cmd
+
+    return serve_cmd.run(argparse.Namespace(db=None, store=args.store, port=args.port, host=args.host))
