@@ -5,17 +5,25 @@ GPU machine it saturates a core at ~250 requests/s before the service does (benc
 "Reference pipeline (GPU)"). `drive_in_processes` splits the load shape into `n` shares — the
 closed loop's clients divided among the processes, or the open loop's rate divided (independent
 Poisson streams of rate r/n add up to one of rate r, bursts included) — runs each share in its own
-process with its own tracer writing its own file, and merges what they measured. The share files are
-concatenated into the one trace file the caller asked for.
+process (`python -m reference_pipeline.loadgen_pool`, like the service: it does not depend on how
+the calling process was started) with its own tracer writing its own file, and merges what they
+measured. The share files are concatenated into the one trace file the caller asked for. A worker
+that fails is reported with its exit code and the end of its output; stopping the caller (SIGTERM,
+Ctrl-C) ends the workers.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import multiprocessing
+import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 from reference_pipeline import span_model as sm
@@ -25,6 +33,7 @@ from reference_pipeline.tracing import make_provider
 from tailscope.cli.signals import die_with_parent
 
 SEED_STRIDE = 1_000  # each share draws its own arrivals and payloads
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def split_shape(shape: LoadShape, n: int) -> list[LoadShape]:
@@ -52,24 +61,40 @@ def merge_results(results: list[LoadResult]) -> LoadResult:
     return merged
 
 
-def _drive_share(
-    url: str,
-    shape: LoadShape,
-    setup: dict,
-    part: str,
-    otlp_endpoint: str | None,
-    n_entities: int,
-    seed: int,
-) -> LoadResult:
-    """One share of the load, in a worker process, traced to its own file."""
-    provider = make_provider(sm.LOADGEN_SERVICE_NAME, setup, Path(part), otlp_endpoint)
-    try:
-        tracer = provider.get_tracer("tailscope.loadgen")
-        result = asyncio.run(run_load(url, shape, tracer, n_entities=n_entities, seed=seed))
-    finally:
-        provider.shutdown()
-    result.cpu_s = time.process_time()  # the whole worker process: imports and span export too
-    return result
+def _worker_command(
+    url: str, shape: LoadShape, setup: dict, part: Path, result: Path, **options
+) -> list[str]:
+    job = {"url": url, "shape": asdict(shape), "setup": setup, "part": str(part), **options}
+    return [sys.executable, "-m", "reference_pipeline.loadgen_pool", json.dumps(job), str(result)]
+
+
+def _stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(10)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+def _result_of(index: int, worker: subprocess.Popen[bytes], log: Path, result: Path) -> LoadResult:
+    if worker.wait() != 0 or not result.exists():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise RuntimeError(f"load process {index} exited with {worker.returncode}:\n{tail}")
+    return LoadResult(**json.loads(result.read_text()))
+
+
+def _share_files(part: Path, index: int) -> tuple[Path, Path, Path]:
+    """Beside `part`: a share's trace file, its result (JSON) and its output log."""
+    stem = f"{part.stem}-{index}"
+    return (
+        part.with_name(stem + part.suffix),
+        part.with_name(stem + ".result.json"),
+        part.with_name(stem + ".log"),
+    )
 
 
 def drive_in_processes(
@@ -84,21 +109,64 @@ def drive_in_processes(
     seed: int,
 ) -> LoadResult:
     """Run `shape` as `n` processes' shares; their spans end up in `part`, their results merged."""
-    shares = split_shape(shape, n)
-    share_parts = [part.with_name(f"{part.stem}-{i}{part.suffix}") for i in range(n)]
-    context = multiprocessing.get_context("spawn")  # no forked copy of the caller's threads or tracer
-    jobs = [
-        (url, share, setup, str(p), otlp_endpoint, n_entities, seed + SEED_STRIDE * i)
-        for i, (share, p) in enumerate(zip(shares, share_parts, strict=True))
-    ]
-    # leaving the block terminates the workers: at once when the caller is stopped (SIGTERM, Ctrl-C
-    # raise here), after their results otherwise
-    with context.Pool(n, initializer=die_with_parent) as pool:
-        results = pool.starmap(_drive_share, jobs)
-    with open(part, "ab") as out:
-        for share_part in share_parts:
-            if share_part.exists():
-                with open(share_part, "rb") as src:
-                    shutil.copyfileobj(src, out)
-                share_part.unlink()
+    files = [_share_files(part, i) for i in range(n)]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    workers: list[subprocess.Popen[bytes]] = []
+    try:
+        for i, (share, (trace_file, result_file, log_file)) in enumerate(
+            zip(split_shape(shape, n), files, strict=True)
+        ):
+            job = {"otlp_endpoint": otlp_endpoint, "n_entities": n_entities, "seed": seed + SEED_STRIDE * i}
+            command = _worker_command(url, share, setup, trace_file, result_file, **job)
+            with open(log_file, "wb") as log:
+                workers.append(
+                    subprocess.Popen(
+                        command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=die_with_parent
+                    )
+                )
+        results = [_result_of(i, w, f[2], f[1]) for i, (w, f) in enumerate(zip(workers, files, strict=True))]
+        with open(part, "ab") as out:
+            for trace_file, _, _ in files:
+                if trace_file.exists():
+                    with open(trace_file, "rb") as src:
+                        shutil.copyfileobj(src, out)
+    finally:
+        _stop(workers)
+        for leftover in (path for trio in files for path in trio):
+            leftover.unlink(missing_ok=True)
     return merge_results(results)
+
+
+def _drive_share(job: dict) -> LoadResult:
+    """One share of the load, in this worker process, traced to its own file."""
+    shape = job["shape"]
+    shape = LoadShape(**{**shape, "bursts": [tuple(b) for b in shape["bursts"]]})
+    provider = make_provider(sm.LOADGEN_SERVICE_NAME, job["setup"], Path(job["part"]), job["otlp_endpoint"])
+    try:
+        tracer = provider.get_tracer("tailscope.loadgen")
+        result = asyncio.run(
+            run_load(job["url"], shape, tracer, n_entities=job["n_entities"], seed=job["seed"])
+        )
+    finally:
+        provider.shutdown()
+    result.cpu_s = time.process_time()  # the whole worker process: imports and span export too
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reference_pipeline.loadgen_pool")
+    parser.add_argument("job", help="the share as JSON (drive_in_processes writes it)")
+    parser.add_argument("result", type=Path, help="where to write the share's LoadResult as JSON")
+    args = parser.parse_args(argv)
+    result = _drive_share(json.loads(args.job))
+    scratch = args.result.with_suffix(".tmp")
+    scratch.write_text(json.dumps(asdict(result)))
+    scratch.replace(args.result)  # whole or absent
+    return 0
+
+
+if __name__ == "__main__":
+    from reference_pipeline.serving import run_until_stopped
+
+    run_until_stopped(main)

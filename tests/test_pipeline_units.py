@@ -554,3 +554,18 @@ def test_load_in_several_processes_reaches_the_server_and_writes_one_trace_file(
             pids.add(attrs["process.pid"]["intValue"])
             spans += sum(len(s["spans"]) for s in resource_spans["scopeSpans"])
     assert spans == result.sent and len(pids) == 2
+
+
+def test_a_failing_load_process_is_reported_not_waited_for(tmp_path) -> None:
+    from reference_pipeline.loadgen_pool import drive_in_processes
+
+    shape = LoadShape(rps=1, duration_s=30.0, concurrency=2)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"load process \d exited with 1:\n(.|\n)*Error"):
+        # no entities to draw payloads from: each worker fails before sending anything
+        drive_in_processes(
+            "http://127.0.0.1:9/v1/predict", shape, 2, setup={}, part=tmp_path / "l.jsonl",
+            otlp_endpoint=None, n_entities=0, seed=1,
+        )  # fmt: skip
+    assert time.monotonic() - started < 25  # not the load's 30 s
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing left behind
