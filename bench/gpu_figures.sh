@@ -41,5 +41,6 @@ step() {  # step SECONDS TITLE COMMAND...
             --dtype $service --concurrency 64 --load-processes 4 --duration "$dur"
     done
     step 150 "tracing (one process, tracer swapped every 4 s)" "$py" bench/bench_pipeline.py tracing-ab \
-        --device "$device" --dtype bf16 --concurrency 64 --duration "$ab" --period 4 --repeats 2
+        --device "$device" --dtype bf16 --concurrency 64 --load-processes 4 --duration "$ab" --period 4 \
+        --repeats 2
 } 2>&1 | tee "$log"
