@@ -1,0 +1,123 @@
+"""What `tailscope ingest` stores in chdb does not depend on how the rows reach it: the staged
+batches read in place by chdb's Python() table function give the same otel_traces rows as the Arrow
+stream they were sent as before (attributes, events, links, hostile texts, NULLs)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from ingest.loader import FileResult, decode_file
+from tailscope.store import ch_write
+from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.engine import open_store
+
+pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
+
+HOSTILE = 'x\'); DROP TABLE otel_traces; --\t\\n\n üñí "q"'
+
+
+@pytest.fixture
+def chdb_store(tmp_path: Path) -> Iterator[ClickHouseStore]:
+    store = open_store(f"chdb://{tmp_path / 'ch'}", time_limit_s=30)
+    assert isinstance(store, ClickHouseStore)
+    store.prepare(create_exporter_table=True)
+    yield store
+    store.close()
+
+
+def _kv(key: str, value: str) -> dict[str, Any]:
+    return {"key": key, "value": {"stringValue": value}}
+
+
+def _span(i: int) -> dict[str, Any]:
+    start = 1_700_000_000_000_000_000 + i * 1_000_000
+    return {
+        "traceId": f"{i // 3:032x}",
+        "spanId": f"{i + 1:016x}",
+        "parentSpanId": "" if i % 3 == 0 else f"{i // 3 * 3 + 1:016x}",
+        "name": f"op {i % 4} {HOSTILE if i == 5 else ''}",
+        "kind": 1 + i % 3,
+        "startTimeUnixNano": str(start),
+        "endTimeUnixNano": str(start + 500_000 + i),
+        "attributes": [_kv("http.route", f"/r{i % 2}"), _kv("hostile", HOSTILE), _kv("n", str(i))],
+        "events": [{"timeUnixNano": str(start + 10), "name": "gc", "attributes": [_kv("gen", str(i % 3))]}]
+        * (i % 3),
+        "links": [{"traceId": f"{i:032x}", "spanId": f"{i:016x}", "attributes": [_kv("why", HOSTILE)]}]
+        * (i % 2),
+        "status": {"code": 2 if i == 7 else 0, "message": HOSTILE if i == 7 else ""},
+    }
+
+
+def _decoded(folder: Path, spans: int = 30) -> pa.Table:
+    record = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [_kv("service.name", "svc"), _kv("host.name", HOSTILE)]},
+                "scopeSpans": [
+                    {"scope": {"name": "s", "version": "1"}, "spans": [_span(i) for i in range(spans)]}
+                ],
+            }
+        ]
+    }
+    path = folder / "spans.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with open(path, "rb") as raw:
+        tables = [b.to_arrow() for b in decode_file(raw, str(path), FileResult(path=str(path)), None)]
+    return pa.concat_tables(tables)
+
+
+def _ready_rows(store: ClickHouseStore) -> list[tuple[Any, ...]]:
+    return store.query("SELECT * FROM _ts_ready ORDER BY SpanId").rows
+
+
+def _as_stream(store: ClickHouseStore) -> Any:
+    """insert_arrow as it was: the rows sent as Arrow stream bytes."""
+    transport = store.transport
+
+    def insert(table: str, data: pa.Table) -> None:
+        columns = ", ".join(f"`{name}`" for name in data.column_names)
+        transport._insert_stream(f"INSERT INTO {table} ({columns})", data)  # type: ignore[attr-defined]
+
+    return insert
+
+
+def test_staged_rows_read_in_place_equal_the_streamed_ones(
+    chdb_store: ClickHouseStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    chunk = _decoded(tmp_path)
+    ch_write.clear_staged(chdb_store)
+    ch_write.stage_spans(chdb_store, chunk, "r")
+    in_place = _ready_rows(chdb_store)
+    ch_write.clear_staged(chdb_store)
+    monkeypatch.setattr(chdb_store.transport, "insert_arrow", _as_stream(chdb_store))
+    ch_write.stage_spans(chdb_store, chunk, "r")
+    streamed = _ready_rows(chdb_store)
+    assert len(in_place) == 30
+    assert in_place == streamed
+    hostile = "SELECT count() FROM _ts_ready WHERE SpanAttributes['hostile'] = {h:String}"
+    assert chdb_store.query(hostile, {"h": HOSTILE}).single_value() == 30
+
+
+def test_nulls_become_defaults_as_in_the_stream(
+    chdb_store: ClickHouseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chdb_store.query("CREATE TEMPORARY TABLE t (a String, b Int64, c DateTime64(9)) ENGINE = Memory")
+    data = pa.table(
+        {
+            "a": pa.array(["x", None], pa.string()),
+            "b": pa.array([None, 2], pa.int64()),
+            "c": pa.array([None, 5], pa.timestamp("ns")),
+        }
+    )
+    chdb_store.insert_arrow("t", data)
+    in_place = chdb_store.query("SELECT * FROM t ORDER BY b").rows
+    chdb_store.query("TRUNCATE TABLE t")
+    _as_stream(chdb_store)("t", data)
+    assert chdb_store.query("SELECT * FROM t ORDER BY b").rows == in_place
+    assert in_place[0][:2] == ("x", 0)
