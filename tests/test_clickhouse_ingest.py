@@ -1,6 +1,8 @@
 """What `tailscope ingest` stores in chdb does not depend on how the rows reach it: the staged
 batches read in place by chdb's Python() table function give the same otel_traces rows as the Arrow
-stream they were sent as before (attributes, events, links, hostile texts, NULLs)."""
+stream they were sent as before (attributes, events, links, hostile texts, NULLs), and a new run's
+spans written while its requests are derived (ch_overlap) give the same otel_traces, lookup and
+tailscope_requests rows as writing first and deriving after."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from ingest import clickhouse_load
 from ingest.loader import FileResult, decode_file
-from tailscope.store import ch_write
+from tailscope.store import ch_overlap, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.engine import open_store
 
@@ -121,3 +124,58 @@ def test_nulls_become_defaults_as_in_the_stream(
     _as_stream(chdb_store)("t", data)
     assert chdb_store.query("SELECT * FROM t ORDER BY b").rows == in_place
     assert in_place[0][:2] == ("x", 0)
+
+
+def _steady_file(folder: Path, requests: int = 300) -> Path:
+    simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
+    path = folder / "steady.jsonl"
+    simulate_api.simulate_to_file(path, "steady", requests, 3)
+    return path
+
+
+SPANS_OF = (
+    "SELECT * EXCEPT ResourceAttributes, mapFilter((k, v) -> k != 'tailscope.run', ResourceAttributes) "
+    "FROM otel_traces WHERE ResourceAttributes['tailscope.run'] = {run:String} "
+    "ORDER BY TraceId, SpanId"
+)
+REQUESTS_OF = (
+    "SELECT * EXCEPT RunLabel FROM tailscope_requests WHERE RunLabel = {run:String} ORDER BY TraceId"
+)
+LOOKUP = "SELECT TraceId, min(Start), max(End) FROM otel_traces_trace_id_ts GROUP BY TraceId ORDER BY TraceId"
+
+
+def _stored(store: ClickHouseStore, run: str) -> tuple[list[Any], list[Any]]:
+    return store.query(SPANS_OF, {"run": run}).rows, store.query(REQUESTS_OF, {"run": run}).rows
+
+
+def test_writing_while_deriving_stores_what_the_sequential_load_did(
+    chdb_store: ClickHouseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _steady_file(tmp_path)
+    overlapped = clickhouse_load.load_paths(chdb_store, [path], "overlap")
+    lookup = chdb_store.query(LOOKUP).rows
+    with monkeypatch.context() as patched:
+        patched.setattr(ch_overlap, "possible", lambda *args: False)
+        sequential = clickhouse_load.load_paths(chdb_store, [path], "sequential")
+    assert overlapped.spans == sequential.spans > 3000
+    assert overlapped.traces == sequential.traces == 300
+    spans, requests = _stored(chdb_store, "overlap")
+    assert (spans, requests) == _stored(chdb_store, "sequential")
+    assert len(requests) == 300
+    assert lookup == chdb_store.query(LOOKUP).rows  # the same traces, written twice
+    assert not chdb_store.query("SELECT name FROM system.tables WHERE name LIKE '_tailscope_ready_%'").rows
+
+
+def test_a_new_label_with_spans_already_stored_is_derived_from_all_of_them(
+    chdb_store: ClickHouseStore, tmp_path: Path
+) -> None:
+    path = _steady_file(tmp_path, 100)
+    with open(path, "rb") as raw:
+        batches = [b.to_arrow() for b in decode_file(raw, str(path), FileResult(path=str(path)), None)]
+    for batch in batches:  # spans of the label, but no run defined (a load that stopped part way)
+        ch_write.append_spans(chdb_store, batch, "late")
+    clickhouse_load.load_paths(chdb_store, [path], "late")
+    derived = chdb_store.query(REQUESTS_OF, {"run": "late"}).rows
+    ch_write.refresh_run(chdb_store, "late")
+    assert derived == chdb_store.query(REQUESTS_OF, {"run": "late"}).rows
+    assert len(derived) == 100
