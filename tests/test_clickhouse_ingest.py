@@ -57,15 +57,28 @@ def _span(i: int) -> dict[str, Any]:
     }
 
 
+# three resources: a hostile one, one that already names a run (the key moves last, with the new
+# value), one without attributes
+RESOURCES = (
+    [_kv("service.name", "svc"), _kv("host.name", HOSTILE)],
+    [_kv("tailscope.run", "earlier"), _kv("service.name", "svc2"), _kv("z", "1")],
+    [],
+)
+
+
 def _decoded(folder: Path, spans: int = 30) -> pa.Table:
     record = {
         "resourceSpans": [
             {
-                "resource": {"attributes": [_kv("service.name", "svc"), _kv("host.name", HOSTILE)]},
+                "resource": {"attributes": attributes},
                 "scopeSpans": [
-                    {"scope": {"name": "s", "version": "1"}, "spans": [_span(i) for i in range(spans)]}
+                    {
+                        "scope": {"name": "s", "version": "1"},
+                        "spans": [_span(i) for i in range(spans) if i % len(RESOURCES) == r],
+                    }
                 ],
             }
+            for r, attributes in enumerate(RESOURCES)
         ]
     }
     path = folder / "spans.jsonl"
@@ -105,6 +118,27 @@ def test_staged_rows_read_in_place_equal_the_streamed_ones(
     assert in_place == streamed
     hostile = "SELECT count() FROM _ts_ready WHERE SpanAttributes['hostile'] = {h:String}"
     assert chdb_store.query(hostile, {"h": HOSTILE}).single_value() == 30
+
+
+MAP_UPDATE = (  # how the conversion gave each span its run before ch_write.with_run
+    "SELECT mapUpdate(JSONExtract(ResourceAttributes, 'Map(LowCardinality(String), String)'), "
+    "map('tailscope.run', {run:String})) FROM _ts_stage ORDER BY SpanId"
+)
+
+
+def test_resources_carry_the_run_as_map_update_gave_it(chdb_store: ClickHouseStore, tmp_path: Path) -> None:
+    chunk = _decoded(tmp_path)
+    ch_write.clear_staged(chdb_store)
+    chdb_store.insert_arrow("_ts_stage", ch_write.staged_table(chunk))
+    updated = chdb_store.query(MAP_UPDATE, {"run": "r"}).rows
+    ch_write.clear_staged(chdb_store)
+    ch_write.stage_spans(chdb_store, chunk, "r")
+    assert chdb_store.query("SELECT ResourceAttributes FROM _ts_ready ORDER BY SpanId").rows == updated
+    assert {tuple(key for key, _ in row[0]) for row in updated} == {
+        ("service.name", "host.name", "tailscope.run"),
+        ("service.name", "z", "tailscope.run"),
+        ("tailscope.run",),
+    }
 
 
 def test_nulls_become_defaults_as_in_the_stream(
