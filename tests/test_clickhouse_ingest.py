@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from ingest import clickhouse_load
@@ -48,7 +49,9 @@ def _span(i: int) -> dict[str, Any]:
         "kind": 1 + i % 3,
         "startTimeUnixNano": str(start),
         "endTimeUnixNano": str(start + 500_000 + i),
-        "attributes": [_kv("http.route", f"/r{i % 2}"), _kv("hostile", HOSTILE), _kv("n", str(i))],
+        "attributes": [_kv("http.route", f"/r{i % 2}"), _kv("hostile", HOSTILE), _kv("n", str(i))]
+        if i != 4
+        else [],
         "events": [{"timeUnixNano": str(start + 10), "name": "gc", "attributes": [_kv("gen", str(i % 3))]}]
         * (i % 3),
         "links": [{"traceId": f"{i:032x}", "spanId": f"{i:016x}", "attributes": [_kv("why", HOSTILE)]}]
@@ -117,28 +120,35 @@ def test_staged_rows_read_in_place_equal_the_streamed_ones(
     assert len(in_place) == 30
     assert in_place == streamed
     hostile = "SELECT count() FROM _ts_ready WHERE SpanAttributes['hostile'] = {h:String}"
-    assert chdb_store.query(hostile, {"h": HOSTILE}).single_value() == 30
+    assert chdb_store.query(hostile, {"h": HOSTILE}).single_value() == 29  # span 4 has no attributes
 
 
-MAP_UPDATE = (  # how the conversion gave each span its run before ch_write.with_run
-    "SELECT mapUpdate(JSONExtract(ResourceAttributes, 'Map(LowCardinality(String), String)'), "
-    "map('tailscope.run', {run:String})) FROM _ts_stage ORDER BY SpanId"
+MAP = "'Map(LowCardinality(String), String)'"
+RAW = "CREATE TEMPORARY TABLE raw (SpanId String, ResourceAttributes String, SpanAttributes String)"
+AS_BEFORE = (  # the attribute texts converted as before ch_write.attribute_maps
+    f"SELECT mapUpdate(JSONExtract(ResourceAttributes, {MAP}), map('tailscope.run', {{run:String}})), "
+    f"JSONExtract(SpanAttributes, {MAP}) FROM raw ORDER BY SpanId"
 )
 
 
-def test_resources_carry_the_run_as_map_update_gave_it(chdb_store: ClickHouseStore, tmp_path: Path) -> None:
+def test_attribute_maps_equal_what_json_extract_and_map_update_gave(
+    chdb_store: ClickHouseStore, tmp_path: Path
+) -> None:
     chunk = _decoded(tmp_path)
-    ch_write.clear_staged(chdb_store)
-    chdb_store.insert_arrow("_ts_stage", ch_write.staged_table(chunk))
-    updated = chdb_store.query(MAP_UPDATE, {"run": "r"}).rows
+    chdb_store.query(RAW)
+    names = ("SpanId", "ResourceAttributes", "SpanAttributes")
+    chdb_store.insert_arrow("raw", pa.table({n: pc.cast(chunk.column(n), pa.string()) for n in names}))
+    before = chdb_store.query(AS_BEFORE, {"run": "r"}).rows
     ch_write.clear_staged(chdb_store)
     ch_write.stage_spans(chdb_store, chunk, "r")
-    assert chdb_store.query("SELECT ResourceAttributes FROM _ts_ready ORDER BY SpanId").rows == updated
-    assert {tuple(key for key, _ in row[0]) for row in updated} == {
+    staged = "SELECT ResourceAttributes, SpanAttributes FROM _ts_ready ORDER BY SpanId"
+    assert chdb_store.query(staged).rows == before
+    assert {tuple(key for key, _ in row[0]) for row in before} == {
         ("service.name", "host.name", "tailscope.run"),
         ("service.name", "z", "tailscope.run"),
         ("tailscope.run",),
     }
+    assert [] in [row[1] for row in before]
 
 
 def test_nulls_become_defaults_as_in_the_stream(

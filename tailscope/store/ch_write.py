@@ -43,36 +43,43 @@ CLOCK_SKEW_NS = 10 * 10**9
 READY = "_ts_ready"
 
 
+ATTRIBUTE_MAP = pa.map_(pa.string(), pa.string())
+
+
 def staged_table(chunk: pa.Table, run: str | None = None) -> pa.Table:
-    """A decoded batch as the staging table's plain columns (dictionaries decoded, no RunLabel);
-    with `run`, each span's resource attributes text carries tailscope.run = run."""
+    """A decoded batch as the staging table's columns (dictionaries decoded, no RunLabel; the
+    attribute texts as Arrow maps, `attribute_maps`); with `run`, each span's resource attributes
+    carry tailscope.run = run."""
     columns = {}
     for name, column in zip(chunk.column_names, chunk.columns, strict=True):
         if name == "RunLabel":
             continue
-        if name == "ResourceAttributes" and run is not None:
-            column = with_run(column, run)
+        if name in ("ResourceAttributes", "SpanAttributes"):
+            columns[name] = attribute_maps(column, run if name == "ResourceAttributes" else None)
+            continue
         columns[name] = (
             pc.cast(column, column.type.value_type) if pa.types.is_dictionary(column.type) else column
         )
     return pa.table(columns)
 
 
-def with_run(column: pa.ChunkedArray | pa.Array, run: str) -> pa.Array:
-    """Resource attribute texts (JSON objects) with tailscope.run = run, each distinct text parsed
-    once (the decoders give a batch's few resources as a dictionary), the key last (a key already
-    there moves there), as ClickHouse's mapUpdate did on every row (1 M spans: ~1 s of the
-    conversion)."""
+def attribute_maps(column: pa.ChunkedArray | pa.Array, run: str | None = None) -> pa.Array:
+    """Attribute texts (JSON objects of string values) as an Arrow map column, each distinct text
+    parsed once (the decoders give a batch's attributes as a dictionary: 1 M spans have ~13
+    distinct resources and ~8,000 distinct span attribute sets) and the rows taking theirs (1 M
+    spans: ~0.9 s less than JSONExtract on every row). With `run`: tailscope.run = run last (a key
+    already there moves there), as ClickHouse's mapUpdate put it."""
     array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not pa.types.is_dictionary(array.type):
         array = pc.dictionary_encode(array)
-    texts = []
+    maps = []
     for text in array.dictionary.to_pylist():
         attributes = orjson.loads(text) if text else {}
-        attributes.pop(RUN_ATTRIBUTE, None)
-        attributes[RUN_ATTRIBUTE] = run
-        texts.append(orjson.dumps(attributes).decode())
-    return pa.DictionaryArray.from_arrays(array.indices, pa.array(texts, pa.string()))
+        if run is not None:
+            attributes.pop(RUN_ATTRIBUTE, None)
+            attributes[RUN_ATTRIBUTE] = run
+        maps.append(list(attributes.items()))
+    return pc.take(pa.array(maps, ATTRIBUTE_MAP), array.indices)
 
 
 def stage_spans(
