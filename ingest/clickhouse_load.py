@@ -146,7 +146,9 @@ def _define_and_derive(
         )
 
     if ready != ch_write.READY and summary.spans <= ch_write.PART_SPANS:
-        ch_overlap.write_and_derive(store, label, ready, selection, define)
+        traces = ch_overlap.write_and_derive(store, label, ready, selection, define)
+        if traces is not None:
+            return traces
     else:  # (a run bigger than one derive window is derived window by window from otel_traces)
         if ready != ch_write.READY:
             ch_write.move_ready(store, ready)

@@ -60,18 +60,19 @@ def drop_ready(store: ClickHouseStore, ready: str) -> None:
     store.query(sql.load("ingest_shared_ready_drop", dialect="clickhouse"), {"ready": ready})
 
 
-def _write(store: ClickHouseStore, ready: str, selection: RunSelection) -> int:
-    """On a second session: the spans of `selection` already in otel_traces, then `ready` written
-    into otel_traces; how many there were before."""
+def _write(store: ClickHouseStore, ready: str, selection: RunSelection) -> tuple[int, int]:
+    """On a second session: the spans of `selection` already in otel_traces and the traces of
+    `ready`, then `ready` written into otel_traces; (spans there before, traces)."""
     assert isinstance(store.transport, ChdbTransport)
     second = ClickHouseStore(store.location, store.time_limit_s, SecondChdbSession(store.transport))
     try:
         text, params = scoped("run_reach", selection)
         earlier = int((second.query(text, params).first() or (0, 0))[0])
-        second.query(
-            sql.load("ingest_ready_move", dialect="clickhouse"), {"ready": ready}, WRITE_TIME_LIMIT_S
-        )
-        return earlier
+        count = sql.load("ingest_ready_trace_count", dialect="clickhouse")
+        traces = int(second.query(count, {"ready": ready}).single_value())
+        move = sql.load("ingest_ready_move", dialect="clickhouse")
+        second.query(move, {"ready": ready}, WRITE_TIME_LIMIT_S)
+        return earlier, traces
     finally:
         second.close()
 
@@ -89,25 +90,27 @@ def _derive(store: ClickHouseStore, run: str, ready: str, selection: RunSelectio
 
 def write_and_derive(
     store: ClickHouseStore, run: str, ready: str, selection: RunSelection, define: Callable[[], None]
-) -> None:
+) -> int | None:
     """`ready` into otel_traces (a second session) while the run's requests are derived from it;
     once both are done the run is defined (`define`: ch_write.define_run) and the derived rows
-    stored (derived again from otel_traces when the selection already had spans there)."""
+    stored (derived again from otel_traces when the selection already had spans there). The run's
+    trace count, None when the selection had spans before (then count the run in otel_traces)."""
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="tailscope-write") as writer:
             written = writer.submit(_write, store, ready, selection)
             try:
                 _derive(store, run, ready, selection)
             finally:
-                earlier = written.result()
+                earlier, traces = written.result()
         define()
         if earlier:
             ch_write.refresh_run(store, run)
-            return
+            return None
         if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
             store.query(
                 sql.load("derive_delete_window", dialect="clickhouse"), ch_write._window(run, ALL_TIME)
             )
         store.query(sql.load("derive_staged_move", dialect="clickhouse"), None, WRITE_TIME_LIMIT_S)
+        return traces
     finally:
         store.query(sql.load("derive_staged_drop", dialect="clickhouse"))
