@@ -10,7 +10,8 @@ One OTLP JSON-lines file of the reference pipeline's steady scenario (about 13 s
   (bootstrap 1000), heatmap, slowest traces, tail vs body, LLM latency, stage mapping (the sample
   of 2000 traces), the p99 stage breakdown, the slowest trace's Gantt, each the best of 3 after a warm-up;
 - diagnose: the run's diagnosis (load + detectors), best of 2.
-Prints one line per figure. Keep it modest: 2 shared cores.
+Prints one line per figure. Keep it modest: 2 shared cores. --reuse-file keeps an existing trace
+file in the work folder; --ingest-only N times only the ingest, N times per engine, alternately.
 """
 
 from __future__ import annotations
