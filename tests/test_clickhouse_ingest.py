@@ -224,3 +224,20 @@ def test_a_new_label_with_spans_already_stored_is_derived_from_all_of_them(
     ch_write.refresh_run(chdb_store, "late")
     assert derived == chdb_store.query(REQUESTS_OF, {"run": "late"}).rows
     assert len(derived) == 100
+
+
+def test_a_failed_write_defines_no_run_and_stores_no_rows(
+    chdb_store: ClickHouseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _steady_file(tmp_path, 50)
+
+    def failing_write(*args: Any) -> tuple[int, int]:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(ch_overlap, "_write", failing_write)
+    with pytest.raises(RuntimeError, match="disk full"):
+        clickhouse_load.load_paths(chdb_store, [path], "failed")
+    assert ch_write.run_selection(chdb_store, "failed") is None
+    assert chdb_store.query(SPANS_OF, {"run": "failed"}).rows == []
+    assert chdb_store.query(REQUESTS_OF, {"run": "failed"}).rows == []
+    assert not chdb_store.query("SELECT name FROM system.tables WHERE name LIKE '_tailscope_ready_%'").rows

@@ -92,9 +92,10 @@ def write_and_derive(
     store: ClickHouseStore, run: str, ready: str, selection: RunSelection, define: Callable[[], None]
 ) -> int | None:
     """`ready` into otel_traces (a second session) while the run's requests are derived from it;
-    once both are done the run is defined (`define`: ch_write.define_run) and the derived rows
-    stored (derived again from otel_traces when the selection already had spans there). The run's
-    trace count, None when the selection had spans before (then count the run in otel_traces)."""
+    once the spans are written the run is defined (`define`: ch_write.define_run; a failed write
+    defines nothing), once both are done the derived rows are stored (derived again from
+    otel_traces when the selection already had spans there). The run's trace count, None when the
+    selection had spans before (then count the run in otel_traces)."""
     try:
         with ThreadPoolExecutor(1, thread_name_prefix="tailscope-write") as writer:
             written = writer.submit(_write, store, ready, selection)
@@ -102,7 +103,7 @@ def write_and_derive(
                 _derive(store, run, ready, selection)
             finally:
                 earlier, traces = written.result()
-        define()
+                define()  # the spans are in otel_traces, derived or not (as a sequential load)
         if earlier:
             ch_write.refresh_run(store, run)
             return None
