@@ -201,12 +201,17 @@ def test_writing_while_deriving_stores_what_the_sequential_load_did(
     with monkeypatch.context() as patched:
         patched.setattr(ch_overlap, "possible", lambda *args: False)
         sequential = clickhouse_load.load_paths(chdb_store, [path], "sequential")
+    with monkeypatch.context() as patched:  # a run over one derive window: written, then derived
+        patched.setattr(ch_write, "PART_SPANS", 1000)
+        windowed = clickhouse_load.load_paths(chdb_store, [path], "windowed")
+    assert windowed.traces == 300
+    assert _stored(chdb_store, "windowed") == _stored(chdb_store, "sequential")
     assert overlapped.spans == sequential.spans > 3000
     assert overlapped.traces == sequential.traces == 300
     spans, requests = _stored(chdb_store, "overlap")
     assert (spans, requests) == _stored(chdb_store, "sequential")
     assert len(requests) == 300
-    assert lookup == chdb_store.query(LOOKUP).rows  # the same traces, written twice
+    assert lookup == chdb_store.query(LOOKUP).rows  # the same traces, written three times
     assert not chdb_store.query("SELECT name FROM system.tables WHERE name LIKE '_tailscope_ready_%'").rows
 
 
