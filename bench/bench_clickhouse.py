@@ -10,12 +10,16 @@ One OTLP JSON-lines file of the reference pipeline's steady scenario (about 13 s
   (bootstrap 1000), heatmap, slowest traces, tail vs body, LLM latency, stage mapping (the sample
   of 2000 traces), the p99 stage breakdown, the slowest trace's Gantt, each the best of 3 after a warm-up;
 - diagnose: the run's diagnosis (load + detectors), best of 2.
-Prints one line per figure. Keep it modest: 2 shared cores.
+Prints one line per figure. Keep it modest: 2 shared cores. --reuse-file keeps an existing trace
+file in the work folder; --ingest-only N times only the ingest, N times per engine, alternately.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import resource
 import shutil
 import sys
 import time
@@ -95,16 +99,68 @@ def run() -> None:
     parser.add_argument("--requests", type=int, default=77_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ch"))
     parser.add_argument("--no-diagnose", action="store_true", help="skip the diagnosis (10 M spans)")
+    parser.add_argument(
+        "--reuse-file", action="store_true", help="keep the work folder's trace file when it exists"
+    )
+    parser.add_argument(
+        "--ingest-only",
+        type=int,
+        metavar="N",
+        help="time only the ingest, N times per engine, alternating DuckDB and chdb (fresh stores)",
+    )
     args = parser.parse_args()
-    from reference_pipeline.simulate.api import simulate_to_file
-
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
-    trace_file = args.work / "steady.jsonl"
-    summary = simulate_to_file(trace_file, "steady", args.requests, 1)
-    print(f"file: {summary['spans']:,} spans, {summary['bytes'] / 2**20:,.0f} MiB")
+    trace_file = prepare_file(args.work, args.requests, args.reuse_file)
+    if args.ingest_only:
+        ingest_only(args.work, trace_file, args.ingest_only)
+        return
     bench(str(args.work / "s.duckdb"), trace_file, "duckdb", not args.no_diagnose)
     bench(f"chdb://{args.work / 'chdb'}", trace_file, "chdb", not args.no_diagnose)
+
+
+def prepare_file(work: Path, requests: int, reuse: bool) -> Path:
+    """The steady scenario's trace file in `work` (written again unless `reuse` and it exists); the
+    rest of `work` (the stores) is emptied."""
+    trace_file = work / "steady.jsonl"
+    if reuse and trace_file.exists():
+        for child in work.iterdir():
+            if child != trace_file:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        print(f"file: {trace_file} (reused), {trace_file.stat().st_size / 2**20:,.0f} MiB")
+        return trace_file
+    from reference_pipeline.simulate.api import simulate_to_file
+
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    summary = simulate_to_file(trace_file, "steady", requests, 1)
+    print(f"file: {summary['spans']:,} spans, {summary['bytes'] / 2**20:,.0f} MiB")
+    return trace_file
+
+
+def ingest_only(work: Path, trace_file: Path, times: int) -> None:
+    """`tailscope ingest` into a fresh DuckDB file and a fresh chdb folder, alternately, `times` each
+    (wall and CPU seconds: the machine's 2 cores are shared, CPU seconds vary less with the load)."""
+    for i in range(times):
+        for engine in ("duckdb", "chdb"):
+            target = work / ("s.duckdb" if engine == "duckdb" else "chdb")
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            url = str(target) if engine == "duckdb" else f"chdb://{target}"
+            argv = ["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]
+            spent = cpu_seconds()
+            with contextlib.redirect_stdout(io.StringIO()):
+                seconds = timed(lambda argv=argv: main(argv))
+            spent = cpu_seconds() - spent
+            print(
+                f"{engine:6} ingest #{i + 1} (decode + store + derive) {seconds:7.2f} s, cpu {spent:6.2f} s"
+            )
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process's threads and its ended children (the decode workers)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ and once the whole file decoded one insert writes it into otel_traces: a file re
 mode writes nothing, as on DuckDB. Each span's resource attributes carry tailscope.run = the label.
 After the last file the run is (re)defined in tailscope_runs as a selection (tailscope.run = label,
 over the time its spans cover, widened to any earlier definition's) and its per-request rows are
-derived inside ClickHouse.
+derived inside ClickHouse. A new run from one file on chdb keeps its converted spans in a shared
+table instead, written into otel_traces by a second chdb session while the requests are derived
+from that table (tailscope.store.ch_overlap).
 Unlike the DuckDB loader there is no duplicate check: spans loaded twice are stored twice.
 """
 
@@ -30,7 +32,7 @@ from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool, decode_on_workers
 from ingest.setup import setup_attributes
 from tailscope import sql
 from tailscope.query.clickhouse import RunSelection
-from tailscope.store import ch_write
+from tailscope.store import ch_overlap, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 
 INSERT_ROWS = 100_000  # spans per insert into the staging table
@@ -44,6 +46,7 @@ def _stage_file(
     skip_bad: bool,
     setup: dict[str, set[str]],
     pool: DecodePool | None = None,
+    ready: str = ch_write.READY,
 ) -> tuple[int, int] | None:
     """Decode a file into the staging table (raises DecodeError in strict mode on the first bad
     record), counting its spans in result.spans; the (first, last) span start staged, None when the
@@ -66,7 +69,7 @@ def _stage_file(
             chunk = pa.concat_tables(waiting) if len(waiting) > 1 else waiting[0]
             waiting.clear()
             result.spans += chunk.num_rows
-            pending = stager.submit(ch_write.stage_spans, store, chunk, run_label)
+            pending = stager.submit(ch_write.stage_spans, store, chunk, run_label, ready)
 
         with open(path, "rb", buffering=1 << 20) as raw:
             for batch in decode_file(raw, str(path), result, on_bad if skip_bad else None, pool):
@@ -94,26 +97,64 @@ def load_file(
     skip_bad: bool,
     setup: dict[str, set[str]],
     pool: DecodePool | None = None,
+    ready: str = ch_write.READY,
 ) -> tuple[FileResult, tuple[int, int] | None]:
-    """Load one file; its result and the (first, last) span start it wrote, None when nothing."""
+    """Load one file; its result and the (first, last) span start it wrote, None when nothing.
+    With a shared `ready` table (ch_overlap) the spans stay there, converted, for the caller."""
     started = time.perf_counter()
     result = FileResult(path=str(path))
     bounds: tuple[int, int] | None = None
     try:
-        ch_write.clear_staged(store)
-        bounds = _stage_file(store, path, run_label, result, skip_bad, setup, pool)
-        if bounds is not None:
+        ch_write.clear_staged(store, ready)
+        bounds = _stage_file(store, path, run_label, result, skip_bad, setup, pool, ready)
+        if bounds is not None and ready == ch_write.READY:
             ch_write.move_ready(store)
     except DecodeError as error:
-        ch_write.clear_staged(store)
+        ch_write.clear_staged(store, ready)
         result.error = str(error)
         result.spans, bounds = 0, None
     except OSError as error:
-        ch_write.clear_staged(store)
+        ch_write.clear_staged(store, ready)
         result.error = f"{path}: {error.strerror or error}"
         result.spans, bounds = 0, None
     result.seconds = time.perf_counter() - started
     return result, bounds
+
+
+def _define_and_derive(
+    store: ClickHouseStore,
+    label: str,
+    span: tuple[int, int],
+    summary: LoadSummary,
+    setup: dict[str, set[str]],
+    ready: str,
+) -> int:
+    """Define (or widen) the run's selection over the loaded spans and derive its requests (while
+    a shared `ready` table is written, ch_overlap); how many traces the run has."""
+    earlier = ch_write.run_selection(store, label)
+    if earlier is not None:
+        span = (min(span[0], earlier.start_ns), max(span[1], earlier.end_ns))
+    selection = RunSelection(span[0], span[1], {ch_write.RUN_ATTRIBUTE: label})
+
+    def define() -> None:
+        ch_write.define_run(
+            store,
+            label,
+            selection,
+            files=[f.path for f in summary.files if f.error is None],
+            setup={key: ",".join(sorted(values)) for key, values in sorted(setup.items())},
+        )
+
+    if ready != ch_write.READY and summary.spans <= ch_write.PART_SPANS:
+        traces = ch_overlap.write_and_derive(store, label, ready, selection, define)
+        if traces is not None:
+            return traces
+    else:  # (a run bigger than one derive window is derived window by window from otel_traces)
+        if ready != ch_write.READY:
+            ch_write.move_ready(store, ready)
+        define()
+        ch_write.refresh_run(store, label)
+    return int(store.query(sql.load("run_trace_count", "clickhouse"), selection.params()).single_value())
 
 
 def load_paths(
@@ -138,32 +179,24 @@ def load_paths(
     # big OTLP files decode on worker processes, as ingest.loader does (forked before this load
     # starts a thread; the workers only decode, and leave by os._exit, never touching chdb)
     parallel = decode_on_workers(sizes)
-    with DecodePool() if parallel else contextlib.nullcontext() as pool:
-        for path, size in zip(files, sizes, strict=True):
-            use_pool = pool if size >= PARALLEL_MIN_BYTES else None
-            result, bounds = load_file(store, path, label, skip_bad, setup, use_pool)
-            summary.files.append(result)
-            if bounds is not None:
-                span = bounds if span is None else (min(span[0], bounds[0]), max(span[1], bounds[1]))
-            done_bytes += size
-            done_spans += result.spans
-            if progress is not None:
-                progress(done_bytes, total, done_spans)
-    if span is not None:
-        earlier = ch_write.run_selection(store, label)
-        if earlier is not None:
-            span = (min(span[0], earlier.start_ns), max(span[1], earlier.end_ns))
-        selection = RunSelection(span[0], span[1], {ch_write.RUN_ATTRIBUTE: label})
-        ch_write.define_run(
-            store,
-            label,
-            selection,
-            files=[f.path for f in summary.files if f.error is None],
-            setup={key: ",".join(sorted(values)) for key, values in sorted(setup.items())},
-        )
-        ch_write.refresh_run(store, label)
-        summary.traces = int(
-            store.query(sql.load("run_trace_count", "clickhouse"), selection.params()).single_value()
-        )
+    # a new run from one file on chdb: its spans written while its requests are derived (ch_overlap)
+    ready = ch_overlap.ready_table(store) if ch_overlap.possible(store, len(files), label) else ch_write.READY
+    try:
+        with DecodePool() if parallel else contextlib.nullcontext() as pool:
+            for path, size in zip(files, sizes, strict=True):
+                use_pool = pool if size >= PARALLEL_MIN_BYTES else None
+                result, bounds = load_file(store, path, label, skip_bad, setup, use_pool, ready)
+                summary.files.append(result)
+                if bounds is not None:
+                    span = bounds if span is None else (min(span[0], bounds[0]), max(span[1], bounds[1]))
+                done_bytes += size
+                done_spans += result.spans
+                if progress is not None:
+                    progress(done_bytes, total, done_spans)
+        if span is not None:
+            summary.traces = _define_and_derive(store, label, span, summary, setup, ready)
+    finally:
+        if ready != ch_write.READY:
+            ch_overlap.drop_ready(store, ready)
     summary.seconds = time.perf_counter() - started
     return summary

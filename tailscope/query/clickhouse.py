@@ -8,6 +8,7 @@ label, time range, attribute filters, regexes, stages) is a server-side paramete
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -183,10 +184,15 @@ def derive_statements(
     selection: RunSelection,
     keep: tuple[int, int] = ALL_TIME,
     phase_rules: list[PhaseRule] | None = None,
+    source: str | None = None,
+    into: str = "tailscope_requests",
 ) -> list[Statement]:
     """The statements that derive a run's tailscope_requests rows inside ClickHouse (the last but
-    one is the INSERT ... SELECT): the requests of `selection` whose root starts in `keep`
-    ([start, end) ns)."""
+    one is the INSERT ... SELECT into `into`): the requests of `selection` whose root starts in
+    `keep` ([start, end) ns). `source`: a table with otel_traces' columns read instead of it (a
+    load's converted spans, ch_overlap), bound as an identifier."""
+    if into not in ("tailscope_requests", "_ts_derived"):
+        raise ValueError(f"unknown target {into!r}")
     output = (
         _text("derive_requests")
         .replace("{per_request}", _text("span_tree_requests"))
@@ -195,8 +201,16 @@ def derive_statements(
     statements = span_tree_statements(rules, selection, output, phase_rules=phase_rules)
     insert, params = statements[-2]
     bound = {**params, "run": run, "keep_start": keep[0], "keep_end": keep[1]}
-    statements[-2] = ("INSERT INTO tailscope_requests\n" + insert, bound)
-    return statements
+    statements[-2] = (f"INSERT INTO {into}\n" + insert, bound)
+    return statements if source is None else [from_source(statement, source) for statement in statements]
+
+
+def from_source(statement: Statement, source: str) -> Statement:
+    """A statement reading otel_traces made to read `source` (a table with its columns, in memory:
+    its PREWHERE ... WHERE becomes one WHERE), bound as an identifier."""
+    text, params = statement
+    text = re.sub(r"PREWHERE (.*?)\bWHERE ", r"WHERE (\1) AND ", text, flags=re.DOTALL)
+    return text.replace("FROM otel_traces", "FROM {source:Identifier}"), {**params, "source": source}
 
 
 def requests_statements(rules: list[StageRule], selection: RunSelection) -> list[Statement]:

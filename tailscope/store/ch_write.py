@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -23,6 +24,7 @@ from tailscope.query.clickhouse import (
     ALL_TIME,
     RunSelection,
     derive_statements,
+    from_source,
     phase_params,
     scoped,
     stage_mapping_statements,
@@ -37,13 +39,23 @@ PART_SPANS = 2_000_000
 # How far a trace's spans may start outside its root's interval (clocks of different hosts), as
 # tailscope.analysis.derive.CLOCK_SKEW_NS.
 CLOCK_SKEW_NS = 10 * 10**9
+# The session's table of converted spans (ingest_ready_ddl.sql); ch_overlap names a shared one.
+READY = "_ts_ready"
 
 
-def staged_table(chunk: pa.Table) -> pa.Table:
-    """A decoded batch as the staging table's plain columns (dictionaries decoded, no RunLabel)."""
+ATTRIBUTE_MAP = pa.map_(pa.string(), pa.string())
+
+
+def staged_table(chunk: pa.Table, run: str | None = None) -> pa.Table:
+    """A decoded batch as the staging table's columns (dictionaries decoded, no RunLabel; the
+    attribute texts as Arrow maps, `attribute_maps`); with `run`, each span's resource attributes
+    carry tailscope.run = run."""
     columns = {}
     for name, column in zip(chunk.column_names, chunk.columns, strict=True):
         if name == "RunLabel":
+            continue
+        if name in ("ResourceAttributes", "SpanAttributes"):
+            columns[name] = attribute_maps(column, run if name == "ResourceAttributes" else None)
             continue
         columns[name] = (
             pc.cast(column, column.type.value_type) if pa.types.is_dictionary(column.type) else column
@@ -51,60 +63,69 @@ def staged_table(chunk: pa.Table) -> pa.Table:
     return pa.table(columns)
 
 
-def stage_spans(store: ClickHouseStore, chunk: pa.Table, run: str | None = None) -> tuple[int, int]:
+def attribute_maps(column: pa.ChunkedArray | pa.Array, run: str | None = None) -> pa.Array:
+    """Attribute texts (JSON objects of string values) as an Arrow map column, each distinct text
+    parsed once (the decoders give a batch's attributes as a dictionary: 1 M spans have ~13
+    distinct resources and ~8,000 distinct span attribute sets) and the rows taking theirs (1 M
+    spans: ~0.9 s less than JSONExtract on every row). With `run`: tailscope.run = run last (a key
+    already there moves there), as ClickHouse's mapUpdate put it."""
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(array.type):
+        array = pc.dictionary_encode(array)
+    maps = []
+    for text in array.dictionary.to_pylist():
+        attributes = orjson.loads(text) if text else {}
+        if run is not None:
+            attributes.pop(RUN_ATTRIBUTE, None)
+            attributes[RUN_ATTRIBUTE] = run
+        maps.append(list(attributes.items()))
+    return pc.take(pa.array(maps, ATTRIBUTE_MAP), array.indices)
+
+
+def stage_spans(
+    store: ClickHouseStore, chunk: pa.Table, run: str | None = None, ready: str = READY
+) -> tuple[int, int]:
     """Add one decoded batch to the session's staging table (created when missing); with `run`,
-    convert it at once into the exporter's columns in the second staging table (_ts_ready, for
-    `move_ready`), its spans' resource attributes with tailscope.run = run. (first, last) span start
-    of the batch in ns. Nothing reaches otel_traces until `move_staged` or `move_ready`."""
+    convert it at once into the exporter's columns in `ready` (the session's _ts_ready, or a load's
+    shared table, ch_overlap, for `move_ready`; or otel_traces itself, `append_spans`), its spans'
+    resource attributes with tailscope.run = run. (first, last) span start of the batch in ns."""
     store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
-    store.insert_arrow("_ts_stage", staged_table(chunk))
+    store.insert_arrow("_ts_stage", staged_table(chunk, run))
     if run is not None:
-        store.query(sql.load("ingest_ready_ddl", dialect="clickhouse"))
+        if ready == READY:
+            store.query(sql.load("ingest_ready_ddl", dialect="clickhouse"))
         try:
-            store.query(_convert_into("_ts_ready"), {"run": run}, WRITE_TIME_LIMIT_S)
+            store.query(
+                sql.load("ingest_stage_move", dialect="clickhouse"), {"target": ready}, WRITE_TIME_LIMIT_S
+            )
         finally:
             store.query(sql.load("ingest_stage_clear", dialect="clickhouse"))
     bounds = pc.min_max(pc.cast(chunk.column("Timestamp"), pa.int64()))
     return int(bounds["min"].as_py()), int(bounds["max"].as_py())
 
 
-def _convert_into(target: str) -> str:
-    """ingest_stage_move.sql into one of its two targets (fixed names, never a value)."""
-    if target not in ("otel_traces", "_ts_ready"):
-        raise ValueError(f"unknown staging target {target!r}")
-    return sql.load("ingest_stage_move", dialect="clickhouse").replace("{target}", target)
-
-
-def move_staged(store: ClickHouseStore, run: str) -> None:
-    """Everything staged into otel_traces, converted by ClickHouse into the exporter's Map and
-    Nested columns (ingest_stage_move.sql), each span's resource attributes with tailscope.run = run;
-    the staging table is emptied whatever happens."""
+def move_ready(store: ClickHouseStore, ready: str = READY) -> None:
+    """The spans `stage_spans(..., run)` converted into otel_traces in one insert; the session's
+    tables emptied after."""
     try:
-        store.query(_convert_into("otel_traces"), {"run": run}, WRITE_TIME_LIMIT_S)
+        store.query(sql.load("ingest_ready_move", dialect="clickhouse"), {"ready": ready}, WRITE_TIME_LIMIT_S)
     finally:
         clear_staged(store)
 
 
-def move_ready(store: ClickHouseStore) -> None:
-    """The spans `stage_spans(..., run)` converted into otel_traces in one insert; emptied after."""
-    try:
-        store.query(sql.load("ingest_ready_move", dialect="clickhouse"), None, WRITE_TIME_LIMIT_S)
-    finally:
-        clear_staged(store)
-
-
-def clear_staged(store: ClickHouseStore) -> None:
-    """Drop what is staged or converted (a file rejected part way: nothing of it is written)."""
-    for name in ("ingest_stage_ddl", "ingest_stage_clear", "ingest_ready_ddl", "ingest_ready_clear"):
+def clear_staged(store: ClickHouseStore, ready: str = READY) -> None:
+    """Drop what is staged or converted (a file rejected part way: nothing of it is written): the
+    session's tables, and `ready` when it is a load's shared one."""
+    for name in ("ingest_stage_ddl", "ingest_stage_clear", "ingest_ready_ddl"):
         store.query(sql.load(name, dialect="clickhouse"))
+    for table in {READY, ready}:
+        store.query(sql.load("ingest_ready_clear", dialect="clickhouse"), {"ready": table})
 
 
 def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
-    """Insert one decoded batch into otel_traces (stage_spans, then move_staged); (first, last) span
-    start of the batch in ns."""
-    bounds = stage_spans(store, chunk)
-    move_staged(store, run)
-    return bounds
+    """Insert one decoded batch into otel_traces (staged, then converted into it); (first, last)
+    span start of the batch in ns."""
+    return stage_spans(store, chunk, run, ready="otel_traces")
 
 
 def define_run(
@@ -176,18 +197,24 @@ def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) 
     edges = [selection.start_ns + i * width for i in range(parts)] + [selection.end_ns + 1]
     edges[0], edges[-1] = ALL_TIME
     rules = rules_in_force(store)
-    # one delete for the whole run (a lightweight delete costs ~1 s however little it removes)
-    store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, ALL_TIME))
+    # one delete for the whole run, none for a run without rows (a lightweight delete costs ~1 s
+    # however little it removes)
+    if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
+        store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, ALL_TIME))
     for keep in itertools.pairwise(edges):
         refresh_window(store, run, keep, int(longest or 0), rules, selection, deleted=True)
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
 
 
-def phase_rules_for(store: ClickHouseStore, selection: RunSelection) -> list[PhaseRule]:
+def phase_rules_for(
+    store: ClickHouseStore, selection: RunSelection, source: str | None = None
+) -> list[PhaseRule]:
     """The phase rules in force (the defaults: not editable on ClickHouse yet), or none when the
-    run has no span they could read (phase_candidates_any.sql: the phase spans then cost nothing)."""
+    run has no span they could read (phase_candidates_any.sql: the phase spans then cost nothing).
+    `source`: a table read instead of otel_traces (query.clickhouse.from_source)."""
     rules = default_phase_rules()
-    text, params = scoped("phase_candidates_any", selection, **phase_params(rules))
+    statement = scoped("phase_candidates_any", selection, **phase_params(rules))
+    text, params = statement if source is None else from_source(statement, source)
     return rules if store.query(text, params).single_value() else []
 
 

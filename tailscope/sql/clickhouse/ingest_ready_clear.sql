@@ -1,2 +1,2 @@
 -- Empty the loader's converted-spans table after its file moved into otel_traces (or was rejected).
-TRUNCATE TABLE _ts_ready
+TRUNCATE TABLE {ready:Identifier}

@@ -1,6 +1,7 @@
 -- The loader's staging table (per session, in memory): one decoded batch of spans in the decoders'
--- column form (ingest/columns.py: attributes a JSON object text, events and links JSON array text),
--- which ingest_stage_move.sql converts into the exporter's columns inside ClickHouse.
+-- column form (ingest/columns.py: events and links JSON array text), but the attributes already
+-- maps (ch_write.attribute_maps, each distinct text parsed once), which ingest_stage_move.sql
+-- converts into the exporter's columns inside ClickHouse.
 CREATE TEMPORARY TABLE IF NOT EXISTS _ts_stage (
     Timestamp DateTime64(9, 'UTC'),
     TraceId String,
@@ -10,10 +11,10 @@ CREATE TEMPORARY TABLE IF NOT EXISTS _ts_stage (
     SpanName String,
     SpanKind String,
     ServiceName String,
-    ResourceAttributes String,
+    ResourceAttributes Map(LowCardinality(String), String),
     ScopeName String,
     ScopeVersion String,
-    SpanAttributes String,
+    SpanAttributes Map(LowCardinality(String), String),
     Duration Int64,
     StatusCode String,
     StatusMessage String,

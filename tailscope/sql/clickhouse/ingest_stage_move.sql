@@ -1,11 +1,13 @@
--- One staged batch (ingest_stage_ddl.sql) into {target}, converted by ClickHouse: attribute
--- objects to Map(LowCardinality(String), String) with JSONExtract (each span's resource attributes
--- also get tailscope.run = {run}, the run's selection filter), event and link arrays to the Nested
--- columns' parallel arrays. 1 M spans: ~4 s on 2 cores, against ~8 s building the maps in Python.
--- {target} (fixed SQL, tailscope.store.ch_write): otel_traces (the receiver's flushes), or the
--- loader's _ts_ready (ingest_ready_ddl.sql), converted batch by batch while the file decodes and
--- moved into otel_traces once it decoded whole (ingest_ready_move.sql).
-INSERT INTO {target} (
+-- One staged batch (ingest_stage_ddl.sql) into {target}, converted by ClickHouse: event and link
+-- arrays to the Nested columns' parallel arrays (their attribute objects to
+-- Map(LowCardinality(String), String) with JSONExtract); the span and resource attributes come
+-- staged as maps already, the resource attributes with tailscope.run, the run's selection filter
+-- (ch_write.attribute_maps).
+-- {target} (a bound identifier, tailscope.store.ch_write): otel_traces (the receiver's flushes), or
+-- the loader's ready table (_ts_ready: ingest_ready_ddl.sql, or a shared one), converted batch by
+-- batch while the file decodes and moved into otel_traces once it decoded whole
+-- (ingest_ready_move.sql).
+INSERT INTO {target:Identifier} (
     Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName,
     ResourceAttributes, ScopeName, ScopeVersion, SpanAttributes, Duration, StatusCode, StatusMessage,
     `Events.Timestamp`, `Events.Name`, `Events.Attributes`,
@@ -13,10 +15,9 @@ INSERT INTO {target} (
 )
 SELECT
     Timestamp, TraceId, SpanId, ParentSpanId, TraceState, SpanName, SpanKind, ServiceName,
-    mapUpdate(JSONExtract(ResourceAttributes, 'Map(LowCardinality(String), String)'),
-              map('tailscope.run', {run:String})),
+    ResourceAttributes,
     ScopeName, ScopeVersion,
-    JSONExtract(SpanAttributes, 'Map(LowCardinality(String), String)'),
+    SpanAttributes,
     toUInt64(greatest(Duration, 0)),
     StatusCode, StatusMessage,
     arrayMap(e -> fromUnixTimestamp64Nano(JSONExtract(e, 'Timestamp', 'Int64')), JSONExtractArrayRaw(Events)),

@@ -1,0 +1,117 @@
+"""A new run loaded from one file into chdb: its spans written into otel_traces while its requests
+are derived from the same converted spans, on two chdb sessions at once.
+
+The loader converts a file's spans into a shared in-memory table (ingest_shared_ready_ddl.sql),
+then a second chdb session on the same folder (a thread of its own; ClickHouse works there without
+the GIL) writes that table into otel_traces while the store's session derives the run's requests
+from it (ch_write's derive statements with the table as their source) into a held-back temporary
+table. Only when both are done is the run defined and do the derived rows reach
+tailscope_requests: a failed write leaves neither. The writer first counts the spans the run's
+selection already finds in otel_traces: when there were any (spans of that label written earlier),
+the run is derived again from otel_traces as ch_write.refresh_run does, so the rows are always the
+whole run's.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from tailscope import sql
+from tailscope.query.clickhouse import ALL_TIME, RunSelection, derive_statements, scoped
+from tailscope.store import ch_write
+from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ChdbTransport, ClickHouseStore, _Session
+
+
+class SecondChdbSession(ChdbTransport):
+    """Another chdb session on a store's folder, in this process (its own temporary tables and
+    settings; statements of the two sessions run at the same time)."""
+
+    def __init__(self, first: ChdbTransport) -> None:
+        from chdb import session as chs
+
+        self._path = first._path
+        self._shared = _Session(chs.Session(str(self._path)))
+        self._session = self._shared.session
+        self._settings = self._shared.settings
+
+    def close(self) -> None:
+        self._session.close()
+
+
+def possible(store: ClickHouseStore, files: int, run: str) -> bool:
+    """Whether a load can write and derive at once: chdb, one file, a run not defined yet."""
+    return (
+        files == 1
+        and isinstance(store.transport, ChdbTransport)
+        and ch_write.run_selection(store, run) is None
+    )
+
+
+def ready_table(store: ClickHouseStore) -> str:
+    """A new shared table for one load's converted spans (its name: _tailscope_ready_<random hex>)."""
+    name = f"_tailscope_ready_{secrets.token_hex(8)}"
+    store.query(sql.load("ingest_shared_ready_ddl", dialect="clickhouse"), {"ready": name})
+    return name
+
+
+def drop_ready(store: ClickHouseStore, ready: str) -> None:
+    store.query(sql.load("ingest_shared_ready_drop", dialect="clickhouse"), {"ready": ready})
+
+
+def _write(store: ClickHouseStore, ready: str, selection: RunSelection) -> tuple[int, int]:
+    """On a second session: the spans of `selection` already in otel_traces and the traces of
+    `ready`, then `ready` written into otel_traces; (spans there before, traces)."""
+    assert isinstance(store.transport, ChdbTransport)
+    second = ClickHouseStore(store.location, store.time_limit_s, SecondChdbSession(store.transport))
+    try:
+        text, params = scoped("run_reach", selection)
+        earlier = int((second.query(text, params).first() or (0, 0))[0])
+        count = sql.load("ingest_ready_trace_count", dialect="clickhouse")
+        traces = int(second.query(count, {"ready": ready}).single_value())
+        move = sql.load("ingest_ready_move", dialect="clickhouse")
+        second.query(move, {"ready": ready}, WRITE_TIME_LIMIT_S)
+        return earlier, traces
+    finally:
+        second.close()
+
+
+def _derive(store: ClickHouseStore, run: str, ready: str, selection: RunSelection) -> None:
+    """The run's requests derived from `ready` into the held-back _ts_derived."""
+    store.query(sql.load("derive_staged_drop", dialect="clickhouse"))
+    store.query(sql.load("derive_staged_ddl", dialect="clickhouse"))
+    rules = ch_write.rules_in_force(store)
+    phases = ch_write.phase_rules_for(store, selection, source=ready)
+    statements = derive_statements(rules, run, selection, ALL_TIME, phases, source=ready, into="_ts_derived")
+    for statement, values in statements:
+        store.query(statement, values, WRITE_TIME_LIMIT_S)
+
+
+def write_and_derive(
+    store: ClickHouseStore, run: str, ready: str, selection: RunSelection, define: Callable[[], None]
+) -> int | None:
+    """`ready` into otel_traces (a second session) while the run's requests are derived from it;
+    once the spans are written the run is defined (`define`: ch_write.define_run; a failed write
+    defines nothing), once both are done the derived rows are stored (derived again from
+    otel_traces when the selection already had spans there). The run's trace count, None when the
+    selection had spans before (then count the run in otel_traces)."""
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="tailscope-write") as writer:
+            written = writer.submit(_write, store, ready, selection)
+            try:
+                _derive(store, run, ready, selection)
+            finally:
+                earlier, traces = written.result()
+                define()  # the spans are in otel_traces, derived or not (as a sequential load)
+        if earlier:
+            ch_write.refresh_run(store, run)
+            return None
+        if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
+            store.query(
+                sql.load("derive_delete_window", dialect="clickhouse"), ch_write._window(run, ALL_TIME)
+            )
+        store.query(sql.load("derive_staged_move", dialect="clickhouse"), None, WRITE_TIME_LIMIT_S)
+        return traces
+    finally:
+        store.query(sql.load("derive_staged_drop", dialect="clickhouse"))
