@@ -17,6 +17,7 @@ import pytest
 
 from ingest import clickhouse_load
 from ingest.loader import FileResult, decode_file
+from tailscope import sql
 from tailscope.store import ch_overlap, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.engine import open_store
@@ -246,3 +247,13 @@ def test_a_failed_write_defines_no_run_and_stores_no_rows(
     assert chdb_store.query(SPANS_OF, {"run": "failed"}).rows == []
     assert chdb_store.query(REQUESTS_OF, {"run": "failed"}).rows == []
     assert not chdb_store.query("SELECT name FROM system.tables WHERE name LIKE '_tailscope_ready_%'").rows
+
+
+def test_a_shared_table_left_by_an_interrupted_load_is_dropped_by_the_next(
+    chdb_store: ClickHouseStore, tmp_path: Path
+) -> None:
+    left = ch_overlap.ready_table(chdb_store)  # as a load killed before its drop leaves it
+    clickhouse_load.load_paths(chdb_store, [_steady_file(tmp_path, 20)], "next")
+    stale = sql.load("ingest_shared_ready_stale", dialect="clickhouse")
+    assert left.startswith("_tailscope_ready_") and chdb_store.query(stale).rows == []
+    assert len(chdb_store.query(REQUESTS_OF, {"run": "next"}).rows) == 20

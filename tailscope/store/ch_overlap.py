@@ -50,7 +50,10 @@ def possible(store: ClickHouseStore, files: int, run: str) -> bool:
 
 
 def ready_table(store: ClickHouseStore) -> str:
-    """A new shared table for one load's converted spans (its name: _tailscope_ready_<random hex>)."""
+    """A new shared table for one load's converted spans (its name: _tailscope_ready_<random hex>),
+    after dropping any an interrupted load left behind."""
+    for (stale,) in store.query(sql.load("ingest_shared_ready_stale", dialect="clickhouse")).rows:
+        drop_ready(store, stale)
     name = f"_tailscope_ready_{secrets.token_hex(8)}"
     store.query(sql.load("ingest_shared_ready_ddl", dialect="clickhouse"), {"ready": name})
     return name
