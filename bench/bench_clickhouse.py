@@ -8,8 +8,10 @@ One OTLP JSON-lines file of the reference pipeline's steady scenario (about 13 s
   derive alone again (ch_write.refresh_run);
 - views: overview, waterfall p99 (bands, shares and stage percentiles), compare against itself
   (bootstrap 1000), heatmap, slowest traces, tail vs body, LLM latency, stage mapping (the sample
-  of 2000 traces), the p99 stage breakdown, the slowest trace's Gantt, each the best of 3 after a warm-up;
+  of 2000 traces), the p99 stage breakdown, the slowest trace's Gantt, each the best of 3 after a warm-up
+  (`--only WORD`: the views whose name contains it; `--engine`: one engine);
 - diagnose: the run's diagnosis (load + detectors), best of 2.
+`--reuse` times the views on the stores already in --work (no file written, no ingest).
 Prints one line per figure. Keep it modest: 2 shared cores.
 """
 
@@ -63,25 +65,42 @@ def views_line(engine: str, name: str, fn: Callable[[], object]) -> None:
     print(f"{engine:6} {name:33} {best(fn):7.3f} s")
 
 
-def bench(url: str, trace_file: Path, engine: str, diagnosis: bool = True) -> None:
-    seconds = timed(lambda: main(["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]))
-    print(f"{engine:6} ingest (decode + store + derive)   {seconds:7.2f} s")
+def views(store: object) -> dict[str, Callable[[], object]]:
+    """The dashboard's views on run "r", by the name each line prints."""
+    flt = Filter(run="r")
+    slowest = str(slowest_traces(store, flt, limit=1)["trace_id"].iloc[0])
+    return {
+        "overview": lambda: overview(store, flt),
+        "waterfall p99 (+ percentiles)": lambda: waterfall(store, flt, "p99"),
+        "compare r r (1000 resamples)": lambda: compare(store, "r", "r"),
+        "heatmap (60 time bins)": lambda: heatmap(store, flt),
+        "slowest traces (50)": lambda: slowest_traces(store, flt),
+        "tail vs body (p99, sample 1000)": lambda: tail_vs_body(store, flt),
+        "LLM latency": lambda: llm_latency(store, flt),
+        "stage mapping (2000 traces)": lambda: stage_mapping(store, "r"),
+        "stage breakdown p99 (sample 500)": lambda: stage_breakdown(store, flt, "p99"),
+        "trace Gantt (the slowest trace)": lambda: trace_gantt(store, slowest, run="r"),
+    }
+
+
+def bench(
+    url: str,
+    trace_file: Path,
+    engine: str,
+    diagnosis: bool = True,
+    ingest: bool = True,
+    only: list[str] | None = None,
+) -> None:
+    if ingest:
+        seconds = timed(lambda: main(["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]))
+        print(f"{engine:6} ingest (decode + store + derive)   {seconds:7.2f} s")
     store = open_store(url)
-    if engine == "chdb":
+    if engine == "chdb" and ingest:
         derive = timed(lambda: ch_write.refresh_run(store, "r"))
         print(f"{engine:6} derive alone                      {derive:7.2f} s")
-    flt = Filter(run="r")
-    print(f"{engine:6} overview                          {best(lambda: overview(store, flt)):7.3f} s")
-    print(f"{engine:6} waterfall p99 (+ percentiles)     {best(lambda: waterfall(store, flt, 'p99')):7.3f} s")
-    print(f"{engine:6} compare r r (1000 resamples)      {best(lambda: compare(store, 'r', 'r')):7.3f} s")
-    views_line(engine, "heatmap (60 time bins)", lambda: heatmap(store, flt))
-    views_line(engine, "slowest traces (50)", lambda: slowest_traces(store, flt))
-    views_line(engine, "tail vs body (p99, sample 1000)", lambda: tail_vs_body(store, flt))
-    views_line(engine, "LLM latency", lambda: llm_latency(store, flt))
-    views_line(engine, "stage mapping (2000 traces)", lambda: stage_mapping(store, "r"))
-    views_line(engine, "stage breakdown p99 (sample 500)", lambda: stage_breakdown(store, flt, "p99"))
-    slowest = str(slowest_traces(store, flt, limit=1)["trace_id"].iloc[0])
-    views_line(engine, "trace Gantt (the slowest trace)", lambda: trace_gantt(store, slowest, run="r"))
+    for name, fn in views(store).items():
+        if only is None or any(word in name for word in only):
+            views_line(engine, name, fn)
     if diagnosis:
         seconds = best(lambda: diagnose(store, "r"), runs=2)
         print(f"{engine:6} diagnose                          {seconds:7.2f} s")
@@ -95,16 +114,27 @@ def run() -> None:
     parser.add_argument("--requests", type=int, default=77_000)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ch"))
     parser.add_argument("--no-diagnose", action="store_true", help="skip the diagnosis (10 M spans)")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the views on the stores already in --work (no file, no ingest)",
+    )
+    parser.add_argument("--engine", choices=["duckdb", "chdb"], action="append", help="only this engine")
+    parser.add_argument("--only", action="append", help="only the views whose name contains this")
     args = parser.parse_args()
-    from reference_pipeline.simulate.api import simulate_to_file
-
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
+    engines = args.engine or ["duckdb", "chdb"]
     trace_file = args.work / "steady.jsonl"
-    summary = simulate_to_file(trace_file, "steady", args.requests, 1)
-    print(f"file: {summary['spans']:,} spans, {summary['bytes'] / 2**20:,.0f} MiB")
-    bench(str(args.work / "s.duckdb"), trace_file, "duckdb", not args.no_diagnose)
-    bench(f"chdb://{args.work / 'chdb'}", trace_file, "chdb", not args.no_diagnose)
+    ingest = not (args.reuse and (args.work / "s.duckdb").exists() and (args.work / "chdb").exists())
+    if ingest:
+        from reference_pipeline.simulate.api import simulate_to_file
+
+        shutil.rmtree(args.work, ignore_errors=True)
+        args.work.mkdir(parents=True)
+        summary = simulate_to_file(trace_file, "steady", args.requests, 1)
+        print(f"file: {summary['spans']:,} spans, {summary['bytes'] / 2**20:,.0f} MiB")
+    urls = {"duckdb": str(args.work / "s.duckdb"), "chdb": f"chdb://{args.work / 'chdb'}"}
+    for engine in engines:
+        bench(urls[engine], trace_file, engine, not args.no_diagnose, ingest, args.only)
 
 
 if __name__ == "__main__":
