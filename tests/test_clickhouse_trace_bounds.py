@@ -1,0 +1,60 @@
+"""The Gantt's reads of one trace on ClickHouse are narrowed to the seconds its spans start in
+(analysis.trace_ch.trace_selection: the exporter's lookup table otel_traces_trace_id_ts): the
+narrowed selection holds every span of the trace the run's holds, and a trace the lookup does not
+know, or a store without the lookup table, keeps the run's whole selection. The Gantt itself is
+compared with DuckDB's in test_clickhouse_views."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import test_clickhouse_parity as parity
+
+from tailscope.analysis import trace_ch, views
+from tailscope.analysis.types import Filter
+from tailscope.query.clickhouse import RunSelection
+from tailscope.store import ch_write
+from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.db import Store
+from tailscope.store.errors import TableMissingError
+
+pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra)")
+
+runs, stores = parity.runs, parity.stores
+
+
+@pytest.mark.parametrize("run", ["hand", "frameworks", "steady", "gateway"])
+def test_the_traces_seconds_hold_all_its_spans(stores: tuple[Store, ClickHouseStore], run: str) -> None:
+    duck, clickhouse = stores
+    selection = ch_write.run_selection(clickhouse, run)
+    assert selection is not None
+    traces = views.slowest_traces(duck, Filter(run=run), limit=1000)["trace_id"]
+    for trace_id in (traces.iloc[0], traces.iloc[len(traces) // 2], traces.iloc[-1]):
+        narrowed = trace_ch.trace_selection(clickhouse, run, trace_id)
+        assert narrowed is not None and narrowed.filters == selection.filters
+        assert selection.start_ns <= narrowed.start_ns <= narrowed.end_ns <= selection.end_ns
+        assert narrowed.end_ns - narrowed.start_ns < selection.end_ns - selection.start_ns
+        spans = trace_ch.span_count(clickhouse, selection, trace_id)
+        assert spans >= 1 and trace_ch.span_count(clickhouse, narrowed, trace_id) == spans
+
+
+def test_a_trace_the_lookup_does_not_know_keeps_the_run(stores: tuple[Store, ClickHouseStore]) -> None:
+    _, clickhouse = stores
+    assert trace_ch.trace_selection(clickhouse, "steady", "0" * 32) == ch_write.run_selection(
+        clickhouse, "steady"
+    )
+    assert trace_ch.trace_selection(clickhouse, "no such run", "0" * 32) is None
+
+
+class _NoLookup:
+    """A store whose otel_traces has no trace-id lookup table beside it."""
+
+    def query(self, statement: str, params: Any = None) -> Any:
+        raise TableMissingError("no table otel_traces_trace_id_ts")
+
+
+def test_without_the_lookup_table_the_run_selection_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    selection = RunSelection(10, 20, {"tailscope.run": "r"})
+    monkeypatch.setattr(ch_write, "run_selection", lambda store, run: selection)
+    assert trace_ch.trace_selection(_NoLookup(), "r", "ab" * 16) == selection  # type: ignore[arg-type]
