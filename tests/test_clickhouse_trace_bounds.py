@@ -2,7 +2,8 @@
 (analysis.trace_ch.trace_selection: the exporter's lookup table otel_traces_trace_id_ts): the
 narrowed selection holds every span of the trace the run's holds, and a trace the lookup does not
 know, or a store without the lookup table, keeps the run's whole selection. The Gantt itself is
-compared with DuckDB's in test_clickhouse_views."""
+compared with DuckDB's in test_clickhouse_views. The sampled views read their traces' seconds
+(store.ch_sample.trace_seconds): merged ranges, none when they would not bound the read."""
 
 from __future__ import annotations
 
@@ -58,3 +59,33 @@ def test_without_the_lookup_table_the_run_selection_is_kept(monkeypatch: pytest.
     selection = RunSelection(10, 20, {"tailscope.run": "r"})
     monkeypatch.setattr(ch_write, "run_selection", lambda store, run: selection)
     assert trace_ch.trace_selection(_NoLookup(), "r", "ab" * 16) == selection  # type: ignore[arg-type]
+
+
+def test_second_ranges_merge_when_they_overlap_or_touch() -> None:
+    from tailscope.store.ch_sample import merged
+
+    assert merged([(5, 6), (1, 2), (3, 3), (10, 12), (11, 11)]) == [(1, 3), (5, 6), (10, 12)]
+    assert merged([]) == []
+
+
+def test_sampled_traces_seconds(stores: tuple[Store, ClickHouseStore]) -> None:
+    # a few traces of a long run: their seconds; a trace the lookup does not know, or a sample
+    # spread over most of the run: None (read across the run)
+    from tailscope.store.ch_sample import selection_seconds, trace_seconds
+
+    duck, clickhouse = stores
+    selection = ch_write.run_selection(clickhouse, "steady")
+    assert selection is not None
+    ids = list(views.slowest_traces(duck, Filter(run="steady"), limit=1000)["trace_id"])
+    wide = RunSelection(selection.start_ns - 10**13, selection.end_ns + 10**13, selection.filters)
+    seconds = trace_seconds(clickhouse, ids[:3], selection_seconds(wide))
+    assert seconds is not None and 1 <= len(seconds) <= 3
+    for trace_id in ids[:3]:
+        narrowed = trace_ch.trace_selection(clickhouse, "steady", trace_id)
+        assert narrowed is not None
+        assert any(
+            lo * 10**9 <= narrowed.start_ns and narrowed.end_ns < (hi + 1) * 10**9 for lo, hi in seconds
+        )
+    assert trace_seconds(clickhouse, [*ids[:3], "0" * 32], selection_seconds(wide)) is None
+    assert trace_seconds(clickhouse, ids, selection_seconds(selection)) is None  # most of the run's seconds
+    assert trace_seconds(clickhouse, [], selection_seconds(selection)) is None
