@@ -89,3 +89,17 @@ def test_sampled_traces_seconds(stores: tuple[Store, ClickHouseStore]) -> None:
     assert trace_seconds(clickhouse, [*ids[:3], "0" * 32], selection_seconds(wide)) is None
     assert trace_seconds(clickhouse, ids, selection_seconds(selection)) is None  # most of the run's seconds
     assert trace_seconds(clickhouse, [], selection_seconds(selection)) is None
+
+
+def test_a_small_tail_sample_counts_its_own_requests(stores: tuple[Store, ClickHouseStore]) -> None:
+    # a sample of 5 per side (tail_sample.sql, from a few stretches of time): each share is a
+    # multiple of 1/5 of its side, the dominant stages of each side add up to all of it
+    from tailscope.analysis import tail_vs_body
+
+    _, clickhouse = stores
+    result = tail_vs_body(clickhouse, Filter(run="steady"), sample=5, limit=1000)
+    stages = result.attributes[result.attributes["key"] == "dominant stage"]
+    assert not stages.empty
+    for column in ("selected_pct", "rest_pct"):
+        assert all(abs(v / 20 - round(v / 20)) < 1e-9 for v in result.attributes[column])
+    assert sum(stages["rest_pct"]) == pytest.approx(100.0)
