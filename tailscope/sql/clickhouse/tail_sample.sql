@@ -4,7 +4,5 @@
 -- Params: the filter's, tail_selection.sql's (p1-p7), p8 the sample size per side.
 {include:tail_selection},
 {include:tail_sample_cte}
-SELECT TraceId, RootSpanId, DominantStage, selected,
-       (SELECT intDiv(toUnixTimestamp64Nano(max(Timestamp)) - toUnixTimestamp64Nano(min(Timestamp)), 1000000000) + 1
-        FROM m) AS span_s
+SELECT TraceId, RootSpanId, DominantStage, selected, span_s
 FROM sample
