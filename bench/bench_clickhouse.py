@@ -8,10 +8,12 @@ One OTLP JSON-lines file of the reference pipeline's steady scenario (about 13 s
   derive alone again (ch_write.refresh_run);
 - views: overview, waterfall p99 (bands, shares and stage percentiles), compare against itself
   (bootstrap 1000), heatmap, slowest traces, tail vs body, LLM latency, stage mapping (the sample
-  of 2000 traces), the p99 stage breakdown, the slowest trace's Gantt, each the best of 3 after a warm-up;
+  of 2000 traces), the p99 stage breakdown, the slowest trace's Gantt, each the best of 3 after a warm-up
+  (`--only WORD`: the views whose name contains it; `--engine`: one engine);
 - diagnose: the run's diagnosis (load + detectors), best of 2.
-Prints one line per figure. Keep it modest: 2 shared cores. --reuse-file keeps an existing trace
-file in the work folder; --ingest-only N times only the ingest, N times per engine, alternately.
+`--reuse` times the views on the stores already in --work (no file written, no ingest);
+`--reuse-file` keeps an existing trace file in the work folder; `--ingest-only N` times only the
+ingest, N times per engine, alternately. Prints one line per figure. Keep it modest: 2 shared cores.
 """
 
 from __future__ import annotations
@@ -67,25 +69,42 @@ def views_line(engine: str, name: str, fn: Callable[[], object]) -> None:
     print(f"{engine:6} {name:33} {best(fn):7.3f} s")
 
 
-def bench(url: str, trace_file: Path, engine: str, diagnosis: bool = True) -> None:
-    seconds = timed(lambda: main(["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]))
-    print(f"{engine:6} ingest (decode + store + derive)   {seconds:7.2f} s")
+def views(store: object) -> dict[str, Callable[[], object]]:
+    """The dashboard's views on run "r", by the name each line prints."""
+    flt = Filter(run="r")
+    slowest = str(slowest_traces(store, flt, limit=1)["trace_id"].iloc[0])
+    return {
+        "overview": lambda: overview(store, flt),
+        "waterfall p99 (+ percentiles)": lambda: waterfall(store, flt, "p99"),
+        "compare r r (1000 resamples)": lambda: compare(store, "r", "r"),
+        "heatmap (60 time bins)": lambda: heatmap(store, flt),
+        "slowest traces (50)": lambda: slowest_traces(store, flt),
+        "tail vs body (p99, sample 1000)": lambda: tail_vs_body(store, flt),
+        "LLM latency": lambda: llm_latency(store, flt),
+        "stage mapping (2000 traces)": lambda: stage_mapping(store, "r"),
+        "stage breakdown p99 (sample 500)": lambda: stage_breakdown(store, flt, "p99"),
+        "trace Gantt (the slowest trace)": lambda: trace_gantt(store, slowest, run="r"),
+    }
+
+
+def bench(
+    url: str,
+    trace_file: Path,
+    engine: str,
+    diagnosis: bool = True,
+    ingest: bool = True,
+    only: list[str] | None = None,
+) -> None:
+    if ingest:
+        seconds = timed(lambda: main(["ingest", str(trace_file), "--store", url, "--run", "r", "--json"]))
+        print(f"{engine:6} ingest (decode + store + derive)   {seconds:7.2f} s")
     store = open_store(url)
-    if engine == "chdb":
+    if engine == "chdb" and ingest:
         derive = timed(lambda: ch_write.refresh_run(store, "r"))
         print(f"{engine:6} derive alone                      {derive:7.2f} s")
-    flt = Filter(run="r")
-    print(f"{engine:6} overview                          {best(lambda: overview(store, flt)):7.3f} s")
-    print(f"{engine:6} waterfall p99 (+ percentiles)     {best(lambda: waterfall(store, flt, 'p99')):7.3f} s")
-    print(f"{engine:6} compare r r (1000 resamples)      {best(lambda: compare(store, 'r', 'r')):7.3f} s")
-    views_line(engine, "heatmap (60 time bins)", lambda: heatmap(store, flt))
-    views_line(engine, "slowest traces (50)", lambda: slowest_traces(store, flt))
-    views_line(engine, "tail vs body (p99, sample 1000)", lambda: tail_vs_body(store, flt))
-    views_line(engine, "LLM latency", lambda: llm_latency(store, flt))
-    views_line(engine, "stage mapping (2000 traces)", lambda: stage_mapping(store, "r"))
-    views_line(engine, "stage breakdown p99 (sample 500)", lambda: stage_breakdown(store, flt, "p99"))
-    slowest = str(slowest_traces(store, flt, limit=1)["trace_id"].iloc[0])
-    views_line(engine, "trace Gantt (the slowest trace)", lambda: trace_gantt(store, slowest, run="r"))
+    for name, fn in views(store).items():
+        if only is None or any(word in name for word in only):
+            views_line(engine, name, fn)
     if diagnosis:
         seconds = best(lambda: diagnose(store, "r"), runs=2)
         print(f"{engine:6} diagnose                          {seconds:7.2f} s")
@@ -108,13 +127,26 @@ def run() -> None:
         metavar="N",
         help="time only the ingest, N times per engine, alternating DuckDB and chdb (fresh stores)",
     )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="time the views on the stores already in --work (no file, no ingest)",
+    )
+    parser.add_argument("--engine", choices=["duckdb", "chdb"], action="append", help="only this engine")
+    parser.add_argument("--only", action="append", help="only the views whose name contains this")
     args = parser.parse_args()
-    trace_file = prepare_file(args.work, args.requests, args.reuse_file)
+    engines = args.engine or ["duckdb", "chdb"]
+    stored = args.reuse and (args.work / "s.duckdb").exists() and (args.work / "chdb").exists()
+    if stored:
+        trace_file = args.work / "steady.jsonl"
+    else:
+        trace_file = prepare_file(args.work, args.requests, args.reuse_file)
     if args.ingest_only:
         ingest_only(args.work, trace_file, args.ingest_only)
         return
-    bench(str(args.work / "s.duckdb"), trace_file, "duckdb", not args.no_diagnose)
-    bench(f"chdb://{args.work / 'chdb'}", trace_file, "chdb", not args.no_diagnose)
+    urls = {"duckdb": str(args.work / "s.duckdb"), "chdb": f"chdb://{args.work / 'chdb'}"}
+    for engine in engines:
+        bench(urls[engine], trace_file, engine, not args.no_diagnose, not stored, args.only)
 
 
 def prepare_file(work: Path, requests: int, reuse: bool) -> Path:

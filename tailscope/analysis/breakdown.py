@@ -78,10 +78,10 @@ def _clickhouse_rows(
     store: ClickHouseStore, flt: Filter, lo: float, hi: float, sample: int
 ) -> tuple[list[Any], dict[str, int]]:
     """(stage, span name, group, ns) rows and the sampled requests per group, on ClickHouse: the
-    band bounds from order statistics, the span tree of the sampled traces inside ClickHouse."""
-    from tailscope.analysis.phases import default_phase_rules
+    band bounds from order statistics, the span tree of the sampled traces inside ClickHouse (read in
+    the seconds their spans start in: ch_sample)."""
     from tailscope.query.clickhouse import span_tree_statements
-    from tailscope.store import ch_write
+    from tailscope.store import ch_sample, ch_write
 
     conn = ClickHouseConnection(store)
     flt, reason = one_run(conn, flt)
@@ -102,8 +102,15 @@ def _clickhouse_rows(
     if not counts["band"] or not counts["median"]:
         return [], counts
     output = sql.load("stage_breakdown", dialect="clickhouse")
+    ids = list(groups)
+    seconds = ch_sample.trace_seconds(store, ids, ch_sample.selection_seconds(selection))
     statements = span_tree_statements(
-        ch_write.rules_in_force(store), selection, output, list(groups), default_phase_rules()
+        ch_write.rules_in_force(store),
+        selection,
+        output,
+        ids,
+        ch_write.phase_rules_for(store, selection, ids, seconds),
+        seconds,
     )
     rows: list[Any] = []
     for i, (text, params) in enumerate(statements):

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from tailscope import sql
 from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Filter, Rect, TailVsBody
@@ -22,6 +23,37 @@ def _threshold(conn: Any, flt: Filter, quantile: float) -> float:
     text, params = filtered("order_statistics", flt, [quantile], dialect="clickhouse")
     pairs, n = conn.execute(text, params).fetchone()
     return from_order_statistics(pairs, n, [quantile])[0] if n else 0.0
+
+
+def _clickhouse_attributes(
+    conn: Any, flt: Filter, head: list[Any], sample: int, max_values: int
+) -> list[Any]:
+    """tail_attributes.sql's rows on ClickHouse: the sample first (tail_sample.sql), its spans'
+    attributes read once into a temporary table (tail_kv.sql), only in the seconds its traces'
+    spans start in (store.ch_sample)."""
+    from tailscope.query.clickhouse import seconds_params, seconds_where
+    from tailscope.store import ch_sample
+
+    text, params = filtered("tail_sample", flt, *head, sample, dialect="clickhouse")
+    rows = conn.execute(text, params).fetchall()
+    ids = [row[0] for row in rows]
+    seconds = ch_sample.trace_seconds(conn.store, ids, int(rows[0][4]) if rows else 0)
+    given = {
+        "s_ids": ids,
+        "s_roots": [row[1] for row in rows],
+        "s_stages": [row[2] for row in rows],
+        "s_selected": [bool(row[3]) for row in rows],
+    }
+    kv = sql.load("tail_kv", dialect="clickhouse")
+    kv = kv.replace("{seconds}", seconds_where(len(seconds)) if seconds else "1")
+    drop = sql.load("tail_kv_drop", dialect="clickhouse")
+    conn.execute(drop, {})
+    try:
+        conn.execute(kv, {**given, **seconds_params(seconds)})
+        text = sql.load("tail_attributes", dialect="clickhouse")
+        return conn.execute(text, {"max_values": max_values, "s_selected": given["s_selected"]}).fetchall()
+    finally:
+        conn.execute(drop, {})
 
 
 def tail_vs_body(
@@ -80,10 +112,11 @@ def tail_vs_body(
         if not selected or not rest:
             empty.reason = "the selection holds every request or none: nothing to compare"
             return empty
-        text, params = filtered(
-            "tail_attributes", flt, *head, int(sample), int(max_values_per_key), dialect=dialect
-        )
-        attrs = conn.execute(text, params).fetchall()
+        if dialect == "clickhouse":
+            attrs = _clickhouse_attributes(conn, flt, head, int(sample), int(max_values_per_key))
+        else:
+            text, params = filtered("tail_attributes", flt, *head, int(sample), int(max_values_per_key))
+            attrs = conn.execute(text, params).fetchall()
     stage_rows = []
     for i, name in enumerate(ALL_STAGES):
         s_ns, r_ns = selected[3 + i] or 0.0, rest[3 + i] or 0.0

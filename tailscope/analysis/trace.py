@@ -195,9 +195,10 @@ def _read_clickhouse(store: ClickHouseStore, trace_id: str, run: str | None) -> 
     run = run if run is not None else trace_ch.trace_run(store, trace_id)
     if run is None:
         return run, None, None, {}, f"no trace {trace_id!r} in the store"
-    tree = trace_ch.span_tree(store, run, trace_id)
+    selection = trace_ch.trace_selection(store, run, trace_id)
+    tree = trace_ch.span_tree(store, selection, trace_id) if selection is not None else None
     if tree is None or tree.empty:
-        spans = trace_ch.span_count(store, run, trace_id) if tree is not None else 0
+        spans = trace_ch.span_count(store, selection, trace_id) if selection is not None else 0
         return run, None, None, {}, _no_tree(trace_id, run, spans)
     client_id = tree["ClientSpanId"].iloc[0]
     client = trace_ch.client_span(store, trace_id, client_id) if isinstance(client_id, str) else None

@@ -1,6 +1,9 @@
 """The Gantt's reads on a ClickHouse store: the span tree of one trace inside ClickHouse
 (query.clickhouse.span_tree_statements over the trace, ending in clickhouse/span_tree_spans.sql), its
-client span and each span's duration rank in the run (clickhouse/gantt_rank.sql)."""
+client span and each span's duration rank in the run (clickhouse/gantt_rank.sql).
+
+The trace's own reads use the run's selection narrowed to the trace's time range (trace_selection:
+the exporter's lookup table), so they read the few granules of those seconds, not the run."""
 
 from __future__ import annotations
 
@@ -9,9 +12,12 @@ from typing import Any
 import pandas as pd
 
 from tailscope import sql
-from tailscope.query.clickhouse import scoped, span_tree_statements
+from tailscope.query.clickhouse import RunSelection, scoped, span_tree_statements
 from tailscope.store import ch_write
 from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.errors import TableMissingError
+
+NS = 1_000_000_000
 
 
 def trace_run(store: ClickHouseStore, trace_id: str) -> str | None:
@@ -20,11 +26,29 @@ def trace_run(store: ClickHouseStore, trace_id: str) -> str | None:
     return row[0] if row else None
 
 
-def span_tree(store: ClickHouseStore, run: str, trace_id: str) -> pd.DataFrame | None:
-    """span_tree_spans' rows for one trace of the run (None: no such run)."""
+def trace_selection(store: ClickHouseStore, run: str, trace_id: str) -> RunSelection | None:
+    """The run's selection (None: no such run) narrowed to the seconds the trace's spans start in
+    (trace_bounds.sql); the run's own when the lookup table is missing or does not know the trace.
+    The same spans of that trace: none of them starts outside those seconds."""
     selection = ch_write.run_selection(store, run)
     if selection is None:
         return None
+    try:
+        bounds = store.query(sql.load("trace_bounds", dialect="clickhouse"), {"trace": trace_id}).first()
+    except TableMissingError:
+        return selection
+    if bounds is None:
+        return selection
+    start_s, end_s = bounds
+    return RunSelection(
+        max(selection.start_ns, start_s * NS),
+        min(selection.end_ns, (end_s + 1) * NS - 1),
+        selection.filters,
+    )
+
+
+def span_tree(store: ClickHouseStore, selection: RunSelection, trace_id: str) -> pd.DataFrame:
+    """span_tree_spans' rows for one trace of the selection (trace_selection's)."""
     output = sql.load("span_tree_spans", dialect="clickhouse")
     statements = span_tree_statements(
         ch_write.rules_in_force(store),
@@ -55,9 +79,6 @@ def ranks(store: ClickHouseStore, run: str, names: list[str], durations: list[in
     return {int(i): float(rank) for i, rank in store.query(text, params).rows}
 
 
-def span_count(store: ClickHouseStore, run: str, trace_id: str) -> int:
-    selection = ch_write.run_selection(store, run)
-    if selection is None:
-        return 0
+def span_count(store: ClickHouseStore, selection: RunSelection, trace_id: str) -> int:
     text, params = scoped("trace_span_count", selection, trace=trace_id)
     return int(store.query(text, params).single_value())

@@ -18,23 +18,55 @@ if TYPE_CHECKING:
     from tailscope.analysis.types import PhaseRule, StageRule
 
 # Which otel_traces rows belong to a run: a time range and resource-attribute filters (tailscope_runs).
-RUN_WHERE = (
+# Each filter is one map lookup with a constant key, the i-th element of the bound arrays (fixed SQL
+# for the selection's number of filters: run_where); arrayAll's lambda over the two arrays looked the
+# keys up again on every row, about twice the cost of the whole filter.
+TIME_WHERE = (
     "Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
-    "AND fromUnixTimestamp64Nano({run_end:Int64}) "
-    "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
-    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)})"
+    "AND fromUnixTimestamp64Nano({run_end:Int64})"
 )
-RUN_SCOPE = "(SELECT * FROM otel_traces WHERE " + RUN_WHERE + ")"
-# Some traces of a run (the stage mapping's sample: sample_traces.sql picks them), by id: PREWHERE
-# reads the TraceId column first and the rest (attribute maps) only for the sample's rows (1 M spans:
-# the mapping's first step 0.83 s -> 0.50 s).
-SAMPLE_SCOPE = (
-    "(SELECT * FROM otel_traces PREWHERE TraceId IN {sample_ids:Array(String)} "
-    "WHERE Timestamp BETWEEN fromUnixTimestamp64Nano({run_start:Int64}) "
-    "AND fromUnixTimestamp64Nano({run_end:Int64}) "
-    "AND arrayAll((k, v) -> ResourceAttributes[k] = v, "
-    "{run_filter_keys:Array(String)}, {run_filter_values:Array(String)}))"
+FILTER_WHERE = (
+    "ResourceAttributes[{{run_filter_keys:Array(String)}}[{i}]] = {{run_filter_values:Array(String)}}[{i}]"
 )
+
+
+def run_where(filters: int) -> str:
+    """The WHERE condition of a run's rows for a selection with `filters` attribute filters."""
+    return " AND ".join([TIME_WHERE, *(FILTER_WHERE.format(i=i) for i in range(1, filters + 1))])
+
+
+def run_scope(filters: int) -> str:
+    """The run's rows as a subquery."""
+    return f"(SELECT * FROM otel_traces WHERE {run_where(filters)})"
+
+
+SECOND_WHERE = (
+    "toDateTime(Timestamp) BETWEEN toDateTime({{sample_lo:Array(Int64)}}[{i}]) "
+    "AND toDateTime({{sample_hi:Array(Int64)}}[{i}])"
+)
+
+
+def seconds_where(stretches: int) -> str:
+    """Timestamp within one of `stretches` second ranges (sample_lo / sample_hi, unix seconds, both
+    included): the primary key's toDateTime(Timestamp), so only their granules are read."""
+    return "(" + " OR ".join(SECOND_WHERE.format(i=i) for i in range(1, stretches + 1)) + ")"
+
+
+def sample_scope(filters: int, stretches: int = 0) -> str:
+    """Some traces of a run (the sampled views: sample_ids) as a subquery: PREWHERE reads the TraceId
+    column first and the rest (attribute maps) only for the granules holding the sample's rows
+    (1 M spans: the mapping's first step 0.83 s -> 0.50 s); with `stretches`, only the seconds the
+    sample's spans start in (ch_sample.trace_seconds)."""
+    where = run_where(filters) + (f" AND {seconds_where(stretches)}" if stretches else "")
+    return f"(SELECT * FROM otel_traces PREWHERE TraceId IN {{sample_ids:Array(String)}} WHERE {where})"
+
+
+def seconds_params(seconds: list[tuple[int, int]] | None) -> dict[str, Any]:
+    """seconds_where's parameters."""
+    seconds = seconds or []
+    return {"sample_lo": [lo for lo, _ in seconds], "sample_hi": [hi for _, hi in seconds]}
+
+
 # No phase rules (or no span they could read): the phase spans as an empty relation of
 # phase_spans.sql's columns.
 NO_PHASES = (
@@ -138,11 +170,13 @@ def span_tree_statements(
     output: str,
     sample_ids: list[str] | None = None,
     phase_rules: list[PhaseRule] | None = None,
+    seconds: list[tuple[int, int]] | None = None,
 ) -> list[Statement]:
-    """clickhouse/span_tree*.sql over one run's selection (or the traces `sample_ids` of it), in
-    order: drop the temporary tables, fill them step by step, the final statement ending in `output`
-    (fixed SQL that may read span_rows, _ts_request_root and _ts_spans), drop them again. Every
-    statement gets the same parameters."""
+    """clickhouse/span_tree*.sql over one run's selection (or the traces `sample_ids` of it, read in
+    the second ranges `seconds` when given: ch_sample.trace_seconds), in order: drop the temporary
+    tables, fill them step by step, the final statement ending in `output` (fixed SQL that may read
+    span_rows, _ts_request_root and _ts_spans), drop them again. Every statement gets the same
+    parameters."""
     names_sql, case_sql, rule_params = stage_case(rules)
     stages: list[str | None] = [None] * max((r.position for r in rules), default=0)
     for rule in rules:
@@ -153,10 +187,11 @@ def span_tree_statements(
         "server_rules": [int(r.position) for r in rules if r.span_kind == "Server"],
         "stages": stages,
     }
-    scope = RUN_SCOPE
+    scope = run_scope(len(selection.filters))
     if sample_ids is not None:
-        scope = SAMPLE_SCOPE
+        scope = sample_scope(len(selection.filters), len(seconds or []))
         params["sample_ids"] = list(sample_ids)
+        params.update(seconds_params(seconds))
     phases_sql, phases_params = phases_relation(phase_rules or [], scope)
     params.update(phases_params)
     drop = (_text("span_tree_drop"), {})
@@ -196,7 +231,7 @@ def derive_statements(
     output = (
         _text("derive_requests")
         .replace("{per_request}", _text("span_tree_requests"))
-        .replace("{scope_where}", RUN_WHERE)
+        .replace("{scope_where}", run_where(len(selection.filters)))
     )
     statements = span_tree_statements(rules, selection, output, phase_rules=phase_rules)
     insert, params = statements[-2]
@@ -219,15 +254,26 @@ def requests_statements(rules: list[StageRule], selection: RunSelection) -> list
 
 
 def scoped(
-    name: str, selection: RunSelection, phase_rules: list[PhaseRule] | None = None, **params: Any
+    name: str,
+    selection: RunSelection,
+    phase_rules: list[PhaseRule] | None = None,
+    sample_ids: list[str] | None = None,
+    seconds: list[tuple[int, int]] | None = None,
+    **params: Any,
 ) -> Statement:
-    """clickhouse/<name>.sql with its {scope} the run's selection (and its {phases}, if it has one,
-    the phase spans `phase_rules` make there: phase_spans.sql), and the parameters."""
+    """clickhouse/<name>.sql with its {scope} the run's selection (or its traces `sample_ids`, read in
+    `seconds` when given) (and its {phases}, if it has one, the phase spans `phase_rules` make there:
+    phase_spans.sql), and the parameters."""
     text = _text(name)
     if "{phases}" in text:
         text = text.replace("{phases}", _text("phase_spans") if phase_rules else NO_PHASES)
         params = {**phase_params(phase_rules or []), **params}
-    return text.replace("{scope}", RUN_SCOPE), {**selection.params(), **params}
+    filters = len(selection.filters)
+    if sample_ids is None:
+        return text.replace("{scope}", run_scope(filters)), {**selection.params(), **params}
+    scope = sample_scope(filters, len(seconds or []))
+    sample = {"sample_ids": list(sample_ids), **seconds_params(seconds)}
+    return text.replace("{scope}", scope), {**selection.params(), **sample, **params}
 
 
 def stage_mapping_statements(
@@ -235,10 +281,13 @@ def stage_mapping_statements(
     selection: RunSelection,
     sample_ids: list[str] | None = None,
     phase_rules: list[PhaseRule] | None = None,
+    seconds: list[tuple[int, int]] | None = None,
 ) -> list[Statement]:
-    """The span tree over a run (or the traces `sample_ids` of it) ending in
+    """The span tree over a run (or the traces `sample_ids` of it, in `seconds`) ending in
     stage_mapping_summary.sql (the last but one statement)."""
-    return span_tree_statements(rules, selection, _text("stage_mapping_summary"), sample_ids, phase_rules)
+    return span_tree_statements(
+        rules, selection, _text("stage_mapping_summary"), sample_ids, phase_rules, seconds
+    )
 
 
 def _text(name: str) -> str:

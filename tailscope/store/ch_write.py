@@ -29,6 +29,7 @@ from tailscope.query.clickhouse import (
     scoped,
     stage_mapping_statements,
 )
+from tailscope.store import ch_sample
 from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
@@ -207,13 +208,20 @@ def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) 
 
 
 def phase_rules_for(
-    store: ClickHouseStore, selection: RunSelection, source: str | None = None
+    store: ClickHouseStore,
+    selection: RunSelection,
+    sample_ids: list[str] | None = None,
+    seconds: list[tuple[int, int]] | None = None,
+    source: str | None = None,
 ) -> list[PhaseRule]:
     """The phase rules in force (the defaults: not editable on ClickHouse yet), or none when the
-    run has no span they could read (phase_candidates_any.sql: the phase spans then cost nothing).
-    `source`: a table read instead of otel_traces (query.clickhouse.from_source)."""
+    run (or its traces `sample_ids`, in `seconds`) has no span they could read
+    (phase_candidates_any.sql: the phase spans then cost nothing). `source`: a table read instead
+    of otel_traces (query.clickhouse.from_source)."""
     rules = default_phase_rules()
-    statement = scoped("phase_candidates_any", selection, **phase_params(rules))
+    statement = scoped(
+        "phase_candidates_any", selection, sample_ids=sample_ids, seconds=seconds, **phase_params(rules)
+    )
     text, params = statement if source is None else from_source(statement, source)
     return rules if store.query(text, params).single_value() else []
 
@@ -253,17 +261,24 @@ def refresh_window(
 def stage_mapping(
     store: ClickHouseStore, run: str, sample_traces: int | None = None
 ) -> list[tuple[str, str, str, int, int]]:
-    """The stage mapping in force over a run (or `sample_traces` of its traces, chosen by hash):
-    (span name, span kind, stage, rule number, spans)."""
+    """The stage mapping in force over a run (or `sample_traces` of its traces, from a few stretches
+    of time: sample_traces.sql, read in their seconds: ch_sample): (span name, span kind, stage, rule
+    number, spans)."""
     selection = run_selection(store, run)
     if selection is None:
         raise KeyError(run)
-    sample_ids = None
+    sample_ids, seconds = None, None
     if sample_traces is not None:
-        text, params = scoped("sample_traces", selection, traces=int(sample_traces))
-        sample_ids = [row[0] for row in store.query(text, params).rows]
+        text = sql.load("sample_traces", dialect="clickhouse")
+        rows = store.query(text, {"run": run, "traces": int(sample_traces)}).rows
+        sample_ids = [row[0] for row in rows]
+        seconds = ch_sample.trace_seconds(store, sample_ids, ch_sample.selection_seconds(selection))
     statements = stage_mapping_statements(
-        rules_in_force(store), selection, sample_ids, phase_rules_for(store, selection)
+        rules_in_force(store),
+        selection,
+        sample_ids,
+        phase_rules_for(store, selection, sample_ids, seconds),
+        seconds,
     )
     rows: list[tuple[str, str, str, int, int]] = []
     for i, (text, params) in enumerate(statements):

@@ -1,3 +1,21 @@
--- Up to {traces} trace ids of a run, chosen by hash (the stage mapping's sample, as DuckDB's
--- stage_mapping_scope.sql). {scope}: the run's selection.
-SELECT TraceId FROM {scope} AS t GROUP BY TraceId ORDER BY cityHash64(TraceId) LIMIT {traces:UInt64}
+-- Up to {traces} trace ids of a run, the stage mapping's sample (DuckDB's stage_mapping_scope.sql
+-- picks by its hash; the same traces when the sample covers the run), from the run's derived
+-- requests (one per trace), taken from a few stretches of time as stage_breakdown_scope.sql's
+-- sample: blocks of time sized to hold about traces/4 requests, in the order of a hash of their
+-- number, the requests in a block by cityHash64(TraceId); tailscope.store.ch_sample then reads only
+-- the seconds their spans start in. Params: run, traces.
+WITH r AS (
+    SELECT TraceId, min(toUnixTimestamp64Nano(Timestamp)) AS StartNs
+    FROM tailscope_requests
+    WHERE RunLabel = {run:String}
+    GROUP BY TraceId
+),
+blocks AS (
+    SELECT TraceId, StartNs,
+           greatest(toInt64(1000000000), toInt64((max(StartNs) OVER () - min(StartNs) OVER ()) * {traces:UInt64}
+                                                 / (4 * count() OVER ()))) AS block_ns
+    FROM r
+)
+SELECT TraceId FROM blocks
+ORDER BY cityHash64(intDiv(StartNs, block_ns)), cityHash64(TraceId), TraceId
+LIMIT {traces:UInt64}

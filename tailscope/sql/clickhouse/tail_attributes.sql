@@ -1,35 +1,14 @@
 -- Tail vs body, BubbleUp, as ../tail_attributes.sql: attribute values over-represented among the
--- selected requests, over a sample of up to N selected and N other requests (ordered by
--- cityHash64(TraceId): another sample than DuckDB's hash(TraceId) picks, the same when N covers
--- every request). Dimensions: span attributes of every span of the trace (Map SpanAttributes, with
--- the span name), resource attributes of the request root, the request's dominant stage. Keys with
--- more distinct values than the limit are binned when their values are numbers (edges: quantile_disc
--- at 0.2 / 0.4 / 0.6 / 0.8 / 0.9, i.e. x[ceil(n·q)]), and left out otherwise.
--- Params: the filter's, tail_selection.sql's (p1-p7), p8 the sample size per side, p9 the maximum
--- number of distinct values per key.
-{include:tail_selection},
-sample AS (
-    SELECT TraceId, SpanId AS RootSpanId, toString(DominantStage) AS DominantStage, selected
-    FROM m
-    ORDER BY selected, cityHash64(TraceId), TraceId
-    LIMIT {p8:UInt64} BY selected
-),
-sampled_spans AS (
-    SELECT o.TraceId AS TraceId, s.selected AS selected, o.SpanName AS SpanName,
-           o.SpanAttributes AS SA, o.ResourceAttributes AS RA, o.SpanId = s.RootSpanId AS is_root
-    FROM otel_traces AS o INNER JOIN sample AS s ON o.TraceId = s.TraceId
-    WHERE o.TraceId IN (SELECT TraceId FROM sample)
-),
-kv AS (
-    SELECT TraceId, selected, 'span' AS source, SpanName AS span_name, k AS key, v AS value
-    FROM sampled_spans ARRAY JOIN mapKeys(SA) AS k, mapValues(SA) AS v
-    UNION ALL
-    SELECT TraceId, selected, 'resource', '', k, v
-    FROM sampled_spans ARRAY JOIN mapKeys(RA) AS k, mapValues(RA) AS v
-    WHERE is_root AND k != 'tailscope.run'  -- tailscope's run label (DuckDB: the RunLabel column)
-    UNION ALL
-    SELECT TraceId, selected, 'stage', '', 'dominant stage', DominantStage FROM sample
-),
+-- selected requests, over a sample of up to N selected and N other requests (tail_sample.sql, asked
+-- for first: from a few stretches of time; another sample than DuckDB's hash(TraceId) picks, the
+-- same when N covers every request). Dimensions: span attributes of every span of the trace (Map
+-- SpanAttributes, with the span name), resource attributes of the request root, the request's
+-- dominant stage: the (trace, side, source, span name, key, value) rows of tail_kv.sql, read once
+-- into _ts_tail_kv (each reference to a CTE over otel_traces would read it again). Keys with more
+-- distinct values than the limit are binned when their values are numbers (edges: quantile_disc at
+-- 0.2 / 0.4 / 0.6 / 0.8 / 0.9, i.e. x[ceil(n·q)]), and left out otherwise.
+-- Params: max_values (the maximum number of distinct values per key), s_selected (the sample's sides).
+WITH
 numeric_keys AS (  -- numbers with more distinct values than the limit (token counts, sizes): binned
     SELECT source, span_name, key, 1 AS numeric,
            arraySort(arrayDistinct(arrayMap(q -> x[greatest(toUInt64(ceil(length(x) * q)), 1)],
@@ -38,17 +17,17 @@ numeric_keys AS (  -- numbers with more distinct values than the limit (token co
     FROM (
         SELECT source, span_name, key, arraySort(groupArray(toFloat64OrNull(value))) AS x,
                uniqExact(value) AS distinct_values, count() AS values_n
-        FROM kv
+        FROM _ts_tail_kv AS kv
         WHERE key <> 'tailscope.stage'
         GROUP BY source, span_name, key
     )
-    WHERE distinct_values > {p9:UInt64} AND length(x) >= 0.95 * values_n
+    WHERE distinct_values > {max_values:UInt64} AND length(x) >= 0.95 * values_n
 ),
 joined AS (  -- a key that is not binned joins no numeric_keys row: numeric 0, no edges
     SELECT kv.TraceId AS TraceId, kv.selected AS selected, kv.source AS source, kv.span_name AS span_name,
            kv.key AS key, kv.value AS raw, n.numeric AS numeric, n.labels AS labels,
            length(arrayFilter(e -> e <= toFloat64OrNull(kv.value), n.edges)) AS b
-    FROM kv LEFT JOIN numeric_keys AS n
+    FROM _ts_tail_kv AS kv LEFT JOIN numeric_keys AS n
         ON n.source = kv.source AND n.span_name = kv.span_name AND n.key = kv.key
 ),
 binned AS (
@@ -73,10 +52,10 @@ counted AS (
     GROUP BY source, span_name, key, value
 ),
 keys AS (
-    SELECT source, span_name, key FROM counted GROUP BY source, span_name, key HAVING count() <= {p9:UInt64}
+    SELECT source, span_name, key FROM counted GROUP BY source, span_name, key HAVING count() <= {max_values:UInt64}
 )
 SELECT source, span_name, key, value, sel_n, rest_n,
-       (SELECT countIf(selected) FROM sample) AS sel_total,
-       (SELECT countIf(NOT selected) FROM sample) AS rest_total
+       arrayCount(x -> x, {s_selected:Array(Bool)}) AS sel_total,
+       arrayCount(x -> NOT x, {s_selected:Array(Bool)}) AS rest_total
 FROM counted
 WHERE (source, span_name, key) IN (SELECT source, span_name, key FROM keys)

@@ -1,0 +1,8 @@
+-- Tail vs body's sample on ClickHouse (tail_sample_cte.sql), asked for first: tail_kv.sql then reads
+-- only the seconds the sampled traces' spans start in (tailscope.store.ch_sample). Rows: trace id,
+-- root span id, dominant stage, side (selected), and the seconds the filtered requests span.
+-- Params: the filter's, tail_selection.sql's (p1-p7), p8 the sample size per side.
+{include:tail_selection},
+{include:tail_sample_cte}
+SELECT TraceId, RootSpanId, DominantStage, selected, span_s
+FROM sample
