@@ -77,6 +77,8 @@ def detect(head: bytes, source: str = "<input>") -> str | None:
             return "triton_trace"
         if re.search(rb'"(batches|result)"\s*:', text):
             return "otlp_json"
+        if _protobuf_that_looks_like_json(head):
+            return "otlp_proto"
         raise DecodeError(
             source, "byte 0", "JSON, but not OTLP, Jaeger, Zipkin, OpenTelemetry console or Triton trace data"
         )
@@ -85,6 +87,22 @@ def detect(head: bytes, source: str = "<input>") -> str | None:
     if head[:1] == b"\x0a" or is_length_prefixed(head):
         return "otlp_proto"
     raise DecodeError(source, "byte 0", "not a recognised trace format (OTLP JSON/protobuf, Jaeger, Zipkin)")
+
+
+def _protobuf_that_looks_like_json(head: bytes) -> bool:
+    """A TracesData message whose first ResourceSpans is 91 or 123 bytes long starts with 0x0A then
+    that length: "\n[" or "\n{", which reads as JSON. It is protobuf when those bytes parse as a
+    ResourceSpans message (checked only after no JSON trace format matched)."""
+    if head[:1] != b"\x0a" or len(head) < 2 + head[1]:
+        return False
+    from google.protobuf.message import DecodeError as ProtobufError
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
+
+    try:
+        ResourceSpans.FromString(head[2 : 2 + head[1]])
+    except ProtobufError:
+        return False
+    return True
 
 
 def decoder_for(fmt: str, source: str = "<input>") -> Decoder:

@@ -180,7 +180,25 @@ def test_detect_by_content(head: bytes, fmt: str | None) -> None:
     assert detect.detect(head, "f") == fmt
 
 
-@pytest.mark.parametrize("head", [b"hello world", b'{"some": "json"}', b"\x89PNG\r\n"])
+@pytest.mark.parametrize("size", [91, 123])
+def test_protobuf_whose_first_bytes_read_as_json_is_protobuf(size: int) -> None:
+    # TracesData: 0x0A, then the first ResourceSpans' length: 91 is "[", 123 is "{" (found by the
+    # property test: a span name that made the message 123 bytes long was refused as "JSON, but...")
+    resource_spans = trace_pb2.ResourceSpans()
+    resource_spans.scope_spans.add().spans.add(name="x" * (size - 10))
+    while resource_spans.ByteSize() < size:
+        resource_spans.scope_spans[0].spans[0].name += "x"
+    assert resource_spans.ByteSize() == size
+    data = trace_pb2.TracesData(resource_spans=[resource_spans]).SerializeToString()
+    assert data[:2] in (b"\n[", b"\n{")
+    assert detect.detect(data, "f") == "otlp_proto"
+    spans = [c for c in otlp_proto.decode(io.BytesIO(data), "f", None)]
+    assert sum(len(c) for c in spans) == 1
+
+
+@pytest.mark.parametrize(
+    "head", [b"hello world", b'{"some": "json"}', b'\n{"some": "json"}', b"\n[1, 2, 3]", b"\x89PNG\r\n"]
+)
 def test_detect_refuses_other_files(head: bytes) -> None:
     with pytest.raises(DecodeError, match="f: byte 0: "):
         detect.detect(head, "f")
