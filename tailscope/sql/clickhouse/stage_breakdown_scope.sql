@@ -1,10 +1,10 @@
 -- The requests whose spans the stage breakdown walks, as ../stage_breakdown_scope.sql: a sample of
 -- up to N requests of the band and N of the median band (DuckDB: by its hash; the same requests when
 -- N covers both groups). On ClickHouse the sample is taken from a few stretches of time, so that its
--- spans sit in few granules of otel_traces (tailscope.store.ch_sample): the requests in blocks of
--- time sized to hold about N/4 of the smaller group's, blocks in the order of a hash of their
--- number (the same order for both groups: the median's sample lies in the band's first blocks), the
--- requests in a block by cityHash64(TraceId). A band whose window falls between two requests
+-- spans sit in few granules of otel_traces (tailscope.store.ch_sample): each group's requests in
+-- time order are cut into blocks of ceil(N/8) consecutive ones, and 8 blocks are drawn (by a hash of
+-- their number): a cluster sample in which every request is equally likely, in time ranges where
+-- the group is dense. A band whose window falls between two requests
 -- holds the first one above it, an empty median band the request nearest the median.
 -- Params after the filter's: p1 the bounds [q.45, q.55, lo, hi] (quantile_cont's values, from order
 -- statistics: tailscope.analysis.quantiles), p2 last band (bool), p3 N. Rows: TraceId, grp.
@@ -30,12 +30,23 @@ marked AS (
 grouped AS (
     SELECT TraceId, grp, StartNs FROM marked WHERE grp != ''
 ),
-sized AS (  -- blocks holding about N/4 requests of the smaller group: both groups' samples in ~4 of them
-    SELECT greatest(toInt64(1000000000),
-                    toInt64((max(StartNs) - min(StartNs)) * {p3:UInt64}
-                            / (4 * greatest(1, least(countIf(grp = 'band'), countIf(grp = 'median')))))) AS block_ns
+ranked AS (  -- each group's requests in time order, cut into blocks of ceil(N/8) consecutive ones
+    SELECT TraceId, grp,
+           intDiv(row_number() OVER (PARTITION BY grp ORDER BY StartNs, TraceId) - 1,
+                  intDiv({p3:UInt64} + 7, 8)) AS b,
+           count() OVER (PARTITION BY grp) AS total
     FROM grouped
+),
+blocks AS (  -- 8 blocks of each group, drawn alike (by a hash of their number and the group's
+             -- size): all of them when there are no more
+    SELECT grp, b FROM (SELECT DISTINCT grp, b, total FROM ranked)
+    ORDER BY grp, cityHash64(b, grp, total), b
+    LIMIT 8 BY grp
 )
-SELECT TraceId, grp FROM grouped CROSS JOIN sized
-ORDER BY grp, cityHash64(intDiv(StartNs, block_ns)), cityHash64(TraceId), TraceId
+-- Every request of a group equally likely to be drawn (its block's chance: equal-size blocks drawn
+-- alike), wherever its time: a burst that holds most of the tail holds most of the sample. A block
+-- is a short stretch of time where the group is dense, so the sample's spans sit in few granules.
+SELECT TraceId, grp FROM ranked
+WHERE (grp, b) IN (SELECT grp, b FROM blocks)
+ORDER BY grp, cityHash64(TraceId), TraceId
 LIMIT {p3:UInt64} BY grp
