@@ -1,9 +1,10 @@
 """Sampled traces on ClickHouse, read where they are: the exporter's otel_traces is ordered by
 (ServiceName, SpanName, second), so a sample of traces from all over a run has spans in every granule
 and its read costs the run's (the attribute maps of 10 M spans). The sampled views therefore take
-their traces from a few stretches of time (the samples' SQL orders requests by a hash of their time
-block first), and read only the seconds those traces' spans start in (trace_seconds: the exporter's
-lookup table otel_traces_trace_id_ts), which the primary key finds."""
+their traces from a few stretches of time (the samples' SQL: blocks of consecutive requests, drawn
+alike, so every request stays equally likely), and read only the seconds those traces' spans start
+in (trace_seconds: the exporter's lookup table otel_traces_trace_id_ts), which the primary key
+finds."""
 
 from __future__ import annotations
 
