@@ -16,7 +16,6 @@ they ended) per part.
 from __future__ import annotations
 
 import argparse
-import resource
 import shutil
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.machine_info import cpu_seconds
 from ingest import clickhouse_load
 from ingest.loader import FileResult
 from ingest.parallel import DecodePool
@@ -37,19 +37,10 @@ from tailscope.store.engine import open_store
 RUN = "r"
 
 
-def cpu() -> float:
-    """CPU seconds of this process's threads and of its waited-for children (the decode workers)."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
-
-
 def part(name: str, fn: Callable[[], object]) -> tuple[float, float]:
-    wall, spent = time.perf_counter(), cpu()
+    wall, spent = time.perf_counter(), cpu_seconds()
     fn()
-    wall, spent = time.perf_counter() - wall, cpu() - spent
+    wall, spent = time.perf_counter() - wall, cpu_seconds() - spent
     print(f"{name:44} {wall:7.2f} s wall {spent:7.2f} s cpu", flush=True)
     return wall, spent
 

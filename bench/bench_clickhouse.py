@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import resource
 import shutil
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.machine_info import cpu_seconds
 from tailscope.analysis import (
     Filter,
     compare,
@@ -184,15 +184,6 @@ def ingest_only(work: Path, trace_file: Path, times: int) -> None:
             print(
                 f"{engine:6} ingest #{i + 1} (decode + store + derive) {seconds:7.2f} s, cpu {spent:6.2f} s"
             )
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process's threads and its ended children (the decode workers)."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 from pathlib import Path
 
 
@@ -22,3 +23,12 @@ def machine() -> str:
         f"{platform.machine()} {model}, {os.cpu_count()} cores, {memory:.0f} GiB, "
         f"Python {platform.python_version()}, load average {load}"
     )
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process's threads and of its waited-for children (decode workers)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total

@@ -143,43 +143,40 @@ def wait_for_children(process: subprocess.Popen[str], count: int, timeout: float
     time.sleep(3)  # into the run: the service is loading or serving
 
 
+def stop_pipeline_command(tmp_path: Path, children: int, signum: int, *args: str) -> None:
+    """Start `tailscope pipeline ARGS` with its own TMPDIR, wait for `children`, stop it by `signum`:
+    nothing may be left running, and its working folders must be gone (it cleaned up)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    process = start("pipeline", *args, tmpdir=scratch)
+    wait_for_children(process, children)
+    stop_and_check(process, signum, timeout=90)
+    assert list(scratch.iterdir()) == []
+
+
 @needs_torch
 @pytest.mark.torch
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
 def test_pipeline_run_stops_its_service_and_downstream(tmp_path: Path, signum: int) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    out = tmp_path / "run.jsonl"
-    process = start("pipeline", "run", "--duration", "120", "--rps", "4", "--out", str(out), tmpdir=scratch)
-    wait_for_children(process, 2)
-    stop_and_check(process, signum, timeout=90)
-    assert list(scratch.iterdir()) == []  # the run's working folder went with it: it cleaned up
+    out = str(tmp_path / "run.jsonl")
+    stop_pipeline_command(tmp_path, 2, signum, "run", "--duration", "120", "--rps", "4", "--out", out)
 
 
 @needs_torch
 @pytest.mark.torch
 def test_pipeline_sweep_stops_its_children(tmp_path: Path) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    process = start(
-        "pipeline", "sweep", "--devices", "cpu", "--dtypes", "fp32", "--batch-policies", "8:5",
-        "--duration", "120", "--rps", "4",
-        "--out-dir", str(tmp_path / "sweep"), tmpdir=scratch,
+    stop_pipeline_command(
+        tmp_path, 2, signal.SIGTERM,
+        "sweep", "--devices", "cpu", "--dtypes", "fp32", "--batch-policies", "8:5",
+        "--duration", "120", "--rps", "4", "--out-dir", str(tmp_path / "sweep"),
     )  # fmt: skip
-    wait_for_children(process, 2)
-    stop_and_check(process, signal.SIGTERM, timeout=90)
-    assert list(scratch.iterdir()) == []
 
 
 @needs_torch
 @pytest.mark.torch
 def test_pipeline_run_stops_its_load_processes(tmp_path: Path) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    process = start(
-        "pipeline", "run", "--duration", "120", "--concurrency", "4", "--load-processes", "2",
-        "--no-downstream", "--out", str(tmp_path / "run.jsonl"), tmpdir=scratch,
+    stop_pipeline_command(
+        tmp_path, 3, signal.SIGTERM,  # the service and two load processes
+        "run", "--duration", "120", "--concurrency", "4", "--load-processes", "2",
+        "--no-downstream", "--out", str(tmp_path / "run.jsonl"),
     )  # fmt: skip
-    wait_for_children(process, 3)  # the service and two load processes
-    stop_and_check(process, signal.SIGTERM, timeout=90)
-    assert list(scratch.iterdir()) == []
