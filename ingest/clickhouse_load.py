@@ -11,7 +11,8 @@ over the time its spans cover, widened to any earlier definition's) and its per-
 derived inside ClickHouse. A new run from one file on chdb keeps its converted spans in a shared
 table instead, written into otel_traces by a second chdb session while the requests are derived
 from that table (tailscope.store.ch_overlap).
-Unlike the DuckDB loader there is no duplicate check: spans loaded twice are stored twice.
+Spans the run already has, or that a file repeats, are not written again (store.ch_dedupe), as on
+DuckDB, except within the one file of a new run written while it is derived (ch_overlap).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool, decode_on_workers
 from ingest.setup import setup_attributes
 from tailscope import sql
 from tailscope.query.clickhouse import RunSelection
-from tailscope.store import ch_overlap, ch_write
+from tailscope.store import ch_dedupe, ch_overlap, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 
 INSERT_ROWS = 100_000  # spans per insert into the staging table
@@ -108,7 +109,8 @@ def load_file(
         ch_write.clear_staged(store, ready)
         bounds = _stage_file(store, path, run_label, result, skip_bad, setup, pool, ready)
         if bounds is not None and ready == ch_write.READY:
-            ch_write.move_ready(store)
+            stored = ch_dedupe.move_ready_once(store, run_label, *bounds)
+            result.spans, result.duplicates = stored, result.spans - stored
     except DecodeError as error:
         ch_write.clear_staged(store, ready)
         result.error = str(error)

@@ -1,0 +1,32 @@
+"""A file's spans into a ClickHouse run once, as the DuckDB loader stores them: spans the run already
+has (the same file loaded again, or files that overlap) and repeats inside the file are not written
+again, so counts, the derived requests and the diagnosis (which counts concurrent spans) are those
+of the spans, not of how often they were loaded. Used where the loader writes otel_traces from its
+converted table after the whole file decoded (ingest.clickhouse_load); a new run from one file,
+written while it is derived (ch_overlap), has no stored spans to compare with."""
+
+from __future__ import annotations
+
+from tailscope import sql
+from tailscope.store import ch_write
+from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
+
+
+def _run(store: ClickHouseStore, name: str, params: dict[str, object] | None = None) -> object:
+    return store.query(sql.load(name, dialect="clickhouse"), params, WRITE_TIME_LIMIT_S)
+
+
+def move_ready_once(store: ClickHouseStore, run: str, first_ns: int, last_ns: int) -> int:
+    """The loader's converted spans (ch_write.READY) into otel_traces, those new to `run` only, each
+    once; how many were written. The session's tables are emptied whatever happens."""
+    try:
+        _run(store, "ingest_fresh_ddl")
+        _run(store, "ingest_fresh_clear")
+        _run(store, "ingest_fresh_fill", {"run": run, "first": first_ns, "last": last_ns})
+        fresh = int(store.query(sql.load("ingest_fresh_count", dialect="clickhouse")).single_value())
+        _run(store, "ingest_fresh_move")
+        return fresh
+    finally:
+        _run(store, "ingest_fresh_ddl")
+        _run(store, "ingest_fresh_clear")
+        ch_write.clear_staged(store)
