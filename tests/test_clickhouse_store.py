@@ -356,3 +356,15 @@ def test_clickhouse_filter_and_rules_carry_values_only_as_parameters() -> None:
         "WHEN match(AttrLines, concat('(?mi)', {ra2:String})) THEN 2 END"
     )
     assert rule_params == {"rk1": "Server", "nr1": HOSTILE, "ra2": "^db\\."}
+
+
+def test_insert_statements_quote_their_identifiers_and_refuse_odd_ones() -> None:
+    from tailscope.store.ch_binding import insert_statement
+
+    assert insert_statement("otel_traces", ["Timestamp", "Events.Name"]) == (
+        "INSERT INTO `otel_traces` (`Timestamp`, `Events.Name`)"
+    )
+    assert insert_statement("t", ["a"], "Python(rows)") == "INSERT INTO `t` (`a`) SELECT `a` FROM Python(rows)"
+    for odd in ("a`; DROP TABLE t; --", "a\\`", ""):
+        with pytest.raises(ValueError, match="not a plain identifier"):
+            insert_statement("t", [odd])

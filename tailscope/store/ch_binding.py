@@ -65,3 +65,19 @@ def named_params(params: Sequence[Any] | Mapping[str, Any] | None) -> dict[str, 
     if isinstance(params, Mapping):
         return dict(params)
     return {f"p{i}": value for i, value in enumerate(params, start=1)}
+
+
+def quote_identifier(name: str) -> str:
+    """A ClickHouse identifier in backticks (a column of the exporter's schema, `Events.Timestamp`
+    included); a name that would need escaping is refused: tables and columns are ours, not input."""
+    if not name or "`" in name or "\\" in name:
+        raise ValueError(f"not a plain identifier: {name!r}")
+    return f"`{name}`"
+
+
+def insert_statement(table: str, columns: Sequence[str], select_from: str | None = None) -> str:
+    """`INSERT INTO table (columns)`, and `SELECT columns FROM select_from` when the rows come from a
+    table function (chdb's Python(name): a Python object read in place) rather than with the insert."""
+    listed = ", ".join(quote_identifier(c) for c in columns)
+    statement = f"INSERT INTO {quote_identifier(table)} ({listed})"
+    return statement if select_from is None else f"{statement} SELECT {listed} FROM {select_from}"
