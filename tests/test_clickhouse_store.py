@@ -364,7 +364,8 @@ def test_insert_statements_quote_their_identifiers_and_refuse_odd_ones() -> None
     assert insert_statement("otel_traces", ["Timestamp", "Events.Name"]) == (
         "INSERT INTO `otel_traces` (`Timestamp`, `Events.Name`)"
     )
-    assert insert_statement("t", ["a"], "Python(rows)") == "INSERT INTO `t` (`a`) SELECT `a` FROM Python(rows)"
+    in_place = insert_statement("t", ["a"], "Python(rows)")
+    assert in_place == "INSERT INTO `t` (`a`) SELECT `a` FROM Python(rows)"
     for odd in ("a`; DROP TABLE t; --", "a\\`", ""):
         with pytest.raises(ValueError, match="not a plain identifier"):
             insert_statement("t", [odd])
