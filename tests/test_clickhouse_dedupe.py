@@ -6,7 +6,6 @@ loaded once (before, the duplicates doubled the span counts and moved the diagno
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,8 @@ from ingest.loader import load_paths as duckdb_load_paths
 from tailscope.analysis.diagnosis import diagnose
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.db import Store
-from tailscope.store.engine import open_store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
-
-
-@pytest.fixture
-def chdb_store(tmp_path: Path) -> Iterator[ClickHouseStore]:
-    store = open_store(f"chdb://{tmp_path / 'ch'}", time_limit_s=30)
-    assert isinstance(store, ClickHouseStore)
-    store.prepare(create_exporter_table=True)
-    yield store
-    store.close()
 
 
 def _findings(source: object, run: str) -> list[tuple[str, str, float]]:

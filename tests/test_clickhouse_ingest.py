@@ -7,7 +7,6 @@ tailscope_requests rows as writing first and deriving after."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +19,10 @@ from ingest.loader import FileResult, decode_file
 from tailscope import sql
 from tailscope.store import ch_overlap, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
-from tailscope.store.engine import open_store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
 
 HOSTILE = 'x\'); DROP TABLE otel_traces; --\t\\n\n üñí "q"'
-
-
-@pytest.fixture
-def chdb_store(tmp_path: Path) -> Iterator[ClickHouseStore]:
-    store = open_store(f"chdb://{tmp_path / 'ch'}", time_limit_s=30)
-    assert isinstance(store, ClickHouseStore)
-    store.prepare(create_exporter_table=True)
-    yield store
-    store.close()
 
 
 def _kv(key: str, value: str) -> dict[str, Any]:
