@@ -1,7 +1,8 @@
 """The receiver's writer for a ClickHouse store (`tailscope collect --store clickhouse://...`).
 
 The same queue, pacing and retries as BatchWriter; what a flush does differs: the batch's spans go
-into the exporter's otel_traces (ch_write.append_spans: staged, converted inside ClickHouse) and the
+into the exporter's otel_traces (ch_dedupe.append_spans_once: staged, converted inside ClickHouse,
+the spans the run already has left out: an exporter's retry sends them again) and the
 run's selection in tailscope_runs is widened to the time they cover. Per-request rows are derived
 incrementally by time window: at most every DERIVE_EVERY_S, and when the receiver stops, the
 requests whose roots can be in the spans received since the last derive (their start times, widened
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 from ingest.receiver.limits import Limits
 from ingest.receiver.writer import BatchWriter, _Item
 from tailscope.query.clickhouse import RunSelection, scoped
-from tailscope.store import ch_write
+from tailscope.store import ch_dedupe, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 
 DERIVE_EVERY_S = 2.0
@@ -54,7 +55,7 @@ class ClickHouseBatchWriter(BatchWriter):
 
     def _transaction(self, items: list[_Item]) -> None:
         table = pa.concat_tables([item.columns.to_arrow() for item in items], promote_options="default")
-        first, last = ch_write.append_spans(self.store, table, self.run_label)
+        first, last = ch_dedupe.append_spans_once(self.store, table, self.run_label)
         if self.span_range is None:
             earlier = ch_write.run_selection(self.store, self.run_label)
             self.span_range = (first, last) if earlier is None else (earlier.start_ns, earlier.end_ns)

@@ -2,10 +2,13 @@
 has (the same file loaded again, or files that overlap) and repeats inside the file are not written
 again, so counts, the derived requests and the diagnosis (which counts concurrent spans) are those
 of the spans, not of how often they were loaded. Used where the loader writes otel_traces from its
-converted table after the whole file decoded (ingest.clickhouse_load); a new run from one file,
-written while it is derived (ch_overlap), has no stored spans to compare with."""
+converted table after the whole file decoded (ingest.clickhouse_load) and for each flush of the
+receiver (ingest.receiver.clickhouse_writer); a new run from one file, written while it is derived
+(ch_overlap), has no stored spans to compare with."""
 
 from __future__ import annotations
+
+import pyarrow as pa
 
 from tailscope import sql
 from tailscope.store import ch_write
@@ -30,3 +33,11 @@ def move_ready_once(store: ClickHouseStore, run: str, first_ns: int, last_ns: in
         _run(store, "ingest_fresh_ddl")
         _run(store, "ingest_fresh_clear")
         ch_write.clear_staged(store)
+
+
+def append_spans_once(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
+    """A receiver flush's decoded spans into otel_traces, those new to `run` only (an exporter that
+    retries a request it thinks lost sends its spans again); (first, last) span start of the flush."""
+    first, last = ch_write.stage_spans(store, chunk, run)
+    move_ready_once(store, run, first, last)
+    return first, last
