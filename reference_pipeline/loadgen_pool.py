@@ -138,20 +138,43 @@ def drive_in_processes(
     return merge_results(results)
 
 
-def _drive_share(job: dict) -> LoadResult:
-    """One share of the load, in this worker process, traced to its own file."""
-    shape = job["shape"]
-    shape = LoadShape(**{**shape, "bursts": [tuple(b) for b in shape["bursts"]]})
-    provider = make_provider(sm.LOADGEN_SERVICE_NAME, job["setup"], Path(job["part"]), job["otlp_endpoint"])
+def drive_here(
+    url: str,
+    shape: LoadShape,
+    *,
+    setup: dict,
+    part: Path,
+    otlp_endpoint: str | None,
+    n_entities: int,
+    seed: int,
+    cpu_from: float | None = None,
+) -> LoadResult:
+    """The load in this process, its client spans traced to `part`; its CPU counted from `cpu_from`
+    (process time; None: from this call)."""
+    started = time.process_time() if cpu_from is None else cpu_from
+    provider = make_provider(sm.LOADGEN_SERVICE_NAME, setup, part, otlp_endpoint)
     try:
         tracer = provider.get_tracer("tailscope.loadgen")
-        result = asyncio.run(
-            run_load(job["url"], shape, tracer, n_entities=job["n_entities"], seed=job["seed"])
-        )
+        result = asyncio.run(run_load(url, shape, tracer, n_entities=n_entities, seed=seed))
     finally:
         provider.shutdown()
-    result.cpu_s = time.process_time()  # the whole worker process: imports and span export too
+    result.cpu_s = time.process_time() - started
     return result
+
+
+def _drive_share(job: dict) -> LoadResult:
+    """One share of the load, in a worker process: its CPU is the whole process's (imports too)."""
+    shape = LoadShape(**{**job["shape"], "bursts": [tuple(b) for b in job["shape"]["bursts"]]})
+    return drive_here(
+        job["url"],
+        shape,
+        setup=job["setup"],
+        part=Path(job["part"]),
+        otlp_endpoint=job["otlp_endpoint"],
+        n_entities=job["n_entities"],
+        seed=job["seed"],
+        cpu_from=0.0,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,6 @@ device × dtype × batch policy into separately labelled files.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -24,10 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reference_pipeline import span_model as sm
-from reference_pipeline.loadgen import run_load
-from reference_pipeline.loadgen_pool import drive_in_processes
+from reference_pipeline.loadgen_pool import drive_here, drive_in_processes
 from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure, size_bursts
-from reference_pipeline.tracing import make_provider
 from tailscope.cli.signals import die_with_parent
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -251,33 +248,10 @@ def _swapping(pid: int, period_s: float, duration_s: float):
 def _drive(url: str, load: LoadShape, opts: RunOptions, service: ServiceConfig, part: Path):
     # the run's setup, less what only the service knows (weights, GPU name, torch version)
     setup = service.resource_attributes(None, None, None)
+    options = dict(setup=setup, part=part, otlp_endpoint=opts.otlp_endpoint, n_entities=service.n_entities)
     if opts.load_processes > 1:
-        return drive_in_processes(
-            url,
-            load,
-            opts.load_processes,
-            setup=setup,
-            part=part,
-            otlp_endpoint=opts.otlp_endpoint,
-            n_entities=service.n_entities,
-            seed=opts.seed,
-        )
-    provider = make_provider(sm.LOADGEN_SERVICE_NAME, setup, part, opts.otlp_endpoint)
-    started = time.process_time()
-    try:
-        result = asyncio.run(
-            run_load(
-                url,
-                load,
-                provider.get_tracer("tailscope.loadgen"),
-                n_entities=service.n_entities,
-                seed=opts.seed,
-            )
-        )
-    finally:
-        provider.shutdown()
-    result.cpu_s = time.process_time() - started
-    return result
+        return drive_in_processes(url, load, opts.load_processes, seed=opts.seed, **options)
+    return drive_here(url, load, seed=opts.seed, **options)
 
 
 def sweep_label(device: str, dtype: str, max_batch: int, max_wait_ms: float) -> str:
