@@ -21,17 +21,15 @@ def _run(store: ClickHouseStore, name: str, params: dict[str, object] | None = N
 
 def move_ready_once(store: ClickHouseStore, run: str, first_ns: int, last_ns: int) -> int:
     """The loader's converted spans (ch_write.READY) into otel_traces, those new to `run` only, each
-    once; how many were written. The session's tables are emptied whatever happens."""
+    once; how many were written. The session's tables are dropped or emptied whatever happens."""
     try:
         _run(store, "ingest_fresh_ddl")
-        _run(store, "ingest_fresh_clear")
         _run(store, "ingest_fresh_fill", {"run": run, "first": first_ns, "last": last_ns})
         fresh = int(store.query(sql.load("ingest_fresh_count", dialect="clickhouse")).single_value())
         _run(store, "ingest_fresh_move")
         return fresh
     finally:
-        _run(store, "ingest_fresh_ddl")
-        _run(store, "ingest_fresh_clear")
+        _run(store, "ingest_fresh_drop")
         ch_write.clear_staged(store)
 
 
