@@ -159,15 +159,21 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_demo(db, args.requests)
     if loaded:
         print(f"tailscope demo: loaded {len(loaded)} runs in {time.perf_counter() - started:.1f} s")
+    return _open_dashboard(args, argparse.Namespace(db=str(db), store=str(db)), f"--db {db}")
+
+
+def _open_dashboard(args: argparse.Namespace, where: argparse.Namespace, shown: str) -> int:
+    """The dashboard on the demo's store (`where`: serve's db and store), or how to open it: with
+    --no-serve, or where the dashboard is not part of this build. `shown`: the store as an option."""
     if args.no_serve:
-        print(f"tailscope demo: open the dashboard with: tailscope serve --db {db}")
+        print(f"tailscope demo: open the dashboard with: tailscope serve {shown}")
         return 0
     try:
         from tailscope.cli import serve_cmd
     except ImportError:
-        print(f"tailscope demo: the dashboard is not part of this build; run: tailscope serve --db {db}")
+        print(f"tailscope demo: the dashboard is not part of this build; run: tailscope serve {shown}")
         return 0
-    return serve_cmd.run(argparse.Namespace(db=str(db), store=str(db), port=args.port, host=args.host))
+    return serve_cmd.run(argparse.Namespace(**vars(where), port=args.port, host=args.host))
 
 
 def _clickhouse_demo(args: argparse.Namespace) -> int:
@@ -191,9 +197,4 @@ def _clickhouse_demo(args: argparse.Namespace) -> int:
     shown = store.location.url  # never the password
     print(f"tailscope demo: read the runs with e.g.: tailscope waterfall --store {shown} --run demo-steady")
     close_opened()  # a chdb folder is held by one process at a time: the dashboard's, from here on
-    if args.no_serve:
-        print(f"tailscope demo: open the dashboard with: tailscope serve --store {shown}")
-        return 0
-    from tailscope.cli import serve_cmd
-
-    return serve_cmd.run(argparse.Namespace(db=None, store=args.store, port=args.port, host=args.host))
+    return _open_dashboard(args, argparse.Namespace(db=None, store=args.store), f"--store {shown}")
