@@ -17,7 +17,7 @@ import pytest
 from ingest import clickhouse_load
 from ingest.loader import FileResult, decode_file
 from tailscope import sql
-from tailscope.store import ch_overlap, ch_write
+from tailscope.store import ch_dedupe, ch_overlap, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
@@ -212,7 +212,7 @@ def test_a_new_label_with_spans_already_stored_is_derived_from_all_of_them(
     with open(path, "rb") as raw:
         batches = [b.to_arrow() for b in decode_file(raw, str(path), FileResult(path=str(path)), None)]
     for batch in batches:  # spans of the label, but no run defined (a load that stopped part way)
-        ch_write.append_spans(chdb_store, batch, "late")
+        ch_dedupe.append_spans_once(chdb_store, batch, "late")
     summary = clickhouse_load.load_paths(chdb_store, [path], "late")
     assert summary.traces == 100  # counted in otel_traces: each trace's spans are there twice
     derived = chdb_store.query(REQUESTS_OF, {"run": "late"}).rows

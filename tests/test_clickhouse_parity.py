@@ -20,7 +20,7 @@ from analysis_spans import S, add_trace
 from ingest.columns import SpanColumns
 from tailscope.analysis.derive import refresh_run
 from tailscope.query.clickhouse import RunSelection
-from tailscope.store import ch_write
+from tailscope.store import ch_dedupe, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.db import Store, connect_writer
 from tailscope.store.engine import open_store
@@ -139,7 +139,7 @@ def stores(
     assert isinstance(clickhouse, ClickHouseStore)
     clickhouse.create_tables()
     for run, batches in runs.items():
-        bounds = [ch_write.append_spans(clickhouse, batch, run) for batch in batches]
+        bounds = [ch_dedupe.append_spans_once(clickhouse, batch, run) for batch in batches]
         selection = RunSelection(min(b[0] for b in bounds), max(b[1] for b in bounds), {"tailscope.run": run})
         ch_write.define_run(clickhouse, run, selection)
         # two runs derived in many time windows (the rest in one): the same rows either way

@@ -1,9 +1,10 @@
 """Writing to a ClickHouse store: spans into the exporter's otel_traces, runs as selections, derived rows.
 
 The decoders (ingest/) give a batch of spans as an Arrow table in tailscope's column form
-(ingest.columns.COLUMNS: attributes as JSON text, events and links as JSON arrays). `append_spans`
-stages it as it is and has ClickHouse convert it into the exporter's columns (Map attributes,
-Nested events and links as parallel arrays) with one INSERT ... SELECT per batch. A run written by
+(ingest.columns.COLUMNS: attributes as JSON text, events and links as JSON arrays). `stage_spans`
+stages it and has ClickHouse convert it into the exporter's columns (Map attributes, Nested events
+and links as parallel arrays) with one INSERT ... SELECT per batch; store.ch_dedupe writes the spans
+a run does not have yet into otel_traces. A run written by
 tailscope is a selection like any other: its spans carry the resource attribute `tailscope.run` =
 the label, and its row in tailscope_runs selects on that and on the spans' time range
 (`define_run`). `refresh_run` derives the run's tailscope_requests rows inside ClickHouse.
@@ -88,7 +89,7 @@ def stage_spans(
 ) -> tuple[int, int]:
     """Add one decoded batch to the session's staging table (created when missing); with `run`,
     convert it at once into the exporter's columns in `ready` (the session's _ts_ready, or a load's
-    shared table, ch_overlap, for `move_ready`; or otel_traces itself, `append_spans`), its spans'
+    shared table, ch_overlap, for `move_ready`), its spans'
     resource attributes with tailscope.run = run. (first, last) span start of the batch in ns."""
     store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
     store.insert_arrow("_ts_stage", staged_table(chunk, run))
@@ -121,12 +122,6 @@ def clear_staged(store: ClickHouseStore, ready: str = READY) -> None:
         store.query(sql.load(name, dialect="clickhouse"))
     for table in {READY, ready}:
         store.query(sql.load("ingest_ready_clear", dialect="clickhouse"), {"ready": table})
-
-
-def append_spans(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
-    """Insert one decoded batch into otel_traces (staged, then converted into it); (first, last)
-    span start of the batch in ns."""
-    return stage_spans(store, chunk, run, ready="otel_traces")
 
 
 def define_run(
