@@ -41,6 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.machine_info import cpu_seconds
+
 
 def machine(threads: str | None = None) -> str:
     import torch
@@ -123,22 +125,17 @@ def _steady_run(args, **options) -> dict:
         )
 
 
-def _cpu_s(who: int) -> float:
-    usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _saturated(max_batch: int, max_wait_ms: float, tracing: bool, args) -> dict:
     """One saturated run; adds the service processes' CPU ms per completed request (`cpu_ms_per_req`),
     read from the reaped children's rusage (the only children: the downstream is off), and the load
     generator's own CPU: ms per request and the cores it kept busy (`client_core_share`; near 1.0 per
     load process, the load generator, not the service, sets the throughput: add --load-processes)."""
-    children_before = _cpu_s(resource.RUSAGE_CHILDREN)
+    children_before = cpu_seconds(resource.RUSAGE_CHILDREN)
     summary = _steady_run(args, max_batch=max_batch, max_wait_ms=max_wait_ms, tracing=tracing)
     completed = max(summary["requests"] - summary["errors"], 1)
     client_s = summary["loadgen_cpu_ms_per_request"] * summary["requests"] / 1000
     # reaped children: the service, and the load generator's processes when it has several
-    service_s = _cpu_s(resource.RUSAGE_CHILDREN) - children_before
+    service_s = cpu_seconds(resource.RUSAGE_CHILDREN) - children_before
     if args.load_processes > 1:
         service_s -= client_s
     summary["cpu_ms_per_req"] = round(1000 * service_s / completed, 2)

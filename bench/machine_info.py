@@ -25,10 +25,11 @@ def machine() -> str:
     )
 
 
-def cpu_seconds() -> float:
-    """CPU seconds of this process's threads and of its waited-for children (decode workers)."""
+def cpu_seconds(*who: int) -> float:
+    """CPU seconds (user + system) of `who` (resource.RUSAGE_*): by default this process's threads
+    and its waited-for children (decode workers, services)."""
     total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
+    for each in who or (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(each)
         total += usage.ru_utime + usage.ru_stime
     return total

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -27,13 +26,13 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from reference_pipeline import span_model as sm
+from reference_pipeline.children import child_env
 from reference_pipeline.loadgen import LoadResult, run_load
 from reference_pipeline.scenarios import LoadShape
 from reference_pipeline.tracing import make_provider
 from tailscope.cli.signals import die_with_parent
 
 SEED_STRIDE = 1_000  # each share draws its own arrivals and payloads
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def split_shape(shape: LoadShape, n: int) -> list[LoadShape]:
@@ -110,8 +109,7 @@ def drive_in_processes(
 ) -> LoadResult:
     """Run `shape` as `n` processes' shares; their spans end up in `part`, their results merged."""
     files = [_share_files(part, i) for i in range(n)]
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env = child_env()
     workers: list[subprocess.Popen[bytes]] = []
     try:
         for i, (share, (trace_file, result_file, log_file)) in enumerate(

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from reference_pipeline import span_model as sm
+from reference_pipeline.children import child_env
 from reference_pipeline.loadgen_pool import drive_here, drive_in_processes
 from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure, size_bursts
 from tailscope.cli.signals import die_with_parent
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -69,8 +68,7 @@ class Child:
     def __init__(self, name: str, args: list[str], log: Path) -> None:
         self.name, self.log = name, log
         self.announced: dict[str, str] = {}  # key=value facts from its LISTENING line
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env = child_env()
         with open(log, "wb") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", *args],
