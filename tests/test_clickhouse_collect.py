@@ -54,6 +54,9 @@ def test_collect_into_chdb_then_read_the_run(tmp_path: Path) -> None:
             "SELECT count(), countIf(ResourceAttributes['tailscope.run'] = 'live') FROM otel_traces"
         ).first()
         assert spans == (62, 62)
+        # the spans' durations the Gantt ranks against (ch_durations): each span once, retry or not
+        durations = "SELECT count() FROM tailscope_span_durations WHERE RunLabel = 'live'"
+        assert store.query(durations).single_value() == 62
         summary = overview(store, Filter(run="live")).runs
         assert [run.requests for run in summary] == [21]
         late = store.query(

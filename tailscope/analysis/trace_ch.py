@@ -1,6 +1,6 @@
 """The Gantt's reads on a ClickHouse store: the span tree of one trace inside ClickHouse
 (query.clickhouse.span_tree_statements over the trace, ending in clickhouse/span_tree_spans.sql), its
-client span and each span's duration rank in the run (clickhouse/gantt_rank.sql).
+client span and each span's duration rank in the run (store.ch_durations).
 
 The trace's own reads use the run's selection narrowed to the trace's time range (trace_selection:
 the exporter's lookup table), so they read the few granules of those seconds, not the run."""
@@ -13,7 +13,7 @@ import pandas as pd
 
 from tailscope import sql
 from tailscope.query.clickhouse import RunSelection, scoped, span_tree_statements
-from tailscope.store import ch_write
+from tailscope.store import ch_durations, ch_write
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.errors import TableMissingError
 
@@ -72,6 +72,11 @@ def client_span(store: ClickHouseStore, trace_id: str, span_id: str) -> tuple[An
 
 
 def ranks(store: ClickHouseStore, run: str, names: list[str], durations: list[int]) -> dict[int, float]:
+    """Each span's duration rank among the run's spans of its name (ch_durations), from otel_traces
+    when the run has no span durations (clickhouse/gantt_rank.sql: reads every span of the run)."""
+    kept = ch_durations.ranks(store, run, names, durations)
+    if kept is not None:
+        return kept
     selection = ch_write.run_selection(store, run)
     if selection is None:
         return {}

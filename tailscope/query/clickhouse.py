@@ -221,13 +221,17 @@ def derive_statements(
     phase_rules: list[PhaseRule] | None = None,
     source: str | None = None,
     into: str = "tailscope_requests",
+    durations_into: str | None = None,
 ) -> list[Statement]:
-    """The statements that derive a run's tailscope_requests rows inside ClickHouse (the last but
-    one is the INSERT ... SELECT into `into`): the requests of `selection` whose root starts in
-    `keep` ([start, end) ns). `source`: a table with otel_traces' columns read instead of it (a
-    load's converted spans, ch_overlap), bound as an identifier."""
+    """The statements that derive a run's tailscope_requests rows inside ClickHouse (the INSERT ...
+    SELECT into `into` comes after the span tree's steps): the requests of `selection` whose root
+    starts in `keep` ([start, end) ns). `durations_into`: also the spans starting in `keep` into
+    that table of span durations (derive_durations.sql). `source`: a table with otel_traces'
+    columns read instead of it (a load's converted spans, ch_overlap), bound as an identifier."""
     if into not in ("tailscope_requests", "_ts_derived"):
         raise ValueError(f"unknown target {into!r}")
+    if durations_into not in (None, "tailscope_span_durations", "_ts_derived_durations"):
+        raise ValueError(f"unknown target {durations_into!r}")
     output = (
         _text("derive_requests")
         .replace("{per_request}", _text("span_tree_requests"))
@@ -237,6 +241,8 @@ def derive_statements(
     insert, params = statements[-2]
     bound = {**params, "run": run, "keep_start": keep[0], "keep_end": keep[1]}
     statements[-2] = (f"INSERT INTO {into}\n" + insert, bound)
+    if durations_into is not None:
+        statements.insert(-1, (f"INSERT INTO {durations_into}\n" + _text("derive_durations"), bound))
     return statements if source is None else [from_source(statement, source) for statement in statements]
 
 
@@ -296,3 +302,35 @@ def _text(name: str) -> str:
 
 def _strip_comments(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
+
+
+# A Gantt rank's part for one span name compares each row with at most this many durations (a name
+# asked about more often gets several parts).
+RANK_DURATIONS_PER_PART = 32
+RankParts = dict[int, tuple[str, list[int]]]
+
+
+def rank_statement(run: str, names: list[str], durations: list[int]) -> tuple[Statement, RankParts]:
+    """The Gantt's ranks against tailscope_span_durations: one gantt_rank_name.sql part per span name
+    (and per RANK_DURATIONS_PER_PART of its distinct durations), joined with UNION ALL; and what
+    each part j asks: (span name, its durations, in the order of the part's counts)."""
+    asked: dict[str, list[int]] = {}
+    for name, duration in zip(names, durations, strict=True):
+        values = asked.setdefault(name, [])
+        if int(duration) not in values:
+            values.append(int(duration))
+    template = _text("gantt_rank_name")
+    texts: list[str] = []
+    params: dict[str, Any] = {"run": run}
+    parts: RankParts = {}
+    for name, values in asked.items():
+        for start in range(0, len(values), RANK_DURATIONS_PER_PART):
+            j = len(texts) + 1
+            chunk = values[start : start + RANK_DURATIONS_PER_PART]
+            parts[j] = (name, chunk)
+            params[f"n{j}"] = name
+            params.update({f"d{j}_{k}": value for k, value in enumerate(chunk, start=1)})
+            less = ", ".join(f"countIf(Duration < {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
+            equal = ", ".join(f"countIf(Duration = {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
+            texts.append(template.replace("{less}", less).replace("{equal}", equal).replace("{j}", str(j)))
+    return ("\nUNION ALL\n".join(texts), params), parts

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from tailscope import sql
-from tailscope.store import ch_write
+from tailscope.store import ch_durations, ch_write
 from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
 
 
@@ -19,14 +19,20 @@ def _run(store: ClickHouseStore, name: str, params: dict[str, object] | None = N
     return store.query(sql.load(name, dialect="clickhouse"), params, WRITE_TIME_LIMIT_S)
 
 
-def move_ready_once(store: ClickHouseStore, run: str, first_ns: int, last_ns: int) -> int:
+def move_ready_once(
+    store: ClickHouseStore, run: str, first_ns: int, last_ns: int, durations: bool = False
+) -> int:
     """The loader's converted spans (ch_write.READY) into otel_traces, those new to `run` only, each
-    once; how many were written. The session's tables are dropped or emptied whatever happens."""
+    once; how many were written. `durations`: also into the run's span durations (the receiver's,
+    whose windows are derived without them: ch_durations). The session's tables are dropped or
+    emptied whatever happens."""
     try:
         _run(store, "ingest_fresh_ddl")
         _run(store, "ingest_fresh_fill", {"run": run, "first": first_ns, "last": last_ns})
         fresh = int(store.query(sql.load("ingest_fresh_count", dialect="clickhouse")).single_value())
         _run(store, "ingest_fresh_move")
+        if durations:
+            ch_durations.add_fresh(store, run)
         return fresh
     finally:
         _run(store, "ingest_fresh_drop")
@@ -37,5 +43,5 @@ def append_spans_once(store: ClickHouseStore, chunk: pa.Table, run: str) -> tupl
     """A receiver flush's decoded spans into otel_traces, those new to `run` only (an exporter that
     retries a request it thinks lost sends its spans again); (first, last) span start of the flush."""
     first, last = ch_write.stage_spans(store, chunk, run)
-    move_ready_once(store, run, first, last)
+    move_ready_once(store, run, first, last, durations=True)
     return first, last

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tailscope import sql
 from tailscope.query.clickhouse import ALL_TIME, RunSelection, derive_statements, scoped
-from tailscope.store import ch_write
+from tailscope.store import ch_durations, ch_write
 from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ChdbTransport, ClickHouseStore, _Session
 
 
@@ -82,11 +82,20 @@ def _write(store: ClickHouseStore, ready: str, selection: RunSelection) -> tuple
 
 def _derive(store: ClickHouseStore, run: str, ready: str, selection: RunSelection) -> None:
     """The run's requests derived from `ready` into the held-back _ts_derived."""
-    store.query(sql.load("derive_staged_drop", dialect="clickhouse"))
-    store.query(sql.load("derive_staged_ddl", dialect="clickhouse"))
+    _staged(store, "drop")
+    _staged(store, "ddl")
     rules = ch_write.rules_in_force(store)
     phases = ch_write.phase_rules_for(store, selection, source=ready)
-    statements = derive_statements(rules, run, selection, ALL_TIME, phases, source=ready, into="_ts_derived")
+    statements = derive_statements(
+        rules,
+        run,
+        selection,
+        ALL_TIME,
+        phases,
+        source=ready,
+        into="_ts_derived",
+        durations_into="_ts_derived_durations",
+    )
     for statement, values in statements:
         store.query(statement, values, WRITE_TIME_LIMIT_S)
 
@@ -114,7 +123,15 @@ def write_and_derive(
             store.query(
                 sql.load("derive_delete_window", dialect="clickhouse"), ch_write._window(run, ALL_TIME)
             )
-        store.query(sql.load("derive_staged_move", dialect="clickhouse"), None, WRITE_TIME_LIMIT_S)
+        ch_durations.forget_run(store, run)
+        _staged(store, "move")
         return traces
     finally:
-        store.query(sql.load("derive_staged_drop", dialect="clickhouse"))
+        _staged(store, "drop")
+
+
+def _staged(store: ClickHouseStore, step: str) -> None:
+    """One step (ddl, move, drop) of the held-back derived rows and span durations
+    (derive_staged_<step>.sql, derive_staged_durations_<step>.sql)."""
+    for name in (f"derive_staged_{step}", f"derive_staged_durations_{step}"):
+        store.query(sql.load(name, dialect="clickhouse"), None, WRITE_TIME_LIMIT_S)

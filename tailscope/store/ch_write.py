@@ -30,7 +30,7 @@ from tailscope.query.clickhouse import (
     scoped,
     stage_mapping_statements,
 )
-from tailscope.store import ch_sample
+from tailscope.store import ch_durations, ch_sample
 from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
 
 RUN_ATTRIBUTE = "tailscope.run"
@@ -197,8 +197,9 @@ def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) 
     # however little it removes)
     if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
         store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, ALL_TIME))
+    ch_durations.forget_run(store, run)
     for keep in itertools.pairwise(edges):
-        refresh_window(store, run, keep, int(longest or 0), rules, selection, deleted=True)
+        refresh_window(store, run, keep, int(longest or 0), rules, selection, deleted=True, durations=True)
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
 
 
@@ -233,11 +234,14 @@ def refresh_window(
     rules: list[StageRule] | None = None,
     selection: RunSelection | None = None,
     deleted: bool = False,
+    durations: bool = False,
 ) -> None:
     """Derive again the run's requests whose root starts in `keep` ([start, end) ns), reading only
     the spans that can belong to them: within `longest_ns` (the run's longest span, so its longest
     request) plus CLOCK_SKEW_NS of the window (as the DuckDB derive's trace_window). `deleted`:
-    the window's old rows are already gone (refresh_run deletes the run's once)."""
+    the window's old rows are already gone (refresh_run deletes the run's once). `durations`: also
+    the window's span durations (refresh_run, having forgotten the run's; `collect` adds them as
+    the spans arrive: ch_durations)."""
     selection = selection or run_selection(store, run)
     if selection is None:
         raise KeyError(run)
@@ -248,7 +252,14 @@ def refresh_window(
     if not deleted:
         store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, keep))
     phases = phase_rules_for(store, around)
-    statements = derive_statements(rules or rules_in_force(store), run, around, keep, phases)
+    statements = derive_statements(
+        rules or rules_in_force(store),
+        run,
+        around,
+        keep,
+        phases,
+        durations_into=ch_durations.TABLE if durations else None,
+    )
     for text, params in statements:
         store.query(text, params, WRITE_TIME_LIMIT_S)
 

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope import sql
+from tailscope.store import ch_durations
 from tailscope.store.ch_binding import bind_value, insert_statement, named_params
 from tailscope.store.db import Result
 from tailscope.store.errors import (
@@ -276,6 +277,7 @@ class ClickHouseStore:
     life of the process; an HTTP client is a connection pool). `check()` verifies otel_traces."""
 
     dialect = "clickhouse"
+    write_limit_s = WRITE_TIME_LIMIT_S  # a writer's statements' time limit (the module's constant)
 
     def __init__(
         self,
@@ -370,6 +372,7 @@ class ClickHouseStore:
         """The exporter's otel_traces (and its trace-id lookup) when missing, then tailscope's tables."""
         for name in (*EXPORTER_DDL, *TAILSCOPE_DDL):
             self.query(sql.load(name, dialect="clickhouse"))
+        ch_durations.ensure(self)
 
     def prepare(self, create_exporter_table: bool = False) -> None:
         """Before a command: otel_traces checked (created first when `create_exporter_table` and
@@ -380,6 +383,7 @@ class ClickHouseStore:
         self.check()
         for name in TAILSCOPE_DDL:
             self.query(sql.load(name, dialect="clickhouse"))
+        ch_durations.ensure(self)
 
     def data_version(self) -> tuple[Any, ...]:
         """Changes when the data does (as Store.data_version): counts of spans, runs, requests, rules."""
