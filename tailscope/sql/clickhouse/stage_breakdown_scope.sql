@@ -33,13 +33,16 @@ grouped AS (
 ranked AS (  -- each group's requests in time order, cut into blocks of ceil(N/8) consecutive ones
     SELECT TraceId, grp,
            intDiv(row_number() OVER (PARTITION BY grp ORDER BY StartNs, TraceId) - 1,
-                  intDiv({p3:UInt64} + 7, 8)) AS b,
-           count() OVER (PARTITION BY grp) AS total
+                  intDiv({p3:UInt64} + 7, 8)) AS b
     FROM grouped
 ),
 blocks AS (  -- 8 blocks of each group, drawn alike (by a hash of their number and the group's
-             -- size): all of them when there are no more
-    SELECT grp, b FROM (SELECT DISTINCT grp, b, total FROM ranked)
+             -- size): all of them when there are no more. From the groups' sizes, not from ranked
+             -- (a second reference would compute its window again: 0.2 s at 770 k requests)
+    SELECT grp, b FROM (
+        SELECT grp, total, arrayJoin(range(intDiv(total + per_block - 1, per_block))) AS b
+        FROM (SELECT grp, count() AS total, intDiv({p3:UInt64} + 7, 8) AS per_block FROM grouped GROUP BY grp)
+    )
     ORDER BY grp, cityHash64(b, grp, total), b
     LIMIT 8 BY grp
 )

@@ -15,12 +15,14 @@ sized AS (
 ranked AS (
     SELECT TraceId, SpanId, DominantStage, selected,
            intDiv(row_number() OVER (PARTITION BY selected ORDER BY Timestamp, TraceId) - 1,
-                  intDiv({p8:UInt64} + 7, 8)) AS b,
-           count() OVER (PARTITION BY selected) AS total
+                  intDiv({p8:UInt64} + 7, 8)) AS b
     FROM m
 ),
-blocks AS (
-    SELECT selected, b FROM (SELECT DISTINCT selected, b, total FROM ranked)
+blocks AS (  -- from the sides' sizes, not from ranked (a second reference computes its window again)
+    SELECT selected, b FROM (
+        SELECT selected, total, arrayJoin(range(intDiv(total + per_block - 1, per_block))) AS b
+        FROM (SELECT selected, count() AS total, intDiv({p8:UInt64} + 7, 8) AS per_block FROM m GROUP BY selected)
+    )
     ORDER BY selected, cityHash64(b, selected, total), b
     LIMIT 8 BY selected
 ),
