@@ -28,9 +28,9 @@ def _threshold(conn: Any, flt: Filter, quantile: float) -> float:
 def _clickhouse_attributes(
     conn: Any, flt: Filter, head: list[Any], sample: int, max_values: int
 ) -> list[Any]:
-    """tail_attributes.sql's rows on ClickHouse: the sample first (tail_sample.sql), its spans'
-    attributes read once into a temporary table (tail_kv.sql), only in the seconds its traces'
-    spans start in (store.ch_sample)."""
+    """tail_attributes.sql's rows on ClickHouse: the sample first (tail_sample.sql), its spans read
+    once into a temporary table (tail_spans.sql), only in the seconds its traces' spans start in
+    (store.ch_sample), their attributes and the roots' into another (tail_kv.sql)."""
     from tailscope.query.clickhouse import seconds_params, seconds_where
     from tailscope.store import ch_sample
 
@@ -44,16 +44,21 @@ def _clickhouse_attributes(
         "s_stages": [row[2] for row in rows],
         "s_selected": [bool(row[3]) for row in rows],
     }
-    kv = sql.load("tail_kv", dialect="clickhouse")
-    kv = kv.replace("{seconds}", seconds_where(len(seconds)) if seconds else "1")
+    bound = seconds_where(len(seconds)) if seconds else "1"
+    spans = sql.load("tail_spans", dialect="clickhouse").replace("{seconds}", bound)
+    kv = sql.load("tail_kv", dialect="clickhouse").replace("{seconds}", bound)
     drop = sql.load("tail_kv_drop", dialect="clickhouse")
-    conn.execute(drop, {})
+    tables = ("_ts_tail_kv", "_ts_tail_spans")
+    for table in tables:
+        conn.execute(drop, {"table": table})
     try:
+        conn.execute(spans, {"s_ids": ids, **seconds_params(seconds)})
         conn.execute(kv, {**given, **seconds_params(seconds)})
         text = sql.load("tail_attributes", dialect="clickhouse")
         return conn.execute(text, {"max_values": max_values, "s_selected": given["s_selected"]}).fetchall()
     finally:
-        conn.execute(drop, {})
+        for table in tables:
+            conn.execute(drop, {"table": table})
 
 
 def tail_vs_body(

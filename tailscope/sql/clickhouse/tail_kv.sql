@@ -2,10 +2,10 @@
 -- (trace, side, source, span name, key, value) of every span attribute of the sampled traces' spans
 -- (with the span name), every resource attribute of the request root but tailscope's run label
 -- (DuckDB: the RunLabel column), and the request's dominant stage. The sample comes as parameters
--- (tail_sample.sql's rows: s_ids, s_roots, s_stages, s_selected); its spans are read by trace id
--- (their span attributes) and its roots by span id (their resource attributes: the roots' granules
--- only), in the seconds they start in (the placeholder in the WHERE: fixed SQL from
--- tailscope.query.clickhouse.seconds_where, or 1 when the read is not bounded).
+-- (tail_sample.sql's rows: s_ids, s_roots, s_stages, s_selected); its spans from tail_spans.sql's
+-- _ts_tail_spans, its roots' resource attributes from otel_traces: only the granules of the roots'
+-- service and span name (the primary key's first two columns, from _ts_tail_spans: at 10 M spans
+-- 39 granules instead of 412, 0.28 -> 0.10 s) in the seconds they start in ({seconds}, as there).
 CREATE TEMPORARY TABLE _ts_tail_kv ENGINE = Memory AS
 WITH
 sample AS (
@@ -15,19 +15,18 @@ sample AS (
 ),
 sampled_spans AS (
     SELECT o.TraceId AS TraceId, s.selected AS selected, toString(o.SpanName) AS SpanName, o.SpanAttributes AS SA
-    FROM (
-        SELECT TraceId, SpanName, SpanAttributes
-        FROM otel_traces PREWHERE TraceId IN {s_ids:Array(String)}
-        WHERE {seconds}
-    ) AS o
+    FROM _ts_tail_spans AS o
     INNER JOIN sample AS s ON o.TraceId = s.TraceId
 ),
-roots AS (  -- the resource attributes of the roots only: their span names' granules, not every span's
+roots AS (
     SELECT o.TraceId AS TraceId, s.selected AS selected, o.ResourceAttributes AS RA
     FROM (
         SELECT TraceId, SpanId, ResourceAttributes
-        FROM otel_traces PREWHERE SpanId IN {s_roots:Array(String)} AND TraceId IN {s_ids:Array(String)}
-        WHERE {seconds}
+        FROM otel_traces
+        PREWHERE SpanId IN (SELECT SpanId FROM _ts_tail_spans WHERE SpanId IN {s_roots:Array(String)})
+        WHERE (ServiceName, SpanName) IN (SELECT ServiceName, SpanName FROM _ts_tail_spans
+                                          WHERE SpanId IN {s_roots:Array(String)})
+          AND {seconds}
     ) AS o
     INNER JOIN sample AS s ON o.TraceId = s.TraceId AND o.SpanId = s.RootSpanId
 )

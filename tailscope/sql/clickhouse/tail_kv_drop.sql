@@ -1,2 +1,3 @@
--- tail_kv.sql's temporary table, dropped before it is made and after tail_attributes.sql.
-DROP TEMPORARY TABLE IF EXISTS _ts_tail_kv
+-- tail_spans.sql's and tail_kv.sql's temporary tables, dropped before they are made and after
+-- tail_attributes.sql (one statement each).
+DROP TEMPORARY TABLE IF EXISTS {table:Identifier}
