@@ -79,7 +79,8 @@ def _clickhouse_rows(
 ) -> tuple[list[Any], dict[str, int]]:
     """(stage, span name, group, ns) rows and the sampled requests per group, on ClickHouse: the
     band bounds from order statistics, the span tree of the sampled traces inside ClickHouse (read in
-    the seconds their spans start in: ch_sample)."""
+    the seconds their spans start in, without the run's filters where no span of theirs is outside
+    the run: ch_sample)."""
     from tailscope.query.clickhouse import span_tree_statements
     from tailscope.store import ch_sample, ch_write
 
@@ -104,17 +105,12 @@ def _clickhouse_rows(
     output = sql.load("stage_breakdown", dialect="clickhouse")
     ids = list(groups)
     seconds = ch_sample.trace_seconds(store, ids, ch_sample.selection_seconds(selection))
-    statements = span_tree_statements(
-        ch_write.rules_in_force(store),
-        selection,
-        output,
-        ids,
-        ch_write.phase_rules_for(store, selection, ids, seconds),
-        seconds,
-    )
+    rules, phases = ch_write.rules_in_force(store), ch_write.phase_rules_for(store, selection, ids, seconds)
     rows: list[Any] = []
-    for i, (text, params) in enumerate(statements):
-        result = store.query(text, params)
-        if i == len(statements) - 2:
-            rows = [(stage, name, groups[trace], ns) for stage, name, trace, ns in result.rows]
+    with ch_sample.sample_rows(store, flt.run, selection, ids, seconds) as proven:
+        statements = span_tree_statements(rules, selection, output, ids, phases, seconds, proven)
+        for i, (text, params) in enumerate(statements):
+            result = store.query(text, params)
+            if i == len(statements) - 2:
+                rows = [(stage, name, groups[trace], ns) for stage, name, trace, ns in result.rows]
     return rows, counts

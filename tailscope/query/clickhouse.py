@@ -52,13 +52,47 @@ def seconds_where(stretches: int) -> str:
     return "(" + " OR ".join(SECOND_WHERE.format(i=i) for i in range(1, stretches + 1)) + ")"
 
 
-def sample_scope(filters: int, stretches: int = 0) -> str:
+def sample_scope(filters: int, stretches: int = 0, proven: bool = False, unproven: bool = True) -> str:
     """Some traces of a run (the sampled views: sample_ids) as a subquery: PREWHERE reads the TraceId
     column first and the rest (attribute maps) only for the granules holding the sample's rows
     (1 M spans: the mapping's first step 0.83 s -> 0.50 s); with `stretches`, only the seconds the
-    sample's spans start in (ch_sample.trace_seconds)."""
-    where = run_where(filters) + (f" AND {seconds_where(stretches)}" if stretches else "")
-    return f"(SELECT * FROM otel_traces PREWHERE TraceId IN {{sample_ids:Array(String)}} WHERE {where})"
+    sample's spans start in (ch_sample.trace_seconds). With `proven`, the traces proven_ids (no span
+    outside the run where they are read: ch_sample.sample_rows) come from _ts_sample_rows, read
+    there without the run's attribute filters, and only the rest (sample_ids; none when not
+    `unproven`) from otel_traces with them; both then with the span tree's columns only
+    (SAMPLE_COLUMNS)."""
+    seconds = f" AND {seconds_where(stretches)}" if stretches else ""
+    where = run_where(filters) + seconds
+    read = f"FROM otel_traces PREWHERE TraceId IN {{sample_ids:Array(String)}} WHERE {where}"
+    if not proven:
+        return f"(SELECT * {read})"
+    columns = ", ".join(SAMPLE_COLUMNS)
+    parts = [f"SELECT {columns} FROM {SAMPLE_ROWS} WHERE TraceId IN {{proven_ids:Array(String)}}"]
+    if unproven:
+        own = columns.replace(
+            "ResourceAttributes", f"CAST(ResourceAttributes AS {RESOURCE_MAP}) AS ResourceAttributes"
+        )
+        parts.append(f"SELECT {own} {read}")
+    return "(" + " UNION ALL ".join(parts) + ")"
+
+
+SAMPLE_ROWS = "_ts_sample_rows"  # clickhouse/sample_rows.sql's table
+RESOURCE_MAP = "Map(LowCardinality(String), String)"
+# The otel_traces columns the span tree reads from its scope (span_tree_1_spans.sql, phase_spans.sql).
+SAMPLE_COLUMNS = (
+    "Timestamp",
+    "TraceId",
+    "SpanId",
+    "ParentSpanId",
+    "SpanName",
+    "SpanKind",
+    "ServiceName",
+    "ResourceAttributes",
+    "SpanAttributes",
+    "Duration",
+    "`Events.Timestamp`",
+    "`Events.Name`",
+)
 
 
 def seconds_params(seconds: list[tuple[int, int]] | None) -> dict[str, Any]:
@@ -171,9 +205,11 @@ def span_tree_statements(
     sample_ids: list[str] | None = None,
     phase_rules: list[PhaseRule] | None = None,
     seconds: list[tuple[int, int]] | None = None,
+    proven_ids: list[str] | None = None,
 ) -> list[Statement]:
     """clickhouse/span_tree*.sql over one run's selection (or the traces `sample_ids` of it, read in
-    the second ranges `seconds` when given: ch_sample.trace_seconds), in order: drop the temporary
+    the second ranges `seconds` when given: ch_sample.trace_seconds; those of them in `proven_ids`
+    read without the run's attribute filters: sample_scope), in order: drop the temporary
     tables, fill them step by step, the final statement ending in `output` (fixed SQL that may read
     span_rows, _ts_request_root and _ts_spans), drop them again. Every statement gets the same
     parameters."""
@@ -189,9 +225,11 @@ def span_tree_statements(
     }
     scope = run_scope(len(selection.filters))
     if sample_ids is not None:
-        scope = sample_scope(len(selection.filters), len(seconds or []))
-        params["sample_ids"] = list(sample_ids)
-        params.update(seconds_params(seconds))
+        known = set(proven_ids or [])
+        proven = [i for i in sample_ids if i in known]
+        unproven = [i for i in sample_ids if i not in known]
+        scope = sample_scope(len(selection.filters), len(seconds or []), bool(proven), bool(unproven))
+        params.update(sample_ids=unproven, proven_ids=proven, **seconds_params(seconds))
     phases_sql, phases_params = phases_relation(phase_rules or [], scope)
     params.update(phases_params)
     drop = (_text("span_tree_drop"), {})
@@ -288,11 +326,13 @@ def stage_mapping_statements(
     sample_ids: list[str] | None = None,
     phase_rules: list[PhaseRule] | None = None,
     seconds: list[tuple[int, int]] | None = None,
+    proven_ids: list[str] | None = None,
 ) -> list[Statement]:
-    """The span tree over a run (or the traces `sample_ids` of it, in `seconds`) ending in
-    stage_mapping_summary.sql (the last but one statement)."""
+    """The span tree over a run (or the traces `sample_ids` of it, in `seconds`, `proven_ids` as
+    span_tree_statements reads them) ending in stage_mapping_summary.sql (the last but one
+    statement)."""
     return span_tree_statements(
-        rules, selection, _text("stage_mapping_summary"), sample_ids, phase_rules, seconds
+        rules, selection, _text("stage_mapping_summary"), sample_ids, phase_rules, seconds, proven_ids
     )
 
 

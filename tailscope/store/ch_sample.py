@@ -8,8 +8,17 @@ finds."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from tailscope import sql
-from tailscope.query.clickhouse import RunSelection
+from tailscope.query.clickhouse import (
+    RESOURCE_MAP,
+    SAMPLE_COLUMNS,
+    RunSelection,
+    seconds_params,
+    seconds_where,
+)
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.errors import TableMissingError
 
@@ -53,3 +62,28 @@ def trace_seconds(store: ClickHouseStore, ids: list[str], run_seconds: int) -> S
     seconds = merged([(int(lo), int(hi)) for lo, hi in rows])
     covered = sum(hi - lo + 1 for lo, hi in seconds)
     return seconds if len(seconds) <= MAX_STRETCHES and 2 * covered <= run_seconds else None
+
+
+@contextmanager
+def sample_rows(
+    store: ClickHouseStore, run: str, selection: RunSelection, ids: list[str], seconds: Seconds | None
+) -> Iterator[list[str]]:
+    """Read the sampled traces `ids` of `run` once, without the run's attribute filters, into
+    _ts_sample_rows (sample_rows.sql) for the span tree's scope, and give those of them with no
+    span outside the run there (proven_traces.sql); the table is dropped after. A run without
+    attribute filters has nothing to spare: none then (the scope reads otel_traces as before)."""
+    if not ids or not selection.filters:
+        yield []
+        return
+    bound = seconds_where(len(seconds)) if seconds else "1"
+    params = {"run": run, "sample_ids": list(ids), **selection.params(), **seconds_params(seconds)}
+    drop = sql.load("sample_rows_drop", dialect="clickhouse")
+    store.query(drop)
+    try:
+        text = sql.load("sample_rows", dialect="clickhouse").replace("{seconds}", bound)
+        empty = f"CAST(map(), '{RESOURCE_MAP}') AS ResourceAttributes"
+        columns = ", ".join(SAMPLE_COLUMNS).replace("ResourceAttributes", empty)
+        store.query(text.replace("{columns}", columns), params)
+        yield [row[0] for row in store.query(sql.load("proven_traces", dialect="clickhouse"), params).rows]
+    finally:
+        store.query(drop)

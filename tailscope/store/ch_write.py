@@ -268,8 +268,8 @@ def stage_mapping(
     store: ClickHouseStore, run: str, sample_traces: int | None = None
 ) -> list[tuple[str, str, str, int, int]]:
     """The stage mapping in force over a run (or `sample_traces` of its traces, from a few stretches
-    of time: sample_traces.sql, read in their seconds: ch_sample): (span name, span kind, stage, rule
-    number, spans)."""
+    of time: sample_traces.sql, read in their seconds, without the run's filters where no span of
+    theirs is outside the run: ch_sample): (span name, span kind, stage, rule number, spans)."""
     selection = run_selection(store, run)
     if selection is None:
         raise KeyError(run)
@@ -279,16 +279,12 @@ def stage_mapping(
         rows = store.query(text, {"run": run, "traces": int(sample_traces)}).rows
         sample_ids = [row[0] for row in rows]
         seconds = ch_sample.trace_seconds(store, sample_ids, ch_sample.selection_seconds(selection))
-    statements = stage_mapping_statements(
-        rules_in_force(store),
-        selection,
-        sample_ids,
-        phase_rules_for(store, selection, sample_ids, seconds),
-        seconds,
-    )
+    rules, phases = rules_in_force(store), phase_rules_for(store, selection, sample_ids, seconds)
     rows: list[tuple[str, str, str, int, int]] = []
-    for i, (text, params) in enumerate(statements):
-        result = store.query(text, params)
-        if i == len(statements) - 2:
-            rows = [tuple(row) for row in result.rows]  # type: ignore[misc]
+    with ch_sample.sample_rows(store, run, selection, sample_ids or [], seconds) as proven:
+        statements = stage_mapping_statements(rules, selection, sample_ids, phases, seconds, proven)
+        for i, (text, params) in enumerate(statements):
+            result = store.query(text, params)
+            if i == len(statements) - 2:
+                rows = [tuple(row) for row in result.rows]  # type: ignore[misc]
     return rows
