@@ -30,26 +30,26 @@ marked AS (
 grouped AS (
     SELECT TraceId, grp, StartNs FROM marked WHERE grp != ''
 ),
-ranked AS (  -- each group's requests in time order, cut into blocks of ceil(N/8) consecutive ones
-    SELECT TraceId, grp,
-           intDiv(row_number() OVER (PARTITION BY grp ORDER BY StartNs, TraceId) - 1,
-                  intDiv({p3:UInt64} + 7, 8)) AS b
+sampled AS (  -- each group's requests in time order (ties by trace id), cut into blocks of
+                -- ceil(N/8) consecutive ones; 8 blocks drawn alike (by a hash of their number and the
+                -- group's size): all of them when there are no more. In arrays, one pass over the
+                -- groups (a window function and a second reference to it computed them twice or more)
+    SELECT grp,
+           arraySort(groupArray((StartNs, TraceId))) AS ordered,
+           length(ordered) AS total,
+           intDiv({p3:UInt64} + 7, 8) AS per_block,
+           arraySlice(arraySort(b -> (cityHash64(b, grp, total), b),
+                                range(intDiv(total + per_block - 1, per_block))), 1, 8) AS drawn
     FROM grouped
-),
-blocks AS (  -- 8 blocks of each group, drawn alike (by a hash of their number and the group's
-             -- size): all of them when there are no more. From the groups' sizes, not from ranked
-             -- (a second reference would compute its window again: 0.2 s at 770 k requests)
-    SELECT grp, b FROM (
-        SELECT grp, total, arrayJoin(range(intDiv(total + per_block - 1, per_block))) AS b
-        FROM (SELECT grp, count() AS total, intDiv({p3:UInt64} + 7, 8) AS per_block FROM grouped GROUP BY grp)
-    )
-    ORDER BY grp, cityHash64(b, grp, total), b
-    LIMIT 8 BY grp
+    GROUP BY grp
 )
 -- Every request of a group equally likely to be drawn (its block's chance: equal-size blocks drawn
 -- alike), wherever its time: a burst that holds most of the tail holds most of the sample. A block
 -- is a short stretch of time where the group is dense, so the sample's spans sit in few granules.
-SELECT TraceId, grp FROM ranked
-WHERE (grp, b) IN (SELECT grp, b FROM blocks)
+SELECT TraceId, grp FROM (
+    SELECT grp, tupleElement(arrayJoin(arrayFlatten(
+               arrayMap(b -> arraySlice(ordered, b * per_block + 1, per_block), drawn))), 2) AS TraceId
+    FROM sampled
+)
 ORDER BY grp, cityHash64(TraceId), TraceId
 LIMIT {p3:UInt64} BY grp
