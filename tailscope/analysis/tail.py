@@ -43,6 +43,7 @@ def _clickhouse_attributes(
         "s_roots": [row[1] for row in rows],
         "s_stages": [row[2] for row in rows],
         "s_selected": [bool(row[3]) for row in rows],
+        "s_root_ns": [int(row[5]) for row in rows],
     }
     bound = seconds_where(len(seconds)) if seconds else "1"
     spans = sql.load("tail_spans", dialect="clickhouse").replace("{seconds}", bound)

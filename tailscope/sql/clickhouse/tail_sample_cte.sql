@@ -6,30 +6,32 @@
 -- a side is equally likely to be drawn (equal-size blocks drawn alike), wherever its time: a burst
 -- that holds most of the tail holds most of the sample (tests/test_clickhouse_sample_bias.py).
 -- Another sample than DuckDB's hash(TraceId) picks; the same when N covers every request.
--- span_s: the seconds the filtered requests span. Param: p8 (N).
-sized AS (
-    SELECT intDiv(toUnixTimestamp64Nano(max(Timestamp)) - toUnixTimestamp64Nano(min(Timestamp)), 1000000000) + 1
-               AS span_s
-    FROM m
-),
+-- span_s: the seconds the filtered requests span; RootNs: the root's start (ns). Param: p8 (N).
 ranked AS (
-    SELECT TraceId, SpanId, DominantStage, selected,
+    SELECT TraceId, SpanId, DominantStage, selected, Timestamp,
            intDiv(row_number() OVER (PARTITION BY selected ORDER BY Timestamp, TraceId) - 1,
                   intDiv({p8:UInt64} + 7, 8)) AS b
     FROM m
 ),
+sides AS (  -- each side's size, and the seconds the filtered requests span (both sides)
+    SELECT selected, total,
+           intDiv(toUnixTimestamp64Nano(max(last) OVER ()) - toUnixTimestamp64Nano(min(first) OVER ()),
+                  1000000000) + 1 AS span_s
+    FROM (SELECT selected, count() AS total, min(Timestamp) AS first, max(Timestamp) AS last
+          FROM m GROUP BY selected)
+),
 blocks AS (  -- from the sides' sizes, not from ranked (a second reference computes its window again)
-    SELECT selected, b FROM (
-        SELECT selected, total, arrayJoin(range(intDiv(total + per_block - 1, per_block))) AS b
-        FROM (SELECT selected, count() AS total, intDiv({p8:UInt64} + 7, 8) AS per_block FROM m GROUP BY selected)
+    SELECT selected, b, span_s FROM (
+        SELECT selected, total, span_s, arrayJoin(range(intDiv(total + per_block - 1, per_block))) AS b
+        FROM (SELECT *, intDiv({p8:UInt64} + 7, 8) AS per_block FROM sides)
     )
     ORDER BY selected, cityHash64(b, selected, total), b
     LIMIT 8 BY selected
 ),
 sample AS (
-    SELECT TraceId, SpanId AS RootSpanId, toString(DominantStage) AS DominantStage, selected, span_s
-    FROM ranked CROSS JOIN sized
-    WHERE (selected, b) IN (SELECT selected, b FROM blocks)
+    SELECT r.TraceId AS TraceId, r.SpanId AS RootSpanId, toString(r.DominantStage) AS DominantStage,
+           r.selected AS selected, k.span_s AS span_s, toUnixTimestamp64Nano(r.Timestamp) AS RootNs
+    FROM ranked AS r INNER JOIN blocks AS k ON r.selected = k.selected AND r.b = k.b
     ORDER BY selected, cityHash64(TraceId), TraceId
     LIMIT {p8:UInt64} BY selected
 )
