@@ -1,8 +1,9 @@
 """The dashboard on a ClickHouse store: `tailscope demo --store chdb:///dir` opens it, and its pages
 load in Chromium without an exception: Overview, Waterfall, Latency over time (the heatmap), Tail vs
 body, Traces (the slowest traces and the Gantt of one) and Stage mapping (the mapping; editing says
-in one line it is not available), Upload likewise. The demo loads its runs into the folder, closes
-it and starts the dashboard, whose process then holds it (chdb allows one process per folder)."""
+in one line it is not available) and Upload, which loads a file into the store's otel_traces. The
+demo loads its runs into the folder, closes it and starts the dashboard, whose process then holds it
+(chdb allows one process per folder)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def page(server: str) -> Iterator[Any]:
         ("tail", "Tail vs body", "dominant stage"),
         ("traces", "Traces", "On the critical path"),
         ("mapping", "Stage mapping", "Editing stage and phase rules " + NOT_HERE),
-        ("upload", "Upload", "Upload " + NOT_HERE),
+        ("upload", "Upload", "Run label"),
     ],
 )
 def test_page_loads_on_chdb(server: str, page: Any, path: str, title: str, expect: str) -> None:
@@ -62,3 +63,32 @@ def test_page_loads_on_chdb(server: str, page: Any, path: str, title: str, expec
     assert expect in text
     assert "chdb://" in text  # the sidebar names the store
     assert "This view failed" not in text
+
+
+OTLP_JSON = (
+    b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":'
+    b'{"stringValue":"uploaded"}}]},"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c",'
+    b'"spanId":"b7ad6b7169203331","name":"GET /","kind":2,"startTimeUnixNano":"1700000000000000000",'
+    b'"endTimeUnixNano":"1700000000050000000"}]}]}]}'
+)
+
+
+def test_upload_into_chdb_adds_a_run(server: str, page: Any) -> None:
+    page.goto(f"{server}/upload")
+    wait_for_app(page)
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+        {"name": "chdb-upload.json", "mimeType": "application/json", "buffer": OTLP_JSON}
+    )
+    page.wait_for_selector("text=chdb-upload.json", timeout=30_000)
+    wait_for_app(page)
+    page.get_by_label("Run label", exact=True).fill("from-browser")
+    page.get_by_label("Run label", exact=True).press("Enter")
+    wait_for_app(page)
+    page.get_by_role("button", name="Load into the store").click()
+    page.wait_for_selector("text=Loaded 1 spans", timeout=60_000)
+    wait_for_app(page)
+    assert problems_on(page) == []
+    assert "run=from-browser" in page.url
+    page.goto(f"{server}/overview?run=from-browser")
+    wait_for_app(page)
+    assert "from-browser" in page.inner_text("body") and problems_on(page) == []

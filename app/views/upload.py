@@ -9,7 +9,8 @@ from pathlib import Path
 import streamlit as st
 
 from app.components import data, filters, fmt, notice
-from ingest.loader import LoadSummary, default_run_label, load_paths
+from ingest.loader import LoadSummary, Progress, default_run_label, load_paths
+from tailscope.store.clickhouse import ClickHouseStore
 
 RESULT_KEY = "upload_last_result"
 LABEL_KEY = "upload_label"
@@ -57,14 +58,21 @@ def summary_lines(summary: LoadSummary, tmp: str) -> tuple[list[str], str | None
     return errors, done
 
 
+def load(paths: list[Path], label: str, skip_bad: bool, progress: Progress) -> LoadSummary:
+    """The files into the dashboard's store as `tailscope ingest` loads them: a DuckDB file, or a
+    ClickHouse store's otel_traces (ingest.clickhouse_load: the exporter's schema, the run a
+    selection on its label)."""
+    if data.is_clickhouse():
+        from ingest import clickhouse_load
+
+        store = data.store()
+        assert isinstance(store, ClickHouseStore)
+        return clickhouse_load.load_paths(store, paths, label, skip_bad=skip_bad, progress=progress)
+    return load_paths(paths, data.db_path(), label, skip_bad=skip_bad, progress=progress)
+
+
 def render() -> None:
     st.title("Upload")
-    if data.is_clickhouse():
-        notice.not_on_clickhouse(
-            "Upload",
-            "Load spans with `tailscope ingest FILE --store URL` or the Collector's ClickHouse exporter.",
-        )
-        return
     limit_mb = int(st.get_option("server.maxUploadSize"))
     st.caption(f"{FORMATS} Up to **{limit_mb:,} MB per file**; larger exports: `tailscope ingest FILE`.")
     last = st.session_state.pop(RESULT_KEY, None)
@@ -114,7 +122,7 @@ def render() -> None:
         def progress(done: int, total: int, spans: int) -> None:
             bar.progress(min(done / total, 1.0) if total else 1.0, text=f"{fmt.count(spans)} spans decoded")
 
-        summary = load_paths(paths, data.db_path(), label, skip_bad=skip_bad, progress=progress)
+        summary = load(paths, label, skip_bad, progress)
         errors, done = summary_lines(summary, tmp)
     bar.empty()
     if done:
