@@ -1,7 +1,8 @@
 """The dashboard on a ClickHouse store: `tailscope demo --store chdb:///dir` opens it, and its pages
 load in Chromium without an exception: Overview, Waterfall, Latency over time (the heatmap), Tail vs
-body, Traces (the slowest traces and the Gantt of one) and Stage mapping (the mapping; editing says
-in one line it is not available) and Upload, which loads a file into the store's otel_traces. The
+body, Traces (the slowest traces and the Gantt of one), Stage mapping (the stage rules' editor and
+the mapping; editing phase rules says in one line it is not available) and Upload, which loads a
+file into the store's otel_traces. The
 demo loads its runs into the folder, closes it and starts the dashboard, whose process then holds it
 (chdb allows one process per folder)."""
 
@@ -49,7 +50,7 @@ def page(server: str) -> Iterator[Any]:
         ("time", "Latency over time", "requests"),
         ("tail", "Tail vs body", "dominant stage"),
         ("traces", "Traces", "On the critical path"),
-        ("mapping", "Stage mapping", "Editing stage and phase rules " + NOT_HERE),
+        ("mapping", "Stage mapping", "Editing phase rules " + NOT_HERE),
         ("upload", "Upload", "Run label"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 from app.components import data, filters, fmt, notice
@@ -15,30 +17,36 @@ from tailscope.vocabulary import ALL_STAGES, STAGE_ATTRIBUTE
 MESSAGE_KEY = "mapping_message"
 
 
-def _save(rules: list, validate, replace, noun: str) -> None:
-    """Validate, store and recompute (stage rules or phase rules), then rerun with a message."""
+def _save(rules: list, validate, store_rules, noun: str) -> None:
+    """Validate, store and recompute (stage rules or phase rules: `store_rules(store, rules)`), then
+    rerun with a message."""
     store = data.store()
     problems = validate(store, rules)
     if problems:
         st.error("Not saved. " + " ".join(problems), icon=":material/error:")
         return
-    with store.writer() as conn:
-        replace(conn, rules)
+    with st.spinner("Saving and recomputing every run's stages ..."):
+        store_rules(store, rules)
     data.clear()
     st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} {noun}; every run's stages were recomputed."
     st.rerun()
 
 
 def save(rules: list[StageRule]) -> None:
-    _save(rules, analysis.validate_rules, analysis.replace_rules, "rules")
+    _save(rules, analysis.validate_rules, analysis.save_rules, "rules")
 
 
 def reset() -> None:
-    with data.store().writer() as conn:
-        analysis.reset_rules(conn)
+    with st.spinner("Restoring the default rules and recomputing every run's stages ..."):
+        analysis.save_rules(data.store(), analysis.default_rules())
     data.clear()
     st.session_state[MESSAGE_KEY] = "The default rules are back; every run's stages were recomputed."
     st.rerun()
+
+
+def _store_phase_rules(store: Any, rules: list[PhaseRule]) -> None:
+    with store.writer() as conn:
+        analysis.replace_phase_rules(conn, rules)
 
 
 def rules_editor() -> None:
@@ -87,7 +95,7 @@ def rules_editor() -> None:
 
 
 def save_phases(rules: list[PhaseRule]) -> None:
-    _save(rules, analysis.validate_phase_rules, analysis.replace_phase_rules, "phase rules")
+    _save(rules, analysis.validate_phase_rules, _store_phase_rules, "phase rules")
 
 
 def phase_rules_editor() -> None:
@@ -168,12 +176,12 @@ def render() -> None:
     message = st.session_state.pop(MESSAGE_KEY, None)
     if message:
         st.success(message, icon=":material/check_circle:")
+    rules_editor()
     if data.is_clickhouse():
         notice.not_on_clickhouse(
-            "Editing stage and phase rules", "The mapping below uses the rules in force (the defaults)."
+            "Editing phase rules", "The stages use the default phase rules (vLLM, Triton, TGI)."
         )
     else:
-        rules_editor()
         phase_rules_editor()
     mapping_table()
 

@@ -15,6 +15,7 @@ from tailscope.analysis.stages import (
     list_rules,
     replace_rules,
     reset_rules,
+    save_rules,
     stage_mapping,
     validate_rules,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "replace_rules",
     "reset_phase_rules",
     "reset_rules",
+    "save_rules",
     "select_requests",
     "slowest_traces",
     "stage_breakdown",

@@ -27,9 +27,9 @@ from tailscope.analysis.rule_checks import regex_problems
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule, StageRule
+from tailscope.store.ch_conn import dialect_of
 from tailscope.store.clickhouse import ClickHouseStore
 from tailscope.store.connection import MISSING_TABLE_ERRORS, Connection, WriterConnection
-from tailscope.store.db import run_query
 from tailscope.vocabulary import STAGES
 
 SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
@@ -168,7 +168,7 @@ def rules_from_rows(rows: list[tuple[Any, ...]]) -> list[StageRule]:
 
 def _stored_rules(conn: Connection) -> list[StageRule] | None:
     try:
-        rows = run_query(conn, sql.load("stage_rules_list")).rows
+        rows = conn.execute(sql.load("stage_rules_list", dialect_of(conn))).fetchall()
     except MISSING_TABLE_ERRORS:  # a store from before the table existed, opened read-only
         return None
     return rules_from_rows(rows) if rows else None
@@ -239,6 +239,22 @@ def replace_rules(conn: WriterConnection, rules: list[StageRule]) -> None:
 def reset_rules(conn: WriterConnection) -> None:
     """Put the default rules back and recompute every run."""
     replace_rules(conn, default_rules())
+
+
+def save_rules(store: Any, rules: list[StageRule]) -> None:
+    """replace_rules on either engine: validate, store and recompute every run (a DuckDB Store in
+    its writer's transaction; a ClickHouse store: store.ch_write.replace_stage_rules, every run
+    derived again inside ClickHouse). Raises ValueError listing the problems; nothing changes then."""
+    if isinstance(store, ClickHouseStore):
+        from tailscope.store import ch_write
+
+        problems = validate_rules(store, rules)
+        if problems:
+            raise ValueError("invalid stage rules: " + "; ".join(problems))
+        ch_write.replace_stage_rules(store, rules)
+        return
+    with store.writer() as conn:
+        replace_rules(conn, rules)
 
 
 def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:

@@ -163,21 +163,37 @@ def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
     rows = store.query(sql.load("stage_rules_list", dialect="clickhouse")).rows
     if not rows:
         rules = default_rules()
-        store.insert_arrow(
-            "tailscope_stage_rules",
-            pa.table(
-                {
-                    "position": pa.array([r.position for r in rules], pa.int32()),
-                    "stage": [r.stage for r in rules],
-                    "span_kind": [r.span_kind for r in rules],
-                    "name_regex": [r.name_regex for r in rules],
-                    "attribute_regex": [r.attribute_regex for r in rules],
-                    "description": [r.description for r in rules],
-                }
-            ),
-        )
+        _insert_rules(store, rules)
         return rules
     return rules_from_rows(rows)
+
+
+def _insert_rules(store: ClickHouseStore, rules: list[StageRule]) -> None:
+    """Rules into tailscope_stage_rules, numbered 1..n in list order."""
+    store.insert_arrow(
+        "tailscope_stage_rules",
+        pa.table(
+            {
+                "position": pa.array(range(1, len(rules) + 1), pa.int32()),
+                "stage": [r.stage for r in rules],
+                "span_kind": pa.array([r.span_kind for r in rules], pa.string()),
+                "name_regex": pa.array([r.name_regex for r in rules], pa.string()),
+                "attribute_regex": pa.array([r.attribute_regex for r in rules], pa.string()),
+                "description": [r.description for r in rules],
+            }
+        ),
+    )
+
+
+def replace_stage_rules(store: ClickHouseStore, rules: list[StageRule]) -> list[str]:
+    """Store an edited (already validated) rule list in place of the stored one, renumbered 1..n,
+    and derive every run again with it, as the DuckDB store does in its writer; the runs derived."""
+    store.query(sql.load("stage_rules_clear", dialect="clickhouse"))
+    _insert_rules(store, rules)
+    runs = [row[0] for row in store.query(sql.load("defined_runs", dialect="clickhouse")).rows]
+    for run in runs:
+        refresh_run(store, run)
+    return runs
 
 
 def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) -> int:

@@ -38,6 +38,10 @@ class StoreLockedError(StoreError):
     """A chdb data folder is held by another process (one process per folder)."""
 
 
+class ValueRefusedError(StoreError):
+    """The engine refused a value the statement was given (a regex RE2 cannot compile)."""
+
+
 # ClickHouse error codes (src/Common/ErrorCodes.cpp) that mean one of the classes above.
 _CODES: dict[int, type[StoreError]] = {
     159: QueryTimeoutError,  # TIMEOUT_EXCEEDED
@@ -50,6 +54,7 @@ _CODES: dict[int, type[StoreError]] = {
     516: StoreAuthError,  # AUTHENTICATION_FAILED
     209: StoreUnreachableError,  # SOCKET_TIMEOUT
     210: StoreUnreachableError,  # NETWORK_ERROR
+    427: ValueRefusedError,  # CANNOT_COMPILE_REGEXP
 }
 _CODE = re.compile(r"Code: (\d+)\.")
 _UNREACHABLE = (
