@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from tailscope import sql
-from tailscope.store.clickhouse import ClickHouseStore, bind_value, named_params, schema_problem
+from tailscope.store.ch_schema import schema_problem
+from tailscope.store.clickhouse import ClickHouseStore, bind_value, named_params
 from tailscope.store.db import Store
 from tailscope.store.engine import dialect_of, open_store
 from tailscope.store.errors import (

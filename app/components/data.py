@@ -45,7 +45,7 @@ def clickhouse_url() -> str | None:
 
 
 def is_clickhouse() -> bool:
-    """Whether this dashboard reads a ClickHouse store (its pages that write say they cannot)."""
+    """Whether this dashboard reads a ClickHouse store (Upload loads through ingest.clickhouse_load)."""
     return clickhouse_url() is not None
 
 

@@ -25,14 +25,6 @@ def no_data(reason: str | None, hint: str | None = None) -> None:
     st.info(f"{text}\n\n{hint or HOW_TO_LOAD}", icon=":material/info:")
 
 
-def not_on_clickhouse(what: str, instead: str = "") -> None:
-    """One line in place of a part that writes to the store (or is not ported to ClickHouse yet)."""
-    st.info(
-        f"{what} is not available on a ClickHouse store.{' ' + instead if instead else ''}",
-        icon=":material/info:",
-    )
-
-
 def guarded(render: Callable[[], None]) -> None:
     """Run a view; a store problem or a bug becomes a one-line error box instead of a traceback."""
     try:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import streamlit as st
 
 from app.components import data, filters, fmt, notice
@@ -42,11 +40,6 @@ def reset() -> None:
     data.clear()
     st.session_state[MESSAGE_KEY] = "The default rules are back; every run's stages were recomputed."
     st.rerun()
-
-
-def _store_phase_rules(store: Any, rules: list[PhaseRule]) -> None:
-    with store.writer() as conn:
-        analysis.replace_phase_rules(conn, rules)
 
 
 def rules_editor() -> None:
@@ -95,7 +88,7 @@ def rules_editor() -> None:
 
 
 def save_phases(rules: list[PhaseRule]) -> None:
-    _save(rules, analysis.validate_phase_rules, _store_phase_rules, "phase rules")
+    _save(rules, analysis.validate_phase_rules, analysis.save_phase_rules, "phase rules")
 
 
 def phase_rules_editor() -> None:
@@ -145,8 +138,8 @@ def phase_rules_editor() -> None:
     with st.popover("Reset to the default phase rules", icon=":material/restart_alt:"):
         st.write("This replaces every phase rule with the defaults and recomputes every run.")
         if st.button("Reset phases", type="primary"):
-            with data.store().writer() as conn:
-                analysis.reset_phase_rules(conn)
+            with st.spinner("Restoring the default phase rules and recomputing every run ..."):
+                analysis.save_phase_rules(data.store(), analysis.default_phase_rules())
             data.clear()
             st.session_state[MESSAGE_KEY] = "The default phase rules are back; every run was recomputed."
             st.rerun()
@@ -177,12 +170,7 @@ def render() -> None:
     if message:
         st.success(message, icon=":material/check_circle:")
     rules_editor()
-    if data.is_clickhouse():
-        notice.not_on_clickhouse(
-            "Editing phase rules", "The stages use the default phase rules (vLLM, Triton, TGI)."
-        )
-    else:
-        phase_rules_editor()
+    phase_rules_editor()
     mapping_table()
 
 

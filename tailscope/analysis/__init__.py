@@ -8,6 +8,7 @@ from tailscope.analysis.phases import (
     list_phase_rules,
     replace_phase_rules,
     reset_phase_rules,
+    save_phase_rules,
     validate_phase_rules,
 )
 from tailscope.analysis.stages import (
@@ -85,6 +86,7 @@ __all__ = [
     "replace_rules",
     "reset_phase_rules",
     "reset_rules",
+    "save_phase_rules",
     "save_rules",
     "select_requests",
     "slowest_traces",

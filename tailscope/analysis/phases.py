@@ -20,8 +20,8 @@ from tailscope import sql
 from tailscope.analysis.rule_checks import regex_problems
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule
+from tailscope.store.ch_conn import dialect_of
 from tailscope.store.connection import MISSING_TABLE_ERRORS, Connection, WriterConnection
-from tailscope.store.db import run_query
 from tailscope.vocabulary import STAGES
 
 SOURCES = ("attribute", "events")
@@ -142,7 +142,7 @@ def default_phase_rules() -> list[PhaseRule]:
     return [PhaseRule(position=i, **rule) for i, rule in enumerate(rules, start=1)]
 
 
-def _rows_to_rules(rows: list[tuple[Any, ...]]) -> list[PhaseRule]:
+def phase_rules_from_rows(rows: list[tuple[Any, ...]]) -> list[PhaseRule]:
     return [
         PhaseRule(
             position=r[0],
@@ -164,10 +164,10 @@ def phase_rules_in_force(conn: Connection) -> list[PhaseRule]:
     """The stored phase rules, or the defaults when the store has none (or no table yet: a store
     from before phase rules, opened read-only)."""
     try:
-        rows = run_query(conn, sql.load("phase_rules_list")).rows
+        rows = conn.execute(sql.load("phase_rules_list", dialect_of(conn))).fetchall()
     except MISSING_TABLE_ERRORS:
         return default_phase_rules()
-    return _rows_to_rules(rows) if rows else default_phase_rules()
+    return phase_rules_from_rows(rows) if rows else default_phase_rules()
 
 
 def seed_phase_rules(conn: WriterConnection) -> bool:
@@ -238,6 +238,24 @@ def validate_phase_rules(source: Source, rules: list[PhaseRule]) -> list[str]:
 def reset_phase_rules(conn: WriterConnection) -> None:
     """Put the default phase rules back and recompute every run."""
     replace_phase_rules(conn, default_phase_rules())
+
+
+def save_phase_rules(store: Any, rules: list[PhaseRule]) -> None:
+    """replace_phase_rules on either engine: validate, store and recompute every run (a DuckDB Store
+    in its writer's transaction; a ClickHouse store: store.ch_write.replace_phase_rules). Raises
+    ValueError naming the problems; nothing changes then."""
+    from tailscope.store.clickhouse import ClickHouseStore
+
+    if isinstance(store, ClickHouseStore):
+        from tailscope.store import ch_write
+
+        problems = validate_phase_rules(store, rules)
+        if problems:
+            raise ValueError("invalid phase rules: " + "; ".join(problems))
+        ch_write.replace_phase_rules(store, rules)
+        return
+    with store.writer() as conn:
+        replace_phase_rules(conn, rules)
 
 
 def replace_phase_rules(conn: WriterConnection, rules: list[PhaseRule]) -> None:

@@ -337,10 +337,9 @@ def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2
         labels = [run] if run is not None else runs_with_spans(conn)
         frames: list[tuple[Any, ...]] = []
         if isinstance(source, ClickHouseStore):  # the span tree inside ClickHouse (query.clickhouse)
-            from tailscope.analysis.phases import default_phase_rules
             from tailscope.store import ch_write
 
-            rules, phase_rules = ch_write.rules_in_force(source), default_phase_rules()
+            rules, phase_rules = ch_write.rules_in_force(source), ch_write.phase_rules_in_force(source)
             frames = [row for label in labels for row in _ch_mapping(ch_write, source, label, sample_traces)]
             labels = []
         else:

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope import sql
-from tailscope.analysis.phases import default_phase_rules
+from tailscope.analysis.phases import default_phase_rules, phase_rules_from_rows
 from tailscope.analysis.types import PhaseRule, StageRule
 from tailscope.query.clickhouse import (
     ALL_TIME,
@@ -190,6 +190,29 @@ def replace_stage_rules(store: ClickHouseStore, rules: list[StageRule]) -> list[
     and derive every run again with it, as the DuckDB store does in its writer; the runs derived."""
     store.query(sql.load("stage_rules_clear", dialect="clickhouse"))
     _insert_rules(store, rules)
+    return _derive_every_run(store)
+
+
+def phase_rules_in_force(store: ClickHouseStore) -> list[PhaseRule]:
+    """The stored phase rules (tailscope_phase_rules), the defaults when none are."""
+    rows = store.query(sql.load("phase_rules_list", dialect="clickhouse")).rows
+    return phase_rules_from_rows(rows) if rows else default_phase_rules()
+
+
+def replace_phase_rules(store: ClickHouseStore, rules: list[PhaseRule]) -> list[str]:
+    """As replace_stage_rules, for the phase rules (already validated); the runs derived."""
+    store.query(sql.load("phase_rules_clear", dialect="clickhouse"))
+    columns = ("framework", "phase", "stage", "source", "start_key", "end_key", "unit", "name_regex")
+    table = {
+        "position": pa.array(range(1, len(rules) + 1), pa.int32()),
+        **{name: pa.array([getattr(r, name) for r in rules], pa.string()) for name in columns},
+        "description": pa.array([r.description for r in rules], pa.string()),
+    }
+    store.insert_arrow("tailscope_phase_rules", pa.table(table))
+    return _derive_every_run(store)
+
+
+def _derive_every_run(store: ClickHouseStore) -> list[str]:
     runs = [row[0] for row in store.query(sql.load("defined_runs", dialect="clickhouse")).rows]
     for run in runs:
         refresh_run(store, run)
@@ -226,11 +249,13 @@ def phase_rules_for(
     seconds: list[tuple[int, int]] | None = None,
     source: str | None = None,
 ) -> list[PhaseRule]:
-    """The phase rules in force (the defaults: not editable on ClickHouse yet), or none when the
-    run (or its traces `sample_ids`, in `seconds`) has no span they could read
-    (phase_candidates_any.sql: the phase spans then cost nothing). `source`: a table read instead
-    of otel_traces (query.clickhouse.from_source)."""
-    rules = default_phase_rules()
+    """The phase rules in force (phase_rules_in_force), or none when the run (or its traces
+    `sample_ids`, in `seconds`) has no span they could read (phase_candidates_any.sql: the phase
+    spans then cost nothing). `source`: a table read instead of otel_traces
+    (query.clickhouse.from_source)."""
+    rules = phase_rules_in_force(store)
+    if not rules:
+        return []
     statement = scoped(
         "phase_candidates_any", selection, sample_ids=sample_ids, seconds=seconds, **phase_params(rules)
     )

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from tailscope import sql
 from tailscope.store import ch_durations
 from tailscope.store.ch_binding import bind_value, insert_statement, named_params
+from tailscope.store.ch_schema import schema_problem
 from tailscope.store.db import Result
 from tailscope.store.errors import (
     QueryTimeoutError,
@@ -52,38 +53,12 @@ WRITE_TIME_LIMIT_S = 3600.0
 _EPOCH = datetime(1970, 1, 1)
 # What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
 EXPORTER_DDL = ("otel_traces_ddl", "otel_traces_trace_id_ts_ddl", "otel_traces_trace_id_ts_mv_ddl")
-TAILSCOPE_DDL = ("tailscope_runs_ddl", "tailscope_stage_rules_ddl", "tailscope_requests_ddl")
-_MAP = ("Map(LowCardinality(String), String)", "Map(String, String)")
-_TEXT = ("String", "LowCardinality(String)")
-# The columns tailscope reads from otel_traces and the types the exporter gives them (any of these).
-REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "Timestamp": ("DateTime64(9)",),
-    "TraceId": _TEXT,
-    "SpanId": _TEXT,
-    "ParentSpanId": _TEXT,
-    "SpanName": _TEXT,
-    "SpanKind": _TEXT,
-    "ServiceName": _TEXT,
-    "ResourceAttributes": _MAP,
-    "SpanAttributes": _MAP,
-    "Duration": ("UInt64", "Int64"),
-    "StatusCode": _TEXT,
-    "StatusMessage": _TEXT,
-    "Events.Timestamp": ("Array(DateTime64(9))",),
-    "Events.Name": tuple(f"Array({t})" for t in _TEXT),
-    "Events.Attributes": tuple(f"Array({t})" for t in _MAP),
-}
-
-
-def schema_problem(columns: Mapping[str, str]) -> str | None:
-    """Why otel_traces' columns (name -> type) are not the exporter's schema, None when they are."""
-    for name, types in REQUIRED_COLUMNS.items():
-        found = columns.get(name)
-        if found is None:
-            return f"column {name} is missing"
-        if found not in types:
-            return f"column {name} is {found}, expected {' or '.join(types)}"
-    return None
+TAILSCOPE_DDL = (
+    "tailscope_runs_ddl",
+    "tailscope_stage_rules_ddl",
+    "tailscope_phase_rules_ddl",
+    "tailscope_requests_ddl",
+)
 
 
 class Transport(Protocol):

@@ -1,0 +1,2 @@
+-- Forget the stored phase rules before storing an edited list (ch_write.replace_phase_rules).
+TRUNCATE TABLE tailscope_phase_rules
