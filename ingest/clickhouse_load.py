@@ -147,12 +147,17 @@ def _define_and_derive(
             setup={key: ",".join(sorted(values)) for key, values in sorted(setup.items())},
         )
 
-    if ready != ch_write.READY and summary.spans <= ch_write.PART_SPANS:
+    repeats = ch_overlap.repeats(store, ready) if ready != ch_write.READY else 0
+    if ready != ch_write.READY and not repeats and summary.spans <= ch_write.PART_SPANS:
         traces = ch_overlap.write_and_derive(store, label, ready, selection, define)
         if traces is not None:
             return traces
     else:  # (a run bigger than one derive window is derived window by window from otel_traces)
-        if ready != ch_write.READY:
+        if repeats:  # the one file of a new run repeats some of its spans: each stored once
+            stored = ch_overlap.move_once(store, ready)
+            loaded = next(f for f in summary.files if f.error is None)
+            loaded.duplicates, loaded.spans = loaded.spans - stored, stored
+        elif ready != ch_write.READY:
             ch_write.move_ready(store, ready)
         define()
         ch_write.refresh_run(store, label)

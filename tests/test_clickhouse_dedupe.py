@@ -59,3 +59,27 @@ def test_overlapping_files_and_spans_sharing_an_id(chdb_store: ClickHouseStore, 
     assert stored == whole.files[0].spans + 1  # each span once, and the twin with its own timing
     assert loaded.files[2].duplicates == 2 * spans_in_first_line - 1
     assert len(chdb_store.query(SPANS_OF, {"run": "r"}).rows) == stored
+
+
+def test_a_new_runs_file_that_repeats_spans_stores_each_once(
+    chdb_store: ClickHouseStore, tmp_path: Path
+) -> None:
+    # a new run from one file is written while derived (ch_overlap); a file that repeats its spans
+    # (an exporter's retry appended to the same file) is stored once instead, as DuckDB stores it
+    path = _steady_file(tmp_path, 40)
+    doubled = tmp_path / "doubled.jsonl"
+    doubled.write_bytes(path.read_bytes() * 2)
+    once = clickhouse_load.load_paths(chdb_store, [path], "once")
+    twice = clickhouse_load.load_paths(chdb_store, [doubled], "twice")
+    assert twice.files[0].spans == once.files[0].spans > 0
+    assert twice.files[0].duplicates == once.files[0].spans
+    assert (
+        chdb_store.query(SPANS_OF, {"run": "twice"}).rows == chdb_store.query(SPANS_OF, {"run": "once"}).rows
+    )
+    assert (
+        chdb_store.query(REQUESTS_OF, {"run": "twice"}).rows
+        == chdb_store.query(REQUESTS_OF, {"run": "once"}).rows
+    )
+    duck = tmp_path / "d.duckdb"
+    duckdb_load_paths([doubled], duck, "twice")
+    assert _findings(chdb_store, "twice") == _findings(Store(duck), "twice")

@@ -59,6 +59,29 @@ def ready_table(store: ClickHouseStore) -> str:
     return name
 
 
+def repeats(store: ClickHouseStore, ready: str) -> int:
+    """How many of `ready`'s spans may repeat one before them (ingest_ready_repeats.sql: 0 means
+    none does; more, that move_once must decide): a file that repeats spans is not written while
+    derived, it goes through move_once."""
+    return int(
+        store.query(sql.load("ingest_ready_repeats", dialect="clickhouse"), {"ready": ready}).single_value()
+    )
+
+
+def move_once(store: ClickHouseStore, ready: str) -> int:
+    """`ready` into otel_traces with each span once (ingest_ready_move_once.sql); how many spans
+    were written."""
+    try:
+        count = sql.load("ingest_ready_count_once", dialect="clickhouse")
+        once = int(store.query(count, {"ready": ready}).single_value())
+        store.query(
+            sql.load("ingest_ready_move_once", dialect="clickhouse"), {"ready": ready}, WRITE_TIME_LIMIT_S
+        )
+        return once
+    finally:
+        ch_write.clear_staged(store)
+
+
 def drop_ready(store: ClickHouseStore, ready: str) -> None:
     store.query(sql.load("ingest_shared_ready_drop", dialect="clickhouse"), {"ready": ready})
 
