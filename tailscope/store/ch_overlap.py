@@ -21,23 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tailscope import sql
 from tailscope.query.clickhouse import ALL_TIME, RunSelection, derive_statements, scoped
 from tailscope.store import ch_durations, ch_write
-from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ChdbTransport, ClickHouseStore, _Session
-
-
-class SecondChdbSession(ChdbTransport):
-    """Another chdb session on a store's folder, in this process (its own temporary tables and
-    settings; statements of the two sessions run at the same time)."""
-
-    def __init__(self, first: ChdbTransport) -> None:
-        from chdb import session as chs
-
-        self._path = first._path
-        self._shared = _Session(chs.Session(str(self._path)))
-        self._session = self._shared.session
-        self._settings = self._shared.settings
-
-    def close(self) -> None:
-        self._session.close()
+from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ChdbTransport, ClickHouseStore
 
 
 def possible(store: ClickHouseStore, files: int, run: str) -> bool:
@@ -90,7 +74,7 @@ def _write(store: ClickHouseStore, ready: str, selection: RunSelection) -> tuple
     """On a second session: the spans of `selection` already in otel_traces and the traces of
     `ready`, then `ready` written into otel_traces; (spans there before, traces)."""
     assert isinstance(store.transport, ChdbTransport)
-    second = ClickHouseStore(store.location, store.time_limit_s, SecondChdbSession(store.transport))
+    second = ClickHouseStore(store.location, store.time_limit_s, store.transport.second_session())
     try:
         text, params = scoped("run_reach", selection)
         earlier = int((second.query(text, params).first() or (0, 0))[0])

@@ -160,8 +160,22 @@ class ChdbTransport:
     def close(self) -> None:
         self._shared.users -= 1
         if self._shared.users == 0:
-            _SESSIONS.pop(self._path, None)
+            if _SESSIONS.get(self._path) is self._shared:
+                _SESSIONS.pop(self._path)
             self._session.close()
+
+    def second_session(self) -> ChdbTransport:
+        """Another session on this folder, in this process, not shared: its own temporary tables
+        and settings, its statements beside this one's (store.ch_overlap). Close it after use."""
+        from chdb import session as chs
+
+        other = object.__new__(ChdbTransport)
+        other._path = self._path
+        other._shared = _Session(chs.Session(str(self._path)))
+        other._shared.users = 1
+        other._session = other._shared.session
+        other._settings = other._shared.settings
+        return other
 
 
 def _locked_elsewhere(status: Path) -> bool:
