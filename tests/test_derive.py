@@ -192,3 +192,41 @@ def test_real_world_corpus_derives_consistent_requests_and_every_view_answers(co
             gantt = trace_gantt(store, slow["trace_id"][0], run)
             assert gantt.reason is None and not gantt.spans.empty
         assert not stage_mapping(store, run).empty or slow.empty
+
+
+def _longest_in_state(conn) -> int | None:
+    return conn.execute("SELECT LongestNs FROM derive_state WHERE RunLabel = 'r'").fetchone()[0]
+
+
+def test_a_flush_knows_the_runs_longest_request_without_scanning_its_requests(db_path, monkeypatch):
+    # each flush needs the run's longest request (how far its traces' spans can start apart): kept
+    # in derive_state by every derive, so a flush into a long run does not scan its requests for it
+    from tailscope import sql
+    from tailscope.analysis import derive
+
+    first = SpanColumns()
+    for i in range(10):
+        add_trace(
+            first, S("root", 0, 20 + i, kind="Server", children=[S("parse", 0, 5)]), i + 1, offset_ms=i * 50
+        )
+    load(db_path, "r", first)
+    with connect_writer(db_path) as conn:
+        assert _longest_in_state(conn) == 29_000_000  # a full derive: exact
+        loaded: list[str] = []
+        original = sql.load
+        monkeypatch.setattr(derive.sql, "load", lambda name, *a: loaded.append(name) or original(name, *a))
+        later = SpanColumns()
+        add_trace(later, S("root", 0, 100, kind="Server", children=[S("parse", 0, 5)]), 11, offset_ms=600)
+        insert(conn, "r", later)
+        touched = later.to_arrow().select(["TraceId"])
+        start = int(later.to_arrow().column("Timestamp")[0].value)
+        refresh_run(conn, "r", touched, 2, (start, start, 100_000_000))
+        assert "derive_longest_request" not in loaded  # known from derive_state
+        assert _longest_in_state(conn) == 100_000_000  # the flush's longer request kept
+        assert len(conn.execute("SELECT * FROM requests").fetchall()) == 11
+    # a store derived before the column existed: scanned once, then known
+    with connect_writer(db_path) as conn:
+        conn.execute("ALTER TABLE derive_state DROP COLUMN LongestNs")
+    with connect_writer(db_path) as conn:
+        assert _longest_in_state(conn) is None
+        assert derive.longest_request(conn, "r") == 100_000_000

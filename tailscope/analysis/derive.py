@@ -28,7 +28,7 @@ from tailscope.analysis.phases import phase_rules_in_force, seed_phase_rules
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.stages import rules_in_force, seed_rules
 from tailscope.query.builders import ALL_TIME, span_tree_query
-from tailscope.store.connection import WriterConnection
+from tailscope.store.connection import Connection, WriterConnection
 
 # A whole-run derive goes through the run's traces in hash partitions of about this many spans, so
 # its memory follows the partition, not the run (the walk and the sweep hold every span in scope).
@@ -79,9 +79,12 @@ def refresh_run(
             conn.execute(sql.load("derive_scope"))
         finally:
             conn.unregister("_ts_touched")
-        window = trace_window(conn, run_label, span_range)
+        known = longest_request(conn, run_label)
+        window = trace_window(conn, run_label, span_range, known)
         conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
         _derive(conn, run_label, "traces", window)
+        written = conn.execute(sql.load("derive_longest_in_window"), [run_label, *window]).fetchone()[0]
+        longest = max(known, int(written or 0))  # an upper bound: a request derived shorter may remain
     else:
         conn.execute(sql.load("derive_delete_run"), [run_label])
         parts = -(-count // PART_SPANS)
@@ -91,25 +94,40 @@ def refresh_run(
             for part in range(parts):
                 conn.execute(sql.load("derive_scope_part"), [run_label, parts, part])
                 _derive(conn, run_label, "traces")
-    conn.execute(sql.load("derive_state_write"), [run_label, count])
+        longest = int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)
+    conn.execute(sql.load("derive_state_write"), [run_label, count, longest])
+
+
+def longest_request(conn: Connection, run_label: str) -> int:
+    """At least the run's longest request (ns): derive_state's, or its derived requests scanned when
+    the state does not know it (a store derived before it kept it)."""
+    state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
+    if state is not None and state[1] is not None:
+        return int(state[1])
+    return int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)
 
 
 def trace_window(
-    conn: WriterConnection, run_label: str, span_range: tuple[int, int, int] | None
+    conn: Connection,
+    run_label: str,
+    span_range: tuple[int, int, int] | None,
+    known: int | None = None,
 ) -> tuple[int, int]:
     """Where the spans of the traces a write touched can start: within the longest request (or span)
     the run has seen, plus 10 s of clock skew, of the written spans' starts.
 
     A trace's spans all start inside its root's interval, so two of its spans start at most the
     root's duration apart. The root is either among the written spans (their longest bounds it) or
-    stored and derived (the run's longest request bounds it). If the root has not arrived yet, the
-    trace is derived from what the window holds and derived again, whole, when the root arrives.
+    stored and derived (the run's longest request bounds it: `known`, else longest_request). If the
+    root has not arrived yet, the trace is derived from what the window holds and derived again,
+    whole, when the root arrives.
     DuckDB skips the row groups outside the window by their Timestamp min/max, so a flush into a long
     run reads what the window holds, not the run's whole TraceId column."""
     if span_range is None:
         return ALL_TIME
     first, last, longest = span_range
-    known = conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0
+    if known is None:
+        known = longest_request(conn, run_label)
     reach = max(int(longest), int(known)) + CLOCK_SKEW_NS
     return first - reach, last + reach
 

@@ -97,8 +97,12 @@ CREATE TABLE IF NOT EXISTS requests (
 );
 -- derive_state: how many of a run's spans its derived rows reflect, so a writer that names the traces
 -- it touched gets only those recomputed (the receiver flushes often). MaxRowid is unused (-1).
+-- LongestNs: at least the run's longest request (ns, server or client-observed), kept by each derive
+-- so that a flush finds how far its traces can reach without scanning the run's requests (NULL: not
+-- known yet, as in a store derived before the column existed: then they are scanned once).
 CREATE TABLE IF NOT EXISTS derive_state (
     RunLabel VARCHAR PRIMARY KEY,
     SpanRows BIGINT NOT NULL,
     MaxRowid BIGINT NOT NULL
 );
+ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS LongestNs BIGINT;
