@@ -23,7 +23,9 @@ def batch(n: int) -> SpanColumns:
     return cols
 
 
-def gaps_between_transactions(db: Path, reader_waiting: bool) -> tuple[list[float], list[float]]:
+def gaps_between_transactions(
+    db: Path, reader_waiting: bool, interval_ms: int = INTERVAL_MS, ack_waits: bool = False
+) -> tuple[list[float], list[float]]:
     """Submit a request whenever the previous one is committed; (idle gaps, transaction lengths)."""
     spans: list[tuple[float, float]] = []
 
@@ -36,7 +38,9 @@ def gaps_between_transactions(db: Path, reader_waiting: bool) -> tuple[list[floa
     marker = db.with_name(f"{db.name}.waiting-reader.{os.getpid()}-{threading.get_ident()}")
     if reader_waiting:
         marker.touch()
-    writer = BatchWriter(db, "r", Limits(flush_interval_ms=INTERVAL_MS), store=slow_store)
+    writer = BatchWriter(
+        db, "r", Limits(flush_interval_ms=interval_ms), store=slow_store, ack_waits=ack_waits
+    )
     writer.start()
     try:
         for n in range(4):
@@ -57,3 +61,48 @@ def test_no_reader_waiting_the_writer_flushes_at_the_interval(tmp_path: Path) ->
 def test_a_waiting_reader_gets_a_turn_as_long_as_the_last_transaction(tmp_path: Path) -> None:
     gaps, lengths = gaps_between_transactions(tmp_path / "s.duckdb", reader_waiting=True)
     assert all(gap >= 0.9 * length for gap, length in zip(gaps, lengths, strict=False)), (gaps, lengths)
+
+
+def test_with_acks_after_commit_the_interval_counts_from_the_last_start(tmp_path: Path) -> None:
+    # `--ack committed`: each client waits for its commit, so the next requests arrive right after
+    # it; counting the interval from the last transaction's end idled the writer for all of it
+    interval_ms = 600
+    gaps, lengths = gaps_between_transactions(tmp_path / "a.duckdb", False, interval_ms, ack_waits=True)
+    starts_apart = [gap + length for gap, length in zip(gaps, lengths, strict=False)]
+    assert all(apart >= 0.95 * interval_ms / 1000 for apart in starts_apart), (gaps, lengths)
+    assert all(gap < 0.9 * interval_ms / 1000 for gap in gaps), (gaps, lengths)
+    gaps, lengths = gaps_between_transactions(tmp_path / "q.duckdb", False, interval_ms, ack_waits=False)
+    assert all(gap >= 0.95 * interval_ms / 1000 for gap in gaps), (gaps, lengths)
+
+
+def test_with_acks_after_commit_every_waiting_client_goes_into_one_transaction(tmp_path: Path) -> None:
+    # two clients that each send again once answered, transactions longer than the interval:
+    # starting at once after a commit took the one already queued alone, and so on (alternating
+    # halves); the writer waits for the one just answered too, up to the interval
+    sizes: list[int] = []
+
+    def slow_store(conn, run_label, batches, sources):
+        sizes.append(len(batches))
+        conn.execute("SELECT sum(hash(i)) FROM range(80000000) AS r(i)").fetchall()  # > the interval
+        return None
+
+    writer = BatchWriter(
+        tmp_path / "s.duckdb", "r", Limits(flush_interval_ms=200), store=slow_store, ack_waits=True
+    )
+    writer.start()
+
+    def client(first: int) -> None:
+        for n in range(first, first + 6):
+            time.sleep(0.02 * (first % 3))  # answered together, back at slightly different moments
+            writer.submit(batch(n)).result(timeout=60)
+
+    threads = [threading.Thread(target=client, args=(k * 100,)) for k in (1, 2)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        writer.close(30)
+    assert sum(sizes) == 12
+    assert sizes.count(2) >= 4, sizes  # together, not one per transaction

@@ -38,8 +38,9 @@ class ClickHouseBatchWriter(BatchWriter):
         limits: Limits,
         source: str = "otlp-http",
         log: TextIO = sys.stderr,
+        ack_waits: bool = False,
     ) -> None:
-        super().__init__(store.location.url, run_label, limits, source=source, log=log)
+        super().__init__(store.location.url, run_label, limits, source=source, log=log, ack_waits=ack_waits)
         self.store = store
         self.span_range: tuple[int, int] | None = None
         self.touched: tuple[int, int] | None = None  # span starts received since the last derive

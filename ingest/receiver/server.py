@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import uvicorn
 
-from ingest.receiver.app import SHUTDOWN_FLUSH_SECONDS, create_app
+from ingest.receiver.app import ACK_COMMITTED, SHUTDOWN_FLUSH_SECONDS, create_app
 from ingest.receiver.limits import Limits
 from ingest.receiver.writer import BatchWriter
 
@@ -108,11 +108,23 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | 
         from ingest.receiver.clickhouse_writer import ClickHouseBatchWriter
 
         writer: BatchWriter = ClickHouseBatchWriter(
-            config.clickhouse, config.run_label, config.limits, source=_source(config), log=out
+            config.clickhouse,
+            config.run_label,
+            config.limits,
+            source=_source(config),
+            log=out,
+            ack_waits=config.ack == ACK_COMMITTED,
         )
         where = f"store={config.clickhouse.location.url}"
     else:
-        writer = BatchWriter(config.db_path, config.run_label, config.limits, source=_source(config), log=out)
+        writer = BatchWriter(
+            config.db_path,
+            config.run_label,
+            config.limits,
+            source=_source(config),
+            log=out,
+            ack_waits=config.ack == ACK_COMMITTED,
+        )
         where = f"db={config.db_path}"
     app = create_app(writer, config.ack)
     limits = config.limits

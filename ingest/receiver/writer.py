@@ -3,9 +3,10 @@
 Requests wait in the queue until the writer takes all of them into one short transaction: open the
 store for writing, store the spans (the loader also refreshes the run's derived data), commit,
 close. Between transactions the file is released so the dashboard's readers get in. The writer waits
-at least `flush_interval_ms` between transactions, and, while a reader is waiting for the file, at
-least as long as its last transaction took, so with readers about it holds the file at most about
-half of the time however large the batches grow; with none it writes at the flush interval.
+at least `flush_interval_ms` between transactions (with `--ack committed`, since the last one
+began), and, while a reader is waiting for the file, at least as long as its last transaction took,
+so with readers about it holds the file at most about half of the time however large the batches
+grow; with none it writes at the flush interval.
 
 Each request carries a Future that the writer resolves after the commit (or fails with the error);
 with `--ack committed` the HTTP handler waits for it before answering 200. If the store stays locked
@@ -80,8 +81,17 @@ class BatchWriter:
         source: str = "otlp-http",
         store: StoreFn | None = None,
         log: TextIO = sys.stderr,
+        ack_waits: bool = False,
     ) -> None:
         self.db_path = Path(db_path)
+        # With `--ack committed` every client waits for its commit, so each has one request in
+        # flight: the writer takes the next batch as soon as every client that was waiting at the
+        # last commit has sent again (then the flush interval counts from the last transaction's
+        # start), and at the interval after its end otherwise. Counting from the end alone idled
+        # the writer for the whole interval every cycle; starting at once split the clients into
+        # alternating halves (one transaction per half).
+        self.ack_waits = ack_waits
+        self._clients = 0
         self.run_label = run_label
         self.limits = limits
         self.source = source
@@ -92,7 +102,7 @@ class BatchWriter:
         self._queued_spans = 0
         self._cond = threading.Condition()
         self._closing = False
-        self._last_end = time.monotonic()
+        self._last_end = self._last_start = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="tailscope-writer", daemon=True)
 
     # -- producer side ---------------------------------------------------------------------------
@@ -151,6 +161,8 @@ class BatchWriter:
             # (the reader's turn). A full queue or shutdown flushes at once.
             while not self._closing and not self.is_full():
                 not_before = self._last_end + interval
+                if self.ack_waits and len(self._items) >= self._clients:
+                    not_before = self._last_start + interval  # every waiting client is back
                 if self._reader_waiting():
                     not_before = max(not_before, self._last_end + self.counters.last_tx_seconds)
                 remaining = not_before - time.monotonic()
@@ -172,8 +184,11 @@ class BatchWriter:
             items = self._take()
             if not items:
                 return  # closing and drained
+            self._last_start = time.monotonic()
             self._write(items)
             self._last_end = time.monotonic()
+            with self._cond:  # the clients waiting when it committed: one request each in flight
+                self._clients = len(items) + len(self._items)
 
     def _transaction(self, items: list[_Item]) -> None:
         from tailscope import sql
