@@ -164,3 +164,28 @@ def screenshot(page: Any, path: Path, width: int = 1440) -> None:
     page.wait_for_timeout(700)
     path.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(path), full_page=True)
+
+
+def upload_on_page(
+    page: Any, server: str, name: str, body: bytes, label: str, timeout_ms: int = 60_000
+) -> None:
+    """Load one file through the Upload page as a user does: choose it, set the run label, press
+    the button; returns once the page says it loaded (a span count) and has settled."""
+    page.goto(f"{server}/upload")
+    wait_for_app(page)
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
+        {"name": name, "mimeType": "application/json", "buffer": body}
+    )
+    page.wait_for_selector(f"text={name}", timeout=30_000)
+    stem = name.rsplit(".", 1)[0]
+    page.wait_for_function(  # the label suggested from the file name has arrived
+        f"() => document.querySelector('[data-testid=stTextInputField]')?.value === {stem!r}",
+        timeout=30_000,
+    )
+    wait_for_app(page)
+    page.get_by_label("Run label", exact=True).fill(label)
+    page.get_by_label("Run label", exact=True).press("Enter")
+    wait_for_app(page)
+    page.get_by_role("button", name="Load into the store").click()
+    page.wait_for_selector("text=Loaded", timeout=timeout_ms)
+    wait_for_app(page)

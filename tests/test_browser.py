@@ -18,6 +18,7 @@ from browser_support import (
     problems_on,
     screenshot,
     serving,
+    upload_on_page,
     wait_for_app,
 )
 
@@ -113,22 +114,7 @@ OTLP_JSON = (
 
 
 def test_upload_from_the_browser_adds_a_run(server: str, page: Any) -> None:
-    page.goto(f"{server}/upload")
-    wait_for_app(page)
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        {"name": "browser-upload.json", "mimeType": "application/json", "buffer": OTLP_JSON}
-    )
-    page.wait_for_selector("text=browser-upload.json", timeout=30_000)
-    page.wait_for_function(
-        "() => document.querySelector('[data-testid=\"stTextInputField\"]')?.value === 'browser-upload'",
-        timeout=30_000,
-    )
-    wait_for_app(page)
-    page.get_by_label("Run label", exact=True).fill("from-browser")
-    page.get_by_label("Run label", exact=True).press("Enter")
-    wait_for_app(page)
-    page.get_by_role("button", name="Load into the store").click()
-    page.wait_for_selector("text=Loaded 1 spans", timeout=30_000)
-    wait_for_app(page)
+    upload_on_page(page, server, "browser-upload.json", OTLP_JSON, "from-browser")
+    assert "Loaded 1 spans" in page.inner_text("body")
     assert problems_on(page) == []
     assert "run=from-browser" in page.url

@@ -11,7 +11,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser_support import browser_missing, chromium, problems_on, serving_command, wait_for_app
+from browser_support import (
+    browser_missing,
+    chromium,
+    problems_on,
+    serving_command,
+    upload_on_page,
+    wait_for_app,
+)
 
 pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra): no ClickHouse store")
 pytest.importorskip("reference_pipeline.simulate", reason="the demo's simulator is not installed")
@@ -73,19 +80,8 @@ OTLP_JSON = (
 
 
 def test_upload_into_chdb_adds_a_run(server: str, page: Any) -> None:
-    page.goto(f"{server}/upload")
-    wait_for_app(page)
-    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(
-        {"name": "chdb-upload.json", "mimeType": "application/json", "buffer": OTLP_JSON}
-    )
-    page.wait_for_selector("text=chdb-upload.json", timeout=30_000)
-    wait_for_app(page)
-    page.get_by_label("Run label", exact=True).fill("from-browser")
-    page.get_by_label("Run label", exact=True).press("Enter")
-    wait_for_app(page)
-    page.get_by_role("button", name="Load into the store").click()
-    page.wait_for_selector("text=Loaded 1 spans", timeout=60_000)
-    wait_for_app(page)
+    upload_on_page(page, server, "chdb-upload.json", OTLP_JSON, "from-browser")
+    assert "Loaded 1 spans" in page.inner_text("body")
     assert problems_on(page) == []
     assert "run=from-browser" in page.url
     page.goto(f"{server}/overview?run=from-browser")

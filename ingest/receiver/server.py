@@ -104,27 +104,16 @@ def _report_periodically(writer: BatchWriter, every: float, stop: threading.Even
 def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | None]:
     """Run until SIGINT, SIGTERM or SIGHUP; (0 after a clean flush or 1 if the writer could not
     finish, the signal that stopped it)."""
+    options = {"source": _source(config), "log": out, "ack_waits": config.ack == ACK_COMMITTED}
     if config.clickhouse is not None:
         from ingest.receiver.clickhouse_writer import ClickHouseBatchWriter
 
         writer: BatchWriter = ClickHouseBatchWriter(
-            config.clickhouse,
-            config.run_label,
-            config.limits,
-            source=_source(config),
-            log=out,
-            ack_waits=config.ack == ACK_COMMITTED,
+            config.clickhouse, config.run_label, config.limits, **options
         )
         where = f"store={config.clickhouse.location.url}"
     else:
-        writer = BatchWriter(
-            config.db_path,
-            config.run_label,
-            config.limits,
-            source=_source(config),
-            log=out,
-            ack_waits=config.ack == ACK_COMMITTED,
-        )
+        writer = BatchWriter(config.db_path, config.run_label, config.limits, **options)
         where = f"db={config.db_path}"
     app = create_app(writer, config.ack)
     limits = config.limits

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tailscope import sql
-from tailscope.analysis.rule_checks import regex_problems
+from tailscope.analysis.rule_checks import regex_problems, save_on_either
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule
 from tailscope.store.ch_conn import dialect_of
@@ -241,21 +241,13 @@ def reset_phase_rules(conn: WriterConnection) -> None:
 
 
 def save_phase_rules(store: Any, rules: list[PhaseRule]) -> None:
-    """replace_phase_rules on either engine: validate, store and recompute every run (a DuckDB Store
-    in its writer's transaction; a ClickHouse store: store.ch_write.replace_phase_rules). Raises
-    ValueError naming the problems; nothing changes then."""
-    from tailscope.store.clickhouse import ClickHouseStore
+    """replace_phase_rules on either engine (a ClickHouse store: store.ch_write.replace_phase_rules).
+    Raises ValueError naming the problems; nothing changes then."""
+    from tailscope.store import ch_write
 
-    if isinstance(store, ClickHouseStore):
-        from tailscope.store import ch_write
-
-        problems = validate_phase_rules(store, rules)
-        if problems:
-            raise ValueError("invalid phase rules: " + "; ".join(problems))
-        ch_write.replace_phase_rules(store, rules)
-        return
-    with store.writer() as conn:
-        replace_phase_rules(conn, rules)
+    save_on_either(
+        store, rules, validate_phase_rules, ch_write.replace_phase_rules, replace_phase_rules, "phase rules"
+    )
 
 
 def replace_phase_rules(conn: WriterConnection, rules: list[PhaseRule]) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from tailscope import sql
 from tailscope.store.ch_conn import dialect_of
@@ -32,3 +34,27 @@ def _why(message: str) -> str:
     if found:
         return found.group(1).replace("(?i)", "")
     return message.split("Error:", 1)[-1].strip()
+
+
+def save_on_either(
+    store: Any,
+    rules: list[Any],
+    validate: Callable[[Any, list[Any]], list[str]],
+    clickhouse_replace: Callable[[Any, list[Any]], object],
+    duckdb_replace: Callable[[Any, list[Any]], None],
+    what: str,
+) -> None:
+    """Store an edited rule list and recompute every run, on either engine: a ClickHouse store
+    validates, then `clickhouse_replace(store, rules)` (store.ch_write: every run derived again
+    inside ClickHouse); a DuckDB Store runs `duckdb_replace(conn, rules)` in its writer's transaction
+    (which validates). Raises ValueError naming the problems; nothing changes then."""
+    from tailscope.store.clickhouse import ClickHouseStore
+
+    if isinstance(store, ClickHouseStore):
+        problems = validate(store, rules)
+        if problems:
+            raise ValueError(f"invalid {what}: " + "; ".join(problems))
+        clickhouse_replace(store, rules)
+        return
+    with store.writer() as conn:
+        duckdb_replace(conn, rules)

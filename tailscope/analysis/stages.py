@@ -23,7 +23,7 @@ import pandas as pd
 
 from tailscope import sql
 from tailscope.analysis.phases import PHASE_RULE_BASE, phase_rule_label, phase_rules_in_force
-from tailscope.analysis.rule_checks import regex_problems
+from tailscope.analysis.rule_checks import regex_problems, save_on_either
 from tailscope.analysis.runs import runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import PhaseRule, StageRule
@@ -242,19 +242,12 @@ def reset_rules(conn: WriterConnection) -> None:
 
 
 def save_rules(store: Any, rules: list[StageRule]) -> None:
-    """replace_rules on either engine: validate, store and recompute every run (a DuckDB Store in
-    its writer's transaction; a ClickHouse store: store.ch_write.replace_stage_rules, every run
-    derived again inside ClickHouse). Raises ValueError listing the problems; nothing changes then."""
-    if isinstance(store, ClickHouseStore):
-        from tailscope.store import ch_write
+    """replace_rules on either engine (a ClickHouse store: store.ch_write.replace_stage_rules, every
+    run derived again inside ClickHouse). Raises ValueError listing the problems; nothing changes
+    then."""
+    from tailscope.store import ch_write
 
-        problems = validate_rules(store, rules)
-        if problems:
-            raise ValueError("invalid stage rules: " + "; ".join(problems))
-        ch_write.replace_stage_rules(store, rules)
-        return
-    with store.writer() as conn:
-        replace_rules(conn, rules)
+    save_on_either(store, rules, validate_rules, ch_write.replace_stage_rules, replace_rules, "stage rules")
 
 
 def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
