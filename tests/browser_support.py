@@ -166,6 +166,15 @@ def screenshot(page: Any, path: Path, width: int = 1440) -> None:
     page.screenshot(path=str(path), full_page=True)
 
 
+# One span as an OTLP/JSON request: what the upload tests load through the page.
+ONE_SPAN_OTLP_JSON = (
+    b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"up"}}]},'
+    b'"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331",'
+    b'"name":"GET /","kind":2,"startTimeUnixNano":"1700000000000000000",'
+    b'"endTimeUnixNano":"1700000000050000000"}]}]}]}'
+)
+
+
 def upload_on_page(
     page: Any, server: str, name: str, body: bytes, label: str, timeout_ms: int = 60_000
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from app_data import build_store, simulated_store
 from browser_support import (
+    ONE_SPAN_OTLP_JSON,
     PAGES,
     REPO_ROOT,
     browser_missing,
@@ -105,16 +106,8 @@ def test_brushing_the_heatmap_selects_requests(server: str, page: Any) -> None:
     assert problems_on(page) == []
 
 
-OTLP_JSON = (
-    b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"up"}}]},'
-    b'"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c","spanId":"b7ad6b7169203331",'
-    b'"name":"GET /","kind":2,"startTimeUnixNano":"1700000000000000000",'
-    b'"endTimeUnixNano":"1700000000050000000"}]}]}]}'
-)
-
-
 def test_upload_from_the_browser_adds_a_run(server: str, page: Any) -> None:
-    upload_on_page(page, server, "browser-upload.json", OTLP_JSON, "from-browser")
+    upload_on_page(page, server, "browser-upload.json", ONE_SPAN_OTLP_JSON, "from-browser")
     assert "Loaded 1 spans" in page.inner_text("body")
     assert problems_on(page) == []
     assert "run=from-browser" in page.url

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from browser_support import (
+    ONE_SPAN_OTLP_JSON,
     browser_missing,
     chromium,
     problems_on,
@@ -71,16 +72,8 @@ def test_page_loads_on_chdb(server: str, page: Any, path: str, title: str, expec
     assert "This view failed" not in text
 
 
-OTLP_JSON = (
-    b'{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":'
-    b'{"stringValue":"uploaded"}}]},"scopeSpans":[{"spans":[{"traceId":"0af7651916cd43dd8448eb211c80319c",'
-    b'"spanId":"b7ad6b7169203331","name":"GET /","kind":2,"startTimeUnixNano":"1700000000000000000",'
-    b'"endTimeUnixNano":"1700000000050000000"}]}]}]}'
-)
-
-
 def test_upload_into_chdb_adds_a_run(server: str, page: Any) -> None:
-    upload_on_page(page, server, "chdb-upload.json", OTLP_JSON, "from-browser")
+    upload_on_page(page, server, "chdb-upload.json", ONE_SPAN_OTLP_JSON, "from-browser")
     assert "Loaded 1 spans" in page.inner_text("body")
     assert problems_on(page) == []
     assert "run=from-browser" in page.url
