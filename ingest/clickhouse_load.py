@@ -12,7 +12,8 @@ derived inside ClickHouse. A new run from one file on chdb keeps its converted s
 table instead, written into otel_traces by a second chdb session while the requests are derived
 from that table (tailscope.store.ch_overlap).
 Spans the run already has, or that a file repeats, are not written again (store.ch_dedupe), as on
-DuckDB, except within the one file of a new run written while it is derived (ch_overlap).
+DuckDB; a new run's one file that repeats spans is not written while derived but once each
+(ch_overlap.repeats / move_once).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from 2^55, so a high-water mark taken in the writer's transaction matched nothin
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -79,7 +80,7 @@ def refresh_run(
             conn.execute(sql.load("derive_scope"))
         finally:
             conn.unregister("_ts_touched")
-        known = longest_request(conn, run_label)
+        known = longest_request(conn, run_label, state)
         window = trace_window(conn, run_label, span_range, known)
         conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
         _derive(conn, run_label, "traces", window)
@@ -98,10 +99,12 @@ def refresh_run(
     conn.execute(sql.load("derive_state_write"), [run_label, count, longest])
 
 
-def longest_request(conn: Connection, run_label: str) -> int:
-    """At least the run's longest request (ns): derive_state's, or its derived requests scanned when
-    the state does not know it (a store derived before it kept it)."""
-    state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
+def longest_request(conn: Connection, run_label: str, state: tuple[Any, ...] | None = None) -> int:
+    """At least the run's longest request (ns): derive_state's (`state`, its row when the caller
+    has read it), or its derived requests scanned when the state does not know it (a store derived
+    before it kept it)."""
+    if state is None:
+        state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
     if state is not None and state[1] is not None:
         return int(state[1])
     return int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)

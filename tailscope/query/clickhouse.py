@@ -66,14 +66,18 @@ def sample_scope(filters: int, stretches: int = 0, proven: bool = False, unprove
     read = f"FROM otel_traces PREWHERE TraceId IN {{sample_ids:Array(String)}} WHERE {where}"
     if not proven:
         return f"(SELECT * {read})"
-    columns = ", ".join(SAMPLE_COLUMNS)
-    parts = [f"SELECT {columns} FROM {SAMPLE_ROWS} WHERE TraceId IN {{proven_ids:Array(String)}}"]
+    parts = [f"SELECT {sample_columns()} FROM {SAMPLE_ROWS} WHERE TraceId IN {{proven_ids:Array(String)}}"]
     if unproven:
-        own = columns.replace(
-            "ResourceAttributes", f"CAST(ResourceAttributes AS {RESOURCE_MAP}) AS ResourceAttributes"
-        )
-        parts.append(f"SELECT {own} {read}")
+        parts.append(f"SELECT {sample_columns(f'CAST(ResourceAttributes AS {RESOURCE_MAP})')} {read}")
     return "(" + " UNION ALL ".join(parts) + ")"
+
+
+def sample_columns(resources: str = "ResourceAttributes") -> str:
+    """SAMPLE_COLUMNS as a select list, the resource map given by the expression `resources`."""
+    expression = (
+        "ResourceAttributes" if resources == "ResourceAttributes" else f"{resources} AS ResourceAttributes"
+    )
+    return ", ".join(expression if c == "ResourceAttributes" else c for c in SAMPLE_COLUMNS)
 
 
 SAMPLE_ROWS = "_ts_sample_rows"  # clickhouse/sample_rows.sql's table

@@ -7,7 +7,7 @@ keeps (run, name, duration) sorted, so a rank reads only the durations of the tr
 It is filled where the run's rows are derived (ch_write.refresh_run, ch_overlap: derive_durations.sql,
 window by window) or, for `collect`, where its spans arrive (durations_fresh.sql), and forgotten with
 the run's derived rows. A store made before the table existed gets its derived runs' durations on
-first open (`migrate`); a run without any (defined, never derived) is ranked from otel_traces as
+first open (`ensure`); a run without any (defined, never derived) is ranked from otel_traces as
 before (`ranks` returns None)."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tailscope import sql
 from tailscope.query.clickhouse import ALL_TIME, RunSelection, derive_statements, scoped
-from tailscope.store import ch_durations, ch_write
+from tailscope.store import ch_write
 from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ChdbTransport, ClickHouseStore
 
 
@@ -126,11 +126,7 @@ def write_and_derive(
         if earlier:
             ch_write.refresh_run(store, run)
             return None
-        if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
-            store.query(
-                sql.load("derive_delete_window", dialect="clickhouse"), ch_write._window(run, ALL_TIME)
-            )
-        ch_durations.forget_run(store, run)
+        ch_write.forget_derived(store, run)
         _staged(store, "move")
         return traces
     finally:

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from tailscope import sql
 from tailscope.query.clickhouse import (
     RESOURCE_MAP,
-    SAMPLE_COLUMNS,
     RunSelection,
+    sample_columns,
     seconds_params,
     seconds_where,
 )
@@ -81,8 +81,7 @@ def sample_rows(
     store.query(drop)
     try:
         text = sql.load("sample_rows", dialect="clickhouse").replace("{seconds}", bound)
-        empty = f"CAST(map(), '{RESOURCE_MAP}') AS ResourceAttributes"
-        columns = ", ".join(SAMPLE_COLUMNS).replace("ResourceAttributes", empty)
+        columns = sample_columns(f"CAST(map(), '{RESOURCE_MAP}')")
         store.query(text.replace("{columns}", columns), params)
         yield [row[0] for row in store.query(sql.load("proven_traces", dialect="clickhouse"), params).rows]
     finally:

@@ -232,14 +232,19 @@ def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) 
     edges = [selection.start_ns + i * width for i in range(parts)] + [selection.end_ns + 1]
     edges[0], edges[-1] = ALL_TIME
     rules = rules_in_force(store)
-    # one delete for the whole run, none for a run without rows (a lightweight delete costs ~1 s
-    # however little it removes)
-    if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
-        store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, ALL_TIME))
-    ch_durations.forget_run(store, run)
+    forget_derived(store, run)
     for keep in itertools.pairwise(edges):
         refresh_window(store, run, keep, int(longest or 0), rules, selection, deleted=True, durations=True)
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
+
+
+def forget_derived(store: ClickHouseStore, run: str) -> None:
+    """A run's derived rows and span durations gone, before the whole run is derived again: one
+    delete each, none for a run without rows (a lightweight delete costs ~1 s however little it
+    removes)."""
+    if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
+        store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, ALL_TIME))
+    ch_durations.forget_run(store, run)
 
 
 def phase_rules_for(
@@ -254,8 +259,6 @@ def phase_rules_for(
     spans then cost nothing). `source`: a table read instead of otel_traces
     (query.clickhouse.from_source)."""
     rules = phase_rules_in_force(store)
-    if not rules:
-        return []
     statement = scoped(
         "phase_candidates_any", selection, sample_ids=sample_ids, seconds=seconds, **phase_params(rules)
     )
