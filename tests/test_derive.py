@@ -230,3 +230,29 @@ def test_a_flush_knows_the_runs_longest_request_without_scanning_its_requests(db
     with connect_writer(db_path) as conn:
         assert _longest_in_state(conn) is None
         assert derive.longest_request(conn, "r") == 100_000_000
+
+
+def test_a_new_stores_first_run_is_derived_once(db_path, monkeypatch):
+    # a new store seeds the phase rules on its first derive; that derives every run with them, the
+    # run being written included, and must not derive that run a second time (as the loader's
+    # refresh, naming the traces it touched, did: twice the derive of a new store's first file)
+    from ingest.loader import store_batches
+    from tailscope.analysis import derive
+
+    spans = SpanColumns()
+    for i in range(5):
+        add_trace(spans, S("root", 0, 20 + i, kind="Server", children=[S("parse", 0, 5)]), i + 1)
+    derived: list[str] = []
+    original = derive._derive
+
+    def counted(conn, run, *args, **kwargs):
+        derived.append(run)
+        return original(conn, run, *args, **kwargs)
+
+    monkeypatch.setattr(derive, "_derive", counted)
+    with connect_writer(db_path) as conn:
+        conn.begin()
+        store_batches(conn, "r", [spans], ["spans.jsonl"])
+        conn.commit()
+    assert derived == ["r"]
+    assert len(requests_of(db_path)) == 5

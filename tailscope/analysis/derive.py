@@ -60,8 +60,9 @@ def refresh_run(
     traces' older spans are looked for only where they can be (see `trace_window`).
     """
     seed_rules(conn)
-    if seed_phase_rules(conn):  # a store derived before phase rules existed: derive every run with them
-        refresh_all(conn)
+    if seed_phase_rules(conn):  # a new store, or one derived before phase rules existed:
+        refresh_all(conn)  # every run derived with them, this one included
+        return
     count = conn.execute(sql.load("derive_run_rows"), [run_label]).fetchone()[0]
     state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
     if count == 0:
