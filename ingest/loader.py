@@ -35,7 +35,11 @@ from tailscope.analysis.derive import refresh_run, trace_window
 from tailscope.store.connection import WriterConnection
 from tailscope.store.db import connect_writer
 
-INSERT_ROWS = 122_880  # one DuckDB row group per INSERT
+# Rows per INSERT: DuckDB's row group. Every INSERT but a file's last appends whole row groups: a
+# transaction's appends are written to the file as they go (optimistic writes), and an INSERT that
+# ends inside a row group leaves a partial one that the commit then rewrites (measured, 1 M spans in
+# inserts of 130,000 rows: commit 1.06 s and a 74 MB file, against 0.28 s and 50 MB in whole groups).
+INSERT_ROWS = 122_880
 _COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
 
 Progress = Callable[[int, int, int], None]  # (bytes read, bytes total, spans decoded so far)
@@ -181,10 +185,15 @@ def store_batches(
     touched = TouchedTraces()
     pending: list[pa.Table] = []  # appended together: DuckDB's per-INSERT cost is not negligible
 
-    def append() -> None:
-        table = (pending[0] if len(pending) == 1 else pa.concat_tables(pending)).combine_chunks()
+    def append(whole_groups: bool = False) -> None:
+        table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
         pending.clear()
-        append_batch(conn, run_label, table)
+        if whole_groups:  # the rest waits for the next batches (see INSERT_ROWS)
+            rows = table.num_rows - table.num_rows % INSERT_ROWS
+            if rows < table.num_rows:
+                pending.append(table.slice(rows))
+            table = table.slice(0, rows)
+        append_batch(conn, run_label, table.combine_chunks())
 
     for batch in batches:
         if not len(batch):
@@ -197,7 +206,7 @@ def store_batches(
         pending.append(table)
         stats.spans_decoded += len(batch)
         if sum(t.num_rows for t in pending) >= INSERT_ROWS:
-            append()
+            append(whole_groups=True)
     if pending:
         append()
     touched_table = touched.table() if stats.spans_decoded else None

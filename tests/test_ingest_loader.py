@@ -218,3 +218,24 @@ def test_byte_order_mark_is_accepted(tmp_path: Path, db_path: Path) -> None:
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + json.dumps(request(span())).encode() + b"\n")
     assert loader.load_paths([path], db_path, "r").spans == 1
+
+
+def test_every_insert_but_the_last_appends_whole_row_groups(
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an INSERT that ends inside a row group leaves a partial group the commit rewrites
+    monkeypatch.setattr(loader, "INSERT_ROWS", 4)
+    inserts: list[int] = []
+    append = loader.append_batch
+    monkeypatch.setattr(
+        loader,
+        "append_batch",
+        lambda conn, run, table: inserts.append(table.num_rows) or append(conn, run, table),
+    )
+    path = write_lines(
+        tmp_path / "t.jsonl",
+        *(request(*(span(spanId=f"{i:08x}{j:08x}", name=f"s{j}") for j in range(3))) for i in range(1, 6)),
+    )
+    loader.load_paths([path], db_path, "r")
+    assert sum(inserts) == 15 == len(spans_in(db_path, "r"))
+    assert all(rows % 4 == 0 for rows in inserts[:-1]) and inserts[-1] <= 4
