@@ -9,6 +9,7 @@ re-decoded by `otlp_proto`'s reference decoder, which names the message and byte
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -77,20 +78,25 @@ _SCOPE = common_pb2.InstrumentationScope.FromString
 _EVENT = trace_pb2.Span.Event.FromString
 _LINK = trace_pb2.Span.Link.FromString
 _STATUS = trace_pb2.Status.FromString
+_SPAN_FIELDS = operator.attrgetter(
+    "trace_id", "span_id", "parent_span_id", "trace_state", "name", "kind", "start_time_unix_nano",
+    "end_time_unix_nano", "status", "attributes", "events", "links",
+)  # fmt: skip
+
+
+def _pair(kv: Any) -> tuple[str, str]:
+    """One KeyValue as (key, stored value text)."""
+    value = kv.value
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return kv.key, value.string_value
+    if which == "int_value":
+        return kv.key, str(value.int_value)
+    return kv.key, av.proto_value_string(value)
 
 
 def _attributes(items: Any) -> dict[str, str]:
-    out = {}
-    for kv in items:
-        value = kv.value
-        which = value.WhichOneof("value")
-        if which == "string_value":
-            out[kv.key] = value.string_value
-        elif which == "int_value":
-            out[kv.key] = str(value.int_value)
-        else:
-            out[kv.key] = av.proto_value_string(value)
-    return out
+    return dict(map(_pair, items))  # a repeated key: the last one wins, as in the reference decoder
 
 
 class _ProtoBatch(ColumnBatch):
@@ -101,6 +107,7 @@ class _ProtoBatch(ColumnBatch):
         super().__init__()
         self.scope_bytes: dict[bytes, int] = {}
         self.statuses: dict[bytes, tuple[int, str]] = {b"": (0, "")}
+        self.pairs: dict[bytes, tuple[str, str]] = {}  # encoded KeyValue -> (key, value text)
 
     def add_message(self, number: int, payload: bytes) -> bool:
         """Add one message's spans; False (and nothing added) when it needs the reference decoder."""
@@ -127,40 +134,69 @@ class _ProtoBatch(ColumnBatch):
                     self.span_line += [number] * count
                     self.resource += [resource] * count
                     self.scope += [scope_index] * count
-                    self.trace_id += [s.trace_id.hex() for s in spans]
-                    self.span_id += [s.span_id.hex() for s in spans]
-                    self.parent += [s.parent_span_id.hex() for s in spans]
-                    self.trace_state += [s.trace_state for s in spans]
-                    self.name += [s.name for s in spans]
-                    self.kind += [s.kind for s in spans]
-                    self.start += [s.start_time_unix_nano for s in spans]
-                    self.end += [s.end_time_unix_nano for s in spans]
-                    statuses = [s.status for s in spans]
-                    if any(statuses):
-                        known = self.statuses
-                        for raw in set(statuses).difference(known):
-                            status = _STATUS(raw)
-                            known[raw] = (status.code, status.message)
-                        pairs = [known[raw] for raw in statuses]
-                        self.status += [pair[0] for pair in pairs]
-                        self.message += [pair[1] for pair in pairs]
-                    else:
-                        self.status += [0] * count
-                        self.message += [""] * count
-                    get = self.attribute_keys.get
-                    for key in [tuple(s.attributes) for s in spans]:
-                        index = get(key)
-                        if index is None:
-                            index = self.new_attributes(key, _attributes(map(_KEY_VALUE, key)))
-                        self.attributes.append(index)
-                    self.events += [s.events or None for s in spans]
-                    self.links += [s.links or None for s in spans]
+                    self._add_spans(spans, count)
         except Exception:  # any surprise: the reference decoder names it properly
             self.truncate(size)
             return False
         if len(self.span_id) > size:
             self.lines.append((number, payload))
         return True
+
+    def _add_spans(self, spans: Any, count: int) -> None:
+        """One scope's spans, field by field: one C-level pass reads every field of every span."""
+        (
+            trace_ids,
+            span_ids,
+            parents,
+            states,
+            names,
+            kinds,
+            starts,
+            ends,
+            statuses,
+            attributes,
+            events,
+            links,
+        ) = zip(*map(_SPAN_FIELDS, spans), strict=True)
+        self.trace_id += map(bytes.hex, trace_ids)
+        self.span_id += map(bytes.hex, span_ids)
+        self.parent += map(bytes.hex, parents)
+        self.trace_state += states
+        self.name += names
+        self.kind += kinds
+        self.start += starts
+        self.end += ends
+        if any(statuses):
+            known = self.statuses
+            for raw in set(statuses).difference(known):
+                status = _STATUS(raw)
+                known[raw] = (status.code, status.message)
+            pairs = [known[raw] for raw in statuses]
+            self.status += [pair[0] for pair in pairs]
+            self.message += [pair[1] for pair in pairs]
+        else:
+            self.status += [0] * count
+            self.message += [""] * count
+        get = self.attribute_keys.get
+        for key in map(tuple, attributes):
+            index = get(key)
+            if index is None:
+                index = self.new_attributes(key, self._span_attributes(key))
+            self.attributes.append(index)
+        self.events += [e or None for e in events]
+        self.links += [link or None for link in links]
+
+    def _span_attributes(self, encoded: tuple[bytes, ...]) -> dict[str, str]:
+        """A span's attribute list from its encoded KeyValues, each distinct one parsed once per batch
+        (lists that differ in one value share the others)."""
+        pairs = self.pairs
+        out = {}
+        for raw in encoded:
+            pair = pairs.get(raw)
+            if pair is None:
+                pair = pairs[raw] = _pair(_KEY_VALUE(raw))
+            out[pair[0]] = pair[1]
+        return out
 
     def events_array(self) -> pa.Array:
         values = [
