@@ -214,7 +214,9 @@ def store_batches(
     if touched_table is not None:
         conn.register("ingest_touched", touched_table)
         try:
-            _query(conn, "ingest_dedupe_run", [run_label, touched.first_ns, touched.last_ns])
+            scope = [run_label, touched.first_ns, touched.last_ns]
+            if _query(conn, "ingest_has_repeats", scope)[0][0]:
+                _query(conn, "ingest_dedupe_run", scope)
             if before:
                 window = trace_window(conn, run_label, touched.span_range())
                 known = _query(conn, "ingest_known_traces", [run_label, *window])[0][0]
