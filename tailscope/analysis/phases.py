@@ -235,11 +235,6 @@ def validate_phase_rules(source: Source, rules: list[PhaseRule]) -> list[str]:
     return problems
 
 
-def reset_phase_rules(conn: WriterConnection) -> None:
-    """Put the default phase rules back and recompute every run."""
-    replace_phase_rules(conn, default_phase_rules())
-
-
 def save_phase_rules(store: Any, rules: list[PhaseRule]) -> None:
     """replace_phase_rules on either engine (a ClickHouse store: store.ch_write.replace_phase_rules).
     Raises ValueError naming the problems; nothing changes then."""

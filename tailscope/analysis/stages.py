@@ -236,11 +236,6 @@ def replace_rules(conn: WriterConnection, rules: list[StageRule]) -> None:
     rederive_after(conn, lambda: _store_rules(conn, rules))
 
 
-def reset_rules(conn: WriterConnection) -> None:
-    """Put the default rules back and recompute every run."""
-    replace_rules(conn, default_rules())
-
-
 def save_rules(store: Any, rules: list[StageRule]) -> None:
     """replace_rules on either engine (a ClickHouse store: store.ch_write.replace_stage_rules, every
     run derived again inside ClickHouse). Raises ValueError listing the problems; nothing changes
