@@ -6,7 +6,7 @@ runs it (`ingest.loader.store_batches` inside one transaction, then the commit):
 check, runs row, derived rows, checkpoint. Decoding is free here, so no ingest of that file through
 this store can finish faster than this. In the same run it times the baselines of issue 12's
 targets: bare `orjson.loads` of every line (JSON lines, 1.5x budget) or bare
-`TracesData.FromString` of every message (protobuf, 4x budget), and prints the floor as a multiple.
+`TracesData.ParseFromString` of every message (protobuf, 4x budget), and prints the floor as a multiple.
 
     .venv/bin/python bench/ingest_floor.py bench/data/otlp_1000000.jsonl
     .venv/bin/python bench/ingest_floor.py bench/data/otlp_1000000.pb
@@ -30,42 +30,32 @@ from tailscope.store.db import connect_writer  # noqa: E402
 
 BUDGETS = {
     ".jsonl": ("orjson.loads of every line", 1.5),
-    ".pb": ("TracesData.FromString of every message", 4.0),
+    ".pb": ("TracesData.ParseFromString of every message", 4.0),
 }
 
 
+# bench_ingest.py's own bare decode, in a process that imports nothing else (this one's imports make
+# orjson's cyclic GC passes ~1.7x longer): the baseline its ratios use.
 BASELINE = """
-import sys, time
-path = sys.argv[1]
-if path.endswith(".jsonl"):
-    import orjson
-    with open(path, "rb") as f:
-        items = f.readlines()
-    decode = orjson.loads
+import sys
+from pathlib import Path
+import bench_ingest
+path = Path(sys.argv[1])
+if path.suffix == ".jsonl":
+    print(bench_ingest.bare_json_decode(path)["orjson.loads (gc on)"])
 else:
-    from opentelemetry.proto.trace.v1 import trace_pb2
-    data = open(path, "rb").read()
-    items, offset = [], 0
-    while offset < len(data):
-        length = int.from_bytes(data[offset : offset + 4], "big")
-        items.append(data[offset + 4 : offset + 4 + length])
-        offset += 4 + length
-    decode = trace_pb2.TracesData.FromString
-best = float("inf")
-for _ in range(3):
-    started = time.perf_counter()
-    for item in items:  # each result dropped, as a streaming decoder does
-        decode(item)
-    best = min(best, time.perf_counter() - started)
-print(best)
+    print(bench_ingest.bare_proto_parse(path))
 """
 
 
 def baseline(path: Path) -> float:
-    """Seconds of the bare decode the target is measured against: best of 3, gc on, in a process
-    that imports nothing else (this one's imports make orjson's cyclic GC passes ~1.7x longer)."""
+    """Seconds of the bare decode the target is measured against (bench_ingest.py's)."""
     done = subprocess.run(
-        [sys.executable, "-c", BASELINE, str(path)], capture_output=True, text=True, check=True
+        [sys.executable, "-c", BASELINE, str(path.resolve())],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent,
     )
     return float(done.stdout)
 
