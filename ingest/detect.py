@@ -49,6 +49,11 @@ _CONSOLE_KEYS = re.compile(rb'"trace_id"\s*:\s*"0x[0-9a-fA-F]+"')
 _CONSOLE_KIND = re.compile(rb'"kind"\s*:\s*"SpanKind\.')
 # Triton's trace file: records with "timestamps": [{"name": ..., "ns": ...}] or a "model_name" header
 _TORCHSERVE_METRIC = re.compile(rb"\w+\.(ms|Milliseconds):[-+0-9.eE]+\|#[^\n]*requestID:")
+# TorchServe's other logs: frontend metrics without request ids (ts_metrics.log), the access log
+_TORCHSERVE_LOG_LINE = re.compile(
+    rb"^\d{4}-\d\d-\d\dT[\d:,.]+ - (\w+\.\w+:[-+0-9.eE]+\|#|/\S+ \"[A-Z]+ \S+ HTTP/[\d.]+\" \d{3} \d+)",
+    re.MULTILINE,
+)
 _TRITON_KEYS = re.compile(rb'"(timestamps"\s*:\s*\[\s*\{\s*"name"|model_name")')
 
 
@@ -86,7 +91,15 @@ def detect(head: bytes, source: str = "<input>") -> str | None:
         return "torchserve_log"
     if head[:1] == b"\x0a" or is_length_prefixed(head):
         return "otlp_proto"
-    raise DecodeError(source, "byte 0", "not a recognised trace format (OTLP JSON/protobuf, Jaeger, Zipkin)")
+    if _TORCHSERVE_LOG_LINE.search(text):
+        raise DecodeError(
+            source,
+            "byte 0",
+            "not a recognised trace format: a TorchServe metrics or access log with no request ids; "
+            "ingest the same server's model_metrics.log (per-batch times with requestID)",
+        )
+    known = "OTLP JSON/protobuf, Jaeger, Zipkin, TorchServe model_metrics"
+    raise DecodeError(source, "byte 0", f"not a recognised trace format ({known})")
 
 
 def _protobuf_that_looks_like_json(head: bytes) -> bool:

@@ -42,6 +42,15 @@ CORPUS_COUNTS: dict[str, tuple[int, int]] = {
     "otlp_jsonl/opentelemetry-specification__specification__protocol__file-exporter.md__traces-example.jsonl": (8, 1),  # noqa: E501
 }
 # fmt: on
+# ml_serving/ (a real TorchServe benchmark's logs) is in SOURCES.md but not in manifest.json: the one
+# trace-shaped log, and the two logs that are not traces (refused whole, one line, nothing stored).
+ML_SERVING_COUNTS: dict[str, tuple[int, int]] = {
+    "ml_serving/pytorch__serve__logs__model_metrics.log": (1100, 1100),
+}
+NOT_TRACES = (
+    "ml_serving/pytorch__serve__logs__ts_metrics.log",
+    "ml_serving/pytorch__serve__logs__access_log.log",
+)
 INVALID_IDS = "protojson_variants/otlp2parquet__testdata__invalid__trace_mixed_encoding.json"
 GOOD_FILE = "otlp_protobuf/otlp2parquet__testdata__traces.pb"
 
@@ -112,7 +121,7 @@ def test_the_table_covers_every_file_in_the_corpus(corpus_dir: Path) -> None:
         for p in corpus_dir.rglob("*")
         if p.is_file() and p.suffix not in (".md",)
     } - {"manifest.json"}
-    assert on_disk == set(CORPUS_COUNTS) | {INVALID_IDS}
+    assert on_disk == set(CORPUS_COUNTS) | set(ML_SERVING_COUNTS) | set(NOT_TRACES) | {INVALID_IDS}
     manifest = {
         entry["file"]: (entry["spans"], entry["traces"])
         for entry in json.loads((corpus_dir / "manifest.json").read_text())
@@ -120,7 +129,9 @@ def test_the_table_covers_every_file_in_the_corpus(corpus_dir: Path) -> None:
     assert {k: v for k, v in manifest.items() if k != INVALID_IDS} == CORPUS_COUNTS
 
 
-@pytest.mark.parametrize(("name", "counts"), sorted(CORPUS_COUNTS.items()), ids=lambda v: str(v)[:60])
+@pytest.mark.parametrize(
+    ("name", "counts"), sorted({**CORPUS_COUNTS, **ML_SERVING_COUNTS}.items()), ids=lambda v: str(v)[:60]
+)
 def test_each_file_yields_the_documented_span_and_trace_counts(
     name: str, counts: tuple[int, int], ingested: Callable[[str], Ingested]
 ) -> None:
@@ -287,3 +298,21 @@ def test_zipkin_yelp_services_are_kept_as_given(ingested: Callable[[str], Ingest
     spans = ingested("zipkin_v2_json/zipkin__zipkin-lens__testdata__yelp.json").spans()
     assert "mobile_api" in {s["ServiceName"] for s in spans}
     assert {s["TraceId"] for s in spans} == {"0000000000000000a03ee8fff1dcd9b9"}
+
+
+@pytest.mark.parametrize("name", NOT_TRACES)
+def test_torchserve_logs_that_are_not_traces_are_refused_in_one_line(
+    name: str, corpus_dir: Path, db_path: Path
+) -> None:
+    code, _, _ = run_cli(str(corpus_dir / GOOD_FILE), "--db", str(db_path), "--run", "good")
+    assert code == 0
+    before = rows(db_path, "SELECT count(*) FROM otel_traces")
+
+    code, summary, err = run_cli(str(corpus_dir / name), "--db", str(db_path), "--run", "logs")
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(str(corpus_dir / name) + ": "), err
+    assert "not a recognised trace format: a TorchServe metrics or access log" in lines[0]
+    assert summary is not None and summary["files_failed"] == 1 and summary["spans"] == 0
+    assert rows(db_path, "SELECT count(*) FROM otel_traces") == before
+    assert rows(db_path, "SELECT count(*) FROM runs WHERE RunLabel = 'logs'") == [(0,)]
