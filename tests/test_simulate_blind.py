@@ -1,0 +1,115 @@
+"""The blind families (reference_pipeline/simulate/blind.py): each generates, loads through the real
+loader in its formats, and what its truth names was really planted: the planted mechanism's spans have
+the properties the mechanism gives them, and a healthy run of the same family does not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pytest
+
+from ingest.loader import load_paths
+from reference_pipeline.simulate.blind import SUFFIX, write_run
+
+MS = 1e6
+
+
+def load(tmp: Path, family: str, scenario: str, requests: int, seed: int, **opts) -> tuple[list[dict], dict]:
+    """The run's spans as the store holds them, after the real loader read the written file."""
+    summary = write_run(tmp / f"{family}-{scenario}-{seed}.tmp", family, scenario, requests, seed, **opts)
+    path = Path(summary["out"]).with_suffix(SUFFIX[summary["format"]])
+    Path(summary["out"]).rename(path)
+    db = tmp / f"{family}-{scenario}-{seed}.duckdb"
+    result = load_paths([path], db, "run")
+    assert not result.failed, [f.error for f in result.failed]
+    with duckdb.connect(str(db), read_only=True) as conn:
+        cursor = conn.execute(
+            "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
+            "ServiceName, ResourceAttributes, SpanAttributes, StatusCode, Events FROM otel_traces")
+        keys = ("start", "duration", "trace", "id", "parent", "name", "kind", "service", "resource",
+                "attrs", "status", "events")
+        spans = [dict(zip(keys, row, strict=True)) for row in cursor.fetchall()]
+    for span in spans:
+        span["end"] = span["start"] + span["duration"]
+        span["resource"] = json.loads(span["resource"])
+        span["attrs"] = json.loads(span["attrs"])
+    assert len(spans) == summary["spans"]
+    return spans, summary
+
+
+def instance(span: dict) -> str:
+    """The instance label a blind family's truth uses: the pod name, or a Zipkin endpoint's address."""
+    r = span["resource"]
+    return r.get("k8s.pod.name") or r.get("host.name") or r["net.host.ip"]
+
+
+def by_name(spans: list[dict], name: str, kind: str | None = None) -> list[dict]:
+    return [s for s in spans if s["name"].lower() == name.lower() and (kind is None or s["kind"] == kind)]
+
+
+def children(spans: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for s in spans:
+        out.setdefault(s["parent"], []).append(s)
+    return out
+
+
+def p(values, q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+# --- edge-gateway ------------------------------------------------------------------------------------
+
+def _gateway_parts(spans: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+    kids = children(spans)
+    calls = by_name(spans, "ranker.v1.RankingService/Rank", "Client")
+    server_of = {c["id"]: kids[c["id"]][0] for c in calls}
+    return calls, server_of
+
+
+def test_edge_gateway_pauses_stretch_gateway_spans_and_leave_the_ranker_alone(tmp_path: Path) -> None:
+    healthy, _ = load(tmp_path, "edge-gateway", "healthy", 600, 0)  # Zipkin v2
+    paused, summary = load(tmp_path, "edge-gateway", "gateway-gc", 600, 0)
+    assert summary["format"] == "zipkin" and summary["truth"][0]["pattern"] == "gc_pause"
+    assert {s["service"] for s in paused} == {"edge-gateway", "ranker-serving"}
+
+    def reply_read_late(spans):  # ranker SERVER end -> gateway CLIENT end
+        calls, server_of = _gateway_parts(spans)
+        return [c["end"] - server_of[c["id"]]["end"] for c in calls]
+
+    def ranker(spans):
+        return [s["duration"] for s in by_name(spans, "ranker.v1.RankingService/Rank", "Server")]
+
+    assert p(reply_read_late(healthy), 99) < 15 * MS < 60 * MS < p(reply_read_late(paused), 99.5)
+    assert p(ranker(paused), 99) == pytest.approx(p(ranker(healthy), 99), rel=0.15)
+    events = [s for s in by_name(paused, "post /v1/rank") if s["events"] not in ("", "[]")]
+    assert events  # seed 0 reports GC (Zipkin: annotations)
+
+
+def test_edge_gateway_handler_wait_grows_with_the_arrival_rate(tmp_path: Path) -> None:
+    spans, summary = load(tmp_path, "edge-gateway", "worker-queue", 800, 1)  # OTLP
+    assert summary["format"] == "otlp-json"
+    calls, server_of = _gateway_parts(spans)
+    calls.sort(key=lambda c: c["start"])
+    starts = np.array([c["start"] for c in calls], dtype=float)
+    wait = np.array([server_of[c["id"]]["start"] - c["start"] for c in calls], dtype=float)
+    rate = 1e9 / np.maximum(np.convolve(np.diff(starts), np.ones(25) / 25, mode="same"), 1.0)
+    busy = rate > np.percentile(rate, 85)
+    assert np.median(wait[1:][busy]) > 10 * np.median(wait[1:][~busy])
+    assert np.median(wait) < 2 * MS  # outside the bursts, the gap is the network's
+
+
+def test_edge_gateway_autoscaled_pods_start_cold(tmp_path: Path) -> None:
+    spans, summary = load(tmp_path, "edge-gateway", "autoscale-burst", 900, 2)
+    causes = {c["pattern"]: c for c in summary["truth"]}
+    assert set(causes) == {"queueing", "cold_start"}
+    forward = by_name(spans, "torchscript.forward")
+    for pod in causes["cold_start"]["instances"]:
+        mine = sorted((s for s in forward if instance(s) == pod), key=lambda s: s["start"])
+        assert len(mine) > 30
+        assert mine[0]["duration"] > 5 * np.median([s["duration"] for s in mine[-20:]])
+    old = [s for s in forward if instance(s) not in causes["cold_start"]["instances"]]
+    assert max(s["duration"] for s in old) < 200 * MS
