@@ -28,9 +28,22 @@ def load(tmp: Path, family: str, scenario: str, requests: int, seed: int, **opts
     with duckdb.connect(str(db), read_only=True) as conn:
         cursor = conn.execute(
             "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
-            "ServiceName, ResourceAttributes, SpanAttributes, StatusCode, Events FROM otel_traces")
-        keys = ("start", "duration", "trace", "id", "parent", "name", "kind", "service", "resource",
-                "attrs", "status", "events")
+            "ServiceName, ResourceAttributes, SpanAttributes, StatusCode, Events FROM otel_traces"
+        )
+        keys = (
+            "start",
+            "duration",
+            "trace",
+            "id",
+            "parent",
+            "name",
+            "kind",
+            "service",
+            "resource",
+            "attrs",
+            "status",
+            "events",
+        )
         spans = [dict(zip(keys, row, strict=True)) for row in cursor.fetchall()]
     for span in spans:
         span["end"] = span["start"] + span["duration"]
@@ -62,6 +75,7 @@ def p(values, q: float) -> float:
 
 
 # --- edge-gateway ------------------------------------------------------------------------------------
+
 
 def _gateway_parts(spans: list[dict]) -> tuple[list[dict], dict[str, dict]]:
     kids = children(spans)
@@ -113,3 +127,55 @@ def test_edge_gateway_autoscaled_pods_start_cold(tmp_path: Path) -> None:
         assert mine[0]["duration"] > 5 * np.median([s["duration"] for s in mine[-20:]])
     old = [s for s in forward if instance(s) not in causes["cold_start"]["instances"]]
     assert max(s["duration"] for s in old) < 200 * MS
+
+
+# --- bff-fanout --------------------------------------------------------------------------------------
+
+
+def test_bff_timeouts_end_at_the_deadline_in_error_and_retry_the_same_peer(tmp_path: Path) -> None:
+    spans, summary = load(tmp_path, "bff-fanout", "timeout-retry", 1500, 1)
+    assert [c["pattern"] for c in summary["truth"]] == ["timeout_retry"]
+    kids = children(spans)
+    failed = [s for s in spans if s["kind"] == "Client" and s["status"] == "Error"]
+    assert len(failed) >= 10
+    for span in failed:
+        assert 120 * MS <= span["duration"] < 128 * MS  # cut at the deadline, when the timer ran
+        assert span["attrs"]["error.type"] == "ETIMEDOUT"
+        abandoned = kids[span["id"]][0]
+        assert abandoned["end"] > span["end"]  # the server did not know the client gave up
+        if "http.request.resend_count" in span["attrs"]:
+            continue  # a retry that timed out too: the client gives up
+        again = [
+            s
+            for s in kids[span["parent"]]
+            if s["kind"] == "Client"
+            and s["start"] >= span["end"]
+            and s["attrs"]["server.address"] == span["attrs"]["server.address"]
+        ]
+        assert again and again[0]["attrs"]["http.request.resend_count"] == "1"
+    healthy, _ = load(tmp_path, "bff-fanout", "healthy", 1500, 1)
+    assert not [s for s in healthy if s["status"] == "Error"]
+
+
+def test_bff_payload_time_grows_with_the_response_size(tmp_path: Path) -> None:
+    spans, _ = load(tmp_path, "bff-fanout", "large-payload", 800, 2)
+    recs = [s for s in spans if s["kind"] == "Client" and s["attrs"]["server.address"] == "recs-model"]
+    size = np.array([s["attrs"]["http.response.body.size"] for s in recs], dtype=float)
+    assert size.max() > 50 * np.median(size) / 10 and size.max() > 2e6
+    mapping = by_name(spans, "mapRecommendations")
+    count = np.array([s["attrs"]["app.recs.count"] for s in mapping], dtype=float)
+    rank = np.corrcoef(
+        np.argsort(np.argsort(count)), np.argsort(np.argsort([s["duration"] for s in mapping]))
+    )
+    assert rank[0, 1] > 0.8
+    assert np.corrcoef(size, [s["duration"] for s in recs])[0, 1] > 0.8
+
+
+def test_bff_gc_stalls_every_callback_of_the_pod_and_is_reported_on_seed_0(tmp_path: Path) -> None:
+    spans, summary = load(tmp_path, "bff-fanout", "gc+slow-backend", 800, 0)
+    assert {c["pattern"] for c in summary["truth"]} == {"gc_pause", "slow_dependency"}
+    roots = by_name(spans, "GET /api/home")
+    majors = [s for s in roots if '"major"' in s["events"]]
+    assert majors and all(s["duration"] > 60 * MS for s in majors)
+    inventory = [s["duration"] for s in by_name(spans, "GET /availability", "Server")]
+    assert p(inventory, 99.5) > 10 * p(inventory, 50)
