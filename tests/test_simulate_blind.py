@@ -56,7 +56,7 @@ def load(tmp: Path, family: str, scenario: str, requests: int, seed: int, **opts
 def instance(span: dict) -> str:
     """The instance label a blind family's truth uses: the pod name, or a Zipkin endpoint's address."""
     r = span["resource"]
-    return r.get("k8s.pod.name") or r.get("host.name") or r["net.host.ip"]
+    return r.get("k8s.pod.name") or r.get("host.name") or r.get("hostname") or r["net.host.ip"]
 
 
 def by_name(spans: list[dict], name: str, kind: str | None = None) -> list[dict]:
@@ -179,3 +179,50 @@ def test_bff_gc_stalls_every_callback_of_the_pod_and_is_reported_on_seed_0(tmp_p
     assert majors and all(s["duration"] > 60 * MS for s in majors)
     inventory = [s["duration"] for s in by_name(spans, "GET /availability", "Server")]
     assert p(inventory, 99.5) > 10 * p(inventory, 50)
+
+
+# --- pool-retry --------------------------------------------------------------------------------------
+
+
+def _pool_wait(spans: list[dict]) -> list[float]:
+    """Time inside ClaimRepository.findHistory before its SELECT starts: waiting for a connection."""
+    kids = children(spans)
+    return [kids[r["id"]][0]["start"] - r["start"] for r in by_name(spans, "ClaimRepository.findHistory")]
+
+
+def test_pool_waits_come_from_connections_others_hold(tmp_path: Path) -> None:
+    healthy, _ = load(tmp_path, "pool-retry", "healthy", 700, 1)  # Jaeger
+    exhausted, summary = load(tmp_path, "pool-retry", "pool-exhaustion", 700, 1)
+    assert summary["format"] == "jaeger" and summary["truth"][0]["pattern"] == "lock_contention"
+    assert p(_pool_wait(healthy), 99) < 1 * MS
+    assert p(_pool_wait(exhausted), 90) > 20 * MS
+    # a request that waited found `pool size` others in flight on its pod, holding connections
+    roots = by_name(exhausted, "POST /claims/{claimId}/score")
+    waited = {
+        r["trace"]
+        for r, w in zip(by_name(exhausted, "ClaimRepository.findHistory"), _pool_wait(exhausted), strict=True)
+        if w > 20 * MS
+    }
+    for root in [r for r in roots if r["trace"] in waited][:20]:
+        pod = instance(root)
+        busy = [o for o in roots if instance(o) == pod and o["start"] < root["start"] < o["end"]]
+        assert len(busy) >= 3
+
+
+def test_deadline_exceeded_attempts_end_at_the_deadline_and_are_retried(tmp_path: Path) -> None:
+    spans, summary = load(tmp_path, "pool-retry", "deadline-retry", 700, 0)  # OTLP
+    assert summary["format"] == "otlp-json"
+    kids = children(spans)
+    calls = [s for s in spans if s["kind"] == "Client" and s["name"] == "ocr.v1.DocumentModel/Extract"]
+    failed = [s for s in calls if s["status"] == "Error"]
+    assert len(failed) > 0.03 * 700
+    for span in failed:
+        assert span["attrs"]["rpc.grpc.status_code"] == "4" and span["duration"] >= 250 * MS
+        assert kids[span["id"]][0]["end"] > span["end"]  # the model ran on after the client gave up
+        same_peer = sorted(
+            (s for s in kids[span["parent"]] if s["name"] == span["name"] and s["kind"] == "Client"),
+            key=lambda s: s["start"],
+        )
+        assert len(same_peer) == 2 and same_peer[0]["status"] == "Error"  # first attempt failed, one retry
+    durations = sorted(s["duration"] for s in failed)
+    assert durations[len(durations) // 2] < 252 * MS  # the deadline, not the dependency, sets their length
