@@ -226,3 +226,52 @@ def test_deadline_exceeded_attempts_end_at_the_deadline_and_are_retried(tmp_path
         assert len(same_peer) == 2 and same_peer[0]["status"] == "Error"  # first attempt failed, one retry
     durations = sorted(s["duration"] for s in failed)
     assert durations[len(durations) // 2] < 252 * MS  # the deadline, not the dependency, sets their length
+
+
+# --- throttled-embedder ------------------------------------------------------------------------------
+
+
+def _phase_peak(spans: list[dict], pods: set[str]) -> float:
+    """The largest share of the pods' segment starts in one 1 ms bin of the 100 ms CFS period."""
+    names = {"tokenize", "onnx.encode", "pool_normalize", "proto.marshal"}
+    shares = []
+    for pod in pods:
+        starts = [s["start"] % 100_000_000 for s in spans if s["name"] in names and instance(s) == pod]
+        shares.append(np.bincount(np.asarray(starts) // 1_000_000, minlength=100).max() / len(starts))
+    return min(shares)
+
+
+def test_throttled_pods_stall_until_a_period_boundary_without_gc(tmp_path: Path) -> None:
+    spans, summary = load(tmp_path, "throttled-embedder", "cpu-throttling", 900, 2)  # no GC events
+    (cause,) = summary["truth"]
+    throttled = set(cause["instances"])
+    others = {instance(s) for s in spans if s["service"] == "embedder"} - throttled
+    assert throttled and others
+    assert _phase_peak(spans, throttled) > 0.035 > 0.025 > _phase_peak(spans, others)  # uniform: 0.01
+    assert all(s["events"] in ("", "[]") for s in spans)  # seed 2: the runtime reports nothing
+    encode = by_name(spans, "onnx.encode")
+    slow = [s["duration"] for s in encode if instance(s) in throttled]
+    fine = [s["duration"] for s in encode if instance(s) in others]
+    assert p(slow, 99) > 3 * p(fine, 99)
+
+
+def test_embedding_payload_time_grows_with_rpc_response_size(tmp_path: Path) -> None:
+    spans, _ = load(tmp_path, "throttled-embedder", "large-payload", 900, 0)
+    calls = [s for s in spans if s["name"] == "embedding.v1.Embedder/Embed" and s["kind"] == "Client"]
+    kids = children(spans)
+    size = np.array([float(s["attrs"]["rpc.response.size"]) for s in calls])
+    transfer = np.array([s["end"] - kids[s["id"]][0]["end"] for s in calls], dtype=float)
+    assert size.max() > 1e6 and np.corrcoef(size, transfer)[0, 1] > 0.95
+    gc = [
+        s
+        for s in spans
+        if s["name"] == "embedding.v1.Embedder/Embed"
+        and s["kind"] == "Server"
+        and s["events"] not in ("", "[]")
+    ]
+    assert gc  # seed 0 reports the Go runtime's pauses, all under half a millisecond
+    assert all(int(ns) < 500_000 for s in gc for ns in _pause_values(s["events"]))
+
+
+def _pause_values(events: str) -> list[str]:
+    return [e["Attributes"]["go.gc.pause_ns"] for e in json.loads(events)] if events.startswith("[") else []
