@@ -44,8 +44,10 @@ import duckdb
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.accuracy_runs import FAMILIES, family_rows, pair_rows, summary  # noqa: E402
+from bench.accuracy_runs import CAUSE, FAMILIES, SIDE, family_rows, pair_rows, summary  # noqa: E402
+from bench.blind_runs import Scored, blind_rows, external_rows, family_tables, from_row, misses  # noqa: E402
 from reference_pipeline.simulate.api import simulate_columns, simulate_to_file  # noqa: E402
+from reference_pipeline.simulate.blind import MODULES as BLIND  # noqa: E402
 from reference_pipeline.simulate.config import SCENARIOS  # noqa: E402
 from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
 from tailscope.analysis.diagnosis.load import load_frame  # noqa: E402
@@ -142,14 +144,23 @@ def main(argv: list[str] | None = None) -> int:
         "--jaeger", action="store_true", help="also one seed per scenario through Jaeger JSON"
     )
     parser.add_argument("--topologies", default="pipeline",
-                        help="comma-separated: pipeline, gateway, region, readthrough, queue-worker, or all")
+                        help="comma-separated: pipeline, gateway, region, readthrough, queue-worker, the "
+                        f"blind families ({', '.join(BLIND)}; `blind`: all five), or all")
+    parser.add_argument("--external", action="append", default=[], type=Path, metavar="DIR",
+                        help="also score a directory of trace files with a truth.json (as "
+                        "/work/shared/families/scoring_api.py OUT writes), through the loader and diagnose")
     parser.add_argument("--pairs", action="store_true",
                         help="also the two-cause runs (accuracy_runs.PAIRS) in every topology picked")
     parser.add_argument("--write", action="store_true", help="write the tables into bench/RESULTS.md")
     args = parser.parse_args(argv)
     topologies = args.topologies.split(",")
     if topologies == ["all"]:
-        topologies = ["pipeline", "gateway", *FAMILIES]
+        topologies = ["pipeline", "gateway", *FAMILIES, *BLIND]
+    if "blind" in topologies:
+        topologies = [t for t in topologies if t != "blind"] + [b for b in BLIND if b not in topologies]
+    unknown = set(topologies) - {"pipeline", "gateway", *FAMILIES, *BLIND}
+    if unknown:
+        parser.error(f"unknown topologies: {', '.join(sorted(unknown))}")
     ok = True
     single: list = []
     if "pipeline" in topologies:
@@ -173,13 +184,16 @@ def main(argv: list[str] | None = None) -> int:
         rows = family_rows(families, args.requests, args.seeds, options, _line)
         ok &= all(r[5] for r in rows)
         single += rows
+    blind = blind_rows([t for t in topologies if t in BLIND], args.requests, args.seeds, _line)
+    external = [r for directory in args.external for r in external_rows(directory, _line)]
     pairs = []
     if args.pairs:
         def in_memory(scenario: str, requests: int, seed: int):
             return diagnose_columns(scenario, requests, seed, "alt")
 
         pairs = pair_rows(topologies, args.requests, args.seeds, options, in_memory, _line)
-    if families or args.pairs or len(topologies) > 1:
+    old_families = [t for t in topologies if t not in BLIND]
+    if families or args.pairs or len(old_families) > 1:
         command = (
             f"bench/accuracy.py --topologies {','.join(topologies)} --requests {args.requests} "
             f"--seeds {args.seeds} --namings {args.namings}{' --jaeger' if args.jaeger else ''}"
@@ -190,7 +204,23 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         if args.write:
             write(text, SUMMARY_BEGIN, SUMMARY_END)
+    scored = [from_row(r, _causes) for r in single + [p[:7] for p in pairs]] + blind + external
+    if blind or external or len(topologies) > 1:
+        print(f"\nPer family (issue 25), --requests {args.requests} --seeds {args.seeds}:\n")
+        print(family_tables(scored))
+        print("\nRuns with a wrong top finding or a false alarm:\n")
+        print(misses(scored))
+    ok &= all(r.top_ok() for r in blind + external)
     return 0 if ok else 1
+
+
+def _causes(scenario: str) -> list[dict]:
+    """The truth of a scenario of the project's own families (accuracy_runs.CAUSE and SIDE)."""
+    return [{"pattern": CAUSE[s], "accept": [], "side": sorted(SIDE.get(s, ()))}
+            for s in scenario.split("+") if s in CAUSE]
+
+
+__all__ = ["Scored", "main"]
 
 
 def gateway_rows(args) -> list:
