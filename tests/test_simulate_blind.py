@@ -85,8 +85,8 @@ def _gateway_parts(spans: list[dict]) -> tuple[list[dict], dict[str, dict]]:
 
 
 def test_edge_gateway_pauses_stretch_gateway_spans_and_leave_the_ranker_alone(tmp_path: Path) -> None:
-    healthy, _ = load(tmp_path, "edge-gateway", "healthy", 600, 0)  # Zipkin v2
-    paused, summary = load(tmp_path, "edge-gateway", "gateway-gc", 600, 0)
+    healthy, _ = load(tmp_path, "edge-gateway", "healthy", 400, 0)  # Zipkin v2
+    paused, summary = load(tmp_path, "edge-gateway", "gateway-gc", 400, 0)
     assert summary["format"] == "zipkin" and summary["truth"][0]["pattern"] == "gc_pause"
     assert {s["service"] for s in paused} == {"edge-gateway", "ranker-serving"}
 
@@ -104,7 +104,7 @@ def test_edge_gateway_pauses_stretch_gateway_spans_and_leave_the_ranker_alone(tm
 
 
 def test_edge_gateway_handler_wait_grows_with_the_arrival_rate(tmp_path: Path) -> None:
-    spans, summary = load(tmp_path, "edge-gateway", "worker-queue", 800, 1)  # OTLP
+    spans, summary = load(tmp_path, "edge-gateway", "worker-queue", 500, 1)  # OTLP
     assert summary["format"] == "otlp-json"
     calls, server_of = _gateway_parts(spans)
     calls.sort(key=lambda c: c["start"])
@@ -133,7 +133,7 @@ def test_edge_gateway_autoscaled_pods_start_cold(tmp_path: Path) -> None:
 
 
 def test_bff_timeouts_end_at_the_deadline_in_error_and_retry_the_same_peer(tmp_path: Path) -> None:
-    spans, summary = load(tmp_path, "bff-fanout", "timeout-retry", 1500, 1)
+    spans, summary = load(tmp_path, "bff-fanout", "timeout-retry", 800, 1)
     assert [c["pattern"] for c in summary["truth"]] == ["timeout_retry"]
     kids = children(spans)
     failed = [s for s in spans if s["kind"] == "Client" and s["status"] == "Error"]
@@ -153,12 +153,12 @@ def test_bff_timeouts_end_at_the_deadline_in_error_and_retry_the_same_peer(tmp_p
             and s["attrs"]["server.address"] == span["attrs"]["server.address"]
         ]
         assert again and again[0]["attrs"]["http.request.resend_count"] == "1"
-    healthy, _ = load(tmp_path, "bff-fanout", "healthy", 1500, 1)
+    healthy, _ = load(tmp_path, "bff-fanout", "healthy", 600, 1)
     assert not [s for s in healthy if s["status"] == "Error"]
 
 
 def test_bff_payload_time_grows_with_the_response_size(tmp_path: Path) -> None:
-    spans, _ = load(tmp_path, "bff-fanout", "large-payload", 800, 2)
+    spans, _ = load(tmp_path, "bff-fanout", "large-payload", 500, 2)
     recs = [s for s in spans if s["kind"] == "Client" and s["attrs"]["server.address"] == "recs-model"]
     size = np.array([s["attrs"]["http.response.body.size"] for s in recs], dtype=float)
     assert size.max() > 50 * np.median(size) / 10 and size.max() > 2e6
@@ -172,7 +172,7 @@ def test_bff_payload_time_grows_with_the_response_size(tmp_path: Path) -> None:
 
 
 def test_bff_gc_stalls_every_callback_of_the_pod_and_is_reported_on_seed_0(tmp_path: Path) -> None:
-    spans, summary = load(tmp_path, "bff-fanout", "gc+slow-backend", 800, 0)
+    spans, summary = load(tmp_path, "bff-fanout", "gc+slow-backend", 500, 0)
     assert {c["pattern"] for c in summary["truth"]} == {"gc_pause", "slow_dependency"}
     roots = by_name(spans, "GET /api/home")
     majors = [s for s in roots if '"major"' in s["events"]]
@@ -191,8 +191,8 @@ def _pool_wait(spans: list[dict]) -> list[float]:
 
 
 def test_pool_waits_come_from_connections_others_hold(tmp_path: Path) -> None:
-    healthy, _ = load(tmp_path, "pool-retry", "healthy", 700, 1)  # Jaeger
-    exhausted, summary = load(tmp_path, "pool-retry", "pool-exhaustion", 700, 1)
+    healthy, _ = load(tmp_path, "pool-retry", "healthy", 400, 1)  # Jaeger
+    exhausted, summary = load(tmp_path, "pool-retry", "pool-exhaustion", 500, 1)
     assert summary["format"] == "jaeger" and summary["truth"][0]["pattern"] == "lock_contention"
     assert p(_pool_wait(healthy), 99) < 1 * MS
     assert p(_pool_wait(exhausted), 90) > 20 * MS
@@ -210,12 +210,12 @@ def test_pool_waits_come_from_connections_others_hold(tmp_path: Path) -> None:
 
 
 def test_deadline_exceeded_attempts_end_at_the_deadline_and_are_retried(tmp_path: Path) -> None:
-    spans, summary = load(tmp_path, "pool-retry", "deadline-retry", 700, 0)  # OTLP
+    spans, summary = load(tmp_path, "pool-retry", "deadline-retry", 500, 0)  # OTLP
     assert summary["format"] == "otlp-json"
     kids = children(spans)
     calls = [s for s in spans if s["kind"] == "Client" and s["name"] == "ocr.v1.DocumentModel/Extract"]
     failed = [s for s in calls if s["status"] == "Error"]
-    assert len(failed) > 0.03 * 700
+    assert len(failed) > 0.03 * 500
     for span in failed:
         assert span["attrs"]["rpc.grpc.status_code"] == "4" and span["duration"] >= 250 * MS
         assert kids[span["id"]][0]["end"] > span["end"]  # the model ran on after the client gave up
@@ -231,23 +231,31 @@ def test_deadline_exceeded_attempts_end_at_the_deadline_and_are_retried(tmp_path
 # --- throttled-embedder ------------------------------------------------------------------------------
 
 
-def _phase_peak(spans: list[dict], pods: set[str]) -> float:
-    """The largest share of the pods' segment starts in one 1 ms bin of the 100 ms CFS period."""
-    names = {"tokenize", "onnx.encode", "pool_normalize", "proto.marshal"}
-    shares = []
-    for pod in pods:
-        starts = [s["start"] % 100_000_000 for s in spans if s["name"] in names and instance(s) == pod]
-        shares.append(np.bincount(np.asarray(starts) // 1_000_000, minlength=100).max() / len(starts))
-    return min(shares)
+def _ends_bunched(spans: list[dict], pod: str) -> tuple[int, float]:
+    """A pod's stretched `onnx.encode` spans (over 30 ms: four threads make its median ~4 ms) and the
+    largest share of their ends within one 20 ms window of the 100 ms CFS period: a stall ends at the
+    pod's period boundary and the rest of the work follows it."""
+    ends = [
+        s["end"] % 100_000_000
+        for s in by_name(spans, "onnx.encode")
+        if instance(s) == pod and s["duration"] > 30 * MS
+    ]
+    if not ends:
+        return 0, 0.0
+    bins = np.bincount(np.asarray(ends) // 10_000_000, minlength=10)
+    return len(ends), max(bins[i] + bins[(i + 1) % 10] for i in range(10)) / len(ends)
 
 
 def test_throttled_pods_stall_until_a_period_boundary_without_gc(tmp_path: Path) -> None:
-    spans, summary = load(tmp_path, "throttled-embedder", "cpu-throttling", 900, 2)  # no GC events
+    spans, summary = load(tmp_path, "throttled-embedder", "cpu-throttling", 700, 2)  # no GC events
     (cause,) = summary["truth"]
     throttled = set(cause["instances"])
     others = {instance(s) for s in spans if s["service"] == "embedder"} - throttled
     assert throttled and others
-    assert _phase_peak(spans, throttled) > 0.035 > 0.025 > _phase_peak(spans, others)  # uniform: 0.01
+    for pod in throttled:
+        stretched, bunched = _ends_bunched(spans, pod)
+        assert stretched >= 5 and bunched > 0.6
+    assert all(_ends_bunched(spans, pod)[0] < 3 for pod in others)
     assert all(s["events"] in ("", "[]") for s in spans)  # seed 2: the runtime reports nothing
     encode = by_name(spans, "onnx.encode")
     slow = [s["duration"] for s in encode if instance(s) in throttled]
@@ -256,7 +264,7 @@ def test_throttled_pods_stall_until_a_period_boundary_without_gc(tmp_path: Path)
 
 
 def test_embedding_payload_time_grows_with_rpc_response_size(tmp_path: Path) -> None:
-    spans, _ = load(tmp_path, "throttled-embedder", "large-payload", 900, 0)
+    spans, _ = load(tmp_path, "throttled-embedder", "large-payload", 500, 0)
     calls = [s for s in spans if s["name"] == "embedding.v1.Embedder/Embed" and s["kind"] == "Client"]
     kids = children(spans)
     size = np.array([float(s["attrs"]["rpc.response.size"]) for s in calls])

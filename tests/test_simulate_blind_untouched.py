@@ -27,7 +27,7 @@ def test_producer_spans_end_after_the_response_and_lag_grows_in_bursts(tmp_path:
 
 
 def test_throttled_scorers_restart_on_period_boundaries(tmp_path: Path) -> None:
-    spans, _ = load(tmp_path, "kafka-scorer", "cpu-throttling", 900, 2)
+    spans, _ = load(tmp_path, "kafka-scorer", "cpu-throttling", 700, 2)
     predict = by_name(spans, "xgboost.predict")
     for pod in {instance(s) for s in predict}:
         mine = [s for s in predict if instance(s) == pod]

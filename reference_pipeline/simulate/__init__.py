@@ -15,6 +15,11 @@ batches for big test data without files. Modules, in the order data flows:
   (a caller in another region wrapping the server; a read-through cache whose misses add a fallback
   call; request-reply through a message queue to a worker); `a+b` scenarios plant two causes
 - writers: OTLP/JSON lines, Jaeger UI JSON, SpanColumns
+- blind (blind.py, trace_table.py, edge_gateway, bff_fanout, pool_retry, throttled_embedder,
+  kafka_scorer): five families written from real systems' mechanics by a writer who had not read the
+  diagnosis (issue 25), each with its own discrete-event model (timeouts and retries, a connection
+  pool, CPU quotas, payload sizes, autoscaling, a message broker), truth per planted cause, and OTLP /
+  Jaeger / Zipkin v2 output; kafka_scorer is the untouched, held-out one
 - api, cli: the Python API and `tailscope pipeline simulate`
 
 This package imports only lightweight modules at import time (the CLI's --help stays fast); the API
