@@ -283,3 +283,50 @@ def test_embedding_payload_time_grows_with_rpc_response_size(tmp_path: Path) -> 
 
 def _pause_values(events: str) -> list[str]:
     return [e["Attributes"]["go.gc.pause_ns"] for e in json.loads(events)] if events.startswith("[") else []
+
+
+def test_the_cli_writes_a_blind_family_run_and_rejects_another_familys_scenario(
+    tmp_path: Path, capsys
+) -> None:
+    from tailscope.cli.main import main
+
+    out = tmp_path / "retry.jsonl"
+    assert (
+        main(
+            [
+                "pipeline",
+                "simulate",
+                "--family",
+                "bff-fanout",
+                "--scenario",
+                "timeout-retry",
+                "--requests",
+                "50",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["truth"][0]["pattern"] == "timeout_retry" and out.stat().st_size > 0
+    assert (
+        main(
+            [
+                "pipeline",
+                "simulate",
+                "--family",
+                "bff-fanout",
+                "--scenario",
+                "gc-pressure",
+                "--out",
+                str(tmp_path / "x.jsonl"),
+            ]
+        )
+        == 2
+    )
+    assert "unknown bff-fanout scenario 'gc-pressure'" in capsys.readouterr().err
+    assert (
+        main(["pipeline", "simulate", "--scenario", "timeout-retry", "--out", str(tmp_path / "y.jsonl")]) == 2
+    )
