@@ -1,12 +1,20 @@
 """Diagnosis accuracy on every planted scenario of the simulator: scenario x seed x naming (x format).
 
     .venv/bin/python bench/accuracy.py [--requests 3000] [--seeds 5] [--jaeger] [--write]
-        [--topologies pipeline,gateway,region,readthrough,queue-worker | all] [--pairs]
+        [--topologies pipeline,gateway,region,readthrough,queue-worker,<blind families> | blind | all]
+        [--pairs] [--external DIR]
 
 `region`, `readthrough` and `queue-worker` are three more held-out families, and `--pairs` adds the
 two-cause runs; with either (or several topologies) a summary follows: top-finding accuracy per
 family, two-cause recall, false alarms at >= 0.5 and a reliability table over every run (see
 bench/accuracy_runs.py).
+
+The blind families of issue 25 (reference_pipeline/simulate/blind.py: edge-gateway, bff-fanout,
+pool-retry, throttled-embedder and the untouched kafka-scorer; `--topologies blind` for all five) run
+every scenario x seed through a file in the seed's format (Zipkin v2, Jaeger or OTLP) and the real
+loader, scored against their truth (per cause: pattern, accept, side); `--external DIR` scores a
+directory of trace files with a truth.json the same way. With either, or several topologies, the
+per-family table and the leave-one-family-out reliability table of bench/blind_runs.py follow.
 
 `--topologies` picks the span trees: `pipeline` (default) is the reference pipeline's, in both
 namings; `gateway` is the held-out family (reference_pipeline/simulate/gateway.py): the same planted
