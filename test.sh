@@ -15,4 +15,7 @@ fi
 .venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e '.[pipeline,dev,clickhouse]'
 .venv/bin/python -m ruff check .
+# the layers and the store seam (pyproject.toml [tool.importlinter]): no import circles, no engine
+# named above the store, each driver only in its engine package
+.venv/bin/lint-imports
 exec .venv/bin/python -m pytest "$@"

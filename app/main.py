@@ -57,6 +57,6 @@ if page is HOME:
     open_overview()
 with st.sidebar:
     notice.guarded(filters.sidebar)
-    shown = data.where() if data.is_clickhouse() else data.db_path().name
+    shown = data.short_name()
     st.caption(f"Store: `{shown}`", help=f"{data.where()} (`tailscope serve --db FILE` or `--store URL`)")
 page.run()

@@ -59,7 +59,7 @@ from reference_pipeline.simulate.blind import MODULES as BLIND  # noqa: E402
 from reference_pipeline.simulate.config import SCENARIOS  # noqa: E402
 from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
 from tailscope.analysis.diagnosis.load import load_frame  # noqa: E402
-from tailscope.store.db import ensure_schema  # noqa: E402
+from tailscope.store.duckdb.connection import ensure_schema  # noqa: E402
 
 PLANTED = {
     "steady": None,
@@ -100,7 +100,7 @@ def diagnose_columns(scenario: str, requests: int, seed: int, naming: str):
 def diagnose_jaeger(scenario: str, requests: int, seed: int, naming: str):
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis import diagnose
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "run.json"
@@ -121,7 +121,7 @@ def gateway_setup(seed: int) -> tuple[str, bool, tuple[float, float]]:
 def diagnose_gateway(scenario: str, requests: int, seed: int):
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis import diagnose
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     fmt, gc_events, gateway_ms = gateway_setup(seed)
     with tempfile.TemporaryDirectory() as tmp:

@@ -88,7 +88,7 @@ def family_setup(topology: str, seed: int) -> tuple[str, bool]:
 def diagnose_family(topology: str, scenario: str, requests: int, seed: int, **options):
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis import diagnose
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     fmt, gc_events = family_setup(topology, seed)
     with tempfile.TemporaryDirectory() as tmp:

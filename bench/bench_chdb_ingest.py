@@ -3,7 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/bench_chdb_ingest.py FILE [--work DIR] [--writes 3]
         [--setting NAME=VALUE ...]
 
-On a fresh chdb folder: (1) decode + stage + convert the file (clickhouse_load._stage_file: the
+On a fresh chdb folder: (1) decode + stage + convert the file (store.clickhouse.load._stage_file: the
 DecodePool workers decode, a second thread stages and converts each batch into _ts_ready); (2) the
 write of the ready table into otel_traces, `--writes` times (otel_traces and its lookup emptied
 between), plain and with each `--setting` (alternately, best of each); (3) the derive: from
@@ -25,13 +25,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.machine_info import cpu_seconds
-from ingest import clickhouse_load
-from ingest.loader import FileResult
+from ingest.loader import FileResult, decode_file
 from ingest.parallel import DecodePool
 from tailscope import sql
-from tailscope.query.clickhouse import RunSelection, derive_statements
-from tailscope.store import ch_overlap, ch_write
-from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
+from tailscope.store.clickhouse import load as ch_load
+from tailscope.store.clickhouse import overlap as ch_overlap
+from tailscope.store.clickhouse import write as ch_write
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.clickhouse.statements import RunSelection, derive_statements
+from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S
 from tailscope.store.engine import open_store
 
 RUN = "r"
@@ -47,9 +49,10 @@ def part(name: str, fn: Callable[[], object]) -> tuple[float, float]:
 
 def stage(store: ClickHouseStore, path: Path, ready: str) -> tuple[int, int]:
     result = FileResult(path=str(path))
-    with DecodePool() as pool:
+    with DecodePool() as pool, open(path, "rb", buffering=1 << 20) as raw:
         ch_write.clear_staged(store, ready)
-        bounds = clickhouse_load._stage_file(store, path, RUN, result, False, {}, pool, ready)
+        batches = decode_file(raw, str(path), result, None, pool)
+        bounds, _ = ch_load._stage_file(store, batches, RUN, {}, ready)
     assert bounds is not None
     return bounds
 
@@ -115,7 +118,7 @@ def main() -> None:
     shutil.rmtree(args.work, ignore_errors=True)
     store = open_store(f"chdb://{args.work}")
     assert isinstance(store, ClickHouseStore)
-    store.prepare(create_exporter_table=True)
+    store.prepare(writing=True)
     ready = ch_overlap.ready_table(store)
     bounds: list[tuple[int, int]] = []
     part("decode + stage + convert", lambda: bounds.append(stage(store, args.file, ready)))

@@ -28,9 +28,10 @@ import pyarrow as pa
 from bench_chdb_insert import INSERTS, create_tables
 from chdb import session as chs
 
-from ingest.loader import INSERT_ROWS, FileResult, append_batch, decode_file
-from tailscope.analysis.derive import refresh_run
-from tailscope.store.db import ensure_schema
+from ingest.loader import FileResult, decode_file
+from tailscope.store.duckdb.connection import ensure_schema
+from tailscope.store.duckdb.derive import refresh_run
+from tailscope.store.duckdb.writer import INSERT_ROWS, append_batch
 from tailscope.vocabulary import ALL_STAGES
 
 HERE = Path(__file__).resolve().parent

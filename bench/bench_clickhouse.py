@@ -45,7 +45,7 @@ from tailscope.analysis import (
 )
 from tailscope.analysis.diagnosis import diagnose
 from tailscope.cli.main import main
-from tailscope.store import ch_write
+from tailscope.store.clickhouse import write as ch_write
 from tailscope.store.engine import open_store
 
 

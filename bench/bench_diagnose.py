@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
 from tailscope.analysis.diagnosis.load import load_frame  # noqa: E402
-from tailscope.store.db import Store  # noqa: E402
+from tailscope.store.duckdb.store import DuckDBStore as Store  # noqa: E402
 
 SPANS_PER_REQUEST = 13
 

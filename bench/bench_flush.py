@@ -20,9 +20,9 @@ from typing import Any
 
 from bench.gen_otlp import START_NS, requests, to_proto
 from ingest import otlp_proto_fast
-from ingest.loader import store_batches
 from tailscope import sql
-from tailscope.store.db import connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.writer import store_batches
 
 
 class Clock:

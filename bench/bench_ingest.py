@@ -131,8 +131,8 @@ def ingest(path: Path) -> dict[str, object]:
 def time_refresh_run(db: Path) -> float:
     sys.path.insert(0, str(ROOT))
     from tailscope import sql
-    from tailscope.analysis.derive import refresh_run
-    from tailscope.store.db import connect_writer
+    from tailscope.store.duckdb.connection import connect_writer
+    from tailscope.store.duckdb.derive import refresh_run
 
     with connect_writer(db) as conn:
         conn.begin()

@@ -26,8 +26,9 @@ from machine_info import machine  # noqa: E402
 
 from tailscope.analysis.phases import default_phase_rules  # noqa: E402
 from tailscope.analysis.stages import default_rules  # noqa: E402
-from tailscope.query.builders import phase_spans_query, span_tree_query  # noqa: E402
-from tailscope.store.db import Store, connect_reader  # noqa: E402
+from tailscope.store.duckdb.connection import connect_reader  # noqa: E402
+from tailscope.store.duckdb.statements import phase_spans_query, span_tree_query  # noqa: E402
+from tailscope.store.duckdb.store import DuckDBStore as Store  # noqa: E402
 
 
 def walk_seconds(db: Path, run: str, repeat: int) -> dict[str, float]:
@@ -50,8 +51,8 @@ def walk_seconds(db: Path, run: str, repeat: int) -> dict[str, float]:
 
 
 def llm_store(tmp: Path, requests: int) -> Path:
-    from ingest.loader import append_batch
     from reference_pipeline.simulate.llm_server import LlmServerConfig, simulate_llm_server
+    from tailscope.store.duckdb.writer import append_batch
 
     db = tmp / "llm.duckdb"
     cols = simulate_llm_server(LlmServerConfig(requests=requests, seed=1, scenario="steady"))

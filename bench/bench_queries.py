@@ -29,10 +29,10 @@ from tailscope.analysis import (
     trace_gantt,
     waterfall,
 )
-from tailscope.analysis.derive import refresh_run
-from tailscope.analysis.phases import seed_phase_rules
-from tailscope.analysis.stages import seed_rules
-from tailscope.store.db import Store, connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import refresh_run
+from tailscope.store.duckdb.rules import seed_phase_rules, seed_rules
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 SPANS_PER_REQUEST = 11
 TARGET_S = 1.0

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ingest import loader, otlp_fast, otlp_proto_fast  # noqa: E402
-from tailscope.store.db import connect_writer  # noqa: E402
+from tailscope.store.duckdb.connection import connect_writer  # noqa: E402
 
 BUDGETS = {
     ".jsonl": ("orjson.loads of every line", 1.5),

@@ -1,9 +1,10 @@
-"""Load trace files into the store: one file = one transaction, streamed in batches.
+"""Load trace files into a store: one file = one all-or-nothing write, streamed in batches.
 
 For each file: open → undo whole-file compression → detect the format → decode batches of spans →
-append each batch to `otel_traces` through Arrow → drop duplicate (TraceId, SpanId) within the run →
-refresh the `runs` row and the derived tables → commit. Any failure before the commit (a decode
-error in strict mode, a crash, kill -9) leaves the store as it was before that file.
+hand them to the store's RunWriter (tailscope.store.interface), which writes them (the spans the run
+already has left out) and brings the run's derived rows up to date, on DuckDB in one transaction per
+file, on ClickHouse after the last file. A decode error in strict mode (or a crash, kill -9) leaves
+the store as it was before that file.
 """
 
 from __future__ import annotations
@@ -18,45 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
-import pyarrow as pa
-
 from ingest import detect, otlp_fast, otlp_proto, otlp_proto_fast
 from ingest.arrow_batch import ArrowSpans
 from ingest.columns import SpanColumns
 from ingest.compression import open_decompressed
 from ingest.errors import DecodeError
 from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool, decode_on_workers
-from ingest.run_row import trace_count, update_run
-from ingest.setup import setup_attributes
-from ingest.touched import TouchedTraces
-from tailscope import sql
-from tailscope.analysis.derive import refresh_run, trace_window
-from tailscope.store.connection import WriterConnection
-from tailscope.store.db import connect_writer
+from tailscope.store.engine import open_store
+from tailscope.store.interface import FileWrite, RunWriter, Store
+from tailscope.store.url import default_db_path
 
-# Rows per INSERT: DuckDB's row group. Every INSERT but a file's last appends whole row groups: a
-# transaction's appends are written to the file as they go (optimistic writes), and an INSERT that
-# ends inside a row group leaves a partial one that the commit then rewrites (measured, 1 M spans in
-# inserts of 130,000 rows: commit 1.06 s and a 74 MB file, against 0.28 s and 50 MB in whole groups).
-INSERT_ROWS = 122_880
 _COMPRESSED_SUFFIXES = (".gz", ".gzip", ".zst", ".zstd")
 
 Progress = Callable[[int, int, int], None]  # (bytes read, bytes total, spans decoded so far)
-
-
-@dataclass
-class StoreStats:
-    """What one `store_batches` call did."""
-
-    spans_decoded: int = 0
-    spans_stored: int = 0  # net new rows after duplicates were dropped
-    run_spans: int = 0  # the run's totals afterwards
-    run_traces: int = 0
-
-    @property
-    def duplicates(self) -> int:
-        return self.spans_decoded - self.spans_stored
 
 
 @dataclass
@@ -71,6 +46,7 @@ class FileResult:
     error: str | None = None  # set when the whole file was rejected (store unchanged for it)
     run_traces: int | None = None  # traces in the run after this file committed
     seconds: float = 0.0
+    written: FileWrite | None = field(default=None, repr=False)  # what the store's writer did
 
 
 @dataclass
@@ -166,87 +142,6 @@ def reason_of(error: DecodeError) -> str:
     return re.sub(r"(?<![A-Za-z])\d+", "N", message)
 
 
-def store_batches(
-    conn: WriterConnection,
-    run_label: str,
-    batches: Iterable[SpanColumns],
-    source_files: list[str],
-) -> StoreStats:
-    """Append batches to a run inside the caller's open transaction, then dedupe and refresh the run.
-
-    The caller owns BEGIN/COMMIT/ROLLBACK. Within the run, a (TraceId, SpanId) already stored wins
-    over a later copy; the runs row (files, counts, setup attributes) and the derived tables are
-    brought up to date before returning. Dedupe and refresh look only at the traces the batches
-    touched.
-    """
-    stats = StoreStats()
-    before = _query(conn, "ingest_run_span_count", [run_label])[0][0]
-    setup: dict[str, set[str]] = {}
-    touched = TouchedTraces()
-    pending: list[pa.Table] = []  # appended together: DuckDB's per-INSERT cost is not negligible
-
-    def append(whole_groups: bool = False) -> None:
-        table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
-        pending.clear()
-        if whole_groups:  # the rest waits for the next batches (see INSERT_ROWS)
-            rows = table.num_rows - table.num_rows % INSERT_ROWS
-            if rows < table.num_rows:
-                pending.append(table.slice(rows))
-            table = table.slice(0, rows)
-        append_batch(conn, run_label, table.combine_chunks())
-
-    for batch in batches:
-        if not len(batch):
-            continue
-        setup_attributes(batch, setup)
-        table = batch.to_arrow()
-        touched.add(table)
-        if pending and not table.schema.equals(pending[0].schema):
-            append()
-        pending.append(table)
-        stats.spans_decoded += len(batch)
-        if sum(t.num_rows for t in pending) >= INSERT_ROWS:
-            append(whole_groups=True)
-    if pending:
-        append()
-    touched_table = touched.table() if stats.spans_decoded else None
-    known = 0
-    if touched_table is not None:
-        conn.register("ingest_touched", touched_table)
-        try:
-            scope = [run_label, touched.first_ns, touched.last_ns]
-            if _query(conn, "ingest_has_repeats", scope)[0][0]:
-                _query(conn, "ingest_dedupe_run", scope)
-            if before:
-                window = trace_window(conn, run_label, touched.span_range())
-                known = _query(conn, "ingest_known_traces", [run_label, *window])[0][0]
-        finally:
-            conn.unregister("ingest_touched")
-    after = _query(conn, "ingest_run_span_count", [run_label])[0][0]
-    stats.spans_stored = after - before
-    traces = trace_count(conn, run_label, before, after, len(touched_table or []) - known)
-    update_run(conn, run_label, source_files, setup, after, traces)
-    stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
-    # (the memory cap set by load_file stays for the derive: it goes part by part, see derive.PART_SPANS)
-    refresh_run(conn, run_label, touched_table, stats.spans_stored, touched.span_range())
-    return stats
-
-
-def append_batch(conn: WriterConnection, run_label: str, table: pa.Table) -> None:
-    """INSERT one Arrow batch into otel_traces under `run_label` (see ingest_insert_spans.sql for
-    why the batch is a relation with the label as a column, not a registered view)."""
-    label = pa.DictionaryArray.from_arrays(
-        pa.array(np.zeros(table.num_rows, dtype=np.int32)), pa.array([run_label], pa.string())
-    )
-    batch = conn.from_arrow(table.append_column("RunLabel", label))
-    batch.query("ingest_batch", sql.load("ingest_insert_spans"))
-
-
-def _query(conn: WriterConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    """Run one statement from tailscope/sql to its end and return its rows."""
-    return conn.execute(sql.load(name), params).fetchall()
-
-
 class _Counting:
     """Bytes read so far from the raw (possibly compressed) file, for the progress bar."""
 
@@ -287,15 +182,14 @@ def decode_file(
     return detect.decoder_for(result.format, source)(stream, source, on_bad)
 
 
-def load_file(
+def _write_file(
+    writer: RunWriter,
     path: Path,
-    db_path: str | Path | None,
-    run_label: str,
     skip_bad: bool = False,
     progress: Callable[[int, int], None] | None = None,
     pool: DecodePool | None = None,
 ) -> FileResult:
-    """Load one file in one transaction. A DecodeError (strict mode) leaves the store unchanged."""
+    """Decode one file into the writer: all of it, or (a DecodeError in strict mode) none of it."""
     started = time.perf_counter()
     source = str(path)
     result = FileResult(path=source)
@@ -305,12 +199,11 @@ def load_file(
         result.reasons[reason_of(error)] += 1
 
     try:
-        with open(path, "rb", buffering=1 << 20) as raw, connect_writer(db_path) as conn:
-            _query(conn, "ingest_writer_memory", [])
+        with open(path, "rb", buffering=1 << 20) as raw:
             counting = _Counting(raw)
             batches = decode_file(raw, source, result, on_bad if skip_bad else None, pool)
 
-            def reported(batches: Iterable[SpanColumns]) -> Iterator[SpanColumns]:
+            def reported(batches: Iterable[SpanColumns | ArrowSpans]) -> Iterator[SpanColumns | ArrowSpans]:
                 decoded = 0
                 for batch in batches:
                     decoded += len(batch)
@@ -318,16 +211,11 @@ def load_file(
                         progress(counting.position(), decoded)
                     yield batch
 
-            conn.begin()
-            try:
-                stats = store_batches(conn, run_label, reported(batches), [source])
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
-        result.spans = stats.spans_stored
-        result.duplicates = stats.duplicates
-        result.run_traces = stats.run_traces
+            write = writer.write_file(source, reported(batches))
+        result.spans = write.stored
+        result.duplicates = write.duplicates
+        result.run_traces = write.run_traces
+        result.written = write
     except DecodeError as error:
         result.error = str(error)
         result.spans = result.duplicates = 0
@@ -337,27 +225,58 @@ def load_file(
     return result
 
 
+def _store(where: Store | str | os.PathLike[str] | None) -> Store:
+    """The store given, or the one a path or URL names (None: the default DuckDB file)."""
+    if where is None:
+        return open_store(default_db_path())
+    if isinstance(where, str | os.PathLike):
+        return open_store(os.fspath(where))
+    return where
+
+
+def load_file(
+    path: Path,
+    store: Store | str | os.PathLike[str] | None,
+    run_label: str,
+    skip_bad: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    pool: DecodePool | None = None,
+) -> FileResult:
+    """Load one file into a run on its own (the run derived after it). A DecodeError (strict mode)
+    leaves the store unchanged."""
+    with _store(store).run_writer(run_label, 1) as writer:
+        result = _write_file(writer, path, skip_bad, progress, pool)
+        traces = writer.finish()
+    result.run_traces = traces if result.error is None else result.run_traces
+    return result
+
+
 def load_paths(
     paths: Iterable[str | os.PathLike[str]],
-    db_path: str | Path | None,
+    store: Store | str | os.PathLike[str] | None,
     run_label: str | None,
     skip_bad: bool = False,
     progress: Progress | None = None,
 ) -> LoadSummary:
-    """Load files and folders into one run, file by file (each its own transaction).
+    """Load files and folders into one run of a store (a Store, or a DuckDB path / store URL), file
+    by file (each all or nothing), then the run's derived rows where the store waits for the last.
 
     `run_label` None → `default_run_label(paths)`. `progress(bytes_read, bytes_total, spans)` is
     called after every batch. Files that fail are reported in the summary, the others still load.
     """
     started = time.perf_counter()
+    paths = list(paths)
     files = expand_paths(paths)
-    label = run_label or default_run_label(list(paths))
+    label = run_label or default_run_label(paths)
     summary = LoadSummary(run_label=label)
     sizes = [_size(p) for p in files]
     total = sum(sizes)
     done_bytes = done_spans = 0
+    # big OTLP files decode on worker processes (forked before the store's writer starts a thread;
+    # the workers only decode)
     parallel = decode_on_workers(sizes)
-    with DecodePool() if parallel else contextlib.nullcontext() as pool:
+    pool_context = DecodePool() if parallel else contextlib.nullcontext()
+    with pool_context as pool, _store(store).run_writer(label, len(files)) as writer:
         for path, size in zip(files, sizes, strict=True):
 
             def file_progress(
@@ -367,14 +286,16 @@ def load_paths(
                     progress(base[0] + position, total, base[1] + spans)
 
             use_pool = pool if size >= PARALLEL_MIN_BYTES else None
-            result = load_file(path, db_path, label, skip_bad, file_progress, use_pool)
+            result = _write_file(writer, path, skip_bad, file_progress, use_pool)
             summary.files.append(result)
             done_bytes += size
             done_spans += result.spans
             if progress is not None:
                 progress(done_bytes, total, done_spans)
-    committed = [f.run_traces for f in summary.files if f.run_traces is not None]
-    summary.traces = committed[-1] if committed else 0
+        summary.traces = writer.finish()
+    for result in summary.files:  # a writer may count a file's spans again once the run is derived
+        if result.written is not None:
+            result.spans, result.duplicates = result.written.stored, result.written.duplicates
     summary.seconds = time.perf_counter() - started
     return summary
 

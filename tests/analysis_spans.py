@@ -9,8 +9,8 @@ from pathlib import Path
 import duckdb
 
 from ingest.columns import SpanColumns
-from tailscope.analysis.derive import refresh_run
-from tailscope.store.db import connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import refresh_run
 
 BASE_NS = 1_700_000_000_000_000_000
 _ids = itertools.count(1)

@@ -11,9 +11,9 @@ import random
 from pathlib import Path
 
 from ingest.columns import SpanColumns
-from ingest.loader import store_batches
 from reference_pipeline import span_model as sm
-from tailscope.store.db import connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.writer import store_batches
 from tailscope.vocabulary import STAGE_ATTRIBUTE
 
 START_NS = 1_763_700_000_000_000_000  # 2025-11-21T04:40:00Z

@@ -31,11 +31,11 @@ def db_path(tmp_path: Path) -> Path:
 def chdb_store(tmp_path: Path):
     """A fresh chdb store with the exporter's otel_traces and tailscope's tables (skips without chdb)."""
     pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
-    from tailscope.store.clickhouse import ClickHouseStore
+    from tailscope.store.clickhouse.engine import ClickHouseStore
     from tailscope.store.engine import open_store
 
     store = open_store(f"chdb://{tmp_path / 'ch'}", time_limit_s=30)
     assert isinstance(store, ClickHouseStore)
-    store.prepare(create_exporter_table=True)
+    store.prepare(writing=True)
     yield store
     store.close()

@@ -199,7 +199,7 @@ MIN_READS = 5
 def read_loop(db_path: str, seconds: float, unit: int, out_path: str) -> None:
     """Query the store every 10 ms for `seconds` (longer, up to 4x, until MIN_READS reads are in: a
     busy machine stretches each write); write each query's latency and counts as JSON."""
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     store = Store(db_path)
     samples: list[list[float]] = []

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from app.components.rules import phase_rules_frame, phase_rules_from_frame, rules_frame, rules_from_frame
 from tailscope import analysis
 from tailscope.analysis import StageRule
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
 PAGES = [

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from test_clickhouse_ingest import REQUESTS_OF, SPANS_OF, _steady_file
 
-from ingest import clickhouse_load
+from ingest.loader import load_paths
 from ingest.loader import load_paths as duckdb_load_paths
 from tailscope.analysis.diagnosis import diagnose
-from tailscope.store.clickhouse import ClickHouseStore
-from tailscope.store.db import Store
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
 
@@ -26,10 +26,10 @@ def _findings(source: object, run: str) -> list[tuple[str, str, float]]:
 
 def test_a_file_loaded_twice_is_stored_once(chdb_store: ClickHouseStore, tmp_path: Path) -> None:
     path = _steady_file(tmp_path, 120)
-    first = clickhouse_load.load_paths(chdb_store, [path], "r")
+    first = load_paths([path], chdb_store, "r")
     once = chdb_store.query(SPANS_OF, {"run": "r"}).rows, chdb_store.query(REQUESTS_OF, {"run": "r"}).rows
     findings = _findings(chdb_store, "r")
-    again = clickhouse_load.load_paths(chdb_store, [path], "r")
+    again = load_paths([path], chdb_store, "r")
     assert again.files[0].spans == 0 and again.files[0].duplicates == first.files[0].spans > 0
     assert chdb_store.query(SPANS_OF, {"run": "r"}).rows == once[0]
     assert chdb_store.query(REQUESTS_OF, {"run": "r"}).rows == once[1]
@@ -52,8 +52,8 @@ def test_overlapping_files_and_spans_sharing_an_id(chdb_store: ClickHouseStore, 
     span["startTimeUnixNano"] = str(int(span["startTimeUnixNano"]) + 1000)
     twin = tmp_path / "twin.jsonl"
     twin.write_bytes(json.dumps(request).encode() + b"\n" + lines[0] + b"\n")
-    loaded = clickhouse_load.load_paths(chdb_store, [first, second, twin], "r")
-    whole = clickhouse_load.load_paths(chdb_store, [path], "whole")
+    loaded = load_paths([first, second, twin], chdb_store, "r")
+    whole = load_paths([path], chdb_store, "whole")
     stored = sum(f.spans for f in loaded.files)
     spans_in_first_line = sum(len(s["spans"]) for r in request["resourceSpans"] for s in r["scopeSpans"])
     assert stored == whole.files[0].spans + 1  # each span once, and the twin with its own timing
@@ -69,8 +69,8 @@ def test_a_new_runs_file_that_repeats_spans_stores_each_once(
     path = _steady_file(tmp_path, 40)
     doubled = tmp_path / "doubled.jsonl"
     doubled.write_bytes(path.read_bytes() * 2)
-    once = clickhouse_load.load_paths(chdb_store, [path], "once")
-    twice = clickhouse_load.load_paths(chdb_store, [doubled], "twice")
+    once = load_paths([path], chdb_store, "once")
+    twice = load_paths([doubled], chdb_store, "twice")
     assert twice.files[0].spans == once.files[0].spans > 0
     assert twice.files[0].duplicates == once.files[0].spans
     assert (

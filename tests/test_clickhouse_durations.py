@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 from test_clickhouse_ingest import _steady_file
 
-from ingest import clickhouse_load
-from tailscope.analysis import trace_ch
-from tailscope.query.clickhouse import rank_statement, scoped
-from tailscope.store import ch_durations, ch_write
-from tailscope.store.clickhouse import ClickHouseStore
+from ingest.loader import load_paths
+from tailscope.store.clickhouse import span_durations as ch_durations
+from tailscope.store.clickhouse import trace as trace_ch
+from tailscope.store.clickhouse import write as ch_write
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.clickhouse.statements import rank_statement, scoped
 from tailscope.store.engine import open_store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
@@ -54,13 +55,13 @@ def _asked(store: ClickHouseStore, run: str) -> tuple[list[str], list[int]]:
 
 def test_kept_durations_follow_the_runs_spans(chdb_store: ClickHouseStore, tmp_path: Path) -> None:
     path = _steady_file(tmp_path, 60)
-    clickhouse_load.load_paths(chdb_store, [path], "r")  # a new run: written while derived
+    load_paths([path], chdb_store, "r")  # a new run: written while derived
     spans = _same_as_spans(chdb_store, "r")
     assert spans > 60
-    clickhouse_load.load_paths(chdb_store, [path], "r")  # loaded again: nothing new, derived again
+    load_paths([path], chdb_store, "r")  # loaded again: nothing new, derived again
     assert _same_as_spans(chdb_store, "r") == spans
     (tmp_path / "b").mkdir()
-    clickhouse_load.load_paths(chdb_store, [_steady_file(tmp_path / "b", 30)], "r")  # another file
+    load_paths([_steady_file(tmp_path / "b", 30)], chdb_store, "r")  # another file
     assert _same_as_spans(chdb_store, "r") > spans
     ch_write.refresh_run(chdb_store, "r", part_spans=200)  # derived again, window by window
     assert _same_as_spans(chdb_store, "r") > spans
@@ -74,8 +75,8 @@ def test_a_store_made_before_the_table_is_migrated_on_open(tmp_path: Path) -> No
     url = f"chdb://{tmp_path / 'ch'}"
     store = open_store(url)
     assert isinstance(store, ClickHouseStore)
-    store.prepare(create_exporter_table=True)
-    clickhouse_load.load_paths(store, [_steady_file(tmp_path, 40)], "old")
+    store.prepare(writing=True)
+    load_paths([_steady_file(tmp_path, 40)], store, "old")
     names, durations = _asked(store, "old")
     expected = _scan_ranks(store, "old", names, durations)
     store.query("DROP TABLE tailscope_span_durations")  # as a store made before it existed
@@ -90,7 +91,7 @@ def test_a_store_made_before_the_table_is_migrated_on_open(tmp_path: Path) -> No
 def test_a_run_without_durations_is_ranked_from_its_spans(
     chdb_store: ClickHouseStore, tmp_path: Path
 ) -> None:
-    clickhouse_load.load_paths(chdb_store, [_steady_file(tmp_path, 30)], "r")
+    load_paths([_steady_file(tmp_path, 30)], chdb_store, "r")
     names, durations = _asked(chdb_store, "r")
     expected = _scan_ranks(chdb_store, "r", names, durations)
     ch_durations.forget_run(chdb_store, "r")

@@ -13,7 +13,7 @@ import pytest
 
 from tailscope import sql
 from tailscope.cli.main import main
-from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.clickhouse.engine import ClickHouseStore
 from tailscope.store.engine import open_store
 from tailscope.store.errors import QueryTimeoutError
 from tailscope.store.url import parse_store_url
@@ -142,7 +142,7 @@ class FakeClient:
     ],
 )
 def test_http_sends_row_queries_for_arrow_and_the_rest_as_commands(name: str, call: str) -> None:
-    from tailscope.store.clickhouse import HttpTransport
+    from tailscope.store.clickhouse.transport import HttpTransport
 
     client = FakeClient()
     location = parse_store_url("clickhouse://h/db")

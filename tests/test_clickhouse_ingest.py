@@ -14,11 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from ingest import clickhouse_load
-from ingest.loader import FileResult, decode_file
+from ingest.loader import FileResult, decode_file, load_paths
 from tailscope import sql
-from tailscope.store import ch_dedupe, ch_overlap, ch_write
-from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.clickhouse import dedupe as ch_dedupe
+from tailscope.store.clickhouse import overlap as ch_overlap
+from tailscope.store.clickhouse import write as ch_write
+from tailscope.store.clickhouse.engine import ClickHouseStore
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
 
@@ -186,14 +187,14 @@ def test_writing_while_deriving_stores_what_the_sequential_load_did(
     chdb_store: ClickHouseStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _steady_file(tmp_path)
-    overlapped = clickhouse_load.load_paths(chdb_store, [path], "overlap")
+    overlapped = load_paths([path], chdb_store, "overlap")
     lookup = chdb_store.query(LOOKUP).rows
     with monkeypatch.context() as patched:
         patched.setattr(ch_overlap, "possible", lambda *args: False)
-        sequential = clickhouse_load.load_paths(chdb_store, [path], "sequential")
+        sequential = load_paths([path], chdb_store, "sequential")
     with monkeypatch.context() as patched:  # a run over one derive window: written, then derived
         patched.setattr(ch_write, "PART_SPANS", 1000)
-        windowed = clickhouse_load.load_paths(chdb_store, [path], "windowed")
+        windowed = load_paths([path], chdb_store, "windowed")
     assert windowed.traces == 300
     assert _stored(chdb_store, "windowed") == _stored(chdb_store, "sequential")
     assert overlapped.spans == sequential.spans > 3000
@@ -213,7 +214,7 @@ def test_a_new_label_with_spans_already_stored_is_derived_from_all_of_them(
         batches = [b.to_arrow() for b in decode_file(raw, str(path), FileResult(path=str(path)), None)]
     for batch in batches:  # spans of the label, but no run defined (a load that stopped part way)
         ch_dedupe.append_spans_once(chdb_store, batch, "late")
-    summary = clickhouse_load.load_paths(chdb_store, [path], "late")
+    summary = load_paths([path], chdb_store, "late")
     assert summary.traces == 100  # counted in otel_traces: each trace's spans are there twice
     derived = chdb_store.query(REQUESTS_OF, {"run": "late"}).rows
     ch_write.refresh_run(chdb_store, "late")
@@ -231,7 +232,7 @@ def test_a_failed_write_defines_no_run_and_stores_no_rows(
 
     monkeypatch.setattr(ch_overlap, "_write", failing_write)
     with pytest.raises(RuntimeError, match="disk full"):
-        clickhouse_load.load_paths(chdb_store, [path], "failed")
+        load_paths([path], chdb_store, "failed")
     assert ch_write.run_selection(chdb_store, "failed") is None
     assert chdb_store.query(SPANS_OF, {"run": "failed"}).rows == []
     assert chdb_store.query(REQUESTS_OF, {"run": "failed"}).rows == []
@@ -242,7 +243,7 @@ def test_a_shared_table_left_by_an_interrupted_load_is_dropped_by_the_next(
     chdb_store: ClickHouseStore, tmp_path: Path
 ) -> None:
     left = ch_overlap.ready_table(chdb_store)  # as a load killed before its drop leaves it
-    clickhouse_load.load_paths(chdb_store, [_steady_file(tmp_path, 20)], "next")
+    load_paths([_steady_file(tmp_path, 20)], chdb_store, "next")
     stale = sql.load("ingest_shared_ready_stale", dialect="clickhouse")
     assert left.startswith("_tailscope_ready_") and chdb_store.query(stale).rows == []
     assert len(chdb_store.query(REQUESTS_OF, {"run": "next"}).rows) == 20

@@ -18,11 +18,13 @@ import pytest
 from analysis_spans import S, add_trace
 
 from ingest.columns import SpanColumns
-from tailscope.analysis.derive import refresh_run
-from tailscope.query.clickhouse import RunSelection
-from tailscope.store import ch_dedupe, ch_write
-from tailscope.store.clickhouse import ClickHouseStore
-from tailscope.store.db import Store, connect_writer
+from tailscope.store.clickhouse import dedupe as ch_dedupe
+from tailscope.store.clickhouse import write as ch_write
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.clickhouse.statements import RunSelection
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import refresh_run
+from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.store.engine import open_store
 
 pytest.importorskip(
@@ -185,7 +187,7 @@ def test_quantile_definition_is_duckdbs_bit_for_bit() -> None:
     import duckdb
     import numpy as np
 
-    from tailscope.analysis.quantiles import from_order_statistics, position
+    from tailscope.store.clickhouse.quantiles import from_order_statistics, position
 
     rng = np.random.default_rng(7)
     conn = duckdb.connect()

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from test_clickhouse_ingest import _steady_file
 
-from ingest import clickhouse_load
+from ingest.loader import load_paths
 from tailscope.analysis import Filter, stage_breakdown
-from tailscope.store import ch_sample, ch_write
+from tailscope.store.clickhouse import sample as ch_sample
+from tailscope.store.clickhouse import write as ch_write
 from tailscope.store.engine import open_store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
@@ -59,16 +60,16 @@ def test_traces_shared_with_another_run_are_read_with_its_filters(
     path = _steady_file(tmp_path, 80)
     shared = _some_traces(path, tmp_path / "shared.jsonl", 3)  # a third of the traces, also in b
     alone = open_store(f"chdb://{tmp_path / 'alone'}")
-    alone.prepare(create_exporter_table=True)
-    clickhouse_load.load_paths(alone, [path], "a")
+    alone.prepare(writing=True)
+    load_paths([path], alone, "a")
     seen = _proven_counts(monkeypatch)
     expected = _answers(alone)
     assert seen and all(proven == sampled for proven, sampled in seen)  # nothing else there
     alone.close()
     both = open_store(f"chdb://{tmp_path / 'both'}")
-    both.prepare(create_exporter_table=True)
-    clickhouse_load.load_paths(both, [path], "a")
-    clickhouse_load.load_paths(both, [shared], "b")
+    both.prepare(writing=True)
+    load_paths([path], both, "a")
+    load_paths([shared], both, "b")
     seen.clear()
     assert _answers(both) == expected
     assert seen and all(0 < proven < sampled for proven, sampled in seen)  # both reads used

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from test_clickhouse_ingest import _steady_file
 
-from ingest import clickhouse_load
 from ingest.loader import load_paths
 from tailscope.analysis import (
     StageRule,
@@ -24,11 +23,13 @@ from tailscope.analysis import (
     save_rules,
     validate_rules,
 )
-from tailscope.analysis.derive import refresh_run
-from tailscope.query.clickhouse import RunSelection
-from tailscope.store import ch_dedupe, ch_write
-from tailscope.store.clickhouse import ClickHouseStore
-from tailscope.store.db import Store, connect_writer
+from tailscope.store.clickhouse import dedupe as ch_dedupe
+from tailscope.store.clickhouse import write as ch_write
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.clickhouse.statements import RunSelection
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import refresh_run
+from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.store.engine import open_store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
@@ -50,7 +51,7 @@ def test_edited_rules_derive_every_run_again_as_on_duckdb(chdb_store: object, tm
     duck = Store(tmp_path / "d.duckdb")
     for run in ("a", "b"):
         load_paths([path], duck.path, run)
-        clickhouse_load.load_paths(chdb_store, [path], run)  # type: ignore[arg-type]
+        load_paths([path], chdb_store, run)  # type: ignore[arg-type]
     before = _requests(duck, chdb_store, "a")[1]
     # the enrichment service's server span (downstream, from its client parent) as feature hydration
     rules = default_rules()

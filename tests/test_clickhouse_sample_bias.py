@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.types import Filter
-from tailscope.query.builders import filtered
-from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.clickhouse.quantiles import from_order_statistics
+from tailscope.store.clickhouse.statements import filtered
 from tailscope.store.engine import open_store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
@@ -47,7 +47,7 @@ IN_BURST = (
 def store(tmp_path: Path) -> Iterator[ClickHouseStore]:
     opened = open_store(f"chdb://{tmp_path / 'ch'}", time_limit_s=30)
     assert isinstance(opened, ClickHouseStore)
-    opened.prepare(create_exporter_table=True)
+    opened.prepare(writing=True)
     opened.query(REQUESTS)
     yield opened
     opened.close()
@@ -56,10 +56,10 @@ def store(tmp_path: Path) -> Iterator[ClickHouseStore]:
 def test_breakdown_sample_draws_the_burst_as_often_as_its_share(store: ClickHouseStore) -> None:
     flt = Filter(run="burst")
     quantiles = (0.45, 0.55, 0.97, 1.0)
-    text, params = filtered("order_statistics", flt, list(quantiles), dialect="clickhouse")
+    text, params = filtered("order_statistics", flt, list(quantiles))
     pairs, n = store.query(text, params).rows[0]
     bounds = from_order_statistics(pairs, n, quantiles)
-    text, params = filtered("stage_breakdown_scope", flt, bounds, True, 100, dialect="clickhouse")
+    text, params = filtered("stage_breakdown_scope", flt, bounds, True, 100)
     drawn = [trace for trace, grp in store.query(text, params).rows if grp == "band"]
     assert 40 <= len(drawn) <= 100
     share_sql = (
@@ -78,12 +78,12 @@ def test_breakdown_sample_draws_the_burst_as_often_as_its_share(store: ClickHous
 
 def test_tail_vs_body_sample_draws_the_burst_as_often_as_its_share(store: ClickHouseStore) -> None:
     flt = Filter(run="burst")
-    text, params = filtered("order_statistics", flt, [0.97], dialect="clickhouse")
+    text, params = filtered("order_statistics", flt, [0.97])
     pairs, n = store.query(text, params).rows[0]
     (threshold,) = from_order_statistics(pairs, n, (0.97,))
     # tail_selection.sql's params: stage ('' = e2e), threshold, no rectangle; then N per side
     text, params = filtered(
-        "tail_sample", flt, "", threshold, False, None, None, None, None, 100, dialect="clickhouse"
+        "tail_sample", flt, "", threshold, False, None, None, None, None, 100
     )
     tail = [row[0] for row in store.query(text, params).rows if row[3]]
     share_sql = (

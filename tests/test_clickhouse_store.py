@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from tailscope import sql
-from tailscope.store.ch_schema import schema_problem
-from tailscope.store.clickhouse import ClickHouseStore, bind_value, named_params
-from tailscope.store.db import Store
-from tailscope.store.engine import dialect_of, open_store
+from tailscope.store.clickhouse.binding import bind_value, named_params
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.clickhouse.schema import schema_problem
+from tailscope.store.duckdb.store import DuckDBStore as Store
+from tailscope.store.engine import open_store
 from tailscope.store.errors import (
     QueryTimeoutError,
     SchemaMismatchError,
@@ -86,7 +87,6 @@ def test_list_params_bind_to_numbered_names() -> None:
 def test_url_chooses_the_engine(url: str, engine: str, kind: type) -> None:
     store = open_store(url)  # opens nothing
     assert isinstance(store, kind)
-    assert dialect_of(store) == ("duckdb" if engine == "duckdb" else "clickhouse")
     if isinstance(store, ClickHouseStore):
         assert store.location.engine == engine
 
@@ -335,8 +335,8 @@ def test_chdb_folder_locked_by_another_process(chdb_store: ClickHouseStore, tmp_
 
 def test_clickhouse_filter_and_rules_carry_values_only_as_parameters() -> None:
     from tailscope.analysis.types import Filter, StageRule
-    from tailscope.query.builders import filter_where_clickhouse, filtered
-    from tailscope.query.clickhouse import stage_case
+    from tailscope.store.clickhouse.statements import filter_where as filter_where_clickhouse
+    from tailscope.store.clickhouse.statements import filtered, stage_case
 
     where, params = filter_where_clickhouse(Filter(run=HOSTILE, service="s", start=datetime(2024, 1, 1)))
     assert where == (
@@ -344,7 +344,7 @@ def test_clickhouse_filter_and_rules_carry_values_only_as_parameters() -> None:
         "AND Timestamp >= {f_start:DateTime64(9, 'UTC')}"
     )
     assert params == {"f_run": HOSTILE, "f_service": "s", "f_start": datetime(2024, 1, 1)}
-    text, params = filtered("waterfall", Filter(run=HOSTILE), 1.0, 2.0, 3.0, 4.0, True, dialect="clickhouse")
+    text, params = filtered("waterfall", Filter(run=HOSTILE), 1.0, 2.0, 3.0, 4.0, True)
     assert HOSTILE not in text and params["f_run"] == HOSTILE and params["p5"] is True
     rules = [
         StageRule(position=1, stage="queue", span_kind="Server", name_regex=HOSTILE, attribute_regex=None),
@@ -360,7 +360,7 @@ def test_clickhouse_filter_and_rules_carry_values_only_as_parameters() -> None:
 
 
 def test_insert_statements_quote_their_identifiers_and_refuse_odd_ones() -> None:
-    from tailscope.store.ch_binding import insert_statement
+    from tailscope.store.clickhouse.binding import insert_statement
 
     assert insert_statement("otel_traces", ["Timestamp", "Events.Name"]) == (
         "INSERT INTO `otel_traces` (`Timestamp`, `Events.Name`)"

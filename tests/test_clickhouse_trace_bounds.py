@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 import test_clickhouse_parity as parity
 
-from tailscope.analysis import trace_ch, views
+from tailscope.analysis import views
 from tailscope.analysis.types import Filter
-from tailscope.query.clickhouse import RunSelection
-from tailscope.store import ch_write
-from tailscope.store.clickhouse import ClickHouseStore
-from tailscope.store.db import Store
+from tailscope.store.clickhouse import trace as trace_ch
+from tailscope.store.clickhouse import write as ch_write
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.clickhouse.statements import RunSelection
+from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.store.errors import TableMissingError
 
 pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra)")
@@ -62,7 +63,7 @@ def test_without_the_lookup_table_the_run_selection_is_kept(monkeypatch: pytest.
 
 
 def test_second_ranges_merge_when_they_overlap_or_touch() -> None:
-    from tailscope.store.ch_sample import merged
+    from tailscope.store.clickhouse.sample import merged
 
     assert merged([(5, 6), (1, 2), (3, 3), (10, 12), (11, 11)]) == [(1, 3), (5, 6), (10, 12)]
     assert merged([]) == []
@@ -71,7 +72,7 @@ def test_second_ranges_merge_when_they_overlap_or_touch() -> None:
 def test_sampled_traces_seconds(stores: tuple[Store, ClickHouseStore]) -> None:
     # a few traces of a long run: their seconds; a trace the lookup does not know, or a sample
     # spread over most of the run: None (read across the run)
-    from tailscope.store.ch_sample import selection_seconds, trace_seconds
+    from tailscope.store.clickhouse.sample import selection_seconds, trace_seconds
 
     duck, clickhouse = stores
     selection = ch_write.run_selection(clickhouse, "steady")

@@ -15,8 +15,8 @@ import test_clickhouse_parity as parity
 
 from tailscope.analysis import tail_vs_body, trace_gantt, views
 from tailscope.analysis.types import Filter, Rect
-from tailscope.store.clickhouse import ClickHouseStore
-from tailscope.store.db import Store
+from tailscope.store.clickhouse.engine import ClickHouseStore
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 pytest.importorskip(
     "chdb", reason="chdb not installed (the [clickhouse] extra): no ClickHouse engine to compare"

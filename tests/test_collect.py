@@ -17,7 +17,7 @@ from receiver_support import STOPPED, Collector, json_request, proto_request, sp
 
 from ingest.receiver import protocol
 from ingest.receiver.limits import BadEncoding, TooLarge, decompress
-from tailscope.store.db import connect_reader
+from tailscope.store.duckdb.connection import connect_reader
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

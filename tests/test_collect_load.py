@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from receiver_support import STOPPED, Collector
 
-from tailscope.store.db import connect_reader
+from tailscope.store.duckdb.connection import connect_reader
 
 EXPORTERS = 4
 SECONDS = 4.0

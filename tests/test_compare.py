@@ -10,8 +10,9 @@ from analysis_spans import S, SpanColumns, add_trace, insert
 
 from tailscope.analysis import compare
 from tailscope.analysis.compare import bootstrap_quantile, cost_per_1k
-from tailscope.analysis.derive import refresh_run
-from tailscope.store.db import Store, connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import refresh_run
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
 def test_order_statistic_bootstrap_matches_naive_resampling():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from reference_pipeline.simulate.config import SCENARIOS
 from tailscope.cli.demo_cmd import demo_runs
 from tailscope.cli.main import main
-from tailscope.store.db import connect_reader
+from tailscope.store.duckdb.connection import connect_reader
 
 
 def test_demo_loads_every_scenario_and_the_hardware_pair_then_reuses_them(tmp_path, capsys) -> None:

@@ -6,8 +6,8 @@ import duckdb
 import pytest
 from analysis_spans import S, SpanColumns, add_rootless_trace, add_trace, insert, load
 
-from tailscope.analysis.derive import refresh_run
-from tailscope.store.db import connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import refresh_run
 from tailscope.vocabulary import ALL_STAGES
 
 STAGE_COLUMNS = [f"{stage}_ns" for stage in ALL_STAGES]
@@ -168,7 +168,7 @@ def test_stage_columns_add_up_to_duration(db_path, n_traces):
 def test_real_world_corpus_derives_consistent_requests_and_every_view_answers(corpus_dir, db_path):
     from ingest.loader import load_paths
     from tailscope.analysis import Filter, overview, slowest_traces, stage_mapping, trace_gantt, waterfall
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     files = sorted(
         p for p in corpus_dir.rglob("*") if p.is_file() and p.suffix != ".md" and p.name != "manifest.json"
@@ -202,7 +202,7 @@ def test_a_flush_knows_the_runs_longest_request_without_scanning_its_requests(db
     # each flush needs the run's longest request (how far its traces' spans can start apart): kept
     # in derive_state by every derive, so a flush into a long run does not scan its requests for it
     from tailscope import sql
-    from tailscope.analysis import derive
+    from tailscope.store.duckdb import derive
 
     first = SpanColumns()
     for i in range(10):
@@ -236,8 +236,8 @@ def test_a_new_stores_first_run_is_derived_once(db_path, monkeypatch):
     # a new store seeds the phase rules on its first derive; that derives every run with them, the
     # run being written included, and must not derive that run a second time (as the loader's
     # refresh, naming the traces it touched, did: twice the derive of a new store's first file)
-    from ingest.loader import store_batches
-    from tailscope.analysis import derive
+    from tailscope.store.duckdb import derive
+    from tailscope.store.duckdb.writer import store_batches
 
     spans = SpanColumns()
     for i in range(5):

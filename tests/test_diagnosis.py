@@ -12,7 +12,7 @@ import pytest
 
 from tailscope.analysis.diagnosis import UnknownRunError, diagnose, list_runs
 from tailscope.cli.main import main
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
 
@@ -115,7 +115,7 @@ def test_stalls_the_runtime_does_not_report_as_gc_weigh_less(store: Store) -> No
     from tailscope.analysis.source import reading
 
     with reading(store) as shared:
-        frame = load_frame(shared.cursor(), "gc-pressure")
+        frame = load_frame(shared, "gc-pressure")
     assert len(frame.gc_time), "the simulated runtime reports its GC pauses"
 
     def gc_confidence(f) -> float:

@@ -14,7 +14,7 @@ from tailscope.analysis.diagnosis import diagnose
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.model import Context
 from tailscope.analysis.diagnosis.queueing import waits
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
 loader = pytest.importorskip("ingest.loader")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tailscope.analysis.diagnosis import diagnose
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
 loader = pytest.importorskip("ingest.loader")

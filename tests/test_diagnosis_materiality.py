@@ -11,7 +11,7 @@ from hand_frames import MS, hand_frame
 
 from tailscope.analysis.diagnosis import diagnose, diagnose_frame
 from tailscope.analysis.diagnosis.frame import TraceFrame
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
 def _confidence(findings, pattern: str) -> float:

@@ -16,7 +16,7 @@ import pytest
 from reference_pipeline.simulate.api import simulate_columns
 from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis.load import load_frame
-from tailscope.store.db import ensure_schema
+from tailscope.store.duckdb.connection import ensure_schema
 
 
 def _diagnosed(table: pa.Table) -> list[tuple[str, str | None, float, float | None]]:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tailscope.analysis.derive import refresh_run
 from tailscope.analysis.diagnosis import diagnose
-from tailscope.store.db import Store
+from tailscope.store.duckdb.derive import refresh_run
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
 APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"

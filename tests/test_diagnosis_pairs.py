@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tailscope.analysis.diagnosis import diagnose
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
 loader = pytest.importorskip("ingest.loader")

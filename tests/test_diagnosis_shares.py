@@ -10,7 +10,7 @@ from app.views.diagnosis_shares import share_rows, shares_figure
 from tailscope.analysis.diagnosis import diagnose
 from tailscope.analysis.diagnosis.model import Finding
 from tailscope.analysis.diagnosis.shares import apportion, rank
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
 def finding(pattern: str, confidence: float, share: float | None, **stats) -> Finding:

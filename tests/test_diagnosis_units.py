@@ -157,7 +157,7 @@ def test_real_world_exports_load_and_diagnose_without_errors(corpus_dir, tmp_pat
     """Every real export of the corpus in one run: odd ids, missing parents, no kinds, events."""
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis import diagnose
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     db = tmp_path / "corpus.duckdb"
     files = [p for p in sorted(corpus_dir.rglob("*")) if p.is_file() and p.suffix not in (".md",)]

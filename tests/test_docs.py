@@ -39,7 +39,7 @@ def test_every_command_is_documented_and_has_help() -> None:
 
 def test_store_errors_become_one_line_messages(monkeypatch, capsys) -> None:
     from tailscope.cli import main as cli_main
-    from tailscope.store.db import StoreBusyError
+    from tailscope.store.errors import StoreBusyError
 
     def busy(args) -> int:
         raise StoreBusyError("x.duckdb: still locked by another tailscope process after 60 s")

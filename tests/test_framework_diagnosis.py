@@ -8,7 +8,7 @@ from analysis_spans import load
 
 from reference_pipeline.simulate.llm_server import LlmServerConfig, simulate_llm_server
 from tailscope.analysis.diagnosis import diagnose
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
 def diagnosed(db_path, scenario: str):

@@ -10,7 +10,8 @@ import pytest
 
 from ingest.loader import load_paths
 from tailscope.analysis import Filter, waterfall
-from tailscope.store.db import Store, connect_reader
+from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
 CASES = [

@@ -224,11 +224,13 @@ def test_every_insert_but_the_last_appends_whole_row_groups(
     tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # an INSERT that ends inside a row group leaves a partial group the commit rewrites
-    monkeypatch.setattr(loader, "INSERT_ROWS", 4)
+    from tailscope.store.duckdb import writer  # the DuckDB engine's writer does the INSERTs
+
+    monkeypatch.setattr(writer, "INSERT_ROWS", 4)
     inserts: list[int] = []
-    append = loader.append_batch
+    append = writer.append_batch
     monkeypatch.setattr(
-        loader,
+        writer,
         "append_batch",
         lambda conn, run, table: inserts.append(table.num_rows) or append(conn, run, table),
     )

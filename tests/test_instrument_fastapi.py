@@ -17,7 +17,8 @@ from browser_support import free_port
 from receiver_support import REPO_ROOT, STOPPED, Collector
 
 from tailscope.analysis import Filter, stage_mapping, waterfall
-from tailscope.store.db import Store, connect_reader
+from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 pytest.importorskip("fastapi")
 pytest.importorskip("opentelemetry.instrumentation.fastapi")

@@ -24,8 +24,9 @@ import duckdb
 import pytest
 
 from tailscope.cli.main import main
-from tailscope.store import migrate as migration
-from tailscope.store.db import StoreVersionError, connect_reader, connect_writer
+from tailscope.store.duckdb import migrate as migration
+from tailscope.store.duckdb.connection import connect_reader, connect_writer
+from tailscope.store.errors import StoreVersionError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "store_v1.duckdb.gz"
 SPAN_KEY = "RunLabel, TraceId, SpanId"
@@ -139,7 +140,7 @@ def test_migrate_converts_in_place_and_loses_nothing(
 def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: Path) -> None:
     """The SQL now reads JSON text (tailscope.stage, http.route, instance, the rules' attribute
     regexes): deriving every run again from the migrated spans must give the stored v1 rows."""
-    from tailscope.analysis.derive import refresh_all
+    from tailscope.store.duckdb.derive import refresh_all
 
     before = table(v1_store, "SELECT * FROM requests ORDER BY ALL")
     with connect_writer(v1_store) as conn:  # a writer migrates on open
@@ -151,7 +152,8 @@ def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: 
 def test_the_migrated_store_answers_reports_and_the_diagnosis(v1_store: Path) -> None:
     from tailscope.analysis import Filter, waterfall
     from tailscope.analysis.diagnosis import diagnose
-    from tailscope.store.db import Store, migrate_store
+    from tailscope.store.duckdb.connection import migrate_store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     migrate_store(v1_store)
     store = Store(v1_store)
@@ -177,7 +179,7 @@ def test_a_failed_migration_leaves_the_version_1_store_as_it_was(
 
 
 def migration_of(path: Path) -> None:
-    from tailscope.store.db import migrate_store
+    from tailscope.store.duckdb.connection import migrate_store
 
     migrate_store(path)
 

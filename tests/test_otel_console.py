@@ -13,7 +13,8 @@ from ingest import detect, otel_console
 from ingest.errors import DecodeError
 from ingest.loader import load_paths
 from tailscope.analysis import Filter, waterfall
-from tailscope.store.db import Store, connect_reader
+from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 RAYSERVE = Path(__file__).parent / "fixtures" / "frameworks" / "rayserve_spans.json"
 

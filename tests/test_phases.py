@@ -7,9 +7,12 @@ import pytest
 from analysis_spans import S, SpanColumns, add_trace, load
 
 from tailscope.analysis import Filter, stage_mapping, trace_gantt, waterfall
-from tailscope.analysis.phases import default_phase_rules, phase_rules_in_force, replace_phase_rules
+from tailscope.analysis.phases import default_phase_rules
 from tailscope.analysis.types import PhaseRule
-from tailscope.store.db import Store, connect_reader, connect_writer
+from tailscope.store.duckdb.connection import connect_reader, connect_writer
+from tailscope.store.duckdb.derive import replace_phase_rules
+from tailscope.store.duckdb.rules import phase_rules_in_force
+from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.vocabulary import ALL_STAGES
 
 STAGE_COLUMNS = list(ALL_STAGES)

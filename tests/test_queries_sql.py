@@ -16,8 +16,8 @@ from analysis_spans import S, SpanColumns, add_trace, load
 
 from tailscope.analysis import Filter, StageRule, default_rules, overview, slowest_traces, waterfall
 from tailscope.analysis.types import PhaseRule
-from tailscope.query.builders import filtered, span_tree_query
-from tailscope.store.db import Store
+from tailscope.store.duckdb.statements import filtered, span_tree_query
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 GOLDEN = Path(__file__).parent / "golden"
 WHEN = datetime(2026, 1, 2, 3, 4, 5)
@@ -67,7 +67,7 @@ def test_builder_output_matches_golden(case):
 
 def test_every_builder_statement_parses():
     conn = duckdb.connect()
-    from tailscope.store.db import ensure_schema
+    from tailscope.store.duckdb.connection import ensure_schema
 
     ensure_schema(conn)
     for case in CASES.values():

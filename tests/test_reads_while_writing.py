@@ -155,7 +155,7 @@ def test_reader_sees_whole_requests_while_collect_writes(tmp_path: Path) -> None
 
 
 def test_waiting_markers_of_dead_processes_are_ignored_and_removed(tmp_path: Path) -> None:
-    from tailscope.store import db
+    from tailscope.store.duckdb import connection as db
 
     store = tmp_path / "store.duckdb"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

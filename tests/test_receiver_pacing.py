@@ -13,6 +13,7 @@ from analysis_spans import S, SpanColumns, add_trace
 
 from ingest.receiver.limits import Limits
 from ingest.receiver.writer import BatchWriter
+from tailscope.store.duckdb.writer import DuckDBSink
 
 INTERVAL_MS = 50
 
@@ -39,7 +40,9 @@ def gaps_between_transactions(
     if reader_waiting:
         marker.touch()
     writer = BatchWriter(
-        db, "r", Limits(flush_interval_ms=interval_ms), store=slow_store, ack_waits=ack_waits
+        DuckDBSink(db, "r", "test", store=slow_store),
+        Limits(flush_interval_ms=interval_ms),
+        ack_waits=ack_waits,
     )
     writer.start()
     try:
@@ -87,7 +90,9 @@ def test_with_acks_after_commit_every_waiting_client_goes_into_one_transaction(t
         return None
 
     writer = BatchWriter(
-        tmp_path / "s.duckdb", "r", Limits(flush_interval_ms=200), store=slow_store, ack_waits=True
+        DuckDBSink(tmp_path / "s.duckdb", "r", "test", store=slow_store),
+        Limits(flush_interval_ms=200),
+        ack_waits=True,
     )
     writer.start()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from receiver_support import REPO_ROOT, STOPPED, Collector
 
-from tailscope.store.db import connect_reader
+from tailscope.store.duckdb.connection import connect_reader
 
 DROP = "'; DROP TABLE otel_traces; --"
 OR_TRUE = '" OR 1=1 --'

@@ -104,7 +104,7 @@ def test_queue_worker_consumer_starts_after_its_producer_ends(runs) -> None:
 
 def test_queue_worker_kinds_survive_jaeger(tmp_path: Path) -> None:
     from ingest.loader import load_paths
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     out = tmp_path / "run.json"
     simulate_to_file(out, "steady", 60, 1, topology="queue-worker", fmt="jaeger")

@@ -8,7 +8,7 @@ from test_app_pages import assert_clean, open_page
 
 from reference_pipeline.simulate.llm_server import LlmServerConfig, simulate_llm_server
 from tailscope.analysis import Filter, stage_breakdown
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
 def test_prefill_carries_the_long_prompt_tail(db_path) -> None:

@@ -11,12 +11,13 @@ from tailscope.analysis import (
     StageRule,
     default_rules,
     list_rules,
-    replace_rules,
     stage_mapping,
     validate_rules,
     waterfall,
 )
-from tailscope.store.db import Store, connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import replace_rules
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 # span name → stage the default rules must give WITHOUT the tailscope.stage attribute
 NAME_CASES = {

@@ -20,7 +20,7 @@ import pytest
 from browser_support import free_port, wait_healthy
 from receiver_support import REPO_ROOT, Collector, proto_request, spans_of
 
-from tailscope.store.db import connect_reader
+from tailscope.store.duckdb.connection import connect_reader
 
 ENTRY = [sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()"]
 SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]

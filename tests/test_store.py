@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_writer_on_existing_store_has_no_open_result(tmp_path) -> None:
-    from tailscope.store.db import connect_writer
+    from tailscope.store.duckdb.connection import connect_writer
 
     path = tmp_path / "s.duckdb"
     for _ in range(2):  # the second open finds the schema in place

@@ -1,5 +1,6 @@
 """Only tailscope.store talks to an engine's driver: the rest of the code goes through the seam
-(tailscope.store.connection, engine.open_store), so a second engine needs no change outside it."""
+(tailscope.store.interface, engine.open_store; also the import-linter contracts in pyproject.toml),
+so a second engine needs no change outside it."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ from analysis_spans import load
 
 from reference_pipeline.simulate.llm_server import LlmServerConfig, simulate_llm_server
 from tailscope.analysis import Filter, tail_vs_body
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
 def test_long_prompts_show_as_a_binned_token_count(db_path):

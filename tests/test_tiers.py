@@ -12,7 +12,8 @@ from analysis_spans import S, SpanColumns, add_trace, load
 
 from tailscope.analysis import Filter, stage_mapping, waterfall
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
-from tailscope.store.db import Store, connect_reader
+from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.vocabulary import ALL_STAGES
 
 STAGE_COLUMNS = ("ingress", "queue", "preprocessing", "model_forward", "downstream", "unattributed")

@@ -12,7 +12,8 @@ from ingest import detect, torchserve_log
 from ingest.errors import DecodeError
 from ingest.loader import load_paths
 from tailscope.analysis import Filter, waterfall
-from tailscope.store.db import Store, connect_reader
+from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "frameworks" / "torchserve_model_metrics.log"
 LINE = (

@@ -18,7 +18,7 @@ from tailscope.analysis import (
     trace_gantt,
     waterfall,
 )
-from tailscope.store.db import Store
+from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
 @pytest.fixture

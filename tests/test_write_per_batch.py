@@ -12,9 +12,9 @@ import duckdb
 import pytest
 from analysis_spans import BASE_NS, S, SpanColumns, add_trace
 
-from ingest.loader import store_batches
-from tailscope.analysis.derive import refresh_run
-from tailscope.store.db import connect_writer
+from tailscope.store.duckdb.connection import connect_writer
+from tailscope.store.duckdb.derive import refresh_run
+from tailscope.store.duckdb.writer import store_batches
 
 RUN = "r"
 
@@ -104,7 +104,7 @@ def test_a_repeated_batch_adds_nothing_and_keeps_derived_rows(db_path: Path) -> 
 
 
 def test_a_whole_run_derived_in_hash_partitions_matches_one_pass(db_path: Path, monkeypatch) -> None:
-    from tailscope.analysis import derive
+    from tailscope.store.duckdb import derive
 
     transaction(db_path, first_batch())
     one_pass = request_rows(db_path)
@@ -124,7 +124,7 @@ def test_an_appended_batch_is_not_kept_alive_until_the_commit(db_path: Path) -> 
 
     import pyarrow as pa
 
-    from ingest.loader import append_batch
+    from tailscope.store.duckdb.writer import append_batch
 
     cols = SpanColumns()
     for n in range(2000):
@@ -196,7 +196,7 @@ def test_the_runs_trace_count_stays_exact_without_a_recount_per_write(db_path: P
     """Each write adds the traces it brought to the recorded count (recounting the run's distinct
     TraceIds only when its span count crosses a power of 1.25): the count stays exact as new traces
     and late spans of old ones arrive, and most writes do not scan the run."""
-    from ingest import run_row
+    from tailscope.store.duckdb import run_row
 
     recounts = []
     original = run_row._query

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import streamlit as st
 
-from tailscope.store.db import default_db_path
-from tailscope.store.engine import AnyStore, open_store
-from tailscope.store.url import parse_store_url
+from tailscope.store.engine import open_store
+from tailscope.store.interface import Store
+from tailscope.store.url import default_db_path, parse_store_url
 
 T = TypeVar("T")
 
@@ -44,11 +44,6 @@ def clickhouse_url() -> str | None:
     return None
 
 
-def is_clickhouse() -> bool:
-    """Whether this dashboard reads a ClickHouse store (Upload loads through ingest.clickhouse_load)."""
-    return clickhouse_url() is not None
-
-
 def db_path() -> Path:
     return (db_path_from_argv(sys.argv[1:]) or default_db_path()).resolve()
 
@@ -59,16 +54,22 @@ def where() -> str:
     return parse_store_url(url).url if url else str(db_path())
 
 
+def short_name() -> str:
+    """The store in a few words: a DuckDB file's name, or a ClickHouse URL (no password)."""
+    url = clickhouse_url()
+    return parse_store_url(url).url if url else db_path().name
+
+
 def _key() -> str:
     return clickhouse_url() or str(db_path())
 
 
 @st.cache_resource(show_spinner=False)
-def _store(key: str) -> AnyStore:
+def _store(key: str) -> Store:
     return open_store(key)
 
 
-def store() -> AnyStore:
+def store() -> Store:
     """The store handle for this server (a DuckDB Store holds no open file; a ClickHouse store one
     chdb session or HTTP pool for the process), safe to share."""
     return _store(_key())

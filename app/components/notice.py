@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from tailscope.store.db import StoreBusyError, StoreVersionError
+from tailscope.store.errors import StoreBusyError, StoreVersionError
 
 HOW_TO_LOAD = (
     "Load traces with `tailscope ingest FILE --run LABEL` (OTLP JSON or protobuf, Jaeger, Zipkin, "

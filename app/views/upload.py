@@ -10,7 +10,6 @@ import streamlit as st
 
 from app.components import data, filters, fmt, notice
 from ingest.loader import LoadSummary, Progress, default_run_label, load_paths
-from tailscope.store.clickhouse import ClickHouseStore
 
 RESULT_KEY = "upload_last_result"
 LABEL_KEY = "upload_label"
@@ -59,16 +58,8 @@ def summary_lines(summary: LoadSummary, tmp: str) -> tuple[list[str], str | None
 
 
 def load(paths: list[Path], label: str, skip_bad: bool, progress: Progress) -> LoadSummary:
-    """The files into the dashboard's store as `tailscope ingest` loads them: a DuckDB file, or a
-    ClickHouse store's otel_traces (ingest.clickhouse_load: the exporter's schema, the run a
-    selection on its label)."""
-    if data.is_clickhouse():
-        from ingest import clickhouse_load
-
-        store = data.store()
-        assert isinstance(store, ClickHouseStore)
-        return clickhouse_load.load_paths(store, paths, label, skip_bad=skip_bad, progress=progress)
-    return load_paths(paths, data.db_path(), label, skip_bad=skip_bad, progress=progress)
+    """The files into the dashboard's store as `tailscope ingest` loads them."""
+    return load_paths(paths, data.store(), label, skip_bad=skip_bad, progress=progress)
 
 
 def render() -> None:

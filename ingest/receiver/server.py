@@ -18,24 +18,23 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 import uvicorn
 
 from ingest.receiver.app import ACK_COMMITTED, SHUTDOWN_FLUSH_SECONDS, create_app
 from ingest.receiver.limits import Limits
 from ingest.receiver.writer import BatchWriter
+from tailscope.store.interface import Store
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
 class ReceiverConfig:
-    db_path: Path
+    store: Store  # where the spans go (its span_sink)
     run_label: str
-    clickhouse: Any = None  # a ClickHouseStore to write into instead of the DuckDB file db_path
     host: str = "127.0.0.1"
     port: int = 4318
     limits: Limits = field(default_factory=Limits)
@@ -104,17 +103,9 @@ def _report_periodically(writer: BatchWriter, every: float, stop: threading.Even
 def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | None]:
     """Run until SIGINT, SIGTERM or SIGHUP; (0 after a clean flush or 1 if the writer could not
     finish, the signal that stopped it)."""
-    options = {"source": _source(config), "log": out, "ack_waits": config.ack == ACK_COMMITTED}
-    if config.clickhouse is not None:
-        from ingest.receiver.clickhouse_writer import ClickHouseBatchWriter
-
-        writer: BatchWriter = ClickHouseBatchWriter(
-            config.clickhouse, config.run_label, config.limits, **options
-        )
-        where = f"store={config.clickhouse.location.url}"
-    else:
-        writer = BatchWriter(config.db_path, config.run_label, config.limits, **options)
-        where = f"db={config.db_path}"
+    sink = config.store.span_sink(config.run_label, _source(config))
+    writer = BatchWriter(sink, config.limits, log=out, ack_waits=config.ack == ACK_COMMITTED)
+    where = sink.where
     app = create_app(writer, config.ack)
     limits = config.limits
     uv_config = uvicorn.Config(

@@ -1,8 +1,8 @@
 """A bounded queue of accepted requests and the one thread that writes them to the store.
 
-Requests wait in the queue until the writer takes all of them into one short transaction: open the
-store for writing, store the spans (the loader also refreshes the run's derived data), commit,
-close. Between transactions the file is released so the dashboard's readers get in. The writer waits
+Requests wait in the queue until the writer takes all of them into one flush to the store's SpanSink
+(tailscope.store.interface; on DuckDB one short transaction that also refreshes the run's derived
+data, the file released in between so the dashboard's readers get in). The writer waits
 at least `flush_interval_ms` between transactions (with `--ack committed`, since the last one
 began), and, while a reader is waiting for the file, at least as long as its last transaction took,
 so with readers about it holds the file at most about half of the time however large the batches
@@ -20,18 +20,16 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from ingest.columns import SpanColumns
 from ingest.receiver.limits import Limits
+from tailscope.store.errors import StoreBusyError
+from tailscope.store.interface import SpanSink
 
 READER_POLL_SECONDS = 0.05  # how often a pacing writer looks for a reader waiting for the file
-# store(conn, run_label, batches, source_files) -> stats, as ingest.loader.store_batches
-StoreFn = Callable[[Any, str, Sequence[SpanColumns], list[str]], Any]
 
 
 class QueueFull(RuntimeError):
@@ -64,26 +62,17 @@ class _Item:
     future: Future[int]
 
 
-def _default_store() -> StoreFn:
-    from ingest.loader import store_batches
-
-    return store_batches
-
-
 class BatchWriter:
     """Owns the queue and the writer thread. `submit` from any thread; `close` flushes and joins."""
 
     def __init__(
         self,
-        db_path: str | Path,
-        run_label: str,
+        sink: SpanSink,
         limits: Limits,
-        source: str = "otlp-http",
-        store: StoreFn | None = None,
         log: TextIO = sys.stderr,
         ack_waits: bool = False,
     ) -> None:
-        self.db_path = Path(db_path)
+        self.sink = sink
         # With `--ack committed` every client waits for its commit, so each has one request in
         # flight: the writer takes the next batch as soon as every client that was waiting at the
         # last commit has sent again (then the flush interval counts from the last transaction's
@@ -92,10 +81,7 @@ class BatchWriter:
         # alternating halves (one transaction per half).
         self.ack_waits = ack_waits
         self._clients = 0
-        self.run_label = run_label
         self.limits = limits
-        self.source = source
-        self._store = store
         self.log = log
         self.counters = Counters()
         self._items: deque[_Item] = deque()
@@ -108,8 +94,6 @@ class BatchWriter:
     # -- producer side ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self._store is None:
-            self._store = _default_store()
         self._thread.start()
 
     @property
@@ -140,13 +124,20 @@ class BatchWriter:
         return future
 
     def close(self, timeout: float | None = None) -> bool:
-        """Stop taking requests, write everything queued, stop the thread. True if it finished."""
+        """Stop taking requests, write everything queued, stop the thread, then have the sink derive
+        what is pending. True if it finished."""
         with self._cond:
             self._closing = True
             self._cond.notify()
         if self._thread.is_alive():
             self._thread.join(timeout)
-        return not self._thread.is_alive()
+        clean = not self._thread.is_alive()
+        try:
+            self.sink.close()
+        except Exception as error:
+            print(f"collect: could not derive the run's requests: {error}", file=self.log, flush=True)
+            return False
+        return clean
 
     # -- writer thread ---------------------------------------------------------------------------
 
@@ -175,9 +166,7 @@ class BatchWriter:
             return items
 
     def _reader_waiting(self) -> bool:
-        from tailscope.store.db import waiting
-
-        return waiting(self.db_path, "reader")
+        return self.sink.reader_waiting()
 
     def _run(self) -> None:
         while True:
@@ -190,25 +179,10 @@ class BatchWriter:
             with self._cond:  # the clients waiting when it committed: one request each in flight
                 self._clients = len(items) + len(self._items)
 
-    def _transaction(self, items: list[_Item]) -> None:
-        from tailscope import sql
-        from tailscope.store.db import connect_writer
-
-        assert self._store is not None
-        with connect_writer(self.db_path) as conn:
-            conn.execute(sql.load("ingest_writer_memory"))  # the same cap as a file's ingest
-            conn.execute("BEGIN TRANSACTION")
-            try:
-                self._store(conn, self.run_label, [item.columns for item in items], [self.source])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
     def _write(self, items: list[_Item]) -> None:
         started = time.monotonic()
         try:
-            self._transaction(items)
+            self.sink.write([item.columns for item in items])
         except Exception as error:
             self.counters.failed_transactions += 1
             if _is_busy(error):
@@ -246,6 +220,4 @@ class BatchWriter:
 
 
 def _is_busy(error: BaseException) -> bool:
-    from tailscope.store.db import StoreBusyError
-
     return isinstance(error, StoreBusyError)

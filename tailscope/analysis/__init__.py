@@ -1,4 +1,4 @@
-"""Analysis: stage mapping, derived per-request tables and the pure functions behind every view."""
+"""Analysis: stage mapping and the pure functions behind every view, over any store (tailscope.store)."""
 
 from tailscope.analysis.breakdown import stage_breakdown
 from tailscope.analysis.compare import compare
@@ -6,14 +6,12 @@ from tailscope.analysis.llm import llm_latency
 from tailscope.analysis.phases import (
     default_phase_rules,
     list_phase_rules,
-    replace_phase_rules,
     save_phase_rules,
     validate_phase_rules,
 )
 from tailscope.analysis.stages import (
     default_rules,
     list_rules,
-    replace_rules,
     save_rules,
     stage_mapping,
     validate_rules,
@@ -80,8 +78,6 @@ __all__ = [
     "list_runs",
     "llm_latency",
     "overview",
-    "replace_phase_rules",
-    "replace_rules",
     "save_phase_rules",
     "save_rules",
     "select_requests",

@@ -3,7 +3,8 @@
 A waterfall says which stage makes the tail; this says which span inside it does: prefill or decode
 inside model_forward for an LLM server (its phase spans), the fallback query or the cache lookup
 inside feature_hydration. Computed from the span tree of a seeded sample of the band's and the median
-band's requests (sql/stage_breakdown*.sql), as mean attributed ms per request of each group."""
+band's requests (the store's band_breakdown: sql/stage_breakdown*.sql), as mean attributed ms per
+request of each group."""
 
 from __future__ import annotations
 
@@ -11,16 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from tailscope import sql
-from tailscope.analysis.phases import phase_rules_in_force
-from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.source import Source, reading
-from tailscope.analysis.stages import rules_in_force
 from tailscope.analysis.types import BAND_QUANTILES, BANDS, Band, Filter
 from tailscope.analysis.views import one_run
-from tailscope.query.builders import filtered, span_tree_query
-from tailscope.store.ch_conn import ClickHouseConnection
-from tailscope.store.clickhouse import ClickHouseStore
 
 COLUMNS = ["stage", "span_name", "band_ms", "median_ms", "delta_ms"]
 
@@ -32,30 +26,13 @@ def stage_breakdown(source: Source, flt: Filter, band: Band = "p99", sample: int
     if band not in BAND_QUANTILES:
         raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
     lo, hi = BAND_QUANTILES[band]
-    if isinstance(source, ClickHouseStore):
-        rows, counts = _clickhouse_rows(source, flt, lo, hi, sample)
-        if not counts.get("band") or not counts.get("median"):
-            return pd.DataFrame(columns=COLUMNS)
-        return _table(rows, counts)
-    with reading(source) as conn:
-        flt, reason = one_run(conn, flt)
+    with reading(source) as reader:
+        flt, reason = one_run(reader, flt)
         if reason:
             return pd.DataFrame(columns=COLUMNS)
-        conn.execute(sql.load("derive_drop_scope"))
-        text, params = filtered("stage_breakdown_scope", flt, lo, hi, hi >= 1.0, int(sample))
-        conn.execute(text, params)
-        try:
-            counts = dict(conn.execute(sql.load("stage_breakdown_counts")).fetchall())
-            if not counts.get("band") or not counts.get("median"):
-                return pd.DataFrame(columns=COLUMNS)
-            tree, tree_params = span_tree_query(
-                rules_in_force(conn), "traces", flt.run, phase_rules=phase_rules_in_force(conn)
-            )
-            rows = conn.execute(
-                sql.load("stage_breakdown").replace("{span_tree}", tree), tree_params
-            ).fetchall()
-        finally:
-            conn.execute(sql.load("derive_drop_scope"))
+        rows, counts = reader.band_breakdown(flt, lo, hi, int(sample))
+    if not counts.get("band") or not counts.get("median"):
+        return pd.DataFrame(columns=COLUMNS)
     return _table(rows, counts)
 
 
@@ -72,45 +49,3 @@ def _table(rows: list[Any], counts: dict[str, int]) -> pd.DataFrame:
     ).reset_index()
     out["delta_ms"] = out["band_ms"] - out["median_ms"]
     return out.sort_values("delta_ms", ascending=False, ignore_index=True)[COLUMNS]
-
-
-def _clickhouse_rows(
-    store: ClickHouseStore, flt: Filter, lo: float, hi: float, sample: int
-) -> tuple[list[Any], dict[str, int]]:
-    """(stage, span name, group, ns) rows and the sampled requests per group, on ClickHouse: the
-    band bounds from order statistics, the span tree of the sampled traces inside ClickHouse (read in
-    the seconds their spans start in, without the run's filters where no span of theirs is outside
-    the run: ch_sample)."""
-    from tailscope.query.clickhouse import span_tree_statements
-    from tailscope.store import ch_sample, ch_write
-
-    conn = ClickHouseConnection(store)
-    flt, reason = one_run(conn, flt)
-    selection = ch_write.run_selection(store, flt.run) if not reason and flt.run else None
-    if selection is None:
-        return [], {}
-    quantiles = (0.45, 0.55, lo, hi)
-    text, params = filtered("order_statistics", flt, list(quantiles), dialect="clickhouse")
-    pairs, n = conn.execute(text, params).fetchone()
-    if not n:
-        return [], {}
-    bounds = from_order_statistics(pairs, n, quantiles)
-    text, params = filtered(
-        "stage_breakdown_scope", flt, bounds, hi >= 1.0, int(sample), dialect="clickhouse"
-    )
-    groups = dict(conn.execute(text, params).fetchall())
-    counts = {grp: sum(1 for g in groups.values() if g == grp) for grp in ("band", "median")}
-    if not counts["band"] or not counts["median"]:
-        return [], counts
-    output = sql.load("stage_breakdown", dialect="clickhouse")
-    ids = list(groups)
-    seconds = ch_sample.trace_seconds(store, ids, ch_sample.selection_seconds(selection))
-    rules, phases = ch_write.rules_in_force(store), ch_write.phase_rules_for(store, selection, ids, seconds)
-    rows: list[Any] = []
-    with ch_sample.sample_rows(store, flt.run, selection, ids, seconds) as proven:
-        statements = span_tree_statements(rules, selection, output, ids, phases, seconds, proven)
-        for i, (text, params) in enumerate(statements):
-            result = store.query(text, params)
-            if i == len(statements) - 2:
-                rows = [(stage, name, groups[trace], ns) for stage, name, trace, ns in result.rows]
-    return rows, counts

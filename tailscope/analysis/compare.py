@@ -15,12 +15,9 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from tailscope import sql
 from tailscope.analysis.runs import runs_with_requests
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Comparison, Filter, RunCost, StageComparison
-from tailscope.query.builders import filtered
-from tailscope.store.ch_conn import dialect_of
 from tailscope.vocabulary import ALL_STAGES
 
 QUANTILES = (0.5, 0.99)
@@ -69,13 +66,11 @@ def cost_per_1k(price_per_hour: float | None, throughput_rps: float | None) -> f
 
 
 def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | None]:
-    text, params = filtered("compare_values", flt, dialect=dialect_of(conn))
-    arrays = conn.execute(text, params).fetchnumpy()
+    arrays = conn.run("compare_values", where=flt).numpy()
     values = {"e2e": np.asarray(arrays["Duration"])}
     for stage in ALL_STAGES:
         values[stage] = np.asarray(arrays[f"{stage}_ns"])
-    text, params = filtered("overview", flt, dialect=dialect_of(conn))
-    row = conn.execute(text, params).fetchone()
+    row = conn.run("overview", where=flt).fetchone()
     throughput = None
     if row is not None and row[6] is not None and row[6] > row[5]:
         throughput = row[1] / ((row[6] - row[5]) / 1e9)
@@ -83,9 +78,8 @@ def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | No
 
 
 def _setup(conn, run_a: str, run_b: str) -> pd.DataFrame:
-    setup_sql = sql.load("run_setup", dialect_of(conn))
-    a = dict(conn.execute(setup_sql, [run_a]).fetchall())
-    b = dict(conn.execute(setup_sql, [run_b]).fetchall())
+    a = dict(conn.run("run_setup", [run_a]).fetchall())
+    b = dict(conn.run("run_setup", [run_b]).fetchall())
     keys = sorted(set(a) | set(b))
     return pd.DataFrame(
         [(k, a.get(k), b.get(k), a.get(k) != b.get(k)) for k in keys], columns=["key", "a", "b", "differs"]

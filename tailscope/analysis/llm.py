@@ -7,25 +7,12 @@ they are shown as percentiles per run, with the token counts (sql/llm_latency.sq
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
-from tailscope import sql
-from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Filter
-from tailscope.query.builders import filtered
-from tailscope.store.ch_conn import dialect_of
 
 COLUMNS = ["run", "metric", "requests", "p50", "p90", "p99"]
-QUANTILES = (0.5, 0.9, 0.99)  # llm_latency.sql's
-
-
-def _any_llm_key(conn: Any) -> bool:
-    """Whether any span of a ClickHouse store has an attribute llm_latency.sql reads (llm_keys_any.sql:
-    a read of the exporter's bloom filter index on the attribute keys)."""
-    return bool(conn.execute(sql.load("llm_keys_any", dialect="clickhouse"), {}).fetchone()[0])
 
 
 def llm_latency(source: Source, flt: Filter) -> pd.DataFrame:
@@ -33,12 +20,7 @@ def llm_latency(source: Source, flt: Filter) -> pd.DataFrame:
     (end to end (ms), time to first token (ms), time per output token (ms), tokens in, tokens out).
     Empty when no request carries LLM attributes."""
     with reading(source) as conn:
-        dialect = dialect_of(conn)
-        if dialect == "clickhouse" and not _any_llm_key(conn):
-            return pd.DataFrame(columns=COLUMNS)
-        rows = conn.execute(*filtered("llm_latency", flt, dialect=dialect)).fetchall()
-    if dialect == "clickhouse":  # order statistics: one quantile definition on both engines
-        rows = [(run, metric, n, from_order_statistics(q, n, QUANTILES)) for run, metric, n, q in rows]
+        rows = conn.run("llm_latency", where=flt).fetchall()
     if not rows or all(metric.startswith("end to end") for _, metric, *_ in rows):
         return pd.DataFrame(columns=COLUMNS)
     return pd.DataFrame(

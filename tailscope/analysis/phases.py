@@ -7,298 +7,38 @@ rule says where one phase is reported and which stage it is; sql/phase_spans.sql
 it finds into a synthetic child span of the reporting span, which span_tree.sql walks like any
 other child. What the framework does not account for stays with the span itself.
 
-The rules are data (the `phase_rules` table, seeded with `default_phase_rules()`), shown and
-editable on the Stage mapping page like the stage rules; sources and field meanings are cited in
-ARCHITECTURE.md ("Serving frameworks").
+The rules are data (tailscope.rules.phases; the store's phase rule table, seeded with
+`default_phase_rules()`), shown and editable on the Stage mapping page like the stage rules; sources
+and field meanings are cited in ARCHITECTURE.md ("Serving frameworks").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tailscope import sql
-from tailscope.analysis.rule_checks import regex_problems, save_on_either
 from tailscope.analysis.source import Source, reading
-from tailscope.analysis.types import PhaseRule
-from tailscope.store.ch_conn import dialect_of
-from tailscope.store.connection import MISSING_TABLE_ERRORS, Connection, WriterConnection
-from tailscope.vocabulary import STAGES
+from tailscope.rules import PhaseRule
+from tailscope.rules.phases import PHASE_RULE_BASE, SOURCES, UNITS, default_phase_rules, phase_rule_problems
 
-SOURCES = ("attribute", "events")
-UNITS: dict[str, float | None] = {"s": 1e9, "ms": 1e6, "us": 1e3, "ns": 1.0, "text": None}
-
-# Rule numbers of phase spans in span_tree.sql: PHASE_RULE_BASE + position.
-PHASE_RULE_BASE = 20_000
-
-_VLLM = "gen_ai.latency."
-_TRITON_EVENTS = (
-    # (phase, stage, start event, end event, what it is)
-    ("http receive", "ingress", "HTTP_RECV_START", "HTTP_RECV_END", "reading the HTTP request"),
-    ("grpc read", "ingress", "GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "reading the gRPC request"),
-    ("queue", "queue", "QUEUE_START", "COMPUTE_START", "waiting in the model's scheduler queue"),
-    ("input", "preprocessing", "COMPUTE_START", "COMPUTE_INPUT_END", "copying inputs to the backend"),
-    ("infer", "model_forward", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "the backend's inference"),
-    ("output", "postprocessing", "COMPUTE_OUTPUT_START", "COMPUTE_END", "collecting the outputs"),
-    ("http send", "serialization", "HTTP_SEND_START", "HTTP_SEND_END", "writing the HTTP response"),
-    ("grpc send", "serialization", "GRPC_SEND_START", "GRPC_SEND_END", "writing the gRPC response"),
-)
-
-
-def default_phase_rules() -> list[PhaseRule]:
-    """The rules a new store is seeded with, one group per framework."""
-    rules: list[dict[str, Any]] = [
-        # vLLM (vllm/tracing.py SpanAttributes; set on its `llm_request` span, values in seconds,
-        # the span starting at the request's arrival): queue, then prefill up to the first token,
-        # then decode. Arrival to queue (tokenizing, input processing) stays with the span.
-        dict(
-            framework="vLLM",
-            phase="queue",
-            stage="queue",
-            source="attribute",
-            start_key=_VLLM + "time_in_queue",
-            unit="s",
-            description="time between the engine queueing the request and scheduling it",
-        ),
-        dict(
-            framework="vLLM",
-            phase="prefill",
-            stage="model_forward",
-            source="attribute",
-            start_key=_VLLM + "time_in_model_prefill",
-            end_key=_VLLM + "time_to_first_token",
-            unit="s",
-            description="prefill, ending at the first token",
-        ),
-        dict(
-            framework="vLLM",
-            phase="decode",
-            stage="model_forward",
-            source="attribute",
-            start_key=_VLLM + "time_in_model_decode",
-            unit="s",
-            description="decode, from the first token to the last",
-        ),
-    ]
-    rules += [
-        dict(
-            framework="Triton",
-            phase=phase,
-            stage=stage,
-            source="events",
-            start_key=start,
-            end_key=end,
-            description=text,
-        )
-        for phase, stage, start, end, text in _TRITON_EVENTS
-    ]
-    rules += [
-        # TGI's router records durations on its `generate` span as text ("12.3ms"): validation,
-        # then queue, then inference, in that order from the span's start.
-        dict(
-            framework="TGI",
-            phase="validation",
-            stage="preprocessing",
-            source="attribute",
-            start_key="validation_time",
-            unit="text",
-            name_regex="^generate",
-            description="validating and tokenizing the request",
-        ),
-        dict(
-            framework="TGI",
-            phase="queue",
-            stage="queue",
-            source="attribute",
-            start_key="queue_time",
-            unit="text",
-            name_regex="^generate",
-            description="waiting for a batch slot",
-        ),
-        dict(
-            framework="TGI",
-            phase="inference",
-            stage="model_forward",
-            source="attribute",
-            start_key="inference_time",
-            unit="text",
-            name_regex="^generate",
-            description="prefill and decode",
-        ),
-    ]
-    rules += [
-        # TorchServe's metrics log (ingest/torchserve_log.py): the handler's time, ending where the
-        # backend's prediction ends; the rest of the prediction stays with the span
-        dict(
-            framework="TorchServe",
-            phase="handler",
-            stage="model_forward",
-            source="attribute",
-            start_key="torchserve.HandlerTime",
-            end_key="torchserve.PredictionTime",
-            unit="ms",
-            description="the handler: preprocess, inference and postprocess in the backend worker",
-        ),
-    ]
-    return [PhaseRule(position=i, **rule) for i, rule in enumerate(rules, start=1)]
-
-
-def phase_rules_from_rows(rows: list[tuple[Any, ...]]) -> list[PhaseRule]:
-    return [
-        PhaseRule(
-            position=r[0],
-            framework=r[1],
-            phase=r[2],
-            stage=r[3],
-            source=r[4],
-            start_key=r[5],
-            end_key=r[6],
-            unit=r[7],
-            name_regex=r[8],
-            description=r[9] or "",
-        )
-        for r in rows
-    ]
-
-
-def phase_rules_in_force(conn: Connection) -> list[PhaseRule]:
-    """The stored phase rules, or the defaults when the store has none (or no table yet: a store
-    from before phase rules, opened read-only)."""
-    try:
-        rows = conn.execute(sql.load("phase_rules_list", dialect_of(conn))).fetchall()
-    except MISSING_TABLE_ERRORS:
-        return default_phase_rules()
-    return phase_rules_from_rows(rows) if rows else default_phase_rules()
-
-
-def seed_phase_rules(conn: WriterConnection) -> bool:
-    """Store the default phase rules when the table is empty. True when it seeded them, i.e. the
-    store's derived rows were computed without phase rules."""
-    if conn.execute(sql.load("phase_rules_count")).fetchone()[0] != 0:
-        return False
-    _store(conn, default_phase_rules())
-    return True
-
-
-def _store(conn: WriterConnection, rules: list[PhaseRule]) -> None:
-    conn.execute(sql.load("phase_rules_delete"))
-    conn.executemany(
-        sql.load("phase_rules_insert"),
-        [
-            [
-                i,
-                r.framework,
-                r.phase,
-                r.stage,
-                r.source,
-                r.start_key,
-                r.end_key,
-                r.unit,
-                r.name_regex,
-                r.description,
-            ]
-            for i, r in enumerate(rules, start=1)
-        ],
-    )
-
-
-def phase_rule_problems(rules: list[PhaseRule]) -> list[str]:
-    """Problems with a proposed phase rule list, one sentence each ([] when valid). Regexes are
-    checked by the caller against the engine (stages.validate_rules' regex check)."""
-    problems: list[str] = []
-    for number, rule in enumerate(rules, start=1):
-        where = f"phase rule {number}"
-        if rule.stage not in STAGES:
-            problems.append(f"{where}: unknown stage {rule.stage!r} (one of {', '.join(STAGES)})")
-        if rule.source not in SOURCES:
-            problems.append(f"{where}: unknown source {rule.source!r} (one of {', '.join(SOURCES)})")
-        if not rule.start_key or not rule.phase or not rule.framework:
-            problems.append(f"{where}: framework, phase and start key are required")
-        if rule.source == "attribute" and rule.unit not in UNITS:
-            problems.append(f"{where}: unit {rule.unit!r} is not one of {', '.join(UNITS)}")
-        if rule.source == "events" and not rule.end_key:
-            problems.append(f"{where}: an events rule needs an end event")
-    return problems
+__all__ = ["SOURCES", "UNITS", "default_phase_rules", "list_phase_rules", "save_phase_rules"]
 
 
 def list_phase_rules(source: Source) -> list[PhaseRule]:
     """The phase rules in force, ordered by position (defaults when the store has none yet)."""
-    with reading(source) as conn:
-        return phase_rules_in_force(conn)
+    with reading(source) as reader:
+        return reader.phase_rules()
 
 
 def validate_phase_rules(source: Source, rules: list[PhaseRule]) -> list[str]:
     """Problems with a proposed phase rule list, one sentence each ([] when valid)."""
-    problems = phase_rule_problems(rules)
-    with reading(source) as conn:
-        for number, rule in enumerate(rules, start=1):
-            problems += regex_problems(conn, f"phase rule {number}", "name regex", rule.name_regex)
-    return problems
+    with reading(source) as reader:
+        return phase_rule_problems(rules, reader.regex_error)
 
 
 def save_phase_rules(store: Any, rules: list[PhaseRule]) -> None:
-    """replace_phase_rules on either engine (a ClickHouse store: store.ch_write.replace_phase_rules).
-    Raises ValueError naming the problems; nothing changes then."""
-    from tailscope.store import ch_write
-
-    save_on_either(
-        store, rules, validate_phase_rules, ch_write.replace_phase_rules, replace_phase_rules, "phase rules"
-    )
-
-
-def replace_phase_rules(conn: WriterConnection, rules: list[PhaseRule]) -> None:
-    """Validate, store (positions renumbered 1..n) and recompute every run, in one transaction on a
-    writer connection. Raises ValueError naming the problems; nothing changes then."""
-    from tailscope.analysis.derive import rederive_after
-
-    problems = validate_phase_rules(conn, rules)
-    if problems:
-        raise ValueError("invalid phase rules: " + "; ".join(problems))
-    rederive_after(conn, lambda: _store(conn, rules))
-
-
-def phase_candidates(rules: list[PhaseRule]) -> tuple[str, list[str]]:
-    """The candidate filter of phase_spans.sql: an OR of substring tests and their parameters."""
-    tests: list[str] = []
-    params: list[str] = []
-    for needle, column in sorted(
-        {(f'"{r.start_key}":', "SpanAttributes") for r in rules if r.source == "attribute"}
-        | {(f'"{r.start_key}"', "Events") for r in rules if r.source == "events"}
-    ):
-        tests.append(f"contains({column}, ?)")
-        params.append(needle)
-    return (" OR ".join(tests) or "false"), params
-
-
-def attribute_keys(rules: list[PhaseRule]) -> list[str]:
-    """Every attribute key the attribute rules read (durations and end offsets), in a fixed order."""
-    keys = [key for r in rules if r.source == "attribute" for key in (r.start_key, r.end_key) if key]
-    return list(dict.fromkeys(keys))
-
-
-def attribute_paths(rules: list[PhaseRule]) -> list[str]:
-    """The keys of `attribute_keys` as JSON paths (quoted: keys contain dots)."""
-    return ['$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"' for key in attribute_keys(rules)]
-
-
-def phase_rules_param(rules: list[PhaseRule]) -> list[dict[str, Any]]:
-    """The rules as phase_spans.sql's list-of-structs parameter."""
-    at = {key: i for i, key in enumerate(attribute_keys(rules), start=1)}
-    return [
-        {
-            "pos": r.position,
-            "grp": r.framework,
-            "phase": r.phase,
-            "stage": r.stage,
-            "source": r.source,
-            "start_key": r.start_key,
-            "end_key": r.end_key,
-            "factor": UNITS.get(r.unit or "") if r.source == "attribute" else None,
-            "name_regex": r.name_regex,
-            "start_at": at.get(r.start_key) if r.source == "attribute" else None,
-            "end_at": at.get(r.end_key or "") if r.source == "attribute" else None,
-        }
-        for r in rules
-    ]
+    """Store an edited phase rule list and derive every run again with it (the store validates
+    first). Raises ValueError naming the problems; nothing changes then."""
+    store.replace_phase_rules(rules)
 
 
 def phase_rule_label(rule_no: int, rules: list[PhaseRule]) -> str:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from tailscope import sql
-from tailscope.store.ch_conn import dialect_of
-from tailscope.store.connection import Connection
+from tailscope.store.interface import Reader
 
 
-def runs_with_requests(conn: Connection) -> list[str]:
-    return [row[0] for row in conn.execute(sql.load("request_runs", dialect_of(conn))).fetchall()]
+def runs_with_requests(reader: Reader) -> list[str]:
+    return [row[0] for row in reader.run("request_runs").fetchall()]
 
 
-def runs_with_spans(conn: Connection) -> list[str]:
-    return [row[0] for row in conn.execute(sql.load("span_runs", dialect_of(conn))).fetchall()]
+def runs_with_spans(reader: Reader) -> list[str]:
+    return [row[0] for row in reader.run("span_runs").fetchall()]

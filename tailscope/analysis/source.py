@@ -1,29 +1,17 @@
-"""What the analysis functions read from: a Store (opens a short-lived reader), a ClickHouseStore
-(read through tailscope.store.ch_conn.ClickHouseConnection) or an open connection."""
+"""What the analysis functions read from: a Store (tailscope.store.interface), which gives a Reader
+for one unit of work, or a Reader already open (a view that calls another shares its read)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any, Union
+from contextlib import AbstractContextManager
+from typing import Union
 
-from tailscope.store.clickhouse import ClickHouseStore
-from tailscope.store.connection import Connection
-from tailscope.store.db import Store
+from tailscope.store.interface import Reader, Store
 
-Source = Union[Store, ClickHouseStore, Connection]  # noqa: UP007 (a runtime alias)
+Source = Union[Store, Reader]  # noqa: UP007 (a runtime alias)
 
 
-@contextmanager
-def reading(source: Source) -> Iterator[Any]:
-    """A connection for one unit of work: the Store's short-lived reader, a ClickHouse store's
-    connection view, or the connection given."""
-    if isinstance(source, Store):
-        with source.reader() as conn:
-            yield conn
-    elif isinstance(source, ClickHouseStore):
-        from tailscope.store.ch_conn import ClickHouseConnection
-
-        yield ClickHouseConnection(source)
-    else:
-        yield source
+def reading(source: Source) -> AbstractContextManager[Reader]:
+    """A Reader for one unit of work: the store's (DuckDB: a short-lived read-only connection), or
+    the reader given."""
+    return source.reading()

@@ -8,58 +8,10 @@ from typing import Any
 
 import pandas as pd
 
-from tailscope import sql
-from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Filter, Rect, TailVsBody
 from tailscope.analysis.views import _check_stage, _no_requests_reason
-from tailscope.query.builders import filtered
-from tailscope.store.ch_conn import dialect_of
 from tailscope.vocabulary import ALL_STAGES
-
-
-def _threshold(conn: Any, flt: Filter, quantile: float) -> float:
-    """quantile_cont(Duration, quantile) of the filtered requests on ClickHouse (0 when none)."""
-    text, params = filtered("order_statistics", flt, [quantile], dialect="clickhouse")
-    pairs, n = conn.execute(text, params).fetchone()
-    return from_order_statistics(pairs, n, [quantile])[0] if n else 0.0
-
-
-def _clickhouse_attributes(
-    conn: Any, flt: Filter, head: list[Any], sample: int, max_values: int
-) -> list[Any]:
-    """tail_attributes.sql's rows on ClickHouse: the sample first (tail_sample.sql), its spans read
-    once into a temporary table (tail_spans.sql), only in the seconds its traces' spans start in
-    (store.ch_sample), their attributes and the roots' into another (tail_kv.sql)."""
-    from tailscope.query.clickhouse import seconds_params, seconds_where
-    from tailscope.store import ch_sample
-
-    text, params = filtered("tail_sample", flt, *head, sample, dialect="clickhouse")
-    rows = conn.execute(text, params).fetchall()
-    ids = [row[0] for row in rows]
-    seconds = ch_sample.trace_seconds(conn.store, ids, int(rows[0][4]) if rows else 0)
-    given = {
-        "s_ids": ids,
-        "s_roots": [row[1] for row in rows],
-        "s_stages": [row[2] for row in rows],
-        "s_selected": [bool(row[3]) for row in rows],
-        "s_root_ns": [int(row[5]) for row in rows],
-    }
-    bound = seconds_where(len(seconds)) if seconds else "1"
-    spans = sql.load("tail_spans", dialect="clickhouse").replace("{seconds}", bound)
-    kv = sql.load("tail_kv", dialect="clickhouse").replace("{seconds}", bound)
-    drop = sql.load("tail_kv_drop", dialect="clickhouse")
-    tables = ("_ts_tail_kv", "_ts_tail_spans")
-    for table in tables:
-        conn.execute(drop, {"table": table})
-    try:
-        conn.execute(spans, {"s_ids": ids, **seconds_params(seconds)})
-        conn.execute(kv, {**given, **seconds_params(seconds)})
-        text = sql.load("tail_attributes", dialect="clickhouse")
-        return conn.execute(text, {"max_values": max_values, "s_selected": given["s_selected"]}).fetchall()
-    finally:
-        for table in tables:
-            conn.execute(drop, {"table": table})
 
 
 def tail_vs_body(
@@ -98,12 +50,8 @@ def tail_vs_body(
     attr_cols = ["source", "span_name", "key", "value", "selected_pct", "rest_pct", "difference_pct", "lift"]
     stage_cols = ["stage", "selected_mean_ms", "rest_mean_ms", "delta_ms", "selected_share", "rest_share"]
     with reading(source) as conn:
-        dialect = dialect_of(conn)
         head: list[Any] = [tail_quantile, *sel]
-        if dialect == "clickhouse":  # the threshold from order statistics; the stage first (p1)
-            head = [stage_param, _threshold(conn, flt, tail_quantile), *sel[:3], sel[4], sel[6]]
-        text, params = filtered("tail_stages", flt, *head, dialect=dialect)
-        groups = {row[0]: row for row in conn.execute(text, params).fetchall()}
+        groups = {row[0]: row for row in conn.run("tail_stages", head, where=flt).fetchall()}
         selected, rest = groups.get(True), groups.get(False)
         empty = TailVsBody(
             selection=selection,
@@ -118,11 +66,8 @@ def tail_vs_body(
         if not selected or not rest:
             empty.reason = "the selection holds every request or none: nothing to compare"
             return empty
-        if dialect == "clickhouse":
-            attrs = _clickhouse_attributes(conn, flt, head, int(sample), int(max_values_per_key))
-        else:
-            text, params = filtered("tail_attributes", flt, *head, int(sample), int(max_values_per_key))
-            attrs = conn.execute(text, params).fetchall()
+        limits = [int(sample), int(max_values_per_key)]
+        attrs = conn.run("tail_attributes", [*head, *limits], where=flt).fetchall()
     stage_rows = []
     for i, name in enumerate(ALL_STAGES):
         s_ns, r_ns = selected[3 + i] or 0.0, rest[3 + i] or 0.0

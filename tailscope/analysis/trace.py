@@ -3,17 +3,10 @@ each span's duration ranked among the spans of the same name in the run."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
-from tailscope import sql
-from tailscope.analysis.phases import phase_rules_in_force
 from tailscope.analysis.source import Source, reading
-from tailscope.analysis.stages import rules_in_force
 from tailscope.analysis.types import Gantt
-from tailscope.query.builders import span_tree_query
-from tailscope.store.clickhouse import ClickHouseStore
 
 COLUMNS = [
     "span_id",
@@ -64,12 +57,14 @@ def critical_path(spans: pd.DataFrame) -> set[str]:
 def trace_gantt(source: Source, trace_id: str, run: str | None = None) -> Gantt:
     """One trace's spans for a Gantt chart (see types.Gantt), with the critical path marked and each
     span's duration ranked among spans of the same name in the run."""
-    if isinstance(source, ClickHouseStore):
-        loaded = _read_clickhouse(source, trace_id, run)
-    else:
-        with reading(source) as conn:
-            loaded = _read(conn, trace_id, run)
-    run, tree, client, ranks, reason = loaded
+    with reading(source) as reader:
+        read = reader.trace_tree(trace_id, run)
+    run, tree, client, ranks = read.run, read.tree, read.client, read.ranks
+    reason = None
+    if run is None:
+        reason = f"no trace {trace_id!r} in the store"
+    elif tree is None:
+        reason = _no_tree(trace_id, run, read.spans)
     if reason or tree is None:
         return Gantt(
             run=run,
@@ -157,51 +152,5 @@ def _depth_first(tree: pd.DataFrame) -> list[int]:
     return order
 
 
-Loaded = tuple[str | None, pd.DataFrame | None, tuple[Any, ...] | None, dict[int, float], str | None]
-
-
 def _no_tree(trace_id: str, run: str, spans: int) -> str:
     return f"trace {trace_id!r} has no request root" if spans else f"no trace {trace_id!r} in run {run!r}"
-
-
-def _read(conn: Any, trace_id: str, run: str | None) -> Loaded:
-    """The span tree, client span and ranks of one trace from a DuckDB store (or a reason)."""
-    if run is None:
-        row = conn.execute(sql.load("trace_run"), [trace_id]).fetchone()
-        run = row[0] if row else None
-    if run is None:
-        return run, None, None, {}, f"no trace {trace_id!r} in the store"
-    text, params = span_tree_query(
-        rules_in_force(conn), "trace", run, trace_id=trace_id, phase_rules=phase_rules_in_force(conn)
-    )
-    tree = conn.execute(text, params).df()
-    if tree.empty:
-        spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]
-        return run, None, None, {}, _no_tree(trace_id, run, spans)
-    client_id = tree["ClientSpanId"].iloc[0]
-    client = None
-    if isinstance(client_id, str):
-        client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
-    names = [*tree["SpanName"], *([client[2]] if client else [])]
-    durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
-    ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
-    return run, tree, client, ranks, None
-
-
-def _read_clickhouse(store: ClickHouseStore, trace_id: str, run: str | None) -> Loaded:
-    """As _read, on a ClickHouse store (analysis.trace_ch: the span tree inside ClickHouse)."""
-    from tailscope.analysis import trace_ch
-
-    run = run if run is not None else trace_ch.trace_run(store, trace_id)
-    if run is None:
-        return run, None, None, {}, f"no trace {trace_id!r} in the store"
-    selection = trace_ch.trace_selection(store, run, trace_id)
-    tree = trace_ch.span_tree(store, selection, trace_id) if selection is not None else None
-    if tree is None or tree.empty:
-        spans = trace_ch.span_count(store, selection, trace_id) if selection is not None else 0
-        return run, None, None, {}, _no_tree(trace_id, run, spans)
-    client_id = tree["ClientSpanId"].iloc[0]
-    client = trace_ch.client_span(store, trace_id, client_id) if isinstance(client_id, str) else None
-    names = [*tree["SpanName"], *([client[2]] if client else [])]
-    durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
-    return run, tree, client, trace_ch.ranks(store, run, names, durations), None

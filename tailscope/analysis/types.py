@@ -12,91 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
 
 import pandas as pd
 
-Band = Literal["p50", "p90", "p99", "p99.9"]
-BANDS: tuple[Band, ...] = ("p50", "p90", "p99", "p99.9")
+from tailscope.query.filters import BAND_QUANTILES, BANDS, Band, Filter, Rect
+from tailscope.rules import PhaseRule, StageRule
 
-# Percentile bands of end-to-end latency, as (lower, upper) quantiles; the upper bound is exclusive
-# except for the last band, which runs to the slowest request. The median band is the 10 % of
-# requests around the median; the tail bands are disjoint slices above the 90th percentile, so "p99"
-# is the requests between p99 and p99.9 (not every request above p99).
-BAND_QUANTILES: dict[Band, tuple[float, float]] = {
-    "p50": (0.45, 0.55),
-    "p90": (0.90, 0.99),
-    "p99": (0.99, 0.999),
-    "p99.9": (0.999, 1.0),
-}
+# what a view asks for (tailscope.query) and the rules (tailscope.rules), as the analysis API's types
+__all__ = ["BANDS", "BAND_QUANTILES", "Band", "Filter", "PhaseRule", "Rect", "StageRule"]
 
 DEFAULT_LATENCY_TARGET_MS = 200.0
-
-
-@dataclass(frozen=True)
-class Filter:
-    """Which requests a view looks at. Every field is optional; values only ever travel as bound
-    parameters. `run` None means every run (views that need one run pick the only one or say so).
-    `start`/`end` bound the request root's start time (naive datetimes are UTC), end exclusive."""
-
-    run: str | None = None
-    service: str | None = None
-    route: str | None = None
-    instance: str | None = None
-    start: datetime | None = None
-    end: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Rect:
-    """A rectangle on the latency heatmap: request start time in [start, end), e2e (or stage) latency
-    in [low_ms, high_ms)."""
-
-    start: datetime
-    end: datetime
-    low_ms: float
-    high_ms: float
-
-
-@dataclass(frozen=True)
-class StageRule:
-    """One row of the ordered `stage_rules` table. All conditions that are set must hold; the first
-    matching rule (lowest position) gives the span's stage. Regexes are RE2 (DuckDB), matched
-    case-insensitively anywhere in the text unless anchored. `attribute_regex` is matched against
-    each span attribute written as `key=value` (e.g. `^db\\.system=(redis|memcached)$`)."""
-
-    position: int
-    stage: str
-    span_kind: str | None = None  # 'Server' | 'Client' | 'Internal' | 'Producer' | 'Consumer'
-    name_regex: str | None = None
-    attribute_regex: str | None = None
-    description: str = ""
-
-
-@dataclass(frozen=True)
-class PhaseRule:
-    """One row of the ordered `phase_rules` table: a phase that a span reports about itself (a
-    serving framework's time breakdown), turned into a stage interval under that span.
-
-    `source` 'attribute': `start_key` is an attribute holding the phase's duration in `unit`
-    ('s', 'ms', 'us', 'ns', or 'text' for values such as "12.5ms"); the attribute phases of one
-    framework on one span are laid end to end in position order from the span's start, or, when a
-    phase has `end_key` (an attribute giving, in the same unit, the offset from the span's start at
-    which that phase ends, e.g. time to first token for prefill), placed so that it ends there.
-    `source` 'events': the phase runs from the span's first event named `start_key` to its first
-    event named `end_key` (e.g. Triton's QUEUE_START .. COMPUTE_START).
-    `name_regex` (RE2, case-insensitive) restricts the rule to spans whose name matches."""
-
-    position: int
-    framework: str
-    phase: str
-    stage: str
-    source: str  # 'attribute' | 'events'
-    start_key: str
-    end_key: str | None = None
-    unit: str | None = None  # attribute rules: 's' | 'ms' | 'us' | 'ns' | 'text'
-    name_regex: str | None = None
-    description: str = ""
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The analysis API the dashboard and the CLI build on: one pure function per view.
 
-Every function takes a Source (a `Store`, which opens a short-lived reader, or an open DuckDB
-connection) and a `Filter`, runs SQL from tailscope/sql over the derived `requests` table (and
-otel_traces where it needs spans) with bound parameters only, and returns a declared shape from
+Every function takes a Source (a `Store`, which gives a reader for one unit of work, or an open
+Reader) and a `Filter`, asks the store for named statements over the derived requests (and the spans
+where it needs them), with the filter and its parameters bound, and returns a declared shape from
 tailscope.analysis.types. Empty stores, one-span stores and runs without request roots give empty
 results with a `reason`, never exceptions. The Gantt, tail vs body and the run comparison live in
 analysis.trace, analysis.tail and analysis.compare.
@@ -16,8 +16,6 @@ from typing import Any
 
 import pandas as pd
 
-from tailscope import sql
-from tailscope.analysis.quantiles import from_order_statistics
 from tailscope.analysis.runs import runs_with_requests, runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import (
@@ -33,24 +31,19 @@ from tailscope.analysis.types import (
     StageBar,
     Waterfall,
 )
-from tailscope.query.builders import filtered
-from tailscope.store.ch_conn import dialect_of
-from tailscope.store.connection import Connection
+from tailscope.store.interface import Reader
 from tailscope.vocabulary import ALL_STAGES
 
 NO_REQUESTS = "no requests match the filter"
-OVERVIEW_QUANTILES = (0.5, 0.95, 0.99, 0.999)  # overview.sql's e2e and stage_percentiles.sql's
 
 
 def _ms(ns: float | None) -> float | None:
     return None if ns is None else float(ns) / 1e6
 
 
-def _no_requests_reason(conn: Connection, flt: Filter) -> str:
+def _no_requests_reason(conn: Reader, flt: Filter) -> str:
     """Why a filter found nothing, in words the UI can show."""
-    spans, run_spans, requests, run_requests = conn.execute(
-        sql.load("store_counts", dialect_of(conn)), [flt.run, flt.run]
-    ).fetchone()
+    spans, run_spans, requests, run_requests = conn.run("store_counts", [flt.run, flt.run]).fetchone()
     if spans == 0:
         return "the store is empty: load traces first"
     if flt.run is not None:
@@ -64,7 +57,7 @@ def _no_requests_reason(conn: Connection, flt: Filter) -> str:
     return NO_REQUESTS
 
 
-def one_run(conn: Connection, flt: Filter) -> tuple[Filter, str | None]:
+def one_run(conn: Reader, flt: Filter) -> tuple[Filter, str | None]:
     """The filter with its run set: the given one, or the store's only run with requests."""
     if flt.run is not None:
         return flt, None
@@ -87,16 +80,14 @@ def filter_options(source: Source, run: str | None = None) -> dict[str, list[str
     (services/routes/instances of request roots, of `run` when given)."""
     with reading(source) as conn:
         runs = runs_with_requests(conn)
-        statement = sql.load("filter_values", dialect_of(conn))
-        services, routes, instances = conn.execute(statement, [run]).fetchone()
+        services, routes, instances = conn.run("filter_values", [run]).fetchone()
     return {"runs": runs, "services": services or [], "routes": routes or [], "instances": instances or []}
 
 
 def time_range(source: Source, flt: Filter) -> tuple[datetime, datetime] | None:
     """First and last request start of the filtered requests (None when there are none)."""
     with reading(source) as conn:
-        text, params = filtered("overview", flt, dialect=dialect_of(conn))
-        rows = conn.execute(text, params).fetchall()
+        rows = conn.run("overview", where=flt).fetchall()
     if not rows:
         return None
     return min(r[3] for r in rows), max(r[4] for r in rows)
@@ -107,16 +98,12 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
     throughput, e2e p50/p95/p99/p99.9, error rate, whether p99 meets the target, and the stage that
     dominates the tail (largest share of the p99 band's excess over the median band)."""
     with reading(source) as conn:
-        dialect = dialect_of(conn)
-        text, params = filtered("overview", flt, dialect=dialect)
-        rows = conn.execute(text, params).fetchall()
+        rows = conn.run("overview", where=flt).fetchall()
         if not rows:
             return Overview(runs=[], reason=_no_requests_reason(conn, flt))
         summaries = []
         for run, n, errors, first, last, t0, t1, e2e, services in rows:
             span_s = (t1 - t0) / 1e9 if t1 is not None and t0 is not None else 0.0
-            if dialect == "clickhouse":  # order statistics: one quantile definition on both engines
-                e2e = from_order_statistics(e2e, n, OVERVIEW_QUANTILES)
             p50, p95, p99, p999 = (float(v) / 1e6 for v in e2e)
             tail = _waterfall(conn, replace(flt, run=run), "p99", percentiles=False)
             top = max(
@@ -147,7 +134,7 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
     return Overview(runs=summaries)
 
 
-def _waterfall(conn: Connection, flt: Filter, band: Band, percentiles: bool = True) -> Waterfall:
+def _waterfall(conn: Reader, flt: Filter, band: Band, percentiles: bool = True) -> Waterfall:
     if band not in BAND_QUANTILES:
         raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
     flt, reason = one_run(conn, flt)
@@ -165,14 +152,7 @@ def _waterfall(conn: Connection, flt: Filter, band: Band, percentiles: bool = Tr
         empty.reason = reason
         return empty
     lo, hi = BAND_QUANTILES[band]
-    dialect = dialect_of(conn)
-    if dialect == "clickhouse":  # quantile_cont's values from exact order statistics (quantiles.py)
-        text, params = filtered("order_statistics", flt, [0.45, 0.55, lo, hi], dialect=dialect)
-        bounds = from_order_statistics(*conn.execute(text, params).fetchone(), (0.45, 0.55, lo, hi))
-        text, params = filtered("waterfall", flt, *bounds, hi >= 1.0, dialect=dialect)
-    else:
-        text, params = filtered("waterfall", flt, lo, hi, hi >= 1.0)
-    row = conn.execute(text, params).fetchone()
+    row = conn.run("waterfall", [lo, hi, hi >= 1.0], where=flt).fetchone()
     n, band_n, _median_n, q_lo, q_hi, band_mean, median_mean = row[:7]
     if not n:
         empty.reason = _no_requests_reason(conn, flt)
@@ -181,10 +161,7 @@ def _waterfall(conn: Connection, flt: Filter, band: Band, percentiles: bool = Tr
     band_avgs, median_avgs = row[7 : 7 + k], row[7 + k : 7 + 2 * k]
     pcts: Any = [[float("nan")] * 4] * k
     if percentiles:
-        text, params = filtered("stage_percentiles", flt, dialect=dialect)
-        pcts = conn.execute(text, params).fetchone()
-        if dialect == "clickhouse":
-            pcts = [from_order_statistics(pairs, pcts[0], OVERVIEW_QUANTILES) for pairs in pcts[1:]]
+        pcts = conn.run("stage_percentiles", where=flt).fetchone()
     excess = (band_mean - median_mean) if band_n and band != "p50" else None
     stages = []
     for stage, b, m, p in zip(ALL_STAGES, band_avgs, median_avgs, pcts, strict=True):
@@ -248,15 +225,9 @@ def heatmap(
     cell_cols = ["time", "latency_low_ms", "latency_high_ms", "count"]
     line_cols = ["time", "p50_ms", "p99_ms", "requests"]
     with reading(source) as conn:
-        dialect = dialect_of(conn)
         bins = (max(1, int(time_bins)), max(1, int(bins_per_decade)))
-        rows = conn.execute(*filtered("heatmap", flt, stage_param, *bins, dialect=dialect)).fetchall()
+        rows = conn.run("heatmap", [stage_param, *bins], where=flt).fetchall()
         reason = None if rows else _no_requests_reason(conn, flt)
-    if dialect == "clickhouse":  # lines: order statistics, one quantile definition on both engines
-        rows = [
-            r if r[0] == "cell" else (*r[:4], *from_order_statistics(r[4:6], r[3], (0.5, 0.99)), *r[6:])
-            for r in rows
-        ]
     if not rows:
         return Heatmap(
             stage=stage,
@@ -290,8 +261,7 @@ def heatmap(
 
 def _request_list(source: Source, flt: Filter, stage: str, bounds: list[Any], limit: int) -> pd.DataFrame:
     with reading(source) as conn:
-        text, params = filtered("request_list", flt, stage, *bounds, int(limit), dialect=dialect_of(conn))
-        return conn.execute(text, params).df()
+        return conn.run("request_list", [stage, *bounds, int(limit)], where=flt).df()
 
 
 def select_requests(

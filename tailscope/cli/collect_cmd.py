@@ -14,7 +14,6 @@ import argparse
 import ipaddress
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 
 def _positive(text: str) -> int:
@@ -85,13 +84,10 @@ def run(args: argparse.Namespace) -> int:
     from ingest.receiver.limits import Limits
     from ingest.receiver.server import ReceiverConfig, serve
     from tailscope.cli.store_arg import open_from
-    from tailscope.store.clickhouse import ClickHouseStore
 
     store = open_from(args, "collect", writing=True)
     if store is None:
         return 2
-    clickhouse = store if isinstance(store, ClickHouseStore) else None
-    db_path = Path(store.location.url) if clickhouse is not None else Path(store.path)
     label = args.run or f"collect-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     if not _is_loopback(args.host):
         print(
@@ -105,8 +101,7 @@ def run(args: argparse.Namespace) -> int:
         flush_interval_ms=args.flush_interval_ms,
     )
     config = ReceiverConfig(
-        db_path=db_path,
-        clickhouse=clickhouse,
+        store=store,
         run_label=label,
         host=args.host,
         port=args.port,

@@ -67,40 +67,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fresh", action="store_true", help="delete the demo store first and regenerate")
 
 
-def existing_runs(db: Path) -> set[str]:
-    if not db.exists():
-        return set()
-    from tailscope.store.db import connect_reader
-
-    with connect_reader(db) as conn:
-        return {row[0] for row in conn.execute("SELECT RunLabel FROM runs").fetchall()}
-
-
 def load_demo(db: Path | Any, requests: int, out=None) -> list[str]:
-    """Generate and load every demo run missing from `db` (a DuckDB file, or a ClickHouseStore);
-    returns the labels it loaded. Progress goes to `out` (default stdout)."""
+    """Generate and load every demo run missing from `db` (a DuckDB file, or a Store); returns the
+    labels it loaded. Progress goes to `out` (default stdout)."""
     from ingest.loader import load_paths
     from reference_pipeline.simulate.api import simulate_to_file
-    from tailscope.store.clickhouse import ClickHouseStore
+    from tailscope.analysis.runs import runs_with_spans
+    from tailscope.store.engine import open_store
 
     out = out or sys.stdout
-    if isinstance(db, ClickHouseStore):
-        from ingest import clickhouse_load
-        from tailscope.analysis.runs import runs_with_spans
-        from tailscope.store.ch_conn import ClickHouseConnection
+    store = open_store(db) if isinstance(db, str | Path) else db
+    with store.reading() as reader:
+        have = set(runs_with_spans(reader))
+    where = store.name
 
-        store: ClickHouseStore = db
-        have = set(runs_with_spans(ClickHouseConnection(store)))
-        where: Any = store.location.url
-
-        def load(path: Path, label: str) -> Any:
-            return clickhouse_load.load_paths(store, [path], label)
-
-    else:
-        have, where = existing_runs(db), db
-
-        def load(path: Path, label: str) -> Any:
-            return load_paths([path], db, label)
+    def load(path: Path, label: str) -> Any:
+        return load_paths([path], store, label)
 
     missing = [run for run in demo_runs() if run.label not in have]
     if not missing:

@@ -72,7 +72,6 @@ class ProgressBar:
 def run(args: argparse.Namespace) -> int:
     from ingest.loader import default_run_label, expand_paths, load_paths
     from tailscope.cli.store_arg import open_from
-    from tailscope.store.clickhouse import ClickHouseStore
 
     store = open_from(args, "ingest", writing=True)
     if store is None:
@@ -83,12 +82,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"run label: {label} (from the file name; choose one with --run)")
     bar = ProgressBar()
     try:
-        if isinstance(store, ClickHouseStore):  # the exporter's schema, in batches (ingest.clickhouse_load)
-            from ingest import clickhouse_load
-
-            summary = clickhouse_load.load_paths(store, files, label, skip_bad=args.skip_bad, progress=bar)
-        else:
-            summary = load_paths(files, store.path, label, skip_bad=args.skip_bad, progress=bar)
+        summary = load_paths(files, store, label, skip_bad=args.skip_bad, progress=bar)
     finally:
         bar.close()
     for failed in summary.failed:

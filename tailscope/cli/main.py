@@ -74,12 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args))
     except Exception as error:  # the store's own errors become a one-line message; others propagate
-        from tailscope.store.db import StoreBusyError, StoreVersionError
         from tailscope.store.errors import StoreError
 
         if isinstance(error, BrokenPipeError):
             return output_closed()
-        if not isinstance(error, StoreBusyError | StoreVersionError | StoreError):
+        if not isinstance(error, StoreError):
             raise
         print(f"tailscope: {error}", file=sys.stderr)
         return EXIT_FAILURE

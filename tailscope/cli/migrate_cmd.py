@@ -23,16 +23,17 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
     from pathlib import Path
 
-    from tailscope.store.connection import QUERY_ERRORS
-    from tailscope.store.db import default_db_path, migrate_store
+    from tailscope.store.engine import open_store
+    from tailscope.store.errors import StoreError
+    from tailscope.store.url import default_db_path
 
     path = Path(args.db) if args.db else default_db_path()
     if not path.exists():
         print(f"tailscope: {path}: no such store", file=sys.stderr)
         return 2
     try:
-        outcome = migrate_store(path)
-    except QUERY_ERRORS as error:  # the transaction rolled back: the store is as it was
+        outcome = open_store(path).migrate()
+    except StoreError as error:  # the transaction rolled back: the store is as it was
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         print(f"tailscope: {path}: migration failed, store unchanged: {first_line}", file=sys.stderr)
         return 1

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
-ALL_TIME = (-(2**62), 2**62)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,36 +56,23 @@ def parse_filters(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tailscope import sql
-    from tailscope.cli.store_arg import open_from
-    from tailscope.query.clickhouse import RunSelection
-    from tailscope.store import ch_write
-    from tailscope.store.clickhouse import ClickHouseStore
+    from tailscope.cli.store_arg import open_from, store_name
+    from tailscope.store.errors import UnsupportedError
 
     try:
         filters = parse_filters(args.where)
-        start = parse_time(args.since) if args.since else ALL_TIME[0]
-        end = parse_time(args.until) if args.until else ALL_TIME[1]
+        start = parse_time(args.since) if args.since else None
+        end = parse_time(args.until) if args.until else None
     except ValueError as error:
         print(f"tailscope select: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     store = open_from(args, "select")
     if store is None:
         return EXIT_BAD_INPUT
-    if not isinstance(store, ClickHouseStore):
-        print(
-            "tailscope select: runs are selections only on a ClickHouse store (--store chdb:///... or "
-            "clickhouse://...); a DuckDB store's runs are what `tailscope ingest` loaded",
-            file=sys.stderr,
-        )
+    try:
+        spans, requests = store.select_run(args.run, start, end, filters)
+    except (UnsupportedError, LookupError) as error:
+        print(f"tailscope select: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    wanted = RunSelection(start, end, filters)
-    first, last, spans = store.query(sql.load("selection_bounds", "clickhouse"), wanted.params()).first()
-    if not spans:
-        print(f"tailscope select: no spans match (filters {filters or 'none'})", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    selection = RunSelection(start if args.since else first, end if args.until else last, filters)
-    ch_write.define_run(store, args.run, selection)
-    requests = ch_write.refresh_run(store, args.run)
-    print(f"run {args.run}: {spans:,} spans, {requests:,} requests ({store.location.url})")
+    print(f"run {args.run}: {spans:,} spans, {requests:,} requests ({store_name(store)})")
     return EXIT_OK

@@ -27,10 +27,9 @@ def add_store_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def open_from(args: argparse.Namespace, command: str, writing: bool = False) -> Any | None:
-    """The store the arguments name, or None after a one-line message (a URL that does not parse).
-    A ClickHouse store is checked first (server reachable, otel_traces the exporter's) and gets
-    tailscope's own tables; `writing` also creates otel_traces when the database has none."""
-    from tailscope.store.clickhouse import ClickHouseStore
+    """The store the arguments name, or None after a one-line message (a URL that does not parse),
+    prepared for the command (a ClickHouse store: server reachable, otel_traces the exporter's,
+    tailscope's own tables; `writing` also creates otel_traces when the database has none)."""
     from tailscope.store.engine import open_store
     from tailscope.store.url import resolve_store
 
@@ -40,9 +39,8 @@ def open_from(args: argparse.Namespace, command: str, writing: bool = False) -> 
         print(f"tailscope {command}: {error}", file=sys.stderr)
         return None
     store = open_store(location)
-    if isinstance(store, ClickHouseStore):
-        _OPENED.append(store)
-        store.prepare(create_exporter_table=writing)
+    _OPENED.append(store)
+    store.prepare(writing=writing)
     return store
 
 
@@ -54,5 +52,4 @@ def close_opened() -> None:
 
 def store_name(store: Any) -> str:
     """How a message names the store: its file, or its URL (no password)."""
-    location = getattr(store, "location", None)
-    return location.url if location is not None else str(store.path)
+    return str(store.name)

@@ -10,6 +10,7 @@ exists and falls back to `<name>.sql`, so a statement both engines accept as wri
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -35,3 +36,15 @@ def load(name: str, dialect: Dialect = "duckdb") -> str:
 def quote_identifier(name: str) -> str:
     """Quote a SQL identifier for DuckDB: wrap in double quotes, doubling any inside."""
     return '"' + name.replace('"', '""') + '"'
+
+
+_INCLUDE = re.compile(r"\{include:(\w+)\}")
+
+
+def load_filtered(name: str, dialect: Dialect, where: str) -> str:
+    """`<name>.sql` of the dialect with its `{include:other}` placeholders replaced by other.sql
+    (shared CTEs) and its one `{where}` placeholder by `where` (fixed SQL: a filter's clauses)."""
+    text = _INCLUDE.sub(lambda match: load(match.group(1), dialect).rstrip(), load(name, dialect))
+    if text.count("{where}") != 1:
+        raise ValueError(f"{name}.sql must use {{where}} exactly once")
+    return text.replace("{where}", where)

@@ -1,1 +1,2 @@
-"""The DuckDB store: schema, connections for one writer and many short-lived readers."""
+"""The store: one interface (interface.Store), two engines (duckdb/, clickhouse/), chosen once by
+engine.open_store from a store URL. See ARCHITECTURE.md, "Store"."""

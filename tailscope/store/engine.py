@@ -1,35 +1,32 @@
-"""The store seam: a store URL (or a plain DuckDB path) in, a store with `query(statement, params)` out.
+"""Where an engine is chosen: a store URL (or a plain DuckDB path) in, a Store out.
 
-    open_store("runs/a.duckdb")               Store (DuckDB, tailscope.store.db)
-    open_store("chdb:///var/lib/tailscope")   ClickHouseStore on chdb, in-process
-    open_store("clickhouse://u:p@host/db")    ClickHouseStore on a server, over HTTP
+    open_store("runs/a.duckdb")               DuckDB file (tailscope.store.duckdb)
+    open_store("chdb:///var/lib/tailscope")   ClickHouse in process (tailscope.store.clickhouse, chdb)
+    open_store("clickhouse://u:p@host/db")    ClickHouse server over HTTP (clickhouse-connect)
 
-Both kinds answer `query(statement, params) -> Result` and say which SQL dialect they take
-(`dialect_of`), so callers load a statement with `sql.load(name, dialect_of(store))`. Which URL a
-command uses is tailscope.store.url.resolve_store (--store > $TAILSCOPE_STORE > --db > ...).
+The only module outside the engine packages that names them. Which URL a command uses is
+tailscope.store.url.resolve_store (--store > $TAILSCOPE_STORE > --db > ...).
 """
 
 from __future__ import annotations
 
-from typing import Union
+from pathlib import Path
 
-from tailscope.sql import Dialect
-from tailscope.store.clickhouse import DEFAULT_TIME_LIMIT_S, ClickHouseStore
-from tailscope.store.db import Store
+from tailscope.store.interface import Store
 from tailscope.store.url import StoreLocation, parse_store_url
 
-AnyStore = Union[Store, ClickHouseStore]  # noqa: UP007 (a runtime alias)
 
-
-def open_store(where: str | StoreLocation, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> AnyStore:
-    """The store a URL, a path or a parsed StoreLocation names. Nothing is opened yet: a DuckDB Store
-    opens a short-lived connection per query, a ClickHouseStore its transport on first use."""
-    location = parse_store_url(where) if isinstance(where, str) else where
+def open_store(where: str | Path | StoreLocation, time_limit_s: float | None = None) -> Store:
+    """The store a URL, a path or a parsed StoreLocation names. Nothing is opened yet: a DuckDB
+    store opens a short-lived connection per unit of work, a ClickHouse store its transport on first
+    use. `time_limit_s`: a ClickHouse store's limit per query (its default otherwise)."""
+    location = where if isinstance(where, StoreLocation) else parse_store_url(str(where))
     if location.engine == "duckdb":
-        return Store(location.path)
+        from tailscope.store.duckdb.store import DuckDBStore
+
+        return DuckDBStore(location.path)
+    from tailscope.store.clickhouse.engine import ClickHouseStore
+
+    if time_limit_s is None:
+        return ClickHouseStore(location)
     return ClickHouseStore(location, time_limit_s=time_limit_s)
-
-
-def dialect_of(store: AnyStore) -> Dialect:
-    """The SQL dialect a store takes."""
-    return "clickhouse" if isinstance(store, ClickHouseStore) else "duckdb"

@@ -38,6 +38,22 @@ class StoreLockedError(StoreError):
     """A chdb data folder is held by another process (one process per folder)."""
 
 
+class StoreBusyError(StoreError):
+    """A DuckDB store stayed locked by another process for longer than we were willing to wait."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a schema version this tailscope cannot use as it is."""
+
+
+class MigrationError(StoreError):
+    """A migration failed and was rolled back: the store is as it was."""
+
+
+class UnsupportedError(StoreError):
+    """The store's engine does not do what was asked (a DuckDB store's runs are not selections)."""
+
+
 class ValueRefusedError(StoreError):
     """The engine refused a value the statement was given (a regex RE2 cannot compile)."""
 
@@ -89,3 +105,13 @@ def classify(message: str) -> type[StoreError] | None:
     if code is None and any(text in message for text in _UNREACHABLE):
         return StoreUnreachableError
     return None
+
+
+def why_refused(message: str) -> str:
+    """RE2's reason, as DuckDB words it ('... Error: missing ): (a') from either engine's message
+    (ClickHouse: '... cannot compile re2: (?i)(a, error: missing ): (?i)(a. Look at ...', the
+    pattern with the case-insensitive prefix the rules add)."""
+    found = re.search(r", error: (.*?)\. Look at", message)
+    if found:
+        return found.group(1).replace("(?i)", "")
+    return message.split("Error:", 1)[-1].strip()

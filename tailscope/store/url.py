@@ -133,6 +133,11 @@ def _clickhouse(text: str, scheme: str) -> StoreLocation:
     )
 
 
+def default_db_path() -> Path:
+    """`TAILSCOPE_DB` if set, else ./tailscope.duckdb."""
+    return Path(os.environ.get("TAILSCOPE_DB") or DEFAULT_DUCKDB)
+
+
 def parse_store_url(text: str) -> StoreLocation:
     """Parse a store URL or a plain DuckDB path; ValueError (one line, no password) otherwise."""
     if not text.strip():

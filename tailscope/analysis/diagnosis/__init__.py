@@ -51,8 +51,7 @@ def diagnose(source, run: str | None = None, seed: int = 0) -> Diagnosis:
     from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
 
-    with reading(source) as shared:
-        conn = shared.cursor()  # our own cursor: a caller's pending result cannot get in the way
+    with reading(source) as conn:
         runs = _list(conn)
         if run is None:
             if len(runs) != 1:

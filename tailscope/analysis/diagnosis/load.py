@@ -1,5 +1,6 @@
-"""Build a TraceFrame for one run from the store: one SQL read of plain columns, ids and names
-dictionary-encoded by pyarrow, parents joined in numpy, stages from the analysis layer's mapping."""
+"""Build a TraceFrame for one run from the store: one read of plain columns (the store's span_table),
+ids and names dictionary-encoded by pyarrow, parents joined in numpy, stages from the analysis
+layer's mapping."""
 
 from __future__ import annotations
 
@@ -11,12 +12,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tailscope import sql
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
-from tailscope.analysis.phases import phase_rules_in_force
-from tailscope.query.builders import phase_spans_query
-from tailscope.store.ch_conn import dialect_of
-from tailscope.store.connection import Connection
+from tailscope.store.interface import Reader
 from tailscope.vocabulary import ALL_STAGES
 
 
@@ -25,22 +22,9 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
 
 
-def _arrow(conn: Connection, name: str, params: dict[str, Any]) -> pa.Table:
-    """Run a named statement with bound parameters and return its rows as an Arrow table. On
-    ClickHouse the statement reads the run's selection ({scope}, tailscope.query.clickhouse)."""
-    if dialect_of(conn) == "clickhouse":
-        from tailscope.query.clickhouse import scoped
-        from tailscope.store.ch_write import phase_rules_for, run_selection
-
-        selection = run_selection(conn.store, params["run"])
-        if selection is None:
-            raise LookupError(f"no run {params['run']!r}")
-        phases = phase_rules_for(conn.store, selection) if name == "diagnosis_spans" else []
-        text, bound = scoped(name, selection, phases, **params)
-        return _in_fixed_order(conn.store.query_arrow(text, bound))
-    relation = conn.sql(sql.load(name), params=params)
-    fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
-    return _in_fixed_order(fetch())
+def _arrow(conn: Reader, name: str, run: str, **params: Any) -> pa.Table:
+    """A named span read over one run as an Arrow table (the store's span_table), in a fixed order."""
+    return _in_fixed_order(conn.span_table(name, run, **params))
 
 
 def _in_fixed_order(table: pa.Table) -> pa.Table:
@@ -70,11 +54,11 @@ def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(sorted_keys[pos] == wanted, order[pos], -1).astype(np.int64)
 
 
-def list_runs(conn: Connection) -> list[str]:
-    return [row[0] for row in conn.execute(sql.load("diagnosis_runs", dialect_of(conn))).fetchall()]
+def list_runs(conn: Reader) -> list[str]:
+    return [row[0] for row in conn.run("diagnosis_runs").fetchall()]
 
 
-def _stages(conn: Connection, run: str, table: pa.Table) -> np.ndarray:
+def _stages(conn: Reader, run: str, table: pa.Table) -> np.ndarray:
     """Stage code per span: the analysis layer's mapping when it is available, else the explicit
     `tailscope.stage` attribute (NO_STAGE where neither says)."""
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
@@ -86,19 +70,13 @@ def _stages(conn: Connection, run: str, table: pa.Table) -> np.ndarray:
     return value_code[codes]
 
 
-def _mapped_stages(conn: Connection, run: str, table: pa.Table) -> np.ndarray | None:
+def _mapped_stages(conn: Reader, run: str, table: pa.Table) -> np.ndarray | None:
     """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), per
     (span name, span kind); spans of a pair it did not see fall back to their attribute."""
     try:
         from tailscope.analysis.stages import stage_mapping
 
-        if dialect_of(conn) == "clickhouse":
-            from tailscope.store.ch_write import stage_mapping as clickhouse_mapping
-
-            columns = ["span_name", "span_kind", "stage", "rule_no", "spans"]
-            mapping = pd.DataFrame(clickhouse_mapping(conn.store, run, sample_traces=300), columns=columns)
-        else:
-            mapping = stage_mapping(conn, run, sample_traces=300)  # one row per (name, kind) is all we need
+        mapping = stage_mapping(conn, run, sample_traces=300)  # one row per (name, kind) is all we need
     except Exception:  # an older store without rules, or the mapping unavailable: attributes only
         return None
     if mapping.empty:
@@ -118,21 +96,9 @@ def _mapped_stages(conn: Connection, run: str, table: pa.Table) -> np.ndarray | 
     return np.where(mapped >= 0, mapped, attr)
 
 
-def _phase_spans(conn: Connection, run: str) -> None:
-    """The run's phase spans (a serving framework's self-reported phases) into _ts_phase_spans,
-    which diagnosis_spans.sql reads with the run's spans (on ClickHouse that statement makes them
-    itself: clickhouse/diagnosis_spans.sql)."""
-    if dialect_of(conn) == "clickhouse":
-        return
-    text, params = phase_spans_query(phase_rules_in_force(conn), "run", run)
-    conn.execute(sql.load("diagnosis_phase_drop"))
-    conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", params)
-
-
-def load_frame(conn: Connection, run: str) -> TraceFrame:
+def load_frame(conn: Reader, run: str) -> TraceFrame:
     """The run's spans as a TraceFrame (empty frame when the run has no spans)."""
-    _phase_spans(conn, run)
-    table = _arrow(conn, "diagnosis_spans", {"run": run})
+    table = _arrow(conn, "diagnosis_spans", run)
     n = table.num_rows
     trace_keys = table.column("TraceKey").to_numpy()
     trace = pd.factorize(trace_keys)[0].astype(np.int64)  # hash-based: no sort
@@ -165,11 +131,11 @@ def load_frame(conn: Connection, run: str) -> TraceFrame:
         stage=_stages(conn, run, table) if n else np.zeros(0, np.int64),
         t0=t0,
     )
-    rows = conn.execute(sql.load("diagnosis_setup", dialect_of(conn)), {"run": run}).fetchall()
+    rows = conn.run("diagnosis_setup", {"run": run}).fetchall()
     row = rows[0] if rows else None
     if row and row[0]:
         frame.setup = {str(k): str(v) for k, v in dict(row[0]).items()}
-    gc = _arrow(conn, "diagnosis_gc_events", {"run": run})
+    gc = _arrow(conn, "diagnosis_gc_events", run)
     if gc.num_rows:
         lookup = {v: i for i, v in enumerate(instances)}
         frame.gc_instance = np.array([lookup.get(v, -1) for v in gc.column("Instance").to_pylist()], np.int64)
@@ -180,7 +146,7 @@ def load_frame(conn: Connection, run: str) -> TraceFrame:
 
 
 def _attribute_source(
-    conn: Connection, run: str, span_keys: np.ndarray
+    conn: Reader, run: str, span_keys: np.ndarray
 ) -> Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]]:
     """A function: span name -> {attribute key: (span indices, values)}. Queried lazily, while the
     connection is open (the runner asks only for the few names a detector needs)."""
@@ -188,7 +154,7 @@ def _attribute_source(
     sorted_keys = span_keys[order]
 
     def attributes(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
-        table = _arrow(conn, "diagnosis_span_attributes", {"run": run, "span_name": span_name})
+        table = _arrow(conn, "diagnosis_span_attributes", run, span_name=span_name)
         if table.num_rows == 0 or len(sorted_keys) == 0:
             return {}
         keys = table.column("SpanKey").to_numpy().astype(np.int64)

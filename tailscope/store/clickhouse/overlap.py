@@ -4,11 +4,11 @@ are derived from the same converted spans, on two chdb sessions at once.
 The loader converts a file's spans into a shared in-memory table (ingest_shared_ready_ddl.sql),
 then a second chdb session on the same folder (a thread of its own; ClickHouse works there without
 the GIL) writes that table into otel_traces while the store's session derives the run's requests
-from it (ch_write's derive statements with the table as their source) into a held-back temporary
+from it (write's derive statements with the table as their source) into a held-back temporary
 table. Only when both are done is the run defined and do the derived rows reach
 tailscope_requests: a failed write leaves neither. The writer first counts the spans the run's
 selection already finds in otel_traces: when there were any (spans of that label written earlier),
-the run is derived again from otel_traces as ch_write.refresh_run does, so the rows are always the
+the run is derived again from otel_traces as write.refresh_run does, so the rows are always the
 whole run's.
 """
 
@@ -19,21 +19,22 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tailscope import sql
-from tailscope.query.clickhouse import ALL_TIME, RunSelection, derive_statements, scoped
-from tailscope.store import ch_write
-from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ChdbTransport, ClickHouseStore
+from tailscope.store.clickhouse import write
+from tailscope.store.clickhouse.statements import ALL_TIME, RunSelection, derive_statements, scoped
+from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S, ClickHouseClient
+from tailscope.store.clickhouse.transport import ChdbTransport
 
 
-def possible(store: ClickHouseStore, files: int, run: str) -> bool:
+def possible(store: ClickHouseClient, files: int, run: str) -> bool:
     """Whether a load can write and derive at once: chdb, one file, a run not defined yet."""
     return (
         files == 1
         and isinstance(store.transport, ChdbTransport)
-        and ch_write.run_selection(store, run) is None
+        and write.run_selection(store, run) is None
     )
 
 
-def ready_table(store: ClickHouseStore) -> str:
+def ready_table(store: ClickHouseClient) -> str:
     """A new shared table for one load's converted spans (its name: _tailscope_ready_<random hex>),
     after dropping any an interrupted load left behind."""
     for (stale,) in store.query(sql.load("ingest_shared_ready_stale", dialect="clickhouse")).rows:
@@ -43,7 +44,7 @@ def ready_table(store: ClickHouseStore) -> str:
     return name
 
 
-def repeats(store: ClickHouseStore, ready: str) -> int:
+def repeats(store: ClickHouseClient, ready: str) -> int:
     """How many of `ready`'s spans may repeat one before them (ingest_ready_repeats.sql: 0 means
     none does; more, that move_once must decide): a file that repeats spans is not written while
     derived, it goes through move_once."""
@@ -52,7 +53,7 @@ def repeats(store: ClickHouseStore, ready: str) -> int:
     )
 
 
-def move_once(store: ClickHouseStore, ready: str) -> int:
+def move_once(store: ClickHouseClient, ready: str) -> int:
     """`ready` into otel_traces with each span once (ingest_ready_move_once.sql); how many spans
     were written."""
     try:
@@ -63,18 +64,18 @@ def move_once(store: ClickHouseStore, ready: str) -> int:
         )
         return once
     finally:
-        ch_write.clear_staged(store)
+        write.clear_staged(store)
 
 
-def drop_ready(store: ClickHouseStore, ready: str) -> None:
+def drop_ready(store: ClickHouseClient, ready: str) -> None:
     store.query(sql.load("ingest_shared_ready_drop", dialect="clickhouse"), {"ready": ready})
 
 
-def _write(store: ClickHouseStore, ready: str, selection: RunSelection) -> tuple[int, int]:
+def _write(store: ClickHouseClient, ready: str, selection: RunSelection) -> tuple[int, int]:
     """On a second session: the spans of `selection` already in otel_traces and the traces of
     `ready`, then `ready` written into otel_traces; (spans there before, traces)."""
     assert isinstance(store.transport, ChdbTransport)
-    second = ClickHouseStore(store.location, store.time_limit_s, store.transport.second_session())
+    second = ClickHouseClient(store.location, store.time_limit_s, store.transport.second_session())
     try:
         text, params = scoped("run_reach", selection)
         earlier = int((second.query(text, params).first() or (0, 0))[0])
@@ -87,12 +88,12 @@ def _write(store: ClickHouseStore, ready: str, selection: RunSelection) -> tuple
         second.close()
 
 
-def _derive(store: ClickHouseStore, run: str, ready: str, selection: RunSelection) -> None:
+def _derive(store: ClickHouseClient, run: str, ready: str, selection: RunSelection) -> None:
     """The run's requests derived from `ready` into the held-back _ts_derived."""
     _staged(store, "drop")
     _staged(store, "ddl")
-    rules = ch_write.rules_in_force(store)
-    phases = ch_write.phase_rules_for(store, selection, source=ready)
+    rules = write.rules_in_force(store)
+    phases = write.phase_rules_for(store, selection, source=ready)
     statements = derive_statements(
         rules,
         run,
@@ -108,10 +109,10 @@ def _derive(store: ClickHouseStore, run: str, ready: str, selection: RunSelectio
 
 
 def write_and_derive(
-    store: ClickHouseStore, run: str, ready: str, selection: RunSelection, define: Callable[[], None]
+    store: ClickHouseClient, run: str, ready: str, selection: RunSelection, define: Callable[[], None]
 ) -> int | None:
     """`ready` into otel_traces (a second session) while the run's requests are derived from it;
-    once the spans are written the run is defined (`define`: ch_write.define_run; a failed write
+    once the spans are written the run is defined (`define`: write.define_run; a failed write
     defines nothing), once both are done the derived rows are stored (derived again from
     otel_traces when the selection already had spans there). The run's trace count, None when the
     selection had spans before (then count the run in otel_traces)."""
@@ -124,16 +125,16 @@ def write_and_derive(
                 earlier, traces = written.result()
                 define()  # the spans are in otel_traces, derived or not (as a sequential load)
         if earlier:
-            ch_write.refresh_run(store, run)
+            write.refresh_run(store, run)
             return None
-        ch_write.forget_derived(store, run)
+        write.forget_derived(store, run)
         _staged(store, "move")
         return traces
     finally:
         _staged(store, "drop")
 
 
-def _staged(store: ClickHouseStore, step: str) -> None:
+def _staged(store: ClickHouseClient, step: str) -> None:
     """One step (ddl, move, drop) of the held-back derived rows and span durations
     (derive_staged_<step>.sql, derive_staged_durations_<step>.sql)."""
     for name in (f"derive_staged_{step}", f"derive_staged_durations_{step}"):

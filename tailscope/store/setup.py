@@ -1,9 +1,10 @@
-"""The resource attributes that describe a run's setup (device, dtype, host, versions), kept in
-runs.SetupAttributes for the run-vs-run comparison."""
+"""The resource attributes that describe a run's setup (device, dtype, host, versions), kept with the
+run (DuckDB: runs.SetupAttributes; ClickHouse: tailscope_runs) for the run-vs-run comparison. Both
+engines' writers collect them from the batches they are given."""
 
 from __future__ import annotations
 
-from ingest.columns import SpanColumns
+from tailscope.store.interface import SpanBatch
 
 # Resource attributes that describe a run's setup and are kept in runs.SetupAttributes.
 SETUP_KEYS = frozenset(
@@ -18,7 +19,7 @@ SETUP_PREFIXES = ("tailscope.",)
 SETUP_WORDS = ("device", "gpu", "dtype", "batch")
 
 
-def setup_attributes(batch: SpanColumns, into: dict[str, set[str]]) -> None:
+def setup_attributes(batch: SpanBatch, into: dict[str, set[str]]) -> None:
     """Collect the setup-describing resource attributes of a batch (each resource looked at once)."""
     for attrs in batch.unique_resources():
         for key, value in attrs.items():

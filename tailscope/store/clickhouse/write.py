@@ -3,7 +3,7 @@
 The decoders (ingest/) give a batch of spans as an Arrow table in tailscope's column form
 (ingest.columns.COLUMNS: attributes as JSON text, events and links as JSON arrays). `stage_spans`
 stages it and has ClickHouse convert it into the exporter's columns (Map attributes, Nested events
-and links as parallel arrays) with one INSERT ... SELECT per batch; store.ch_dedupe writes the spans
+and links as parallel arrays) with one INSERT ... SELECT per batch; store.dedupe writes the spans
 a run does not have yet into otel_traces. A run written by
 tailscope is a selection like any other: its spans carry the resource attribute `tailscope.run` =
 the label, and its row in tailscope_runs selects on that and on the spans' time range
@@ -19,9 +19,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tailscope import sql
-from tailscope.analysis.phases import default_phase_rules, phase_rules_from_rows
-from tailscope.analysis.types import PhaseRule, StageRule
-from tailscope.query.clickhouse import (
+from tailscope.rules import PhaseRule, StageRule
+from tailscope.rules.phases import default_phase_rules, phase_rules_from_rows
+from tailscope.rules.stages import default_rules, rules_from_rows
+from tailscope.store.clickhouse import sample, span_durations
+from tailscope.store.clickhouse.statements import (
     ALL_TIME,
     RunSelection,
     derive_statements,
@@ -30,8 +32,7 @@ from tailscope.query.clickhouse import (
     scoped,
     stage_mapping_statements,
 )
-from tailscope.store import ch_durations, ch_sample
-from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
+from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S, ClickHouseClient
 
 RUN_ATTRIBUTE = "tailscope.run"
 # A derive goes through a run in time windows of about this many spans (memory follows the window).
@@ -41,7 +42,7 @@ PART_SPANS = 2_000_000
 # How far a trace's spans may start outside its root's interval (clocks of different hosts), as
 # tailscope.analysis.derive.CLOCK_SKEW_NS.
 CLOCK_SKEW_NS = 10 * 10**9
-# The session's table of converted spans (ingest_ready_ddl.sql); ch_overlap names a shared one.
+# The session's table of converted spans (ingest_ready_ddl.sql); overlap names a shared one.
 READY = "_ts_ready"
 
 
@@ -85,11 +86,11 @@ def attribute_maps(column: pa.ChunkedArray | pa.Array, run: str | None = None) -
 
 
 def stage_spans(
-    store: ClickHouseStore, chunk: pa.Table, run: str | None = None, ready: str = READY
+    store: ClickHouseClient, chunk: pa.Table, run: str | None = None, ready: str = READY
 ) -> tuple[int, int]:
     """Add one decoded batch to the session's staging table (created when missing); with `run`,
     convert it at once into the exporter's columns in `ready` (the session's _ts_ready, or a load's
-    shared table, ch_overlap, for `move_ready`), its spans'
+    shared table, overlap, for `move_ready`), its spans'
     resource attributes with tailscope.run = run. (first, last) span start of the batch in ns."""
     store.query(sql.load("ingest_stage_ddl", dialect="clickhouse"))
     store.insert_arrow("_ts_stage", staged_table(chunk, run))
@@ -106,7 +107,7 @@ def stage_spans(
     return int(bounds["min"].as_py()), int(bounds["max"].as_py())
 
 
-def move_ready(store: ClickHouseStore, ready: str = READY) -> None:
+def move_ready(store: ClickHouseClient, ready: str = READY) -> None:
     """The spans `stage_spans(..., run)` converted into otel_traces in one insert; the session's
     tables emptied after."""
     try:
@@ -115,7 +116,7 @@ def move_ready(store: ClickHouseStore, ready: str = READY) -> None:
         clear_staged(store)
 
 
-def clear_staged(store: ClickHouseStore, ready: str = READY) -> None:
+def clear_staged(store: ClickHouseClient, ready: str = READY) -> None:
     """Drop what is staged or converted (a file rejected part way: nothing of it is written): the
     session's tables, and `ready` when it is a load's shared one."""
     for name in ("ingest_stage_ddl", "ingest_stage_clear", "ingest_ready_ddl"):
@@ -125,7 +126,7 @@ def clear_staged(store: ClickHouseStore, ready: str = READY) -> None:
 
 
 def define_run(
-    store: ClickHouseStore,
+    store: ClickHouseClient,
     run: str,
     selection: RunSelection,
     files: list[str] | None = None,
@@ -147,7 +148,7 @@ def define_run(
     )
 
 
-def run_selection(store: ClickHouseStore, run: str) -> RunSelection | None:
+def run_selection(store: ClickHouseClient, run: str) -> RunSelection | None:
     """A run's selection, None when no run has that label."""
     row = store.query(sql.load("run_selection", dialect="clickhouse"), {"run": run}).first()
     if row is None:
@@ -156,10 +157,8 @@ def run_selection(store: ClickHouseStore, run: str) -> RunSelection | None:
     return RunSelection(int(row[0]), int(row[1]), filters)
 
 
-def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
+def rules_in_force(store: ClickHouseClient) -> list[StageRule]:
     """The stored stage rules, seeding the defaults into an empty table first."""
-    from tailscope.analysis.stages import default_rules, rules_from_rows
-
     rows = store.query(sql.load("stage_rules_list", dialect="clickhouse")).rows
     if not rows:
         rules = default_rules()
@@ -168,7 +167,7 @@ def rules_in_force(store: ClickHouseStore) -> list[StageRule]:
     return rules_from_rows(rows)
 
 
-def _insert_rules(store: ClickHouseStore, rules: list[StageRule]) -> None:
+def _insert_rules(store: ClickHouseClient, rules: list[StageRule]) -> None:
     """Rules into tailscope_stage_rules, numbered 1..n in list order."""
     store.insert_arrow(
         "tailscope_stage_rules",
@@ -185,7 +184,7 @@ def _insert_rules(store: ClickHouseStore, rules: list[StageRule]) -> None:
     )
 
 
-def replace_stage_rules(store: ClickHouseStore, rules: list[StageRule]) -> list[str]:
+def replace_stage_rules(store: ClickHouseClient, rules: list[StageRule]) -> list[str]:
     """Store an edited (already validated) rule list in place of the stored one, renumbered 1..n,
     and derive every run again with it, as the DuckDB store does in its writer; the runs derived."""
     store.query(sql.load("stage_rules_clear", dialect="clickhouse"))
@@ -193,13 +192,13 @@ def replace_stage_rules(store: ClickHouseStore, rules: list[StageRule]) -> list[
     return _derive_every_run(store)
 
 
-def phase_rules_in_force(store: ClickHouseStore) -> list[PhaseRule]:
+def phase_rules_in_force(store: ClickHouseClient) -> list[PhaseRule]:
     """The stored phase rules (tailscope_phase_rules), the defaults when none are."""
     rows = store.query(sql.load("phase_rules_list", dialect="clickhouse")).rows
     return phase_rules_from_rows(rows) if rows else default_phase_rules()
 
 
-def replace_phase_rules(store: ClickHouseStore, rules: list[PhaseRule]) -> list[str]:
+def replace_phase_rules(store: ClickHouseClient, rules: list[PhaseRule]) -> list[str]:
     """As replace_stage_rules, for the phase rules (already validated); the runs derived."""
     store.query(sql.load("phase_rules_clear", dialect="clickhouse"))
     columns = ("framework", "phase", "stage", "source", "start_key", "end_key", "unit", "name_regex")
@@ -212,14 +211,14 @@ def replace_phase_rules(store: ClickHouseStore, rules: list[PhaseRule]) -> list[
     return _derive_every_run(store)
 
 
-def _derive_every_run(store: ClickHouseStore) -> list[str]:
+def _derive_every_run(store: ClickHouseClient) -> list[str]:
     runs = [row[0] for row in store.query(sql.load("defined_runs", dialect="clickhouse")).rows]
     for run in runs:
         refresh_run(store, run)
     return runs
 
 
-def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) -> int:
+def refresh_run(store: ClickHouseClient, run: str, part_spans: int = PART_SPANS) -> int:
     """Derive a run's tailscope_requests rows again, inside ClickHouse, in time windows of about
     `part_spans` spans each (memory follows the window, not the run); how many rows there are now."""
     selection = run_selection(store, run)
@@ -238,17 +237,17 @@ def refresh_run(store: ClickHouseStore, run: str, part_spans: int = PART_SPANS) 
     return int(store.query(sql.load("run_request_count", dialect="clickhouse"), {"run": run}).single_value())
 
 
-def forget_derived(store: ClickHouseStore, run: str) -> None:
+def forget_derived(store: ClickHouseClient, run: str) -> None:
     """A run's derived rows and span durations gone, before the whole run is derived again: one
     delete each, none for a run without rows (a lightweight delete costs ~1 s however little it
     removes)."""
     if store.query(sql.load("run_has_requests", dialect="clickhouse"), {"run": run}).single_value():
         store.query(sql.load("derive_delete_window", dialect="clickhouse"), _window(run, ALL_TIME))
-    ch_durations.forget_run(store, run)
+    span_durations.forget_run(store, run)
 
 
 def phase_rules_for(
-    store: ClickHouseStore,
+    store: ClickHouseClient,
     selection: RunSelection,
     sample_ids: list[str] | None = None,
     seconds: list[tuple[int, int]] | None = None,
@@ -271,7 +270,7 @@ def _window(run: str, keep: tuple[int, int]) -> dict[str, object]:
 
 
 def refresh_window(
-    store: ClickHouseStore,
+    store: ClickHouseClient,
     run: str,
     keep: tuple[int, int],
     longest_ns: int,
@@ -285,7 +284,7 @@ def refresh_window(
     request) plus CLOCK_SKEW_NS of the window (as the DuckDB derive's trace_window). `deleted`:
     the window's old rows are already gone (refresh_run deletes the run's once). `durations`: also
     the window's span durations (refresh_run, having forgotten the run's; `collect` adds them as
-    the spans arrive: ch_durations)."""
+    the spans arrive: span_durations)."""
     selection = selection or run_selection(store, run)
     if selection is None:
         raise KeyError(run)
@@ -302,18 +301,18 @@ def refresh_window(
         around,
         keep,
         phases,
-        durations_into=ch_durations.TABLE if durations else None,
+        durations_into=span_durations.TABLE if durations else None,
     )
     for text, params in statements:
         store.query(text, params, WRITE_TIME_LIMIT_S)
 
 
 def stage_mapping(
-    store: ClickHouseStore, run: str, sample_traces: int | None = None
+    store: ClickHouseClient, run: str, sample_traces: int | None = None
 ) -> list[tuple[str, str, str, int, int]]:
     """The stage mapping in force over a run (or `sample_traces` of its traces, from a few stretches
     of time: sample_traces.sql, read in their seconds, without the run's filters where no span of
-    theirs is outside the run: ch_sample): (span name, span kind, stage, rule number, spans)."""
+    theirs is outside the run: sample): (span name, span kind, stage, rule number, spans)."""
     selection = run_selection(store, run)
     if selection is None:
         raise KeyError(run)
@@ -322,10 +321,10 @@ def stage_mapping(
         text = sql.load("sample_traces", dialect="clickhouse")
         rows = store.query(text, {"run": run, "traces": int(sample_traces)}).rows
         sample_ids = [row[0] for row in rows]
-        seconds = ch_sample.trace_seconds(store, sample_ids, ch_sample.selection_seconds(selection))
+        seconds = sample.trace_seconds(store, sample_ids, sample.selection_seconds(selection))
     rules, phases = rules_in_force(store), phase_rules_for(store, selection, sample_ids, seconds)
     rows: list[tuple[str, str, str, int, int]] = []
-    with ch_sample.sample_rows(store, run, selection, sample_ids or [], seconds) as proven:
+    with sample.sample_rows(store, run, selection, sample_ids or [], seconds) as proven:
         statements = stage_mapping_statements(rules, selection, sample_ids, phases, seconds, proven)
         for i, (text, params) in enumerate(statements):
             result = store.query(text, params)

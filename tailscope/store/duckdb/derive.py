@@ -1,7 +1,8 @@
-"""Derived per-request data, rebuilt for a run inside the writer's transaction.
+"""Derived per-request data on DuckDB, rebuilt for a run inside the writer's transaction.
 
-The ingest loader and the OTLP receiver call `refresh_run(conn, run_label)` after writing a run's
-spans, inside the same transaction, so a reader never sees spans without their derived rows.
+The store's writers (tailscope.store.duckdb.writer: ingest's files, the receiver's flushes) call
+`refresh_run(conn, run_label)` after writing a run's spans, inside the same transaction, so a reader
+never sees spans without their derived rows.
 
 What it maintains (DDL in sql/schema.sql): `requests`, one row per trace with a request root and that
 request's exclusive time per stage, and `derive_state`, how many of a run's spans the derived rows
@@ -25,11 +26,22 @@ from typing import Any
 import pyarrow as pa
 
 from tailscope import sql
-from tailscope.analysis.phases import phase_rules_in_force, seed_phase_rules
-from tailscope.analysis.runs import runs_with_spans
-from tailscope.analysis.stages import rules_in_force, seed_rules
-from tailscope.query.builders import ALL_TIME, span_tree_query
-from tailscope.store.connection import Connection, WriterConnection
+from tailscope.rules import PhaseRule, StageRule
+from tailscope.rules.phases import phase_rule_problems
+from tailscope.rules.stages import stage_rule_problems
+from tailscope.store.duckdb.rules import (
+    phase_rules_in_force,
+    regex_error,
+    rules_in_force,
+    seed_phase_rules,
+    seed_rules,
+    store_phase_rules,
+    store_rules,
+)
+from tailscope.store.duckdb.statements import ALL_TIME, span_tree_query
+
+Connection = Any  # a DuckDB connection
+WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 
 # A whole-run derive goes through the run's traces in hash partitions of about this many spans, so
 # its memory follows the partition, not the run (the walk and the sweep hold every span in scope).
@@ -167,5 +179,23 @@ def refresh_all(conn: WriterConnection) -> None:
     """Recompute every run from scratch (after a stage-rule edit)."""
     conn.execute(sql.load("derive_state_forget"), [None])
     conn.execute(sql.load("derive_delete_run"), [None])
-    for run_label in runs_with_spans(conn):
+    for (run_label,) in conn.execute(sql.load("span_runs")).fetchall():
         refresh_run(conn, run_label)
+
+
+def replace_rules(conn: Connection, rules: list[StageRule]) -> None:
+    """Validate, store (renumbering positions 1..n in list order) and recompute the derived tables of
+    every run, in one transaction on a writer connection. Raises ValueError listing the problems
+    when invalid; nothing is changed then."""
+    problems = stage_rule_problems(rules, lambda pattern: regex_error(conn, pattern))
+    if problems:
+        raise ValueError("invalid stage rules: " + "; ".join(problems))
+    rederive_after(conn, lambda: store_rules(conn, rules))
+
+
+def replace_phase_rules(conn: Connection, rules: list[PhaseRule]) -> None:
+    """As replace_rules, for the phase rules."""
+    problems = phase_rule_problems(rules, lambda pattern: regex_error(conn, pattern))
+    if problems:
+        raise ValueError("invalid phase rules: " + "; ".join(problems))
+    rederive_after(conn, lambda: store_phase_rules(conn, rules))

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from tailscope import sql
-from tailscope.query.clickhouse import (
+from tailscope.store.clickhouse.statements import (
     RESOURCE_MAP,
     RunSelection,
     sample_columns,
     seconds_params,
     seconds_where,
 )
-from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.clickhouse.store import ClickHouseClient
 from tailscope.store.errors import TableMissingError
 
 # More separate stretches than this and a read is not bounded by them (the sample is spread out
@@ -46,7 +46,7 @@ def selection_seconds(selection: RunSelection) -> int:
     return (selection.end_ns - selection.start_ns) // NS + 1
 
 
-def trace_seconds(store: ClickHouseStore, ids: list[str], run_seconds: int) -> Seconds | None:
+def trace_seconds(store: ClickHouseClient, ids: list[str], run_seconds: int) -> Seconds | None:
     """The merged seconds the traces' spans start in; None (read them across the run) when the lookup
     table is missing, does not know every one of them, or they spread over too many stretches or
     over half of the `run_seconds` the sample was taken from (a small run: the bound costs more
@@ -66,7 +66,7 @@ def trace_seconds(store: ClickHouseStore, ids: list[str], run_seconds: int) -> S
 
 @contextmanager
 def sample_rows(
-    store: ClickHouseStore, run: str, selection: RunSelection, ids: list[str], seconds: Seconds | None
+    store: ClickHouseClient, run: str, selection: RunSelection, ids: list[str], seconds: Seconds | None
 ) -> Iterator[list[str]]:
     """Read the sampled traces `ids` of `run` once, without the run's attribute filters, into
     _ts_sample_rows (sample_rows.sql) for the span tree's scope, and give those of them with no

@@ -1,4 +1,4 @@
-"""SQL builders: each returns (statement text, bound parameters) and touches no database.
+"""DuckDB's SQL builders: each returns (statement text, bound parameters) and touches no database.
 
 Statement texts come from tailscope/sql/*.sql; the only text a builder adds is fixed SQL chosen from
 constants in this module (a scope, a filter clause per set field). Every user value (run labels,
@@ -8,14 +8,14 @@ builders' output against tests/golden/.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from tailscope import sql
-from tailscope.sql import Dialect
+from tailscope.rules import PhaseRule, StageRule
+from tailscope.rules.phases import attribute_paths, phase_rules_param
 
-if TYPE_CHECKING:  # the analysis package imports this module
-    from tailscope.analysis.types import Filter, PhaseRule, StageRule
+if TYPE_CHECKING:
+    from tailscope.store.interface import RequestFilter
 
 # Which otel_traces rows span_tree.sql reads, as a relation (fixed SQL; values are parameters).
 SCOPES: dict[str, str] = {
@@ -65,8 +65,6 @@ def phase_spans_query(
     window: tuple[int, int] | None = None,
 ) -> tuple[str, list[Any]]:
     """phase_spans.sql for one scope of one run: the phase spans the rules make there."""
-    from tailscope.analysis.phases import attribute_paths, phase_candidates, phase_rules_param
-
     scope_params = _scope_params(scope, run, trace_id, sample, window)
     candidates_sql, candidate_params = phase_candidates(phase_rules)
     text = sql.load("phase_spans").replace("{scope}", SCOPES[scope]).replace("{candidates}", candidates_sql)
@@ -87,8 +85,6 @@ def span_tree_query(
     """span_tree.sql for one scope of one run (see SCOPES), ending in one of OUTPUTS, with the phase
     spans of `phase_rules` (none when not given). `window`: (first, last) span start in ns for the
     "traces" scope (every time when not given)."""
-    from tailscope.analysis.stages import stage_case
-
     if output not in OUTPUTS:
         raise ValueError(f"unknown output {output!r}")
     scope_params = _scope_params(scope, run, trace_id, sample, window)
@@ -131,30 +127,7 @@ _FILTER_CLAUSES: tuple[tuple[str, str], ...] = (
 )
 
 
-# The same filters in ClickHouse SQL: named server-side parameters (naive datetimes are UTC).
-_FILTER_CLAUSES_CLICKHOUSE: tuple[tuple[str, str], ...] = (
-    ("run", "RunLabel = {f_run:String}"),
-    ("service", "ServiceName = {f_service:String}"),
-    ("route", "Route = {f_route:String}"),
-    ("instance", "Instance = {f_instance:String}"),
-    ("start", "Timestamp >= {f_start:DateTime64(9, 'UTC')}"),
-    ("end", "Timestamp < {f_end:DateTime64(9, 'UTC')}"),
-)
-
-
-def filter_where_clickhouse(flt: Filter) -> tuple[str, dict[str, Any]]:
-    """filter_where for ClickHouse: a WHERE body ('true' when nothing is set) and its named params."""
-    clauses: list[str] = []
-    params: dict[str, Any] = {}
-    for field_name, clause in _FILTER_CLAUSES_CLICKHOUSE:
-        value = getattr(flt, field_name)
-        if value is not None:
-            clauses.append(clause)
-            params[f"f_{field_name}"] = value
-    return (" AND ".join(clauses) or "true"), params
-
-
-def filter_where(flt: Filter) -> tuple[str, list[Any]]:
+def filter_where(flt: RequestFilter) -> tuple[str, list[Any]]:
     """A WHERE body (never empty: 'true' when nothing is set) and its params for the requests table."""
     clauses: list[str] = []
     params: list[Any] = []
@@ -166,22 +139,56 @@ def filter_where(flt: Filter) -> tuple[str, list[Any]]:
     return (" AND ".join(clauses) or "true"), params
 
 
-_INCLUDE = re.compile(r"\{include:(\w+)\}")
+
+def filtered(name: str, flt: RequestFilter, *extra: Any) -> tuple[str, list[Any]]:
+    """`<name>.sql` with its `{include:other}` placeholders and its `{where}` filled from the filter
+    (sql.load_filtered); the filter's params come first, then `extra`
+    (the statement's own parameters, in text order after the WHERE)."""
+    where, positional = filter_where(flt)
+    return sql.load_filtered(name, "duckdb", where), [*positional, *extra]
 
 
-def filtered(name: str, flt: Filter, *extra: Any, dialect: Dialect = "duckdb") -> tuple[str, Any]:
-    """`<name>.sql` with its `{include:other}` placeholders replaced by other.sql (shared CTEs) and
-    its `{where}` placeholder filled from the filter; the filter's params come first, then `extra`
-    (the statement's own parameters, in text order after the WHERE). For ClickHouse the file is
-    clickhouse/<name>.sql and the params a dict: the filter's by name (f_run, ...), `extra` as
-    p1, p2, ... in order."""
-    if dialect == "clickhouse":
-        where, named = filter_where_clickhouse(flt)
-        params: Any = {**named, **{f"p{i}": value for i, value in enumerate(extra, start=1)}}
-    else:
-        where, positional = filter_where(flt)
-        params = [*positional, *extra]
-    text = _INCLUDE.sub(lambda match: sql.load(match.group(1), dialect).rstrip(), sql.load(name, dialect))
-    if text.count("{where}") != 1:
-        raise ValueError(f"{name}.sql must use {{where}} exactly once")
-    return text.replace("{where}", where), params
+
+def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
+    """SQL pieces for the rules: (name-hit columns over `SpanName`, the rule-number CASE over a span
+    joined with its name hits, params in text order: name columns first, then the CASE).
+
+    The CASE yields the position of the first matching rule, or NULL. It reads `SpanKind`,
+    `AttrLines` (the span's attributes as "key=value" lines, see span_tree.sql) and the name-hit
+    columns `nh1`, `nh2`, ... (one per rule with a name regex). An attribute regex is matched
+    against each line (multi-line mode: `^` and `$` are a line's ends), as it was against each
+    key=value pair when attributes were a MAP."""
+    name_cols: list[str] = []
+    name_params: list[Any] = []
+    whens: list[str] = []
+    case_params: list[Any] = []
+    for rule in rules:
+        conditions: list[str] = []
+        if rule.span_kind is not None:
+            conditions.append("SpanKind = ?")
+            case_params.append(rule.span_kind)
+        if rule.name_regex is not None:
+            column = f"nh{len(name_cols) + 1}"
+            name_cols.append(f"regexp_matches(SpanName, ?, 'i') AS {column}")
+            name_params.append(rule.name_regex)
+            conditions.append(column)
+        if rule.attribute_regex is not None:
+            conditions.append("regexp_matches(AttrLines, ?, 'i')")
+            case_params.append("(?m)" + rule.attribute_regex)
+        whens.append(f"WHEN {' AND '.join(conditions) or 'false'} THEN {int(rule.position)}")
+    names_sql = ", ".join(["SpanName", *name_cols])
+    case_sql = "CASE " + " ".join(whens) + " END" if whens else "CAST(NULL AS INTEGER)"
+    return names_sql, case_sql, name_params + case_params
+
+
+def phase_candidates(rules: list[PhaseRule]) -> tuple[str, list[str]]:
+    """The candidate filter of phase_spans.sql: an OR of substring tests and their parameters."""
+    tests: list[str] = []
+    params: list[str] = []
+    for needle, column in sorted(
+        {(f'"{r.start_key}":', "SpanAttributes") for r in rules if r.source == "attribute"}
+        | {(f'"{r.start_key}"', "Events") for r in rules if r.source == "events"}
+    ):
+        tests.append(f"contains({column}, ?)")
+        params.append(needle)
+    return (" OR ".join(tests) or "false"), params

@@ -1,9 +1,4 @@
-"""The ClickHouse store: the OTel Collector exporter's otel_traces read in place, on a server or in chdb.
-
-One class, `ClickHouseStore`, with the DuckDB Store's query interface (`query(statement, params)`
-returning a Result). Statements are ClickHouse SQL from tailscope/sql/clickhouse/ with server-side
-parameters `{name:Type}`; `params` is a dict by name, or a list bound to `{p1:...}`, `{p2:...}`, ...
-in order. Two transports differ only in how they send a statement with its parameters:
+"""How statements reach ClickHouse: the only part that differs between chdb and a server.
 
     ChdbTransport  in-process (chdb.session.Session on a data folder); values are written in
                    ClickHouse's parameter text form by `bind_value` and parsed by the engine
@@ -11,8 +6,6 @@ in order. Two transports differ only in how they send a statement with its param
                    `{name:Type}` parameters server-side
 
 Both return Arrow (ArrowStream / query_arrow), so rows come back with the same Python types.
-Every query runs under `max_execution_time`; every failure that means the store is unusable becomes
-a StoreError with one line (tailscope.store.errors).
 """
 
 from __future__ import annotations
@@ -20,45 +13,16 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import datetime, timedelta
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from tailscope import sql
-from tailscope.store import ch_durations
-from tailscope.store.ch_binding import bind_value, insert_statement, named_params
-from tailscope.store.ch_schema import schema_problem
-from tailscope.store.db import Result
-from tailscope.store.errors import (
-    QueryTimeoutError,
-    SchemaMismatchError,
-    StoreError,
-    StoreLockedError,
-    StoreUnreachableError,
-    TableMissingError,
-    classify,
-    first_line,
-)
+from tailscope.store.clickhouse.binding import bind_value, insert_statement
+from tailscope.store.errors import StoreLockedError, first_line
 from tailscope.store.url import StoreLocation
-
-DEFAULT_TIME_LIMIT_S = 60.0
-# A writer's statements (moving a staged file, deriving a window) may run longer than a view's.
-WRITE_TIME_LIMIT_S = 3600.0
-_EPOCH = datetime(1970, 1, 1)
-# What create_tables applies, in order (tailscope/sql/clickhouse/): the exporter's tables, then ours.
-EXPORTER_DDL = ("otel_traces_ddl", "otel_traces_trace_id_ts_ddl", "otel_traces_trace_id_ts_mv_ddl")
-TAILSCOPE_DDL = (
-    "tailscope_runs_ddl",
-    "tailscope_stage_rules_ddl",
-    "tailscope_phase_rules_ddl",
-    "tailscope_requests_ddl",
-)
 
 
 class Transport(Protocol):
@@ -166,7 +130,7 @@ class ChdbTransport:
 
     def second_session(self) -> ChdbTransport:
         """Another session on this folder, in this process, not shared: its own temporary tables
-        and settings, its statements beside this one's (store.ch_overlap). Close it after use."""
+        and settings, its statements beside this one's (store.overlap). Close it after use."""
         from chdb import session as chs
 
         other = object.__new__(ChdbTransport)
@@ -239,150 +203,3 @@ class HttpTransport:
 
     def close(self) -> None:
         self._client.close()
-
-
-def _datetime(ticks: int, per_second: int) -> datetime:
-    """A naive UTC datetime from ticks since the epoch, cut to microseconds (floor, as DuckDB does)."""
-    return _EPOCH + timedelta(microseconds=ticks * 10**6 // per_second)
-
-
-def rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
-    """Rows as Python values, timestamps as naive UTC datetimes (microseconds), as DuckDB gives them."""
-    columns = []
-    for column in table.columns:
-        if pa.types.is_timestamp(column.type):
-            ticks = pc.cast(pc.cast(column, pa.timestamp(column.type.unit)), pa.int64()).to_pylist()
-            per_second = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[column.type.unit]
-            columns.append([None if v is None else _datetime(v, per_second) for v in ticks])
-        else:
-            columns.append(column.to_pylist())
-    return list(zip(*columns, strict=True)) if columns else []
-
-
-class ClickHouseStore:
-    """A handle on a ClickHouse store (chdb folder or server) with the DuckDB Store's query interface.
-
-    The transport opens on first use and stays open (a chdb session holds its folder's lock for the
-    life of the process; an HTTP client is a connection pool). `check()` verifies otel_traces."""
-
-    dialect = "clickhouse"
-    write_limit_s = WRITE_TIME_LIMIT_S  # a writer's statements' time limit (the module's constant)
-
-    def __init__(
-        self,
-        location: StoreLocation,
-        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-        transport: Transport | None = None,
-    ) -> None:
-        if location.engine not in ("chdb", "clickhouse"):
-            raise ValueError(f"{location.url} is not a ClickHouse store")
-        self.location = location
-        self.time_limit_s = time_limit_s
-        self._transport = transport
-
-    @property
-    def transport(self) -> Transport:
-        if self._transport is None:
-            try:
-                if self.location.engine == "chdb":
-                    assert self.location.path is not None
-                    self._transport = ChdbTransport(self.location.path)
-                else:
-                    self._transport = HttpTransport(self.location)
-            except StoreError:
-                raise
-            except Exception as error:
-                raise self._store_error(error) from None
-        return self._transport
-
-    def _store_error(self, error: Exception, limit_s: float | None = None) -> Exception:
-        message = str(error)
-        kind = classify(message)
-        where = self.location.url
-        if kind is StoreUnreachableError:
-            return kind(f"{where}: no ClickHouse server answers there ({first_line(message)})")
-        if kind is QueryTimeoutError:
-            return kind(
-                f"{where}: a query ran over the time limit of {limit_s or self.time_limit_s:g} s "
-                "(max_execution_time)"
-            )
-        if kind is not None:
-            return kind(f"{where}: {first_line(message)}")
-        return error
-
-    def query(
-        self,
-        statement: str,
-        params: Sequence[Any] | Mapping[str, Any] | None = None,
-        time_limit_s: float | None = None,
-    ) -> Result:
-        """Run one statement with bound parameters under the time limit (the store's, or
-        `time_limit_s`: a writer's longer one), and time it."""
-        started = time.perf_counter()
-        table = self.query_arrow(statement, params, time_limit_s)
-        return Result(list(table.column_names), rows_of(table), time.perf_counter() - started)
-
-    def query_arrow(
-        self,
-        statement: str,
-        params: Sequence[Any] | Mapping[str, Any] | None = None,
-        time_limit_s: float | None = None,
-    ) -> pa.Table:
-        """As `query`, the rows as an Arrow table (for numpy: the diagnosis' span reads)."""
-        settings = {"max_execution_time": time_limit_s or self.time_limit_s}
-        try:
-            return self.transport.query_arrow(statement, named_params(params), settings)
-        except StoreError:
-            raise
-        except Exception as error:
-            raise self._store_error(error, time_limit_s) from None
-
-    def insert_arrow(self, table: str, data: pa.Table) -> None:
-        try:
-            self.transport.insert_arrow(table, data)
-        except Exception as error:
-            raise self._store_error(error) from None
-
-    def check(self) -> None:
-        """Raise TableMissingError / SchemaMismatchError unless otel_traces is the exporter's table."""
-        columns = dict(self.query(sql.load("otel_traces_columns", dialect="clickhouse")).rows)
-        if not columns:
-            raise TableMissingError(
-                f"{self.location.url}: no table otel_traces (start the Collector's ClickHouse exporter, "
-                "or `tailscope ingest --store ...` to create it)"
-            )
-        problem = schema_problem(columns)
-        if problem:
-            raise SchemaMismatchError(
-                f"{self.location.url}: otel_traces is not the exporter's schema tailscope reads ({problem})"
-            )
-
-    def create_tables(self) -> None:
-        """The exporter's otel_traces (and its trace-id lookup) when missing, then tailscope's tables."""
-        for name in (*EXPORTER_DDL, *TAILSCOPE_DDL):
-            self.query(sql.load(name, dialect="clickhouse"))
-        ch_durations.ensure(self)
-
-    def prepare(self, create_exporter_table: bool = False) -> None:
-        """Before a command: otel_traces checked (created first when `create_exporter_table` and
-        missing: a writer), tailscope's own tables created when missing."""
-        if create_exporter_table:
-            for name in EXPORTER_DDL:
-                self.query(sql.load(name, dialect="clickhouse"))
-        self.check()
-        for name in TAILSCOPE_DDL:
-            self.query(sql.load(name, dialect="clickhouse"))
-        ch_durations.ensure(self)
-
-    def data_version(self) -> tuple[Any, ...]:
-        """Changes when the data does (as Store.data_version): counts of spans, runs, requests, rules."""
-        return tuple(self.query(sql.load("data_version", dialect="clickhouse")).first() or ())
-
-    @contextmanager
-    def reader(self) -> Iterator[ClickHouseStore]:
-        yield self
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None

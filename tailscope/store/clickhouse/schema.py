@@ -1,6 +1,6 @@
 """What tailscope needs of the exporter's otel_traces: the columns it reads and the types the
 OpenTelemetry Collector's ClickHouse exporter gives them (any of the listed ones), checked before a
-command uses a ClickHouse store (ClickHouseStore.check)."""
+command uses a ClickHouse store (ClickHouseClient.check)."""
 
 from __future__ import annotations
 

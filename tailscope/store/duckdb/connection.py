@@ -14,35 +14,24 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import duckdb
 
 from tailscope import sql
-from tailscope.store.migrate import (
+from tailscope.store.duckdb.migrate import (
     CURRENT_VERSION,
-    Migration,
-    StoreVersionError,
     migrate,
     newer_store_message,
     old_store_message,
     stored_version,
 )
+from tailscope.store.errors import StoreBusyError, StoreVersionError
+from tailscope.store.interface import Migration
+from tailscope.store.url import default_db_path
 
 SCHEMA_VERSION = CURRENT_VERSION
-DEFAULT_DB = "tailscope.duckdb"
 LOCK_WAIT_SECONDS = 60.0
-
-
-class StoreBusyError(RuntimeError):
-    """The store stayed locked by another process for longer than we were willing to wait."""
-
-
-def default_db_path() -> Path:
-    """`TAILSCOPE_DB` if set, else ./tailscope.duckdb."""
-    return Path(os.environ.get("TAILSCOPE_DB") or DEFAULT_DB)
 
 
 def _is_lock_conflict(error: duckdb.Error) -> bool:
@@ -207,61 +196,3 @@ def connect_reader(
         yield conn
     finally:
         conn.close()
-
-
-@dataclass(frozen=True)
-class Result:
-    """Rows of one query, with their column names and how long the query took."""
-
-    columns: list[str]
-    rows: list[tuple[Any, ...]]
-    seconds: float
-
-    def first(self) -> tuple[Any, ...] | None:
-        return self.rows[0] if self.rows else None
-
-    def single_value(self) -> Any:
-        return self.rows[0][0] if self.rows else None
-
-    def dicts(self) -> list[dict[str, Any]]:
-        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
-
-
-def run_query(conn: duckdb.DuckDBPyConnection, statement: str, params: list[Any] | None = None) -> Result:
-    """Execute one statement with bound parameters and time it."""
-    started = time.perf_counter()
-    cursor = conn.execute(statement, params or [])
-    columns = [d[0] for d in cursor.description] if cursor.description else []
-    rows = cursor.fetchall() if cursor.description else []
-    return Result(columns, rows, time.perf_counter() - started)
-
-
-class Store:
-    """A handle on one store file that opens a short-lived connection per unit of work.
-
-    Safe to cache for the life of a process (e.g. `st.cache_resource`): it holds no open file.
-    """
-
-    def __init__(self, path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS) -> None:
-        self.path = Path(path) if path is not None else default_db_path()
-        self.wait_seconds = wait_seconds
-
-    def reader(self) -> Any:
-        return connect_reader(self.path, self.wait_seconds)
-
-    def writer(self) -> Any:
-        return connect_writer(self.path, self.wait_seconds)
-
-    def query(self, statement: str, params: list[Any] | None = None) -> Result:
-        with self.reader() as conn:
-            return run_query(conn, statement, params)
-
-    def data_version(self) -> tuple[float, int]:
-        """Changes whenever a writer commits: use it as a cache key for query results."""
-        try:
-            stat = self.path.stat()
-        except FileNotFoundError:
-            return (0.0, 0)
-        wal = self.path.with_name(self.path.name + ".wal")
-        wal_mtime = wal.stat().st_mtime if wal.exists() else 0.0
-        return (max(stat.st_mtime, wal_mtime), stat.st_size)

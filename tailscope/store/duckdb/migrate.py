@@ -3,44 +3,24 @@
 Version 1 kept attributes as MAP columns and events/links as lists of structs; version 2 keeps them
 as JSON text (schema.sql says why). `migrate(conn)` runs every step from the store's version to the
 current one inside one transaction: an interrupted or failed migration leaves the store exactly as
-it was. Writers call it when they open a store (tailscope.store.db.ensure_schema); `tailscope
+it was. Writers call it when they open a store (tailscope.store.duckdb.connection.ensure_schema); `tailscope
 migrate` calls it on demand; readers never do, they say what to run instead.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 
 from tailscope import sql
+from tailscope.store.errors import StoreVersionError
+from tailscope.store.interface import Migration
 
 CURRENT_VERSION = 2
 # version -> the SQL file that takes a store from it to the next version
 STEPS: dict[int, str] = {1: "migrate_v1_to_v2"}
-
-
-class StoreVersionError(RuntimeError):
-    """The store file was written by a schema version this tailscope cannot use as it is."""
-
-
-@dataclass(frozen=True)
-class Migration:
-    path: str
-    from_version: int
-    to_version: int
-    spans: int
-    seconds: float
-
-    def describe(self) -> str:
-        if self.from_version == self.to_version:
-            return f"{self.path}: already at schema version {self.to_version}, nothing to do"
-        return (
-            f"{self.path}: schema version {self.from_version} -> {self.to_version}, "
-            f"{self.spans:,} spans converted in {self.seconds:.1f} s"
-        )
 
 
 def stored_version(conn: duckdb.DuckDBPyConnection) -> int | None:

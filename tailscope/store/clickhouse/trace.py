@@ -1,6 +1,6 @@
-"""The Gantt's reads on a ClickHouse store: the span tree of one trace inside ClickHouse
-(query.clickhouse.span_tree_statements over the trace, ending in clickhouse/span_tree_spans.sql), its
-client span and each span's duration rank in the run (store.ch_durations).
+"""The Gantt's reads on a ClickHouse store (`trace_tree`): the span tree of one trace inside ClickHouse
+(statements.span_tree_statements over the trace, ending in clickhouse/span_tree_spans.sql), its
+client span and each span's duration rank in the run (span_durations).
 
 The trace's own reads use the run's selection narrowed to the trace's time range (trace_selection:
 the exporter's lookup table), so they read the few granules of those seconds, not the run."""
@@ -12,25 +12,26 @@ from typing import Any
 import pandas as pd
 
 from tailscope import sql
-from tailscope.query.clickhouse import RunSelection, scoped, span_tree_statements
-from tailscope.store import ch_durations, ch_write
-from tailscope.store.clickhouse import ClickHouseStore
+from tailscope.store.clickhouse import span_durations, write
+from tailscope.store.clickhouse.statements import RunSelection, scoped, span_tree_statements
+from tailscope.store.clickhouse.store import ClickHouseClient
 from tailscope.store.errors import TableMissingError
+from tailscope.store.interface import TraceTree
 
 NS = 1_000_000_000
 
 
-def trace_run(store: ClickHouseStore, trace_id: str) -> str | None:
+def trace_run(store: ClickHouseClient, trace_id: str) -> str | None:
     """The first run (by label) with a request of that trace."""
     row = store.query(sql.load("trace_run", dialect="clickhouse"), {"trace": trace_id}).first()
     return row[0] if row else None
 
 
-def trace_selection(store: ClickHouseStore, run: str, trace_id: str) -> RunSelection | None:
+def trace_selection(store: ClickHouseClient, run: str, trace_id: str) -> RunSelection | None:
     """The run's selection (None: no such run) narrowed to the seconds the trace's spans start in
     (trace_bounds.sql); the run's own when the lookup table is missing or does not know the trace.
     The same spans of that trace: none of them starts outside those seconds."""
-    selection = ch_write.run_selection(store, run)
+    selection = write.run_selection(store, run)
     if selection is None:
         return None
     try:
@@ -47,15 +48,15 @@ def trace_selection(store: ClickHouseStore, run: str, trace_id: str) -> RunSelec
     )
 
 
-def span_tree(store: ClickHouseStore, selection: RunSelection, trace_id: str) -> pd.DataFrame:
+def span_tree(store: ClickHouseClient, selection: RunSelection, trace_id: str) -> pd.DataFrame:
     """span_tree_spans' rows for one trace of the selection (trace_selection's)."""
     output = sql.load("span_tree_spans", dialect="clickhouse")
     statements = span_tree_statements(
-        ch_write.rules_in_force(store),
+        write.rules_in_force(store),
         selection,
         output,
         [trace_id],
-        ch_write.phase_rules_for(store, selection),
+        write.phase_rules_for(store, selection),
     )
     frame = pd.DataFrame()
     for i, (text, params) in enumerate(statements):
@@ -65,25 +66,41 @@ def span_tree(store: ClickHouseStore, selection: RunSelection, trace_id: str) ->
     return frame
 
 
-def client_span(store: ClickHouseStore, trace_id: str, span_id: str) -> tuple[Any, ...] | None:
+def client_span(store: ClickHouseClient, trace_id: str, span_id: str) -> tuple[Any, ...] | None:
     return store.query(
         sql.load("client_span", dialect="clickhouse"), {"trace": trace_id, "span": span_id}
     ).first()
 
 
-def ranks(store: ClickHouseStore, run: str, names: list[str], durations: list[int]) -> dict[int, float]:
-    """Each span's duration rank among the run's spans of its name (ch_durations), from otel_traces
+def ranks(store: ClickHouseClient, run: str, names: list[str], durations: list[int]) -> dict[int, float]:
+    """Each span's duration rank among the run's spans of its name (span_durations), from otel_traces
     when the run has no span durations (clickhouse/gantt_rank.sql: reads every span of the run)."""
-    kept = ch_durations.ranks(store, run, names, durations)
+    kept = span_durations.ranks(store, run, names, durations)
     if kept is not None:
         return kept
-    selection = ch_write.run_selection(store, run)
+    selection = write.run_selection(store, run)
     if selection is None:
         return {}
     text, params = scoped("gantt_rank", selection, names=names, durations=durations)
     return {int(i): float(rank) for i, rank in store.query(text, params).rows}
 
 
-def span_count(store: ClickHouseStore, selection: RunSelection, trace_id: str) -> int:
+def span_count(store: ClickHouseClient, selection: RunSelection, trace_id: str) -> int:
     text, params = scoped("trace_span_count", selection, trace=trace_id)
     return int(store.query(text, params).single_value())
+
+
+def trace_tree(store: ClickHouseClient, trace_id: str, run: str | None) -> TraceTree:
+    """The Gantt's reads of one trace (the Reader's trace_tree)."""
+    run = run if run is not None else trace_run(store, trace_id)
+    if run is None:
+        return TraceTree(None)
+    selection = trace_selection(store, run, trace_id)
+    tree = span_tree(store, selection, trace_id) if selection is not None else None
+    if tree is None or tree.empty:
+        return TraceTree(run, spans=span_count(store, selection, trace_id) if selection is not None else 0)
+    client_id = tree["ClientSpanId"].iloc[0]
+    client = client_span(store, trace_id, client_id) if isinstance(client_id, str) else None
+    names = [*tree["SpanName"], *([client[2]] if client else [])]
+    durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
+    return TraceTree(run, tree, client, ranks(store, run, names, durations))

@@ -1,5 +1,5 @@
 """SQL builders for the ClickHouse dialect: each returns (statement text, named parameters) and
-touches no database, like tailscope.query.builders does for DuckDB.
+touches no database, like tailscope.store.duckdb.statements does for DuckDB.
 
 Texts come from tailscope/sql/clickhouse/*.sql; the only text added here is fixed SQL from constants
 (the run scope, the rules' CASE with one `{name:Type}` placeholder per value). Every value (run
@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tailscope import sql
+from tailscope.rules import PhaseRule, StageRule
+from tailscope.rules.phases import phase_rules_param
 
 if TYPE_CHECKING:
-    from tailscope.analysis.types import PhaseRule, StageRule
+    from tailscope.store.interface import RequestFilter
 
 # Which otel_traces rows belong to a run: a time range and resource-attribute filters (tailscope_runs).
 # Each filter is one map lookup with a constant key, the i-th element of the bound arrays (fixed SQL
@@ -56,8 +58,8 @@ def sample_scope(filters: int, stretches: int = 0, proven: bool = False, unprove
     """Some traces of a run (the sampled views: sample_ids) as a subquery: PREWHERE reads the TraceId
     column first and the rest (attribute maps) only for the granules holding the sample's rows
     (1 M spans: the mapping's first step 0.83 s -> 0.50 s); with `stretches`, only the seconds the
-    sample's spans start in (ch_sample.trace_seconds). With `proven`, the traces proven_ids (no span
-    outside the run where they are read: ch_sample.sample_rows) come from _ts_sample_rows, read
+    sample's spans start in (sample.trace_seconds). With `proven`, the traces proven_ids (no span
+    outside the run where they are read: sample.sample_rows) come from _ts_sample_rows, read
     there without the run's attribute filters, and only the rest (sample_ids; none when not
     `unproven`) from otel_traces with them; both then with the span tree's columns only
     (SAMPLE_COLUMNS)."""
@@ -120,8 +122,6 @@ PHASE_COLUMNS = "TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, St
 def phase_params(phase_rules: list[PhaseRule]) -> dict[str, Any]:
     """phase_spans.sql's parameters: the rules as parallel arrays, and the keys that make a span a
     candidate (attribute rules' duration keys, event rules' start event names)."""
-    from tailscope.analysis.phases import phase_rules_param
-
     # the per-rule values as DuckDB's list-of-structs parameter has them, one array per field
     structs = phase_rules_param(phase_rules)
     fields = ("grp", "phase", "stage", "source", "start_key", "end_key", "factor", "name_regex")
@@ -192,6 +192,40 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, dict[str, Any]]:
     return names_sql, case_sql, params
 
 
+# A filter's fields as named server-side parameters over tailscope_requests (naive datetimes: UTC).
+_FILTER_CLAUSES: tuple[tuple[str, str], ...] = (
+    ("run", "RunLabel = {f_run:String}"),
+    ("service", "ServiceName = {f_service:String}"),
+    ("route", "Route = {f_route:String}"),
+    ("instance", "Instance = {f_instance:String}"),
+    ("start", "Timestamp >= {f_start:DateTime64(9, 'UTC')}"),
+    ("end", "Timestamp < {f_end:DateTime64(9, 'UTC')}"),
+)
+
+
+def filter_where(flt: RequestFilter) -> tuple[str, dict[str, Any]]:
+    """The filter's set fields: a WHERE body ('true' when nothing is set) and its named params."""
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    for field_name, clause in _FILTER_CLAUSES:
+        value = getattr(flt, field_name)
+        if value is not None:
+            clauses.append(clause)
+            params[f"f_{field_name}"] = value
+    return (" AND ".join(clauses) or "true"), params
+
+
+
+
+def filtered(name: str, flt: RequestFilter, *extra: Any) -> Statement:
+    """clickhouse/<name>.sql (or the shared file) with its {include:...} and {where} filled
+    (sql.load_filtered); the params a dict: the filter's by name (f_run, ...), `extra` as p1, p2,
+    ... in order."""
+    where, named = filter_where(flt)
+    params = {**named, **{f"p{i}": value for i, value in enumerate(extra, start=1)}}
+    return sql.load_filtered(name, "clickhouse", where), params
+
+
 STEPS = (
     "span_tree_1_spans",
     "span_tree_2_roots",
@@ -212,7 +246,7 @@ def span_tree_statements(
     proven_ids: list[str] | None = None,
 ) -> list[Statement]:
     """clickhouse/span_tree*.sql over one run's selection (or the traces `sample_ids` of it, read in
-    the second ranges `seconds` when given: ch_sample.trace_seconds; those of them in `proven_ids`
+    the second ranges `seconds` when given: sample.trace_seconds; those of them in `proven_ids`
     read without the run's attribute filters: sample_scope), in order: drop the temporary
     tables, fill them step by step, the final statement ending in `output` (fixed SQL that may read
     span_rows, _ts_request_root and _ts_spans), drop them again. Every statement gets the same
@@ -269,7 +303,7 @@ def derive_statements(
     SELECT into `into` comes after the span tree's steps): the requests of `selection` whose root
     starts in `keep` ([start, end) ns). `durations_into`: also the spans starting in `keep` into
     that table of span durations (derive_durations.sql). `source`: a table with otel_traces'
-    columns read instead of it (a load's converted spans, ch_overlap), bound as an identifier."""
+    columns read instead of it (a load's converted spans, overlap), bound as an identifier."""
     if into not in ("tailscope_requests", "_ts_derived"):
         raise ValueError(f"unknown target {into!r}")
     if durations_into not in (None, "tailscope_span_durations", "_ts_derived_durations"):

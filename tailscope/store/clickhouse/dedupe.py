@@ -4,27 +4,27 @@ again, so counts, the derived requests and the diagnosis (which counts concurren
 of the spans, not of how often they were loaded. Used where the loader writes otel_traces from its
 converted table after the whole file decoded (ingest.clickhouse_load) and for each flush of the
 receiver (ingest.receiver.clickhouse_writer); a new run from one file, written while it is derived
-(ch_overlap), has no stored spans to compare with."""
+(overlap), has no stored spans to compare with."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
 from tailscope import sql
-from tailscope.store import ch_durations, ch_write
-from tailscope.store.clickhouse import WRITE_TIME_LIMIT_S, ClickHouseStore
+from tailscope.store.clickhouse import span_durations, write
+from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S, ClickHouseClient
 
 
-def _run(store: ClickHouseStore, name: str, params: dict[str, object] | None = None) -> object:
+def _run(store: ClickHouseClient, name: str, params: dict[str, object] | None = None) -> object:
     return store.query(sql.load(name, dialect="clickhouse"), params, WRITE_TIME_LIMIT_S)
 
 
 def move_ready_once(
-    store: ClickHouseStore, run: str, first_ns: int, last_ns: int, durations: bool = False
+    store: ClickHouseClient, run: str, first_ns: int, last_ns: int, durations: bool = False
 ) -> int:
-    """The loader's converted spans (ch_write.READY) into otel_traces, those new to `run` only, each
+    """The loader's converted spans (write.READY) into otel_traces, those new to `run` only, each
     once; how many were written. `durations`: also into the run's span durations (the receiver's,
-    whose windows are derived without them: ch_durations). The session's tables are dropped or
+    whose windows are derived without them: span_durations). The session's tables are dropped or
     emptied whatever happens."""
     try:
         _run(store, "ingest_fresh_ddl")
@@ -32,16 +32,16 @@ def move_ready_once(
         fresh = int(store.query(sql.load("ingest_fresh_count", dialect="clickhouse")).single_value())
         _run(store, "ingest_fresh_move")
         if durations:
-            ch_durations.add_fresh(store, run)
+            span_durations.add_fresh(store, run)
         return fresh
     finally:
         _run(store, "ingest_fresh_drop")
-        ch_write.clear_staged(store)
+        write.clear_staged(store)
 
 
-def append_spans_once(store: ClickHouseStore, chunk: pa.Table, run: str) -> tuple[int, int]:
+def append_spans_once(store: ClickHouseClient, chunk: pa.Table, run: str) -> tuple[int, int]:
     """A receiver flush's decoded spans into otel_traces, those new to `run` only (an exporter that
     retries a request it thinks lost sends its spans again); (first, last) span start of the flush."""
-    first, last = ch_write.stage_spans(store, chunk, run)
+    first, last = write.stage_spans(store, chunk, run)
     move_ready_once(store, run, first, last, durations=True)
     return first, last

@@ -7,7 +7,8 @@ import math
 from typing import Any
 
 from tailscope import sql
-from tailscope.store.connection import WriterConnection
+
+WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 
 
 def _query(conn: WriterConnection, name: str, params: list[Any]) -> list[tuple[Any, ...]]:

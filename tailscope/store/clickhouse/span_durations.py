@@ -4,7 +4,7 @@ span against: "slower than N % of the run's spans with this name".
 Ranking against the run's spans in otel_traces reads the name, duration and resource attributes (the
 run's filter) of every span of the run: 3.0 s of the Gantt's 3.6 s at 10 M spans on chdb. The table
 keeps (run, name, duration) sorted, so a rank reads only the durations of the trace's span names.
-It is filled where the run's rows are derived (ch_write.refresh_run, ch_overlap: derive_durations.sql,
+It is filled where the run's rows are derived (write.refresh_run, overlap: derive_durations.sql,
 window by window) or, for `collect`, where its spans arrive (durations_fresh.sql), and forgotten with
 the run's derived rows. A store made before the table existed gets its derived runs' durations on
 first open (`ensure`); a run without any (defined, never derived) is ranked from otel_traces as
@@ -12,14 +12,10 @@ before (`ranks` returns None)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tailscope import sql
-from tailscope.query.clickhouse import RunSelection, rank_statement, run_scope
+from tailscope.store.clickhouse.statements import RunSelection, rank_statement, run_scope
+from tailscope.store.clickhouse.store import ClickHouseClient
 from tailscope.store.errors import TableMissingError
-
-if TYPE_CHECKING:
-    from tailscope.store.clickhouse import ClickHouseStore
 
 TABLE = "tailscope_span_durations"
 NEW = "_tailscope_span_durations_new"  # filled by the migration before it takes the name
@@ -29,22 +25,22 @@ def _load(name: str) -> str:
     return sql.load(name, dialect="clickhouse")
 
 
-def has_run(store: ClickHouseStore, run: str) -> bool:
+def has_run(store: ClickHouseClient, run: str) -> bool:
     return bool(store.query(_load("durations_has_run"), {"run": run}).single_value())
 
 
-def forget_run(store: ClickHouseStore, run: str) -> None:
+def forget_run(store: ClickHouseClient, run: str) -> None:
     """A run's durations gone (none: no delete, a lightweight delete costs ~1 s however little)."""
     if has_run(store, run):
         store.query(_load("durations_forget"), {"run": run}, store.write_limit_s)
 
 
-def add_fresh(store: ClickHouseStore, run: str) -> None:
-    """The spans of a receiver flush new to `run` (ch_dedupe's _ts_fresh) added to its durations."""
+def add_fresh(store: ClickHouseClient, run: str) -> None:
+    """The spans of a receiver flush new to `run` (dedupe's _ts_fresh) added to its durations."""
     store.query(_load("durations_fresh"), {"run": run}, store.write_limit_s)
 
 
-def ensure(store: ClickHouseStore) -> None:
+def ensure(store: ClickHouseClient) -> None:
     """The table, created when missing. A store made before it existed has runs derived without it:
     a new table under another name gets their durations from otel_traces first and then takes the
     name, so an interrupted migration leaves the store as it was (and is done again next time)."""
@@ -60,7 +56,7 @@ def ensure(store: ClickHouseStore) -> None:
 
 
 def ranks(
-    store: ClickHouseStore, run: str, names: list[str], durations: list[int]
+    store: ClickHouseClient, run: str, names: list[str], durations: list[int]
 ) -> dict[int, float] | None:
     """Each span's duration rank (0..100, ties counted half) among the run's spans of its name, by
     1-based position in `names` / `durations` (a name the run has no span of: no entry); None when

@@ -1,0 +1,1 @@
+"""The DuckDB engine: one store file (connection, schema and migration, writer, derive, reads)."""

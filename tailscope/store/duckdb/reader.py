@@ -1,0 +1,134 @@
+"""Reading a DuckDB store: one read-only connection per unit of work (DuckDBStore.reading), every
+statement a named file of tailscope/sql with `?` (or `$name`) parameters, the span tree built in
+SQL (span_tree.sql through tailscope.store.duckdb.statements) with the rules the store holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from tailscope import sql
+from tailscope.rules import PhaseRule, StageRule
+from tailscope.store.duckdb import rules
+from tailscope.store.duckdb.statements import filtered, phase_spans_query, span_tree_query
+from tailscope.store.interface import RequestFilter, TraceTree
+
+
+class DuckDBRows:
+    """The answer of one statement on a DuckDB connection."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._cursor.fetchall()
+
+    def df(self) -> pd.DataFrame:
+        return self._cursor.df()
+
+    def numpy(self) -> dict[str, np.ndarray]:
+        return self._cursor.fetchnumpy()
+
+    def arrow(self) -> pa.Table:
+        return self._cursor.to_arrow_table()
+
+
+class DuckDBReader:
+    """The Reader of a DuckDB store over one open connection (read-only, or a writer's)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    @contextmanager
+    def reading(self) -> Iterator[DuckDBReader]:
+        yield self
+
+    def run(
+        self, name: str, params: Sequence[Any] | Mapping[str, Any] = (), where: RequestFilter | None = None
+    ) -> DuckDBRows:
+        if where is not None:
+            text, bound = filtered(name, where, *params)
+            return DuckDBRows(self.conn.execute(text, bound))
+        bound_params = dict(params) if isinstance(params, Mapping) else list(params)
+        return DuckDBRows(self.conn.execute(sql.load(name), bound_params))
+
+    def stage_rules(self) -> list[StageRule]:
+        return rules.rules_in_force(self.conn)
+
+    def phase_rules(self) -> list[PhaseRule]:
+        return rules.phase_rules_in_force(self.conn)
+
+    def regex_error(self, pattern: str) -> str | None:
+        return rules.regex_error(self.conn, pattern)
+
+    def stage_mapping(self, run: str, sample_traces: int) -> list[tuple[Any, ...]]:
+        conn = self.conn
+        conn.execute(sql.load("derive_drop_scope"))
+        conn.execute(sql.load("stage_mapping_scope"), [run, int(sample_traces)])
+        try:
+            text, params = span_tree_query(
+                self.stage_rules(), scope="traces", run=run, phase_rules=self.phase_rules()
+            )
+            summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
+            return conn.execute(summary, params).fetchall()
+        finally:
+            conn.execute(sql.load("derive_drop_scope"))
+
+    def band_breakdown(
+        self, where: RequestFilter, lo: float, hi: float, sample: int
+    ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+        conn = self.conn
+        conn.execute(sql.load("derive_drop_scope"))
+        text, params = filtered("stage_breakdown_scope", where, lo, hi, hi >= 1.0, int(sample))
+        conn.execute(text, params)
+        try:
+            counts = dict(conn.execute(sql.load("stage_breakdown_counts")).fetchall())
+            if not counts.get("band") or not counts.get("median"):
+                return [], counts
+            tree, tree_params = span_tree_query(
+                self.stage_rules(), "traces", where.run or "", phase_rules=self.phase_rules()
+            )
+            rows = conn.execute(sql.load("stage_breakdown").replace("{span_tree}", tree), tree_params)
+            return rows.fetchall(), counts
+        finally:
+            conn.execute(sql.load("derive_drop_scope"))
+
+    def trace_tree(self, trace_id: str, run: str | None) -> TraceTree:
+        conn = self.conn
+        if run is None:
+            row = conn.execute(sql.load("trace_run"), [trace_id]).fetchone()
+            run = row[0] if row else None
+        if run is None:
+            return TraceTree(None)
+        text, params = span_tree_query(
+            self.stage_rules(), "trace", run, trace_id=trace_id, phase_rules=self.phase_rules()
+        )
+        tree = conn.execute(text, params).df()
+        if tree.empty:
+            spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]
+            return TraceTree(run, spans=int(spans))
+        client_id = tree["ClientSpanId"].iloc[0]
+        client = None
+        if isinstance(client_id, str):
+            client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
+        names = [*tree["SpanName"], *([client[2]] if client else [])]
+        durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
+        ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
+        return TraceTree(run, tree, client, ranks)
+
+    def span_table(self, name: str, run: str, **params: Any) -> pa.Table:
+        if name == "diagnosis_spans":  # the run's phase spans first: the statement reads them
+            text, phase_params = phase_spans_query(self.phase_rules(), "run", run)
+            self.conn.execute(sql.load("diagnosis_phase_drop"))
+            self.conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", phase_params)
+        relation = self.conn.sql(sql.load(name), params={"run": run, **params})
+        return relation.to_arrow_table()
+

@@ -1,0 +1,92 @@
+"""The stage and phase rule tables of a DuckDB store: read (the defaults when empty), seeded, written
+(derive.replace_rules: in one transaction with every run derived again)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from tailscope import sql
+from tailscope.rules import PhaseRule, StageRule
+from tailscope.rules.phases import default_phase_rules, phase_rules_from_rows
+from tailscope.rules.stages import default_rules, rules_from_rows
+from tailscope.store.errors import why_refused
+
+Connection = Any  # a DuckDB connection (read-only or writer)
+
+
+def rules_in_force(conn: Connection) -> list[StageRule]:
+    """The stored rules, or the defaults when the store has none (or no table yet: a store from
+    before the table existed, opened read-only)."""
+    try:
+        rows = conn.execute(sql.load("stage_rules_list")).fetchall()
+    except duckdb.CatalogException:
+        return default_rules()
+    return rules_from_rows(rows) if rows else default_rules()
+
+
+def phase_rules_in_force(conn: Connection) -> list[PhaseRule]:
+    """The stored phase rules, or the defaults when the store has none (or no table yet)."""
+    try:
+        rows = conn.execute(sql.load("phase_rules_list")).fetchall()
+    except duckdb.CatalogException:
+        return default_phase_rules()
+    return phase_rules_from_rows(rows) if rows else default_phase_rules()
+
+
+def regex_error(conn: Connection, pattern: str) -> str | None:
+    """None when RE2 (DuckDB's regexp_matches) compiles `pattern`, else RE2's reason."""
+    try:
+        conn.execute(sql.load("regex_check"), [pattern]).fetchall()
+    except duckdb.Error as error:
+        return why_refused(str(error))
+    return None
+
+
+def store_rules(conn: Connection, rules: list[StageRule]) -> None:
+    conn.execute(sql.load("stage_rules_delete"))
+    conn.executemany(
+        sql.load("stage_rules_insert"),
+        [
+            [i, r.stage, r.span_kind, r.name_regex, r.attribute_regex, r.description]
+            for i, r in enumerate(rules, start=1)
+        ],
+    )
+
+
+def store_phase_rules(conn: Connection, rules: list[PhaseRule]) -> None:
+    conn.execute(sql.load("phase_rules_delete"))
+    conn.executemany(
+        sql.load("phase_rules_insert"),
+        [
+            [
+                i,
+                r.framework,
+                r.phase,
+                r.stage,
+                r.source,
+                r.start_key,
+                r.end_key,
+                r.unit,
+                r.name_regex,
+                r.description,
+            ]
+            for i, r in enumerate(rules, start=1)
+        ],
+    )
+
+
+def seed_rules(conn: Connection) -> None:
+    """Store the default rules when the table is empty (a new store)."""
+    if conn.execute(sql.load("stage_rules_count")).fetchone()[0] == 0:
+        store_rules(conn, default_rules())
+
+
+def seed_phase_rules(conn: Connection) -> bool:
+    """Store the default phase rules when the table is empty. True when it seeded them, i.e. the
+    store's derived rows were computed without phase rules."""
+    if conn.execute(sql.load("phase_rules_count")).fetchone()[0] != 0:
+        return False
+    store_phase_rules(conn, default_phase_rules())
+    return True

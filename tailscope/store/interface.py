@@ -1,0 +1,258 @@
+"""The Store interface: everything the code above the store may ask of one, whichever engine answers.
+
+    store = open_store(url)                  tailscope.store.engine: the one place an engine is chosen
+    with store.reading() as reader:          one unit of reading (DuckDB: one read-only connection)
+        reader.run("overview", where=flt)    a named statement: rows shaped as its DuckDB file has them
+    with store.run_writer("run-a") as w:     ingest: one file = one all-or-nothing write
+        w.write_file(path, batches); w.finish()
+    store.span_sink("run-a", "otlp-http")    the receiver's flushes
+
+Statements are named, never written by the caller: each engine loads its dialect's file
+(tailscope/sql/<name>.sql, tailscope/sql/clickhouse/<name>.sql) and binds the parameters its own
+way. The rows of a named statement have one shape on every engine (quantiles as values, whatever
+order statistics ClickHouse computes them from); where an engine needs more than one statement for a
+read (the span tree, samples, quantiles) that is its own implementation of the same method. Code
+above the store imports this module, tailscope.store.engine, url and errors, never an engine
+package (import-linter contracts in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from tailscope.rules import PhaseRule, StageRule
+
+
+class RequestFilter(Protocol):
+    """Which derived requests a statement's {where} keeps (tailscope.analysis.types.Filter)."""
+
+    run: str | None
+    service: str | None
+    route: str | None
+    instance: str | None
+    start: datetime | None
+    end: datetime | None
+
+
+FILTER_FIELDS = ("run", "service", "route", "instance", "start", "end")
+
+
+@dataclass(frozen=True)
+class Result:
+    """Rows of one query, with their column names and how long the query took."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    seconds: float
+
+    def first(self) -> tuple[Any, ...] | None:
+        return self.rows[0] if self.rows else None
+
+    def single_value(self) -> Any:
+        return self.rows[0][0] if self.rows else None
+
+    def dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
+
+
+class Rows(Protocol):
+    """A named statement's answer, read in the form the caller wants."""
+
+    def fetchone(self) -> tuple[Any, ...] | None: ...
+
+    def fetchall(self) -> list[tuple[Any, ...]]: ...
+
+    def df(self) -> pd.DataFrame: ...
+
+    def numpy(self) -> dict[str, np.ndarray]: ...
+
+    def arrow(self) -> pa.Table: ...
+
+
+@dataclass
+class TraceTree:
+    """One trace's reads for the Gantt: its run (None: no run has the trace), the span tree
+    (span_tree_spans.sql's columns; None: the trace has no request root in the run), the client
+    span (client_span.sql's row), each span's duration rank in the run by 1-based position (the
+    client span last), and without a tree how many spans the run has of the trace."""
+
+    run: str | None
+    tree: pd.DataFrame | None = None
+    client: tuple[Any, ...] | None = None
+    ranks: dict[int, float] = field(default_factory=dict)
+    spans: int = 0
+
+
+class Reader(Protocol):
+    """One unit of reading. Every analysis function takes a Store or a Reader (both have `reading`)."""
+
+    def reading(self) -> AbstractContextManager[Reader]: ...
+
+    def run(self, name: str, params: Sequence[Any] = (), where: RequestFilter | None = None) -> Rows:
+        """The statement `name` with `params` bound in order after the filter's; `where`: the
+        statement's {where} keeps the derived requests the filter names (filtered statements)."""
+        ...
+
+    def stage_rules(self) -> list[StageRule]:
+        """The stage rules in force (the defaults when the store has none)."""
+        ...
+
+    def phase_rules(self) -> list[PhaseRule]:
+        """The phase rules in force (the defaults when the store has none)."""
+        ...
+
+    def regex_error(self, pattern: str) -> str | None:
+        """None when the engine's RE2 compiles `pattern`, else why not (RE2's words)."""
+        ...
+
+    def stage_mapping(self, run: str, sample_traces: int) -> list[tuple[Any, ...]]:
+        """(span name, span kind, stage, rule number, spans) over up to `sample_traces` traces of
+        the run ([] for a run the store does not have)."""
+        ...
+
+    def band_breakdown(
+        self, where: RequestFilter, lo: float, hi: float, sample: int
+    ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+        """(stage, span name, 'band' | 'median', ns) rows of the span trees of up to `sample`
+        requests of the band [lo, hi) quantiles and of the median band of one run, and how many
+        requests each group sampled."""
+        ...
+
+    def trace_tree(self, trace_id: str, run: str | None) -> TraceTree:
+        """The Gantt's reads of one trace (`run` None: the first run that has it)."""
+        ...
+
+    def span_table(self, name: str, run: str, **params: Any) -> pa.Table:
+        """The diagnosis' span reads (diagnosis_spans, with the run's phase spans;
+        diagnosis_gc_events; diagnosis_span_attributes) over one run, as Arrow."""
+        ...
+
+
+@dataclass
+class FileWrite:
+    """What one file's write did (a RunWriter may correct it until `finish`)."""
+
+    stored: int = 0  # spans new to the run
+    duplicates: int = 0  # spans the run already had, or the file repeated
+    run_traces: int | None = None  # the run's traces once the file was written (None: at finish)
+
+
+class SpanBatch(Protocol):
+    """A decoded batch of spans (ingest.columns.SpanColumns, ingest.arrow_batch.ArrowSpans)."""
+
+    def __len__(self) -> int: ...
+
+    def to_arrow(self) -> pa.Table: ...
+
+    def unique_resources(self) -> list[dict[str, str]]: ...
+
+
+class RunWriter(Protocol):
+    """Loads files into one run (ingest): each file all or nothing."""
+
+    def write_file(self, source: str, batches: Iterable[SpanBatch]) -> FileWrite:
+        """Write every batch of one file, or nothing of it when `batches` raises (a rejected file)."""
+        ...
+
+    def finish(self) -> int:
+        """After the last file: the run defined and derived where the engine waits for that; how
+        many traces the run has."""
+        ...
+
+
+class SpanSink(Protocol):
+    """Where the OTLP receiver's flushes go (ingest.receiver.writer.BatchWriter)."""
+
+    where: str  # the store, for the receiver's log line
+
+    def write(self, batches: Sequence[SpanBatch]) -> None:
+        """One flush: the batches stored (all or nothing where the engine allows) and the run's
+        derived rows brought up to date (ClickHouse: at most every few seconds)."""
+        ...
+
+    def reader_waiting(self) -> bool:
+        """Whether a reader waits for the store (the writer then paces its flushes)."""
+        ...
+
+    def close(self) -> None:
+        """After the last flush: derive what is pending. Raises when that fails."""
+        ...
+
+
+@dataclass(frozen=True)
+class Migration:
+    """What `migrate` did."""
+
+    path: str
+    from_version: int
+    to_version: int
+    spans: int
+    seconds: float
+
+    def describe(self) -> str:
+        if self.from_version == self.to_version:
+            return f"{self.path}: already at schema version {self.to_version}, nothing to do"
+        return (
+            f"{self.path}: schema version {self.from_version} -> {self.to_version}, "
+            f"{self.spans:,} spans converted in {self.seconds:.1f} s"
+        )
+
+
+class Store(Protocol):
+    """A store handle, safe to keep for the life of a process (it opens what it needs on use)."""
+
+    @property
+    def name(self) -> str:
+        """How messages name the store: a file's path, or its URL without the password."""
+        ...
+
+    def reading(self) -> AbstractContextManager[Reader]: ...
+
+    def data_version(self) -> tuple[Any, ...]:
+        """Changes whenever the data does: a cache key for query results."""
+        ...
+
+    def prepare(self, writing: bool = False) -> None:
+        """Before a command: the store checked and its tables created where missing (`writing`:
+        also the span table a writer needs)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def replace_stage_rules(self, rules: list[StageRule]) -> list[str]:
+        """Validate and store an edited rule list (renumbered 1..n) and derive every run again with
+        it; the runs derived. ValueError naming the problems (nothing changed then)."""
+        ...
+
+    def replace_phase_rules(self, rules: list[PhaseRule]) -> list[str]:
+        """As replace_stage_rules, for the phase rules."""
+        ...
+
+    def run_writer(self, run: str, files: int = 1) -> AbstractContextManager[RunWriter]:
+        """A writer of `files` files into the run `run`."""
+        ...
+
+    def span_sink(self, run: str, source: str) -> SpanSink:
+        """A sink for the receiver's flushes into the run `run`."""
+        ...
+
+    def select_run(
+        self, run: str, start_ns: int | None, end_ns: int | None, filters: dict[str, str]
+    ) -> tuple[int, int]:
+        """Name the spans in [start_ns, end_ns] (None: from the first, to the last) whose resource
+        attributes hold every filter as a run and derive it; (spans, requests) it holds. LookupError
+        when no span matches; UnsupportedError where runs are not selections (DuckDB: a run is what
+        ingest loaded under its label)."""
+        ...
+
+    def migrate(self) -> Migration:
+        """Take the store to the current schema (one transaction where the engine has them)."""
+        ...
