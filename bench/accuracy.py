@@ -60,6 +60,7 @@ from reference_pipeline.simulate.config import SCENARIOS  # noqa: E402
 from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
 from tailscope.analysis.diagnosis.load import load_frame  # noqa: E402
 from tailscope.store.duckdb.connection import ensure_schema  # noqa: E402
+from tailscope.store.duckdb.reader import DuckDBReader  # noqa: E402
 
 PLANTED = {
     "steady": None,
@@ -94,7 +95,7 @@ def diagnose_columns(scenario: str, requests: int, seed: int, naming: str):
         conn.register("acc_batch", batch.to_arrow())
         conn.execute("INSERT INTO otel_traces SELECT *, 'run' FROM acc_batch").fetchall()
         conn.unregister("acc_batch")
-    return diagnose_frame(load_frame(conn, "run"))
+    return diagnose_frame(load_frame(DuckDBReader(conn), "run"))
 
 
 def diagnose_jaeger(scenario: str, requests: int, seed: int, naming: str):

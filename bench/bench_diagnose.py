@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"built {db.name} in {time.perf_counter() - started:.1f} s", flush=True)
     best = None
     for _ in range(args.repeat):
-        with Store(db).reader() as shared:
-            conn = shared.cursor()
+        with Store(db).reading() as conn:
             t0 = time.perf_counter()
             frame = load_frame(conn, "bench")
             t1 = time.perf_counter()

@@ -163,12 +163,9 @@ def main() -> int:
                     flush=True,
                 )
     store = Store(args.db)
-    with store.reader() as conn:  # one open connection, as the dashboard's cached reader would use
-        total = conn.execute("SELECT count(*) FROM otel_traces").fetchone()[0]
-        print(
-            f"store: {total:,} spans, "
-            f"{conn.execute('SELECT count(*) FROM requests').fetchone()[0]:,} requests"
-        )
+    total = store.query("SELECT count(*) FROM otel_traces").single_value()
+    print(f"store: {total:,} spans, {store.query('SELECT count(*) FROM requests').single_value():,} requests")
+    with store.reading() as conn:  # one open connection, as the dashboard's cached reader would use
         flt = Filter(run="bench-a")
         slow = slowest_traces(conn, flt, 1)
         trace_id = slow["trace_id"][0]

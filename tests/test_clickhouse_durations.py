@@ -16,7 +16,8 @@ from tailscope.store.clickhouse import span_durations as ch_durations
 from tailscope.store.clickhouse import trace as trace_ch
 from tailscope.store.clickhouse import write as ch_write
 from tailscope.store.clickhouse.engine import ClickHouseStore
-from tailscope.store.clickhouse.statements import rank_statement, scoped
+from tailscope.store.clickhouse.span_durations import rank_statement
+from tailscope.store.clickhouse.statements import scoped
 from tailscope.store.engine import open_store
 
 pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")

@@ -17,6 +17,7 @@ from reference_pipeline.simulate.api import simulate_columns
 from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis.load import load_frame
 from tailscope.store.duckdb.connection import ensure_schema
+from tailscope.store.duckdb.reader import DuckDBReader
 
 
 def _diagnosed(table: pa.Table) -> list[tuple[str, str | None, float, float | None]]:
@@ -24,7 +25,7 @@ def _diagnosed(table: pa.Table) -> list[tuple[str, str | None, float, float | No
     ensure_schema(conn)
     conn.register("spans", table)
     conn.execute("INSERT INTO otel_traces SELECT *, 'run' FROM spans")
-    result = diagnose_frame(load_frame(conn, "run"))
+    result = diagnose_frame(load_frame(DuckDBReader(conn), "run"))
     return [(f.pattern, f.span_name, f.confidence, f.share) for f in result.findings]
 
 

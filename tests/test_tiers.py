@@ -13,6 +13,7 @@ from analysis_spans import S, SpanColumns, add_trace, load
 from tailscope.analysis import Filter, stage_mapping, waterfall
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.reader import DuckDBReader
 from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.vocabulary import ALL_STAGES
 
@@ -96,7 +97,7 @@ def test_the_diagnosis_takes_the_model_server_span_as_the_request(two_tier):
     from tailscope.analysis.diagnosis.load import load_frame
 
     with connect_reader(two_tier) as conn:
-        frame = load_frame(conn, "tiers")
+        frame = load_frame(DuckDBReader(conn), "tiers")
     roots = frame.requests.root
     assert len(roots) == 200
     assert {(frame.names[frame.name[r]], frame.kind[r]) for r in roots} == {("POST /v1/infer", KIND_SERVER)}

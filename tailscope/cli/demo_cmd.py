@@ -176,7 +176,7 @@ def _clickhouse_demo(args: argparse.Namespace) -> int:
     loaded = load_demo(store, args.requests)
     if loaded:
         print(f"tailscope demo: loaded {len(loaded)} runs in {time.perf_counter() - started:.1f} s")
-    shown = store.location.url  # never the password
+    shown = store.name  # a URL never shows the password
     print(f"tailscope demo: read the runs with e.g.: tailscope waterfall --store {shown} --run demo-steady")
     close_opened()  # a chdb folder is held by one process at a time: the dashboard's, from here on
     return _open_dashboard(args, argparse.Namespace(db=None, store=args.store), f"--store {shown}")

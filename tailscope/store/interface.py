@@ -3,17 +3,12 @@
     store = open_store(url)                  tailscope.store.engine: the one place an engine is chosen
     with store.reading() as reader:          one unit of reading (DuckDB: one read-only connection)
         reader.run("overview", where=flt)    a named statement: rows shaped as its DuckDB file has them
-    with store.run_writer("run-a") as w:     ingest: one file = one all-or-nothing write
-        w.write_file(path, batches); w.finish()
+    with store.run_writer("run-a") as w:     ingest: w.write_file(path, batches) each, w.finish()
     store.span_sink("run-a", "otlp-http")    the receiver's flushes
 
-Statements are named, never written by the caller: each engine loads its dialect's file
-(tailscope/sql/<name>.sql, tailscope/sql/clickhouse/<name>.sql) and binds the parameters its own
-way. The rows of a named statement have one shape on every engine (quantiles as values, whatever
-order statistics ClickHouse computes them from); where an engine needs more than one statement for a
-read (the span tree, samples, quantiles) that is its own implementation of the same method. Code
-above the store imports this module, tailscope.store.engine, url and errors, never an engine
-package (import-linter contracts in pyproject.toml).
+Callers name statements; each engine loads its dialect's file (tailscope/sql, tailscope/sql/clickhouse)
+and binds the parameters its own way. Where an engine computes a read differently (the span tree,
+samples, quantiles) that is its own implementation of the same method. See ARCHITECTURE.md, "Store".
 """
 
 from __future__ import annotations

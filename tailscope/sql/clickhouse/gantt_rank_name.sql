@@ -1,4 +1,4 @@
--- One span name's part of the Gantt's ranks on ClickHouse (ch_durations.rank_statement joins one per
+-- One span name's part of the Gantt's ranks on ClickHouse (span_durations.rank_statement joins one per
 -- name with UNION ALL): how many of the run's spans of that name there are, and for each duration
 -- asked about how many are shorter and how many equal ({counts}: fixed SQL, `countIf(Duration <
 -- {d<j>_<k>:Int64}), countIf(Duration = ...)` pairs). The table's order (run, name, duration) reads

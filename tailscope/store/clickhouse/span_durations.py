@@ -12,8 +12,10 @@ before (`ranks` returns None)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tailscope import sql
-from tailscope.store.clickhouse.statements import RunSelection, rank_statement, run_scope
+from tailscope.store.clickhouse.statements import RunSelection, Statement, run_scope, strip_comments
 from tailscope.store.clickhouse.store import ClickHouseClient
 from tailscope.store.errors import TableMissingError
 
@@ -23,6 +25,38 @@ NEW = "_tailscope_span_durations_new"  # filled by the migration before it takes
 
 def _load(name: str) -> str:
     return sql.load(name, dialect="clickhouse")
+
+
+# A Gantt rank's part for one span name compares each row with at most this many durations (a name
+# asked about more often gets several parts).
+RANK_DURATIONS_PER_PART = 32
+RankParts = dict[int, tuple[str, list[int]]]
+
+
+def rank_statement(run: str, names: list[str], durations: list[int]) -> tuple[Statement, RankParts]:
+    """The Gantt's ranks against tailscope_span_durations: one gantt_rank_name.sql part per span name
+    (and per RANK_DURATIONS_PER_PART of its distinct durations), joined with UNION ALL; and what
+    each part j asks: (span name, its durations, in the order of the part's counts)."""
+    asked: dict[str, list[int]] = {}
+    for name, duration in zip(names, durations, strict=True):
+        values = asked.setdefault(name, [])
+        if int(duration) not in values:
+            values.append(int(duration))
+    template = strip_comments(_load("gantt_rank_name"))
+    texts: list[str] = []
+    params: dict[str, Any] = {"run": run}
+    parts: RankParts = {}
+    for name, values in asked.items():
+        for start in range(0, len(values), RANK_DURATIONS_PER_PART):
+            j = len(texts) + 1
+            chunk = values[start : start + RANK_DURATIONS_PER_PART]
+            parts[j] = (name, chunk)
+            params[f"n{j}"] = name
+            params.update({f"d{j}_{k}": value for k, value in enumerate(chunk, start=1)})
+            less = ", ".join(f"countIf(Duration < {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
+            equal = ", ".join(f"countIf(Duration = {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
+            texts.append(template.replace("{less}", less).replace("{equal}", equal).replace("{j}", str(j)))
+    return ("\nUNION ALL\n".join(texts), params), parts
 
 
 def has_run(store: ClickHouseClient, run: str) -> bool:
