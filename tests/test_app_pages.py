@@ -15,6 +15,7 @@ from streamlit.testing.v1 import AppTest
 from app.components.rules import phase_rules_frame, phase_rules_from_frame, rules_frame, rules_from_frame
 from tailscope import analysis
 from tailscope.analysis import StageRule
+from tailscope.store.duckdb.reader import DuckDBReader
 from tailscope.store.duckdb.store import DuckDBStore as Store
 
 APP_MAIN = Path(__file__).resolve().parents[1] / "app" / "main.py"
@@ -295,4 +296,4 @@ def test_phase_rules_table_round_trip() -> None:
     frame.loc[0, "unit"] = "fortnights"
     back = phase_rules_from_frame(frame)
     assert len(back) == len(rules)
-    assert any("fortnights" in p for p in analysis.validate_phase_rules(duckdb.connect(), back))
+    assert any("fortnights" in p for p in analysis.validate_phase_rules(DuckDBReader(duckdb.connect()), back))

@@ -18,6 +18,7 @@ DuckDB; a new run's one file that repeats spans is not written while derived but
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -148,8 +149,9 @@ class ClickHouseRunWriter:
             if bounds is not None and self.ready == write.READY:
                 stored = dedupe.move_ready_once(self.store, self.run, *bounds)
                 result.stored, result.duplicates = stored, spans - stored
-        except BaseException:
-            write.clear_staged(self.store, self.ready)
+        except BaseException:  # a rejected file (or a failure): nothing of it stays staged
+            with contextlib.suppress(Exception):  # the first error is the one to report
+                write.clear_staged(self.store, self.ready)
             raise
         if bounds is not None:
             self.span = _widen(self.span, *bounds)
