@@ -201,17 +201,18 @@ def _write_file(
     try:
         with open(path, "rb", buffering=1 << 20) as raw:
             counting = _Counting(raw)
-            batches = decode_file(raw, source, result, on_bad if skip_bad else None, pool)
 
-            def reported(batches: Iterable[SpanColumns | ArrowSpans]) -> Iterator[SpanColumns | ArrowSpans]:
-                decoded = 0
-                for batch in batches:
-                    decoded += len(batch)
+            def decoded() -> Iterator[SpanColumns | ArrowSpans]:
+                """The file decoded as the writer asks for it (a DuckDB writer's transaction is open
+                by then, so even a file rejected at its first byte leaves a store behind)."""
+                spans = 0
+                for batch in decode_file(raw, source, result, on_bad if skip_bad else None, pool):
+                    spans += len(batch)
                     if progress is not None:
-                        progress(counting.position(), decoded)
+                        progress(counting.position(), spans)
                     yield batch
 
-            write = writer.write_file(source, reported(batches))
+            write = writer.write_file(source, decoded())
         result.spans = write.stored
         result.duplicates = write.duplicates
         result.run_traces = write.run_traces

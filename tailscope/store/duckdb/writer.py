@@ -155,9 +155,6 @@ class DuckDBRunWriter:
 
 @contextmanager
 def run_writer(path: Path, run: str) -> Iterator[DuckDBRunWriter]:
-    """A RunWriter on the file, which exists (with its schema) from here on, whatever the files hold."""
-    with connect_writer(path):
-        pass
     yield DuckDBRunWriter(path, run)
 
 
