@@ -100,7 +100,7 @@ def from_row(row, causes: Callable[[str], list[dict[str, Any]]]) -> Scored:
 def _diagnose_file(path: Path):
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis import diagnose
-    from tailscope.store.db import Store
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "store.duckdb"

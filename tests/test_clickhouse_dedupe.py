@@ -1,4 +1,4 @@
-"""A span is stored once per run on ClickHouse too (tailscope.store.ch_dedupe), as the DuckDB loader
+"""A span is stored once per run on ClickHouse too (tailscope.store.clickhouse.dedupe), as the DuckDB loader
 keeps it: a file loaded again, or files that overlap, add nothing, and two different spans that
 share an id are both kept. Loaded twice, a run gives the same counts, requests and diagnosis as
 loaded once (before, the duplicates doubled the span counts and moved the diagnosis)."""

@@ -1,5 +1,5 @@
 """The Gantt's duration ranks on ClickHouse read each run's span durations (tailscope_span_durations,
-tailscope.store.ch_durations) instead of every span of the run. They must stay the ranks against the
+store.clickhouse.span_durations) instead of every span of the run. They must stay the ranks against the
 run's spans in otel_traces: one row per span however the run was written (a new run, a file loaded
 again or added, a window derived again), a store made before the table existed migrated on open, a
 run without durations ranked from otel_traces."""

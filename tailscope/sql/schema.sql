@@ -1,4 +1,4 @@
--- tailscope store schema, version 2. Applied by tailscope.store.db.ensure_schema, statement by statement;
+-- tailscope store schema, version 2. Applied by tailscope.store.duckdb.connection.ensure_schema, statement by statement;
 -- a version-1 store is migrated in place by tailscope.store.migrate (migrate_v1_to_v2.sql).
 -- Column names and meanings follow the OpenTelemetry Collector ClickHouse exporter's otel_traces table,
 -- so the same queries can later run on ClickHouse. DuckDB types: Timestamp TIMESTAMP_NS (ns precision),

@@ -7,7 +7,7 @@
 -- unattributed is the rest of the root's duration so the stage columns add up to it exactly.
 -- Used as `INSERT INTO tailscope_requests <span_tree.sql ending in this>`. Parameters: run (label),
 -- keep_start / keep_end: only requests whose root starts in [keep_start, keep_end) ns are kept (a
--- derive by time window reads the spans around the window, ch_write.refresh_run).
+-- derive by time window reads the spans around the window, write.refresh_run).
 SELECT
     {run:String} AS RunLabel,
     q.TraceId AS TraceId,

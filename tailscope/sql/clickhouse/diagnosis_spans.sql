@@ -3,8 +3,8 @@
 -- the instance that ran the span (service.instance.id, else host.name:process.pid, else either, from
 -- the Map's keys where DuckDB tests JSON for NULL), with the run's phase spans ({phases}:
 -- phase_spans.sql over the same scope), their rule's stage as the stage attribute.
--- {scope}: the run's selection (tailscope.query.clickhouse.RUN_SCOPE). The rows come unordered with
--- OrderTraceId / OrderSpanId, and load.py puts them in (StartNs, TraceId, SpanId) order with Arrow
+-- {scope}: the run's selection (store.clickhouse.statements.run_scope). The rows come unordered
+-- with OrderTraceId / OrderSpanId, and diagnosis/load.py puts them in (StartNs, TraceId, SpanId) order with Arrow
 -- (1 M spans: 0.2 s there against 1 s more for an ORDER BY here): a fixed order, since the
 -- diagnosis' confidences depend on the order of the spans it reads.
 SELECT

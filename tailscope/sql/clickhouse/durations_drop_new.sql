@@ -1,2 +1,2 @@
--- A new durations table a migration left unfinished (ch_durations.ensure). Param: table.
+-- A new durations table a migration left unfinished (span_durations.ensure). Param: table.
 DROP TABLE IF EXISTS {table:Identifier}

@@ -1,2 +1,2 @@
--- The filled new durations table (ch_durations.ensure) under its name. Param: table.
+-- The filled new durations table (span_durations.ensure) under its name. Param: table.
 RENAME TABLE {table:Identifier} TO tailscope_span_durations

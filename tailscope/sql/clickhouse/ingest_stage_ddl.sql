@@ -1,6 +1,6 @@
 -- The loader's staging table (per session, in memory): one decoded batch of spans in the decoders'
 -- column form (ingest/columns.py: events and links JSON array text), but the attributes already
--- maps (ch_write.attribute_maps, each distinct text parsed once), which ingest_stage_move.sql
+-- maps (write.attribute_maps, each distinct text parsed once), which ingest_stage_move.sql
 -- converts into the exporter's columns inside ClickHouse.
 CREATE TEMPORARY TABLE IF NOT EXISTS _ts_stage (
     Timestamp DateTime64(9, 'UTC'),

@@ -2,8 +2,8 @@
 -- arrays to the Nested columns' parallel arrays (their attribute objects to
 -- Map(LowCardinality(String), String) with JSONExtract); the span and resource attributes come
 -- staged as maps already, the resource attributes with tailscope.run, the run's selection filter
--- (ch_write.attribute_maps).
--- {target} (a bound identifier, tailscope.store.ch_write): otel_traces (the receiver's flushes), or
+-- (write.attribute_maps).
+-- {target} (a bound identifier, tailscope.store.clickhouse.write): otel_traces (the receiver's flushes), or
 -- the loader's ready table (_ts_ready: ingest_ready_ddl.sql, or a shared one), converted batch by
 -- batch while the file decodes and moved into otel_traces once it decoded whole
 -- (ingest_ready_move.sql).

@@ -1,2 +1,2 @@
--- Forget the stored phase rules before storing an edited list (ch_write.replace_phase_rules).
+-- Forget the stored phase rules before storing an edited list (write.replace_phase_rules).
 TRUNCATE TABLE tailscope_phase_rules

@@ -3,7 +3,7 @@
 -- requests (one per trace), taken from a few stretches of time: blocks of time sized to hold about
 -- traces/4 requests, in the order of a hash of their number, the requests in a block by
 -- cityHash64(TraceId) (which stage a span name takes does not depend on when; the tail's samples
--- weigh requests equally instead: stage_breakdown_scope.sql); tailscope.store.ch_sample then reads
+-- weigh requests equally instead: stage_breakdown_scope.sql); tailscope.store.clickhouse.sample then reads
 -- only the seconds their spans start in. Params: run, traces.
 WITH r AS (
     SELECT TraceId, min(toUnixTimestamp64Nano(Timestamp)) AS StartNs

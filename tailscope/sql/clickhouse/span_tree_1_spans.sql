@@ -1,4 +1,4 @@
--- ClickHouse span tree, step 1 of 5 (tailscope.query.clickhouse.derive_statements; the steps and the
+-- ClickHouse span tree, step 1 of 5 (tailscope.store.clickhouse.statements.derive_statements; the steps and the
 -- differences from DuckDB are described in span_tree.sql): the run's spans with integer keys, the
 -- explicit tailscope.stage attribute and the first matching stage rule, plus the phase spans.
 -- ClickHouse cannot materialize a CTE inside a recursive WITH, and an inlined CTE is evaluated again

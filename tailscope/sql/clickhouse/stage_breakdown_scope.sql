@@ -1,7 +1,7 @@
 -- The requests whose spans the stage breakdown walks, as ../stage_breakdown_scope.sql: a sample of
 -- up to N requests of the band and N of the median band (DuckDB: by its hash; the same requests when
 -- N covers both groups). On ClickHouse the sample is taken from a few stretches of time, so that its
--- spans sit in few granules of otel_traces (tailscope.store.ch_sample): each group's requests in
+-- spans sit in few granules of otel_traces (tailscope.store.clickhouse.sample): each group's requests in
 -- time order are cut into blocks of ceil(N/8) consecutive ones, and 8 blocks are drawn (by a hash of
 -- their number): a cluster sample in which every request is equally likely, in time ranges where
 -- the group is dense. A band whose window falls between two requests

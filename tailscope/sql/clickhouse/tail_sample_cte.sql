@@ -1,6 +1,6 @@
 -- Tail vs body's sample on ClickHouse (a CTE for tail_sample.sql, after tail_selection.sql's): up
 -- to N selected and N other requests, taken from a few stretches of time so that their spans sit in
--- few granules of otel_traces (tailscope.store.ch_sample): each side's requests in time order are
+-- few granules of otel_traces (tailscope.store.clickhouse.sample): each side's requests in time order are
 -- cut into blocks of ceil(N/8) consecutive ones and 8 blocks of each side are drawn (by a hash of
 -- their number and the side's size), the requests in them by cityHash64(TraceId). Every request of
 -- a side is equally likely to be drawn (equal-size blocks drawn alike), wherever its time: a burst

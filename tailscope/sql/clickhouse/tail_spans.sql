@@ -2,7 +2,7 @@
 -- id, start, service, name and span attributes of every span of the sampled traces (s_ids; not the
 -- span id: 0.06 s more at 10 M spans, the start is read anyway), read by trace id in
 -- the seconds they start in (the placeholder in the WHERE: fixed SQL from
--- tailscope.query.clickhouse.seconds_where, or 1 when the read is not bounded).
+-- tailscope.store.clickhouse.statements.seconds_where, or 1 when the read is not bounded).
 CREATE TEMPORARY TABLE _ts_tail_spans ENGINE = Memory AS
 SELECT TraceId, toUnixTimestamp64Nano(Timestamp) AS StartNs, ServiceName, SpanName, SpanAttributes
 FROM otel_traces PREWHERE TraceId IN {s_ids:Array(String)}

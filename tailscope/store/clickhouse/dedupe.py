@@ -2,8 +2,8 @@
 has (the same file loaded again, or files that overlap) and repeats inside the file are not written
 again, so counts, the derived requests and the diagnosis (which counts concurrent spans) are those
 of the spans, not of how often they were loaded. Used where the loader writes otel_traces from its
-converted table after the whole file decoded (ingest.clickhouse_load) and for each flush of the
-receiver (ingest.receiver.clickhouse_writer); a new run from one file, written while it is derived
+converted table after the whole file decoded (load.py) and for each flush of the
+receiver (collect.py); a new run from one file, written while it is derived
 (overlap), has no stored spans to compare with."""
 
 from __future__ import annotations

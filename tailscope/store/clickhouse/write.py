@@ -40,7 +40,7 @@ RUN_ATTRIBUTE = "tailscope.run"
 # read less twice (1 M spans in two windows: 6.9 s, in one: 3.4-4.0 s).
 PART_SPANS = 2_000_000
 # How far a trace's spans may start outside its root's interval (clocks of different hosts), as
-# tailscope.analysis.derive.CLOCK_SKEW_NS.
+# tailscope.store.duckdb.derive.CLOCK_SKEW_NS.
 CLOCK_SKEW_NS = 10 * 10**9
 # The session's table of converted spans (ingest_ready_ddl.sql); overlap names a shared one.
 READY = "_ts_ready"
@@ -256,7 +256,7 @@ def phase_rules_for(
     """The phase rules in force (phase_rules_in_force), or none when the run (or its traces
     `sample_ids`, in `seconds`) has no span they could read (phase_candidates_any.sql: the phase
     spans then cost nothing). `source`: a table read instead of otel_traces
-    (query.clickhouse.from_source)."""
+    (statements.from_source)."""
     rules = phase_rules_in_force(store)
     statement = scoped(
         "phase_candidates_any", selection, sample_ids=sample_ids, seconds=seconds, **phase_params(rules)
