@@ -154,7 +154,7 @@ def _outcome(
         p50_ms=round(p50, 3),
         p95_ms=round(p95, 3),
         p99_ms=round(p99, 3),
-        p99_change=round(p99 / measured_p99 - 1, 4) if measured_p99 > 0 else 0.0,
+        p99_change=round(p99 * 1e6 / measured_p99 - 1, 4) if measured_p99 > 0 else 0.0,
         meets_slo=None if slo_ms is None else bool(p99 <= slo_ms),
         **lever_like,
     )
