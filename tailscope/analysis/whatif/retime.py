@@ -46,6 +46,9 @@ class Edit:
     def none(cls, n: int) -> Edit:
         return cls(np.full(n, np.nan), np.zeros(n), np.zeros(n))
 
+    def is_empty(self) -> bool:
+        return bool(np.isnan(self.dur).all() and not self.cut_before.any() and not self.cut_after.any())
+
     def merged(self, other: Edit) -> Edit:
         """Both edits at once (a duration set by `other` wins)."""
         return Edit(
@@ -74,12 +77,11 @@ class Layout:
 @dataclass
 class Level:
     """The children of one depth's parents, sorted by (parent, end): a child's dependencies are the
-    siblings before `pred_idx` (inclusive) in that order, where `has_pred`."""
+    siblings at positions up to `pred_idx` (inclusive) of that order, where `has_pred`."""
 
-    kids: np.ndarray
-    korder: np.ndarray  # kids[korder] is in (parent, end) order
-    rank: np.ndarray  # group number of each position of that order
-    starts: np.ndarray  # first position of each group in that order
+    kids: np.ndarray  # span indices in (parent, end) order
+    rank: np.ndarray  # group number of each position
+    starts: np.ndarray  # first position of each group
     parents: np.ndarray  # the parent of each group
     has_pred: np.ndarray
     pred_idx: np.ndarray
@@ -100,6 +102,33 @@ def _grouped_cummax(values: np.ndarray, group_rank: np.ndarray) -> np.ndarray:
     return pd.Series(values).groupby(group_rank).cummax().to_numpy()
 
 
+def _sort_by_group(grp: np.ndarray, value: np.ndarray) -> np.ndarray:
+    """Stable order by (grp, value), both non-negative int64: one argsort of a combined key when it
+    fits in 63 bits."""
+    stride = int(value.max(initial=0)) + 1
+    if (int(grp.max(initial=0)) + 1) * stride < 2**62:
+        return np.argsort(grp * stride + value, kind="stable")
+    return np.lexsort((value, grp))
+
+
+def _count_at_most(
+    grp: np.ndarray, sorted_key: np.ndarray, k_grp: np.ndarray, limit: np.ndarray
+) -> np.ndarray:
+    """For each (grp, limit): how many entries of the (k_grp, sorted_key) order come before it or are
+    in its group with a key <= limit (a position in that order)."""
+    stride = int(max(sorted_key.max(initial=0), limit.max(initial=0))) + 1
+    if (int(grp.max(initial=0)) + 1) * stride < 2**62:
+        return np.searchsorted(k_grp * stride + sorted_key, grp * stride + limit, side="right")
+    m = len(grp)
+    values, groups = np.r_[sorted_key, limit], np.r_[k_grp, grp]
+    is_query = np.r_[np.zeros(m, bool), np.ones(m, bool)]
+    merged = np.lexsort((is_query, values, groups))
+    keys_before = np.cumsum(~is_query[merged])
+    out = np.empty(m, np.int64)
+    out[merged[is_query[merged]] - m] = keys_before[is_query[merged]]
+    return out
+
+
 def layout(frame: TraceFrame) -> Layout:
     """Each span's place in its parent's timeline, and per level the sibling dependencies."""
     n = len(frame)
@@ -116,36 +145,26 @@ def layout(frame: TraceFrame) -> Layout:
     gap = rel_start.astype(np.int64).copy()
     last_child_end = np.zeros(n, np.int64)
     levels = []
-    depth = frame.depth
     child = np.nonzero(has_p)[0]
-    parent_depth = depth[parent[child]]
+    parent_depth = frame.depth[parent[child]]
     for d in np.unique(parent_depth)[::-1].tolist():
-        kids = child[parent_depth == d]
+        unsorted = child[parent_depth == d]
+        # siblings sorted by (parent, end key): the dependencies of a child are a prefix of its group
+        key = 2 * rel_end[unsorted] + (rel_end[unsorted] == rel_start[unsorted])
+        kids = unsorted[_sort_by_group(parent[unsorted], key)]
         grp = parent[kids]
-        # siblings sorted by (parent, end key): preds of a child are a prefix of its group
-        key = 2 * rel_end[kids] + (rel_end[kids] == rel_start[kids])
-        korder = np.lexsort((key, grp))
-        k_grp = grp[korder]
-        first = np.r_[True, k_grp[1:] != k_grp[:-1]]
+        first = np.r_[True, grp[1:] != grp[:-1]]
         rank = np.cumsum(first) - 1
-        # how many siblings end before each child starts: merge keys with thresholds
-        m = len(kids)
-        values = np.r_[key[korder], 2 * rel_start[kids]]
-        groups = np.r_[k_grp, grp]
-        is_query = np.r_[np.zeros(m, bool), np.ones(m, bool)]
-        merged = np.lexsort((is_query, values, groups))
-        keys_before = np.cumsum(~is_query[merged])
-        n_before = np.empty(m, np.int64)
-        n_before[merged[is_query[merged]] - m] = keys_before[is_query[merged]]
-        group_start = np.searchsorted(k_grp, grp, side="left")
-        has_pred = n_before > group_start
-        pred_idx = np.maximum(n_before - 1, 0)
-        old_max = _grouped_cummax(rel_end[kids][korder], rank)
-        gap[kids] = np.where(has_pred, rel_start[kids] - old_max[pred_idx], rel_start[kids])
         starts = np.nonzero(first)[0]
-        parents = k_grp[starts]
-        last_child_end[parents] = np.maximum.reduceat(rel_end[kids][korder], starts)
-        levels.append(Level(kids, korder, rank, starts, parents, has_pred, pred_idx))
+        s_key = 2 * rel_end[kids] + (rel_end[kids] == rel_start[kids])
+        n_before = _count_at_most(grp, s_key, grp, 2 * rel_start[kids])
+        has_pred = n_before > starts[rank]
+        pred_idx = np.maximum(n_before - 1, 0)
+        old_max = _grouped_cummax(rel_end[kids], rank)
+        gap[kids] = np.where(has_pred, rel_start[kids] - old_max[pred_idx], rel_start[kids])
+        parents = grp[starts]
+        last_child_end[parents] = np.maximum.reduceat(rel_end[kids], starts)
+        levels.append(Level(kids, rank, starts, parents, has_pred, pred_idx))
     dur = (end - start).astype(np.int64)
     trailing = np.where(has_children, np.maximum(dur - last_child_end, 0), dur)
     return Layout(parent, rel_start, rel_end, overhang, np.maximum(gap, 0), trailing, levels, has_children)
@@ -169,26 +188,62 @@ class Retimed:
         return out
 
 
+def _dirty(level: Level, changed: np.ndarray, parent_changed: np.ndarray) -> Level | None:
+    """The part of a level whose groups have a changed child or a changed parent (None: nothing)."""
+    dirty = np.logical_or.reduceat(changed, level.starts) | parent_changed[level.parents]
+    if not dirty.any():
+        return None
+    if dirty.all():
+        return level
+    keep = dirty[level.rank]
+    pos = np.cumsum(keep) - 1
+    idx = np.nonzero(keep)[0]
+    rank = level.rank[idx]
+    first = np.r_[True, rank[1:] != rank[:-1]]
+    return Level(
+        level.kids[idx],
+        np.cumsum(first) - 1,
+        pos[level.starts[dirty]],
+        level.parents[dirty],
+        level.has_pred[idx],
+        pos[level.pred_idx[idx]],
+    )
+
+
 def retime(frame: TraceFrame, edit: Edit, lay: Layout | None = None) -> Retimed:
-    """Every span's new duration under `edit` (see the module docstring)."""
+    """Every span's new duration under `edit` (see the module docstring). Only the sibling groups
+    with something changed below them are laid out again."""
     lay = lay if lay is not None else layout(frame)
+    if edit.is_empty():
+        return Retimed(frame.dur.astype(np.int64), lay.rel_start.astype(np.int64))
     fixed = ~np.isnan(edit.dur)
-    new_dur = np.where(
-        lay.has_children, 0, np.maximum(lay.trailing - np.rint(edit.cut_after).astype(np.int64), 0)
-    ).astype(np.int64)
+    cut_after = np.rint(edit.cut_after).astype(np.int64)
+    new_dur = np.where(lay.has_children, frame.dur, np.maximum(lay.trailing - cut_after, 0)).astype(np.int64)
     new_dur[fixed] = np.maximum(np.rint(edit.dur[fixed]), 0).astype(np.int64)
     new_rel = lay.rel_start.astype(np.int64).copy()
     gap = np.maximum(lay.gap - np.rint(edit.cut_before).astype(np.int64), 0)
-    trailing = np.maximum(lay.trailing - np.rint(edit.cut_after).astype(np.int64), 0)
-    for level in lay.levels:
-        kids, korder = level.kids, level.korder
+    trailing = np.maximum(lay.trailing - cut_after, 0)
+    parent_changed = (trailing != lay.trailing) & lay.has_children
+    for full in lay.levels:
+        kids = full.kids
         # a child that outlasts its parent was not awaited by it: it holds its old place
+        old = lay.rel_end[kids] - lay.rel_start[kids]
+        contrib = np.where(lay.overhang[kids] > 0, old, new_dur[kids])
+        changed = (contrib != old) | (gap[kids] != lay.gap[kids])
+        level = _dirty(full, changed, parent_changed)
+        if level is None:
+            continue
+        kids = level.kids
         contrib = np.where(lay.overhang[kids] > 0, lay.rel_end[kids] - lay.rel_start[kids], new_dur[kids])
         g = gap[kids]
-        ns = lay.rel_start[kids].astype(np.int64)
-        ne = ns + contrib
+        # first guess: siblings one after the other (each waits for every sibling before it in end
+        # order), where the new ends are running sums; exact for a sequential chain, and the rounds
+        # below settle the rest (parallel branches, a child waiting for only some siblings)
+        run = np.cumsum(g + contrib)
+        ne = run - np.r_[np.int64(0), run[:-1]][level.starts][level.rank]
+        ns = ne - contrib
         for _ in range(len(kids) + 1):
-            pm = _grouped_cummax(ne[korder], level.rank)
+            pm = _grouped_cummax(ne, level.rank)
             ns_new = np.where(level.has_pred, pm[level.pred_idx], 0) + g
             ne_new = ns_new + contrib
             if np.array_equal(ne_new, ne):
@@ -196,10 +251,11 @@ def retime(frame: TraceFrame, edit: Edit, lay: Layout | None = None) -> Retimed:
                 break
             ns, ne = ns_new, ne_new
         new_rel[kids] = ns
-        end_max = np.maximum.reduceat(ne[korder], level.starts)
+        end_max = np.maximum.reduceat(ne, level.starts)
         open_parent = ~fixed[level.parents]
         parents = level.parents[open_parent]
         new_dur[parents] = end_max[open_parent] + trailing[parents]
+        parent_changed[parents] |= new_dur[parents] != frame.dur[parents]
     return Retimed(new_dur, new_rel)
 
 
