@@ -61,6 +61,7 @@ CASES = [
     # misses that cost 15 ms (a remote store), so that the cold cache is material
     ("cold-cache", {"store_ms": (15.0, 0.5)}, "steady", {"store_ms": (15.0, 0.5)}, "cache_hits"),
     ("cold-start", {}, "cold-start", {"warm_start": True, "cache_prefill": True}, "prewarmed"),
+    ("burst", {}, "steady", {}, "queue_as_calm"),
     # arrivals at a fixed rate (a load given as a share of capacity would grow with the workers)
     ("steady", {"rps": 700}, "steady", {"rps": 700, "workers": 4}, "replicas+1"),
 ]

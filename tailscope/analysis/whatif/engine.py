@@ -11,6 +11,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.whatif import levers as lv
+from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
 from tailscope.analysis.whatif.served import Served, served
@@ -186,13 +187,14 @@ def plan(
             out.append(lv.prewarmed(x, fd))
     out += [
         lv.no_stalls(x),
-        lv.queue_within_window(x),
-        lv.more_replicas(x, extra_replicas),
-        lv.forward_scaled(x, k),
+        ql.queue_within_window(x),
+        ql.queue_as_calm(x),
+        ql.more_replicas(x, extra_replicas),
+        ql.forward_scaled(x, k),
     ]
     if speedup is not None:
         label = f"Model forward as measured in '{speedup_from}' (× {speedup:.2f})"
-        out.append(lv.forward_scaled(x, speedup, label, key=f"forward_as:{speedup_from}"))
+        out.append(ql.forward_scaled(x, speedup, label, key=f"forward_as:{speedup_from}"))
     seen: set[str] = set()
     levers = []
     for lever in out:

@@ -11,7 +11,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
 from tailscope.analysis.whatif.retime import Edit, Layout
-from tailscope.analysis.whatif.served import FORWARD, Served
+from tailscope.analysis.whatif.served import Served
 
 SOFTWARE, HARDWARE, CAPACITY = "software", "hardware", "capacity"
 
@@ -206,67 +206,6 @@ def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         edit,
         pattern="lock_contention",
         span_name=name,
-    )
-
-
-# ---- the queue and the model's capacity -----------------------------------------------------------
-
-
-def queue_within_window(x: Inputs) -> Lever | None:
-    s = x.served
-    if s is None:
-        return None
-    f = x.frame
-    edit = Edit.none(len(f))
-    wait = s.wait(f, x.lay)
-    span = s.queue >= 0
-    edit.dur[s.queue[span]] = np.minimum(wait[span], s.window_ns)
-    edit.cut_before[s.forward[~span]] = np.maximum(wait[~span] - s.window_ns, 0)
-    return Lever(
-        "queue_within_window",
-        f"No queue wait beyond the batching window ({s.window_ns / 1e6:.1f} ms)",
-        SOFTWARE,
-        "each request's wait before the model is cut to the batching window",
-        edit,
-        pattern="queueing",
-        params={"window_ms": round(s.window_ns / 1e6, 3)},
-    )
-
-
-def more_replicas(x: Inputs, extra: int = 1) -> Lever | None:
-    if x.served is None or extra < 1:
-        return None
-    return Lever(
-        f"replicas+{extra}",
-        f"{extra} more replica(s) of the model",
-        CAPACITY,
-        "the run's arrivals replayed through a queue with more servers and the measured service "
-        "times (a model: requests spread evenly at random over the replicas)",
-        Edit.none(len(x.frame)),
-        requeue=True,
-        extra_servers=extra,
-        params={"extra": extra},
-    )
-
-
-def forward_scaled(x: Inputs, k: float, label: str | None = None, key: str | None = None) -> Lever | None:
-    f = x.frame
-    edit = Edit.none(len(f))
-    if x.served is None:  # no queue in front of it: the forward spans alone get faster
-        fwd = np.nonzero((x.stage == FORWARD) & (f.request >= 0))[0]
-        if len(fwd) == 0:
-            return None
-        edit.dur[fwd] = f.dur[fwd] * k
-    return Lever(
-        key or f"forward_x{k:g}",
-        label or f"Model forward × {k:g} (faster accelerator or quantisation)",
-        HARDWARE,
-        "every forward pass takes k times as long; the queue before it is replayed",
-        edit,
-        pattern="compute_bound",
-        requeue=x.served is not None,
-        scale=k,
-        params={"k": k},
     )
 
 
