@@ -104,3 +104,47 @@ def test_batches_leave_when_full_or_when_the_window_closes() -> None:
     r = replay(arrival, np.ones(5), BatchCost(10.0, 1.0), servers=1, max_batch=3, window=5.0)
     assert r.batch_size.tolist() == [3, 3, 3, 1, 1]
     assert r.start.tolist() == [2.0, 2.0, 2.0, 15.0, 105.0]  # the 4th waits for the worker
+
+
+def test_a_stopped_process_is_found_by_its_silence_and_the_work_let_in_after_it() -> None:
+    from tailscope.analysis.whatif.engine import freezes
+
+    rows = []
+    for k in range(150):  # a request every 1 ms, each 0.5 ms, on instance 0
+        start = k * 1.0 + (60.0 if k >= 75 else 0.0)  # nothing from 74.5 to 135 ms: a stop
+        rows.append((k, -1, "root", "Server", 0, start, 0.5))
+    rows += [(900, -1, "root", "Server", 0, 135.0, 0.5), (901, -1, "root", "Server", 0, 135.2, 0.5)]
+    for k in range(150):  # instance 1: the same silence but nothing waiting at its end (idle)
+        rows.append((1000 + k, -1, "root", "Server", 1, k * 1.0 + (60.3 if k >= 75 else 0.0), 0.5))
+    inst, s, e = freezes(hand_frame(rows))
+    assert inst.tolist() == [0] and _ms(s) == [74.5] and _ms(e) == [135.0]
+
+
+def test_requests_accepted_as_a_stall_ends_are_spread_over_it() -> None:
+    from tailscope.analysis.whatif.levers import Inputs, _accepted_late
+
+    rows = [(k, -1, "root", "Server", 0, 100.0 + 0.01 * k, 5.0) for k in range(4)]
+    rows.append((9, -1, "root", "Server", 0, 300.0, 5.0))  # after no stall: stays
+    f = hand_frame(rows)
+    stalls = (np.array([0]), np.array([60 * MS]), np.array([100 * MS]))
+    x = Inputs(f, layout(f), f.stage, None, [], 0, stalls)
+    shift = _accepted_late(x) / MS
+    assert [round(v, 2) for v in shift] == [35.0, 25.01, 15.02, 5.03, 0.0]
+
+
+def test_the_network_lever_keeps_each_links_own_typical_gap() -> None:
+    from tailscope.analysis.whatif.levers import Inputs, network_p50
+
+    rows = []
+    for k, (extra, wan) in enumerate([(0, True), (0, True), (30, True), (0, False), (0, False), (4, False)]):
+        base = 40.0 if wan else 0.5
+        t = 10 * k
+        rows.append((k, -1, "call", "Client", 1 if wan else 0, t, base + extra + 5))
+        rows.append((k, 2 * k, "callee", "Server", 2, t + base / 2, 5))
+    f = hand_frame(rows, instances=("a", "b", "c"))
+    f.service = np.array([0 if r[4] == 0 else (1 if r[4] == 1 else 2) for r in rows])
+    f.services = ["local", "remote", "callee"]
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = network_p50(x, {"pattern": "network", "span_name": "call"})
+    new = retime(f, lever.edit, x.lay).dur[0::2] / MS
+    assert [round(v, 2) for v in new] == [45.0, 45.0, 45.0, 5.5, 5.5, 5.5]

@@ -48,6 +48,7 @@ class Lever:
     requeue: bool = False  # replay the queue in front of the model afterwards
     scale: float = 1.0  # forward service time factor in the replay
     extra_servers: int = 0
+    arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
     params: dict[str, float] = field(default_factory=dict)
 
 
@@ -122,7 +123,40 @@ def no_stalls(x: Inputs) -> Lever | None:
         pattern="gc_pause",
         requeue=True,
         params={"stall_ms": round(total, 1)},
+        arrival_shift=_accepted_late(x),
     )
+
+
+ACCEPT_TOLERANCE_NS = 500_000
+
+
+def _accepted_late(x: Inputs) -> np.ndarray:
+    """Per request: how much earlier it would have started without the stalls. A request with no
+    client span that starts as a stall ends arrived during it and was accepted late, with the others
+    that arrived meanwhile; they are spread evenly over the stall (Poisson arrivals), in their order."""
+    reqs = x.frame.requests
+    shift = np.zeros(len(reqs))
+    alone = np.nonzero(reqs.client_span < 0)[0]
+    if len(alone) == 0:
+        return shift
+    si, ss, se = _merged(*x.stalls)
+    stride = int(max(se.max(initial=0), reqs.start.max(initial=0))) + 1
+    key = si * stride + se
+    inst, t = reqs.root_instance[alone], reqs.start[alone].astype(np.int64)
+    k = np.searchsorted(key, inst * stride + t + ACCEPT_TOLERANCE_NS, side="right") - 1
+    ok = k >= 0
+    kk = np.maximum(k, 0)
+    late = ok & (si[kk] == inst) & (np.abs(t - se[kk]) <= ACCEPT_TOLERANCE_NS)
+    rows, stall = alone[late], kk[late]
+    order = np.lexsort((reqs.start[rows], stall))
+    rows, stall = rows[order], stall[order]
+    first = np.r_[True, stall[1:] != stall[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(len(rows)), 0))
+    counts = np.bincount(stall, minlength=len(si))[stall]
+    j = np.arange(len(rows)) - group_start
+    new = ss[stall] + (j + 0.5) / counts * (se[stall] - ss[stall])
+    shift[rows] = reqs.start[rows] - new
+    return shift
 
 
 # ---- caches -------------------------------------------------------------------------------------
@@ -275,8 +309,15 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     out_gap = lay.gap[srv].astype(np.float64)
     back_gap = lay.trailing[cli].astype(np.float64)
     gap = out_gap + back_gap
-    typical = float(np.median(gap))
-    excess = np.maximum(gap - typical, 0.0)
+    # the typical gap of each link (caller's service -> callee's): a call across regions and a local
+    # one can share a span name
+    link = f.service[cli] * (len(f.services) + 1) + f.service[srv]
+    typical_of = np.zeros(len(gap))
+    for code in np.unique(link).tolist():
+        sel = link == code
+        typical_of[sel] = np.median(gap[sel])
+    typical = float(np.median(typical_of))
+    excess = np.maximum(gap - typical_of, 0.0)
     share_out = np.where(gap > 0, out_gap / np.maximum(gap, 1.0), 0.5)
     edit = Edit.none(len(f))
     edit.cut_before[srv] = excess * share_out
