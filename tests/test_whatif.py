@@ -107,7 +107,7 @@ def test_batches_leave_when_full_or_when_the_window_closes() -> None:
 
 
 def test_a_stopped_process_is_found_by_its_silence_and_the_work_let_in_after_it() -> None:
-    from tailscope.analysis.whatif.engine import freezes
+    from tailscope.analysis.whatif.stalls import freezes
 
     rows = []
     for k in range(150):  # a request every 1 ms, each 0.5 ms, on instance 0
