@@ -72,29 +72,22 @@ def _merged(inst: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray,
 
 
 def stall_overlap(stalls, inst: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Per interval [s, e) on instance `inst`: how long the stalls of that instance cover it (ns)."""
+    """Per interval [s, e) on instance `inst`: how long the stalls of that instance cover it (ns).
+    Per instance, the stall time before t is piecewise linear in t: one interpolation each end."""
     si, ss, se = _merged(*stalls)
     out = np.zeros(len(s))
     if len(si) == 0 or len(s) == 0:
         return out
-    stride = int(max(se.max(), e.max(), 0)) + 1
-    key = si * stride + ss
-    lengths = (se - ss).astype(np.float64)
-    cum = np.r_[0.0, np.cumsum(lengths)]
-    first_of = np.searchsorted(si, np.arange(int(si.max()) + 2), side="left")
-
-    def covered(t: np.ndarray) -> np.ndarray:  # stall time on the instance before t
-        ok = (inst >= 0) & (inst <= si.max())
-        res = np.zeros(len(t))
-        k = np.searchsorted(key, inst[ok] * stride + t[ok], side="right") - 1
-        base = first_of[inst[ok]]
-        inside = k >= base
-        kk = np.maximum(k, 0)
-        part = np.where(inside, cum[kk] - cum[base] + np.minimum(t[ok] - ss[kk], lengths[kk]), 0.0)
-        res[ok] = part
-        return res
-
-    return np.maximum(covered(e) - covered(s), 0.0)
+    for i in np.unique(si).tolist():
+        rows = np.nonzero(inst == i)[0]
+        if len(rows) == 0:
+            continue
+        a, b = ss[si == i].astype(np.float64), se[si == i].astype(np.float64)
+        before = np.r_[0.0, np.cumsum(b - a)[:-1]]
+        xp = np.column_stack((a, b)).ravel()
+        fp = np.column_stack((before, before + (b - a))).ravel()
+        out[rows] = np.interp(e[rows], xp, fp) - np.interp(s[rows], xp, fp)
+    return np.maximum(out, 0.0)
 
 
 def no_stalls(x: Inputs) -> Lever | None:

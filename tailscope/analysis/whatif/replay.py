@@ -73,17 +73,19 @@ def replay(
     res = (residual[order] * scale).tolist()
     start, end = np.empty(m), np.empty(m)
     size = np.empty(m, np.int64)
-    free = [-math.inf] * max(int(servers), 1)
-    heapq.heapify(free)
     base, per = cost.base, cost.per_item
+    if servers <= 1:  # one server: its next free time is a number, no heap
+        _one_server(queued, res, order, start, end, size, base, per, max_batch, window)
+        return Replayed(start, end, size)
+    free = [-math.inf] * int(servers)
+    heapq.heapify(free)
     i = 0
     while i < m:
         ready = heapq.heappop(free)
         last = i + max_batch - 1
         full_at = queued[last] if last < m else math.inf
         dispatch = max(ready, min(full_at, queued[i] + window))
-        j = bisect_right(queued, dispatch, i, min(i + max_batch, m))
-        j = max(j, i + 1)
+        j = max(bisect_right(queued, dispatch, i, min(i + max_batch, m)), i + 1)
         took = max(base + per * (j - i), 1.0) * res[i]
         members = order[i:j]
         start[members], end[members] = dispatch, dispatch + took
@@ -91,6 +93,28 @@ def replay(
         heapq.heappush(free, dispatch + took)
         i = j
     return Replayed(start, end, size)
+
+
+def _one_server(queued, res, order, start, end, size, base, per, max_batch, window) -> None:
+    """`replay` with one server, writing into start/end/size (batch bounds collected, written once)."""
+    m = len(queued)
+    bounds, begins, dones = [], [], []
+    free, i = -math.inf, 0
+    while i < m:
+        last = i + max_batch - 1
+        full_at = queued[last] if last < m else math.inf
+        close = min(full_at, queued[i] + window)
+        dispatch = free if free > close else close
+        j = max(bisect_right(queued, dispatch, i, min(i + max_batch, m)), i + 1)
+        free = dispatch + max(base + per * (j - i), 1.0) * res[i]
+        bounds.append(j)
+        begins.append(dispatch)
+        dones.append(free)
+        i = j
+    counts = np.diff(np.r_[0, bounds])
+    start[order] = np.repeat(begins, counts)
+    end[order] = np.repeat(dones, counts)
+    size[order] = np.repeat(counts, counts)
 
 
 def erlang_c_wait(arrival_rate: float, service_rate: float, servers: int) -> float:

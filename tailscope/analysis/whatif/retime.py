@@ -242,8 +242,14 @@ def retime(frame: TraceFrame, edit: Edit, lay: Layout | None = None) -> Retimed:
         run = np.cumsum(g + contrib)
         ne = run - np.r_[np.int64(0), run[:-1]][level.starts][level.rank]
         ns = ne - contrib
+        # every new end lies in [0, the group's sequential sum]: one offset per group for all rounds
+        big = int(ne.max(initial=0)) + 1
+        offset = level.rank * big if big * (int(level.rank[-1]) + 1) < 2**62 else None
         for _ in range(len(kids) + 1):
-            pm = _grouped_cummax(ne, level.rank)
+            if offset is not None:
+                pm = np.maximum.accumulate(ne + offset) - offset
+            else:
+                pm = _grouped_cummax(ne, level.rank)
             ns_new = np.where(level.has_pred, pm[level.pred_idx], 0) + g
             ne_new = ns_new + contrib
             if np.array_equal(ne_new, ne):
