@@ -116,6 +116,7 @@ def pair_row(family: str, cause: str, faulty, fixed, lever: str) -> dict:
         "family": family,
         "cause": cause,
         "lever": guess[2],
+        "faulty_p50": before[0],
         "faulty_p99": before[1],
         "pred_p50": guess[0],
         "meas_p50": truth[0],
@@ -213,14 +214,15 @@ def _line(r: dict) -> str:
 
 def table(rows: list[dict]) -> str:
     out = [
-        "| family | cause removed | lever | faulty p99 | predicted p50 / measured | predicted p99 / measured"
-        " | p99 error |",
+        "| family | cause removed | lever | faulty p50 / p99 | predicted p50 / measured "
+        "| predicted p99 / measured | p99 error |",
         "|---|---|---|---:|---:|---:|---:|",
     ]
     for r in rows:
         mark = "" if r["material"] else " (not material)"
         out.append(
-            f"| {r['family']} | {r['cause']}{mark} | `{r['lever']}` | {r['faulty_p99']:.1f} | "
+            f"| {r['family']} | {r['cause']}{mark} | `{r['lever']}` | "
+            f"{r['faulty_p50']:.1f} / {r['faulty_p99']:.1f} | "
             f"{r['pred_p50']:.1f} / {r['meas_p50']:.1f} | {r['pred_p99']:.1f} / {r['meas_p99']:.1f} | "
             f"{r['error']:.1%} |"
         )
