@@ -2,6 +2,7 @@
 the what-if predicts for "fix the cause" on the faulty run against the p99 measured on the run without it.
 
     python bench/bench_whatif.py sim [--requests 4000] [--seeds 1] [--families all]
+    python bench/bench_whatif.py blind [--requests 4000]                 # the blind families (issue 25)
     python bench/bench_whatif.py pipeline [--duration 15] [--rps 20]     # the real service, CPU
     python bench/bench_whatif.py timing [--requests 77000]                # what-if of a 1 M-span run
 
@@ -158,6 +159,45 @@ def sim_rows(families: list[str], requests: int, seeds: int) -> list[dict]:
     return rows
 
 
+# the fix for each planted pattern of the blind families (bench/blind_runs.py); patterns with no lever
+# (timeouts and retries, payload size, CPU throttling) are listed, not scored
+PATTERN_LEVER = {
+    "gc_pause": "no_gc_stalls",
+    "queueing": "queue_as_calm",
+    "slow_dependency": "dependency_p50",
+    "lock_contention": "no_lock_wait",
+    "cache_miss": "cache_hits",
+    "cold_start": "prewarmed",
+    "network": "network_p50",
+}
+
+
+def blind_rows(requests: int, seed: int) -> tuple[list[dict], list[str]]:
+    """Each blind family's one-cause scenarios against its healthy run, same seed."""
+    from reference_pipeline.simulate import blind
+
+    rows, unscored = [], []
+    for name in blind.available():
+        with tempfile.TemporaryDirectory() as tmp:
+            t = Path(tmp)
+
+            def run(scenario: str, t=t, name=name):
+                out = t / f"{scenario}{blind.SUFFIX[blind.run_format(name, seed)]}"
+                blind.write_run(out, name, scenario, requests, seed)
+                return frame_of(out)
+
+            healthy = None
+            for scenario in blind.scenarios(name)[1:]:
+                patterns = [c["pattern"] for c in blind.truth(name, scenario, seed)]
+                if len(patterns) != 1 or patterns[0] not in PATTERN_LEVER:
+                    unscored.append(f"{name} {scenario} ({'+'.join(patterns)})")
+                    continue
+                healthy = healthy if healthy is not None else run("healthy")
+                rows.append(pair_row(name, scenario, run(scenario), healthy, PATTERN_LEVER[patterns[0]]))
+                print(_line(rows[-1]), flush=True)
+    return rows, unscored
+
+
 PIPELINE_PAIRS = (
     # label, (scenario, extra args) with the cause, (scenario, extra args) without it, lever
     ("cold vs warm cache", ("cold-cache", []), ("steady", []), "cache_hits"),
@@ -264,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=("sim", "pipeline", "timing"))
+    parser.add_argument("what", choices=("sim", "blind", "pipeline", "timing"))
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--families", default="all")
@@ -274,6 +314,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.what == "timing":
         timing(args.requests or 77_000, args.repeats)
+        return 0
+    if args.what == "blind":
+        rows, unscored = blind_rows(args.requests or 4000, 0)
+        print()
+        print(table(rows))
+        print("not scored (two causes, or a mechanism with no lever): " + "; ".join(unscored))
         return 0
     if args.what == "sim":
         families = list(FAMILIES) if args.families == "all" else args.families.split(",")
