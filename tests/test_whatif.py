@@ -148,3 +148,14 @@ def test_the_network_lever_keeps_each_links_own_typical_gap() -> None:
     lever = network_p50(x, {"pattern": "network", "span_name": "call"})
     new = retime(f, lever.edit, x.lay).dur[0::2] / MS
     assert [round(v, 2) for v in new] == [45.0, 45.0, 45.0, 5.5, 5.5, 5.5]
+
+
+def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None:
+    from tailscope.analysis.whatif.stalls import stalls_to_remove
+
+    f = hand_frame([(0, -1, "root", "Server", 0, 0, 100)])
+    f.gc_instance, f.gc_time, f.gc_dur = np.array([0]), np.array([10 * MS]), np.array([0])
+    assert stalls_to_remove(f, [], 0) is None  # a time with no duration: no pause to take out
+    f.gc_dur = np.array([30 * MS])
+    inst, s, e = stalls_to_remove(f, [], 0)
+    assert inst.tolist() == [0] and _ms(e - s) == [30.0]

@@ -12,8 +12,9 @@ from tailscope.analysis.diagnosis.frame import TraceFrame
 
 
 def stalls_to_remove(frame: TraceFrame, findings: list[dict[str, Any]], seed: int):
-    """Pauses to remove: the runtime's own reports, else the diagnosis' timing episodes."""
-    ok = frame.gc_instance >= 0
+    """Pauses to remove: the runtime's own reports (those that say how long they lasted: a Zipkin
+    annotation carries only a time), else the diagnosis' timing episodes."""
+    ok = (frame.gc_instance >= 0) & (frame.gc_dur > 0)
     if ok.any():
         return frame.gc_instance[ok], frame.gc_time[ok], frame.gc_time[ok] + frame.gc_dur[ok]
     if not any(fd.get("pattern") == "gc_pause" for fd in findings):
