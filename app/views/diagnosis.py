@@ -13,6 +13,7 @@ import streamlit as st
 
 from app.components import charts, data, filters, fmt, notice
 from app.components.palette import BODY, NEUTRAL, P99_LINE, TAIL, TOTAL
+from app.views import whatif_section
 from app.views.diagnosis_shares import share_rows, shares_figure
 from tailscope.analysis.diagnosis import Diagnosis, diagnose, list_runs
 
@@ -245,7 +246,8 @@ def confidence_label(confidence: float) -> str:
     return "weak"
 
 
-def finding_card(index: int, finding: dict[str, Any]) -> None:
+def finding_card(index: int, finding: dict[str, Any]) -> Any:
+    """Draw one finding; returns the slot its "fixing this" line goes in (whatif_section)."""
     with st.container(border=True):
         head, score = st.columns([4, 1])
         where = " · ".join(
@@ -274,8 +276,10 @@ def finding_card(index: int, finding: dict[str, Any]) -> None:
             st.markdown(f"**{CHART_TITLES.get(chart['kind'], 'Evidence')}**")
             st.plotly_chart(fig, key=f"diagnosis_chart_{index}", config=charts.CONFIG)
         st.success(f"**What to change.** {finding['advice']}", icon=":material/build:")
+        slot = st.empty()
         with st.expander("The numbers behind it"):
             st.json(finding["evidence"].get("stats", {}))
+    return slot
 
 
 def _diagnose(store, run: str) -> dict[str, Any]:
@@ -321,8 +325,8 @@ def render() -> None:
     for pattern, error in (result.get("errors") or {}).items():
         st.warning(f"The {pattern} detector failed on this run: {error}", icon=":material/warning:")
     _where_the_tail_goes(result)
-    for i, finding in enumerate(result["findings"], 1):
-        finding_card(i, finding)
+    slots = [finding_card(i, finding) for i, finding in enumerate(result["findings"], 1)]
+    whatif_section.render(run, result, slots)
 
 
 def _where_the_tail_goes(result: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("waterfall", "waterfall_cmd", "per-stage latency budget of a percentile band"),
     ("compare", "compare_cmd", "compare two runs stage by stage, with confidence intervals"),
     ("diagnose", "diagnose_cmd", "name the causes of a run's latency tail, with evidence and advice"),
+    ("whatif", "whatif_cmd", "each fix's p50/p95/p99, predicted from the run's own trace"),
     ("collect", "collect_cmd", "receive OTLP/HTTP traces (POST /v1/traces) straight into the store"),
     ("select", "select_cmd", "name a selection of a ClickHouse store's spans as a run (time, attributes)"),
     ("pipeline", "pipeline_cmd", "run, sweep or simulate the reference inference pipeline"),

@@ -1,0 +1,86 @@
+"""What if: each fix's p50/p95/p99, predicted from the run's own trace.
+
+    result = whatif(store, "prod")             # load the run, diagnose it, evaluate every lever
+    result = evaluate(frame, findings)         # the same on a built TraceFrame and the findings' dicts
+
+Every request of the run is re-timed with the cause removed (retime.py: its critical path through
+the changed spans, parallel children and the time no span covers honoured), and where a fix changes
+what the queue in front of the model sees, the run's arrivals are replayed through that queue with
+the measured service times (served.py, replay.py). The levers (levers.py) come from the diagnosis'
+findings, plus those that always apply (the model's forward × k, more replicas, no pauses, no queue
+beyond the batching window). A what-if is a model built from the run's own timings: it cannot know
+what a fix changes elsewhere (arrivals that follow faster answers, load moved onto another service,
+a cache that evicts differently), and it says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.whatif.engine import WHATIF_VERSION, Outcome, WhatIf, evaluate
+
+__all__ = ["WHATIF_VERSION", "Outcome", "WhatIf", "evaluate", "measured_speedup", "whatif"]
+
+LIMITS = (
+    "A what-if is a model built from this run's own timings: each fix re-times the requests that were "
+    "measured, through their critical paths, and replays the queue before the model where the fix changes "
+    "it. It cannot know what a fix changes beyond that: arrivals that change because answers come faster "
+    "(retries, closed-loop clients), load a fix moves onto another service, a cache or a batcher that "
+    "behaves differently at another load. The queue replay assumes FIFO batching at the batching window "
+    "the run shows; more replicas assume requests spread evenly."
+)
+
+
+def measured_speedup(frame, other) -> float | None:
+    """The forward pass's speed-up of another run over this one, matched by batch size: the other
+    run's batch cost over this run's at this run's mean batch size (None where either has none)."""
+    from tailscope.analysis.whatif.engine import inputs
+    from tailscope.analysis.whatif.replay import BatchCost
+
+    costs = []
+    size_here = None
+    for f in (frame, other):
+        s = inputs(f, []).served
+        if s is None:
+            return None
+        lead = np.unique(s.batch, return_index=True)[1]
+        costs.append(BatchCost.fit(s.size[lead], f.dur[s.forward][lead]))
+        if size_here is None:
+            size_here = float(s.size.mean())
+    return float(costs[1](size_here) / costs[0](size_here))
+
+
+def whatif(
+    source,
+    run: str | None = None,
+    *,
+    findings: list[dict[str, Any]] | None = None,
+    other_run: str | None = None,
+    seed: int = 0,
+    **options: Any,
+) -> WhatIf:
+    """Load one run of a Store (or open connection), diagnose it unless `findings` are given, and
+    evaluate every lever. `other_run`: also the forward speed-up measured in that run. `options`:
+    evaluate()'s keywords (k, extra_replicas, deadline_ms, slo_ms)."""
+    from tailscope.analysis.diagnosis import UnknownRunError, diagnose_frame
+    from tailscope.analysis.diagnosis.load import list_runs, load_frame
+    from tailscope.analysis.source import reading
+
+    with reading(source) as shared:
+        conn = shared.cursor()
+        runs = list_runs(conn)
+        if run is None:
+            if len(runs) != 1:
+                raise UnknownRunError(None, runs)
+            run = runs[0]
+        for name in (run, other_run):
+            if name is not None and name not in runs:
+                raise UnknownRunError(name, runs)
+        frame = load_frame(conn, run)
+        other = load_frame(conn, other_run) if other_run else None
+    if findings is None:
+        findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(frame, seed=seed).findings]
+    speedup = measured_speedup(frame, other) if other is not None else None
+    return evaluate(frame, findings, seed=seed, speedup=speedup, speedup_from=other_run, **options)

@@ -1,0 +1,276 @@
+"""Evaluate every lever on one run: re-time its requests, replay its queue where the lever changes
+what the queue sees, and report p50/p95/p99 after each fix beside the run as measured."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import TraceFrame
+from tailscope.analysis.whatif import levers as lv
+from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.replay import BatchCost, replay
+from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
+from tailscope.analysis.whatif.served import Served, served
+from tailscope.analysis.whatif.stalls import stalls_to_remove
+
+WHATIF_VERSION = 1  # part of the dashboard's cache key: bump when a lever's model changes
+MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
+CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
+
+
+@dataclass
+class Outcome:
+    key: str
+    label: str
+    kind: str  # measured | model | software | hardware | capacity
+    model: str
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    pattern: str | None = None
+    span_name: str | None = None
+    params: dict[str, float] = field(default_factory=dict)
+    p99_change: float = 0.0  # against the run as measured (-0.25: 25 % lower)
+    meets_slo: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class WhatIf:
+    run: str
+    requests: int
+    latency: str  # "client-observed" or "server" (the request root's span)
+    measured: Outcome
+    model_check: Outcome | None  # the queue replay of the unchanged run (how close the model starts)
+    outcomes: list[Outcome]
+    slo_ms: float | None = None
+    seconds: float = 0.0
+    reason: str | None = None
+
+    def for_finding(self, finding: dict[str, Any]) -> Outcome | None:
+        """The fix that answers a finding (its pattern and span), for the finding's card."""
+        pattern, name = finding.get("pattern"), finding.get("span_name")
+        hits = [o for o in self.outcomes if o.pattern == pattern]
+        named = [o for o in hits if o.span_name == name]
+        pick = named or hits
+        return min(pick, key=lambda o: o.p99_ms) if pick else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "requests": self.requests,
+            "latency": self.latency,
+            "slo_ms": self.slo_ms,
+            "measured": self.measured.to_dict(),
+            "model_check": self.model_check.to_dict() if self.model_check else None,
+            "outcomes": [o.to_dict() for o in self.outcomes],
+            "seconds": round(self.seconds, 3),
+            "reason": self.reason,
+            "version": WHATIF_VERSION,
+        }
+
+
+def _routing(s: Served, extra: int, seed: int) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
+    """Which server pool each row queues at, each pool's servers, and which rows moved. One
+    instance: its servers grow. Several: `extra` more instances, each taking an even share of the
+    requests (a request stays where it was with probability instances / (instances + extra), else
+    goes to a new instance picked at random)."""
+    pools = {k: v for k, v in s.servers.items()}
+    moved = np.zeros(len(s.instance), bool)
+    if extra <= 0:
+        return s.instance, pools, moved
+    if len(pools) == 1:
+        only = next(iter(pools))
+        return s.instance, {only: pools[only] + extra}, moved
+    names = sorted(pools)
+    typical = int(np.median([pools[k] for k in names]))
+    new = np.arange(max(names) + 1, max(names) + 1 + extra)
+    pools.update({int(k): typical for k in new})
+    rng = np.random.default_rng([seed, 11])
+    moved = rng.random(len(s.instance)) >= len(names) / (len(names) + extra)
+    pool = s.instance.copy()
+    pool[moved] = new[rng.integers(0, extra, int(moved.sum()))]
+    return pool, pools, moved
+
+
+def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
+    """The lever's edit with the queue replayed: new arrivals at the queue (from the first re-timing)
+    served by the batcher with the (edited, scaled) forward times."""
+    s, f, lay = x.served, x.frame, x.lay
+    assert s is not None
+    new_start = first.absolute_start(f, lay)
+    hole = s.queue < 0
+    gap_now = np.maximum(lay.gap[s.forward] - edit.cut_before[s.forward], 0)
+    arrival = np.where(hole, new_start[s.forward] - gap_now, new_start[np.maximum(s.queue, 0)]).astype(
+        np.float64
+    )
+    if lever.arrival_shift is not None:
+        arrival = arrival - lever.arrival_shift[s.request]
+    service = first.dur[s.forward].astype(np.float64)
+    lead = np.unique(s.batch, return_index=True)[1]
+    cost = BatchCost.fit(s.size[lead], service[lead])
+    residual = service / np.asarray(cost(s.size))
+    pool, servers, moved = _routing(s, lever.extra_servers, x.seed)
+    if moved.any():  # a moved request leaves its instance's pauses and warm-up behind: typical noise
+        draw = np.random.default_rng([x.seed, 12]).integers(0, len(residual), int(moved.sum()))
+        residual[moved] = residual[draw]
+    wait = np.zeros(len(arrival))
+    took = np.zeros(len(arrival))
+    for p, c in servers.items():
+        sel = np.nonzero(pool == p)[0]
+        if len(sel) == 0:
+            continue
+        r = replay(arrival[sel], residual[sel], cost, c, s.max_batch, s.window_ns, lever.scale)
+        wait[sel], took[sel] = r.start - arrival[sel], r.end - r.start
+    out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
+    out.dur[s.queue[~hole]] = wait[~hole]
+    out.cut_before[s.forward[hole]] = lay.gap[s.forward[hole]] - wait[hole]
+    out.dur[s.forward] = took
+    return out
+
+
+def _outcome(
+    lever_like: dict[str, Any], latency: np.ndarray, measured_p99: float, slo_ms: float | None
+) -> Outcome:
+    p50, p95, p99 = (float(v) / 1e6 for v in np.percentile(latency, [50, 95, 99]))
+    return Outcome(
+        p50_ms=round(p50, 3),
+        p95_ms=round(p95, 3),
+        p99_ms=round(p99, 3),
+        p99_change=round(p99 * 1e6 / measured_p99 - 1, 4) if measured_p99 > 0 else 0.0,
+        meets_slo=None if slo_ms is None else bool(p99 <= slo_ms),
+        **lever_like,
+    )
+
+
+def plan(
+    x: lv.Inputs,
+    k: float = 0.5,
+    extra_replicas: int = 1,
+    deadline_ms: float | None = None,
+    speedup: float | None = None,
+    speedup_from: str | None = None,
+) -> list[lv.Lever]:
+    """The levers for a run: one per finding that a fix can answer, and those that always apply."""
+    out: list[lv.Lever | None] = []
+    for fd in x.findings:
+        if (fd.get("confidence") or 0) < MIN_CONFIDENCE:
+            continue
+        p = fd.get("pattern")
+        if p == "cache_miss":
+            out.append(lv.cache_hits(x, fd))
+        elif p == "lock_contention":
+            out.append(lv.no_lock_wait(x, fd))
+        elif p == "slow_dependency":
+            out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
+        elif p == "network":
+            out.append(lv.network_p50(x, fd))
+        elif p == "cold_start":
+            out.append(lv.prewarmed(x, fd))
+    out += [
+        lv.no_stalls(x),
+        ql.queue_within_window(x),
+        ql.queue_as_calm(x),
+        ql.more_replicas(x, extra_replicas),
+        ql.forward_scaled(x, k),
+    ]
+    if speedup is not None:
+        label = f"Model forward as measured in '{speedup_from}' (× {speedup:.2f})"
+        out.append(ql.forward_scaled(x, speedup, label, key=f"forward_as:{speedup_from}"))
+    seen: set[str] = set()
+    levers = []
+    for lever in out:
+        if lever is not None and lever.key not in seen:
+            seen.add(lever.key)
+            levers.append(lever)
+    return levers
+
+
+def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> lv.Inputs:
+    from tailscope.analysis.diagnosis.model import Context
+
+    lay = layout(frame)
+    stage = Context(frame, seed=seed).stage
+    x = lv.Inputs(frame, lay, stage, served(frame, stage, lay), findings, seed)
+    x.stalls = stalls_to_remove(frame, findings, seed)
+    return x
+
+
+def evaluate(
+    frame: TraceFrame,
+    findings: list[dict[str, Any]],
+    *,
+    seed: int = 0,
+    k: float = 0.5,
+    extra_replicas: int = 1,
+    deadline_ms: float | None = None,
+    slo_ms: float | None = None,
+    speedup: float | None = None,
+    speedup_from: str | None = None,
+    only: set[str] | None = None,
+) -> WhatIf:
+    """Every lever's p50/p95/p99 on one built frame. `findings`: the diagnosis' findings as dicts
+    (Finding.to_dict(), with charts). `only`: evaluate just the levers whose key starts with one of
+    these."""
+    started = time.perf_counter()
+    reqs = frame.requests
+    n = len(reqs) if reqs is not None else 0
+    blank = {
+        "key": "measured",
+        "label": "As measured",
+        "kind": "measured",
+        "model": "the run's own latencies",
+    }
+    if n == 0:
+        empty = Outcome(p50_ms=0.0, p95_ms=0.0, p99_ms=0.0, **blank)
+        return WhatIf(
+            frame.run, 0, "server", empty, None, [], slo_ms, reason="no request root spans in this run"
+        )
+    client_side = bool((reqs.client_span >= 0).mean() >= CLIENT_SIDE)
+    base = request_latency(frame, frame.dur, client_side)
+    measured_p99 = float(np.percentile(base, 99))
+    measured = _outcome(blank, base, measured_p99, slo_ms)
+    x = inputs(frame, findings, seed)
+    check = None
+    if x.served is not None:
+        noop = lv.Lever(
+            "model_check",
+            "The model, nothing changed",
+            "model",
+            "the queue replayed with the run's own arrivals and service times",
+            Edit.none(len(frame)),
+        )
+        lat = _latency(x, noop, client_side)
+        check = _outcome(_describe(noop), lat, measured_p99, slo_ms)
+    outcomes = []
+    for lever in plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from):
+        if only is not None and not any(lever.key.startswith(o) for o in only):
+            continue
+        outcomes.append(_outcome(_describe(lever), _latency(x, lever, client_side), measured_p99, slo_ms))
+    latency = "client-observed" if client_side else "server"
+    return WhatIf(frame.run, n, latency, measured, check, outcomes, slo_ms, time.perf_counter() - started)
+
+
+def _describe(lever: lv.Lever) -> dict[str, Any]:
+    return {
+        "key": lever.key,
+        "label": lever.label,
+        "kind": lever.kind,
+        "model": lever.model,
+        "pattern": lever.pattern,
+        "span_name": lever.span_name,
+        "params": dict(lever.params),
+    }
+
+
+def _latency(x: lv.Inputs, lever: lv.Lever, client_side: bool) -> np.ndarray:
+    first = retime(x.frame, lever.edit, x.lay)
+    if (lever.requeue or lever.key == "model_check") and x.served is not None:
+        first = retime(x.frame, _requeue(x, lever, lever.edit, first), x.lay)
+    return request_latency(x.frame, first.dur, client_side)

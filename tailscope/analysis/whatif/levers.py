@@ -1,0 +1,361 @@
+"""The levers: what a fix changes in a run's spans, as an `Edit` (retime.py) plus whether the
+queue in front of the model is replayed afterwards (served.py, replay.py). Each builder takes the
+run's `Inputs` and returns a `Lever`, or None where the run has nothing it could change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
+from tailscope.analysis.whatif.retime import Edit, Layout
+from tailscope.analysis.whatif.served import Served
+
+SOFTWARE, HARDWARE, CAPACITY = "software", "hardware", "capacity"
+
+
+@dataclass
+class Inputs:
+    frame: TraceFrame
+    lay: Layout
+    stage: np.ndarray  # per span, as the diagnosis infers it
+    served: Served | None
+    findings: list[dict[str, Any]]
+    seed: int = 0
+    stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (instance, start, end) of pauses
+
+    def rng(self, salt: int) -> np.random.Generator:
+        return np.random.default_rng([self.seed, salt])
+
+    def spans_named(self, name: str | None) -> np.ndarray:
+        f = self.frame
+        if name is None or name not in f.names:
+            return np.zeros(0, np.int64)
+        return np.nonzero((f.name == f.names.index(name)) & (f.request >= 0))[0]
+
+
+@dataclass
+class Lever:
+    key: str  # stable id: "no_gc_stalls", "cache_hits:feature_hydration", "forward_x0.5", ...
+    label: str  # what the fix is, for people
+    kind: str  # software | hardware | capacity
+    model: str  # how it is modelled, one sentence
+    edit: Edit
+    pattern: str | None = None  # the finding it answers
+    span_name: str | None = None
+    requeue: bool = False  # replay the queue in front of the model afterwards
+    scale: float = 1.0  # forward service time factor in the replay
+    extra_servers: int = 0
+    arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
+    params: dict[str, float] = field(default_factory=dict)
+
+
+def _draw(rng: np.random.Generator, pool: np.ndarray, k: int) -> np.ndarray:
+    return pool[rng.integers(0, len(pool), k)].astype(np.float64)
+
+
+# ---- stalls (GC pauses, process freezes) -------------------------------------------------------
+
+
+def _merged(inst: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    order = np.lexsort((s, inst))
+    inst, s, e = inst[order], s[order], e[order]
+    out_i, out_s, out_e = [], [], []
+    for i, a, b in zip(inst.tolist(), s.tolist(), e.tolist(), strict=True):
+        if out_i and out_i[-1] == i and a <= out_e[-1]:
+            out_e[-1] = max(out_e[-1], b)
+        else:
+            out_i.append(i), out_s.append(a), out_e.append(b)
+    return np.array(out_i, np.int64), np.array(out_s, np.int64), np.array(out_e, np.int64)
+
+
+def stall_overlap(stalls, inst: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per interval [s, e) on instance `inst`: how long the stalls of that instance cover it (ns).
+    Per instance, the stall time before t is piecewise linear in t: one interpolation each end."""
+    si, ss, se = _merged(*stalls)
+    out = np.zeros(len(s))
+    if len(si) == 0 or len(s) == 0:
+        return out
+    for i in np.unique(si).tolist():
+        rows = np.nonzero(inst == i)[0]
+        if len(rows) == 0:
+            continue
+        a, b = ss[si == i].astype(np.float64), se[si == i].astype(np.float64)
+        before = np.r_[0.0, np.cumsum(b - a)[:-1]]
+        xp = np.column_stack((a, b)).ravel()
+        fp = np.column_stack((before, before + (b - a))).ravel()
+        out[rows] = np.interp(e[rows], xp, fp) - np.interp(s[rows], xp, fp)
+    return np.maximum(out, 0.0)
+
+
+def no_stalls(x: Inputs) -> Lever | None:
+    if x.stalls is None or len(x.stalls[0]) == 0:
+        return None
+    f, lay = x.frame, x.lay
+    edit = Edit.none(len(f))
+    start = f.start.astype(np.int64)
+    # leaves: the stall time inside them; parents: inside their own gaps and trailing time
+    leaf = ~lay.has_children
+    end = start + f.dur
+    edit.cut_after[leaf] = stall_overlap(x.stalls, f.instance[leaf], start[leaf], end[leaf])
+    par = np.nonzero(lay.has_children)[0]
+    edit.cut_after[par] = stall_overlap(x.stalls, f.instance[par], end[par] - lay.trailing[par], end[par])
+    kid = np.nonzero(lay.parent >= 0)[0]
+    k_start = start[lay.parent[kid]] + lay.rel_start[kid]
+    edit.cut_before[kid] = stall_overlap(x.stalls, f.instance[kid], k_start - lay.gap[kid], k_start)
+    total = float((x.stalls[2] - x.stalls[1]).sum()) / 1e6
+    return Lever(
+        "no_gc_stalls",
+        "No GC pauses or process stalls",
+        SOFTWARE,
+        "every span in flight on a paused instance loses the pause (and so does a caller waiting for it);"
+        " the queue before the model is replayed with the arrivals and service times that gives",
+        edit,
+        pattern="gc_pause",
+        requeue=True,
+        params={"stall_ms": round(total, 1)},
+        arrival_shift=_accepted_late(x),
+    )
+
+
+ACCEPT_TOLERANCE_NS = 500_000
+
+
+def _accepted_late(x: Inputs) -> np.ndarray:
+    """Per request: how much earlier it would have started without the stalls. A request with no
+    client span that starts as a stall ends arrived during it and was accepted late, with the others
+    that arrived meanwhile; they are spread evenly over the stall (Poisson arrivals), in their order."""
+    reqs = x.frame.requests
+    shift = np.zeros(len(reqs))
+    alone = np.nonzero(reqs.client_span < 0)[0]
+    if len(alone) == 0:
+        return shift
+    si, ss, se = _merged(*x.stalls)
+    stride = int(max(se.max(initial=0), reqs.start.max(initial=0))) + 1
+    key = si * stride + se
+    inst, t = reqs.root_instance[alone], reqs.start[alone].astype(np.int64)
+    k = np.searchsorted(key, inst * stride + t + ACCEPT_TOLERANCE_NS, side="right") - 1
+    ok = k >= 0
+    kk = np.maximum(k, 0)
+    late = ok & (si[kk] == inst) & (np.abs(t - se[kk]) <= ACCEPT_TOLERANCE_NS)
+    rows, stall = alone[late], kk[late]
+    order = np.lexsort((reqs.start[rows], stall))
+    rows, stall = rows[order], stall[order]
+    first = np.r_[True, stall[1:] != stall[:-1]]
+    group_start = np.maximum.accumulate(np.where(first, np.arange(len(rows)), 0))
+    counts = np.bincount(stall, minlength=len(si))[stall]
+    j = np.arange(len(rows)) - group_start
+    new = ss[stall] + (j + 0.5) / counts * (se[stall] - ss[stall])
+    shift[rows] = reqs.start[rows] - new
+    return shift
+
+
+# ---- caches -------------------------------------------------------------------------------------
+
+
+def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    f = x.frame
+    edit = Edit.none(len(f))
+    stats = finding.get("evidence", {}).get("stats", {})
+    name = finding.get("span_name")
+    fallback = stats.get("fallback_span")
+    if fallback:  # the fallback call disappears; its lookup stays as it is
+        spans = x.spans_named(fallback)
+        if len(spans) == 0:
+            return None
+        edit.dur[spans] = 0.0
+        edit.cut_before[spans] = x.lay.gap[spans]
+        model = f"'{fallback}' (the miss path) is no longer called"
+        name = fallback
+    else:
+        spans = x.spans_named(name)
+        chart = finding.get("evidence", {}).get("chart") or {}
+        threshold = chart.get("threshold_ms")
+        if len(spans) == 0 or threshold is None:
+            return None
+        d = f.dur[spans]
+        miss = d >= float(threshold) * 1e6
+        hits = d[~miss]
+        if not miss.any() or len(hits) == 0:
+            return None
+        edit.dur[spans[miss]] = _draw(x.rng(2), hits, int(miss.sum()))
+        model = f"each miss of '{name}' takes the time of a hit drawn from the run's hits"
+    return Lever(
+        f"cache_hits:{name}",
+        f"Cache hits instead of misses ('{name}')",
+        SOFTWARE,
+        model,
+        edit,
+        pattern="cache_miss",
+        span_name=name,
+        requeue=True,
+    )
+
+
+# ---- locks --------------------------------------------------------------------------------------
+
+
+def _ahead(f: TraceFrame, spans: np.ndarray) -> np.ndarray:
+    """Same-name spans on the same instance started earlier and still running at each start."""
+    s, e, inst = f.start[spans], f.start[spans] + f.dur[spans], f.instance[spans]
+    out = np.zeros(len(spans), np.int64)
+    for i in np.unique(inst).tolist():
+        sel = np.nonzero(inst == i)[0]
+        starts = np.sort(s[sel])
+        ends = np.sort(e[sel])
+        started = np.searchsorted(starts, s[sel], side="left")
+        ended = np.searchsorted(ends, s[sel], side="right")
+        out[sel] = np.maximum(started - ended, 0)
+    return out
+
+
+def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    name = finding.get("span_name")
+    spans = x.spans_named(name)
+    if len(spans) == 0:
+        return None
+    f = x.frame
+    ahead = _ahead(f, spans)
+    free = f.dur[spans[ahead == 0]]
+    if len(free) == 0:
+        return None
+    edit = Edit.none(len(f))
+    busy = spans[ahead > 0]
+    edit.dur[busy] = np.minimum(_draw(x.rng(3), free, len(busy)), f.dur[busy])
+    return Lever(
+        f"no_lock_wait:{name}",
+        f"No lock wait ('{name}')",
+        SOFTWARE,
+        f"each '{name}' that found others in it takes the time of one that found it free "
+        "(drawn from the run)",
+        edit,
+        pattern="lock_contention",
+        span_name=name,
+    )
+
+
+# ---- dependencies and the network -----------------------------------------------------------------
+
+
+def _top_calls(x: Inputs, name: str | None) -> np.ndarray:
+    spans = x.spans_named(name)
+    p = x.frame.parent[spans]
+    nested = (p >= 0) & (x.frame.name[np.maximum(p, 0)] == x.frame.name[spans])
+    return spans[~nested]
+
+
+def dependency_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    name = finding.get("span_name")
+    spans = _top_calls(x, name)
+    if len(spans) == 0:
+        return None
+    edit = Edit.none(len(x.frame))
+    p50 = float(np.median(x.frame.dur[spans]))
+    edit.dur[spans] = p50
+    return Lever(
+        f"dependency_p50:{name}",
+        f"'{name}' always at its p50 ({p50 / 1e6:.1f} ms)",
+        SOFTWARE,
+        "every call takes the dependency's own median",
+        edit,
+        pattern="slow_dependency",
+        span_name=name,
+        params={"p50_ms": round(p50 / 1e6, 3)},
+    )
+
+
+def dependency_deadline(x: Inputs, finding: dict[str, Any], deadline_ms: float | None = None) -> Lever | None:
+    name = finding.get("span_name")
+    spans = _top_calls(x, name)
+    if len(spans) == 0:
+        return None
+    d = x.frame.dur[spans].astype(np.float64)
+    limit = deadline_ms * 1e6 if deadline_ms else float(np.quantile(d, 0.95))
+    edit = Edit.none(len(x.frame))
+    edit.dur[spans] = np.minimum(d, limit)
+    return Lever(
+        f"dependency_deadline:{name}",
+        f"'{name}' behind a {limit / 1e6:.1f} ms deadline",
+        SOFTWARE,
+        "a call past the deadline is abandoned and answered by a fallback that costs nothing "
+        "(default deadline: the call's own p95)",
+        edit,
+        pattern="slow_dependency",
+        span_name=name,
+        params={"deadline_ms": round(limit / 1e6, 3)},
+    )
+
+
+def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    f, lay = x.frame, x.lay
+    srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    cli = f.parent[srv]
+    pair = (f.kind[cli] == KIND_CLIENT) & (f.service[cli] != f.service[srv])
+    name = finding.get("span_name")
+    if name in f.names:
+        pair &= f.name[cli] == f.names.index(name)
+    srv, cli = srv[pair], cli[pair]
+    if len(srv) == 0:
+        return None
+    out_gap = lay.gap[srv].astype(np.float64)
+    back_gap = lay.trailing[cli].astype(np.float64)
+    gap = out_gap + back_gap
+    # the typical gap of each link (caller's service -> callee's): a call across regions and a local
+    # one can share a span name
+    link = f.service[cli] * (len(f.services) + 1) + f.service[srv]
+    typical_of = np.zeros(len(gap))
+    for code in np.unique(link).tolist():
+        sel = link == code
+        typical_of[sel] = np.median(gap[sel])
+    typical = float(np.median(typical_of))
+    excess = np.maximum(gap - typical_of, 0.0)
+    share_out = np.where(gap > 0, out_gap / np.maximum(gap, 1.0), 0.5)
+    edit = Edit.none(len(f))
+    edit.cut_before[srv] = excess * share_out
+    edit.cut_after[cli] = excess * (1 - share_out)
+    label = f"Network at its p50 ({typical / 1e6:.2f} ms client-server gap)"
+    return Lever(
+        f"network_p50:{name}",
+        label,
+        SOFTWARE,
+        "each call's client-minus-server time above its median is removed",
+        edit,
+        pattern="network",
+        span_name=name,
+        params={"gap_p50_ms": round(typical / 1e6, 3)},
+    )
+
+
+# ---- cold starts --------------------------------------------------------------------------------
+
+
+def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    f = x.frame
+    stats = finding.get("evidence", {}).get("stats", {})
+    warm = int(stats.get("warmup_requests_per_instance") or 0)
+    if warm <= 0:
+        return None
+    early_req = f.requests.index_on_instance < warm
+    leaf = ~x.lay.has_children & (f.request >= 0)
+    early = leaf & early_req[np.maximum(f.request, 0)]
+    late = leaf & ~early_req[np.maximum(f.request, 0)]
+    edit = Edit.none(len(f))
+    rng = x.rng(5)
+    for code in np.unique(f.name[early]).tolist():
+        pool = f.dur[late & (f.name == code)]
+        spans = np.nonzero(early & (f.name == code))[0]
+        if len(pool):
+            edit.dur[spans] = _draw(rng, pool, len(spans))
+    return Lever(
+        "prewarmed",
+        f"Cold starts pre-warmed (first {warm} requests per instance)",
+        SOFTWARE,
+        "each span of an instance's first requests takes the time of the same span once warm "
+        "(drawn from the run); the queue is replayed",
+        edit,
+        pattern="cold_start",
+        requeue=True,
+        params={"warmup_requests": warm},
+    )

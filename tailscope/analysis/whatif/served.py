@@ -1,0 +1,122 @@
+"""Where a run's requests wait for the model and are served by it: per request, its forward span,
+the wait before it (a queue-stage span ending where the forward starts, or, where no such span is
+traced, the gap before the forward), the batch it was served in, and per instance how many batches
+ran side by side (the servers). What the queue replay (replay.py) needs, read from timing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import TraceFrame
+from tailscope.analysis.whatif.retime import Layout
+from tailscope.vocabulary import ALL_STAGES
+
+FORWARD = ALL_STAGES.index("model_forward")
+QUEUE = ALL_STAGES.index("queue")
+HOLE_MATERIAL = 0.05  # a gap before the forward is the queue (no span) when its median is >= 5 % of latency
+
+
+@dataclass
+class Served:
+    request: np.ndarray  # request index of each served request (one row each)
+    forward: np.ndarray  # its forward span
+    queue: np.ndarray  # its queue span; -1 where the wait is the gap before the forward (no span)
+    instance: np.ndarray  # the instance that served it
+    size: np.ndarray  # its measured batch's size
+    batch: np.ndarray  # its measured batch (a number per distinct forward interval of an instance)
+    servers: dict[int, int]  # instance -> batches seen running at once
+    max_batch: int
+    window_ns: float  # the batcher's wait for more requests
+
+    def wait(self, frame: TraceFrame, lay: Layout) -> np.ndarray:
+        """The measured wait of each row (ns)."""
+        hole = self.queue < 0
+        return np.where(hole, lay.gap[self.forward], frame.dur[np.maximum(self.queue, 0)]).astype(np.float64)
+
+
+def _setup_number(frame: TraceFrame, key: str) -> float | None:
+    try:
+        return float(frame.setup[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _servers(instance: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, int]:
+    """Per instance: the most distinct batches running at one moment (a sweep over starts and ends)."""
+    out: dict[int, int] = {}
+    for inst in np.unique(instance).tolist():
+        sel = instance == inst
+        times = np.r_[start[sel], end[sel]]
+        step = np.r_[np.ones(sel.sum(), np.int64), -np.ones(sel.sum(), np.int64)]
+        order = np.lexsort((step, times))  # an end before a start at the same instant
+        out[int(inst)] = max(int(np.cumsum(step[order]).max(initial=1)), 1)
+    return out
+
+
+def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
+    """The run's served requests (None where no request has a model_forward span). `stage`: each
+    span's stage as the diagnosis infers it (Context.stage)."""
+    reqs = frame.requests
+    n_req = len(reqs) if reqs is not None else 0
+    is_fwd = (stage == FORWARD) & (frame.request >= 0)
+    p = lay.parent
+    is_fwd &= ~((p >= 0) & (stage[np.maximum(p, 0)] == FORWARD))  # the outermost forward span
+    fwd = np.nonzero(is_fwd)[0]
+    if n_req == 0 or len(fwd) == 0:
+        return None
+    order = np.lexsort((-frame.dur[fwd], frame.request[fwd]))  # one per request: its longest
+    fwd = fwd[order]
+    keep = np.r_[True, frame.request[fwd][1:] != frame.request[fwd][:-1]]
+    fwd = fwd[keep]
+    request = frame.request[fwd]
+    # a queue span: a sibling in the queue stage ending where the forward starts (within 1 % of it)
+    q_cand = np.nonzero((stage == QUEUE) & (frame.request >= 0))[0]
+    queue = np.full(len(fwd), -1, np.int64)
+    if len(q_cand):
+        pos = np.full(n_req, -1, np.int64)
+        pos[request] = np.arange(len(fwd))
+        row = pos[frame.request[q_cand]]
+        ok = row >= 0
+        q_cand, row = q_cand[ok], row[ok]
+        f_span = fwd[row]
+        tol = np.maximum(frame.dur[f_span] // 100, 1000)
+        q_end = frame.start[q_cand] + frame.dur[q_cand]
+        near = (p[q_cand] == p[f_span]) & (np.abs(q_end - frame.start[f_span]) <= tol)
+        queue[row[near]] = q_cand[near]
+    hole = queue < 0
+    if hole.any():  # no queue span: the gap before the forward is the wait, where it is material
+        lat = reqs.latency[request[hole]].astype(np.float64)
+        if np.median(lay.gap[fwd[hole]]) < HOLE_MATERIAL * np.median(lat):
+            fwd, request, queue = fwd[~hole], request[~hole], queue[~hole]
+    if len(fwd) == 0:
+        return None
+    inst = frame.instance[fwd]
+    f_start, f_end = frame.start[fwd], frame.start[fwd] + frame.dur[fwd]
+    key = np.stack([inst, f_start, f_end])
+    _, batch, size = np.unique(key, axis=1, return_inverse=True, return_counts=True)
+    batch = batch.reshape(-1)
+    sizes = size[batch]
+    first = np.unique(batch, return_index=True)[1]
+    servers = _servers(inst[first], f_start[first], f_end[first])
+    max_batch = _setup_number(frame, "tailscope.batch.max_size") or float(sizes.max())
+    window = _setup_number(frame, "tailscope.batch.max_wait_ms")
+    if window is not None:
+        window_ns = window * 1e6
+    else:
+        window_ns = _window(frame, lay, fwd, queue, batch, sizes, int(max_batch))
+    return Served(request, fwd, queue, inst, sizes, batch, servers, int(max(max_batch, 1)), window_ns)
+
+
+def _window(frame, lay, fwd, queue, batch, sizes, max_batch: int) -> float:
+    """The batching window where the setup does not say: the first member's wait in batches that left
+    before filling up, at its lower decile (an idle server sends a batch when the window closes)."""
+    if max_batch <= 1:
+        return 0.0
+    wait = np.where(queue < 0, lay.gap[fwd], frame.dur[np.maximum(queue, 0)]).astype(np.float64)
+    arrival = frame.start[fwd] - wait
+    order = np.lexsort((arrival, batch))
+    lead = order[np.r_[True, batch[order][1:] != batch[order][:-1]]]
+    lead = lead[sizes[lead] < max_batch]
+    return float(np.quantile(wait[lead], 0.1)) if len(lead) else 0.0

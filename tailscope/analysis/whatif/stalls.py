@@ -1,0 +1,91 @@
+"""The stalls the "no GC pauses" lever removes: the runtime's reported pauses where the run has them,
+else the diagnosis' timing episodes widened to the silent stretch they sit in, and stretches where an
+instance stopped and then let several requests in at once (a process accepts nothing while stopped)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import TraceFrame
+
+
+def stalls_to_remove(frame: TraceFrame, findings: list[dict[str, Any]], seed: int):
+    """Pauses to remove: the runtime's own reports (those that say how long they lasted: a Zipkin
+    annotation carries only a time), else the diagnosis' timing episodes."""
+    ok = (frame.gc_instance >= 0) & (frame.gc_dur > 0)
+    if ok.any():
+        return frame.gc_instance[ok], frame.gc_time[ok], frame.gc_time[ok] + frame.gc_dur[ok]
+    if not any(fd.get("pattern") == "gc_pause" for fd in findings):
+        return None
+    from tailscope.analysis.diagnosis import gc_pause
+    from tailscope.analysis.diagnosis.model import Context
+
+    ctx = Context(frame, seed=seed)
+    gc_pause.detect(ctx)
+    episodes = ctx.notes.get("gc_episodes")
+    if episodes is None:
+        return None
+    inst, s0, s1 = frozen_stretches(frame, *episodes)
+    f_inst, f0, f1 = freezes(frame)
+    return np.r_[inst, f_inst], np.r_[s0, f0], np.r_[s1, f1]
+
+
+FREEZE_MIN_NS = 2_000_000
+FREEZE_RATIO = 20.0
+CLUMP_NS = 500_000
+
+
+def freezes(frame: TraceFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stretches in which no span of an instance started or ended (at least 2 ms and 20 times its
+    median stretch between span boundaries) and that end with work let in at once: two or more
+    entries into the instance (request roots, a consumer of a message, a callee's span) starting
+    within 0.5 ms of the end. A stopped process accepts nothing while stopped, then all that waited."""
+    out_i, out_s, out_e = [], [], []
+    parent = frame.parent
+    has_p = parent >= 0
+    entry = ~has_p
+    entry[has_p] = frame.instance[parent[has_p]] != frame.instance[has_p]
+    for i in np.unique(frame.instance).tolist():
+        own = frame.instance == i
+        marks = np.unique(np.r_[frame.start[own], frame.start[own] + frame.dur[own]])
+        if len(marks) < 100:
+            continue
+        gaps = np.diff(marks)
+        long = np.nonzero(gaps >= max(FREEZE_MIN_NS, FREEZE_RATIO * float(np.median(gaps))))[0]
+        entries = np.sort(frame.start[own & entry])
+        b = marks[long + 1]
+        let_in = np.searchsorted(entries, b + CLUMP_NS, side="right") - np.searchsorted(
+            entries, b - CLUMP_NS, side="left"
+        )
+        keep = long[let_in >= 2]
+        out_i.append(np.full(len(keep), i, np.int64))
+        out_s.append(marks[keep])
+        out_e.append(marks[keep + 1])
+    if not out_i:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(out_i), np.concatenate(out_s), np.concatenate(out_e)
+
+
+def frozen_stretches(frame: TraceFrame, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray):
+    """Timing episodes widened to the pause itself: while a process is stopped no span of it starts
+    or ends, so each episode becomes the longest stretch without a span boundary on its instance that
+    overlaps it (the episode as it was where no such stretch is at least half as long)."""
+    out_s, out_e = t0.astype(np.int64).copy(), t1.astype(np.int64).copy()
+    for i in np.unique(inst).tolist():
+        own = frame.instance == i
+        marks = np.unique(np.r_[frame.start[own], frame.start[own] + frame.dur[own]])
+        if len(marks) < 2:
+            continue
+        sel = np.nonzero(inst == i)[0]
+        lo = np.maximum(np.searchsorted(marks, t0[sel], side="right") - 1, 0)
+        hi = np.minimum(np.searchsorted(marks, t1[sel], side="left"), len(marks) - 1)
+        gaps = np.diff(marks)
+        for j, a, b in zip(sel.tolist(), lo.tolist(), hi.tolist(), strict=True):
+            if b <= a:
+                continue
+            k = a + int(np.argmax(gaps[a:b]))
+            if gaps[k] >= 0.5 * (t1[j] - t0[j]):
+                out_s[j], out_e[j] = marks[k], marks[k + 1]
+    return inst, out_s, out_e

@@ -1,0 +1,127 @@
+"""What each fix is worth: the run's p50/p95/p99 after each fix, predicted from its own trace.
+
+For every cause the diagnosis names (GC pauses, cache misses, lock waits, queueing, a slow dependency,
+the network, cold starts) and for levers that always apply (the model's forward x k, more replicas),
+every request of the run is re-timed with the cause removed, through its critical path, and the queue
+before the model is replayed where the fix changes it. A what-if is a model built from the run's own
+timings: it cannot know what a fix changes elsewhere (arrivals, load on other services). Exit code 0;
+2 when the run is not in the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from tailscope.cli.store_arg import add_store_arguments
+
+    add_store_arguments(parser)
+    parser.add_argument("--run", metavar="LABEL", help="run label (default: the store's only run)")
+    parser.add_argument(
+        "--vs", metavar="LABEL", help="also the forward speed-up measured in another run (int8, a GPU)"
+    )
+    parser.add_argument("--k", type=float, default=0.5, help="forward x k lever (default 0.5)")
+    parser.add_argument("--replicas", type=int, default=1, help="how many more replicas (default 1)")
+    parser.add_argument(
+        "--deadline-ms", type=float, help="deadline of the dependency lever (default: the call's p95)"
+    )
+    parser.add_argument("--slo-ms", type=float, help="p99 target: each fix is checked against it")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (for deploy gates)")
+
+
+def _change(value: float) -> str:
+    return f"{value * 100:+.0f} %"
+
+
+def render_text(result: dict) -> str:
+    """The readable table of `WhatIf.to_dict()`."""
+    m = result["measured"]
+    slo = result.get("slo_ms")
+    lines = [
+        f"run {result['run']}: {result['requests']} requests, {result['latency']} latency; "
+        f"as measured p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms, p99 {m['p99_ms']:.1f} ms"
+        + (f"; target p99 {slo:g} ms" if slo else "")
+    ]
+    if result.get("reason"):
+        lines.append(f"  note: {result['reason']}")
+        return "\n".join(lines)
+    rows = [("fix", "kind", "p50 ms", "p95 ms", "p99 ms", "p99 vs run", "SLO" if slo else "")]
+    for o in result["outcomes"]:
+        ok = "" if o["meets_slo"] is None else ("meets" if o["meets_slo"] else "misses")
+        rows.append(
+            (
+                o["label"],
+                o["kind"],
+                f"{o['p50_ms']:.1f}",
+                f"{o['p95_ms']:.1f}",
+                f"{o['p99_ms']:.1f}",
+                _change(o["p99_change"]),
+                ok,
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        lines.append(
+            "  "
+            + "  ".join(
+                c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))
+            ).rstrip()
+        )
+    check = result.get("model_check")
+    if check:
+        lines.append(
+            f"  the queue model replaying the run unchanged gives p99 {check['p99_ms']:.1f} ms "
+            f"({_change(check['p99_change'])} against the measured p99)"
+        )
+    lines.append(
+        "  A what-if is a model built from this run's own timings: it cannot know what a fix changes "
+        "elsewhere (arrivals, load on other services)."
+    )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tailscope.analysis.diagnosis import UnknownRunError
+    from tailscope.analysis.whatif import whatif
+    from tailscope.cli.store_arg import open_from, store_name
+
+    if args.replicas < 1 or args.k <= 0:
+        print("tailscope whatif: --replicas must be >= 1 and --k > 0", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    store = open_from(args, "whatif")
+    if store is None:
+        return EXIT_BAD_INPUT
+    try:
+        result = whatif(
+            store,
+            args.run,
+            other_run=args.vs,
+            k=args.k,
+            extra_replicas=args.replicas,
+            deadline_ms=args.deadline_ms,
+            slo_ms=args.slo_ms,
+        )
+    except UnknownRunError as error:
+        if error.run is None and error.available:
+            print(
+                "tailscope whatif: the store has several runs, pick one with --run: "
+                f"{', '.join(error.available)}",
+                file=sys.stderr,
+            )
+        elif error.run is None:
+            print(
+                f"tailscope whatif: {store_name(store)} has no runs; load traces with `tailscope ingest`",
+                file=sys.stderr,
+            )
+        else:
+            print(f"tailscope whatif: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = result.to_dict()
+    print(json.dumps(out, indent=2) if args.json else render_text(out))
+    return EXIT_OK

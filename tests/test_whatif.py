@@ -1,0 +1,161 @@
+"""What-if engine: re-timing through the critical path (hand-built traces), the queue replay against
+Erlang C, and each lever's prediction on a planted simulator run against the same run without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailscope.analysis.whatif.replay import BatchCost, erlang_c_wait, replay
+from tailscope.analysis.whatif.retime import Edit, layout, request_latency, retime
+from tests.hand_frames import MS, hand_frame
+
+
+def _ms(values) -> list[float]:
+    return [round(float(v) / MS, 3) for v in values]
+
+
+def test_a_shorter_span_on_a_sequential_path_moves_everything_after_it() -> None:
+    rows = [
+        (0, -1, "root", "Server", 0, 0, 100),
+        (0, 0, "a", "Internal", 0, 0, 30),
+        (0, 0, "b", "Internal", 0, 32, 28),  # 2 ms gap after a: unattributed time, kept
+        (0, 0, "c", "Internal", 0, 60, 30),  # 10 ms trailing own time of the root, kept
+    ]
+    f = hand_frame(rows)
+    edit = Edit.none(len(f))
+    edit.dur[2] = 8 * MS
+    out = retime(f, edit)
+    assert _ms(out.dur) == [80.0, 30.0, 8.0, 30.0]
+    assert _ms(out.rel_start) == [0.0, 0.0, 32.0, 40.0]
+
+
+def test_parallel_children_hold_the_parent_open() -> None:
+    rows = [
+        (0, -1, "root", "Server", 0, 0, 100),
+        (0, 0, "a", "Internal", 0, 0, 50),  # a and b run side by side; c waits for both
+        (0, 0, "b", "Internal", 0, 0, 30),
+        (0, 0, "c", "Internal", 0, 50, 40),
+    ]
+    f = hand_frame(rows)
+    off_path = Edit.none(len(f))
+    off_path.dur[2] = 5 * MS  # b is not on the critical path: nothing moves
+    assert _ms(retime(f, off_path).dur)[0] == 100.0
+    on_path = Edit.none(len(f))
+    on_path.dur[1] = 10 * MS  # a shrinks below b: b becomes the critical path
+    assert _ms(retime(f, on_path).dur)[0] == 80.0
+    # a sum of stage times would have said 100 - 40 = 60
+    both = on_path.merged(off_path)
+    assert _ms(retime(f, both).dur)[0] == 60.0
+
+
+def test_nested_spans_cuts_and_a_client_wrapper() -> None:
+    rows = [
+        (0, -1, "call", "Client", 1, 0, 120),  # client wrapper: 10 ms out, 10 ms back
+        (0, 0, "root", "Server", 0, 10, 100),
+        (0, 1, "hydrate", "Internal", 0, 10, 40),
+        (0, 2, "lookup", "Internal", 0, 10, 5),
+        (0, 2, "fetch", "Client", 0, 15, 35),  # the miss path, nested two deep
+        (0, 1, "forward", "Internal", 0, 60, 50),  # 10 ms gap before it: a queue with no span
+    ]
+    f = hand_frame(rows)
+    edit = Edit.none(len(f))
+    edit.dur[4] = 0.0
+    edit.cut_before[5] = 6 * MS
+    out = retime(f, edit)
+    assert _ms(out.dur)[:3] == [79.0, 59.0, 5.0]
+    assert _ms(request_latency(f, out.dur, client_side=True)) == [79.0]
+    assert _ms(request_latency(f, out.dur, client_side=False)) == [59.0]
+    assert _ms(out.absolute_start(f, layout(f)))[5] == 19.0  # 10 + 5 (hydrate) + 4 (the cut gap)
+
+
+def test_a_child_outlasting_its_parent_was_not_awaited() -> None:
+    rows = [
+        (0, -1, "root", "Server", 0, 0, 50),
+        (0, 0, "async", "Internal", 0, 10, 60),  # fire and forget: ends 20 ms after the root
+        (0, 0, "work", "Internal", 0, 5, 40),
+    ]
+    f = hand_frame(rows)
+    edit = Edit.none(len(f))
+    edit.dur[1] = 20 * MS
+    assert _ms(retime(f, edit).dur)[0] == 50.0
+    edit.dur[2] = 10 * MS  # the awaited work still holds the root until the clipped child's end
+    assert _ms(retime(f, edit).dur)[0] == 50.0
+    leaf_edit = Edit.none(len(f))
+    leaf_edit.cut_after[2] = 10 * MS
+    assert _ms(retime(f, leaf_edit).dur)[2] == 30.0
+
+
+@pytest.mark.parametrize("servers,rho", [(1, 0.7), (3, 0.8)])
+def test_queue_replay_matches_erlang_c(servers: int, rho: float) -> None:
+    rng = np.random.default_rng(7)
+    n, mu = 200_000, 1.0 / 10.0  # service 10 ms mean
+    lam = rho * servers * mu
+    arrival = np.cumsum(rng.exponential(1 / lam, n))
+    service = rng.exponential(1 / mu, n)
+    r = replay(arrival, service, BatchCost(1.0, 0.0), servers)
+    wait = (r.start - arrival)[n // 10 :].mean()  # past the empty start
+    expected = erlang_c_wait(lam, mu, servers)
+    assert wait == pytest.approx(expected, rel=0.05)
+
+
+def test_batches_leave_when_full_or_when_the_window_closes() -> None:
+    arrival = np.array([0.0, 1.0, 2.0, 3.0, 100.0])
+    r = replay(arrival, np.ones(5), BatchCost(10.0, 1.0), servers=1, max_batch=3, window=5.0)
+    assert r.batch_size.tolist() == [3, 3, 3, 1, 1]
+    assert r.start.tolist() == [2.0, 2.0, 2.0, 15.0, 105.0]  # the 4th waits for the worker
+
+
+def test_a_stopped_process_is_found_by_its_silence_and_the_work_let_in_after_it() -> None:
+    from tailscope.analysis.whatif.stalls import freezes
+
+    rows = []
+    for k in range(150):  # a request every 1 ms, each 0.5 ms, on instance 0
+        start = k * 1.0 + (60.0 if k >= 75 else 0.0)  # nothing from 74.5 to 135 ms: a stop
+        rows.append((k, -1, "root", "Server", 0, start, 0.5))
+    rows += [(900, -1, "root", "Server", 0, 135.0, 0.5), (901, -1, "root", "Server", 0, 135.2, 0.5)]
+    for k in range(150):  # instance 1: the same silence but nothing waiting at its end (idle)
+        rows.append((1000 + k, -1, "root", "Server", 1, k * 1.0 + (60.3 if k >= 75 else 0.0), 0.5))
+    inst, s, e = freezes(hand_frame(rows))
+    assert inst.tolist() == [0] and _ms(s) == [74.5] and _ms(e) == [135.0]
+
+
+def test_requests_accepted_as_a_stall_ends_are_spread_over_it() -> None:
+    from tailscope.analysis.whatif.levers import Inputs, _accepted_late
+
+    rows = [(k, -1, "root", "Server", 0, 100.0 + 0.01 * k, 5.0) for k in range(4)]
+    rows.append((9, -1, "root", "Server", 0, 300.0, 5.0))  # after no stall: stays
+    f = hand_frame(rows)
+    stalls = (np.array([0]), np.array([60 * MS]), np.array([100 * MS]))
+    x = Inputs(f, layout(f), f.stage, None, [], 0, stalls)
+    shift = _accepted_late(x) / MS
+    assert [round(v, 2) for v in shift] == [35.0, 25.01, 15.02, 5.03, 0.0]
+
+
+def test_the_network_lever_keeps_each_links_own_typical_gap() -> None:
+    from tailscope.analysis.whatif.levers import Inputs, network_p50
+
+    rows = []
+    for k, (extra, wan) in enumerate([(0, True), (0, True), (30, True), (0, False), (0, False), (4, False)]):
+        base = 40.0 if wan else 0.5
+        t = 10 * k
+        rows.append((k, -1, "call", "Client", 1 if wan else 0, t, base + extra + 5))
+        rows.append((k, 2 * k, "callee", "Server", 2, t + base / 2, 5))
+    f = hand_frame(rows, instances=("a", "b", "c"))
+    f.service = np.array([0 if r[4] == 0 else (1 if r[4] == 1 else 2) for r in rows])
+    f.services = ["local", "remote", "callee"]
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = network_p50(x, {"pattern": "network", "span_name": "call"})
+    new = retime(f, lever.edit, x.lay).dur[0::2] / MS
+    assert [round(v, 2) for v in new] == [45.0, 45.0, 45.0, 5.5, 5.5, 5.5]
+
+
+def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None:
+    from tailscope.analysis.whatif.stalls import stalls_to_remove
+
+    f = hand_frame([(0, -1, "root", "Server", 0, 0, 100)])
+    f.gc_instance, f.gc_time, f.gc_dur = np.array([0]), np.array([10 * MS]), np.array([0])
+    assert stalls_to_remove(f, [], 0) is None  # a time with no duration: no pause to take out
+    f.gc_dur = np.array([30 * MS])
+    inst, s, e = stalls_to_remove(f, [], 0)
+    assert inst.tolist() == [0] and _ms(e - s) == [30.0]
