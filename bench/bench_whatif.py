@@ -70,14 +70,14 @@ def frame_of(path: Path, run: str = "run"):
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
-    from tailscope.store.db import Store
+    from tailscope.store.engine import open_store
 
     db = path.with_suffix(".duckdb")
     loaded = load_paths([path], db, run)
     if loaded.failed:
         raise SystemExit(f"bench_whatif: {path}: {loaded.failed[0].error}")
-    with reading(Store(db)) as conn:
-        return load_frame(conn.cursor(), run)
+    with reading(open_store(str(db))) as conn:
+        return load_frame(conn, run)
 
 
 def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, **options):

@@ -11,7 +11,7 @@ from tailscope.analysis.diagnosis.load import load_frame
 from tailscope.analysis.source import reading
 from tailscope.analysis.whatif import evaluate, measured_speedup
 from tailscope.analysis.whatif.retime import request_latency
-from tailscope.store.db import Store
+from tailscope.store.engine import open_store
 
 simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
 loader = pytest.importorskip("ingest.loader")
@@ -23,8 +23,8 @@ def frame(tmp_path, label: str, scenario: str, **options):
     simulate_api.simulate_to_file(out, scenario, REQUESTS, 1, **options)
     db = tmp_path / f"{label}.duckdb"
     assert not loader.load_paths([out], db, "run").failed
-    with reading(Store(db)) as conn:
-        return load_frame(conn.cursor(), "run")
+    with reading(open_store(str(db))) as conn:
+        return load_frame(conn, "run")
 
 
 def p99(f) -> float:

@@ -68,8 +68,7 @@ def whatif(
     from tailscope.analysis.diagnosis.load import list_runs, load_frame
     from tailscope.analysis.source import reading
 
-    with reading(source) as shared:
-        conn = shared.cursor()
+    with reading(source) as conn:
         runs = list_runs(conn)
         if run is None:
             if len(runs) != 1:
