@@ -29,7 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from tailscope.instrument import _tracer, gc_pauses
+from tailscope.instrument import _tracer, gc_pauses, light
 from tailscope.vocabulary import STAGES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -62,8 +62,8 @@ class stage:
     as a decorator each call gets its own span."""
 
     __slots__ = (
-        "_attributes", "_cache_hit", "_current", "_db_system", "_kind", "_name", "_parent", "_span",
-        "_stage", "_start", "_token",
+        "_attributes", "_cache_hit", "_current", "_db_system", "_kind", "_light", "_name", "_parent",
+        "_span", "_stage", "_start", "_token",
     )  # fmt: skip
 
     def __init__(
@@ -87,6 +87,7 @@ class stage:
         self._span: trace.Span = trace.INVALID_SPAN
         self._parent: trace.Span = trace.INVALID_SPAN
         self._token: object | None = None
+        self._light: tuple | None = None
         self._start = 0
 
     # ------------------------------------------------------------------ context manager
@@ -96,6 +97,9 @@ class stage:
             return trace.INVALID_SPAN
         self._parent = trace.get_current_span()
         self._start = time.time_ns()
+        self._light = light.enter_stage(self._stage)
+        if self._light is not None:  # light mode, inside a request: its tally, not a span
+            return self._light[1].view()
         attrs = stage_attributes(
             self._stage, cache_hit=self._cache_hit, db_system=self._db_system, attributes=self._attributes
         )
@@ -106,6 +110,12 @@ class stage:
         return span
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._light is not None:
+            token, times, enclosing = self._light
+            light.reset(token)
+            times.add(self._stage, self._start, time.time_ns(), enclosing)
+            self._light = None
+            return
         span = self._span
         if span is trace.INVALID_SPAN:
             return
@@ -138,7 +148,7 @@ class stage:
             self._current,
         )
         copy._span = copy._parent = trace.INVALID_SPAN
-        copy._token, copy._start = None, 0
+        copy._token, copy._start, copy._light = None, 0, None
         return copy
 
     def __call__(self, func: F) -> F:
@@ -171,7 +181,7 @@ def record_span(
     wait, written after release), as a child of the current span. `stage_name` None leaves the
     stage to the mapping (a child takes its parent's)."""
     tracer = _tracer.tracer()
-    if tracer is None:
+    if tracer is None or light.record(stage_name, start_ns, end_ns):
         return
     attrs = (
         dict(attributes or {}) if stage_name is None else stage_attributes(stage_name, attributes=attributes)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tailscope.instrument.light import LIGHT_FRAMEWORK, STAGE_END_MS, STAGE_MS
 from tailscope.rules import PhaseRule
 from tailscope.rules.stages import RegexCheck, regex_problems
 from tailscope.vocabulary import STAGES
@@ -125,7 +126,27 @@ def default_phase_rules() -> list[PhaseRule]:
             description="the handler: preprocess, inference and postprocess in the backend worker",
         ),
     ]
+    rules += light_phase_rules()
     return [PhaseRule(position=i, **rule) for i, rule in enumerate(rules, start=1)]
+
+
+def light_phase_rules() -> list[dict[str, Any]]:
+    """tailscope.instrument's light mode (tailscope/instrument/light.py): one span per request with
+    each stage's own time and end offset as attributes. Each stage is its own group, so each phase is
+    placed by its own end offset (the phases of one group are laid end to end)."""
+    return [
+        dict(
+            framework=f"{LIGHT_FRAMEWORK}: {stage}",
+            phase=stage,
+            stage=stage,
+            source="attribute",
+            start_key=STAGE_MS + stage,
+            end_key=STAGE_END_MS + stage,
+            unit="ms",
+            description=f"the {stage} stage's own time, ending at its end offset",
+        )
+        for stage in STAGES
+    ]
 
 
 def phase_rules_from_rows(rows: list[tuple[Any, ...]]) -> list[PhaseRule]:

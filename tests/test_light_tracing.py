@@ -1,0 +1,187 @@
+"""Light tracing (one span per request, stage times as attributes) and head sampling with weights:
+tailscope/instrument/light.py, tailscope/instrument/sampling.py and the "tailscope light" phase rules."""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from tailscope import instrument as ts
+from tailscope.instrument import light
+from tailscope.instrument.sampling import WEIGHT, SamplingProcessor, head_sampled
+from tailscope.vocabulary import ALL_STAGES
+
+MS = 1_000_000
+
+
+@pytest.fixture
+def provider():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ts.use(provider)
+    yield provider, exporter
+    ts.use(None)
+    ts.set_mode("spans")
+
+
+# A request's stages at fixed times (ms from the request's start): every stage written with
+# record_span, which takes its times as given, so both modes describe the same request exactly.
+STAGES_AT = [
+    ("ingress", "http.receive", 0.2, 0.5),
+    ("parsing", "parse_request", 0.5, 0.9),
+    ("feature_hydration", "feature_hydration", 1.0, 4.0),
+    ("preprocessing", "tokenize", 4.0, 4.6),
+    ("queue", "batch.queue_wait", 4.7, 9.7),
+    ("model_forward", "model.forward", 9.7, 21.7),
+    ("postprocessing", "postprocess", 21.8, 23.0),
+    ("serialization", "serialize_response", 23.1, 23.3),
+]
+TOTAL_MS = 24.0
+
+
+def one_request(tracer, start_ns: int, trace_no: int) -> None:
+    with (
+        tracer.start_as_current_span(
+            "POST /v1/predict", kind=SpanKind.SERVER, start_time=start_ns, end_on_exit=False
+        ) as root,
+        ts.request(root, start_ns),
+    ):
+        for stage, name, a, b in STAGES_AT:
+            ts.record_span(stage, name, start_ns + int(a * MS), start_ns + int(b * MS))
+        root.set_attribute("trace.no", trace_no)
+    root.end(end_time=start_ns + int(TOTAL_MS * MS))
+
+
+def test_light_mode_puts_stage_times_on_the_request_span(provider) -> None:
+    tp, exporter = provider
+    ts.set_mode("light")
+    one_request(tp.get_tracer("t"), 1_000 * MS, 1)
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes[light.STAGE_MS + "queue"] == pytest.approx(5.0)
+    assert span.attributes[light.STAGE_END_MS + "model_forward"] == pytest.approx(21.7)
+
+
+def test_nested_stage_of_another_stage_leaves_the_outer_its_own_time(provider) -> None:
+    tp, exporter = provider
+    ts.set_mode("light")
+    tracer = tp.get_tracer("t")
+    with (
+        tracer.start_as_current_span("req", kind=SpanKind.SERVER) as root,
+        ts.request(root),
+        ts.stage("postprocessing") as outer,
+    ):
+        outer.set_attribute("cache.hit", False)  # lands on the request's span
+        with ts.stage("downstream"):
+            sum(range(20000))
+    (span,) = exporter.get_finished_spans()  # no stage span made
+    own = {k[len(light.STAGE_MS) :]: v for k, v in span.attributes.items() if k.startswith(light.STAGE_MS)}
+    assert set(own) == {"postprocessing", "downstream"} and own["downstream"] > 0
+    assert span.attributes["cache.hit"] is False
+    duration_ms = (span.end_time - span.start_time) / MS
+    assert own["postprocessing"] + own["downstream"] <= duration_ms
+
+
+def test_spans_mode_is_untouched_by_request_blocks(provider) -> None:
+    tp, exporter = provider
+    one_request(tp.get_tracer("t"), 1_000 * MS, 1)
+    assert len(exporter.get_finished_spans()) == 1 + len(STAGES_AT)
+
+
+def _write_and_load(tmp_path, spans, run: str) -> None:
+    import orjson
+
+    from ingest.loader import load_paths
+    from reference_pipeline.tracing import encode_request
+
+    path = tmp_path / f"{run}.jsonl"
+    path.write_bytes(orjson.dumps(encode_request(spans)) + b"\n")
+    loaded = load_paths([path], tmp_path / "store.duckdb", run)
+    assert not [f.error for f in loaded.files if f.error]
+
+
+def _stage_means(db, run: str) -> dict[str, float]:
+    cols = ", ".join(f"avg({c}_ns) / 1e6" for c in ALL_STAGES)
+    with duckdb.connect(str(db), read_only=True) as conn:
+        row = conn.execute(f"SELECT {cols} FROM requests WHERE RunLabel = ?", [run]).fetchone()
+    return dict(zip(ALL_STAGES, row, strict=True))
+
+
+def test_light_mode_round_trips_into_the_same_stages(provider, tmp_path) -> None:
+    tp, exporter = provider
+    tracer = tp.get_tracer("t")
+    for mode in ("spans", "light"):
+        ts.set_mode(mode)
+        exporter.clear()
+        for i in range(5):
+            one_request(tracer, (1_000 + 100 * i) * MS, i)
+        _write_and_load(tmp_path, exporter.get_finished_spans(), mode)
+    db = tmp_path / "store.duckdb"
+    spans, lite = _stage_means(db, "spans"), _stage_means(db, "light")
+    assert spans["queue"] == pytest.approx(5.0, abs=1e-3)
+    for stage in ALL_STAGES:
+        assert lite[stage] == pytest.approx(spans[stage], abs=1e-3), stage
+
+
+def _processor(rate: float, slow_ms: float | None = None):
+    exporter = InMemorySpanExporter()
+    sampler = SamplingProcessor(SimpleSpanProcessor(exporter), rate, slow_ms)
+    tp = TracerProvider()
+    tp.add_span_processor(sampler)
+    return tp.get_tracer("t"), sampler, exporter
+
+
+def test_head_sampling_keeps_the_rate_and_weights_by_its_inverse() -> None:
+    tracer, _, exporter = _processor(0.25)
+    for _ in range(4000):
+        with (
+            tracer.start_as_current_span("req", kind=SpanKind.SERVER),
+            tracer.start_as_current_span("child"),
+        ):
+            pass
+    roots = [s for s in exporter.get_finished_spans() if s.name == "req"]
+    children = [s for s in exporter.get_finished_spans() if s.name == "child"]
+    assert 850 < len(roots) < 1150 and len(children) == len(roots)
+    assert {s.attributes[WEIGHT] for s in roots} == {4.0}
+    assert all(head_sampled(s.context.trace_id, 0.25) for s in roots)
+
+
+def test_slow_and_failed_requests_are_kept_with_weight_one() -> None:
+    tracer, _, exporter = _processor(0.01, slow_ms=50)
+    kept_ids = []
+    for i in range(300):
+        start = 1_000 * MS
+        span = tracer.start_span("req", kind=SpanKind.SERVER, start_time=start)
+        child = tracer.start_span("child", context=None, start_time=start)
+        child.end(end_time=start + MS)
+        slow, failed = i % 10 == 0, i % 10 == 1
+        if failed:
+            span.set_status(Status(StatusCode.ERROR, "boom"))
+        span.end(end_time=start + (80 if slow else 5) * MS)
+        if slow or failed:
+            kept_ids.append(span.get_span_context().trace_id)
+    roots = {s.context.trace_id: s for s in exporter.get_finished_spans() if s.name == "req"}
+    assert set(kept_ids) <= set(roots)
+    assert all(roots[t].attributes[WEIGHT] == 1.0 for t in kept_ids)
+    # the estimate of the number of requests: the weights' sum, within the draw's noise
+    assert 100 < sum(s.attributes[WEIGHT] for s in roots.values()) < 1000
+
+
+def test_spans_from_another_process_wait_for_the_keep_decision() -> None:
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    tracer, sampler, exporter = _processor(1e-9)
+    trace_id = (1 << 100) | ((1 << 64) - 5)  # low bits near the top: never head-sampled
+    parent = SpanContext(trace_id, 0x1234, is_remote=True, trace_flags=TraceFlags(1))
+    ctx = trace.set_span_in_context(NonRecordingSpan(parent))
+    tracer.start_span("model.forward", context=ctx).end()
+    assert exporter.get_finished_spans() == ()
+    sampler.keep(trace_id)
+    assert [s.name for s in exporter.get_finished_spans()] == ["model.forward"]
+    tracer.start_span("batch.queue_wait", context=ctx).end()  # after the decision: passes at once
+    assert len(exporter.get_finished_spans()) == 2
