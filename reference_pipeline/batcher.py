@@ -68,13 +68,15 @@ class DynamicBatcher:
     def depth(self) -> int:
         return len(self._queue)
 
-    def submit(self, payload: Any, tag: Any = None) -> asyncio.Future:
+    def submit(self, payload: Any, tag: Any = None, enqueued_ns: int | None = None) -> asyncio.Future:
+        """`enqueued_ns`: when the request entered the queue, if before now (handed over by another
+        process: its queue time starts there)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self._cond:
             if self._closed:
                 raise RuntimeError("batcher is closed")
-            item = _Item(payload, tag, future, loop, time.time_ns(), len(self._queue))
+            item = _Item(payload, tag, future, loop, enqueued_ns or time.time_ns(), len(self._queue))
             item.deadline = time.monotonic() + self.max_wait_s
             self._queue.append(item)
             self._cond.notify()

@@ -31,6 +31,7 @@ from reference_pipeline import span_model as sm
 from reference_pipeline.features import entity_id
 from reference_pipeline.scenarios import LoadShape
 from reference_pipeline.text import Corpus
+from tailscope.instrument.sampling import KEEP
 
 CLOSED_LOOP_PAYLOADS = 4096
 CLOSED_LOOP_MAX_RPS = 20_000
@@ -138,6 +139,8 @@ async def run_load(
                 status = 0
                 span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
             slots[i] = ((time.perf_counter() - start) * 1000, status)
+            if status and (sampled := response.headers.get(sm.SAMPLED_HEADER)) is not None:
+                span.set_attribute(KEEP, sampled == "1")  # the service's keep decision
             if status:
                 span.set_attribute("http.response.status_code", status)
                 if status >= 400:

@@ -150,7 +150,9 @@ def drive_here(
     """The load in this process, its client spans traced to `part`; its CPU counted from `cpu_from`
     (process time; None: from this call)."""
     started = time.process_time() if cpu_from is None else cpu_from
-    provider = make_provider(sm.LOADGEN_SERVICE_NAME, setup, part, otlp_endpoint)
+    # a sampling service says per response whether it kept the trace; the client span follows it
+    rate = float(setup.get("tailscope.sample.rate") or 1.0)
+    provider = make_provider(sm.LOADGEN_SERVICE_NAME, setup, part, otlp_endpoint, sample_rate=rate)
     try:
         tracer = provider.get_tracer("tailscope.loadgen")
         result = asyncio.run(run_load(url, shape, tracer, n_entities=n_entities, seed=seed))

@@ -56,6 +56,10 @@ class RunOptions:
     tracing: bool = True
     tracing_ab_period_s: float = 0.0  # > 0: swap tracing on/off in the service this often (benchmark)
     model_telemetry: str = "spans"  # or "triton" (ServiceConfig.model_telemetry)
+    tracing_mode: str = "spans"  # or "light" (ServiceConfig.tracing_mode)
+    sample_rate: float = 1.0
+    keep_slower_than_ms: float | None = None
+    frontends: int = 0  # front-end processes before one model process (0: one process)
 
 
 class ChildFailed(RuntimeError):
@@ -136,6 +140,10 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         n_entities=opts.n_entities,
         tracing=opts.tracing,
         model_telemetry=opts.model_telemetry,
+        tracing_mode=opts.tracing_mode,
+        sample_rate=opts.sample_rate,
+        keep_slower_than_ms=opts.keep_slower_than_ms,
+        frontends=opts.frontends,
     )
     load = LoadShape(rps=opts.rps, duration_s=opts.duration_s, concurrency=opts.concurrency)
     downstream = configure(opts.scenario, service, load)

@@ -95,6 +95,14 @@ class ServiceConfig:
     model_telemetry: str = "spans"
     # a path: SIGUSR1/SIGUSR2 swap tracing on and off in-process (reference_pipeline.tracing_switch)
     tracing_ab_report: str | None = None
+    # "spans": a span per stage; "light": one span per request, stage times as its attributes
+    tracing_mode: str = "spans"
+    # head sampling (tailscope.instrument.sampling): the share of requests kept by their trace id,
+    # and the always-keep rule for slow ones (failed ones are always kept when sampling is on)
+    sample_rate: float = 1.0
+    keep_slower_than_ms: float | None = None
+    # 0: one process; N >= 1: N front-end processes and one model process (reference_pipeline.frontends)
+    frontends: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -125,6 +133,9 @@ class ServiceConfig:
             "tailscope.batch.max_size": self.max_batch,
             "tailscope.batch.max_wait_ms": self.max_wait_ms,
             "tailscope.workers": self.workers,
+            "tailscope.tracing.mode": self.tracing_mode,
+            "tailscope.sample.rate": self.sample_rate,
+            "tailscope.frontends": self.frontends,
         }
 
 

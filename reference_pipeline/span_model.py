@@ -36,6 +36,8 @@ DOWNSTREAM_SERVICE_NAME = "tailscope-downstream"
 ROUTE = "/v1/predict"
 ROOT_SPAN = "POST /v1/predict"
 DOWNSTREAM_ROUTE = "/enrich"
+# a sampling service's response header: "1" when it kept the request's spans (the client keeps its own)
+SAMPLED_HEADER = "tailscope-sampled"
 
 RECEIVE = "http.receive"
 PARSE = "parse_request"
@@ -80,6 +82,9 @@ RESOURCE_KEYS = (
     "tailscope.batch.max_size",
     "tailscope.batch.max_wait_ms",
     "tailscope.workers",  # model-worker threads in one service process
+    "tailscope.tracing.mode",  # "spans" | "light" (reference_pipeline.request_path)
+    "tailscope.sample.rate",  # head-sampling rate (1: every request traced)
+    "tailscope.frontends",  # front-end processes (0: one process does everything)
 )
 # the simulator adds "tailscope.instances": how many server processes (instances) it simulates
 

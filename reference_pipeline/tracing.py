@@ -16,16 +16,18 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import orjson
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import StatusCode
 
 from reference_pipeline.otlp_values import key_values
+from tailscope.instrument.sampling import SamplingProcessor
 
 SCOPE = "tailscope.reference_pipeline"
 _KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
@@ -125,10 +127,27 @@ EXPORT_BATCH_SPANS = 512
 EXPORT_EVERY_MS = 250
 
 
+_SAMPLERS: weakref.WeakKeyDictionary[TracerProvider, SamplingProcessor] = weakref.WeakKeyDictionary()
+
+
+def sampler_of(provider: TracerProvider | None) -> SamplingProcessor | None:
+    """The SamplingProcessor make_provider put in front of the exporters, if it did."""
+    return _SAMPLERS.get(provider) if provider is not None else None
+
+
 def make_provider(
-    service_name: str, attributes: dict, out: Path | None, otlp_endpoint: str | None = None
+    service_name: str,
+    attributes: dict,
+    out: Path | None,
+    otlp_endpoint: str | None = None,
+    *,
+    sample_rate: float = 1.0,
+    keep_slower_than_ms: float | None = None,
+    on_late_keep: Callable[[int], None] | None = None,
 ) -> TracerProvider:
-    """A TracerProvider with the resource attributes span_model asks for and the requested exporters."""
+    """A TracerProvider with the resource attributes span_model asks for and the requested exporters.
+    With sample_rate < 1 or a keep_slower_than_ms rule, every exporter sits behind one
+    SamplingProcessor (tailscope.instrument.sampling; `sampler_of(provider)` finds it)."""
     resource = Resource.create(
         {
             "service.name": service_name,
@@ -139,8 +158,17 @@ def make_provider(
         }
     )
     provider = TracerProvider(resource=resource)
+    sampling = sample_rate < 1.0 or keep_slower_than_ms is not None
+
+    def add(processor: SpanProcessor) -> None:
+        if sampling:
+            sampler = SamplingProcessor(processor, sample_rate, keep_slower_than_ms, on_late_keep)
+            _SAMPLERS.setdefault(provider, sampler)
+            processor = sampler
+        provider.add_span_processor(processor)
+
     if out is not None:
-        provider.add_span_processor(
+        add(
             BatchSpanProcessor(
                 OtlpJsonLinesExporter(out),
                 max_queue_size=65536,
@@ -154,5 +182,25 @@ def make_provider(
         endpoint = otlp_endpoint.rstrip("/")
         if not endpoint.endswith("/v1/traces"):
             endpoint += "/v1/traces"
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        add(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    return provider
+
+
+def traced_provider(cfg, resource: dict, args, on_late_keep: Callable[[int], None] | None = None):
+    """A service process's TracerProvider for its config's tracing mode and sampling (cfg: a
+    scenarios.ServiceConfig; args: --trace-out, --otlp-endpoint), set for tailscope.instrument."""
+    from reference_pipeline import span_model as sm
+    from tailscope import instrument as ts
+
+    provider = make_provider(
+        sm.SERVICE_NAME,
+        resource,
+        args.trace_out,
+        args.otlp_endpoint,
+        sample_rate=cfg.sample_rate,
+        keep_slower_than_ms=cfg.keep_slower_than_ms,
+        on_late_keep=on_late_keep,
+    )
+    ts.use(provider)  # stage spans, waits and GC events go through the same provider
+    ts.set_mode(cfg.tracing_mode)
     return provider

@@ -169,6 +169,7 @@ def resources(sim: Simulation, naming: str, run_label: str | None = None
             # tailscope.workers means what it means in the real service: model-worker threads per
             # process (one here); the simulator's `workers` setting counts instances (processes)
             "tailscope.workers": 1, "tailscope.instances": c.workers, "tailscope.run.label": run_label,
+            "tailscope.tracing.mode": "spans", "tailscope.sample.rate": 1.0, "tailscope.frontends": 0,
         }
         setup = {k: v for k, v in setup.items() if v is not None}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -66,6 +67,31 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
         default="spans",
         help="how the model stage is traced: the pipeline's own queue and forward spans (default), or as "
         "Triton does (a model span and a compute span with QUEUE_START/COMPUTE_* events, no stage names)",
+    )
+    parser.add_argument(
+        "--tracing-mode",
+        choices=("spans", "light"),
+        default="spans",
+        help="a span per stage (default), or light: one span per request carrying the stage times, "
+        "split back into stages by the 'tailscope light' phase rules (a fraction of the cost)",
+    )
+    parser.add_argument(
+        "--sample-rate",
+        type=float,
+        default=1.0,
+        help="head sampling: the share of requests traced, drawn by trace id; kept requests carry "
+        "tailscope.sample.weight (default 1: all)",
+    )
+    parser.add_argument(
+        "--keep-slower-than-ms",
+        type=float,
+        help="with sampling: keep every request at least this slow (and every failed one), weight 1",
+    )
+    parser.add_argument(
+        "--frontends",
+        default="0",
+        help="front-end processes (HTTP, parsing, features, tokens) before one model process that batches "
+        "across them; 'auto': the cores left after one for the model; 0 (default): one process",
     )
     parser.add_argument("--entities", type=int, default=5000, help="entities in the feature store")
     parser.add_argument("--seed", type=int, default=1, help="load generator seed")
@@ -126,9 +152,26 @@ def _options(args: argparse.Namespace, **overrides):
         n_entities=args.entities,
         seed=args.seed,
         model_telemetry=args.model_telemetry,
+        tracing_mode=args.tracing_mode,
+        sample_rate=args.sample_rate,
+        keep_slower_than_ms=args.keep_slower_than_ms,
+        frontends=frontends_count(args.frontends),
     )
     values.update(overrides)
     return RunOptions(**values)
+
+
+def frontends_count(text: str) -> int:
+    """--frontends: a count, or 'auto' (the cores left after one for the model process, at least 1)."""
+    if text == "auto":
+        return max(1, (os.cpu_count() or 2) - 1)
+    try:
+        count = int(text)
+    except ValueError:
+        raise SystemExit(f"tailscope pipeline: --frontends {text!r}: a number or 'auto'") from None
+    if count < 0:
+        raise SystemExit(f"tailscope pipeline: --frontends {count}: at least 0")
+    return count
 
 
 def _missing_pipeline_extra() -> str | None:

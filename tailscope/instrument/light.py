@@ -20,7 +20,10 @@ spans' error status (the request's span keeps its own).
     with tracer.start_as_current_span("POST /predict") as root, ts.request(root):
         with ts.stage("feature_hydration"): ...
 
-Outside a `request` block a stage in light mode is a span as in "spans" mode: nothing is lost.
+Outside a `request` block a stage in light mode is a span as in "spans" mode: nothing is lost. A
+CLIENT stage (an outgoing call: `kind=SpanKind.CLIENT`) stays a span in light mode too, so that the
+called service's spans hang under it; the phase rules fill only what no child span covers, so its
+time is counted once, from the span.
 """
 
 from __future__ import annotations

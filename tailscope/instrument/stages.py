@@ -97,8 +97,10 @@ class stage:
             return trace.INVALID_SPAN
         self._parent = trace.get_current_span()
         self._start = time.time_ns()
-        self._light = light.enter_stage(self._stage)
-        if self._light is not None:  # light mode, inside a request: its tally, not a span
+        # light mode, inside a request: its tally, not a span; a CLIENT stage (a remote call) stays
+        # a span, for the called service's spans to hang under (its time then comes from the span)
+        self._light = None if self._kind is SpanKind.CLIENT else light.enter_stage(self._stage)
+        if self._light is not None:
             return self._light[1].view()
         attrs = stage_attributes(
             self._stage, cache_hit=self._cache_hit, db_system=self._db_system, attributes=self._attributes

@@ -1,0 +1,191 @@
+"""The hand-off between a front-end process and the model process: token ids and features in, the
+model's output and the batch's timings out, with the request's trace context along.
+
+One Unix stream socket per front end (a socketpair made by the model process), frames of a 4-byte
+length and an orjson array. bench/bench_pipeline.py `handoff` measured the options on the 2-core VM
+(RESULTS.md): a socketpair through asyncio streams and a pipe pair cost about the same CPU per round
+trip, well under the request path's; the socket is one bidirectional fd per front end that asyncio
+reads without a thread, so it is what runs here (vLLM's API server and engine talk over ZeroMQ IPC
+sockets for the same reason).
+
+    front end -> model   [REQUEST, rid, trace_hi, trace_lo, span_id, flags, enqueued_ns, ids, features]
+                         [KEEP, trace_hi, trace_lo]   (the front end kept a request by its slow/failed
+                                                       rule: the model process keeps its spans too)
+    model -> front end   [rid, output, enqueued_ns, started_ns, ended_ns, batch_size, queue_depth,
+                          lead_hi, lead_lo, lead_span]  or  [rid, None, error text]
+
+In "spans" tracing mode the model process writes each request's `batch.queue_wait` and
+`model.forward` spans, children of the front end's request span (one trace across the processes),
+each forward span linked to the batch's first request; the queue wait starts when the front end
+handed the request over, so the hand-off's own time is queue time, as it is for the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import struct
+import time
+from typing import Any
+
+import orjson
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+from reference_pipeline import span_model as sm
+from reference_pipeline.batcher import BatchResult
+from tailscope import instrument as ts
+
+REQUEST, KEEP = 0, 1
+_LEN = struct.Struct("<I")
+_LOW = (1 << 64) - 1
+
+
+class ModelGone(RuntimeError):
+    """The model process closed the hand-off (it stopped or died)."""
+
+
+def frame(message: list) -> bytes:
+    body = orjson.dumps(message)
+    return _LEN.pack(len(body)) + body
+
+
+async def read_frame(reader: asyncio.StreamReader) -> list | None:
+    """The next message, or None at the end of the stream."""
+    try:
+        size = _LEN.unpack(await reader.readexactly(4))[0]
+        return orjson.loads(await reader.readexactly(size))
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+
+
+class RemoteModel:
+    """A front end's way to the model process. `records_model_spans`: the model process writes the
+    queue and forward spans (in "spans" mode; in light mode the front end tallies them)."""
+
+    records_model_spans = True
+
+    def __init__(self, sock, on_gone=None) -> None:
+        self._sock, self._on_gone = sock, on_gone
+        self._pending: dict[int, asyncio.Future] = {}
+        self._ids = itertools.count()
+        self._writer: asyncio.StreamWriter | None = None
+        self._task: asyncio.Task | None = None
+        self.gone = False
+
+    async def start(self) -> None:
+        reader, self._writer = await asyncio.open_unix_connection(sock=self._sock)
+        self._task = asyncio.create_task(self._read(reader))
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        while (message := await read_frame(reader)) is not None:
+            future = self._pending.pop(message[0], None)
+            if future is None or future.done():
+                continue
+            if message[1] is None:
+                future.set_exception(RuntimeError(f"model process: {message[2]}"))
+                continue
+            _, output, enq, started, ended, size, depth, hi, lo, span_id = message
+            lead = SpanContext((hi << 64) | lo, span_id, is_remote=True, trace_flags=TraceFlags(1))
+            future.set_result(BatchResult(output, enq, started, ended, size, depth, lead))
+        self.gone = True
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(ModelGone("the model process closed the hand-off"))
+        self._pending.clear()
+        if self._on_gone is not None:
+            self._on_gone()
+
+    async def infer(self, ids: list[int], features: list[float], root: SpanContext) -> BatchResult:
+        if self.gone or self._writer is None:
+            raise ModelGone("the model process is gone")
+        rid = next(self._ids)
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        tid = root.trace_id
+        message = [REQUEST, rid, tid >> 64, tid & _LOW, root.span_id, int(root.trace_flags)]
+        self._writer.write(frame([*message, time.time_ns(), ids, features]))
+        return await future
+
+    def kept_late(self, trace_id: int) -> None:
+        if self._writer is not None and not self.gone:
+            self._writer.write(frame([KEEP, trace_id >> 64, trace_id & _LOW]))
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._task is not None:
+            self._task.cancel()
+
+
+class FrontendConnection:
+    """The model process's end of one front end's hand-off: each request goes to the shared batcher;
+    its answer (and, in "spans" mode, its queue and forward spans) come back."""
+
+    def __init__(self, index: int, batcher: Any, cfg: Any, sampler: Any = None) -> None:
+        self.index, self.batcher, self.cfg, self.sampler = index, batcher, cfg, sampler
+        self.spans = cfg.tracing_mode == "spans" and cfg.model_telemetry == "spans" and cfg.tracing
+        self._tasks: set[asyncio.Task] = set()
+
+    async def serve(self, sock) -> None:
+        """Until the front end closes its end (it stopped or died)."""
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        try:
+            while (message := await read_frame(reader)) is not None:
+                if message[0] == KEEP:
+                    if self.sampler is not None:
+                        self.sampler.keep((message[1] << 64) | message[2])
+                    continue
+                task = asyncio.create_task(self._answer(message, writer))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            if self._tasks:  # answers still on their way to a front end that is draining
+                await asyncio.wait(list(self._tasks), timeout=30)
+        finally:
+            writer.close()
+
+    async def _answer(self, message: list, writer: asyncio.StreamWriter) -> None:
+        _, rid, hi, lo, span_id, flags, enqueued, ids, features = message
+        parent = SpanContext((hi << 64) | lo, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+        try:
+            result = await self.batcher.submit((ids, features), tag=parent, enqueued_ns=enqueued)
+        except Exception as exc:
+            writer.write(frame([rid, None, f"{type(exc).__name__}: {exc}"]))
+            return
+        if self.spans:
+            self._record_spans(parent, result)
+        lead: SpanContext = result.first_tag
+        writer.write(
+            frame(
+                [
+                    rid,
+                    result.output,
+                    result.enqueued_ns,
+                    result.started_ns,
+                    result.ended_ns,
+                    result.batch_size,
+                    result.queue_depth,
+                    lead.trace_id >> 64,
+                    lead.trace_id & _LOW,
+                    lead.span_id,
+                ]
+            )
+        )
+
+    def _record_spans(self, parent: SpanContext, result: BatchResult) -> None:
+        with trace.use_span(NonRecordingSpan(parent), end_on_exit=False):
+            ts.record_queue_wait(
+                result.enqueued_ns,
+                result.started_ns,
+                span_name=sm.QUEUE_WAIT,
+                batch_size=result.batch_size,
+                queue_depth=result.queue_depth,
+            )
+            links = [] if result.first_tag == parent else [Link(result.first_tag)]
+            attrs = {
+                "device": self.cfg.device,
+                "dtype": self.cfg.dtype,
+                "batch.size": result.batch_size,
+                "batch.queue_depth": result.queue_depth,
+            }
+            ts.record_span("model_forward", sm.FORWARD, result.started_ns, result.ended_ns, attrs, links)
