@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import pipeline_modes
 from bench.machine_info import cpu_seconds
 
 
@@ -284,72 +285,14 @@ def bench_tracing_ab(args) -> None:
         )
 
 
-def _one_request_of_spans(tracer) -> None:
-    """The 10 spans the service makes for a steady request (no downstream), made the way it makes them
-    (the root through `tracer`, the rest through tailscope.instrument on the provider set by `ts.use`)."""
-    from opentelemetry.trace import SpanKind
-
-    from reference_pipeline import span_model as sm
-    from tailscope import instrument as ts
-
-    root_attrs = ts.stage_attributes(
-        sm.STAGE_OF[sm.ROOT_SPAN], attributes={"http.request.method": "POST", "http.route": sm.ROUTE}
-    )
-    with tracer.start_as_current_span(sm.ROOT_SPAN, kind=SpanKind.SERVER, attributes=root_attrs) as root:
-        for name, current in (
-            (sm.RECEIVE, False),
-            (sm.PARSE, False),
-            (sm.HYDRATE, True),
-            (sm.TOKENIZE, False),
-            (sm.POSTPROCESS, True),
-            (sm.SERIALIZE, False),
-        ):
-            with ts.stage(sm.STAGE_OF[name], name, current=current) as span:
-                span.set_attribute("example.size", 1)
-        now = time.time_ns()
-        ts.record_queue_wait(now, now, span_name=sm.QUEUE_WAIT, batch_size=4)
-        ts.record_span("model_forward", sm.FORWARD, now, now, {"batch.size": 4})
-        ts.record_span("postprocessing", sm.LOCK_WAIT, now, now, {"lock.name": "score_monitor"})
-        root.set_attribute("http.response.status_code", 200)
-
-
-def bench_spans(args) -> None:
-    """CPU per request of tracing alone: SDK spans, then the BatchSpanProcessor and the file exporter."""
-    from opentelemetry.sdk.trace import TracerProvider
-
-    from reference_pipeline.tracing import make_provider
-
-    print(f"tracing CPU per request (10 spans), {args.requests} requests — {machine()}\n")
-    print("| what | CPU µs per request |")
-    print("|---|---|")
-    from tailscope import instrument as ts
-
-    bare_provider = TracerProvider()
-    bare = bare_provider.get_tracer("bench")
-    ts.use(bare_provider)
-    started = time.process_time()
-    for _ in range(args.requests):
-        _one_request_of_spans(bare)
-    print(f"| SDK spans, no processor | {(time.process_time() - started) / args.requests * 1e6:.0f} |")
-    with tempfile.TemporaryDirectory() as tmp:
-        provider = make_provider("bench", {}, Path(tmp) / "spans.jsonl")
-        tracer = provider.get_tracer("bench")
-        ts.use(provider)
-        started = time.process_time()  # all threads: the processor's export thread included
-        for _ in range(args.requests):
-            _one_request_of_spans(tracer)
-        provider.shutdown()
-        print(
-            f"| SDK spans + BatchSpanProcessor + OTLP/JSON-lines file | "
-            f"{(time.process_time() - started) / args.requests * 1e6:.0f} |"
-        )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("section", choices=("forward", "batching", "tracing", "tracing-ab", "spans"))
+    parser.add_argument(
+        "section",
+        choices=("forward", "batching", "tracing", "tracing-ab", "spans", *pipeline_modes.SECTIONS),
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="fp32,bf16,int8", help="forward: dtypes to time")
     parser.add_argument("--dtype", default="fp32", help="batching, tracing: the service's dtype")
@@ -377,16 +320,20 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--period", type=float, default=4.0, help="tracing-ab: seconds per mode window")
     parser.add_argument("--windows", action="store_true", help="tracing-ab: print every window too")
-    parser.add_argument("--requests", type=int, default=3000, help="spans: requests' worth of spans")
+    parser.add_argument("--requests", type=int, default=3000, help="spans, handoff: requests")
+    parser.add_argument("--layers", type=int, default=0, help="modes, frontends: encoder layers (0: 6)")
+    parser.add_argument("--warm", type=float, default=3.0, help="modes, frontends: warm-up seconds")
     args = parser.parse_args()
     sections = {
         "forward": bench_forward,
         "batching": bench_batching,
         "tracing": bench_tracing,
         "tracing-ab": bench_tracing_ab,
-        "spans": bench_spans,
     }
-    sections[args.section](args)
+    if args.section in sections:
+        sections[args.section](args)
+    else:
+        pipeline_modes.SECTIONS[args.section](args, machine(SERVICE_THREADS))
     return 0
 
 

@@ -175,10 +175,14 @@ def pretrained_dir() -> Path | None:
     return directory if (directory / "model.safetensors").is_file() else None
 
 
-def build_classifier(weights_dir: Path | None = None) -> tuple[Classifier, str]:
-    """A fp32 CPU model in eval mode and its weights label ("pretrained" | "random-init")."""
+def build_classifier(weights_dir: Path | None = None, layers: int = 0) -> tuple[Classifier, str]:
+    """A fp32 CPU model in eval mode and its weights label ("pretrained" | "random-init"). `layers`
+    > 0: an encoder of that many layers instead of MiniLM's 6 (random weights only: a smaller model
+    for measuring what surrounds it)."""
+    if layers and weights_dir is not None:
+        raise ValueError("a layer count other than the pretrained model's needs random-init weights")
     torch.manual_seed(SEED)
-    model = Classifier()
+    model = Classifier(EncoderConfig(layers=layers) if layers else None)
     label = "random-init"
     if weights_dir is not None:
         state = {
