@@ -121,6 +121,8 @@ def _steady_run(args, **options) -> dict:
                 workers=args.workers,
                 load_processes=args.load_processes,
                 out=Path(tmp) / "t.jsonl",
+                tracing_mode=args.tracing_mode,
+                model_layers=args.layers,
                 **options,
             )
         )
@@ -229,6 +231,18 @@ def window_overheads(windows: list[dict]) -> list[float]:
     return out
 
 
+def window_cpu_overheads(windows: list[dict]) -> list[float]:
+    """As window_overheads, for the service's CPU per request: the % more a traced window spent per
+    request than the mean of its two no-op neighbours (or a no-op window less than its traced ones)."""
+    cpu = [w["cpu_seconds"] / max(w["requests"], 1) for w in windows]
+    out = []
+    for i in range(1, len(windows) - 1):
+        around = (cpu[i - 1] + cpu[i + 1]) / 2
+        traced, no_op = (cpu[i], around) if windows[i]["mode"] == "traced" else (around, cpu[i])
+        out.append(100 * (traced - no_op) / no_op)
+    return out
+
+
 def print_windows(windows: list[dict]) -> None:
     print("\n| window | mode | req/s | CPU ms/request | GC ms gen 0/1/2 | flush ms | stolen s |")
     print("|---|---|---|---|---|---|---|")
@@ -245,11 +259,12 @@ def print_windows(windows: list[dict]) -> None:
 def bench_tracing_ab(args) -> None:
     print(
         f"tracing overhead inside one process ({_load_text(args)}, tracer swapped every "
-        f"{args.period:g} s, batch 8/5 ms, steady, no downstream) — {machine(SERVICE_THREADS)}\n"
+        f"{args.period:g} s, batch 8/5 ms, steady, no downstream, tracing mode {args.tracing_mode}, "
+        f"{args.layers or 6}-layer model) — {machine(SERVICE_THREADS)}\n"
     )
     print("| run | mode | windows | seconds | requests | req/s | CPU ms per request |")
     print("|---|---|---|---|---|---|---|")
-    overheads, cpu_overheads, window_costs, stolen = [], [], [], []
+    overheads, cpu_overheads, window_costs, window_cpu, stolen = [], [], [], [], []
     for run in range(1, args.repeats + 1):
         books = _steady_run(args, tracing_ab_period_s=args.period)["tracing_ab"]
         rate, cpu = {}, {}
@@ -265,6 +280,7 @@ def bench_tracing_ab(args) -> None:
         overheads.append(100 * (rate["no-op"] - rate["traced"]) / rate["no-op"])
         cpu_overheads.append(100 * (cpu["traced"] - cpu["no-op"]) / cpu["no-op"])
         window_costs += window_overheads(books["windows"])
+        window_cpu += window_cpu_overheads(books["windows"])
         if args.windows:
             print_windows(books["windows"])
         stolen += [w["stolen_seconds"] for w in books["windows"] if w["stolen_seconds"] is not None]
@@ -277,6 +293,12 @@ def bench_tracing_ab(args) -> None:
         print(
             f"each window against its neighbours: median {statistics.median(window_costs):.1f} %, "
             f"mean {statistics.mean(window_costs):.1f} % of throughput over {len(window_costs)} windows"
+        )
+    if window_cpu:
+        print(
+            f"each window's CPU per request against its neighbours: median "
+            f"{statistics.median(window_cpu):.1f} %, mean {statistics.mean(window_cpu):.1f} % over "
+            f"{len(window_cpu)} windows"
         )
     if stolen:
         print(
@@ -321,7 +343,10 @@ def main() -> int:
     parser.add_argument("--period", type=float, default=4.0, help="tracing-ab: seconds per mode window")
     parser.add_argument("--windows", action="store_true", help="tracing-ab: print every window too")
     parser.add_argument("--requests", type=int, default=3000, help="spans, handoff: requests")
-    parser.add_argument("--layers", type=int, default=0, help="modes, frontends: encoder layers (0: 6)")
+    parser.add_argument("--layers", type=int, default=0, help="encoder layers (default 0: MiniLM's 6)")
+    parser.add_argument(
+        "--tracing-mode", default="spans", choices=("spans", "light"), help="the traced runs' tracing mode"
+    )
     parser.add_argument("--warm", type=float, default=3.0, help="modes, frontends: warm-up seconds")
     args = parser.parse_args()
     sections = {

@@ -1,13 +1,15 @@
 """Real reference-pipeline runs of every planted scenario, diagnosed end to end.
 
     .venv/bin/python bench/pipeline_diagnosis.py [--duration 20] [--rps 8] [--scenarios a,b]
+        [--tracing-mode spans|light] [--sample-rate R] [--keep-slower-than-ms MS]
 
 For each scenario: `tailscope pipeline run --scenario S --device cpu --duration D --rps R`, then
 `tailscope ingest` into one store and `tailscope diagnose --json`. A run is right when its top finding
 is the planted cause (steady: no finding above 0.5 but compute_bound, which the forward pass may
 fairly be). At 8 req/s about one request is in flight, where timing alone is weakest: gc_pause and
 lock_contention then rest on the instrumentation (`python.gc` events, `lock.wait` spans from
-tailscope.instrument). Prints a markdown table for bench/RESULTS.md.
+tailscope.instrument). Prints a markdown table for bench/RESULTS.md. The tracing options are passed to
+`tailscope pipeline run`: what each tracing mode loses for the diagnosis.
 """
 
 from __future__ import annotations
@@ -52,10 +54,17 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--rps", type=float, default=8.0)
     parser.add_argument("--scenarios", default=",".join(REAL))
+    parser.add_argument("--tracing-mode", default="spans", choices=("spans", "light"))
+    parser.add_argument("--sample-rate", type=float, default=1.0)
+    parser.add_argument("--keep-slower-than-ms", type=float)
     args = parser.parse_args()
+    tracing = ["--tracing-mode", args.tracing_mode, "--sample-rate", str(args.sample_rate)]
+    if args.keep_slower_than_ms is not None:
+        tracing += ["--keep-slower-than-ms", str(args.keep_slower_than_ms)]
     print(f"machine: {machine()}")
     print(f"date:    {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"command: python {' '.join(sys.argv)}\n")
+    print(f"command: python {' '.join(sys.argv)}")
+    print(f"tracing: {' '.join(tracing)}\n")
     print("| run | requests | top findings | verdict |\n|---|---|---|---|")
     right = 0
     scenarios = args.scenarios.split(",")
@@ -64,7 +73,7 @@ def main() -> None:
         for scenario in scenarios:
             out = str(Path(tmp) / f"{scenario}.jsonl")
             tailscope("pipeline", "run", "--scenario", scenario, "--device", "cpu", "--duration",
-                      str(args.duration), "--rps", str(args.rps), "--out", out)  # fmt: skip
+                      str(args.duration), "--rps", str(args.rps), "--out", out, *tracing)  # fmt: skip
             tailscope("ingest", out, "--db", db, "--run", scenario)
             report = json.loads(tailscope("diagnose", "--db", db, "--run", scenario, "--json"))
             findings = report["findings"]

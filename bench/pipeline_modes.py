@@ -278,7 +278,10 @@ def _one_request_of_spans(tracer) -> None:
     root_attrs = ts.stage_attributes(
         sm.STAGE_OF[sm.ROOT_SPAN], attributes={"http.request.method": "POST", "http.route": sm.ROUTE}
     )
-    with tracer.start_as_current_span(sm.ROOT_SPAN, kind=SpanKind.SERVER, attributes=root_attrs) as root:
+    with (
+        tracer.start_as_current_span(sm.ROOT_SPAN, kind=SpanKind.SERVER, attributes=root_attrs) as root,
+        ts.request(root),  # light mode: the stages below tally onto the root; spans mode: nothing
+    ):
         for name, current in (
             (sm.RECEIVE, False),
             (sm.PARSE, False),
@@ -297,35 +300,45 @@ def _one_request_of_spans(tracer) -> None:
 
 
 def bench_spans(args, machine: str) -> None:
-    """CPU per request of tracing alone: SDK spans, then the BatchSpanProcessor and the file exporter."""
+    """CPU per request of tracing alone, in each mode: SDK spans, then the BatchSpanProcessor and the
+    file exporter (what the service pays), light mode, and sampling in front of either."""
     from opentelemetry.sdk.trace import TracerProvider
 
     from reference_pipeline.tracing import make_provider
-
-    print(f"tracing CPU per request (10 spans), {args.requests} requests — {machine}\n")
-    print("| what | CPU µs per request |")
-    print("|---|---|")
     from tailscope import instrument as ts
 
-    bare_provider = TracerProvider()
-    bare = bare_provider.get_tracer("bench")
-    ts.use(bare_provider)
-    started = time.process_time()
-    for _ in range(args.requests):
-        _one_request_of_spans(bare)
-    print(f"| SDK spans, no processor | {(time.process_time() - started) / args.requests * 1e6:.0f} |")
-    with tempfile.TemporaryDirectory() as tmp:
-        provider = make_provider("bench", {}, Path(tmp) / "spans.jsonl")
+    print(f"tracing CPU per request (a steady request's stages), {args.requests} requests — {machine}\n")
+    print("| what | CPU µs per request |")
+    print("|---|---|")
+
+    def per_request(provider) -> float:
+        """CPU µs per request, all threads (the processor's export thread too) until all exported."""
         tracer = provider.get_tracer("bench")
-        ts.use(provider)
-        started = time.process_time()  # all threads: the processor's export thread included
+        started = time.process_time()
         for _ in range(args.requests):
             _one_request_of_spans(tracer)
         provider.shutdown()
-        print(
-            f"| SDK spans + BatchSpanProcessor + OTLP/JSON-lines file | "
-            f"{(time.process_time() - started) / args.requests * 1e6:.0f} |"
-        )
+        return (time.process_time() - started) / args.requests * 1e6
+
+    bare_provider = TracerProvider()
+    ts.use(bare_provider)
+    print(f"| SDK spans (10), no processor | {per_request(bare_provider):.0f} |")
+    rows = [
+        ("spans", 1.0, None, "10 SDK spans + BatchSpanProcessor + OTLP/JSON-lines file"),
+        ("light", 1.0, None, "light: 1 span with the stage times + BatchSpanProcessor + file"),
+        ("spans", 0.1, 250.0, "spans, 10 % head-sampled (+ slow kept; none slow here)"),
+        ("light", 0.1, 250.0, "light, 10 % head-sampled"),
+    ]
+    for mode, rate, slow, what in rows:
+        with tempfile.TemporaryDirectory() as tmp:
+            provider = make_provider(
+                "bench", {}, Path(tmp) / "spans.jsonl", sample_rate=rate, keep_slower_than_ms=slow
+            )
+            ts.use(provider)
+            ts.set_mode(mode)
+            cost = per_request(provider)
+        print(f"| {what} | {cost:.0f} |", flush=True)
+    ts.set_mode("spans")
 
 
 SECTIONS = {

@@ -51,7 +51,8 @@ class ModelHost:
     def _load_model(self, warm: bool) -> ModelRunner:
         """Build the encoder, load its weights, memory-map them from the served file, set up the runner
         and, with `warm`, run the warm-up pass over the batch and sequence shapes traffic will use."""
-        model, _ = build_classifier(self.weights_dir, self.cfg.model_layers)  # its label is self.weights (same weights_dir)
+        # its label is self.weights (same weights_dir)
+        model, _ = build_classifier(self.weights_dir, self.cfg.model_layers)
         model = serve_from_file(model, self.workdir / "model.safetensors", cold=not self.cfg.warm_model)
         runner = ModelRunner(
             model,

@@ -60,6 +60,7 @@ class RunOptions:
     sample_rate: float = 1.0
     keep_slower_than_ms: float | None = None
     frontends: int = 0  # front-end processes before one model process (0: one process)
+    model_layers: int = 0  # > 0: an encoder of this many layers (ServiceConfig.model_layers)
 
 
 class ChildFailed(RuntimeError):
@@ -144,6 +145,7 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         sample_rate=opts.sample_rate,
         keep_slower_than_ms=opts.keep_slower_than_ms,
         frontends=opts.frontends,
+        model_layers=opts.model_layers,
     )
     load = LoadShape(rps=opts.rps, duration_s=opts.duration_s, concurrency=opts.concurrency)
     downstream = configure(opts.scenario, service, load)

@@ -95,13 +95,13 @@ class stage:
         tracer = _tracer.tracer()
         if tracer is None:
             return trace.INVALID_SPAN
-        self._parent = trace.get_current_span()
-        self._start = time.time_ns()
         # light mode, inside a request: its tally, not a span; a CLIENT stage (a remote call) stays
         # a span, for the called service's spans to hang under (its time then comes from the span)
         self._light = None if self._kind is SpanKind.CLIENT else light.enter_stage(self._stage)
+        self._start = time.time_ns()
         if self._light is not None:
             return self._light[1].view()
+        self._parent = trace.get_current_span()
         attrs = stage_attributes(
             self._stage, cache_hit=self._cache_hit, db_system=self._db_system, attributes=self._attributes
         )
