@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailscope.instrument.light import LIGHT_FRAMEWORK, STAGE_END_MS, STAGE_MS
+from tailscope.instrument.light import LIGHT_FRAMEWORK, STAGE_END_US, STAGE_US
 from tailscope.rules import PhaseRule
 from tailscope.rules.stages import RegexCheck, regex_problems
 from tailscope.vocabulary import STAGES
@@ -140,9 +140,9 @@ def light_phase_rules() -> list[dict[str, Any]]:
             phase=stage,
             stage=stage,
             source="attribute",
-            start_key=STAGE_MS + stage,
-            end_key=STAGE_END_MS + stage,
-            unit="ms",
+            start_key=STAGE_US + stage,
+            end_key=STAGE_END_US + stage,
+            unit="us",
             description=f"the {stage} stage's own time, ending at its end offset",
         )
         for stage in STAGES
