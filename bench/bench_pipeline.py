@@ -260,7 +260,7 @@ def bench_tracing_ab(args) -> None:
     print(
         f"tracing overhead inside one process ({_load_text(args)}, tracer swapped every "
         f"{args.period:g} s, batch 8/5 ms, steady, no downstream, tracing mode {args.tracing_mode}, "
-        f"{args.layers or 6}-layer model) — {machine(SERVICE_THREADS)}\n"
+        f"{6 if args.layers is None else args.layers}-layer model) — {machine(SERVICE_THREADS)}\n"
     )
     print("| run | mode | windows | seconds | requests | req/s | CPU ms per request |")
     print("|---|---|---|---|---|---|---|")
@@ -343,7 +343,7 @@ def main() -> int:
     parser.add_argument("--period", type=float, default=4.0, help="tracing-ab: seconds per mode window")
     parser.add_argument("--windows", action="store_true", help="tracing-ab: print every window too")
     parser.add_argument("--requests", type=int, default=3000, help="spans, handoff: requests")
-    parser.add_argument("--layers", type=int, default=0, help="encoder layers (default 0: MiniLM's 6)")
+    parser.add_argument("--layers", type=int, help="encoder layers, 0 and up (default: MiniLM's 6)")
     parser.add_argument(
         "--tracing-mode", default="spans", choices=("spans", "light"), help="the traced runs' tracing mode"
     )

@@ -31,17 +31,25 @@ ALL_STAGES = (
 )  # fmt: skip
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of `pid` and its live children, from /proc."""
-    total = 0.0
+def cpu_split_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of `pid` itself and of its live children, from /proc."""
+    own = children = 0.0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if stat.parent.name == str(pid) or int(fields[1]) == pid:
-            total += (int(fields[11]) + int(fields[12])) / CLK_TCK
-    return total
+        seconds = (int(fields[11]) + int(fields[12])) / CLK_TCK
+        if stat.parent.name == str(pid):
+            own += seconds
+        elif int(fields[1]) == pid:
+            children += seconds
+    return own, children
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of `pid` and its live children."""
+    return sum(cpu_split_s(pid))
 
 
 def measure_service(cfg, load, warm_s: float, tmp: Path, seed: int = 1) -> dict:
@@ -63,9 +71,11 @@ def measure_service(cfg, load, warm_s: float, tmp: Path, seed: int = 1) -> dict:
         options = dict(setup=setup, otlp_endpoint=None, n_entities=cfg.n_entities)
         warm = LoadShape(rps=load.rps, duration_s=warm_s, concurrency=load.concurrency)
         drive_here(url, warm, part=tmp / "warm.jsonl", seed=seed + 100, **options)
-        before, wall = tree_cpu_s(child.proc.pid), time.perf_counter()
+        before, wall = cpu_split_s(child.proc.pid), time.perf_counter()
         result = drive_here(url, load, part=tmp / "load.jsonl", seed=seed, **options)
-        cpu_s, wall_s = tree_cpu_s(child.proc.pid) - before, time.perf_counter() - wall
+        after, wall_s = cpu_split_s(child.proc.pid), time.perf_counter() - wall
+        own_s, children_s = after[0] - before[0], after[1] - before[1]
+        cpu_s = own_s + children_s
     finally:
         code = child.stop(grace_s=60)
     if code not in (0, -15):
@@ -73,6 +83,8 @@ def measure_service(cfg, load, warm_s: float, tmp: Path, seed: int = 1) -> dict:
     summary = result.summary()
     completed = max(summary["requests"] - summary["errors"], 1)
     summary["cpu_ms_per_req"] = 1000 * cpu_s / completed
+    summary["front_cpu_ms_per_req"] = 1000 * children_s / completed  # front ends (0: one process)
+    summary["main_cpu_ms_per_req"] = 1000 * own_s / completed  # the service or model process
     summary["service_cores"] = cpu_s / wall_s
     return summary
 
@@ -84,6 +96,10 @@ MODES = {
     "sampled": dict(tracing_mode="spans", sample_rate=0.1, keep_slower_than_ms=250.0),
     "light+sampled": dict(tracing_mode="light", sample_rate=0.1, keep_slower_than_ms=250.0),
 }
+
+
+def layers_text(args) -> str:
+    return f"{6 if args.layers is None else args.layers}-layer model"
 
 
 def base_config(args, **overrides):
@@ -100,7 +116,7 @@ def bench_modes(args, machine: str) -> None:
     print(
         f"service CPU per request by tracing mode (closed loop, {args.concurrency} clients, "
         f"{args.duration:g} s measured after {args.warm:g} s warm-up, batch 8/5 ms, steady, no "
-        f"downstream, {args.layers or 6}-layer model) — {machine}, load before: {os.getloadavg()[0]:.1f}\n"
+        f"downstream, {layers_text(args)}) — {machine}, load before: {os.getloadavg()[0]:.1f}\n"
     )
     cpu: dict[str, list[float]] = {m: [] for m in MODES}
     paired: dict[str, list[float]] = {m: [] for m in MODES if m != "off"}
@@ -189,10 +205,13 @@ def bench_frontends(args, machine: str) -> None:
     load = LoadShape(rps=0, duration_s=args.duration, concurrency=args.concurrency)
     print(
         f"front-end scaling (closed loop, {args.concurrency} clients, {args.duration:g} s after "
-        f"{args.warm:g} s warm-up, tracing off, {args.layers or 6}-layer model, batch 8/5 ms) — {machine}\n"
+        f"{args.warm:g} s warm-up, tracing off, {layers_text(args)}, batch 8/5 ms) — {machine}\n"
     )
-    print("| layout | completed req/s | client p50 ms | service CPU ms/req | service cores busy | load |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| layout | completed req/s | client p50 ms | service CPU ms/req (front ends + model process) "
+        "| service cores busy | capacity bound on 2 cores, req/s | load |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for repeat in range(args.repeats):
         for frontends in (0, 1, 2):
             with tempfile.TemporaryDirectory() as tmp:
@@ -200,10 +219,25 @@ def bench_frontends(args, machine: str) -> None:
                 s = measure_service(cfg, load, args.warm, Path(tmp), seed=repeat + 1)
             layout = "one process" if frontends == 0 else f"{frontends} front end(s) + model process"
             print(
-                f"| {layout} | {s['throughput_rps']} | {s['p50_ms']} | {s['cpu_ms_per_req']:.3f} | "
-                f"{s['service_cores']:.2f} | {os.getloadavg()[0]:.1f} |",
+                f"| {layout} | {s['throughput_rps']} | {s['p50_ms']} | {s['cpu_ms_per_req']:.3f} "
+                f"({s['front_cpu_ms_per_req']:.3f} + {s['main_cpu_ms_per_req']:.3f}) | "
+                f"{s['service_cores']:.2f} | {capacity_bound(s, frontends, 2):.0f} | "
+                f"{os.getloadavg()[0]:.1f} |",
                 flush=True,
             )
+
+
+def capacity_bound(summary: dict, frontends: int, cores: int) -> float:
+    """Requests/s the service could serve on `cores` idle cores from its measured CPU per request:
+    each process runs its Python on one core at a time (the GIL; the forward pass aside), so one
+    process serves at most 1 / (its CPU per request), N front ends N times that, and all together
+    at most cores / (total CPU per request)."""
+    total, front, main = (
+        summary[k] / 1000 for k in ("cpu_ms_per_req", "front_cpu_ms_per_req", "main_cpu_ms_per_req")
+    )
+    if frontends == 0:
+        return min(1 / total, cores / total)
+    return min(frontends / front, 1 / main, cores / total)
 
 
 ECHO = r"""

@@ -175,14 +175,14 @@ def pretrained_dir() -> Path | None:
     return directory if (directory / "model.safetensors").is_file() else None
 
 
-def build_classifier(weights_dir: Path | None = None, layers: int = 0) -> tuple[Classifier, str]:
-    """A fp32 CPU model in eval mode and its weights label ("pretrained" | "random-init"). `layers`
-    > 0: an encoder of that many layers instead of MiniLM's 6 (random weights only: a smaller model
-    for measuring what surrounds it)."""
-    if layers and weights_dir is not None:
+def build_classifier(weights_dir: Path | None = None, layers: int | None = None) -> tuple[Classifier, str]:
+    """A fp32 CPU model in eval mode and its weights label ("pretrained" | "random-init"). `layers`:
+    an encoder of that many layers instead of MiniLM's 6 (random weights only: a smaller model, down
+    to 0 layers, for measuring what surrounds the forward pass, as a GPU's fast forward leaves it)."""
+    if layers is not None and weights_dir is not None:
         raise ValueError("a layer count other than the pretrained model's needs random-init weights")
     torch.manual_seed(SEED)
-    model = Classifier(EncoderConfig(layers=layers) if layers else None)
+    model = Classifier(EncoderConfig(layers=layers) if layers is not None else None)
     label = "random-init"
     if weights_dir is not None:
         state = {

@@ -60,7 +60,7 @@ class RunOptions:
     sample_rate: float = 1.0
     keep_slower_than_ms: float | None = None
     frontends: int = 0  # front-end processes before one model process (0: one process)
-    model_layers: int = 0  # > 0: an encoder of this many layers (ServiceConfig.model_layers)
+    model_layers: int | None = None  # an encoder of this many layers (ServiceConfig.model_layers)
 
 
 class ChildFailed(RuntimeError):

@@ -103,7 +103,7 @@ class ServiceConfig:
     keep_slower_than_ms: float | None = None
     # 0: one process; N >= 1: N front-end processes and one model process (reference_pipeline.frontends)
     frontends: int = 0
-    model_layers: int = 0  # > 0: an encoder of this many layers (random-init), not MiniLM's 6
+    model_layers: int | None = None  # an encoder of this many layers (random-init), not MiniLM's 6
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -137,7 +137,7 @@ class ServiceConfig:
             "tailscope.tracing.mode": self.tracing_mode,
             "tailscope.sample.rate": self.sample_rate,
             "tailscope.frontends": self.frontends,
-            **({"tailscope.model.layers": self.model_layers} if self.model_layers else {}),
+            **({"tailscope.model.layers": self.model_layers} if self.model_layers is not None else {}),
         }
 
 
