@@ -5,6 +5,11 @@
   python bench/bench_pipeline.py tracing   [--duration 10] [--concurrency 32] [--repeats 5]
   python bench/bench_pipeline.py tracing-ab [--duration 60] [--concurrency 32] [--period 4] [--repeats 2]
   python bench/bench_pipeline.py spans     [--requests 3000]
+  python bench/bench_pipeline.py modes     [--layers 1] [--duration 10] [--warm 3] [--repeats 3]
+  python bench/bench_pipeline.py tracing-ab --tracing-mode light [--layers 1]
+  python bench/bench_pipeline.py waterfall [--rps 20] [--duration 10] [--repeats 3]
+  python bench/bench_pipeline.py frontends [--layers 0] [--duration 10] [--repeats 2]
+  python bench/bench_pipeline.py handoff   [--requests 5000]
 
 forward: model.forward p50/p99 (ms) per executor (torchscript, eager), batch size (1, 8, 32) and
   dtype (fp32, bf16, int8) at a fixed sequence length, timed around ModelRunner.run (collation,
@@ -23,7 +28,8 @@ tracing: the same saturated service with the OTel SDK exporting every span to a 
 tracing-ab: one saturated service process whose tracer is swapped between the OTel SDK and a no-op
   tracer every --period seconds (reference_pipeline.tracing_switch); throughput and CPU per request
   are booked per mode inside the process, so the run-to-run variance of separate processes cancels.
-spans: CPU per request of the tracing alone (a steady request's 10 spans, no service around them).
+spans: CPU per request of the tracing alone (a steady request's stages, no service around them), in
+  each tracing mode. modes, waterfall, frontends, handoff: issue 28's figures (bench/pipeline_modes.py).
 Each section prints a Markdown table and the machine it ran on.
 """
 
