@@ -89,9 +89,10 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--frontends",
-        default="0",
+        default="auto",
         help="front-end processes (HTTP, parsing, features, tokens) before one model process that batches "
-        "across them; 'auto': the cores left after one for the model; 0 (default): one process",
+        "across them; auto (default): the cores left after one for the model process (at least 1); "
+        "0: the whole service in one process",
     )
     parser.add_argument("--entities", type=int, default=5000, help="entities in the feature store")
     parser.add_argument("--seed", type=int, default=1, help="load generator seed")
