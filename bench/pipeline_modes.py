@@ -167,7 +167,7 @@ def bench_waterfall(args, machine: str) -> None:
 
     print(
         f"waterfall stage means, spans vs light ({args.rps:g} req/s open loop, {args.duration:g} s, "
-        f"steady with downstream, {args.repeats} runs each, alternating) — {machine}\n"
+        f"steady with downstream, {layers_text(args)}, {args.repeats} runs each, alternating) — {machine}\n"
     )
     means: dict[str, list[dict]] = {"spans": [], "light": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -177,7 +177,12 @@ def bench_waterfall(args, machine: str) -> None:
                 out = Path(tmp) / f"{mode}{repeat}.jsonl"
                 run_pipeline(
                     RunOptions(
-                        duration_s=args.duration, rps=args.rps, out=out, tracing_mode=mode, seed=repeat + 1
+                        duration_s=args.duration,
+                        rps=args.rps,
+                        out=out,
+                        tracing_mode=mode,
+                        seed=repeat + 1,
+                        model_layers=args.layers,
                     )
                 )
                 label = f"{mode}{repeat}"
