@@ -128,6 +128,8 @@ def _steady_run(args, **options) -> dict:
                 load_processes=args.load_processes,
                 out=Path(tmp) / "t.jsonl",
                 tracing_mode=args.tracing_mode,
+                sample_rate=args.sample_rate,
+                keep_slower_than_ms=args.keep_slower_than_ms,
                 model_layers=args.layers,
                 **options,
             )
@@ -266,6 +268,7 @@ def bench_tracing_ab(args) -> None:
     print(
         f"tracing overhead inside one process ({_load_text(args)}, tracer swapped every "
         f"{args.period:g} s, batch 8/5 ms, steady, no downstream, tracing mode {args.tracing_mode}, "
+        f"sample rate {args.sample_rate:g}, keep slower than {args.keep_slower_than_ms} ms, "
         f"{6 if args.layers is None else args.layers}-layer model) — {machine(SERVICE_THREADS)}\n"
     )
     print("| run | mode | windows | seconds | requests | req/s | CPU ms per request |")
@@ -353,6 +356,8 @@ def main() -> int:
     parser.add_argument(
         "--tracing-mode", default="spans", choices=("spans", "light"), help="the traced runs' tracing mode"
     )
+    parser.add_argument("--sample-rate", type=float, default=1.0, help="the traced runs' head sampling")
+    parser.add_argument("--keep-slower-than-ms", type=float, help="with sampling: always keep these")
     parser.add_argument("--warm", type=float, default=3.0, help="modes, frontends: warm-up seconds")
     args = parser.parse_args()
     sections = {
