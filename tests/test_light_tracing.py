@@ -3,6 +3,8 @@ tailscope/instrument/light.py, tailscope/instrument/sampling.py and the "tailsco
 
 from __future__ import annotations
 
+import time
+
 import duckdb
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -83,6 +85,26 @@ def test_nested_stage_of_another_stage_leaves_the_outer_its_own_time(provider) -
     assert set(own) == {"postprocessing", "downstream"} and own["downstream"] > 0
     assert span.attributes["cache.hit"] is False
     assert own["postprocessing"] + own["downstream"] <= (span.end_time - span.start_time) / 1000
+
+
+def test_a_wait_inside_a_stage_of_its_stage_is_counted_once(provider) -> None:
+    """A traced lock's wait inside postprocessing (stage None: the enclosing one's), as in the
+    reference pipeline: the stage's time is its interval, not its interval plus the wait."""
+    import threading
+
+    tp, exporter = provider
+    ts.set_mode("light")
+    lock = ts.traced_lock(threading.Lock(), "scores")
+    with (
+        tp.get_tracer("t").start_as_current_span("req", kind=SpanKind.SERVER) as root,
+        ts.request(root),
+    ):
+        started = time.time_ns()
+        with ts.stage("postprocessing"), lock:
+            time.sleep(0.02)  # held: a stand-in for work under the lock, whose length is asserted
+        took_us = (time.time_ns() - started) / 1000
+    (span,) = exporter.get_finished_spans()
+    assert span.attributes[light.STAGE_US + "postprocessing"] == pytest.approx(took_us, rel=0.05)
 
 
 def test_spans_mode_is_untouched_by_request_blocks(provider) -> None:

@@ -79,7 +79,8 @@ class StageTimes:
         self.own[stage] = self.own.get(stage, 0) + took
         if end_ns > self.ends.get(stage, 0):
             self.ends[stage] = end_ns
-        if enclosing is not None and enclosing != stage:  # its time is not the enclosing stage's own
+        if enclosing is not None:  # its time is not the enclosing stage's own (the same stage: net 0,
+            # as a child span of the parent's stage adds nothing to the stage's total)
             self.own[enclosing] = self.own.get(enclosing, 0) - took
 
     def attributes(self) -> dict[str, AttributeValue]:
