@@ -94,15 +94,19 @@ def test_a_wait_inside_a_stage_of_its_stage_is_counted_once(provider) -> None:
 
     tp, exporter = provider
     ts.set_mode("light")
-    lock = ts.traced_lock(threading.Lock(), "scores")
+    inner = threading.Lock()
+    lock = ts.traced_lock(inner, "scores")
+    inner.acquire()  # another holder: the request waits ~30 ms for it
+    threading.Timer(0.03, inner.release).start()
     with (
         tp.get_tracer("t").start_as_current_span("req", kind=SpanKind.SERVER) as root,
         ts.request(root),
     ):
         started = time.time_ns()
         with ts.stage("postprocessing"), lock:
-            time.sleep(0.02)  # held: a stand-in for work under the lock, whose length is asserted
+            pass
         took_us = (time.time_ns() - started) / 1000
+    assert took_us > 20_000
     (span,) = exporter.get_finished_spans()
     assert span.attributes[light.STAGE_US + "postprocessing"] == pytest.approx(took_us, rel=0.05)
 
