@@ -7,7 +7,8 @@
   python bench/bench_pipeline.py spans     [--requests 3000]
   python bench/bench_pipeline.py modes     [--layers 1] [--duration 10] [--warm 3] [--repeats 3]
   python bench/bench_pipeline.py tracing-ab --tracing-mode light [--layers 1]
-  python bench/bench_pipeline.py waterfall [--rps 20] [--duration 10] [--repeats 3]
+  python bench/bench_pipeline.py waterfall [--rps 8] [--duration 15] [--repeats 3] [--layers 1]
+  python bench/bench_pipeline.py both      [--rps 8] [--duration 15] [--repeats 2] [--layers 1]
   python bench/bench_pipeline.py frontends [--layers 0] [--duration 10] [--repeats 2]
   python bench/bench_pipeline.py handoff   [--requests 5000]
 
@@ -47,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import pipeline_modes
+from bench import pipeline_both, pipeline_modes
 from bench.machine_info import cpu_seconds
 
 
@@ -322,7 +323,9 @@ def main() -> int:
     )
     parser.add_argument(
         "section",
-        choices=("forward", "batching", "tracing", "tracing-ab", "spans", *pipeline_modes.SECTIONS),
+        choices=(
+            "forward", "batching", "tracing", "tracing-ab", *pipeline_modes.SECTIONS, *pipeline_both.SECTIONS
+        ),
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="fp32,bf16,int8", help="forward: dtypes to time")
@@ -369,7 +372,8 @@ def main() -> int:
     if args.section in sections:
         sections[args.section](args)
     else:
-        pipeline_modes.SECTIONS[args.section](args, machine(SERVICE_THREADS))
+        more = {**pipeline_modes.SECTIONS, **pipeline_both.SECTIONS}
+        more[args.section](args, machine(SERVICE_THREADS))
     return 0
 
 

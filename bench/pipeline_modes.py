@@ -5,8 +5,7 @@ modes: the service's CPU per completed request with tracing off, a span per stag
   the service's processes' own (utime + stime from /proc, front ends included), counted only while
   the measured load runs (start-up and warm-up excluded): less sensitive to the shared machine's
   load than throughput. Modes rotate within each repeat; each traced mode is also compared with the
-  untraced run of its own repeat (paired). Then the waterfall: spans and light runs alternate at an
-  open-loop rate below saturation, each ingested, and the per-stage mean ms over all requests compared.
+  untraced run of its own repeat (paired). waterfall, both: bench/pipeline_both.py.
 frontends: throughput and CPU per request with 1 and 2 front-end processes before one model
   process, tracing off, a small model (--layers, default 1), closed loop.
 handoff: CPU per round trip of one request's hand-off (token ids and features out, output back)
@@ -149,59 +148,6 @@ def bench_modes(args, machine: str) -> None:
             f"{100 * (med - off) / off:+.1f} % | {pair} | {statistics.median(rps[mode]):.0f} |"
         )
     print(f"\nload average after: {os.getloadavg()[0]:.1f}")
-
-
-def stage_means(db: Path, run: str) -> dict[str, float]:
-    import duckdb
-
-    cols = ", ".join(f"avg({c}_ns) / 1e6" for c in ALL_STAGES)
-    with duckdb.connect(str(db), read_only=True) as conn:
-        row = conn.execute(f"SELECT {cols}, count(*) FROM requests WHERE RunLabel = ?", [run]).fetchone()
-    return dict(zip((*ALL_STAGES, "requests"), row, strict=True))
-
-
-def bench_waterfall(args, machine: str) -> None:
-    """Spans and light runs alternating at an open-loop rate; the per-stage means of each."""
-    from ingest.loader import load_paths
-    from reference_pipeline.runner import RunOptions, run_pipeline
-
-    print(
-        f"waterfall stage means, spans vs light ({args.rps:g} req/s open loop, {args.duration:g} s, "
-        f"steady with downstream, {layers_text(args)}, {args.repeats} runs each, alternating) — {machine}\n"
-    )
-    means: dict[str, list[dict]] = {"spans": [], "light": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "w.duckdb"
-        for repeat in range(args.repeats):
-            for mode in means:
-                out = Path(tmp) / f"{mode}{repeat}.jsonl"
-                run_pipeline(
-                    RunOptions(
-                        duration_s=args.duration,
-                        rps=args.rps,
-                        out=out,
-                        tracing_mode=mode,
-                        seed=repeat + 1,
-                        model_layers=args.layers,
-                    )
-                )
-                label = f"{mode}{repeat}"
-                load_paths([out], db, label)
-                means[mode].append(stage_means(db, label))
-                print(f"  {label}: {means[mode][-1]['requests']} requests, load {os.getloadavg()[0]:.1f}")
-    print("\n| stage | spans mean ms (runs) | light mean ms (runs) | light vs spans |")
-    print("|---|---|---|---|")
-    for stage in ALL_STAGES:
-        a = [m[stage] for m in means["spans"]]
-        b = [m[stage] for m in means["light"]]
-        diff = (
-            100 * (statistics.mean(b) - statistics.mean(a)) / statistics.mean(a) if statistics.mean(a) else 0
-        )
-        runs = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
-        print(
-            f"| {stage} | {statistics.mean(a):.3f} ({runs(a)}) | {statistics.mean(b):.3f} ({runs(b)}) | "
-            f"{diff:+.1f} % |"
-        )
 
 
 def bench_frontends(args, machine: str) -> None:
@@ -383,7 +329,6 @@ def bench_spans(args, machine: str) -> None:
 SECTIONS = {
     "spans": bench_spans,
     "modes": bench_modes,
-    "waterfall": bench_waterfall,
     "frontends": bench_frontends,
     "handoff": bench_handoff,
 }

@@ -35,7 +35,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
-MODES = ("spans", "light")
+# "both": a span per stage and the tally on the request's span, from the same requests (costs the
+# sum; for checking that the two representations agree: bench/bench_pipeline.py both)
+MODES = ("spans", "light", "both")
 STAGE_US = "tailscope.stage_us."
 STAGE_END_US = "tailscope.stage_end_us."
 LIGHT_FRAMEWORK = "tailscope light"
@@ -53,6 +55,11 @@ def set_mode(mode: str) -> None:
 
 def mode() -> str:
     return _mode
+
+
+def spans_too() -> bool:
+    """Whether stages also make their spans (modes "spans" and "both")."""
+    return _mode != "light"
 
 
 class StageTimes:
@@ -101,7 +108,7 @@ _OPEN: contextvars.ContextVar[tuple[StageTimes, str | None] | None] = contextvar
 
 def open_tally() -> tuple[StageTimes, str | None] | None:
     """The current request's tally and open stage, in light mode inside a `request` block; else None."""
-    return _OPEN.get() if _mode == "light" else None
+    return _OPEN.get() if _mode != "spans" else None
 
 
 def enter_stage(stage: str) -> tuple[contextvars.Token, StageTimes, str | None] | None:
@@ -160,7 +167,7 @@ class request:
         self.times: StageTimes | None = None
 
     def __enter__(self) -> request:
-        if _mode == "light" and self._span.is_recording():
+        if _mode != "spans" and self._span.is_recording():
             start = self._start_ns or getattr(self._span, "start_time", None) or time.time_ns()
             self.times = StageTimes(self._span, start)
             self._token = _OPEN.set((self.times, None))

@@ -99,7 +99,7 @@ class stage:
         # a span, for the called service's spans to hang under (its time then comes from the span)
         self._light = None if self._kind is SpanKind.CLIENT else light.enter_stage(self._stage)
         self._start = time.time_ns()
-        if self._light is not None:
+        if self._light is not None and not light.spans_too():
             return self._light[1].view()
         self._parent = trace.get_current_span()
         attrs = stage_attributes(
@@ -117,7 +117,6 @@ class stage:
             light.reset(token)
             times.add(self._stage, self._start, time.time_ns(), enclosing)
             self._light = None
-            return
         span = self._span
         if span is trace.INVALID_SPAN:
             return
@@ -183,7 +182,7 @@ def record_span(
     wait, written after release), as a child of the current span. `stage_name` None leaves the
     stage to the mapping (a child takes its parent's)."""
     tracer = _tracer.tracer()
-    if tracer is None or light.record(stage_name, start_ns, end_ns):
+    if tracer is None or (light.record(stage_name, start_ns, end_ns) and not light.spans_too()):
         return
     attrs = (
         dict(attributes or {}) if stage_name is None else stage_attributes(stage_name, attributes=attributes)
