@@ -1,7 +1,7 @@
 """Real reference-pipeline runs of every planted scenario, diagnosed end to end.
 
     .venv/bin/python bench/pipeline_diagnosis.py [--duration 20] [--rps 8] [--scenarios a,b]
-        [--tracing-mode spans|light] [--sample-rate R] [--keep-slower-than-ms MS]
+        [--tracing-mode spans|light] [--sample-rate R] [--keep-slower-than-ms MS] [--frontends N]
 
 For each scenario: `tailscope pipeline run --scenario S --device cpu --duration D --rps R`, then
 `tailscope ingest` into one store and `tailscope diagnose --json`. A run is right when its top finding
@@ -57,8 +57,10 @@ def main() -> None:
     parser.add_argument("--tracing-mode", default="spans", choices=("spans", "light"))
     parser.add_argument("--sample-rate", type=float, default=1.0)
     parser.add_argument("--keep-slower-than-ms", type=float)
+    parser.add_argument("--frontends", default="auto", help="as `tailscope pipeline run --frontends`")
     args = parser.parse_args()
     tracing = ["--tracing-mode", args.tracing_mode, "--sample-rate", str(args.sample_rate)]
+    tracing += ["--frontends", args.frontends]
     if args.keep_slower_than_ms is not None:
         tracing += ["--keep-slower-than-ms", str(args.keep_slower_than_ms)]
     print(f"machine: {machine()}")
