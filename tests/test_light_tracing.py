@@ -111,6 +111,26 @@ def test_a_wait_inside_a_stage_of_its_stage_is_counted_once(provider) -> None:
     assert span.attributes[light.STAGE_US + "postprocessing"] == pytest.approx(took_us, rel=0.05)
 
 
+def test_a_propagating_client_stage_stays_a_span_and_an_untraced_call_is_tallied(provider) -> None:
+    tp, exporter = provider
+    ts.set_mode("light")
+    with (
+        tp.get_tracer("t").start_as_current_span("req", kind=SpanKind.SERVER) as root,
+        ts.request(root),
+    ):
+        with (
+            ts.stage("feature_hydration"),
+            ts.stage("feature_hydration", kind=SpanKind.CLIENT, current=False),
+        ):
+            pass  # a store read: nothing traced behind it
+        with ts.stage("downstream", "enrich", kind=SpanKind.CLIENT):
+            pass  # a call that propagates its context: the callee's spans hang under this one
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == ["enrich", "req"]
+    (req,) = [s for s in exporter.get_finished_spans() if s.name == "req"]
+    assert light.STAGE_US + "downstream" not in req.attributes
+
+
 def test_spans_mode_is_untouched_by_request_blocks(provider) -> None:
     tp, exporter = provider
     one_request(tp.get_tracer("t"), 1_000 * MS, 1)

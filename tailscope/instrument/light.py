@@ -21,9 +21,11 @@ spans' error status (the request's span keeps its own).
         with ts.stage("feature_hydration"): ...
 
 Outside a `request` block a stage in light mode is a span as in "spans" mode: nothing is lost. A
-CLIENT stage (an outgoing call: `kind=SpanKind.CLIENT`) stays a span in light mode too, so that the
-called service's spans hang under it; the phase rules fill only what no child span covers, so its
-time is counted once, from the span.
+CLIENT stage that is current (an outgoing call that propagates its context: `kind=SpanKind.CLIENT`,
+the default `current=True`) stays a span in light mode too, so that the called service's spans hang
+under it; the phase rules fill only what no child span covers, so its time is counted once, from the
+span. A CLIENT stage with `current=False` (a call to something untraced: a feature store) is tallied,
+so the stage around it keeps its slow path (a cache miss) inside one duration.
 """
 
 from __future__ import annotations

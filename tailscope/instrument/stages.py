@@ -95,9 +95,10 @@ class stage:
         tracer = _tracer.tracer()
         if tracer is None:
             return trace.INVALID_SPAN
-        # light mode, inside a request: its tally, not a span; a CLIENT stage (a remote call) stays
-        # a span, for the called service's spans to hang under (its time then comes from the span)
-        self._light = None if self._kind is SpanKind.CLIENT else light.enter_stage(self._stage)
+        # light mode, inside a request: its tally, not a span; a current CLIENT stage (a remote call
+        # that propagates its context) stays a span, for the called service's spans to hang under
+        remote = self._kind is SpanKind.CLIENT and self._current
+        self._light = None if remote else light.enter_stage(self._stage)
         self._start = time.time_ns()
         if self._light is not None and not light.spans_too():
             return self._light[1].view()
