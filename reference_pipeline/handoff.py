@@ -26,6 +26,7 @@ import asyncio
 import itertools
 import struct
 import time
+from functools import partial
 from typing import Any
 
 import orjson
@@ -125,10 +126,12 @@ class FrontendConnection:
     def __init__(self, index: int, batcher: Any, cfg: Any, sampler: Any = None) -> None:
         self.index, self.batcher, self.cfg, self.sampler = index, batcher, cfg, sampler
         self.spans = cfg.tracing_mode == "spans" and cfg.model_telemetry == "spans" and cfg.tracing
-        self._tasks: set[asyncio.Task] = set()
+        self._pending: set[asyncio.Future] = set()
 
     async def serve(self, sock) -> None:
-        """Until the front end closes its end (it stopped or died)."""
+        """Until the front end closes its end (it stopped or died). Each request's answer is written
+        from its batch future's done-callback: no asyncio task per request in the model process,
+        whose Python per request bounds the whole service once the forward is fast."""
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         try:
             while (message := await read_frame(reader)) is not None:
@@ -136,22 +139,31 @@ class FrontendConnection:
                     if self.sampler is not None:
                         self.sampler.keep((message[1] << 64) | message[2])
                     continue
-                task = asyncio.create_task(self._answer(message, writer))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
-            if self._tasks:  # answers still on their way to a front end that is draining
-                await asyncio.wait(list(self._tasks), timeout=30)
+                _, rid, hi, lo, span_id, flags, enqueued, ids, features = message
+                parent = SpanContext((hi << 64) | lo, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+                try:
+                    future = self.batcher.submit((ids, features), tag=parent, enqueued_ns=enqueued)
+                except RuntimeError as exc:  # the batcher is closed
+                    writer.write(frame([rid, None, str(exc)]))
+                    continue
+                self._pending.add(future)
+                future.add_done_callback(partial(self._answer, rid, parent, writer))
+            if self._pending:  # answers still on their way to a front end that is draining
+                await asyncio.wait(list(self._pending), timeout=30)
         finally:
             writer.close()
 
-    async def _answer(self, message: list, writer: asyncio.StreamWriter) -> None:
-        _, rid, hi, lo, span_id, flags, enqueued, ids, features = message
-        parent = SpanContext((hi << 64) | lo, span_id, is_remote=True, trace_flags=TraceFlags(flags))
-        try:
-            result = await self.batcher.submit((ids, features), tag=parent, enqueued_ns=enqueued)
-        except Exception as exc:
-            writer.write(frame([rid, None, f"{type(exc).__name__}: {exc}"]))
+    def _answer(
+        self, rid: int, parent: SpanContext, writer: asyncio.StreamWriter, done: asyncio.Future
+    ) -> None:
+        self._pending.discard(done)
+        if writer.is_closing():
             return
+        if done.exception() is not None:
+            error = done.exception()
+            writer.write(frame([rid, None, f"{type(error).__name__}: {error}"]))
+            return
+        result: BatchResult = done.result()
         if self.spans:
             self._record_spans(parent, result)
         lead: SpanContext = result.first_tag
