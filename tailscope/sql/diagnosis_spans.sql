@@ -3,8 +3,10 @@
 -- (hashes of trace id + span id) let numpy find each span's parent with one sort and a binary
 -- search, and match rows of later reads (span attributes). A plain scan: no join, no sort (a join +
 -- ORDER BY here cost 3x more on 1 M spans). The instance is the process that ran the span:
--- service.instance.id, else host.name + process.pid, else the service itself; GC pauses and lock
--- contention are per process, so detectors group by it. The run's phase spans (a serving
+-- service.instance.id, else host.name + process.pid, else what other tracers name the process by
+-- (Jaeger's `hostname`, `ip` and `client-uuid` process tags, Zipkin's endpoint as net.host.ip and
+-- port), else the service itself; GC pauses and lock contention are per process, so detectors group
+-- by it. The run's phase spans (a serving
 -- framework's self-reported phases, phase_spans.sql, in the temp table _ts_phase_spans that
 -- load.py fills first) come with their rule's stage as the stage attribute. TraceId and SpanId come
 -- along as OrderTraceId / OrderSpanId: load.py puts the rows in (StartNs, TraceId, SpanId) order, the
@@ -24,6 +26,12 @@ SELECT
         (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
         ResourceAttributes->>'process.pid',
         ResourceAttributes->>'host.name',
+        ResourceAttributes->>'hostname',
+        (ResourceAttributes->>'net.host.ip') || ':' || (ResourceAttributes->>'net.host.port'),
+        ResourceAttributes->>'net.host.ip',
+        ResourceAttributes->>'host.ip',
+        ResourceAttributes->>'ip',
+        ResourceAttributes->>'client-uuid',
         ''
     ) AS Instance,
     StartNs,
