@@ -4,7 +4,7 @@ test plants one physical cause and checks the diagnosis names it, and does not n
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
 
 BASE = [("auth", "Internal", 0.4, 0.3), ("featurize", "Internal", 1.5, 0.3), ("infer", "Internal", 8.0, 0.15)]
 
@@ -52,3 +52,40 @@ def test_two_modes_with_a_hit_attribute_are_a_cache_miss() -> None:
     result = diagnose_frame(_two_mode_service(3, hit_attribute=True))
     assert result.findings[0].pattern == "cache_miss" and result.findings[0].confidence >= 0.5
 
+
+def _pauses(b: TraceBuilder, instances: list[str], every_ms: float, lengths: tuple[float, float],
+            until_ms: float) -> Pauses:
+    out = {}
+    for inst in instances:
+        t, spans = b.rng.uniform(0, every_ms), []
+        while t < until_ms:
+            length = b.rng.uniform(*lengths)
+            spans.append((t, t + length))
+            t += length + b.rng.uniform(0.5 * every_ms, 1.5 * every_ms)
+        out[inst] = spans
+    return Pauses(out)
+
+
+def test_pauses_beside_a_heavy_tailed_dependency_are_named() -> None:
+    """Stop-the-world pauses on both instances and a dependency whose rare slow calls own the p99:
+    the pauses are the rare slow mode of whatever span they hit, named gc_pause, not cache_miss."""
+    b = TraceBuilder(7)
+    pauses = _pauses(b, ["api/0", "api/1"], 5000.0, (80.0, 150.0), 45_000.0)
+    for t in b.arrivals(4000, 100):
+        b.new_trace()
+        inst = f"api/{int(b.rng.integers(2))}"
+        root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        for name, kind, median, sigma in [*BASE[:2], ("GET ranker", "Client", 2.5, 0.3), BASE[2]]:
+            work = lognormal(b.rng, median, sigma)
+            if kind == "Client" and b.rng.random() < 0.08:
+                work += 40.0 * b.rng.pareto(1.3)
+            end = pauses.run(inst, cur, work)
+            b.span(root, name, kind, inst, cur, end - cur)
+            cur = end + 0.02
+        b.set_end(root, cur + 0.05)
+    result = diagnose_frame(b.frame())
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert _conf(result, "slow_dependency") >= 0.5, found
+    assert _conf(result, "gc_pause") >= 0.5, found
+    assert _conf(result, "cache_miss") < 0.5, found

@@ -49,6 +49,7 @@ MAX_NAMES = 24
 MAX_CELLS = 12_000_000
 SHIFTS = 48
 MIN_BIN_NS = 1_000_000
+ALWAYS_SLOW = 0.25  # share of an instance's busy bins in which a name is slow: slow on its own
 WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy 10 ms windows
 
 
@@ -131,6 +132,14 @@ def detect(ctx: Context) -> list[Finding]:
 
     active = coverage(np.ones(len(nm), bool))
     slow_cov = coverage(slow)
+    # a name slow in flight most of the time (a heavy-tailed call whose slow spans last hundreds of
+    # ms) is slow whatever the process does: it cannot mark a stall, and in the shifted null its long
+    # slow stretches pair with any other name's. It takes no part in the stall test
+    live = np.maximum(active.any(axis=1).sum(axis=1), 1)[:, None]
+    always_slow = slow_cov.sum(axis=2) > ALWAYS_SLOW * live
+    if always_slow.any():
+        active[always_slow] = False
+        slow_cov[always_slow] = False
     a_count = active.sum(axis=1, dtype=np.int16)  # (inst, bins)
     a_need = np.maximum(2, np.ceil(0.6 * a_count)).astype(np.int16)
 
@@ -219,17 +228,22 @@ def detect(ctx: Context) -> list[Finding]:
     # outlast ordinary work. Stalls longer than the median request carry the weight of the evidence:
     # where most tail requests sit in them and they carry most of the tail excess, that is
     # overwhelming whatever the stall-bin ratio; where none is that long, timing alone is weaker
-    long_share, long_hit = long_stalls(ctx, ep_inst, ep_t0, ep_t1)
+    long_share, long_hit, long_added = long_stalls(ctx, ep_inst, ep_t0, ep_t1)
     overwhelming = logistic(z, 3.0, 1.0) * logistic(long_hit, 0.7, 0.06) * logistic(long_share, 0.5, 0.08)
     # a burst keeps work finishing, so stalls in which nothing finished for longer than the median
     # request are not discounted for arrivals: where they carry a material share, the pauses are a cause
     # beside whatever else makes the tail (a slow dependency's calls raise the arrival ratio near stalls)
     warm = 1 - logistic(early, 0.5, 0.1)
     frozen = strength * material_weight(long_share) * warm
+    # beside a heavier cause (a heavy-tailed dependency owning the p99), pauses carry little of the
+    # tail excess yet stall many requests: frozen stretches that add a few percent of the median
+    # latency to the mean request are a cause of their own (below the tail-carrying forms)
+    beside = 0.9 * strength * warm * logistic(long_added, 0.03, 0.01)
     confidence = max(
         strength * weight * penalty * (0.6 + 0.4 * logistic(long_share, 0.15, 0.05)),
         overwhelming * penalty,
         frozen,
+        beside,
     )
     event_share = None
     if len(f.gc_time):
@@ -258,6 +272,7 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_excess_share": round(impact, 3),
         "tail_excess_share_in_long_stalls": round(long_share, 3),
         "tail_requests_in_long_stall": round(long_hit, 3),
+        "long_stall_added_over_median": round(long_added, 4),
         "all_requests_in_stall": round(all_hit, 3),
         "arrival_ratio_in_stall": round(arrival_ratio, 2),
         "early_share": round(early, 3),
@@ -272,6 +287,12 @@ def detect(ctx: Context) -> list[Finding]:
         "time is "
         f"{impact:.0%} of the tail excess; arrivals "
         f"during stalls {arrival_ratio:.2f}x the average (no burst)"
+        + (
+            f"; stretches in which the process finished nothing for longer than the median request add "
+            f"{long_added:.1%} of the median latency to the mean request"
+            if long_added >= 0.01
+            else ""
+        )
         + (
             f"; the runtime reported GC pauses covering {event_share:.0%} of the tail excess"
             if event_share is not None

@@ -51,18 +51,20 @@ def quiet_gaps(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     return out
 
 
-def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float]:
+def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, float]:
     """Share of the tail excess spent in stall episodes in which the process finished no work for
-    longer than the median request (see quiet_gaps), and the share of tail requests overlapping one."""
+    longer than the median request (see quiet_gaps), the share of tail requests overlapping one, and
+    the time they add to the mean request over the median latency (a pause beside a heavier cause
+    can carry little of the p99 excess and still slow many requests)."""
     reqs, split = ctx.frame.requests, ctx.split
     median = np.median(reqs.latency)
     long = (ep_t1 - ep_t0) > median  # only these can hold a quiet stretch that long
     if not long.any():
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     long[long] = quiet_gaps(ctx, ep_inst[long], ep_t0[long], ep_t1[long]) > median
     if not long.any():
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     args = (ep_inst[long], ep_t0[long], ep_t1[long])
     overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *args)
     hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
-    return excess_share(overlap, split), hit
+    return excess_share(overlap, split), hit, float(overlap.mean() / max(median, 1.0))
