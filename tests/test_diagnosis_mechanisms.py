@@ -89,3 +89,64 @@ def test_pauses_beside_a_heavy_tailed_dependency_are_named() -> None:
     assert _conf(result, "slow_dependency") >= 0.5, found
     assert _conf(result, "gc_pause") >= 0.5, found
     assert _conf(result, "cache_miss") < 0.5, found
+
+
+def _calling_service(seed: int, deadline_ms: float | None, hang_rate: float = 0.04, fan_out: bool = False):
+    """Each request calls a ranker; a few calls hang on the callee's side. With a deadline the
+    client gives up at `deadline_ms` (error status) and calls again; without one, a request that
+    needs a second page calls again after the first answer; with `fan_out`, two calls side by side."""
+    b = TraceBuilder(seed)
+    for t in b.arrivals(4000, 120):
+        b.new_trace()
+        inst = f"api/{int(b.rng.integers(3))}"
+        root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        for name, kind, median, sigma in BASE[:2]:
+            d = lognormal(b.rng, median, sigma)
+            b.span(root, name, kind, inst, cur, d)
+            cur += d + 0.02
+        attempts = 1
+        while True:
+            callee = lognormal(b.rng, 5.0, 0.3)
+            hang = b.rng.random() < hang_rate
+            if hang:
+                callee += b.rng.uniform(100.0, 2000.0)
+            cut = deadline_ms is not None and callee > deadline_ms
+            d = deadline_ms + b.rng.uniform(0.0, 0.3) if cut else callee
+            attrs = {"server.address": "ranker", "otel.status_code": "Error"} if cut else {
+                "server.address": "ranker"}
+            b.span(root, "GET /rank", "Client", inst, cur, d, **attrs)
+            if fan_out:
+                b.span(root, "GET /rank", "Client", inst, cur + 0.01, lognormal(b.rng, 5.0, 0.3),
+                       server__address="ranker")
+            cur += d + 0.05
+            again = cut if deadline_ms is not None else (hang and attempts == 1)
+            if not again or attempts >= 2:
+                break
+            attempts += 1
+        d = lognormal(b.rng, 8.0, 0.15)
+        b.span(root, "infer", "Internal", inst, cur, d)
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()
+
+
+def test_a_deadline_and_a_retry_are_named_timeout_retry() -> None:
+    result = diagnose_frame(_calling_service(11, deadline_ms=50.0))
+    top = result.findings[0]
+    assert top.pattern == "timeout_retry" and top.confidence >= 0.5, [
+        (f.pattern, round(f.confidence, 2)) for f in result.findings]
+    stats = top.evidence["stats"]
+    assert 49.0 <= stats["timeout_ms"] <= 51.0
+    assert 0.02 <= stats["retry_rate"] <= 0.06
+    assert stats["first_attempt_error_rate"] > 0.9 and stats["peer"] == "ranker"
+    assert stats["service"] == "api" and stats["instances"]
+    assert "deadline" in top.advice and "retry budget" in top.advice and "Hedge" in top.advice
+    assert _conf(result, "cache_miss") < 0.5
+    assert _conf(result, "slow_dependency") < top.confidence
+
+
+def test_repeated_calls_without_a_deadline_are_not_a_timeout() -> None:
+    for frame in (_calling_service(12, deadline_ms=None), _calling_service(13, None, fan_out=True)):
+        result = diagnose_frame(frame)
+        found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+        assert _conf(result, "timeout_retry") < 0.5, found

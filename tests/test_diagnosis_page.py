@@ -129,6 +129,13 @@ CHARTS = [
         "requests": [100, 100, 100],
         "overall_rate": 0.31,
     },
+    {
+        "kind": "attempt_durations",
+        "edges_ms": [0.0, 25.0, 50.0, 75.0],
+        "first_attempts": [0, 3, 40],
+        "other_calls": [900, 10, 0],
+        "timeout_ms": 50.2,
+    },
 ]
 
 
@@ -142,3 +149,10 @@ def test_every_chart_kind_builds_a_figure(db: Path) -> None:
     for finding in diagnose(Store(db), "locks").findings:  # and what the detectors really emit
         assert evidence_figure(finding.evidence.get("chart")) is not None, finding.pattern
     assert evidence_figure(None) is None and evidence_figure({"kind": "unknown"}) is None
+
+
+def test_every_pattern_has_a_card_title() -> None:
+    from app.views.diagnosis import TITLES
+    from tailscope.vocabulary import PATTERNS
+
+    assert set(PATTERNS) <= set(TITLES)

@@ -20,15 +20,18 @@ from tailscope.analysis.diagnosis import (
     queueing,
     shares,
     slow_dependency,
+    timeout_retry,
     unexplained,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 
 # Order matters only for notes: gc_pause leaves its stall episodes for cache_miss, network and
-# compute_bound; cache_miss marks bimodal names before cold_start and fallback_path read them.
+# compute_bound; timeout_retry marks retried calls before slow_dependency reads them; cache_miss marks
+# bimodal names before cold_start and fallback_path read them.
 DETECTORS = (
     gc_pause,
+    timeout_retry,
     cache_miss,
     fallback_path,
     cold_start,
