@@ -3,6 +3,8 @@ test plants one physical cause and checks the diagnosis names it, and does not n
 
 from __future__ import annotations
 
+import numpy as np
+
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
 
@@ -150,3 +152,48 @@ def test_repeated_calls_without_a_deadline_are_not_a_timeout() -> None:
         result = diagnose_frame(frame)
         found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
         assert _conf(result, "timeout_retry") < 0.5, found
+
+
+def _payload_service(seed: int, grows: bool):
+    """The response body varies over two orders of magnitude (the root records its size); encoding
+    it costs 25 ms per MB when `grows`, a fixed 0.5 ms otherwise. A small parse step follows the
+    request body's size in both."""
+    b = TraceBuilder(seed)
+    for t in b.arrivals(3000, 100):
+        b.new_trace()
+        inst = f"api/{int(b.rng.integers(3))}"
+        out_bytes = int(200_000 * np.exp(b.rng.normal(0.0, 1.1)))
+        in_bytes = int(2_000 * np.exp(b.rng.normal(0.0, 0.8)))
+        root = b.span(None, "GET /feed", "Server", inst, t, 0.0, http__response__body__size=out_bytes,
+                      http__request__body__size=in_bytes, user__id=int(b.rng.integers(1_000_000)))
+        cur = t + 0.05
+        d = 0.05 + in_bytes / 1e6 * 2.0
+        b.span(root, "parse", "Internal", inst, cur, d)
+        cur += d + 0.02
+        for name, kind, median, sigma in BASE[1:]:
+            d = lognormal(b.rng, median, sigma)
+            b.span(root, name, kind, inst, cur, d)
+            cur += d + 0.02
+        d = (0.3 + out_bytes / 1e6 * 25.0 if grows else 0.5) * lognormal(b.rng, 1.0, 0.1)
+        b.span(root, "render", "Internal", inst, cur, d)
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()
+
+
+def test_time_that_grows_with_the_payload_is_large_payload() -> None:
+    result = diagnose_frame(_payload_service(21, grows=True))
+    top = result.findings[0]
+    assert top.pattern == "large_payload" and top.confidence >= 0.5, [
+        (f.pattern, round(f.confidence, 2)) for f in result.findings]
+    stats = top.evidence["stats"]
+    assert top.span_name == "render" and stats["size_attribute"] == "http.response.body.size"
+    assert stats["size_on"] == "request root"
+    assert 15.0 <= stats["ms_per_mb"] <= 35.0 and stats["service"] == "api"
+    assert "compress" in top.advice and "paginate" in top.advice
+    assert _conf(result, "cache_miss") < 0.5 and _conf(result, "compute_bound") < 0.5
+
+
+def test_sizes_that_do_not_drive_the_tail_are_not_large_payload() -> None:
+    result = diagnose_frame(_payload_service(22, grows=False))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert _conf(result, "large_payload") < 0.5, found

@@ -136,6 +136,15 @@ CHARTS = [
         "other_calls": [900, 10, 0],
         "timeout_ms": 50.2,
     },
+    {
+        "kind": "size_vs_time",
+        "size": [1000.0, 50_000.0, 900_000.0],
+        "duration_ms": [0.4, 1.6, 22.0],
+        "tail": [False, False, True],
+        "fit_ms": [0.3, 25.3],
+        "fit_size": [0.0, 1_000_000.0],
+        "size_attribute": "http.response.body.size",
+    },
 ]
 
 

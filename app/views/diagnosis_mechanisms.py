@@ -29,7 +29,22 @@ def attempt_durations(c: dict[str, Any]) -> go.Figure:
     return fig
 
 
-BUILDERS = {"attempt_durations": attempt_durations}
+def size_vs_time(c: dict[str, Any]) -> go.Figure:
+    """A stage's duration against the size it handled (tail requests in red), with the fitted line."""
+    tail = c["tail"]
+    fig = go.Figure()
+    for flag, color, label in ((False, BODY, "other requests"), (True, TAIL, "tail requests")):
+        xs = [x for x, t in zip(c["size"], tail, strict=True) if t == flag]
+        ys = [y for y, t in zip(c["duration_ms"], tail, strict=True) if t == flag]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker={"color": color, "opacity": 0.4},
+                                 name=label))
+    fig.add_trace(go.Scatter(x=c["fit_size"], y=c["fit_ms"], mode="lines", line={"color": TOTAL, "width": 3},
+                             name="fitted (Theil-Sen)"))
+    charts.layout(fig, height=360, xaxis_title=c["size_attribute"], yaxis_title="duration (ms)")
+    return fig
+
+
+BUILDERS = {"attempt_durations": attempt_durations, "size_vs_time": size_vs_time}
 TITLES = {
     "timeout_retry": "A client deadline cuts calls short, and they are retried",
     "large_payload": "Work that grows with the payload",
@@ -37,4 +52,5 @@ TITLES = {
 }
 CHART_TITLES = {
     "attempt_durations": "Attempt durations: the first attempts of retried calls end at the deadline",
+    "size_vs_time": "The stage's duration against the size it handled, with the fitted line",
 }

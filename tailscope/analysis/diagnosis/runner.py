@@ -15,6 +15,7 @@ from tailscope.analysis.diagnosis import (
     compute_bound,
     fallback_path,
     gc_pause,
+    large_payload,
     lock_contention,
     network,
     queueing,
@@ -27,11 +28,13 @@ from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 
 # Order matters only for notes: gc_pause leaves its stall episodes for cache_miss, network and
-# compute_bound; timeout_retry marks retried calls before slow_dependency reads them; cache_miss marks
+# compute_bound; timeout_retry and large_payload mark the calls whose tail they explain before
+# slow_dependency reads them; cache_miss marks
 # bimodal names before cold_start and fallback_path read them.
 DETECTORS = (
     gc_pause,
     timeout_retry,
+    large_payload,
     cache_miss,
     fallback_path,
     cold_start,
