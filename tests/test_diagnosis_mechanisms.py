@@ -197,3 +197,61 @@ def test_sizes_that_do_not_drive_the_tail_are_not_large_payload() -> None:
     result = diagnose_frame(_payload_service(22, grows=False))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "large_payload") < 0.5, found
+
+
+def _stalled_service(seed: int, throttled: bool, gc_events: bool = False):
+    """Process-wide stalls on three instances. Throttled: a CPU quota runs out in some 100 ms periods
+    and the process sleeps until the next period starts (stalls of 10-60 ms ending on the instance's
+    period boundary). Otherwise GC-like pauses of the same lengths starting at random moments."""
+    b = TraceBuilder(seed)
+    instances = ["api/0", "api/1", "api/2"]
+    until = 40_000.0
+    stalls: dict[str, list[tuple[float, float]]] = {}
+    for inst in instances:
+        phase = 100.0 * b.rng.random()
+        periods = np.arange(phase, until, 100.0)
+        hit = periods[b.rng.random(len(periods)) < 0.06]
+        lengths = b.rng.uniform(10.0, 60.0, len(hit))
+        if throttled:
+            stalls[inst] = [(e - length, e) for e, length in zip(hit, lengths, strict=True)]
+        else:
+            starts = np.sort(b.rng.uniform(0, until, len(hit)))
+            stalls[inst] = [(s, s + length) for s, length in zip(starts, lengths, strict=True)]
+    pauses = Pauses(stalls)
+    for t in b.arrivals(6000, 150):
+        b.new_trace()
+        inst = instances[int(b.rng.integers(3))]
+        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        for name, kind, median, sigma in BASE:
+            end = pauses.run(inst, cur, lognormal(b.rng, median, sigma))
+            b.span(root, name, kind, inst, cur, end - cur)
+            cur = end + 0.02
+        b.set_end(root, cur + 0.05)
+    gc = [(inst, a, b_) for inst, spans in stalls.items() for a, b_ in spans] if gc_events else None
+    return b.frame(gc=gc)
+
+
+def test_stalls_ending_on_quota_periods_are_cpu_throttling() -> None:
+    result = diagnose_frame(_stalled_service(31, throttled=True))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    top = result.findings[0]
+    assert top.pattern == "cpu_throttling" and top.confidence >= 0.5, found
+    assert _conf(result, "gc_pause") < 0.5, found
+    assert top.evidence["stats"]["stall_end_phase_z"] > 4 and "CPU limit" in top.advice
+    assert "GC" in top.advice  # advice for both
+
+
+def test_pauses_at_random_moments_stay_gc_pause() -> None:
+    result = diagnose_frame(_stalled_service(32, throttled=False))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert result.findings[0].pattern == "gc_pause" and result.findings[0].confidence >= 0.5, found
+    assert _conf(result, "cpu_throttling") < 0.5, found
+    assert "cpu.stat" in result.findings[0].evidence["summary"]  # no GC events: both were considered
+
+
+def test_reported_gc_pauses_outweigh_period_alignment() -> None:
+    result = diagnose_frame(_stalled_service(33, throttled=True, gc_events=True))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert result.findings[0].pattern == "gc_pause", found
+    assert _conf(result, "cpu_throttling") < 0.5, found

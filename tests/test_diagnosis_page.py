@@ -145,6 +145,7 @@ CHARTS = [
         "fit_size": [0.0, 1_000_000.0],
         "size_attribute": "http.response.body.size",
     },
+    {"kind": "stall_phase", "phase_ms": [41.0, 41.5, 40.8, 12.0], "period_ms": 100.0},
 ]
 
 

@@ -44,7 +44,17 @@ def size_vs_time(c: dict[str, Any]) -> go.Figure:
     return fig
 
 
-BUILDERS = {"attempt_durations": attempt_durations, "size_vs_time": size_vs_time}
+def stall_phase(c: dict[str, Any]) -> go.Figure:
+    """When work resumes after each stall, modulo the CPU quota's period: a quota's stalls end on one
+    phase per instance (a tall bar), GC pauses anywhere (a flat histogram)."""
+    fig = go.Figure(go.Histogram(x=c["phase_ms"], xbins={"start": 0, "end": c["period_ms"], "size": 2},
+                                 marker_color=TAIL, name="stall ends"))
+    charts.layout(fig, height=320, xaxis_title=f"stall end modulo {c['period_ms']:g} ms (ms)",
+                  yaxis_title="stalls")
+    return fig
+
+
+BUILDERS = {"attempt_durations": attempt_durations, "size_vs_time": size_vs_time, "stall_phase": stall_phase}
 TITLES = {
     "timeout_retry": "A client deadline cuts calls short, and they are retried",
     "large_payload": "Work that grows with the payload",
@@ -53,4 +63,5 @@ TITLES = {
 CHART_TITLES = {
     "attempt_durations": "Attempt durations: the first attempts of retried calls end at the deadline",
     "size_vs_time": "The stage's duration against the size it handled, with the fitted line",
+    "stall_phase": "When work resumes after each stall, within the CPU quota's period",
 }

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import cpu_throttling
 from tailscope.analysis.diagnosis.frame import root_waits
-from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap
+from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap, where_stalled
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
@@ -258,7 +259,10 @@ def detect(ctx: Context) -> list[Finding]:
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
     if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
+    where, services = where_stalled(ctx, ep_inst, ep_t0, ep_t1)
     stats = {
+        "services": services,
+        "instances": where,
         "stall_bins": obs,
         "stall_bins_expected": round(null_mean, 1),
         "z": round(z, 2),
@@ -282,7 +286,8 @@ def detect(ctx: Context) -> list[Finding]:
     }
     summary = (
         f"{episodes} stall episodes (median {pause_ms:.1f} ms) where spans of several different names on one "
-        f"instance were slow at once: {obs} stall bins vs {null_mean:.1f} expected by chance (z={z:.1f}); "
+        f"instance ({', '.join(where)}) were slow at once: {obs} stall bins vs {null_mean:.1f} expected "
+        f"by chance (z={z:.1f}); "
         f"{tail_hit:.0%} of tail requests overlap a stall vs {all_hit:.0%} of all requests, and stall "
         "time is "
         f"{impact:.0%} of the tail excess; arrivals "
@@ -300,20 +305,20 @@ def detect(ctx: Context) -> list[Finding]:
         )
         + "."
     )
-    return [
-        Finding(
-            pattern=PATTERN,
-            confidence=clamp01(confidence),
-            stage=None,
-            span_name=None,
-            evidence={
-                "summary": summary,
-                "stats": stats,
-                "chart": _chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
-            },
-            advice=ADVICE,
-        )
-    ]
+    finding = Finding(
+        pattern=PATTERN,
+        confidence=clamp01(confidence),
+        stage=None,
+        span_name=None,
+        evidence={
+            "summary": summary,
+            "stats": stats,
+            "chart": _chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
+        },
+        advice=ADVICE,
+    )
+    # the same stalls from a CPU quota end on its period's boundaries: name what the evidence favours
+    return cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
 
 
 def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:

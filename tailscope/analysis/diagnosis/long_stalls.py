@@ -35,20 +35,30 @@ def quiet_gaps(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     paused process finishes nothing for as long as the pause lasts; a long co-slow stretch in which
     work spans keep ending (a queue draining after a burst while the model keeps stepping) is load,
     not a pause. Work = leaf spans of requests outside the queue stage."""
+    return quiet_stretches(ctx, ep_inst, ep_t0, ep_t1)[0]
+
+
+def quiet_stretches(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[np.ndarray, np.ndarray]:
+    """Per episode: the length (ns) of its longest stretch without work ending (see quiet_gaps), and
+    when that stretch ends: the first work to finish once the process runs again (or the episode's
+    end)."""
     f = ctx.frame
     work = np.nonzero(f.leaf & (f.request >= 0) & ~ctx.span_stage_mask("queue"))[0]
     if not len(work):
-        return (ep_t1 - ep_t0).astype(np.int64)
+        return (ep_t1 - ep_t0).astype(np.int64), ep_t1.astype(np.int64)
     scale = int(max(f.end.max(), ep_t1.max())) + 1
     keys = np.sort(f.instance[work].astype(np.int64) * scale + f.end[work])
     base = ep_inst.astype(np.int64) * scale
     lo = np.searchsorted(keys, base + ep_t0, side="right")
     hi = np.searchsorted(keys, base + ep_t1)
-    out = np.empty(len(ep_t0), np.int64)
+    length = np.empty(len(ep_t0), np.int64)
+    end = np.empty(len(ep_t0), np.int64)
     for k in range(len(ep_t0)):
         points = np.r_[ep_t0[k], keys[lo[k] : hi[k]] - base[k], ep_t1[k]]
-        out[k] = int(np.diff(points).max())
-    return out
+        gaps = np.diff(points)
+        j = int(np.argmax(gaps))
+        length[k], end[k] = int(gaps[j]), int(points[j + 1])
+    return length, end
 
 
 def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, float]:
@@ -68,3 +78,12 @@ def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, floa
     overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *args)
     hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
     return excess_share(overlap, split), hit, float(overlap.mean() / max(median, 1.0))
+
+
+def where_stalled(ctx: Context, ep_inst, ep_t0, ep_t1, top: int = 4) -> tuple[list[str], list[str]]:
+    """The instances holding the most stall time (at most `top`) and their services."""
+    f = ctx.frame
+    time = np.bincount(ep_inst, weights=(ep_t1 - ep_t0).astype(np.float64), minlength=len(f.instances))
+    order = [int(i) for i in np.argsort(-time)[:top] if time[i] > 0]
+    services = sorted({f.services[int(np.bincount(f.service[f.instance == i]).argmax())] for i in order})
+    return [f.instances[i] for i in order], services
