@@ -255,3 +255,43 @@ def test_reported_gc_pauses_outweigh_period_alignment() -> None:
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "gc_pause", found
     assert _conf(result, "cpu_throttling") < 0.5, found
+
+
+def _worker_pool_service(seed: int, workers: int):
+    """A caller sends bursts of calls to a server with `workers` slots per instance: a call's SERVER
+    span starts when a slot is free (the wait shows as the client-server gap), the wire adds ~0.4 ms."""
+    b = TraceBuilder(seed)
+    free = {inst: [0.0] * workers for inst in ("model/0", "model/1")}
+    t, times = 0.0, []
+    while len(times) < 6000:
+        rate = 700.0 if (t // 2000) % 5 == 4 else 200.0  # a burst for 2 s out of every 10 s
+        t += b.rng.exponential(1000.0 / rate)
+        times.append(t)
+    for i, t in enumerate(times):
+        b.new_trace()
+        inst = ("model/0", "model/1")[i % 2]
+        wire = lognormal(b.rng, 0.4, 0.1)
+        slots = free[inst]
+        k = int(np.argmin(slots))
+        start = max(t + wire, slots[k])
+        cli = b.span(None, "POST /predict", "Client", f"web/{i % 3}", t, 0.0)
+        root = b.span(cli, "POST /predict", "Server", inst, start, 0.0)
+        cur = start + 0.05
+        for name, kind, median, sigma in BASE:
+            d = lognormal(b.rng, median, sigma)
+            b.span(root, name, kind, inst, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur)
+        slots[k] = cur
+        b.set_end(cli, cur + lognormal(b.rng, 0.4, 0.1))
+    return b.frame()
+
+
+def test_a_wait_for_a_worker_slot_is_queueing_not_network() -> None:
+    result = diagnose_frame(_worker_pool_service(41, workers=3))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert _conf(result, "queueing") >= 0.5, found
+    assert _conf(result, "network") < 0.5, found
+    queue = next(f for f in result.findings if f.pattern == "queueing")
+    assert queue.evidence["stats"].get("service", "model") == "model"
+

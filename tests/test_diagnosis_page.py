@@ -146,6 +146,7 @@ CHARTS = [
         "size_attribute": "http.response.body.size",
     },
     {"kind": "stall_phase", "phase_ms": [41.0, 41.5, 40.8, 12.0], "period_ms": 100.0},
+    {"kind": "wait_vs_running", "running": [0.0, 1.0, 3.0, 3.0], "wait_ms": [0.4, 0.5, 20.0, 80.0]},
 ]
 
 

@@ -54,7 +54,21 @@ def stall_phase(c: dict[str, Any]) -> go.Figure:
     return fig
 
 
-BUILDERS = {"attempt_durations": attempt_durations, "size_vs_time": size_vs_time, "stall_phase": stall_phase}
+def wait_vs_running(c: dict[str, Any]) -> go.Figure:
+    """The wait before the server's handler starts against the calls the instance was running."""
+    fig = go.Figure(go.Scatter(x=c["running"], y=c["wait_ms"], mode="markers",
+                               marker={"color": TAIL, "opacity": 0.35}, name="calls"))
+    charts.layout(fig, height=340, xaxis_title="calls the server instance was running when it was sent",
+                  yaxis_title="wait before the handler starts (ms)")
+    return fig
+
+
+BUILDERS = {
+    "attempt_durations": attempt_durations,
+    "size_vs_time": size_vs_time,
+    "stall_phase": stall_phase,
+    "wait_vs_running": wait_vs_running,
+}
 TITLES = {
     "timeout_retry": "A client deadline cuts calls short, and they are retried",
     "large_payload": "Work that grows with the payload",
@@ -64,4 +78,5 @@ CHART_TITLES = {
     "attempt_durations": "Attempt durations: the first attempts of retried calls end at the deadline",
     "size_vs_time": "The stage's duration against the size it handled, with the fitted line",
     "stall_phase": "When work resumes after each stall, within the CPU quota's period",
+    "wait_vs_running": "Wait before the handler starts, against how busy the server instance was",
 }
