@@ -295,3 +295,37 @@ def test_a_wait_for_a_worker_slot_is_queueing_not_network() -> None:
     queue = next(f for f in result.findings if f.pattern == "queueing")
     assert queue.evidence["stats"].get("service", "model") == "model"
 
+
+def _autoscaled_service(seed: int):
+    """Two instances serve steady traffic; at each burst a new instance starts and takes a share of
+    the calls, its first requests slow in every stage (cold caches, JIT, lazy loading)."""
+    b = TraceBuilder(seed)
+    served: dict[str, int] = {}
+    live = ["api/0", "api/1"]
+    t, count = 0.0, 0
+    while count < 12000:
+        burst = (t // 3000) % 4 == 3
+        t += b.rng.exponential(1000.0 / (1200.0 if burst else 400.0))
+        if burst and len(live) < 2 + int(t // 12000) + 1:
+            live.append(f"api/{len(live)}")  # a replica added for the burst, cold
+        inst = live[int(b.rng.integers(len(live)))]
+        n = served.get(inst, 0)
+        served[inst] = n + 1
+        cold = 1.0 + 5.0 * np.exp(-n / 150.0) if inst not in ("api/0", "api/1") else 1.0
+        b.new_trace()
+        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        for name, kind, median, sigma in BASE:
+            d = lognormal(b.rng, median, sigma) * cold
+            b.span(root, name, kind, inst, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur + 0.05)
+        count += 1
+    return b.frame()
+
+
+def test_instances_started_cold_in_a_burst_are_cold_start_not_gc() -> None:
+    result = diagnose_frame(_autoscaled_service(51))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert result.findings[0].pattern == "cold_start" and result.findings[0].confidence >= 0.5, found
+    assert _conf(result, "gc_pause") < 0.5 and _conf(result, "cpu_throttling") < 0.5, found
