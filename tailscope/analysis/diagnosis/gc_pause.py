@@ -50,7 +50,7 @@ MAX_NAMES = 24
 MAX_CELLS = 12_000_000
 SHIFTS = 48
 MIN_BIN_NS = 1_000_000
-ALWAYS_SLOW = 0.25  # share of an instance's busy bins in which a name is slow: slow on its own
+ALWAYS_SLOW = 0.25  # share of an instance's busy bins in which a call is slow: slow on its own
 WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy 10 ms windows
 
 
@@ -133,11 +133,12 @@ def detect(ctx: Context) -> list[Finding]:
 
     active = coverage(np.ones(len(nm), bool))
     slow_cov = coverage(slow)
-    # a name slow in flight most of the time (a heavy-tailed call whose slow spans last hundreds of
-    # ms) is slow whatever the process does: it cannot mark a stall, and in the shifted null its long
-    # slow stretches pair with any other name's. It takes no part in the stall test
+    # a call to another service slow in flight most of the time (a heavy-tailed dependency whose slow
+    # spans last hundreds of ms) is slow whatever this process does: it cannot mark a stall, and in the
+    # shifted null its long slow stretches pair with any other name's. It takes no part in the test
     live = np.maximum(active.any(axis=1).sum(axis=1), 1)[:, None]
-    always_slow = slow_cov.sum(axis=2) > ALWAYS_SLOW * live
+    is_call = np.isin(top, ctx.client_names)[None, :]
+    always_slow = (slow_cov.sum(axis=2) > ALWAYS_SLOW * live) & is_call
     if always_slow.any():
         active[always_slow] = False
         slow_cov[always_slow] = False
