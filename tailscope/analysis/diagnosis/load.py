@@ -29,10 +29,12 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     values = enc.dictionary.to_pylist()
     if len(codes) == 0:
         return codes, values
-    used, first = np.unique(codes, return_index=True)
-    by_appearance = used[np.argsort(first, kind="stable")]
-    if len(by_appearance) == len(values) and (by_appearance == np.arange(len(values))).all():
+    first = np.full(len(values), len(codes), np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the earliest row of each code wins
+    if (np.diff(first) > 0).all() and first[-1] < len(codes):
         return codes, values
+    by_appearance = np.argsort(first, kind="stable")
+    by_appearance = by_appearance[first[by_appearance] < len(codes)]
     renumber = np.full(len(values), -1, np.int64)
     renumber[by_appearance] = np.arange(len(by_appearance))
     return renumber[codes], [values[i] for i in by_appearance.tolist()]

@@ -51,14 +51,26 @@ def quiet_stretches(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[np.ndarray, np
     base = ep_inst.astype(np.int64) * scale
     lo = np.searchsorted(keys, base + ep_t0, side="right")
     hi = np.searchsorted(keys, base + ep_t1)
-    length = np.empty(len(ep_t0), np.int64)
-    end = np.empty(len(ep_t0), np.int64)
-    for k in range(len(ep_t0)):
-        points = np.r_[ep_t0[k], keys[lo[k] : hi[k]] - base[k], ep_t1[k]]
-        gaps = np.diff(points)
-        j = int(np.argmax(gaps))
-        length[k], end[k] = int(gaps[j]), int(points[j + 1])
-    return length, end
+    if len(ep_t0) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # every episode's points: its start, the work ends inside it, its end; all episodes in one array
+    inner = np.maximum(hi - lo, 0)
+    size = inner + 2
+    offset = np.r_[0, np.cumsum(size)[:-1]]
+    points = np.empty(int(size.sum()), np.int64)
+    points[offset] = ep_t0
+    points[offset + size - 1] = ep_t1
+    owner = np.repeat(np.arange(len(ep_t0)), inner)
+    within = np.arange(len(owner)) - np.repeat(np.cumsum(inner) - inner, inner)
+    points[offset[owner] + 1 + within] = keys[lo[owner] + within] - base[owner]
+    gaps = np.diff(points)  # the last gap of each episode runs into the next one's start: not used
+    gap_owner = np.repeat(np.arange(len(ep_t0)), size)[:-1]
+    valid = np.ones(len(gaps), bool)
+    valid[(offset + size - 1)[:-1]] = False
+    gaps = np.where(valid, gaps, -1)
+    order = np.lexsort((-np.arange(len(gaps)), gaps, gap_owner))  # the first of equal longest gaps
+    last = order[np.r_[gap_owner[order][1:] != gap_owner[order][:-1], True]]
+    return gaps[last].astype(np.int64), points[last + 1].astype(np.int64)
 
 
 def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, float]:

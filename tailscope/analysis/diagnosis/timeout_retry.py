@@ -73,14 +73,27 @@ def retry_groups(ctx: Context, code: int) -> dict | None:
     }
 
 
-def detect(ctx: Context) -> list[Finding]:
+def _repeated_names(ctx: Context) -> list[int]:
+    """Span names with at least MIN_RETRIED parents holding two or more spans of the name (one sort
+    of all spans by name, parent and start)."""
     f = ctx.frame
+    spans = np.nonzero((f.request >= 0) & (f.parent >= 0))[0]
+    if len(spans) < 2:
+        return []
+    name, parent = f.name[spans], f.parent[spans]
+    order = np.lexsort((parent, name))
+    name, parent = name[order], parent[order]
+    second = (name[1:] == name[:-1]) & (parent[1:] == parent[:-1])
+    second &= ~np.r_[False, second[:-1]]  # one per group: the second span under its parent
+    groups = np.bincount(name[1:][second], minlength=len(f.names))
+    return np.nonzero(groups >= MIN_RETRIED)[0].tolist()
+
+
+def detect(ctx: Context) -> list[Finding]:
     if ctx.n_requests < 50 or ctx.split.excess_ns <= 0:
         return []
-    inside = f.request >= 0
-    counts = np.bincount(f.name[inside], minlength=len(f.names))
     findings = []
-    for code in np.nonzero(counts >= 50)[0].tolist():
+    for code in _repeated_names(ctx):
         finding = _judge(ctx, code)
         if finding is not None:
             findings.append(finding)
