@@ -98,7 +98,7 @@ def numeric_attributes(
         if any(isinstance(v, bool) or str(v).strip().lower() in ("true", "false") for v in sample):
             continue
         try:
-            nums = np.array([float(v) for v in values], np.float64)
+            nums = np.asarray(values, dtype=str).astype(np.float64)  # one C-level pass
         except (TypeError, ValueError):
             continue
         ok = np.isfinite(nums)

@@ -126,10 +126,10 @@ def detect(ctx: Context) -> list[Finding]:
     size = n_inst * n_names * n_bins + 1
 
     def coverage(mask: np.ndarray) -> np.ndarray:
-        diff = np.bincount((row + b0)[mask], minlength=size) - np.bincount(
-            (row + b1 + 1)[mask], minlength=size
-        )
-        return (np.cumsum(diff[:-1]) > 0).reshape(n_inst, n_names, n_bins)
+        diff = np.bincount((row + b0)[mask], minlength=size)
+        ends = np.bincount((row + b1 + 1)[mask])
+        diff[: len(ends)] -= ends  # in place: these arrays have a cell per (instance, name, bin)
+        return (np.cumsum(diff, out=diff)[:-1] > 0).reshape(n_inst, n_names, n_bins)
 
     active = coverage(np.ones(len(nm), bool))
     slow_cov = coverage(slow)
