@@ -329,3 +329,45 @@ def test_instances_started_cold_in_a_burst_are_cold_start_not_gc() -> None:
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "cold_start" and result.findings[0].confidence >= 0.5, found
     assert _conf(result, "gc_pause") < 0.5 and _conf(result, "cpu_throttling") < 0.5, found
+
+
+def _gateway_service(seed: int, gateway_pauses: bool):
+    """A gateway (two instances) forwards every request to a model server (three instances) that does
+    the work. With `gateway_pauses`, the gateway's processes stop for 50-150 ms every ~3 s: whatever a
+    gateway instance must do during a pause (forward, read the response, reply) waits for its end."""
+    b = TraceBuilder(seed)
+    gws = ["gw/0", "gw/1"]
+    pauses = _pauses(b, gws, 3000.0, (50.0, 150.0), 60_000.0) if gateway_pauses else Pauses()
+    for t in b.arrivals(8000, 150):
+        b.new_trace()
+        gw, model = gws[int(b.rng.integers(2))], f"model/{int(b.rng.integers(3))}"
+        outer = b.span(None, "POST /api/score", "Server", gw, t, 0.0)  # accepted, then handled
+        c_start = pauses.run(gw, t, lognormal(b.rng, 0.15, 0.3))
+        call = b.span(outer, "grpc score", "Client", gw, c_start, 0.0)
+        s_start = c_start + lognormal(b.rng, 0.2, 0.2)
+        root = b.span(call, "Score", "Server", model, s_start, 0.0)
+        cur = s_start + 0.05
+        for name, kind, median, sigma in BASE:
+            d = lognormal(b.rng, median, sigma)
+            b.span(root, name, kind, model, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur)
+        c_end = pauses.run(gw, cur + lognormal(b.rng, 0.2, 0.2), 0.05)
+        b.set_end(call, c_end)
+        b.set_end(outer, pauses.run(gw, c_end, lognormal(b.rng, 0.1, 0.3)))
+    return b.frame()
+
+
+def test_pauses_of_a_gateway_that_only_forwards_are_named_on_its_instances() -> None:
+    result = diagnose_frame(_gateway_service(61, gateway_pauses=True))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    gc = [f for f in result.findings if f.pattern == "gc_pause" and f.confidence >= 0.5]
+    assert gc, found
+    assert gc[0].evidence["stats"]["service"] == "gw" and gc[0].evidence["stats"]["instances"]
+    assert _conf(result, "network") < 0.5, found
+
+
+def test_a_healthy_gateway_raises_no_pause() -> None:
+    result = diagnose_frame(_gateway_service(62, gateway_pauses=False))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert _conf(result, "gc_pause") < 0.5 and _conf(result, "network") < 0.5, found

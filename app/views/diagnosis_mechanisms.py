@@ -63,7 +63,22 @@ def wait_vs_running(c: dict[str, Any]) -> go.Figure:
     return fig
 
 
+def proxy_time(c: dict[str, Any]) -> go.Figure:
+    """A forwarding tier's own time per request over the run, the requests released together after a
+    stall in red."""
+    fig = go.Figure()
+    for flag, color, label in ((False, BODY, "requests"), (True, TAIL, "released together after a stall")):
+        xs = [x for x, r in zip(c["time_s"], c["released"], strict=True) if r == flag]
+        ys = [y for y, r in zip(c["proxy_ms"], c["released"], strict=True) if r == flag]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", marker={"color": color, "opacity": 0.5},
+                                 name=label))
+    charts.layout(fig, height=340, xaxis_title=f"time into the run (s), {c['instance']}",
+                  yaxis_title="the proxy's own time per request (ms)")
+    return fig
+
+
 BUILDERS = {
+    "proxy_time": proxy_time,
     "attempt_durations": attempt_durations,
     "size_vs_time": size_vs_time,
     "stall_phase": stall_phase,
@@ -79,4 +94,5 @@ CHART_TITLES = {
     "size_vs_time": "The stage's duration against the size it handled, with the fitted line",
     "stall_phase": "When work resumes after each stall, within the CPU quota's period",
     "wait_vs_running": "Wait before the handler starts, against how busy the server instance was",
+    "proxy_time": "The forwarding tier's own time per request: requests released together after a stall",
 }

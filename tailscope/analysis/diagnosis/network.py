@@ -82,6 +82,13 @@ def detect(ctx: Context) -> list[Finding]:
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *ctx.reported_pauses)
             in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
+        proxy = ctx.notes.get("proxy_stalls")
+        if proxy is not None and big.any():  # a paused caller reads its responses late: not the wire
+            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+
+            c_idx = cli[sel][big]
+            ov = stall_overlap(f.instance[c_idx], f.start[c_idx], f.end[c_idx], *proxy)
+            in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
         # a server that stopped accepting takes the calls held meanwhile at once: their server spans
         # start together on one instance, whichever caller sent them (the wire delays each on its own)
         released = released_together(f, srv[sel], big)

@@ -18,6 +18,7 @@ from tailscope.analysis.diagnosis import (
     large_payload,
     lock_contention,
     network,
+    proxy_stalls,
     queueing,
     shares,
     slow_dependency,
@@ -27,12 +28,13 @@ from tailscope.analysis.diagnosis import (
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 
-# Order matters only for notes: gc_pause leaves its stall episodes for cache_miss, network and
-# compute_bound; timeout_retry and large_payload mark the calls whose tail they explain before
-# slow_dependency reads them; cache_miss marks
-# bimodal names before cold_start and fallback_path read them.
+# Order matters only for notes: gc_pause (and proxy_stalls for a forwarding tier) leave their stall
+# episodes for cache_miss, network and compute_bound; timeout_retry and large_payload mark the calls
+# whose tail they explain before slow_dependency reads them; cache_miss marks bimodal names before
+# cold_start and fallback_path read them.
 DETECTORS = (
     gc_pause,
+    proxy_stalls,
     timeout_retry,
     large_payload,
     cache_miss,
