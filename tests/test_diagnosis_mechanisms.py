@@ -371,3 +371,14 @@ def test_a_healthy_gateway_raises_no_pause() -> None:
     result = diagnose_frame(_gateway_service(62, gateway_pauses=False))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "gc_pause") < 0.5 and _conf(result, "network") < 0.5, found
+
+
+def test_every_finding_names_its_service_and_instances() -> None:
+    for frame in (_two_mode_service(2, child_on_slow=True), _worker_pool_service(41, workers=3),
+                  _autoscaled_service(51), _payload_service(21, grows=True)):
+        for finding in diagnose_frame(frame).findings:
+            if finding.pattern == "unexplained_tail":
+                continue
+            stats = finding.evidence["stats"]
+            assert stats.get("service") or stats.get("services"), (finding.pattern, stats)
+            assert stats.get("instances"), (finding.pattern, stats)

@@ -24,6 +24,7 @@ from tailscope.analysis.diagnosis import (
     slow_dependency,
     timeout_retry,
     unexplained,
+    where,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -162,6 +163,10 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
     except Exception as error:
         errors[unexplained.PATTERN] = f"{type(error).__name__}: {error}"
     named = shares.apportion(findings)
+    try:  # every finding names the service and instances where it acts
+        where.locate(ctx, [fd for fd in findings if fd.pattern != unexplained.PATTERN])
+    except Exception as error:
+        errors["where"] = f"{type(error).__name__}: {error}"
     reason = None if n_req >= 50 else f"only {n_req} requests: too few to diagnose (50 needed)"
     seconds = time.perf_counter() - started
     return Diagnosis(
