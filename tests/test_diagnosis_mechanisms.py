@@ -382,3 +382,39 @@ def test_every_finding_names_its_service_and_instances() -> None:
             stats = finding.evidence["stats"]
             assert stats.get("service") or stats.get("services"), (finding.pattern, stats)
             assert stats.get("instances"), (finding.pattern, stats)
+
+
+def burst_replicas(seed):
+    """Two warm instances; each 3 s burst (every 12 s) adds a replica that serves only that burst, its
+    first requests slow in every stage."""
+    b = TraceBuilder(seed)
+    served = {}
+    t, count = 0.0, 0
+    while count < 12000:
+        k = int(t // 3000)
+        burst = k % 4 == 3
+        t += b.rng.exponential(1000.0 / (1500.0 if burst else 400.0))
+        live = ["api/0", "api/1"] + ([f"api/burst{k}"] if burst else [])
+        inst = live[int(b.rng.integers(len(live)))]
+        n = served.get(inst, 0)
+        served[inst] = n + 1
+        cold = 1.0 + 4.0 * np.exp(-n / 150.0) if "burst" in inst else 1.0
+        b.new_trace()
+        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        for name, kind, median, sigma in BASE:
+            d = lognormal(b.rng, median, sigma) * cold
+            b.span(root, name, kind, inst, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur + 0.05)
+        count += 1
+    return b.frame()
+
+
+def test_replicas_started_cold_for_a_burst_are_not_pauses() -> None:
+    """Co-slow spans on a replica's first requests are its warm-up: the stall time sits in the
+    first third of its life, where a pause would recur all its life long."""
+    result = diagnose_frame(burst_replicas(71))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert result.findings[0].pattern == "cold_start", found
+    assert _conf(result, "gc_pause") < 0.45, found

@@ -34,7 +34,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis import cpu_throttling
 from tailscope.analysis.diagnosis.frame import root_waits
-from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap, where_stalled
+from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap, where_stalled, young_excess
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
@@ -210,6 +210,7 @@ def detect(ctx: Context) -> list[Finding]:
 
     # stalls packed into the first tenth of the run look like a warm-up, not recurring pauses
     early = float(((ep_t0 < run_len * 0.1).sum()) / max(episodes, 1))
+    early = max(early, young_excess(ctx, ep_inst, ep_t0, ep_t1))  # or in each instance's first requests
 
     # runtime confirmation
     confirmed = 0

@@ -99,3 +99,22 @@ def where_stalled(ctx: Context, ep_inst, ep_t0, ep_t1, top: int = 4) -> tuple[li
     order = [int(i) for i in np.argsort(-time)[:top] if time[i] > 0]
     services = sorted({f.services[int(np.bincount(f.service[f.instance == i]).argmax())] for i in order})
     return [f.instances[i] for i in order], services
+
+
+def young_excess(ctx: Context, ep_inst, ep_t0, ep_t1) -> float:
+    """How much more of the stall time sits in the first third of its instance's life (by request
+    count) than a process stalling all its life long puts there: 0 when a third of it does, 1 when
+    all of it does. A warm-up (an instance started cold, in a burst or after a restart) slows its
+    first requests; a pause recurs for as long as the process runs."""
+    reqs = ctx.frame.requests
+    if len(ep_t0) == 0:
+        return 0.0
+    life = np.bincount(reqs.instance, minlength=len(ctx.frame.instances))
+    young = np.zeros(len(ep_t0), bool)
+    for i in np.unique(ep_inst):
+        starts = np.sort(reqs.start[reqs.instance == i])
+        sel = ep_inst == i
+        young[sel] = np.searchsorted(starts, ep_t0[sel]) < life[i] / 3
+    time = (ep_t1 - ep_t0).astype(np.float64)
+    share = float(time[young].sum() / max(time.sum(), 1.0))
+    return max(0.0, (share - 1 / 3) / (2 / 3))
