@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.attributes import cache_signs
+from tailscope.analysis.diagnosis.cache_evidence import cache_evidence
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -143,7 +143,7 @@ def detect(ctx: Context) -> list[Finding]:
         # name or a hit/miss attribute on the span or its children, or a call made on the slow path
         # only (the store behind the cache). A deadline and a retry, a payload that varies or a
         # heavy-tailed dependency make two modes too: those are named by their own detectors
-        sign = cache_evidence(ctx, code, spans, why)
+        sign = cache_evidence(ctx, code, spans, why, slow)
         if sign is None:
             ctx.notes.setdefault("bimodal_without_cache", {})[int(code)] = rate
             continue
@@ -285,20 +285,6 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return _dedupe(ctx, findings)[:2]
-
-
-def cache_evidence(ctx: Context, code: int, spans: np.ndarray, why: dict | None) -> str | None:
-    """What says the two modes of a span name are a cache: a call made on the slow path only (a miss
-    going to the store), or a cache system, cache name or hit/miss attribute on the span or on its
-    children. None where nothing does."""
-    f = ctx.frame
-    slow_path = (why or {}).get("slow_path") or []
-    if slow_path:
-        return f"'{f.names[slow_path[0]]}' is called on the slow path only"
-    child = np.isin(f.parent, spans)
-    kids = np.bincount(f.name[child], minlength=len(f.names))
-    order = [int(c) for c in np.argsort(-kids)[:6] if kids[c] > 0]
-    return cache_signs(f, [code, *order])
 
 
 def _section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
