@@ -93,7 +93,8 @@ def test_pauses_beside_a_heavy_tailed_dependency_are_named() -> None:
     assert _conf(result, "cache_miss") < 0.5, found
 
 
-def _calling_service(seed: int, deadline_ms: float | None, hang_rate: float = 0.04, fan_out: bool = False):
+def _calling_service(seed: int, deadline_ms: float | None, hang_rate: float = 0.04, fan_out: bool = False,
+                     callee_spans: bool = False):
     """Each request calls a ranker; a few calls hang on the callee's side. With a deadline the
     client gives up at `deadline_ms` (error status) and calls again; without one, a request that
     needs a second page calls again after the first answer; with `fan_out`, two calls side by side."""
@@ -117,7 +118,9 @@ def _calling_service(seed: int, deadline_ms: float | None, hang_rate: float = 0.
             d = deadline_ms + b.rng.uniform(0.0, 0.3) if cut else callee
             attrs = {"server.address": "ranker", "otel.status_code": "Error"} if cut else {
                 "server.address": "ranker"}
-            b.span(root, "GET /rank", "Client", inst, cur, d, **attrs)
+            call = b.span(root, "GET /rank", "Client", inst, cur, d, **attrs)
+            if callee_spans:  # the callee's side, named alike, runs to its end whatever the caller does
+                b.span(call, "GET /rank", "Server", f"ranker/{int(b.rng.integers(2))}", cur + 0.2, callee)
             if fan_out:
                 b.span(root, "GET /rank", "Client", inst, cur + 0.01, lognormal(b.rng, 5.0, 0.3),
                        server__address="ranker")
@@ -418,3 +421,12 @@ def test_replicas_started_cold_for_a_burst_are_not_pauses() -> None:
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "cold_start", found
     assert _conf(result, "gc_pause") < 0.45, found
+
+
+def test_a_callee_span_outlasting_the_deadline_does_not_hide_it() -> None:
+    """gRPC names the client and the server span alike; the callee's span of a timed-out attempt
+    runs on after the caller gave up. The deadline caps the caller's attempts only."""
+    frame = _calling_service(14, deadline_ms=50.0, hang_rate=0.08, callee_spans=True)
+    result = diagnose_frame(frame)
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert _conf(result, "timeout_retry") >= 0.5, found

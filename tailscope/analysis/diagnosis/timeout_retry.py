@@ -116,6 +116,13 @@ def _judge(ctx: Context, code: int) -> Finding | None:
         return None  # side by side: a fan-out, not a retry
     d1 = f.dur[a1].astype(np.float64)
     timeout = float(np.median(d1))
+    # the deadline caps the caller's attempts, not the callee's work (a callee span of the same name
+    # runs on after the caller gave up): the caller's spans are those of the first attempts' service
+    # and kind
+    caller = (f.service[g["spans"]] == np.bincount(f.service[a1]).argmax()) & (
+        f.kind[g["spans"]] == np.bincount(f.kind[a1]).argmax()
+    )
+    g["spans"] = g["spans"][caller]
     all_d = f.dur[g["spans"]].astype(np.float64)
     median = float(np.median(all_d))
     if timeout < ABOVE_MEDIAN * median:
