@@ -10,7 +10,7 @@ its processing and the wire) is stretched for a set of requests *released togeth
 
 Statistic, per proxy instance: a request's proxy time is slow above its p90 and 1.5x its median; its
 event times (forwarding start, the response read, the reply) are binned by 1 ms; a release bin holds
-events of >= 3 slow requests. The share of slow requests with an event in a release bin is compared
+events of >= 2 slow requests. The share of slow requests with an event in a release bin is compared
 with the same share after moving each slow request by a random offset (20 draws): a ratio and a z.
 Weight: the share of the proxy's end-to-end tail excess (its SERVER span's latency) carried by the
 slow requests' proxy time. The finding is gc_pause on the proxy's instances (its runtime's own GC
@@ -37,7 +37,7 @@ from tailscope.analysis.diagnosis.stats import (
 
 PATTERN = "gc_pause"
 BIN_NS = 1_000_000
-BUNCH = 3
+BUNCH = 2  # a pause with few requests in flight releases a few at once
 DRAWS = 20
 
 
@@ -94,7 +94,7 @@ def detect(ctx: Context) -> list[Finding]:
     stretched = np.zeros(len(outer))
     stretched[rel] = own[rel] - np.median(own)
     share = clamp01(excess_share(stretched, split))
-    strength = logistic(observed, 0.4, 0.08) * logistic(ratio, 3.0, 0.5) * logistic(z, 4.0, 1.0)
+    strength = logistic(observed, 0.25, 0.06) * logistic(ratio, 3.0, 0.5) * logistic(z, 4.0, 1.0)
     confidence = strength * material_weight(share)
     if confidence < 0.05:
         return []
@@ -116,7 +116,7 @@ def detect(ctx: Context) -> list[Finding]:
         f"The {service} tier only forwards (its requests are handed on to "
         f"{f.services[int(np.bincount(f.service[root]).argmax())]}), yet its own time per request (p50 "
         f"{ms(p50):.2f} ms, p99 {ms(p99):.1f} ms) is stretched for requests released together: "
-        f"{observed:.0%} of its slow requests resume in the same millisecond as two or more others on "
+        f"{observed:.0%} of its slow requests resume in the same millisecond as another one or more on "
         f"the same instance ({ratio:.1f}x chance, z {z:.1f}), as after a pause of the whole process; "
         f"that time carries {share:.0%} of the {service} latency's tail excess (instances: "
         f"{', '.join(instances)})"
