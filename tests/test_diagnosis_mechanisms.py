@@ -334,14 +334,17 @@ def test_instances_started_cold_in_a_burst_are_cold_start_not_gc() -> None:
     assert _conf(result, "gc_pause") < 0.5 and _conf(result, "cpu_throttling") < 0.5, found
 
 
-def _gateway_service(seed: int, gateway_pauses: bool):
+def _gateway_service(seed: int, gateway_pauses: bool, rps: float = 150.0):
     """A gateway (two instances) forwards every request to a model server (three instances) that does
     the work. With `gateway_pauses`, the gateway's processes stop for 50-150 ms every ~3 s: whatever a
     gateway instance must do during a pause (forward, read the response, reply) waits for its end."""
     b = TraceBuilder(seed)
     gws = ["gw/0", "gw/1"]
     pauses = _pauses(b, gws, 3000.0, (50.0, 150.0), 60_000.0) if gateway_pauses else Pauses()
-    for t in b.arrivals(8000, 150):
+    pauses_until = 60_000.0 * 150.0 / rps
+    if gateway_pauses:
+        pauses = _pauses(b, gws, 3000.0, (50.0, 150.0), pauses_until)
+    for t in b.arrivals(8000, rps):
         b.new_trace()
         gw, model = gws[int(b.rng.integers(2))], f"model/{int(b.rng.integers(3))}"
         outer = b.span(None, "POST /api/score", "Server", gw, t, 0.0)  # accepted, then handled
@@ -430,3 +433,11 @@ def test_a_callee_span_outlasting_the_deadline_does_not_hide_it() -> None:
     result = diagnose_frame(frame)
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "timeout_retry") >= 0.5, found
+
+
+def test_pauses_of_a_quiet_gateway_release_few_requests_at_once() -> None:
+    """At a low rate a pause holds one or two requests per instance: released in pairs, not crowds."""
+    result = diagnose_frame(_gateway_service(64, gateway_pauses=True, rps=20.0))
+    found = [(f.pattern, round(f.confidence, 2), f.evidence["stats"].get("service")) for f in result.findings]
+    assert any(f.pattern == "gc_pause" and f.confidence >= 0.5 and f.evidence["stats"].get("service") == "gw"
+               for f in result.findings), found
