@@ -28,6 +28,9 @@ PATTERNS: tuple[str, ...] = (
     "slow_dependency",
     "network",
     "compute_bound",
+    "timeout_retry",  # a call cut short by a client deadline and made again
+    "large_payload",  # a stage whose time grows with the size of what it handles
+    "cpu_throttling",  # process-wide stalls from a CPU quota (cgroup CFS periods), not GC
     "unexplained_tail",  # a material tail whose mechanism is not recognised: where it goes, what is known
 )
 

@@ -129,6 +129,26 @@ CHARTS = [
         "requests": [100, 100, 100],
         "overall_rate": 0.31,
     },
+    {
+        "kind": "attempt_durations",
+        "edges_ms": [0.0, 25.0, 50.0, 75.0],
+        "first_attempts": [0, 3, 40],
+        "other_calls": [900, 10, 0],
+        "timeout_ms": 50.2,
+    },
+    {
+        "kind": "size_vs_time",
+        "size": [1000.0, 50_000.0, 900_000.0],
+        "duration_ms": [0.4, 1.6, 22.0],
+        "tail": [False, False, True],
+        "fit_ms": [0.3, 25.3],
+        "fit_size": [0.0, 1_000_000.0],
+        "size_attribute": "http.response.body.size",
+    },
+    {"kind": "stall_phase", "phase_ms": [41.0, 41.5, 40.8, 12.0], "period_ms": 100.0},
+    {"kind": "wait_vs_running", "running": [0.0, 1.0, 3.0, 3.0], "wait_ms": [0.4, 0.5, 20.0, 80.0]},
+    {"kind": "proxy_time", "time_s": [1.0, 2.0, 2.0], "proxy_ms": [0.4, 90.0, 88.0],
+     "released": [False, True, True], "instance": "gw/0"},
 ]
 
 
@@ -142,3 +162,10 @@ def test_every_chart_kind_builds_a_figure(db: Path) -> None:
     for finding in diagnose(Store(db), "locks").findings:  # and what the detectors really emit
         assert evidence_figure(finding.evidence.get("chart")) is not None, finding.pattern
     assert evidence_figure(None) is None and evidence_figure({"kind": "unknown"}) is None
+
+
+def test_every_pattern_has_a_card_title() -> None:
+    from app.views.diagnosis import TITLES
+    from tailscope.vocabulary import PATTERNS
+
+    assert set(PATTERNS) <= set(TITLES)

@@ -13,6 +13,7 @@ import streamlit as st
 
 from app.components import charts, data, filters, fmt, notice
 from app.components.palette import BODY, NEUTRAL, P99_LINE, TAIL, TOTAL
+from app.views import diagnosis_mechanisms as mechanisms
 from app.views import whatif_section
 from app.views.diagnosis_shares import share_rows, shares_figure
 from tailscope.analysis.diagnosis import Diagnosis, diagnose, list_runs
@@ -27,6 +28,7 @@ TITLES = {
     "network": "Network between client and server",
     "compute_bound": "The model's forward pass",
     "unexplained_tail": "Where the rest of the tail goes (no recognised mechanism)",
+    **mechanisms.TITLES,
 }
 CHART_TITLES = {
     "stall_timeline": "Stall timeline: the leaf spans of requests on one instance around the longest stall",
@@ -38,6 +40,7 @@ CHART_TITLES = {
     "network_gap": "Client-observed minus server-observed time per call",
     "forward_vs_batch": "Forward time vs batch size, with the fitted line",
     "tail_excess_by_span": "Share of the tail excess per span (in red: what no mechanism explains)",
+    **mechanisms.CHART_TITLES,
 }
 
 
@@ -226,6 +229,7 @@ BUILDERS = {
     "forward_vs_batch": _forward,
     "tail_excess_by_span": _tail_excess,
     "miss_rate_over_time": _miss_rate,
+    **mechanisms.BUILDERS,
 }
 
 

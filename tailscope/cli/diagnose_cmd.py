@@ -1,7 +1,8 @@
 """Name the causes of a run's latency tail, with the evidence behind each and what to change.
 
-Every finding has a pattern (gc_pause, lock_contention, queueing, cache_miss, cold_start,
-slow_dependency, network, compute_bound), a confidence in 0..1, the stage and span it is about, the
+Every finding has a pattern (one of tailscope.vocabulary.PATTERNS: gc_pause, cpu_throttling,
+lock_contention, queueing, cache_miss, cold_start, slow_dependency, timeout_retry, large_payload,
+network, compute_bound, unexplained_tail), a confidence in 0..1, the stage and span it is about, the
 statistic and numbers behind it, and advice. Findings come most confident first. Exit code 0 whatever
 is found; 2 when the run is not in the store (the available runs are listed).
 """

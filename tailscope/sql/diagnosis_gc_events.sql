@@ -7,6 +7,12 @@ SELECT DISTINCT
         (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
         ResourceAttributes->>'process.pid',
         ResourceAttributes->>'host.name',
+        ResourceAttributes->>'hostname',
+        (ResourceAttributes->>'net.host.ip') || ':' || (ResourceAttributes->>'net.host.port'),
+        ResourceAttributes->>'net.host.ip',
+        ResourceAttributes->>'host.ip',
+        ResourceAttributes->>'ip',
+        ResourceAttributes->>'client-uuid',
         ''
     ) AS Instance,
     ev.Timestamp AS TimeNs,

@@ -1,35 +1,20 @@
 -- Diagnosis: every span of one run as plain columns for numpy (tailscope.analysis.diagnosis.load).
 -- Ids travel as 63-bit hashes, not strings: TraceKey groups a trace's spans, SpanKey/ParentKey
 -- (hashes of trace id + span id) let numpy find each span's parent with one sort and a binary
--- search, and match rows of later reads (span attributes). A plain scan: no join, no sort (a join +
--- ORDER BY here cost 3x more on 1 M spans). The instance is the process that ran the span:
--- service.instance.id, else host.name + process.pid, else the service itself; GC pauses and lock
--- contention are per process, so detectors group by it. The run's phase spans (a serving
+-- search, and match rows of later reads (span attributes). No sort (a join + ORDER BY here cost 3x
+-- more on 1 M spans); the instance is read from the resource's JSON once per distinct resource and
+-- joined back (parsing it on every span was 85 % of this read: 1 M spans 10 -> 3 s on a loaded
+-- 2-core VM). The instance is the process that ran the span:
+-- service.instance.id, else host.name + process.pid, else what other tracers name the process by
+-- (Jaeger's `hostname`, `ip` and `client-uuid` process tags, Zipkin's endpoint as net.host.ip and
+-- port), else the service itself; GC pauses and lock contention are per process, so detectors group
+-- by it. The run's phase spans (a serving
 -- framework's self-reported phases, phase_spans.sql, in the temp table _ts_phase_spans that
 -- load.py fills first) come with their rule's stage as the stage attribute. TraceId and SpanId come
 -- along as OrderTraceId / OrderSpanId: load.py puts the rows in (StartNs, TraceId, SpanId) order, the
 -- same on every engine and whatever order the spans were written in (the detectors' sampling and
 -- null draws follow the span order).
-SELECT
-    TraceId AS OrderTraceId,
-    SpanId AS OrderSpanId,
-    CAST(hash(TraceId) >> 1 AS BIGINT) AS TraceKey,
-    CAST(hash(TraceId, SpanId) >> 1 AS BIGINT) AS SpanKey,
-    CASE WHEN ParentSpanId = '' THEN -1 ELSE CAST(hash(TraceId, ParentSpanId) >> 1 AS BIGINT) END AS ParentKey,
-    SpanName,
-    SpanKind,
-    ServiceName,
-    ServiceName || '/' || coalesce(
-        ResourceAttributes->>'service.instance.id',
-        (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
-        ResourceAttributes->>'process.pid',
-        ResourceAttributes->>'host.name',
-        ''
-    ) AS Instance,
-    StartNs,
-    Duration,
-    StageAttr
-FROM (
+WITH spans AS (
     SELECT TraceId, SpanId, ParentSpanId, SpanName, SpanKind, ServiceName, ResourceAttributes,
            epoch_ns(Timestamp) AS StartNs, Duration,
            coalesce(SpanAttributes->>'tailscope.stage', '') AS StageAttr
@@ -39,4 +24,35 @@ FROM (
     SELECT TraceId, SpanId, ParentSpanId, SpanName, SpanKind, ServiceName, ResourceAttributes, StartNs,
            Duration, Stage
     FROM _ts_phase_spans
+),
+resources AS (
+    SELECT ServiceName, ResourceAttributes, ServiceName || '/' || coalesce(
+        ResourceAttributes->>'service.instance.id',
+        (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
+        ResourceAttributes->>'process.pid',
+        ResourceAttributes->>'host.name',
+        ResourceAttributes->>'hostname',
+        (ResourceAttributes->>'net.host.ip') || ':' || (ResourceAttributes->>'net.host.port'),
+        ResourceAttributes->>'net.host.ip',
+        ResourceAttributes->>'host.ip',
+        ResourceAttributes->>'ip',
+        ResourceAttributes->>'client-uuid',
+        ''
+    ) AS Instance
+    FROM (SELECT DISTINCT ServiceName, ResourceAttributes FROM spans)
 )
+SELECT
+    TraceId AS OrderTraceId,
+    SpanId AS OrderSpanId,
+    CAST(hash(TraceId) >> 1 AS BIGINT) AS TraceKey,
+    CAST(hash(TraceId, SpanId) >> 1 AS BIGINT) AS SpanKey,
+    CASE WHEN ParentSpanId = '' THEN -1 ELSE CAST(hash(TraceId, ParentSpanId) >> 1 AS BIGINT) END AS ParentKey,
+    SpanName,
+    SpanKind,
+    s.ServiceName AS ServiceName,
+    r.Instance AS Instance,
+    StartNs,
+    Duration,
+    StageAttr
+FROM spans AS s JOIN resources AS r
+  ON s.ServiceName = r.ServiceName AND s.ResourceAttributes = r.ResourceAttributes

@@ -6,7 +6,12 @@ BIC in favour of two components, a slow-mode weight between 0.5 % and 60 %, the 
 1.5x the fast one) make a candidate; its
 weight in the tail is the share of the tail excess carried by the name (with its child spans). Then
 we look for what explains the slow mode: a span attribute value (e.g. cache.hit=false) or a child span
-name that appears in the slow mode and not in the fast one. The miss rate is the slow-mode weight;
+name that appears in the slow mode and not in the fast one. Two modes are named a cache miss only
+where something says there is a cache: a call made on the slow path only (the store behind it), a
+cache system (`db.system` redis, memcached, ...), a cache name or a hit/miss attribute on the span or
+its children. A deadline and a retry, a payload whose size varies, a heavy-tailed dependency or a
+pause make two modes too; without a cache sign the name is left to those detectors (and to the
+unexplained-tail accounting). The miss rate is the slow-mode weight;
 misses are "synchronised" when their counts per time bin are over-dispersed (keys expiring together),
 and a "cold cache" when the miss rate in the first tenth of the run is far above the rest.
 """
@@ -17,6 +22,7 @@ import math
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.cache_evidence import cache_evidence
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -133,6 +139,14 @@ def detect(ctx: Context) -> list[Finding]:
         ratio = math.exp(mix.mu[1] - mix.mu[0])
         share = _share(ctx, code)
         why = _explain(ctx, code, spans, slow)
+        # two modes are a cache only where something says there is a cache: a cache system, a cache
+        # name or a hit/miss attribute on the span or its children, or a call made on the slow path
+        # only (the store behind the cache). A deadline and a retry, a payload that varies or a
+        # heavy-tailed dependency make two modes too: those are named by their own detectors
+        sign = cache_evidence(ctx, code, spans, why, slow)
+        if sign is None:
+            ctx.notes.setdefault("bimodal_without_cache", {})[int(code)] = rate
+            continue
         ctx.notes["bimodal_names"][int(code)] = rate
         # misses over time: synchronised expiry and cold cache
         t = f.start[spans]
@@ -192,7 +206,8 @@ def detect(ctx: Context) -> list[Finding]:
             f"{ms(math.exp(mix.mu[1])):.2f} ms "
             f"({ratio:.0f}x), the slow one {rate:.1%} of spans{explained}; misses add {ms(added):.2f} "
             "ms to the mean request "
-            f"({relative:.1%} of the median latency) and carry {share:.0%} of the tail excess"
+            f"({relative:.1%} of the median latency) and carry {share:.0%} of the tail excess; "
+            f"a cache: {sign}"
             + (
                 f"; misses come in bursts (dispersion {dispersion:.1f}x chance: keys expiring together)"
                 if synced and not onset
@@ -228,6 +243,7 @@ def detect(ctx: Context) -> list[Finding]:
             "cold_cache": cold,
             "early_miss_rate": round(early_rate, 4),
             "late_miss_rate": round(late_rate, 4),
+            "cache_evidence": sign,
             "warm_up_miss_rate": round(warm_rate, 4),
             "settled_miss_rate": round(settled_rate, 4),
         }

@@ -9,7 +9,10 @@ extra time (latency over the warm plateau) is: a handful of first requests a few
 can fill a short run's tail by count and still be a small part of what the tail costs. A warm-up is
 slowest at its start (a load, a compile, an empty pool) and then decays or stays flat; first
 requests that get slower towards the end of the window (a neighbour's load, a burst) are discounted
-by the ratio of the window's last third to its first third. The stage and span name that carry the
+by the ratio of the window's last third to its first third. An instance already serving when the
+trace begins may have started long before (its first traced requests are not its first ever): where
+the instances that appear mid-run (restarts, replicas added for a burst) show a clearer warm-up, the
+AUC and ratio are theirs. The stage and span name that carry the
 early excess
 are named; when that span is a bimodal (cache) span, the warm-up is a cold cache and is left to the
 cache_miss finding.
@@ -57,6 +60,20 @@ def _rise(lat: np.ndarray, idx: np.ndarray, usable: np.ndarray, k_first: int) ->
     return float(np.median(last) / max(np.median(head), 1.0))
 
 
+def _auc(lat: np.ndarray, first: np.ndarray, late: np.ndarray, instance: np.ndarray) -> float:
+    """Probability that a first request is slower than a settled one of the same instance."""
+    auc_num = auc_den = 0.0
+    for i in np.unique(instance[first]):
+        e = lat[first & (instance == i)]
+        lt = lat[late & (instance == i)]
+        if len(e) == 0 or len(lt) == 0:
+            continue
+        r = ranks(np.r_[e, lt])
+        auc_num += r[: len(e)].sum() - len(e) * (len(e) - 1) / 2
+        auc_den += len(e) * len(lt)
+    return auc_num / auc_den if auc_den else 0.5
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
@@ -88,17 +105,21 @@ def detect(ctx: Context) -> list[Finding]:
     early = usable & (idx < max(warm, 1))
     if first.sum() < 5 or late.sum() < 20:
         return []
-    auc_num = auc_den = 0.0
-    for i in np.unique(reqs.instance[first]):
-        e = lat[first & (reqs.instance == i)]
-        lt = lat[late & (reqs.instance == i)]
-        if len(e) == 0 or len(lt) == 0:
-            continue
-        r = ranks(np.r_[e, lt])
-        auc_num += r[: len(e)].sum() - len(e) * (len(e) - 1) / 2
-        auc_den += len(e) * len(lt)
-    auc = auc_num / auc_den if auc_den else 0.5
+    auc = _auc(lat, first, late, reqs.instance)
+    judged_on = "all instances"
     ratio = float(np.median(lat[first]) / max(plateau, 1.0))
+    # an instance already serving when the trace begins may have started long before: its first traced
+    # requests are not its first ever. Instances that appear mid-run did start then (a restart, a
+    # replica added for a burst): where they alone show the warm-up, judge it on them
+    first_seen = np.full(len(f.instances), np.inf)
+    np.minimum.at(first_seen, reqs.instance, reqs.start.astype(np.float64))
+    span = float(reqs.start.max() - reqs.start.min())
+    fresh = (first_seen > reqs.start.min() + 0.05 * span)[reqs.instance]
+    if (first & fresh).sum() >= 10 and (late & fresh).sum() >= 20:
+        auc_fresh = _auc(lat, first & fresh, late & fresh, reqs.instance)
+        ratio_fresh = float(np.median(lat[first & fresh]) / max(plateau, 1.0))
+        if auc_fresh > auc:
+            auc, ratio, judged_on = auc_fresh, max(ratio, ratio_fresh), "instances started mid-run"
     split = ctx.split
     tail_early = float(early[split.tail].mean()) if split.tail.any() else 0.0
     all_early = float(early.mean())
@@ -140,7 +161,8 @@ def detect(ctx: Context) -> list[Finding]:
     summary = (
         f"The first requests of each instance are slower: median {ms(np.median(lat[first])):.1f} ms for "
         "the first "
-        f"{k_first} vs {ms(plateau):.1f} ms once warm ({ratio:.1f}x, AUC {auc:.2f}); the warm-up lasts about "
+        f"{k_first} vs {ms(plateau):.1f} ms once warm ({ratio:.1f}x, AUC {auc:.2f} on {judged_on}); "
+        "the warm-up lasts about "
         f"{warm} requests per instance; "
         f"{tail_early:.0%} of tail requests are early ones vs {all_early:.0%} of all; '{name}'"
         f"{f' ({stage})' if stage else ''} carries {top_share:.0%} of the early excess"
@@ -154,6 +176,7 @@ def detect(ctx: Context) -> list[Finding]:
         "warm_median_ms": ms(plateau),
         "ratio": round(ratio, 2),
         "auc": round(float(auc), 3),
+        "judged_on": judged_on,
         "tail_share_early": round(tail_early, 3),
         "all_share_early": round(all_early, 3),
         "tail_excess_share_of_warm_up": round(extra_share, 3),

@@ -29,7 +29,7 @@ def _batch_sizes(ctx: Context, spans: np.ndarray) -> tuple[np.ndarray, str]:
                 out = np.full(len(spans), np.nan)
                 p = pos[idx]
                 ok = p >= 0
-                out[p[ok]] = np.array([_num(v) for v in np.array(values, dtype=object)[ok]])
+                out[p[ok]] = _numbers(np.array(values, dtype=object)[ok])
                 if np.isfinite(out).mean() > 0.5:
                     return out, f"attribute {key}"
     key = np.stack([f.instance[spans], f.name[spans], f.start[spans], f.dur[spans]], axis=1)
@@ -44,7 +44,8 @@ def _split_by_name(ctx: Context, fwd: np.ndarray) -> tuple[str | None, str]:
     codes = np.unique(f.name[fwd])
     if len(codes) == 1:
         return f.names[int(codes[0])], ""
-    shares = sorted(((ctx.share_of(fwd & (f.name == c)), f.names[int(c)]) for c in codes), reverse=True)
+    by_name = _shares_by_name(ctx, fwd)
+    shares = sorted(((float(by_name[c]), f.names[int(c)]) for c in codes), reverse=True)
     total = sum(max(v, 0.0) for v, _ in shares)
     words = ", ".join(f"{name} {v:.0%}" for v, name in shares[:3] if v >= 0.005)
     if total > 0 and shares[0][0] >= 0.6 * total:
@@ -52,11 +53,36 @@ def _split_by_name(ctx: Context, fwd: np.ndarray) -> tuple[str | None, str]:
     return None, words
 
 
+def _shares_by_name(ctx: Context, mask: np.ndarray) -> np.ndarray:
+    """Per span name: the tail-excess share of the exclusive time of its spans in `mask` (one pass,
+    what ctx.share_of(mask & (name == c)) gives for each c)."""
+    f, sp = ctx.frame, ctx.split
+    k = len(f.names)
+    if sp.excess_ns <= 0 or not sp.tail.any() or not sp.body.any():
+        return np.zeros(k)
+    sel = mask & (f.request >= 0)
+    req = np.maximum(f.request, 0)
+    t, b = sel & sp.tail[req], sel & sp.body[req]
+    excl = f.excl.astype(np.float64)
+    tail = np.bincount(f.name[t], weights=excl[t], minlength=k) / sp.tail.sum()
+    body = np.bincount(f.name[b], weights=excl[b], minlength=k) / sp.body.sum()
+    return (tail - body) / sp.excess_ns
+
+
 def _num(v) -> float:
     try:
         return float(v)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def _numbers(values: np.ndarray) -> np.ndarray:
+    """Floats of attribute values (strings from the store): one C-level pass, per value only where
+    some value is not a number."""
+    try:
+        return np.asarray(values, dtype=str).astype(np.float64)
+    except ValueError:
+        return np.array([_num(v) for v in values], np.float64)
 
 
 def _setup(ctx: Context, word: str) -> str | None:

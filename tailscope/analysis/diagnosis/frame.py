@@ -101,10 +101,15 @@ class TraceFrame:
     # span name -> {attribute key: (span indices, values)}; None when attributes are not available
     attribute_source: Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]] | None = None
 
+    _attribute_cache: dict[int, dict[str, tuple[np.ndarray, list[Any]]]] = field(default_factory=dict)
+
     def attributes(self, name_code: int) -> dict[str, tuple[np.ndarray, list[Any]]]:
+        """The attributes of a span name's spans (read once per name: each read is a query)."""
         if self.attribute_source is None:
             return {}
-        return self.attribute_source(self.names[name_code])
+        if name_code not in self._attribute_cache:
+            self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
+        return self._attribute_cache[name_code]
 
     def __len__(self) -> int:
         return len(self.dur)

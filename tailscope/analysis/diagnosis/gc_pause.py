@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import cpu_throttling
 from tailscope.analysis.diagnosis.frame import root_waits
-from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap
+from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap, where_stalled, young_excess
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
@@ -49,6 +50,7 @@ MAX_NAMES = 24
 MAX_CELLS = 12_000_000
 SHIFTS = 48
 MIN_BIN_NS = 1_000_000
+ALWAYS_SLOW = 0.25  # share of an instance's busy bins in which a call is slow: slow on its own
 WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy 10 ms windows
 
 
@@ -124,13 +126,22 @@ def detect(ctx: Context) -> list[Finding]:
     size = n_inst * n_names * n_bins + 1
 
     def coverage(mask: np.ndarray) -> np.ndarray:
-        diff = np.bincount((row + b0)[mask], minlength=size) - np.bincount(
-            (row + b1 + 1)[mask], minlength=size
-        )
-        return (np.cumsum(diff[:-1]) > 0).reshape(n_inst, n_names, n_bins)
+        diff = np.bincount((row + b0)[mask], minlength=size)
+        ends = np.bincount((row + b1 + 1)[mask])
+        diff[: len(ends)] -= ends  # in place: these arrays have a cell per (instance, name, bin)
+        return (np.cumsum(diff, out=diff)[:-1] > 0).reshape(n_inst, n_names, n_bins)
 
     active = coverage(np.ones(len(nm), bool))
     slow_cov = coverage(slow)
+    # a call to another service slow in flight most of the time (a heavy-tailed dependency whose slow
+    # spans last hundreds of ms) is slow whatever this process does: it cannot mark a stall, and in the
+    # shifted null its long slow stretches pair with any other name's. It takes no part in the test
+    live = np.maximum(active.any(axis=1).sum(axis=1), 1)[:, None]
+    is_call = np.isin(top, ctx.client_names)[None, :]
+    always_slow = (slow_cov.sum(axis=2) > ALWAYS_SLOW * live) & is_call
+    if always_slow.any():
+        active[always_slow] = False
+        slow_cov[always_slow] = False
     a_count = active.sum(axis=1, dtype=np.int16)  # (inst, bins)
     a_need = np.maximum(2, np.ceil(0.6 * a_count)).astype(np.int16)
 
@@ -138,15 +149,16 @@ def detect(ctx: Context) -> list[Finding]:
     obs = int(observed.sum())
     null = []
     rng = ctx.rng
-    acc = np.zeros((n_inst, n_bins), np.int16)
+    acc = np.zeros((n_inst, n_bins), np.uint8)  # at most MAX_NAMES names slow at once
+    slow_u8 = slow_cov.view(np.uint8)  # bool as 0/1 bytes: added without a cast
     for _ in range(SHIFTS):
         acc[:] = 0
         shifts = rng.integers(0, n_bins, size=(n_inst, n_names))
         for i in range(n_inst):
             for j in range(n_names):
                 k = int(shifts[i, j])
-                acc[i, k:] += slow_cov[i, j, : n_bins - k]
-                acc[i, :k] += slow_cov[i, j, n_bins - k :]
+                acc[i, k:] += slow_u8[i, j, : n_bins - k]
+                acc[i, :k] += slow_u8[i, j, n_bins - k :]
         null.append(int((acc >= a_need).sum()))
     null_mean = float(np.mean(null))
     null_sd = float(np.std(null)) + 1.0
@@ -198,6 +210,7 @@ def detect(ctx: Context) -> list[Finding]:
 
     # stalls packed into the first tenth of the run look like a warm-up, not recurring pauses
     early = float(((ep_t0 < run_len * 0.1).sum()) / max(episodes, 1))
+    early = max(early, young_excess(ctx, ep_inst, ep_t0, ep_t1))  # or in each instance's first requests
 
     # runtime confirmation
     confirmed = 0
@@ -219,17 +232,22 @@ def detect(ctx: Context) -> list[Finding]:
     # outlast ordinary work. Stalls longer than the median request carry the weight of the evidence:
     # where most tail requests sit in them and they carry most of the tail excess, that is
     # overwhelming whatever the stall-bin ratio; where none is that long, timing alone is weaker
-    long_share, long_hit = long_stalls(ctx, ep_inst, ep_t0, ep_t1)
+    long_share, long_hit, long_added = long_stalls(ctx, ep_inst, ep_t0, ep_t1)
     overwhelming = logistic(z, 3.0, 1.0) * logistic(long_hit, 0.7, 0.06) * logistic(long_share, 0.5, 0.08)
     # a burst keeps work finishing, so stalls in which nothing finished for longer than the median
     # request are not discounted for arrivals: where they carry a material share, the pauses are a cause
     # beside whatever else makes the tail (a slow dependency's calls raise the arrival ratio near stalls)
     warm = 1 - logistic(early, 0.5, 0.1)
     frozen = strength * material_weight(long_share) * warm
+    # beside a heavier cause (a heavy-tailed dependency owning the p99), pauses carry little of the
+    # tail excess yet stall many requests: frozen stretches that add a few percent of the median
+    # latency to the mean request are a cause of their own (below the tail-carrying forms)
+    beside = 0.9 * strength * warm * logistic(long_added, 0.03, 0.01)
     confidence = max(
         strength * weight * penalty * (0.6 + 0.4 * logistic(long_share, 0.15, 0.05)),
         overwhelming * penalty,
         frozen,
+        beside,
     )
     event_share = None
     if len(f.gc_time):
@@ -244,7 +262,10 @@ def detect(ctx: Context) -> list[Finding]:
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
     if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
+    where, services = where_stalled(ctx, ep_inst, ep_t0, ep_t1)
     stats = {
+        "services": services,
+        "instances": where,
         "stall_bins": obs,
         "stall_bins_expected": round(null_mean, 1),
         "z": round(z, 2),
@@ -258,6 +279,7 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_excess_share": round(impact, 3),
         "tail_excess_share_in_long_stalls": round(long_share, 3),
         "tail_requests_in_long_stall": round(long_hit, 3),
+        "long_stall_added_over_median": round(long_added, 4),
         "all_requests_in_stall": round(all_hit, 3),
         "arrival_ratio_in_stall": round(arrival_ratio, 2),
         "early_share": round(early, 3),
@@ -267,11 +289,18 @@ def detect(ctx: Context) -> list[Finding]:
     }
     summary = (
         f"{episodes} stall episodes (median {pause_ms:.1f} ms) where spans of several different names on one "
-        f"instance were slow at once: {obs} stall bins vs {null_mean:.1f} expected by chance (z={z:.1f}); "
+        f"instance ({', '.join(where)}) were slow at once: {obs} stall bins vs {null_mean:.1f} expected "
+        f"by chance (z={z:.1f}); "
         f"{tail_hit:.0%} of tail requests overlap a stall vs {all_hit:.0%} of all requests, and stall "
         "time is "
         f"{impact:.0%} of the tail excess; arrivals "
         f"during stalls {arrival_ratio:.2f}x the average (no burst)"
+        + (
+            f"; stretches in which the process finished nothing for longer than the median request add "
+            f"{long_added:.1%} of the median latency to the mean request"
+            if long_added >= 0.01
+            else ""
+        )
         + (
             f"; the runtime reported GC pauses covering {event_share:.0%} of the tail excess"
             if event_share is not None
@@ -279,20 +308,20 @@ def detect(ctx: Context) -> list[Finding]:
         )
         + "."
     )
-    return [
-        Finding(
-            pattern=PATTERN,
-            confidence=clamp01(confidence),
-            stage=None,
-            span_name=None,
-            evidence={
-                "summary": summary,
-                "stats": stats,
-                "chart": _chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
-            },
-            advice=ADVICE,
-        )
-    ]
+    finding = Finding(
+        pattern=PATTERN,
+        confidence=clamp01(confidence),
+        stage=None,
+        span_name=None,
+        evidence={
+            "summary": summary,
+            "stats": stats,
+            "chart": _chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
+        },
+        advice=ADVICE,
+    )
+    # the same stalls from a CPU quota end on its period's boundaries: name what the evidence favours
+    return cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
 
 
 def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:

@@ -18,8 +18,23 @@ from tailscope.vocabulary import ALL_STAGES
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """Integer codes and their values, numbered by first appearance in the column's order (whatever
+    order a dictionary-encoded column's dictionary was built in: the codes must not depend on the
+    order the engine returned the rows in)."""
     enc = pc.dictionary_encode(column).combine_chunks()
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    values = enc.dictionary.to_pylist()
+    if len(codes) == 0:
+        return codes, values
+    first = np.full(len(values), len(codes), np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the earliest row of each code wins
+    if (np.diff(first) > 0).all() and first[-1] < len(codes):
+        return codes, values
+    by_appearance = np.argsort(first, kind="stable")
+    by_appearance = by_appearance[first[by_appearance] < len(codes)]
+    renumber = np.full(len(values), -1, np.int64)
+    renumber[by_appearance] = np.arange(len(by_appearance))
+    return renumber[codes], [values[i] for i in by_appearance.tolist()]
 
 
 def _arrow(conn: Reader, name: str, run: str, **params: Any) -> pa.Table:
@@ -34,7 +49,17 @@ def _in_fixed_order(table: pa.Table) -> pa.Table:
     if "OrderTraceId" not in table.column_names:
         return table
     keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
-    return table.sort_by(keys).drop_columns(["OrderTraceId", "OrderSpanId"])
+    order = pc.sort_indices(table, sort_keys=keys)
+    columns = {}
+    for name in table.column_names:
+        if name in ("OrderTraceId", "OrderSpanId"):
+            continue
+        column = table.column(name).combine_chunks()
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            # permute codes, not strings (a take of every string column was 1 M spans' costliest step)
+            column = pc.dictionary_encode(column)
+        columns[name] = column.take(order)
+    return pa.table(columns)
 
 
 def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -87,10 +112,12 @@ def _mapped_stages(conn: Reader, run: str, table: pa.Table) -> np.ndarray | None
         (str(n), str(k)): lookup.get(str(st), -1)
         for n, k, st in zip(best["span_name"], best["span_kind"], best["stage"], strict=True)
     }
-    pair = pc.binary_join_element_wise(table.column("SpanName"), table.column("SpanKind"), "\x1f")
-    codes, values = _codes(pair)
-    value_code = np.array([pair_stage.get(tuple(v.split("\x1f", 1)), -1) for v in values] or [-1], np.int64)
-    mapped = value_code[codes]
+    name_codes, names = _codes(table.column("SpanName"))
+    kind_codes, kinds = _codes(table.column("SpanKind"))
+    pair_code = np.array(
+        [[pair_stage.get((str(n), str(k)), -1) for k in kinds] for n in names] or [[-1]], np.int64
+    ).reshape(max(len(names), 1), max(len(kinds), 1))
+    mapped = pair_code[name_codes, kind_codes]
     attr_codes, attr_values = _codes(table.column("StageAttr"))
     attr = np.array([lookup.get(v, -1) for v in attr_values] or [-1], np.int64)[attr_codes]
     return np.where(mapped >= 0, mapped, attr)

@@ -35,34 +35,86 @@ def quiet_gaps(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     paused process finishes nothing for as long as the pause lasts; a long co-slow stretch in which
     work spans keep ending (a queue draining after a burst while the model keeps stepping) is load,
     not a pause. Work = leaf spans of requests outside the queue stage."""
+    return quiet_stretches(ctx, ep_inst, ep_t0, ep_t1)[0]
+
+
+def quiet_stretches(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[np.ndarray, np.ndarray]:
+    """Per episode: the length (ns) of its longest stretch without work ending (see quiet_gaps), and
+    when that stretch ends: the first work to finish once the process runs again (or the episode's
+    end)."""
     f = ctx.frame
     work = np.nonzero(f.leaf & (f.request >= 0) & ~ctx.span_stage_mask("queue"))[0]
     if not len(work):
-        return (ep_t1 - ep_t0).astype(np.int64)
+        return (ep_t1 - ep_t0).astype(np.int64), ep_t1.astype(np.int64)
     scale = int(max(f.end.max(), ep_t1.max())) + 1
     keys = np.sort(f.instance[work].astype(np.int64) * scale + f.end[work])
     base = ep_inst.astype(np.int64) * scale
     lo = np.searchsorted(keys, base + ep_t0, side="right")
     hi = np.searchsorted(keys, base + ep_t1)
-    out = np.empty(len(ep_t0), np.int64)
-    for k in range(len(ep_t0)):
-        points = np.r_[ep_t0[k], keys[lo[k] : hi[k]] - base[k], ep_t1[k]]
-        out[k] = int(np.diff(points).max())
-    return out
+    if len(ep_t0) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # every episode's points: its start, the work ends inside it, its end; all episodes in one array
+    inner = np.maximum(hi - lo, 0)
+    size = inner + 2
+    offset = np.r_[0, np.cumsum(size)[:-1]]
+    points = np.empty(int(size.sum()), np.int64)
+    points[offset] = ep_t0
+    points[offset + size - 1] = ep_t1
+    owner = np.repeat(np.arange(len(ep_t0)), inner)
+    within = np.arange(len(owner)) - np.repeat(np.cumsum(inner) - inner, inner)
+    points[offset[owner] + 1 + within] = keys[lo[owner] + within] - base[owner]
+    gaps = np.diff(points)  # the last gap of each episode runs into the next one's start: not used
+    gap_owner = np.repeat(np.arange(len(ep_t0)), size)[:-1]
+    valid = np.ones(len(gaps), bool)
+    valid[(offset + size - 1)[:-1]] = False
+    gaps = np.where(valid, gaps, -1)
+    order = np.lexsort((-np.arange(len(gaps)), gaps, gap_owner))  # the first of equal longest gaps
+    last = order[np.r_[gap_owner[order][1:] != gap_owner[order][:-1], True]]
+    return gaps[last].astype(np.int64), points[last + 1].astype(np.int64)
 
 
-def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float]:
+def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, float]:
     """Share of the tail excess spent in stall episodes in which the process finished no work for
-    longer than the median request (see quiet_gaps), and the share of tail requests overlapping one."""
+    longer than the median request (see quiet_gaps), the share of tail requests overlapping one, and
+    the time they add to the mean request over the median latency (a pause beside a heavier cause
+    can carry little of the p99 excess and still slow many requests)."""
     reqs, split = ctx.frame.requests, ctx.split
     median = np.median(reqs.latency)
     long = (ep_t1 - ep_t0) > median  # only these can hold a quiet stretch that long
     if not long.any():
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     long[long] = quiet_gaps(ctx, ep_inst[long], ep_t0[long], ep_t1[long]) > median
     if not long.any():
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0
     args = (ep_inst[long], ep_t0[long], ep_t1[long])
     overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *args)
     hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
-    return excess_share(overlap, split), hit
+    return excess_share(overlap, split), hit, float(overlap.mean() / max(median, 1.0))
+
+
+def where_stalled(ctx: Context, ep_inst, ep_t0, ep_t1, top: int = 4) -> tuple[list[str], list[str]]:
+    """The instances holding the most stall time (at most `top`) and their services."""
+    f = ctx.frame
+    time = np.bincount(ep_inst, weights=(ep_t1 - ep_t0).astype(np.float64), minlength=len(f.instances))
+    order = [int(i) for i in np.argsort(-time)[:top] if time[i] > 0]
+    services = sorted({f.services[int(np.bincount(f.service[f.instance == i]).argmax())] for i in order})
+    return [f.instances[i] for i in order], services
+
+
+def young_excess(ctx: Context, ep_inst, ep_t0, ep_t1) -> float:
+    """How much more of the stall time sits in the first third of its instance's life (by request
+    count) than a process stalling all its life long puts there: 0 when a third of it does, 1 when
+    all of it does. A warm-up (an instance started cold, in a burst or after a restart) slows its
+    first requests; a pause recurs for as long as the process runs."""
+    reqs = ctx.frame.requests
+    if len(ep_t0) == 0:
+        return 0.0
+    life = np.bincount(reqs.instance, minlength=len(ctx.frame.instances))
+    young = np.zeros(len(ep_t0), bool)
+    for i in np.unique(ep_inst):
+        starts = np.sort(reqs.start[reqs.instance == i])
+        sel = ep_inst == i
+        young[sel] = np.searchsorted(starts, ep_t0[sel]) < life[i] / 3
+    time = (ep_t1 - ep_t0).astype(np.float64)
+    share = float(time[young].sum() / max(time.sum(), 1.0))
+    return max(0.0, (share - 1 / 3) / (2 / 3))

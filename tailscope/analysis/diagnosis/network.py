@@ -9,13 +9,16 @@ call: excess of the request latency); its shape (p99 vs p50, and the share of ca
 region) shows whether it is large for everyone or shifted for a subset. Large gaps that end in
 bunches (several callers' calls starting on one server instance in the same millisecond) are a server
 that stopped accepting and then took the held calls at once, not the wire: they discount the finding
-as gaps inside known stalls do.
+as gaps inside known stalls do. Large gaps mostly before the SERVER span that grow with the calls the
+server instance is already running are a queue for a worker slot (accept_queue.py): they discount the
+finding and become a queueing finding.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.accept_queue import accept_wait
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split
@@ -43,7 +46,8 @@ def detect(ctx: Context) -> list[Finding]:
     if len(srv) < 50:
         return []
     gap = np.maximum(f.dur[cli] - f.dur[srv], 0).astype(np.float64)
-    findings = []
+    findings: list[Finding] = []
+    queue_findings: list[Finding] = []
     at_root = f.request[cli] < 0  # the client wraps the request root
     for label, sel in (("root", at_root), ("inner", ~at_root)):
         if sel.sum() < 50:
@@ -78,6 +82,13 @@ def detect(ctx: Context) -> list[Finding]:
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *ctx.reported_pauses)
             in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
+        proxy = ctx.notes.get("proxy_stalls")
+        if proxy is not None and big.any():  # a paused caller reads its responses late: not the wire
+            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+
+            c_idx = cli[sel][big]
+            ov = stall_overlap(f.instance[c_idx], f.start[c_idx], f.end[c_idx], *proxy)
+            in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
         # a server that stopped accepting takes the calls held meanwhile at once: their server spans
         # start together on one instance, whichever caller sent them (the wire delays each on its own)
         released = released_together(f, srv[sel], big)
@@ -90,9 +101,14 @@ def detect(ctx: Context) -> list[Finding]:
         callers = np.bincount(c_inst, minlength=len(f.instances)) > 0
         worst = np.argsort(-per_client)[: int(callers.sum())]
         affected = [f.instances[i] for i in worst if per_client[i] > max(0.2, 2 * shifted)]
+        # a gap before the handler that grows with the calls the server is already running is a queue
+        # for a worker slot, not the wire
+        queued, queue_finding = accept_wait(ctx, cli[sel], srv[sel], big, share)
+        if queue_finding is not None:
+            queue_findings.append(queue_finding)
         strength = logistic(ms(p99 - p50), 2.0, 0.7)
         weight = logistic(share, 0.3, 0.08)
-        confidence = strength * weight * (1 - in_stall)
+        confidence = strength * weight * (1 - in_stall) * (1 - queued)
         c_name = f.names[int(np.bincount(f.name[cli[sel]]).argmax())]
         client_service = f.services[int(np.bincount(f.service[cli[sel]]).argmax())]
         server_service = f.services[int(np.bincount(f.service[srv[sel]]).argmax())]
@@ -121,6 +137,12 @@ def detect(ctx: Context) -> list[Finding]:
                 else ""
             )
             + (
+                f"; the large gaps are mostly a wait before the handler that grows with the server's load "
+                f"(see queueing, {queued:.0%})"
+                if queued > 0.3
+                else ""
+            )
+            + (
                 "; the large gaps sit near 40 ms, the signature of Nagle's algorithm meeting delayed ACKs"
                 if big.any() and 35.0 <= ms(np.median(g[big])) <= 48.0
                 else ""
@@ -136,6 +158,7 @@ def detect(ctx: Context) -> list[Finding]:
             "affected_callers": affected[:20],
             "large_gaps_in_server_stalls": round(in_stall, 3),
             "large_gaps_released_together": round(released, 3),
+            "large_gaps_queued_for_a_worker": round(queued, 3),
             "client_service": client_service,
             "server_service": server_service,
         }
@@ -156,7 +179,8 @@ def detect(ctx: Context) -> list[Finding]:
             )
         )
     findings.sort(key=lambda x: -x.confidence)
-    return findings[:1]
+    queue_findings.sort(key=lambda x: -x.confidence)
+    return findings[:1] + queue_findings[:1]
 
 
 RELEASE_NS = 1_000_000  # server spans starting within the same millisecond were released together

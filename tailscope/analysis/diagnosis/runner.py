@@ -15,20 +15,29 @@ from tailscope.analysis.diagnosis import (
     compute_bound,
     fallback_path,
     gc_pause,
+    large_payload,
     lock_contention,
     network,
+    proxy_stalls,
     queueing,
     shares,
     slow_dependency,
+    timeout_retry,
     unexplained,
+    where,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 
-# Order matters only for notes: gc_pause leaves its stall episodes for cache_miss, network and
-# compute_bound; cache_miss marks bimodal names before cold_start and fallback_path read them.
+# Order matters only for notes: gc_pause (and proxy_stalls for a forwarding tier) leave their stall
+# episodes for cache_miss, network and compute_bound; timeout_retry and large_payload mark the calls
+# whose tail they explain before slow_dependency reads them; cache_miss marks bimodal names before
+# cold_start and fallback_path read them.
 DETECTORS = (
     gc_pause,
+    proxy_stalls,
+    timeout_retry,
+    large_payload,
     cache_miss,
     fallback_path,
     cold_start,
@@ -154,6 +163,10 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
     except Exception as error:
         errors[unexplained.PATTERN] = f"{type(error).__name__}: {error}"
     named = shares.apportion(findings)
+    try:  # every finding names the service and instances where it acts
+        where.locate(ctx, [fd for fd in findings if fd.pattern != unexplained.PATTERN])
+    except Exception as error:
+        errors["where"] = f"{type(error).__name__}: {error}"
     reason = None if n_req >= 50 else f"only {n_req} requests: too few to diagnose (50 needed)"
     seconds = time.perf_counter() - started
     return Diagnosis(

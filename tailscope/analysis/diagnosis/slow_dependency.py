@@ -4,7 +4,8 @@ Statistic. Candidates are span names that are mostly CLIENT spans inside request
 mapping puts in `downstream`, and that most requests make (a call made only on some requests, like a
 store lookup on a cache miss, is the cache_miss detector's; so is a call the fallback_path detector
 found running only after a lookup, whatever its rate, and the child call that explains a bimodal
-lookup's slow mode). Each gets its share of the tail excess
+lookup's slow mode). A call whose tail is a client deadline and a retry (timeout_retry at >= 0.5) or its
+payload (large_payload at >= 0.5) is reported as part of that finding. Each gets its share of the tail excess
 (its duration per request, tail minus body, over the latency excess) and its own tail heaviness
 (p99 / p50). When the callee's SERVER span is traced too, the time is split into the callee's own
 time and the gap around it (the network detector looks at the gap).
@@ -105,6 +106,16 @@ def detect(ctx: Context) -> list[Finding]:
             "tail_mean_latency_ms": ms(reqs.latency[split.tail].mean()) if split.tail.any() else 0.0,
             "body_mean_latency_ms": ms(reqs.latency[split.body].mean()) if split.body.any() else 0.0,
         }
+        # the call's tail is a deadline and a retry, or its payload: part of that finding
+        for note, pattern, why in (
+            ("retried_names", "timeout_retry", "a client deadline and a retry"),
+            ("payload_names", "large_payload", "the size of what it carries"),
+        ):
+            other = ctx.notes.get(note, {}).get(code, 0.0)
+            if other >= 0.5 and "part_of" not in stats:
+                confidence = min(confidence, 0.9 * other)
+                stats["part_of"] = pattern
+                summary += f" Its tail is {why} (see {pattern})."
         advice = ADVICE.format(where=f"'{name}'", p99=f"{ms(p99):.1f}", p50=f"{ms(p50):.1f}")
         findings.append(
             Finding(

@@ -1,6 +1,7 @@
 -- Diagnosis: every span of one run as plain columns for numpy, as ../diagnosis_spans.sql (read its
 -- notes): 63-bit keys (cityHash64 here, DuckDB's hash there: only equality within one read matters),
--- the instance that ran the span (service.instance.id, else host.name:process.pid, else either, from
+-- the instance that ran the span (service.instance.id, else host.name:process.pid, else either, else
+-- Jaeger's hostname / ip / client-uuid or Zipkin's net.host.ip:port, from
 -- the Map's keys where DuckDB tests JSON for NULL), with the run's phase spans ({phases}:
 -- phase_spans.sql over the same scope), their rule's stage as the stage attribute.
 -- {scope}: the run's selection (store.clickhouse.statements.run_scope). The rows come unordered
@@ -22,6 +23,13 @@ SELECT
             concat(ResourceAttributes['host.name'], ':', ResourceAttributes['process.pid']),
         mapContains(ResourceAttributes, 'process.pid'), ResourceAttributes['process.pid'],
         mapContains(ResourceAttributes, 'host.name'), ResourceAttributes['host.name'],
+        mapContains(ResourceAttributes, 'hostname'), ResourceAttributes['hostname'],
+        mapContains(ResourceAttributes, 'net.host.ip') AND mapContains(ResourceAttributes, 'net.host.port'),
+            concat(ResourceAttributes['net.host.ip'], ':', ResourceAttributes['net.host.port']),
+        mapContains(ResourceAttributes, 'net.host.ip'), ResourceAttributes['net.host.ip'],
+        mapContains(ResourceAttributes, 'host.ip'), ResourceAttributes['host.ip'],
+        mapContains(ResourceAttributes, 'ip'), ResourceAttributes['ip'],
+        mapContains(ResourceAttributes, 'client-uuid'), ResourceAttributes['client-uuid'],
         '')) AS Instance,
     StartNs,
     Duration,

@@ -1,0 +1,88 @@
+"""Waiting for a worker slot before the server's handler starts: queueing that shows as a client-server
+gap (used by network.py).
+
+Mechanism. A server with a fixed pool of workers (threads, processes, event-loop slots) starts a
+call's SERVER span only when a worker is free; until then the call waits in the accept queue and the
+time shows as the gap between the CLIENT span's start and the SERVER span's start. The wire delays a
+call whatever the server is doing; a queue delays it only when the server is busy. So where the
+large gaps sit before the server span (not after it) and the wait before the handler grows with the
+number of calls the server instance was already running when the call was sent (Spearman rho), it is
+queueing, not the network. The finding names the server's service and instances.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman
+
+ADVICE = (
+    "Calls to {server} wait before its handler starts, and the wait grows with the number of calls "
+    "the instance is already serving: they queue for a worker slot (a thread or process pool, an "
+    "accept backlog), not on the wire. Add workers or replicas for the peak (autoscale on in-flight "
+    "calls or queue wait rather than CPU), keep spare warm capacity for bursts, bound the queue and shed "
+    "load beyond it, and make each call hold its worker for less time (the server's own work)."
+)
+
+
+def running_at(f, srv: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Per call: how many of the server spans `srv` were running on its server's instance at `at`."""
+    horizon = int(max(f.end.max(), at.max(initial=0))) + 2
+    inst = f.instance[srv].astype(np.int64) * horizon
+    starts = np.sort(inst + f.start[srv])
+    ends = np.sort(inst + f.end[srv])
+    key = inst + at
+    return (np.searchsorted(starts, key, side="right") - np.searchsorted(ends, key, side="right")).astype(
+        np.float64
+    )
+
+
+def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, share: float):
+    """(strength in 0..1 that the large gaps are an accept queue, the queueing finding or None)."""
+    f = ctx.frame
+    if big.sum() < 10:
+        return 0.0, None
+    pre = np.maximum(f.start[srv] - f.start[cli], 0).astype(np.float64)
+    post = np.maximum(f.end[cli] - f.end[srv], 0).astype(np.float64)
+    excess_pre = float(pre[big].mean() - np.median(pre))
+    excess_post = float(post[big].mean() - np.median(post))
+    before = excess_pre / max(excess_pre + excess_post, 1.0)
+    busy = running_at(f, srv, f.start[cli])
+    rho = spearman(busy, pre)
+    strength = logistic(rho, 0.4, 0.08) * logistic(before, 0.7, 0.08)
+    if strength < 0.05:
+        return strength, None
+    server = f.services[int(np.bincount(f.service[srv]).argmax())]
+    counts = np.bincount(f.instance[srv[big]], minlength=len(f.instances))
+    instances = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    p50, p99 = np.quantile(pre, [0.5, 0.99])
+    calm, crowded = np.quantile(busy, [0.25, 0.9])
+    summary = (
+        f"Calls to {server} wait before its handler starts: {before:.0%} of the large client-server gaps "
+        f"is before the SERVER span (p50 {ms(p50):.2f} ms, p99 {ms(p99):.2f} ms), and that wait grows "
+        f"with the calls the instance was already running when the call was sent (Spearman {rho:.2f}; "
+        f"{calm:.0f} running at the 25th percentile, {crowded:.0f} at the 90th): a queue for a worker "
+        f"slot, not the wire. It carries {share:.0%} of the tail excess (instances: {', '.join(instances)})."
+    )
+    stats = {
+        "wait_before_handler_p50_ms": ms(p50),
+        "wait_before_handler_p99_ms": ms(p99),
+        "share_of_large_gaps_before_handler": round(before, 3),
+        "spearman_wait_vs_running": round(rho, 3),
+        "running_p25": float(calm),
+        "running_p90": float(crowded),
+        "tail_excess_share": round(share, 3),
+        "service": server,
+        "instances": instances,
+    }
+    order = np.argsort(busy, kind="stable")
+    pick = order[np.linspace(0, len(order) - 1, min(len(order), 2000)).astype(np.int64)]
+    chart = {
+        "kind": "wait_vs_running",
+        "running": busy[pick].tolist(),
+        "wait_ms": (pre[pick] / 1e6).round(3).tolist(),
+    }
+    confidence = clamp01(strength * logistic(share, 0.3, 0.08))
+    evidence = {"summary": summary, "stats": stats, "chart": chart}
+    return strength, Finding("queueing", confidence, "queue", None, evidence, ADVICE.format(server=server))

@@ -1,0 +1,107 @@
+"""What span attributes say about a mechanism, read generically (keys by their meaning in the
+OpenTelemetry conventions and by what their values do, never by a service's span names):
+
+- `cache_signs`: evidence that a span is a cache lookup (a cache system on it or on its children,
+  a cache name, a hit/miss attribute),
+- `error_flags`: which spans ended in error (status, or the error attributes of HTTP/gRPC/Jaeger),
+- `numeric_attributes`: the numeric attributes of a span name with values per span (size-like
+  quantities are recognised by their values varying and correlating with time, see large_payload).
+
+The frame reads attributes lazily per span name (one query each), so callers ask for few names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import TraceFrame
+
+# Key-value stores used as caches (OpenTelemetry db.system / db.system.name values)
+CACHE_SYSTEMS = frozenset({
+    "redis", "memcached", "valkey", "keydb", "dragonfly", "hazelcast", "aerospike", "ignite", "geode",
+    "coherence", "ehcache", "caffeine", "momento", "infinispan", "varnish", "tarantool",
+})
+SYSTEM_KEYS = ("db.system", "db.system.name")
+HIT_MISS_VALUES = frozenset({"hit", "miss", "hits", "misses", "stale", "expired", "refresh_hit"})
+ERROR_STATUS_VALUES = frozenset({"error", "status_code_error", "2"})
+TIMEOUT_HTTP = frozenset({408, 504, 499, 598, 599})
+DEADLINE_GRPC = frozenset({"4", "deadline_exceeded"})
+
+
+def _key_is_cache(key: str) -> bool:
+    k = key.lower()
+    last = k.replace("-", "_").split(".")[-1]
+    return "cache" in k or last in ("hit", "miss", "is_hit", "cached") or last.endswith("_hit")
+
+
+def cache_signs(frame: TraceFrame, codes: list[int]) -> str | None:
+    """A short description of the first sign of a cache among the attributes of the span names
+    `codes` (the span's own name first, then its children's), None when there is none."""
+    for code in codes:
+        for key, (_, values) in frame.attributes(code).items():
+            if not values:
+                continue
+            sample = {str(v).strip().lower() for v in values[:2000]}
+            if key in SYSTEM_KEYS and sample & CACHE_SYSTEMS:
+                return f"'{frame.names[code]}' has {key}={sorted(sample & CACHE_SYSTEMS)[0]}"
+            if _key_is_cache(key):
+                return f"'{frame.names[code]}' carries {key}"
+            words = {w.split()[0] for w in sample if w}
+            if len(sample) <= 8 and words & HIT_MISS_VALUES:
+                return f"'{frame.names[code]}' has {key}={sorted(words & HIT_MISS_VALUES)[0]}"
+    return None
+
+
+def error_flags(frame: TraceFrame, code: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(span indices, error?) for the spans of a name that carry any status or error attribute:
+    status Error (`otel.status_code`, the loader's status), `error=true`, an HTTP status >= 500 or a
+    timeout status, a gRPC status other than OK. None where no span of the name says anything."""
+    attrs = frame.attributes(code)
+    flagged: dict[int, bool] = {}
+    for key, (idx, values) in attrs.items():
+        k = key.lower()
+        for i, v in zip(idx.tolist(), values, strict=False):
+            s = str(v).strip().lower()
+            if k in ("otel.status_code", "status.code", "status_code"):
+                bad = s in ERROR_STATUS_VALUES
+            elif k == "error":
+                bad = s in ("true", "1")
+            elif k in ("http.response.status_code", "http.status_code"):
+                try:
+                    code_value = int(float(s))
+                except ValueError:
+                    continue
+                bad = code_value >= 500 or code_value in TIMEOUT_HTTP
+            elif k == "rpc.grpc.status_code":
+                bad = s not in ("0", "ok")
+            elif k == "error.type":
+                bad = bool(s)
+            else:
+                continue
+            flagged[i] = flagged.get(i, False) or bad
+    if not flagged:
+        return None
+    idx = np.fromiter(flagged.keys(), np.int64, len(flagged))
+    return idx, np.fromiter(flagged.values(), bool, len(flagged))
+
+
+def numeric_attributes(
+    frame: TraceFrame, code: int, min_coverage: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{key: (span indices, float values)} for the attributes of a name whose values are numbers on at
+    least `min_coverage` spans (booleans and strings left out)."""
+    out = {}
+    for key, (idx, values) in frame.attributes(code).items():
+        if len(values) < min_coverage:
+            continue
+        sample = values[:50]
+        if any(isinstance(v, bool) or str(v).strip().lower() in ("true", "false") for v in sample):
+            continue
+        try:
+            nums = np.asarray(values, dtype=str).astype(np.float64)  # one C-level pass
+        except (TypeError, ValueError):
+            continue
+        ok = np.isfinite(nums)
+        if ok.sum() >= min_coverage:
+            out[key] = (np.asarray(idx)[ok], nums[ok])
+    return out

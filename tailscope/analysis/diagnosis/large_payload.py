@@ -1,0 +1,228 @@
+"""large_payload: a stage whose time grows with the size of what it handles.
+
+Mechanism. Serialising, compressing, copying or sending a payload costs time in proportion to its size
+(bytes, items, rows); so does a query that returns more rows. When sizes vary from request to request,
+the stage's duration follows them: a monotone relation between a size and the time, whatever the
+stage's name. Sizes are recognised generically: numeric span attributes that vary over a range
+(>= 10 distinct values, p90 >= 2x p10) on the span itself or on its request's root (a body size the
+server records, a serialisation step below it), read for the few names that carry the tail. Keys that
+measure time, a queue or a retry (latency, duration, wait, depth, attempt...) are not sizes; the
+model's forward pass is compute_bound's (its batch size), a queue's wait is queueing's.
+
+Statistic: Spearman rho between the size and the stage's duration (>= 0.5 to be a candidate), the
+Theil-Sen slope (time per unit of size), and the size-driven part of each request's time
+(slope x (size - median size)) as a share of the tail excess. Confidence = strength of rho x the
+material weight of that share. A call whose tail is its payload makes slow_dependency on it part of
+this finding.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.attributes import numeric_attributes
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import (
+    clamp01,
+    excess_share,
+    logistic,
+    material_weight,
+    ms,
+    spearman,
+    theil_sen,
+)
+from tailscope.vocabulary import ALL_STAGES
+
+PATTERN = "large_payload"
+SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward", "ingress")}
+CANDIDATES = 4  # span names read (each a query): the ones carrying most of the tail
+MIN_SHARE = 0.08  # a candidate carries at least this share of the tail excess
+MIN_RHO = 0.5
+NOT_A_SIZE = re.compile(
+    r"time|latency|duration|elapsed|(^|[._])ms$|_ms|(^|[._])ns$|_ns|seconds|wait|queue|depth|retry|"
+    r"attempt|resend|concurren|inflight|in_flight|pending|backlog|status|(^|[._])code$|(^|[._])port$|"
+    r"(^|[._])pid$|(^|[._ ])id$|[._]id$|timestamp|epoch|version|priority|ttl|(^|[._])load|cpu|"
+    r"memory|(^|[._])gc"
+)
+ROOT_PREFIX = "root:"
+BYTES = re.compile(r"size|bytes|length|octets")
+ADVICE = (
+    "{where} takes longer the more it handles: its time follows {key} (Spearman {rho:.2f}, about "
+    "{slope} per {unit}), and the requests with the largest payloads make the tail. Send less: compress "
+    "the payload (gzip/zstd on the wire, a compact encoding such as protobuf instead of JSON), paginate "
+    "or stream large results instead of building them whole, return only the fields the caller needs "
+    "(smaller outputs), and cap the size a request may ask for. Faster hardware for the model will not "
+    "change this stage."
+)
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    if ctx.n_requests < 100 or ctx.split.excess_ns <= 0 or f.attribute_source is None:
+        return []
+    inside = (f.request >= 0) & (f.parent >= 0)
+    counts = np.bincount(f.name[inside], minlength=len(f.names))
+    by_name = _duration_shares(ctx)
+    shares = []
+    for code in np.nonzero(counts >= 100)[0].tolist():
+        if int(ctx.name_stage[code]) in SKIP:
+            continue
+        shares.append((float(by_name[code]), code))
+    shares.sort(reverse=True)
+    findings = []
+    root_sizes = None
+    for share, code in shares[:CANDIDATES]:
+        if share < MIN_SHARE:
+            break
+        if root_sizes is None:
+            root_sizes = _root_sizes(ctx)
+        finding = _judge(ctx, code, root_sizes)
+        if finding is not None:
+            findings.append(finding)
+    findings.sort(key=lambda x: -x.confidence)
+    ctx.notes["payload_names"] = {
+        f.names.index(fd.span_name): fd.confidence for fd in findings if fd.span_name in f.names
+    }
+    return findings[:2]
+
+
+def _duration_shares(ctx: Context) -> np.ndarray:
+    """Per span name: the share of the tail excess carried by its spans' durations (a span inside
+    another of its name not counted twice), all names in one pass."""
+    f, sp = ctx.frame, ctx.split
+    k = len(f.names)
+    if sp.excess_ns <= 0 or not sp.tail.any() or not sp.body.any():
+        return np.zeros(k)
+    has_p = f.parent >= 0
+    top = f.request >= 0
+    top[has_p] &= f.name[f.parent[has_p]] != f.name[has_p]
+    req = np.maximum(f.request, 0)
+    in_tail, in_body = top & sp.tail[req], top & sp.body[req]
+    dur = f.dur.astype(np.float64)
+    t = np.bincount(f.name[in_tail], weights=dur[in_tail], minlength=k) / sp.tail.sum()
+    b = np.bincount(f.name[in_body], weights=dur[in_body], minlength=k) / sp.body.sum()
+    return (t - b) / sp.excess_ns
+
+
+def _root_sizes(ctx: Context) -> dict[str, np.ndarray]:
+    """Numeric attributes of the request roots, per request (nan where a root lacks it)."""
+    f = ctx.frame
+    roots = f.requests.root
+    out: dict[str, np.ndarray] = {}
+    for code in np.unique(f.name[roots]).tolist():
+        for key, (idx, values) in numeric_attributes(f, code, 50).items():
+            per_req = out.setdefault(ROOT_PREFIX + key, np.full(ctx.n_requests, np.nan))
+            req = f.request[idx]
+            ok = req >= 0
+            per_req[req[ok]] = values[ok]
+    return out
+
+
+def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.ndarray]):
+    """(key, per-span size) for every size-like numeric attribute of the spans or of their roots."""
+    f = ctx.frame
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
+    for key, (idx, values) in numeric_attributes(f, code, max(50, len(spans) // 2)).items():
+        if NOT_A_SIZE.search(key.lower()):
+            continue
+        v = np.full(len(spans), np.nan)
+        ok = pos[idx] >= 0
+        v[pos[idx][ok]] = values[ok]
+        yield key, v
+    for key, per_req in root_sizes.items():
+        if NOT_A_SIZE.search(key.lower()):
+            continue
+        yield key, per_req[f.request[spans]]
+
+
+def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Finding | None:
+    f = ctx.frame
+    spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
+    d = f.dur[spans].astype(np.float64)
+    best = None
+    for key, v in _sizes(ctx, code, spans, root_sizes):
+        ok = np.isfinite(v)
+        if ok.mean() < 0.5 or len(np.unique(v[ok])) < 10:
+            continue
+        q10, q90 = np.quantile(v[ok], [0.1, 0.9])
+        if q10 < 0 or q90 < 2 * max(q10, 1e-12):
+            continue
+        rho = spearman(v[ok], d[ok])
+        if rho >= MIN_RHO and (best is None or rho > best[1]):
+            best = (key, rho, v)
+    if best is None:
+        return None
+    key, rho, v = best
+    ok = np.isfinite(v)
+    slope, intercept = theil_sen(v[ok], d[ok], ctx.rng)
+    if slope <= 0:
+        return None
+    driven = np.where(ok, slope * (v - float(np.median(v[ok]))), 0.0)
+    per_request = np.bincount(f.request[spans], weights=driven, minlength=ctx.n_requests)
+    share = clamp01(excess_share(per_request, ctx.split))
+    confidence = logistic(rho, 0.65, 0.07) * material_weight(share)
+    if confidence < 0.05:
+        return None
+    return _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence)
+
+
+def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence) -> Finding:
+    f = ctx.frame
+    ok = np.isfinite(v)
+    d = f.dur[spans].astype(np.float64)
+    on_root = key.startswith(ROOT_PREFIX)
+    key = key.removeprefix(ROOT_PREFIX)
+    label = f"{key} (on the request's root span)" if on_root else key
+    name = f.names[code]
+    stage = ctx.stage_of_name(code)
+    bytes_like = bool(BYTES.search(key.lower()))
+    unit_value = 1e6 if bytes_like else (1000.0 if np.median(v[ok]) >= 1000 else 1.0)
+    unit = {1e6: "MB" if bytes_like else "million", 1000.0: f"1,000 of {key}", 1.0: f"1 of {key}"}[unit_value]
+    slope_text = f"{ms(slope * unit_value):.2f} ms"
+    q10, q50, q90, q99 = np.quantile(v[ok], [0.1, 0.5, 0.9, 0.99])
+    tail = ctx.split.tail[f.request[spans]]
+    tail_size = float(np.median(v[ok & tail])) if (ok & tail).any() else float("nan")
+    service = f.services[int(np.bincount(f.service[spans]).argmax())]
+    inst_counts = np.bincount(f.instance[spans], minlength=len(f.instances))
+    instances = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
+    summary = (
+        f"'{name}' (in {service}) takes longer the larger {label} is: Spearman {rho:.2f}, about "
+        f"{slope_text} per {unit} ({key} p10 {q10:,.0f}, p50 {q50:,.0f}, p90 {q90:,.0f}, p99 "
+        f"{q99:,.0f}; the tail requests' median {tail_size:,.0f}); the size-driven part of its time "
+        f"carries {share:.0%} of the tail excess (instances: {', '.join(instances)})."
+    )
+    stats = {
+        "size_attribute": key,
+        "size_on": "request root" if on_root else "span",
+        "spearman": round(rho, 3),
+        "ms_per_unit": slope / 1e6,
+        "ms_per_" + ("mb" if bytes_like else "1000" if unit_value == 1000 else "unit"): round(
+            ms(slope * unit_value), 4),
+        "intercept_ms": ms(intercept),
+        "size_p50": float(q50),
+        "size_p99": float(q99),
+        "tail_size_median": tail_size,
+        "tail_excess_share": round(share, 3),
+        "service": service,
+        "instances": instances,
+    }
+    pick = np.nonzero(ok)[0]
+    if len(pick) > 2000:
+        pick = np.sort(ctx.rng.choice(pick, 2000, replace=False))
+    top = float(np.quantile(v[ok], 0.999))
+    chart = {
+        "kind": "size_vs_time",
+        "size": v[pick].round(3).tolist(),
+        "duration_ms": (d[pick] / 1e6).round(3).tolist(),
+        "tail": tail[pick].tolist(),
+        "fit_ms": [ms(intercept), ms(intercept + slope * top)],
+        "fit_size": [0.0, top],
+        "size_attribute": key,
+    }
+    where = f"'{name}'" + (f" ({stage})" if stage else "")
+    advice = ADVICE.format(where=where, key=label, rho=rho, slope=slope_text, unit=unit)
+    evidence = {"summary": summary, "stats": stats, "chart": chart}
+    return Finding(PATTERN, clamp01(confidence), stage, name, evidence, advice)

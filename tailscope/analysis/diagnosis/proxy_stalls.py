@@ -1,0 +1,166 @@
+"""gc_pause on a tier that only forwards (an API gateway, a sidecar, a BFF in front of the service).
+
+Mechanism. Behind a proxy tier the request is the callee's span (frame.py), so stalls of the proxy's
+own processes never show in the analysed latency, and the proxy has too little work of its own for
+gc_pause's cross-name test. Yet a stop-the-world pause (or a throttled CPU) on a proxy instance
+delays everything that instance must do while it lasts: forwarding the requests that arrived,
+reading the responses that came back, replying. Those events all happen at the moment the process
+runs again, so the proxy's own time per request (its SERVER span minus the callee's SERVER span:
+its processing and the wire) is stretched for a set of requests *released together*.
+
+Statistic, per proxy instance: a request's proxy time is slow above its p90 and 1.5x its median; its
+event times (forwarding start, the response read, the reply) are binned by 1 ms; a release bin holds
+events of >= 2 slow requests. The share of slow requests with an event in a release bin is compared
+with the same share after moving each slow request by a random offset (20 draws): a ratio and a z.
+Weight: the share of the proxy's end-to-end tail excess (its SERVER span's latency) carried by the
+slow requests' proxy time. The finding is gc_pause on the proxy's instances (its runtime's own GC
+events, where reported, confirm); the released stretches are left in the notes so that network does
+not read them as the wire.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.gc_pause import ADVICE
+from tailscope.analysis.diagnosis.long_stalls import stall_overlap
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import (
+    clamp01,
+    excess_share,
+    logistic,
+    material_weight,
+    ms,
+    tail_split,
+)
+
+PATTERN = "gc_pause"
+BIN_NS = 1_000_000
+BUNCH = 2  # a pause with few requests in flight releases a few at once
+DRAWS = 20
+
+
+def proxy_calls(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(proxy SERVER span, its CLIENT call, the callee's request root) per request handed on by a
+    proxy tier in another service; None where there is none."""
+    f = ctx.frame
+    reqs = f.requests
+    call = reqs.client_span
+    has = call >= 0
+    if has.sum() < 100:
+        return None
+    root, call = reqs.root[has], call[has]
+    outer = f.parent[call]
+    ok = (outer >= 0) & (f.kind[call] == KIND_CLIENT)
+    ok[ok] &= (f.kind[outer[ok]] == KIND_SERVER) & (f.service[outer[ok]] == f.service[call[ok]])
+    ok[ok] &= f.service[outer[ok]] != f.service[root[ok]]
+    if ok.sum() < 100:
+        return None
+    return outer[ok], call[ok], root[ok]
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    found = proxy_calls(ctx)
+    if found is None:
+        return []
+    outer, call, root = found
+    own = (f.dur[outer] - f.dur[root]).astype(np.float64)  # the proxy's processing and the wire
+    inst = f.instance[outer]
+    slow = np.zeros(len(outer), bool)
+    for i in np.unique(inst):
+        m = inst == i
+        if m.sum() >= 50:
+            p90, p50 = np.quantile(own[m], [0.9, 0.5])
+            slow[m] = own[m] > max(p90, 1.5 * p50)
+    if slow.sum() < 20:
+        return []
+    events = np.stack([f.start[call], f.end[call], f.end[outer]], axis=1)[slow]
+    s_inst = inst[slow]
+    released = _released(s_inst, events)
+    observed = float(released.mean())
+    rng = ctx.rng
+    span = int(f.end.max()) + 1
+    null = [
+        float(_released(s_inst, (events + rng.integers(0, span, len(events))[:, None]) % span).mean())
+        for _ in range(DRAWS)
+    ]
+    ratio = observed / max(float(np.mean(null)), 1e-3)
+    z = (observed - float(np.mean(null))) / (float(np.std(null)) + 0.01)
+    latency = f.dur[outer].astype(np.float64)
+    split = tail_split(latency)
+    rel = np.nonzero(slow)[0][released]
+    stretched = np.zeros(len(outer))
+    stretched[rel] = own[rel] - np.median(own)
+    share = clamp01(excess_share(stretched, split))
+    strength = logistic(observed, 0.25, 0.06) * logistic(ratio, 3.0, 0.5) * logistic(z, 4.0, 1.0)
+    confidence = strength * material_weight(share)
+    if confidence < 0.05:
+        return []
+    # the released stretches (from the slowest request's last event back by its extra proxy time),
+    # for network: a proxy that stopped reading responses is not the wire
+    end = events[released].max(axis=1)
+    extra = own[rel] - np.median(own)
+    if confidence >= 0.3:
+        ctx.notes["proxy_stalls"] = (inst[rel], (end - extra).astype(np.int64), end.astype(np.int64))
+    service = f.services[int(np.bincount(f.service[outer]).argmax())]
+    counts = np.bincount(inst[rel], minlength=len(f.instances))
+    instances = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    reported = None
+    if len(f.gc_time):
+        ev = stall_overlap(inst, f.start[outer], f.end[outer], *ctx.reported_pauses)
+        reported = excess_share(ev, split)
+    p50, p99 = np.quantile(own, [0.5, 0.99])
+    summary = (
+        f"The {service} tier only forwards (its requests are handed on to "
+        f"{f.services[int(np.bincount(f.service[root]).argmax())]}), yet its own time per request (p50 "
+        f"{ms(p50):.2f} ms, p99 {ms(p99):.1f} ms) is stretched for requests released together: "
+        f"{observed:.0%} of its slow requests resume in the same millisecond as another one or more on "
+        f"the same instance ({ratio:.1f}x chance, z {z:.1f}), as after a pause of the whole process; "
+        f"that time carries {share:.0%} of the {service} latency's tail excess (instances: "
+        f"{', '.join(instances)})"
+        + (f"; the runtime reported GC pauses covering {reported:.0%} of it" if reported is not None else "")
+        + ". The service behind it is not affected."
+    )
+    stats = {
+        "service": service,
+        "instances": instances,
+        "slow_requests": int(slow.sum()),
+        "released_together": round(observed, 3),
+        "released_by_chance": round(float(np.mean(null)), 3),
+        "ratio": round(ratio, 2),
+        "z": round(z, 2),
+        "proxy_time_p50_ms": ms(p50),
+        "proxy_time_p99_ms": ms(p99),
+        "tail_excess_share": round(share, 3),
+        "tail_of": f"{service} latency",
+        "tail_excess_share_in_reported_gc": None if reported is None else round(reported, 3),
+    }
+    top = inst == np.bincount(inst[rel]).argmax()
+    pick = np.nonzero(top)[0][:3000]
+    chart = {
+        "kind": "proxy_time",
+        "time_s": (f.start[outer[pick]] / 1e9).round(3).tolist(),
+        "proxy_ms": (own[pick] / 1e6).round(3).tolist(),
+        "released": np.isin(pick, rel).tolist(),
+        "instance": f.instances[int(np.bincount(inst[rel]).argmax())],
+    }
+    evidence = {"summary": summary, "stats": stats, "chart": chart}
+    name = f.names[int(np.bincount(f.name[outer]).argmax())]
+    return [Finding(PATTERN, clamp01(confidence), "ingress", name, evidence, ADVICE)]
+
+
+def _released(inst: np.ndarray, events: np.ndarray) -> np.ndarray:
+    """Per slow request: does one of its events fall in a 1 ms bin (on its instance) holding events
+    of at least BUNCH slow requests?"""
+    n = len(inst)
+    key = inst.astype(np.int64)[:, None] * (1 << 40) + events // BIN_NS
+    flat = key.reshape(-1)
+    owner = np.repeat(np.arange(n), events.shape[1])
+    pairs = np.unique(np.c_[flat, owner], axis=0)  # a request counted once per bin
+    _, inverse, counts = np.unique(pairs[:, 0], return_inverse=True, return_counts=True)
+    bunched = counts[inverse.reshape(-1)] >= BUNCH
+    out = np.zeros(n, bool)
+    out[pairs[bunched, 1]] = True
+    return out

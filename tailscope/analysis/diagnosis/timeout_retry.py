@@ -1,0 +1,230 @@
+"""timeout_retry: a call cut short by a client deadline and made again.
+
+Mechanism. A client deadline ends an attempt at the same elapsed time whatever the callee was doing,
+with an error status, and a retry policy then sends the same call again, one after the other. So, for
+a span name made by requests (a call to another service, usually a CLIENT span):
+
+- some parents hold two or more spans of the name, one after the other (a fan-out runs side by side:
+  the earlier attempt must end before the next one starts in >= 90 % of the repeated groups),
+- the first attempts of the repeated groups end at nearly one duration: >= 70 % of them within 3 %
+  (at least 0.5 ms) of their median, the timeout value, which sits far above the call's median
+  (>= 3x),
+- no attempt of the name lasts much longer than that value (a deadline caps every attempt; a
+  retried call whose first attempts merely vary does not have one),
+- the first attempts end in error more often than the calls that were not retried (where the spans
+  carry a status): confirmation, not required.
+
+Weight: the time the requests lose to the failed attempts (from the first attempt's start to the
+last attempt's start), as a share of the tail excess. The evidence names the caller's service and
+its instances, the peer (server.address or the span name), the timeout value, the retry rate and the
+share of tail requests that retried.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.attributes import error_flags
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+
+PATTERN = "timeout_retry"
+MIN_RETRIED = 20
+TIGHT = 0.03  # first attempts within 3 % of the timeout value ...
+TIGHT_NS = 500_000  # ... or 0.5 ms, whichever is larger
+ABOVE_MEDIAN = 3.0  # a deadline sits far above the call's median
+ADVICE = (
+    "{where} is cut by a client deadline at about {timeout:.0f} ms in {rate:.1%} of calls and then made "
+    "again, so each of those requests pays the whole deadline before the second attempt starts. Set the "
+    "deadline from the latency target, not above it: a deadline of {timeout:.0f} ms plus a second attempt "
+    "cannot fit a target below that. Hedge instead of waiting: send a second copy after the call's own "
+    "p95 ({p95:.1f} ms) and take the first answer. Bound retries with a retry budget (e.g. at most 10 % "
+    "extra calls per client) so that retries do not multiply load when the callee is the problem, and "
+    "find with the callee's owners why the first attempts hang (the attempts that time out, by instance "
+    "and input)."
+)
+
+
+def retry_groups(ctx: Context, code: int) -> dict | None:
+    """The repeated calls of a span name under one parent: first and second attempt per parent."""
+    f = ctx.frame
+    spans = np.nonzero((f.name == code) & (f.request >= 0) & (f.parent >= 0))[0]
+    if len(spans) < 50:
+        return None
+    order = np.lexsort((f.start[spans], f.parent[spans]))
+    s = spans[order]
+    p = f.parent[s]
+    first_of = np.r_[True, p[1:] != p[:-1]]
+    second = np.nonzero(~first_of & np.r_[False, first_of[:-1]])[0]  # the second span under a parent
+    if len(second) < MIN_RETRIED:
+        return None
+    a1, a2 = s[second - 1], s[second]
+    group_start = np.nonzero(first_of)[0]
+    group_end = np.r_[group_start[1:], len(s)] - 1
+    retried = group_end > group_start
+    last = s[group_end[retried]]
+    return {
+        "spans": spans,
+        "first": a1,
+        "second": a2,
+        "last": last,
+        "parents": int(first_of.sum()),
+        "retried_parents": int(retried.sum()),
+    }
+
+
+def _repeated_names(ctx: Context) -> list[int]:
+    """Span names with at least MIN_RETRIED parents holding two or more spans of the name (one sort
+    of all spans by name, parent and start)."""
+    f = ctx.frame
+    spans = np.nonzero((f.request >= 0) & (f.parent >= 0))[0]
+    if len(spans) < 2:
+        return []
+    name, parent = f.name[spans], f.parent[spans]
+    order = np.lexsort((parent, name))
+    name, parent = name[order], parent[order]
+    second = (name[1:] == name[:-1]) & (parent[1:] == parent[:-1])
+    second &= ~np.r_[False, second[:-1]]  # one per group: the second span under its parent
+    groups = np.bincount(name[1:][second], minlength=len(f.names))
+    return np.nonzero(groups >= MIN_RETRIED)[0].tolist()
+
+
+def detect(ctx: Context) -> list[Finding]:
+    if ctx.n_requests < 50 or ctx.split.excess_ns <= 0:
+        return []
+    findings = []
+    for code in _repeated_names(ctx):
+        finding = _judge(ctx, code)
+        if finding is not None:
+            findings.append(finding)
+    findings.sort(key=lambda x: -x.confidence)
+    if findings:
+        ctx.notes["retried_names"] = {fd.evidence["stats"]["span_code"]: fd.confidence for fd in findings}
+    for fd in findings:
+        fd.evidence["stats"].pop("span_code", None)
+    return findings[:2]
+
+
+def _judge(ctx: Context, code: int) -> Finding | None:
+    f = ctx.frame
+    g = retry_groups(ctx, code)
+    if g is None:
+        return None
+    a1, a2 = g["first"], g["second"]
+    sequential = float((f.end[a1] <= f.start[a2] + TIGHT_NS).mean())
+    if sequential < 0.9:
+        return None  # side by side: a fan-out, not a retry
+    d1 = f.dur[a1].astype(np.float64)
+    timeout = float(np.median(d1))
+    # the deadline caps the caller's attempts, not the callee's work (a callee span of the same name
+    # runs on after the caller gave up): the caller's spans are those of the first attempts' service
+    # and kind
+    caller = (f.service[g["spans"]] == np.bincount(f.service[a1]).argmax()) & (
+        f.kind[g["spans"]] == np.bincount(f.kind[a1]).argmax()
+    )
+    g["spans"] = g["spans"][caller]
+    all_d = f.dur[g["spans"]].astype(np.float64)
+    median = float(np.median(all_d))
+    if timeout < ABOVE_MEDIAN * median:
+        return None
+    tol = max(TIGHT * timeout, TIGHT_NS)
+    tight = float((np.abs(d1 - timeout) <= tol).mean())
+    over = float((all_d > timeout + 3 * tol).mean())  # attempts that outlast the deadline
+    errors = _error_rates(ctx, code, a1, g["spans"])
+    strength = logistic(tight, 0.7, 0.08) * (1 - logistic(over, 0.02, 0.006))
+    if errors is not None:
+        first_err, other_err = errors
+        strength *= 0.8 + 0.2 * logistic(first_err - other_err, 0.5, 0.1)
+    # the time lost: from the first attempt's start to the last attempt's start, per request
+    lost = (f.start[g["last"]] - f.start[g["first"]]).astype(np.float64)
+    req = f.request[a1]
+    per_request = np.bincount(req, weights=lost, minlength=ctx.n_requests)
+    split = ctx.split
+    share = excess_share(per_request, split)
+    retried_req = np.zeros(ctx.n_requests, bool)
+    retried_req[req] = True
+    tail_retried = float(retried_req[split.tail].mean()) if split.tail.any() else 0.0
+    all_retried = float(retried_req.mean())
+    confidence = strength * material_weight(share) * 0.95
+    if confidence < 0.05:
+        return None
+    name = f.names[code]
+    rate = g["retried_parents"] / max(g["parents"], 1)
+    service = f.services[int(np.bincount(f.service[a1]).argmax())]
+    inst_counts = np.bincount(f.instance[a1], minlength=len(f.instances))
+    top_inst = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
+    peer = _peer(ctx, code)
+    p95 = float(np.quantile(all_d, 0.95))
+    stage = ctx.stage_of_name(code)
+    summary = (
+        f"'{name}' (from {service}, to {peer}) is made again after a first attempt in {rate:.1%} of the "
+        f"calls that make it; the first attempts end at {ms(timeout):.1f} ms ({tight:.0%} within "
+        f"{ms(tol):.1f} ms of it, {ms(timeout) / max(ms(median), 1e-9):.0f}x the call's median), and "
+        f"{over:.1%} of all attempts last longer: a client deadline"
+        + (
+            f"; {errors[0]:.0%} of the first attempts end in error vs {errors[1]:.0%} of the other calls"
+            if errors is not None
+            else ""
+        )
+        + f". {tail_retried:.0%} of the tail requests retried vs {all_retried:.1%} of all, and the time "
+        f"lost to the failed attempts is {share:.0%} of the tail excess (instances: "
+        f"{', '.join(top_inst)})."
+    )
+    stats = {
+        "span_code": code,
+        "timeout_ms": ms(timeout),
+        "first_attempts_within_ms": round(ms(tol), 3),
+        "first_attempts_at_timeout": round(tight, 3),
+        "attempts_over_timeout": round(over, 4),
+        "call_median_ms": ms(median),
+        "retry_rate": round(rate, 4),
+        "retried_calls": g["retried_parents"],
+        "sequential": round(sequential, 3),
+        "first_attempt_error_rate": None if errors is None else round(errors[0], 3),
+        "other_call_error_rate": None if errors is None else round(errors[1], 3),
+        "tail_requests_retried": round(tail_retried, 3),
+        "all_requests_retried": round(all_retried, 4),
+        "tail_excess_share": round(share, 3),
+        "service": service,
+        "instances": top_inst,
+        "peer": peer,
+    }
+    edges = np.linspace(0, max(timeout * 1.3, float(np.quantile(all_d, 0.999))), 61)
+    first_mask = np.zeros(len(f), bool)
+    first_mask[a1] = True
+    others = g["spans"][~first_mask[g["spans"]]]
+    chart = {
+        "kind": "attempt_durations",
+        "edges_ms": (edges / 1e6).round(3).tolist(),
+        "first_attempts": np.histogram(d1, edges)[0].tolist(),
+        "other_calls": np.histogram(f.dur[others].astype(np.float64), edges)[0].tolist(),
+        "timeout_ms": ms(timeout),
+    }
+    advice = ADVICE.format(where=f"'{name}'", timeout=ms(timeout), rate=rate, p95=ms(p95))
+    evidence = {"summary": summary, "stats": stats, "chart": chart}
+    return Finding(PATTERN, clamp01(confidence), stage or "downstream", name, evidence, advice)
+
+
+def _error_rates(ctx: Context, code: int, first: np.ndarray, spans: np.ndarray) -> tuple[float, float] | None:
+    """Error share of the first attempts and of the calls that were not first attempts, where the
+    spans carry a status or error attribute."""
+    flags = error_flags(ctx.frame, code)
+    if flags is None:
+        return None
+    idx, bad = flags
+    err = np.zeros(len(ctx.frame), bool)
+    err[idx[bad]] = True
+    is_first = np.zeros(len(ctx.frame), bool)
+    is_first[first] = True
+    rest = spans[~is_first[spans]]
+    return float(err[first].mean()), float(err[rest].mean()) if len(rest) else 0.0
+
+
+def _peer(ctx: Context, code: int) -> str:
+    """The callee: its server.address (or an older convention's peer name), else the span name."""
+    for key in ("server.address", "net.peer.name", "peer.service", "rpc.service", "http.host"):
+        values = ctx.frame.attributes(code).get(key)
+        if values and values[1]:
+            uniq, counts = np.unique(np.array([str(v) for v in values[1]]), return_counts=True)
+            return str(uniq[int(np.argmax(counts))])
+    return f"'{ctx.frame.names[code]}'"

@@ -1,0 +1,41 @@
+"""The diagnosis groups spans by the process that ran them also where the tracer names processes its
+own way: Jaeger's `hostname` / `ip` process tags, Zipkin's endpoint (net.host.ip and port). Without
+that, every replica of a service is one instance and per-process stalls cannot be seen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ingest.loader import load_paths
+from tailscope.analysis.diagnosis.load import load_frame
+from tailscope.store.engine import open_store
+
+
+def _jaeger(path: Path, tag: str) -> None:
+    traces = []
+    for i in range(4):
+        host = f"api-{i % 2}"
+        traces.append({
+            "traceID": f"{i + 1:032x}",
+            "spans": [{
+                "traceID": f"{i + 1:032x}", "spanID": f"{i + 1:016x}", "operationName": "GET /x",
+                "references": [], "startTime": 1_700_000_000_000_000 + i * 1000, "duration": 500,
+                "processID": "p1", "tags": [{"key": "span.kind", "type": "string", "value": "server"}],
+            }],
+            "processes": {
+                "p1": {"serviceName": "api", "tags": [{"key": tag, "type": "string", "value": host}]}
+            },
+        })
+    path.write_text(json.dumps({"data": traces}))
+
+
+def test_jaeger_hostname_and_ip_tags_name_the_instance(tmp_path: Path) -> None:
+    for tag in ("hostname", "ip"):
+        source = tmp_path / f"{tag}.json"
+        _jaeger(source, tag)
+        db = tmp_path / f"{tag}.duckdb"
+        load_paths([source], db, "run")
+        with open_store(db).reading() as reader:
+            frame = load_frame(reader, "run")
+        assert sorted(frame.instances) == ["api/api-0", "api/api-1"], (tag, frame.instances)
