@@ -19,7 +19,7 @@ from opentelemetry.proto.resource.v1 import resource_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-_LISTENING = re.compile(r"listening on (http://\S+/v1/traces)")
+_LISTENING = re.compile(r"listening on (https?://\S+/v1/traces)")
 # How a collector ends after SIGTERM once everything accepted is stored: by that signal.
 STOPPED = -signal.SIGTERM
 

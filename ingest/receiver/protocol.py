@@ -27,6 +27,7 @@ INVALID_ARGUMENT = 3
 RESOURCE_EXHAUSTED = 8
 INTERNAL = 13
 UNAVAILABLE = 14
+UNAUTHENTICATED = 16
 
 
 def media_type(content_type: str | None) -> str | None:

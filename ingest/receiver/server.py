@@ -18,8 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 import uvicorn
 
@@ -40,6 +41,9 @@ class ReceiverConfig:
     limits: Limits = field(default_factory=Limits)
     ack: str = "queued"
     stats_interval_s: float = 10.0
+    token: str | None = None  # the bearer token every request must carry (None: no authentication)
+    tls_cert: Path | None = None  # PEM certificate (chain) and key: serve HTTPS
+    tls_key: Path | None = None
 
 
 class _Server(uvicorn.Server):
@@ -106,10 +110,16 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | 
     sink = config.store.span_sink(config.run_label, _source(config))
     writer = BatchWriter(sink, config.limits, log=out, ack_waits=config.ack == ACK_COMMITTED)
     where = sink.where
-    app = create_app(writer, config.ack)
+    app: Any = create_app(writer, config.ack)
+    if config.token is not None:
+        from ingest.receiver.auth import BearerTokenAuth
+
+        app = BearerTokenAuth(app, config.token)
     limits = config.limits
     uv_config = uvicorn.Config(
         app,
+        ssl_certfile=config.tls_cert,
+        ssl_keyfile=config.tls_key,
         host=config.host,
         port=config.port,
         log_level="warning",
@@ -127,9 +137,11 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | 
 
     def started(port: int) -> None:
         host = f"[{config.host}]" if ":" in config.host else config.host
+        scheme = "https" if config.tls_cert is not None else "http"
+        auth = "bearer token" if config.token is not None else "none"
         print(
-            f"collect: listening on http://{host}:{port}/v1/traces  {where}  "
-            f"run={config.run_label}  ack={config.ack}  (Ctrl-C to stop)",
+            f"collect: listening on {scheme}://{host}:{port}/v1/traces  {where}  "
+            f"run={config.run_label}  ack={config.ack}  auth={auth}  (Ctrl-C to stop)",
             file=out,
             flush=True,
         )
@@ -160,4 +172,4 @@ def serve(config: ReceiverConfig, out: TextIO = sys.stderr) -> tuple[int, int | 
 
 
 def _source(config: ReceiverConfig) -> str:
-    return f"otlp-http://{config.host}:{config.port}/v1/traces"
+    return f"otlp-http{'s' if config.tls_cert is not None else ''}://{config.host}:{config.port}/v1/traces"

@@ -1,6 +1,10 @@
 """Receive OTLP/HTTP traces (POST /v1/traces) straight into the store.
 
 Point an OpenTelemetry exporter at http://127.0.0.1:4318/v1/traces (protobuf or JSON, gzip or not).
+Beyond this machine: --token-file (every request must carry `Authorization: Bearer <token>`, sent by
+the exporters with OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer <token>"; 401 otherwise) and
+--tls-cert/--tls-key (HTTPS). Listening on a non-loopback address without a token is refused
+unless --insecure is given.
 A request is answered 200 once it is queued for the writer (or, with --ack committed, once its spans
 are committed); when the queue is full the answer is 429 with Retry-After, which the OTel SDK
 exporters honour. Spans are written in short transactions so the dashboard can read the same store
@@ -11,9 +15,9 @@ ends the process by that signal (exit status 128 + its number; 1 if accepted spa
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 
 def _positive(text: str) -> int:
@@ -63,6 +67,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "committed (survives kill -9, but each exporter then waits for the write)",
     )
     parser.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="file holding the bearer token every request must carry (first line, 16+ characters)",
+    )
+    parser.add_argument("--tls-cert", metavar="PEM", help="certificate (chain) to serve HTTPS with")
+    parser.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="listen beyond loopback without a token (anyone who reaches the port can write)",
+    )
+    parser.add_argument(
         "--stats-interval",
         type=float,
         default=10.0,
@@ -71,13 +87,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+def access_settings(args: argparse.Namespace) -> tuple[str | None, Path | None, Path | None]:
+    """(token, TLS certificate, TLS key) from the arguments; ValueError with one line when they
+    cannot be used or when they leave a non-loopback port open to anyone."""
+    import ssl
+
+    from tailscope.cli.access import is_loopback, read_secret_file
+
+    token = read_secret_file(args.token_file, "bearer token") if args.token_file else None
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    cert = Path(args.tls_cert) if args.tls_cert else None
+    key = Path(args.tls_key) if args.tls_key else None
+    if cert is not None and key is not None:
+        try:
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as error:
+            reason = getattr(error, "strerror", None) or getattr(error, "reason", None) or str(error)
+            raise ValueError(f"--tls-cert {cert} / --tls-key {key}: cannot be used: {reason}") from error
+    if not is_loopback(args.host) and token is None and not args.insecure:
+        raise ValueError(
+            f"refusing to listen on {args.host} without --token-file: anyone who can reach the port "
+            "could write to the store (--insecure to do it anyway)"
+        )
+    return token, cert, key
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,14 +118,27 @@ def run(args: argparse.Namespace) -> int:
     from ingest.receiver.server import ReceiverConfig, serve
     from tailscope.cli.store_arg import open_from
 
+    try:
+        token, cert, key = access_settings(args)
+    except ValueError as error:
+        print(f"tailscope collect: {error}", file=sys.stderr)
+        return 2
     store = open_from(args, "collect", writing=True)
     if store is None:
         return 2
     label = args.run or f"collect-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    if not _is_loopback(args.host):
+    from tailscope.cli.access import is_loopback
+
+    if not is_loopback(args.host) and token is None:
         print(
             f"collect: warning: listening on {args.host}: anyone who can reach this port can write "
-            "to the store (there is no authentication)",
+            "to the store (--insecure, no --token-file)",
+            file=sys.stderr,
+        )
+    elif not is_loopback(args.host) and cert is None:
+        print(
+            f"collect: warning: listening on {args.host} over plain HTTP: the bearer token crosses the "
+            "network readable (--tls-cert/--tls-key, or a TLS proxy in front)",
             file=sys.stderr,
         )
     limits = Limits(
@@ -108,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
         limits=limits,
         stats_interval_s=args.stats_interval,
         ack=args.ack,
+        token=token,
+        tls_cert=cert,
+        tls_key=key,
     )
     code, stop_signal = serve(config)
     if code == 0 and stop_signal is not None:
