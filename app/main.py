@@ -11,7 +11,7 @@ import importlib.util
 
 import streamlit as st
 
-from app.components import data, filters, notice
+from app.components import access, data, filters, notice
 
 st.set_page_config(page_title="tailscope", page_icon=":material/timer:", layout="wide")
 
@@ -48,15 +48,21 @@ PAGES = {
         view("stage_mapping.py", "Stage mapping", "rule", "mapping"),
     ],
 }
+if not access.writes_allowed():  # read-only: no Upload page at all (its URL finds no page)
+    PAGES["Data"] = [page for page in PAGES["Data"] if page.url_path != "upload"]
 # The Diagnosis page is its own module (app/views/diagnosis.py); it joins the navigation once it exists.
 if importlib.util.find_spec("app.views.diagnosis") is not None:
     PAGES["Latency"].insert(5, view("diagnosis.py", "Diagnosis", "troubleshoot", "diagnosis"))
 
-page = st.navigation(PAGES)
+logged_in = access.is_logged_in()
+page = st.navigation(PAGES, position="sidebar" if logged_in else "hidden")  # (the URL's page, kept for later)
+if not logged_in:
+    access.login_form_and_stop()
 if page is HOME:
     open_overview()
 with st.sidebar:
     notice.guarded(filters.sidebar)
     shown = data.short_name()
     st.caption(f"Store: `{shown}`", help=f"{data.where()} (`tailscope serve --db FILE` or `--store URL`)")
+    access.sidebar_status()
 page.run()

@@ -87,10 +87,16 @@ def serving(db: Path | str, log: Path | None = None) -> Iterator[str]:
 
 
 @contextmanager
-def serving_command(args: list[str], log: Path | None = None, timeout: float = 60.0) -> Iterator[str]:
+def serving_command(
+    args: list[str],
+    log: Path | None = None,
+    timeout: float = 60.0,
+    cwd: Path = REPO_ROOT,
+    port: int | None = None,
+) -> Iterator[str]:
     """`tailscope ARGS --port N` (a command that opens the dashboard: serve, demo) in the
-    background; yields the dashboard's base URL once healthy, stops the command after."""
-    port = free_port()
+    background, from `cwd`; yields the dashboard's base URL once healthy, stops the command after."""
+    port = port or free_port()
     command = [
         sys.executable,
         "-c",
@@ -101,8 +107,9 @@ def serving_command(args: list[str], log: Path | None = None, timeout: float = 6
     ]
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     process = subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
     url = f"http://127.0.0.1:{port}"
     try:

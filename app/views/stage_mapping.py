@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app.components import data, filters, fmt, notice
+from app.components import access, data, filters, fmt, notice
 from app.components.rules import phase_rules_frame, phase_rules_from_frame, rules_frame, rules_from_frame
 from ingest.columns import SPAN_KINDS
 from tailscope import analysis
@@ -52,6 +52,9 @@ def rules_editor() -> None:
         "goes between 1 and 2); saving renumbers them."
     )
     rules = data.get(analysis.list_rules)
+    if not access.writes_allowed():
+        st.dataframe(rules_frame(rules), hide_index=True)
+        return
     edited = None
     with st.form("rules_form", border=False):
         edited = st.data_editor(
@@ -104,6 +107,9 @@ def phase_rules_editor() -> None:
         "runs from the first `start key` event to the first `end key` event."
     )
     rules = data.get(analysis.list_phase_rules)
+    if not access.writes_allowed():
+        st.dataframe(phase_rules_frame(rules), hide_index=True)
+        return
     with st.form("phase_rules_form", border=False):
         edited = st.data_editor(
             phase_rules_frame(rules),
@@ -169,6 +175,8 @@ def render() -> None:
     message = st.session_state.pop(MESSAGE_KEY, None)
     if message:
         st.success(message, icon=":material/check_circle:")
+    if not access.writes_allowed():
+        access.read_only_notice("The stage rules and phase rules")
     rules_editor()
     phase_rules_editor()
     mapping_table()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from app.components import data, filters, fmt, notice
+from app.components import access, data, filters, fmt, notice
 from ingest.loader import LoadSummary, Progress, default_run_label, load_paths
 
 RESULT_KEY = "upload_last_result"
@@ -63,6 +63,9 @@ def load(paths: list[Path], label: str, skip_bad: bool, progress: Progress) -> L
 
 
 def render() -> None:
+    if not access.writes_allowed():  # (not in the navigation then: this is a second lock)
+        access.read_only_notice("Uploads")
+        return
     st.title("Upload")
     limit_mb = int(st.get_option("server.maxUploadSize"))
     st.caption(f"{FORMATS} Up to **{limit_mb:,} MB per file**; larger exports: `tailscope ingest FILE`.")

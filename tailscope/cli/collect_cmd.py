@@ -92,7 +92,7 @@ def access_settings(args: argparse.Namespace) -> tuple[str | None, Path | None, 
     cannot be used or when they leave a non-loopback port open to anyone."""
     import ssl
 
-    from tailscope.cli.access import is_loopback, read_secret_file
+    from tailscope.access import is_loopback, read_secret_file
 
     token = read_secret_file(args.token_file, "bearer token") if args.token_file else None
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     if store is None:
         return 2
     label = args.run or f"collect-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    from tailscope.cli.access import is_loopback
+    from tailscope.access import is_loopback
 
     if not is_loopback(args.host) and token is None:
         print(

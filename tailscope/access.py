@@ -1,4 +1,4 @@
-"""What `serve` and `collect` share about who may reach them: loopback or not, and secret files.
+"""Who may reach `serve` and `collect`: loopback or not, and the secret files they read.
 
 A secret (collect's bearer token, the dashboard's shared password) is read from a file, never from
 the command line, where any local user could read it in the process list.
