@@ -26,6 +26,7 @@ from ingest.compression import open_decompressed
 from ingest.errors import DecodeError
 from ingest.parallel import PARALLEL_MIN_BYTES, DecodePool, decode_on_workers
 from tailscope.store.engine import open_store
+from tailscope.store.errors import StoreFullError, store_full
 from tailscope.store.interface import FileWrite, RunWriter, Store
 from tailscope.store.url import default_db_path
 
@@ -220,6 +221,10 @@ def _write_file(
     except DecodeError as error:
         result.error = str(error)
         result.spans = result.duplicates = 0
+    except StoreFullError as error:  # (the store's disk, not the file: the whole command stops)
+        if error.store is None:
+            raise
+        raise store_full(error.store, error.cause, f"loading {source}") from error
     except OSError as error:
         result.error = f"{source}: {error.strerror or error}"
     result.seconds = time.perf_counter() - started

@@ -22,10 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tailscope.store.db import connect_reader
 from test_crash_safety import CHECKSUM, big_jsonl
 from test_stop_signals import alive, descendants
-
-from tailscope.store.db import connect_reader
 
 SMALL_BLOCKS = (
     "import ingest.parallel as p, ingest.loader as l, tailscope.cli.ingest_cmd as c;"

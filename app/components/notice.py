@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from tailscope.store.errors import StoreBusyError, StoreVersionError
+from tailscope.store.errors import StoreBusyError, StoreError, StoreVersionError
 
 HOW_TO_LOAD = (
     "Load traces with `tailscope ingest FILE --run LABEL` (OTLP JSON or protobuf, Jaeger, Zipkin, "
@@ -29,7 +29,7 @@ def guarded(render: Callable[[], None]) -> None:
     """Run a view; a store problem or a bug becomes a one-line error box instead of a traceback."""
     try:
         render()
-    except (StoreBusyError, StoreVersionError) as error:
+    except (StoreBusyError, StoreVersionError, StoreError) as error:  # a full disk: one line too
         st.error(str(error), icon=":material/database:")
     except Exception as error:
         st.error(f"This view failed: {type(error).__name__}: {error}", icon=":material/error:")

@@ -7,7 +7,7 @@
 413  body, or what it inflates to, over --max-request-bytes
 415  Content-Type other than application/x-protobuf or application/json, or unknown encoding
 429  queue full: Retry-After says when to try again (the OTel exporters honour it)
-503  shutting down, or the store stayed locked: retry later
+503  shutting down, the store stayed locked, or its disk is full (Retry-After): retry later
 """
 
 from __future__ import annotations
@@ -84,6 +84,10 @@ def create_app(writer: BatchWriter, ack: str = ACK_QUEUED, manage_writer: bool =
                 return _status(media, 413, protocol.INVALID_ARGUMENT, str(error))
             except BadEncoding as error:
                 return _status(media, 400, protocol.INVALID_ARGUMENT, str(error))
+            if writer.store_full is not None:  # nothing commits now: keep the exporter's copy
+                writer.counters.throttled += 1
+                message = "the store's disk is full; retry later"
+                return _status(media, 503, protocol.UNAVAILABLE, message, retry=True)
             if writer.is_full():
                 writer.counters.throttled += 1
                 return _status(media, 429, protocol.RESOURCE_EXHAUSTED, "receiver queue full", retry=True)

@@ -12,6 +12,9 @@ Each request carries a Future that the writer resolves after the commit (or fail
 with `--ack committed` the HTTP handler waits for it before answering 200. If the store stays locked
 past the lock wait (a very long query), the requests go back to the head of the queue and are tried
 again: nothing accepted is dropped for a busy store, and the full queue turns new requests away.
+A full disk (StoreFullError: the transaction rolled back) keeps them queued the same way: `store_full`
+says why until a later try (every FULL_RETRY_SECONDS) commits, the app answers new requests 503
+with Retry-After meanwhile, and the log says when it stopped and when it stored again.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ from typing import TextIO
 
 from ingest.columns import SpanColumns
 from ingest.receiver.limits import Limits
-from tailscope.store.errors import StoreBusyError
+from tailscope.store.errors import StoreBusyError, StoreFullError
 from tailscope.store.interface import SpanSink
 
 READER_POLL_SECONDS = 0.05  # how often a pacing writer looks for a reader waiting for the file
+FULL_RETRY_SECONDS = 2.0  # how often a writer whose store's disk is full tries again
 
 
 class QueueFull(RuntimeError):
@@ -88,6 +92,7 @@ class BatchWriter:
         self._queued_spans = 0
         self._cond = threading.Condition()
         self._closing = False
+        self.store_full: str | None = None  # why writes fail for a full disk, until one commits again
         self._last_end = self._last_start = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="tailscope-writer", daemon=True)
 
@@ -178,6 +183,8 @@ class BatchWriter:
             self._last_end = time.monotonic()
             with self._cond:  # the clients waiting when it committed: one request each in flight
                 self._clients = len(items) + len(self._items)
+                if self.store_full is not None:  # the disk is full: try again a while later
+                    self._cond.wait(FULL_RETRY_SECONDS)
 
     def _write(self, items: list[_Item]) -> None:
         started = time.monotonic()
@@ -185,12 +192,23 @@ class BatchWriter:
             self.sink.write([item.columns for item in items])
         except Exception as error:
             self.counters.failed_transactions += 1
-            if _is_busy(error):
-                # The store stayed locked (a very long query): keep the requests, try again later.
+            full = _is_full(error)
+            if _is_busy(error) or full:
+                # The store stayed locked (a very long query) or its disk is full: keep the
+                # requests, try again later.
                 with self._cond:
                     self._items.extendleft(reversed(items))
                     self._queued_spans += sum(len(item.columns) for item in items)
-                print(f"collect: {error}; will retry", file=self.log, flush=True)
+                if full and self.store_full is None:
+                    print(
+                        f"collect: {error}; keeping {self._queued_spans:,} spans queued, answering 503 "
+                        f"until a write commits (tried every {FULL_RETRY_SECONDS:g} s)",
+                        file=self.log,
+                        flush=True,
+                    )
+                elif not full:
+                    print(f"collect: {error}; will retry", file=self.log, flush=True)
+                self.store_full = str(error) if full else self.store_full
                 return
             if len(items) > 1:
                 # Isolate the request that breaks the transaction: retry each on its own.
@@ -206,6 +224,14 @@ class BatchWriter:
             items[0].future.set_exception(error)
             return
         elapsed = time.monotonic() - started
+        if self.store_full is not None:
+            self.store_full = None
+            spans = sum(len(item.columns) for item in items)
+            print(
+                f"collect: space again: stored the {spans:,} spans kept while the disk was full",
+                file=self.log,
+                flush=True,
+            )
         counters = self.counters
         counters.transactions += 1
         counters.last_tx_seconds = elapsed
@@ -217,6 +243,10 @@ class BatchWriter:
     def unstored_spans(self) -> int:
         """Spans accepted but not stored: still queued (after close: given up on) or lost."""
         return self._queued_spans + self.counters.spans_lost
+
+
+def _is_full(error: BaseException) -> bool:
+    return isinstance(error, StoreFullError)
 
 
 def _is_busy(error: BaseException) -> bool:

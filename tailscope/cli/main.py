@@ -75,14 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args._run(args))
     except Exception as error:  # the store's own errors become a one-line message; others propagate
-        from tailscope.store.errors import StoreError
+        from tailscope.store.errors import StoreError, StoreFullError
 
         if isinstance(error, BrokenPipeError):
             return output_closed()
         if not isinstance(error, StoreError):
             raise
         print(f"tailscope: {error}", file=sys.stderr)
-        return EXIT_FAILURE
+        return EXIT_BAD_INPUT if isinstance(error, StoreFullError) else EXIT_FAILURE
     except KeyboardInterrupt as interrupt:
         Outcome.signum = signals.signal_of(interrupt)
         name = "interrupted" if Outcome.signum == signal.SIGINT else f"stopped by {interrupt}"

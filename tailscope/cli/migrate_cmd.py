@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tailscope.store.engine import open_store
-    from tailscope.store.errors import StoreError
+    from tailscope.store.errors import StoreError, StoreFullError
     from tailscope.store.url import default_db_path
 
     path = Path(args.db) if args.db else default_db_path()
@@ -33,6 +33,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         outcome = open_store(path).migrate()
+    except StoreFullError as error:  # rolled back as well: one line, and exit 2 as for bad input
+        print(f"tailscope: {error}", file=sys.stderr)
+        return 2
     except StoreError as error:  # the transaction rolled back: the store is as it was
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         print(f"tailscope: {path}: migration failed, store unchanged: {first_line}", file=sys.stderr)

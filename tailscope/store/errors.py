@@ -7,6 +7,7 @@ messages name the store by its URL with the password replaced (StoreLocation.url
 
 from __future__ import annotations
 
+import errno
 import re
 
 
@@ -58,6 +59,49 @@ class ValueRefusedError(StoreError):
     """The engine refused a value the statement was given (a regex RE2 cannot compile)."""
 
 
+class StoreFullError(StoreError):
+    """The filesystem under the store is full (or over quota): the write that met it was rolled
+    back, so the store is as it was before it and opens again; commands exit 2 on it. `store` and
+    `cause` are set when it was made by store_full (None when classified from a server's message)."""
+
+    store: str | None = None
+    cause: str = "No space left on device"
+
+
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_FULL_TEXTS = ("No space left on device", "Disk quota exceeded", "NOT_ENOUGH_SPACE")
+
+
+def disk_full_cause(error: BaseException) -> str | None:
+    """'No space left on device' (or the quota's message) when `error`, or an error it was raised
+    from or while handling, says the disk is full; None otherwise. DuckDB reports a full disk as an
+    IOException, then as a FatalException when its rollback cannot write either."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _FULL_ERRNOS:
+            return current.strerror or "No space left on device"
+        text = str(current)
+        for full in _FULL_TEXTS:
+            if full in text:
+                return "No space left on device" if full == "NOT_ENOUGH_SPACE" else full
+        if error_code(text) == 243:
+            return "not enough space on the disk"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def store_full(store: str, cause: str, doing: str = "writing") -> StoreFullError:
+    """The one-line StoreFullError for `store` (its path or URL)."""
+    error = StoreFullError(
+        f"{store}: the disk is full ({cause}) while {doing}; nothing of it was stored and the store is "
+        "as it was before (earlier data intact): free some space and run it again"
+    )
+    error.store, error.cause = store, cause
+    return error
+
+
 # ClickHouse error codes (src/Common/ErrorCodes.cpp) that mean one of the classes above.
 _CODES: dict[int, type[StoreError]] = {
     159: QueryTimeoutError,  # TIMEOUT_EXCEEDED
@@ -71,6 +115,7 @@ _CODES: dict[int, type[StoreError]] = {
     209: StoreUnreachableError,  # SOCKET_TIMEOUT
     210: StoreUnreachableError,  # NETWORK_ERROR
     427: ValueRefusedError,  # CANNOT_COMPILE_REGEXP
+    243: StoreFullError,  # NOT_ENOUGH_SPACE
 }
 _CODE = re.compile(r"Code: (\d+)\.")
 _UNREACHABLE = (
@@ -102,6 +147,8 @@ def classify(message: str) -> type[StoreError] | None:
     code = error_code(message)
     if code in _CODES:
         return _CODES[code]
+    if any(text in message for text in _FULL_TEXTS):  # (a write error carrying the OS's ENOSPC)
+        return StoreFullError
     if code is None and any(text in message for text in _UNREACHABLE):
         return StoreUnreachableError
     return None

@@ -26,7 +26,7 @@ from tailscope.store.duckdb.migrate import (
     old_store_message,
     stored_version,
 )
-from tailscope.store.errors import StoreBusyError, StoreVersionError
+from tailscope.store.errors import StoreBusyError, StoreVersionError, disk_full_cause, store_full
 from tailscope.store.interface import Migration
 from tailscope.store.url import default_db_path
 
@@ -158,27 +158,57 @@ def check_version(conn: duckdb.DuckDBPyConnection, path: str | Path) -> None:
 
 
 @contextmanager
+def _full_disk_as_store_error(db_path: Path) -> Iterator[None]:
+    """A full disk met inside (DuckDB's IOException or FatalException, an OSError) becomes one
+    StoreFullError naming the store; everything else passes unchanged."""
+    try:
+        yield
+    except (duckdb.Error, OSError) as error:
+        cause = disk_full_cause(error)
+        if cause is None:
+            raise
+        raise store_full(str(db_path), cause) from error
+
+
+def _close(conn: duckdb.DuckDBPyConnection, failing: bool) -> None:
+    """Close; a database invalidated by a fatal error (a full disk) may refuse, which is moot then."""
+    try:
+        conn.close()
+    except duckdb.Error:
+        if not failing:
+            raise
+
+
+@contextmanager
 def connect_writer(
     path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS
 ) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-write connection with the schema in place, closed on exit."""
+    """A read-write connection with the schema in place, closed on exit. A full disk met while it
+    is open raises StoreFullError (the transaction is rolled back by DuckDB)."""
     db_path = Path(path) if path is not None else default_db_path()
-    conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
-    try:
-        ensure_schema(conn, db_path)
-        yield conn
-    finally:
-        conn.close()
+    with _full_disk_as_store_error(db_path):
+        conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
+        failing = True
+        try:
+            ensure_schema(conn, db_path)
+            yield conn
+            failing = False
+        finally:
+            _close(conn, failing)
 
 
 def migrate_store(path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS) -> Migration:
     """`tailscope migrate`: take an existing store to the current schema (see migrate.py)."""
     db_path = Path(path) if path is not None else default_db_path()
-    conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
-    try:
-        return migrate(conn, db_path)
-    finally:
-        conn.close()
+    with _full_disk_as_store_error(db_path):
+        conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
+        failing = True
+        try:
+            outcome = migrate(conn, db_path)
+            failing = False
+            return outcome
+        finally:
+            _close(conn, failing)
 
 
 @contextmanager
