@@ -40,6 +40,7 @@ from ingest import otlp_fast, otlp_proto_fast
 from ingest.arrow_batch import ArrowSpans
 from ingest.columns import SpanColumns
 from ingest.errors import DecodeError
+from ingest.signal_guard import STOP_SIGNALS, signals_held
 
 WORKERS = 2
 IN_FLIGHT = 2 * WORKERS + 1
@@ -105,22 +106,6 @@ def decode_block(
     return batches, rejected, None
 
 
-_STOP_SIGNALS = {signal.SIGTERM, signal.SIGHUP, signal.SIGINT}
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Block the stop signals in this thread for the block's duration (delivered at its end)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 def _detach_from_parent(parent: int) -> None:
     """In a new worker (forked with the stop signals blocked): default SIGTERM/SIGHUP, SIGINT
     ignored, then the signals let through; killed by the kernel when its parent dies."""
@@ -128,7 +113,7 @@ def _detach_from_parent(parent: int) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, set(STOP_SIGNALS))
     if sys.platform == "linux":
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -202,7 +187,7 @@ class DecodePool:
     def __enter__(self) -> DecodePool:
         context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         try:
-            with _signals_held():  # a worker must not run the CLI's handlers before it resets them
+            with signals_held():  # a worker must not run the CLI's handlers before it resets them
                 for _ in range(self.workers):
                     self._workers.append(_Worker(context))
         except BaseException:
@@ -213,7 +198,7 @@ class DecodePool:
     def __exit__(self, *exc: object) -> None:
         """Stop every worker (SIGTERM, SIGKILL after STOP_SECONDS); a stop signal that comes
         meanwhile is held until they are gone, then acts as usual."""
-        with _signals_held():
+        with signals_held():
             workers, self._workers = self._workers, []
             for worker in workers:
                 worker.stop()
