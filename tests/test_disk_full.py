@@ -199,3 +199,40 @@ def wait_until(condition, timeout: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_ingest_into_chdb_on_a_full_disk_is_one_line_exit_2_and_the_store_survives(
+    tmpfs: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
+    url = f"chdb://{tmpfs / 'ch'}"
+    early = tmp_path / "early.jsonl"
+    early.write_bytes(otlp_jsonl(3, 2, trace="ee" * 16))
+    big = tmp_path / "big.jsonl"
+    spans = big_jsonl(big, lines=60, per_line=50)
+    assert main(["ingest", str(early), "--store", url, "--run", "early"]) == 0
+    filler = Filler(tmpfs)
+    filler.fill()
+
+    done = subprocess.run(
+        [*CLI, "ingest", str(big), "--store", url, "--run", "big"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+
+    err = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(err) == 1, done.stderr
+    assert err[0].startswith(f"tailscope: {url}: ") and "not enough space" in err[0]
+    filler.release()
+    again = subprocess.run(
+        [*CLI, "ingest", str(big), "--store", url, "--run", "big", "--json"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0, again.stderr
+    assert '"duplicates": 0' in again.stdout and f'"spans": {spans}' in again.stdout, (
+        "nothing was stored before"
+    )
