@@ -158,7 +158,7 @@ def check_version(conn: duckdb.DuckDBPyConnection, path: str | Path) -> None:
 
 
 @contextmanager
-def _full_disk_as_store_error(db_path: Path) -> Iterator[None]:
+def _full_disk_as_store_error(db_path: Path, doing: str = "writing") -> Iterator[None]:
     """A full disk met inside (DuckDB's IOException or FatalException, an OSError) becomes one
     StoreFullError naming the store; everything else passes unchanged."""
     try:
@@ -167,7 +167,7 @@ def _full_disk_as_store_error(db_path: Path) -> Iterator[None]:
         cause = disk_full_cause(error)
         if cause is None:
             raise
-        raise store_full(str(db_path), cause) from error
+        raise store_full(str(db_path), cause, doing) from error
 
 
 def _close(conn: duckdb.DuckDBPyConnection, failing: bool) -> None:
@@ -200,7 +200,7 @@ def connect_writer(
 def migrate_store(path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS) -> Migration:
     """`tailscope migrate`: take an existing store to the current schema (see migrate.py)."""
     db_path = Path(path) if path is not None else default_db_path()
-    with _full_disk_as_store_error(db_path):
+    with _full_disk_as_store_error(db_path, "migrating it"):
         conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
         failing = True
         try:
