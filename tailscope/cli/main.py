@@ -108,6 +108,9 @@ def output_closed() -> int:
 
 def entrypoint() -> None:
     signals.install()
+    from tailscope.store.errors import quiet_driver_logs
+
+    quiet_driver_logs()
     try:
         code = main()
     except BrokenPipeError:  # raised outside a command

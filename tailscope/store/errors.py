@@ -125,7 +125,21 @@ _UNREACHABLE = (
     "timed out",
     "No route to host",
     "Temporary failure in name resolution",
+    "Remote end closed connection",  # the server went away mid-request (killed, restarted)
+    "Connection aborted",
+    "Connection reset by peer",
 )
+
+
+def quiet_driver_logs() -> None:
+    """The drivers' own log lines ("Unexpected Http Driver Exception") go nowhere: the error they
+    come with reaches the user as one StoreError line instead."""
+    import logging
+
+    for name in ("clickhouse_connect",):
+        driver = logging.getLogger(name)
+        driver.addHandler(logging.NullHandler())
+        driver.propagate = False
 
 
 def error_code(message: str) -> int | None:
