@@ -40,7 +40,7 @@ from ingest import otlp_fast, otlp_proto_fast
 from ingest.arrow_batch import ArrowSpans
 from ingest.columns import SpanColumns
 from ingest.errors import DecodeError
-from ingest.signal_guard import STOP_SIGNALS, signals_held
+from tailscope.stop_signals import STOP_SIGNALS, signals_held
 
 WORKERS = 2
 IN_FLIGHT = 2 * WORKERS + 1

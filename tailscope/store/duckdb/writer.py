@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from tailscope import sql
+from tailscope.stop_signals import deferred_stop_signals
 from tailscope.store.duckdb.connection import connect_writer, waiting
 from tailscope.store.duckdb.derive import refresh_run, trace_window
 from tailscope.store.duckdb.run_row import trace_count, update_run
@@ -142,10 +143,11 @@ class DuckDBRunWriter:
             conn.begin()
             try:
                 stats = store_batches(conn, self.run, batches, [source])
-                conn.commit()
             except BaseException:
                 conn.rollback()
                 raise
+            with deferred_stop_signals():  # a stop signal inside COMMIT acts right after it
+                conn.commit()
         self.traces = stats.run_traces
         return FileWrite(stats.spans_stored, stats.duplicates, stats.run_traces)
 
