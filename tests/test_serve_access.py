@@ -6,13 +6,9 @@ Browser tests drive Chromium against a real `tailscope serve --host 0.0.0.0`, re
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar
-from urllib.parse import parse_qs, urlparse
+from typing import Any
 
 import pytest
 from app_data import build_store
@@ -169,66 +165,34 @@ def test_a_shared_password_guards_every_page(store: Path, password_file: Path, p
         assert not problems_on(page)
 
 
-class _Provider(BaseHTTPRequestHandler):
-    """An identity provider's discovery document, and its authorize endpoint recording the request."""
-
-    authorized: ClassVar[list[dict[str, list[str]]]] = []
-
-    def do_GET(self) -> None:
-        base = f"http://127.0.0.1:{self.server.server_port}"
-        if self.path.startswith("/.well-known/openid-configuration"):
-            body = json.dumps(
-                {
-                    "issuer": base,
-                    "authorization_endpoint": f"{base}/authorize",
-                    "token_endpoint": f"{base}/token",
-                    "jwks_uri": f"{base}/jwks",
-                    "response_types_supported": ["code"],
-                    "subject_types_supported": ["public"],
-                    "id_token_signing_alg_values_supported": ["RS256"],
-                }
-            ).encode()
-        else:
-            if urlparse(self.path).path == "/authorize":
-                _Provider.authorized.append(parse_qs(urlparse(self.path).query))
-            body = b"<html><body><h1>Identity provider login</h1></body></html>"
-        self.send_response(200)
-        self.send_header("content-type", "application/json" if body.startswith(b"{") else "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @browser
 @pytest.mark.browser
 @pytest.mark.timeout(180)
-def test_oidc_login_sends_the_visitor_to_the_identity_provider(
+def test_oidc_login_goes_through_the_identity_provider_and_back(
     store: Path, page: Any, tmp_path: Path
 ) -> None:
     pytest.importorskip(
         "authlib", reason="Streamlit's st.login needs Authlib (pip install 'tailscope[oidc]')"
     )
-    provider = ThreadingHTTPServer(("127.0.0.1", 0), _Provider)
-    threading.Thread(target=provider.serve_forever, daemon=True).start()
+    from oidc_provider import EMAIL, provider
+
     port = free_port()
-    (tmp_path / ".streamlit").mkdir()
-    (tmp_path / ".streamlit" / "secrets.toml").write_text(
-        oidc_secrets(f"http://127.0.0.1:{provider.server_port}", port)
-    )
-    try:
+    with provider() as (issuer, authorized):
+        (tmp_path / ".streamlit").mkdir()
+        (tmp_path / ".streamlit" / "secrets.toml").write_text(oidc_secrets(issuer, port))
         argv = ["serve", "--db", str(store), "--host", "0.0.0.0", "--oidc"]
         with serving_command(argv, cwd=tmp_path, port=port) as url:
             page.goto(f"{url}/overview")
             page.wait_for_selector("text=Log in with your organisation's account", timeout=45_000)
             assert not pages_in_navigation(page)
             page.get_by_role("button", name="Log in").click()
-            page.wait_for_selector("text=Identity provider login", timeout=30_000)
-    finally:
-        provider.shutdown()
-    request = _Provider.authorized[-1]
+            page.wait_for_selector(f"text=Logged in as {EMAIL}", timeout=45_000)
+            wait_for_app(page)
+            assert "Overview" in pages_in_navigation(page) and "Upload" not in pages_in_navigation(page)
+            assert not problems_on(page)
+            page.get_by_role("button", name="Log out").click()
+            page.wait_for_selector("text=Log in with your organisation's account", timeout=45_000)
+    request = authorized[-1]
     assert request["client_id"] == ["tailscope-test"] and request["response_type"] == ["code"]
     assert request["redirect_uri"] == [f"http://127.0.0.1:{port}/oauth2callback"]
     assert "openid" in request["scope"][0] and request.get("state") and request.get("nonce")
