@@ -36,11 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_crash_safety import CHECKSUM, big_jsonl  # noqa: E402
-from test_decode_workers import CHDB_TOO, CLI, read_until  # noqa: E402
+from test_decode_workers import CLI, read_until  # noqa: E402
 from test_disk_full import Filler, stored  # noqa: E402
 from test_stop_signals import alive, descendants  # noqa: E402
 
-from tailscope.store.db import connect_reader  # noqa: E402
+from tailscope.store.duckdb.connection import connect_reader  # noqa: E402
 
 ROWS: list[dict[str, Any]] = []
 
@@ -68,7 +68,7 @@ def fresh_store(folder: Path, name: str) -> Path:
 
 
 def ingest(path: Path, where: list[str], chdb: bool = False) -> subprocess.Popen[bytes]:
-    command = [*CLI[:2], CHDB_TOO + CLI[2]] if chdb else CLI
+    command = CLI  # (ingest.loader's thresholds serve both engines)
     return subprocess.Popen(
         [*command, "ingest", str(path), *where, "--run", "big"],
         cwd=ROOT,
@@ -233,7 +233,7 @@ def disk_full(folder: Path, big: Path) -> None:
                migrate_after_freeing=again.returncode)  # fmt: skip
 
         from tailscope import analysis
-        from tailscope.store.db import Store
+        from tailscope.store.duckdb.store import DuckDBStore as Store
 
         store = Store(db)
         rules = analysis.list_rules(store)

@@ -35,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 LOWERED = (
-    "import ingest.parallel as p, ingest.loader as l, ingest.clickhouse_load as ch;"
-    "p.PARALLEL_MIN_BYTES = l.PARALLEL_MIN_BYTES = ch.PARALLEL_MIN_BYTES = 1;"
+    "import ingest.parallel as p, ingest.loader as l;"
+    "p.PARALLEL_MIN_BYTES = l.PARALLEL_MIN_BYTES = 1;"
     "p.otlp_fast.BLOCK_BYTES = {block};"
 )
 

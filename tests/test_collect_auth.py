@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 from receiver_support import Collector, json_request, proto_request, spans_of
-from tailscope.store.db import connect_reader
 
 from ingest.receiver import auth
 from tailscope.cli.main import main
+from tailscope.store.duckdb.connection import connect_reader
 
 TOKEN = "s3cret-token-for-the-tests-0123456789"
 

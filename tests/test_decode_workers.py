@@ -22,9 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tailscope.store.db import connect_reader
 from test_crash_safety import CHECKSUM, big_jsonl
 from test_stop_signals import alive, descendants
+
+from tailscope.store.duckdb.connection import connect_reader
 
 SMALL_BLOCKS = (
     "import ingest.parallel as p, ingest.loader as l, tailscope.cli.ingest_cmd as c;"
@@ -32,7 +33,6 @@ SMALL_BLOCKS = (
     "c.PROGRESS_MIN_BYTES = 0;"
 )
 CLI = [sys.executable, "-c", SMALL_BLOCKS + "from tailscope.cli.main import entrypoint; entrypoint()"]
-CHDB_TOO = "import ingest.clickhouse_load as ch; ch.PARALLEL_MIN_BYTES = 1;"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -65,9 +65,8 @@ def checksum(db: Path) -> tuple[int, int]:
 
 def start_ingest(path: Path, db: Path | str) -> subprocess.Popen[bytes]:
     where = ["--store", db] if isinstance(db, str) else ["--db", str(db)]
-    command = CLI if isinstance(db, Path) else [*CLI[:2], CHDB_TOO + CLI[2]]
     return subprocess.Popen(
-        [*command, "ingest", str(path), *where, "--run", "big"],
+        [*CLI, "ingest", str(path), *where, "--run", "big"],
         cwd=REPO_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -20,11 +20,12 @@ from pathlib import Path
 import pytest
 from hostile_inputs import otlp_jsonl
 from receiver_support import Collector, json_request, spans_of
-from tailscope.store.db import Store, connect_reader
 from test_crash_safety import CHECKSUM, big_jsonl
 
 from tailscope import analysis
 from tailscope.cli.main import main
+from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.store.errors import StoreFullError
 
 CLI = [sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()"]
