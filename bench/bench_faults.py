@@ -285,7 +285,7 @@ def collect_on_full_disk(fs: Path) -> None:
            spans_acknowledged=acknowledged, spans_stored=kept, log=" | ".join(lines)[:400])  # fmt: skip
 
 
-def clickhouse_gone(folder: Path, big: Path, spans: int) -> None:
+def clickhouse_gone(folder: Path, big: Path, spans: int, delays: list[float]) -> None:
     chdb_folder = folder / "http-chdb"
     launcher = (
         "import sys, time; sys.path.insert(0, 'tests'); from pathlib import Path;"
@@ -300,7 +300,7 @@ def clickhouse_gone(folder: Path, big: Path, spans: int) -> None:
         port = server.stdout.readline().strip()
         return server, f"clickhouse://default@127.0.0.1:{port}/default"
 
-    for delay in (1.5, 3.0, 4.5):
+    for delay in delays:
         server, url = start_server()
         process = subprocess.Popen(
             [*CLI, "ingest", str(big), "--store", url, "--run", f"gone-{delay:g}"],
@@ -358,7 +358,13 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=("workers", "sigterm", "disk", "clickhouse"), help="one group of faults"
     )
-    only = parser.parse_args().only
+    parser.add_argument(
+        "--kill-after",
+        default="0.3,0.6,1.0,1.5,3",
+        help="seconds into the ingest to kill the ClickHouse stand-in",
+    )
+    arguments = parser.parse_args()
+    only = arguments.only
     print(machine(), flush=True)
     with tempfile.TemporaryDirectory(prefix="faults-") as name:
         folder = Path(name)
@@ -374,7 +380,7 @@ def main() -> None:
             import chdb  # noqa: F401
 
             if only in (None, "clickhouse"):
-                clickhouse_gone(folder, big, spans)
+                clickhouse_gone(folder, big, spans, [float(x) for x in arguments.kill_after.split(",")])
     print(markdown())
     print(machine())
 
