@@ -31,11 +31,10 @@ from typing import Any
 
 import orjson
 from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import BatchResult
-from tailscope import instrument as ts
+from reference_pipeline.model_spans import record_model_spans
 
 REQUEST, KEEP = 0, 1
 _LEN = struct.Struct("<I")
@@ -186,18 +185,4 @@ class FrontendConnection:
 
     def _record_spans(self, parent: SpanContext, result: BatchResult) -> None:
         with trace.use_span(NonRecordingSpan(parent), end_on_exit=False):
-            ts.record_queue_wait(
-                result.enqueued_ns,
-                result.started_ns,
-                span_name=sm.QUEUE_WAIT,
-                batch_size=result.batch_size,
-                queue_depth=result.queue_depth,
-            )
-            links = [] if result.first_tag == parent else [Link(result.first_tag)]
-            attrs = {
-                "device": self.cfg.device,
-                "dtype": self.cfg.dtype,
-                "batch.size": result.batch_size,
-                "batch.queue_depth": result.queue_depth,
-            }
-            ts.record_span("model_forward", sm.FORWARD, result.started_ns, result.ended_ns, attrs, links)
+            record_model_spans(self.cfg, parent, result)

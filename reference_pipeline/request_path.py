@@ -28,14 +28,13 @@ from typing import Any
 import httpx
 import orjson
 from opentelemetry import propagate, trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from reference_pipeline import span_model as sm
-from reference_pipeline.batcher import BatchResult
 from reference_pipeline.features import (
     FeatureCache,
     RedisFeatureStore,
@@ -44,6 +43,7 @@ from reference_pipeline.features import (
     entity_id,
 )
 from reference_pipeline.framework_telemetry import record_triton_style
+from reference_pipeline.model_spans import record_model_spans
 from reference_pipeline.pagecache import drop_page_cache
 from reference_pipeline.postprocess import ExplanationLog, Postprocessor, ScoreMonitor
 from reference_pipeline.scenarios import ServiceConfig
@@ -221,7 +221,7 @@ class RequestPath:
                 {"batch.size": result.batch_size},
             )
         elif not self.model.records_model_spans or ts.mode() == "light":
-            self._record_model_spans(root, result)
+            record_model_spans(self.cfg, root.get_span_context(), result)
 
         with self.span(sm.POSTPROCESS, current=True):
             loop = asyncio.get_running_loop()
@@ -232,25 +232,6 @@ class RequestPath:
         outcome["segment"] = await self.enrich(req["entity_id"], outcome["score"])
         with self.span(sm.SERIALIZE):
             return orjson.dumps({"request_id": req["request_id"], **outcome, "model": self.weights})
-
-    def _record_model_spans(self, root: trace.Span, result: BatchResult) -> None:
-        """The model-stage spans from the batch's timings: the queue wait and the forward pass (light
-        mode: into the request's tally)."""
-        ts.record_queue_wait(
-            result.enqueued_ns,
-            result.started_ns,
-            span_name=sm.QUEUE_WAIT,
-            batch_size=result.batch_size,
-            queue_depth=result.queue_depth,
-        )
-        links = [] if result.first_tag == root.get_span_context() else [Link(result.first_tag)]
-        forward_attrs = {
-            "device": self.cfg.device,
-            "dtype": self.cfg.dtype,
-            "batch.size": result.batch_size,
-            "batch.queue_depth": result.queue_depth,
-        }
-        ts.record_span("model_forward", sm.FORWARD, result.started_ns, result.ended_ns, forward_attrs, links)
 
     async def enrich(self, key: str, score: float) -> str | None:
         if self.client is None or not self.cfg.downstream_url:

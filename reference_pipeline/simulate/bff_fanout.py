@@ -250,7 +250,6 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         res = bff[req.pod]
         events = []
         if s["gc_events"]:
-            st = stalls[req.pod]
             events = [
                 (
                     b,
@@ -260,8 +259,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
                         "v8js.gc.duration": round((b - a) / NS_PER_S, 6),
                     },
                 )
-                for a, b in zip(st.starts, st.ends, strict=True)
-                if a < req.end and b > req.start
+                for a, b in stalls[req.pod].overlapping(req.start, req.end)
             ]
         root = table.span(
             trace,

@@ -179,8 +179,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         root_e = gs.run(call_e, lognormal_ms(rng, 0.08, 0.4))
         events = []
         if s["gc_events"]:
-            for a, b in zip(gs.starts, gs.ends, strict=True):
-                if a < root_e and b > root_s and b - a > 0:
+            for a, b in gs.overlapping(root_s, root_e):
+                if b - a > 0:
                     long = b - a > 40 * NS_PER_MS
                     events.append((b, "jvm.gc", {
                         "jvm.gc.name": "G1 Old Generation" if long else "G1 Young Generation",

@@ -229,7 +229,6 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         free[k] = proc_e
         events = []
         if s["gc_events"]:
-            st = cpu.pauses
             events = [
                 (
                     b,
@@ -239,8 +238,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
                         "python.gc.elapsed_s": round((b - a) / NS_PER_S, 6),
                     },
                 )
-                for a, b in zip(st.starts, st.ends, strict=True)
-                if a < proc_e and b > start
+                for a, b in cpu.pauses.overlapping(start, proc_e)
             ]
         root = table.span(
             trace,

@@ -278,6 +278,10 @@ class Stalls:
             k += 1
         return t + work
 
+    def overlapping(self, a: float, b: float) -> list[tuple[float, float]]:
+        """The stalls (start, end) that overlap [a, b), in time order: the pauses a span can report."""
+        return [(s, e) for s, e in zip(self.starts, self.ends, strict=True) if s < b and e > a]
+
     def inside(self, a: float, b: float) -> float:
         """Stalled time within [a, b)."""
         k = max(bisect.bisect_right(self.starts, a) - 1, 0)

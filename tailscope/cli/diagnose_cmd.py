@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import textwrap
 
 EXIT_OK = 0
@@ -63,7 +62,7 @@ def render_text(result: dict) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tailscope.analysis.diagnosis import UnknownRunError, diagnose
-    from tailscope.cli.store_arg import open_from, store_name
+    from tailscope.cli.store_arg import open_from, print_unknown_run
 
     store = open_from(args, "diagnose")
     if store is None:
@@ -71,19 +70,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         diagnosis = diagnose(store, args.run)
     except UnknownRunError as error:
-        if error.run is None and error.available:
-            print(
-                "tailscope diagnose: the store has several runs, pick one with --run: "
-                f"{', '.join(error.available)}",
-                file=sys.stderr,
-            )
-        elif error.run is None:
-            print(
-                f"tailscope diagnose: {store_name(store)} has no runs; load traces with `tailscope ingest`",
-                file=sys.stderr,
-            )
-        else:
-            print(f"tailscope diagnose: {error}", file=sys.stderr)
+        print_unknown_run("diagnose", store, error)
         return EXIT_BAD_INPUT
     result = diagnosis.to_dict(with_chart=False)
     if args.json:

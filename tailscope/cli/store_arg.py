@@ -53,3 +53,21 @@ def close_opened() -> None:
 def store_name(store: Any) -> str:
     """How a message names the store: its file, or its URL (no password)."""
     return str(store.name)
+
+
+def print_unknown_run(command: str, store: Any, error: Any) -> None:
+    """Say on stderr why an UnknownRunError's run could not be picked: several runs (listed), none
+    loaded yet, or a label the store lacks."""
+    if error.run is None and error.available:
+        print(
+            f"tailscope {command}: the store has several runs, pick one with --run: "
+            f"{', '.join(error.available)}",
+            file=sys.stderr,
+        )
+    elif error.run is None:
+        print(
+            f"tailscope {command}: {store_name(store)} has no runs; load traces with `tailscope ingest`",
+            file=sys.stderr,
+        )
+    else:
+        print(f"tailscope {command}: {error}", file=sys.stderr)

@@ -89,7 +89,7 @@ def render_text(result: dict) -> str:
 def run(args: argparse.Namespace) -> int:
     from tailscope.analysis.diagnosis import UnknownRunError
     from tailscope.analysis.whatif import whatif
-    from tailscope.cli.store_arg import open_from, store_name
+    from tailscope.cli.store_arg import open_from, print_unknown_run
 
     if args.replicas < 1 or args.k <= 0:
         print("tailscope whatif: --replicas must be >= 1 and --k > 0", file=sys.stderr)
@@ -108,19 +108,7 @@ def run(args: argparse.Namespace) -> int:
             slo_ms=args.slo_ms,
         )
     except UnknownRunError as error:
-        if error.run is None and error.available:
-            print(
-                "tailscope whatif: the store has several runs, pick one with --run: "
-                f"{', '.join(error.available)}",
-                file=sys.stderr,
-            )
-        elif error.run is None:
-            print(
-                f"tailscope whatif: {store_name(store)} has no runs; load traces with `tailscope ingest`",
-                file=sys.stderr,
-            )
-        else:
-            print(f"tailscope whatif: {error}", file=sys.stderr)
+        print_unknown_run("whatif", store, error)
         return EXIT_BAD_INPUT
     out = result.to_dict()
     print(json.dumps(out, indent=2) if args.json else render_text(out))

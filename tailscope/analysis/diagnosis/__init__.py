@@ -25,6 +25,7 @@ __all__ = [
     "diagnose",
     "diagnose_frame",
     "list_runs",
+    "resolve_run",
 ]
 
 
@@ -45,19 +46,28 @@ def list_runs(source) -> list[str]:
         return _list(conn)
 
 
+def resolve_run(conn, run: str | None, *others: str | None) -> str:
+    """The run to read on an open connection: `run`, or the store's only run where it is None.
+    UnknownRunError where None is given and the store has not exactly one run, or where `run` or
+    any of `others` (None skipped) is not in the store."""
+    from tailscope.analysis.diagnosis.load import list_runs as _list
+
+    runs = _list(conn)
+    if run is None:
+        if len(runs) != 1:
+            raise UnknownRunError(None, runs)
+        run = runs[0]
+    for name in (run, *others):
+        if name is not None and name not in runs:
+            raise UnknownRunError(name, runs)
+    return run
+
+
 def diagnose(source, run: str | None = None, seed: int = 0) -> Diagnosis:
     """Diagnose one run of a Store (or open connection). `run` None picks the only run."""
-    from tailscope.analysis.diagnosis.load import list_runs as _list
     from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
 
     with reading(source) as conn:
-        runs = _list(conn)
-        if run is None:
-            if len(runs) != 1:
-                raise UnknownRunError(None, runs)
-            run = runs[0]
-        if run not in runs:
-            raise UnknownRunError(run, runs)
-        frame = load_frame(conn, run)
+        frame = load_frame(conn, resolve_run(conn, run))
         return diagnose_frame(frame, seed=seed)

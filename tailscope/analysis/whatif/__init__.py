@@ -64,19 +64,12 @@ def whatif(
     """Load one run of a Store (or open connection), diagnose it unless `findings` are given, and
     evaluate every lever. `other_run`: also the forward speed-up measured in that run. `options`:
     evaluate()'s keywords (k, extra_replicas, deadline_ms, slo_ms)."""
-    from tailscope.analysis.diagnosis import UnknownRunError, diagnose_frame
-    from tailscope.analysis.diagnosis.load import list_runs, load_frame
+    from tailscope.analysis.diagnosis import diagnose_frame, resolve_run
+    from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
 
     with reading(source) as conn:
-        runs = list_runs(conn)
-        if run is None:
-            if len(runs) != 1:
-                raise UnknownRunError(None, runs)
-            run = runs[0]
-        for name in (run, other_run):
-            if name is not None and name not in runs:
-                raise UnknownRunError(name, runs)
+        run = resolve_run(conn, run, other_run)
         frame = load_frame(conn, run)
         other = load_frame(conn, other_run) if other_run else None
     if findings is None:
