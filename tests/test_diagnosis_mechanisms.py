@@ -260,20 +260,22 @@ def test_reported_gc_pauses_outweigh_period_alignment() -> None:
     assert _conf(result, "cpu_throttling") < 0.5, found
 
 
-def _worker_pool_service(seed: int, workers: int):
-    """A caller sends bursts of calls to a server with `workers` slots per instance: a call's SERVER
-    span starts when a slot is free (the wait shows as the client-server gap), the wire adds ~0.4 ms."""
+def _worker_pool_service(seed: int, workers: int, bursts: bool = True, rate: float = 200.0,
+                         slow_wire: float = 0.0):
+    """A caller sends calls (with bursts, or at a steady `rate`) to a server with `workers` slots per
+    instance: a call's SERVER span starts when a slot is free (the wait shows as the client-server gap),
+    the wire adds ~0.4 ms, and 40 ms more on a `slow_wire` share of calls (retransmits)."""
     b = TraceBuilder(seed)
     free = {inst: [0.0] * workers for inst in ("model/0", "model/1")}
     t, times = 0.0, []
     while len(times) < 6000:
-        rate = 700.0 if (t // 2000) % 5 == 4 else 200.0  # a burst for 2 s out of every 10 s
-        t += b.rng.exponential(1000.0 / rate)
+        now = 700.0 if bursts and (t // 2000) % 5 == 4 else rate  # a burst for 2 s out of every 10 s
+        t += b.rng.exponential(1000.0 / now)
         times.append(t)
     for i, t in enumerate(times):
         b.new_trace()
         inst = ("model/0", "model/1")[i % 2]
-        wire = lognormal(b.rng, 0.4, 0.1)
+        wire = lognormal(b.rng, 0.4, 0.1) + (40.0 if b.rng.random() < slow_wire else 0.0)
         slots = free[inst]
         k = int(np.argmin(slots))
         start = max(t + wire, slots[k])
@@ -297,6 +299,22 @@ def test_a_wait_for_a_worker_slot_is_queueing_not_network() -> None:
     assert _conf(result, "network") < 0.5, found
     queue = next(f for f in result.findings if f.pattern == "queueing")
     assert queue.evidence["stats"].get("service", "model") == "model"
+
+
+def test_an_occasional_wait_for_a_free_slot_is_not_network() -> None:
+    """At ordinary load a pool's calls rarely wait, too rarely to move the rank correlation with the
+    running calls; but each large gap is sent while every slot of the instance is taken."""
+    result = diagnose_frame(_worker_pool_service(42, workers=3, bursts=False, rate=280.0))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert _conf(result, "network") < 0.5, found
+    assert _conf(result, "queueing") < 0.5, found
+
+
+def test_slow_wire_beside_a_worker_pool_stays_network() -> None:
+    """Retransmits delay calls whatever the instance is running: the large gaps are sent at any load."""
+    result = diagnose_frame(_worker_pool_service(43, workers=3, bursts=False, rate=280.0, slow_wire=0.03))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert _conf(result, "network") >= 0.5, found
 
 
 def _autoscaled_service(seed: int):

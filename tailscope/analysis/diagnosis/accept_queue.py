@@ -8,6 +8,13 @@ call whatever the server is doing; a queue delays it only when the server is bus
 large gaps sit before the server span (not after it) and the wait before the handler grows with the
 number of calls the server instance was already running when the call was sent (Spearman rho), it is
 queueing, not the network. The finding names the server's service and instances.
+
+A fixed pool also puts a ceiling on the calls an instance runs at once: a call waits only when every
+slot is taken. So where the large gaps are sent almost only while the instance runs at its ceiling
+(its 99th percentile of running calls) while most calls are sent below it, the gaps are a wait for a
+slot even when the wait is too rare to move the rank correlation (a healthy service at ordinary load).
+The share of the large gaps so explained (at_ceiling) discounts the network finding, without raising
+a queueing finding of its own.
 """
 
 from __future__ import annotations
@@ -38,6 +45,20 @@ def running_at(f, srv: np.ndarray, at: np.ndarray) -> np.ndarray:
     )
 
 
+def at_ceiling(f, srv: np.ndarray, busy: np.ndarray, big: np.ndarray, waited: np.ndarray) -> float:
+    """The share of the large gaps that are a wait for a slot: if a share q of them waited for a full
+    instance (sent at its ceiling, the 99th percentile of its running calls, and `waited`: most of the
+    gap before the handler) and the rest were sent at random moments (at the ceiling as often as any
+    call, p), a share q + (1 - q) p of them is sent at the ceiling; this returns q."""
+    inst = f.instance[srv]
+    ceiling = np.zeros(len(f.instances))
+    for i in np.unique(inst):
+        ceiling[i] = np.quantile(busy[inst == i], 0.99)
+    full = busy >= np.maximum(ceiling[inst], 1)
+    everyone = float(full.mean())
+    return max(float((full & waited)[big].mean()) - everyone, 0.0) / max(1.0 - everyone, 1e-9)
+
+
 def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, share: float):
     """(strength in 0..1 that the large gaps are an accept queue, the queueing finding or None)."""
     f = ctx.frame
@@ -51,8 +72,10 @@ def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray,
     busy = running_at(f, srv, f.start[cli])
     rho = spearman(busy, pre)
     strength = logistic(rho, 0.4, 0.08) * logistic(before, 0.7, 0.08)
+    # the wait for a slot of a fixed pool: large gaps sent only while the instance is full
+    full = at_ceiling(f, srv, busy, big, pre > post)
     if strength < 0.05:
-        return strength, None
+        return max(strength, full), None
     server = f.services[int(np.bincount(f.service[srv]).argmax())]
     counts = np.bincount(f.instance[srv[big]], minlength=len(f.instances))
     instances = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
@@ -85,4 +108,5 @@ def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray,
     }
     confidence = clamp01(strength * logistic(share, 0.3, 0.08))
     evidence = {"summary": summary, "stats": stats, "chart": chart}
-    return strength, Finding("queueing", confidence, "queue", None, evidence, ADVICE.format(server=server))
+    finding = Finding("queueing", confidence, "queue", None, evidence, ADVICE.format(server=server))
+    return max(strength, full), finding
