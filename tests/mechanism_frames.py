@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.vocabulary import ALL_STAGES
 
 MS = 1_000_000
 
@@ -44,6 +45,7 @@ class TraceBuilder:
         self.rng = np.random.default_rng(seed)
         self.rows: list[tuple] = []
         self.attrs: dict[str, dict[str, tuple[list[int], list[Any]]]] = {}
+        self.stages: dict[str, str] = {}  # span name -> stage (as the loader's naming would give it)
         self.trace = -1
 
     def arrivals(self, n: int, rps: float) -> np.ndarray:
@@ -97,7 +99,8 @@ class TraceBuilder:
             instances=instances,
             start=((start - t0) * MS).astype(np.int64),
             dur=(np.array(cols[7]) * MS).astype(np.int64),
-            stage=np.full(len(self.rows), -1, np.int64),
+            stage=np.array([ALL_STAGES.index(self.stages[n]) if n in self.stages else -1 for n in cols[2]],
+                           np.int64),
         )
         frame.attribute_source = lambda name: attrs.get(name, {})
         if gc:

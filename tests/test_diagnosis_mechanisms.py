@@ -94,11 +94,14 @@ def test_pauses_beside_a_heavy_tailed_dependency_are_named() -> None:
 
 
 def _calling_service(seed: int, deadline_ms: float | None, hang_rate: float = 0.04, fan_out: bool = False,
-                     callee_spans: bool = False):
+                     callee_spans: bool = False, callee_forward: bool = False):
     """Each request calls a ranker; a few calls hang on the callee's side. With a deadline the
     client gives up at `deadline_ms` (error status) and calls again; without one, a request that
-    needs a second page calls again after the first answer; with `fan_out`, two calls side by side."""
+    needs a second page calls again after the first answer; with `fan_out`, two calls side by side; with
+    `callee_forward`, the call is to a model's forward pass (a gRPC method of a model service)."""
     b = TraceBuilder(seed)
+    if callee_forward:
+        b.stages["ranker.v1.RankModel/Predict"] = "model_forward"
     for t in b.arrivals(4000, 120):
         b.new_trace()
         inst = f"api/{int(b.rng.integers(3))}"
@@ -118,9 +121,10 @@ def _calling_service(seed: int, deadline_ms: float | None, hang_rate: float = 0.
             d = deadline_ms + b.rng.uniform(0.0, 0.3) if cut else callee
             attrs = {"server.address": "ranker", "otel.status_code": "Error"} if cut else {
                 "server.address": "ranker"}
-            call = b.span(root, "GET /rank", "Client", inst, cur, d, **attrs)
-            if callee_spans:  # the callee's side, named alike, runs to its end whatever the caller does
-                b.span(call, "GET /rank", "Server", f"ranker/{int(b.rng.integers(2))}", cur + 0.2, callee)
+            rpc = "ranker.v1.RankModel/Predict" if callee_forward else "GET /rank"  # gRPC: named alike
+            call = b.span(root, rpc, "Client", inst, cur, d, **attrs)
+            if callee_spans or callee_forward:  # the callee's side runs to its end whatever the caller does
+                b.span(call, rpc, "Server", f"ranker/{int(b.rng.integers(2))}", cur + 0.2, callee)
             if fan_out:
                 b.span(root, "GET /rank", "Client", inst, cur + 0.01, lognormal(b.rng, 5.0, 0.3),
                        server__address="ranker")
@@ -451,6 +455,15 @@ def test_a_callee_span_outlasting_the_deadline_does_not_hide_it() -> None:
     result = diagnose_frame(frame)
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "timeout_retry") >= 0.5, found
+
+
+def test_a_forward_the_caller_gave_up_on_is_the_timeout_not_compute() -> None:
+    """The callee's forward hangs past the caller's deadline; the caller abandons the attempt and
+    retries. The request waited for the deadline and the retry, not for that forward's work."""
+    result = diagnose_frame(_calling_service(15, deadline_ms=50.0, hang_rate=0.06, callee_forward=True))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    assert result.findings[0].pattern == "timeout_retry", found
+    assert _conf(result, "compute_bound") < 0.5, found
 
 
 def test_pauses_of_a_quiet_gateway_release_few_requests_at_once() -> None:

@@ -7,12 +7,19 @@ spans of the same name with identical start and duration on one instance): a lar
 means batching and launch overhead matter, a large per-item part means the arithmetic does
 (quantization, a smaller/distilled model, faster hardware). Device and dtype come from the run's setup
 attributes (`*device*`, `*dtype*`).
+
+A forward reached through a call (a CLIENT span above it) delays the request only while the caller
+waits: where the caller gives up at a deadline (and retries), the callee's forward runs on after the
+CLIENT span has ended, and the whole of an attempt the caller abandoned bought nothing: the request
+waited for the deadline, then for the retry. Forward time under an abandoned attempt (timeout_retry's
+note) and after its caller ended is left out of the share (timeout_retry explains that tail).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, theil_sen
 
@@ -92,6 +99,29 @@ def _setup(ctx: Context, word: str) -> str | None:
     return None
 
 
+def not_waited_for(f, spans: np.ndarray, abandoned: np.ndarray | None) -> np.ndarray:
+    """Per span: the time the request did not wait for it: all of it under an `abandoned` attempt,
+    else the time it ran on after its nearest CLIENT ancestor ended (0 without one)."""
+    given_up = np.zeros(len(f), dtype=bool)
+    if abandoned is not None:
+        given_up[abandoned] = True
+    cur = spans.copy()
+    caller = np.full(len(spans), -1)
+    dropped = given_up[spans].copy()
+    for _ in range(32):
+        open_ = cur >= 0
+        if not open_.any():
+            break
+        dropped |= open_ & given_up[np.maximum(cur, 0)]
+        hit = open_ & (caller < 0) & (cur != spans) & (f.kind[np.maximum(cur, 0)] == KIND_CLIENT)
+        caller[hit] = cur[hit]
+        cur[open_] = f.parent[cur[open_]]
+    late = np.zeros(len(spans))
+    has = caller >= 0
+    late[has] = np.maximum(f.end[spans[has]] - np.maximum(f.end[caller[has]], f.start[spans[has]]), 0)
+    return np.where(dropped, f.dur[spans].astype(np.float64), late)
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     if len(f.requests) < 50:
@@ -99,17 +129,19 @@ def detect(ctx: Context) -> list[Finding]:
     fwd = ctx.span_stage_mask("model_forward") & (f.request >= 0)
     if fwd.sum() < 20:
         return []
-    share = ctx.share_of(fwd)
+    fw = np.nonzero(fwd)[0]
+    waited = f.excl.astype(np.float64)
+    waited[fw] = np.maximum(waited[fw] - not_waited_for(f, fw, ctx.notes.get("abandoned_attempts")), 0)
+    share = ctx.share_of(fwd, waited)
     # time the forward spent frozen in a process-wide pause is the gc_pause finding's, not compute's
     stalled = 0.0
     episodes = ctx.notes.get("gc_episodes")
     if episodes is not None:
         from tailscope.analysis.diagnosis.gc_pause import stall_overlap
 
-        fw = np.nonzero(fwd)[0]
         ov = np.zeros(len(f))
         ov[fw] = stall_overlap(f.instance[fw], f.start[fw], f.end[fw], *episodes)
-        own = np.maximum(f.excl - ov, 0)
+        own = np.maximum(waited - ov, 0)
         stalled = share - ctx.share_of(fwd, own)
         share -= stalled
     # and the forward time of warm-up requests is the cold_start finding's (first calls are slow)

@@ -65,6 +65,7 @@ def retry_groups(ctx: Context, code: int) -> dict | None:
     last = s[group_end[retried]]
     return {
         "spans": spans,
+        "abandoned": s[np.r_[~first_of[1:], False]],  # every attempt but a parent's last
         "first": a1,
         "second": a2,
         "last": last,
@@ -100,8 +101,12 @@ def detect(ctx: Context) -> list[Finding]:
     findings.sort(key=lambda x: -x.confidence)
     if findings:
         ctx.notes["retried_names"] = {fd.evidence["stats"]["span_code"]: fd.confidence for fd in findings}
+        # the attempts the caller gave up on: their time (and their callees') is this finding's
+        given_up = [fd.evidence["stats"]["abandoned"] for fd in findings]
+        ctx.notes["abandoned_attempts"] = np.concatenate(given_up)
     for fd in findings:
         fd.evidence["stats"].pop("span_code", None)
+        fd.evidence["stats"].pop("abandoned", None)
     return findings[:2]
 
 
@@ -170,8 +175,11 @@ def _judge(ctx: Context, code: int) -> Finding | None:
         f"lost to the failed attempts is {share:.0%} of the tail excess (instances: "
         f"{', '.join(top_inst)})."
     )
+    # the attempts the caller gave up on: every one but a parent's last, and any cut at the deadline
+    cut = g["spans"][np.abs(all_d - timeout) <= tol]
     stats = {
         "span_code": code,
+        "abandoned": np.union1d(g["abandoned"], cut),
         "timeout_ms": ms(timeout),
         "first_attempts_within_ms": round(ms(tol), 3),
         "first_attempts_at_timeout": round(tight, 3),
