@@ -3,13 +3,17 @@
 A real ClickHouse server cannot run on these machines, but the HTTP path (tailscope's HttpTransport
 through clickhouse-connect) can still be driven end to end: this server takes what clickhouse-connect
 sends (the statement in the body or the `query` parameter, `param_<name>` values for server-side
-parameters, settings as URL parameters, an insert's rows in the body) and runs it on one chdb
+parameters, settings as URL parameters, an insert's rows in the body; the statement and its
+parameters as multipart/form-data fields when they would make the URL too long, as clickhouse-connect
+sends large parameter values) and runs it on one chdb
 session, answering as a server does (the statement's FORMAT, TabSeparated by default; errors as
 HTTP 500 with `Code: N. DB::Exception: ...`). It serves one request at a time.
 """
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import http.server
 import re
 import threading
@@ -34,6 +38,16 @@ _NOT_SETTINGS = {
     "session_check",
 }
 _FORMAT = re.compile(r"\sFORMAT\s+(\w+)\s*$", re.IGNORECASE)
+
+
+def _form_fields(body: bytes, content_type: str) -> dict[str, str]:
+    """A multipart/form-data body's fields by name (what a server reads as URL parameters)."""
+    head = f"Content-Type: {content_type}\r\n\r\n".encode()
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    return {
+        part.get_param("name", header="content-disposition"): part.get_payload(decode=True).decode()
+        for part in message.iter_parts()
+    }
 
 
 def _decompress(body: bytes, encoding: str | None) -> bytes:
@@ -71,6 +85,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self, body: bytes) -> None:
         url = urllib.parse.urlsplit(self.path)
         args = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
+        content_type = self.headers.get("Content-Type") or ""
+        if content_type.startswith("multipart/form-data"):
+            args.update(_form_fields(body, content_type))
+            body = b""
         params = {k[len("param_") :]: v for k, v in args.items() if k.startswith("param_")}
         settings = {k: v for k, v in args.items() if k not in _NOT_SETTINGS and not k.startswith("param_")}
         try:
