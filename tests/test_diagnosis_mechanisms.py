@@ -3,76 +3,48 @@ test plants one physical cause and checks the diagnosis names it, and does not n
 
 from __future__ import annotations
 
-import numpy as np
-
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
-
-BASE = [("auth", "Internal", 0.4, 0.3), ("featurize", "Internal", 1.5, 0.3), ("infer", "Internal", 8.0, 0.15)]
+from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_services import (
+    BASE,
+    autoscaled_service,
+    burst_replicas,
+    calling_service,
+    gateway_service,
+    payload_service,
+    planted_pauses,
+    stalled_service,
+    two_mode_service,
+    worker_pool_service,
+)
 
 
 def _conf(result, pattern: str) -> float:
     return max((f.confidence for f in result.findings if f.pattern == pattern), default=0.0)
 
 
-def _two_mode_service(seed: int, child_on_slow: bool = False, hit_attribute: bool = False):
-    """A lookup that takes a slow path 15 % of the time (6x slower)."""
-    b = TraceBuilder(seed)
-    for t in b.arrivals(3000, 150):
-        b.new_trace()
-        inst = f"api/{int(b.rng.integers(3))}"
-        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
-        cur = t + 0.05
-        slow = b.rng.random() < 0.15
-        work = lognormal(b.rng, 12.0 if slow else 2.0, 0.2)
-        attrs = {"lookup.hit": not slow} if hit_attribute else {}
-        look = b.span(root, "load_profile", "Internal", inst, cur, work, **attrs)
-        if slow and child_on_slow:
-            b.span(look, "SELECT profiles", "Client", inst, cur + 0.3, work - 0.5, db__system="postgresql")
-        cur += work + 0.02
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
-        b.set_end(root, cur + 0.05)
-    return b.frame()
-
-
 def test_two_modes_without_a_cache_are_not_a_cache_miss() -> None:
-    result = diagnose_frame(_two_mode_service(1))
+    result = diagnose_frame(two_mode_service(1))
     assert _conf(result, "cache_miss") < 0.5, [(f.pattern, round(f.confidence, 2)) for f in result.findings]
 
 
 def test_two_modes_with_a_store_call_on_the_slow_path_are_a_cache_miss() -> None:
-    result = diagnose_frame(_two_mode_service(2, child_on_slow=True))
+    result = diagnose_frame(two_mode_service(2, child_on_slow=True))
     assert result.findings[0].pattern == "cache_miss"
     assert result.findings[0].confidence >= 0.5
     assert "slow path" in result.findings[0].evidence["stats"]["cache_evidence"]
 
 
 def test_two_modes_with_a_hit_attribute_are_a_cache_miss() -> None:
-    result = diagnose_frame(_two_mode_service(3, hit_attribute=True))
+    result = diagnose_frame(two_mode_service(3, hit_attribute=True))
     assert result.findings[0].pattern == "cache_miss" and result.findings[0].confidence >= 0.5
-
-
-def _pauses(b: TraceBuilder, instances: list[str], every_ms: float, lengths: tuple[float, float],
-            until_ms: float) -> Pauses:
-    out = {}
-    for inst in instances:
-        t, spans = b.rng.uniform(0, every_ms), []
-        while t < until_ms:
-            length = b.rng.uniform(*lengths)
-            spans.append((t, t + length))
-            t += length + b.rng.uniform(0.5 * every_ms, 1.5 * every_ms)
-        out[inst] = spans
-    return Pauses(out)
 
 
 def test_pauses_beside_a_heavy_tailed_dependency_are_named() -> None:
     """Stop-the-world pauses on both instances and a dependency whose rare slow calls own the p99:
     the pauses are the rare slow mode of whatever span they hit, named gc_pause, not cache_miss."""
     b = TraceBuilder(7)
-    pauses = _pauses(b, ["api/0", "api/1"], 5000.0, (80.0, 150.0), 45_000.0)
+    pauses = planted_pauses(b, ["api/0", "api/1"], 5000.0, (80.0, 150.0), 45_000.0)
     for t in b.arrivals(4000, 100):
         b.new_trace()
         inst = f"api/{int(b.rng.integers(2))}"
@@ -93,57 +65,12 @@ def test_pauses_beside_a_heavy_tailed_dependency_are_named() -> None:
     assert _conf(result, "cache_miss") < 0.5, found
 
 
-def _calling_service(seed: int, deadline_ms: float | None, hang_rate: float = 0.04, fan_out: bool = False,
-                     callee_spans: bool = False, callee_forward: bool = False):
-    """Each request calls a ranker; a few calls hang on the callee's side. With a deadline the
-    client gives up at `deadline_ms` (error status) and calls again; without one, a request that
-    needs a second page calls again after the first answer; with `fan_out`, two calls side by side; with
-    `callee_forward`, the call is to a model's forward pass (a gRPC method of a model service)."""
-    b = TraceBuilder(seed)
-    if callee_forward:
-        b.stages["ranker.v1.RankModel/Predict"] = "model_forward"
-    for t in b.arrivals(4000, 120):
-        b.new_trace()
-        inst = f"api/{int(b.rng.integers(3))}"
-        root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
-        cur = t + 0.05
-        for name, kind, median, sigma in BASE[:2]:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
-        attempts = 1
-        while True:
-            callee = lognormal(b.rng, 5.0, 0.3)
-            hang = b.rng.random() < hang_rate
-            if hang:
-                callee += b.rng.uniform(100.0, 2000.0)
-            cut = deadline_ms is not None and callee > deadline_ms
-            d = deadline_ms + b.rng.uniform(0.0, 0.3) if cut else callee
-            attrs = {"server.address": "ranker", "otel.status_code": "Error"} if cut else {
-                "server.address": "ranker"}
-            rpc = "ranker.v1.RankModel/Predict" if callee_forward else "GET /rank"  # gRPC: named alike
-            call = b.span(root, rpc, "Client", inst, cur, d, **attrs)
-            if callee_spans or callee_forward:  # the callee's side runs to its end whatever the caller does
-                b.span(call, rpc, "Server", f"ranker/{int(b.rng.integers(2))}", cur + 0.2, callee)
-            if fan_out:
-                b.span(root, "GET /rank", "Client", inst, cur + 0.01, lognormal(b.rng, 5.0, 0.3),
-                       server__address="ranker")
-            cur += d + 0.05
-            again = cut if deadline_ms is not None else (hang and attempts == 1)
-            if not again or attempts >= 2:
-                break
-            attempts += 1
-        d = lognormal(b.rng, 8.0, 0.15)
-        b.span(root, "infer", "Internal", inst, cur, d)
-        b.set_end(root, cur + d + 0.05)
-    return b.frame()
-
-
 def test_a_deadline_and_a_retry_are_named_timeout_retry() -> None:
-    result = diagnose_frame(_calling_service(11, deadline_ms=50.0))
+    result = diagnose_frame(calling_service(11, deadline_ms=50.0))
     top = result.findings[0]
     assert top.pattern == "timeout_retry" and top.confidence >= 0.5, [
-        (f.pattern, round(f.confidence, 2)) for f in result.findings]
+        (f.pattern, round(f.confidence, 2)) for f in result.findings
+    ]
     stats = top.evidence["stats"]
     assert 49.0 <= stats["timeout_ms"] <= 51.0
     assert 0.02 <= stats["retry_rate"] <= 0.06
@@ -155,43 +82,18 @@ def test_a_deadline_and_a_retry_are_named_timeout_retry() -> None:
 
 
 def test_repeated_calls_without_a_deadline_are_not_a_timeout() -> None:
-    for frame in (_calling_service(12, deadline_ms=None), _calling_service(13, None, fan_out=True)):
+    for frame in (calling_service(12, deadline_ms=None), calling_service(13, None, fan_out=True)):
         result = diagnose_frame(frame)
         found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
         assert _conf(result, "timeout_retry") < 0.5, found
 
 
-def _payload_service(seed: int, grows: bool):
-    """The response body varies over two orders of magnitude (the root records its size); encoding
-    it costs 25 ms per MB when `grows`, a fixed 0.5 ms otherwise. A small parse step follows the
-    request body's size in both."""
-    b = TraceBuilder(seed)
-    for t in b.arrivals(3000, 100):
-        b.new_trace()
-        inst = f"api/{int(b.rng.integers(3))}"
-        out_bytes = int(200_000 * np.exp(b.rng.normal(0.0, 1.1)))
-        in_bytes = int(2_000 * np.exp(b.rng.normal(0.0, 0.8)))
-        root = b.span(None, "GET /feed", "Server", inst, t, 0.0, http__response__body__size=out_bytes,
-                      http__request__body__size=in_bytes, user__id=int(b.rng.integers(1_000_000)))
-        cur = t + 0.05
-        d = 0.05 + in_bytes / 1e6 * 2.0
-        b.span(root, "parse", "Internal", inst, cur, d)
-        cur += d + 0.02
-        for name, kind, median, sigma in BASE[1:]:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
-        d = (0.3 + out_bytes / 1e6 * 25.0 if grows else 0.5) * lognormal(b.rng, 1.0, 0.1)
-        b.span(root, "render", "Internal", inst, cur, d)
-        b.set_end(root, cur + d + 0.05)
-    return b.frame()
-
-
 def test_time_that_grows_with_the_payload_is_large_payload() -> None:
-    result = diagnose_frame(_payload_service(21, grows=True))
+    result = diagnose_frame(payload_service(21, grows=True))
     top = result.findings[0]
     assert top.pattern == "large_payload" and top.confidence >= 0.5, [
-        (f.pattern, round(f.confidence, 2)) for f in result.findings]
+        (f.pattern, round(f.confidence, 2)) for f in result.findings
+    ]
     stats = top.evidence["stats"]
     assert top.span_name == "render" and stats["size_attribute"] == "http.response.body.size"
     assert stats["size_on"] == "request root"
@@ -201,46 +103,13 @@ def test_time_that_grows_with_the_payload_is_large_payload() -> None:
 
 
 def test_sizes_that_do_not_drive_the_tail_are_not_large_payload() -> None:
-    result = diagnose_frame(_payload_service(22, grows=False))
+    result = diagnose_frame(payload_service(22, grows=False))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "large_payload") < 0.5, found
 
 
-def _stalled_service(seed: int, throttled: bool, gc_events: bool = False):
-    """Process-wide stalls on three instances. Throttled: a CPU quota runs out in some 100 ms periods
-    and the process sleeps until the next period starts (stalls of 10-60 ms ending on the instance's
-    period boundary). Otherwise GC-like pauses of the same lengths starting at random moments."""
-    b = TraceBuilder(seed)
-    instances = ["api/0", "api/1", "api/2"]
-    until = 40_000.0
-    stalls: dict[str, list[tuple[float, float]]] = {}
-    for inst in instances:
-        phase = 100.0 * b.rng.random()
-        periods = np.arange(phase, until, 100.0)
-        hit = periods[b.rng.random(len(periods)) < 0.06]
-        lengths = b.rng.uniform(10.0, 60.0, len(hit))
-        if throttled:
-            stalls[inst] = [(e - length, e) for e, length in zip(hit, lengths, strict=True)]
-        else:
-            starts = np.sort(b.rng.uniform(0, until, len(hit)))
-            stalls[inst] = [(s, s + length) for s, length in zip(starts, lengths, strict=True)]
-    pauses = Pauses(stalls)
-    for t in b.arrivals(6000, 150):
-        b.new_trace()
-        inst = instances[int(b.rng.integers(3))]
-        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
-        cur = t + 0.05
-        for name, kind, median, sigma in BASE:
-            end = pauses.run(inst, cur, lognormal(b.rng, median, sigma))
-            b.span(root, name, kind, inst, cur, end - cur)
-            cur = end + 0.02
-        b.set_end(root, cur + 0.05)
-    gc = [(inst, a, b_) for inst, spans in stalls.items() for a, b_ in spans] if gc_events else None
-    return b.frame(gc=gc)
-
-
 def test_stalls_ending_on_quota_periods_are_cpu_throttling() -> None:
-    result = diagnose_frame(_stalled_service(31, throttled=True))
+    result = diagnose_frame(stalled_service(31, throttled=True))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     top = result.findings[0]
     assert top.pattern == "cpu_throttling" and top.confidence >= 0.5, found
@@ -250,7 +119,7 @@ def test_stalls_ending_on_quota_periods_are_cpu_throttling() -> None:
 
 
 def test_pauses_at_random_moments_stay_gc_pause() -> None:
-    result = diagnose_frame(_stalled_service(32, throttled=False))
+    result = diagnose_frame(stalled_service(32, throttled=False))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "gc_pause" and result.findings[0].confidence >= 0.5, found
     assert _conf(result, "cpu_throttling") < 0.5, found
@@ -258,46 +127,14 @@ def test_pauses_at_random_moments_stay_gc_pause() -> None:
 
 
 def test_reported_gc_pauses_outweigh_period_alignment() -> None:
-    result = diagnose_frame(_stalled_service(33, throttled=True, gc_events=True))
+    result = diagnose_frame(stalled_service(33, throttled=True, gc_events=True))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "gc_pause", found
     assert _conf(result, "cpu_throttling") < 0.5, found
 
 
-def _worker_pool_service(seed: int, workers: int, bursts: bool = True, rate: float = 200.0,
-                         slow_wire: float = 0.0):
-    """A caller sends calls (with bursts, or at a steady `rate`) to a server with `workers` slots per
-    instance: a call's SERVER span starts when a slot is free (the wait shows as the client-server gap),
-    the wire adds ~0.4 ms, and 40 ms more on a `slow_wire` share of calls (retransmits)."""
-    b = TraceBuilder(seed)
-    free = {inst: [0.0] * workers for inst in ("model/0", "model/1")}
-    t, times = 0.0, []
-    while len(times) < 6000:
-        now = 700.0 if bursts and (t // 2000) % 5 == 4 else rate  # a burst for 2 s out of every 10 s
-        t += b.rng.exponential(1000.0 / now)
-        times.append(t)
-    for i, t in enumerate(times):
-        b.new_trace()
-        inst = ("model/0", "model/1")[i % 2]
-        wire = lognormal(b.rng, 0.4, 0.1) + (40.0 if b.rng.random() < slow_wire else 0.0)
-        slots = free[inst]
-        k = int(np.argmin(slots))
-        start = max(t + wire, slots[k])
-        cli = b.span(None, "POST /predict", "Client", f"web/{i % 3}", t, 0.0)
-        root = b.span(cli, "POST /predict", "Server", inst, start, 0.0)
-        cur = start + 0.05
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
-        b.set_end(root, cur)
-        slots[k] = cur
-        b.set_end(cli, cur + lognormal(b.rng, 0.4, 0.1))
-    return b.frame()
-
-
 def test_a_wait_for_a_worker_slot_is_queueing_not_network() -> None:
-    result = diagnose_frame(_worker_pool_service(41, workers=3))
+    result = diagnose_frame(worker_pool_service(41, workers=3))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "queueing") >= 0.5, found
     assert _conf(result, "network") < 0.5, found
@@ -308,7 +145,7 @@ def test_a_wait_for_a_worker_slot_is_queueing_not_network() -> None:
 def test_an_occasional_wait_for_a_free_slot_is_not_network() -> None:
     """At ordinary load a pool's calls rarely wait, too rarely to move the rank correlation with the
     running calls; but each large gap is sent while every slot of the instance is taken."""
-    result = diagnose_frame(_worker_pool_service(42, workers=3, bursts=False, rate=280.0))
+    result = diagnose_frame(worker_pool_service(42, workers=3, bursts=False, rate=280.0))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "network") < 0.5, found
     assert _conf(result, "queueing") < 0.5, found
@@ -316,78 +153,20 @@ def test_an_occasional_wait_for_a_free_slot_is_not_network() -> None:
 
 def test_slow_wire_beside_a_worker_pool_stays_network() -> None:
     """Retransmits delay calls whatever the instance is running: the large gaps are sent at any load."""
-    result = diagnose_frame(_worker_pool_service(43, workers=3, bursts=False, rate=280.0, slow_wire=0.03))
+    result = diagnose_frame(worker_pool_service(43, workers=3, bursts=False, rate=280.0, slow_wire=0.03))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "network") >= 0.5, found
 
 
-def _autoscaled_service(seed: int):
-    """Two instances serve steady traffic; at each burst a new instance starts and takes a share of
-    the calls, its first requests slow in every stage (cold caches, JIT, lazy loading)."""
-    b = TraceBuilder(seed)
-    served: dict[str, int] = {}
-    live = ["api/0", "api/1"]
-    t, count = 0.0, 0
-    while count < 12000:
-        burst = (t // 3000) % 4 == 3
-        t += b.rng.exponential(1000.0 / (1200.0 if burst else 400.0))
-        if burst and len(live) < 2 + int(t // 12000) + 1:
-            live.append(f"api/{len(live)}")  # a replica added for the burst, cold
-        inst = live[int(b.rng.integers(len(live)))]
-        n = served.get(inst, 0)
-        served[inst] = n + 1
-        cold = 1.0 + 5.0 * np.exp(-n / 150.0) if inst not in ("api/0", "api/1") else 1.0
-        b.new_trace()
-        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
-        cur = t + 0.05
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma) * cold
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
-        b.set_end(root, cur + 0.05)
-        count += 1
-    return b.frame()
-
-
 def test_instances_started_cold_in_a_burst_are_cold_start_not_gc() -> None:
-    result = diagnose_frame(_autoscaled_service(51))
+    result = diagnose_frame(autoscaled_service(51))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "cold_start" and result.findings[0].confidence >= 0.5, found
     assert _conf(result, "gc_pause") < 0.5 and _conf(result, "cpu_throttling") < 0.5, found
 
 
-def _gateway_service(seed: int, gateway_pauses: bool, rps: float = 150.0):
-    """A gateway (two instances) forwards every request to a model server (three instances) that does
-    the work. With `gateway_pauses`, the gateway's processes stop for 50-150 ms every ~3 s: whatever a
-    gateway instance must do during a pause (forward, read the response, reply) waits for its end."""
-    b = TraceBuilder(seed)
-    gws = ["gw/0", "gw/1"]
-    pauses = _pauses(b, gws, 3000.0, (50.0, 150.0), 60_000.0) if gateway_pauses else Pauses()
-    pauses_until = 60_000.0 * 150.0 / rps
-    if gateway_pauses:
-        pauses = _pauses(b, gws, 3000.0, (50.0, 150.0), pauses_until)
-    for t in b.arrivals(8000, rps):
-        b.new_trace()
-        gw, model = gws[int(b.rng.integers(2))], f"model/{int(b.rng.integers(3))}"
-        outer = b.span(None, "POST /api/score", "Server", gw, t, 0.0)  # accepted, then handled
-        c_start = pauses.run(gw, t, lognormal(b.rng, 0.15, 0.3))
-        call = b.span(outer, "grpc score", "Client", gw, c_start, 0.0)
-        s_start = c_start + lognormal(b.rng, 0.2, 0.2)
-        root = b.span(call, "Score", "Server", model, s_start, 0.0)
-        cur = s_start + 0.05
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, model, cur, d)
-            cur += d + 0.02
-        b.set_end(root, cur)
-        c_end = pauses.run(gw, cur + lognormal(b.rng, 0.2, 0.2), 0.05)
-        b.set_end(call, c_end)
-        b.set_end(outer, pauses.run(gw, c_end, lognormal(b.rng, 0.1, 0.3)))
-    return b.frame()
-
-
 def test_pauses_of_a_gateway_that_only_forwards_are_named_on_its_instances() -> None:
-    result = diagnose_frame(_gateway_service(61, gateway_pauses=True))
+    result = diagnose_frame(gateway_service(61, gateway_pauses=True))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     gc = [f for f in result.findings if f.pattern == "gc_pause" and f.confidence >= 0.5]
     assert gc, found
@@ -396,47 +175,24 @@ def test_pauses_of_a_gateway_that_only_forwards_are_named_on_its_instances() -> 
 
 
 def test_a_healthy_gateway_raises_no_pause() -> None:
-    result = diagnose_frame(_gateway_service(62, gateway_pauses=False))
+    result = diagnose_frame(gateway_service(62, gateway_pauses=False))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "gc_pause") < 0.5 and _conf(result, "network") < 0.5, found
 
 
 def test_every_finding_names_its_service_and_instances() -> None:
-    for frame in (_two_mode_service(2, child_on_slow=True), _worker_pool_service(41, workers=3),
-                  _autoscaled_service(51), _payload_service(21, grows=True)):
+    for frame in (
+        two_mode_service(2, child_on_slow=True),
+        worker_pool_service(41, workers=3),
+        autoscaled_service(51),
+        payload_service(21, grows=True),
+    ):
         for finding in diagnose_frame(frame).findings:
             if finding.pattern == "unexplained_tail":
                 continue
             stats = finding.evidence["stats"]
             assert stats.get("service") or stats.get("services"), (finding.pattern, stats)
             assert stats.get("instances"), (finding.pattern, stats)
-
-
-def burst_replicas(seed):
-    """Two warm instances; each 3 s burst (every 12 s) adds a replica that serves only that burst, its
-    first requests slow in every stage."""
-    b = TraceBuilder(seed)
-    served = {}
-    t, count = 0.0, 0
-    while count < 12000:
-        k = int(t // 3000)
-        burst = k % 4 == 3
-        t += b.rng.exponential(1000.0 / (1500.0 if burst else 400.0))
-        live = ["api/0", "api/1"] + ([f"api/burst{k}"] if burst else [])
-        inst = live[int(b.rng.integers(len(live)))]
-        n = served.get(inst, 0)
-        served[inst] = n + 1
-        cold = 1.0 + 4.0 * np.exp(-n / 150.0) if "burst" in inst else 1.0
-        b.new_trace()
-        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
-        cur = t + 0.05
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma) * cold
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
-        b.set_end(root, cur + 0.05)
-        count += 1
-    return b.frame()
 
 
 def test_replicas_started_cold_for_a_burst_are_not_pauses() -> None:
@@ -451,7 +207,7 @@ def test_replicas_started_cold_for_a_burst_are_not_pauses() -> None:
 def test_a_callee_span_outlasting_the_deadline_does_not_hide_it() -> None:
     """gRPC names the client and the server span alike; the callee's span of a timed-out attempt
     runs on after the caller gave up. The deadline caps the caller's attempts only."""
-    frame = _calling_service(14, deadline_ms=50.0, hang_rate=0.08, callee_spans=True)
+    frame = calling_service(14, deadline_ms=50.0, hang_rate=0.08, callee_spans=True)
     result = diagnose_frame(frame)
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "timeout_retry") >= 0.5, found
@@ -460,7 +216,7 @@ def test_a_callee_span_outlasting_the_deadline_does_not_hide_it() -> None:
 def test_a_forward_the_caller_gave_up_on_is_the_timeout_not_compute() -> None:
     """The callee's forward hangs past the caller's deadline; the caller abandons the attempt and
     retries. The request waited for the deadline and the retry, not for that forward's work."""
-    result = diagnose_frame(_calling_service(15, deadline_ms=50.0, hang_rate=0.06, callee_forward=True))
+    result = diagnose_frame(calling_service(15, deadline_ms=50.0, hang_rate=0.06, callee_forward=True))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "timeout_retry", found
     assert _conf(result, "compute_bound") < 0.5, found
@@ -468,7 +224,9 @@ def test_a_forward_the_caller_gave_up_on_is_the_timeout_not_compute() -> None:
 
 def test_pauses_of_a_quiet_gateway_release_few_requests_at_once() -> None:
     """At a low rate a pause holds one or two requests per instance: released in pairs, not crowds."""
-    result = diagnose_frame(_gateway_service(64, gateway_pauses=True, rps=20.0))
+    result = diagnose_frame(gateway_service(64, gateway_pauses=True, rps=20.0))
     found = [(f.pattern, round(f.confidence, 2), f.evidence["stats"].get("service")) for f in result.findings]
-    assert any(f.pattern == "gc_pause" and f.confidence >= 0.5 and f.evidence["stats"].get("service") == "gw"
-               for f in result.findings), found
+    assert any(
+        f.pattern == "gc_pause" and f.confidence >= 0.5 and f.evidence["stats"].get("service") == "gw"
+        for f in result.findings
+    ), found
