@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from process_support import children_of
 
 from reference_pipeline import span_model as sm
 
@@ -49,19 +50,6 @@ def run_and_load(
     loaded = load_paths([out], db, label or scenario)
     assert not [f.error for f in loaded.files if f.error]
     return summary
-
-
-def children_of(pid: int) -> list[int]:
-    """Live child processes of `pid` (Linux /proc; empty elsewhere)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
 
 
 def quantiles(db: Path, run: str, span_name: str, service: str = sm.SERVICE_NAME) -> dict[str, float]:

@@ -13,23 +13,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from process_support import children_of
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch"),
     pytest.mark.skipif(importlib.util.find_spec("tokenizers") is None, reason="needs tokenizers"),
 ]
-
-
-def children_of(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(stat.parent.name))
-    return found
 
 
 def alive(pid: int) -> bool:
