@@ -12,6 +12,16 @@ from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
 BASE = [("auth", "Internal", 0.4, 0.3), ("featurize", "Internal", 1.5, 0.3), ("infer", "Internal", 8.0, 0.15)]
 
 
+def work_spans(b: TraceBuilder, root: int, inst: str, cur: float, stages=BASE, scale: float = 1.0) -> float:
+    """`stages` (name, kind, median ms, sigma) one after another under `root` from `cur`, each
+    lognormal and `scale` times as long (a cold replica); the time after the last."""
+    for name, kind, median, sigma in stages:
+        d = lognormal(b.rng, median, sigma) * scale
+        b.span(root, name, kind, inst, cur, d)
+        cur += d + 0.02
+    return cur
+
+
 def two_mode_service(seed: int, child_on_slow: bool = False, hit_attribute: bool = False):
     """A lookup that takes a slow path 15 % of the time (6x slower)."""
     b = TraceBuilder(seed)
@@ -27,10 +37,7 @@ def two_mode_service(seed: int, child_on_slow: bool = False, hit_attribute: bool
         if slow and child_on_slow:
             b.span(look, "SELECT profiles", "Client", inst, cur + 0.3, work - 0.5, db__system="postgresql")
         cur += work + 0.02
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
+        cur = work_spans(b, root, inst, cur)
         b.set_end(root, cur + 0.05)
     return b.frame()
 
@@ -69,10 +76,7 @@ def calling_service(
         inst = f"api/{int(b.rng.integers(3))}"
         root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
         cur = t + 0.05
-        for name, kind, median, sigma in BASE[:2]:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
+        cur = work_spans(b, root, inst, cur, BASE[:2])
         attempts = 1
         while True:
             callee = lognormal(b.rng, 5.0, 0.3)
@@ -136,10 +140,7 @@ def payload_service(seed: int, grows: bool):
         d = 0.05 + in_bytes / 1e6 * 2.0
         b.span(root, "parse", "Internal", inst, cur, d)
         cur += d + 0.02
-        for name, kind, median, sigma in BASE[1:]:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
+        cur = work_spans(b, root, inst, cur, BASE[1:])
         d = (0.3 + out_bytes / 1e6 * 25.0 if grows else 0.5) * lognormal(b.rng, 1.0, 0.1)
         b.span(root, "render", "Internal", inst, cur, d)
         b.set_end(root, cur + d + 0.05)
@@ -202,10 +203,7 @@ def worker_pool_service(
         cli = b.span(None, "POST /predict", "Client", f"web/{i % 3}", t, 0.0)
         root = b.span(cli, "POST /predict", "Server", inst, start, 0.0)
         cur = start + 0.05
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma)
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
+        cur = work_spans(b, root, inst, cur)
         b.set_end(root, cur)
         slots[k] = cur
         b.set_end(cli, cur + lognormal(b.rng, 0.4, 0.1))
@@ -231,10 +229,7 @@ def autoscaled_service(seed: int):
         b.new_trace()
         root = b.span(None, "POST /score", "Server", inst, t, 0.0)
         cur = t + 0.05
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma) * cold
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
+        cur = work_spans(b, root, inst, cur, scale=cold)
         b.set_end(root, cur + 0.05)
         count += 1
     return b.frame()
@@ -288,10 +283,7 @@ def burst_replicas(seed):
         b.new_trace()
         root = b.span(None, "POST /score", "Server", inst, t, 0.0)
         cur = t + 0.05
-        for name, kind, median, sigma in BASE:
-            d = lognormal(b.rng, median, sigma) * cold
-            b.span(root, name, kind, inst, cur, d)
-            cur += d + 0.02
+        cur = work_spans(b, root, inst, cur, scale=cold)
         b.set_end(root, cur + 0.05)
         count += 1
     return b.frame()
