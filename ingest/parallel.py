@@ -247,7 +247,12 @@ class DecodePool:
             try:
                 answered, outcome = worker.results.recv()
             except (EOFError, OSError) as error:
-                self.broken = f"a decode worker's pipe closed ({error or 'end of file'})"
+                # the pipe closes as its worker dies, often before the exit shows: name the death
+                worker.process.join(1.0)
+                if worker.process.exitcode is not None:
+                    self.broken = f"a decode worker died ({_death_of(worker.process)})"
+                else:
+                    self.broken = f"a decode worker's pipe closed ({error or 'end of file'})"
                 raise WorkerLostError(source, position, self.broken + "; the file was not loaded") from error
             if worker.outstanding and worker.outstanding[0] == answered:
                 worker.outstanding.popleft()
