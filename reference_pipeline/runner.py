@@ -61,6 +61,7 @@ class RunOptions:
     keep_slower_than_ms: float | None = None
     frontends: int = 0  # front-end processes before one model process (0: one process)
     model_layers: int | None = None  # an encoder of this many layers (ServiceConfig.model_layers)
+    gc_freeze: bool | None = None  # gc.freeze() once ready; None: as the scenario sets it
 
 
 class ChildFailed(RuntimeError):
@@ -149,6 +150,8 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
     )
     load = LoadShape(rps=opts.rps, duration_s=opts.duration_s, concurrency=opts.concurrency)
     downstream = configure(opts.scenario, service, load)
+    if opts.gc_freeze is not None:  # e.g. gc-pressure's work with its start-up heap frozen: no long pauses
+        service.gc_freeze = opts.gc_freeze
     return service, load, downstream.delay
 
 

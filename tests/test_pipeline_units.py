@@ -296,6 +296,20 @@ def test_each_scenario_plants_its_cause(scenario, check) -> None:
     assert (downstream.delay == "heavy-tail") == (scenario == "slow-downstream")
 
 
+def test_gc_freeze_overrides_the_scenario_and_keeps_its_work() -> None:
+    from reference_pipeline.runner import RunOptions, service_config
+
+    planted, _, _ = service_config(RunOptions(scenario="gc-pressure"))
+    frozen, _, _ = service_config(RunOptions(scenario="gc-pressure", gc_freeze=True))
+    assert not planted.gc_freeze and frozen.gc_freeze
+    assert (frozen.gc_live_records, frozen.gc_nodes_per_request) == (
+        planted.gc_live_records,
+        planted.gc_nodes_per_request,
+    )
+    steady, _, _ = service_config(RunOptions(scenario="steady", gc_freeze=False))
+    assert not steady.gc_freeze
+
+
 def test_every_span_model_scenario_is_configurable() -> None:
     for scenario in sm.SCENARIOS:
         configure(scenario, ServiceConfig(), LoadShape(rps=1, duration_s=1))

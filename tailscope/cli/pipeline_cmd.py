@@ -94,6 +94,13 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
         "across them; auto (default): the cores left after one for the model process (at least 1); "
         "0: the whole service in one process",
     )
+    parser.add_argument(
+        "--gc-freeze",
+        choices=("on", "off"),
+        help="gc.freeze() the start-up heap once the service is ready, so full collections skip it "
+        "(default: on in every scenario but gc-pressure; gc-pressure --gc-freeze on keeps its allocation "
+        "work without its long pauses)",
+    )
     parser.add_argument("--entities", type=int, default=5000, help="entities in the feature store")
     parser.add_argument("--seed", type=int, default=1, help="load generator seed")
 
@@ -157,6 +164,7 @@ def _options(args: argparse.Namespace, **overrides):
         sample_rate=args.sample_rate,
         keep_slower_than_ms=args.keep_slower_than_ms,
         frontends=frontends_count(args.frontends),
+        gc_freeze=None if args.gc_freeze is None else args.gc_freeze == "on",
     )
     values.update(overrides)
     return RunOptions(**values)
