@@ -85,9 +85,9 @@ def test_a_bad_regex_is_refused_with_its_reason_on_both_engines(chdb_store: obje
 def _frameworks_on_both(tmp_path: Path) -> tuple[Store, ClickHouseStore]:
     """The parity tests' serving-framework traces (vLLM, Triton, TGI phases) in a DuckDB file and a
     chdb folder, as run "frameworks"."""
-    import test_clickhouse_parity as parity
+    from parity_traces import _frameworks
 
-    batches = parity._frameworks()
+    batches = _frameworks()
     with connect_writer(tmp_path / "d.duckdb") as writer:
         for batch in batches:
             conn = writer.cursor()

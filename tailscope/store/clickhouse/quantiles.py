@@ -2,7 +2,7 @@
 
 quantile_cont(q) over n sorted values x: h = (n - 1)·q, lo = x[floor h], hi = x[ceil h], and with
 d = h - floor h the value is lo·(1 - d) + hi·d, which DuckDB computes as one fused multiply-add,
-fma(lo, 1 - d, hi·d) (checked bit for bit against DuckDB by tests/test_clickhouse_parity.py).
+fma(lo, 1 - d, hi·d) (checked bit for bit against DuckDB by tests/parity/test_clickhouse_parity.py).
 ClickHouse has no such function (its quantileExact* pick order statistics by other rules), so on
 ClickHouse a view asks for the two order statistics of each quantile (clickhouse/*.sql: `lo, hi`
 pairs) and `from_order_statistics` interpolates here: the same numbers on both engines.

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import test_clickhouse_parity as parity
 
 from tailscope.analysis import views
 from tailscope.analysis.types import Filter
@@ -23,7 +22,6 @@ from tailscope.store.errors import TableMissingError
 
 pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra)")
 
-runs, stores = parity.runs, parity.stores
 
 
 @pytest.mark.parametrize("run", ["hand", "frameworks", "steady", "gateway"])

@@ -2,7 +2,7 @@
 rectangle), tail vs body, latency over time, the trace Gantt, LLM latency and the stage mapping give
 the same answers from DuckDB and from chdb (counts exact, percentiles identical, shares within 1e-9).
 
-The traces and the two stores are test_clickhouse_parity's fixtures (the same module-scoped load)."""
+The traces and the two stores are this folder's conftest.py fixtures (one load for the folder)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pandas as pd
 import pytest
-import test_clickhouse_parity as parity
+from parity_traces import SIMULATED
 
 from tailscope.analysis import tail_vs_body, trace_gantt, views
 from tailscope.analysis.types import Filter, Rect
@@ -22,9 +22,8 @@ pytest.importorskip(
     "chdb", reason="chdb not installed (the [clickhouse] extra): no ClickHouse engine to compare"
 )
 
-runs, stores = parity.runs, parity.stores  # the fixtures: the same traces, loaded the same way
 Stores = tuple[Store, ClickHouseStore]
-RUNS = ["hand", *parity.SIMULATED]
+RUNS = ["hand", *SIMULATED]
 
 
 def _same_frame(got: pd.DataFrame, expected: pd.DataFrame) -> None:
