@@ -11,6 +11,7 @@
   python bench/bench_pipeline.py both      [--rps 8] [--duration 15] [--repeats 2] [--layers 1]
   python bench/bench_pipeline.py frontends [--layers 0] [--duration 10] [--repeats 2]
   python bench/bench_pipeline.py handoff   [--requests 5000]
+  python bench/bench_pipeline.py frontends-ab [--layers 0] [--duration 10] [--repeats 6] [--layouts 1,2]
 
 forward: model.forward p50/p99 (ms) per executor (torchscript, eager), batch size (1, 8, 32) and
   dtype (fp32, bf16, int8) at a fixed sequence length, timed around ModelRunner.run (collation,
@@ -30,7 +31,8 @@ tracing-ab: one saturated service process whose tracer is swapped between the OT
   tracer every --period seconds (reference_pipeline.tracing_switch); throughput and CPU per request
   are booked per mode inside the process, so the run-to-run variance of separate processes cancels.
 spans: CPU per request of the tracing alone (a steady request's stages, no service around them), in
-  each tracing mode. modes, waterfall, frontends, handoff: issue 28's figures (bench/pipeline_modes.py).
+  each tracing mode. modes, waterfall, frontends, handoff, frontends-ab: issue 28's figures
+  (bench/pipeline_modes.py, bench/pipeline_frontends.py).
 Each section prints a Markdown table and the machine it ran on.
 """
 
@@ -48,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import pipeline_both, pipeline_modes
+from bench import pipeline_both, pipeline_frontends, pipeline_modes
 from bench.machine_info import cpu_seconds
 
 
@@ -324,7 +326,13 @@ def main() -> int:
     parser.add_argument(
         "section",
         choices=(
-            "forward", "batching", "tracing", "tracing-ab", *pipeline_modes.SECTIONS, *pipeline_both.SECTIONS
+            "forward",
+            "batching",
+            "tracing",
+            "tracing-ab",
+            *pipeline_modes.SECTIONS,
+            *pipeline_both.SECTIONS,
+            *pipeline_frontends.SECTIONS,
         ),
     )
     parser.add_argument("--device", default="cpu")
@@ -362,6 +370,7 @@ def main() -> int:
     parser.add_argument("--sample-rate", type=float, default=1.0, help="the traced runs' head sampling")
     parser.add_argument("--keep-slower-than-ms", type=float, help="with sampling: always keep these")
     parser.add_argument("--warm", type=float, default=3.0, help="modes, frontends: warm-up seconds")
+    parser.add_argument("--layouts", default="1,2", help="frontends-ab: front-end counts (0: one process)")
     args = parser.parse_args()
     sections = {
         "forward": bench_forward,
@@ -372,7 +381,7 @@ def main() -> int:
     if args.section in sections:
         sections[args.section](args)
     else:
-        more = {**pipeline_modes.SECTIONS, **pipeline_both.SECTIONS}
+        more = {**pipeline_modes.SECTIONS, **pipeline_both.SECTIONS, **pipeline_frontends.SECTIONS}
         more[args.section](args, machine(SERVICE_THREADS))
     return 0
 

@@ -4,8 +4,8 @@
 127.0.0.1 port it binds itself and announces on stdout; drives the load; stops both with SIGTERM
 (they drain and flush their spans), killing whatever has not exited after a grace period; and merges
 the three processes' OTLP/JSON-lines files into `opts.out`. The children also get
-PR_SET_PDEATHSIG, so they do not outlive a runner that is killed outright. `sweep` runs a matrix of
-device × dtype × batch policy into separately labelled files.
+PR_SET_PDEATHSIG, so they do not outlive a runner that is killed outright. reference_pipeline.sweep
+runs a matrix of setups through it into separately labelled files.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class RunOptions:
     compile: bool = False
     cuda_graphs: bool = False
     eager: bool = False  # op-by-op forward on the CPU instead of TorchScript (ServiceConfig.executor)
+    torchscript: bool = False  # TorchScript on CUDA too (the CPU's default)
+    price_per_hour: float | None = None  # USD per hour of the hardware, recorded with the run
     weights: str = "random-init"  # or "pretrained" (ServiceConfig.weights)
     redis_url: str | None = None
     downstream: bool = True
@@ -136,6 +138,8 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
         compile=opts.compile,
         cuda_graphs=opts.cuda_graphs,
         eager=opts.eager,
+        torchscript=opts.torchscript,
+        price_per_hour=opts.price_per_hour,
         weights=opts.weights,
         redis_url=opts.redis_url,
         torch_threads=_torch_threads(opts.torch_threads),
@@ -263,55 +267,3 @@ def _drive(url: str, load: LoadShape, opts: RunOptions, service: ServiceConfig, 
     if opts.load_processes > 1:
         return drive_in_processes(url, load, opts.load_processes, seed=opts.seed, **options)
     return drive_here(url, load, seed=opts.seed, **options)
-
-
-def sweep_label(device: str, dtype: str, max_batch: int, max_wait_ms: float) -> str:
-    return f"{device}-{dtype}-b{max_batch}w{max_wait_ms:g}"
-
-
-def parse_batch_policies(text: str) -> list[tuple[int, float]]:
-    """'1:0,8:5' → [(1, 0.0), (8, 5.0)] (max batch size : max wait ms)."""
-    policies = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        size, _, wait = item.partition(":")
-        policies.append((int(size), float(wait or 0)))
-    if not policies:
-        raise ValueError("no batch policy given (expected e.g. 1:0,8:5)")
-    return policies
-
-
-def sweep(
-    base: RunOptions,
-    devices: list[str],
-    dtypes: list[str],
-    policies: list[tuple[int, float]],
-    out_dir: Path,
-    on_done=None,
-) -> list[dict]:
-    """One run per (device, dtype, policy), each written to out_dir/<label>.jsonl."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summaries = []
-    for device in devices:
-        for dtype in dtypes:
-            for max_batch, max_wait_ms in policies:
-                label = sweep_label(device, dtype, max_batch, max_wait_ms)
-                opts = RunOptions(
-                    **{
-                        **base.__dict__,
-                        "device": device,
-                        "dtype": dtype,
-                        "max_batch": max_batch,
-                        "max_wait_ms": max_wait_ms,
-                        "out": out_dir / f"{label}.jsonl",
-                    }
-                )
-                started = time.monotonic()
-                summary = {
-                    "label": label,
-                    **run_pipeline(opts),
-                    "wall_s": round(time.monotonic() - started, 1),
-                }
-                summaries.append(summary)
-                if on_done is not None:
-                    on_done(summary)
-    return summaries

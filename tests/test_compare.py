@@ -9,7 +9,8 @@ import pytest
 from analysis_spans import S, SpanColumns, add_trace, insert
 
 from tailscope.analysis import compare
-from tailscope.analysis.compare import bootstrap_quantile, cost_per_1k
+from tailscope.analysis.compare import bootstrap_quantile
+from tailscope.analysis.costs import cost_per_1k
 from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.derive import refresh_run
 from tailscope.store.duckdb.store import DuckDBStore as Store

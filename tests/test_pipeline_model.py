@@ -308,12 +308,12 @@ def test_pipeline_cli_help_lists_its_subcommands(capsys) -> None:
 
 
 def test_runner_helpers() -> None:
-    from reference_pipeline.runner import parse_batch_policies, sweep_label
+    from reference_pipeline.sweep import parse_batch_policies, sweep_label
 
     assert parse_batch_policies("1:0, 8:5,32") == [(1, 0.0), (8, 5.0), (32, 0.0)]
     with pytest.raises(ValueError):
         parse_batch_policies(" , ")
-    assert sweep_label("cpu", "int8", 8, 5.0) == "cpu-int8-b8w5"
+    assert sweep_label("cpu", "int8", 8, 5.0, "torchscript") == "cpu-int8-torchscript-b8w5"
 
 
 @pytest.mark.parametrize("cold", [False, True])

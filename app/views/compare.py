@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from app.components import charts, data, filters, fmt, notice
+from app.views import compare_costs
 from tailscope import analysis
 from tailscope.analysis import Comparison, StageComparison
 
@@ -113,8 +114,8 @@ def render() -> None:
     st.title("Compare runs")
     st.caption(
         "Two runs stage by stage: p50 and p99 with 95 % bootstrap intervals, the difference B − A with its "
-        "interval, throughput and cost per 1,000 inferences. The sidebar's service, route and time filters "
-        "apply to both runs."
+        "interval, throughput and cost per 1,000 inferences; and any number of runs side by side. The "
+        "sidebar's service, route and time filters apply to every run."
     )
     runs = data.get(analysis.list_runs)
     if len(runs) < 2:
@@ -135,11 +136,12 @@ def render() -> None:
         price_a = price_input("Run A", "price", run_a)
     with cols[1]:
         price_b = price_input("Run B", "price", run_b)
+    both = analysis.Filter(service=flt.service, route=flt.route, start=flt.start, end=flt.end)
     result = data.get(
         analysis.compare,
         run_a,
         run_b,
-        flt=analysis.Filter(service=flt.service, route=flt.route, start=flt.start, end=flt.end),
+        flt=both,
         price_a_per_hour=price_a,
         price_b_per_hour=price_b,
     )
@@ -164,7 +166,12 @@ def render() -> None:
         "Cost per 1,000 inferences, B", fmt.usd(result.b.cost_per_1k), delta=cost_delta, delta_color="inverse"
     )
     if price_a is None or price_b is None:
-        st.caption("Enter each run's hourly price to see its cost per 1,000 inferences.")
+        st.caption(
+            "Enter each run's hourly price to see its cost per 1,000 inferences (a run that recorded its "
+            "price, `pipeline sweep --price-per-hour`, uses that one)."
+        )
+    compare_costs.render(runs, run_a, run_b, both, {run_a: price_a, run_b: price_b})
+    st.subheader(f"{run_a} vs {run_b}, stage by stage")
     tabs = st.tabs(["p99 per stage", "p50 per stage"])
     for tab, quantile in zip(tabs, (0.99, 0.5), strict=True):
         with tab:

@@ -2,6 +2,7 @@
 
 from tailscope.analysis.breakdown import stage_breakdown
 from tailscope.analysis.compare import compare
+from tailscope.analysis.costs import RunCosts, cost_per_1k, run_costs
 from tailscope.analysis.llm import llm_latency
 from tailscope.analysis.phases import (
     default_phase_rules,
@@ -62,6 +63,7 @@ __all__ = [
     "PhaseRule",
     "Rect",
     "RunCost",
+    "RunCosts",
     "RunSummary",
     "StageBar",
     "StageComparison",
@@ -69,6 +71,7 @@ __all__ = [
     "TailVsBody",
     "Waterfall",
     "compare",
+    "cost_per_1k",
     "default_phase_rules",
     "default_rules",
     "filter_options",
@@ -78,6 +81,7 @@ __all__ = [
     "list_runs",
     "llm_latency",
     "overview",
+    "run_costs",
     "save_phase_rules",
     "save_rules",
     "select_requests",

@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from tailscope.analysis.costs import cost_per_1k, recorded_price
 from tailscope.analysis.runs import runs_with_requests
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Comparison, Filter, RunCost, StageComparison
@@ -58,13 +59,6 @@ def bootstrap_quantile(
     return bootstrap_quantiles(values, (q,), rng, resamples)[0]
 
 
-def cost_per_1k(price_per_hour: float | None, throughput_rps: float | None) -> float | None:
-    """price_per_hour / 3600 / throughput × 1000 (None when either is unknown or throughput is 0)."""
-    if price_per_hour is None or not throughput_rps:
-        return None
-    return price_per_hour / 3600.0 / throughput_rps * 1000.0
-
-
 def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | None]:
     arrays = conn.run("compare_values", where=flt).numpy()
     values = {"e2e": np.asarray(arrays["Duration"])}
@@ -77,9 +71,7 @@ def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | No
     return values, len(values["e2e"]), throughput
 
 
-def _setup(conn, run_a: str, run_b: str) -> pd.DataFrame:
-    a = dict(conn.run("run_setup", [run_a]).fetchall())
-    b = dict(conn.run("run_setup", [run_b]).fetchall())
+def _setup_table(a: dict[str, str], b: dict[str, str]) -> pd.DataFrame:
     keys = sorted(set(a) | set(b))
     return pd.DataFrame(
         [(k, a.get(k), b.get(k), a.get(k) != b.get(k)) for k in keys], columns=["key", "a", "b", "differs"]
@@ -97,14 +89,21 @@ def compare(
     seed: int = 0,
 ) -> Comparison:
     """Run A vs run B: per-stage (and e2e) p50/p99 with 95 % bootstrap intervals (seeded), deltas
-    B − A with intervals, throughput, cost per 1,000 inferences from each run's hourly price, and the
-    runs' setup attributes side by side. `flt` narrows both runs (its `run` is ignored)."""
+    B − A with intervals, throughput, cost per 1,000 inferences from each run's hourly price (the
+    price given, else the one the run recorded, tailscope.analysis.costs), and the runs' setup
+    attributes side by side. `flt` narrows both runs (its `run` is ignored)."""
     base = flt or Filter()
     with reading(source) as conn:
         known = set(runs_with_requests(conn))
         a_vals, a_n, a_tp = _run_data(conn, replace(base, run=run_a))
         b_vals, b_n, b_tp = _run_data(conn, replace(base, run=run_b))
-        setup = _setup(conn, run_a, run_b)
+        a_setup = dict(conn.run("run_setup", [run_a]).fetchall())
+        b_setup = dict(conn.run("run_setup", [run_b]).fetchall())
+    setup = _setup_table(a_setup, b_setup)
+    if price_a_per_hour is None:
+        price_a_per_hour = recorded_price(a_setup)
+    if price_b_per_hour is None:
+        price_b_per_hour = recorded_price(b_setup)
     a_cost = RunCost(run_a, a_n, a_tp, price_a_per_hour, cost_per_1k(price_a_per_hour, a_tp))
     b_cost = RunCost(run_b, b_n, b_tp, price_b_per_hour, cost_per_1k(price_b_per_hour, b_tp))
     result = Comparison(

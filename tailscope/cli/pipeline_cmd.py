@@ -2,7 +2,7 @@
 
   tailscope pipeline run --scenario burst --device cpu --dtype fp32 --duration 20 --rps 40 --out burst.jsonl
   tailscope pipeline sweep --devices cpu --dtypes fp32,int8 --batch-policies 1:0,8:5 --duration 10 \\
-      --out-dir sweep/ [--db tailscope.duckdb]
+      --price-per-hour 0.17 --out-dir sweep/ [--db tailscope.duckdb] [--json]   (tailscope.cli.pipeline_sweep)
   tailscope pipeline simulate ...   (the discrete-event model: no PyTorch needed)
 
 `run` starts the downstream service and the inference service as child processes on free
@@ -15,23 +15,32 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import os
 import sys
 from pathlib import Path
 
 from reference_pipeline.span_model import SCENARIOS  # stdlib-only module: --help stays light
+from tailscope.cli.pipeline_sweep import SATURATION_CLIENTS, add_sweep_arguments, run_sweep
 
 
-def _add_service_options(parser: argparse.ArgumentParser) -> None:
+def _add_service_options(parser: argparse.ArgumentParser, saturate: bool = False) -> None:
+    """The service and load options of `run` and `sweep`; saturate (sweep): a closed loop of
+    SATURATION_CLIENTS clients unless --rps or --concurrency says otherwise."""
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of load (default 10)")
-    parser.add_argument("--rps", type=float, default=20.0, help="mean arrival rate, requests/s (default 20)")
+    parser.add_argument(
+        "--rps",
+        type=float,
+        default=None if saturate else 20.0,
+        help="mean arrival rate, requests/s (open loop; default "
+        + ("none: a closed loop at saturation)" if saturate else "20)"),
+    )
     parser.add_argument(
         "--concurrency",
         type=int,
-        default=0,
+        default=None if saturate else 0,
         help="closed loop instead of --rps: N clients, each sending when its last request answers "
-        "(for throughput; it hides queueing, so not for tail studies)",
+        "(for throughput; it hides queueing, so not for tail studies)"
+        + (f"; default {SATURATION_CLIENTS} unless --rps is given" if saturate else ""),
     )
     parser.add_argument(
         "--load-processes",
@@ -42,6 +51,9 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="model worker and postprocessing threads")
     parser.add_argument("--otlp-endpoint", help="also export spans over OTLP/HTTP to this URL")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (slow start)")
+    parser.add_argument(
+        "--torchscript", action="store_true", help="a frozen TorchScript graph on CUDA too (CPU: the default)"
+    )
     parser.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs per shape bucket")
     parser.add_argument(
         "--eager",
@@ -102,6 +114,12 @@ def _add_service_options(parser: argparse.ArgumentParser) -> None:
         "work without its long pauses)",
     )
     parser.add_argument("--entities", type=int, default=5000, help="entities in the feature store")
+    parser.add_argument(
+        "--layers",
+        type=int,
+        help="an encoder of N layers (random-init) instead of MiniLM's 6: a quick check, or a stand-in "
+        "for a faster forward (0: embeddings, pooling and head)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="load generator seed")
 
 
@@ -117,18 +135,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=Path, required=True, help="OTLP/JSON-lines trace file to write")
     _add_service_options(run)
 
-    sweep = sub.add_parser("sweep", help="run a device × dtype × batch-policy matrix into labelled files")
-    sweep.add_argument("--scenario", choices=SCENARIOS, default="steady")
-    sweep.add_argument("--devices", default="cpu", help="comma-separated, e.g. cpu,cuda")
-    sweep.add_argument("--dtypes", default="fp32", help="comma-separated, e.g. fp32,bf16,int8")
-    sweep.add_argument(
-        "--batch-policies",
-        default="1:0,8:5",
-        help="comma-separated max_batch:max_wait_ms pairs (default 1:0,8:5)",
+    sweep = sub.add_parser(
+        "sweep",
+        help="a hardware comparison: device × dtype × executor × batch policy, each at saturation, into "
+        "labelled files; prints throughput, p50/p99 and cost per 1,000 inferences",
     )
-    sweep.add_argument("--out-dir", type=Path, required=True)
-    sweep.add_argument("--db", type=Path, help="also load each run into this store, labelled")
-    _add_service_options(sweep)
+    sweep.add_argument("--scenario", choices=SCENARIOS, default="steady")
+    add_sweep_arguments(sweep)
+    _add_service_options(sweep, saturate=True)
 
     simulate = sub.add_parser("simulate", help="the discrete-event model of the pipeline (no PyTorch)")
     try:
@@ -142,17 +156,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _options(args: argparse.Namespace, **overrides):
     from reference_pipeline.runner import RunOptions
 
+    closed = args.concurrency
+    if closed is None:  # sweep: at saturation unless an open-loop rate is given
+        closed = 0 if args.rps is not None else SATURATION_CLIENTS
     values = dict(
         scenario=args.scenario,
         duration_s=args.duration,
-        rps=args.rps,
-        concurrency=args.concurrency,
+        rps=args.rps if args.rps is not None else 20.0,
+        concurrency=closed,
         load_processes=args.load_processes,
         workers=args.workers,
         otlp_endpoint=args.otlp_endpoint,
         compile=args.compile,
         cuda_graphs=args.cuda_graphs,
         eager=args.eager,
+        torchscript=args.torchscript,
+        model_layers=args.layers,
         weights=args.weights,
         redis_url=args.redis_url,
         downstream=not args.no_downstream,
@@ -197,7 +216,7 @@ def _missing_weights(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _print_summary(summary: dict) -> None:
+def _print_summary(summary: dict, file=None) -> None:
     print(
         f"{summary.get('label', summary['scenario'])}: {summary['requests']} requests, "
         f"{summary['errors']} errors, "
@@ -209,7 +228,8 @@ def _print_summary(summary: dict) -> None:
             if summary.get("burst_rps") and summary.get("model_capacity_rps")
             else ""
         )
-        + (f" → {summary['out']}" if summary.get("out") else "")
+        + (f" → {summary['out']}" if summary.get("out") else ""),
+        file=file or sys.stdout,
     )
 
 
@@ -225,41 +245,23 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"tailscope pipeline: {problem}", file=sys.stderr)
         return 1
-    from reference_pipeline.runner import ChildFailed, parse_batch_policies, run_pipeline, sweep
+    from reference_pipeline.runner import ChildFailed, run_pipeline
 
     try:
-        if args.pipeline_command == "run":
-            summary = run_pipeline(
-                _options(
-                    args,
-                    device=args.device,
-                    dtype=args.dtype,
-                    out=args.out,
-                    max_batch=args.max_batch,
-                    max_wait_ms=args.max_wait_ms,
-                )
+        if args.pipeline_command == "sweep":
+            return run_sweep(args, _options, _print_summary)
+        summary = run_pipeline(
+            _options(
+                args,
+                device=args.device,
+                dtype=args.dtype,
+                out=args.out,
+                max_batch=args.max_batch,
+                max_wait_ms=args.max_wait_ms,
             )
-            _print_summary(summary)
-            return 0 if summary["requests"] and summary["errors"] < summary["requests"] else 1
-        policies = parse_batch_policies(args.batch_policies)
-        devices = [d for d in args.devices.split(",") if d]
-        dtypes = [d for d in args.dtypes.split(",") if d]
-
-        def done(summary: dict) -> None:
-            _print_summary(summary)
-            if args.db is not None:
-                from ingest.loader import load_paths
-
-                loaded = load_paths([summary["out"]], args.db, summary["label"])
-                errors = [f.error for f in loaded.files if f.error]
-                print(
-                    f"  loaded into {args.db} as run {summary['label']!r}: {loaded.traces} traces"
-                    + (f" (errors: {errors})" if errors else "")
-                )
-
-        summaries = sweep(_options(args), devices, dtypes, policies, args.out_dir, on_done=done)
-        (args.out_dir / "sweep.json").write_text(json.dumps(summaries, indent=2))
-        return 0
+        )
+        _print_summary(summary)
+        return 0 if summary["requests"] and summary["errors"] < summary["requests"] else 1
     except (ValueError, ChildFailed) as error:
         print(f"tailscope pipeline: {error}", file=sys.stderr)
         return 2 if isinstance(error, ValueError) else 1

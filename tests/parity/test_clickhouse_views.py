@@ -199,3 +199,21 @@ def test_stage_breakdown_is_the_same(stores: Stores, run: str, band: str) -> Non
     assert g[key].values.tolist() == e[key].values.tolist()
     for column in ("band_ms", "median_ms", "delta_ms"):
         assert g[column].tolist() == pytest.approx(e[column].tolist(), rel=1e-12, abs=1e-9)
+
+
+def test_run_costs_are_the_same(stores: Stores) -> None:
+    """The Compare page's table of runs (tailscope.analysis.costs): throughput, p50/p99 and cost per 1,000."""
+    from tailscope.analysis import run_costs
+
+    duck, clickhouse = stores
+    asked = [*RUNS, "nope"]
+    prices = {run: 1.0 + i for i, run in enumerate(RUNS)}
+    expected = run_costs(duck, asked, prices=prices)
+    got = run_costs(clickhouse, asked, prices=prices)
+    assert expected.missing == got.missing == ["nope"] and len(expected.table) == len(RUNS)
+    assert (got.cheapest, got.fastest) == (expected.cheapest, expected.fastest)
+    _same_frame(got.table.drop(columns=["throughput_rps", "cost_per_1k"]), expected.table.drop(
+        columns=["throughput_rps", "cost_per_1k"]
+    ))
+    for column in ("throughput_rps", "cost_per_1k"):
+        assert got.table[column].tolist() == pytest.approx(expected.table[column].tolist(), rel=1e-9)
