@@ -12,6 +12,8 @@
   python bench/bench_pipeline.py frontends [--layers 0] [--duration 10] [--repeats 2]
   python bench/bench_pipeline.py handoff   [--requests 5000]
   python bench/bench_pipeline.py frontends-ab [--layers 0] [--duration 10] [--repeats 6] [--layouts 1,2]
+  python bench/bench_pipeline.py saturation --device cuda --dtype bf16 --executor cuda-graphs
+      [--frontends auto] [--policies 1:0,8:2,32:5] [--concurrency 256] [--ab-repeats 2]
 
 forward: model.forward p50/p99 (ms) per executor (torchscript, eager), batch size (1, 8, 32) and
   dtype (fp32, bf16, int8) at a fixed sequence length, timed around ModelRunner.run (collation,
@@ -32,7 +34,9 @@ tracing-ab: one saturated service process whose tracer is swapped between the OT
   are booked per mode inside the process, so the run-to-run variance of separate processes cancels.
 spans: CPU per request of the tracing alone (a steady request's stages, no service around them), in
   each tracing mode. modes, waterfall, frontends, handoff, frontends-ab: issue 28's figures
-  (bench/pipeline_modes.py, bench/pipeline_frontends.py).
+  (bench/pipeline_modes.py, bench/pipeline_frontends.py); saturation: the GPU figures with the
+  scaled-out front end, batch 1 against the best policy and light tracing's cost
+  (bench/pipeline_saturation.py).
 Each section prints a Markdown table and the machine it ran on.
 """
 
@@ -50,7 +54,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import pipeline_both, pipeline_frontends, pipeline_modes
+from bench import pipeline_both, pipeline_frontends, pipeline_modes, pipeline_saturation
 from bench.machine_info import cpu_seconds
 
 
@@ -82,7 +86,7 @@ def bench_forward(args) -> None:
     cells = [(e, d) for e in args.executors.split(",") for d in args.dtypes.split(",")]
     for executor, dtype in cells:
         runner = ModelRunner(
-            build_classifier()[0],
+            build_classifier(layers=args.layers)[0],
             device=args.device,
             dtype=dtype,
             max_batch=32,
@@ -333,6 +337,7 @@ def main() -> int:
             *pipeline_modes.SECTIONS,
             *pipeline_both.SECTIONS,
             *pipeline_frontends.SECTIONS,
+            *pipeline_saturation.SECTIONS,
         ),
     )
     parser.add_argument("--device", default="cpu")
@@ -371,6 +376,15 @@ def main() -> int:
     parser.add_argument("--keep-slower-than-ms", type=float, help="with sampling: always keep these")
     parser.add_argument("--warm", type=float, default=3.0, help="modes, frontends: warm-up seconds")
     parser.add_argument("--layouts", default="1,2", help="frontends-ab: front-end counts (0: one process)")
+    parser.add_argument(
+        "--executor",
+        default="torchscript",
+        choices=tuple(pipeline_saturation.EXECUTOR_FLAGS),
+        help="saturation: how the model runs",
+    )
+    parser.add_argument("--frontends", default="auto", help="saturation: front ends (auto: cores but two)")
+    parser.add_argument("--policies", default="1:0,8:2,32:5", help="saturation: max_batch:max_wait_ms list")
+    parser.add_argument("--ab-repeats", type=int, default=2, help="saturation: off/light pairs at the best")
     args = parser.parse_args()
     sections = {
         "forward": bench_forward,
@@ -381,7 +395,12 @@ def main() -> int:
     if args.section in sections:
         sections[args.section](args)
     else:
-        more = {**pipeline_modes.SECTIONS, **pipeline_both.SECTIONS, **pipeline_frontends.SECTIONS}
+        more = {
+            **pipeline_modes.SECTIONS,
+            **pipeline_both.SECTIONS,
+            **pipeline_frontends.SECTIONS,
+            **pipeline_saturation.SECTIONS,
+        }
         more[args.section](args, machine(SERVICE_THREADS))
     return 0
 

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# The reference pipeline's GPU figures for bench/RESULTS.md, in one pass (about 5 minutes):
-# forward p50 per executor/dtype/batch, dynamic batching's gain at saturation, bf16 vs fp32 (and fp16),
-# tracing overhead inside one process, and the CUDA tests. Run on a machine with a GPU and a CUDA build
-# of torch, from the repository root:
+# The reference pipeline's GPU figures for bench/RESULTS.md (issue 28), in one pass of about 6-7 minutes
+# on one H100/H200 with 16 cores (each step has its own time limit; all of them together stay under 10
+# minutes):
+#   1. the CUDA tests (CUDA graphs against eager, the sweep on CUDA);
+#   2. model.forward p50 per executor, dtype and batch (fp32, bf16; eager, TorchScript, CUDA graphs);
+#   3. saturation with the scaled-out front end (bench_pipeline.py saturation): throughput at batch 1 and
+#      at each batch policy, tracing off, the load from bench/raw_load.py so that neither the client nor
+#      its spans set the ceiling; dynamic batching's gain; then light-mode tracing against off at the best
+#      policy, alternating pairs: the throughput lost and the CPU per request added at saturation;
+#   4. `tailscope pipeline sweep` as users run it (bf16; eager, TorchScript, CUDA graphs; light tracing,
+#      front ends auto, 4 load processes) with its table and cost per 1,000 inferences, loaded into a store,
+#      and `tailscope compare` of two of its runs, as on a laptop at home.
+# Run on a machine with a GPU and a CUDA build of torch, from the repository root:
 #   bash bench/gpu_figures.sh [LOG]
-# Optional: WHEELS=dir installs wheels there first (a machine without a package index); QUICK=1 shortens
-# every section (a smoke run of the script itself). DEVICE=cpu runs it where there is no GPU (the
-# cuda-graphs cells then fail: they need CUDA).
+# Optional: WHEELS=dir installs wheels there first (a machine without a package index); PRICE=USD/h the
+# hourly price for the sweep's cost column (default 3.00); QUICK=1 shortens every step (a smoke run of the
+# script itself); DEVICE=cpu runs it where there is no GPU (TorchScript instead of CUDA graphs, a 0-layer
+# model: a check of the script, not figures).
 set -uo pipefail
 log=${1:-gpu-figures.log}
 export PYTHONUNBUFFERED=1
@@ -15,10 +25,24 @@ if [[ -n "${WHEELS:-}" ]]; then
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
         "$WHEELS"/*.whl || exit 1
     export PYTHONPATH=/tmp/site:$PWD
+else
+    export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
 fi
 device=${DEVICE:-cuda}
-dur=15; budget=1.5; ab=30
-if [[ -n "${QUICK:-}" ]]; then dur=3; budget=0.2; ab=12; fi
+price=${PRICE:-3.00}
+runs=${RUNS_DIR:-gpu-sweep}
+executors=eager,torchscript,cuda-graphs
+if [[ $device == cpu ]]; then
+    executor=torchscript; forward_executors=eager,torchscript; model=(--layers 0)
+else
+    executor=cuda-graphs; forward_executors=$executors; model=()
+fi
+dur=8; warm=2; budget=1.0; pairs=2; sweep_dur=6; policies=1:0,8:2,32:5,64:5; clients=256
+if [[ -n "${QUICK:-}" ]]; then
+    dur=2; warm=1; budget=0.1; pairs=1; sweep_dur=2; policies=1:0,8:2; clients=32
+fi
+
+tailscope() { "$py" -c 'import sys; from tailscope.cli.main import entrypoint; sys.argv[0] = "tailscope"; entrypoint()' "$@"; }
 
 step() {  # step SECONDS TITLE COMMAND...
     local limit=$1 title=$2; shift 2
@@ -29,18 +53,23 @@ step() {  # step SECONDS TITLE COMMAND...
 }
 
 {
-    date -u; nvidia-smi -L 2>&1; nproc
+    date -u; nvidia-smi -L 2>&1; nproc; uptime
     "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
-    step 120 "CUDA tests" "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_pipeline_model.py
-    step 150 "forward" "$py" bench/bench_pipeline.py forward --device "$device" \
-        --dtypes fp32,bf16,fp16 --executors eager,torchscript,cuda-graphs --budget "$budget" --seq 64
-    # the load over 4 processes: one load-generator process saturates its core first on a GPU
-    for service in "bf16 --cuda-graphs" "fp32 --cuda-graphs" "bf16"; do
-        # shellcheck disable=SC2086  # dtype and executor flag, split on purpose
-        step 120 "batching ($service)" "$py" bench/bench_pipeline.py batching --device "$device" \
-            --dtype $service --concurrency 64 --load-processes 4 --duration "$dur"
-    done
-    step 150 "tracing (one process, tracer swapped every 4 s)" "$py" bench/bench_pipeline.py tracing-ab \
-        --device "$device" --dtype bf16 --concurrency 64 --load-processes 4 --duration "$ab" --period 4 \
-        --repeats 2
+    step 120 "CUDA tests" "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_pipeline_model.py \
+        tests/test_pipeline_sweep.py
+    step 90 "forward" "$py" bench/bench_pipeline.py forward --device "$device" "${model[@]}" \
+        --dtypes fp32,bf16 --executors "$forward_executors" --budget "$budget" --seq 64
+    step 330 "saturation: batch policies, then light tracing against off (scaled-out front end)" \
+        "$py" bench/bench_pipeline.py saturation --device "$device" --dtype bf16 --executor "$executor" \
+        --frontends auto --policies "$policies" --concurrency "$clients" --duration "$dur" --warm "$warm" \
+        --ab-repeats "$pairs" "${model[@]}"
+    rm -rf "$runs"
+    step 150 "pipeline sweep, as users run it" tailscope pipeline sweep --devices "$device" --dtypes bf16 \
+        --executors "$executors" --batch-policies 32:5 --concurrency 64 --load-processes 4 \
+        --frontends auto --tracing-mode light --no-downstream --duration "$sweep_dur" "${model[@]}" \
+        --price-per-hour "$price" --out-dir "$runs" --db "$runs/sweep.duckdb"
+    first=$device-bf16-eager-b32w5; best=$device-bf16-$executor-b32w5
+    step 60 "compare two of its runs, as at home" tailscope compare "$first" "$best" \
+        --db "$runs/sweep.duckdb" --resamples 200
+    date -u; uptime
 } 2>&1 | tee "$log"

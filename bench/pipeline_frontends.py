@@ -31,9 +31,15 @@ RAW_LOAD = Path(__file__).with_name("raw_load.py")
 
 def measure_layout(args, frontends: int, seed: int) -> dict:
     """Start the service with `frontends` front ends, saturate it with raw_load, book the window."""
+    return measure_raw(args, base_config(args, tracing=False, frontends=frontends), seed)
+
+
+def measure_raw(args, cfg, seed: int) -> dict:
+    """Start the service (`cfg`: ServiceConfig), saturate it with raw_load (args.concurrency
+    connections, args.warm s, then args.duration s booked), and book the window: raw_load's figures
+    plus the service's CPU per request (front ends, model process) and its cores busy."""
     from reference_pipeline.runner import Child
 
-    cfg = base_config(args, tracing=False, frontends=frontends)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         service = ["reference_pipeline.service", "--config-json", cfg.to_json()]
@@ -47,18 +53,22 @@ def measure_layout(args, frontends: int, seed: int) -> dict:
             load = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
             if load.stdout.readline().strip() != "GO":
                 raise SystemExit(f"raw_load did not start (exit {load.wait()})")
-            before = sum(cpu_split_s(child.proc.pid))
+            before = cpu_split_s(child.proc.pid)
             result = json.loads(load.stdout.readline())
-            after = sum(cpu_split_s(child.proc.pid))
+            after = cpu_split_s(child.proc.pid)
             load.wait()
         finally:
             code = child.stop(grace_s=60)
         if code not in (0, -15):
             raise SystemExit(f"service exited with {code}:\n{child.tail()}")
     completed = max(result["completed"], 1)
-    result["service_cpu_ms_per_req"] = 1000 * (after - before) / completed
-    result["service_cores"] = (after - before) / result["wall_s"]
+    model_s, front_s = after[0] - before[0], after[1] - before[1]  # the model process, its front ends
+    result["service_cpu_ms_per_req"] = 1000 * (model_s + front_s) / completed
+    result["front_cpu_ms_per_req"] = 1000 * front_s / completed
+    result["model_cpu_ms_per_req"] = 1000 * model_s / completed
+    result["service_cores"] = (model_s + front_s) / result["wall_s"]
     result["client_cpu_us_per_req"] = 1e6 * result["cpu_s"] / completed
+    result["client_cores"] = result["cpu_s"] / result["wall_s"]
     result["load"] = os.getloadavg()[0]
     return result
 
@@ -77,8 +87,8 @@ def bench_frontends_ab(args, machine: str) -> None:
         f"{machine}\n"
     )
     print(
-        "| repeat | layout | completed req/s | client p50 ms | client p99 ms | service CPU ms/req | "
-        "service cores busy | client CPU µs/req | load (1 min) |"
+        "| repeat | layout | completed req/s | client p50 ms | client p99 ms | service CPU ms/req (front "
+        "ends + model process) | service cores busy | client CPU µs/req | load (1 min) |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     rps: dict[int, list[float]] = {n: [] for n in layouts}
@@ -89,7 +99,8 @@ def bench_frontends_ab(args, machine: str) -> None:
             rps[frontends].append(r["throughput_rps"])
             print(
                 f"| {repeat + 1} | {layout_name(frontends)} | {r['throughput_rps']} | {r['p50_ms']} | "
-                f"{r['p99_ms']} | {r['service_cpu_ms_per_req']:.3f} | {r['service_cores']:.2f} | "
+                f"{r['p99_ms']} | {r['service_cpu_ms_per_req']:.3f} ({r['front_cpu_ms_per_req']:.3f} + "
+                f"{r['model_cpu_ms_per_req']:.3f}) | {r['service_cores']:.2f} | "
                 f"{r['client_cpu_us_per_req']:.0f} | {r['load']:.1f} |",
                 flush=True,
             )

@@ -4,6 +4,8 @@ sweep on a tiny model is test_pipeline_e2e's test_sweep_compares_executors_with_
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import json
 
 import pytest
 
@@ -162,3 +164,33 @@ def test_a_sweep_runs_at_saturation_unless_told_otherwise(tmp_path) -> None:
     assert (clients.concurrency, clients.model_layers) == (64, 0)
     one_run = _options(_parsed(["run", "--out", str(tmp_path / "t.jsonl")]))
     assert (one_run.concurrency, one_run.rps) == (0, 20.0)  # `run` stays an open loop for tail studies
+
+
+def _has_cuda() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device")
+def test_a_gpu_sweep_runs_each_executor_on_cuda(tmp_path, capsys) -> None:
+    """On a GPU: TorchScript (new on CUDA) and CUDA graphs each serve at saturation through a front end,
+    and each run records the executor it ran; int8 is set aside (CPU only)."""
+    from tailscope.cli.main import main
+
+    argv = ["pipeline", "sweep", "--devices", "cuda", "--dtypes", "bf16,int8", "--layers", "0"]
+    argv += ["--executors", "torchscript,cuda-graphs", "--batch-policies", "8:2", "--frontends", "1"]
+    argv += ["--duration", "2", "--no-downstream", "--price-per-hour", "3", "--json"]
+    code = main([*argv, "--out-dir", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    rows = {row["label"]: row for row in json.loads(captured.out)}
+    for executor in ("torchscript", "cuda-graphs"):
+        row = rows[f"cuda-bf16-{executor}-b8w2"]
+        assert row["requests"] > 10 and row["errors"] == 0 and row["cost_per_1k"] > 0
+        text = (tmp_path / f"cuda-bf16-{executor}-b8w2.jsonl").read_text()
+        assert f'{{"key":"tailscope.model.executor","value":{{"stringValue":"{executor}"}}}}' in text
+    assert rows["cuda-int8-torchscript-b8w2"]["skipped"].startswith("int8 is dynamic quantization")
