@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The reference pipeline's GPU figures for bench/RESULTS.md (issue 28), in one pass of about 6-7 minutes
-# on one H100/H200 with 16 cores (each step has its own time limit; all of them together stay under 10
-# minutes):
+# The reference pipeline's GPU figures for bench/RESULTS.md (issue 28), in one pass of about 5 minutes on
+# one H100/H200 with 16 cores (each step has its own time limit; together they stay under 10 minutes):
 #   1. the CUDA tests (CUDA graphs against eager, the sweep on CUDA);
 #   2. model.forward p50 per executor, dtype and batch (fp32, bf16; eager, TorchScript, CUDA graphs);
 #   3. saturation with the scaled-out front end (bench_pipeline.py saturation): throughput at batch 1 and
@@ -42,7 +41,8 @@ if [[ -n "${QUICK:-}" ]]; then
     dur=2; warm=1; budget=0.1; pairs=1; sweep_dur=2; policies=1:0,8:2; clients=32
 fi
 
-tailscope() { "$py" -c 'import sys; from tailscope.cli.main import entrypoint; sys.argv[0] = "tailscope"; entrypoint()' "$@"; }
+# the CLI from this checkout (no console script needed); an array, so `timeout` can run it
+tailscope=("$py" -c 'import sys; from tailscope.cli.main import entrypoint; sys.argv[0] = "tailscope"; entrypoint()')
 
 step() {  # step SECONDS TITLE COMMAND...
     local limit=$1 title=$2; shift 2
@@ -55,21 +55,21 @@ step() {  # step SECONDS TITLE COMMAND...
 {
     date -u; nvidia-smi -L 2>&1; nproc; uptime
     "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
-    step 120 "CUDA tests" "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_pipeline_model.py \
+    step 90 "CUDA tests" "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_pipeline_model.py \
         tests/test_pipeline_sweep.py
-    step 90 "forward" "$py" bench/bench_pipeline.py forward --device "$device" "${model[@]}" \
+    step 75 "forward" "$py" bench/bench_pipeline.py forward --device "$device" "${model[@]}" \
         --dtypes fp32,bf16 --executors "$forward_executors" --budget "$budget" --seq 64
-    step 330 "saturation: batch policies, then light tracing against off (scaled-out front end)" \
+    step 270 "saturation: batch policies, then light tracing against off (scaled-out front end)" \
         "$py" bench/bench_pipeline.py saturation --device "$device" --dtype bf16 --executor "$executor" \
         --frontends auto --policies "$policies" --concurrency "$clients" --duration "$dur" --warm "$warm" \
         --ab-repeats "$pairs" "${model[@]}"
     rm -rf "$runs"
-    step 150 "pipeline sweep, as users run it" tailscope pipeline sweep --devices "$device" --dtypes bf16 \
+    step 120 "pipeline sweep, as users run it" "${tailscope[@]}" pipeline sweep --devices "$device" --dtypes bf16 \
         --executors "$executors" --batch-policies 32:5 --concurrency 64 --load-processes 4 \
         --frontends auto --tracing-mode light --no-downstream --duration "$sweep_dur" "${model[@]}" \
         --price-per-hour "$price" --out-dir "$runs" --db "$runs/sweep.duckdb"
     first=$device-bf16-eager-b32w5; best=$device-bf16-$executor-b32w5
-    step 60 "compare two of its runs, as at home" tailscope compare "$first" "$best" \
+    step 45 "compare two of its runs, as at home" "${tailscope[@]}" compare "$first" "$best" \
         --db "$runs/sweep.duckdb" --resamples 200
     date -u; uptime
 } 2>&1 | tee "$log"

@@ -194,10 +194,10 @@ def test_compare_two_runs_with_prices(small_store: Path, monkeypatch: pytest.Mon
     costs = ["costs_throughput_rps", "costs_p99_ms", "costs_cost_per_1k"]
     assert keys == [*costs, "compare_q0.99", "compare_q0.5"]
     assert len(at.dataframe) >= 3
-    # the prices' editor, then every run's throughput, p99 and cost per 1,000
+    # the prices' editor (prices entered for A and B flow into it), then every run's throughput, p99, cost
     side_by_side = at.dataframe[1].value.set_index("run")
     assert sorted(side_by_side.index) == ["cpu-fp32", "gpu-bf16"]
-    assert side_by_side.loc["cpu-fp32", "price (USD/h)"] == 1.2  # the price entered for run A
+    assert at.dataframe[0].value.set_index("run").loc["cpu-fp32", "price (USD/h)"] == 1.2  # run A's price
     row = side_by_side.loc["gpu-bf16"]
     assert row["p99 (ms)"] > 0 and row["throughput (req/s)"] > 0
     assert row["cost per 1,000 inferences (USD)"] == pytest.approx(

@@ -165,7 +165,7 @@ def render() -> None:
     cards[3].metric(
         "Cost per 1,000 inferences, B", fmt.usd(result.b.cost_per_1k), delta=cost_delta, delta_color="inverse"
     )
-    if price_a is None or price_b is None:
+    if result.a.cost_per_1k is None or result.b.cost_per_1k is None:
         st.caption(
             "Enter each run's hourly price to see its cost per 1,000 inferences (a run that recorded its "
             "price, `pipeline sweep --price-per-hour`, uses that one)."

@@ -24,7 +24,8 @@ def _batch(row: pd.Series) -> str | None:
 
 
 def display_table(costs: RunCosts) -> pd.DataFrame:
-    """The table as shown: setup, throughput, p50/p99 and cost, with units in the column names."""
+    """The table as shown: setup, throughput, p50/p99 and cost, with units in the column names (the
+    price is in the editor above it)."""
     t = costs.table
     return pd.DataFrame(
         {
@@ -32,12 +33,11 @@ def display_table(costs: RunCosts) -> pd.DataFrame:
             "device": t["gpu"].where(t["gpu"].notna(), t["device"]),
             "dtype": t["dtype"],
             "executor": t["executor"],
-            "batch (max / wait)": t.apply(_batch, axis=1) if len(t) else [],
+            "batch": t.apply(_batch, axis=1) if len(t) else [],
             "requests": t["requests"],
             "throughput (req/s)": t["throughput_rps"].round(1),
             "p50 (ms)": t["p50_ms"].round(2),
             "p99 (ms)": t["p99_ms"].round(2),
-            "price (USD/h)": t["price_per_hour"],
             "cost per 1,000 inferences (USD)": t["cost_per_1k"].round(6),
         }
     )
