@@ -194,3 +194,13 @@ def test_a_gpu_sweep_runs_each_executor_on_cuda(tmp_path, capsys) -> None:
         text = (tmp_path / f"cuda-bf16-{executor}-b8w2.jsonl").read_text()
         assert f'{{"key":"tailscope.model.executor","value":{{"stringValue":"{executor}"}}}}' in text
     assert rows["cuda-int8-torchscript-b8w2"]["skipped"].startswith("int8 is dynamic quantization")
+
+
+def test_a_sweep_refuses_one_run_executor_flags(tmp_path, capsys) -> None:
+    from tailscope.cli.main import main
+
+    assert main(["pipeline", "sweep", "--out-dir", str(tmp_path), "--cuda-graphs", "--eager"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "tailscope pipeline: sweep: --eager, --cuda-graphs: a sweep's executors are chosen with --executors"
+    )
+    assert not list(tmp_path.iterdir())

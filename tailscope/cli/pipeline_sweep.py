@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 SATURATION_CLIENTS = 32
+EXECUTOR_FLAGS = ("eager", "torchscript", "compile", "cuda_graphs")  # `run`'s flags; a sweep has --executors
 LOAD_BOUND_SHARE = 0.9  # load generator cores busy per process at which the throughput is its own
 
 
@@ -114,6 +115,9 @@ def sweep_table(rows: list[dict]) -> str:
 def run_sweep(args: argparse.Namespace, options: Callable[..., object], print_summary: Callable) -> int:
     from reference_pipeline.sweep import cell_facts, parse_batch_policies, parse_prices, plan, sweep
 
+    flags = [f"--{name.replace('_', '-')}" for name in EXECUTOR_FLAGS if getattr(args, name, False)]
+    if flags:
+        raise ValueError(f"sweep: {', '.join(flags)}: a sweep's executors are chosen with --executors")
     policies = parse_batch_policies(args.batch_policies)
     devices = [d.strip() for d in args.devices.split(",") if d.strip()]
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
