@@ -323,22 +323,21 @@ def bench_tracing_ab(args) -> None:
         )
 
 
+MORE_SECTIONS = {
+    **pipeline_modes.SECTIONS,
+    **pipeline_both.SECTIONS,
+    **pipeline_frontends.SECTIONS,
+    **pipeline_saturation.SECTIONS,
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "section",
-        choices=(
-            "forward",
-            "batching",
-            "tracing",
-            "tracing-ab",
-            *pipeline_modes.SECTIONS,
-            *pipeline_both.SECTIONS,
-            *pipeline_frontends.SECTIONS,
-            *pipeline_saturation.SECTIONS,
-        ),
+        choices=("forward", "batching", "tracing", "tracing-ab", *MORE_SECTIONS),
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtypes", default="fp32,bf16,int8", help="forward: dtypes to time")
@@ -375,16 +374,8 @@ def main() -> int:
     parser.add_argument("--sample-rate", type=float, default=1.0, help="the traced runs' head sampling")
     parser.add_argument("--keep-slower-than-ms", type=float, help="with sampling: always keep these")
     parser.add_argument("--warm", type=float, default=3.0, help="modes, frontends: warm-up seconds")
-    parser.add_argument("--layouts", default="1,2", help="frontends-ab: front-end counts (0: one process)")
-    parser.add_argument(
-        "--executor",
-        default="torchscript",
-        choices=tuple(pipeline_saturation.EXECUTOR_FLAGS),
-        help="saturation: how the model runs",
-    )
-    parser.add_argument("--frontends", default="auto", help="saturation: front ends (auto: cores but two)")
-    parser.add_argument("--policies", default="1:0,8:2,32:5", help="saturation: max_batch:max_wait_ms list")
-    parser.add_argument("--ab-repeats", type=int, default=2, help="saturation: off/light pairs at the best")
+    for module in (pipeline_frontends, pipeline_saturation):
+        module.add_arguments(parser)
     args = parser.parse_args()
     sections = {
         "forward": bench_forward,
@@ -395,13 +386,7 @@ def main() -> int:
     if args.section in sections:
         sections[args.section](args)
     else:
-        more = {
-            **pipeline_modes.SECTIONS,
-            **pipeline_both.SECTIONS,
-            **pipeline_frontends.SECTIONS,
-            **pipeline_saturation.SECTIONS,
-        }
-        more[args.section](args, machine(SERVICE_THREADS))
+        MORE_SECTIONS[args.section](args, machine(SERVICE_THREADS))
     return 0
 
 

@@ -116,4 +116,8 @@ def bench_frontends_ab(args, machine: str) -> None:
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
+def add_arguments(parser) -> None:
+    parser.add_argument("--layouts", default="1,2", help="frontends-ab: front-end counts (0: one process)")
+
+
 SECTIONS = {"frontends-ab": bench_frontends_ab}

@@ -115,4 +115,12 @@ def bench_saturation(args, machine: str) -> None:
     print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
+def add_arguments(parser) -> None:
+    executors = tuple(EXECUTOR_FLAGS)
+    parser.add_argument("--executor", default="torchscript", choices=executors, help="saturation: executor")
+    parser.add_argument("--frontends", default="auto", help="saturation: front ends (auto: cores but two)")
+    parser.add_argument("--policies", default="1:0,8:2,32:5", help="saturation: max_batch:max_wait_ms list")
+    parser.add_argument("--ab-repeats", type=int, default=2, help="saturation: off/light pairs at the best")
+
+
 SECTIONS = {"saturation": bench_saturation}
