@@ -8,8 +8,8 @@
 #      its spans set the ceiling; dynamic batching's gain; then light-mode tracing against off at the best
 #      policy, alternating pairs: the throughput lost and the CPU per request added at saturation;
 #   4. `tailscope pipeline sweep` as users run it (bf16; eager, TorchScript, CUDA graphs; light tracing,
-#      front ends auto, 4 load processes) with its table and cost per 1,000 inferences, loaded into a store,
-#      and `tailscope compare` of two of its runs, as on a laptop at home.
+#      front ends auto, 4 load processes) with its table and cost per 1,000 inferences; then its files
+#      ingested and two of its runs compared, as on a laptop at home.
 # Run on a machine with a GPU and a CUDA build of torch, from the repository root:
 #   bash bench/gpu_figures.sh [LOG]
 # Optional: WHEELS=dir installs wheels there first (a machine without a package index); PRICE=USD/h the
@@ -67,9 +67,15 @@ step() {  # step SECONDS TITLE COMMAND...
     step 120 "pipeline sweep, as users run it" "${tailscope[@]}" pipeline sweep --devices "$device" --dtypes bf16 \
         --executors "$executors" --batch-policies 32:5 --concurrency 64 --load-processes 4 \
         --frontends auto --tracing-mode light --no-downstream --duration "$sweep_dur" "${model[@]}" \
-        --price-per-hour "$price" --out-dir "$runs" --db "$runs/sweep.duckdb"
+        --price-per-hour "$price" --out-dir "$runs"
+    # as on a laptop at home (needs the store's packages, duckdb and pandas, which the sweep does not)
     first=$device-bf16-eager-b32w5; best=$device-bf16-$executor-b32w5
-    step 45 "compare two of its runs, as at home" "${tailscope[@]}" compare "$first" "$best" \
-        --db "$runs/sweep.duckdb" --resamples 200
+    step 45 "ingest its files and compare two runs, as at home" bash -c '
+        ts=("${@:1:3}"); runs=$4; first=$5; best=$6
+        for f in "$runs"/*.jsonl; do
+            "${ts[@]}" ingest "$f" --run "$(basename "$f" .jsonl)" --db "$runs/home.duckdb" || exit 1
+        done
+        "${ts[@]}" compare "$first" "$best" --db "$runs/home.duckdb" --resamples 200' \
+        _ "${tailscope[@]}" "$runs" "$first" "$best"
     date -u; uptime
 } 2>&1 | tee "$log"

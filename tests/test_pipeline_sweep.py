@@ -204,3 +204,19 @@ def test_a_sweep_refuses_one_run_executor_flags(tmp_path, capsys) -> None:
         "tailscope pipeline: sweep: --eager, --cuda-graphs: a sweep's executors are chosen with --executors"
     )
     assert not list(tmp_path.iterdir())
+
+
+def test_the_sweep_needs_no_pandas_or_store(tmp_path) -> None:
+    """A GPU box has the pipeline extra only: the sweep's plan, runs and priced table import neither
+    pandas nor a store driver (the --db option does, when asked for)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import tailscope.cli.pipeline_cmd, reference_pipeline.sweep;"
+        "from tailscope.cli.pipeline_sweep import sweep_table, with_costs;"
+        "sweep_table(with_costs([], 1));"
+        "print(sorted(m for m in ('pandas', 'duckdb', 'chdb', 'pyarrow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -16,7 +16,10 @@ import pandas as pd
 from tailscope.analysis.runs import runs_with_requests
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Filter
+from tailscope.pricing import cost_per_1k
 from tailscope.vocabulary import PRICE_ATTRIBUTE
+
+__all__ = ["RunCosts", "cost_per_1k", "recorded_price", "run_costs"]
 
 # setup attributes shown beside each run (column name → resource attribute)
 SETUP_COLUMNS = {
@@ -34,14 +37,6 @@ COLUMNS = [
 
 
 NUMBERS = ("throughput_rps", "p50_ms", "p99_ms", "price_per_hour", "cost_per_1k")  # NaN where unknown
-
-
-def cost_per_1k(price_per_hour: float | None, throughput_rps: float | None) -> float | None:
-    """USD per 1,000 inferences: price_per_hour / 3600 / throughput × 1000 (None when either is
-    unknown or throughput is 0)."""
-    if price_per_hour is None or not throughput_rps:
-        return None
-    return price_per_hour / 3600.0 / throughput_rps * 1000.0
 
 
 def recorded_price(setup: dict[str, str]) -> float | None:

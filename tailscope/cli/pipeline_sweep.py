@@ -65,7 +65,7 @@ def with_costs(summaries: list[dict], load_processes: int) -> list[dict]:
     """Each summary plus `ran` (it served requests), cost_per_1k (USD, from its price and
     throughput) and load_bound (the load generator's cores were busy enough that the throughput is
     the load generator's)."""
-    from tailscope.analysis.costs import cost_per_1k
+    from tailscope.pricing import cost_per_1k
 
     rows = []
     for summary in summaries:
