@@ -121,14 +121,14 @@ def test_a_stopped_process_is_found_by_its_silence_and_the_work_let_in_after_it(
 
 
 def test_requests_accepted_as_a_stall_ends_are_spread_over_it() -> None:
-    from tailscope.analysis.whatif.levers import Inputs, _accepted_late
+    from tailscope.analysis.whatif.levers import Inputs, accepted_late
 
     rows = [(k, -1, "root", "Server", 0, 100.0 + 0.01 * k, 5.0) for k in range(4)]
     rows.append((9, -1, "root", "Server", 0, 300.0, 5.0))  # after no stall: stays
     f = hand_frame(rows)
     stalls = (np.array([0]), np.array([60 * MS]), np.array([100 * MS]))
     x = Inputs(f, layout(f), f.stage, None, [], 0, stalls)
-    shift = _accepted_late(x) / MS
+    shift = accepted_late(x, stalls) / MS
     assert [round(v, 2) for v in shift] == [35.0, 25.01, 15.02, 5.03, 0.0]
 
 

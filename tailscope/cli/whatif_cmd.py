@@ -1,7 +1,8 @@
 """What each fix is worth: the run's p50/p95/p99 after each fix, predicted from its own trace.
 
 For every cause the diagnosis names (GC pauses, cache misses, lock waits, queueing, a slow dependency,
-the network, cold starts) and for levers that always apply (the model's forward x k, more replicas),
+the network, cold starts, calls cut by a deadline and retried, large payloads, CPU throttling) and
+for levers that always apply (the model's forward x k, more replicas),
 every request of the run is re-timed with the cause removed, through its critical path, and the queue
 before the model is replayed where the fix changes it. A what-if is a model built from the run's own
 timings: it cannot know what a fix changes elsewhere (arrivals, load on other services). Exit code 0;
@@ -30,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replicas", type=int, default=1, help="how many more replicas (default 1)")
     parser.add_argument(
         "--deadline-ms", type=float, help="deadline of the dependency lever (default: the call's p95)"
+    )
+    parser.add_argument(
+        "--hedge-ms", type=float, help="hedge delay of a retried call's lever (default: the call's p95)"
     )
     parser.add_argument("--slo-ms", type=float, help="p99 target: each fix is checked against it")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (for deploy gates)")
@@ -91,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     from tailscope.analysis.whatif import whatif
     from tailscope.cli.store_arg import open_from, print_unknown_run
 
-    if args.replicas < 1 or args.k <= 0:
-        print("tailscope whatif: --replicas must be >= 1 and --k > 0", file=sys.stderr)
+    if args.replicas < 1 or args.k <= 0 or (args.hedge_ms is not None and args.hedge_ms <= 0):
+        print("tailscope whatif: --replicas must be >= 1, --k and --hedge-ms > 0", file=sys.stderr)
         return EXIT_BAD_INPUT
     store = open_from(args, "whatif")
     if store is None:
@@ -105,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             k=args.k,
             extra_replicas=args.replicas,
             deadline_ms=args.deadline_ms,
+            hedge_ms=args.hedge_ms,
             slo_ms=args.slo_ms,
         )
     except UnknownRunError as error:

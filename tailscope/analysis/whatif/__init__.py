@@ -63,16 +63,17 @@ def whatif(
 ) -> WhatIf:
     """Load one run of a Store (or open connection), diagnose it unless `findings` are given, and
     evaluate every lever. `other_run`: also the forward speed-up measured in that run. `options`:
-    evaluate()'s keywords (k, extra_replicas, deadline_ms, slo_ms)."""
+    evaluate()'s keywords (k, extra_replicas, deadline_ms, hedge_ms, slo_ms)."""
     from tailscope.analysis.diagnosis import diagnose_frame, resolve_run
     from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
 
+    # inside the reading: the detectors and the payload lever read span attributes from the store
     with reading(source) as conn:
         run = resolve_run(conn, run, other_run)
         frame = load_frame(conn, run)
         other = load_frame(conn, other_run) if other_run else None
-    if findings is None:
-        findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(frame, seed=seed).findings]
-    speedup = measured_speedup(frame, other) if other is not None else None
-    return evaluate(frame, findings, seed=seed, speedup=speedup, speedup_from=other_run, **options)
+        if findings is None:
+            findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(frame, seed=seed).findings]
+        speedup = measured_speedup(frame, other) if other is not None else None
+        return evaluate(frame, findings, seed=seed, speedup=speedup, speedup_from=other_run, **options)

@@ -10,14 +10,15 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
+from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
 from tailscope.analysis.whatif.served import Served, served
-from tailscope.analysis.whatif.stalls import stalls_to_remove
+from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 1  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 2  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -156,6 +157,7 @@ def plan(
     deadline_ms: float | None = None,
     speedup: float | None = None,
     speedup_from: str | None = None,
+    hedge_ms: float | None = None,
 ) -> list[lv.Lever]:
     """The levers for a run: one per finding that a fix can answer, and those that always apply."""
     out: list[lv.Lever | None] = []
@@ -173,6 +175,12 @@ def plan(
             out.append(lv.network_p50(x, fd))
         elif p == "cold_start":
             out.append(lv.prewarmed(x, fd))
+        elif p == "timeout_retry":
+            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms)]
+        elif p == "large_payload":
+            out.append(cl.payload_at_median(x, fd))
+        elif p == "cpu_throttling":
+            out.append(cl.no_throttling(x, fd))
     out += [
         lv.no_stalls(x),
         ql.queue_within_window(x),
@@ -199,6 +207,10 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     stage = Context(frame, seed=seed).stage
     x = lv.Inputs(frame, lay, stage, served(frame, stage, lay), findings, seed)
     x.stalls = stalls_to_remove(frame, findings, seed)
+    if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
+           for fd in findings):
+        timed = timing_stalls(frame, seed)
+        x.throttle_stalls = on_period(timed) if timed is not None else None
     return x
 
 
@@ -213,11 +225,12 @@ def evaluate(
     slo_ms: float | None = None,
     speedup: float | None = None,
     speedup_from: str | None = None,
+    hedge_ms: float | None = None,
     only: set[str] | None = None,
 ) -> WhatIf:
     """Every lever's p50/p95/p99 on one built frame. `findings`: the diagnosis' findings as dicts
     (Finding.to_dict(), with charts). `only`: evaluate just the levers whose key starts with one of
-    these."""
+    these. `hedge_ms`: the hedge delay of a retried call's lever (default: the call's p95)."""
     started = time.perf_counter()
     reqs = frame.requests
     n = len(reqs) if reqs is not None else 0
@@ -249,7 +262,7 @@ def evaluate(
         lat = _latency(x, noop, client_side)
         check = _outcome(_describe(noop), lat, measured_p99, slo_ms)
     outcomes = []
-    for lever in plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from):
+    for lever in plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms):
         if only is not None and not any(lever.key.startswith(o) for o in only):
             continue
         outcomes.append(_outcome(_describe(lever), _latency(x, lever, client_side), measured_p99, slo_ms))

@@ -25,6 +25,7 @@ class Inputs:
     findings: list[dict[str, Any]]
     seed: int = 0
     stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (instance, start, end) of pauses
+    throttle_stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # those on a quota period
 
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])
@@ -90,21 +91,27 @@ def stall_overlap(stalls, inst: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.
     return np.maximum(out, 0.0)
 
 
-def no_stalls(x: Inputs) -> Lever | None:
-    if x.stalls is None or len(x.stalls[0]) == 0:
-        return None
+def stall_edit(x: Inputs, stalls) -> Edit:
+    """Every span in flight on a stalled instance loses the stall: leaves the stall time inside them,
+    parents the stall time inside their own gaps and trailing time, and a child the stall time in the
+    gap before it (a call sent during the stall waited to be accepted)."""
     f, lay = x.frame, x.lay
     edit = Edit.none(len(f))
     start = f.start.astype(np.int64)
-    # leaves: the stall time inside them; parents: inside their own gaps and trailing time
     leaf = ~lay.has_children
     end = start + f.dur
-    edit.cut_after[leaf] = stall_overlap(x.stalls, f.instance[leaf], start[leaf], end[leaf])
+    edit.cut_after[leaf] = stall_overlap(stalls, f.instance[leaf], start[leaf], end[leaf])
     par = np.nonzero(lay.has_children)[0]
-    edit.cut_after[par] = stall_overlap(x.stalls, f.instance[par], end[par] - lay.trailing[par], end[par])
+    edit.cut_after[par] = stall_overlap(stalls, f.instance[par], end[par] - lay.trailing[par], end[par])
     kid = np.nonzero(lay.parent >= 0)[0]
     k_start = start[lay.parent[kid]] + lay.rel_start[kid]
-    edit.cut_before[kid] = stall_overlap(x.stalls, f.instance[kid], k_start - lay.gap[kid], k_start)
+    edit.cut_before[kid] = stall_overlap(stalls, f.instance[kid], k_start - lay.gap[kid], k_start)
+    return edit
+
+
+def no_stalls(x: Inputs) -> Lever | None:
+    if x.stalls is None or len(x.stalls[0]) == 0:
+        return None
     total = float((x.stalls[2] - x.stalls[1]).sum()) / 1e6
     return Lever(
         "no_gc_stalls",
@@ -112,18 +119,18 @@ def no_stalls(x: Inputs) -> Lever | None:
         SOFTWARE,
         "every span in flight on a paused instance loses the pause (and so does a caller waiting for it);"
         " the queue before the model is replayed with the arrivals and service times that gives",
-        edit,
+        stall_edit(x, x.stalls),
         pattern="gc_pause",
         requeue=True,
         params={"stall_ms": round(total, 1)},
-        arrival_shift=_accepted_late(x),
+        arrival_shift=accepted_late(x, x.stalls),
     )
 
 
 ACCEPT_TOLERANCE_NS = 500_000
 
 
-def _accepted_late(x: Inputs) -> np.ndarray:
+def accepted_late(x: Inputs, stalls) -> np.ndarray:
     """Per request: how much earlier it would have started without the stalls. A request with no
     client span that starts as a stall ends arrived during it and was accepted late, with the others
     that arrived meanwhile; they are spread evenly over the stall (Poisson arrivals), in their order."""
@@ -132,7 +139,7 @@ def _accepted_late(x: Inputs) -> np.ndarray:
     alone = np.nonzero(reqs.client_span < 0)[0]
     if len(alone) == 0:
         return shift
-    si, ss, se = _merged(*x.stalls)
+    si, ss, se = _merged(*stalls)
     stride = int(max(se.max(initial=0), reqs.start.max(initial=0))) + 1
     key = si * stride + se
     inst, t = reqs.root_instance[alone], reqs.start[alone].astype(np.int64)

@@ -19,6 +19,12 @@ def stalls_to_remove(frame: TraceFrame, findings: list[dict[str, Any]], seed: in
         return frame.gc_instance[ok], frame.gc_time[ok], frame.gc_time[ok] + frame.gc_dur[ok]
     if not any(fd.get("pattern") == "gc_pause" for fd in findings):
         return None
+    return timing_stalls(frame, seed)
+
+
+def timing_stalls(frame: TraceFrame, seed: int):
+    """The stalls found from timing alone (gc_pause's episodes widened to the silent stretch they sit
+    in, and freezes), whatever the runtime reports: None where timing finds none."""
     from tailscope.analysis.diagnosis import gc_pause
     from tailscope.analysis.diagnosis.model import Context
 
@@ -30,6 +36,25 @@ def stalls_to_remove(frame: TraceFrame, findings: list[dict[str, Any]], seed: in
     inst, s0, s1 = frozen_stretches(frame, *episodes)
     f_inst, f0, f1 = freezes(frame)
     return np.r_[inst, f_inst], np.r_[s0, f0], np.r_[s1, f1]
+
+
+PERIOD_NS = 100_000_000  # a CPU quota's scheduling period (cgroup CFS default)
+ON_PHASE_NS = 5_000_000
+
+
+def on_period(stalls, period_ns: int = PERIOD_NS, tolerance_ns: int = ON_PHASE_NS):
+    """The stalls that end on a CPU quota's period boundary: per instance, those whose end lies
+    within `tolerance_ns` of the instance's mean phase of stall ends modulo the period (a quota
+    refills at one phase; stalls of another kind end anywhere)."""
+    inst, s, e = stalls
+    keep = np.zeros(len(inst), bool)
+    for i in np.unique(inst).tolist():
+        sel = np.nonzero(inst == i)[0]
+        angle = 2 * np.pi * (e[sel] % period_ns) / period_ns
+        phase = np.arctan2(np.sin(angle).mean(), np.cos(angle).mean()) / (2 * np.pi) * period_ns
+        off = (e[sel] - phase) % period_ns
+        keep[sel] = np.minimum(off, period_ns - off) <= tolerance_ns
+    return inst[keep], s[keep], e[keep]
 
 
 FREEZE_MIN_NS = 2_000_000

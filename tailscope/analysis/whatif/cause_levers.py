@@ -1,0 +1,299 @@
+"""Levers for the causes named by timeout_retry, large_payload and cpu_throttling: each built from the
+mechanism and the finding's evidence (the finding is only read: its span name, service, timeout,
+size attribute and fitted time per unit of size)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, accepted_late, stall_edit
+from tailscope.analysis.whatif.retime import Edit
+from tailscope.analysis.whatif.stalls import PERIOD_NS
+
+SEQUENTIAL_TOLERANCE_NS = 500_000  # an attempt ends before the next one starts (clock skew allowed)
+
+
+def _named(x: Inputs, name: str | None) -> np.ndarray:
+    """Every span of a name, inside a request or not (a caller that only forwards is no request root
+    of its own, yet its calls are on the client-observed path)."""
+    f = x.frame
+    if name is None or name not in f.names:
+        return np.zeros(0, np.int64)
+    return np.nonzero(f.name == f.names.index(name))[0]
+
+
+# ---- cpu_throttling: the stalls that end on the quota's period ------------------------------------
+
+
+def _phases(stalls, period_ns: int) -> dict[int, float]:
+    """Per instance with at least 3 stalls: the phase (ns modulo the period) at which they end."""
+    inst, _, e = stalls
+    out = {}
+    for i in np.unique(inst).tolist():
+        ends = e[inst == i]
+        if len(ends) < 3:
+            continue
+        angle = 2 * np.pi * (ends % period_ns) / period_ns
+        out[i] = float(np.arctan2(np.sin(angle).mean(), np.cos(angle).mean()) / (2 * np.pi) * period_ns)
+    return out
+
+
+def _crossing_leaves(x: Inputs, phases: dict[int, float], period_ns: int) -> np.ndarray:
+    """Leaves of requests on a throttled instance that run across one of its period boundaries (a
+    throttled thread resumes only there: a span stretched by the quota crosses one)."""
+    f = x.frame
+    out = np.zeros(len(f), bool)
+    for i, phase in phases.items():
+        sel = np.nonzero((f.instance == i) & ~x.lay.has_children)[0]
+        before = np.floor((f.start[sel] - phase) / period_ns)
+        after = np.floor((f.end[sel] - phase) / period_ns)
+        out[sel[after > before]] = True
+    return out
+
+
+def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    stalls = x.throttle_stalls
+    if stalls is None or len(stalls[0]) == 0:
+        return None
+    f = x.frame
+    named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
+    codes = {f.instances.index(n) for n in named if n in f.instances}
+    phases = {i: p for i, p in _phases(stalls, PERIOD_NS).items() if not codes or i in codes}
+    edit = stall_edit(x, stalls)
+    crossing = _crossing_leaves(x, phases, PERIOD_NS)
+    rng = x.rng(22)
+    leaf = ~x.lay.has_children
+    for code in np.unique(f.name[crossing]).tolist():
+        pool = f.dur[leaf & ~crossing & (f.name == code)]
+        spans = np.nonzero(crossing & (f.name == code))[0]
+        if len(pool):
+            edit.dur[spans] = np.minimum(pool[rng.integers(0, len(pool), len(spans))], f.dur[spans])
+            edit.cut_after[spans] = 0.0
+    total = float((stalls[2] - stalls[1]).sum()) / 1e6
+    return Lever(
+        "no_throttling",
+        "No CPU throttling (limit raised to the peak use)",
+        SOFTWARE,
+        "on the throttled instances, the stalls that end on the CPU quota's 100 ms period boundary "
+        "leave every span in flight (and a caller waiting for it), and each span that ran across a "
+        "period boundary takes the time of the same span that did not (drawn from the run); the "
+        "queue before the model is replayed",
+        edit,
+        pattern="cpu_throttling",
+        requeue=True,
+        params={"stall_ms": round(total, 1), "instances": len(phases),
+                "spans_redrawn": int(crossing.sum())},
+        arrival_shift=accepted_late(x, stalls),
+    )
+
+
+# ---- timeout_retry: the attempts cut by a deadline and made again ---------------------------------
+
+
+def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The calls of the finding's span name (made by its service) grouped by caller, in start order:
+    (span, group number, position in its group) for the groups of two or more attempts made one after
+    the other, and the spans of single calls (group -1)."""
+    f = x.frame
+    name = finding.get("span_name")
+    spans = _named(x, name)
+    spans = spans[f.parent[spans] >= 0]
+    service = (finding.get("evidence") or {}).get("stats", {}).get("service")
+    if service in f.services:
+        spans = spans[f.service[spans] == f.services.index(service)]
+    if len(spans) == 0:
+        return spans, spans, spans
+    s = spans[np.lexsort((f.start[spans], f.parent[spans]))]
+    p = f.parent[s]
+    first = np.r_[True, p[1:] != p[:-1]]
+    group = np.cumsum(first) - 1
+    pos = np.arange(len(s)) - np.nonzero(first)[0][group]
+    size = np.bincount(group)[group]
+    # attempts one after the other (a fan-out of the same call runs side by side: not a retry)
+    overlaps = np.r_[False, f.end[s[:-1]] > f.start[s[1:]] + SEQUENTIAL_TOLERANCE_NS] & ~first
+    sequential = ~np.bincount(group, weights=overlaps).astype(bool)[group]
+    repeated = (size >= 2) & sequential
+    return s, np.where(repeated, group, -1), pos
+
+
+def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None) -> Edit | None:
+    """Each retried call answered by its last attempt started when the first was (`hedge_ns` None),
+    or by a second copy sent `hedge_ns` after the first attempt (the earlier answer wins)."""
+    f = x.frame
+    s, group, pos = retried_calls(x, finding)
+    rep = group >= 0
+    if not rep.any():
+        return None
+    edit = Edit.none(len(f))
+    last_pos = np.zeros(int(group.max()) + 1, np.int64)
+    np.maximum.at(last_pos, group[rep], pos[rep])
+    is_first = rep & (pos == 0)
+    is_last = rep & (pos == last_pos[np.maximum(group, 0)])
+    answer = np.zeros(int(group.max()) + 1)
+    answer[group[is_last]] = f.dur[s[is_last]]
+    head = s[is_first]
+    later = s[rep & ~is_first]
+    edit.dur[later] = 0.0  # no longer made: no time, and no back-off before it
+    edit.cut_before[later] = x.lay.gap[later]
+    took = answer[group[is_first]]
+    if hedge_ns is None:
+        edit.dur[head] = took
+        return edit
+    edit.dur[head] = np.minimum(f.dur[head], hedge_ns + took)
+    single = s[~rep]
+    slow = single[f.dur[single] > hedge_ns]
+    answered = f.dur[s[is_last | ~rep]]
+    if len(slow) and len(answered):  # a call that was not retried gets its copy too
+        copy = answered[x.rng(21).integers(0, len(answered), len(slow))].astype(np.float64)
+        edit.dur[slow] = np.minimum(f.dur[slow], hedge_ns + copy)
+    return edit
+
+
+def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    edit = _answered_at_once(x, finding, None)
+    if edit is None:
+        return None
+    name = finding.get("span_name")
+    return Lever(
+        f"no_timeouts:{name}",
+        f"'{name}' answered at the first attempt (no timed-out attempts)",
+        SOFTWARE,
+        "each call made again after a deadline is answered by the attempt that succeeded, started when "
+        "the first attempt was: the timed-out attempts and the back-off before each retry leave the "
+        "critical path (the callee's hang fixed)",
+        edit,
+        pattern="timeout_retry",
+        span_name=name,
+        requeue=True,
+        params={"retried_calls": int(np.count_nonzero(~np.isnan(edit.dur) & (edit.dur > 0)))},
+    )
+
+
+def hedged(x: Inputs, finding: dict[str, Any], hedge_ms: float | None = None) -> Lever | None:
+    stats = (finding.get("evidence") or {}).get("stats", {})
+    s = retried_calls(x, finding)[0]
+    if len(s) == 0:
+        return None
+    if hedge_ms is None:  # the call's own p95, as the finding's advice says
+        d = x.frame.dur[s].astype(np.float64)
+        timeout = stats.get("timeout_ms")
+        under = d[d < 0.97 * timeout * 1e6] if timeout else d
+        hedge_ms = float(np.quantile(under if len(under) else d, 0.95)) / 1e6
+    edit = _answered_at_once(x, finding, hedge_ms * 1e6)
+    if edit is None:
+        return None
+    name = finding.get("span_name")
+    return Lever(
+        f"hedged:{name}",
+        f"'{name}' hedged: a second copy after {hedge_ms:.1f} ms",
+        SOFTWARE,
+        "a second copy of the call is sent when the first has taken the hedge delay (default: the "
+        "answered calls' p95) and the first answer is taken; the copy takes the retry's own time where "
+        "the call was retried, else a time drawn from the calls that answered; the extra load a copy "
+        "puts on the callee is not modelled",
+        edit,
+        pattern="timeout_retry",
+        span_name=name,
+        requeue=True,
+        params={"hedge_ms": round(hedge_ms, 3)},
+    )
+
+
+# ---- large_payload: the stage's time at the median payload ----------------------------------------
+
+
+def _sizes(x: Inputs, spans: np.ndarray, key: str, on_root: bool) -> np.ndarray | None:
+    """The size attribute per span (nan where a span or its request's root lacks it); None where the
+    run's attributes cannot be read (a frame built without a store)."""
+    f = x.frame
+    if f.attribute_source is None:
+        return None
+    out = np.full(len(f), np.nan)
+    codes = np.unique(f.name[f.requests.root]).tolist() if on_root else [int(f.name[spans[0]])]
+    for code in codes:
+        idx, values = f.attributes(code).get(key, (np.zeros(0, np.int64), []))
+        v = np.array([_number(value) for value in values], np.float64)
+        ok = idx >= 0
+        out[idx[ok]] = v[ok]
+    if on_root:
+        per_request = out[f.requests.root]
+        return per_request[f.request[spans]]
+    return out[spans]
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+MIN_RHO = 0.5  # a stage's own time follows the size (Spearman), as the large_payload finding asks
+MIN_SPANS = 50
+
+
+def _trace_sizes(x: Inputs, spans: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Per trace: the size its spans of the finding's name handled (their mean; nan where none). A
+    trace, not a request: the payload crosses services (made in one, sent, parsed in another)."""
+    trace = x.frame.trace
+    n = int(trace.max(initial=-1)) + 1
+    ok = np.isfinite(size)
+    total = np.bincount(trace[spans[ok]], weights=size[ok], minlength=n)
+    count = np.bincount(trace[spans[ok]], minlength=n)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def payload_at_median(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """Every request handling more than the median size handles the median: each stage whose own
+    time follows the trace's payload size (the finding's span, and the transfer and parsing of the same
+    payload along its path) loses its fitted time per unit for the part above the median."""
+    from tailscope.analysis.diagnosis.stats import spearman, theil_sen
+
+    stats = (finding.get("evidence") or {}).get("stats", {})
+    key = stats.get("size_attribute")
+    name = finding.get("span_name")
+    spans = _named(x, name)
+    if not key or len(spans) == 0:
+        return None
+    size = _sizes(x, spans, key, stats.get("size_on") == "request root")
+    if size is None or not np.isfinite(size).any():
+        return None
+    f, lay = x.frame, x.lay
+    per_trace = _trace_sizes(x, spans, size)
+    median = float(stats.get("size_p50") or np.nanmedian(per_trace))
+    inside = np.nonzero(np.isfinite(per_trace[f.trace]))[0]
+    own = lay.trailing.astype(np.float64)  # a leaf: its duration; a parent: its time after its children
+    edit = Edit.none(len(f))
+    rng = x.rng(23)
+    stages = []
+    for code in np.unique(f.name[inside]).tolist():
+        sel = inside[f.name[inside] == code]
+        if len(sel) < MIN_SPANS:
+            continue
+        v, y = per_trace[f.trace[sel]], own[sel]
+        if float(np.ptp(v)) == 0 or spearman(v, y) < MIN_RHO:
+            continue
+        slope, _ = theil_sen(v, y, rng)
+        if slope <= 0:
+            continue
+        floor = float(np.quantile(y[v <= median], 0.01)) if (v <= median).any() else 0.0
+        cut = np.minimum(slope * np.maximum(v - median, 0.0), np.maximum(y - floor, 0.0))
+        edit.cut_after[sel] = cut
+        stages.append(f.names[code])
+    if not edit.cut_after.any():
+        return None
+    return Lever(
+        f"payload_p50:{name}",
+        f"Payloads at the median {key} ({median:,.0f}), '{name}' and {len(stages) - 1} more stage(s)",
+        SOFTWARE,
+        f"each request handling more than the median {key} handles the median (pagination, streaming, "
+        "fewer fields, a size cap): every stage whose own time follows the size (Spearman >= 0.5: "
+        "serialising, sending, parsing the payload) loses its fitted time per unit above the median",
+        edit,
+        pattern="large_payload",
+        span_name=name,
+        requeue=True,
+        params={"size_p50": median, "stages": len(stages)},
+    )
