@@ -273,7 +273,7 @@ def payload_at_median(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         if len(sel) < MIN_SPANS:
             continue
         v, y = per_trace[f.trace[sel]], own[sel]
-        if float(np.ptp(v)) == 0 or spearman(v, y) < MIN_RHO:
+        if float(np.ptp(v)) == 0 or not spearman(v, y) >= MIN_RHO:  # nan (a constant time): no
             continue
         slope, _ = theil_sen(v, y, rng)
         if slope <= 0:

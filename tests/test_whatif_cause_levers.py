@@ -1,0 +1,159 @@
+"""The levers of the newer patterns on hand-built traces: calls cut by a deadline and retried
+(timeout_retry), a stage whose time follows the payload size (large_payload), stalls from a CPU
+quota (cpu_throttling). Each re-times through the critical path: a parallel branch that did not
+change still holds its parent open."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailscope.analysis.whatif import cause_levers as cl
+from tailscope.analysis.whatif import evaluate
+from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.retime import layout, request_latency, retime
+from tailscope.analysis.whatif.stalls import on_period
+from tests.hand_frames import MS, hand_frame
+
+RETRY = {
+    "pattern": "timeout_retry",
+    "confidence": 0.9,
+    "span_name": "call",
+    "evidence": {"stats": {"service": "svc", "timeout_ms": 250.0}},
+}
+
+
+def _inputs(f) -> Inputs:
+    return Inputs(f, layout(f), f.stage, None, [], 0, None)
+
+
+def _retry_rows() -> list[tuple]:
+    return [
+        # a request whose call timed out at 250 ms and was made again after a 20 ms back-off, beside a
+        # parallel branch of 55 ms; the step after them waits for both
+        (0, -1, "root", "Server", 0, 0, 322),
+        (0, 0, "prep", "Internal", 0, 0, 5),
+        (0, 0, "call", "Client", 0, 5, 250),
+        (0, 0, "side", "Client", 0, 5, 55),
+        (0, 0, "call", "Client", 0, 275, 40),
+        (0, 0, "post", "Internal", 0, 315, 5),
+        # a request whose call answered at once: nothing to change
+        (1, -1, "root", "Server", 0, 1000, 30),
+        (1, 6, "prep", "Internal", 0, 1000, 5),
+        (1, 6, "call", "Client", 0, 1005, 10),
+        (1, 6, "side", "Client", 0, 1005, 12),
+        (1, 6, "post", "Internal", 0, 1017, 5),
+    ]
+
+
+def test_no_timeouts_answers_at_the_first_attempt_and_keeps_the_parallel_branch() -> None:
+    f = hand_frame(_retry_rows())
+    x = _inputs(f)
+    lever = cl.no_timeouts(x, RETRY)
+    assert lever is not None and lever.key == "no_timeouts:call" and lever.pattern == "timeout_retry"
+    new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    # the call (40 ms, the attempt that answered) from 5 ms ends at 45; the side branch at 60 holds
+    # the request: post 60-65, the root's 2 ms of own time after it: 67 (a sum of stage times would
+    # say 322 - 250 - 20 = 52)
+    assert new.round(3).tolist() == [67.0, 30.0]
+
+
+def test_hedged_call_answers_at_the_hedge_plus_the_copy() -> None:
+    f = hand_frame(_retry_rows())
+    x = _inputs(f)
+    lever = cl.hedged(x, RETRY, hedge_ms=30.0)
+    assert lever is not None and lever.params["hedge_ms"] == 30.0
+    new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    # a copy at 30 ms taking the retry's 40: the call ends at 5 + 70 = 75 > the side branch's 60
+    assert new.round(3).tolist() == [82.0, 30.0]
+
+
+def test_calls_side_by_side_are_a_fan_out_not_a_retry() -> None:
+    rows = [
+        (0, -1, "root", "Server", 0, 0, 100),
+        (0, 0, "call", "Client", 0, 0, 90),
+        (0, 0, "call", "Client", 0, 2, 60),  # started while the first ran
+    ]
+    f = hand_frame(rows)
+    assert cl.no_timeouts(_inputs(f), RETRY) is None
+
+
+def test_the_engine_names_the_retry_fix_for_the_finding_card() -> None:
+    f = hand_frame(_retry_rows())
+    result = evaluate(f, [RETRY])
+    fix = result.for_finding(RETRY)
+    assert fix is not None and fix.key == "no_timeouts:call"
+    assert fix.p99_ms < result.measured.p99_ms
+    keys = {o["key"] for o in result.to_dict()["outcomes"]}
+    assert {"no_timeouts:call", "hedged:call"} <= keys
+
+
+def _payload_frame(sizes: list[float]):
+    rows, dumps = [], []
+    for t, size in enumerate(sizes):  # times in binary fractions of a ms: exact in ns
+        t0 = 1000.0 * t
+        dump, send, render = 1 + 0.5 * size, 0.5 + 0.25 * size, 2.0 + t % 3
+        base = len(rows)
+        rows.append((t, -1, "root", "Server", 0, t0, dump + send + render + 1))
+        dumps.append(len(rows))
+        rows.append((t, base, "dumps", "Internal", 0, t0, dump))
+        rows.append((t, base, "send", "Internal", 0, t0 + dump, send))
+        rows.append((t, base, "render", "Internal", 0, t0 + dump + send, render))
+    f = hand_frame(rows)
+    values = {"items": (np.array(dumps), list(sizes))}
+    f.attribute_source = lambda name: values if name == "dumps" else {}
+    return f
+
+
+def test_payload_lever_puts_every_stage_that_follows_the_size_at_the_median() -> None:
+    sizes = [10.0 + 3 * k for k in range(60)] + [500.0, 800.0, 1000.0]
+    f = _payload_frame(sizes)
+    median = float(np.median(sizes))
+    finding = {
+        "pattern": "large_payload",
+        "confidence": 0.9,
+        "span_name": "dumps",
+        "evidence": {"stats": {"size_attribute": "items", "size_on": "span", "size_p50": median}},
+    }
+    x = _inputs(f)
+    lever = cl.payload_at_median(x, finding)
+    assert lever is not None and lever.params["stages"] == 2  # dumps and send; render does not follow
+    new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    old = request_latency(f, f.dur, client_side=False) / MS
+    capped = np.minimum(sizes, median)
+    render = old - (1 + 0.5 * np.array(sizes)) - (0.5 + 0.25 * np.array(sizes)) - 1
+    expected = 1 + 0.5 * capped + 0.5 + 0.25 * capped + render + 1
+    assert new == pytest.approx(expected, abs=1e-3)
+
+
+def test_payload_lever_needs_the_runs_attributes() -> None:
+    f = _payload_frame([10.0 + k for k in range(60)])
+    f.attribute_source = None
+    finding = {"pattern": "large_payload", "span_name": "dumps",
+               "evidence": {"stats": {"size_attribute": "items", "size_on": "span"}}}
+    assert cl.payload_at_median(_inputs(f), finding) is None
+
+
+def test_stalls_that_end_on_the_quota_period_are_the_throttling_ones() -> None:
+    inst = np.array([0, 0, 0, 0, 1])
+    end = np.array([100, 200, 300, 347, 450]) * MS + 1 * MS  # one instance, phase 1 ms; one off it
+    kept = on_period((inst, end - 20 * MS, end))
+    assert kept[0].tolist() == [0, 0, 0, 1] and (kept[2] / MS).tolist() == [101, 201, 301, 451]
+
+
+def test_no_throttling_removes_the_stalls_and_redraws_the_spans_across_a_boundary() -> None:
+    rows = []
+    for k in range(8):  # instance 0 (throttled): 4 ms of work every 25 ms, nothing crossing
+        rows.append((k, -1, "work", "Server", 0, 25.0 * k + 2, 4))
+    rows.append((20, -1, "work", "Server", 0, 290, 14))  # stalled 290-300: ends on the boundary
+    rows.append((21, -1, "other", "Server", 1, 290, 14))  # across it on an unthrottled instance
+    f = hand_frame(rows)
+    x = _inputs(f)
+    x.throttle_stalls = (np.array([0, 0, 0]), np.array([92, 192, 292]) * MS, np.array([100, 200, 300]) * MS)
+    finding = {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}}
+    lever = cl.no_throttling(x, finding)
+    assert lever is not None and lever.pattern == "cpu_throttling" and lever.params["instances"] == 1
+    new = retime(f, lever.edit, x.lay).dur / MS
+    assert new[-2] == 4.0  # crossed 300 ms on the throttled instance: a calm one's time
+    assert new[-1] == 14.0  # instance 1 is not throttled
+    assert new[:8].tolist() == [4.0] * 8
