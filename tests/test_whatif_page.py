@@ -91,3 +91,14 @@ def test_a_card_names_the_fix_that_answers_its_finding() -> None:
     assert line is not None and "100.0 ms → 30.0 ms" in line and "-70 %" in line
     assert card_line(RESULT, {"pattern": "unexplained_tail", "span_name": "x"}) is None
     assert card_line(None, {"pattern": "gc_pause"}) is None
+
+
+def test_a_retried_calls_card_names_its_fix() -> None:
+    from tailscope.analysis.whatif import evaluate
+    from tests.hand_frames import hand_frame
+    from tests.test_whatif_cause_levers import RETRY, _retry_rows
+
+    result = evaluate(hand_frame(_retry_rows()), [RETRY]).to_dict()
+    line = card_line(result, RETRY)
+    # p99 of two requests (322 and 30 ms; 67 and 30 after the fix), interpolated
+    assert line is not None and "319.1 ms → 66.6 ms" in line and "no timed-out attempts" in line
