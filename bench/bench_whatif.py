@@ -116,6 +116,8 @@ def predicted(
     for cause in truth or []:
         if cause["pattern"] not in named:
             stats = {"service": cause.get("service"), "instances": cause.get("instances") or []}
+            if cause["pattern"] == "large_payload":
+                stats.update(_size_attribute(frame, cause.get("span")))
             findings.append({"pattern": cause["pattern"], "confidence": 1.0, "span_name": cause.get("span"),
                              "evidence": {"stats": stats}})
     speedup = measured_speedup(frame, other) if other is not None else None
@@ -127,6 +129,23 @@ def predicted(
         return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
     best = min(hits, key=lambda o: o.p99_ms)
     return best.p50_ms, best.p99_ms, best.key, seconds
+
+
+def _size_attribute(frame, name: str | None) -> dict:
+    """For a payload cause the diagnosis missed: the numeric attribute of the truth's span that
+    follows its duration best (Spearman), as the finding would name it (empty where none)."""
+    from tailscope.analysis.diagnosis.attributes import numeric_attributes
+    from tailscope.analysis.diagnosis.stats import spearman
+
+    if name not in frame.names:
+        return {}
+    code = frame.names.index(name)
+    best = None
+    for key, (idx, values) in numeric_attributes(frame, code, 50).items():
+        rho = spearman(values, frame.dur[idx].astype(np.float64))
+        if np.isfinite(rho) and (best is None or rho > best[0]):
+            best = (rho, key)
+    return {"size_attribute": best[1], "size_on": "span"} if best else {}
 
 
 def pair_row(family: str, cause: str, faulty, fixed, lever: str, planted: list[dict] | None = None) -> dict:
@@ -182,7 +201,9 @@ def sim_rows(families: list[str], requests: int, seeds: int) -> list[dict]:
 
 # the fix for each planted pattern of the blind families (bench/blind_runs.py)
 PATTERN_LEVER = {
-    "timeout_retry": "no_timeouts",
+    # the run without the cause has the callee at its healthy speed (its slowness is what the deadline
+    # cut): the callee fixed; `no_timeouts` (the deadline's attempts gone, the callee as slow) beside it
+    "timeout_retry": "callee_p50",
     "large_payload": "payload_p50",
     "cpu_throttling": "no_throttling",
     "gc_pause": "no_gc_stalls",
@@ -193,6 +214,9 @@ PATTERN_LEVER = {
     "cold_start": "prewarmed",
     "network": "network_p50",
 }
+
+
+ALSO = {"timeout_retry": ("no_timeouts", "hedged")}  # the pattern's other levers, listed beside it
 
 
 def blind_families() -> list[str]:
@@ -233,6 +257,9 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
                 print(_line(rows[-1]), flush=True)
                 applied.append(pair_row(name, scenario, faulty, healthy, PATTERN_LEVER[patterns[0]], planted))
                 print("  applied: " + _line(applied[-1]), flush=True)
+                for extra in ALSO.get(patterns[0], ()):
+                    applied.append(pair_row(name, f"{scenario} [{extra}]", faulty, healthy, extra, planted))
+                    print("  applied: " + _line(applied[-1]), flush=True)
             OPEN.close()
     return rows, applied, unscored
 

@@ -157,3 +157,33 @@ def test_no_throttling_removes_the_stalls_and_redraws_the_spans_across_a_boundar
     assert new[-2] == 4.0  # crossed 300 ms on the throttled instance: a calm one's time
     assert new[-1] == 14.0  # instance 1 is not throttled
     assert new[:8].tolist() == [4.0] * 8
+
+
+def test_a_fan_out_to_several_peers_keeps_the_retry_of_one() -> None:
+    rows = [
+        (0, -1, "root", "Server", 0, 0, 300),
+        (0, 0, "GET", "Client", 0, 0, 120),  # pricing: cut at 120 ms, made again at once
+        (0, 0, "GET", "Client", 0, 0, 30),  # inventory, side by side
+        (0, 0, "GET", "Client", 0, 120, 25),  # pricing, second attempt
+    ]
+    f = hand_frame(rows)
+    peers = {"server.address": (np.array([1, 2, 3]), ["pricing", "inventory", "pricing"])}
+    f.attribute_source = lambda name: peers if name == "GET" else {}
+    finding = {**RETRY, "span_name": "GET"}
+    x = _inputs(f)
+    lever = cl.no_timeouts(x, finding)
+    assert lever is not None
+    new = retime(f, lever.edit, x.lay).dur / MS
+    # pricing answers in 25 ms beside inventory's 30; the root's 155 ms of own time after them kept
+    assert new[:4].tolist() == [185.0, 25.0, 30.0, 0.0]
+
+
+def test_callee_at_its_p50_sets_every_call_to_the_median_of_those_that_answered() -> None:
+    f = hand_frame(_retry_rows())
+    x = _inputs(f)
+    lever = cl.callee_p50(x, RETRY)
+    assert lever is not None and lever.params["p50_ms"] == 25.0  # 40 and 10: the 250 ms one cut
+    new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    # request 0: the call 25 ms from 5, the side branch (60) holds it: 67; request 1: its call 10 ->
+    # 25 ms, now longer than the side branch: 5 + 25 + post 5 + 8 ms of the root's own time = 43
+    assert new.round(3).tolist() == [67.0, 43.0]

@@ -105,9 +105,10 @@ def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.nd
         spans = spans[f.service[spans] == f.services.index(service)]
     if len(spans) == 0:
         return spans, spans, spans
-    s = spans[np.lexsort((f.start[spans], f.parent[spans]))]
+    order = np.lexsort((f.start[spans], _peers(x, name, spans), f.parent[spans]))
+    s, peer = spans[order], _peers(x, name, spans)[order]
     p = f.parent[s]
-    first = np.r_[True, p[1:] != p[:-1]]
+    first = np.r_[True, (p[1:] != p[:-1]) | (peer[1:] != peer[:-1])]  # one call: a caller and a peer
     group = np.cumsum(first) - 1
     pos = np.arange(len(s)) - np.nonzero(first)[0][group]
     size = np.bincount(group)[group]
@@ -116,6 +117,32 @@ def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.nd
     sequential = ~np.bincount(group, weights=overlaps).astype(bool)[group]
     repeated = (size >= 2) & sequential
     return s, np.where(repeated, group, -1), pos
+
+
+PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "rpc.service", "http.host")
+
+
+def _peers(x: Inputs, name: str | None, spans: np.ndarray) -> np.ndarray:
+    """Per span (in `spans` order): a code of the peer it calls, so that a fan-out's calls of one name
+    to different backends are not taken for attempts of one call (0 for all where the run's
+    attributes cannot be read or name no peer)."""
+    f = x.frame
+    out = np.zeros(len(spans), np.int64)
+    if f.attribute_source is None or name not in f.names:
+        return out
+    attrs = f.attributes(f.names.index(name))
+    for key in PEER_KEYS:
+        idx, values = attrs.get(key, (np.zeros(0, np.int64), []))
+        if len(values) < 0.5 * len(spans):
+            continue
+        codes = {v: k + 1 for k, v in enumerate(sorted({str(v) for v in values}))}
+        pos = np.full(len(f), -1)
+        pos[spans] = np.arange(len(spans))
+        at = pos[idx]
+        ok = at >= 0
+        out[at[ok]] = [codes[str(v)] for v, keep in zip(values, ok, strict=True) if keep]
+        return out
+    return out
 
 
 def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None) -> Edit | None:
@@ -168,6 +195,38 @@ def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         span_name=name,
         requeue=True,
         params={"retried_calls": int(np.count_nonzero(~np.isnan(edit.dur) & (edit.dur > 0)))},
+    )
+
+
+def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """The callee fixed: no attempt times out, and every call takes the median of the calls that
+    answered (a call cut at the timeout did not answer)."""
+    s, group, pos = retried_calls(x, finding)
+    if not (group >= 0).any():
+        return None
+    f = x.frame
+    edit = _answered_at_once(x, finding, None)
+    timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms")
+    d = f.dur[s].astype(np.float64)
+    answered = d[d < 0.97 * timeout * 1e6] if timeout else d
+    if len(answered) == 0:
+        return None
+    p50 = float(np.median(answered))
+    calls = s[(group < 0) | (pos == 0)]  # singles, and each retried call's first attempt (its answer)
+    edit.dur[calls] = p50
+    name = finding.get("span_name")
+    return Lever(
+        f"callee_p50:{name}",
+        f"'{name}' at its p50 ({p50 / 1e6:.1f} ms), no timeouts (the callee's slowness fixed)",
+        SOFTWARE,
+        "every call takes the median of the calls that answered, and a call made again after a "
+        "deadline is answered at its first attempt: the timed-out attempts and the back-off leave the "
+        "critical path",
+        edit,
+        pattern="timeout_retry",
+        span_name=name,
+        requeue=True,
+        params={"p50_ms": round(p50 / 1e6, 3)},
     )
 
 

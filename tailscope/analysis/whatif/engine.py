@@ -176,7 +176,7 @@ def plan(
         elif p == "cold_start":
             out.append(lv.prewarmed(x, fd))
         elif p == "timeout_retry":
-            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms)]
+            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
         elif p == "large_payload":
             out.append(cl.payload_at_median(x, fd))
         elif p == "cpu_throttling":
