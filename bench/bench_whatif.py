@@ -133,7 +133,8 @@ def predicted(
 
 def _size_attribute(frame, name: str | None) -> dict:
     """For a payload cause the diagnosis missed: the numeric attribute of the truth's span that
-    follows its duration best (Spearman), as the finding would name it (empty where none)."""
+    follows its duration best (Spearman), a byte size first (the truth says a payload), as the finding
+    would name it (empty where none)."""
     from tailscope.analysis.diagnosis.attributes import numeric_attributes
     from tailscope.analysis.diagnosis.stats import spearman
 
@@ -143,8 +144,9 @@ def _size_attribute(frame, name: str | None) -> dict:
     best = None
     for key, (idx, values) in numeric_attributes(frame, code, 50).items():
         rho = spearman(values, frame.dur[idx].astype(np.float64))
-        if np.isfinite(rho) and (best is None or rho > best[0]):
-            best = (rho, key)
+        rank = (any(w in key.lower() for w in ("size", "bytes", "length")), rho)
+        if np.isfinite(rho) and rho > 0 and (best is None or rank > best[0]):
+            best = (rank, key)
     return {"size_attribute": best[1], "size_on": "span"} if best else {}
 
 

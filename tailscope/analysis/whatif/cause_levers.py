@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, accepted_late, stall_edit
 from tailscope.analysis.whatif.retime import Edit
 from tailscope.analysis.whatif.stalls import PERIOD_NS
@@ -327,8 +328,13 @@ def payload_at_median(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     edit = Edit.none(len(f))
     rng = x.rng(23)
     stages = []
-    for code in np.unique(f.name[inside]).tolist():
-        sel = inside[f.name[inside] == code]
+    # one fit per span name, service and kind: a call's CLIENT span holds the transfer, its SERVER
+    # span of the same name does not
+    kinds = len(SPAN_KINDS)
+    stage_key = (f.name[inside] * (len(f.services) + 1) + f.service[inside]) * kinds + f.kind[inside]
+    for key_code in np.unique(stage_key).tolist():
+        sel = inside[stage_key == key_code]
+        code = int(f.name[sel[0]])
         if len(sel) < MIN_SPANS:
             continue
         v, y = per_trace[f.trace[sel]], own[sel]
