@@ -16,15 +16,6 @@ from tailscope.analysis.whatif.stalls import PERIOD_NS
 SEQUENTIAL_TOLERANCE_NS = 500_000  # an attempt ends before the next one starts (clock skew allowed)
 
 
-def _named(x: Inputs, name: str | None) -> np.ndarray:
-    """Every span of a name, inside a request or not (a caller that only forwards is no request root
-    of its own, yet its calls are on the client-observed path)."""
-    f = x.frame
-    if name is None or name not in f.names:
-        return np.zeros(0, np.int64)
-    return np.nonzero(f.name == f.names.index(name))[0]
-
-
 # ---- cpu_throttling: the stalls that end on the quota's period ------------------------------------
 
 
@@ -99,7 +90,7 @@ def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.nd
     the other, and the spans of single calls (group -1)."""
     f = x.frame
     name = finding.get("span_name")
-    spans = _named(x, name)
+    spans = x.spans_named(name, in_requests=False)
     spans = spans[f.parent[spans] >= 0]
     service = (finding.get("evidence") or {}).get("stats", {}).get("service")
     if service in f.services:
@@ -314,7 +305,7 @@ def payload_at_median(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     stats = (finding.get("evidence") or {}).get("stats", {})
     key = stats.get("size_attribute")
     name = finding.get("span_name")
-    spans = _named(x, name)
+    spans = x.spans_named(name, in_requests=False)
     if not key or len(spans) == 0:
         return None
     size = _sizes(x, spans, key, stats.get("size_on") == "request root")

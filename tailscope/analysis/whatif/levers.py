@@ -30,11 +30,14 @@ class Inputs:
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])
 
-    def spans_named(self, name: str | None) -> np.ndarray:
+    def spans_named(self, name: str | None, in_requests: bool = True) -> np.ndarray:
+        """The spans of a name; `in_requests` False: also those outside any request (a caller that
+        only forwards is no request root of its own, yet its calls are on the client-observed path)."""
         f = self.frame
         if name is None or name not in f.names:
             return np.zeros(0, np.int64)
-        return np.nonzero((f.name == f.names.index(name)) & (f.request >= 0))[0]
+        named = f.name == f.names.index(name)
+        return np.nonzero(named & (f.request >= 0) if in_requests else named)[0]
 
 
 @dataclass
@@ -247,7 +250,7 @@ def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 
 
 def _top_calls(x: Inputs, name: str | None) -> np.ndarray:
-    spans = x.spans_named(name)
+    spans = x.spans_named(name, in_requests=False)
     p = x.frame.parent[spans]
     nested = (p >= 0) & (x.frame.name[np.maximum(p, 0)] == x.frame.name[spans])
     return spans[~nested]
