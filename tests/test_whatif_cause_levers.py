@@ -187,3 +187,18 @@ def test_callee_at_its_p50_sets_every_call_to_the_median_of_those_that_answered(
     # request 0: the call 25 ms from 5, the side branch (60) holds it: 67; request 1: its call 10 ->
     # 25 ms, now longer than the side branch: 5 + 25 + post 5 + 8 ms of the root's own time = 43
     assert new.round(3).tolist() == [67.0, 43.0]
+
+
+def test_a_dependency_named_only_on_the_requests_client_wrappers_is_still_found() -> None:
+    from tailscope.analysis.whatif.levers import dependency_p50
+
+    rows = []
+    for k, took in enumerate([10, 10, 10, 90]):  # a caller that only forwards: its calls are the
+        rows.append((k, -1, "GET", "Client", 0, 100 * k, took + 2))  # requests' client wrappers
+        rows.append((k, 2 * k, "backend", "Server", 1, 100 * k + 1, took))
+    f = hand_frame(rows)
+    assert (f.requests.client_span >= 0).all()
+    x = _inputs(f)
+    lever = dependency_p50(x, {"pattern": "slow_dependency", "span_name": "GET"})
+    assert lever is not None and lever.params["p50_ms"] == 12.0
+    assert (request_latency(f, retime(f, lever.edit, x.lay).dur, True) / MS).tolist() == [12.0] * 4

@@ -31,13 +31,15 @@ class Inputs:
         return np.random.default_rng([self.seed, salt])
 
     def spans_named(self, name: str | None, in_requests: bool = True) -> np.ndarray:
-        """The spans of a name; `in_requests` False: also those outside any request (a caller that
-        only forwards is no request root of its own, yet its calls are on the client-observed path)."""
+        """The spans of a name inside requests; `in_requests` False: where no span of the name is
+        inside a request, all of them (a caller that only forwards is no request root of its own:
+        its calls are the requests' client wrappers, on the client-observed path)."""
         f = self.frame
         if name is None or name not in f.names:
             return np.zeros(0, np.int64)
         named = f.name == f.names.index(name)
-        return np.nonzero(named & (f.request >= 0) if in_requests else named)[0]
+        inside = np.nonzero(named & (f.request >= 0))[0]
+        return inside if in_requests or len(inside) else np.nonzero(named)[0]
 
 
 @dataclass
