@@ -164,6 +164,9 @@ def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None
     single = s[~rep]
     slow = single[f.dur[single] > hedge_ns]
     answered = f.dur[s[is_last | ~rep]]
+    timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms")
+    if timeout:  # a last attempt cut at the deadline did not answer: no copy takes its time
+        answered = answered[answered < 0.97 * timeout * 1e6]
     if len(slow) and len(answered):  # a call that was not retried gets its copy too
         copy = answered[x.rng(21).integers(0, len(answered), len(slow))].astype(np.float64)
         edit.dur[slow] = np.minimum(f.dur[slow], hedge_ns + copy)
