@@ -41,10 +41,41 @@ def quote_identifier(name: str) -> str:
 _INCLUDE = re.compile(r"\{include:(\w+)\}")
 
 
-def load_filtered(name: str, dialect: Dialect, where: str) -> str:
+WEIGHTED_SUFFIX = "_weighted"
+
+
+@cache
+def has_file(name: str, dialect: Dialect = "duckdb") -> bool:
+    """Whether `load(name, dialect)` finds a file."""
+    folder = resources.files(__package__)
+    return (
+        dialect == "clickhouse" and folder.joinpath("clickhouse", f"{name}.sql").is_file()
+    ) or folder.joinpath(f"{name}.sql").is_file()
+
+
+def variant(name: str, dialect: Dialect, weighted: bool) -> str:
+    """The file a statement reads: `<name>_weighted` when `weighted` and there is one (the version
+    for requests that stand for others, requests.Weight), else `name`."""
+    if weighted and has_file(name + WEIGHTED_SUFFIX, dialect):
+        return name + WEIGHTED_SUFFIX
+    return name
+
+
+def weights_matter(name: str, dialect: Dialect = "duckdb") -> bool:
+    """Whether the statement, or a file it includes, has a weighted version."""
+    if has_file(name + WEIGHTED_SUFFIX, dialect):
+        return True
+    return any(has_file(m + WEIGHTED_SUFFIX, dialect) for m in _INCLUDE.findall(load(name, dialect)))
+
+
+def load_filtered(name: str, dialect: Dialect, where: str, weighted: bool = False) -> str:
     """`<name>.sql` of the dialect with its `{include:other}` placeholders replaced by other.sql
-    (shared CTEs) and its one `{where}` placeholder by `where` (fixed SQL: a filter's clauses)."""
-    text = _INCLUDE.sub(lambda match: load(match.group(1), dialect).rstrip(), load(name, dialect))
+    (shared CTEs) and its one `{where}` placeholder by `where` (fixed SQL: a filter's clauses).
+    `weighted`: each file's weighted version where it has one (`variant`)."""
+    text = _INCLUDE.sub(
+        lambda match: load(variant(match.group(1), dialect, weighted), dialect).rstrip(),
+        load(variant(name, dialect, weighted), dialect),
+    )
     if text.count("{where}") != 1:
         raise ValueError(f"{name}.sql must use {{where}} exactly once")
     return text.replace("{where}", where)

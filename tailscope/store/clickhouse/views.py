@@ -11,6 +11,7 @@ DuckDB file of that name gives (tailscope.store.clickhouse.reader.VIEWS):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -36,6 +37,8 @@ class ClickHouseReader(Protocol):
 
     def statement(self, name: str, params: Any, where: RequestFilter | None) -> tuple[str, Any]: ...
 
+    def weighted(self, where: RequestFilter) -> bool: ...
+
 # The quantiles the DuckDB files compute (overview.sql's e2e, stage_percentiles.sql's, llm_latency.sql's).
 OVERVIEW_QUANTILES = (0.5, 0.95, 0.99, 0.999)
 LINE_QUANTILES = (0.5, 0.99)  # heatmap.sql's lines
@@ -51,16 +54,23 @@ def quantile_values(
     reader: ClickHouseReader, where: RequestFilter, quantiles: tuple[float, ...]
 ) -> tuple[list[float], int]:
     """quantile_cont(Duration, q) of the filtered requests for each q (NaN when none), and how many
-    requests there are; computed once per read."""
+    requests there are; computed once per read. Requests with weights (a head-sampled run): the
+    weighted quantiles and the requests they stand for (weighted_quantiles.sql)."""
     key = (tuple(getattr(where, name) for name in FILTER_FIELDS), quantiles)
     if key not in reader.memo:
-        pairs, n = _rows(reader, "order_statistics", where, list(quantiles))[0]
-        reader.memo[key] = (from_order_statistics(pairs, n, quantiles), int(n))
+        if reader.weighted(where):
+            values, n = _rows(reader, "weighted_quantiles", where, list(quantiles))[0]
+            reader.memo[key] = ([float(v) for v in values] if n else [math.nan] * len(quantiles), int(n))
+        else:
+            pairs, n = _rows(reader, "order_statistics", where, list(quantiles))[0]
+            reader.memo[key] = (from_order_statistics(pairs, n, quantiles), int(n))
     return reader.memo[key]
 
 
 def overview(reader: ClickHouseReader, where: RequestFilter | None, params: list[Any]) -> Rows:
     rows = _rows(reader, "overview", where, *params)
+    if where is not None and reader.weighted(where):  # overview_weighted.sql: the values themselves
+        return [(*r[:7], [float(v) for v in r[7]], *r[8:]) for r in rows]
     return [(*r[:7], from_order_statistics(r[7], r[1], OVERVIEW_QUANTILES), *r[8:]) for r in rows]
 
 
@@ -73,6 +83,8 @@ def waterfall(reader: ClickHouseReader, where: RequestFilter | None, params: lis
 
 def stage_percentiles(reader: ClickHouseReader, where: RequestFilter | None, params: list[Any]) -> Rows:
     rows = _rows(reader, "stage_percentiles", where, *params)
+    if where is not None and reader.weighted(where):  # stage_percentiles_weighted.sql: the values
+        return [tuple([float(v) for v in values] for values in r) for r in rows]
     return [tuple(from_order_statistics(pairs, r[0], OVERVIEW_QUANTILES) for pairs in r[1:]) for r in rows]
 
 

@@ -16,7 +16,7 @@ from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.duckdb import rules
 from tailscope.store.duckdb.statements import filtered, phase_spans_query, span_tree_query
-from tailscope.store.interface import RequestFilter, TraceTree
+from tailscope.store.interface import FILTER_FIELDS, RequestFilter, TraceTree
 
 
 class DuckDBRows:
@@ -46,6 +46,16 @@ class DuckDBReader:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self._weighted: dict[tuple[Any, ...], bool] = {}  # per filter: any request weight other than 1
+
+    def weighted(self, where: RequestFilter) -> bool:
+        """Whether a filtered request has a weight other than 1 (requests_weighted.sql), once per
+        filter and reader: the views then read their weighted versions."""
+        key = tuple(getattr(where, name) for name in FILTER_FIELDS)
+        if key not in self._weighted:
+            text, params = filtered("requests_weighted", where)
+            self._weighted[key] = bool(self.conn.execute(text, params).fetchone()[0])
+        return self._weighted[key]
 
     @contextmanager
     def reading(self) -> Iterator[DuckDBReader]:
@@ -55,7 +65,8 @@ class DuckDBReader:
         self, name: str, params: Sequence[Any] | Mapping[str, Any] = (), where: RequestFilter | None = None
     ) -> DuckDBRows:
         if where is not None:
-            text, bound = filtered(name, where, *params)
+            weighted = sql.weights_matter(name) and self.weighted(where)
+            text, bound = filtered(name, where, *params, weighted=weighted)
             return DuckDBRows(self.conn.execute(text, bound))
         bound_params = dict(params) if isinstance(params, Mapping) else list(params)
         return DuckDBRows(self.conn.execute(sql.load(name), bound_params))
