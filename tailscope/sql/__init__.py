@@ -44,28 +44,36 @@ _INCLUDE = re.compile(r"\{include:(\w+)\}")
 WEIGHTED_SUFFIX = "_weighted"
 
 
-@cache
-def has_file(name: str, dialect: Dialect = "duckdb") -> bool:
-    """Whether `load(name, dialect)` finds a file."""
-    folder = resources.files(__package__)
+def _specific(name: str, dialect: Dialect) -> bool:
+    """Whether the dialect has its own `<name>.sql` (clickhouse/), not the shared file."""
     return (
-        dialect == "clickhouse" and folder.joinpath("clickhouse", f"{name}.sql").is_file()
-    ) or folder.joinpath(f"{name}.sql").is_file()
+        dialect == "clickhouse"
+        and resources.files(__package__).joinpath("clickhouse", f"{name}.sql").is_file()
+    )
+
+
+@cache
+def has_variant(name: str, dialect: Dialect = "duckdb") -> bool:
+    """Whether `<name>_weighted.sql` exists beside the file `load(name, dialect)` reads (a
+    dialect's own file and the shared one do not stand in for each other)."""
+    folder = resources.files(__package__)
+    weighted = f"{name}{WEIGHTED_SUFFIX}.sql"
+    if _specific(name, dialect):
+        return folder.joinpath("clickhouse", weighted).is_file()
+    return folder.joinpath(weighted).is_file()
 
 
 def variant(name: str, dialect: Dialect, weighted: bool) -> str:
     """The file a statement reads: `<name>_weighted` when `weighted` and there is one (the version
     for requests that stand for others, requests.Weight), else `name`."""
-    if weighted and has_file(name + WEIGHTED_SUFFIX, dialect):
-        return name + WEIGHTED_SUFFIX
-    return name
+    return name + WEIGHTED_SUFFIX if weighted and has_variant(name, dialect) else name
 
 
 def weights_matter(name: str, dialect: Dialect = "duckdb") -> bool:
     """Whether the statement, or a file it includes, has a weighted version."""
-    if has_file(name + WEIGHTED_SUFFIX, dialect):
-        return True
-    return any(has_file(m + WEIGHTED_SUFFIX, dialect) for m in _INCLUDE.findall(load(name, dialect)))
+    return has_variant(name, dialect) or any(
+        has_variant(m, dialect) for m in _INCLUDE.findall(load(name, dialect))
+    )
 
 
 def load_filtered(name: str, dialect: Dialect, where: str, weighted: bool = False) -> str:

@@ -39,6 +39,7 @@ class ClickHouseReader(Protocol):
 
     def weighted(self, where: RequestFilter) -> bool: ...
 
+
 # The quantiles the DuckDB files compute (overview.sql's e2e, stage_percentiles.sql's, llm_latency.sql's).
 OVERVIEW_QUANTILES = (0.5, 0.95, 0.99, 0.999)
 LINE_QUANTILES = (0.5, 0.99)  # heatmap.sql's lines
@@ -178,8 +179,15 @@ def band_breakdown(
     bounds, n = quantile_values(reader, where, (0.45, 0.55, lo, hi))
     if not n:
         return [], {}
-    groups = dict(_rows(reader, "stage_breakdown_scope", where, bounds, hi >= 1.0, int(samples)))
-    counts = {grp: sum(1 for g in groups.values() if g == grp) for grp in ("band", "median")}
+    scope = _rows(reader, "stage_breakdown_scope", where, bounds, hi >= 1.0, int(samples))
+    groups = {row[0]: row[1] for row in scope}
+    # a weighted run's sample (stage_breakdown_scope_weighted.sql): each request's time and count
+    # weighed by its Weight, as DuckDB's stage_breakdown_weighted.sql does
+    weights = {row[0]: float(row[2]) for row in scope} if reader.weighted(where) else None
+    counts: dict[str, Any] = {
+        grp: sum(1 if weights is None else weights[t] for t, g in groups.items() if g == grp)
+        for grp in ("band", "median")
+    }
     if not counts["band"] or not counts["median"]:
         return [], counts
     output = sql.load("stage_breakdown", "clickhouse")
@@ -192,5 +200,8 @@ def band_breakdown(
         for i, (text, params) in enumerate(statements):
             result = client.query(text, params)
             if i == len(statements) - 2:
-                rows = [(stage, name, groups[trace], ns) for stage, name, trace, ns in result.rows]
+                rows = [
+                    (stage, name, groups[trace], ns if weights is None else ns * weights[trace])
+                    for stage, name, trace, ns in result.rows
+                ]
     return rows, counts

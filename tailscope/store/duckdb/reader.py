@@ -97,17 +97,23 @@ class DuckDBReader:
         self, where: RequestFilter, lo: float, hi: float, sample: int
     ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
         conn = self.conn
+        weighted = self.weighted(where)
         conn.execute(sql.load("derive_drop_scope"))
-        text, params = filtered("stage_breakdown_scope", where, lo, hi, hi >= 1.0, int(sample))
+        text, params = filtered(
+            "stage_breakdown_scope", where, lo, hi, hi >= 1.0, int(sample), weighted=weighted
+        )
         conn.execute(text, params)
         try:
-            counts = dict(conn.execute(sql.load("stage_breakdown_counts")).fetchall())
+            counts = dict(
+                conn.execute(sql.load(sql.variant("stage_breakdown_counts", "duckdb", weighted))).fetchall()
+            )
             if not counts.get("band") or not counts.get("median"):
                 return [], counts
             tree, tree_params = span_tree_query(
                 self.stage_rules(), "traces", where.run or "", phase_rules=self.phase_rules()
             )
-            rows = conn.execute(sql.load("stage_breakdown").replace("{span_tree}", tree), tree_params)
+            output = sql.load(sql.variant("stage_breakdown", "duckdb", weighted))
+            rows = conn.execute(output.replace("{span_tree}", tree), tree_params)
             return rows.fetchall(), counts
         finally:
             conn.execute(sql.load("derive_drop_scope"))
@@ -142,4 +148,3 @@ class DuckDBReader:
             self.conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", phase_params)
         relation = self.conn.sql(sql.load(name), params={"run": run, **params})
         return relation.to_arrow_table()
-
