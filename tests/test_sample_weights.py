@@ -273,3 +273,41 @@ def test_a_clickhouse_store_made_before_the_weight_column_gets_it_on_open(chdb_u
         )
     finally:
         _close(store)
+
+
+def test_the_diagnosis_draws_tail_and_body_from_the_population(duck: DuckDBStore) -> None:
+    """The frame reads the weights (load.request_weights): the split's tail threshold is the views'
+    weighted p99, the tail excess the whole run's within sampling error, the same top cause; a run
+    without weights reads none (its split is the unweighted one, as before)."""
+    from tailscope.analysis.diagnosis import diagnose
+    from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.diagnosis.model import Context
+
+    with duck.reading() as conn:
+        frames = {run: load_frame(conn, run) for run in ("full", "sampled")}
+    assert frames["full"].requests.weight is None
+    weight = frames["sampled"].requests.weight
+    assert weight is not None and set(np.unique(weight).tolist()) == {1.0, 1 / RATE}
+    splits = {run: Context(frame).split for run, frame in frames.items()}
+    p99 = views.overview(duck, Filter(run="sampled")).runs[0].p99_ms
+    assert splits["sampled"].threshold_ns / 1e6 == pytest.approx(p99, rel=1e-12)
+    assert splits["sampled"].quantile == splits["full"].quantile == 0.99  # the population's size
+    assert splits["sampled"].excess_ns == pytest.approx(splits["full"].excess_ns, rel=0.05)
+    full, sampled = diagnose(duck, "full"), diagnose(duck, "sampled")
+    assert sampled.findings[0].pattern == full.findings[0].pattern
+    assert sampled.tail["p99_ms"] == pytest.approx(full.tail["p99_ms"], rel=0.02)
+
+
+def test_tail_split_with_weights_one_is_the_unweighted_split() -> None:
+    from tailscope.analysis.diagnosis.stats import tail_split, weighted_quantile
+
+    latency = np.random.default_rng(3).lognormal(3.0, 0.6, 5000)
+    plain, ones = tail_split(latency), tail_split(latency, np.ones(len(latency)))
+    assert (
+        ones.weight is None and ones.threshold_ns == plain.threshold_ns and ones.excess_ns == plain.excess_ns
+    )
+    # weights of 4 on the fast half: the threshold moves to the population's p99
+    weight = np.where(latency < np.median(latency), 4.0, 1.0)
+    split = tail_split(latency, weight)
+    assert split.threshold_ns == weighted_quantile(latency, weight, 0.99) < plain.threshold_ns
+    assert weighted_quantile(np.array([3.0, 1.0, 2.0]), np.array([1.0, 1.0, 2.0]), 0.5) == 2.0
