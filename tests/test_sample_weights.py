@@ -311,3 +311,21 @@ def test_tail_split_with_weights_one_is_the_unweighted_split() -> None:
     split = tail_split(latency, weight)
     assert split.threshold_ns == weighted_quantile(latency, weight, 0.99) < plain.threshold_ns
     assert weighted_quantile(np.array([3.0, 1.0, 2.0]), np.array([1.0, 1.0, 2.0]), 0.5) == 2.0
+
+
+def test_the_what_if_measures_the_population(duck: DuckDBStore) -> None:
+    """The what-if's percentiles are weighted on a sampled run: its 'as measured' p50/p99 are the
+    whole run's within sampling error (unweighted, the slow requests the rule keeps pull them up)."""
+    from tailscope.analysis.whatif import whatif
+    from tailscope.analysis.whatif.engine import evaluate
+
+    full, sampled = whatif(duck, "full", only={"none"}), whatif(duck, "sampled", only={"none"})
+    assert sampled.measured.p50_ms == pytest.approx(full.measured.p50_ms, rel=0.05)
+    assert sampled.measured.p99_ms == pytest.approx(full.measured.p99_ms, rel=0.05)
+    with duck.reading() as conn:
+        from tailscope.analysis.diagnosis.load import load_frame
+
+        frame = load_frame(conn, "sampled")
+    frame.requests.weight = None  # what the what-if gave before weights
+    unweighted = evaluate(frame, [], only={"none"})
+    assert unweighted.measured.p99_ms > 1.5 * full.measured.p99_ms
