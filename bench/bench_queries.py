@@ -103,7 +103,7 @@ SELECT
                             || CASE WHEN miss THEN 'false' ELSE 'true' END || '"}'
          WHEN slot = 1 AND ?::DOUBLE < 1 THEN  -- --sample-rate: the request root's weight (slow: kept, 1)
              '{"tailscope.stage":"' || stage || '","tailscope.sample.weight":"'
-             || CASE WHEN d_root >= 100000000 THEN '1' ELSE (1 / ?::DOUBLE)::VARCHAR END || '"}'
+             || CASE WHEN dur >= 100000000 THEN '1' ELSE (1 / ?::DOUBLE)::VARCHAR END || '"}'
          ELSE '{"tailscope.stage":"' || stage || '"}' END,
     dur, 'Unset', '', '[]', '[]', run
 FROM spans
