@@ -74,15 +74,15 @@ def one(scenario: str, requests: int, seed: int, rate: float, keep_q: float) -> 
         load_paths([full], db, "full")
         load_paths([sampled], db, "sampled")
         store = DuckDBStore(db)
-        with store.reading() as conn:
+        out: dict = {"kept": counts["traces"], "by_rule": counts["by_rule"], "slow_ms": slow_ms}
+        with store.reading() as conn:  # the detectors read span attributes while it is open
             frames = {"whole run": load_frame(conn, "full"), "sampled, weighted": load_frame(conn, "sampled")}
             dropped = load_frame(conn, "sampled")
-        dropped.requests.weight = None
-        frames["sampled, weights dropped"] = dropped
-        out: dict = {"kept": counts["traces"], "by_rule": counts["by_rule"], "slow_ms": slow_ms}
-        for way, frame in frames.items():
-            findings = diagnose_frame(frame, seed=0).findings
-            out[way] = (verdict(scenario, findings), findings[0].pattern if findings else None)
+            dropped.requests.weight = None
+            frames["sampled, weights dropped"] = dropped
+            for way, frame in frames.items():
+                findings = diagnose_frame(frame, seed=0).findings
+                out[way] = (verdict(scenario, findings), findings[0].pattern if findings else None)
         summaries = {run: overview(store, Filter(run=run)).runs[0] for run in ("full", "sampled")}
         p50, p99 = summaries["full"].p50_ms, summaries["full"].p99_ms
         out["err"] = {
