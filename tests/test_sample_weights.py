@@ -177,6 +177,15 @@ def test_weighted_quantile_is_the_smallest_value_reaching_q_of_the_weight(tmp_pa
         assert q[1] == [10e6, 10e6, 10e6, 10e6] and q[0] == [0.0] * 4
 
 
+def test_the_heatmap_counts_and_lines_are_the_populations(duck: DuckDBStore) -> None:
+    full = views.heatmap(duck, Filter(run="full"), time_bins=4)
+    sampled = views.heatmap(duck, Filter(run="sampled"), time_bins=4)
+    assert sampled.lines["requests"].sum() == pytest.approx(full.lines["requests"].sum(), rel=0.05)
+    for q in ("p50_ms", "p99_ms"):  # per time bin: ~500 kept requests of ~2,000
+        ratio = sampled.lines[q].to_numpy() / full.lines[q].to_numpy()
+        assert np.all(np.abs(ratio - 1) < (0.08 if q == "p50_ms" else 0.1)), (q, ratio)
+
+
 def test_tail_vs_body_and_breakdown_count_what_the_sample_stands_for(duck: DuckDBStore) -> None:
     full = tail_vs_body(duck, Filter(run="full"), tail_quantile=0.99)
     sampled = tail_vs_body(duck, Filter(run="sampled"), tail_quantile=0.99)
@@ -192,7 +201,8 @@ def _views(store: object, run: str) -> tuple:
     waterfall = views.waterfall(store, flt, "p99")
     tail = tail_vs_body(store, flt, tail_quantile=0.99)
     breakdown = band_breakdown(store, flt, "p99", sample=10_000)
-    return summary, waterfall, tail, breakdown
+    heat = views.heatmap(store, flt, time_bins=12)
+    return summary, waterfall, tail, breakdown, heat
 
 
 def _close_numbers(a: object, b: object, path: str = "") -> None:
@@ -210,8 +220,8 @@ def _close_numbers(a: object, b: object, path: str = "") -> None:
 def test_both_engines_give_the_same_weighted_figures(duck: DuckDBStore, chdb_url: str, run: str) -> None:
     clickhouse = open_store(chdb_url)
     try:
-        d_summary, d_fall, d_tail, d_breakdown = _views(duck, run)
-        c_summary, c_fall, c_tail, c_breakdown = _views(clickhouse, run)
+        d_summary, d_fall, d_tail, d_breakdown, d_heat = _views(duck, run)
+        c_summary, c_fall, c_tail, c_breakdown, c_heat = _views(clickhouse, run)
     finally:
         _close(clickhouse)
     for field in ("requests", "errors", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "throughput_rps"):
@@ -225,6 +235,11 @@ def test_both_engines_give_the_same_weighted_figures(duck: DuckDBStore, chdb_url
         d_tail.rest_requests,
     )
     _close_numbers(c_tail.stages.values.tolist(), d_tail.stages.values.tolist(), "tail stages")
+    for part in ("cells", "lines"):
+        c_frame, d_frame = getattr(c_heat, part), getattr(d_heat, part)
+        assert len(c_frame) == len(d_frame) > 0
+        numbers = [col for col in d_frame.columns if col != "time"]
+        _close_numbers(c_frame[numbers].values.tolist(), d_frame[numbers].values.tolist(), part)
     key = ["stage", "span_name"]
     _close_numbers(
         c_breakdown.sort_values(key).values.tolist(),

@@ -91,6 +91,8 @@ def stage_percentiles(reader: ClickHouseReader, where: RequestFilter | None, par
 
 def heatmap(reader: ClickHouseReader, where: RequestFilter | None, params: list[Any]) -> Rows:
     rows = _rows(reader, "heatmap", where, *params)
+    if where is not None and reader.weighted(where):  # heatmap_weighted.sql: the lines' values
+        return [r if r[0] == "cell" else (*r[:4], float(r[4][0]), float(r[5][0]), *r[6:]) for r in rows]
     return [
         r if r[0] == "cell" else (*r[:4], *from_order_statistics(r[4:6], r[3], LINE_QUANTILES), *r[6:])
         for r in rows
