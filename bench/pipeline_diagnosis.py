@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/pipeline_diagnosis.py [--duration 20] [--rps 8] [--scenarios a,b]
         [--tracing-mode spans|light] [--sample-rate R] [--keep-slower-than-ms MS] [--frontends N]
+        [--keep DIR]
 
 For each scenario: `tailscope pipeline run --scenario S --device cpu --duration D --rps R`, then
 `tailscope ingest` into one store and `tailscope diagnose --json`. A run is right when its top finding
@@ -58,6 +59,7 @@ def main() -> None:
     parser.add_argument("--sample-rate", type=float, default=1.0)
     parser.add_argument("--keep-slower-than-ms", type=float)
     parser.add_argument("--frontends", default="auto", help="as `tailscope pipeline run --frontends`")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep the trace files and the store there")
     args = parser.parse_args()
     tracing = ["--tracing-mode", args.tracing_mode, "--sample-rate", str(args.sample_rate)]
     tracing += ["--frontends", args.frontends]
@@ -70,7 +72,9 @@ def main() -> None:
     print("| run | requests | top findings | verdict |\n|---|---|---|---|")
     right = 0
     scenarios = args.scenarios.split(",")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         db = str(Path(tmp) / "runs.duckdb")
         for scenario in scenarios:
             out = str(Path(tmp) / f"{scenario}.jsonl")

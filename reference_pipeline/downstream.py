@@ -74,9 +74,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-out", type=Path)
     parser.add_argument("--otlp-endpoint")
     parser.add_argument("--scenario", default="steady")
+    parser.add_argument(
+        "--sample-rate",
+        type=float,
+        default=1.0,
+        help="head sampling by trace id, the front end's draw (a sampled run: without it every call's "
+        "span is exported and the calls of requests the front end dropped become requests of their own)",
+    )
     args = parser.parse_args(argv)
     provider = make_provider(
-        sm.DOWNSTREAM_SERVICE_NAME, {"tailscope.scenario": args.scenario}, args.trace_out, args.otlp_endpoint
+        sm.DOWNSTREAM_SERVICE_NAME,
+        {"tailscope.scenario": args.scenario},
+        args.trace_out,
+        args.otlp_endpoint,
+        sample_rate=args.sample_rate,
     )
     try:
         serve(build_app(provider.get_tracer("tailscope.reference_pipeline"), args.delay), bind_free_port())

@@ -182,6 +182,8 @@ def run_pipeline(opts: RunOptions) -> dict:
                         opts.scenario,
                         "--trace-out",
                         str(parts["downstream"]),
+                        "--sample-rate",
+                        str(service.sample_rate),
                         *otlp,
                     ],
                     tmp / "downstream.log",

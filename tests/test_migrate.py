@@ -1,4 +1,5 @@
-"""Schema version 1 -> 2: a store made by the version-1 code is converted in place, losing nothing.
+"""Schema version 1 -> 3 (2, then 3): a store made by the version-1 code is converted in place, losing
+nothing. (Version 2 -> 3 with a sampled run's weights: tests/test_sample_weights.py.)
 
 tests/fixtures/store_v1.duckdb.gz was written by tailscope at commit 477d030 (schema version 1,
 attributes as MAP columns, events and links as lists of structs):
@@ -84,7 +85,7 @@ UNCHANGED_TABLES = (
     "SELECT * EXCLUDE (ResourceAttributes, SpanAttributes, Events, Links) FROM otel_traces ORDER BY ALL",
     "SELECT * FROM runs ORDER BY RunLabel",
     "SELECT * FROM stage_rules ORDER BY position",
-    "SELECT * FROM requests ORDER BY ALL",
+    "SELECT COLUMNS(lambda c: c <> 'Weight') FROM requests ORDER BY ALL",  # version 3 adds Weight
     "SELECT * FROM derive_state ORDER BY RunLabel",
 )
 
@@ -124,8 +125,8 @@ def test_migrate_converts_in_place_and_loses_nothing(
     content, unchanged = v1_content(v1_store), snapshot(v1_store)
     assert main(["migrate", "--db", str(v1_store)]) == 0
     out = capsys.readouterr().out
-    assert "schema version 1 -> 2, 3,957 spans converted" in out, out
-    assert table(v1_store, "SELECT version FROM schema_version") == [(2,)]
+    assert "schema version 1 -> 3, 3,957 spans converted" in out, out
+    assert table(v1_store, "SELECT version FROM schema_version") == [(3,)]
     assert table(
         v1_store,
         "SELECT DISTINCT data_type FROM duckdb_columns() WHERE table_name = 'otel_traces'"
@@ -133,8 +134,9 @@ def test_migrate_converts_in_place_and_loses_nothing(
     ) == [("VARCHAR",)]
     assert v2_content(v1_store) == content
     assert snapshot(v1_store) == unchanged
+    assert table(v1_store, "SELECT DISTINCT Weight FROM requests") == [(1.0,)]  # nothing was sampled
     assert main(["migrate", "--db", str(v1_store)]) == 0
-    assert "already at schema version 2" in capsys.readouterr().out
+    assert "already at schema version 3" in capsys.readouterr().out
 
 
 def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: Path) -> None:
@@ -142,7 +144,7 @@ def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: 
     regexes): deriving every run again from the migrated spans must give the stored v1 rows."""
     from tailscope.store.duckdb.derive import refresh_all
 
-    before = table(v1_store, "SELECT * FROM requests ORDER BY ALL")
+    before = [(*row, 1.0) for row in table(v1_store, "SELECT * FROM requests ORDER BY ALL")]  # + Weight
     with connect_writer(v1_store) as conn:  # a writer migrates on open
         refresh_all(conn)
     assert table(v1_store, "SELECT * FROM requests ORDER BY ALL") == before
@@ -206,14 +208,14 @@ def test_ingest_into_a_version_1_store_migrates_it_and_adds_the_run(v1_store: Pa
 def test_a_store_from_a_newer_tailscope_is_refused_by_readers_and_writers(tmp_path: Path) -> None:
     path = tmp_path / "future.duckdb"
     with connect_writer(path) as conn:
-        conn.execute("UPDATE schema_version SET version = 3")
+        conn.execute("UPDATE schema_version SET version = 4")
     for opener in (connect_reader, connect_writer):
         with (
-            pytest.raises(StoreVersionError, match="schema version 3, written by a newer tailscope"),
+            pytest.raises(StoreVersionError, match="schema version 4, written by a newer tailscope"),
             opener(path),
         ):
             pass
-    assert table(path, "SELECT version FROM schema_version") == [(3,)]
+    assert table(path, "SELECT version FROM schema_version") == [(4,)]
 
 
 def test_a_duckdb_file_that_is_not_a_store_is_named_as_such(tmp_path: Path) -> None:

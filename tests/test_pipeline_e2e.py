@@ -193,6 +193,26 @@ def test_cli_run_writes_complete_traces_that_ingest(tmp_path, capsys) -> None:
 
 
 @pytest.mark.slow
+def test_a_sampled_run_keeps_a_dropped_requests_downstream_call_out_too(tmp_path, steady) -> None:
+    """Head sampling at 0.25: every process draws by the trace id, the downstream service included,
+    so the calls of the requests the service dropped are not exported as requests of their own (they
+    were, 0.1 ms each, half the sampled run's requests, before the downstream sampled); the kept
+    requests stand for 4 each."""
+    run_and_load(tmp_path, "steady", steady, label="sampled", sample_rate=0.25)
+    rows = query(
+        steady,
+        "SELECT ServiceName, count(*), min(Weight), max(Weight) FROM requests WHERE RunLabel = ? GROUP BY 1",
+        ["sampled"],
+    )
+    assert [(service, low, high) for service, _n, low, high in rows] == [(sm.SERVICE_NAME, 4.0, 4.0)]
+    downstream = query(
+        steady,
+        "SELECT count(*) FROM otel_traces WHERE RunLabel = ? AND ServiceName = ?",
+        ["sampled", sm.DOWNSTREAM_SERVICE_NAME],
+    )[0][0]
+    assert 0 < downstream <= rows[0][1]
+
+
 def test_burst_grows_the_batch_queue(tmp_path, steady) -> None:
     run_and_load(tmp_path, "burst", steady)
     base, burst = quantiles(steady, "steady", sm.QUEUE_WAIT), quantiles(steady, "burst", sm.QUEUE_WAIT)

@@ -39,6 +39,15 @@ def head_sampled(trace_id: int, rate: float) -> bool:
     return rate >= 1.0 or (trace_id & _LOW_64) < round(rate * (1 << 64))
 
 
+def request_weight(trace_id: int, rate: float, ruled: bool) -> float | None:
+    """How many requests a request stands for when kept, None when it is dropped: kept by the rule
+    (`ruled`: failed, slow or marked), it stands for itself (kept whatever the draw); head-sampled,
+    for 1 / rate requests."""
+    if ruled or rate >= 1.0:
+        return 1.0
+    return 1.0 / rate if head_sampled(trace_id, rate) else None
+
+
 def is_request_span(span: ReadableSpan) -> bool:
     """A request's span in this process: SERVER/CLIENT with no parent or one in another process."""
     parent = span.parent
@@ -120,7 +129,8 @@ class SamplingProcessor(SpanProcessor):
             return
         for child in waiting:
             self.inner.on_end(child)
-        weight = 1.0 if ruled or self.rate >= 1.0 else 1.0 / self.rate
+        weight = request_weight(trace_id, self.rate, ruled)
+        assert weight is not None
         self.inner.on_end(with_attribute(span, WEIGHT, weight))
         if not head and self.on_late_keep is not None:
             self.on_late_keep(trace_id)

@@ -41,10 +41,49 @@ def quote_identifier(name: str) -> str:
 _INCLUDE = re.compile(r"\{include:(\w+)\}")
 
 
-def load_filtered(name: str, dialect: Dialect, where: str) -> str:
+WEIGHTED_SUFFIX = "_weighted"
+
+
+def _specific(name: str, dialect: Dialect) -> bool:
+    """Whether the dialect has its own `<name>.sql` (clickhouse/), not the shared file."""
+    return (
+        dialect == "clickhouse"
+        and resources.files(__package__).joinpath("clickhouse", f"{name}.sql").is_file()
+    )
+
+
+@cache
+def has_variant(name: str, dialect: Dialect = "duckdb") -> bool:
+    """Whether `<name>_weighted.sql` exists beside the file `load(name, dialect)` reads (a
+    dialect's own file and the shared one do not stand in for each other)."""
+    folder = resources.files(__package__)
+    weighted = f"{name}{WEIGHTED_SUFFIX}.sql"
+    if _specific(name, dialect):
+        return folder.joinpath("clickhouse", weighted).is_file()
+    return folder.joinpath(weighted).is_file()
+
+
+def variant(name: str, dialect: Dialect, weighted: bool) -> str:
+    """The file a statement reads: `<name>_weighted` when `weighted` and there is one (the version
+    for requests that stand for others, requests.Weight), else `name`."""
+    return name + WEIGHTED_SUFFIX if weighted and has_variant(name, dialect) else name
+
+
+def weights_matter(name: str, dialect: Dialect = "duckdb") -> bool:
+    """Whether the statement, or a file it includes, has a weighted version."""
+    return has_variant(name, dialect) or any(
+        has_variant(m, dialect) for m in _INCLUDE.findall(load(name, dialect))
+    )
+
+
+def load_filtered(name: str, dialect: Dialect, where: str, weighted: bool = False) -> str:
     """`<name>.sql` of the dialect with its `{include:other}` placeholders replaced by other.sql
-    (shared CTEs) and its one `{where}` placeholder by `where` (fixed SQL: a filter's clauses)."""
-    text = _INCLUDE.sub(lambda match: load(match.group(1), dialect).rstrip(), load(name, dialect))
+    (shared CTEs) and its one `{where}` placeholder by `where` (fixed SQL: a filter's clauses).
+    `weighted`: each file's weighted version where it has one (`variant`)."""
+    text = _INCLUDE.sub(
+        lambda match: load(variant(match.group(1), dialect, weighted), dialect).rstrip(),
+        load(variant(name, dialect, weighted), dialect),
+    )
     if text.count("{where}") != 1:
         raise ValueError(f"{name}.sql must use {{where}} exactly once")
     return text.replace("{where}", where)

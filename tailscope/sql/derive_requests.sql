@@ -46,5 +46,7 @@ SELECT
          'postprocessing', 'downstream', 'serialization', 'unattributed'],
         list_position(stage_ns, list_max(stage_ns))) AS DominantStage,
     ingress_ns, queue_ns, parsing_ns, feature_hydration_ns, preprocessing_ns,
-    model_forward_ns, postprocessing_ns, downstream_ns, serialization_ns, unattributed_ns
+    model_forward_ns, postprocessing_ns, downstream_ns, serialization_ns, unattributed_ns,
+    -- how many requests it stands for (a head-sampled run's weight; 1 without one or when unreadable)
+    coalesce(try_cast(SpanAttributes->>'tailscope.sample.weight' AS DOUBLE), 1) AS Weight
 FROM roots

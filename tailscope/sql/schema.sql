@@ -1,5 +1,6 @@
--- tailscope store schema, version 2. Applied by tailscope.store.duckdb.connection.ensure_schema, statement by statement;
--- a version-1 store is migrated in place by tailscope.store.migrate (migrate_v1_to_v2.sql).
+-- tailscope store schema, version 3. Applied by tailscope.store.duckdb.connection.ensure_schema, statement by statement;
+-- an older store is migrated in place by tailscope.store.duckdb.migrate (migrate_v1_to_v2.sql,
+-- migrate_v2_to_v3.sql).
 -- Column names and meanings follow the OpenTelemetry Collector ClickHouse exporter's otel_traces table,
 -- so the same queries can later run on ClickHouse. DuckDB types: Timestamp TIMESTAMP_NS (ns precision),
 -- Duration BIGINT nanoseconds. RunLabel is ours: every span belongs to exactly one run.
@@ -71,6 +72,9 @@ CREATE TABLE IF NOT EXISTS phase_rules (
 -- The stage columns are the canonical stages (tailscope.vocabulary.ALL_STAGES) in nanoseconds and
 -- add up to Duration exactly. Wide rather than one row per (request, stage): a waterfall is then one
 -- scan of ~1 M rows with ten AVGs instead of a join/pivot over 10 M rows (measured: bench/RESULTS.md).
+-- Weight: how many requests this one stands for, the root span's `tailscope.sample.weight` (a
+-- head-sampled run, tailscope.instrument.sampling), 1 without it. Views weight their means,
+-- percentiles and counts by it (*_weighted.sql) when a selection holds a weight other than 1.
 CREATE TABLE IF NOT EXISTS requests (
     RunLabel VARCHAR NOT NULL,
     TraceId VARCHAR NOT NULL,
@@ -93,7 +97,8 @@ CREATE TABLE IF NOT EXISTS requests (
     postprocessing_ns BIGINT NOT NULL,
     downstream_ns BIGINT NOT NULL,
     serialization_ns BIGINT NOT NULL,
-    unattributed_ns BIGINT NOT NULL
+    unattributed_ns BIGINT NOT NULL,
+    Weight DOUBLE NOT NULL DEFAULT 1
 );
 -- derive_state: how many of a run's spans its derived rows reflect, so a writer that names the traces
 -- it touched gets only those recomputed (the receiver flushes often). MaxRowid is unused (-1).

@@ -127,7 +127,8 @@ class Reader(Protocol):
 
     def span_table(self, name: str, run: str, **params: Any) -> pa.Table:
         """The diagnosis' span reads (diagnosis_spans, with the run's phase spans;
-        diagnosis_gc_events; diagnosis_span_attributes) over one run, as Arrow."""
+        diagnosis_gc_events; diagnosis_span_attributes; diagnosis_weights, the weights of a
+        head-sampled run's requests) over one run, as Arrow."""
         ...
 
 

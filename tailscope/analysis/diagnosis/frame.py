@@ -53,6 +53,9 @@ class Requests:
     client_span: np.ndarray  # span index of that CLIENT parent, -1 where none
     index_on_instance: np.ndarray  # 0 for an instance's first request, 1 for its second, ...
     root_instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # how many requests each stands for (a head-sampled run's tailscope.sample.weight, from the
+    # derived requests: load.request_weights); None: each itself. The tail split weighs by it.
+    weight: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.root)

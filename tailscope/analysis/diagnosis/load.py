@@ -169,7 +169,22 @@ def load_frame(conn: Reader, run: str) -> TraceFrame:
         frame.gc_time = gc.column("TimeNs").to_numpy().astype(np.int64) - t0
         frame.gc_dur = gc.column("DurationNs").to_numpy().astype(np.int64)
     frame.attribute_source = _attribute_source(conn, run, span_keys)
-    return build_frame(frame)
+    frame = build_frame(frame)
+    if frame.requests is not None and len(frame.requests):
+        frame.requests.weight = request_weights(conn, run, trace_keys[frame.requests.root])
+    return frame
+
+
+def request_weights(conn: Reader, run: str, root_trace_keys: np.ndarray) -> np.ndarray | None:
+    """Each request's weight (diagnosis_weights.sql: the derived requests' Weight where it is not 1,
+    by trace), None when every request stands for itself (no sampling: nothing more is read)."""
+    table = conn.span_table("diagnosis_weights", run)
+    if table.num_rows == 0:
+        return None
+    keys = pd.Series(table.column("Weight").to_numpy(), index=table.column("TraceKey").to_numpy())
+    keys = keys[~keys.index.duplicated()]
+    found = keys.index.get_indexer(root_trace_keys)
+    return np.where(found >= 0, keys.to_numpy()[np.maximum(found, 0)], 1.0)
 
 
 def _attribute_source(

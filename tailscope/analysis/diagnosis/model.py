@@ -52,7 +52,7 @@ class Context:
 
     @cached_property
     def split(self) -> TailSplit:
-        return tail_split(self.frame.requests.latency)
+        return tail_split(self.frame.requests.latency, self.frame.requests.weight)
 
     @cached_property
     def reported_pauses(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -28,6 +28,7 @@ from tailscope.analysis.diagnosis import (
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import weighted_quantile
 
 # Order matters only for notes: gc_pause (and proxy_stalls for a forwarding tier) leave their stall
 # episodes for cache_miss, network and compute_bound; timeout_retry and large_payload mark the calls
@@ -178,7 +179,11 @@ def _tail(ctx: Context, named: float, findings: list[Finding]) -> dict[str, floa
     """The tail the findings' shares are of: p50/p99 (ms), the tail's quantile (p99, or p95 for small
     runs), its requests' mean excess over the middle half's (p25-p75, ms) and how much of it the named
     causes and the unexplained-tail findings account for."""
-    p50, p99 = np.percentile(ctx.frame.requests.latency, [50, 99])
+    latency, weight = ctx.frame.requests.latency, ctx.split.weight
+    if weight is None:
+        p50, p99 = np.percentile(latency, [50, 99])
+    else:  # a head-sampled run: the population's (weighted, as the views give them)
+        p50, p99 = (weighted_quantile(latency, weight, q) for q in (0.5, 0.99))
     rest = sum(fd.share or 0.0 for fd in findings if fd.pattern == unexplained.PATTERN)
     return {
         "p50_ms": round(float(p50) / 1e6, 3),

@@ -40,30 +40,58 @@ class TailSplit:
     threshold_ns: float
     quantile: float
     excess_ns: float  # mean tail latency - mean body latency
+    # how many requests each stands for (a head-sampled run: tailscope.sample.weight); None: 1 each
+    weight: np.ndarray | None = None
+
+    def mean(self, per_request: np.ndarray, mask: np.ndarray) -> float:
+        """Mean of a per-request quantity over `mask`, weighted by the requests' weights."""
+        if self.weight is None:
+            return float(per_request[mask].mean())
+        return float(np.average(per_request[mask], weights=self.weight[mask]))
 
 
-def tail_split(latency: np.ndarray) -> TailSplit:
-    """Tail: at or above p99 (p95 or the top 10 requests for small runs). Body: the p25-p75 band."""
-    n = len(latency)
+def weighted_quantile(values: np.ndarray, weight: np.ndarray, q: float) -> float:
+    """The smallest value whose cumulative weight (in value order) reaches q of the total, less a
+    relative 1e-12: the views' weighted quantile (waterfall_weighted.sql)."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weight[order])
+    at = int(np.searchsorted(cumulative, q * cumulative[-1] * (1 - 1e-12), side="left"))
+    return float(values[order][min(at, len(values) - 1)])
+
+
+def tail_split(latency: np.ndarray, weight: np.ndarray | None = None) -> TailSplit:
+    """Tail: at or above p99 (p95 or the top 10 requests for small runs). Body: the p25-p75 band.
+    With `weight` (requests that stand for others: a head-sampled run; None or all 1: unweighted)
+    the quantiles and means are weighted and the run's size is what it stands for, so the tail and
+    body are those of the population the sample was drawn from."""
+    if weight is not None and (len(weight) == 0 or bool((weight == 1).all())):
+        weight = None
+    n = len(latency) if weight is None else round(float(weight.sum()))
     q = 0.99 if n >= 2000 else (0.95 if n >= 200 else max(0.5, 1.0 - 10.0 / max(n, 1)))
     lat = latency.astype(np.float64)
-    if n == 0:
+    if len(latency) == 0:
         return TailSplit(np.zeros(0, bool), np.zeros(0, bool), 0.0, q, 0.0)
-    thr = float(np.quantile(lat, q))
-    lo, hi = np.quantile(lat, [0.25, 0.75])
+    if weight is None:
+        thr = float(np.quantile(lat, q))
+        lo, hi = np.quantile(lat, [0.25, 0.75])
+    else:
+        thr, lo, hi = (weighted_quantile(lat, weight, p) for p in (q, 0.25, 0.75))
     tail = lat >= thr
     body = (lat >= lo) & (lat <= hi)
     if not body.any():
         body = ~tail
-    excess = float(lat[tail].mean() - lat[body].mean()) if tail.any() and body.any() else 0.0
-    return TailSplit(tail, body, thr, q, excess)
+    split = TailSplit(tail, body, thr, q, 0.0, weight)
+    if tail.any() and body.any():
+        split = TailSplit(tail, body, thr, q, split.mean(lat, tail) - split.mean(lat, body), weight)
+    return split
 
 
 def excess_share(per_request: np.ndarray, split: TailSplit) -> float:
     """Share of the tail's latency excess carried by a per-request quantity (can exceed [0, 1])."""
     if split.excess_ns <= 0 or not split.tail.any() or not split.body.any():
         return 0.0
-    return float((per_request[split.tail].mean() - per_request[split.body].mean()) / split.excess_ns)
+    difference = split.mean(per_request, split.tail) - split.mean(per_request, split.body)
+    return float(difference / split.excess_ns)
 
 
 def per_request_sum(request: np.ndarray, values: np.ndarray, mask: np.ndarray, n_requests: int) -> np.ndarray:

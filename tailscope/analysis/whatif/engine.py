@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
+from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
@@ -136,10 +137,22 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
     return out
 
 
+def _percentiles(latency: np.ndarray, weight: np.ndarray | None, percents: tuple[int, ...]) -> list[float]:
+    """Percentiles of the requests' latencies; weighted where the requests stand for others (a
+    head-sampled run: the population's, as the views give them)."""
+    if weight is None:
+        return [float(v) for v in np.percentile(latency, list(percents))]
+    return [weighted_quantile(latency, weight, p / 100) for p in percents]
+
+
 def _outcome(
-    lever_like: dict[str, Any], latency: np.ndarray, measured_p99: float, slo_ms: float | None
+    lever_like: dict[str, Any],
+    latency: np.ndarray,
+    measured_p99: float,
+    slo_ms: float | None,
+    weight: np.ndarray | None = None,
 ) -> Outcome:
-    p50, p95, p99 = (float(v) / 1e6 for v in np.percentile(latency, [50, 95, 99]))
+    p50, p95, p99 = (v / 1e6 for v in _percentiles(latency, weight, (50, 95, 99)))
     return Outcome(
         p50_ms=round(p50, 3),
         p95_ms=round(p95, 3),
@@ -247,8 +260,9 @@ def evaluate(
         )
     client_side = bool((reqs.client_span >= 0).mean() >= CLIENT_SIDE)
     base = request_latency(frame, frame.dur, client_side)
-    measured_p99 = float(np.percentile(base, 99))
-    measured = _outcome(blank, base, measured_p99, slo_ms)
+    weight = reqs.weight
+    measured_p99 = _percentiles(base, weight, (99,))[0]
+    measured = _outcome(blank, base, measured_p99, slo_ms, weight)
     x = inputs(frame, findings, seed)
     check = None
     if x.served is not None:
@@ -260,12 +274,13 @@ def evaluate(
             Edit.none(len(frame)),
         )
         lat = _latency(x, noop, client_side)
-        check = _outcome(_describe(noop), lat, measured_p99, slo_ms)
+        check = _outcome(_describe(noop), lat, measured_p99, slo_ms, weight)
     outcomes = []
     for lever in plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms):
         if only is not None and not any(lever.key.startswith(o) for o in only):
             continue
-        outcomes.append(_outcome(_describe(lever), _latency(x, lever, client_side), measured_p99, slo_ms))
+        latency = _latency(x, lever, client_side)
+        outcomes.append(_outcome(_describe(lever), latency, measured_p99, slo_ms, weight))
     latency = "client-observed" if client_side else "server"
     return WhatIf(frame.run, n, latency, measured, check, outcomes, slo_ms, time.perf_counter() - started)
 

@@ -31,7 +31,8 @@ SELECT
     q.feature_hydration_ns AS feature_hydration_ns, q.preprocessing_ns AS preprocessing_ns,
     q.model_forward_ns AS model_forward_ns, q.postprocessing_ns AS postprocessing_ns,
     q.downstream_ns AS downstream_ns, q.serialization_ns AS serialization_ns,
-    q.unattributed_ns AS unattributed_ns
+    q.unattributed_ns AS unattributed_ns,
+    coalesce(toFloat64OrNull(o.SpanAttributes['tailscope.sample.weight']), 1) AS Weight
 FROM (
     SELECT r.*,
            r.RootNs - (r.ingress_ns + r.queue_ns + r.parsing_ns + r.feature_hydration_ns

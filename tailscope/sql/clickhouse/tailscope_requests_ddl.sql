@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS tailscope_requests (
     postprocessing_ns Int64,
     downstream_ns Int64,
     serialization_ns Int64,
-    unattributed_ns Int64
+    unattributed_ns Int64,
+    Weight Float64 DEFAULT 1  -- how many requests it stands for (a head-sampled run's weight), 1 without
 )
 ENGINE = MergeTree
 ORDER BY (RunLabel, Timestamp)

@@ -10,7 +10,7 @@ from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.rules.phases import phase_rule_problems
 from tailscope.rules.stages import stage_rule_problems
-from tailscope.store.clickhouse import load, span_durations, write
+from tailscope.store.clickhouse import load, requests_weight, span_durations, write
 from tailscope.store.clickhouse.collect import ClickHouseSink
 from tailscope.store.clickhouse.reader import ClickHouseReader
 from tailscope.store.clickhouse.statements import ALL_TIME, RunSelection
@@ -30,6 +30,7 @@ class ClickHouseStore(ClickHouseClient):
         """The exporter's otel_traces (and its trace-id lookup) when missing, then tailscope's tables."""
         for name in (*EXPORTER_DDL, *TAILSCOPE_DDL):
             self.query(sql.load(name, dialect="clickhouse"))
+        requests_weight.ensure(self)
         span_durations.ensure(self)
 
     def prepare(self, writing: bool = False) -> None:
@@ -41,6 +42,7 @@ class ClickHouseStore(ClickHouseClient):
         self.check()
         for name in TAILSCOPE_DDL:
             self.query(sql.load(name, dialect="clickhouse"))
+        requests_weight.ensure(self)
         span_durations.ensure(self)
 
     @contextmanager

@@ -24,7 +24,7 @@ from tailscope.store.clickhouse import trace, views, write
 from tailscope.store.clickhouse.statements import filtered, scoped
 from tailscope.store.clickhouse.store import ClickHouseClient, rows_of
 from tailscope.store.errors import StoreError, why_refused
-from tailscope.store.interface import RequestFilter, TraceTree
+from tailscope.store.interface import FILTER_FIELDS, RequestFilter, TraceTree
 
 
 class ClickHouseRows:
@@ -70,6 +70,15 @@ class ClickHouseReader:
     def reading(self) -> Iterator[ClickHouseReader]:
         yield self
 
+    def weighted(self, where: RequestFilter) -> bool:
+        """Whether a filtered request has a weight other than 1 (requests_weighted.sql), once per
+        filter and reader: the views then read their weighted versions."""
+        key = ("weighted", *(getattr(where, name) for name in FILTER_FIELDS))
+        if key not in self.memo:
+            text, params = filtered("requests_weighted", where)
+            self.memo[key] = bool(self.client.query(text, params).single_value())
+        return self.memo[key]
+
     def run(
         self, name: str, params: Sequence[Any] | Mapping[str, Any] = (), where: RequestFilter | None = None
     ) -> ClickHouseRows:
@@ -81,9 +90,11 @@ class ClickHouseReader:
     def statement(
         self, name: str, params: Sequence[Any] | Mapping[str, Any] = (), where: RequestFilter | None = None
     ) -> tuple[str, Any]:
-        """A named statement's text and parameters, as `run` binds them."""
+        """A named statement's text and parameters, as `run` binds them (a filtered statement's
+        weighted version when it has one and a filtered request's weight is not 1)."""
         if where is not None:
-            return filtered(name, where, *params)
+            weighted = sql.weights_matter(name, "clickhouse") and self.weighted(where)
+            return filtered(name, where, *params, weighted=weighted)
         return sql.load(name, "clickhouse"), params
 
     def stage_rules(self) -> list[StageRule]:

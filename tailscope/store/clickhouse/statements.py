@@ -217,13 +217,13 @@ def filter_where(flt: RequestFilter) -> tuple[str, dict[str, Any]]:
 
 
 
-def filtered(name: str, flt: RequestFilter, *extra: Any) -> Statement:
+def filtered(name: str, flt: RequestFilter, *extra: Any, weighted: bool = False) -> Statement:
     """clickhouse/<name>.sql (or the shared file) with its {include:...} and {where} filled
-    (sql.load_filtered); the params a dict: the filter's by name (f_run, ...), `extra` as p1, p2,
-    ... in order."""
+    (sql.load_filtered; `weighted`: the files' weighted versions); the params a dict: the filter's
+    by name (f_run, ...), `extra` as p1, p2, ... in order."""
     where, named = filter_where(flt)
     params = {**named, **{f"p{i}": value for i, value in enumerate(extra, start=1)}}
-    return sql.load_filtered(name, "clickhouse", where), params
+    return sql.load_filtered(name, "clickhouse", where, weighted), params
 
 
 STEPS = (

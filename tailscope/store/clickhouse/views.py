@@ -11,6 +11,7 @@ DuckDB file of that name gives (tailscope.store.clickhouse.reader.VIEWS):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -36,6 +37,9 @@ class ClickHouseReader(Protocol):
 
     def statement(self, name: str, params: Any, where: RequestFilter | None) -> tuple[str, Any]: ...
 
+    def weighted(self, where: RequestFilter) -> bool: ...
+
+
 # The quantiles the DuckDB files compute (overview.sql's e2e, stage_percentiles.sql's, llm_latency.sql's).
 OVERVIEW_QUANTILES = (0.5, 0.95, 0.99, 0.999)
 LINE_QUANTILES = (0.5, 0.99)  # heatmap.sql's lines
@@ -51,16 +55,23 @@ def quantile_values(
     reader: ClickHouseReader, where: RequestFilter, quantiles: tuple[float, ...]
 ) -> tuple[list[float], int]:
     """quantile_cont(Duration, q) of the filtered requests for each q (NaN when none), and how many
-    requests there are; computed once per read."""
+    requests there are; computed once per read. Requests with weights (a head-sampled run): the
+    weighted quantiles and the requests they stand for (weighted_quantiles.sql)."""
     key = (tuple(getattr(where, name) for name in FILTER_FIELDS), quantiles)
     if key not in reader.memo:
-        pairs, n = _rows(reader, "order_statistics", where, list(quantiles))[0]
-        reader.memo[key] = (from_order_statistics(pairs, n, quantiles), int(n))
+        if reader.weighted(where):
+            values, n = _rows(reader, "weighted_quantiles", where, list(quantiles))[0]
+            reader.memo[key] = ([float(v) for v in values] if n else [math.nan] * len(quantiles), int(n))
+        else:
+            pairs, n = _rows(reader, "order_statistics", where, list(quantiles))[0]
+            reader.memo[key] = (from_order_statistics(pairs, n, quantiles), int(n))
     return reader.memo[key]
 
 
 def overview(reader: ClickHouseReader, where: RequestFilter | None, params: list[Any]) -> Rows:
     rows = _rows(reader, "overview", where, *params)
+    if where is not None and reader.weighted(where):  # overview_weighted.sql: the values themselves
+        return [(*r[:7], [float(v) for v in r[7]], *r[8:]) for r in rows]
     return [(*r[:7], from_order_statistics(r[7], r[1], OVERVIEW_QUANTILES), *r[8:]) for r in rows]
 
 
@@ -73,11 +84,15 @@ def waterfall(reader: ClickHouseReader, where: RequestFilter | None, params: lis
 
 def stage_percentiles(reader: ClickHouseReader, where: RequestFilter | None, params: list[Any]) -> Rows:
     rows = _rows(reader, "stage_percentiles", where, *params)
+    if where is not None and reader.weighted(where):  # stage_percentiles_weighted.sql: the values
+        return [tuple([float(v) for v in values] for values in r) for r in rows]
     return [tuple(from_order_statistics(pairs, r[0], OVERVIEW_QUANTILES) for pairs in r[1:]) for r in rows]
 
 
 def heatmap(reader: ClickHouseReader, where: RequestFilter | None, params: list[Any]) -> Rows:
     rows = _rows(reader, "heatmap", where, *params)
+    if where is not None and reader.weighted(where):  # heatmap_weighted.sql: the lines' values
+        return [r if r[0] == "cell" else (*r[:4], float(r[4][0]), float(r[5][0]), *r[6:]) for r in rows]
     return [
         r if r[0] == "cell" else (*r[:4], *from_order_statistics(r[4:6], r[3], LINE_QUANTILES), *r[6:])
         for r in rows
@@ -166,8 +181,15 @@ def band_breakdown(
     bounds, n = quantile_values(reader, where, (0.45, 0.55, lo, hi))
     if not n:
         return [], {}
-    groups = dict(_rows(reader, "stage_breakdown_scope", where, bounds, hi >= 1.0, int(samples)))
-    counts = {grp: sum(1 for g in groups.values() if g == grp) for grp in ("band", "median")}
+    scope = _rows(reader, "stage_breakdown_scope", where, bounds, hi >= 1.0, int(samples))
+    groups = {row[0]: row[1] for row in scope}
+    # a weighted run's sample (stage_breakdown_scope_weighted.sql): each request's time and count
+    # weighed by its Weight, as DuckDB's stage_breakdown_weighted.sql does
+    weights = {row[0]: float(row[2]) for row in scope} if reader.weighted(where) else None
+    counts: dict[str, Any] = {
+        grp: sum(1 if weights is None else weights[t] for t, g in groups.items() if g == grp)
+        for grp in ("band", "median")
+    }
     if not counts["band"] or not counts["median"]:
         return [], counts
     output = sql.load("stage_breakdown", "clickhouse")
@@ -180,5 +202,8 @@ def band_breakdown(
         for i, (text, params) in enumerate(statements):
             result = client.query(text, params)
             if i == len(statements) - 2:
-                rows = [(stage, name, groups[trace], ns) for stage, name, trace, ns in result.rows]
+                rows = [
+                    (stage, name, groups[trace], ns if weights is None else ns * weights[trace])
+                    for stage, name, trace, ns in result.rows
+                ]
     return rows, counts

@@ -1,10 +1,12 @@
 """Bring a store written by an older tailscope to the current schema, in place and all or nothing.
 
 Version 1 kept attributes as MAP columns and events/links as lists of structs; version 2 keeps them
-as JSON text (schema.sql says why). `migrate(conn)` runs every step from the store's version to the
-current one inside one transaction: an interrupted or failed migration leaves the store exactly as
-it was. Writers call it when they open a store (tailscope.store.duckdb.connection.ensure_schema); `tailscope
-migrate` calls it on demand; readers never do, they say what to run instead.
+as JSON text (schema.sql says why). Version 3 adds `requests.Weight` (a head-sampled run's weight per
+request), read from the stored root spans so a sampled run's derived rows keep their weights.
+`migrate(conn)` runs every step from the store's version to the current one inside one
+transaction: an interrupted or failed migration leaves the store exactly as it was. Writers call it
+when they open a store (tailscope.store.duckdb.connection.ensure_schema); `tailscope migrate` calls
+it on demand; readers never do, they say what to run instead.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from tailscope import sql
 from tailscope.store.errors import StoreVersionError
 from tailscope.store.interface import Migration
 
-CURRENT_VERSION = 2
+CURRENT_VERSION = 3
 # version -> the SQL file that takes a store from it to the next version
-STEPS: dict[int, str] = {1: "migrate_v1_to_v2"}
+STEPS: dict[int, str] = {1: "migrate_v1_to_v2", 2: "migrate_v2_to_v3"}
 
 
 def stored_version(conn: duckdb.DuckDBPyConnection) -> int | None:

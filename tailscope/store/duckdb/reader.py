@@ -16,7 +16,7 @@ from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.duckdb import rules
 from tailscope.store.duckdb.statements import filtered, phase_spans_query, span_tree_query
-from tailscope.store.interface import RequestFilter, TraceTree
+from tailscope.store.interface import FILTER_FIELDS, RequestFilter, TraceTree
 
 
 class DuckDBRows:
@@ -46,6 +46,16 @@ class DuckDBReader:
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        self._weighted: dict[tuple[Any, ...], bool] = {}  # per filter: any request weight other than 1
+
+    def weighted(self, where: RequestFilter) -> bool:
+        """Whether a filtered request has a weight other than 1 (requests_weighted.sql), once per
+        filter and reader: the views then read their weighted versions."""
+        key = tuple(getattr(where, name) for name in FILTER_FIELDS)
+        if key not in self._weighted:
+            text, params = filtered("requests_weighted", where)
+            self._weighted[key] = bool(self.conn.execute(text, params).fetchone()[0])
+        return self._weighted[key]
 
     @contextmanager
     def reading(self) -> Iterator[DuckDBReader]:
@@ -55,7 +65,8 @@ class DuckDBReader:
         self, name: str, params: Sequence[Any] | Mapping[str, Any] = (), where: RequestFilter | None = None
     ) -> DuckDBRows:
         if where is not None:
-            text, bound = filtered(name, where, *params)
+            weighted = sql.weights_matter(name) and self.weighted(where)
+            text, bound = filtered(name, where, *params, weighted=weighted)
             return DuckDBRows(self.conn.execute(text, bound))
         bound_params = dict(params) if isinstance(params, Mapping) else list(params)
         return DuckDBRows(self.conn.execute(sql.load(name), bound_params))
@@ -86,17 +97,23 @@ class DuckDBReader:
         self, where: RequestFilter, lo: float, hi: float, sample: int
     ) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
         conn = self.conn
+        weighted = self.weighted(where)
         conn.execute(sql.load("derive_drop_scope"))
-        text, params = filtered("stage_breakdown_scope", where, lo, hi, hi >= 1.0, int(sample))
+        text, params = filtered(
+            "stage_breakdown_scope", where, lo, hi, hi >= 1.0, int(sample), weighted=weighted
+        )
         conn.execute(text, params)
         try:
-            counts = dict(conn.execute(sql.load("stage_breakdown_counts")).fetchall())
+            counts = dict(
+                conn.execute(sql.load(sql.variant("stage_breakdown_counts", "duckdb", weighted))).fetchall()
+            )
             if not counts.get("band") or not counts.get("median"):
                 return [], counts
             tree, tree_params = span_tree_query(
                 self.stage_rules(), "traces", where.run or "", phase_rules=self.phase_rules()
             )
-            rows = conn.execute(sql.load("stage_breakdown").replace("{span_tree}", tree), tree_params)
+            output = sql.load(sql.variant("stage_breakdown", "duckdb", weighted))
+            rows = conn.execute(output.replace("{span_tree}", tree), tree_params)
             return rows.fetchall(), counts
         finally:
             conn.execute(sql.load("derive_drop_scope"))
@@ -131,4 +148,3 @@ class DuckDBReader:
             self.conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", phase_params)
         relation = self.conn.sql(sql.load(name), params={"run": run, **params})
         return relation.to_arrow_table()
-

@@ -140,12 +140,12 @@ def filter_where(flt: RequestFilter) -> tuple[str, list[Any]]:
 
 
 
-def filtered(name: str, flt: RequestFilter, *extra: Any) -> tuple[str, list[Any]]:
+def filtered(name: str, flt: RequestFilter, *extra: Any, weighted: bool = False) -> tuple[str, list[Any]]:
     """`<name>.sql` with its `{include:other}` placeholders and its `{where}` filled from the filter
-    (sql.load_filtered); the filter's params come first, then `extra`
-    (the statement's own parameters, in text order after the WHERE)."""
+    (sql.load_filtered; `weighted`: the files' weighted versions); the filter's params come first,
+    then `extra` (the statement's own parameters, in text order after the WHERE)."""
     where, positional = filter_where(flt)
-    return sql.load_filtered(name, "duckdb", where), [*positional, *extra]
+    return sql.load_filtered(name, "duckdb", where, weighted), [*positional, *extra]
 
 
 
