@@ -26,6 +26,7 @@ from tailscope.analysis.diagnosis.stats import excess_share, tail_split
 from tailscope.analysis.diagnosis.structure import (
     callee_mask,
     containing_parent,
+    fan_out_roots,
     work_instances,
     wrapper_spans,
 )
@@ -185,6 +186,8 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
     has_children = np.bincount(parent[parent >= 0], minlength=len(frame)) > 0
     moved_all = []
     for _ in range(4):  # a gateway in front of a router in front of the model server, at most
+        fan_out = fan_out_roots(parent, frame.kind, frame.service, frame.start, frame.dur, is_root,
+                                KIND_SERVER, KIND_CLIENT)
         ok = (above >= 0) & via_client
         ok[ok] = is_root[above[ok]] & (frame.service[servers[ok]] != frame.service[above[ok]])
         cand, root = servers[ok], above[ok]
@@ -209,8 +212,8 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
         proxy = np.zeros(len(groups), bool)
         for g in range(len(groups)):
             members = roots[group_of == g]
-            if traced_work[members].mean() < 0.5:
-                continue
+            if traced_work[members].mean() < 0.5 or fan_out[members].mean() >= 0.5:
+                continue  # an aggregator's latency is its slowest call, not one callee's: not a proxy
             tail_share = excess_share(call_dur[members], tail_split(frame.dur[members]))
             proxy[g] = np.median(coverage[members]) >= PROXY_COVERAGE or tail_share >= PROXY_TAIL
         position = np.full(len(frame), -1, np.int64)

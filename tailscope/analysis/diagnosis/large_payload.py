@@ -85,6 +85,11 @@ def detect(ctx: Context) -> list[Finding]:
     ctx.notes["payload_names"] = {
         f.names.index(fd.span_name): fd.confidence for fd in findings if fd.span_name in f.names
     }
+    ctx.notes["payload_names:share"] = {
+        f.names.index(fd.span_name): fd.evidence["stats"]["tail_excess_share"]
+        for fd in findings
+        if fd.span_name in f.names
+    }
     return findings[:2]
 
 

@@ -107,13 +107,18 @@ def detect(ctx: Context) -> list[Finding]:
             "body_mean_latency_ms": ms(reqs.latency[split.body].mean()) if split.body.any() else 0.0,
         }
         # the call's tail is a deadline and a retry, or its payload: part of that finding
+        # (its own, or a payload step inside the callee): what is left of its share once that
+        # finding's is taken out is what the call itself adds
         for note, pattern, why in (
             ("retried_names", "timeout_retry", "a client deadline and a retry"),
             ("payload_names", "large_payload", "the size of what it carries"),
         ):
-            other = ctx.notes.get(note, {}).get(code, 0.0)
+            noted = ctx.notes.get(note, {})
+            mine = [c for c in noted if c == code or _inside(f, c, code)]
+            other = max((noted[c] for c in mine), default=0.0)
             if other >= 0.5 and "part_of" not in stats:
-                confidence = min(confidence, 0.9 * other)
+                explained = sum(ctx.notes.get(note + ":share", {}).get(c, 0.0) for c in mine)
+                confidence = min(strength * material_weight(max(share - explained, 0.0)), 0.9 * other)
                 stats["part_of"] = pattern
                 summary += f" Its tail is {why} (see {pattern})."
         advice = ADVICE.format(where=f"'{name}'", p99=f"{ms(p99):.1f}", p50=f"{ms(p50):.1f}")
@@ -129,3 +134,20 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def _inside(f, inner: int, outer: int) -> bool:
+    """Whether most spans named `inner` run inside a span named `outer` (any ancestor: the payload
+    step of the callee, below the callee's SERVER span, is part of the caller's call)."""
+    if inner == outer:
+        return False
+    spans = np.nonzero(f.name == inner)[0]
+    hit = np.zeros(len(spans), bool)
+    cur = f.parent[spans]
+    for _ in range(12):
+        alive = cur >= 0
+        if not alive.any():
+            break
+        hit[alive] |= f.name[cur[alive]] == outer
+        cur = np.where(alive, f.parent[np.maximum(cur, 0)], -1)
+    return bool(len(spans)) and float(hit.mean()) >= 0.5
