@@ -6,7 +6,7 @@ its method) are told apart by the peer that answered."""
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_services import fan_out_service
+from tests.mechanism_calls import fan_out_service
 
 
 def _conf(result, pattern: str) -> float:
@@ -52,8 +52,32 @@ def test_a_call_slowed_by_a_payload_step_inside_the_callee_is_part_of_large_payl
     """The call's tail is the callee's encoding of large answers: large_payload names the step, and
     the call is not a slow dependency of its own (what is left of its tail once the payload's share is
     taken out is small)."""
-    from tests.mechanism_services import payload_callee_service
+    from tests.mechanism_calls import payload_callee_service
 
     result = diagnose_frame(payload_callee_service(5))
     assert result.findings[0].pattern == "large_payload", _found(result)
     assert _conf(result, "slow_dependency") < 0.5, _found(result)
+
+
+def test_a_service_calling_two_services_in_turn_stays_the_request() -> None:
+    """The longest of the two calls changes from request to request: no single callee is forwarded
+    to, so the request is the search API's (before: split between the embedder's and the index's
+    spans, request by request)."""
+    from tests.mechanism_calls import two_call_service
+
+    frame = two_call_service(6)
+    assert {frame.names[frame.name[r]] for r in frame.requests.root} == {"GET /v1/search"}
+    result = diagnose_frame(frame)
+    assert all(f.confidence < 0.5 for f in result.findings if f.pattern != "compute_bound"), _found(result)
+
+
+def test_transfer_time_that_follows_the_response_size_is_large_payload_not_network() -> None:
+    """The embedder's large answers take 15 ms per MB to come back after its span has ended: the
+    client - server gap grows with rpc.response.size (sizes in two modes: 3 KB and 0.2-4 MB)."""
+    from tests.mechanism_calls import two_call_service
+
+    result = diagnose_frame(two_call_service(6, transfer_ms_per_mb=15.0))
+    top = result.findings[0]
+    assert top.pattern == "large_payload" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["size_attribute"] == "rpc.response.size"
+    assert _conf(result, "network") < 0.5, _found(result)

@@ -26,6 +26,7 @@ from tailscope.analysis.diagnosis.stats import excess_share, tail_split
 from tailscope.analysis.diagnosis.structure import (
     callee_mask,
     containing_parent,
+    distinct_per_owner,
     fan_out_roots,
     work_instances,
     wrapper_spans,
@@ -155,6 +156,11 @@ def _depth_and_ancestors(parent: np.ndarray, is_server: np.ndarray) -> tuple[np.
 
 PROXY_COVERAGE = 0.6  # a root mostly covered by one forwarded call (median) is a proxy tier
 PROXY_TAIL = 0.5  # ... or one whose forwarded call carries most of its tail excess
+PROXY_CALLEE = 0.8  # a root calling several services forwards to one of them in most requests
+
+
+def _mode_share(values: np.ndarray) -> float:
+    return float(np.unique(values, return_counts=True)[1].max() / max(len(values), 1))
 
 
 def _nearest_server_above(parent: np.ndarray, is_server: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -193,6 +199,7 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
         cand, root = servers[ok], above[ok]
         if len(cand) == 0:
             break
+        callees = distinct_per_owner(root, frame.service[cand], len(frame))
         # one forwarded call per root: the longest
         order = np.lexsort((frame.dur[cand], root))
         cand, root = cand[order], root[order]
@@ -209,11 +216,15 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
         call_dur[root] = call
         traced_work = np.zeros(len(frame), bool)  # the callee's own spans are traced: its work is visible
         traced_work[root] = has_children[cand]
+        callee_of = np.full(len(frame), -1, np.int64)
+        callee_of[root] = frame.service[cand]
         proxy = np.zeros(len(groups), bool)
         for g in range(len(groups)):
             members = roots[group_of == g]
             if traced_work[members].mean() < 0.5 or fan_out[members].mean() >= 0.5:
                 continue  # an aggregator's latency is its slowest call, not one callee's: not a proxy
+            if np.median(callees[members]) >= 2 and _mode_share(callee_of[members]) < PROXY_CALLEE:
+                continue  # calls several services in turn, the longest one changing: an orchestrator
             tail_share = excess_share(call_dur[members], tail_split(frame.dur[members]))
             proxy[g] = np.median(coverage[members]) >= PROXY_COVERAGE or tail_share >= PROXY_TAIL
         position = np.full(len(frame), -1, np.int64)

@@ -93,6 +93,12 @@ def detect(ctx: Context) -> list[Finding]:
         # start together on one instance, whichever caller sent them (the wire delays each on its own)
         released = released_together(f, srv[sel], big)
         in_stall = max(in_stall, released)
+        # the part of the large gaps that follows the payload's size is transfer (large_payload's)
+        wire = ctx.notes.get("wire_driven")
+        if wire is not None and big.any():
+            excess = np.maximum(g[big] - p50, 0.0)
+            in_stall = max(in_stall, clamp01(float(np.minimum(wire[cli[sel]][big], excess).sum())
+                                              / max(float(excess.sum()), 1.0)))
         # a subset of clients behind a slow network: the gap per calling instance
         c_inst = f.instance[cli[sel]]
         per_client = np.bincount(c_inst, weights=big, minlength=len(f.instances)) / np.maximum(

@@ -153,3 +153,12 @@ def fan_out_roots(
     side = other & (overlap >= FAN_OVERLAP * np.maximum(dur[calls], 1))
     out[root[side]] = True
     return out
+
+
+def distinct_per_owner(owner: np.ndarray, value: np.ndarray, n: int) -> np.ndarray:
+    """Per span index (0..n-1): how many distinct values its owned items carry (the services a root's
+    forwarded calls reach)."""
+    if len(owner) == 0:
+        return np.zeros(n, np.int64)
+    pairs = np.unique(np.stack([owner, value]), axis=1)
+    return np.bincount(pairs[0], minlength=n)
