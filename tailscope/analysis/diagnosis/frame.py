@@ -371,11 +371,13 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
 
 
 def root_waits(frame: TraceFrame, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(span, start, end) of the longest stretch of each request root or wrapper (among the spans
-    where `inside` is set) that no child covers, for the names where that stretch is a material part
-    of the request (median >= 5 % of the median latency: a wait, not scheduling slack between stages)."""
+    """(span, start, end) of the longest stretch of each request root, wrapper or callee's SERVER span
+    (among the spans where `inside` is set) that no child covers, for the names where that stretch is
+    a material part of the request (median >= 5 % of the median latency: a wait, not scheduling slack
+    between stages). A callee's server holds its own queue as the root does."""
     roots = frame.requests.root if frame.requests is not None else np.zeros(0, np.int64)
-    owners = np.r_[roots[~frame.leaf[roots]], frame.wrappers].astype(np.int64)
+    callees = np.nonzero((frame.kind == KIND_SERVER) & ~frame.leaf & (frame.parent >= 0))[0]
+    owners = np.unique(np.r_[roots[~frame.leaf[roots]], frame.wrappers, callees]).astype(np.int64)
     owner, seg_s, seg_e = self_segments(frame.excl_parent, frame.start, frame.dur, owners[inside[owners]])
     if len(owner) == 0:
         return owner, seg_s, seg_e

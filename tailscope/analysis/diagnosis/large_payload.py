@@ -151,10 +151,29 @@ def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.
         yield key, per_req[f.request[spans]]
 
 
+def forward_inside(ctx: Context) -> np.ndarray:
+    """Per span: the model's forward time inside it (its forward descendants' durations). An input
+    that takes longer to run through the model is compute (compute_bound's per-item cost), not the
+    handling of a payload: a span's payload time is its duration without it."""
+    f = ctx.frame
+    if "forward_inside" not in ctx.notes:
+        out = np.zeros(len(f))
+        fw = np.nonzero(ctx.span_stage_mask("model_forward"))[0]
+        cur, d = f.parent[fw], f.dur[fw].astype(np.float64)
+        for _ in range(32):
+            alive = cur >= 0
+            if not alive.any():
+                break
+            np.add.at(out, cur[alive], d[alive])
+            cur = np.where(alive, f.parent[np.maximum(cur, 0)], -1)
+        ctx.notes["forward_inside"] = out
+    return ctx.notes["forward_inside"]
+
+
 def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Finding | None:
     f = ctx.frame
     spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
-    d = f.dur[spans].astype(np.float64)
+    d = np.maximum(f.dur[spans] - forward_inside(ctx)[spans], 0.0)
     best = None
     for key, v in _sizes(ctx, code, spans, root_sizes):
         ok = np.isfinite(v)

@@ -20,6 +20,7 @@ from tailscope.analysis.diagnosis import (
     network,
     proxy_stalls,
     queueing,
+    quota_stalls,
     shares,
     slow_dependency,
     timeout_retry,
@@ -36,6 +37,7 @@ from tailscope.analysis.diagnosis.model import Context, Finding
 DETECTORS = (
     gc_pause,
     proxy_stalls,
+    quota_stalls,
     timeout_retry,
     large_payload,
     cache_miss,

@@ -1,0 +1,67 @@
+"""Stalls and long jobs on a model server, built from a mechanism for issue 25's rule tests
+(test_diagnosis_stalls.py): a single worker whose job time follows its input's size, the same worker
+under a CPU quota whose stalls end on 100 ms period boundaries, and a paused gateway in front of a
+model whose forward pass varies a little."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
+
+PERIOD_MS = 100.0
+
+
+def quota_stalls(b: TraceBuilder, instances: list[str], until_ms: float, rate: float = 0.06) -> Pauses:
+    """A CPU quota's stalls: in `rate` of the 100 ms periods the quota runs out 10-60 ms before the
+    period ends and the process waits for the next one (each instance has its own period phase)."""
+    out = {}
+    for inst in instances:
+        ends = np.arange(b.rng.uniform(0, PERIOD_MS), until_ms, PERIOD_MS)
+        ends = ends[b.rng.random(len(ends)) < rate]
+        out[inst] = [(e - b.rng.uniform(10.0, 60.0), e) for e in ends]
+    return Pauses(out)
+
+
+def embedder_service(seed: int, behind_api: bool = True, throttled: bool = False):
+    """An embedder (three instances, one worker each: a request waits for the previous one) encodes a
+    text whose length in tokens varies 30-fold; the encode takes 0.03 ms per token, so the longest
+    inputs take 20-40 ms and the requests behind them wait. With `behind_api`, a search API calls the
+    embedder and then a vector index for every request; with `throttled`, the embedder runs under a
+    CPU quota (quota_stalls)."""
+    b = TraceBuilder(seed)
+    embedders = [f"embedder/{i}" for i in range(3)]
+    n, rps = 5000, 120.0
+    stalls = quota_stalls(b, embedders, n / rps * 1000.0 + 5000.0) if throttled else Pauses()
+    free = dict.fromkeys(embedders, 0.0)
+    for t in b.arrivals(n, rps):
+        b.new_trace()
+        api = f"search/{int(b.rng.integers(2))}"
+        emb = embedders[int(b.rng.integers(3))]
+        tokens = int(np.clip(120 * np.exp(b.rng.normal(0.0, 0.8)), 8, 2000))
+        if behind_api:
+            root = b.span(None, "GET /v1/search", "Server", api, t, 0.0)
+            call = b.span(root, "Embed", "Client", api, t + 0.1, 0.0)
+            arrive = t + 0.3
+        else:
+            root = call = None
+            arrive = t
+        start = max(arrive, free[emb])
+        server = b.span(call, "Embed", "Server", emb, arrive, 0.0, embedder__tokens=tokens)
+        cur = start + 0.05
+        for name, work in (("tokenize", 0.2 + 0.002 * tokens), ("encode", 0.5 + 0.03 * tokens)):
+            end = stalls.run(emb, cur, work * lognormal(b.rng, 1.0, 0.08))
+            b.span(server, name, "Internal", emb, cur, end - cur)
+            cur = end + 0.02
+        b.set_end(server, cur + 0.05)
+        free[emb] = cur + 0.05
+        if not behind_api:
+            continue
+        b.set_end(call, cur + 0.3)
+        cur += 0.4
+        work = lognormal(b.rng, 4.0, 0.3)
+        index = b.span(root, "POST", "Client", api, cur, work + 0.6)
+        b.span(index, "POST /points/search", "Server", f"index/{int(b.rng.integers(2))}", cur + 0.3, work)
+        b.set_end(root, cur + work + 0.8)
+    b.stages["encode"] = "model_forward"
+    return b.frame()
