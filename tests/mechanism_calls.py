@@ -110,3 +110,35 @@ def two_call_service(seed: int, slow_index: bool = False, transfer_ms_per_mb: fl
         b.span(root, "merge_results", "Internal", inst, cur, d)
         b.set_end(root, cur + d + 0.05)
     return b.frame()
+
+
+def pool_service(seed: int, slots: int = 2, slow_calls: float = 0.0, rps: float = 120.0):
+    """Each request takes a database connection from a pool of `slots` per instance in 'load_history'
+    (it waits there while all are taken), queries on it, then calls a scoring service (25 ms; 50-150
+    ms more on a `slow_calls` share) and writes its result, and gives the connection back only when
+    the request ends: a connection held across a remote call. Waiters take freed connections one at a
+    time."""
+    b = TraceBuilder(seed)
+    pools = {f"api/{i}": [0.0] * slots for i in range(3)}
+    for t in b.arrivals(4000, rps):
+        b.new_trace()
+        inst = f"api/{int(b.rng.integers(3))}"
+        root = b.span(None, "POST /score", "Server", inst, t, 0.0)
+        cur = t + 0.1
+        pool = pools[inst]
+        k = int(np.argmin(pool))
+        got = max(cur + 0.05, pool[k] + 0.02)  # a freed connection goes to the next waiter at once
+        query = lognormal(b.rng, 3.0, 0.3)
+        load = b.span(root, "load_history", "Internal", inst, cur, got + query + 0.05 - cur)
+        b.span(load, "SELECT history", "Client", inst, got, query, db__system="postgresql")
+        cur = got + query + 0.1
+        work = lognormal(b.rng, 25.0, 0.3) + (b.rng.uniform(50, 150) if b.rng.random() < slow_calls else 0.0)
+        call = b.span(root, "POST", "Client", inst, cur, work + 0.5, server__address="scorer")
+        b.span(call, "POST /v1/score", "Server", f"scorer/{int(b.rng.integers(2))}", cur + 0.2, work)
+        cur += work + 0.6
+        d = lognormal(b.rng, 2.0, 0.2)
+        b.span(root, "INSERT scores", "Client", inst, cur, d, db__system="postgresql")
+        end = cur + d + 0.05
+        b.set_end(root, end)
+        pool[k] = end  # the connection is given back when the request ends
+    return b.frame()
