@@ -65,3 +65,39 @@ def embedder_service(seed: int, behind_api: bool = True, throttled: bool = False
         b.set_end(root, cur + work + 0.8)
     b.stages["encode"] = "model_forward"
     return b.frame()
+
+
+def paused_aggregator(seed: int, gc_events: bool = True, rps: float = 150.0):
+    """An event-loop service (two instances) whose runtime stops for 8-15 ms every 100-300 ms
+    (collections, reported as GC events with their durations where `gc_events`); a request arriving
+    during a pause is accepted when it ends, and what was in flight resumes then. Every request also
+    calls a backend whose calls hang for 40-150 ms 8 % of the time: the backend owns the p99, the
+    pauses slow many requests by less."""
+    b = TraceBuilder(seed)
+    insts = ["bff/0", "bff/1"]
+    until = 4000 / rps * 1000.0 + 2000.0
+    stalls: dict[str, list[tuple[float, float]]] = {}
+    for inst in insts:
+        t, out = b.rng.uniform(0, 500), []
+        while t < until:
+            length = b.rng.uniform(8.0, 15.0)
+            out.append((t, t + length))
+            t += length + b.rng.uniform(100.0, 300.0)
+        stalls[inst] = out
+    pauses = Pauses(stalls)
+    for t in b.arrivals(4000, rps):
+        b.new_trace()
+        inst = insts[int(b.rng.integers(2))]
+        start = pauses.run(inst, t, 0.0)
+        root = b.span(None, "GET /home", "Server", inst, start, 0.0)
+        cur = pauses.run(inst, start + 0.05, 0.3)
+        work = lognormal(b.rng, 6.0, 0.3) + (b.rng.uniform(40.0, 150.0) if b.rng.random() < 0.08 else 0.0)
+        end = pauses.run(inst, cur + work, 0.1)  # the response is read when the loop runs again
+        call = b.span(root, "GET", "Client", inst, cur, end - cur)
+        b.span(call, "GET /items", "Server", f"items/{int(b.rng.integers(2))}", cur + 0.2, work)
+        cur = end + 0.05
+        done = pauses.run(inst, cur, lognormal(b.rng, 2.0, 0.2))
+        b.span(root, "render", "Internal", inst, cur, done - cur)
+        b.set_end(root, done + 0.05)
+    gc = [(inst, a, e) for inst, spans in stalls.items() for a, e in spans] if gc_events else None
+    return b.frame(gc=gc)

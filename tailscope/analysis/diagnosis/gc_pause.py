@@ -37,7 +37,6 @@ from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.long_stalls import (
     long_stalls,
     request_stall_overlap,
-    stall_overlap,
     where_stalled,
     young_excess,
 )
@@ -261,13 +260,13 @@ def detect(ctx: Context) -> list[Finding]:
     event_share = None
     if len(f.gc_time):
         # confirmation: how much of the tail excess the runtime's own pause reports cover
-        ev = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *ctx.reported_pauses)
+        ev = request_stall_overlap(ctx, *ctx.reported_pauses)
         event_share = excess_share(ev, split)
         covered = logistic(event_share, 0.3, 0.08)
         confirm = covered * logistic(ratio, 1.5, 0.15) * penalty
         # The runtime reports its pauses, yet they cover little of the stalls: the process stalled for
         # another reason (CPU starvation, a blocking call holding the interpreter), so trust timing less.
-        reported = REPORTED_CAP * material_weight(event_share)  # see _reported_only
+        reported = REPORTED_CAP * reported_weight(ctx, ev, event_share)  # see _reported_only
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
     if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
@@ -336,6 +335,15 @@ def detect(ctx: Context) -> list[Finding]:
 REPORTED_CAP = 0.9
 
 
+def reported_weight(ctx: Context, overlap: np.ndarray, share: float) -> float:
+    """Weight of the pauses the runtime reports: their share of the tail excess, or, beside a heavier
+    cause (a slow dependency owning the p99), what they add to the mean request over the median
+    latency (0.5 at 6 %: a runtime spending that much of a request's time paused is a cause of its
+    own, not the background of minor collections)."""
+    added = float(overlap.mean() / max(np.median(ctx.frame.requests.latency), 1.0))
+    return max(material_weight(share), logistic(added, 0.06, 0.015))
+
+
 def _reported_only(ctx: Context) -> list[Finding]:
     """A finding from the runtime's own pause reports where timing cannot see the pauses."""
     f = ctx.frame
@@ -344,7 +352,7 @@ def _reported_only(ctx: Context) -> list[Finding]:
     g_inst, g0, g1 = ctx.reported_pauses
     overlap = request_stall_overlap(ctx, g_inst, g0, g1)
     share = excess_share(overlap, ctx.split)
-    confidence = REPORTED_CAP * material_weight(share)
+    confidence = REPORTED_CAP * reported_weight(ctx, overlap, share)
     if confidence < 0.05:
         return []
     split = ctx.split
