@@ -318,7 +318,7 @@ def _section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
 def _slow_mode_in_pauses(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
     """Do most slow-mode spans sit through a process pause (gc_pause's stall episodes, or pauses the
     runtime reported) that covers at least half of their extra time?"""
-    from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+    from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
     f = ctx.frame
     s = spans[slow]

@@ -137,7 +137,7 @@ def detect(ctx: Context) -> list[Finding]:
     stalled = 0.0
     episodes = ctx.notes.get("gc_episodes")
     if episodes is not None:
-        from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+        from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
         ov = np.zeros(len(f))
         ov[fw] = stall_overlap(f.instance[fw], f.start[fw], f.end[fw], *episodes)

@@ -70,21 +70,21 @@ def detect(ctx: Context) -> list[Finding]:
         in_stall = 0.0
         episodes = ctx.notes.get("gc_episodes")
         if episodes is not None and big.any():
-            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+            from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *episodes)
             in_stall = float((ov > 0.5 * g[big]).mean())
         if len(f.gc_time) and big.any():
             # runtime GC events confirm: a pause on the server while the call was in flight
-            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+            from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *ctx.reported_pauses)
             in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
         proxy = ctx.notes.get("proxy_stalls")
         if proxy is not None and big.any():  # a paused caller reads its responses late: not the wire
-            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+            from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
             c_idx = cli[sel][big]
             ov = stall_overlap(f.instance[c_idx], f.start[c_idx], f.end[c_idx], *proxy)
