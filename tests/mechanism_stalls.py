@@ -101,3 +101,28 @@ def paused_aggregator(seed: int, gc_events: bool = True, rps: float = 150.0):
         b.set_end(root, done + 0.05)
     gc = [(inst, a, e) for inst, spans in stalls.items() for a, e in spans] if gc_events else None
     return b.frame(gc=gc)
+
+
+def replicas_added(seed: int):
+    """Three instances serve from before the trace begins; two replicas join a third and half of the
+    way in and stay, their first requests slow in every stage (a model loaded lazily, caches empty:
+    20x at the first request, settling over ~30)."""
+    b = TraceBuilder(seed)
+    n, rps = 6000, 200.0
+    joins = {"api/3": 0.3 * n / rps * 1000.0, "api/4": 0.45 * n / rps * 1000.0}
+    served: dict[str, int] = {}
+    for t in b.arrivals(n, rps):
+        live = ["api/0", "api/1", "api/2"] + [r for r, at in joins.items() if t >= at]
+        inst = live[int(b.rng.integers(len(live)))]
+        k = served.get(inst, 0)
+        served[inst] = k + 1
+        scale = 1.0 + 19.0 * np.exp(-k / 30.0) if inst in joins else 1.0
+        b.new_trace()
+        root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        for name, median in (("featurize", 1.5), ("infer", 8.0)):
+            d = lognormal(b.rng, median, 0.2) * scale
+            b.span(root, name, "Internal", inst, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur + 0.05)
+    return b.frame()

@@ -55,3 +55,15 @@ def test_the_forward_is_weighed_against_the_tail_the_client_sees() -> None:
     assert _conf(paused, "compute_bound") < 0.5, _found(paused)
     calm = diagnose_frame(gateway_service(11, False, forward_stage=True))
     assert _conf(calm, "compute_bound") >= 0.8, _found(calm)
+
+
+def test_replicas_joining_beside_warm_instances_are_a_cold_start() -> None:
+    """Three instances warm all run long, two replicas join mid-run: the first requests of the
+    warm three (not their first ever) fill the early buckets and hid the new ones' warm-up (before:
+    unexplained_tail only). The warm-up is measured on the instances that appear mid-run too."""
+    from tests.mechanism_stalls import replicas_added
+
+    result = diagnose_frame(replicas_added(4))
+    top = result.findings[0]
+    assert top.pattern == "cold_start" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["warmup_requests_per_instance"] >= 30, top.evidence["stats"]
