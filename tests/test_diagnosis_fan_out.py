@@ -30,6 +30,8 @@ def test_the_slow_branch_of_a_fan_out_is_a_slow_dependency_not_a_cache() -> None
     assert result.findings[0].pattern == "slow_dependency", _found(result)
     assert result.findings[0].confidence >= 0.8, _found(result)
     assert _conf(result, "cache_miss") < 0.5, _found(result)
+    # where it acts: the peer whose calls carry the tail, not the aggregator
+    assert result.findings[0].evidence["stats"]["callee_service"] == "inventory"
 
 
 def test_a_healthy_fan_out_raises_nothing() -> None:
@@ -80,4 +82,5 @@ def test_transfer_time_that_follows_the_response_size_is_large_payload_not_netwo
     top = result.findings[0]
     assert top.pattern == "large_payload" and top.confidence >= 0.8, _found(result)
     assert top.evidence["stats"]["size_attribute"] == "rpc.response.size"
+    assert top.evidence["stats"]["callee_service"] == "embedder"
     assert _conf(result, "network") < 0.5, _found(result)

@@ -110,7 +110,10 @@ class TraceFrame:
         if self.attribute_source is None:
             return {}
         if name_code not in self._attribute_cache:
-            self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
+            try:
+                self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
+            except Exception:  # read after its source closed (a frame kept past its reading): none
+                self._attribute_cache[name_code] = {}
         return self._attribute_cache[name_code]
 
     def __len__(self) -> int:

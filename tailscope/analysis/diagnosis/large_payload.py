@@ -151,6 +151,12 @@ def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.
         yield key, per_req[f.request[spans]]
 
 
+def _callee_service(f, spans: np.ndarray) -> str | None:
+    """The service answering the calls (their SERVER children's): the far end of the wire."""
+    child = np.nonzero((f.parent >= 0) & np.isin(f.parent, spans) & (f.service != f.service[spans[0]]))[0]
+    return f.services[int(np.bincount(f.service[child]).argmax())] if len(child) else None
+
+
 def forward_inside(ctx: Context) -> np.ndarray:
     """Per span: the model's forward time inside it (its forward descendants' durations). An input
     that takes longer to run through the model is compute (compute_bound's per-item cost), not the
@@ -225,7 +231,9 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
     summary = (
         f"'{name}' (in {service}) {what} the larger {label} is: strength {rho:.2f}, about "
         f"{slope_text} per {unit} ({key} p10 {q10:,.0f}, p50 {q50:,.0f}, p90 {q90:,.0f}, p99 "
-        f"{q99:,.0f}; the tail requests' median {tail_size:,.0f}); the size-driven part of its time "
+        f"{q99:,.0f}; the tail requests' median {tail_size:,.0f})"
+        + (f" from {_callee_service(f, spans)}" if wire is not None and _callee_service(f, spans) else "")
+        + "; the size-driven part of its time "
         f"carries {share:.0%} of the tail excess (instances: {', '.join(instances)})."
     )
     stats = {
@@ -242,6 +250,7 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         "tail_size_median": tail_size,
         "tail_excess_share": round(share, 3),
         "service": service,
+        "callee_service": _callee_service(f, spans) if wire is not None else None,
         "instances": instances,
     }
     pick = np.nonzero(ok)[0]

@@ -69,8 +69,10 @@ def detect(ctx: Context) -> list[Finding]:
         child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
         child = child[np.isin(f.parent[child], spans)]
         server_share = None
+        callee = None
         if len(child) > 0.5 * len(spans):
             server_share = ctx.share_of(np.isin(np.arange(len(f)), child), f.dur) / max(share, 1e-9)
+            callee = _callee(ctx, child)
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
@@ -85,9 +87,12 @@ def detect(ctx: Context) -> list[Finding]:
                 if server_share is not None
                 else ""
             )
+            + (f"; the calls to {callee[0]} carry most of it ({', '.join(callee[1])})" if callee else "")
             + "."
         )
         stats = {
+            "callee_service": callee[0] if callee else None,
+            "callee_instances": callee[1] if callee else [],
             "p50_ms": ms(p50),
             "p99_ms": ms(p99),
             "p99_over_p50": round(heaviness, 2),
@@ -134,6 +139,20 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
+    """The service (and its instances) whose SERVER spans under the call carry most of its tail
+    excess: where a slow dependency acts (one CLIENT name may reach several peers)."""
+    f = ctx.frame
+    shares = {}
+    for svc in np.unique(f.service[child]).tolist():
+        mine = child[f.service[child] == svc]
+        shares[svc] = ctx.share_of(np.isin(np.arange(len(f)), mine), f.dur)
+    svc = max(shares, key=shares.get)
+    mine = child[f.service[child] == svc]
+    counts = np.bincount(f.instance[mine], minlength=len(f.instances))
+    return f.services[svc], [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
 
 
 def _inside(f, inner: int, outer: int) -> bool:

@@ -72,7 +72,7 @@ def whatif(
         run = resolve_run(conn, run, other_run)
         frame = load_frame(conn, run)
         other = load_frame(conn, other_run) if other_run else None
-    if findings is None:
-        findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(frame, seed=seed).findings]
+        if findings is None:  # the detectors read span attributes as they go: while the source is open
+            findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(frame, seed=seed).findings]
     speedup = measured_speedup(frame, other) if other is not None else None
     return evaluate(frame, findings, seed=seed, speedup=speedup, speedup_from=other_run, **options)
