@@ -30,7 +30,8 @@ class S:
     service: str = "svc"
     status: str = "Unset"
     resource: dict[str, str] = field(default_factory=dict)
-    events: list[tuple[float, str]] = field(default_factory=list)  # (ms from the trace's start, name)
+    # (ms from the trace's start, name) or (ms, name, attributes)
+    events: list[tuple] = field(default_factory=list)
 
 
 def add_trace(cols: SpanColumns, root: S, trace_no: int, offset_ms: float = 0.0, parent: str = "") -> str:
@@ -54,7 +55,8 @@ def add_trace(cols: SpanColumns, root: S, trace_no: int, offset_ms: float = 0.0,
             span_attributes=attrs,
             resource_attributes=span.resource,
             status_code=span.status,
-            events=[(BASE_NS + int((offset_ms + ms) * 1e6), name, {}) for ms, name in span.events],
+            events=[(BASE_NS + int((offset_ms + ev[0]) * 1e6), ev[1], ev[2] if len(ev) > 2 else {})
+                    for ev in span.events],
         )
         for child in span.children:
             walk(child, span_id)

@@ -235,11 +235,14 @@ def autoscaled_service(seed: int):
     return b.frame()
 
 
-def gateway_service(seed: int, gateway_pauses: bool, rps: float = 150.0):
+def gateway_service(seed: int, gateway_pauses: bool, rps: float = 150.0, forward_stage: bool = False):
     """A gateway (two instances) forwards every request to a model server (three instances) that does
     the work. With `gateway_pauses`, the gateway's processes stop for 50-150 ms every ~3 s: whatever a
-    gateway instance must do during a pause (forward, read the response, reply) waits for its end."""
+    gateway instance must do during a pause (forward, read the response, reply) waits for its end.
+    With `forward_stage`, 'infer' is known as the model's forward pass (the stage mapping's)."""
     b = TraceBuilder(seed)
+    if forward_stage:
+        b.stages["infer"] = "model_forward"
     gws = ["gw/0", "gw/1"]
     pauses = planted_pauses(b, gws, 3000.0, (50.0, 150.0), 60_000.0) if gateway_pauses else Pauses()
     pauses_until = 60_000.0 * 150.0 / rps
@@ -287,3 +290,4 @@ def burst_replicas(seed):
         b.set_end(root, cur + 0.05)
         count += 1
     return b.frame()
+

@@ -25,6 +25,15 @@ SIMULATED: dict[str, tuple[str, int, int, dict[str, Any]]] = {
 WINDOWED = {"hand": 50, "burst": 500, "frameworks": 100}
 
 
+# runtime GC pauses as span events, durations under the conventions diagnosis_gc_events.sql reads
+GC_EVENTS = [
+    [(10, "v8js.gc", {"v8js.gc.type": "major", "v8js.gc.duration": "0.0125"})],
+    [(12, "jvm.gc", {"jvm.gc.duration": "0.2"})],
+    [(14, "gc", {"gc.duration_ms": "3.5"}), (60, "python.gc", {"gc.duration_ns": "700000"})],
+    [],
+]
+
+
 def _hand_built() -> list[pa.Table]:
     """Traces whose branches run in parallel or overlap, nest, outlast their parent, or carry an
     explicit stage: every path of the span tree, the sweep included."""
@@ -39,6 +48,7 @@ def _hand_built() -> list[pa.Table]:
                 100 + jitter,
                 kind="Server",
                 attrs={"http.route": "/predict", "http.status_code": "503" if i % 9 == 0 else "200"},
+                events=GC_EVENTS[i % len(GC_EVENTS)],
                 children=[
                     S("feature lookup", 5, 30, kind="Client", attrs={"db.system": "redis"}),
                     S("embed", 20, 45 + jitter),  # overlaps the lookup

@@ -19,6 +19,10 @@ SELECT DISTINCT
     coalesce(
         TRY_CAST(ev.Attributes->>'gc.duration_ns' AS BIGINT),
         CAST(TRY_CAST(ev.Attributes->>'gc.duration_ms' AS DOUBLE) * 1e6 AS BIGINT),
+        -- OpenTelemetry runtime conventions: durations in seconds
+        CAST(TRY_CAST(ev.Attributes->>'v8js.gc.duration' AS DOUBLE) * 1e9 AS BIGINT),
+        CAST(TRY_CAST(ev.Attributes->>'jvm.gc.duration' AS DOUBLE) * 1e9 AS BIGINT),
+        CAST(TRY_CAST(ev.Attributes->>'gc.duration' AS DOUBLE) * 1e9 AS BIGINT),
         0
     ) AS DurationNs
 FROM (

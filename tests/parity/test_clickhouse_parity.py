@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from parity_traces import SIMULATED
 
@@ -205,3 +206,19 @@ def test_framework_phases_reach_the_diagnosis_on_both_engines(stores: tuple[Stor
     assert len(frames["clickhouse"]) == len(frames["duckdb"]) > 0
     assert frames["clickhouse"] == frames["duckdb"]
     assert any(name == "decode" for name, _, _ in frames["clickhouse"])  # a vLLM phase span
+
+
+def test_gc_events_are_read_alike(stores: tuple[Store, ClickHouseStore]) -> None:
+    """Runtime GC pauses reported as span events, their durations in ns, ms or seconds (the
+    OpenTelemetry runtime conventions), read the same from both engines."""
+    from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.source import reading
+
+    frames = []
+    for store in stores:
+        with reading(store) as conn:
+            frame = load_frame(conn, "hand")
+        order = np.lexsort((frame.gc_dur, frame.gc_time))
+        frames.append((frame.gc_time[order].tolist(), frame.gc_dur[order].tolist()))
+    assert frames[0] == frames[1]
+    assert sorted(set(frames[0][1])) == [700_000, 3_500_000, 12_500_000, 200_000_000]

@@ -73,9 +73,13 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
     # child spans present only on one path (e.g. a store lookup made on misses)
     child = np.nonzero((f.parent >= 0) & (pos[np.maximum(f.parent, 0)] >= 0))[0]
     for c in np.unique(f.name[child]):
+        mine = child[f.name[child] == c]
         present = np.zeros(len(spans), bool)
-        present[pos[f.parent[child[f.name[child] == c]]]] = True
-        consider(f"child span '{f.names[int(c)]}'", present, int(c))
+        present[pos[f.parent[mine]]] = True
+        # the callee's SERVER span is the same call seen from the peer that answered (one CLIENT name
+        # for calls to several peers, as HTTP clients name spans by method): which peer, not a miss path
+        callee = float((f.kind[mine] == KIND_SERVER).mean()) > 0.5
+        consider(f"child span '{f.names[int(c)]}'", present, -1 if callee else int(c))
     for key, (idx, values) in ctx.frame.attributes(code).items():
         p = pos[idx]
         ok = p >= 0
@@ -314,7 +318,7 @@ def _section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
 def _slow_mode_in_pauses(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
     """Do most slow-mode spans sit through a process pause (gc_pause's stall episodes, or pauses the
     runtime reported) that covers at least half of their extra time?"""
-    from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+    from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
     f = ctx.frame
     s = spans[slow]

@@ -93,16 +93,29 @@ def detect(ctx: Context) -> list[Finding]:
     cap = int(np.median(per_inst[per_inst >= 40]) // 2)
     edges = np.unique(np.r_[0, np.geomspace(1, max(cap, 2), 24).astype(np.int64)])
     bucket = np.searchsorted(edges, idx, side="right") - 1
-    medians = np.full(len(edges), np.nan)
-    for j in range(len(edges) - 1):
-        m = usable & (bucket == j)
-        if m.sum() >= 3:
-            medians[j] = np.median(lat[m])
-    warm = warmup_length(medians, plateau, edges)
+    # instances that appear mid-run did start then (a restart, a replica added for a burst); those
+    # already serving when the trace begins may have started long before (their first traced requests
+    # are not their first ever) and would hide a warm-up the new ones show
+    first_seen = np.full(len(f.instances), np.inf)
+    np.minimum.at(first_seen, reqs.instance, reqs.start.astype(np.float64))
+    span = float(reqs.start.max() - reqs.start.min())
+    fresh = (first_seen > reqs.start.min() + 0.05 * span)[reqs.instance]
+    warm, only_fresh = 0, False
+    for group in (usable, usable & fresh):
+        if group is not usable and (group & late).sum() < 20:
+            continue
+        medians = np.full(len(edges), np.nan)
+        for j in range(len(edges) - 1):
+            m = group & (bucket == j)
+            if m.sum() >= 3:
+                medians[j] = np.median(lat[m])
+        length = warmup_length(medians, float(np.median(lat[group & late])), edges)
+        if length > warm:
+            warm, only_fresh = length, group is not usable
     warm = min(warm, int(0.3 * cap * 2))
     k_first = max(5, min(50, warm)) if warm else 5
     first = usable & (idx < k_first)
-    early = usable & (idx < max(warm, 1))
+    early = usable & (idx < max(warm, 1)) & (fresh if only_fresh else True)
     if first.sum() < 5 or late.sum() < 20:
         return []
     auc = _auc(lat, first, late, reqs.instance)
@@ -111,10 +124,6 @@ def detect(ctx: Context) -> list[Finding]:
     # an instance already serving when the trace begins may have started long before: its first traced
     # requests are not its first ever. Instances that appear mid-run did start then (a restart, a
     # replica added for a burst): where they alone show the warm-up, judge it on them
-    first_seen = np.full(len(f.instances), np.inf)
-    np.minimum.at(first_seen, reqs.instance, reqs.start.astype(np.float64))
-    span = float(reqs.start.max() - reqs.start.min())
-    fresh = (first_seen > reqs.start.min() + 0.05 * span)[reqs.instance]
     if (first & fresh).sum() >= 10 and (late & fresh).sum() >= 20:
         auc_fresh = _auc(lat, first & fresh, late & fresh, reqs.instance)
         ratio_fresh = float(np.median(lat[first & fresh]) / max(plateau, 1.0))

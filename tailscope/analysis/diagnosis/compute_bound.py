@@ -21,7 +21,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, theil_sen
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split, theil_sen
 
 PATTERN = "compute_bound"
 
@@ -132,12 +132,12 @@ def detect(ctx: Context) -> list[Finding]:
     fw = np.nonzero(fwd)[0]
     waited = f.excl.astype(np.float64)
     waited[fw] = np.maximum(waited[fw] - not_waited_for(f, fw, ctx.notes.get("abandoned_attempts")), 0)
-    share = ctx.share_of(fwd, waited)
+    share = base = ctx.share_of(fwd, waited)
     # time the forward spent frozen in a process-wide pause is the gc_pause finding's, not compute's
     stalled = 0.0
     episodes = ctx.notes.get("gc_episodes")
     if episodes is not None:
-        from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+        from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
         ov = np.zeros(len(f))
         ov[fw] = stall_overlap(f.instance[fw], f.start[fw], f.end[fw], *episodes)
@@ -154,6 +154,13 @@ def detect(ctx: Context) -> list[Finding]:
         warming = ctx.share_of(fwd) - ctx.share_of(fwd, adjusted)
         warming = max(0.0, min(warming, share))
         share -= warming
+    # where a client (a gateway, a load generator) sees each request, its latency is what the user
+    # waits for: time added outside the request (a paused gateway, the wire) can make that tail, and
+    # the forward (less the parts above) is then a smaller part of it
+    client = f.requests.client_latency
+    if np.isfinite(client).mean() >= 0.9 and base > 0:
+        seen = tail_split(np.nan_to_num(client, nan=np.nanmedian(client)))
+        share = min(share, excess_share(ctx.per_request(fwd, waited), seen) * share / base)
     spans = np.nonzero(fwd)[0]
     d = f.dur[spans].astype(np.float64)
     p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))

@@ -99,7 +99,13 @@ def _rayleigh(t: np.ndarray) -> float:
 def split(ctx: Context, finding: Finding, episodes: tuple, gc_covered: float | None) -> list[Finding]:
     """gc_pause's timing finding as the pattern the evidence favours (see the module docstring).
     `gc_covered`: how much of the tail excess the runtime's reported GC pauses cover (None: none
-    reported)."""
+    reported). The findings are left in `ctx.notes["stall_findings"]` (quota_stalls reads them)."""
+    out = _split(ctx, finding, episodes, gc_covered)
+    ctx.notes["stall_findings"] = out
+    return out
+
+
+def _split(ctx: Context, finding: Finding, episodes: tuple, gc_covered: float | None) -> list[Finding]:
     phase = alignment(ctx, *episodes)
     stats = finding.evidence["stats"]
     if phase is None:

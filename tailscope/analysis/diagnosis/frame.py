@@ -26,6 +26,8 @@ from tailscope.analysis.diagnosis.stats import excess_share, tail_split
 from tailscope.analysis.diagnosis.structure import (
     callee_mask,
     containing_parent,
+    distinct_per_owner,
+    fan_out_roots,
     work_instances,
     wrapper_spans,
 )
@@ -111,7 +113,10 @@ class TraceFrame:
         if self.attribute_source is None:
             return {}
         if name_code not in self._attribute_cache:
-            self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
+            try:
+                self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
+            except Exception:  # read after its source closed (a frame kept past its reading): none
+                self._attribute_cache[name_code] = {}
         return self._attribute_cache[name_code]
 
     def __len__(self) -> int:
@@ -157,6 +162,11 @@ def _depth_and_ancestors(parent: np.ndarray, is_server: np.ndarray) -> tuple[np.
 
 PROXY_COVERAGE = 0.6  # a root mostly covered by one forwarded call (median) is a proxy tier
 PROXY_TAIL = 0.5  # ... or one whose forwarded call carries most of its tail excess
+PROXY_CALLEE = 0.8  # a root calling several services forwards to one of them in most requests
+
+
+def _mode_share(values: np.ndarray) -> float:
+    return float(np.unique(values, return_counts=True)[1].max() / max(len(values), 1))
 
 
 def _nearest_server_above(parent: np.ndarray, is_server: np.ndarray, spans: np.ndarray) -> np.ndarray:
@@ -188,11 +198,14 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
     has_children = np.bincount(parent[parent >= 0], minlength=len(frame)) > 0
     moved_all = []
     for _ in range(4):  # a gateway in front of a router in front of the model server, at most
+        fan_out = fan_out_roots(parent, frame.kind, frame.service, frame.start, frame.dur, is_root,
+                                KIND_SERVER, KIND_CLIENT)
         ok = (above >= 0) & via_client
         ok[ok] = is_root[above[ok]] & (frame.service[servers[ok]] != frame.service[above[ok]])
         cand, root = servers[ok], above[ok]
         if len(cand) == 0:
             break
+        callees = distinct_per_owner(root, frame.service[cand], len(frame))
         # one forwarded call per root: the longest
         order = np.lexsort((frame.dur[cand], root))
         cand, root = cand[order], root[order]
@@ -209,11 +222,15 @@ def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray)
         call_dur[root] = call
         traced_work = np.zeros(len(frame), bool)  # the callee's own spans are traced: its work is visible
         traced_work[root] = has_children[cand]
+        callee_of = np.full(len(frame), -1, np.int64)
+        callee_of[root] = frame.service[cand]
         proxy = np.zeros(len(groups), bool)
         for g in range(len(groups)):
             members = roots[group_of == g]
-            if traced_work[members].mean() < 0.5:
-                continue
+            if traced_work[members].mean() < 0.5 or fan_out[members].mean() >= 0.5:
+                continue  # an aggregator's latency is its slowest call, not one callee's: not a proxy
+            if np.median(callees[members]) >= 2 and _mode_share(callee_of[members]) < PROXY_CALLEE:
+                continue  # calls several services in turn, the longest one changing: an orchestrator
             tail_share = excess_share(call_dur[members], tail_split(frame.dur[members]))
             proxy[g] = np.median(coverage[members]) >= PROXY_COVERAGE or tail_share >= PROXY_TAIL
         position = np.full(len(frame), -1, np.int64)
@@ -360,11 +377,13 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
 
 
 def root_waits(frame: TraceFrame, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(span, start, end) of the longest stretch of each request root or wrapper (among the spans
-    where `inside` is set) that no child covers, for the names where that stretch is a material part
-    of the request (median >= 5 % of the median latency: a wait, not scheduling slack between stages)."""
+    """(span, start, end) of the longest stretch of each request root, wrapper or callee's SERVER span
+    (among the spans where `inside` is set) that no child covers, for the names where that stretch is
+    a material part of the request (median >= 5 % of the median latency: a wait, not scheduling slack
+    between stages). A callee's server holds its own queue as the root does."""
     roots = frame.requests.root if frame.requests is not None else np.zeros(0, np.int64)
-    owners = np.r_[roots[~frame.leaf[roots]], frame.wrappers].astype(np.int64)
+    callees = np.nonzero((frame.kind == KIND_SERVER) & ~frame.leaf & (frame.parent >= 0))[0]
+    owners = np.unique(np.r_[roots[~frame.leaf[roots]], frame.wrappers, callees]).astype(np.int64)
     owner, seg_s, seg_e = self_segments(frame.excl_parent, frame.start, frame.dur, owners[inside[owners]])
     if len(owner) == 0:
         return owner, seg_s, seg_e

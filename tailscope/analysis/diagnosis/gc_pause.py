@@ -34,8 +34,15 @@ import numpy as np
 
 from tailscope.analysis.diagnosis import cpu_throttling
 from tailscope.analysis.diagnosis.frame import root_waits
-from tailscope.analysis.diagnosis.long_stalls import long_stalls, stall_overlap, where_stalled, young_excess
+from tailscope.analysis.diagnosis.long_stalls import (
+    long_stalls,
+    request_stall_overlap,
+    where_stalled,
+    young_excess,
+)
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.size_explained import size_explained
+from tailscope.analysis.diagnosis.stall_chart import stall_chart
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
 PATTERN = "gc_pause"
@@ -112,6 +119,7 @@ def detect(ctx: Context) -> list[Finding]:
     nm, t_s, t_e, inst = nm[keep], t_s[keep], t_e[keep], inst[keep]
     slow = slow_flags(ctx, nm, t_e - t_s, n_codes)
     chart_spans = spans[keep[: len(spans)]]  # the leaves come first in the arrays above
+    slow[: len(chart_spans)] &= ~size_explained(ctx, chart_spans, slow[: len(chart_spans)])  # not stretched
 
     run_len = int(f.end.max())
     n_inst = int(f.instance.max()) + 1
@@ -189,7 +197,7 @@ def detect(ctx: Context) -> list[Finding]:
     pause_ms = float(np.median(ep_t1 - ep_t0)) / 1e6
 
     # how much stall time each request sat through (on its own instance)
-    overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, ep_inst, ep_t0, ep_t1)
+    overlap = request_stall_overlap(ctx, ep_inst, ep_t0, ep_t1)
     hit = overlap > 0
     split = ctx.split
     tail_hit = float(hit[split.tail].mean()) if split.tail.any() else 0.0
@@ -252,13 +260,13 @@ def detect(ctx: Context) -> list[Finding]:
     event_share = None
     if len(f.gc_time):
         # confirmation: how much of the tail excess the runtime's own pause reports cover
-        ev = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *ctx.reported_pauses)
+        ev = request_stall_overlap(ctx, *ctx.reported_pauses)
         event_share = excess_share(ev, split)
         covered = logistic(event_share, 0.3, 0.08)
         confirm = covered * logistic(ratio, 1.5, 0.15) * penalty
         # The runtime reports its pauses, yet they cover little of the stalls: the process stalled for
         # another reason (CPU starvation, a blocking call holding the interpreter), so trust timing less.
-        reported = REPORTED_CAP * material_weight(event_share)  # see _reported_only
+        reported = REPORTED_CAP * reported_weight(ctx, ev, event_share)  # see _reported_only
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
     if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
@@ -316,7 +324,7 @@ def detect(ctx: Context) -> list[Finding]:
         evidence={
             "summary": summary,
             "stats": stats,
-            "chart": _chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
+            "chart": stall_chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
         },
         advice=ADVICE,
     )
@@ -324,41 +332,16 @@ def detect(ctx: Context) -> list[Finding]:
     return cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
 
 
-def _chart(ctx: Context, spans, slow, ep_inst, ep_t0, ep_t1) -> dict:
-    """Stall timeline: leaf spans of the requests around the longest episode, one row per request."""
-    f = ctx.frame
-    k = int(np.argmax(ep_t1 - ep_t0))
-    inst, t0, t1 = int(ep_inst[k]), int(ep_t0[k]), int(ep_t1[k])
-    pad = max(t1 - t0, 20_000_000)
-    lo, hi = t0 - pad, t1 + pad
-    reqs = f.requests
-    near = np.nonzero((reqs.instance == inst) & (reqs.start < hi) & (reqs.start + reqs.latency > lo))[0]
-    # The 60 requests nearest the stall (those overlapping it first), drawn in start order.
-    gap = np.maximum(np.maximum(t0 - (reqs.start[near] + reqs.latency[near]), reqs.start[near] - t1), 0)
-    sel_req = np.sort(near[np.argsort(gap, kind="stable")[:60]])
-    in_window = (ep_inst == inst) & (ep_t0 < hi) & (ep_t1 > lo)
-    row_of = np.full(len(reqs), -1)
-    row_of[sel_req] = np.arange(len(sel_req))
-    r = f.request[spans]
-    keep = (r >= 0) & (row_of[np.maximum(r, 0)] >= 0)
-    s = spans[keep]
-    return {
-        "kind": "stall_timeline",
-        "row": row_of[f.request[s]].tolist(),
-        "start_ms": ((f.start[s] - lo) / 1e6).round(3).tolist(),
-        "end_ms": ((f.end[s] - lo) / 1e6).round(3).tolist(),
-        "name": [f.names[c] for c in f.name[s]],
-        "slow": slow[keep].tolist(),
-        "stall_ms": [round((t0 - lo) / 1e6, 3), round((t1 - lo) / 1e6, 3)],
-        "stalls_ms": [
-            [round((a - lo) / 1e6, 3), round((b - lo) / 1e6, 3)]
-            for a, b in zip(ep_t0[in_window], ep_t1[in_window], strict=True)
-        ],
-        "instance": f.instances[inst],
-    }
-
-
 REPORTED_CAP = 0.9
+
+
+def reported_weight(ctx: Context, overlap: np.ndarray, share: float) -> float:
+    """Weight of the pauses the runtime reports: their share of the tail excess, or, beside a heavier
+    cause (a slow dependency owning the p99), what they add to the mean request over the median
+    latency (0.5 at 6 %: a runtime spending that much of a request's time paused is a cause of its
+    own, not the background of minor collections)."""
+    added = float(overlap.mean() / max(np.median(ctx.frame.requests.latency), 1.0))
+    return max(material_weight(share), logistic(added, 0.06, 0.015))
 
 
 def _reported_only(ctx: Context) -> list[Finding]:
@@ -366,11 +349,10 @@ def _reported_only(ctx: Context) -> list[Finding]:
     f = ctx.frame
     if not len(f.gc_time):
         return []
-    reqs = f.requests
     g_inst, g0, g1 = ctx.reported_pauses
-    overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, g_inst, g0, g1)
+    overlap = request_stall_overlap(ctx, g_inst, g0, g1)
     share = excess_share(overlap, ctx.split)
-    confidence = REPORTED_CAP * material_weight(share)
+    confidence = REPORTED_CAP * reported_weight(ctx, overlap, share)
     if confidence < 0.05:
         return []
     split = ctx.split
@@ -395,6 +377,6 @@ def _reported_only(ctx: Context) -> list[Finding]:
     )
     spans = np.nonzero(f.leaf & (f.request >= 0))[0]
     slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
-    chart = _chart(ctx, spans, slow, g_inst[long], g0[long], g1[long])
+    chart = stall_chart(ctx, spans, slow, g_inst[long], g0[long], g1[long])
     evidence = {"summary": summary, "stats": stats, "chart": chart}
     return [Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)]

@@ -13,7 +13,8 @@ Statistic: Spearman rho between the size and the stage's duration (>= 0.5 to be 
 Theil-Sen slope (time per unit of size), and the size-driven part of each request's time
 (slope x (size - median size)) as a share of the tail excess. Confidence = strength of rho x the
 material weight of that share. A call whose tail is its payload makes slow_dependency on it part of
-this finding.
+this finding. A call whose time on the wire (client - server gap) follows a size is judged the same
+way in payload_wire.py, and the network detector leaves that part of its gaps to this finding.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.attributes import numeric_attributes
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.payload_wire import wire_candidates
 from tailscope.analysis.diagnosis.stats import (
     clamp01,
     excess_share,
@@ -81,9 +83,20 @@ def detect(ctx: Context) -> list[Finding]:
         finding = _judge(ctx, code, root_sizes)
         if finding is not None:
             findings.append(finding)
+    for wire in wire_candidates(ctx, root_sizes if root_sizes is not None else _root_sizes(ctx), _sizes):
+        if wire["confidence"] >= 0.05:
+            findings.append(_finding(
+                ctx, wire["code"], wire["spans"], wire["key"], wire["strength"], wire["slope"],
+                wire["intercept"], wire["v"], wire["share"], wire["confidence"], wire["gap"],
+            ))
     findings.sort(key=lambda x: -x.confidence)
     ctx.notes["payload_names"] = {
         f.names.index(fd.span_name): fd.confidence for fd in findings if fd.span_name in f.names
+    }
+    ctx.notes["payload_names:share"] = {
+        f.names.index(fd.span_name): fd.evidence["stats"]["tail_excess_share"]
+        for fd in findings
+        if fd.span_name in f.names
     }
     return findings[:2]
 
@@ -138,10 +151,35 @@ def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.
         yield key, per_req[f.request[spans]]
 
 
+def _callee_service(f, spans: np.ndarray) -> str | None:
+    """The service answering the calls (their SERVER children's): the far end of the wire."""
+    child = np.nonzero((f.parent >= 0) & np.isin(f.parent, spans) & (f.service != f.service[spans[0]]))[0]
+    return f.services[int(np.bincount(f.service[child]).argmax())] if len(child) else None
+
+
+def forward_inside(ctx: Context) -> np.ndarray:
+    """Per span: the model's forward time inside it (its forward descendants' durations). An input
+    that takes longer to run through the model is compute (compute_bound's per-item cost), not the
+    handling of a payload: a span's payload time is its duration without it."""
+    f = ctx.frame
+    if "forward_inside" not in ctx.notes:
+        out = np.zeros(len(f))
+        fw = np.nonzero(ctx.span_stage_mask("model_forward"))[0]
+        cur, d = f.parent[fw], f.dur[fw].astype(np.float64)
+        for _ in range(32):
+            alive = cur >= 0
+            if not alive.any():
+                break
+            np.add.at(out, cur[alive], d[alive])
+            cur = np.where(alive, f.parent[np.maximum(cur, 0)], -1)
+        ctx.notes["forward_inside"] = out
+    return ctx.notes["forward_inside"]
+
+
 def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Finding | None:
     f = ctx.frame
     spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
-    d = f.dur[spans].astype(np.float64)
+    d = np.maximum(f.dur[spans] - forward_inside(ctx)[spans], 0.0)
     best = None
     for key, v in _sizes(ctx, code, spans, root_sizes):
         ok = np.isfinite(v)
@@ -169,10 +207,11 @@ def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Findin
     return _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence)
 
 
-def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence) -> Finding:
+def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, wire=None) -> Finding:
+    """`wire`: the call's time outside its callee's span, where that is what grows (payload_wire)."""
     f = ctx.frame
     ok = np.isfinite(v)
-    d = f.dur[spans].astype(np.float64)
+    d = f.dur[spans].astype(np.float64) if wire is None else wire
     on_root = key.startswith(ROOT_PREFIX)
     key = key.removeprefix(ROOT_PREFIX)
     label = f"{key} (on the request's root span)" if on_root else key
@@ -188,15 +227,19 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence)
     service = f.services[int(np.bincount(f.service[spans]).argmax())]
     inst_counts = np.bincount(f.instance[spans], minlength=len(f.instances))
     instances = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
+    what = "takes longer" if wire is None else "spends longer on the wire (outside the callee's span)"
     summary = (
-        f"'{name}' (in {service}) takes longer the larger {label} is: Spearman {rho:.2f}, about "
+        f"'{name}' (in {service}) {what} the larger {label} is: strength {rho:.2f}, about "
         f"{slope_text} per {unit} ({key} p10 {q10:,.0f}, p50 {q50:,.0f}, p90 {q90:,.0f}, p99 "
-        f"{q99:,.0f}; the tail requests' median {tail_size:,.0f}); the size-driven part of its time "
+        f"{q99:,.0f}; the tail requests' median {tail_size:,.0f})"
+        + (f" from {_callee_service(f, spans)}" if wire is not None and _callee_service(f, spans) else "")
+        + "; the size-driven part of its time "
         f"carries {share:.0%} of the tail excess (instances: {', '.join(instances)})."
     )
     stats = {
         "size_attribute": key,
         "size_on": "request root" if on_root else "span",
+        "time": "duration" if wire is None else "client - server gap (transfer)",
         "spearman": round(rho, 3),
         "ms_per_unit": slope / 1e6,
         "ms_per_" + ("mb" if bytes_like else "1000" if unit_value == 1000 else "unit"): round(
@@ -207,6 +250,7 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence)
         "tail_size_median": tail_size,
         "tail_excess_share": round(share, 3),
         "service": service,
+        "callee_service": _callee_service(f, spans) if wire is not None else None,
         "instances": instances,
     }
     pick = np.nonzero(ok)[0]

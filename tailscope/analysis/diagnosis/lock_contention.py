@@ -37,6 +37,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.slot_handoff import handoff_share
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman, theil_sen
 from tailscope.vocabulary import ALL_STAGES
 
@@ -185,7 +186,15 @@ def detect(ctx: Context) -> list[Finding]:
         material = max(
             logistic(tail_wait, 0.2, 0.06), logistic(explained, 0.15, 0.05) * logistic(tail_wait, 0.06, 0.02)
         )
-        confidence = strength * weight * material * fit.serial
+        # waits that end by a one-at-a-time hand-off of a freed slot: a pool's (or a mutex's) own
+        # signature, whose holders complete closer together than one mutex's (slot_handoff.py)
+        handoff = handoff_share(ctx, spans)
+        one_by_one = 0.0 if np.isnan(handoff) else logistic(handoff, 0.5, 0.1)
+        confidence = strength * weight * material * max(fit.serial, one_by_one)
+        # beside a heavier cause a proven slot wait carries little of the tail excess yet slows many
+        # requests: what the waits add to the mean request, over the median latency (as gc_pause's)
+        added = float(values.sum() / ctx.n_requests / max(np.median(f.requests.latency), 1.0))
+        confidence = max(confidence, 0.9 * strength * one_by_one * logistic(added, 0.03, 0.01))
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
         summary = (
@@ -206,6 +215,8 @@ def detect(ctx: Context) -> list[Finding]:
             "tail_excess_share": round(share, 3),
             "spans": len(spans),
             "close_completions": round(fit.close, 3),
+            "waits_ended_by_handoff": None if np.isnan(handoff) else round(handoff, 3),
+            "wait_added_over_median": round(added, 4),
             "cohorts": fit.cohorts,
         }
         pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)

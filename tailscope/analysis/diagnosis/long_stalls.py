@@ -30,6 +30,32 @@ def stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     return out
 
 
+def request_stall_overlap(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
+    """Per request: the stall time it sat through on every instance it ran on. On its own instance
+    that is the stall time inside the request; on a callee's instance (a service it called, a worker
+    behind a queue), the stall time inside the span of the request's spans there: a paused callee
+    holds the caller's request as long as its own."""
+    f, reqs = ctx.frame, ctx.frame.requests
+    out = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, ep_inst, ep_t0, ep_t1)
+    if len(ep_inst) == 0:
+        return out
+    inside = np.nonzero(f.request >= 0)[0]
+    away = inside[f.instance[inside] != reqs.instance[f.request[inside]]]
+    away = away[np.isin(f.instance[away], np.unique(ep_inst))]
+    if len(away) == 0:
+        return out
+    key = f.request[away].astype(np.int64) * (len(f.instances) + 1) + f.instance[away]
+    order = np.argsort(key, kind="stable")
+    key, away = key[order], away[order]
+    first = np.r_[0, np.nonzero(key[1:] != key[:-1])[0] + 1]
+    t0 = np.minimum.reduceat(f.start[away], first)
+    t1 = np.maximum.reduceat(f.end[away], first)
+    inst = f.instance[away[first]]
+    extra = stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1)
+    np.add.at(out, f.request[away[first]], extra)
+    return np.minimum(out, reqs.latency.astype(np.float64))
+
+
 def quiet_gaps(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     """Per episode: the longest stretch inside it in which its process finished no work (ns). A
     paused process finishes nothing for as long as the pause lasts; a long co-slow stretch in which
@@ -87,7 +113,7 @@ def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, floa
     if not long.any():
         return 0.0, 0.0, 0.0
     args = (ep_inst[long], ep_t0[long], ep_t1[long])
-    overlap = stall_overlap(reqs.instance, reqs.start, reqs.start + reqs.latency, *args)
+    overlap = request_stall_overlap(ctx, *args)
     hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
     return excess_share(overlap, split), hit, float(overlap.mean() / max(median, 1.0))
 

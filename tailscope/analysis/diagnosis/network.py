@@ -70,21 +70,21 @@ def detect(ctx: Context) -> list[Finding]:
         in_stall = 0.0
         episodes = ctx.notes.get("gc_episodes")
         if episodes is not None and big.any():
-            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+            from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *episodes)
             in_stall = float((ov > 0.5 * g[big]).mean())
         if len(f.gc_time) and big.any():
             # runtime GC events confirm: a pause on the server while the call was in flight
-            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+            from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *ctx.reported_pauses)
             in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
         proxy = ctx.notes.get("proxy_stalls")
         if proxy is not None and big.any():  # a paused caller reads its responses late: not the wire
-            from tailscope.analysis.diagnosis.gc_pause import stall_overlap
+            from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
             c_idx = cli[sel][big]
             ov = stall_overlap(f.instance[c_idx], f.start[c_idx], f.end[c_idx], *proxy)
@@ -93,6 +93,12 @@ def detect(ctx: Context) -> list[Finding]:
         # start together on one instance, whichever caller sent them (the wire delays each on its own)
         released = released_together(f, srv[sel], big)
         in_stall = max(in_stall, released)
+        # the part of the large gaps that follows the payload's size is transfer (large_payload's)
+        wire = ctx.notes.get("wire_driven")
+        if wire is not None and big.any():
+            excess = np.maximum(g[big] - p50, 0.0)
+            in_stall = max(in_stall, clamp01(float(np.minimum(wire[cli[sel]][big], excess).sum())
+                                              / max(float(excess.sum()), 1.0)))
         # a subset of clients behind a slow network: the gap per calling instance
         c_inst = f.instance[cli[sel]]
         per_client = np.bincount(c_inst, weights=big, minlength=len(f.instances)) / np.maximum(

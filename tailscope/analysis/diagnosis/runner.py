@@ -20,6 +20,7 @@ from tailscope.analysis.diagnosis import (
     network,
     proxy_stalls,
     queueing,
+    quota_stalls,
     shares,
     slow_dependency,
     timeout_retry,
@@ -37,6 +38,7 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 DETECTORS = (
     gc_pause,
     proxy_stalls,
+    quota_stalls,
     timeout_retry,
     large_payload,
     cache_miss,

@@ -69,8 +69,10 @@ def detect(ctx: Context) -> list[Finding]:
         child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
         child = child[np.isin(f.parent[child], spans)]
         server_share = None
+        callee = None
         if len(child) > 0.5 * len(spans):
             server_share = ctx.share_of(np.isin(np.arange(len(f)), child), f.dur) / max(share, 1e-9)
+            callee = _callee(ctx, child)
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
@@ -85,9 +87,12 @@ def detect(ctx: Context) -> list[Finding]:
                 if server_share is not None
                 else ""
             )
+            + (f"; the calls to {callee[0]} carry most of it ({', '.join(callee[1])})" if callee else "")
             + "."
         )
         stats = {
+            "callee_service": callee[0] if callee else None,
+            "callee_instances": callee[1] if callee else [],
             "p50_ms": ms(p50),
             "p99_ms": ms(p99),
             "p99_over_p50": round(heaviness, 2),
@@ -107,13 +112,18 @@ def detect(ctx: Context) -> list[Finding]:
             "body_mean_latency_ms": ms(reqs.latency[split.body].mean()) if split.body.any() else 0.0,
         }
         # the call's tail is a deadline and a retry, or its payload: part of that finding
+        # (its own, or a payload step inside the callee): what is left of its share once that
+        # finding's is taken out is what the call itself adds
         for note, pattern, why in (
             ("retried_names", "timeout_retry", "a client deadline and a retry"),
             ("payload_names", "large_payload", "the size of what it carries"),
         ):
-            other = ctx.notes.get(note, {}).get(code, 0.0)
+            noted = ctx.notes.get(note, {})
+            mine = [c for c in noted if c == code or _inside(f, c, code)]
+            other = max((noted[c] for c in mine), default=0.0)
             if other >= 0.5 and "part_of" not in stats:
-                confidence = min(confidence, 0.9 * other)
+                explained = sum(ctx.notes.get(note + ":share", {}).get(c, 0.0) for c in mine)
+                confidence = min(strength * material_weight(max(share - explained, 0.0)), 0.9 * other)
                 stats["part_of"] = pattern
                 summary += f" Its tail is {why} (see {pattern})."
         advice = ADVICE.format(where=f"'{name}'", p99=f"{ms(p99):.1f}", p50=f"{ms(p50):.1f}")
@@ -129,3 +139,34 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
+    """The service (and its instances) whose SERVER spans under the call carry most of its tail
+    excess: where a slow dependency acts (one CLIENT name may reach several peers)."""
+    f = ctx.frame
+    shares = {}
+    for svc in np.unique(f.service[child]).tolist():
+        mine = child[f.service[child] == svc]
+        shares[svc] = ctx.share_of(np.isin(np.arange(len(f)), mine), f.dur)
+    svc = max(shares, key=shares.get)
+    mine = child[f.service[child] == svc]
+    counts = np.bincount(f.instance[mine], minlength=len(f.instances))
+    return f.services[svc], [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+
+
+def _inside(f, inner: int, outer: int) -> bool:
+    """Whether most spans named `inner` run inside a span named `outer` (any ancestor: the payload
+    step of the callee, below the callee's SERVER span, is part of the caller's call)."""
+    if inner == outer:
+        return False
+    spans = np.nonzero(f.name == inner)[0]
+    hit = np.zeros(len(spans), bool)
+    cur = f.parent[spans]
+    for _ in range(12):
+        alive = cur >= 0
+        if not alive.any():
+            break
+        hit[alive] |= f.name[cur[alive]] == outer
+        cur = np.where(alive, f.parent[np.maximum(cur, 0)], -1)
+    return bool(len(spans)) and float(hit.mean()) >= 0.5

@@ -99,3 +99,66 @@ def wrapper_spans(
         if np.median(cover[mine]) >= WRAPS:
             out.append(cand[mine])
     return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+FAN_OVERLAP = 0.5  # a call side by side with the longest: at least half of it runs during the longest
+
+
+def fan_out_roots(
+    parent: np.ndarray, kind: np.ndarray, service: np.ndarray, start: np.ndarray, dur: np.ndarray,
+    is_root: np.ndarray, kind_server: int, kind_client: int,
+) -> np.ndarray:
+    """Per span: whether it is a request root that calls two services side by side (an aggregator: its
+    latency is the slowest of several calls, not one callee's time). The root's outermost CLIENT calls
+    (none between them and the root but non-call spans) are compared with the longest of them: another
+    one, to another service (its SERVER child's, where traced), that runs at least half of its time
+    during the longest makes the root a fan-out. Calls one after the other (a retry, an auth check
+    then the forward) do not."""
+    n = len(parent)
+    out = np.zeros(n, bool)
+    is_client = kind == kind_client
+    calls = np.nonzero(is_client & (parent >= 0))[0]
+    if len(calls) < 2:
+        return out
+    stop = (kind == kind_server) | is_client
+    holder = np.full(len(calls), -1, np.int64)  # nearest SERVER or CLIENT ancestor of each call
+    cur = parent[calls].copy()
+    todo = np.arange(len(calls))
+    for _ in range(256):
+        todo = todo[cur[todo] >= 0]
+        if len(todo) == 0:
+            break
+        hit = stop[cur[todo]]
+        holder[todo[hit]] = cur[todo[hit]]
+        todo = todo[~hit]
+        cur[todo] = parent[cur[todo]]
+    keep = holder >= 0
+    keep[keep] = is_root[holder[keep]]
+    calls, root = calls[keep], holder[keep]
+    if len(calls) < 2:
+        return out
+    callee = np.full(n, -1, np.int64)  # the service a call reaches (-1: not traced)
+    servers = np.nonzero((kind == kind_server) & (parent >= 0))[0]
+    servers = servers[is_client[parent[servers]]]
+    callee[parent[servers]] = service[servers]
+    order = np.lexsort((dur[calls], root))
+    calls, root = calls[order], root[order]
+    last = np.r_[root[1:] != root[:-1], True]
+    longest = np.full(n, -1, np.int64)
+    longest[root[last]] = calls[last]
+    big = longest[root]
+    end = start + dur
+    overlap = np.minimum(end[calls], end[big]) - np.maximum(start[calls], start[big])
+    other = (calls != big) & ((callee[calls] != callee[big]) | (callee[calls] < 0))
+    side = other & (overlap >= FAN_OVERLAP * np.maximum(dur[calls], 1))
+    out[root[side]] = True
+    return out
+
+
+def distinct_per_owner(owner: np.ndarray, value: np.ndarray, n: int) -> np.ndarray:
+    """Per span index (0..n-1): how many distinct values its owned items carry (the services a root's
+    forwarded calls reach)."""
+    if len(owner) == 0:
+        return np.zeros(n, np.int64)
+    pairs = np.unique(np.stack([owner, value]), axis=1)
+    return np.bincount(pairs[0], minlength=n)

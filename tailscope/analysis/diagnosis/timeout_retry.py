@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.attributes import error_flags
+from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
@@ -45,15 +46,26 @@ ADVICE = (
 )
 
 
+def call_group(f) -> np.ndarray:
+    """Per span: its parent and the peer that answered it (the service of its SERVER child, where
+    traced) in one key. A retry is the same call to the same peer again; calls of one name to several
+    peers (HTTP clients name a span by its method) under one parent are a fan-out, one per peer."""
+    peer = np.full(len(f), -1, np.int64)
+    child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
+    peer[f.parent[child]] = f.service[child]
+    return f.parent.astype(np.int64) * (len(f.services) + 1) + peer + 1
+
+
 def retry_groups(ctx: Context, code: int) -> dict | None:
     """The repeated calls of a span name under one parent: first and second attempt per parent."""
     f = ctx.frame
     spans = np.nonzero((f.name == code) & (f.request >= 0) & (f.parent >= 0))[0]
     if len(spans) < 50:
         return None
-    order = np.lexsort((f.start[spans], f.parent[spans]))
+    key = call_group(f)
+    order = np.lexsort((f.start[spans], key[spans]))
     s = spans[order]
-    p = f.parent[s]
+    p = key[s]
     first_of = np.r_[True, p[1:] != p[:-1]]
     second = np.nonzero(~first_of & np.r_[False, first_of[:-1]])[0]  # the second span under a parent
     if len(second) < MIN_RETRIED:
@@ -81,7 +93,7 @@ def _repeated_names(ctx: Context) -> list[int]:
     spans = np.nonzero((f.request >= 0) & (f.parent >= 0))[0]
     if len(spans) < 2:
         return []
-    name, parent = f.name[spans], f.parent[spans]
+    name, parent = f.name[spans], call_group(f)[spans]
     order = np.lexsort((parent, name))
     name, parent = name[order], parent[order]
     second = (name[1:] == name[:-1]) & (parent[1:] == parent[:-1])
@@ -101,6 +113,9 @@ def detect(ctx: Context) -> list[Finding]:
     findings.sort(key=lambda x: -x.confidence)
     if findings:
         ctx.notes["retried_names"] = {fd.evidence["stats"]["span_code"]: fd.confidence for fd in findings}
+        ctx.notes["retried_names:share"] = {
+            fd.evidence["stats"]["span_code"]: fd.evidence["stats"]["tail_excess_share"] for fd in findings
+        }
         # the attempts the caller gave up on: their time (and their callees') is this finding's
         given_up = [fd.evidence["stats"]["abandoned"] for fd in findings]
         ctx.notes["abandoned_attempts"] = np.concatenate(given_up)

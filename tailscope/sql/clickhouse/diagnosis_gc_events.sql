@@ -18,6 +18,10 @@ SELECT DISTINCT
     toUnixTimestamp64Nano(ev_time) AS TimeNs,
     coalesce(toInt64OrNull(ev_attributes['gc.duration_ns']),
              toInt64(round(toFloat64OrNull(ev_attributes['gc.duration_ms']) * 1e6)),
+             -- OpenTelemetry runtime conventions: durations in seconds
+             toInt64(round(toFloat64OrNull(ev_attributes['v8js.gc.duration']) * 1e9)),
+             toInt64(round(toFloat64OrNull(ev_attributes['jvm.gc.duration']) * 1e9)),
+             toInt64(round(toFloat64OrNull(ev_attributes['gc.duration']) * 1e9)),
              0) AS DurationNs
 FROM {scope}
 ARRAY JOIN `Events.Timestamp` AS ev_time, `Events.Name` AS ev_name, `Events.Attributes` AS ev_attributes
