@@ -3,6 +3,8 @@ matches the p99 measured on the same run (same seed) simulated without the cause
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,15 @@ from tailscope.store.engine import open_store
 simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
 loader = pytest.importorskip("ingest.loader")
 REQUESTS = 3000
+# the stores a test's frames were read from: open until the test ends (the detectors read span
+# attributes from them as they go)
+OPEN = contextlib.ExitStack()
+
+
+@pytest.fixture(autouse=True)
+def _close_stores():
+    yield
+    OPEN.close()
 
 
 def frame(tmp_path, label: str, scenario: str, **options):
@@ -23,8 +34,7 @@ def frame(tmp_path, label: str, scenario: str, **options):
     simulate_api.simulate_to_file(out, scenario, REQUESTS, 1, **options)
     db = tmp_path / f"{label}.duckdb"
     assert not loader.load_paths([out], db, "run").failed
-    with reading(open_store(str(db))) as conn:
-        return load_frame(conn, "run")
+    return load_frame(OPEN.enter_context(reading(open_store(str(db)))), "run")
 
 
 def p99(f) -> float:

@@ -112,11 +112,8 @@ class TraceFrame:
         """The attributes of a span name's spans (read once per name: each read is a query)."""
         if self.attribute_source is None:
             return {}
-        if name_code not in self._attribute_cache:
-            try:
-                self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
-            except Exception:  # read after its source closed (a frame kept past its reading): none
-                self._attribute_cache[name_code] = {}
+        if name_code not in self._attribute_cache:  # the source must still be open: a read error is raised
+            self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
         return self._attribute_cache[name_code]
 
     def __len__(self) -> int:
