@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--scenario", default="gc-pressure")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--data", type=Path, default=ROOT / "bench" / "data", help="where stores are cached")
     args = parser.parse_args(argv)
-    db = ROOT / "bench" / "data" / f"diagnose_{args.scenario}_{args.spans}.duckdb"
+    db = args.data / f"diagnose_{args.scenario}_{args.spans}.duckdb"
     db.parent.mkdir(parents=True, exist_ok=True)
     if not db.exists():
         started = time.perf_counter()

@@ -63,11 +63,20 @@ def resolve_run(conn, run: str | None, *others: str | None) -> str:
     return run
 
 
-def diagnose(source, run: str | None = None, seed: int = 0) -> Diagnosis:
-    """Diagnose one run of a Store (or open connection). `run` None picks the only run."""
+def diagnose(
+    source, run: str | None = None, seed: int = 0, max_spans: int | None = None, progress=None
+) -> Diagnosis:
+    """Diagnose one run of a Store (or open connection). `run` None picks the only run. A run of more
+    than `max_spans` spans (sample.DEFAULT_MAX_SPANS when None; 0 reads every run whole) is read as a
+    sample of time windows, its sampling error in `Diagnosis.sampling`. `progress(fraction, step)`,
+    where given, hears of each step (a dashboard's progress bar)."""
     from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS
     from tailscope.analysis.source import reading
 
+    limit = DEFAULT_MAX_SPANS if max_spans is None else max_spans
     with reading(source) as conn:
-        frame = load_frame(conn, resolve_run(conn, run))
-        return diagnose_frame(frame, seed=seed)
+        if progress is not None:
+            progress(0.0, "reading the run's spans")
+        frame = load_frame(conn, resolve_run(conn, run), max_spans=limit)
+        return diagnose_frame(frame, seed=seed, progress=progress)
