@@ -140,7 +140,7 @@ class Reader(Protocol):
 
 
 # The most time windows one span_table read takes (a sampled diagnosis reads its windows at once).
-SPAN_WINDOWS = 12
+SPAN_WINDOWS = 32
 
 
 @dataclass

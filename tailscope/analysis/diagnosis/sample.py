@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 # Runs above this many spans are diagnosed from a sample of about this many (`diagnose --max-spans`).
 DEFAULT_MAX_SPANS = 300_000
 WINDOWS = SPAN_WINDOWS  # windows a sample is spread over (fewer for short runs: MIN_WINDOW_NS each)
-MIN_WINDOW_NS = 1_000_000_000
+MIN_WINDOW_NS = 500_000_000
+MIN_MARGIN_NS = 1_000_000_000  # a request is read whole when it lasts less than its window's margin
 GRID_NS = 100_000_000  # windows start and last whole multiples of this (a CFS period keeps its phase)
 BOOTSTRAP = 200
 
@@ -103,7 +104,7 @@ def plan(spans_total: int, run_start_ns: int, run_end_ns: int, max_spans: int | 
     last_start = (run_start_ns + (duration - length) // grid * grid) if count > 1 else run_start_ns
     stride = (last_start - run_start_ns) // max(count - 1, 1) // grid * grid
     starts = tuple(run_start_ns + i * stride for i in range(count))
-    return SamplePlan(starts, length, length, spans_total, run_start_ns, run_end_ns)
+    return SamplePlan(starts, length, max(length, MIN_MARGIN_NS), spans_total, run_start_ns, run_end_ns)
 
 
 def window_of(plan: SamplePlan, remapped_start: np.ndarray) -> np.ndarray:
