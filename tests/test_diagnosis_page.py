@@ -169,3 +169,53 @@ def test_every_pattern_has_a_card_title() -> None:
     from tailscope.vocabulary import PATTERNS
 
     assert set(PATTERNS) <= set(TITLES)
+
+
+def _write_run(path: Path, run: str, scenario: str, requests: int, seed: int) -> None:
+    with Store(path).writer() as writer:
+        conn = writer.cursor()
+        for batch in simulate_api.simulate_columns(scenario, requests, seed):
+            conn.register("page_batch", batch.to_arrow())
+            conn.execute("INSERT INTO otel_traces SELECT *, ? FROM page_batch", [run]).fetchall()
+            conn.unregister("page_batch")
+        refresh_run(conn, run)
+
+
+def test_the_diagnosis_shows_progress_and_is_cached_per_run_and_rules_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    import tailscope.analysis.diagnosis as diagnosis_api
+    from tailscope.analysis.diagnosis import run_version
+
+    path = tmp_path / "store.duckdb"
+    _write_run(path, "locks", "lock-contention", 600, 1)
+    calls: list[list[float]] = []
+
+    def counted(source, run=None, seed=0, max_spans=None, progress=None):
+        steps: list[float] = []
+        calls.append(steps)
+
+        def heard(fraction: float, step: str) -> None:
+            steps.append(fraction)
+            progress(fraction, step)
+
+        return diagnose(source, run, seed, max_spans, heard if progress else None)
+
+    monkeypatch.setattr(diagnosis_api, "diagnose", counted)
+    open_diagnosis(path, monkeypatch, "locks")
+    assert len(calls) == 1 and len(calls[0]) > 5  # the page handed the diagnosis a progress bar
+    assert calls[0] == sorted(calls[0]) and calls[0][-1] < 1.0
+    version = run_version(Store(path), "locks")
+    _write_run(path, "other", "steady", 300, 2)  # another run written: the cached diagnosis stands
+    assert run_version(Store(path), "locks") == version
+    open_diagnosis(path, monkeypatch, "locks")
+    assert len(calls) == 1
+    store = Store(path)  # a rule edit: diagnosed again
+    with store.reading() as conn:
+        rules = conn.stage_rules()
+    store.replace_stage_rules([dataclasses.replace(rules[0], stage="postprocessing"), *rules[1:]])
+    assert run_version(Store(path), "locks") != version
+    open_diagnosis(path, monkeypatch, "locks")
+    assert len(calls) == 2

@@ -26,6 +26,7 @@ __all__ = [
     "diagnose_frame",
     "list_runs",
     "resolve_run",
+    "run_version",
 ]
 
 
@@ -80,3 +81,18 @@ def diagnose(
             progress(0.0, "reading the run's spans")
         frame = load_frame(conn, resolve_run(conn, run), max_spans=limit)
         return diagnose_frame(frame, seed=seed, progress=progress)
+
+
+def run_version(source, run: str) -> tuple:
+    """What a run's diagnosis depends on besides the code: its spans (count, first and last start in
+    ns) and the stage and phase rules in force. A cache of diagnoses keyed by it stays valid while
+    other runs are written, and is dropped when the run grows or a rule changes."""
+    import hashlib
+
+    from tailscope.analysis.source import reading
+
+    with reading(source) as conn:
+        extent = conn.span_table("diagnosis_extent", run)
+        rules = repr((conn.stage_rules(), conn.phase_rules())).encode()
+    spans = tuple(extent.column(c)[0].as_py() for c in ("Spans", "FirstNs", "LastNs"))
+    return (*spans, hashlib.sha256(rules).hexdigest()[:16])
