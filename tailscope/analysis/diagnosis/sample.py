@@ -41,9 +41,10 @@ if TYPE_CHECKING:
 DEFAULT_MAX_SPANS = 300_000
 WINDOWS = SPAN_WINDOWS  # windows a sample is spread over (fewer for short runs: MIN_WINDOW_NS each)
 MIN_WINDOW_NS = 500_000_000
-MIN_MARGIN_NS = 1_000_000_000  # a request is read whole when it lasts less than its window's margin
+MIN_MARGIN_NS = 1_000_000_000  # a request is read whole when it lasts less than its window's margin:
+MARGIN = 0.25  # this share of the window's length, at least MIN_MARGIN_NS
 GRID_NS = 100_000_000  # windows start and last whole multiples of this (a CFS period keeps its phase)
-BOOTSTRAP = 200
+BOOTSTRAP = 100
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,8 @@ def plan(spans_total: int, run_start_ns: int, run_end_ns: int, max_spans: int | 
     last_start = (run_start_ns + (duration - length) // grid * grid) if count > 1 else run_start_ns
     stride = (last_start - run_start_ns) // max(count - 1, 1) // grid * grid
     starts = tuple(run_start_ns + i * stride for i in range(count))
-    return SamplePlan(starts, length, max(length, MIN_MARGIN_NS), spans_total, run_start_ns, run_end_ns)
+    margin = max(int(length * MARGIN), MIN_MARGIN_NS)
+    return SamplePlan(starts, length, margin, spans_total, run_start_ns, run_end_ns)
 
 
 def window_of(plan: SamplePlan, remapped_start: np.ndarray) -> np.ndarray:
@@ -113,28 +115,30 @@ def window_of(plan: SamplePlan, remapped_start: np.ndarray) -> np.ndarray:
 
 
 def sampling_error(latency: np.ndarray, window: np.ndarray, windows: int, seed: int = 0) -> dict[str, float]:
-    """95 % intervals of the p99 and the tail excess (ms), from resampling whole windows."""
+    """95 % intervals of the p99 and the tail excess (ms), from resampling whole windows (the tail and
+    body as stats.tail_split draws them: at or above p99, p25-p75)."""
     rng = np.random.default_rng(seed)
     members = [np.nonzero(window == w)[0] for w in range(windows)]
     p99s, excesses = [], []
     for _ in range(BOOTSTRAP):
-        pick = rng.integers(0, windows, windows)
-        idx = np.concatenate([members[w] for w in pick.tolist()])
+        idx = np.concatenate([members[w] for w in rng.integers(0, windows, windows).tolist()])
         if len(idx) < 2:
             continue
-        lat = latency[idx]
-        p99s.append(float(np.percentile(lat, 99)))
-        excesses.append(tail_split(lat).excess_ns)
+        lat = np.sort(latency[idx].astype(np.float64))
+        lo, hi, p99 = np.quantile(lat, [0.25, 0.75, 0.99])
+        body = lat[np.searchsorted(lat, lo) : np.searchsorted(lat, hi, side="right")]
+        tail = lat[np.searchsorted(lat, p99) :]
+        p99s.append(p99)
+        excesses.append(tail.mean() - body.mean() if len(body) and len(tail) else 0.0)
     if not p99s:
         return {}
     split = tail_split(latency)
-    excess = max(split.excess_ns, 1.0)
     lo, hi = np.percentile(excesses, [2.5, 97.5])
     p_lo, p_hi = np.percentile(p99s, [2.5, 97.5])
     return {
         "p99_ms_95ci": [round(float(p_lo) / 1e6, 3), round(float(p_hi) / 1e6, 3)],
         "excess_ms_95ci": [round(float(lo) / 1e6, 3), round(float(hi) / 1e6, 3)],
-        "excess_relative_error": round(float(np.std(excesses)) / excess, 4),
+        "excess_relative_error": round(float(np.std(excesses)) / max(split.excess_ns, 1.0), 4),
         "tail_requests": int(split.tail.sum()),
     }
 
