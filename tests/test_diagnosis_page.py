@@ -147,8 +147,13 @@ CHARTS = [
     },
     {"kind": "stall_phase", "phase_ms": [41.0, 41.5, 40.8, 12.0], "period_ms": 100.0},
     {"kind": "wait_vs_running", "running": [0.0, 1.0, 3.0, 3.0], "wait_ms": [0.4, 0.5, 20.0, 80.0]},
-    {"kind": "proxy_time", "time_s": [1.0, 2.0, 2.0], "proxy_ms": [0.4, 90.0, 88.0],
-     "released": [False, True, True], "instance": "gw/0"},
+    {
+        "kind": "proxy_time",
+        "time_s": [1.0, 2.0, 2.0],
+        "proxy_ms": [0.4, 90.0, 88.0],
+        "released": [False, True, True],
+        "instance": "gw/0",
+    },
 ]
 
 

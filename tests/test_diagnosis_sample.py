@@ -94,3 +94,10 @@ def test_the_report_and_json_state_the_sample_and_its_error(store: Store, capsys
     assert "sampled:" in capsys.readouterr().out
     assert main([*args, "--max-spans", "0", "--json"]) == 0
     assert "sampling" not in json.loads(capsys.readouterr().out)
+
+
+def test_the_cli_default_is_the_samples() -> None:
+    from tailscope.analysis.diagnosis import sample
+    from tailscope.cli import diagnose_cmd
+
+    assert diagnose_cmd.DEFAULT_MAX_SPANS == sample.DEFAULT_MAX_SPANS

@@ -14,7 +14,7 @@ import json
 import textwrap
 
 # the default of `--max-spans` (tailscope.analysis.diagnosis.sample.DEFAULT_MAX_SPANS; no numpy import here)
-DEFAULT_MAX_SPANS = 300_000
+DEFAULT_MAX_SPANS = 150_000
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 

@@ -205,3 +205,20 @@ def test_framework_phases_reach_the_diagnosis_on_both_engines(stores: tuple[Stor
     assert len(frames["clickhouse"]) == len(frames["duckdb"]) > 0
     assert frames["clickhouse"] == frames["duckdb"]
     assert any(name == "decode" for name, _, _ in frames["clickhouse"])  # a vLLM phase span
+
+
+@pytest.mark.parametrize("run", ["steady", "lock"])
+def test_sampled_diagnosis_is_identical_on_both_engines(
+    stores: tuple[Store, ClickHouseStore], run: str
+) -> None:
+    # a run above max_spans is read as a sample of time windows (diagnosis/sample.py): the same
+    # windows, the same spans and the same findings on both engines
+    from tailscope.analysis.diagnosis import diagnose
+
+    duck, clickhouse = stores
+    got, expected = diagnose(clickhouse, run, max_spans=3000), diagnose(duck, run, max_spans=3000)
+    assert expected.sampling and expected.sampling["spans_read"] < expected.sampling["spans_in_run"]
+    assert got.sampling == expected.sampling
+    assert _findings(got) == _findings(expected)
+    for g, e in zip(got.findings, expected.findings, strict=True):
+        assert g.confidence == pytest.approx(e.confidence, abs=1e-9)

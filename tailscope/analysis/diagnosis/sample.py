@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tailscope.analysis.diagnosis.frame import TraceFrame
 
 # Runs above this many spans are diagnosed from a sample of about this many (`diagnose --max-spans`).
-DEFAULT_MAX_SPANS = 300_000
+DEFAULT_MAX_SPANS = 150_000
 WINDOWS = SPAN_WINDOWS  # windows a sample is spread over (fewer for short runs: MIN_WINDOW_NS each)
 MIN_WINDOW_NS = 500_000_000
 MIN_MARGIN_NS = 1_000_000_000  # a request is read whole when it lasts less than its window's margin:
