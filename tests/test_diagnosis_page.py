@@ -224,3 +224,21 @@ def test_the_diagnosis_shows_progress_and_is_cached_per_run_and_rules_version(
     assert run_version(Store(path), "locks") != version
     open_diagnosis(path, monkeypatch, "locks")
     assert len(calls) == 2
+
+
+def test_a_sampled_diagnosis_says_what_it_read_and_its_error() -> None:
+    from app.views.diagnosis import sampling_note
+
+    note = sampling_note(
+        {
+            "windows": 32,
+            "window_s": 0.8,
+            "time_fraction": 0.134,
+            "spans_read": 135769,
+            "spans_in_run": 999999,
+            "p99_ms_95ci": [144.2, 181.2],
+            "excess_ms_95ci": [142.4, 202.9],
+        }
+    )
+    assert "32 windows of 0.8 s" in note and "13.4%" in note
+    assert "144" in note and "181" in note and "--max-spans 0" in note

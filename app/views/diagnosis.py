@@ -294,6 +294,23 @@ def _diagnose(store, run: str, progress=None) -> dict[str, Any]:
     return out
 
 
+def sampling_note(sampling: dict[str, Any]) -> str:
+    """What a sampled diagnosis read and how far its tail figures can be off."""
+    p99, excess = sampling.get("p99_ms_95ci"), sampling.get("excess_ms_95ci")
+    error = (
+        f" Sampling error (95 %, over windows): p99 {fmt.ms(p99[0])}–{fmt.ms(p99[1])}, tail excess "
+        f"{fmt.ms(excess[0])}–{fmt.ms(excess[1])}."
+        if p99 and excess
+        else ""
+    )
+    return (
+        f"A large run: read as the requests starting in {sampling['windows']} windows of "
+        f"{sampling['window_s']:g} s spread over it ({fmt.count(sampling['spans_read'])} of "
+        f"{fmt.count(sampling['spans_in_run'])} spans, {sampling['time_fraction']:.1%} of its time).{error} "
+        "`tailscope diagnose --max-spans 0` reads it whole."
+    )
+
+
 CACHED_DIAGNOSES = 32  # per server process, the least recently computed dropped first
 
 
@@ -352,6 +369,8 @@ def render() -> None:
         f"{len(result['findings'])} finding(s). The sidebar's run filter applies; the service, route and "
         "time filters do not (a cause is judged on the whole run)."
     )
+    if result.get("sampling"):
+        st.caption(sampling_note(result["sampling"]))
     if not result["findings"]:
         st.success("No cause of a latency tail stands out in this run.", icon=":material/check_circle:")
         return

@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def render_text(result: dict) -> str:
     """The readable report of `Diagnosis.to_dict()`."""
-    lines = [f"run {result['run']}: {result['requests']} requests"]
+    read = " read (a sample, below)" if result.get("sampling") else ""
+    lines = [f"run {result['run']}: {result['requests']} requests{read}"]
     if result.get("reason"):
         lines.append(f"  note: {result['reason']}")
     tail = result.get("tail")
