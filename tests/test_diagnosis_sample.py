@@ -11,7 +11,7 @@ import pytest
 
 from tailscope.analysis.diagnosis import diagnose
 from tailscope.analysis.diagnosis.load import load_frame
-from tailscope.analysis.diagnosis.sample import GRID_NS, plan
+from tailscope.analysis.diagnosis.sample import GRID_NS, MIN_WINDOWS, WINDOW_NS, plan
 from tailscope.cli.main import main
 from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.store.interface import SPAN_WINDOWS
@@ -39,12 +39,15 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
 def test_windows_spread_over_the_run_on_the_grid() -> None:
     start, end = 10**18, 10**18 + 3600 * 10**9  # an hour, 100 M spans, read as about 1 M
     sample = plan(100_000_000, start, end, 1_000_000)
-    assert sample is not None and len(sample.starts) == SPAN_WINDOWS
+    assert sample is not None and MIN_WINDOWS <= len(sample.starts) <= SPAN_WINDOWS
+    assert sample.length_ns >= WINDOW_NS  # long windows: few row groups touched
     assert sample.starts[0] == start  # an instance's first requests (a cold start) are read
     assert end - (sample.starts[-1] + sample.length_ns) < len(sample.starts) * GRID_NS  # ... and its last
     assert sample.length_ns % GRID_NS == 0 and (sample.shifts() % GRID_NS == 0).all()  # a CFS period's phase
     assert np.all(np.diff(sample.starts) >= sample.length_ns)  # no request read twice
     assert 0.009 < sample.fraction <= 0.011
+    short = plan(78_000, start, start + 15 * 10**9, 30_000)  # 15 s of traffic: 8 windows of 0.7 s
+    assert short is not None and len(short.starts) == MIN_WINDOWS
     assert plan(1_000, start, end, 300_000) is None  # a small run is read whole
     assert plan(10**6, start, end, 0) is None  # 0: always whole
 
