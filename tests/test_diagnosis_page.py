@@ -147,8 +147,13 @@ CHARTS = [
     },
     {"kind": "stall_phase", "phase_ms": [41.0, 41.5, 40.8, 12.0], "period_ms": 100.0},
     {"kind": "wait_vs_running", "running": [0.0, 1.0, 3.0, 3.0], "wait_ms": [0.4, 0.5, 20.0, 80.0]},
-    {"kind": "proxy_time", "time_s": [1.0, 2.0, 2.0], "proxy_ms": [0.4, 90.0, 88.0],
-     "released": [False, True, True], "instance": "gw/0"},
+    {
+        "kind": "proxy_time",
+        "time_s": [1.0, 2.0, 2.0],
+        "proxy_ms": [0.4, 90.0, 88.0],
+        "released": [False, True, True],
+        "instance": "gw/0",
+    },
 ]
 
 
@@ -169,3 +174,71 @@ def test_every_pattern_has_a_card_title() -> None:
     from tailscope.vocabulary import PATTERNS
 
     assert set(PATTERNS) <= set(TITLES)
+
+
+def _write_run(path: Path, run: str, scenario: str, requests: int, seed: int) -> None:
+    with Store(path).writer() as writer:
+        conn = writer.cursor()
+        for batch in simulate_api.simulate_columns(scenario, requests, seed):
+            conn.register("page_batch", batch.to_arrow())
+            conn.execute("INSERT INTO otel_traces SELECT *, ? FROM page_batch", [run]).fetchall()
+            conn.unregister("page_batch")
+        refresh_run(conn, run)
+
+
+def test_the_diagnosis_shows_progress_and_is_cached_per_run_and_rules_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    import tailscope.analysis.diagnosis as diagnosis_api
+    from tailscope.analysis.diagnosis import run_version
+
+    path = tmp_path / "store.duckdb"
+    _write_run(path, "locks", "lock-contention", 600, 1)
+    calls: list[list[float]] = []
+
+    def counted(source, run=None, seed=0, max_spans=None, progress=None):
+        steps: list[float] = []
+        calls.append(steps)
+
+        def heard(fraction: float, step: str) -> None:
+            steps.append(fraction)
+            progress(fraction, step)
+
+        return diagnose(source, run, seed, max_spans, heard if progress else None)
+
+    monkeypatch.setattr(diagnosis_api, "diagnose", counted)
+    open_diagnosis(path, monkeypatch, "locks")
+    assert len(calls) == 1 and len(calls[0]) > 5  # the page handed the diagnosis a progress bar
+    assert calls[0] == sorted(calls[0]) and calls[0][-1] < 1.0
+    version = run_version(Store(path), "locks")
+    _write_run(path, "other", "steady", 300, 2)  # another run written: the cached diagnosis stands
+    assert run_version(Store(path), "locks") == version
+    open_diagnosis(path, monkeypatch, "locks")
+    assert len(calls) == 1
+    store = Store(path)  # a rule edit: diagnosed again
+    with store.reading() as conn:
+        rules = conn.stage_rules()
+    store.replace_stage_rules([dataclasses.replace(rules[0], stage="postprocessing"), *rules[1:]])
+    assert run_version(Store(path), "locks") != version
+    open_diagnosis(path, monkeypatch, "locks")
+    assert len(calls) == 2
+
+
+def test_a_sampled_diagnosis_says_what_it_read_and_its_error() -> None:
+    from app.views.diagnosis import sampling_note
+
+    note = sampling_note(
+        {
+            "windows": 32,
+            "window_s": 0.8,
+            "time_fraction": 0.134,
+            "spans_read": 135769,
+            "spans_in_run": 999999,
+            "p99_ms_95ci": [144.2, 181.2],
+            "excess_ms_95ci": [142.4, 202.9],
+        }
+    )
+    assert "32 windows of 0.8 s" in note and "13.4%" in note
+    assert "144" in note and "181" in note and "--max-spans 0" in note

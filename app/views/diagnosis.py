@@ -16,7 +16,7 @@ from app.components.palette import BODY, NEUTRAL, P99_LINE, TAIL, TOTAL
 from app.views import diagnosis_mechanisms as mechanisms
 from app.views import whatif_section
 from app.views.diagnosis_shares import share_rows, shares_figure
-from tailscope.analysis.diagnosis import Diagnosis, diagnose, list_runs
+from tailscope.analysis.diagnosis import Diagnosis, diagnose, list_runs, run_version
 
 TITLES = {
     "gc_pause": "GC pauses stall every in-flight request",
@@ -286,12 +286,58 @@ def finding_card(index: int, finding: dict[str, Any]) -> Any:
     return slot
 
 
-def _diagnose(store, run: str) -> dict[str, Any]:
-    """Cached form of the diagnosis: plain data (figures are built per rerun)."""
-    result: Diagnosis = diagnose(store, run)
+def _diagnose(store, run: str, progress=None) -> dict[str, Any]:
+    """The diagnosis as plain data (figures are built per rerun)."""
+    result: Diagnosis = diagnose(store, run, progress=progress)
     out = result.to_dict(with_chart=True)
     out["seconds"] = round(result.seconds, 3)
     return out
+
+
+def sampling_note(sampling: dict[str, Any]) -> str:
+    """What a sampled diagnosis read and how far its tail figures can be off."""
+    p99, excess = sampling.get("p99_ms_95ci"), sampling.get("excess_ms_95ci")
+    error = (
+        f" Sampling error (95 %, over windows): p99 {fmt.ms(p99[0])}–{fmt.ms(p99[1])}, tail excess "
+        f"{fmt.ms(excess[0])}–{fmt.ms(excess[1])}."
+        if p99 and excess
+        else ""
+    )
+    return (
+        f"A large run: read as the requests starting in {sampling['windows']} windows of "
+        f"{sampling['window_s']:g} s spread over it ({fmt.count(sampling['spans_read'])} of "
+        f"{fmt.count(sampling['spans_in_run'])} spans, {sampling['time_fraction']:.1%} of its time).{error} "
+        "`tailscope diagnose --max-spans 0` reads it whole."
+    )
+
+
+CACHED_DIAGNOSES = 32  # per server process, the least recently computed dropped first
+
+
+@st.cache_resource(show_spinner=False)
+def _diagnoses() -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Diagnoses of this server, by (store, run, run_version): shared by every session, kept while the
+    run's spans and the rules stay the same (a write to another run does not drop them)."""
+    return {}
+
+
+def _cached_diagnosis(run: str) -> dict[str, Any]:
+    """The run's diagnosis from the cache, else computed under a progress bar (a large run's takes
+    seconds) and cached per run and rules version."""
+    key = (data.where(), run, data.get(run_version, run))
+    cache = _diagnoses()
+    if key not in cache:
+        bar = st.progress(0.0, text="Diagnosing the run: reading its spans…")
+
+        def progress(fraction: float, step: str) -> None:
+            bar.progress(min(max(fraction, 0.0), 1.0), text=f"Diagnosing the run: {step}…")
+
+        result = _diagnose(data.store(), run, progress)
+        bar.empty()
+        while len(cache) >= CACHED_DIAGNOSES:
+            cache.pop(next(iter(cache)))
+        cache[key] = result
+    return cache[key]
 
 
 def render() -> None:
@@ -313,7 +359,7 @@ def render() -> None:
             st.info("The diagnosis looks at one run: pick it in the sidebar.", icon=":material/info:")
             return
         run = runs[0]
-    result = data.get(_diagnose, run)
+    result = _cached_diagnosis(run)
     if result.get("reason"):
         notice.no_data(result["reason"], "A diagnosis needs at least 50 requests with a request root span.")
         if not result["findings"]:
@@ -323,6 +369,8 @@ def render() -> None:
         f"{len(result['findings'])} finding(s). The sidebar's run filter applies; the service, route and "
         "time filters do not (a cause is judged on the whole run)."
     )
+    if result.get("sampling"):
+        st.caption(sampling_note(result["sampling"]))
     if not result["findings"]:
         st.success("No cause of a latency tail stands out in this run.", icon=":material/check_circle:")
         return

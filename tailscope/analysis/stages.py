@@ -89,16 +89,19 @@ def rule_label(
     return f"rule {rule_no}"
 
 
-def stage_mapping(source: Source, run: str | None = None, sample_traces: int = 2000) -> pd.DataFrame:
+def stage_mapping(
+    source: Source, run: str | None = None, sample_traces: int = 2000, window: tuple[int, int] | None = None
+) -> pd.DataFrame:
     """The mapping in force, per distinct span: DataFrame[span_name, span_kind, stage, rule
     (e.g. 'attribute tailscope.stage', 'request root', 'rule 7: name ~ (forward|infer...)',
     'inherited from parent', 'no rule matched (child of the root)'), spans (count)], most frequent
-    first. Computed over up to `sample_traces` traces of the run (every run when `run` is None)."""
+    first. Computed over up to `sample_traces` traces of the run (every run when `run` is None), with a
+    span starting in `window` (first, end) ns where given."""
     columns = ["span_name", "span_kind", "stage", "rule", "spans"]
     with reading(source) as reader:
         labels = [run] if run is not None else runs_with_spans(reader)
         rules, phase_rules = reader.stage_rules(), reader.phase_rules()
-        frames = [row for label in labels for row in reader.stage_mapping(label, sample_traces)]
+        frames = [row for label in labels for row in reader.stage_mapping(label, sample_traces, window)]
     if not frames:
         return pd.DataFrame(columns=columns)
     frame = pd.DataFrame(frames, columns=["span_name", "span_kind", "stage", "rule_no", "spans"])

@@ -13,6 +13,8 @@ import argparse
 import json
 import textwrap
 
+# the default of `--max-spans` (tailscope.analysis.diagnosis.sample.DEFAULT_MAX_SPANS; no numpy import here)
+DEFAULT_MAX_SPANS = 150_000
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2
 
@@ -23,11 +25,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_store_arguments(parser)
     parser.add_argument("--run", metavar="LABEL", help="run label (default: the store's only run)")
     parser.add_argument("--json", action="store_true", help='print {"run", "requests", "findings"} as JSON')
+    parser.add_argument(
+        "--max-spans",
+        type=int,
+        default=DEFAULT_MAX_SPANS,
+        metavar="N",
+        help="a run of more spans is diagnosed from the requests of a few time windows spread over it, "
+        f"about N spans in all; the sampling error is reported (default {DEFAULT_MAX_SPANS:,}; "
+        "0: read the whole run)",
+    )
 
 
 def render_text(result: dict) -> str:
     """The readable report of `Diagnosis.to_dict()`."""
-    lines = [f"run {result['run']}: {result['requests']} requests"]
+    read = " read (a sample, below)" if result.get("sampling") else ""
+    lines = [f"run {result['run']}: {result['requests']} requests{read}"]
     if result.get("reason"):
         lines.append(f"  note: {result['reason']}")
     tail = result.get("tail")
@@ -38,6 +50,17 @@ def render_text(result: dict) -> str:
             f"half (the tail excess), {tail['named_share']:.0%} of it named below"
             + (f", {tail['unexplained_share']:.0%} located" if tail["unexplained_share"] else "")
             + "."
+        )
+    sampling = result.get("sampling")
+    if sampling:
+        lines.append(
+            f"  sampled: {sampling['spans_read']:,} of {sampling['spans_in_run']:,} spans, the requests "
+            f"starting in {sampling['windows']} windows of {sampling['window_s']:g} s spread over the run "
+            f"({sampling['time_fraction']:.1%} of its time); sampling error (95 %, over windows): p99 "
+            + _interval(sampling.get("p99_ms_95ci"))
+            + ", tail excess "
+            + _interval(sampling.get("excess_ms_95ci"))
+            + f" ({sampling.get('excess_relative_error', 0):.0%} relative). `--max-spans 0` reads it whole."
         )
     findings = result["findings"]
     if not findings:
@@ -60,6 +83,10 @@ def render_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _interval(bounds: list[float] | None) -> str:
+    return f"{bounds[0]:.1f}-{bounds[1]:.1f} ms" if bounds else "n/a"
+
+
 def run(args: argparse.Namespace) -> int:
     from tailscope.analysis.diagnosis import UnknownRunError, diagnose
     from tailscope.cli.store_arg import open_from, print_unknown_run
@@ -68,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     if store is None:
         return EXIT_BAD_INPUT
     try:
-        diagnosis = diagnose(store, args.run)
+        diagnosis = diagnose(store, args.run, max_spans=args.max_spans)
     except UnknownRunError as error:
         print_unknown_run("diagnose", store, error)
         return EXIT_BAD_INPUT

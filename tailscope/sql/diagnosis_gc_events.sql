@@ -30,6 +30,7 @@ FROM (
     SELECT ServiceName, ResourceAttributes,
            unnest(from_json(Events, '[{"Timestamp": "BIGINT", "Name": "VARCHAR", "Attributes": "JSON"}]')) AS ev
     FROM otel_traces
-    WHERE RunLabel = $run AND Events <> '[]' AND regexp_matches(Events, 'gc|garbage', 'i')
+    WHERE RunLabel = $run AND {windows}
+      AND Events <> '[]' AND regexp_matches(Events, 'gc|garbage', 'i')
 )
 WHERE regexp_matches(lower(ev.Name), '(^|[._ ])gc([._ ]|$)|garbage')

@@ -3,10 +3,13 @@
 -- diagnosis_spans.sql. Long values are skipped: an explanation needs a few repeated values.
 -- A span's error status comes along as the attribute otel.status_code = 'Error' (a client deadline
 -- that fired, a failed attempt before a retry).
+-- {windows}: the spans starting in the read's time windows only (a sampled diagnosis; all time otherwise).
 -- Attributes are JSON text (schema.sql): json_each gives one row per key; `value ->> '$'` is the value as a string.
 WITH s AS (
     SELECT CAST(hash(TraceId, SpanId) >> 1 AS BIGINT) AS SpanKey, SpanAttributes, StatusCode
-    FROM otel_traces WHERE RunLabel = $run AND SpanName = $span_name LIMIT 50000
+    FROM otel_traces WHERE RunLabel = $run AND SpanName = $span_name
+      AND {windows}
+    LIMIT 50000
 )
 SELECT s.SpanKey, kv.key AS AttrKey, kv.value ->> '$' AS AttrValue
 FROM s, json_each(s.SpanAttributes) AS kv

@@ -13,13 +13,14 @@
 -- load.py fills first) come with their rule's stage as the stage attribute. TraceId and SpanId come
 -- along as OrderTraceId / OrderSpanId: load.py puts the rows in (StartNs, TraceId, SpanId) order, the
 -- same on every engine and whatever order the spans were written in (the detectors' sampling and
--- null draws follow the span order).
+-- null draws follow the span order). {windows}: only the spans starting in the read's time windows (a
+-- sampled diagnosis, diagnosis/sample.py: the row groups outside are skipped; all time otherwise).
 WITH spans AS (
     SELECT TraceId, SpanId, ParentSpanId, SpanName, SpanKind, ServiceName, ResourceAttributes,
            epoch_ns(Timestamp) AS StartNs, Duration,
            coalesce(SpanAttributes->>'tailscope.stage', '') AS StageAttr
     FROM otel_traces
-    WHERE RunLabel = $run
+    WHERE RunLabel = $run AND {windows}
     UNION ALL
     SELECT TraceId, SpanId, ParentSpanId, SpanName, SpanKind, ServiceName, ResourceAttributes, StartNs,
            Duration, Stage

@@ -108,9 +108,13 @@ class Reader(Protocol):
         """None when the engine's RE2 compiles `pattern`, else why not (RE2's words)."""
         ...
 
-    def stage_mapping(self, run: str, sample_traces: int) -> list[tuple[Any, ...]]:
+    def stage_mapping(
+        self, run: str, sample_traces: int, window: tuple[int, int] | None = None
+    ) -> list[tuple[Any, ...]]:
         """(span name, span kind, stage, rule number, spans) over up to `sample_traces` traces of
-        the run ([] for a run the store does not have)."""
+        the run ([] for a run the store does not have); `window` (first, end) ns: traces with a span
+        starting there (a sampled diagnosis: the read stays within it; an engine whose own sample
+        is bounded may ignore it)."""
         ...
 
     def band_breakdown(
@@ -125,11 +129,19 @@ class Reader(Protocol):
         """The Gantt's reads of one trace (`run` None: the first run that has it)."""
         ...
 
-    def span_table(self, name: str, run: str, **params: Any) -> pa.Table:
+    def span_table(
+        self, name: str, run: str, windows: Sequence[tuple[int, int]] | None = None, **params: Any
+    ) -> pa.Table:
         """The diagnosis' span reads (diagnosis_spans, with the run's phase spans;
-        diagnosis_gc_events; diagnosis_span_attributes; diagnosis_weights, the weights of a
-        head-sampled run's requests) over one run, as Arrow."""
+        diagnosis_gc_events; diagnosis_span_attributes; diagnosis_extent; diagnosis_weights, the weights of a
+        head-sampled run's requests) over one run, as Arrow;
+        `windows` (first, end) ns, at most SPAN_WINDOWS: only the spans starting in one of them
+        [first, end) (a sampled diagnosis, tailscope.analysis.diagnosis.sample)."""
         ...
+
+
+# The most time windows one span_table read takes (a sampled diagnosis reads its windows at once).
+SPAN_WINDOWS = 32
 
 
 @dataclass

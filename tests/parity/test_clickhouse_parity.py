@@ -222,3 +222,20 @@ def test_gc_events_are_read_alike(stores: tuple[Store, ClickHouseStore]) -> None
         frames.append((frame.gc_time[order].tolist(), frame.gc_dur[order].tolist()))
     assert frames[0] == frames[1]
     assert sorted(set(frames[0][1])) == [700_000, 3_500_000, 12_500_000, 200_000_000]
+
+
+@pytest.mark.parametrize("run", ["steady", "lock"])
+def test_sampled_diagnosis_is_identical_on_both_engines(
+    stores: tuple[Store, ClickHouseStore], run: str
+) -> None:
+    # a run above max_spans is read as a sample of time windows (diagnosis/sample.py): the same
+    # windows, the same spans and the same findings on both engines
+    from tailscope.analysis.diagnosis import diagnose
+
+    duck, clickhouse = stores
+    got, expected = diagnose(clickhouse, run, max_spans=3000), diagnose(duck, run, max_spans=3000)
+    assert expected.sampling and expected.sampling["spans_read"] < expected.sampling["spans_in_run"]
+    assert got.sampling == expected.sampling
+    assert _findings(got) == _findings(expected)
+    for g, e in zip(got.findings, expected.findings, strict=True):
+        assert g.confidence == pytest.approx(e.confidence, abs=1e-9)

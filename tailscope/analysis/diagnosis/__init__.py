@@ -26,6 +26,7 @@ __all__ = [
     "diagnose_frame",
     "list_runs",
     "resolve_run",
+    "run_version",
 ]
 
 
@@ -63,11 +64,35 @@ def resolve_run(conn, run: str | None, *others: str | None) -> str:
     return run
 
 
-def diagnose(source, run: str | None = None, seed: int = 0) -> Diagnosis:
-    """Diagnose one run of a Store (or open connection). `run` None picks the only run."""
+def diagnose(
+    source, run: str | None = None, seed: int = 0, max_spans: int | None = None, progress=None
+) -> Diagnosis:
+    """Diagnose one run of a Store (or open connection). `run` None picks the only run. A run of more
+    than `max_spans` spans (sample.DEFAULT_MAX_SPANS when None; 0 reads every run whole) is read as a
+    sample of time windows, its sampling error in `Diagnosis.sampling`. `progress(fraction, step)`,
+    where given, hears of each step (a dashboard's progress bar)."""
     from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS
+    from tailscope.analysis.source import reading
+
+    limit = DEFAULT_MAX_SPANS if max_spans is None else max_spans
+    with reading(source) as conn:
+        if progress is not None:
+            progress(0.0, "reading the run's spans")
+        frame = load_frame(conn, resolve_run(conn, run), max_spans=limit)
+        return diagnose_frame(frame, seed=seed, progress=progress)
+
+
+def run_version(source, run: str) -> tuple:
+    """What a run's diagnosis depends on besides the code: its spans (count, first and last start in
+    ns) and the stage and phase rules in force. A cache of diagnoses keyed by it stays valid while
+    other runs are written, and is dropped when the run grows or a rule changes."""
+    import hashlib
+
     from tailscope.analysis.source import reading
 
     with reading(source) as conn:
-        frame = load_frame(conn, resolve_run(conn, run))
-        return diagnose_frame(frame, seed=seed)
+        extent = conn.span_table("diagnosis_extent", run)
+        rules = repr((conn.stage_rules(), conn.phase_rules())).encode()
+    spans = tuple(extent.column(c)[0].as_py() for c in ("Spans", "FirstNs", "LastNs"))
+    return (*spans, hashlib.sha256(rules).hexdigest()[:16])

@@ -105,6 +105,10 @@ class TraceFrame:
     requests: Requests | None = None
     # span name -> {attribute key: (span indices, values)}; None when attributes are not available
     attribute_source: Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]] | None = None
+    # a sampled read (sample.SamplePlan: the time windows read, laid end to end), None when read whole;
+    # and how many of the requests read ran past their window's margin (cut short)
+    sample: Any = None
+    cut_requests: int = 0
 
     _attribute_cache: dict[int, dict[str, tuple[np.ndarray, list[Any]]]] = field(default_factory=dict)
 

@@ -12,7 +12,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tailscope.analysis.diagnosis import sample
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS, SamplePlan
 from tailscope.store.interface import Reader
 from tailscope.vocabulary import ALL_STAGES
 
@@ -42,14 +44,25 @@ def _arrow(conn: Reader, name: str, run: str, **params: Any) -> pa.Table:
     return _in_fixed_order(conn.span_table(name, run, **params))
 
 
-def _in_fixed_order(table: pa.Table) -> pa.Table:
+def _in_fixed_order(
+    table: pa.Table, start: np.ndarray | None = None, keep: np.ndarray | None = None
+) -> pa.Table:
     """The spans in (start, trace id, span id) order, whatever order the engine returned them in (or
     the writer wrote them in): the detectors' samples and null draws follow the span order, so a run
-    gets the same diagnosis on every engine and from every load (diagnosis_spans.sql)."""
+    gets the same diagnosis on every engine and from every load (diagnosis_spans.sql). `start`: the
+    StartNs to use instead (a sample's moved times), `keep`: the rows to keep (one take does both)."""
     if "OrderTraceId" not in table.column_names:
         return table
+    if start is not None:
+        table = table.set_column(table.schema.get_field_index("StartNs"), "StartNs", pa.array(start))
     keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
+    if keep is not None:  # dropped rows sort last, then are cut off
+        keys.insert(0, ("_drop", "ascending"))
+        table = table.append_column("_drop", pa.array(~keep))
     order = pc.sort_indices(table, sort_keys=keys)
+    if keep is not None:
+        order = order.slice(0, int(keep.sum()))
+        table = table.drop_columns(["_drop"])
     columns = {}
     for name in table.column_names:
         if name in ("OrderTraceId", "OrderSpanId"):
@@ -83,11 +96,11 @@ def list_runs(conn: Reader) -> list[str]:
     return [row[0] for row in conn.run("diagnosis_runs").fetchall()]
 
 
-def _stages(conn: Reader, run: str, table: pa.Table) -> np.ndarray:
+def _stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | None = None) -> np.ndarray:
     """Stage code per span: the analysis layer's mapping when it is available, else the explicit
     `tailscope.stage` attribute (NO_STAGE where neither says)."""
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
-    mapped = _mapped_stages(conn, run, table)
+    mapped = _mapped_stages(conn, run, table, plan)
     if mapped is not None:
         return mapped
     codes, values = _codes(table.column("StageAttr"))
@@ -95,13 +108,16 @@ def _stages(conn: Reader, run: str, table: pa.Table) -> np.ndarray:
     return value_code[codes]
 
 
-def _mapped_stages(conn: Reader, run: str, table: pa.Table) -> np.ndarray | None:
+def _mapped_stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | None) -> np.ndarray | None:
     """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), per
     (span name, span kind); spans of a pair it did not see fall back to their attribute."""
     try:
         from tailscope.analysis.stages import stage_mapping
 
-        mapping = stage_mapping(conn, run, sample_traces=300)  # one row per (name, kind) is all we need
+        window = plan.read_windows()[0] if plan is not None else None  # a sample: its first window
+        mapping = stage_mapping(
+            conn, run, sample_traces=300, window=window
+        )  # a row per (name, kind) suffices
     except Exception:  # an older store without rules, or the mapping unavailable: attributes only
         return None
     if mapping.empty:
@@ -123,9 +139,14 @@ def _mapped_stages(conn: Reader, run: str, table: pa.Table) -> np.ndarray | None
     return np.where(mapped >= 0, mapped, attr)
 
 
-def load_frame(conn: Reader, run: str) -> TraceFrame:
-    """The run's spans as a TraceFrame (empty frame when the run has no spans)."""
-    table = _arrow(conn, "diagnosis_spans", run)
+def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS) -> TraceFrame:
+    """The run's spans as a TraceFrame (empty frame when the run has no spans). A run of more than
+    `max_spans` spans is read as a sample of time windows (sample.py; None or 0: always whole)."""
+    plan = _plan(conn, run, max_spans)
+    if plan is None:
+        table, gc, cut = _arrow(conn, "diagnosis_spans", run), _arrow(conn, "diagnosis_gc_events", run), 0
+    else:
+        table, gc, cut = _sampled(conn, run, plan)
     n = table.num_rows
     trace_keys = table.column("TraceKey").to_numpy()
     trace = pd.factorize(trace_keys)[0].astype(np.int64)  # hash-based: no sort
@@ -155,20 +176,20 @@ def load_frame(conn: Reader, run: str) -> TraceFrame:
         instances=instances,
         start=start_abs - t0,
         dur=np.maximum(table.column("Duration").to_numpy().astype(np.int64), 0),
-        stage=_stages(conn, run, table) if n else np.zeros(0, np.int64),
+        stage=_stages(conn, run, table, plan) if n else np.zeros(0, np.int64),
         t0=t0,
     )
+    frame.sample, frame.cut_requests = plan, cut
     rows = conn.run("diagnosis_setup", {"run": run}).fetchall()
     row = rows[0] if rows else None
     if row and row[0]:
         frame.setup = {str(k): str(v) for k, v in dict(row[0]).items()}
-    gc = _arrow(conn, "diagnosis_gc_events", run)
     if gc.num_rows:
         lookup = {v: i for i, v in enumerate(instances)}
         frame.gc_instance = np.array([lookup.get(v, -1) for v in gc.column("Instance").to_pylist()], np.int64)
         frame.gc_time = gc.column("TimeNs").to_numpy().astype(np.int64) - t0
         frame.gc_dur = gc.column("DurationNs").to_numpy().astype(np.int64)
-    frame.attribute_source = _attribute_source(conn, run, span_keys)
+    frame.attribute_source = _attribute_source(conn, run, span_keys, plan)
     frame = build_frame(frame)
     if frame.requests is not None and len(frame.requests):
         frame.requests.weight = request_weights(conn, run, trace_keys[frame.requests.root])
@@ -187,21 +208,54 @@ def request_weights(conn: Reader, run: str, root_trace_keys: np.ndarray) -> np.n
     return np.where(found >= 0, keys.to_numpy()[np.maximum(found, 0)], 1.0)
 
 
+def _plan(conn: Reader, run: str, max_spans: int | None) -> SamplePlan | None:
+    """The sample to read the run from, or None to read it whole."""
+    if not max_spans:
+        return None
+    extent = conn.span_table("diagnosis_extent", run)
+    spans, first, last = (extent.column(c)[0].as_py() for c in ("Spans", "FirstNs", "LastNs"))
+    if not spans or spans <= max_spans:
+        return None
+    return sample.plan(int(spans), int(first), int(last), max_spans)
+
+
+def _sampled(conn: Reader, run: str, plan: SamplePlan) -> tuple[pa.Table, pa.Table, int]:
+    """The spans of the requests that start in each window (read a margin further), and the GC events
+    inside the windows, moved so that the windows lie end to end (sample.py), in the fixed order; and
+    how many of the requests read were still running at their window's margin (cut short)."""
+    table = conn.span_table("diagnosis_spans", run, windows=plan.read_windows())
+    start = table.column("StartNs").to_numpy().astype(np.int64)
+    group = pd.factorize(table.column("TraceKey").to_numpy())[0]
+    by_trace = pd.DataFrame({"g": group, "s": start}).groupby("g")["s"]
+    trace_start = by_trace.transform("min").to_numpy()
+    window = plan.window_at(trace_start)
+    keep = window >= 0  # the request started in a window, not in a margin
+    ends = start + table.column("Duration").to_numpy().astype(np.int64)
+    read_end = plan.read_end(np.maximum(window, 0))
+    cut = len(np.unique(group[keep & (ends > read_end)]))
+    moved = start - plan.shifts()[np.maximum(window, 0)]
+    gc = conn.span_table("diagnosis_gc_events", run, windows=plan.windows())
+    times = gc.column("TimeNs").to_numpy().astype(np.int64)
+    gc_window = plan.window_at(times)
+    gc = gc.filter(pa.array(gc_window >= 0))
+    moved_gc = pa.array(times[gc_window >= 0] - plan.shifts()[gc_window[gc_window >= 0]])
+    gc = gc.set_column(gc.schema.get_field_index("TimeNs"), "TimeNs", moved_gc)
+    return _in_fixed_order(table, moved, keep), gc, cut
+
+
 def _attribute_source(
-    conn: Reader, run: str, span_keys: np.ndarray
+    conn: Reader, run: str, span_keys: np.ndarray, plan: SamplePlan | None = None
 ) -> Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]]:
     """A function: span name -> {attribute key: (span indices, values)}. Queried lazily, while the
-    connection is open (the runner asks only for the few names a detector needs)."""
-    order = np.argsort(span_keys, kind="stable")
-    sorted_keys = span_keys[order]
+    connection is open (the runner asks only for the few names a detector needs); from the sample's
+    windows only where the frame is a sample."""
+    windows = None if plan is None else plan.read_windows()
 
     def attributes(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
-        table = _arrow(conn, "diagnosis_span_attributes", run, span_name=span_name)
-        if table.num_rows == 0 or len(sorted_keys) == 0:
+        table = _arrow(conn, "diagnosis_span_attributes", run, windows=windows, span_name=span_name)
+        if table.num_rows == 0 or len(span_keys) == 0:
             return {}
-        keys = table.column("SpanKey").to_numpy().astype(np.int64)
-        pos = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-        idx = np.where(sorted_keys[pos] == keys, order[pos], -1)
+        idx = _match(span_keys, table.column("SpanKey").to_numpy().astype(np.int64))
         key_codes, key_values = _codes(table.column("AttrKey"))
         values = np.array(table.column("AttrValue").to_pylist(), dtype=object)
         out = {}

@@ -4,6 +4,7 @@ tail excess, then the possible ones, then where the rest of a material tail goes
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from tailscope.analysis.diagnosis import (
     proxy_stalls,
     queueing,
     quota_stalls,
+    sample,
     shares,
     slow_dependency,
     timeout_retry,
@@ -51,6 +53,7 @@ DETECTORS = (
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
+READ_SHARE = 0.4  # the read's part of a diagnosis' time, for progress bars
 
 
 @dataclass
@@ -63,6 +66,7 @@ class Diagnosis:
     errors: dict[str, str] = field(default_factory=dict)
     reason: str | None = None
     tail: dict[str, float] = field(default_factory=dict)  # the latency tail the shares are of
+    sampling: dict[str, Any] = field(default_factory=dict)  # a sampled read: what was read, its error
 
     def to_dict(self, with_chart: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -72,6 +76,8 @@ class Diagnosis:
         }
         if self.tail:
             out["tail"] = self.tail
+        if self.sampling:
+            out["sampling"] = self.sampling
         if self.reason:
             out["reason"] = self.reason
         if self.errors:
@@ -143,8 +149,11 @@ def merge_nested(findings: list[Finding], frame: TraceFrame) -> list[Finding]:
     return [fd for k, fd in enumerate(findings) if k not in drop]
 
 
-def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
-    """All detectors over a built frame. A detector that fails is reported in `errors`, not raised."""
+def diagnose_frame(
+    frame: TraceFrame, seed: int = 0, progress: Callable[[float, str], None] | None = None
+) -> Diagnosis:
+    """All detectors over a built frame. A detector that fails is reported in `errors`, not raised.
+    `progress(fraction, step)` hears of each detector (after the read, which is the first 40 %)."""
     started = time.perf_counter()
     n_req = len(frame.requests) if frame.requests is not None else 0
     if n_req == 0:
@@ -152,7 +161,11 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
     ctx = Context(frame, seed=seed)
     findings: list[Finding] = []
     errors: dict[str, str] = {}
-    for detector in DETECTORS:
+    for i, detector in enumerate(DETECTORS):
+        if progress is not None:
+            progress(
+                READ_SHARE + (1 - READ_SHARE) * i / (len(DETECTORS) + 1), f"looking for {detector.PATTERN}"
+            )
         try:
             findings.extend(detector.detect(ctx))
         except Exception as error:  # a detector bug must not hide the others' findings
@@ -173,7 +186,15 @@ def diagnose_frame(frame: TraceFrame, seed: int = 0) -> Diagnosis:
     reason = None if n_req >= 50 else f"only {n_req} requests: too few to diagnose (50 needed)"
     seconds = time.perf_counter() - started
     return Diagnosis(
-        frame.run, n_req, len(frame), findings, seconds, errors, reason, _tail(ctx, named, findings)
+        frame.run,
+        n_req,
+        len(frame),
+        findings,
+        seconds,
+        errors,
+        reason,
+        _tail(ctx, named, findings),
+        sample.describe(frame.sample, frame, seed) if frame.sample is not None else {},
     )
 
 

@@ -10,6 +10,7 @@ ranks run inside ClickHouse (write.stage_mapping, trace, sample).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -110,7 +111,10 @@ class ClickHouseReader:
             return why_refused(str(error))
         return None
 
-    def stage_mapping(self, run: str, sample_traces: int) -> list[tuple[Any, ...]]:
+    def stage_mapping(
+        self, run: str, sample_traces: int, window: tuple[int, int] | None = None
+    ) -> list[tuple[Any, ...]]:
+        del window  # the engine's own sample (sample_traces.sql) reads a few stretches of time already
         try:
             return write.stage_mapping(self.client, run, sample_traces)
         except KeyError:  # no such run: no spans to map
@@ -124,11 +128,22 @@ class ClickHouseReader:
     def trace_tree(self, trace_id: str, run: str | None) -> TraceTree:
         return trace.trace_tree(self.client, trace_id, run)
 
-    def span_table(self, name: str, run: str, **params: Any) -> pa.Table:
-        """The statement over the run's selection ({scope}; diagnosis_spans with its phase spans)."""
+    def span_table(
+        self, name: str, run: str, windows: Sequence[tuple[int, int]] | None = None, **params: Any
+    ) -> pa.Table:
+        """The statement over the run's selection ({scope}; diagnosis_spans with its phase spans),
+        read once per window of `windows` (the selection narrowed to it) where given."""
         selection = write.run_selection(self.client, run)
         if selection is None:
             raise LookupError(f"no run {run!r}")
         phases = write.phase_rules_for(self.client, selection) if name == "diagnosis_spans" else []
-        text, bound = scoped(name, selection, phases, run=run, **params)
-        return self.client.query_arrow(text, bound)
+        if windows is None:
+            text, bound = scoped(name, selection, phases, run=run, **params)
+            return self.client.query_arrow(text, bound)
+        parts = []
+        for first, end in windows:  # the selection's time range is inclusive at both ends
+            start, last = max(selection.start_ns, first), min(selection.end_ns, end - 1)
+            narrowed = dataclasses.replace(selection, start_ns=start, end_ns=last)
+            text, bound = scoped(name, narrowed, phases, run=run, **params)
+            parts.append(self.client.query_arrow(text, bound))
+        return pa.concat_tables(parts, promote_options="permissive")

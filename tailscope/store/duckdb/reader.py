@@ -15,7 +15,13 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.duckdb import rules
-from tailscope.store.duckdb.statements import filtered, phase_spans_query, span_tree_query
+from tailscope.store.duckdb.statements import (
+    WINDOWS_WHERE,
+    filtered,
+    padded_windows,
+    phase_spans_query,
+    span_tree_query,
+)
 from tailscope.store.interface import FILTER_FIELDS, RequestFilter, TraceTree
 
 
@@ -80,13 +86,18 @@ class DuckDBReader:
     def regex_error(self, pattern: str) -> str | None:
         return rules.regex_error(self.conn, pattern)
 
-    def stage_mapping(self, run: str, sample_traces: int) -> list[tuple[Any, ...]]:
+    def stage_mapping(
+        self, run: str, sample_traces: int, window: tuple[int, int] | None = None
+    ) -> list[tuple[Any, ...]]:
         conn = self.conn
         conn.execute(sql.load("derive_drop_scope"))
-        conn.execute(sql.load("stage_mapping_scope"), [run, int(sample_traces)])
+        if window is None:
+            conn.execute(sql.load("stage_mapping_scope"), [run, int(sample_traces)])
+        else:
+            conn.execute(sql.load("stage_mapping_scope_window"), [run, *window, int(sample_traces)])
         try:
             text, params = span_tree_query(
-                self.stage_rules(), scope="traces", run=run, phase_rules=self.phase_rules()
+                self.stage_rules(), scope="traces", run=run, phase_rules=self.phase_rules(), window=window
             )
             summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
             return conn.execute(summary, params).fetchall()
@@ -141,10 +152,16 @@ class DuckDBReader:
         ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
         return TraceTree(run, tree, client, ranks)
 
-    def span_table(self, name: str, run: str, **params: Any) -> pa.Table:
+    def span_table(
+        self, name: str, run: str, windows: Sequence[tuple[int, int]] | None = None, **params: Any
+    ) -> pa.Table:
+        flat = padded_windows(windows)
         if name == "diagnosis_spans":  # the run's phase spans first: the statement reads them
-            text, phase_params = phase_spans_query(self.phase_rules(), "run", run)
+            text, phase_params = phase_spans_query(self.phase_rules(), "windows", run, windows=windows)
             self.conn.execute(sql.load("diagnosis_phase_drop"))
             self.conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", phase_params)
-        relation = self.conn.sql(sql.load(name), params={"run": run, **params})
-        return relation.to_arrow_table()
+        text, bound = sql.load(name), {"run": run, **params}
+        if "{windows}" in text:  # a read the sampled diagnosis narrows (diagnosis_weights is not)
+            text = text.replace("{windows}", WINDOWS_WHERE)
+            bound.update(from_ns=flat[0::2], to_ns=flat[1::2])
+        return self.conn.sql(text, params=bound).to_arrow_table()

@@ -8,11 +8,13 @@ builders' output against tests/golden/.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.rules.phases import attribute_paths, phase_rules_param
+from tailscope.store.interface import SPAN_WINDOWS
 
 if TYPE_CHECKING:
     from tailscope.store.interface import RequestFilter
@@ -29,6 +31,14 @@ SCOPES: dict[str, str] = {
         "AND o.Timestamp BETWEEN make_timestamp_ns(?::BIGINT) AND make_timestamp_ns(?::BIGINT))"
     ),
     "trace": "(SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)",
+    # the spans starting in one of SPAN_WINDOWS windows [first, end) (a sampled diagnosis: row groups
+    # outside every window are skipped by their Timestamp range; unused windows are empty)
+    "windows": "(SELECT * FROM otel_traces WHERE RunLabel = ? AND ("
+    + " OR ".join(
+        ["(Timestamp >= make_timestamp_ns(?::BIGINT) AND Timestamp < make_timestamp_ns(?::BIGINT))"]
+        * SPAN_WINDOWS
+    )
+    + "))",
     "sample": (
         "(SELECT o.* FROM otel_traces AS o JOIN (SELECT TraceId FROM otel_traces WHERE RunLabel = ? "
         "GROUP BY TraceId ORDER BY hash(TraceId) LIMIT ?) AS x ON x.TraceId = o.TraceId WHERE o.RunLabel = ?)"
@@ -43,8 +53,33 @@ OUTPUTS: dict[str, str] = {"spans": "span_tree_spans", "requests": "span_tree_re
 ALL_TIME = (-(2**62), 2**62)
 
 
+def padded_windows(windows: Sequence[tuple[int, int]] | None) -> list[int]:
+    """SPAN_WINDOWS (first, end) pairs, flat: `windows` (all time when None), then empty ones."""
+    given = list(windows or [ALL_TIME])
+    if len(given) > SPAN_WINDOWS:
+        raise ValueError(f"{len(given)} windows: at most {SPAN_WINDOWS} are read at once")
+    return [t for pair in given + [(0, 0)] * (SPAN_WINDOWS - len(given)) for t in pair]
+
+
+# The diagnosis statements' {windows} condition: SPAN_WINDOWS windows in the list parameters
+# $from_ns / $to_ns (constant-folded, so row groups outside every window are skipped).
+WINDOWS_WHERE = (
+    "("
+    + " OR ".join(
+        f"(Timestamp >= make_timestamp_ns($from_ns[{i}]) AND Timestamp < make_timestamp_ns($to_ns[{i}]))"
+        for i in range(1, SPAN_WINDOWS + 1)
+    )
+    + ")"
+)
+
+
 def _scope_params(
-    scope: str, run: str, trace_id: str | None, sample: int | None, window: tuple[int, int] | None = None
+    scope: str,
+    run: str,
+    trace_id: str | None,
+    sample: int | None,
+    window: tuple[int, int] | None = None,
+    windows: Sequence[tuple[int, int]] | None = None,
 ) -> list[Any]:
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
@@ -52,6 +87,7 @@ def _scope_params(
         "run": [run],
         "traces": [run, *(window or ALL_TIME)],
         "trace": [run, trace_id],
+        "windows": [run, *padded_windows(windows)],
         "sample": [run, sample, run],
     }[scope]
 
@@ -63,9 +99,10 @@ def phase_spans_query(
     trace_id: str | None = None,
     sample: int | None = None,
     window: tuple[int, int] | None = None,
+    windows: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[str, list[Any]]:
     """phase_spans.sql for one scope of one run: the phase spans the rules make there."""
-    scope_params = _scope_params(scope, run, trace_id, sample, window)
+    scope_params = _scope_params(scope, run, trace_id, sample, window, windows)
     candidates_sql, candidate_params = phase_candidates(phase_rules)
     text = sql.load("phase_spans").replace("{scope}", SCOPES[scope]).replace("{candidates}", candidates_sql)
     paths = attribute_paths(phase_rules)
@@ -146,7 +183,6 @@ def filtered(name: str, flt: RequestFilter, *extra: Any, weighted: bool = False)
     then `extra` (the statement's own parameters, in text order after the WHERE)."""
     where, positional = filter_where(flt)
     return sql.load_filtered(name, "duckdb", where, weighted), [*positional, *extra]
-
 
 
 def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
