@@ -116,6 +116,41 @@ def test_a_whole_run_derived_in_hash_partitions_matches_one_pass(db_path: Path, 
     assert request_rows(db_path) == one_pass and len(one_pass) == 10
 
 
+def test_a_whole_run_derived_in_time_windows_keeps_every_trace_once(db_path: Path, monkeypatch) -> None:
+    """Parts are time windows: a trace belongs to the window of its first span, even when it outlasts
+    that window or a child starts before its root (clock skew), and a part reads only its window."""
+    from tailscope.store.duckdb import derive
+
+    cols = SpanColumns()
+    for trace_no in range(1, 41):  # overlapping traces, 40 ms apart, 50-900 ms long
+        skewed = S("skewed", -3, 2) if trace_no % 3 == 0 else S("parse", 0, 5)
+        long = 900 if trace_no % 7 == 0 else 50
+        root = S("root", 0, long, kind="Server", children=[skewed, S("model.forward", 10, long - 5)])
+        add_trace(cols, root, trace_no, offset_ms=40.0 * trace_no)
+    transaction(db_path, cols)
+    one_pass = request_rows(db_path)
+    scopes: list[int] = []
+    windows: list[tuple[int, int]] = []
+    original = derive._derive
+
+    def counting(conn, run_label, scope, window=derive.ALL_TIME):
+        scopes.append(conn.execute("SELECT count(*) FROM _ts_scope").fetchone()[0])
+        windows.append(window)
+        original(conn, run_label, scope, window)
+
+    monkeypatch.setattr(derive, "PART_SPANS", 12)  # 120 spans → 10 parts
+    monkeypatch.setattr(derive, "_derive", counting)
+    with connect_writer(db_path) as conn:
+        conn.execute("DELETE FROM derive_state")
+        conn.execute("DELETE FROM requests")
+        refresh_run(conn, RUN)
+    assert request_rows(db_path) == one_pass and len(one_pass) == 40
+    assert len(scopes) >= 5 and sum(scopes) == 40  # each trace in exactly one part
+    # each part reads a bounded window of the run (its spans and a trace's reach), never all of it
+    run_ns = 40 * 41 * 1e6 + 900e6
+    assert all(high - low < run_ns + 2 * derive.CLOCK_SKEW_NS for low, high in windows)
+
+
 def test_an_appended_batch_is_not_kept_alive_until_the_commit(db_path: Path) -> None:
     """Memory follows the batch, not the file: once appended, a batch's Arrow memory must be free
     to go although the file's transaction is still open. (A view registered per batch inside the
