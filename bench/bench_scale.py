@@ -24,6 +24,7 @@ Prints a table and appends one JSON line per step to <dir>/scale_results.jsonl.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -43,7 +44,7 @@ GENERATE = """
 INSERT INTO otel_traces
 WITH req AS (
     SELECT i,
-           lpad(format('{:x}', i), 32, '0') AS trace_id,
+           md5(i::VARCHAR) AS trace_id,  -- random-looking, as real trace ids: no zone map finds one
            $2 AS run,
            CAST(1700000000000000000 + i * 1000000 AS BIGINT) AS t0,
            hash(i) AS h,
@@ -234,10 +235,11 @@ def step_refresh(db: Path, spans: int) -> dict:
             )
             low, high, longest = conn.execute(
                 "SELECT min(epoch_ns(Timestamp)), max(epoch_ns(Timestamp)), max(Duration) FROM otel_traces "
-                "WHERE RunLabel = ? AND TraceId >= ?",
-                [run, f"{new_first:032x}"],
+                "WHERE RunLabel = ? AND Timestamp >= make_timestamp_ns(?)",
+                [run, 1_700_000_000_000_000_000 + (first + requests) * 1_000_000 - 100_000],
             ).fetchone()
-            touched = pa.table({"TraceId": [f"{i:032x}" for i in range(new_first, new_first + 100)]})
+            ids = [hashlib.md5(str(i).encode()).hexdigest() for i in range(new_first, new_first + 100)]
+            touched = pa.table({"TraceId": ids})
             started = time.perf_counter()
             refresh_run(conn, run, touched, 100 * SPANS_PER_REQUEST, (low, high, longest))
             best = min(best, time.perf_counter() - started)

@@ -33,6 +33,18 @@ from tailscope.store.url import default_db_path
 SCHEMA_VERSION = CURRENT_VERSION
 LOCK_WAIT_SECONDS = 60.0
 
+# DuckDB's own default takes 80 % of the machine's memory for its buffers: a store of 100 M spans
+# grew one process to 18 GB (issue 29). Every connection gets a cap instead
+# (TAILSCOPE_DUCKDB_MEMORY_LIMIT overrides it, in DuckDB's size syntax, e.g. "4GB"); what does not
+# fit spills to DuckDB's temporary directory beside the store (<db>.tmp). Ingest lowers it further
+# for a file's transaction (ingest_writer_memory.sql). Chosen by measurement, bench/bench_scale.py.
+DEFAULT_MEMORY_LIMIT = "1GB"
+
+
+def connection_config() -> dict[str, str]:
+    """DuckDB settings for every store connection (see DEFAULT_MEMORY_LIMIT)."""
+    return {"memory_limit": os.environ.get("TAILSCOPE_DUCKDB_MEMORY_LIMIT") or DEFAULT_MEMORY_LIMIT}
+
 
 def _is_lock_conflict(error: duckdb.Error) -> bool:
     text = str(error)
@@ -107,7 +119,7 @@ def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyCo
             if read_only:
                 _hold_back(path, "writer", READER_DEFER_SECONDS)
             try:
-                conn = duckdb.connect(str(path), read_only=read_only)
+                conn = duckdb.connect(str(path), read_only=read_only, config=connection_config())
                 # DuckDB draws a progress bar on stderr for long statements: not ours to print.
                 conn.execute("SET enable_progress_bar = false")
                 return conn
