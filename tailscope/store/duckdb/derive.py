@@ -21,6 +21,7 @@ from 2^55, so a high-water mark taken in the writer's transaction matched nothin
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +39,7 @@ from tailscope.store.duckdb.rules import (
     store_phase_rules,
     store_rules,
 )
+from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import ALL_TIME, span_tree_query
 
 Connection = Any  # a DuckDB connection
@@ -116,10 +118,11 @@ def _derive_in_parts(conn: WriterConnection, run_label: str, parts: int) -> None
     on either side), so the cost per span stays flat as the run grows; hash partitions each read
     the whole run (50 M spans: 50 parts × 50 M rows, 2.5× the cost per span of a 5 M-span run)."""
     quantiles = [part / parts for part in range(1, parts)]
-    first, last, longest, cuts = conn.execute(sql.load("derive_part_bounds"), [quantiles, run_label]).fetchone()
+    bounds_row = conn.execute(sql.load("derive_part_bounds"), [quantiles, run_label]).fetchone()
+    first, last, longest, cuts = bounds_row
     reach = max(int(longest), 0) + 2 * CLOCK_SKEW_NS
     bounds = [first, *sorted(set(cuts) - {first}), last + 1]
-    for low, high in zip(bounds, bounds[1:], strict=False):
+    for low, high in pairwise(bounds):
         conn.execute(sql.load("derive_scope_part"), [run_label, low, high, reach])
         _derive(conn, run_label, "traces", (low, high + reach))
 
@@ -162,15 +165,11 @@ def trace_window(
 
 def _derive(conn: WriterConnection, run_label: str, scope: str, window: tuple[int, int] = ALL_TIME) -> None:
     """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`."""
-    text, params = span_tree_query(
-        rules_in_force(conn),
-        scope,
-        run_label,
-        output="requests",
-        phase_rules=phase_rules_in_force(conn),
-        window=window,
-    )
-    conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
+    with staged_scope(conn, scope, run_label, window=window) as staged:
+        text, params = span_tree_query(
+            rules_in_force(conn), staged, run_label, output="requests", phase_rules=phase_rules_in_force(conn)
+        )
+        conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label, *window])
     _drop_temp(conn)
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.duckdb import rules
+from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
     WINDOWS_WHERE,
     filtered,
@@ -96,11 +97,12 @@ class DuckDBReader:
         else:
             conn.execute(sql.load("stage_mapping_scope_window"), [run, *window, int(sample_traces)])
         try:
-            text, params = span_tree_query(
-                self.stage_rules(), scope="traces", run=run, phase_rules=self.phase_rules(), window=window
-            )
-            summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
-            return conn.execute(summary, params).fetchall()
+            with staged_scope(conn, "traces", run, window=window) as staged:
+                text, params = span_tree_query(
+                    self.stage_rules(), scope=staged, run=run, phase_rules=self.phase_rules()
+                )
+                summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
+                return conn.execute(summary, params).fetchall()
         finally:
             conn.execute(sql.load("derive_drop_scope"))
 
@@ -120,12 +122,13 @@ class DuckDBReader:
             )
             if not counts.get("band") or not counts.get("median"):
                 return [], counts
-            tree, tree_params = span_tree_query(
-                self.stage_rules(), "traces", where.run or "", phase_rules=self.phase_rules()
-            )
-            output = sql.load(sql.variant("stage_breakdown", "duckdb", weighted))
-            rows = conn.execute(output.replace("{span_tree}", tree), tree_params)
-            return rows.fetchall(), counts
+            with staged_scope(conn, "traces", where.run or "") as staged:
+                tree, tree_params = span_tree_query(
+                    self.stage_rules(), staged, where.run or "", phase_rules=self.phase_rules()
+                )
+                output = sql.load(sql.variant("stage_breakdown", "duckdb", weighted))
+                rows = conn.execute(output.replace("{span_tree}", tree), tree_params)
+                return rows.fetchall(), counts
         finally:
             conn.execute(sql.load("derive_drop_scope"))
 
@@ -136,17 +139,16 @@ class DuckDBReader:
             run = row[0] if row else None
         if run is None:
             return TraceTree(None)
-        text, params = span_tree_query(
-            self.stage_rules(), "trace", run, trace_id=trace_id, phase_rules=self.phase_rules()
-        )
-        tree = conn.execute(text, params).df()
-        if tree.empty:
-            spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]
-            return TraceTree(run, spans=int(spans))
-        client_id = tree["ClientSpanId"].iloc[0]
-        client = None
-        if isinstance(client_id, str):
-            client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
+        with staged_scope(conn, "trace", run, trace_id=trace_id) as staged:
+            text, params = span_tree_query(self.stage_rules(), staged, run, phase_rules=self.phase_rules())
+            tree = conn.execute(text, params).df()
+            if tree.empty:
+                spans = conn.execute(sql.load("trace_span_count"), [run, trace_id]).fetchone()[0]
+                return TraceTree(run, spans=int(spans))
+            client_id = tree["ClientSpanId"].iloc[0]
+            client = None
+            if isinstance(client_id, str):  # among the trace's staged spans
+                client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
         names = [*tree["SpanName"], *([client[2]] if client else [])]
         durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
         ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
