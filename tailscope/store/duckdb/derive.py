@@ -39,7 +39,6 @@ from tailscope.store.duckdb.rules import (
     store_phase_rules,
     store_rules,
 )
-from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import ALL_TIME, span_tree_query
 
 Connection = Any  # a DuckDB connection
@@ -165,11 +164,17 @@ def trace_window(
 
 def _derive(conn: WriterConnection, run_label: str, scope: str, window: tuple[int, int] = ALL_TIME) -> None:
     """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`."""
-    with staged_scope(conn, scope, run_label, window=window) as staged:
-        text, params = span_tree_query(
-            rules_in_force(conn), staged, run_label, output="requests", phase_rules=phase_rules_in_force(conn)
-        )
-        conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
+    # (not staged as the readers' span trees are, scope.staged_scope: the window already bounds what
+    # each read scans, and the copy cost more than the reads it saved: 6.5 vs 6.1 s CPU for 2 M spans)
+    text, params = span_tree_query(
+        rules_in_force(conn),
+        scope,
+        run_label,
+        output="requests",
+        phase_rules=phase_rules_in_force(conn),
+        window=window,
+    )
+    conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
     conn.execute(sql.load("derive_requests"), [run_label, *window])
     _drop_temp(conn)
 
