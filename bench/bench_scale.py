@@ -321,6 +321,7 @@ def main() -> int:
         "--steps", nargs="+", default=["generate", "derive", "views", "refresh", "ingest", "diagnose"]
     )
     parser.add_argument("--diagnose-max-spans", type=float, default=3e6)
+    parser.add_argument("--reuse", action="store_true", help="keep a store already generated at a size")
     parser.add_argument("--code", type=Path, default=ROOT, help="the tailscope checkout to measure")
     parser.add_argument("--tag", default="", help="a name for this series in the results file")
     parser.add_argument("--step", help=argparse.SUPPRESS)
@@ -345,6 +346,8 @@ def main() -> int:
     for spans in (int(s) for s in args.spans):
         db = args.dir / f"scale_{spans // 1_000_000}m{args.tag and '_' + args.tag}.duckdb"
         for step in args.steps:
+            if step == "generate" and args.reuse and db.exists():
+                continue
             if step == "generate":
                 db.unlink(missing_ok=True)
                 db.with_suffix(".duckdb.wal").unlink(missing_ok=True)
