@@ -313,6 +313,44 @@ def child(step: str, db: Path, spans: int, extra: list[str], code: Path = ROOT) 
     return result
 
 
+def table(results: Path, tag: str) -> str:
+    """The results of one series as a markdown table: one row per measurement, one column per size
+    (wall s / CPU s for the views; peak RSS per step)."""
+    rows: dict[str, dict[int, str]] = {}
+    sizes: set[int] = set()
+    for line in results.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("tag") != tag:
+            continue
+        spans, step = record["spans"], record["step"]
+        sizes.add(spans)
+        rss = f"{record['peak_rss_mb'] / 1024:.2f} GiB"
+        if step == "views":
+            for name, value in record.items():
+                if isinstance(value, list):
+                    rows.setdefault(name, {})[spans] = f"{value[0] * 1000:.0f} / {value[1] * 1000:.0f} ms"
+        elif step == "ingest":
+            rows.setdefault("ingest 1 M spans (spans/s)", {})[spans] = f"{1e6 / record['s']:,.0f}"
+        elif step == "derive":
+            rows.setdefault("rule edit: re-derive every run", {})[spans] = (
+                f"{record['s']:.1f} s ({record['cpu_s'] / spans * 1e6:.1f} µs CPU/span)"
+            )
+        elif step in ("refresh", "diagnose"):
+            label = {"refresh": "refresh after +100 requests", "diagnose": "diagnose smallest run"}[step]
+            rows.setdefault(label, {})[spans] = f"{record['s'] * 1000:.0f} ms"
+        else:
+            rows.setdefault(step, {})[spans] = f"{record['s']:.1f} s"
+        rows.setdefault(f"peak RSS: {step}", {})[spans] = rss
+        if record.get("store_mb"):
+            rows.setdefault("store on disk", {})[spans] = f"{record['store_mb'] / 1024:.2f} GiB"
+    order = sorted(sizes)
+    lines = ["| measurement | " + " | ".join(f"{s / 1e6:g} M spans" for s in order) + " |"]
+    lines.append("|---|" + "---|" * len(order))
+    for name, cells in rows.items():
+        lines.append(f"| {name} | " + " | ".join(cells.get(s, "–") for s in order) + " |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=float, nargs="+", default=[1e6, 1e7])
@@ -324,10 +362,14 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="keep a store already generated at a size")
     parser.add_argument("--code", type=Path, default=ROOT, help="the tailscope checkout to measure")
     parser.add_argument("--tag", default="", help="a name for this series in the results file")
+    parser.add_argument("--table", metavar="TAG", help="print the results of one series as a table")
     parser.add_argument("--step", help=argparse.SUPPRESS)
     parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--otlp", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.table is not None:
+        print(table(args.dir / "scale_results.jsonl", args.table))
+        return 0
     if args.step:
         spans = int(args.spans[0])
         fn = STEPS.get(args.step)
