@@ -19,9 +19,11 @@ class CountingConnection:
     def __init__(self, conn) -> None:
         self.conn = conn
         self.reads = 0
+        self.texts: list[str] = []
 
     def execute(self, text: str, *params):
         self.reads += text.count("FROM otel_traces")
+        self.texts.append(text)
         return self.conn.execute(text, *params)
 
     def __getattr__(self, name: str):
@@ -60,3 +62,25 @@ def test_a_stage_breakdown_reads_the_runs_spans_once(db_path: Path) -> None:
         table = stage_breakdown(DuckDBReader(counting), Filter(run="r"), "p99")
     assert not table.empty and "model.forward" in set(table["span_name"])
     assert counting.reads == 1
+
+
+def test_a_gantt_reads_the_spans_within_its_requests_time_skewed_ones_included(db_path: Path) -> None:
+    """The Gantt finds the trace's spans within its request's interval (± clock skew), so DuckDB
+    skips the run's other row groups by their Timestamp min/max instead of scanning every TraceId."""
+    cols = SpanColumns()
+    for n in range(1, 6):
+        root = S(
+            "POST /predict",
+            0,
+            30,
+            kind="Server",
+            children=[S("early clock", -2000, 1), S("model.forward", 2, 28)],
+        )
+        add_trace(cols, root, n, offset_ms=60_000.0 * n)
+    load(db_path, "r", cols)
+    with connect_reader(db_path) as conn:
+        counting = CountingConnection(conn)
+        gantt = trace_gantt(DuckDBReader(counting), f"{3:032x}", "r")
+    assert set(gantt.spans["name"]) == {"POST /predict", "early clock", "model.forward"}
+    staging = [text for text in counting.texts if "_ts_scope_spans AS" in text]
+    assert len(staging) == 1 and "Timestamp BETWEEN" in staging[0]

@@ -15,6 +15,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.duckdb import rules
+from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
     WINDOWS_WHERE,
@@ -139,7 +140,12 @@ class DuckDBReader:
             run = row[0] if row else None
         if run is None:
             return TraceTree(None)
-        with staged_scope(conn, "trace", run, trace_id=trace_id) as staged:
+        request = conn.execute(sql.load("trace_window"), [run, trace_id]).fetchone()
+        scope, window = "trace", None
+        if request is not None:  # its spans start within the request's interval, give or take the skew
+            start, longest = int(request[0]), int(request[1])
+            scope, window = "trace_window", (start - longest - CLOCK_SKEW_NS, start + longest + CLOCK_SKEW_NS)
+        with staged_scope(conn, scope, run, trace_id=trace_id, window=window) as staged:
             text, params = span_tree_query(self.stage_rules(), staged, run, phase_rules=self.phase_rules())
             tree = conn.execute(text, params).df()
             if tree.empty:

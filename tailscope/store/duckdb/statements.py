@@ -39,6 +39,11 @@ SCOPES: dict[str, str] = {
         * SPAN_WINDOWS
     )
     + "))",
+    # one trace within the time its spans can start (reader.trace_tree: its request's interval)
+    "trace_window": (
+        "(SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ? "
+        "AND Timestamp BETWEEN make_timestamp_ns(?::BIGINT) AND make_timestamp_ns(?::BIGINT))"
+    ),
     "sample": (
         "(SELECT o.* FROM otel_traces AS o JOIN (SELECT TraceId FROM otel_traces WHERE RunLabel = ? "
         "GROUP BY TraceId ORDER BY hash(TraceId) LIMIT ?) AS x ON x.TraceId = o.TraceId WHERE o.RunLabel = ?)"
@@ -91,6 +96,7 @@ def _scope_params(
         "traces": [run, *(window or ALL_TIME)],
         "trace": [run, trace_id],
         "windows": [run, *padded_windows(windows)],
+        "trace_window": [run, trace_id, *(window or ALL_TIME)],
         "sample": [run, sample, run],
         "staged": [],
     }[scope]
