@@ -38,77 +38,8 @@ RUN_SHARES = (("day-a", 0.5), ("day-b", 0.3), ("day-c", 0.2))
 ROUTES, USERS, INSTANCES = 2000, 5000, 24
 CHUNK_REQUESTS = 1_000_000  # generated per INSERT, so generation memory stays flat
 
-# One run's requests [?, ? + ?) as 11 spans each; params: first request number, run label, slow-tail
-# probability of the forward pass, how many requests. Request i starts at i ms (1,000 requests/s).
-GENERATE = """
-INSERT INTO otel_traces
-WITH req AS (
-    SELECT i,
-           md5(i::VARCHAR) AS trace_id,  -- random-looking, as real trace ids: no zone map finds one
-           $2 AS run,
-           CAST(1700000000000000000 + i * 1000000 AS BIGINT) AS t0,
-           hash(i) AS h,
-           CAST(200000 + random() * 100000 AS BIGINT) AS d_recv,
-           CAST(300000 + random() * 200000 AS BIGINT) AS d_parse,
-           CAST(1000000 + random() * 500000 + CASE WHEN random() < 0.05 THEN 30000000 ELSE 0 END AS BIGINT)
-               AS d_hyd,
-           CAST(500000 + random() * 500000 AS BIGINT) AS d_tok,
-           CAST(random() * 3000000 AS BIGINT) AS d_queue,
-           CAST(15000000 + random() * 5000000 + CASE WHEN random() < $3 THEN 100000000 ELSE 0 END AS BIGINT)
-               AS d_fwd,
-           CAST(500000 + random() * 300000 AS BIGINT) AS d_post,
-           CAST(200000 + random() * 100000 AS BIGINT) AS d_ser
-    FROM range($1, $1 + $4) AS r(i)
-),
-slots AS (
-    SELECT *,
-           '/v1/models/m' || (h % 2000)::VARCHAR || '/predict' AS route,
-           'u' || ((h >> 11) % 5000)::VARCHAR AS user_id,
-           'api-' || ((h >> 24) % 24)::VARCHAR AS instance,
-           'gpu-node-' || ((h >> 24) % 24 // 3)::VARCHAR AS host,
-           t0 + 100000 AS s_recv,
-           t0 + 100000 + d_recv AS s_parse,
-           t0 + 100000 + d_recv + d_parse AS s_hyd,
-           t0 + 100000 + d_recv + d_parse + d_hyd AS s_tok,
-           t0 + 100000 + d_recv + d_parse + d_hyd + d_tok AS s_queue,
-           t0 + 100000 + d_recv + d_parse + d_hyd + d_tok + d_queue AS s_fwd,
-           t0 + 100000 + d_recv + d_parse + d_hyd + d_tok + d_queue + d_fwd AS s_post,
-           t0 + 100000 + d_recv + d_parse + d_hyd + d_tok + d_queue + d_fwd + d_post AS s_ser,
-           d_recv + d_parse + d_hyd + d_tok + d_queue + d_fwd + d_post + d_ser + 200000 AS d_root
-    FROM req
-),
-spans AS (
-    SELECT trace_id, run, route, user_id, instance, host, d_hyd > 20000000 AS miss, u.* FROM slots,
-    LATERAL (VALUES
-        (0, -1, 'POST', 'Client', 'loadgen', '', t0 - 50000, d_root + 100000),
-        (1, 0, 'POST', 'Server', 'inference-api', 'ingress', t0, d_root),
-        (2, 1, 'http.receive', 'Internal', 'inference-api', 'ingress', s_recv, d_recv),
-        (3, 1, 'parse_request', 'Internal', 'inference-api', 'parsing', s_parse, d_parse),
-        (4, 1, 'feature_hydration', 'Internal', 'inference-api', 'feature_hydration', s_hyd, d_hyd),
-        (5, 4, 'feature_store.get', 'Client', 'feature-store', 'feature_hydration', s_hyd + 100000,
-            d_hyd - 200000),
-        (6, 1, 'tokenize', 'Internal', 'inference-api', 'preprocessing', s_tok, d_tok),
-        (7, 1, 'batch.queue_wait', 'Internal', 'inference-api', 'queue', s_queue, d_queue),
-        (8, 1, 'model.forward', 'Internal', 'ranker', 'model_forward', s_fwd, d_fwd),
-        (9, 1, 'postprocess', 'Internal', 'inference-api', 'postprocessing', s_post, d_post),
-        (10, 1, 'serialize_response', 'Internal', 'inference-api', 'serialization', s_ser, d_ser)
-    ) AS u(slot, parent, name, kind, service, stage, start_ns, dur)
-)
-SELECT
-    make_timestamp_ns(start_ns), trace_id, lpad(format('{:x}', slot + 1), 16, '0'),
-    CASE WHEN parent < 0 THEN '' ELSE lpad(format('{:x}', parent + 1), 16, '0') END,
-    '', CASE WHEN slot <= 1 THEN name || ' ' || route ELSE name END, kind, service,
-    '{"service.instance.id":"' || instance || '","host.name":"' || host || '","tailscope.scenario":"scale"}',
-    'bench', '1',
-    CASE WHEN slot = 0 THEN '{"http.request.method":"POST","enduser.id":"' || user_id || '"}'
-         WHEN slot = 1 THEN '{"http.request.method":"POST","http.route":"' || route
-                            || '","enduser.id":"' || user_id || '","http.response.status_code":"200"}'
-         WHEN slot = 4 THEN '{"tailscope.stage":"' || stage || '","cache.hit":"'
-                            || CASE WHEN miss THEN 'false' ELSE 'true' END || '"}'
-         ELSE '{"tailscope.stage":"' || stage || '"}' END,
-    dur, 'Unset', '', '[]', '[]', run
-FROM spans
-"""
+# One run's requests as 11 spans each (see the file).
+GENERATE = (Path(__file__).parent / "bench_scale_generate.sql").read_text()
 
 
 def run_plan(spans: int) -> list[tuple[str, int, int, float]]:
@@ -153,14 +84,25 @@ def step_derive(db: Path, spans: int) -> dict:
     from tailscope.store.duckdb.derive import replace_rules
     from tailscope.store.duckdb.rules import rules_in_force
 
+    only = os.environ.get("BENCH_SCALE_RUN")
     with connect_writer(db) as conn:
-        rules = rules_in_force(conn)
-        edited = [replace(rules[0], description=rules[0].description + " (edited)"), *rules[1:]]
-        started = time.perf_counter()
-        replace_rules(conn, edited)
+        if only:  # one run's full derive (the --run option), as a rule edit derives each run
+            from tailscope.store.duckdb.derive import refresh_run
+
+            spans = conn.execute("SELECT count(*) FROM otel_traces WHERE RunLabel = ?", [only]).fetchone()[0]
+            conn.execute("BEGIN TRANSACTION")
+            conn.execute("DELETE FROM derive_state WHERE RunLabel = ?", [only])
+            started = time.perf_counter()
+            refresh_run(conn, only)
+            conn.execute("COMMIT")
+        else:
+            rules = rules_in_force(conn)
+            edited = [replace(rules[0], description=rules[0].description + " (edited)"), *rules[1:]]
+            started = time.perf_counter()
+            replace_rules(conn, edited)
         seconds = time.perf_counter() - started
         requests = conn.execute("SELECT count(*) FROM requests").fetchone()[0]
-    return {"s": seconds, "us_per_span": seconds / spans * 1e6, "requests": requests}
+    return {"s": seconds, "us_per_span": seconds / spans * 1e6, "requests": requests, "run_spans": spans}
 
 
 def _best(fn, repeat: int = 3) -> tuple[float, float]:
@@ -191,7 +133,8 @@ def step_views(db: Path, spans: int) -> dict:
     from tailscope.store.duckdb.store import DuckDBStore
 
     store = DuckDBStore(db)
-    largest = RUN_SHARES[0][0]
+    largest = os.environ.get("BENCH_SCALE_RUN") or RUN_SHARES[0][0]
+    other = "day-b" if largest == "day-a" else largest
     one, every = Filter(run=largest), Filter()
     times: dict[str, list[float]] = {}
     with store.reading() as conn:  # one open reader, as the dashboard's cached reader
@@ -208,7 +151,7 @@ def step_views(db: Path, spans: int) -> dict:
             "slowest traces (run)": lambda: slowest_traces(conn, one, 50),
             "slowest traces (all runs)": lambda: slowest_traces(conn, every, 50),
             "trace gantt (slowest)": lambda: trace_gantt(conn, trace_id, largest),
-            "compare day-a vs day-b": lambda: compare(conn, "day-a", "day-b", None, 1.0, 4.0),
+            f"compare {largest} vs {other}": lambda: compare(conn, largest, other, None, 1.0, 4.0),
         }
         for name, fn in views.items():
             times[name] = list(_best(fn))  # [wall s, cpu s]
@@ -222,7 +165,8 @@ def step_refresh(db: Path, spans: int) -> dict:
     from tailscope.store.duckdb.connection import connect_writer
     from tailscope.store.duckdb.derive import refresh_run
 
-    run, first, requests, tail = run_plan(spans)[0]
+    only = os.environ.get("BENCH_SCALE_RUN")
+    run, first, requests, tail = next(p for p in run_plan(spans) if p[0] == (only or p[0]))
     new_first = run_plan(spans)[-1][1] + run_plan(spans)[-1][2] + 10  # ids no run has
     with connect_writer(db) as conn:
         best = float("inf")
@@ -333,7 +277,7 @@ def table(results: Path, tag: str) -> str:
             rows.setdefault("ingest 1 M spans (spans/s)", {})[spans] = f"{1e6 / record['s']:,.0f}"
         elif step == "derive":
             rows.setdefault("rule edit: re-derive every run", {})[spans] = (
-                f"{record['s']:.1f} s ({record['cpu_s'] / spans * 1e6:.1f} µs CPU/span)"
+                f"{record['s']:.1f} s ({record['cpu_s'] / record.get('run_spans', spans) * 1e6:.1f} µs CPU/span)"
             )
         elif step in ("refresh", "diagnose"):
             label = {"refresh": "refresh after +100 requests", "diagnose": "diagnose smallest run"}[step]
@@ -359,6 +303,7 @@ def main() -> int:
         "--steps", nargs="+", default=["generate", "derive", "views", "refresh", "ingest", "diagnose"]
     )
     parser.add_argument("--diagnose-max-spans", type=float, default=3e6)
+    parser.add_argument("--run", help="derive, view and refresh this run only (day-a, day-b, day-c)")
     parser.add_argument("--reuse", action="store_true", help="keep a store already generated at a size")
     parser.add_argument("--code", type=Path, default=ROOT, help="the tailscope checkout to measure")
     parser.add_argument("--tag", default="", help="a name for this series in the results file")
@@ -376,6 +321,8 @@ def main() -> int:
         result = step_ingest(args.db, spans, args.otlp) if args.step == "ingest" else fn(args.db, spans)
         print(json.dumps(result), flush=True)
         return 0
+    if args.run:
+        os.environ["BENCH_SCALE_RUN"] = args.run  # the steps' children inherit it
     args.dir.mkdir(parents=True, exist_ok=True)
     otlp = args.dir / "otlp_1m.pb"
     if "ingest" in args.steps and not otlp.exists():
