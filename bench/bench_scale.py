@@ -276,8 +276,9 @@ def table(results: Path, tag: str) -> str:
         elif step == "ingest":
             rows.setdefault("ingest 1 M spans (spans/s)", {})[spans] = f"{1e6 / record['s']:,.0f}"
         elif step == "derive":
+            per_span = record["cpu_s"] / record.get("run_spans", spans) * 1e6
             rows.setdefault("rule edit: re-derive every run", {})[spans] = (
-                f"{record['s']:.1f} s ({record['cpu_s'] / record.get('run_spans', spans) * 1e6:.1f} µs CPU/span)"
+                f"{record['s']:.1f} s ({per_span:.1f} µs CPU/span)"
             )
         elif step in ("refresh", "diagnose"):
             label = {"refresh": "refresh after +100 requests", "diagnose": "diagnose smallest run"}[step]
