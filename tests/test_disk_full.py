@@ -25,6 +25,7 @@ from test_crash_safety import CHECKSUM, big_jsonl
 from tailscope import analysis
 from tailscope.cli.main import main
 from tailscope.store.duckdb.connection import connect_reader
+from tailscope.store.duckdb.migrate import CURRENT_VERSION
 from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.store.errors import StoreFullError
 
@@ -133,7 +134,7 @@ def test_migrate_on_a_full_disk_is_one_line_exit_2_and_the_store_survives(
     assert db.read_bytes() == before or wal.exists(), "the store file is unchanged (or its WAL replays)"
     assert main(["migrate", "--db", str(db)]) == 0
     with connect_reader(db) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 2
+        assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == CURRENT_VERSION
 
 
 def test_the_rule_editors_save_on_a_full_disk_raises_store_full_and_changes_nothing(tmpfs: Path) -> None:
