@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,11 +44,12 @@ def jsonl(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     return path, big_jsonl(path, lines=200, per_line=20)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Path:
-    """A store holding one earlier run (its checksum must survive every fault)."""
-    db = tmp_path / "store.duckdb"
-    early = tmp_path / "early.jsonl"
+@pytest.fixture(scope="module")
+def template_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding one earlier run, loaded once by the real command (copied for every test)."""
+    folder = tmp_path_factory.mktemp("early")
+    db = folder / "store.duckdb"
+    early = folder / "early.jsonl"
     big_jsonl(early, lines=2, per_line=3)
     assert (
         subprocess.run(
@@ -55,6 +57,15 @@ def store(tmp_path: Path) -> Path:
         ).returncode
         == 0
     )
+    assert not db.with_name(db.name + ".wal").exists()  # the command checkpointed: one file is the store
+    return db
+
+
+@pytest.fixture
+def store(template_store: Path, tmp_path: Path) -> Path:
+    """A store holding one earlier run (its checksum must survive every fault): a copy of the template."""
+    db = tmp_path / "store.duckdb"
+    shutil.copyfile(template_store, db)
     return db
 
 
