@@ -39,6 +39,13 @@ def quote_identifier(name: str) -> str:
 
 
 _INCLUDE = re.compile(r"\{include:(\w+)\}")
+# a placeholder in a `--` comment (a file naming how others include it) is text, not an include
+_COMMENT_OR_INCLUDE = re.compile(r"(--[^\n]*)|\{include:(\w+)\}")
+
+
+def _includes(text: str) -> list[str]:
+    """The names `text` includes (`{include:name}` outside comments), in order."""
+    return [match.group(2) for match in _COMMENT_OR_INCLUDE.finditer(text) if match.group(2)]
 
 
 WEIGHTED_SUFFIX = "_weighted"
@@ -72,18 +79,34 @@ def variant(name: str, dialect: Dialect, weighted: bool) -> str:
 def weights_matter(name: str, dialect: Dialect = "duckdb") -> bool:
     """Whether the statement, or a file it includes, has a weighted version."""
     return has_variant(name, dialect) or any(
-        has_variant(m, dialect) for m in _INCLUDE.findall(load(name, dialect))
+        weights_matter(m, dialect) for m in _includes(load(name, dialect))
     )
+
+
+_MAX_INCLUDE_DEPTH = 4
+
+
+def _expand(text: str, dialect: Dialect, weighted: bool, depth: int = 0) -> str:
+    """`text` with each `{include:other}` replaced by other.sql (its weighted version when `weighted`
+    and it has one), right-stripped and itself expanded: an included file may include another."""
+    if depth > _MAX_INCLUDE_DEPTH:
+        raise ValueError(f"SQL includes nested deeper than {_MAX_INCLUDE_DEPTH}: {text[:60]!r}")
+
+    def included(match: re.Match[str]) -> str:
+        if match.group(1) is not None:
+            return match.group(1)
+        body = load(variant(match.group(2), dialect, weighted), dialect).rstrip()
+        return _expand(body, dialect, weighted, depth + 1)
+
+    return _COMMENT_OR_INCLUDE.sub(included, text)
 
 
 def load_filtered(name: str, dialect: Dialect, where: str, weighted: bool = False) -> str:
     """`<name>.sql` of the dialect with its `{include:other}` placeholders replaced by other.sql
-    (shared CTEs) and its one `{where}` placeholder by `where` (fixed SQL: a filter's clauses).
+    (shared CTEs or parts of them, which may include others in turn; a placeholder inside a `--`
+    comment stays text) and its one `{where}` placeholder by `where` (fixed SQL: a filter's clauses).
     `weighted`: each file's weighted version where it has one (`variant`)."""
-    text = _INCLUDE.sub(
-        lambda match: load(variant(match.group(1), dialect, weighted), dialect).rstrip(),
-        load(variant(name, dialect, weighted), dialect),
-    )
+    text = _expand(load(variant(name, dialect, weighted), dialect), dialect, weighted)
     if text.count("{where}") != 1:
         raise ValueError(f"{name}.sql must use {{where}} exactly once")
     return text.replace("{where}", where)
