@@ -4,6 +4,7 @@
 -- the total (q·total less a relative 1e-12, so that float sums in another order agree); counts are
 -- sums of weights (rounded), means weighted means sum(w·x) / sum(w). Read waterfall.sql's notes.
 -- Params after the filter's: lo, hi, last_band (bool), as waterfall.sql.
+-- Band membership (window_fill, marked) is waterfall_marked.sql, shared with waterfall.sql.
 WITH f AS (
     SELECT * FROM requests WHERE {where}
 ),
@@ -21,22 +22,7 @@ q AS (
            CAST(round(any_value(t.total)) AS BIGINT) AS n
     FROM cumulative AS c, totals AS t
 ),
-window_fill AS (
-    SELECT count(*) FILTER (WHERE f.Duration >= q.qs[3] AND f.Duration < q.qs[4]) AS inside,
-           min(f.Duration) FILTER (WHERE f.Duration >= q.qs[3]) AS first_above,
-           count(*) FILTER (WHERE f.Duration BETWEEN q.qs[1] AND q.qs[2]) AS median_inside,
-           arg_min(f.Duration, abs(f.Duration - (q.qs[1] + q.qs[2]) / 2)) AS nearest_median
-    FROM f, q
-),
-marked AS (
-    SELECT f.*,
-           (f.Duration >= q.qs[3]
-               AND (f.Duration < q.qs[4] OR ((? OR q.qs[3] = q.qs[4]) AND f.Duration <= q.qs[4])))
-           OR (w.inside = 0 AND f.Duration = w.first_above) AS in_band,
-           f.Duration BETWEEN q.qs[1] AND q.qs[2]
-               OR (w.median_inside = 0 AND f.Duration = w.nearest_median) AS in_median
-    FROM f, q, window_fill AS w
-)
+{include:waterfall_marked}
 SELECT
     any_value(q.n) AS n,
     CAST(round(coalesce(sum(Weight) FILTER (WHERE in_band), 0)) AS BIGINT) AS band_n,

@@ -4,26 +4,11 @@
 -- Params after the filter's: p1..p4 = q(0.45), q(0.55), q(lo), q(hi) (Float64), p5 = last_band.
 -- Output: one row, as ../waterfall.sql: n, band_n, median_n, q_lo, q_hi, band_mean, median_mean,
 -- band_<stage>... (avg ns), median_<stage>... (avg ns), stages in table order (ALL_STAGES).
+-- Band membership (window_fill, marked): waterfall_marked.sql, shared with waterfall_weighted.sql.
 WITH f AS (
     SELECT * FROM tailscope_requests WHERE {where}
 ),
-window_fill AS (
-    SELECT countIf(Duration >= {p3:Float64} AND Duration < {p4:Float64}) AS inside,
-           minOrNullIf(Duration, Duration >= {p3:Float64}) AS first_above,
-           countIf(Duration >= {p1:Float64} AND Duration <= {p2:Float64}) AS median_inside,
-           argMin(Duration, abs(Duration - ({p1:Float64} + {p2:Float64}) / 2)) AS nearest_median
-    FROM f
-),
-marked AS (
-    SELECT f.*,
-           (f.Duration >= {p3:Float64}
-               AND (f.Duration < {p4:Float64}
-                    OR (({p5:Bool} OR {p3:Float64} = {p4:Float64}) AND f.Duration <= {p4:Float64})))
-           OR (w.inside = 0 AND f.Duration = w.first_above) AS in_band,
-           (f.Duration >= {p1:Float64} AND f.Duration <= {p2:Float64})
-               OR (w.median_inside = 0 AND f.Duration = w.nearest_median) AS in_median
-    FROM f CROSS JOIN window_fill AS w
-)
+{include:waterfall_marked}
 SELECT
     count() AS n,
     countIf(in_band) AS band_n,
