@@ -3,6 +3,7 @@
 -- Lines carry, instead of quantile_cont's p50 / p99, the two order statistics each reads
 -- ([x[floor h], x[ceil h]], h = (n - 1)·q), interpolated by tailscope.analysis.quantiles.
 -- Output rows: kind, time bin, latency bin (cells), count, p50 pair, p99 pair (lines), t0, width ns.
+-- The time / log-latency bins (r, the head of binned): heatmap_bins.sql, shared with heatmap_weighted.sql.
 WITH f AS (
     SELECT * FROM tailscope_requests WHERE {where}
 ),
@@ -11,15 +12,7 @@ v AS (
            toInt64({include:stage_value}) AS ns
     FROM f
 ),
-r AS (
-    SELECT min(t) AS t0,
-           greatest(toInt64(1), toInt64(ceil((max(t) - min(t) + 1) / toFloat64({p2:Int64})))) AS w,
-           toFloat64({p3:Int64}) AS bpd
-    FROM v
-),
-binned AS (
-    SELECT intDiv(v.t - r.t0, r.w) AS tb,
-           toInt32(floor(log10(greatest(v.ns, 1000) / 1e6) * r.bpd)) AS lb,
+{include:heatmap_bins}
            v.ns AS ns, r.t0 AS t0, r.w AS w
     FROM v CROSS JOIN r
 )

@@ -1,6 +1,7 @@
 -- ../heatmap_weighted.sql on ClickHouse: counts are sums of weights (rounded), the lines carry the
 -- weighted p50 / p99 themselves (values, not the unweighted file's order-statistic pairs:
 -- tailscope.store.clickhouse.views.heatmap tells them apart). Params and rows as heatmap.sql.
+-- The time / log-latency bins (r, the head of binned) are heatmap_bins.sql, shared with heatmap.sql.
 WITH f AS (
     SELECT * FROM tailscope_requests WHERE {where}
 ),
@@ -9,15 +10,7 @@ v AS (
            toInt64({include:stage_value}) AS ns, Weight AS wt
     FROM f
 ),
-r AS (
-    SELECT min(t) AS t0,
-           greatest(toInt64(1), toInt64(ceil((max(t) - min(t) + 1) / toFloat64({p2:Int64})))) AS w,
-           toFloat64({p3:Int64}) AS bpd
-    FROM v
-),
-binned AS (
-    SELECT intDiv(v.t - r.t0, r.w) AS tb,
-           toInt32(floor(log10(greatest(v.ns, 1000) / 1e6) * r.bpd)) AS lb,
+{include:heatmap_bins}
            v.ns AS ns, v.wt AS wt, r.t0 AS t0, r.w AS w
     FROM v CROSS JOIN r
 )
