@@ -1,5 +1,6 @@
 -- tail_selection.sql for requests that stand for others (requests.Weight, a head-sampled run): the
 -- tail threshold is the weighted quantile (as waterfall_weighted.sql). Read tail_selection.sql.
+-- The marking (m: rectangle, else Duration >= q) is tail_marked.sql, shared with tail_selection.sql.
 -- Tail vs body: the filtered requests (f), the tail threshold (q) and each request marked selected
 -- or not (m). Included by tail_stages.sql and tail_attributes.sql ({include:tail_selection}).
 -- Params after the filter's: tail quantile, use_rect (bool), rect start, end, stage ('' for e2e),
@@ -14,20 +15,5 @@ q AS (  -- the weighted quantile: the smallest Duration whose cumulative weight 
                  sum(Weight) OVER () * (1 - 1e-12) AS total
           FROM f)
 ),
-m AS (
-    SELECT f.*,
-           CASE WHEN ? THEN
-               f.Timestamp >= ? AND f.Timestamp < ?
-               AND CASE ? WHEN 'ingress' THEN ingress_ns WHEN 'queue' THEN queue_ns WHEN 'parsing' THEN parsing_ns
-                   WHEN 'feature_hydration' THEN feature_hydration_ns WHEN 'preprocessing' THEN preprocessing_ns
-                   WHEN 'model_forward' THEN model_forward_ns WHEN 'postprocessing' THEN postprocessing_ns
-                   WHEN 'downstream' THEN downstream_ns WHEN 'serialization' THEN serialization_ns
-                   WHEN 'unattributed' THEN unattributed_ns ELSE Duration END >= ?
-               AND CASE ? WHEN 'ingress' THEN ingress_ns WHEN 'queue' THEN queue_ns WHEN 'parsing' THEN parsing_ns
-                   WHEN 'feature_hydration' THEN feature_hydration_ns WHEN 'preprocessing' THEN preprocessing_ns
-                   WHEN 'model_forward' THEN model_forward_ns WHEN 'postprocessing' THEN postprocessing_ns
-                   WHEN 'downstream' THEN downstream_ns WHEN 'serialization' THEN serialization_ns
-                   WHEN 'unattributed' THEN unattributed_ns ELSE Duration END < ?
-           ELSE f.Duration >= q.qd END AS selected
-    FROM f, q
+{include:tail_marked}
 )
