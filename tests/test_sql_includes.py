@@ -51,3 +51,23 @@ def test_a_placeholder_in_a_comment_is_not_expanded() -> None:
     text = sql.load_filtered("tail_selection", "duckdb", "TRUE")
     assert "({include:tail_selection})" in text
     assert text.count("WITH f AS") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "dialect", "shared"),
+    [
+        ("waterfall", "duckdb", "waterfall_marked"),
+        ("waterfall", "clickhouse", "waterfall_marked"),
+        ("heatmap", "duckdb", "heatmap_bins"),
+        ("heatmap", "clickhouse", "heatmap_bins"),
+        ("tail_selection", "duckdb", "tail_marked"),
+    ],
+)
+def test_a_statement_and_its_weighted_version_read_the_shared_part_once(
+    name: str, dialect: sql.Dialect, shared: str
+) -> None:
+    part = sql.load(shared, dialect).rstrip()
+    for weighted in (False, True):
+        file = sql.variant(name, dialect, weighted)
+        assert f"{{include:{shared}}}" in sql.load(file, dialect)
+        assert part not in sql.load(file, dialect)
