@@ -61,6 +61,7 @@ def test_a_placeholder_in_a_comment_is_not_expanded() -> None:
         ("heatmap", "duckdb", "heatmap_bins"),
         ("heatmap", "clickhouse", "heatmap_bins"),
         ("tail_selection", "duckdb", "tail_marked"),
+        ("stage_breakdown_scope", "duckdb", "band_window_fill"),
     ],
 )
 def test_a_statement_and_its_weighted_version_read_the_shared_part_once(

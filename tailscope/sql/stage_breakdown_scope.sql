@@ -1,8 +1,8 @@
 -- The requests whose spans the stage breakdown walks (tailscope.analysis.breakdown): a seeded sample
 -- of up to N requests of the band and N of the median band ([q.45, q.55]), as the temp table
 -- _ts_scope that span_tree.sql's "traces" scope reads. A band whose window falls between two requests
--- holds the first one above it, as in waterfall.sql. Params after the filter's: lo, hi, last band
--- (bool), N.
+-- holds the first one above it, as in waterfall.sql (window_fill: band_window_fill.sql, shared with it).
+-- Params after the filter's: lo, hi, last band (bool), N.
 CREATE TEMP TABLE _ts_scope AS
 WITH f AS (
     SELECT TraceId, Duration FROM requests WHERE {where}
@@ -10,13 +10,7 @@ WITH f AS (
 q AS (
     SELECT quantile_cont(Duration, [0.45, 0.55, ?, ?]) AS qs FROM f
 ),
-window_fill AS (  -- likewise, an empty median band holds the request nearest the median
-    SELECT count(*) FILTER (WHERE f.Duration >= q.qs[3] AND f.Duration < q.qs[4]) AS inside,
-           min(f.Duration) FILTER (WHERE f.Duration >= q.qs[3]) AS first_above,
-           count(*) FILTER (WHERE f.Duration BETWEEN q.qs[1] AND q.qs[2]) AS median_inside,
-           arg_min(f.Duration, abs(f.Duration - (q.qs[1] + q.qs[2]) / 2)) AS nearest_median
-    FROM f, q
-),
+{include:band_window_fill}
 marked AS (
     SELECT f.TraceId,
            CASE WHEN (f.Duration >= q.qs[3]

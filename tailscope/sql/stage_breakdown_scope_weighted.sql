@@ -2,6 +2,7 @@
 -- run): the band bounds are weighted quantiles, and _ts_scope keeps each sampled request's Weight, by
 -- which stage_breakdown_weighted.sql and stage_breakdown_counts_weighted.sql weigh its time (a sample
 -- in which every request of the group is equally likely: weighted means estimate the population's).
+-- window_fill is band_window_fill.sql, shared with stage_breakdown_scope.sql and the waterfall.
 -- The requests whose spans the stage breakdown walks (tailscope.analysis.breakdown): a seeded sample
 -- of up to N requests of the band and N of the median band ([q.45, q.55]), as the temp table
 -- _ts_scope that span_tree.sql's "traces" scope reads. A band whose window falls between two requests
@@ -22,13 +23,7 @@ q AS (  -- weighted quantiles, as waterfall_weighted.sql
     FROM (SELECT Duration, sum(Weight) OVER (ORDER BY Duration ROWS UNBOUNDED PRECEDING) AS cw FROM f) AS c,
          totals AS t
 ),
-window_fill AS (  -- likewise, an empty median band holds the request nearest the median
-    SELECT count(*) FILTER (WHERE f.Duration >= q.qs[3] AND f.Duration < q.qs[4]) AS inside,
-           min(f.Duration) FILTER (WHERE f.Duration >= q.qs[3]) AS first_above,
-           count(*) FILTER (WHERE f.Duration BETWEEN q.qs[1] AND q.qs[2]) AS median_inside,
-           arg_min(f.Duration, abs(f.Duration - (q.qs[1] + q.qs[2]) / 2)) AS nearest_median
-    FROM f, q
-),
+{include:band_window_fill}
 marked AS (
     SELECT f.TraceId, f.Weight,
            CASE WHEN (f.Duration >= q.qs[3]
