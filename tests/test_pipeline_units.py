@@ -1,4 +1,4 @@
-"""Unit tests of the reference pipeline's parts: cache, batcher, GC log, OTLP encoding, the service's sockets.
+"""Unit tests of the reference pipeline's parts: cache, batcher, GC log, OTLP encoding, sockets."""
 
 from __future__ import annotations
 
