@@ -20,6 +20,7 @@ way in payload_wire.py, and the network detector leaves that part of its gaps to
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -133,8 +134,9 @@ def _root_sizes(ctx: Context) -> dict[str, np.ndarray]:
     return out
 
 
-def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.ndarray]):
-    """(key, per-span size) for every size-like numeric attribute of the spans or of their roots."""
+def span_sizes(ctx: Context, code: int, spans: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """(key, value per span of `spans`, nan where absent) for the size-like numeric attributes of the
+    spans of name `code`."""
     f = ctx.frame
     pos = np.full(len(f), -1)
     pos[spans] = np.arange(len(spans))
@@ -145,6 +147,12 @@ def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.
         ok = pos[idx] >= 0
         v[pos[idx][ok]] = values[ok]
         yield key, v
+
+
+def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.ndarray]):
+    """(key, per-span size) for every size-like numeric attribute of the spans or of their roots."""
+    f = ctx.frame
+    yield from span_sizes(ctx, code, spans)
     for key, per_req in root_sizes.items():
         if NOT_A_SIZE.search(key.lower()):
             continue

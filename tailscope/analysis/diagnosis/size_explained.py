@@ -14,8 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.attributes import numeric_attributes
-from tailscope.analysis.diagnosis.large_payload import NOT_A_SIZE
+from tailscope.analysis.diagnosis.large_payload import span_sizes
 from tailscope.analysis.diagnosis.model import Context
 from tailscope.analysis.diagnosis.stats import spearman, theil_sen
 
@@ -25,23 +24,9 @@ NAMES = 3  # span names read (each an attribute query): the ones slow most often
 MIN_SLOW = 20
 
 
-def _per_span(ctx: Context, code: int, spans: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
-    """(key, value per span of `spans`, nan where absent) for the numeric attributes of a name."""
-    f = ctx.frame
-    pos = np.full(len(f), -1)
-    pos[spans] = np.arange(len(spans))
-    for key, (idx, values) in numeric_attributes(f, code, max(50, len(spans) // 2)).items():
-        if NOT_A_SIZE.search(key.lower()):
-            continue
-        v = np.full(len(spans), np.nan)
-        ok = pos[idx] >= 0
-        v[pos[idx][ok]] = values[ok]
-        yield key, v
-
-
 def _sizes(ctx: Context, code: int, spans: np.ndarray) -> Iterator[np.ndarray]:
     f = ctx.frame
-    for _, v in _per_span(ctx, code, spans):
+    for _, v in span_sizes(ctx, code, spans):
         yield v
     parents = f.parent[spans]
     has = parents >= 0
@@ -49,7 +34,7 @@ def _sizes(ctx: Context, code: int, spans: np.ndarray) -> Iterator[np.ndarray]:
         return
     p_code = int(np.bincount(f.name[parents[has]]).argmax())
     mine = has & (f.name[np.maximum(parents, 0)] == p_code)
-    for _, pv in _per_span(ctx, p_code, parents[mine]):
+    for _, pv in span_sizes(ctx, p_code, parents[mine]):
         v = np.full(len(spans), np.nan)
         v[mine] = pv
         yield v
