@@ -119,3 +119,16 @@ def test_forward_speedup_measured_in_another_run(tmp_path):
     result = evaluate(fp32, findings, speedup=k, speedup_from="int8")
     guess = next(o for o in result.outcomes if o.key == "forward_as:int8").p99_ms
     assert guess == pytest.approx(p99(int8), rel=0.15)
+
+
+def test_lever_timings_give_the_outcomes_requests_and_stage_times(tmp_path):
+    from tailscope.analysis.whatif.engine import lever_timings
+
+    faulty = frame(tmp_path, "gc", "gc-pressure")
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(faulty).findings]
+    outcome = next(o for o in evaluate(faulty, findings).outcomes if o.key == "no_gc_stalls")
+    latency, dur = lever_timings(faulty, findings, "no_gc_stalls")
+    assert len(latency) == len(faulty.requests) and len(dur) == len(faulty)
+    assert np.percentile(latency, 99) / 1e6 == pytest.approx(outcome.p99_ms, abs=1e-3)
+    assert dur.sum() < 0.9 * faulty.dur.sum()  # the pauses gone from the spans they stretched
+    assert lever_timings(faulty, findings, "no_such_lever") is None
