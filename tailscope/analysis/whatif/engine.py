@@ -19,7 +19,7 @@ from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_late
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 2  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 3  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -116,7 +116,9 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
         arrival = arrival - lever.arrival_shift[s.request]
     service = first.dur[s.forward].astype(np.float64)
     lead = np.unique(s.batch, return_index=True)[1]
-    cost = BatchCost.fit(s.size[lead], service[lead])
+    # a batch's cost by size, as the run measured it (the model's and the hardware's, whatever the
+    # lever changes); what the lever changes in a request's own forward stays in its residual
+    cost = BatchCost.fit(s.size[lead], f.dur[s.forward][lead].astype(np.float64))
     residual = service / np.asarray(cost(s.size))
     pool, servers, moved = _routing(s, lever.extra_servers, x.seed)
     if moved.any():  # a moved request leaves its instance's pauses and warm-up behind: typical noise
