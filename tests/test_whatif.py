@@ -112,7 +112,7 @@ def test_a_large_batch_costs_what_its_size_measured_not_what_its_requests_were()
     size = np.r_[np.ones(50), np.full(20, 2), [4]].astype(int)
     took = np.r_[np.full(50, 10.0), np.full(20, 18.0), [80.0]]
     cost = BatchCost.fit(size, took)
-    assert float(cost(1)) == 10.0 and float(cost(4)) == 80.0  # the sizes measured, as measured
+    assert float(cost(1)) == 10.0 and float(cost(4)) == 80.0  # above the line: as measured
     assert float(cost(3)) == pytest.approx(49.0)  # between them: interpolated
     assert float(cost(6)) > 80.0  # beyond: the fitted line's slope from the last measured size
     # the batch of 4's requests, served one by one without the pile-up: a batch of 1 each, at

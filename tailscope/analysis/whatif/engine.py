@@ -116,9 +116,7 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
         arrival = arrival - lever.arrival_shift[s.request]
     service = first.dur[s.forward].astype(np.float64)
     lead = np.unique(s.batch, return_index=True)[1]
-    # a batch's cost by size, as the run measured it (the model's and the hardware's, whatever the
-    # lever changes); what the lever changes in a request's own forward stays in its residual
-    cost = BatchCost.fit(s.size[lead], f.dur[s.forward][lead].astype(np.float64))
+    cost = BatchCost.fit(s.size[lead], service[lead])
     residual = service / np.asarray(cost(s.size))
     pool, servers, moved = _routing(s, lever.extra_servers, x.seed)
     if moved.any():  # a moved request leaves its instance's pauses and warm-up behind: typical noise

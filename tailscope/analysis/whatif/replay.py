@@ -20,11 +20,13 @@ import numpy as np
 
 @dataclass
 class BatchCost:
-    """Service time of a batch of k (ns): the median the run measured for batches of that size where
-    it measured some, else base + per_item × k (the line fitted over the sizes), continued from the
-    nearest measured size. A CPU's batch cost grows faster than linearly with the size (padding to
-    the longest sequence, caches), so a line alone makes a large batch's requests look slow in
-    themselves (their residual), and a replay that serves them in smaller batches keeps that slowness."""
+    """Service time of a batch of k (ns): base + per_item × k, the line fitted over the sizes'
+    medians, or the median the run measured for batches of that size where it is higher (between
+    sizes measured: interpolated; beyond the largest: continued along the line's slope). A CPU's
+    batch cost grows faster than its size (padding to the longest sequence, caches); with the line
+    alone, a large batch's requests look slow in themselves (their residual) and a replay that serves
+    them in smaller batches keeps that slowness. Below the line a size's median is kept out: few
+    batches, or times a lever edited without regard to the batch (a draw, a cut pause)."""
 
     base: float
     per_item: float
@@ -34,13 +36,12 @@ class BatchCost:
     def __call__(self, k: np.ndarray | int) -> np.ndarray | float:
         k = np.asarray(k, dtype=np.float64)
         line = self.base + self.per_item * k
-        if self.sizes:
+        if self.sizes:  # where the sizes measured cost more than the line: as measured
             sizes = np.asarray(self.sizes, dtype=np.float64)
             med = np.asarray(self.medians)
             inside = np.interp(k, sizes, med)
-            below = med[0] + self.per_item * (k - sizes[0])
             above = med[-1] + self.per_item * (k - sizes[-1])
-            line = np.where(k < sizes[0], below, np.where(k > sizes[-1], above, inside))
+            line = np.maximum(line, np.where(k < sizes[0], 0.0, np.where(k > sizes[-1], above, inside)))
         return np.maximum(line, 1.0)
 
     def table(self, max_batch: int) -> list[float]:
