@@ -45,6 +45,9 @@ RUNS = {
     "2 model workers": ("steady", ["--workers", "2"]),
     "int8": ("steady", ["--dtype", "int8"]),
     "3 layers": ("steady", ["--layers", "3"]),
+    # the replica pair where one worker queues: a rate near its capacity (the later --rps wins)
+    "1 worker, 50 req/s": ("steady", ["--rps", "50"]),
+    "2 workers, 50 req/s": ("steady", ["--workers", "2", "--rps", "50"]),
 }
 # label, run with the cause, run without it, lever (a key prefix; `forward_as`: the speed-up measured
 # from the run without it)
@@ -55,7 +58,9 @@ PAIRS = (
     ("fp32 vs int8", "steady", "int8", "forward_as"),
     ("6 vs 3 layers, forward x 0.5", "steady", "3 layers", "forward_x0.5"),
     ("6 vs 3 layers, speed-up measured", "steady", "3 layers", "forward_as"),
+    ("1 vs 2 model workers at 50 req/s", "1 worker, 50 req/s", "2 workers, 50 req/s", "replicas+1"),
 )
+OPT_IN = {"1 vs 2 model workers at 50 req/s"}  # run only when named (--pairs): its own duration
 NICE = -10
 RT_PRIORITY = 10
 BOOTSTRAP = 1000
@@ -165,7 +170,7 @@ def pipeline_report(
     duration: float, rps: float, repeats: int, only: list[str] | None = None, keep: Path | None = None
 ) -> None:
     """`keep`: the runs' trace files go (or are already) there, instead of a temporary directory."""
-    pairs = [p for p in PAIRS if only is None or p[0] in only]
+    pairs = [p for p in PAIRS if (only is None and p[0] not in OPT_IN) or (only and p[0] in only)]
     labels = list(dict.fromkeys(run for p in pairs for run in p[1:3]))
     print(f"runs: {', '.join(labels)}; {repeats} repeats, {duration:.0f} s at {rps:g} req/s each", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
