@@ -192,6 +192,20 @@ def test_key_expiry_sends_lookups_to_the_postgres_fallback(tmp_path: Path) -> No
     assert np.median(duration[missed]) > 5 * MS + np.median(duration[~missed])
 
 
+def test_a_steady_runs_tail_is_no_planted_mechanism(tmp_path: Path) -> None:
+    """Steady's truth says nothing is planted: its few misses (keys newer than the bulk load) are not
+    what its slowest messages are made of."""
+    for seed in (1, 2):
+        spans, summary = load(tmp_path, "steady", 2000, seed)
+        assert summary["truth"] == []
+        by_id = {x["id"]: x for x in spans}
+        fallback = {by_id[x["parent"]]["parent"] for x in named(spans, "SELECT features.user_profile")}
+        proc = named(spans, process_name(seed))
+        slowest = sorted(proc, key=lambda x: x["duration"])[-len(proc) // 100:]
+        assert len(fallback) < 0.01 * len(proc)
+        assert sum(x["id"] in fallback for x in slowest) < 0.3 * len(slowest)
+
+
 def test_the_heavy_model_dominates_and_grows_with_the_features(tmp_path: Path) -> None:
     spans, summary = load(tmp_path, "heavy-model", 600, 1)
     assert summary["truth"][0]["pattern"] == "compute_bound"
