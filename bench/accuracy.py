@@ -12,9 +12,10 @@ bench/accuracy_runs.py).
 The blind families of issue 25 (reference_pipeline/simulate/blind.py: edge-gateway, bff-fanout,
 pool-retry, throttled-embedder, event-enricher and the untouched kafka-scorer; `--topologies blind`
 for all six) run every scenario x seed through a file in the seed's format (Zipkin v2, Jaeger or
-OTLP) and the real loader, scored against their truth (per cause: pattern, accept, side); `--external DIR` scores a
-directory of trace files with a truth.json the same way. With either, or several topologies, the
-per-family table and the leave-one-family-out reliability table of bench/blind_runs.py follow.
+OTLP) and the real loader, scored against their truth (per cause: pattern, accept, side);
+`--external DIR` scores a directory of trace files with a truth.json the same way. With either,
+or several topologies, the per-family table and the leave-one-family-out reliability table of
+bench/blind_runs.py follow.
 
 `--topologies` picks the span trees: `pipeline` (default) is the reference pipeline's, in both
 namings; `gateway` is the held-out family (reference_pipeline/simulate/gateway.py): the same planted
