@@ -27,6 +27,11 @@ FEATURE_DEADLINE_MS, TIGHT_DEADLINE_MS, ATTEMPTS = 2000.0, 30.0, 3
 SEGMENTS = 300
 
 
+def ranker_ip(k: int) -> str:
+    """Ranker pod k's address (pod k runs on node k % 3)."""
+    return f"10.52.{k % 3}.{20 + k}"
+
+
 # --- feature-svc: the deadline and retries, the Go server ---------------------------------------
 def feature_call(run: Any, trace: int, root: int, p: int, g_s: float, n_cands: int, cpu: Any) -> float:
     rng, table, st, res, lossy = run.rng, run.table, run.stalls[p], run.ranker_res[p], run.lossy[p]

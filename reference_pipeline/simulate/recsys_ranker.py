@@ -96,6 +96,7 @@ from reference_pipeline.simulate.recsys_calls import (
     SEEN,
     SEGMENTS,
     SERIALIZE,
+    ranker_ip,
 )
 from reference_pipeline.simulate.recsys_flow import Batcher, CandidateCache, g1_pauses, open_loop
 from reference_pipeline.simulate.recsys_request import RankerRun
@@ -148,7 +149,6 @@ def setup(seed: int) -> dict[str, Any]:
         "gc_style": GC_STYLES[(seed + seed // 3) % 3],
         "ingress_traced": seed % 4 != 2,
         "queue_span": seed % 2 == 0,
-        "ranker_ips": [f"10.52.{k % 3}.{20 + k}" for k in range(pods + 2)],
     }
 
 
@@ -156,9 +156,7 @@ def _labels(s: dict[str, Any], kind: str, ks: range) -> tuple[str, ...]:
     """Instance labels: pod names (OTLP, Jaeger: k8s.pod.name), or a Zipkin endpoint's ip:port."""
     zipkin = s["fmt"] == "zipkin"
     if kind == RANKER:
-        return tuple(
-            f"{s['ranker_ips'][k]}:8080" if zipkin else f"ranker-api-6f8d7c-{POD_SUFFIX[k]}" for k in ks
-        )
+        return tuple(f"{ranker_ip(k)}:8080" if zipkin else f"ranker-api-6f8d7c-{POD_SUFFIX[k]}" for k in ks)
     if kind == FEATURES:
         return tuple(f"10.53.0.{10 + k}:50051" if zipkin else f"feature-svc-84d6b-{k}" for k in ks)
     return tuple(f"10.54.0.{10 + k}:8001" if zipkin else f"model-server-gpu-{k}" for k in ks)
@@ -255,7 +253,7 @@ def _resources(
                 "telemetry.distro.name": "opentelemetry-java-instrumentation",
                 **sdk,
             },
-            s["ranker_ips"][k],
+            ranker_ip(k),
             8080,
         )
         for k, name in enumerate(names)
@@ -326,7 +324,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     ready = [0.0] * s["pods"]
     if autoscale:
         scale_at = (bursts[0][0] + 0.35 * bursts[0][1]) * NS_PER_S
-        ready += [scale_at, scale_at + rng.uniform(0.3, 0.8) * NS_PER_S]
+        ready += [scale_at, scale_at + rng.uniform(0.1, 0.25) * bursts[0][1] * NS_PER_S]
     cache = CandidateCache(
         s["pods"], SEGMENTS, arrivals[len(arrivals) // 3] if "cache-stampede" in parts else float("inf")
     )

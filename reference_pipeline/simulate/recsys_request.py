@@ -19,6 +19,7 @@ from reference_pipeline.simulate.recsys_calls import (
     SERIALIZE,
     feature_call,
     model_call,
+    ranker_ip,
 )
 from reference_pipeline.simulate.recsys_flow import (
     Batcher,
@@ -98,7 +99,7 @@ class RankerRun:
                     "http.method": "GET",
                     "http.protocol": "HTTP/1.1",
                     "http.url": "http://ranker-api.recsys:8080/v2/recommendations",
-                    "upstream_address": f"{self.s['ranker_ips'][p]}:8080",
+                    "upstream_address": f"{ranker_ip(p)}:8080",
                     "response_flags": "-",
                 },
                 peer="ranker-api",
