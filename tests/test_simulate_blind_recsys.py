@@ -102,6 +102,13 @@ def test_untouched_holds_both_held_out_families() -> None:
     assert blind.truth(FAMILY, "steady", 0) == [] and len(blind.truth(FAMILY, "autoscale-burst", 0)) == 2
 
 
+def test_a_seed_gives_the_same_bytes(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    blind.write_run(a, FAMILY, "ranker-gc+slow-features", 200, 5)
+    blind.write_run(b, FAMILY, "ranker-gc+slow-features", 200, 5)
+    assert a.read_bytes() == b.read_bytes()
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_every_format_loads_and_the_truth_names_what_the_run_has(runs, seed: int) -> None:
     s = setup(seed)
