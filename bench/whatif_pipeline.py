@@ -102,6 +102,7 @@ def run_all(tmp: Path, labels: list[str], duration: float, rps: float, repeats: 
                 record.write_text(json.dumps({"load": [before, after], "at": time.strftime("%H:%M:%S"),
                                               "seconds": time.perf_counter() - started}))
             facts = json.loads(record.read_text())
+            out.with_suffix(".duckdb").unlink(missing_ok=True)  # a kept run is loaded afresh
             runs[label].frames.append(frame_of(out, f"r{r}"))
             runs[label].load.append(tuple(facts["load"]))
             print(f"  {label} #{r + 1}: {facts['at']} UTC, {facts['seconds']:.0f} s, load "
