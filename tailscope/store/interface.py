@@ -54,9 +54,6 @@ class Result:
     def single_value(self) -> Any:
         return self.rows[0][0] if self.rows else None
 
-    def dicts(self) -> list[dict[str, Any]]:
-        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
-
 
 class Rows(Protocol):
     """A named statement's answer, read in the form the caller wants."""
