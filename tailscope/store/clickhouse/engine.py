@@ -26,6 +26,11 @@ class ClickHouseStore(ClickHouseClient):
     def name(self) -> str:
         return self.location.url
 
+    file = None  # a folder (chdb) or a server
+
+    def delete(self) -> None:
+        raise UnsupportedError(f"{self.name}: a ClickHouse store is not deleted by tailscope")
+
     def create_tables(self) -> None:
         """The exporter's otel_traces (and its trace-id lookup) when missing, then tailscope's tables."""
         self.prepare(writing=True)
