@@ -23,7 +23,7 @@ from tailscope.store.duckdb.derive import refresh_run, trace_window
 from tailscope.store.duckdb.run_row import trace_count, update_run
 from tailscope.store.duckdb.touched import TouchedTraces
 from tailscope.store.interface import FileWrite, SpanBatch
-from tailscope.store.setup import setup_attributes
+from tailscope.store.setup import arrow_chunks
 
 WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 
@@ -65,32 +65,11 @@ def store_batches(
     before = _query(conn, "ingest_run_span_count", [run_label])[0][0]
     setup: dict[str, set[str]] = {}
     touched = TouchedTraces()
-    pending: list[pa.Table] = []  # appended together: DuckDB's per-INSERT cost is not negligible
-
-    def append(whole_groups: bool = False) -> None:
-        table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
-        pending.clear()
-        if whole_groups:  # the rest waits for the next batches (see INSERT_ROWS)
-            rows = table.num_rows - table.num_rows % INSERT_ROWS
-            if rows < table.num_rows:
-                pending.append(table.slice(rows))
-            table = table.slice(0, rows)
-        append_batch(conn, run_label, table.combine_chunks())
-
-    for batch in batches:
-        if not len(batch):
-            continue
-        setup_attributes(batch, setup)
-        table = batch.to_arrow()
+    # batches appended together (DuckDB's per-INSERT cost is not negligible), in whole row groups
+    for table in arrow_chunks(batches, setup, INSERT_ROWS, whole=True):
         touched.add(table)
-        if pending and not table.schema.equals(pending[0].schema):
-            append()
-        pending.append(table)
-        stats.spans_decoded += len(batch)
-        if sum(t.num_rows for t in pending) >= INSERT_ROWS:
-            append(whole_groups=True)
-    if pending:
-        append()
+        stats.spans_decoded += table.num_rows
+        append_batch(conn, run_label, table.combine_chunks())
     touched_table = touched.table() if stats.spans_decoded else None
     known = 0
     if touched_table is not None:
