@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ingest.columns import SpanColumns
-from ingest.errors import DecodeError
-from ingest.span_json import BATCH_SPANS, report
+from ingest.errors import DecodeError, report
+from ingest.span_json import BATCH_SPANS
 
 SERVICE = "torchserve"
 METRIC = re.compile(
