@@ -117,16 +117,7 @@ class DuckDBRunWriter:
         self.traces = 0
 
     def write_file(self, source: str, batches: Iterable[SpanBatch]) -> FileWrite:
-        with connect_writer(self.path) as conn:
-            conn.execute(sql.load("ingest_writer_memory")).fetchall()
-            conn.begin()
-            try:
-                stats = store_batches(conn, self.run, batches, [source])
-            except BaseException:
-                conn.rollback()
-                raise
-            with deferred_stop_signals():  # a stop signal inside COMMIT acts right after it
-                conn.commit()
+        stats = _transaction(self.path, self.run, batches, source)
         self.traces = stats.run_traces
         return FileWrite(stats.spans_stored, stats.duplicates, stats.run_traces)
 
@@ -140,7 +131,25 @@ def run_writer(path: Path, run: str) -> Iterator[DuckDBRunWriter]:
 
 
 # store(conn, run_label, batches, source_files) -> stats, as store_batches
-StoreFn = Callable[[Any, str, Sequence[SpanBatch], list[str]], Any]
+StoreFn = Callable[[Any, str, Iterable[SpanBatch], list[str]], Any]
+
+
+def _transaction(
+    path: Path, run: str, batches: Iterable[SpanBatch], source: str, store: StoreFn = store_batches
+) -> Any:
+    """One file's or one flush's transaction, under the writers' memory cap: the batches stored and
+    the run's derived rows brought up to date, or (any failure) nothing; what `store` returned."""
+    with connect_writer(path) as conn:
+        conn.execute(sql.load("ingest_writer_memory")).fetchall()
+        conn.begin()
+        try:
+            stats = store(conn, run, batches, [source])
+        except BaseException:
+            conn.rollback()
+            raise
+        with deferred_stop_signals():  # a stop signal inside COMMIT acts right after it
+            conn.commit()
+    return stats
 
 
 class DuckDBSink:
@@ -155,15 +164,7 @@ class DuckDBSink:
         self.where = f"db={self.path}"
 
     def write(self, batches: Sequence[SpanBatch]) -> None:
-        with connect_writer(self.path) as conn:
-            conn.execute(sql.load("ingest_writer_memory"))  # the same cap as a file's ingest
-            conn.execute("BEGIN TRANSACTION")
-            try:
-                self.store(conn, self.run, batches, [self.source])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+        _transaction(self.path, self.run, batches, self.source, self.store)
 
     def reader_waiting(self) -> bool:
         return waiting(self.path, "reader")
