@@ -240,6 +240,23 @@ def _store(where: Store | str | os.PathLike[str] | None) -> Store:
     return where
 
 
+def load_file(
+    path: Path,
+    store: Store | str | os.PathLike[str] | None,
+    run_label: str,
+    skip_bad: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    pool: DecodePool | None = None,
+) -> FileResult:
+    """Load one file into a run on its own (the run derived after it). A DecodeError (strict mode)
+    leaves the store unchanged."""
+    with _store(store).run_writer(run_label, 1) as writer:
+        result = _write_file(writer, path, skip_bad, progress, pool)
+        traces = writer.finish()
+    result.run_traces = traces if result.error is None else result.run_traces
+    return result
+
+
 def load_paths(
     paths: Iterable[str | os.PathLike[str]],
     store: Store | str | os.PathLike[str] | None,

@@ -52,6 +52,13 @@ def bootstrap_quantiles(
     return results
 
 
+def bootstrap_quantile(
+    values: np.ndarray, q: float, rng: np.random.Generator, resamples: int
+) -> tuple[float, np.ndarray]:
+    """`bootstrap_quantiles` for one quantile."""
+    return bootstrap_quantiles(values, (q,), rng, resamples)[0]
+
+
 def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | None]:
     arrays = conn.run("compare_values", where=flt).numpy()
     values = {"e2e": np.asarray(arrays["Duration"])}
