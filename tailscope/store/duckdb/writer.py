@@ -88,7 +88,7 @@ def store_batches(
     traces = trace_count(conn, run_label, before, after, len(touched_table or []) - known)
     update_run(conn, run_label, source_files, setup, after, traces)
     stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
-    # (the memory cap set for the transaction stays for the derive: it goes part by part, see derive.PART_SPANS)
+    # (the transaction's memory cap stays for the derive: it goes part by part, see derive.PART_SPANS)
     refresh_run(conn, run_label, touched_table, stats.spans_stored, touched.span_range())
     return stats
 
