@@ -96,6 +96,12 @@ class Reader(Protocol):
         statement's {where} keeps the derived requests the filter names (filtered statements)."""
         ...
 
+    def histograms(self, run: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int] | None:
+        """The run's pre-aggregates (tailscope.analysis.histogram reads them): the rows of
+        histogram_read_e2e.sql and histogram_read_stages.sql and how many requests the run has
+        (the histogram counts them all when it is in step); None where the store keeps none."""
+        ...
+
     def stage_rules(self) -> list[StageRule]:
         """The stage rules in force (the defaults when the store has none)."""
         ...

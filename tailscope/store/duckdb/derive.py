@@ -30,6 +30,7 @@ from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.rules.phases import phase_rule_problems
 from tailscope.rules.stages import stage_rule_problems
+from tailscope.store.duckdb import histogram
 from tailscope.store.duckdb.rules import (
     phase_rules_in_force,
     regex_error,
@@ -80,6 +81,7 @@ def refresh_run(
     state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
     if count == 0:
         conn.execute(sql.load("derive_delete_run"), [run_label])
+        histogram.forget(conn, run_label)
         conn.execute(sql.load("derive_state_forget"), [run_label])
         return
     if state is not None and count == state[0] and (touched is None or added == 0):
@@ -96,8 +98,12 @@ def refresh_run(
             conn.unregister("_ts_touched")
         known = longest_request(conn, run_label, state)
         window = trace_window(conn, run_label, span_range, known)
-        conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
-        _derive(conn, run_label, "traces", window)
+
+        def replace() -> None:
+            conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
+            _derive(conn, run_label, "traces", window)
+
+        histogram.around_refresh(conn, run_label, window, replace)
         written = conn.execute(sql.load("derive_longest_in_window"), [run_label, *window]).fetchone()[0]
         longest = max(known, int(written or 0))  # an upper bound: a request derived shorter may remain
     else:
@@ -107,6 +113,7 @@ def refresh_run(
             _derive(conn, run_label, "run")
         else:
             _derive_in_parts(conn, run_label, parts)
+        histogram.rebuild(conn, run_label)
         longest = int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)
     conn.execute(sql.load("derive_state_write"), [run_label, count, longest])
 
@@ -195,6 +202,7 @@ def refresh_all(conn: WriterConnection) -> None:
     """Recompute every run from scratch (after a stage-rule edit)."""
     conn.execute(sql.load("derive_state_forget"), [None])
     conn.execute(sql.load("derive_delete_run"), [None])
+    histogram.forget(conn, None)
     for (run_label,) in conn.execute(sql.load("span_runs")).fetchall():
         refresh_run(conn, run_label)
 
