@@ -15,6 +15,17 @@ from tailscope.vocabulary import ALL_STAGES, STAGE_ATTRIBUTE
 MESSAGE_KEY = "mapping_message"
 
 
+def _progress_bar(doing: str):
+    """A progress bar the re-derive of every run moves (a 100 M-span store takes minutes), as the
+    Diagnosis page's: (fraction of the store's spans derived, which run and how far)."""
+    bar = st.progress(0.0, text=f"{doing} ...")
+
+    def progress(fraction: float, step: str) -> None:
+        bar.progress(min(max(fraction, 0.0), 1.0), text=f"{doing}: {step}")
+
+    return progress
+
+
 def _save(rules: list, validate, store_rules, noun: str) -> None:
     """Validate, store and recompute (stage rules or phase rules: `store_rules(store, rules)`), then
     rerun with a message."""
@@ -23,8 +34,7 @@ def _save(rules: list, validate, store_rules, noun: str) -> None:
     if problems:
         st.error("Not saved. " + " ".join(problems), icon=":material/error:")
         return
-    with st.spinner("Saving and recomputing every run's stages ..."):
-        store_rules(store, rules)
+    store_rules(store, rules, _progress_bar("Saving and recomputing every run's stages"))
     data.clear()
     st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} {noun}; every run's stages were recomputed."
     st.rerun()
@@ -35,8 +45,8 @@ def save(rules: list[StageRule]) -> None:
 
 
 def reset() -> None:
-    with st.spinner("Restoring the default rules and recomputing every run's stages ..."):
-        analysis.save_rules(data.store(), analysis.default_rules())
+    progress = _progress_bar("Restoring the default rules and recomputing every run's stages")
+    analysis.save_rules(data.store(), analysis.default_rules(), progress)
     data.clear()
     st.session_state[MESSAGE_KEY] = "The default rules are back; every run's stages were recomputed."
     st.rerun()
@@ -144,8 +154,8 @@ def phase_rules_editor() -> None:
     with st.popover("Reset to the default phase rules", icon=":material/restart_alt:"):
         st.write("This replaces every phase rule with the defaults and recomputes every run.")
         if st.button("Reset phases", type="primary"):
-            with st.spinner("Restoring the default phase rules and recomputing every run ..."):
-                analysis.save_phase_rules(data.store(), analysis.default_phase_rules())
+            progress = _progress_bar("Restoring the default phase rules and recomputing every run")
+            analysis.save_phase_rules(data.store(), analysis.default_phase_rules(), progress)
             data.clear()
             st.session_state[MESSAGE_KEY] = "The default phase rules are back; every run was recomputed."
             st.rerun()

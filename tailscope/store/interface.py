@@ -13,7 +13,7 @@ samples, quantiles) that is its own implementation of the same method. See ARCHI
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -241,12 +241,17 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-    def replace_stage_rules(self, rules: list[StageRule]) -> list[str]:
+    def replace_stage_rules(
+        self, rules: list[StageRule], progress: Callable[[float, str], None] | None = None
+    ) -> list[str]:
         """Validate and store an edited rule list (renumbered 1..n) and derive every run again with
-        it; the runs derived. ValueError naming the problems (nothing changed then)."""
+        it; the runs derived. ValueError naming the problems (nothing changed then). `progress`:
+        told (fraction of the store derived, what is being derived) as the derive goes."""
         ...
 
-    def replace_phase_rules(self, rules: list[PhaseRule]) -> list[str]:
+    def replace_phase_rules(
+        self, rules: list[PhaseRule], progress: Callable[[float, str], None] | None = None
+    ) -> list[str]:
         """As replace_stage_rules, for the phase rules."""
         ...
 

@@ -53,13 +53,17 @@ class ClickHouseStore(ClickHouseClient):
         if problems:
             raise ValueError(f"invalid {what}: " + "; ".join(problems))
 
-    def replace_stage_rules(self, rules: list[StageRule]) -> list[str]:
+    def replace_stage_rules(
+        self, rules: list[StageRule], progress: write.Progress | None = None
+    ) -> list[str]:
         self._valid(stage_rule_problems(rules, ClickHouseReader(self).regex_error), "stage rules")
-        return write.replace_stage_rules(self, rules)
+        return write.replace_stage_rules(self, rules, progress)
 
-    def replace_phase_rules(self, rules: list[PhaseRule]) -> list[str]:
+    def replace_phase_rules(
+        self, rules: list[PhaseRule], progress: write.Progress | None = None
+    ) -> list[str]:
         self._valid(phase_rule_problems(rules, ClickHouseReader(self).regex_error), "phase rules")
-        return write.replace_phase_rules(self, rules)
+        return write.replace_phase_rules(self, rules, progress)
 
     def run_writer(self, run: str, files: int = 1) -> AbstractContextManager[load.ClickHouseRunWriter]:
         return load.run_writer(self, run, files)

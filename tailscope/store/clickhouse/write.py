@@ -13,6 +13,7 @@ the label, and its row in tailscope_runs selects on that and on the spans' time 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import orjson
 import pyarrow as pa
@@ -34,6 +35,8 @@ from tailscope.store.clickhouse.statements import (
 )
 from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S, ClickHouseClient
 
+# A rule edit's progress: (fraction of the runs derived, what is being derived).
+Progress = Callable[[float, str], None]
 RUN_ATTRIBUTE = "tailscope.run"
 # A derive goes through a run in time windows of about this many spans (memory follows the window).
 # Each window also reads the spans within the run's longest request of it, so fewer, larger windows
@@ -184,12 +187,14 @@ def _insert_rules(store: ClickHouseClient, rules: list[StageRule]) -> None:
     )
 
 
-def replace_stage_rules(store: ClickHouseClient, rules: list[StageRule]) -> list[str]:
+def replace_stage_rules(
+    store: ClickHouseClient, rules: list[StageRule], progress: Progress | None = None
+) -> list[str]:
     """Store an edited (already validated) rule list in place of the stored one, renumbered 1..n,
     and derive every run again with it, as the DuckDB store does in its writer; the runs derived."""
     store.query(sql.load("stage_rules_clear", dialect="clickhouse"))
     _insert_rules(store, rules)
-    return _derive_every_run(store)
+    return _derive_every_run(store, progress)
 
 
 def phase_rules_in_force(store: ClickHouseClient) -> list[PhaseRule]:
@@ -198,7 +203,9 @@ def phase_rules_in_force(store: ClickHouseClient) -> list[PhaseRule]:
     return phase_rules_from_rows(rows) if rows else default_phase_rules()
 
 
-def replace_phase_rules(store: ClickHouseClient, rules: list[PhaseRule]) -> list[str]:
+def replace_phase_rules(
+    store: ClickHouseClient, rules: list[PhaseRule], progress: Progress | None = None
+) -> list[str]:
     """As replace_stage_rules, for the phase rules (already validated); the runs derived."""
     store.query(sql.load("phase_rules_clear", dialect="clickhouse"))
     columns = ("framework", "phase", "stage", "source", "start_key", "end_key", "unit", "name_regex")
@@ -208,13 +215,17 @@ def replace_phase_rules(store: ClickHouseClient, rules: list[PhaseRule]) -> list
         "description": pa.array([r.description for r in rules], pa.string()),
     }
     store.insert_arrow("tailscope_phase_rules", pa.table(table))
-    return _derive_every_run(store)
+    return _derive_every_run(store, progress)
 
 
-def _derive_every_run(store: ClickHouseClient) -> list[str]:
+def _derive_every_run(store: ClickHouseClient, progress: Progress | None = None) -> list[str]:
     runs = [row[0] for row in store.query(sql.load("defined_runs", dialect="clickhouse")).rows]
-    for run in runs:
+    for done, run in enumerate(runs):
+        if progress is not None:
+            progress(done / len(runs), f"run {run!r} ({done + 1} of {len(runs)})")
         refresh_run(store, run)
+    if progress is not None:
+        progress(1.0, f"{len(runs)} runs derived")
     return runs
 
 
