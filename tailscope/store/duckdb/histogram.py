@@ -60,7 +60,7 @@ def forget(conn: WriterConnection, run_label: str | None) -> None:
 
 def has_rows(conn: WriterConnection, run_label: str) -> bool:
     """Whether the run's e2e histogram has rows (built: a run with requests always has some)."""
-    return bool(conn.execute(sql.load("histogram_read_e2e"), [run_label]).fetchone())
+    return bool(conn.execute(sql.load("histogram_read_e2e"), [run_label]).fetchall())
 
 
 def rebuild(conn: WriterConnection, run_label: str) -> None:
