@@ -186,7 +186,7 @@ def run_histogram(conn: Reader, flt: Filter) -> RunHistogram | None:
     filter is a whole run of at least MIN_REQUESTS requests and its histogram counts them all."""
     if not whole_run(flt) or flt.run is None:
         return None
-    rows = conn.histograms(flt.run)
+    rows = conn.histograms(flt.run, MIN_REQUESTS)
     if rows is None:
         return None
     e2e_rows, stage_rows, requests = rows

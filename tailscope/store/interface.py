@@ -96,10 +96,13 @@ class Reader(Protocol):
         statement's {where} keeps the derived requests the filter names (filtered statements)."""
         ...
 
-    def histograms(self, run: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int] | None:
+    def histograms(
+        self, run: str, min_requests: int = 0
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int] | None:
         """The run's pre-aggregates (tailscope.analysis.histogram reads them): the rows of
         histogram_read_e2e.sql and histogram_read_stages.sql and how many requests the run has
-        (the histogram counts them all when it is in step); None where the store keeps none."""
+        (the histogram counts them all when it is in step); None where the store keeps none or
+        the run has fewer than `min_requests` requests (then nothing else is read)."""
         ...
 
     def stage_rules(self) -> list[StageRule]:
