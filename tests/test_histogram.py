@@ -268,31 +268,3 @@ def test_a_weighted_run_from_the_histogram_is_within_the_bound(
         assert got_tail.stages[column].tolist() == pytest.approx(
             exact_tail.stages[column].tolist(), rel=1e-9, abs=1e-9
         )
-
-
-def test_a_large_runs_tail_sample_from_stretches_of_time(
-    store: DuckDBStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """tail_sample: a run over its MIN_REQUESTS draws its tail-vs-body sample from 16 stretches of
-    time per side and reads their spans only there; a sample as large as the run is every request,
-    the same attributes as the whole-run sample's."""
-    from tailscope.store.duckdb import tail_sample
-
-    flt = Filter(run="a")
-    monkeypatch.setattr(tail_sample, "MIN_REQUESTS", 10**12)
-    whole = tail_vs_body(store, flt, tail_quantile=0.9, sample=100_000, limit=100_000)
-    monkeypatch.setattr(tail_sample, "MIN_REQUESTS", 0)
-    every = tail_vs_body(store, flt, tail_quantile=0.9, sample=100_000, limit=100_000)
-    columns = ["source", "span_name", "key", "value", "selected_pct", "rest_pct"]
-    order = ["source", "span_name", "key", "value"]
-    got = every.attributes[columns].sort_values(order, ignore_index=True)
-    assert got.equals(whole.attributes[columns].sort_values(order, ignore_index=True)) and len(got) > 0
-    with store.reading() as conn:  # a small sample: N per side, each side's requests from its stretches
-        head = [0.9, False, None, None, "", None, "", None]
-        text, params = tail_sample.filtered("tail_sample_windows", flt, *head, 40, 40)
-        rows = conn.conn.execute(text, params).fetchall()
-    sides = {True: [r for r in rows if r[4]], False: [r for r in rows if not r[4]]}
-    assert len(sides[True]) == len(sides[False]) == 40
-    assert len({r[6] for r in sides[True]}) <= 16 and len({r[6] for r in sides[False]}) <= 16
-    small = tail_vs_body(store, flt, tail_quantile=0.9, sample=40)
-    assert small.reason is None and len(small.attributes) > 0

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
-from tailscope.store.duckdb import rules, tail_sample
+from tailscope.store.duckdb import rules
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
@@ -50,19 +50,6 @@ class DuckDBRows:
         return self._cursor.to_arrow_table()
 
 
-class ListRows(DuckDBRows):
-    """Rows already fetched (a read that staged and dropped temp tables around its statement)."""
-
-    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
-        self._rows = rows
-
-    def fetchone(self) -> tuple[Any, ...] | None:
-        return self._rows[0] if self._rows else None
-
-    def fetchall(self) -> list[tuple[Any, ...]]:
-        return self._rows
-
-
 class DuckDBReader:
     """The Reader of a DuckDB store over one open connection (read-only, or a writer's)."""
 
@@ -88,10 +75,6 @@ class DuckDBReader:
     ) -> DuckDBRows:
         if where is not None:
             weighted = sql.weights_matter(name) and self.weighted(where)
-            if name == "tail_attributes":  # a large run's sample from a few stretches of time
-                rows = tail_sample.tail_attributes(self.conn, where, list(params), weighted)
-                if rows is not None:
-                    return ListRows(rows)
             text, bound = filtered(name, where, *params, weighted=weighted)
             return DuckDBRows(self.conn.execute(text, bound))
         bound_params = dict(params) if isinstance(params, Mapping) else list(params)
