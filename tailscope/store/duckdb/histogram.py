@@ -30,13 +30,9 @@ TABLES: dict[str, tuple[str, str, str]] = {
 # Which `requests` rows a histogram statement reads ({requests}; fixed SQL, values are parameters).
 RELATIONS: dict[str, str] = {
     "run": "(SELECT * FROM requests WHERE RunLabel = $run)",
-    # the traces a refresh derives (_ts_scope, copied: the derive drops it) within the window their
-    # roots start in, as derive_delete_scope.sql deletes them (those rows before; the new ones after)
-    "scope": (
-        "(SELECT * FROM requests WHERE RunLabel = $run "
-        "AND Timestamp BETWEEN make_timestamp_ns($low::BIGINT) AND make_timestamp_ns($high::BIGINT) "
-        "AND TraceId IN (SELECT TraceId FROM temp._ts_histogram_scope))"
-    ),
+    # the requests of the traces a refresh derives, copied once before the delete and once after
+    # the derive (histogram_scope_rows.sql): both tables' rows then aggregate a few hundred rows
+    "scope": "(SELECT * FROM temp._ts_histogram_rows)",
 }
 
 
@@ -60,7 +56,7 @@ def forget(conn: WriterConnection, run_label: str | None) -> None:
 
 def has_rows(conn: WriterConnection, run_label: str) -> bool:
     """Whether the run's e2e histogram has rows (built: a run with requests always has some)."""
-    return bool(conn.execute(sql.load("histogram_read_e2e"), [run_label]).fetchall())
+    return bool(conn.execute(sql.load("histogram_has_run"), [run_label]).fetchall()[0][0])
 
 
 def rebuild(conn: WriterConnection, run_label: str) -> None:
@@ -81,17 +77,19 @@ def around_refresh(
     scope = {"run": run_label, "low": window[0], "high": window[1]}
     if built:
         conn.execute(sql.load("histogram_scope"))
+        conn.execute(sql.load("histogram_scope_rows"), scope)
         for table, (_, _, delta) in TABLES.items():
-            conn.execute(
-                f"CREATE OR REPLACE TEMP TABLE {delta} AS {_rows(table, 'scope')}", {**scope, "sign": -1}
-            )
+            text = _rows(table, "scope")
+            conn.execute(f"CREATE OR REPLACE TEMP TABLE {delta} AS {text}", {"sign": -1})
     replace()
     if not built:
         rebuild(conn, run_label)
         return
+    conn.execute(sql.load("histogram_scope_rows"), scope)
     for table, (_, key, delta) in TABLES.items():
-        conn.execute(f"INSERT INTO temp.{delta} BY NAME {_rows(table, 'scope')}", {**scope, "sign": 1})
+        conn.execute(f"INSERT INTO temp.{delta} BY NAME {_rows(table, 'scope')}", {"sign": 1})
         merge = sql.load("histogram_merge").replace("{table}", table).replace("{key}", key)
         for statement in _statements(merge.replace("{delta}", delta)):
             conn.execute(statement, {"run": run_label} if "$run" in statement else {})
-    conn.execute(sql.load("histogram_scope_drop"))
+    for statement in _statements(sql.load("histogram_scope_drop")):
+        conn.execute(statement)
