@@ -268,3 +268,21 @@ def test_a_weighted_run_from_the_histogram_is_within_the_bound(
         assert got_tail.stages[column].tolist() == pytest.approx(
             exact_tail.stages[column].tolist(), rel=1e-9, abs=1e-9
         )
+
+
+def test_tailscope_migrate_builds_the_pre_aggregates_of_an_older_store(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "store.duckdb"
+    assert main(["ingest", str(files["b"]), "--db", str(path), "--run", "b"]) == 0
+    with connect_writer(path) as conn:  # as an older tailscope left it
+        expected = _stored(conn, "b")
+        conn.execute("DROP TABLE request_histogram")
+        conn.execute("DROP TABLE stage_histogram")
+    capsys.readouterr()
+    assert main(["migrate", "--db", str(path)]) == 0
+    assert "pre-aggregates built for 1 runs" in capsys.readouterr().out
+    with connect_writer(path) as conn:
+        _same(_stored(conn, "b"), expected)
+    assert main(["migrate", "--db", str(path)]) == 0
+    assert "nothing to do" in capsys.readouterr().out

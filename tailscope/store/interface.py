@@ -213,13 +213,15 @@ class Migration:
     to_version: int
     spans: int
     seconds: float
+    aggregated: tuple[str, ...] = ()  # runs whose pre-aggregates were built (a store derived before them)
 
     def describe(self) -> str:
+        built = f"; pre-aggregates built for {len(self.aggregated)} runs" if self.aggregated else ""
         if self.from_version == self.to_version:
-            return f"{self.path}: already at schema version {self.to_version}, nothing to do"
+            return f"{self.path}: already at schema version {self.to_version}{built or ', nothing to do'}"
         return (
             f"{self.path}: schema version {self.from_version} -> {self.to_version}, "
-            f"{self.spans:,} spans converted in {self.seconds:.1f} s"
+            f"{self.spans:,} spans converted in {self.seconds:.1f} s{built}"
         )
 
 

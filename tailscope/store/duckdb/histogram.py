@@ -66,6 +66,22 @@ def rebuild(conn: WriterConnection, run_label: str) -> None:
         conn.execute(f"INSERT INTO {table} BY NAME {_rows(table, 'run')}", {"run": run_label, "sign": 1})
 
 
+def build_missing(conn: WriterConnection) -> list[str]:
+    """Build the histograms of every run that has requests but none (a store derived before they
+    existed: `tailscope migrate`), in one transaction; the runs built."""
+    runs = [row[0] for row in conn.execute(sql.load("histogram_missing_runs")).fetchall()]
+    if runs:
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            for run in runs:
+                rebuild(conn, run)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return runs
+
+
 def around_refresh(
     conn: WriterConnection, run_label: str, window: tuple[int, int], replace: Callable[[], None]
 ) -> None:
