@@ -18,6 +18,17 @@ from tailscope.vocabulary import ALL_STAGES, STAGE_ATTRIBUTE
 MESSAGE_KEY = "mapping_message"
 
 
+def _progress_bar(doing: str):
+    """A progress bar the re-derive of every run moves (a 100 M-span store takes minutes), as the
+    Diagnosis page's: (fraction of the store's spans derived, which run and how far)."""
+    bar = st.progress(0.0, text=f"{doing} ...")
+
+    def progress(fraction: float, step: str) -> None:
+        bar.progress(min(max(fraction, 0.0), 1.0), text=f"{doing}: {step}")
+
+    return progress
+
+
 @dataclass(frozen=True)
 class _Rules:
     """What the stage rules' and the phase rules' editors differ in."""
@@ -31,7 +42,7 @@ class _Rules:
     save: Callable[..., object]
     defaults: Callable[[], list]
     reset_label: str
-    recomputing: str  # what a save recomputes, as the spinner says it
+    recomputing: str  # what a save recomputes, as the progress bar says it
     recomputed: str  # ... and as the message after it says it
 
 
@@ -42,8 +53,7 @@ def _save(kind: _Rules, rules: list) -> None:
     if problems:
         st.error("Not saved. " + " ".join(problems), icon=":material/error:")
         return
-    with st.spinner("Saving and recomputing every run's stages ..."):
-        kind.save(store, rules)
+    kind.save(store, rules, _progress_bar("Saving and recomputing every run's stages"))
     data.clear()
     st.session_state[MESSAGE_KEY] = f"Saved {len(rules)} {kind.noun}; every run's stages were recomputed."
     st.rerun()
@@ -81,22 +91,38 @@ def _editor(kind: _Rules, column_config: dict) -> None:
     with st.popover(f"Reset to the default {kind.noun}", icon=":material/restart_alt:"):
         st.write(f"This replaces every {kind.noun[:-1]} with the defaults and recomputes every run.")
         if st.button(kind.reset_label, type="primary"):
-            with st.spinner(f"Restoring the default {kind.noun} and recomputing {kind.recomputing} ..."):
-                kind.save(data.store(), kind.defaults())
+            progress = _progress_bar(f"Restoring the default {kind.noun} and recomputing {kind.recomputing}")
+            kind.save(data.store(), kind.defaults(), progress)
             data.clear()
             st.session_state[MESSAGE_KEY] = f"The default {kind.noun} are back; {kind.recomputed}."
             st.rerun()
 
 
 STAGE_RULES = _Rules(
-    "rules", "rules", analysis.list_rules, rules_frame, rules_from_frame, analysis.validate_rules,
-    analysis.save_rules, analysis.default_rules, "Reset", "every run's stages",
+    "rules",
+    "rules",
+    analysis.list_rules,
+    rules_frame,
+    rules_from_frame,
+    analysis.validate_rules,
+    analysis.save_rules,
+    analysis.default_rules,
+    "Reset",
+    "every run's stages",
     "every run's stages were recomputed",
 )
 PHASE_RULES = _Rules(
-    "phase_rules", "phase rules", analysis.list_phase_rules, phase_rules_frame, phase_rules_from_frame,
-    analysis.validate_phase_rules, analysis.save_phase_rules, analysis.default_phase_rules,
-    "Reset phases", "every run", "every run was recomputed",
+    "phase_rules",
+    "phase rules",
+    analysis.list_phase_rules,
+    phase_rules_frame,
+    phase_rules_from_frame,
+    analysis.validate_phase_rules,
+    analysis.save_phase_rules,
+    analysis.default_phase_rules,
+    "Reset phases",
+    "every run",
+    "every run was recomputed",
 )
 
 

@@ -51,17 +51,23 @@ class ClickHouseStore(ClickHouseClient):
     def reading(self) -> Iterator[ClickHouseReader]:
         yield ClickHouseReader(self)
 
-    def _replace(self, rules: list, problems: Callable, what: str, replace: Callable) -> list[str]:
+    def _replace(
+        self, rules: list, problems: Callable, what: str, replace: Callable, progress: write.Progress | None
+    ) -> list[str]:
         found = problems(rules, ClickHouseReader(self).regex_error)
         if found:
             raise ValueError(f"invalid {what}: " + "; ".join(found))
-        return replace(self, rules)
+        return replace(self, rules, progress)
 
-    def replace_stage_rules(self, rules: list[StageRule]) -> list[str]:
-        return self._replace(rules, stage_rule_problems, "stage rules", write.replace_stage_rules)
+    def replace_stage_rules(
+        self, rules: list[StageRule], progress: write.Progress | None = None
+    ) -> list[str]:
+        return self._replace(rules, stage_rule_problems, "stage rules", write.replace_stage_rules, progress)
 
-    def replace_phase_rules(self, rules: list[PhaseRule]) -> list[str]:
-        return self._replace(rules, phase_rule_problems, "phase rules", write.replace_phase_rules)
+    def replace_phase_rules(
+        self, rules: list[PhaseRule], progress: write.Progress | None = None
+    ) -> list[str]:
+        return self._replace(rules, phase_rule_problems, "phase rules", write.replace_phase_rules, progress)
 
     def run_writer(self, run: str, files: int = 1) -> AbstractContextManager[load.ClickHouseRunWriter]:
         return load.run_writer(self, run, files)

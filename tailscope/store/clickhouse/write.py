@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 
 import orjson
 import pyarrow as pa
@@ -35,6 +36,8 @@ from tailscope.store.clickhouse.statements import (
 )
 from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S, ClickHouseClient
 
+# A rule edit's progress: (fraction of the runs derived, what is being derived).
+Progress = Callable[[float, str], None]
 RUN_ATTRIBUTE = "tailscope.run"
 # A derive goes through a run in time windows of about this many spans (memory follows the window).
 # Each window also reads the spans within the run's longest request of it, so fewer, larger windows
@@ -176,16 +179,20 @@ def _insert_rules(store: ClickHouseClient, table: str, rules: list, kind: type) 
     store.insert_arrow(f"tailscope_{table}", pa.table(columns))
 
 
-def _replace_rules(store: ClickHouseClient, table: str, rules: list, kind: type) -> list[str]:
+def _replace_rules(
+    store: ClickHouseClient, table: str, rules: list, kind: type, progress: Progress | None = None
+) -> list[str]:
     """Store an edited (already validated) rule list in place of the stored one, renumbered 1..n,
     and derive every run again with it, as the DuckDB store does in its writer; the runs derived."""
     store.query(sql.load(f"{table}_clear", dialect="clickhouse"))
     _insert_rules(store, table, rules, kind)
-    return _derive_every_run(store)
+    return _derive_every_run(store, progress)
 
 
-def replace_stage_rules(store: ClickHouseClient, rules: list[StageRule]) -> list[str]:
-    return _replace_rules(store, "stage_rules", rules, StageRule)
+def replace_stage_rules(
+    store: ClickHouseClient, rules: list[StageRule], progress: Progress | None = None
+) -> list[str]:
+    return _replace_rules(store, "stage_rules", rules, StageRule, progress)
 
 
 def phase_rules_in_force(store: ClickHouseClient) -> list[PhaseRule]:
@@ -194,14 +201,20 @@ def phase_rules_in_force(store: ClickHouseClient) -> list[PhaseRule]:
     return phase_rules_from_rows(rows) if rows else default_phase_rules()
 
 
-def replace_phase_rules(store: ClickHouseClient, rules: list[PhaseRule]) -> list[str]:
-    return _replace_rules(store, "phase_rules", rules, PhaseRule)
+def replace_phase_rules(
+    store: ClickHouseClient, rules: list[PhaseRule], progress: Progress | None = None
+) -> list[str]:
+    return _replace_rules(store, "phase_rules", rules, PhaseRule, progress)
 
 
-def _derive_every_run(store: ClickHouseClient) -> list[str]:
+def _derive_every_run(store: ClickHouseClient, progress: Progress | None = None) -> list[str]:
     runs = [row[0] for row in store.query(sql.load("defined_runs", dialect="clickhouse")).rows]
-    for run in runs:
+    for done, run in enumerate(runs):
+        if progress is not None:
+            progress(done / len(runs), f"run {run!r} ({done + 1} of {len(runs)})")
         refresh_run(store, run)
+    if progress is not None:
+        progress(1.0, f"{len(runs)} runs derived")
     return runs
 
 
