@@ -56,6 +56,9 @@ class Requests:
     # how many requests each stands for (a head-sampled run's tailscope.sample.weight, from the
     # derived requests: load.request_weights); None: each itself. The tail split weighs by it.
     weight: np.ndarray | None = None
+    # when the work arrived, one time per message, where a unit carries several (a batch consumer's
+    # unit: each linked message's publish, units.py); None: each unit's own arrival
+    work_arrival: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.root)
@@ -92,7 +95,16 @@ class TraceFrame:
     gc_instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gc_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gc_dur: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # span links: span link_from[i] links to span link_to[i], both in the frame (a batch consumer's span to
+    # the producer span of each message it reads; load.py reads the CONSUMER spans' links only)
+    link_from: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    link_to: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the spans that root a unit of work, where a frame is one population of units (units.py: a
+    # consumer's work below a span for its wait in the broker); None: the request roots build_frame finds
+    unit_roots: np.ndarray | None = None
     # derived by build_frame
+    # the stages as read, before build_frame marks moved proxy roots as ingress
+    read_stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     request: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     excl: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     leaf: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
@@ -244,8 +256,13 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
     depth, server_above = _depth_and_ancestors(parent, is_server)
     has_server = np.zeros(int(frame.trace.max(initial=-1)) + 1, bool)
     has_server[frame.trace[is_server]] = True
-    is_root = (is_server & ~server_above) | ((parent < 0) & ~has_server[frame.trace])
-    moved = descend_proxies(frame, parent, is_root, KIND_SERVER, KIND_CLIENT)
+    frame.read_stage = frame.stage
+    if frame.unit_roots is not None:  # one population of units, its roots given (units.py)
+        is_root = frame.unit_roots.astype(bool).copy()
+        moved = np.zeros(0, np.int64)
+    else:
+        is_root = (is_server & ~server_above) | ((parent < 0) & ~has_server[frame.trace])
+        moved = descend_proxies(frame, parent, is_root, KIND_SERVER, KIND_CLIENT)
     if len(moved):  # the request root is ingress, whatever its name (as in the stage mapping)
         frame.stage = frame.stage.copy()
         frame.stage[moved] = ALL_STAGES.index("ingress")

@@ -1,0 +1,148 @@
+"""Asynchronous, queue-fed work built from its mechanism for issue 25's unit-of-work tests
+(tests/test_diagnosis_async.py). An API accepts an event over HTTP, publishes it to a broker (a
+PRODUCER span) and answers 202; consumers on worker instances take the messages in arrival order as
+they free up. The work's latency is from the publish to the end of the consumer's processing: the
+wait in the broker (a queue: it grows when arrivals outrun the consumers) plus the processing.
+
+Two ways OpenTelemetry carries the context to the consumer:
+- `child`: one message at a time; the CONSUMER span is a child of the PRODUCER span in the same
+  trace and starts after it has ended;
+- `batch`: a consumer polls up to `BATCH` ready messages and starts a new trace per batch (a CONSUMER
+  root span without parent) that links to each message's PRODUCER span; a span per message under it.
+
+Causes, each acting on the consumer side after the HTTP root has ended: bursts of arrivals (a backlog
+in the broker), stop-the-world pauses on the worker instances, a dependency the consumer calls that
+hangs now and then.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import TraceFrame
+from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
+
+BATCH = 16
+
+
+class LinkedBuilder(TraceBuilder):
+    """A TraceBuilder whose spans may belong to any trace and carry span links."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.links: list[tuple[int, int]] = []
+
+    def span_in(self, trace: int, *args, **kwargs) -> int:
+        current, self.trace = self.trace, trace
+        try:
+            return self.span(*args, **kwargs)
+        finally:
+            self.trace = current
+
+    def frame(self, gc=None) -> TraceFrame:
+        frame = super().frame(gc)
+        if self.links:
+            frame.link_from = np.array([a for a, _ in self.links], np.int64)
+            frame.link_to = np.array([b for _, b in self.links], np.int64)
+        return frame
+
+
+def _arrivals(b: TraceBuilder, seconds: float, rps: float, burst: bool) -> np.ndarray:
+    """Poisson arrivals; with `burst`, three 1.5 s stretches at six times the rate."""
+    rate_at = np.full(int(seconds * 10), rps)
+    if burst:
+        for start in (0.2, 0.5, 0.8):
+            a = int(start * len(rate_at))
+            rate_at[a : a + 15] = 6 * rps
+    out, t = [], 0.0
+    while t < seconds * 1000.0:
+        t += b.rng.exponential(1000.0 / rate_at[min(int(t / 100.0), len(rate_at) - 1)])
+        out.append(t)
+    return np.array(out[:-1])
+
+
+def _worker_pauses(b: TraceBuilder, workers: list[str], until_ms: float) -> Pauses:
+    """Collections every 150-400 ms on each worker, stopping it for 40-90 ms."""
+    out = {}
+    for inst in workers:
+        t, spans = b.rng.uniform(0, 200), []
+        while t < until_ms:
+            length = b.rng.uniform(40.0, 90.0)
+            spans.append((t, t + length))
+            t += length + b.rng.uniform(150.0, 400.0)
+        out[inst] = spans
+    return Pauses(out)
+
+
+def async_pipeline(seed: int, style: str = "child", burst: bool = False, paused: bool = False,
+                   slow_dependency: bool = False, seconds: float = 30.0, rps: float = 90.0,
+                   workers: int = 4, gc_events: bool = False) -> TraceFrame:
+    """An intake API (two instances) in front of `workers` single-threaded consumers (see the module
+    docstring); each message is decoded, enriched by a call to a profile service, scored and written."""
+    b = LinkedBuilder(seed)
+    names = [f"enricher/{i}" for i in range(workers)]
+    pauses = _worker_pauses(b, names, seconds * 1000.0 + 30_000.0) if paused else Pauses()
+    ready: list[tuple[float, int, int]] = []  # (in the broker since, trace, producer span)
+    for t in _arrivals(b, seconds, rps, burst):
+        trace = b.new_trace()
+        api = f"intake/{int(b.rng.integers(2))}"
+        root = b.span(None, "POST /v1/events", "Server", api, t, 0.0)
+        pub_start = t + lognormal(b.rng, 0.4, 0.2)
+        pub_end = pub_start + lognormal(b.rng, 0.8, 0.3)
+        producer = b.span(root, "events publish", "Producer", api, pub_start, pub_end - pub_start,
+                          messaging__system="kafka", messaging__operation__type="publish")
+        b.set_end(root, pub_end + lognormal(b.rng, 0.2, 0.2))
+        ready.append((pub_end, trace, producer))
+    free = dict.fromkeys(names, 0.0)
+    i = 0
+    while i < len(ready):
+        worker = min(names, key=lambda w: free[w])
+        begin = max(free[worker], ready[i][0]) + lognormal(b.rng, 0.3, 0.3)  # the poll's hand-off
+        if style == "child":
+            _, trace, producer = ready[i]
+            head = b.span_in(trace, producer, "events process", "Consumer", worker, begin, 0.0,
+                             messaging__system="kafka", messaging__operation__type="process")
+            end = _handle(b, trace, head, worker, begin + 0.05, pauses, slow_dependency)
+            b.set_end(head, end + 0.05)
+            i += 1
+        else:
+            batch = [m for m in ready[i : i + BATCH] if m[0] <= begin] or [ready[i]]
+            trace = b.new_trace()
+            head = b.span(None, "events process", "Consumer", worker, begin, 0.0,
+                          messaging__system="kafka", messaging__batch__message_count=len(batch))
+            b.links += [(head, producer) for _, _, producer in batch]
+            end = begin + 0.1
+            for _ in batch:
+                one = b.span(head, "handle event", "Internal", worker, end, 0.0)
+                inner = _handle(b, trace, one, worker, end + 0.02, pauses, slow_dependency)
+                b.set_end(one, inner + 0.02)
+                end = inner + 0.05
+            b.set_end(head, end + 0.05)
+            i += len(batch)
+        free[worker] = b.rows[head][6] + b.rows[head][7]
+    b.stages.update({"score": "model_forward"})
+    if not gc_events:
+        return b.frame()
+    return b.frame([(inst, a, z) for inst, spans in pauses.spans.items() for a, z in spans])
+
+
+def _handle(b: LinkedBuilder, trace: int, parent: int, worker: str, t: float, pauses: Pauses,
+            slow_dependency: bool) -> float:
+    """One message's work on `worker` from `t`: decode, profile lookup (a call to another service),
+    score, write; returns its end (ms)."""
+    end = pauses.run(worker, t, lognormal(b.rng, 0.3, 0.2))
+    b.span_in(trace, parent, "decode", "Internal", worker, t, end - t)
+    cur = end + 0.02
+    work = lognormal(b.rng, 3.0, 0.25)
+    if slow_dependency and b.rng.random() < 0.06:
+        work = b.rng.uniform(40.0, 120.0)
+    call = b.span_in(trace, parent, "GET", "Client", worker, cur, work + 0.4)
+    b.span_in(trace, call, "GET /profiles/{id}", "Server", f"profiles/{int(b.rng.integers(3))}",
+              cur + 0.2, work)
+    cur = pauses.run(worker, cur + work + 0.4, 0.0) + 0.02
+    end = pauses.run(worker, cur, lognormal(b.rng, 4.0, 0.15))
+    b.span_in(trace, parent, "score", "Internal", worker, cur, end - cur)
+    cur = end + 0.02
+    end = pauses.run(worker, cur, lognormal(b.rng, 1.0, 0.2))
+    b.span_in(trace, parent, "INSERT enriched", "Client", worker, cur, end - cur, db__system="postgresql")
+    return end

@@ -1,0 +1,95 @@
+"""Issue 25: asynchronous, queue-fed work (tailscope/analysis/diagnosis/units.py). An API answers 202
+after publishing; the work's latency is on the consumer's side, from the publish to the end of the
+processing. Both ways OpenTelemetry propagates the context (tests/mechanism_async.py): a detached
+CONSUMER child of the PRODUCER span, and a batch consumer's own trace with span links. Before units
+of work, the consumer's time was no request's latency (child) or was mixed with the API's requests
+(batch), and every cause below went unnamed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tailscope.analysis.diagnosis import diagnose_frame, units
+from tests.mechanism_async import async_pipeline
+from tests.mechanism_frames import TraceBuilder
+
+
+def _conf(result, pattern: str) -> float:
+    return max((f.confidence for f in result.findings if f.pattern == pattern), default=0.0)
+
+
+def _found(result) -> list:
+    return [(f.pattern, round(f.confidence, 2), f.evidence["stats"].get("entry_point"))
+            for f in result.findings]
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_consumer_work_is_a_unit_from_the_publish(style: str) -> None:
+    """The consumer's work is a population of its own; each unit's latency runs from its producer
+    span's end (the earliest linked one for a batch) to the consumer span's end."""
+    frame = async_pipeline(1, style=style, seconds=6.0)
+    groups = units.populations(frame)
+    assert [g.unit for g in groups] == ["request", "consumer"]
+    assert groups[0].entry == "intake POST /v1/events" and groups[1].entry == "enricher events process"
+    http, work = groups[0].frame, groups[1].frame
+    assert len(http.requests) == int(((frame.kind == 2) & (frame.parent < 0)).sum())
+    heads = units.heads(frame)
+    ends = frame.start[heads] + frame.dur[heads]
+    if style == "child":
+        sent = frame.start[frame.parent[heads]] + frame.dur[frame.parent[heads]]
+    else:
+        sent = np.array([min(frame.end[frame.link_to[frame.link_from == h]]) for h in heads])
+    assert sorted((work.requests.start + work.requests.latency).tolist()) == sorted(ends.tolist())
+    assert sorted(work.requests.latency.tolist()) == sorted((ends - sent).tolist())
+
+
+def test_an_api_that_waits_for_the_reply_keeps_one_population() -> None:
+    """Request-reply over a queue: the consumer ends before the API's span does, so its work is the
+    request's (the run diagnoses as before)."""
+    b = TraceBuilder(2)
+    for t in b.arrivals(300, 50):
+        b.new_trace()
+        root = b.span(None, "POST /score", "Server", "api/0", t, 0.0)
+        producer = b.span(root, "jobs publish", "Producer", "api/0", t + 0.1, 0.5)
+        b.span(producer, "jobs process", "Consumer", "worker/0", t + 1.0, 5.0)
+        b.set_end(root, t + 6.5)
+    assert units.populations(b.frame()) is None
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_a_burst_backlog_in_the_broker_is_queueing(style: str) -> None:
+    """Bursts outrun the consumers: messages wait in the broker (for a batch consumer, fuller
+    batches: the messages' arrivals, not the batches', follow the burst)."""
+    result = diagnose_frame(async_pipeline(3, style=style, burst=True))
+    top = result.findings[0]
+    assert top.pattern == "queueing" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["unit"] == "consumer", top.evidence["stats"]
+    assert top.evidence["stats"]["service"] == "enricher", top.evidence["stats"]
+    assert [p["unit"] for p in result.populations] == ["request", "consumer"]
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_reported_pauses_on_the_workers_are_gc_pause(style: str) -> None:
+    """Collections stop the worker instances: the runtime's reports carry the consumer's tail."""
+    result = diagnose_frame(async_pipeline(3, style=style, paused=True, gc_events=True))
+    top = result.findings[0]
+    assert top.pattern == "gc_pause" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["entry_point"] == "enricher events process"
+    assert top.share and top.share >= 0.5, top.share
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_a_dependency_the_consumer_calls_is_slow_dependency(style: str) -> None:
+    result = diagnose_frame(async_pipeline(3, style=style, slow_dependency=True))
+    top = result.findings[0]
+    assert top.pattern == "slow_dependency" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["unit"] == "consumer", top.evidence["stats"]
+    assert top.evidence["stats"]["callee_service"] == "profiles", top.evidence["stats"]
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_a_healthy_async_run_names_nothing(style: str) -> None:
+    result = diagnose_frame(async_pipeline(4, style=style))
+    named = [f.pattern for f in result.findings if f.confidence >= 0.5]
+    assert set(named) <= {"compute_bound"}, _found(result)
