@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ingest.columns import SpanColumns
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
 
 BATCH = 16
+BASE_NS = 1_700_000_000_000_000_000
 
 
 class LinkedBuilder(TraceBuilder):
@@ -74,11 +76,20 @@ def _worker_pauses(b: TraceBuilder, workers: list[str], until_ms: float) -> Paus
     return Pauses(out)
 
 
-def async_pipeline(seed: int, style: str = "child", burst: bool = False, paused: bool = False,
-                   slow_dependency: bool = False, seconds: float = 30.0, rps: float = 90.0,
-                   workers: int = 4, gc_events: bool = False) -> TraceFrame:
-    """An intake API (two instances) in front of `workers` single-threaded consumers (see the module
-    docstring); each message is decoded, enriched by a call to a profile service, scored and written."""
+def async_pipeline(seed: int, gc_events: bool = False, **options) -> TraceFrame:
+    """An intake API (two instances) in front of single-threaded consumers (see the module docstring
+    and `async_builder`'s options), as a built frame; `gc_events`: the workers report their pauses."""
+    b, pauses = async_builder(seed, **options)
+    if not gc_events:
+        return b.frame()
+    return b.frame([(inst, a, z) for inst, spans in pauses.spans.items() for a, z in spans])
+
+
+def async_builder(seed: int, style: str = "child", burst: bool = False, paused: bool = False,
+                  slow_dependency: bool = False, seconds: float = 30.0, rps: float = 90.0,
+                  workers: int = 4) -> tuple[LinkedBuilder, Pauses]:
+    """The spans of `async_pipeline`: `workers` consumers; each message is decoded, enriched by a
+    call to a profile service, scored and written."""
     b = LinkedBuilder(seed)
     names = [f"enricher/{i}" for i in range(workers)]
     pauses = _worker_pauses(b, names, seconds * 1000.0 + 30_000.0) if paused else Pauses()
@@ -121,9 +132,32 @@ def async_pipeline(seed: int, style: str = "child", burst: bool = False, paused:
             i += len(batch)
         free[worker] = b.rows[head][6] + b.rows[head][7]
     b.stages.update({"score": "model_forward"})
-    if not gc_events:
-        return b.frame()
-    return b.frame([(inst, a, z) for inst, spans in pauses.spans.items() for a, z in spans])
+    return b, pauses
+
+
+def to_columns(b: LinkedBuilder) -> SpanColumns:
+    """The builder's spans as the loader writes them (ids, parents, links, attributes; the instance as
+    service.instance.id), to load into a store."""
+    per_span: dict[int, dict[str, str]] = {}
+    for keys in b.attrs.values():
+        for key, (spans, values) in keys.items():
+            for i, value in zip(spans, values, strict=True):
+                per_span.setdefault(i, {})[key] = str(value)
+    links: dict[int, list[tuple[str, str, str, dict[str, str]]]] = {}
+    trace_id = [f"{row[0] + 1:032x}" for row in b.rows]
+    span_id = [f"{i + 1:016x}" for i in range(len(b.rows))]
+    for src, dst in b.links:
+        links.setdefault(src, []).append((trace_id[dst], span_id[dst], "", {}))
+    cols = SpanColumns()
+    for i, (_, parent, name, kind, service, instance, start, dur) in enumerate(b.rows):
+        cols.append(
+            timestamp_ns=BASE_NS + int(start * 1e6), trace_id=trace_id[i], span_id=span_id[i],
+            parent_span_id=span_id[parent] if parent >= 0 else "", span_name=name,
+            duration_ns=int(dur * 1e6), service_name=service, span_kind=kind,
+            resource_attributes={"service.instance.id": instance.split("/", 1)[1]},
+            span_attributes=per_span.get(i, {}), links=links.get(i),
+        )
+    return cols
 
 
 def _handle(b: LinkedBuilder, trace: int, parent: int, worker: str, t: float, pauses: Pauses,

@@ -93,3 +93,28 @@ def test_a_healthy_async_run_names_nothing(style: str) -> None:
     result = diagnose_frame(async_pipeline(4, style=style))
     named = [f.pattern for f in result.findings if f.confidence >= 0.5]
     assert set(named) <= {"compute_bound"}, _found(result)
+
+
+def test_a_batch_consumers_links_are_read_from_the_store(tmp_path) -> None:
+    """Through the store: the CONSUMER spans' links (diagnosis_links.sql) find each message's
+    producer span, so a batch unit's latency starts at its earliest message's publish, and the
+    burst's backlog is named as in the built frame."""
+    from analysis_spans import load
+
+    from tailscope.analysis.diagnosis import diagnose
+    from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.source import reading
+    from tailscope.store.duckdb.store import DuckDBStore
+    from tests.mechanism_async import async_builder, to_columns
+
+    builder, _ = async_builder(3, style="batch", burst=True)
+    load(tmp_path / "s.duckdb", "async", to_columns(builder))
+    store = DuckDBStore(tmp_path / "s.duckdb")
+    with reading(store) as conn:
+        frame = load_frame(conn, "async")
+    assert len(frame.link_from) == len(builder.links)
+    assert (frame.kind[frame.link_to] == 4).all() and (frame.kind[frame.link_from] == 5).all()
+    result = diagnose(store, "async")
+    top = result.findings[0]
+    assert top.pattern == "queueing" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["unit"] == "consumer"

@@ -190,6 +190,8 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         frame.gc_time = gc.column("TimeNs").to_numpy().astype(np.int64) - t0
         frame.gc_dur = gc.column("DurationNs").to_numpy().astype(np.int64)
     frame.attribute_source = _attribute_source(conn, run, span_keys, plan)
+    if (frame.kind == SPAN_KINDS.index("Consumer")).any():  # a queue consumer's links to its messages
+        frame.link_from, frame.link_to = _links(conn, run, span_keys, plan)
     frame = build_frame(frame)
     if frame.requests is not None and len(frame.requests):
         frame.requests.weight = request_weights(conn, run, trace_keys[frame.requests.root])
@@ -241,6 +243,20 @@ def _sampled(conn: Reader, run: str, plan: SamplePlan) -> tuple[pa.Table, pa.Tab
     moved_gc = pa.array(times[gc_window >= 0] - plan.shifts()[gc_window[gc_window >= 0]])
     gc = gc.set_column(gc.schema.get_field_index("TimeNs"), "TimeNs", moved_gc)
     return _in_fixed_order(table, moved, keep), gc, cut
+
+
+def _links(
+    conn: Reader, run: str, span_keys: np.ndarray, plan: SamplePlan | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(linking span, linked span) indices of the CONSUMER spans' links whose both ends were read
+    (diagnosis_links.sql), in a fixed order."""
+    windows = None if plan is None else plan.read_windows()
+    table = conn.span_table("diagnosis_links", run, windows=windows)
+    src = _match(span_keys, table.column("SpanKey").to_numpy().astype(np.int64))
+    dst = _match(span_keys, table.column("LinkKey").to_numpy().astype(np.int64))
+    keep = (src >= 0) & (dst >= 0)
+    order = np.lexsort((dst[keep], src[keep]))
+    return src[keep][order], dst[keep][order]
 
 
 def _attribute_source(
