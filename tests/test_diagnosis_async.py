@@ -80,10 +80,32 @@ def test_reported_pauses_on_the_workers_are_gc_pause(style: str) -> None:
 
 
 @pytest.mark.parametrize("style", ["child", "batch"])
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_unreported_pauses_on_one_message_at_a_time_are_gc_pause(style: str, partitioned: bool) -> None:
+    """No GC events, one message in flight per worker: a pause stretches whichever span runs, the
+    same tens of ms for a 0.3 ms decode, a 4 ms scoring step and the caller's side of a call
+    (lone_stalls.py). Before: no gc_pause above 0.2."""
+    result = diagnose_frame(async_pipeline(3, style=style, paused=True, partitioned=partitioned))
+    top = result.findings[0]
+    assert top.pattern == "gc_pause" and top.confidence >= 0.6, _found(result)
+    assert all(i.startswith("enricher/") for i in top.evidence["stats"]["instances"])
+    assert {"decode", "score"} <= set(top.evidence["stats"]["stretched_work_names"])
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_one_slow_step_is_not_a_pause(style: str) -> None:
+    """The scoring step alone has a slow mode of the same size as the pauses above: one kind of
+    work stretched, not the process."""
+    result = diagnose_frame(async_pipeline(3, style=style, slow_step=True, partitioned=True))
+    assert _conf(result, "gc_pause") < 0.5, _found(result)
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
 def test_a_dependency_the_consumer_calls_is_slow_dependency(style: str) -> None:
     result = diagnose_frame(async_pipeline(3, style=style, slow_dependency=True))
     top = result.findings[0]
     assert top.pattern == "slow_dependency" and top.confidence >= 0.8, _found(result)
+    assert _conf(result, "gc_pause") < 0.5, _found(result)
     assert top.evidence["stats"]["unit"] == "consumer", top.evidence["stats"]
     assert top.evidence["stats"]["callee_service"] == "profiles", top.evidence["stats"]
 
