@@ -10,11 +10,12 @@ family, two-cause recall, false alarms at >= 0.5 and a reliability table over ev
 bench/accuracy_runs.py).
 
 The blind families of issue 25 (reference_pipeline/simulate/blind.py: edge-gateway, bff-fanout,
-pool-retry, throttled-embedder and the untouched kafka-scorer; `--topologies blind` for all five) run
-every scenario x seed through a file in the seed's format (Zipkin v2, Jaeger or OTLP) and the real
-loader, scored against their truth (per cause: pattern, accept, side); `--external DIR` scores a
-directory of trace files with a truth.json the same way. With either, or several topologies, the
-per-family table and the leave-one-family-out reliability table of bench/blind_runs.py follow.
+pool-retry, throttled-embedder, event-enricher and the untouched kafka-scorer; `--topologies blind`
+for all six) run every scenario x seed through a file in the seed's format (Zipkin v2, Jaeger or
+OTLP) and the real loader, scored against their truth (per cause: pattern, accept, side);
+`--external DIR` scores a directory of trace files with a truth.json the same way. With either,
+or several topologies, the per-family table and the leave-one-family-out reliability table of
+bench/blind_runs.py follow.
 
 `--topologies` picks the span trees: `pipeline` (default) is the reference pipeline's, in both
 namings; `gateway` is the held-out family (reference_pipeline/simulate/gateway.py): the same planted
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--topologies", default="pipeline",
                         help="comma-separated: pipeline, gateway, region, readthrough, queue-worker, the "
-                        f"blind families ({', '.join(BLIND)}; `blind`: all five), or all")
+                        f"blind families ({', '.join(BLIND)}; `blind`: all of them), or all")
     parser.add_argument("--external", action="append", default=[], type=Path, metavar="DIR",
                         help="also score a directory of trace files with a truth.json (as "
                         "/work/shared/families/scoring_api.py OUT writes), through the loader and diagnose")

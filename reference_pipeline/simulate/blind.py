@@ -13,6 +13,10 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
 - `kafka-scorer` (kafka_scorer.py): events accepted over HTTP, produced to Kafka fire-and-forget and
   scored in batches by a consumer; Jaeger / OTLP; consumer lag, throttling, payload growth, GC beside
   a heavy-tailed store. **Untouched**: the held-out family whose final figure is reported apart.
+- `event-enricher` (event_enricher.py): events accepted over HTTP, published to RabbitMQ / SQS /
+  Pub/Sub and enriched by a pool of Python workers (one message at a time, or batches that link
+  their messages); OTLP / Jaeger / Zipkin v2; consumer backlog, worker GC, autoscaled cold workers,
+  a slow downstream write, a key-expiry wave, a CPU-heavy model
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see
@@ -34,6 +38,7 @@ MODULES = {
     "pool-retry": "pool_retry",
     "throttled-embedder": "throttled_embedder",
     "kafka-scorer": "kafka_scorer",
+    "event-enricher": "event_enricher",
 }
 UNTOUCHED = "kafka-scorer"  # the held-out blind family: nothing is to be tuned on it
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}

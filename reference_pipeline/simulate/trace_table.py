@@ -66,6 +66,7 @@ class TraceTable:
     endpoints: list[tuple[str, str, int]] = field(default_factory=list)  # (service, ipv4, port) per resource
     rows: list[tuple] = field(default_factory=list)
     traces: int = 0
+    links: dict[int, list[int]] = field(default_factory=dict)  # span -> spans it links to (no parent)
 
     def __post_init__(self) -> None:
         self._ids = random.Random(self.seed * 7919 + self.key)
@@ -85,13 +86,16 @@ class TraceTable:
     def span(self, trace: int, parent: int | None, name: str, kind: str, resource: int, scope: str,
              start: float, end: float, attrs: dict[str, Any] | None = None, status: str = "Unset",
              message: str = "", events: list[tuple[float, str, dict[str, Any]]] | None = None,
-             peer: str | None = None) -> int:
+             peer: str | None = None, links: list[int] | None = None) -> int:
         """Add one span; `peer` is the remote service a CLIENT/PRODUCER span talks to (Zipkin's
-        remoteEndpoint)."""
+        remoteEndpoint); `links` are spans (of any trace) it links to: OTLP links, Jaeger FOLLOWS_FROM
+        references (Zipkin v2 has no links: a family does not give them to a Zipkin run)."""
         self.span_ids.append(f"{self._ids.getrandbits(64) | 1:016x}")
         self.rows.append((trace, -1 if parent is None else parent, name, kind, resource, scope,
                           int(start) + DEFAULT_START_NS, max(int(end), int(start) + 1000) + DEFAULT_START_NS,
                           attrs or {}, status, message, events or [], peer))
+        if links:
+            self.links[len(self.rows) - 1] = list(links)
         return len(self.rows) - 1
 
     def by_trace(self, chunk: int) -> Iterator[list[int]]:
@@ -127,6 +131,9 @@ def otlp_json_lines(table: TraceTable, traces_per_line: int = 200) -> Iterator[b
             if events:
                 span["events"] = [{"timeUnixNano": str(int(ts) + DEFAULT_START_NS), "name": ev,
                                    "attributes": key_values(ea)} for ts, ev, ea in events]
+            if i in table.links:
+                span["links"] = [{"traceId": table.trace_ids[table.rows[j][0]], "spanId": table.span_ids[j]}
+                                 for j in table.links[i]]
             span["status"] = {"code": _STATUS_NUMBER[status], **({"message": message} if message else {})}
             by_resource.setdefault(res, {}).setdefault(scope, []).append(span)
         out = {"resourceSpans": [
@@ -164,6 +171,8 @@ def jaeger_json(table: TraceTable, traces_per_piece: int = 200) -> Iterator[byte
                     tags.append(_jaeger_tag("otel.status_description", message))
             refs = ([{"refType": "CHILD_OF", "traceID": tid, "spanID": table.span_ids[parent]}]
                     if parent >= 0 else [])
+            refs += [{"refType": "FOLLOWS_FROM", "traceID": table.trace_ids[table.rows[j][0]],
+                      "spanID": table.span_ids[j]} for j in table.links.get(i, ())]
             logs = [{"timestamp": (int(ts) + DEFAULT_START_NS) // 1000,
                      "fields": [_jaeger_tag("event", ev), *(_jaeger_tag(k, v) for k, v in ea.items())]}
                     for ts, ev, ea in events]
