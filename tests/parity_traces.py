@@ -31,6 +31,7 @@ GC_EVENTS = [
     [(10, "v8js.gc", {"v8js.gc.type": "major", "v8js.gc.duration": "0.0125"})],
     [(12, "jvm.gc", {"jvm.gc.duration": "0.2"})],
     [(14, "gc", {"gc.duration_ms": "3.5"}), (60, "python.gc", {"gc.duration_ns": "700000"})],
+    [(20, "runtime.gc", {"runtime.gc.pause_us": "1500"})],  # a key naming a pause, its unit the suffix
     [],
 ]
 

@@ -59,6 +59,8 @@ class Requests:
     # when the work arrived, one time per message, where a unit carries several (a batch consumer's
     # unit: each linked message's publish, units.py); None: each unit's own arrival
     work_arrival: np.ndarray | None = None
+    # ns each unit waited in a broker before its consumer started (units.py); None: requests
+    queued: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.root)

@@ -203,6 +203,12 @@ def _subframe(f: TraceFrame, spans: np.ndarray, head: np.ndarray, sent: np.ndarr
         sub.unit_roots = is_root
     sub.attribute_source = _attributes_of(f, new, names)
     build_frame(sub)
+    if roots_given:  # a unit below its wait span: the wait is the time before its only child started
+        roots = sub.requests.root
+        queued = np.zeros(len(roots), np.int64)
+        below = roots >= n
+        queued[below] = f.start[waits[roots[below] - n]] - wait_from[roots[below] - n]
+        sub.requests.queued = queued
     if roots_given and len(f.link_from) and np.isin(f.link_from, head).any():
         sub.requests.work_arrival = np.sort(_message_times(f, head, sent))
     if f.requests is not None and f.requests.weight is not None and sub.requests is not None:
