@@ -33,6 +33,7 @@ class LinkedBuilder(TraceBuilder):
     def __init__(self, seed: int = 0) -> None:
         super().__init__(seed)
         self.links: list[tuple[int, int]] = []
+        self.cold: dict[str, int] = {}  # cold replicas: messages handled so far
 
     def span_in(self, trace: int, *args, **kwargs) -> int:
         current, self.trace = self.trace, trace
@@ -88,11 +89,14 @@ def async_pipeline(seed: int, gc_events: bool = False, **options) -> TraceFrame:
 def async_builder(seed: int, style: str = "child", burst: bool = False, paused: bool = False,
                   slow_dependency: bool = False, seconds: float = 30.0, rps: float = 90.0,
                   workers: int = 4, partitioned: bool = False,
-                  slow_step: bool = False) -> tuple[LinkedBuilder, Pauses]:
+                  slow_step: bool = False, cold_replicas: int = 0,
+                  cold_at: float = 0.8) -> tuple[LinkedBuilder, Pauses]:
     """The spans of `async_pipeline`: `workers` consumers taking the messages in arrival order as they
     free up (with `partitioned`, each worker its own partition's, as a Kafka consumer group does);
     each message is decoded, enriched by a call to a profile service, scored and written (with
-    `slow_step`, the scoring alone takes 40-90 ms more in 5 % of the messages: a cause of one step)."""
+    `slow_step`, the scoring alone takes 40-90 ms more in 5 % of the messages: a cause of one step;
+    with `cold_replicas`, that many workers join at `cold_at` of the run, their first messages'
+    scoring ~150x slower, decaying by 0.85 per message: an autoscaler adding cold instances)."""
     b = LinkedBuilder(seed)
     names = [f"enricher/{i}" for i in range(workers)]
     pauses = _worker_pauses(b, names, seconds * 1000.0 + 30_000.0) if paused else Pauses()
@@ -113,15 +117,19 @@ def async_builder(seed: int, style: str = "child", burst: bool = False, paused: 
             _consume(b, [m for m, o in zip(ready, owner, strict=True) if o == w], [worker], style, pauses,
                      (slow_dependency, slow_step))
     else:
-        _consume(b, ready, names, style, pauses, (slow_dependency, slow_step))
+        joined = [f"enricher/new-{i}" for i in range(cold_replicas)]
+        b.cold = dict.fromkeys(joined, 0)
+        _consume(b, ready, names + joined, style, pauses, (slow_dependency, slow_step),
+                 dict.fromkeys(joined, cold_at * seconds * 1000.0))
     b.stages.update({"score": "model_forward"})
     return b, pauses
 
 
 def _consume(b: LinkedBuilder, ready: list[tuple[float, int, int]], names: list[str], style: str,
-             pauses: Pauses, slow: tuple[bool, bool]) -> None:
-    """The consumers `names` take the `ready` messages in order, each as it frees up."""
-    free = dict.fromkeys(names, 0.0)
+             pauses: Pauses, slow: tuple[bool, bool], joins: dict[str, float] | None = None) -> None:
+    """The consumers `names` take the `ready` messages in order, each as it frees up (from the time
+    in `joins` for a worker that joins later)."""
+    free = {w: (joins or {}).get(w, 0.0) for w in names}
     i = 0
     while i < len(ready):
         worker = min(names, key=lambda w: free[w])
@@ -190,7 +198,11 @@ def _handle(b: LinkedBuilder, trace: int, parent: int, worker: str, t: float, pa
     b.span_in(trace, call, "GET /profiles/{id}", "Server", f"profiles/{int(b.rng.integers(3))}",
               cur + 0.2, work)
     cur = read + 0.02
-    end = pauses.run(worker, cur, lognormal(b.rng, 4.0, 0.15) + (
+    warm_up = 1.0
+    if worker in b.cold:  # a cold replica: its first messages' scoring is slow, then decays
+        warm_up += 150.0 * 0.85 ** b.cold[worker]
+        b.cold[worker] += 1
+    end = pauses.run(worker, cur, warm_up * lognormal(b.rng, 4.0, 0.15) + (
         b.rng.uniform(40.0, 90.0) if slow[1] and b.rng.random() < 0.05 else 0.0))
     b.span_in(trace, parent, "score", "Internal", worker, cur, end - cur)
     cur = end + 0.02

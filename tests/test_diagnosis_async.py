@@ -140,3 +140,21 @@ def test_a_batch_consumers_links_are_read_from_the_store(tmp_path) -> None:
     top = result.findings[0]
     assert top.pattern == "queueing" and top.confidence >= 0.8, _found(result)
     assert top.evidence["stats"]["unit"] == "consumer"
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_cold_replicas_added_in_a_burst_are_judged_on_their_processing(style: str) -> None:
+    """Three replicas join at the last burst and serve 24-38 messages each, the first ones ~150x
+    slower. Their warm-up is read from their own processing (the broker wait, shared by every
+    worker, left out) and from fewer than 40 units (before: judged on all instances against a
+    121 ms plateau of end-to-end waits, AUC 0.18)."""
+    from tailscope.analysis.diagnosis import cold_start
+    from tailscope.analysis.diagnosis.model import Context
+
+    frame = async_pipeline(3, style=style, burst=True, cold_replicas=3, cold_at=0.8)
+    work = units.populations(frame)[1].frame
+    (found,) = cold_start.detect(Context(work))
+    stats = found.evidence["stats"]
+    assert stats["judged_on"] == "instances started mid-run", stats
+    assert stats["auc"] >= 0.9 and stats["ratio"] >= 2.5 and stats["warm_median_ms"] < 15, stats
+    assert stats["warmup_span"] == "score"
