@@ -158,3 +158,24 @@ def test_cold_replicas_added_in_a_burst_are_judged_on_their_processing(style: st
     assert stats["judged_on"] == "instances started mid-run", stats
     assert stats["auc"] >= 0.9 and stats["ratio"] >= 2.5 and stats["warm_median_ms"] < 15, stats
     assert stats["warmup_span"] == "score"
+
+
+@pytest.mark.parametrize("stamp", ["start", "end"])
+def test_gc_events_stamped_when_the_pause_ended_are_read_from_their_start(stamp: str) -> None:
+    """A runtime that reports a collection once it is over stamps the event at the pause's end: no
+    span of the paused worker ends inside [t - duration, t], while work ends all through
+    [t, t + duration] (gc_stamps.py). Read as starts, those pauses would sit after the stalls
+    (before: every event read as the pause's start)."""
+    from tailscope.analysis.diagnosis.gc_stamps import pause_starts
+    from tests.mechanism_async import async_builder
+
+    builder, pauses = async_builder(3, paused=True, partitioned=True)
+    frame = builder.frame()
+    rows = [(frame.instances.index(inst), a, z) for inst, spans in pauses.spans.items() for a, z in spans]
+    inst = np.array([r[0] for r in rows])
+    t0 = ((np.array([r[1] for r in rows]) - min(r[6] for r in builder.rows)) * 1e6).astype(np.int64)
+    dur = ((np.array([r[2] - r[1] for r in rows])) * 1e6).astype(np.int64)
+    stamped = t0 if stamp == "start" else t0 + dur
+    starts, moved = pause_starts(inst, stamped, dur, frame.instance, frame.start + frame.dur)
+    assert moved == (stamp == "end")
+    assert (starts == t0).all()

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from tailscope.analysis.diagnosis import sample
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.analysis.diagnosis.gc_stamps import pause_starts
 from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS, SamplePlan
 from tailscope.store.interface import Reader
 from tailscope.vocabulary import ALL_STAGES
@@ -189,6 +190,9 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         frame.gc_instance = np.array([lookup.get(v, -1) for v in gc.column("Instance").to_pylist()], np.int64)
         frame.gc_time = gc.column("TimeNs").to_numpy().astype(np.int64) - t0
         frame.gc_dur = gc.column("DurationNs").to_numpy().astype(np.int64)
+        # an event stamped when the runtime heard of the pause, after it ended: moved to its start
+        frame.gc_time, _ = pause_starts(frame.gc_instance, frame.gc_time, frame.gc_dur, frame.instance,
+                                        frame.start + frame.dur)
     frame.attribute_source = _attribute_source(conn, run, span_keys, plan)
     if (frame.kind == SPAN_KINDS.index("Consumer")).any():  # a queue consumer's links to its messages
         frame.link_from, frame.link_to = _links(conn, run, span_keys, plan)

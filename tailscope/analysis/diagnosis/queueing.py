@@ -95,6 +95,7 @@ def detect(ctx: Context) -> list[Finding]:
     offered_rps = n / max(span_ns / 1e9, 1e-9)
     weight = logistic(share, 0.3, 0.08)
     confidence = strength * weight
+    ctx.notes["queueing_confidence"] = confidence  # compute_bound: a wait that follows arrivals is not its
     peak = int(np.argmax(a)) + 1
     after = mean_wait[peak : peak + 2 * MAX_LAG]
     drains = bool(len(after) > 2 and after[-1] < after.max() * 0.5)
