@@ -34,6 +34,7 @@ class LinkedBuilder(TraceBuilder):
         super().__init__(seed)
         self.links: list[tuple[int, int]] = []
         self.cold: dict[str, int] = {}  # cold replicas: messages handled so far
+        self.score_ms = 4.0
 
     def span_in(self, trace: int, *args, **kwargs) -> int:
         current, self.trace = self.trace, trace
@@ -90,14 +91,16 @@ def async_builder(seed: int, style: str = "child", burst: bool = False, paused: 
                   slow_dependency: bool = False, seconds: float = 30.0, rps: float = 90.0,
                   workers: int = 4, partitioned: bool = False,
                   slow_step: bool = False, cold_replicas: int = 0,
-                  cold_at: float = 0.8) -> tuple[LinkedBuilder, Pauses]:
+                  cold_at: float = 0.8, score_ms: float = 4.0) -> tuple[LinkedBuilder, Pauses]:
     """The spans of `async_pipeline`: `workers` consumers taking the messages in arrival order as they
     free up (with `partitioned`, each worker its own partition's, as a Kafka consumer group does);
     each message is decoded, enriched by a call to a profile service, scored and written (with
     `slow_step`, the scoring alone takes 40-90 ms more in 5 % of the messages: a cause of one step;
     with `cold_replicas`, that many workers join at `cold_at` of the run, their first messages'
-    scoring ~150x slower, decaying by 0.85 per message: an autoscaler adding cold instances)."""
+    scoring ~150x slower, decaying by 0.85 per message: an autoscaler adding cold instances;
+    `score_ms`: the scoring step's median)."""
     b = LinkedBuilder(seed)
+    b.score_ms = score_ms
     names = [f"enricher/{i}" for i in range(workers)]
     pauses = _worker_pauses(b, names, seconds * 1000.0 + 30_000.0) if paused else Pauses()
     ready: list[tuple[float, int, int]] = []  # (in the broker since, trace, producer span)
@@ -202,7 +205,7 @@ def _handle(b: LinkedBuilder, trace: int, parent: int, worker: str, t: float, pa
     if worker in b.cold:  # a cold replica: its first messages' scoring is slow, then decays
         warm_up += 150.0 * 0.85 ** b.cold[worker]
         b.cold[worker] += 1
-    end = pauses.run(worker, cur, warm_up * lognormal(b.rng, 4.0, 0.15) + (
+    end = pauses.run(worker, cur, warm_up * lognormal(b.rng, b.score_ms, 0.15) + (
         b.rng.uniform(40.0, 90.0) if slow[1] and b.rng.random() < 0.05 else 0.0))
     b.span_in(trace, parent, "score", "Internal", worker, cur, end - cur)
     cur = end + 0.02

@@ -179,3 +179,15 @@ def test_gc_events_stamped_when_the_pause_ended_are_read_from_their_start(stamp:
     starts, moved = pause_starts(inst, stamped, dur, frame.instance, frame.start + frame.dur)
     assert moved == (stamp == "end")
     assert (starts == t0).all()
+
+
+@pytest.mark.parametrize("style", ["child", "batch"])
+def test_messages_waiting_for_consumers_busy_in_the_forward_are_compute_bound(style: str) -> None:
+    """A 40 ms scoring step keeps the consumers busy most of the time: messages wait in the broker
+    for one to free up, at random (no burst). That wait is the forward's doing in proportion to its
+    part of the busy time (before: no compute_bound at all for one message at a time)."""
+    result = diagnose_frame(async_pipeline(3, style=style, score_ms=40.0, rps=70.0))
+    top = result.findings[0]
+    assert top.pattern == "compute_bound" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["tail_excess_share_waiting_for_busy_consumers"] > 0.1
+    assert _conf(result, "queueing") < 0.5, _found(result)
