@@ -191,3 +191,16 @@ def test_messages_waiting_for_consumers_busy_in_the_forward_are_compute_bound(st
     assert top.pattern == "compute_bound" and top.confidence >= 0.8, _found(result)
     assert top.evidence["stats"]["tail_excess_share_waiting_for_busy_consumers"] > 0.1
     assert _conf(result, "queueing") < 0.5, _found(result)
+
+
+def test_the_report_names_each_kind_of_unit() -> None:
+    """`diagnose` (text and --json) lists the kinds of units and their latencies: the HTTP answers'
+    p99 is milliseconds, the consumer work's hundreds of ms."""
+    from tailscope.cli.diagnose_cmd import render_text
+
+    out = diagnose_frame(async_pipeline(3, burst=True)).to_dict()
+    assert [p["unit"] for p in out["populations"]] == ["request", "consumer"]
+    assert out["populations"][1]["tail"]["p99_ms"] > 20 * out["populations"][0]["tail"]["p99_ms"]
+    text = render_text(out)
+    assert "units of work" in text and "consumer units (publish to end of processing) of enricher" in text
+    assert out["findings"][0]["evidence"]["stats"]["tail_excess_ms"] > 0
