@@ -212,3 +212,40 @@ def _handle(b: LinkedBuilder, trace: int, parent: int, worker: str, t: float, pa
     end = pauses.run(worker, cur, lognormal(b.rng, 1.0, 0.2))
     b.span_in(trace, parent, "INSERT enriched", "Client", worker, cur, end - cur, db__system="postgresql")
     return end
+
+
+def broker_slow_api(seed: int, paused: bool = False) -> TraceFrame:
+    """An intake API (four instances, requests side by side) validates each event (0.2 ms) and
+    publishes it, waiting for the broker's ack (~9 ms). Every 0.5-2 s the broker is slow to ack for
+    10-20 ms: every publish in flight waits that much longer, and the process, woken by the late acks
+    at once, runs its small validate steps 0.05-0.1 ms slower meanwhile. With `paused`, the same
+    stretches are stop-the-world pauses of each instance instead: whatever runs (a validate, the ack
+    handling) is stretched by what is left of the pause."""
+    b = TraceBuilder(seed)
+    n, rps = 4000, 200.0
+    until = n / rps * 1000.0 + 2000.0
+    insts = [f"intake/{i}" for i in range(4)]
+    episodes: dict[str, list[tuple[float, float]]] = {}
+    for key in insts if paused else ["broker"]:
+        t, spans = 0.0, []
+        while t < until:
+            t += b.rng.uniform(500.0, 2000.0)
+            spans.append((t, t + b.rng.uniform(10.0, 20.0)))
+        episodes[key] = spans
+    stalls = Pauses(episodes)
+    for t in b.arrivals(n, rps):
+        b.new_trace()
+        inst = insts[int(b.rng.integers(4))]
+        root = b.span(None, "POST /v1/events", "Server", inst, t, 0.0)
+        work = lognormal(b.rng, 0.19, 0.15)
+        if paused:
+            end = stalls.run(inst, t + 0.05, work)
+        else:
+            slow = stalls.run("broker", t + 0.05, work) > t + 0.05 + work + 1e-9
+            end = t + 0.05 + work + (b.rng.uniform(0.05, 0.1) if slow else 0.0)
+        b.span(root, "validate_event", "Internal", inst, t + 0.05, end - t - 0.05)
+        start = end + 0.05
+        acked = stalls.run(inst if paused else "broker", start, lognormal(b.rng, 8.9, 0.2))
+        b.span(root, "publish events", "Producer", inst, start, acked - start)
+        b.set_end(root, acked + 0.1)
+    return b.frame()
