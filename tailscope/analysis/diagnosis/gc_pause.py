@@ -38,7 +38,6 @@ from tailscope.analysis.diagnosis.long_stalls import (
     long_stalls,
     request_stall_overlap,
     slow_flags,
-    stretched_by,
     warm_up_mask,
     where_stalled,
     young_excess,
@@ -103,7 +102,6 @@ def detect(ctx: Context) -> list[Finding]:
     n_names = len(top)
     width = max(MIN_BIN_NS, int(np.ceil((run_len + 1) * n_inst * n_names / MAX_CELLS)))
     n_bins = run_len // width + 2
-    slow &= stretched_by(nm, t_e - t_s, top, n_codes, width)  # frozen through a bin, not just slower
 
     slot = name_slot[nm]
     b0 = t_s // width

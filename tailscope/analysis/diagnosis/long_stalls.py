@@ -170,17 +170,3 @@ def warm_up_mask(ctx: Context) -> np.ndarray:
     per_inst = np.bincount(reqs.instance, minlength=len(ctx.frame.instances))
     k = np.clip((per_inst * 0.05).astype(np.int64), 10, 200)[reqs.instance]
     return reqs.index_on_instance < 3 * k
-
-
-FROZEN = 0.5  # of a stall bin: the least a span frozen through it is stretched
-
-
-def stretched_by(nm: np.ndarray, d: np.ndarray, codes: np.ndarray, n_codes: int, width: int) -> np.ndarray:
-    """Per interval (name code `nm`, duration `d`): at least FROZEN x `width` over its name's median. A
-    span frozen through a stall bin of that width is stretched at least that much; one a fraction of
-    it over its usual time (a 0.2 ms step at 0.3 ms while a broker is slow to answer) was not stopped."""
-    d = d.astype(np.float64)
-    median = np.zeros(n_codes)
-    for code in codes.tolist():
-        median[code] = np.median(d[nm == code])
-    return d - median[nm] >= FROZEN * width
