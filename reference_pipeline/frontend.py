@@ -62,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.gc_freeze:
                 gc.collect()
                 gc.freeze()
+            if not cfg.gc_collect:  # no collector at all: gc-pressure's pair without its pauses
+                gc.collect()
+                gc.disable()
             serve(build_app(path), listen)
             path.close()
         finally:

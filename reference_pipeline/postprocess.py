@@ -103,6 +103,12 @@ class ExplanationLog:
             node = {"feature": j % len(features), "weight": [features[j % len(features)] * score]}
             node["self"] = node
             tree.append(node)
+        if len(self.ring) == self.ring.maxlen:
+            # the oldest tree leaves the ring with its cycles broken, so reference counting frees it:
+            # the collector's pauses come from walking the live heap (lineage, ring), and a service
+            # with the collector off (`gc_collect=False`, gc-pressure's pair) does not leak
+            for old in self.ring.popleft():
+                old["self"] = None
         self.ring.append(tree)
 
 

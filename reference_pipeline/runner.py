@@ -64,6 +64,7 @@ class RunOptions:
     frontends: int = 0  # front-end processes before one model process (0: one process)
     model_layers: int | None = None  # an encoder of this many layers (ServiceConfig.model_layers)
     gc_freeze: bool | None = None  # gc.freeze() once ready; None: as the scenario sets it
+    gc_collect: bool = True  # False: gc.disable() once ready (ServiceConfig.gc_collect)
 
 
 class ChildFailed(RuntimeError):
@@ -156,6 +157,7 @@ def service_config(opts: RunOptions) -> tuple[ServiceConfig, LoadShape, str]:
     downstream = configure(opts.scenario, service, load)
     if opts.gc_freeze is not None:  # e.g. gc-pressure's work with its start-up heap frozen: no long pauses
         service.gc_freeze = opts.gc_freeze
+    service.gc_collect = opts.gc_collect
     return service, load, downstream.delay
 
 

@@ -91,6 +91,10 @@ class ServiceConfig:
     gc_nodes_per_request: int = 0
     heavy_monitor: bool = False
     gc_freeze: bool = True  # gc.freeze() once ready: full collections skip the start-up heap
+    # False: gc.disable() once ready, so the cyclic collector never runs in the process that serves
+    # requests (gc-pressure's pair without its pauses: the same allocation work, no collections; the
+    # explanation trees are freed by reference counting as they leave their ring)
+    gc_collect: bool = True
     max_body_bytes: int = 64 * 1024
     tracing: bool = True  # False: a no-op tracer (the tracing-overhead benchmark's baseline)
     # "spans": batch.queue_wait + model.forward; "triton": a model span and a compute span with

@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.gc_freeze:  # what a tuned service does once ready; gc-pressure plants the opposite
                 gc.collect()
                 gc.freeze()
+            if not cfg.gc_collect:  # no collector at all: gc-pressure's pair without its pauses
+                gc.collect()
+                gc.disable()
             capacity = pipeline.model_capacity_rps() if cfg.announce_capacity else 0.0
             announce = f"capacity_rps={capacity:.1f}" if capacity else ""
             serve(build_app(pipeline), bind_free_port(port=args.port), announce)

@@ -70,3 +70,36 @@ def test_bursts_are_sized_above_the_measured_capacity() -> None:
     assert steady.bursts == []
     size_bursts(load, capacity_rps=0.0)  # not measured (lazy load): unchanged
     assert load.rps * load.bursts[0][2] == pytest.approx(120.0)
+
+
+def test_gc_off_keeps_gc_pressures_work_and_turns_the_collector_off() -> None:
+    from reference_pipeline.runner import RunOptions, service_config
+
+    planted, _, _ = service_config(RunOptions(scenario="gc-pressure"))
+    off, _, _ = service_config(RunOptions(scenario="gc-pressure", gc_collect=False))
+    assert planted.gc_collect and not off.gc_collect
+    assert (off.gc_live_records, off.gc_nodes_per_request, off.gc_freeze) == (
+        planted.gc_live_records,
+        planted.gc_nodes_per_request,
+        planted.gc_freeze,
+    )
+
+
+def test_explanation_trees_leaving_the_ring_are_freed_without_the_collector() -> None:
+    # gc-pressure's pair without pauses runs with the collector off: the trees that leave the ring
+    # must not be left as cyclic garbage (a leak of ~2 MB per request, and a heap that grows)
+    import gc
+
+    from reference_pipeline.postprocess import ExplanationLog
+
+    log = ExplanationLog(live_records=10, nodes_per_request=200, ring=5)
+    gc.collect()
+    gc.disable()
+    try:
+        for i in range(20):
+            log.record([0.5, 0.25, 0.125], score=i / 20)
+        unreachable = gc.collect()
+    finally:
+        gc.enable()
+    assert len(log.ring) == 5
+    assert unreachable < 200, f"{unreachable} objects left for the collector"

@@ -106,6 +106,22 @@ def test_batches_leave_when_full_or_when_the_window_closes() -> None:
     assert r.start.tolist() == [2.0, 2.0, 2.0, 15.0, 105.0]  # the 4th waits for the worker
 
 
+def test_a_large_batch_costs_what_its_size_measured_not_what_its_requests_were() -> None:
+    # a CPU model: batches of 1 take 10 ms, of 2 18 ms, and the one batch of 4 (a pile-up behind a
+    # pause) 80 ms: the cost grows faster than its size (padding to the longest sequence)
+    size = np.r_[np.ones(50), np.full(20, 2), [4]].astype(int)
+    took = np.r_[np.full(50, 10.0), np.full(20, 18.0), [80.0]]
+    cost = BatchCost.fit(size, took)
+    assert float(cost(1)) == 10.0 and float(cost(4)) == 80.0  # above the line: as measured
+    assert float(cost(3)) == pytest.approx(49.0)  # between them: interpolated
+    assert float(cost(6)) > 80.0  # beyond: the fitted line's slope from the last measured size
+    # the batch of 4's requests, served one by one without the pile-up: a batch of 1 each, at
+    # their own noise (residual 1), not at 80 ms over a line's 34 ms for 4 (2.4 x a batch of 1)
+    residual = np.full(4, 80.0) / np.asarray(cost(np.full(4, 4)))
+    r = replay(np.array([0.0, 100.0, 200.0, 300.0]), residual, cost, servers=1, max_batch=4)
+    assert (r.end - r.start).tolist() == pytest.approx([10.0] * 4)
+
+
 def test_a_stopped_process_is_found_by_its_silence_and_the_work_let_in_after_it() -> None:
     from tailscope.analysis.whatif.stalls import freezes
 

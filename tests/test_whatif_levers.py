@@ -119,3 +119,36 @@ def test_forward_speedup_measured_in_another_run(tmp_path):
     result = evaluate(fp32, findings, speedup=k, speedup_from="int8")
     guess = next(o for o in result.outcomes if o.key == "forward_as:int8").p99_ms
     assert guess == pytest.approx(p99(int8), rel=0.15)
+
+
+def test_lever_timings_give_the_outcomes_requests_and_stage_times(tmp_path):
+    from tailscope.analysis.whatif.engine import lever_timings
+
+    faulty = frame(tmp_path, "gc", "gc-pressure")
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(faulty).findings]
+    outcome = next(o for o in evaluate(faulty, findings).outcomes if o.key == "no_gc_stalls")
+    latency, dur = lever_timings(faulty, findings, "no_gc_stalls")
+    assert len(latency) == len(faulty.requests) and len(dur) == len(faulty)
+    assert np.percentile(latency, 99) / 1e6 == pytest.approx(outcome.p99_ms, abs=1e-3)
+    assert dur.sum() < 0.9 * faulty.dur.sum()  # the pauses gone from the spans they stretched
+    assert lever_timings(faulty, findings, "no_such_lever") is None
+
+
+def test_prewarmed_forwards_cost_a_warm_batch_of_their_own_size(tmp_path):
+    from tailscope.analysis.whatif.engine import inputs, plan
+
+    cold = frame(tmp_path, "cold", "cold-start")
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(cold).findings]
+    x = inputs(cold, findings)
+    lever = next(lv for lv in plan(x) if lv.key == "prewarmed")
+    s = x.served
+    warm = int(lever.params["warmup_requests"])
+    early = cold.requests.index_on_instance[s.request] < warm
+    big = s.size >= 6  # the backlog behind the cold start leaves in large batches
+    assert (early & big).any()
+    edited = lever.edit.dur[s.forward[early & big]]
+    warm_big = cold.dur[s.forward[~early & big]]
+    warm_all = cold.dur[s.forward[~early]]
+    assert np.median(warm_big) > 1.5 * np.median(warm_all)  # the sizes cost differently
+    # drawn from the warm batches of the same sizes, not from every warm forward pass
+    assert np.median(edited) == pytest.approx(np.median(warm_big), rel=0.15)

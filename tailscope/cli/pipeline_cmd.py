@@ -113,6 +113,13 @@ def _add_service_options(parser: argparse.ArgumentParser, saturate: bool = False
         "(default: on in every scenario but gc-pressure; gc-pressure --gc-freeze on keeps its allocation "
         "work without its long pauses)",
     )
+    parser.add_argument(
+        "--gc",
+        choices=("on", "off"),
+        default="on",
+        help="off: gc.disable() once the service is ready, so the cyclic collector never runs where requests "
+        "are served (gc-pressure --gc off: the same allocation work without its collection pauses)",
+    )
     parser.add_argument("--entities", type=int, default=5000, help="entities in the feature store")
     parser.add_argument(
         "--layers",
@@ -184,6 +191,7 @@ def _options(args: argparse.Namespace, **overrides):
         keep_slower_than_ms=args.keep_slower_than_ms,
         frontends=frontends_count(args.frontends),
         gc_freeze=None if args.gc_freeze is None else args.gc_freeze == "on",
+        gc_collect=args.gc == "on",
     )
     values.update(overrides)
     return RunOptions(**values)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -53,9 +54,6 @@ class Result:
 
     def single_value(self) -> Any:
         return self.rows[0][0] if self.rows else None
-
-    def dicts(self) -> list[dict[str, Any]]:
-        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
 class Rows(Protocol):
@@ -221,6 +219,17 @@ class Store(Protocol):
     @property
     def name(self) -> str:
         """How messages name the store: a file's path, or its URL without the password."""
+        ...
+
+    @property
+    def file(self) -> Path | None:
+        """The one file that is the store (DuckDB), None for a folder or a server: a dashboard is
+        handed a file on its command line, a URL (which may hold a password) in its environment."""
+        ...
+
+    def delete(self) -> None:
+        """Delete the store's data (a demo starting over); UnsupportedError where that is not one
+        file of this tool's own (ClickHouse)."""
         ...
 
     def reading(self) -> AbstractContextManager[Reader]: ...

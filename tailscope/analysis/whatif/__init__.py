@@ -29,7 +29,8 @@ LIMITS = (
     "it. It cannot know what a fix changes beyond that: arrivals that change because answers come faster "
     "(retries, closed-loop clients), load a fix moves onto another service, a cache or a batcher that "
     "behaves differently at another load. The queue replay assumes FIFO batching at the batching window "
-    "the run shows; more replicas assume requests spread evenly."
+    "the run shows; more replicas assume requests spread evenly and hardware of their own (a worker added "
+    "on the same CPU cores shares them, and every forward pass slows)."
 )
 
 

@@ -19,7 +19,7 @@ from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_late
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 2  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 3  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -297,8 +297,32 @@ def _describe(lever: lv.Lever) -> dict[str, Any]:
     }
 
 
-def _latency(x: lv.Inputs, lever: lv.Lever, client_side: bool) -> np.ndarray:
+def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
+    """Each span's duration (ns) after the lever: re-timed, and the queue replayed where it asks."""
     first = retime(x.frame, lever.edit, x.lay)
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
         first = retime(x.frame, _requeue(x, lever, lever.edit, first), x.lay)
-    return request_latency(x.frame, first.dur, client_side)
+    return first.dur
+
+
+def _latency(x: lv.Inputs, lever: lv.Lever, client_side: bool) -> np.ndarray:
+    return request_latency(x.frame, _retimed(x, lever), client_side)
+
+
+def lever_timings(
+    frame: TraceFrame, findings: list[dict[str, Any]], key: str, *, seed: int = 0, **options: Any
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """One lever's re-timed run: (each request's latency, each span's duration), ns, as evaluate()
+    computes its percentiles; None where the run has no lever of that key. `options`: plan()'s
+    keywords (k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms). For checking a
+    prediction stage by stage against a run made without the cause."""
+    reqs = frame.requests
+    if reqs is None or len(reqs) == 0:
+        return None
+    client_side = bool((reqs.client_span >= 0).mean() >= CLIENT_SIDE)
+    x = inputs(frame, findings, seed)
+    for lever in plan(x, **options):
+        if lever.key == key:
+            dur = _retimed(x, lever)
+            return request_latency(frame, dur, client_side), dur
+    return None

@@ -360,6 +360,7 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         spans = np.nonzero(early & (f.name == code))[0]
         if len(pool):
             edit.dur[spans] = _draw(rng, pool, len(spans))
+    _warm_forwards_by_size(x, early_req, edit, rng)
     return Lever(
         "prewarmed",
         f"Cold starts pre-warmed (first {warm} requests per instance)",
@@ -371,3 +372,19 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         requeue=True,
         params={"warmup_requests": warm},
     )
+
+
+def _warm_forwards_by_size(x: Inputs, early_req: np.ndarray, edit: Edit, rng) -> None:
+    """A warm-up request's forward pass takes the time of a warm batch of the same size (a batch's
+    cost grows with its size: drawn from all sizes, a warm-up batch of 8 would cost what a batch of
+    1 does), where the run has warm batches of that size."""
+    s = x.served
+    if s is None:
+        return
+    early = early_req[s.request]
+    for k in np.unique(s.size[early]).tolist():
+        pool = x.frame.dur[s.forward[~early & (s.size == k)]]
+        rows = np.nonzero(early & (s.size == k))[0]
+        if len(pool):
+            edit.dur[s.forward[rows]] = _draw(rng, pool, len(rows))
+

@@ -20,18 +20,39 @@ import numpy as np
 
 @dataclass
 class BatchCost:
-    """Service time of a batch of k: base + per_item × k (ns), fitted on the run's batches."""
+    """Service time of a batch of k (ns): base + per_item × k, the line fitted over the sizes'
+    medians, or the median the run measured for batches of that size where it is higher (between
+    sizes measured: interpolated; beyond the largest: continued along the line's slope). A CPU's
+    batch cost grows faster than its size (padding to the longest sequence, caches); with the line
+    alone, a large batch's requests look slow in themselves (their residual) and a replay that serves
+    them in smaller batches keeps that slowness. Below the line a size's median is kept out: few
+    batches, or times a lever edited without regard to the batch (a draw, a cut pause)."""
 
     base: float
     per_item: float
+    sizes: tuple[int, ...] = ()  # the sizes measured, ascending
+    medians: tuple[float, ...] = ()  # their median duration (ns)
 
     def __call__(self, k: np.ndarray | int) -> np.ndarray | float:
-        return np.maximum(self.base + self.per_item * np.asarray(k, dtype=np.float64), 1.0)
+        k = np.asarray(k, dtype=np.float64)
+        line = self.base + self.per_item * k
+        if self.sizes:  # where the sizes measured cost more than the line: as measured
+            sizes = np.asarray(self.sizes, dtype=np.float64)
+            med = np.asarray(self.medians)
+            inside = np.interp(k, sizes, med)
+            above = med[-1] + self.per_item * (k - sizes[-1])
+            line = np.maximum(line, np.where(k < sizes[0], 0.0, np.where(k > sizes[-1], above, inside)))
+        return np.maximum(line, 1.0)
+
+    def table(self, max_batch: int) -> list[float]:
+        """The cost of each batch size 0..max_batch (a list, for the replay's loop)."""
+        return [float(v) for v in self(np.arange(max_batch + 1))]
 
     @classmethod
     def fit(cls, size: np.ndarray, duration: np.ndarray) -> BatchCost:
-        """Least squares over the batches' median duration per size, weighted by how many batches
-        had that size (a size seen once does not tilt the line); one size: a constant."""
+        """Each measured size's median duration, and the least-squares line through them weighted by
+        how many batches had that size (a size seen once does not tilt the line); one size: a
+        constant."""
         size = np.asarray(size, dtype=np.int64)
         duration = np.asarray(duration, dtype=np.float64)
         if len(size) == 0:
@@ -39,13 +60,14 @@ class BatchCost:
         sizes = np.unique(size)
         med = np.array([np.median(duration[size == k]) for k in sizes])
         weight = np.array([(size == k).sum() for k in sizes], dtype=np.float64)
+        table = (tuple(int(k) for k in sizes), tuple(float(m) for m in med))
         if len(sizes) == 1:
-            return cls(float(med[0]), 0.0)
+            return cls(float(med[0]), 0.0, *table)
         w = weight / weight.sum()
         mx, my = (w * sizes).sum(), (w * med).sum()
         var = (w * (sizes - mx) ** 2).sum()
         slope = max(float((w * (sizes - mx) * (med - my)).sum() / var), 0.0) if var > 0 else 0.0
-        return cls(float(my - slope * mx), slope)
+        return cls(float(my - slope * mx), slope, *table)
 
 
 @dataclass
@@ -73,9 +95,9 @@ def replay(
     res = (residual[order] * scale).tolist()
     start, end = np.empty(m), np.empty(m)
     size = np.empty(m, np.int64)
-    base, per = cost.base, cost.per_item
+    costs = cost.table(max(int(max_batch), 1))
     if servers <= 1:  # one server: its next free time is a number, no heap
-        _one_server(queued, res, order, start, end, size, base, per, max_batch, window)
+        _one_server(queued, res, order, start, end, size, costs, max_batch, window)
         return Replayed(start, end, size)
     free = [-math.inf] * int(servers)
     heapq.heapify(free)
@@ -86,7 +108,7 @@ def replay(
         full_at = queued[last] if last < m else math.inf
         dispatch = max(ready, min(full_at, queued[i] + window))
         j = max(bisect_right(queued, dispatch, i, min(i + max_batch, m)), i + 1)
-        took = max(base + per * (j - i), 1.0) * res[i]
+        took = costs[j - i] * res[i]
         members = order[i:j]
         start[members], end[members] = dispatch, dispatch + took
         size[members] = j - i
@@ -95,7 +117,7 @@ def replay(
     return Replayed(start, end, size)
 
 
-def _one_server(queued, res, order, start, end, size, base, per, max_batch, window) -> None:
+def _one_server(queued, res, order, start, end, size, costs, max_batch, window) -> None:
     """`replay` with one server, writing into start/end/size (batch bounds collected, written once)."""
     m = len(queued)
     bounds, begins, dones = [], [], []
@@ -106,7 +128,7 @@ def _one_server(queued, res, order, start, end, size, base, per, max_batch, wind
         close = min(full_at, queued[i] + window)
         dispatch = free if free > close else close
         j = max(bisect_right(queued, dispatch, i, min(i + max_batch, m)), i + 1)
-        free = dispatch + max(base + per * (j - i), 1.0) * res[i]
+        free = dispatch + costs[j - i] * res[i]
         bounds.append(j)
         begins.append(dispatch)
         dones.append(free)

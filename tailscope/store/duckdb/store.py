@@ -37,6 +37,14 @@ class DuckDBStore:
     def name(self) -> str:
         return str(self.path)
 
+    @property
+    def file(self) -> Path:
+        return self.path
+
+    def delete(self) -> None:
+        for stale in (self.path, self.path.with_name(self.path.name + ".wal")):
+            stale.unlink(missing_ok=True)
+
     def reader(self) -> Any:
         """A read-only DuckDB connection (closed on exit)."""
         return connect_reader(self.path, self.wait_seconds)

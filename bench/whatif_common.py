@@ -1,0 +1,153 @@
+"""What-if accuracy, shared by bench_whatif.py's modes: load a run, measure its percentiles, predict
+"fix the cause" on the faulty run and score the prediction against the run without the cause."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tailscope.analysis.diagnosis import diagnose_frame
+from tailscope.analysis.whatif import evaluate, measured_speedup
+from tailscope.analysis.whatif.retime import request_latency
+
+# the readers of the runs loaded so far: kept open while their frames are used, since the diagnosis
+# and the payload lever read span attributes from the store (closed per family: OPEN.close())
+OPEN = contextlib.ExitStack()
+
+
+def frame_of(path: Path, run: str = "run"):
+    from ingest.loader import load_paths
+    from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.source import reading
+    from tailscope.store.engine import open_store
+
+    db = path.with_suffix(".duckdb")
+    loaded = load_paths([path], db, run)
+    if loaded.failed:
+        raise SystemExit(f"bench_whatif: {path}: {loaded.failed[0].error}")
+    conn = OPEN.enter_context(reading(open_store(str(db))))
+    return load_frame(conn, run)
+
+
+def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, **options):
+    from reference_pipeline.simulate.api import simulate_to_file
+
+    out = tmp / f"{label}.jsonl"
+    simulate_to_file(out, scenario, requests, seed, **options)
+    return frame_of(out)
+
+
+def measured(frame) -> tuple[float, float]:
+    client = bool((frame.requests.client_span >= 0).mean() >= 0.5)
+    lat = request_latency(frame, frame.dur, client)
+    p50, p99 = np.percentile(lat, [50, 99]) / 1e6
+    return float(p50), float(p99)
+
+
+def predicted(
+    frame, lever: str, other=None, truth: list[dict] | None = None
+) -> tuple[float, float, str, float]:
+    """(p50, p99, the fix evaluated or 'no lever', seconds) for the faulty run. `truth`: planted causes
+    the diagnosis did not name are added as findings (pattern, span, service, instances: no more than
+    the truth says), to measure the lever where it is applied."""
+    diagnosis = diagnose_frame(frame)
+    if diagnosis.errors:
+        print(f"  (diagnosis errors: {diagnosis.errors})", flush=True)
+    findings = [fd.to_dict(with_chart=True) for fd in diagnosis.findings]
+    named = {fd["pattern"] for fd in findings}
+    for cause in truth or []:
+        if cause["pattern"] not in named:
+            stats = {"service": cause.get("service"), "instances": cause.get("instances") or []}
+            if cause["pattern"] == "large_payload":
+                stats.update(_size_attribute(frame, cause.get("span")))
+            findings.append({"pattern": cause["pattern"], "confidence": 1.0, "span_name": cause.get("span"),
+                             "evidence": {"stats": stats}})
+    speedup = measured_speedup(frame, other) if other is not None else None
+    started = time.perf_counter()
+    result = evaluate(frame, findings, speedup=speedup, speedup_from="other")
+    seconds = time.perf_counter() - started
+    hits = [o for o in result.outcomes if o.key.startswith(lever)]
+    if not hits:
+        return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
+    best = min(hits, key=lambda o: o.p99_ms)
+    return best.p50_ms, best.p99_ms, best.key, seconds
+
+
+def _size_attribute(frame, name: str | None) -> dict:
+    """For a payload cause the diagnosis missed: the numeric attribute of the truth's span that
+    follows its duration best (Spearman), a byte size first (the truth says a payload), as the finding
+    would name it (empty where none)."""
+    from tailscope.analysis.diagnosis.attributes import numeric_attributes
+    from tailscope.analysis.diagnosis.stats import spearman
+
+    if name not in frame.names:
+        return {}
+    code = frame.names.index(name)
+    best = None
+    for key, (idx, values) in numeric_attributes(frame, code, 50).items():
+        rho = spearman(values, frame.dur[idx].astype(np.float64))
+        rank = (any(w in key.lower() for w in ("size", "bytes", "length")), rho)
+        if np.isfinite(rho) and rho > 0 and (best is None or rank > best[0]):
+            best = (rank, key)
+    return {"size_attribute": best[1], "size_on": "span"} if best else {}
+
+
+def pair_row(family: str, cause: str, faulty, fixed, lever: str, planted: list[dict] | None = None) -> dict:
+    before = measured(faulty)
+    truth = measured(fixed)
+    guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted)
+    return {
+        "family": family,
+        "cause": cause,
+        "lever": guess[2],
+        "faulty_p50": before[0],
+        "faulty_p99": before[1],
+        "pred_p50": guess[0],
+        "meas_p50": truth[0],
+        "pred_p99": guess[1],
+        "meas_p99": truth[1],
+        "error": abs(guess[1] - truth[1]) / truth[1],
+        "p50_error": abs(guess[0] - truth[0]) / truth[0],
+        "material": before[1] > 1.1 * truth[1] or before[1] < 0.9 * truth[1],
+        "seconds": guess[3],
+    }
+
+
+def line(r: dict) -> str:
+    flag = "" if r["material"] else "  (cause not material)"
+    return (
+        f"{r['family']:18s} {r['cause']:20s} {r['lever']:34s} faulty p99 {r['faulty_p99']:8.1f}  "
+        f"p50 {r['pred_p50']:7.1f}/{r['meas_p50']:7.1f}  p99 {r['pred_p99']:8.1f}/{r['meas_p99']:8.1f}  "
+        f"error {r['error']:6.1%}{flag}"
+    )
+
+
+def table(rows: list[dict]) -> str:
+    out = [
+        "| family | cause removed | lever | faulty p50 / p99 | predicted p50 / measured "
+        "| predicted p99 / measured | p99 error |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        mark = "" if r["material"] else " (not material)"
+        out.append(
+            f"| {r['family']} | {r['cause']}{mark} | `{r['lever']}` | "
+            f"{r['faulty_p50']:.1f} / {r['faulty_p99']:.1f} | "
+            f"{r['pred_p50']:.1f} / {r['meas_p50']:.1f} | {r['pred_p99']:.1f} / {r['meas_p99']:.1f} | "
+            f"{r['error']:.1%} |"
+        )
+    errors = [r["error"] for r in rows]
+    material = [r["error"] for r in rows if r["material"]]
+    out.append("")
+    out.append(
+        f"{len(rows)} pairs: median p99 error {statistics.median(errors):.1%}, largest {max(errors):.1%}, "
+        f"over 25 %: {sum(e > 0.25 for e in errors)}; material causes only ({len(material)}): median "
+        f"{statistics.median(material) if material else 0:.1%}, largest {max(material, default=0):.1%}."
+    )
+    return "\n".join(out)
+
+
