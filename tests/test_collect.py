@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import threading
 import time
 import zlib
@@ -21,6 +22,7 @@ from tailscope.store.duckdb.connection import connect_reader
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+ACCEPTED = re.compile(r"spans stored .*?, ([\d,]+) requests,")
 
 
 def stored(db_path: Path, run: str) -> int:
@@ -248,6 +250,12 @@ def test_full_queue_answers_429_with_retry_after_and_retries_succeed(tmp_path: P
     assert stored(collector.db_path, "busy") == 80
 
 
+def accepted_requests(collector: Collector) -> int:
+    """Requests the collector has accepted, from its latest status line (`--stats-interval 0.5`)."""
+    counts = [int(m.group(1).replace(",", "")) for m in map(ACCEPTED.search, collector.lines) if m]
+    return counts[-1] if counts else 0
+
+
 @pytest.mark.parametrize("ack", ["queued", "committed"])
 def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path, ack: str) -> None:
     collector = Collector(tmp_path / "store.duckdb", "shutdown", "--flush-interval-ms", "10", "--ack", ack)
@@ -260,12 +268,14 @@ def test_graceful_shutdown_flushes_everything_accepted(tmp_path: Path, ack: str)
     threads = [threading.Thread(target=send, args=(n,)) for n in range(5)]
     for thread in threads:
         thread.start()
-    # All five accepted: answered already (queued) or waiting for the commit (committed). Nothing tells
-    # when a held request has reached the server, so committed waits long enough for five posts to
-    # arrive on a loaded 2-core machine (0.5 s was not: two were still connecting at SIGTERM).
-    deadline = time.monotonic() + (3.0 if ack == "committed" else 15)
-    while len(results) < 5 and time.monotonic() < deadline:
+    # All five accepted: answered already (queued) or waiting for the commit (committed), which only the
+    # collector's status line tells (`5 requests`, every 0.5 s); a fixed 3 s wait stood in for it.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not (
+        accepted_requests(collector) == 5 and (ack == "committed" or len(results) == 5)
+    ):
         time.sleep(0.05)
+    assert accepted_requests(collector) == 5, collector.output()
     assert results == ({} if ack == "committed" else dict.fromkeys(range(5), 200))
     assert stored(collector.db_path, "shutdown") == 0
     collector.process.send_signal(15)
