@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 from pathlib import Path
 
 import pytest
@@ -39,3 +41,22 @@ def chdb_store(tmp_path: Path):
     store.prepare(writing=True)
     yield store
     store.close()
+
+
+@pytest.fixture(scope="session")
+def chdb_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`tailscope demo --store chdb://FOLDER --requests 150 --no-serve`, run once: the folder and what
+    the command printed. Its 12 runs are most of the CPU of the chdb demo tests: test_clickhouse_demo
+    checks this load, test_clickhouse_dashboard opens the dashboard on a copy of the folder (the
+    demo then reuses its runs). The command closes the folder before it returns (one chdb folder
+    per process)."""
+    pytest.importorskip("chdb", reason="chdb not installed ([clickhouse] extra)")
+    pytest.importorskip("reference_pipeline.simulate.api", reason="the demo's simulator is not installed")
+    from tailscope.cli.main import main
+
+    folder = tmp_path_factory.mktemp("chdb-demo") / "store"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["demo", "--store", f"chdb://{folder}", "--requests", "150", "--no-serve"])
+    assert code == 0, printed.getvalue()
+    return folder, printed.getvalue()

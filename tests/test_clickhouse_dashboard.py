@@ -2,12 +2,15 @@
 load in Chromium without an exception: Overview, Waterfall, Latency over time (the heatmap), Tail vs
 body, Traces (the slowest traces and the Gantt of one), Stage mapping (the stage and phase rules'
 editors and the mapping) and Upload, which loads a file into the store's otel_traces. The
-demo loads its runs into the folder, closes it and starts the dashboard, whose process then holds it
-(chdb allows one process per folder)."""
+demo opens a copy of the folder `demo --no-serve` loaded (tests/conftest.py's chdb_demo), finds its
+runs there, closes it and starts the dashboard, whose process then holds it (chdb allows one process
+per folder)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,10 +34,12 @@ RUN = "demo-steady"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, chdb_demo: tuple[Path, str]) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("chdb-dashboard")
+    # a copy of the folder `demo --no-serve` loaded (tests/conftest.py; test_clickhouse_demo checks it)
+    shutil.copytree(chdb_demo[0], folder / "store", symlinks=True)  # its links are relative
     url = f"chdb://{folder / 'store'}"
-    # what a user types: the demo loads its runs into the chdb folder, lets go of it, opens the dashboard
+    # what a user types: the demo finds its runs in the chdb folder, lets go of it, opens the dashboard
     demo = ["demo", "--store", url, "--requests", "150"]
     with serving_command(demo, log=folder / "demo.log", timeout=240) as base:
         yield base

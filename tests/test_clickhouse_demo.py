@@ -14,16 +14,15 @@ pytest.importorskip("chdb", reason="chdb not installed (the [clickhouse] extra)"
 pytest.importorskip("reference_pipeline.simulate.api")
 
 
-def test_demo_into_chdb(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"chdb://{tmp_path / 'demo'}"
-    assert main(["demo", "--store", url, "--requests", "100", "--no-serve"]) == 0
-    out = capsys.readouterr().out
+def test_demo_into_chdb(chdb_demo: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    folder, out = chdb_demo  # `demo --store chdb://FOLDER --requests 150 --no-serve` (tests/conftest.py)
+    url = f"chdb://{folder}"
     assert f"tailscope waterfall --store {url} --run demo-steady" in out
     assert f"open the dashboard with: tailscope serve --store {url}" in out
     labels = [run.label for run in demo_runs()]
     assert all(label in out for label in labels)
     assert main(["waterfall", "--store", url, "--run", "demo-steady", "--json"]) == 0
-    assert '"requests_total": 100' in capsys.readouterr().out
+    assert '"requests_total": 150' in capsys.readouterr().out
     assert main(["demo", "--store", url, "--requests", "100", "--no-serve"]) == 0  # nothing missing: reused
     assert f"reusing the {len(labels)} runs already in {url}" in capsys.readouterr().out
     assert main(["demo", "--store", url, "--fresh"]) == 2
