@@ -243,22 +243,28 @@ def test_the_runs_trace_count_stays_exact_without_a_recount_per_write(db_path: P
 
     monkeypatch.setattr(run_row, "_query", counting)
     trace_no = 0
-    for write in range(40):
-        cols = SpanColumns()
-        for _ in range(5):
-            trace_no += 1
-            add_trace(
-                cols, S("root", 0, 50, kind="Server", children=[S("parse", 0, 5)]), trace_no, write * 100.0
-            )
-        if write:
-            old = f"{trace_no - 7:032x}"
-            cols.extend(late_child(old, root_span_id(db_path, old)))
-        transaction(db_path, cols)
-        with duckdb.connect(str(db_path), read_only=True) as conn:
+    # one writer connection for the 40 transactions, as the collector's writer holds one (opening and
+    # closing the file three times per write was most of this test's time)
+    request = S("root", 0, 50, kind="Server", children=[S("parse", 0, 5)])
+    with connect_writer(db_path) as conn:
+        for write in range(40):
+            cols = SpanColumns()
+            for _ in range(5):
+                trace_no += 1
+                add_trace(cols, request, trace_no, write * 100.0)
+            if write:
+                old = f"{trace_no - 7:032x}"
+                (root,) = conn.execute(
+                    "SELECT SpanId FROM otel_traces WHERE TraceId = ? AND ParentSpanId = ''", [old]
+                ).fetchone()
+                cols.extend(late_child(old, root))
+            conn.begin()
+            store_batches(conn, RUN, [cols], ["test"])
+            conn.commit()
             recorded, exact = conn.execute(
                 "SELECT (SELECT TraceCount FROM runs WHERE RunLabel = ?), count(DISTINCT TraceId) "
                 "FROM otel_traces",
                 [RUN],
             ).fetchone()
-        assert recorded == exact == trace_no
+            assert recorded == exact == trace_no
     assert len(recounts) < 20
