@@ -141,7 +141,7 @@ def _write_and_load(tmp_path, spans, run: str) -> None:
     import orjson
 
     from ingest.loader import load_paths
-    from reference_pipeline.tracing import encode_request
+    from reference_pipeline.otlp_json import encode_request
 
     path = tmp_path / f"{run}.jsonl"
     path.write_bytes(orjson.dumps(encode_request(spans)) + b"\n")
