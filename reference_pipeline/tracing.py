@@ -25,9 +25,12 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from reference_pipeline.otlp_json import request_line
+from reference_pipeline.request_span import RequestTracer
 from tailscope.instrument.sampling import SamplingProcessor
 
 SCOPE = "tailscope.reference_pipeline"
+
+
 class OtlpJsonLinesExporter(SpanExporter):
     """Appends one OTLP/JSON ExportTraceServiceRequest per export call to a file."""
 
@@ -117,6 +120,12 @@ def make_provider(
             endpoint += "/v1/traces"
         add(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     return provider
+
+
+def request_tracer(provider: TracerProvider, scope_name: str = SCOPE) -> RequestTracer:
+    """The pipeline's tracer: the provider's, with light mode's request spans made the cheap way
+    (reference_pipeline.request_span)."""
+    return RequestTracer(provider.get_tracer(scope_name), scope_name)
 
 
 def traced_provider(cfg, resource: dict, args, on_late_keep: Callable[[int], None] | None = None):

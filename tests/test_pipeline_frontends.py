@@ -93,12 +93,13 @@ LIGHT_STAGES = (
 )  # fmt: skip
 
 
-def test_light_mode_across_processes_puts_every_stage_on_the_request_span(tmp_path) -> None:
+@pytest.mark.parametrize("frontends", [2, 0])
+def test_light_mode_across_processes_puts_every_stage_on_the_request_span(tmp_path, frontends) -> None:
     """Light mode in the scaled-out layout: one span per request, written by its front end, with the
     model process's queue wait and forward pass (timed there, sent back over the hand-off) among its
-    stage times, and the request's own attributes set through the tally."""
-    child, url = start_service(tmp_path, tracing_mode="light")
-    fronts = children_of(child.proc.pid)
+    stage times, and the request's own attributes set through the tally; in one process the same."""
+    child, url = start_service(tmp_path, frontends, tracing_mode="light")
+    fronts = children_of(child.proc.pid) if frontends else [child.proc.pid]
     for i in range(6):
         assert post(url, i).status_code == 200
     assert child.stop(grace_s=60) == 0, child.tail()

@@ -37,7 +37,7 @@ def _varied_spans():
     }
     with tracer.start_as_current_span("root ✓", kind=SpanKind.SERVER, attributes=every_kind) as root:
         root.add_event("python.gc", {"gc.generation": 2, "gc.pause_ns": 1500})
-        root.set_status(Status(StatusCode.ERROR, "boom \"x\""))
+        root.set_status(Status(StatusCode.ERROR, 'boom "x"'))
         child = tracer.start_span("child", links=[Link(root.get_span_context(), {"link.kind": "batch"})])
         child.set_status(Status(StatusCode.OK))
         child.end()
