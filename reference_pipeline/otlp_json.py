@@ -111,6 +111,7 @@ def encode_request(spans: Sequence[ReadableSpan]) -> dict:
 
 # ---------------------------------------------------------------------------- the cheap path
 _KEY_PREFIX: dict[str, str] = {}  # key -> '{"key":"<key>","value":'
+_INT_PREFIX: dict[str, str] = {}  # key -> '{"key":"<key>","value":{"intValue":"'
 _NAME: dict[str, str] = {}  # span name -> its JSON string
 
 
@@ -146,7 +147,12 @@ def attributes_json(attributes: Mapping[str, Any]) -> str:
     for key, value in items.items():
         kind = type(value)
         if kind is int:
-            parts.append(f'{_key_prefix(key)}{{"intValue":"{value}"}}}}')
+            prefix = _INT_PREFIX.get(key)
+            if prefix is None:
+                prefix = _key_prefix(key) + '{"intValue":"'
+                if len(_INT_PREFIX) < _CACHE_MAX:
+                    _INT_PREFIX[key] = prefix
+            parts.append(f'{prefix}{value}"}}}}')
         elif kind is str:
             parts.append(f'{_key_prefix(key)}{{"stringValue":{_json_text(value)}}}}}')
         else:
