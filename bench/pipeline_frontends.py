@@ -49,6 +49,7 @@ def measure_raw(args, cfg, seed: int) -> dict:
             command = [
                 sys.executable, str(RAW_LOAD), "--port", str(port), "--concurrency", str(args.concurrency),
                 "--warm", str(args.warm), "--duration", str(args.duration), "--seed", str(seed),
+                "--rate", str(getattr(args, "rps", 0.0) or 0.0),
             ]  # fmt: skip
             load = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
             if load.stdout.readline().strip() != "GO":

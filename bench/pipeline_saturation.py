@@ -11,6 +11,10 @@
 2. Light-mode tracing at saturation, at the best policy: runs with tracing off and in light mode,
    alternating (off, light, light, off, ...), --ab-repeats pairs; the throughput lost and the CPU per
    request added, per pair and their median.
+With --rps R the load is paced at R requests/s (bench/raw_load.py --rate) instead of a closed loop:
+below the capacity of both modes, the off/light pairs then compare CPU per request at one
+throughput, which a saturated run on a shared machine cannot (its throughput, and with it the CPU
+per request, is the scheduler's share).
 Each row also gives the service's CPU per request (front ends + model process), its cores busy and
 the client's, so a ceiling can be told apart: front ends (their cores), the model process (one core),
 the GPU, or the client (one core).

@@ -1,6 +1,6 @@
 """A lean closed-loop HTTP/1.1 client for capacity measurements (bench_pipeline.py frontends-ab).
 
-  python bench/raw_load.py --port P --concurrency 32 --duration 10 [--entities 5000] [--seed 1]
+  python bench/raw_load.py --port P --concurrency 32 --duration 10 [--entities 5000] [--seed 1] [--rate R]
 
 The pipeline's own load generator (httpx, a client span per request) spends 3-4 ms of CPU per
 request, more than the service it measures: on 2 cores it, not the service, sets the throughput. This
@@ -8,7 +8,10 @@ one sends pre-built keep-alive requests from asyncio protocols (no spans, no hea
 decoding) and costs tens of µs per request, so the service's front end is what saturates. Bodies are
 the load generator's own payloads (reference_pipeline.loadgen.make_payloads). Prints `GO` when its
 connections are open and its clock starts, then one JSON line: completed, errors, wall_s, cpu_s (its
-own), p50_ms, p99_ms, throughput_rps.
+own), p50_ms, p99_ms, throughput_rps. With --rate R each connection sends at most every
+concurrency / R seconds: a service that keeps up serves R requests/s whatever its mode, so the CPU
+per request of two modes compares at the same throughput (on a shared machine a saturated run's
+throughput is the scheduler's share, and CPU per request moves with it).
 """
 
 from __future__ import annotations
@@ -40,8 +43,11 @@ def request_bytes(body: bytes, port: int) -> bytes:
 class ClosedLoopClient(asyncio.Protocol):
     """One keep-alive connection sending its next request as soon as the last response is complete."""
 
-    def __init__(self, requests: list[bytes], offset: int, deadline: list[float], stats: dict) -> None:
+    def __init__(
+        self, requests: list[bytes], offset: int, deadline: list[float], stats: dict, gap_s: float = 0.0
+    ) -> None:
         self.requests, self.index, self.deadline, self.stats = requests, offset, deadline, stats
+        self.gap_s = gap_s  # with --rate: at least this long from one send to the next
         self.buffer = b""
         self.sent_at = 0.0
         self.closed = asyncio.get_running_loop().create_future()
@@ -71,7 +77,11 @@ class ClosedLoopClient(asyncio.Protocol):
             self.stats["completed" if ok else "errors"] += 1
             self.stats["latencies"].append(now - self.sent_at)
         if now < self.deadline[2]:
-            self.send()
+            wait = self.sent_at + self.gap_s - now
+            if wait > 0:
+                asyncio.get_running_loop().call_later(wait, self.send)
+            else:
+                self.send()
         else:
             self.transport.close()
 
@@ -80,15 +90,18 @@ class ClosedLoopClient(asyncio.Protocol):
             self.closed.set_result(exc)
 
 
-async def drive(port: int, concurrency: int, warm_s: float, duration_s: float, bodies: list[bytes]) -> dict:
+async def drive(
+    port: int, concurrency: int, warm_s: float, duration_s: float, bodies: list[bytes], rate: float = 0.0
+) -> dict:
     loop = asyncio.get_running_loop()
     requests = [request_bytes(body, port) for body in bodies]
     stats: dict = {"completed": 0, "errors": 0, "latencies": []}
     deadline = [0.0, 0.0, float("inf")]  # booking on?, window start, window end
     clients = []
+    gap = concurrency / rate if rate > 0 else 0.0
     for i in range(concurrency):
         _, client = await loop.create_connection(
-            lambda i=i: ClosedLoopClient(requests, i * 97, deadline, stats), "127.0.0.1", port
+            lambda i=i: ClosedLoopClient(requests, i * 97, deadline, stats, gap), "127.0.0.1", port
         )
         clients.append(client)
     for client in clients:
@@ -127,11 +140,14 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds booked")
     parser.add_argument("--entities", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="paced: at most this many requests/s in all (0: closed loop)"
+    )
     args = parser.parse_args()
     from reference_pipeline.loadgen import make_payloads
 
     bodies = make_payloads(1024, random.Random(args.seed), args.entities)
-    result = asyncio.run(drive(args.port, args.concurrency, args.warm, args.duration, bodies))
+    result = asyncio.run(drive(args.port, args.concurrency, args.warm, args.duration, bodies, args.rate))
     print(json.dumps(result), flush=True)
     return 0 if result["completed"] else 1
 

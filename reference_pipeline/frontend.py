@@ -23,7 +23,7 @@ from reference_pipeline.handoff import RemoteModel
 from reference_pipeline.request_path import RequestPath, build_app
 from reference_pipeline.scenarios import ServiceConfig
 from reference_pipeline.serving import run_until_stopped, serve
-from reference_pipeline.tracing import sampler_of, traced_provider
+from reference_pipeline.tracing import request_tracer, sampler_of, traced_provider
 from tailscope import instrument as ts
 
 
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 resource = cfg.resource_attributes(args.weights, args.gpu_name, args.torch_version)
                 resource["tailscope.frontend.index"] = args.index
                 provider = traced_provider(cfg, resource, args, on_late_keep=model.kept_late)
-                path.tracer = provider.get_tracer("tailscope.reference_pipeline")
+                path.tracer = request_tracer(provider)
                 path.sampler = sampler_of(provider)
             if cfg.gc_freeze:
                 gc.collect()

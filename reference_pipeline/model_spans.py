@@ -10,11 +10,16 @@ from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import BatchResult
 from reference_pipeline.scenarios import ServiceConfig
 from tailscope import instrument as ts
+from tailscope.instrument.light import tally_only
 
 
 def record_model_spans(cfg: ServiceConfig, parent: SpanContext, result: BatchResult) -> None:
     """Record the queue wait and the forward pass under the current span, whose context is `parent`;
-    the forward links to the batch's first request where that is another request."""
+    the forward links to the batch's first request where that is another request. In light mode
+    the two intervals go straight into the request's tally (no link: there is no span to carry it)."""
+    enqueued, started, ended = result.enqueued_ns, result.started_ns, result.ended_ns
+    if tally_only(("queue", enqueued, started), ("model_forward", started, ended)):
+        return
     ts.record_queue_wait(
         result.enqueued_ns,
         result.started_ns,

@@ -165,9 +165,9 @@ class RequestPath:
                 },
             ),
         ) as root:
-            with ts.request(root, started):
+            with ts.request(root, started) as tally:
                 try:
-                    status, body = 200, await self._handle(request, root)
+                    status, body = 200, await self._handle(request, tally.span)
                 except BadRequest as exc:
                     status, body = exc.status, orjson.dumps({"error": str(exc)})
                     root.set_status(Status(StatusCode.ERROR, str(exc)))
@@ -175,7 +175,7 @@ class RequestPath:
                     status, body = 500, orjson.dumps({"error": "internal error"})
                     root.record_exception(exc)
                     root.set_status(Status(StatusCode.ERROR, type(exc).__name__))
-            root.set_attribute("http.response.status_code", status)
+                tally.span.set_attribute("http.response.status_code", status)
             ts.attach_gc_pauses(root, started)  # the pauses no stage span was there to see too
         if self.switch is not None:
             self.switch.completed()
@@ -192,6 +192,7 @@ class RequestPath:
         return {sm.SAMPLED_HEADER: "1" if kept else "0"}
 
     async def _handle(self, request: Request, root: trace.Span) -> bytes:
+        """`root`: where the request's attributes go (its span, or light mode's tally of it)."""
         with self.span(sm.RECEIVE) as span:
             declared = int(request.headers.get("content-length") or 0)
             if declared > self.cfg.max_body_bytes:

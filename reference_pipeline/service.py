@@ -27,7 +27,7 @@ from reference_pipeline.model_host import LocalModel, ModelHost
 from reference_pipeline.request_path import BadRequest, RequestPath, build_app, validate
 from reference_pipeline.scenarios import ServiceConfig
 from reference_pipeline.serving import bind_free_port, run_until_stopped, serve
-from reference_pipeline.tracing import sampler_of, traced_provider
+from reference_pipeline.tracing import request_tracer, sampler_of, traced_provider
 from reference_pipeline.tracing_switch import TracingSwitch
 from tailscope import instrument as ts
 from tailscope.instrument.gc_pauses import GcPauseLog
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
             if cfg.tracing:  # off only to measure what tracing costs (bench_pipeline.py)
                 resource = cfg.resource_attributes(pipeline.weights, gpu, torch.__version__)
                 provider = traced_provider(cfg, resource, args)
-                pipeline.tracer = provider.get_tracer("tailscope.reference_pipeline")
+                pipeline.tracer = request_tracer(provider)
                 pipeline.sampler = sampler_of(provider)
                 if cfg.tracing_ab_report:
                     pipeline.switch = TracingSwitch(pipeline, pipeline.tracer, provider.force_flush, provider)

@@ -20,79 +20,15 @@ import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import orjson
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import StatusCode
 
-from reference_pipeline.otlp_values import key_values
+from reference_pipeline.otlp_json import request_line
+from reference_pipeline.request_span import RequestTracer
 from tailscope.instrument.sampling import SamplingProcessor
 
 SCOPE = "tailscope.reference_pipeline"
-_KIND = {"INTERNAL": 1, "SERVER": 2, "CLIENT": 3, "PRODUCER": 4, "CONSUMER": 5}
-_STATUS = {"UNSET": 0, "OK": 1, "ERROR": 2}
-
-
-def span_to_otlp(span: ReadableSpan) -> dict:
-    # each ReadableSpan property builds a fresh proxy or tuple: read each once
-    ctx, parent, attributes = span.context, span.parent, span.attributes
-    events, links = span.events, span.links
-    out: dict = {
-        "traceId": f"{ctx.trace_id:032x}",
-        "spanId": f"{ctx.span_id:016x}",
-        "name": span.name,
-        "kind": _KIND[span.kind.name],
-        "startTimeUnixNano": str(span.start_time),
-        "endTimeUnixNano": str(span.end_time),
-    }
-    if parent is not None:
-        out["parentSpanId"] = f"{parent.span_id:016x}"
-    if attributes:
-        out["attributes"] = key_values(attributes)
-    if events:
-        out["events"] = [
-            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
-            for e in events
-        ]
-    if links:
-        out["links"] = [
-            {
-                "traceId": f"{link.context.trace_id:032x}",
-                "spanId": f"{link.context.span_id:016x}",
-                "attributes": key_values(link.attributes),
-            }
-            for link in links
-        ]
-    status = span.status
-    if status.status_code is not StatusCode.UNSET:
-        out["status"] = {
-            "code": _STATUS[status.status_code.name],
-            **({"message": status.description} if status.description else {}),
-        }
-    return out
-
-
-def encode_request(spans: Sequence[ReadableSpan]) -> dict:
-    """An ExportTraceServiceRequest (OTLP/JSON) grouping spans by resource, then by scope."""
-    by_resource: dict[int, tuple[Resource, dict]] = {}
-    for span in spans:
-        _, scopes = by_resource.setdefault(id(span.resource), (span.resource, {}))
-        scope = span.instrumentation_scope
-        key = (scope.name, scope.version) if scope else ("", None)
-        scopes.setdefault(key, []).append(span_to_otlp(span))
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": key_values(resource.attributes)},
-                "scopeSpans": [
-                    {"scope": {"name": name, **({"version": version} if version else {})}, "spans": items}
-                    for (name, version), items in scopes.items()
-                ],
-            }
-            for resource, scopes in by_resource.values()
-        ]
-    }
 
 
 class OtlpJsonLinesExporter(SpanExporter):
@@ -103,7 +39,7 @@ class OtlpJsonLinesExporter(SpanExporter):
         self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        line = orjson.dumps(encode_request(spans)) + b"\n"
+        line = request_line(spans) + b"\n"
         with self._lock:
             if self._file.closed:
                 return SpanExportResult.FAILURE
@@ -184,6 +120,12 @@ def make_provider(
             endpoint += "/v1/traces"
         add(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     return provider
+
+
+def request_tracer(provider: TracerProvider, scope_name: str = SCOPE) -> RequestTracer:
+    """The pipeline's tracer: the provider's, with light mode's request spans made the cheap way
+    (reference_pipeline.request_span)."""
+    return RequestTracer(provider.get_tracer(scope_name), scope_name)
 
 
 def traced_provider(cfg, resource: dict, args, on_late_keep: Callable[[int], None] | None = None):

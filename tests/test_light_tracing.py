@@ -68,6 +68,43 @@ def test_light_mode_puts_stage_times_on_the_request_span(provider) -> None:
     assert span.attributes[light.STAGE_END_US + "model_forward"] == 21700
 
 
+def test_the_request_handle_sends_attributes_through_the_tally_in_light_mode(provider) -> None:
+    tp, exporter = provider
+    tracer = tp.get_tracer("t")
+    for mode in ("light", "spans"):
+        ts.set_mode(mode)
+        with tracer.start_as_current_span("POST /x", kind=SpanKind.SERVER) as root, ts.request(root) as r:
+            assert (r.span is root) == (mode == "spans")
+            assert r.span.get_span_context() == root.get_span_context()
+            r.span.set_attribute("http.response.status_code", 200)
+            with ts.stage("parsing"):
+                time.sleep(0.001)
+    light_span, spans_root = [s for s in exporter.get_finished_spans() if s.name == "POST /x"]
+    assert light_span.attributes["http.response.status_code"] == 200
+    assert light_span.attributes[light.STAGE_US + "parsing"] >= 1000
+    assert spans_root.attributes["http.response.status_code"] == 200
+
+
+def test_tally_only_records_intervals_in_light_mode_and_nothing_elsewhere(provider) -> None:
+    tp, exporter = provider
+    tracer = tp.get_tracer("t")
+    start = 1_000 * MS
+    assert not light.tally_only(("queue", start, start + MS))  # no request open
+    for mode in ("spans", "both", "light"):
+        ts.set_mode(mode)
+        with tracer.start_as_current_span("POST /x", start_time=start, end_on_exit=False) as root:
+            with ts.request(root, start):
+                kept = light.tally_only(
+                    ("queue", start, start + 2 * MS), ("model_forward", start + 2 * MS, start + 5 * MS)
+                )
+            root.end(end_time=start + 6 * MS)
+        assert kept == (mode == "light"), mode  # "both" makes the spans too: the caller must
+    light_span = exporter.get_finished_spans()[-1]
+    assert light_span.attributes[light.STAGE_US + "queue"] == 2000
+    assert light_span.attributes[light.STAGE_END_US + "model_forward"] == 5000
+    assert len(exporter.get_finished_spans()) == 3
+
+
 def test_nested_stage_of_another_stage_leaves_the_outer_its_own_time(provider) -> None:
     tp, exporter = provider
     ts.set_mode("light")
@@ -141,7 +178,7 @@ def _write_and_load(tmp_path, spans, run: str) -> None:
     import orjson
 
     from ingest.loader import load_paths
-    from reference_pipeline.tracing import encode_request
+    from reference_pipeline.otlp_json import encode_request
 
     path = tmp_path / f"{run}.jsonl"
     path.write_bytes(orjson.dumps(encode_request(spans)) + b"\n")

@@ -87,6 +87,34 @@ def test_a_request_spans_one_trace_across_processes_and_sigterm_stops_all(tmp_pa
     assert {s["pid"] for s in tokenize} <= set(fronts) and len(tokenize) == 12
 
 
+LIGHT_STAGES = (
+    "ingress", "parsing", "feature_hydration", "preprocessing", "queue", "model_forward",
+    "postprocessing", "serialization",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("frontends", [2, 0])
+def test_light_mode_across_processes_puts_every_stage_on_the_request_span(tmp_path, frontends) -> None:
+    """Light mode in the scaled-out layout: one span per request, written by its front end, with the
+    model process's queue wait and forward pass (timed there, sent back over the hand-off) among its
+    stage times, and the request's own attributes set through the tally; in one process the same."""
+    child, url = start_service(tmp_path, frontends, tracing_mode="light")
+    fronts = children_of(child.proc.pid) if frontends else [child.proc.pid]
+    for i in range(6):
+        assert post(url, i).status_code == 200
+    assert child.stop(grace_s=60) == 0, child.tail()
+    spans = spans_of(tmp_path / "service.jsonl")
+    assert {s["name"] for s in spans} == {"POST /v1/predict"} and len(spans) == 6
+    for span in spans:
+        assert span["pid"] in fronts
+        attrs = {a["key"]: a["value"] for a in span["attributes"]}
+        for stage in LIGHT_STAGES:
+            assert "intValue" in attrs[f"tailscope.stage_us.{stage}"], stage
+            assert "intValue" in attrs[f"tailscope.stage_end_us.{stage}"], stage
+        assert attrs["http.response.status_code"] == {"intValue": "200"}
+        assert attrs["tailscope.request.id"]["stringValue"].isdigit()
+
+
 def test_a_dying_frontend_is_reported_and_the_others_serve_on(tmp_path) -> None:
     child, url = start_service(tmp_path, tracing=False)
     fronts = children_of(child.proc.pid)

@@ -20,9 +20,10 @@ from reference_pipeline import span_model as sm
 from reference_pipeline.batcher import DynamicBatcher
 from reference_pipeline.features import FeatureCache, SqliteFeatureStore, entity_id
 from reference_pipeline.loadgen import arrival_times, make_payloads
+from reference_pipeline.otlp_json import encode_request
 from reference_pipeline.postprocess import calibrate, decide
 from reference_pipeline.scenarios import LoadShape, ServiceConfig, configure
-from reference_pipeline.tracing import OtlpJsonLinesExporter, encode_request, make_provider
+from reference_pipeline.tracing import OtlpJsonLinesExporter, make_provider
 from tailscope import instrument as ts
 from tailscope.instrument import gc_pauses
 from tailscope.instrument.gc_pauses import GcPauseLog
