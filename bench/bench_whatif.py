@@ -141,13 +141,14 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
                 return frame_of(out)
 
             healthy = None
+            base = blind.scenarios(name)[0]  # the family's run with nothing planted
             for scenario in blind.scenarios(name)[1:]:
                 planted = blind.truth(name, scenario, seed)
                 patterns = [c["pattern"] for c in planted]
                 if len(patterns) != 1 or patterns[0] not in PATTERN_LEVER:
                     unscored.append(f"{name} {scenario} ({'+'.join(patterns)})")
                     continue
-                healthy = healthy if healthy is not None else run("healthy")
+                healthy = healthy if healthy is not None else run(base)
                 faulty = run(scenario)
                 rows.append(pair_row(name, scenario, faulty, healthy, PATTERN_LEVER[patterns[0]]))
                 print(line(rows[-1]), flush=True)

@@ -14,6 +14,7 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
 from tailscope.analysis.whatif.served import Served, served
@@ -198,6 +199,7 @@ def plan(
         lv.no_stalls(x),
         ql.queue_within_window(x),
         ql.queue_as_calm(x),
+        ql.handlers_as_calm(x),
         ql.more_replicas(x, extra_replicas),
         ql.forward_scaled(x, k),
     ]
@@ -220,6 +222,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     stage = Context(frame, seed=seed).stage
     x = lv.Inputs(frame, lay, stage, served(frame, stage, lay), findings, seed)
     x.stalls = stalls_to_remove(frame, findings, seed)
+    x.handlers = handlers(frame)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed)
@@ -298,11 +301,31 @@ def _describe(lever: lv.Lever) -> dict[str, Any]:
 
 
 def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
-    """Each span's duration (ns) after the lever: re-timed, and the queue replayed where it asks."""
-    first = retime(x.frame, lever.edit, x.lay)
+    """Each span's duration (ns) after the lever: re-timed, and the queues replayed where it asks
+    (the model's, then the handler threads')."""
+    edit = lever.edit
+    first = retime(x.frame, edit, x.lay)
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
-        first = retime(x.frame, _requeue(x, lever, lever.edit, first), x.lay)
+        edit = _requeue(x, lever, edit, first)
+        first = retime(x.frame, edit, x.lay)
+    if (lever.requeue or lever.key == "model_check") and x.handlers is not None:
+        first = retime(x.frame, _rehandle(x, lever, edit, first), x.lay)
     return first.dur
+
+
+def _rehandle(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
+    """The edit with the calls' waits for a handler thread replayed: each call arrives at its new
+    CLIENT start plus its network time (earlier by the lever's shift: a caller that read it late),
+    and is served by its instance's threads with its re-timed SERVER span's duration."""
+    h, f = x.handlers, x.frame
+    assert h is not None
+    arrival = first.absolute_start(f, x.lay)[h.client] + h.net
+    if lever.handler_shift is not None:
+        arrival = arrival - lever.handler_shift
+    wait = replay_handlers(h, arrival, first.dur[h.server].astype(np.float64), lever.extra_slots)
+    out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
+    out.cut_before[h.server] = (f.start[h.server] - f.start[h.client]) - (h.net + wait)
+    return out
 
 
 def _latency(x: lv.Inputs, lever: lv.Lever, client_side: bool) -> np.ndarray:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
+from tailscope.analysis.whatif.handlers import Handlers, accepted_late_tops
 from tailscope.analysis.whatif.retime import Edit, Layout
 from tailscope.analysis.whatif.served import Served
 
@@ -26,6 +27,7 @@ class Inputs:
     seed: int = 0
     stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (instance, start, end) of pauses
     throttle_stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # those on a quota period
+    handlers: Handlers | None = None  # the queues before handler threads (handlers.py)
 
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])
@@ -55,6 +57,8 @@ class Lever:
     scale: float = 1.0  # forward service time factor in the replay
     extra_servers: int = 0
     arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
+    handler_shift: np.ndarray | None = None  # per handler call: how much earlier it arrives (ns)
+    extra_slots: int = 0  # more handler threads per instance
     params: dict[str, float] = field(default_factory=dict)
 
 
@@ -129,6 +133,9 @@ def no_stalls(x: Inputs) -> Lever | None:
         requeue=True,
         params={"stall_ms": round(total, 1)},
         arrival_shift=accepted_late(x, x.stalls),
+        handler_shift=(
+            None if x.handlers is None else accepted_late_tops(x.frame, x.stalls, x.handlers.client)
+        ),
     )
 
 
