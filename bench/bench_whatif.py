@@ -145,16 +145,19 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
             for scenario in blind.scenarios(name)[1:]:
                 planted = blind.truth(name, scenario, seed)
                 patterns = [c["pattern"] for c in planted]
-                if len(patterns) != 1 or patterns[0] not in PATTERN_LEVER:
+                if not patterns or any(p not in PATTERN_LEVER for p in patterns):
                     unscored.append(f"{name} {scenario} ({'+'.join(patterns)})")
                     continue
+                # two causes: both fixes at once
+                levers = tuple(PATTERN_LEVER[p] for p in patterns)
+                lever = levers[0] if len(levers) == 1 else levers
                 healthy = healthy if healthy is not None else run(base)
                 faulty = run(scenario)
-                rows.append(pair_row(name, scenario, faulty, healthy, PATTERN_LEVER[patterns[0]]))
+                rows.append(pair_row(name, scenario, faulty, healthy, lever))
                 print(line(rows[-1]), flush=True)
-                applied.append(pair_row(name, scenario, faulty, healthy, PATTERN_LEVER[patterns[0]], planted))
+                applied.append(pair_row(name, scenario, faulty, healthy, lever, planted))
                 print("  applied: " + line(applied[-1]), flush=True)
-                for extra in ALSO.get(patterns[0], ()):
+                for extra in ALSO.get(patterns[0], ()) if len(patterns) == 1 else ():
                     applied.append(pair_row(name, f"{scenario} [{extra}]", faulty, healthy, extra, planted))
                     print("  applied: " + line(applied[-1]), flush=True)
             OPEN.close()

@@ -49,11 +49,12 @@ def measured(frame) -> tuple[float, float]:
 
 
 def predicted(
-    frame, lever: str, other=None, truth: list[dict] | None = None
+    frame, lever: str | tuple[str, ...], other=None, truth: list[dict] | None = None
 ) -> tuple[float, float, str, float]:
     """(p50, p99, the fix evaluated or 'no lever', seconds) for the faulty run. `truth`: planted causes
     the diagnosis did not name are added as findings (pattern, span, service, instances: no more than
-    the truth says), to measure the lever where it is applied."""
+    the truth says), to measure the lever where it is applied. `lever` a tuple: the fixes at once
+    (a run with two causes)."""
     diagnosis = diagnose_frame(frame)
     if diagnosis.errors:
         print(f"  (diagnosis errors: {diagnosis.errors})", flush=True)
@@ -68,13 +69,23 @@ def predicted(
                              "evidence": {"stats": stats}})
     speedup = measured_speedup(frame, other) if other is not None else None
     started = time.perf_counter()
-    result = evaluate(frame, findings, speedup=speedup, speedup_from="other")
+    both = isinstance(lever, tuple)
+    combine = [lever] if both else None
+    result = evaluate(frame, findings, speedup=speedup, speedup_from="other", combine=combine)
     seconds = time.perf_counter() - started
-    hits = [o for o in result.outcomes if o.key.startswith(lever)]
+    if both:
+        hits = [o for o in result.outcomes if _composed_of(o.key, lever)]
+    else:
+        hits = [o for o in result.outcomes if o.key.startswith(lever)]
     if not hits:
         return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
     best = min(hits, key=lambda o: o.p99_ms)
     return best.p50_ms, best.p99_ms, best.key, seconds
+
+
+def _composed_of(key: str, prefixes: tuple[str, ...]) -> bool:
+    parts = key.split("+")
+    return len(parts) == len(prefixes) and all(k.startswith(p) for k, p in zip(parts, prefixes, strict=True))
 
 
 def _size_attribute(frame, name: str | None) -> dict:
@@ -96,7 +107,9 @@ def _size_attribute(frame, name: str | None) -> dict:
     return {"size_attribute": best[1], "size_on": "span"} if best else {}
 
 
-def pair_row(family: str, cause: str, faulty, fixed, lever: str, planted: list[dict] | None = None) -> dict:
+def pair_row(
+    family: str, cause: str, faulty, fixed, lever: str | tuple[str, ...], planted: list[dict] | None = None
+) -> dict:
     before = measured(faulty)
     truth = measured(fixed)
     guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted)

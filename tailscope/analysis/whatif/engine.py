@@ -14,6 +14,7 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
@@ -243,10 +244,12 @@ def evaluate(
     speedup_from: str | None = None,
     hedge_ms: float | None = None,
     only: set[str] | None = None,
+    combine: list[tuple[str, ...]] | None = None,
 ) -> WhatIf:
     """Every lever's p50/p95/p99 on one built frame. `findings`: the diagnosis' findings as dicts
     (Finding.to_dict(), with charts). `only`: evaluate just the levers whose key starts with one of
-    these. `hedge_ms`: the hedge delay of a retried call's lever (default: the call's p95)."""
+    these. `hedge_ms`: the hedge delay of a retried call's lever (default: the call's p95).
+    `combine`: also fixes at once, each a tuple of key prefixes (every choice of one lever each)."""
     started = time.perf_counter()
     reqs = frame.requests
     n = len(reqs) if reqs is not None else 0
@@ -279,7 +282,8 @@ def evaluate(
         lat = _latency(x, noop, client_side)
         check = _outcome(_describe(noop), lat, measured_p99, slo_ms, weight)
     outcomes = []
-    for lever in plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms):
+    levers = plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms)
+    for lever in levers + combinations(levers, combine or []):
         if only is not None and not any(lever.key.startswith(o) for o in only):
             continue
         latency = _latency(x, lever, client_side)
@@ -308,7 +312,7 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
         edit = _requeue(x, lever, edit, first)
         first = retime(x.frame, edit, x.lay)
-    if (lever.requeue or lever.key == "model_check") and x.handlers is not None:
+    if (lever.requeue or lever.key == "model_check") and x.handlers is not None and not lever.handlers_set:
         first = retime(x.frame, _rehandle(x, lever, edit, first), x.lay)
     return first.dur
 

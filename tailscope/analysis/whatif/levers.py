@@ -59,6 +59,7 @@ class Lever:
     arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
     handler_shift: np.ndarray | None = None  # per handler call: how much earlier it arrives (ns)
     extra_slots: int = 0  # more handler threads per instance
+    handlers_set: bool = False  # the edit sets the waits for handler threads itself: not replayed
     params: dict[str, float] = field(default_factory=dict)
 
 

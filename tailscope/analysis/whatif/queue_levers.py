@@ -140,5 +140,6 @@ def handlers_as_calm(x: Inputs) -> Lever | None:
         edit,
         pattern="queueing",
         span_name=names[0] if len(names) == 1 else None,
+        handlers_set=True,
         params={"disturbed_share": round(float((~calm).mean()), 4)},
     )
