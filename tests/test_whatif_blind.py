@@ -29,9 +29,9 @@ def _close_stores():
     OPEN.close()
 
 
-def frame(tmp_path, family: str, scenario: str, seed: int = 0):
+def frame(tmp_path, family: str, scenario: str, seed: int = 0, requests: int = REQUESTS):
     out = tmp_path / f"{scenario}{blind.SUFFIX[blind.run_format(family, seed)]}"
-    blind.write_run(out, family, scenario, REQUESTS, seed)
+    blind.write_run(out, family, scenario, requests, seed)
     db = tmp_path / f"{scenario}.duckdb"
     assert not loader.load_paths([out], db, "run").failed
     return load_frame(OPEN.enter_context(reading(open_store(str(db)))), "run")
@@ -87,3 +87,17 @@ def test_handler_replay_is_first_come_first_served_over_the_threads() -> None:
     assert wait.tolist() == [0.0, 0.0, 8.0, 8.0]
     more = replay_handlers(h, np.array([0.0, 1.0, 2.0, 3.0]), np.full(4, 10.0), extra_slots=2)
     assert more.tolist() == [0] * 4
+
+
+def test_throttling_lever_takes_the_period_boundary_and_the_calls_it_held(tmp_path):
+    """The quota's boundary is where throttled threads resume (the earliest of the stall ends about
+    their mean: spans that end just after it crossed it), a call that reached a throttled pod while
+    it was stopped is accepted on the boundary (its gap cut to the usual), and a crossing span takes
+    the time of the same span on a pod not throttled."""
+    (tmp_path / "h").mkdir()
+    # 4,000 requests: enough busy periods that the pods' boundaries and held calls show in the p99
+    healthy = p99(frame(tmp_path / "h", "throttled-embedder", "healthy", requests=4000))
+    f = frame(tmp_path, "throttled-embedder", "cpu-throttling", requests=4000)
+    guess, before = predicted(f, "no_throttling")
+    assert before > 3 * healthy
+    assert guess == pytest.approx(healthy, rel=0.2), (guess, healthy, before)
