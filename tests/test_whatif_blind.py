@@ -101,3 +101,19 @@ def test_throttling_lever_takes_the_period_boundary_and_the_calls_it_held(tmp_pa
     guess, before = predicted(f, "no_throttling")
     assert before > 3 * healthy
     assert guess == pytest.approx(healthy, rel=0.2), (guess, healthy, before)
+
+
+def test_a_pool_held_past_the_span_that_takes_it_and_retries_both_fixed(tmp_path):
+    """Open-session-in-view holds the pooled connection to the response: a request waits in
+    `findHistory` before its SELECT with no other `findHistory` running. No lock wait cuts the gap
+    before the first child; composed with the callee fixed, the two-cause run lands on the run
+    without either."""
+    (tmp_path / "h").mkdir()
+    healthy = p99(frame(tmp_path / "h", "pool-retry", "healthy", requests=4000))
+    f = frame(tmp_path, "pool-retry", "pool-exhaustion+deadline-retry", requests=4000)
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(f).findings]
+    result = evaluate(f, findings, combine=[("no_lock_wait", "callee_p50")])
+    both = [o for o in result.outcomes if o.key.startswith("no_lock_wait") and "+callee_p50" in o.key]
+    assert both, [o.key for o in result.outcomes]
+    assert result.measured.p99_ms > 3 * healthy
+    assert both[0].p99_ms == pytest.approx(healthy, rel=0.12), (both[0].p99_ms, healthy)

@@ -16,12 +16,13 @@ from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
+from tailscope.analysis.whatif.lock_levers import no_lock_wait
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 3  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 4  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -183,7 +184,7 @@ def plan(
         if p == "cache_miss":
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
-            out.append(lv.no_lock_wait(x, fd))
+            out.append(no_lock_wait(x, fd))
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":

@@ -217,45 +217,6 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 # ---- locks --------------------------------------------------------------------------------------
 
 
-def _ahead(f: TraceFrame, spans: np.ndarray) -> np.ndarray:
-    """Same-name spans on the same instance started earlier and still running at each start."""
-    s, e, inst = f.start[spans], f.start[spans] + f.dur[spans], f.instance[spans]
-    out = np.zeros(len(spans), np.int64)
-    for i in np.unique(inst).tolist():
-        sel = np.nonzero(inst == i)[0]
-        starts = np.sort(s[sel])
-        ends = np.sort(e[sel])
-        started = np.searchsorted(starts, s[sel], side="left")
-        ended = np.searchsorted(ends, s[sel], side="right")
-        out[sel] = np.maximum(started - ended, 0)
-    return out
-
-
-def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    name = finding.get("span_name")
-    spans = x.spans_named(name)
-    if len(spans) == 0:
-        return None
-    f = x.frame
-    ahead = _ahead(f, spans)
-    free = f.dur[spans[ahead == 0]]
-    if len(free) == 0:
-        return None
-    edit = Edit.none(len(f))
-    busy = spans[ahead > 0]
-    edit.dur[busy] = np.minimum(_draw(x.rng(3), free, len(busy)), f.dur[busy])
-    return Lever(
-        f"no_lock_wait:{name}",
-        f"No lock wait ('{name}')",
-        SOFTWARE,
-        f"each '{name}' that found others in it takes the time of one that found it free "
-        "(drawn from the run)",
-        edit,
-        pattern="lock_contention",
-        span_name=name,
-    )
-
-
 # ---- dependencies and the network -----------------------------------------------------------------
 
 
