@@ -41,7 +41,22 @@ def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, **
     return frame_of(out)
 
 
+def unit_frame(frame):
+    """The units whose latency a pair compares: in a run with asynchronous consumer work (units of
+    work, diagnosis/units.py), the busiest consumer's units, from the publish to the end of the
+    processing (an API that answers at the publish ack shows none of a consumer's causes); else the
+    run's requests."""
+    try:
+        from tailscope.analysis.diagnosis.units import populations
+    except ImportError:  # before units of work
+        return frame
+    kinds = populations(frame) or []
+    consumers = [p.frame for p in kinds if p.unit == "consumer" and p.frame.requests is not None]
+    return max(consumers, key=lambda f: len(f.requests)) if consumers else frame
+
+
 def measured(frame) -> tuple[float, float]:
+    frame = unit_frame(frame)
     client = bool((frame.requests.client_span >= 0).mean() >= 0.5)
     lat = request_latency(frame, frame.dur, client)
     p50, p99 = np.percentile(lat, [50, 99]) / 1e6
@@ -68,10 +83,11 @@ def predicted(
             findings.append({"pattern": cause["pattern"], "confidence": 1.0, "span_name": cause.get("span"),
                              "evidence": {"stats": stats}})
     speedup = measured_speedup(frame, other) if other is not None else None
+    units = unit_frame(frame)  # the findings name spans and instances, the same in the units' frame
     started = time.perf_counter()
     both = isinstance(lever, tuple)
     combine = [lever] if both else None
-    result = evaluate(frame, findings, speedup=speedup, speedup_from="other", combine=combine)
+    result = evaluate(units, findings, speedup=speedup, speedup_from="other", combine=combine)
     seconds = time.perf_counter() - started
     if both:
         hits = [o for o in result.outcomes if _composed_of(o.key, lever)]

@@ -313,7 +313,8 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
         edit = _requeue(x, lever, edit, first)
         first = retime(x.frame, edit, x.lay)
-    if (lever.requeue or lever.key == "model_check") and x.handlers is not None and not lever.handlers_set:
+    # the waits for handler threads follow every change of service times (a slow call's holds)
+    if x.handlers is not None and not lever.handlers_set:
         first = retime(x.frame, _rehandle(x, lever, edit, first), x.lay)
     return first.dur
 
