@@ -117,3 +117,28 @@ def test_a_pool_held_past_the_span_that_takes_it_and_retries_both_fixed(tmp_path
     assert both, [o.key for o in result.outcomes]
     assert result.measured.p99_ms > 3 * healthy
     assert both[0].p99_ms == pytest.approx(healthy, rel=0.12), (both[0].p99_ms, healthy)
+
+
+@pytest.mark.parametrize("scenario,prefix", [("consumer-backlog", "queue_as_calm:handlers"),
+                                             ("worker-gc", "no_gc_stalls")])
+def test_queue_fed_consumers_units_after_the_fix(tmp_path, scenario, prefix):
+    """event-enricher, seed 1 (a consumer span per message): the units from publish to end of
+    processing. A backlog's waits in the broker as in calm stretches; GC pauses removed from the
+    workers and the messages behind them replayed through the pool with the re-timed processing."""
+    units = pytest.importorskip("tailscope.analysis.diagnosis.units")
+
+    def consumers(f):
+        kinds = [p.frame for p in units.populations(f) or [] if p.unit == "consumer"]
+        assert kinds
+        return max(kinds, key=lambda g: len(g.requests))
+
+    (tmp_path / "h").mkdir()
+    healthy = p99(consumers(frame(tmp_path / "h", "event-enricher", "steady", seed=1, requests=3000)))
+    whole = frame(tmp_path, "event-enricher", scenario, seed=1, requests=3000)
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(whole).findings]
+    f = consumers(whole)
+    result = evaluate(f, findings)
+    hits = [o for o in result.outcomes if o.key.startswith(prefix)]
+    assert hits, [o.key for o in result.outcomes]
+    assert result.measured.p99_ms > 3 * healthy
+    assert hits[0].p99_ms == pytest.approx(healthy, rel=0.15), (hits[0].p99_ms, healthy)
