@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class DecodeError(ValueError):
     """Malformed or hostile input. `str()` is the one-line message users see.
@@ -15,3 +17,10 @@ class DecodeError(ValueError):
         self.source = source
         self.position = position
         self.message = message
+
+
+def report(error: DecodeError, on_bad: Callable[[DecodeError], None] | None) -> None:
+    """Strict mode (no on_bad): raise. Otherwise hand the error over and let the caller skip on."""
+    if on_bad is None:
+        raise error from None
+    on_bad(error)

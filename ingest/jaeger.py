@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from ingest.columns import SpanColumns
-from ingest.errors import DecodeError
+from ingest.errors import DecodeError, report
 from ingest.span_json import (
     BATCH_SPANS,
     INT64_MAX,
@@ -40,7 +40,6 @@ from ingest.span_json import (
     read_document,
     record_message,
     render_value,
-    report,
     scope_of,
     type_name,
 )

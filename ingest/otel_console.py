@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from ingest.columns import SpanColumns
-from ingest.errors import DecodeError
+from ingest.errors import DecodeError, report
 from ingest.span_json import (
     BATCH_SPANS,
     BOM,
@@ -41,7 +41,6 @@ from ingest.span_json import (
     hex_id,
     record_message,
     render_value,
-    report,
     type_name,
 )
 

@@ -29,7 +29,7 @@ from ingest import anyvalue as av
 from ingest import otlp_json
 from ingest.arrow_batch import ArrowSpans, ColumnBatch
 from ingest.columns import EMPTY_LIST, SpanColumns, events_json, links_json
-from ingest.errors import DecodeError
+from ingest.errors import DecodeError, report
 
 BLOCK_BYTES = 8 << 20
 _EMPTY = Raw(b"")
@@ -281,10 +281,7 @@ def _reference(
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as error:
-            exc = ctx.error(f"invalid JSON: {error}")
-            if on_bad is None:
-                raise exc from None
-            on_bad(exc)
+            report(ctx.error(f"invalid JSON: {error}"), on_bad)
             continue
         otlp_json.decode_record(record, out, ctx, on_bad)
     if len(out):

@@ -25,7 +25,7 @@ import orjson
 
 from ingest import anyvalue as av
 from ingest.columns import SpanColumns
-from ingest.errors import DecodeError
+from ingest.errors import DecodeError, report
 
 MAX_LINE_BYTES = 64 << 20
 MAX_DOCUMENT_BYTES = 256 << 20
@@ -146,10 +146,7 @@ def decode_record(record: Any, out: SpanColumns, ctx: DecodeContext, on_bad: OnB
     """Append every span of one decoded JSON value to `out`; a bad span goes to `on_bad` or raises."""
 
     def bad(where: str, error: ValueError) -> None:
-        exc = ctx.error(f"{where}: {error}" if where else str(error))
-        if on_bad is None:
-            raise exc from None
-        on_bad(exc)
+        report(ctx.error(f"{where}: {error}" if where else str(error)), on_bad)
 
     try:
         all_resource_spans = resource_spans_of(record)
@@ -241,10 +238,7 @@ def decode(stream: BinaryIO, source: str, on_bad: OnBad = None, batch_spans: int
         return
     line_no = 1
     if first_error is not None:
-        exc = DecodeError(source, "line 1", f"invalid JSON: {first_error}")
-        if on_bad is None:
-            raise exc
-        on_bad(exc)
+        report(DecodeError(source, "line 1", f"invalid JSON: {first_error}"), on_bad)
     while True:
         ctx.position = f"line {line_no}"
         ctx.record = line_no
@@ -265,10 +259,7 @@ def decode(stream: BinaryIO, source: str, on_bad: OnBad = None, batch_spans: int
         try:
             record = orjson.loads(line)
         except orjson.JSONDecodeError as error:
-            exc = DecodeError(source, f"line {line_no}", f"invalid JSON: {error}")
-            if on_bad is None:
-                raise exc from None
-            on_bad(exc)
+            report(DecodeError(source, f"line {line_no}", f"invalid JSON: {error}"), on_bad)
     if len(out):
         yield out
 

@@ -19,7 +19,7 @@ from ingest import anyvalue as av
 from ingest import otlp_json
 from ingest.columns import SpanColumns
 from ingest.compression import ZSTD_MAGIC, decompress_message
-from ingest.errors import DecodeError
+from ingest.errors import DecodeError, report
 
 MAX_MESSAGE_BYTES = 256 << 20
 BATCH_SPANS = otlp_json.BATCH_SPANS
@@ -98,10 +98,7 @@ def decode_message(message: Any, out: SpanColumns, ctx: Any, on_bad: otlp_json.O
         try:
             attributes = av.proto_attributes(rs.resource.attributes)
         except ValueError as error:
-            exc = ctx.error(f"resource_spans[{r}]: {error}")
-            if on_bad is None:
-                raise exc from None
-            on_bad(exc)
+            report(ctx.error(f"resource_spans[{r}]: {error}"), on_bad)
             continue
         resource = (attributes, attributes.get("service.name") or otlp_json.UNKNOWN_SERVICE)
         for s, ss in enumerate(rs.scope_spans):
@@ -111,10 +108,7 @@ def decode_message(message: Any, out: SpanColumns, ctx: Any, on_bad: otlp_json.O
                 try:
                     _span(out, span, resource, scope, where, ctx)
                 except ValueError as error:
-                    exc = ctx.error(f"{where}: {error}")
-                    if on_bad is None:
-                        raise exc from None
-                    on_bad(exc)
+                    report(ctx.error(f"{where}: {error}"), on_bad)
 
 
 def _payload(data: bytes, out: SpanColumns, ctx: Any, on_bad: otlp_json.OnBad) -> None:
@@ -168,9 +162,7 @@ def decode_payloads(
         try:
             _payload(payload, out, ctx, on_bad)
         except DecodeError as error:
-            if on_bad is None:
-                raise
-            on_bad(error)
+            report(error, on_bad)
         if len(out) >= batch_spans:
             yield out
             out = SpanColumns()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from typing import Any, BinaryIO
 
 import orjson
@@ -158,13 +157,6 @@ RECORD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, OverflowError,
 
 class BadRecord(ValueError):
     """One span or trace is malformed; the message says what, in plain words."""
-
-
-def report(error: DecodeError, on_bad: Callable[[DecodeError], None] | None) -> None:
-    """Strict mode (no on_bad): raise. Otherwise hand the error over and let the caller skip on."""
-    if on_bad is None:
-        raise error
-    on_bad(error)
 
 
 def record_message(error: Exception) -> str:

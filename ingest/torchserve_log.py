@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from ingest.columns import SpanColumns
-from ingest.errors import DecodeError
-from ingest.span_json import BATCH_SPANS, report
+from ingest.errors import DecodeError, report
+from ingest.span_json import BATCH_SPANS
 
 SERVICE = "torchserve"
 METRIC = re.compile(
@@ -40,7 +40,6 @@ METRIC = re.compile(
 )
 PREFIX_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:(?P<s>\d\d)[,.](?P<ms>\d{3})")
 TO_MS = {"ms": 1.0, "milliseconds": 1.0, "s": 1000.0, "seconds": 1000.0, "microseconds": 0.001, "us": 0.001}
-READ_LINES = 1 << 16
 
 
 @dataclass

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from ingest.columns import SpanColumns
-from ingest.errors import DecodeError
+from ingest.errors import DecodeError, report
 from ingest.span_json import (
     BATCH_SPANS,
     INT64_MAX,
@@ -41,7 +41,6 @@ from ingest.span_json import (
     read_document,
     record_message,
     render_value,
-    report,
     type_name,
 )
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from opentelemetry import trace
 
-MODEL_TELEMETRY = ("spans", "triton")
 COMPUTE_SPAN = "compute"
 
 

@@ -19,7 +19,7 @@ import streamlit as st
 
 from tailscope.store.engine import open_store
 from tailscope.store.interface import Store
-from tailscope.store.url import default_db_path, parse_store_url
+from tailscope.store.url import default_db_path
 
 T = TypeVar("T")
 
@@ -34,34 +34,25 @@ def db_path_from_argv(argv: list[str]) -> Path | None:
     return None
 
 
-def clickhouse_url() -> str | None:
-    """The ClickHouse store URL in $TAILSCOPE_STORE, unless `--db` names a DuckDB file."""
-    if db_path_from_argv(sys.argv[1:]) is not None:
-        return None
+def _key() -> str:
+    """The store's URL, or a DuckDB file's full path: `--db FILE`, else $TAILSCOPE_STORE where it is
+    not one file (a ClickHouse store), else $TAILSCOPE_DB or ./tailscope.duckdb."""
+    db = db_path_from_argv(sys.argv[1:])
     url = os.environ.get("TAILSCOPE_STORE")
-    if url and parse_store_url(url).engine != "duckdb":
+    if db is None and url and open_store(url).file is None:
         return url
-    return None
-
-
-def db_path() -> Path:
-    return (db_path_from_argv(sys.argv[1:]) or default_db_path()).resolve()
+    return str((db or default_db_path()).resolve())
 
 
 def where() -> str:
     """The store, for the sidebar: a DuckDB file's path or a ClickHouse URL (no password)."""
-    url = clickhouse_url()
-    return parse_store_url(url).url if url else str(db_path())
+    return store().name
 
 
 def short_name() -> str:
     """The store in a few words: a DuckDB file's name, or a ClickHouse URL (no password)."""
-    url = clickhouse_url()
-    return parse_store_url(url).url if url else db_path().name
-
-
-def _key() -> str:
-    return clickhouse_url() or str(db_path())
+    file = store().file
+    return file.name if file is not None else store().name
 
 
 @st.cache_resource(show_spinner=False)

@@ -42,7 +42,3 @@ HEAT_SCALE = "Viridis"
 def stage_color(stage: str) -> str:
     """The colour of a stage; stages outside the canonical list share one grey."""
     return STAGE_COLORS.get(stage, OTHER_STAGE)
-
-
-def stage_colors(stages: list[str]) -> list[str]:
-    return [stage_color(s) for s in stages]

@@ -1,24 +1,30 @@
-"""Stage rules and phase rules as the editable tables of the Stage mapping page, and back."""
+"""Stage rules and phase rules as the editable tables of the Stage mapping page, and back: one column
+per rule field, the position as `order`."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import TypeVar
 
 import pandas as pd
 
 from tailscope.analysis import PhaseRule, StageRule
 
-RULE_COLUMNS = ["order", "stage", "span_kind", "name_regex", "attribute_regex", "description"]
+Rule = TypeVar("Rule", StageRule, PhaseRule)
 
 
-def rules_frame(rules: list[StageRule]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            [float(r.position), r.stage, r.span_kind, r.name_regex, r.attribute_regex, r.description]
-            for r in rules
-        ],
-        columns=RULE_COLUMNS,
-    )
+def _columns(kind: type) -> list[str]:
+    return ["order", *[f.name for f in dataclasses.fields(kind)][1:]]
+
+
+RULE_COLUMNS = _columns(StageRule)
+PHASE_COLUMNS = _columns(PhaseRule)
+
+
+def _frame(rules: list[Rule], kind: type[Rule]) -> pd.DataFrame:
+    rows = [[float(r.position), *dataclasses.astuple(r)[1:]] for r in rules]
+    return pd.DataFrame(rows, columns=_columns(kind))
 
 
 def _text(value: object) -> str | None:
@@ -28,83 +34,33 @@ def _text(value: object) -> str | None:
     return text or None
 
 
-def rules_from_frame(frame: pd.DataFrame) -> list[StageRule]:
-    """Edited rows back into rules, sorted by `order` (rows without one go last), positions 1..n."""
+def _from_frame(frame: pd.DataFrame, kind: type[Rule]) -> list[Rule]:
+    """Edited rows back into rules, sorted by `order` (rows without one go last), positions 1..n;
+    a field without a value is None where the rule's field may be None, else ""."""
+    columns = _columns(kind)
+    optional = {f.name for f in dataclasses.fields(kind) if f.default is None}
     ordered = frame.assign(_row=range(len(frame))).sort_values(["order", "_row"], na_position="last")
-    rules: list[StageRule] = []
-    for row in ordered[RULE_COLUMNS].itertuples(index=False):
-        values = dict(zip(RULE_COLUMNS, row, strict=True))
-        if all(_text(v) is None for k, v in values.items() if k != "order"):
+    rules: list[Rule] = []
+    for row in ordered[columns].itertuples(index=False):
+        values = {k: _text(v) for k, v in zip(columns, row, strict=True) if k != "order"}
+        if all(v is None for v in values.values()):
             continue  # an empty row the editor added
-        position = len(rules) + 1
-        rules.append(
-            StageRule(
-                position=position,
-                stage=_text(values["stage"]) or "",
-                span_kind=_text(values["span_kind"]),
-                name_regex=_text(values["name_regex"]),
-                attribute_regex=_text(values["attribute_regex"]),
-                description=_text(values["description"]) or "",
-            )
-        )
+        fields = {k: v if k in optional else v or "" for k, v in values.items()}
+        rules.append(kind(position=len(rules) + 1, **fields))
     return rules
 
 
-PHASE_COLUMNS = [
-    "order",
-    "framework",
-    "phase",
-    "stage",
-    "source",
-    "start_key",
-    "end_key",
-    "unit",
-    "name_regex",
-    "description",
-]
+def rules_frame(rules: list[StageRule]) -> pd.DataFrame:
+    return _frame(rules, StageRule)
+
+
+def rules_from_frame(frame: pd.DataFrame) -> list[StageRule]:
+    return _from_frame(frame, StageRule)
 
 
 def phase_rules_frame(rules: list[PhaseRule]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            [
-                float(r.position),
-                r.framework,
-                r.phase,
-                r.stage,
-                r.source,
-                r.start_key,
-                r.end_key,
-                r.unit,
-                r.name_regex,
-                r.description,
-            ]
-            for r in rules
-        ],
-        columns=PHASE_COLUMNS,
-    )
+    return _frame(rules, PhaseRule)
 
 
 def phase_rules_from_frame(frame: pd.DataFrame) -> list[PhaseRule]:
-    """Edited phase rule rows back into rules, sorted by `order`, positions 1..n."""
-    ordered = frame.assign(_row=range(len(frame))).sort_values(["order", "_row"], na_position="last")
-    rules: list[PhaseRule] = []
-    for row in ordered[PHASE_COLUMNS].itertuples(index=False):
-        values = {k: _text(v) for k, v in zip(PHASE_COLUMNS, row, strict=True) if k != "order"}
-        if all(v is None for v in values.values()):
-            continue  # an empty row the editor added
-        rules.append(
-            PhaseRule(
-                position=len(rules) + 1,
-                framework=values["framework"] or "",
-                phase=values["phase"] or "",
-                stage=values["stage"] or "",
-                source=values["source"] or "",
-                start_key=values["start_key"] or "",
-                end_key=values["end_key"],
-                unit=values["unit"],
-                name_regex=values["name_regex"],
-                description=values["description"] or "",
-            )
-        )
-    return rules
+    return _from_frame(frame, PhaseRule)

@@ -39,7 +39,6 @@ class BearerTokenAuth:
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
         self._expected = token.encode("utf-8")
-        self.refused = 0  # requests answered 401, for the status line and the tests
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or token_matches(
@@ -47,7 +46,6 @@ class BearerTokenAuth:
         ):
             await self.app(scope, receive, send)
             return
-        self.refused += 1
         content_type = dict(scope.get("headers", [])).get(b"content-type", b"").decode("latin-1")
         media = protocol.media_type(content_type) or protocol.JSON
         body = protocol.status_body(media, protocol.UNAUTHENTICATED, "missing or wrong bearer token")

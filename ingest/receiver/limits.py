@@ -31,9 +31,6 @@ class BadEncoding(ValueError):
     """The body is not valid for its Content-Encoding."""
 
 
-SUPPORTED_ENCODINGS = ("identity", "gzip", "deflate")
-
-
 def decompress(body: bytes, encoding: str, limit: int) -> bytes:
     """Undo `Content-Encoding` (identity, gzip, deflate), inflating at most `limit` bytes.
 

@@ -16,9 +16,11 @@ import numpy as np
 import pandas as pd
 
 from tailscope.analysis.costs import cost_per_1k, recorded_price
+from tailscope.analysis.histogram import Buckets, run_histogram
 from tailscope.analysis.runs import runs_with_requests
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Comparison, Filter, RunCost, StageComparison
+from tailscope.analysis.views import summary_rows
 from tailscope.vocabulary import ALL_STAGES
 
 QUANTILES = (0.5, 0.99)
@@ -59,16 +61,50 @@ def bootstrap_quantile(
     return bootstrap_quantiles(values, (q,), rng, resamples)[0]
 
 
-def _run_data(conn, flt: Filter) -> tuple[dict[str, np.ndarray], int, float | None]:
-    arrays = conn.run("compare_values", where=flt).numpy()
-    values = {"e2e": np.asarray(arrays["Duration"])}
-    for stage in ALL_STAGES:
-        values[stage] = np.asarray(arrays[f"{stage}_ns"])
-    row = conn.run("overview", where=flt).fetchone()
+def bootstrap_histogram_quantiles(
+    buckets: Buckets, quantiles: tuple[float, ...], rng: np.random.Generator, resamples: int
+) -> list[tuple[float, np.ndarray]]:
+    """`bootstrap_quantiles` over a run's histogram (analysis.histogram) instead of its values: the
+    same Beta draws (the same rng use), each drawn rank's value read from its bucket (Buckets.order_values:
+    within a bucket's width, 1.005 %)."""
+    n = int(buckets.requests.sum())
+    results = []
+    for q in quantiles:
+        k = order_statistic_rank(n, q)
+        u = rng.beta(k, n - k + 1, size=resamples)
+        index = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
+        results.append((float(buckets.order_values(np.array([k - 1]))[0]), buckets.order_values(index)))
+    return results
+
+
+Values = dict[str, "np.ndarray | Buckets"]
+
+
+def _run_data(conn, flt: Filter) -> tuple[Values, int, float | None]:
+    """Each stage's (and e2e's) values, or its histogram for a whole large run; requests; throughput."""
+    histogram = run_histogram(conn, flt)
+    values: Values
+    if histogram is not None:
+        values = {"e2e": histogram.e2e, **histogram.stages}
+        n = int(histogram.e2e.requests.sum())
+    else:
+        arrays = conn.run("compare_values", where=flt).numpy()
+        values = {"e2e": np.asarray(arrays["Duration"])}
+        for stage in ALL_STAGES:
+            values[stage] = np.asarray(arrays[f"{stage}_ns"])
+        n = len(values["e2e"])
+    rows = summary_rows(conn, flt)
+    row = rows[0] if rows else None
     throughput = None
     if row is not None and row[6] is not None and row[6] > row[5]:
         throughput = row[1] / ((row[6] - row[5]) / 1e9)
-    return values, len(values["e2e"]), throughput
+    return values, n, throughput
+
+
+def _bootstrap(values: np.ndarray | Buckets, rng: np.random.Generator, resamples: int) -> list:
+    if isinstance(values, Buckets):
+        return bootstrap_histogram_quantiles(values, QUANTILES, rng, resamples)
+    return bootstrap_quantiles(values, QUANTILES, rng, resamples)
 
 
 def _setup_table(a: dict[str, str], b: dict[str, str]) -> pd.DataFrame:
@@ -91,7 +127,8 @@ def compare(
     """Run A vs run B: per-stage (and e2e) p50/p99 with 95 % bootstrap intervals (seeded), deltas
     B − A with intervals, throughput, cost per 1,000 inferences from each run's hourly price (the
     price given, else the one the run recorded, tailscope.analysis.costs), and the runs' setup
-    attributes side by side. `flt` narrows both runs (its `run` is ignored)."""
+    attributes side by side. `flt` narrows both runs (its `run` is ignored). A whole run of at least
+    histogram.MIN_REQUESTS requests is bootstrapped from its pre-aggregates (each value within 0.5 %)."""
     base = flt or Filter()
     with reading(source) as conn:
         known = set(runs_with_requests(conn))
@@ -122,8 +159,8 @@ def compare(
     rng = np.random.default_rng(seed)
     tail = (1 - CONFIDENCE) / 2 * 100
     for stage in ("e2e", *ALL_STAGES):
-        a_all = bootstrap_quantiles(a_vals[stage], QUANTILES, rng, resamples)
-        b_all = bootstrap_quantiles(b_vals[stage], QUANTILES, rng, resamples)
+        a_all = _bootstrap(a_vals[stage], rng, resamples)
+        b_all = _bootstrap(b_vals[stage], rng, resamples)
         for q, (a_est, a_boot), (b_est, b_boot) in zip(QUANTILES, a_all, b_all, strict=True):
             a_lo, a_hi = (float(v) for v in np.percentile(a_boot, [tail, 100 - tail]))
             b_lo, b_hi = (float(v) for v in np.percentile(b_boot, [tail, 100 - tail]))

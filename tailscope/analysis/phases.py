@@ -14,6 +14,7 @@ and field meanings are cited in ARCHITECTURE.md ("Serving frameworks").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tailscope.analysis.source import Source, reading
@@ -35,10 +36,12 @@ def validate_phase_rules(source: Source, rules: list[PhaseRule]) -> list[str]:
         return phase_rule_problems(rules, reader.regex_error)
 
 
-def save_phase_rules(store: Any, rules: list[PhaseRule]) -> None:
+def save_phase_rules(
+    store: Any, rules: list[PhaseRule], progress: Callable[[float, str], None] | None = None
+) -> None:
     """Store an edited phase rule list and derive every run again with it (the store validates
     first). Raises ValueError naming the problems; nothing changes then."""
-    store.replace_phase_rules(rules)
+    store.replace_phase_rules(rules, progress)
 
 
 def phase_rule_label(rule_no: int, rules: list[PhaseRule]) -> str:

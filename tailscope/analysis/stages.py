@@ -18,6 +18,7 @@ stage as a bound parameter, evaluating name regexes once per distinct span name,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -54,10 +55,12 @@ def validate_rules(source: Source, rules: list[StageRule]) -> list[str]:
         return stage_rule_problems(rules, reader.regex_error)
 
 
-def save_rules(store: Any, rules: list[StageRule]) -> None:
+def save_rules(
+    store: Any, rules: list[StageRule], progress: Callable[[float, str], None] | None = None
+) -> None:
     """Store an edited rule list and derive every run again with it (the store validates first).
     Raises ValueError listing the problems; nothing changes then."""
-    store.replace_stage_rules(rules)
+    store.replace_stage_rules(rules, progress)
 
 
 def rule_label(

@@ -8,10 +8,22 @@ from typing import Any
 
 import pandas as pd
 
+from tailscope.analysis.histogram import exact_quantile, run_histogram, tail_groups
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import Filter, Rect, TailVsBody
 from tailscope.analysis.views import _check_stage, _no_requests_reason
 from tailscope.vocabulary import ALL_STAGES
+
+
+def _whole_run_groups(conn: Any, flt: Filter, tail_quantile: float) -> dict[bool, tuple] | None:
+    """tail_stages.sql's rows for a whole large run, from its histogram (analysis.histogram): the
+    exact threshold from the buckets its ranks fall in, the tail's sums read, the rest the run's
+    totals less them. None where the run has no histogram to read (the exact path then)."""
+    histogram = run_histogram(conn, flt)
+    if histogram is None or flt.run is None:
+        return None
+    threshold = exact_quantile(conn, flt.run, histogram.e2e, tail_quantile)
+    return None if threshold is None else tail_groups(conn, flt.run, histogram, threshold)
 
 
 def tail_vs_body(
@@ -51,7 +63,9 @@ def tail_vs_body(
     stage_cols = ["stage", "selected_mean_ms", "rest_mean_ms", "delta_ms", "selected_share", "rest_share"]
     with reading(source) as conn:
         head: list[Any] = [tail_quantile, *sel]
-        groups = {row[0]: row for row in conn.run("tail_stages", head, where=flt).fetchall()}
+        groups = _whole_run_groups(conn, flt, tail_quantile) if rect is None else None
+        if groups is None:
+            groups = {row[0]: row for row in conn.run("tail_stages", head, where=flt).fetchall()}
         selected, rest = groups.get(True), groups.get(False)
         empty = TailVsBody(
             selection=selection,

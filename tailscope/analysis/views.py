@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from tailscope.analysis.histogram import PERCENTILES, RunHistogram, run_histogram, whole_run
 from tailscope.analysis.runs import runs_with_requests, runs_with_spans
 from tailscope.analysis.source import Source, reading
 from tailscope.analysis.types import (
@@ -87,10 +88,37 @@ def filter_options(source: Source, run: str | None = None) -> dict[str, list[str
 def time_range(source: Source, flt: Filter) -> tuple[datetime, datetime] | None:
     """First and last request start of the filtered requests (None when there are none)."""
     with reading(source) as conn:
-        rows = conn.run("overview", where=flt).fetchall()
+        rows = summary_rows(conn, flt)
     if not rows:
         return None
     return min(r[3] for r in rows), max(r[4] for r in rows)
+
+
+def summary_rows(
+    conn: Reader, flt: Filter, histograms: dict[str, RunHistogram] | None = None
+) -> list[tuple[Any, ...]]:
+    """overview.sql's rows, per run: a whole run's (every run's when the filter sets nothing) from
+    its histogram where it has one (analysis.histogram: counts exact, e2e percentiles within 0.5 %)
+    and the run's extent (run_extent.sql); the rest from overview.sql. `histograms`: filled with
+    the histograms read, per run."""
+    if not whole_run(flt) and flt != Filter():
+        return conn.run("overview", where=flt).fetchall()
+    rows, exact = [], []
+    for run in [flt.run] if flt.run is not None else runs_with_requests(conn):
+        histogram = run_histogram(conn, Filter(run=run))
+        if histogram is None:
+            exact.append(run)
+            continue
+        _, first, last, t0, t1, services = conn.run("run_extent", [run]).fetchone()
+        e2e = histogram.e2e.quantiles(PERCENTILES)
+        rows.append((run, histogram.requests, histogram.error_count, first, last, t0, t1, e2e, services))
+        if histograms is not None:
+            histograms[run] = histogram
+    if not rows:  # no histogram read: every run in one statement, as before
+        return conn.run("overview", where=flt).fetchall()
+    for run in exact:
+        rows.extend(conn.run("overview", where=replace(flt, run=run)).fetchall())
+    return sorted(rows, key=lambda row: row[0])
 
 
 def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LATENCY_TARGET_MS) -> Overview:
@@ -98,14 +126,15 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
     throughput, e2e p50/p95/p99/p99.9, error rate, whether p99 meets the target, and the stage that
     dominates the tail (largest share of the p99 band's excess over the median band)."""
     with reading(source) as conn:
-        rows = conn.run("overview", where=flt).fetchall()
+        histograms: dict[str, RunHistogram] = {}
+        rows = summary_rows(conn, flt, histograms)
         if not rows:
             return Overview(runs=[], reason=_no_requests_reason(conn, flt))
         summaries = []
         for run, n, errors, first, last, t0, t1, e2e, services in rows:
             span_s = (t1 - t0) / 1e9 if t1 is not None and t0 is not None else 0.0
             p50, p95, p99, p999 = (float(v) / 1e6 for v in e2e)
-            tail = _waterfall(conn, replace(flt, run=run), "p99", percentiles=False)
+            tail = _waterfall(conn, replace(flt, run=run), "p99", False, histograms.get(run))
             top = max(
                 (b for b in tail.stages if b.tail_excess_share is not None),
                 key=lambda b: b.tail_excess_share,
@@ -134,7 +163,9 @@ def overview(source: Source, flt: Filter, latency_target_ms: float = DEFAULT_LAT
     return Overview(runs=summaries)
 
 
-def _waterfall(conn: Reader, flt: Filter, band: Band, percentiles: bool = True) -> Waterfall:
+def _waterfall(
+    conn: Reader, flt: Filter, band: Band, percentiles: bool = True, histogram: RunHistogram | None = None
+) -> Waterfall:
     if band not in BAND_QUANTILES:
         raise ValueError(f"unknown band {band!r} (one of {', '.join(BANDS)})")
     flt, reason = one_run(conn, flt)
@@ -152,7 +183,12 @@ def _waterfall(conn: Reader, flt: Filter, band: Band, percentiles: bool = True) 
         empty.reason = reason
         return empty
     lo, hi = BAND_QUANTILES[band]
-    row = conn.run("waterfall", [lo, hi, hi >= 1.0], where=flt).fetchone()
+    if histogram is None:  # a whole large run: its pre-aggregates (else None: the exact path)
+        histogram = run_histogram(conn, flt)
+    if histogram is not None:
+        row = histogram.waterfall_row(lo, hi)
+    else:
+        row = conn.run("waterfall", [lo, hi, hi >= 1.0], where=flt).fetchone()
     n, band_n, _median_n, q_lo, q_hi, band_mean, median_mean = row[:7]
     if not n:
         empty.reason = _no_requests_reason(conn, flt)
@@ -161,7 +197,10 @@ def _waterfall(conn: Reader, flt: Filter, band: Band, percentiles: bool = True) 
     band_avgs, median_avgs = row[7 : 7 + k], row[7 + k : 7 + 2 * k]
     pcts: Any = [[float("nan")] * 4] * k
     if percentiles:
-        pcts = conn.run("stage_percentiles", where=flt).fetchone()
+        if histogram is not None:
+            pcts = histogram.stage_percentiles()
+        else:
+            pcts = conn.run("stage_percentiles", where=flt).fetchone()
     excess = (band_mean - median_mean) if band_n and band != "p50" else None
     stages = []
     for stage, b, m, p in zip(ALL_STAGES, band_avgs, median_avgs, pcts, strict=True):
@@ -200,8 +239,10 @@ def _waterfall(conn: Reader, flt: Filter, band: Band, percentiles: bool = True) 
 def waterfall(source: Source, flt: Filter, band: Band = "p99") -> Waterfall:
     """Latency budget of one percentile band (see types.BAND_QUANTILES): mean exclusive ms per stage
     of the requests in the band (adds up to the band's mean e2e), each stage's share of the band's
-    excess over the median band (shares sum to 1), and exact per-stage p50/p95/p99/p99.9 over all
-    filtered requests. Needs one run: flt.run, or the store's only run."""
+    excess over the median band (shares sum to 1), and per-stage p50/p95/p99/p99.9 over all
+    filtered requests: exact, but for a whole run of at least histogram.MIN_REQUESTS requests read
+    from its pre-aggregates (percentiles and band bounds within 0.5 %, the band edges' requests
+    apportioned: analysis.histogram). Needs one run: flt.run, or the store's only run."""
     with reading(source) as conn:
         return _waterfall(conn, flt, band)
 

@@ -119,29 +119,41 @@ def load_demo(db: Path | Any, requests: int, out=None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tailscope.store.engine import open_store
+    from tailscope.store.errors import UnsupportedError
+    from tailscope.store.url import parse_store_url
+
     if args.requests < 100:
         print("tailscope demo: --requests must be at least 100", file=sys.stderr)
         return 2
-    if args.store:
-        from tailscope.store.url import parse_store_url
-
-        try:
-            engine = parse_store_url(args.store).engine
-        except ValueError as error:
-            print(f"tailscope demo: {error}", file=sys.stderr)
-            return 2
-        if engine != "duckdb":
-            return _clickhouse_demo(args)
-        args.db = str(parse_store_url(args.store).path)
-    db = Path(args.db).resolve()
+    try:
+        store = open_store(parse_store_url(args.store or args.db))
+    except ValueError as error:
+        print(f"tailscope demo: {error}", file=sys.stderr)
+        return 2
+    if store.file is not None:
+        store = open_store(store.file.resolve())  # named by its full path, here and to the dashboard
     if args.fresh:
-        for stale in (db, db.with_name(db.name + ".wal")):
-            stale.unlink(missing_ok=True)
+        try:
+            store.delete()
+        except UnsupportedError:
+            print(
+                "tailscope demo: --fresh deletes a DuckDB demo file; it does not clear a ClickHouse store",
+                file=sys.stderr,
+            )
+            return 2
+    store.prepare(writing=True)
     started = time.perf_counter()
-    loaded = load_demo(db, args.requests)
+    loaded = load_demo(store, args.requests)
     if loaded:
         print(f"tailscope demo: loaded {len(loaded)} runs in {time.perf_counter() - started:.1f} s")
-    return _open_dashboard(args, argparse.Namespace(db=str(db), store=str(db)), f"--db {db}")
+    if store.file is not None:
+        where = argparse.Namespace(db=str(store.file), store=str(store.file))
+        return _open_dashboard(args, where, f"--db {store.file}")
+    shown = store.name  # a URL never shows the password
+    print(f"tailscope demo: read the runs with e.g.: tailscope waterfall --store {shown} --run demo-steady")
+    store.close()  # a chdb folder is held by one process at a time: the dashboard's, from here on
+    return _open_dashboard(args, argparse.Namespace(db=None, store=args.store), f"--store {shown}")
 
 
 def _open_dashboard(args: argparse.Namespace, where: argparse.Namespace, shown: str) -> int:
@@ -156,27 +168,3 @@ def _open_dashboard(args: argparse.Namespace, where: argparse.Namespace, shown: 
         print(f"tailscope demo: the dashboard is not part of this build; run: tailscope serve {shown}")
         return 0
     return serve_cmd.run(argparse.Namespace(**vars(where), port=args.port, host=args.host))
-
-
-def _clickhouse_demo(args: argparse.Namespace) -> int:
-    """The demo runs into a ClickHouse store, then the dashboard on it (upload and rule editing are
-    DuckDB-only and say so there)."""
-    from tailscope.cli.store_arg import close_opened, open_from
-
-    if args.fresh:
-        print(
-            "tailscope demo: --fresh deletes a DuckDB demo file; it does not clear a ClickHouse store",
-            file=sys.stderr,
-        )
-        return 2
-    store = open_from(argparse.Namespace(store=args.store, db=None), "demo", writing=True)
-    if store is None:
-        return 2
-    started = time.perf_counter()
-    loaded = load_demo(store, args.requests)
-    if loaded:
-        print(f"tailscope demo: loaded {len(loaded)} runs in {time.perf_counter() - started:.1f} s")
-    shown = store.name  # a URL never shows the password
-    print(f"tailscope demo: read the runs with e.g.: tailscope waterfall --store {shown} --run demo-steady")
-    close_opened()  # a chdb folder is held by one process at a time: the dashboard's, from here on
-    return _open_dashboard(args, argparse.Namespace(db=None, store=args.store), f"--store {shown}")

@@ -56,7 +56,7 @@ def parse_filters(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tailscope.cli.store_arg import open_from, store_name
+    from tailscope.cli.store_arg import open_from
     from tailscope.store.errors import UnsupportedError
 
     try:
@@ -74,5 +74,5 @@ def run(args: argparse.Namespace) -> int:
     except (UnsupportedError, LookupError) as error:
         print(f"tailscope select: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"run {args.run}: {spans:,} spans, {requests:,} requests ({store_name(store)})")
+    print(f"run {args.run}: {spans:,} spans, {requests:,} requests ({store.name})")
     return EXIT_OK

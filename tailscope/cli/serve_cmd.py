@@ -265,16 +265,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     store = getattr(args, "store", None) or os.environ.get("TAILSCOPE_STORE")
     if store:
+        from tailscope.store.engine import open_store
         from tailscope.store.url import parse_store_url
 
         try:
-            location = parse_store_url(store)
+            file = open_store(parse_store_url(store)).file  # (opens nothing)
         except ValueError as error:
             print(f"tailscope serve: {error}", file=sys.stderr)
             return 2
-        if location.engine != "duckdb":
+        if file is None:
             return serve(None, args.host, args.port, store=store, access=access)
-        args.db = str(location.path)
+        args.db = str(file)
     db = resolve_db(args.db)
     if not db.parent.is_dir():
         print(f"tailscope serve: --db {db}: folder {db.parent} does not exist", file=sys.stderr)

@@ -50,11 +50,6 @@ def close_opened() -> None:
         _OPENED.pop().close()
 
 
-def store_name(store: Any) -> str:
-    """How a message names the store: its file, or its URL (no password)."""
-    return str(store.name)
-
-
 def print_unknown_run(command: str, store: Any, error: Any) -> None:
     """Say on stderr why an UnknownRunError's run could not be picked: several runs (listed), none
     loaded yet, or a label the store lacks."""
@@ -66,7 +61,7 @@ def print_unknown_run(command: str, store: Any, error: Any) -> None:
         )
     elif error.run is None:
         print(
-            f"tailscope {command}: {store_name(store)} has no runs; load traces with `tailscope ingest`",
+            f"tailscope {command}: {store.name} has no runs; load traces with `tailscope ingest`",
             file=sys.stderr,
         )
     else:

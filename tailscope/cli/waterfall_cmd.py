@@ -24,21 +24,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def known_runs(store) -> list[str]:
-    from tailscope.analysis import list_runs
-
-    return list_runs(store)
-
-
 def check_run(store, run: str) -> bool:
     """False (after a helpful message) when the run has no requests in the store."""
-    runs = known_runs(store)
+    from tailscope.analysis import list_runs
+
+    runs = list_runs(store)
     if run in runs:
         return True
-    from tailscope.cli.store_arg import store_name
-
     print(
-        f"tailscope: unknown run {run!r}; runs in {store_name(store)}: {', '.join(runs) or 'none'}",
+        f"tailscope: unknown run {run!r}; runs in {store.name}: {', '.join(runs) or 'none'}",
         file=sys.stderr,
     )
     return False

@@ -48,12 +48,8 @@ class TracedLock:
         return self._lock.locked()
 
 
-class AsyncTracedLock:
+class AsyncTracedLock(TracedLock):
     """An asyncio lock (Lock, Semaphore, BoundedSemaphore) whose acquisitions are traced: `async with`."""
-
-    def __init__(self, lock: Any, name: str, stage: str | None = None) -> None:
-        self._lock, self.name, self._stage = lock, name, stage
-        self._waits: list[tuple[int, int]] = []
 
     async def __aenter__(self) -> AsyncTracedLock:
         started = time.time_ns()
@@ -62,12 +58,7 @@ class AsyncTracedLock:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        started, acquired = self._waits.pop()
-        self._lock.release()
-        record_span(self._stage, LOCK_WAIT, started, acquired, {"lock.name": self.name})
-
-    def locked(self) -> bool:
-        return self._lock.locked()
+        self.__exit__(*exc)
 
 
 ASYNC_LOCKS = (asyncio.Lock, asyncio.Semaphore, asyncio.Condition)

@@ -31,101 +31,51 @@ _TRITON_EVENTS = (
 )
 
 
+# vLLM (vllm/tracing.py SpanAttributes; set on its `llm_request` span, values in seconds, the span
+# starting at the request's arrival): queue, then prefill up to the first token, then decode. Arrival
+# to queue (tokenizing, input processing) stays with the span.
+_VLLM_ATTRIBUTES = (
+    # (phase, stage, duration key, end-offset key, what it is)
+    ("queue", "queue", "time_in_queue", None,
+     "time between the engine queueing the request and scheduling it"),
+    ("prefill", "model_forward", "time_in_model_prefill", "time_to_first_token",
+     "prefill, ending at the first token"),
+    ("decode", "model_forward", "time_in_model_decode", None, "decode, from the first token to the last"),
+)
+# TGI's router records durations on its `generate` span as text ("12.3ms"): validation, then queue,
+# then inference, in that order from the span's start.
+_TGI_ATTRIBUTES = (
+    # (phase, stage, duration key, what it is)
+    ("validation", "preprocessing", "validation_time", "validating and tokenizing the request"),
+    ("queue", "queue", "queue_time", "waiting for a batch slot"),
+    ("inference", "model_forward", "inference_time", "prefill and decode"),
+)
+
+
 def default_phase_rules() -> list[PhaseRule]:
     """The rules a new store is seeded with, one group per framework."""
     rules: list[dict[str, Any]] = [
-        # vLLM (vllm/tracing.py SpanAttributes; set on its `llm_request` span, values in seconds,
-        # the span starting at the request's arrival): queue, then prefill up to the first token,
-        # then decode. Arrival to queue (tokenizing, input processing) stays with the span.
-        dict(
-            framework="vLLM",
-            phase="queue",
-            stage="queue",
-            source="attribute",
-            start_key=_VLLM + "time_in_queue",
-            unit="s",
-            description="time between the engine queueing the request and scheduling it",
-        ),
-        dict(
-            framework="vLLM",
-            phase="prefill",
-            stage="model_forward",
-            source="attribute",
-            start_key=_VLLM + "time_in_model_prefill",
-            end_key=_VLLM + "time_to_first_token",
-            unit="s",
-            description="prefill, ending at the first token",
-        ),
-        dict(
-            framework="vLLM",
-            phase="decode",
-            stage="model_forward",
-            source="attribute",
-            start_key=_VLLM + "time_in_model_decode",
-            unit="s",
-            description="decode, from the first token to the last",
-        ),
+        dict(framework="vLLM", phase=phase, stage=stage, source="attribute", start_key=_VLLM + key,
+             end_key=end and _VLLM + end, unit="s", description=text)
+        for phase, stage, key, end, text in _VLLM_ATTRIBUTES
     ]
     rules += [
-        dict(
-            framework="Triton",
-            phase=phase,
-            stage=stage,
-            source="events",
-            start_key=start,
-            end_key=end,
-            description=text,
-        )
+        dict(framework="Triton", phase=phase, stage=stage, source="events", start_key=start, end_key=end,
+             description=text)
         for phase, stage, start, end, text in _TRITON_EVENTS
     ]
     rules += [
-        # TGI's router records durations on its `generate` span as text ("12.3ms"): validation,
-        # then queue, then inference, in that order from the span's start.
-        dict(
-            framework="TGI",
-            phase="validation",
-            stage="preprocessing",
-            source="attribute",
-            start_key="validation_time",
-            unit="text",
-            name_regex="^generate",
-            description="validating and tokenizing the request",
-        ),
-        dict(
-            framework="TGI",
-            phase="queue",
-            stage="queue",
-            source="attribute",
-            start_key="queue_time",
-            unit="text",
-            name_regex="^generate",
-            description="waiting for a batch slot",
-        ),
-        dict(
-            framework="TGI",
-            phase="inference",
-            stage="model_forward",
-            source="attribute",
-            start_key="inference_time",
-            unit="text",
-            name_regex="^generate",
-            description="prefill and decode",
-        ),
+        dict(framework="TGI", phase=phase, stage=stage, source="attribute", start_key=key, unit="text",
+             name_regex="^generate", description=text)
+        for phase, stage, key, text in _TGI_ATTRIBUTES
     ]
-    rules += [
-        # TorchServe's metrics log (ingest/torchserve_log.py): the handler's time, ending where the
-        # backend's prediction ends; the rest of the prediction stays with the span
-        dict(
-            framework="TorchServe",
-            phase="handler",
-            stage="model_forward",
-            source="attribute",
-            start_key="torchserve.HandlerTime",
-            end_key="torchserve.PredictionTime",
-            unit="ms",
-            description="the handler: preprocess, inference and postprocess in the backend worker",
-        ),
-    ]
+    # TorchServe's metrics log (ingest/torchserve_log.py): the handler's time, ending where the backend's
+    # prediction ends; the rest of the prediction stays with the span
+    rules.append(
+        dict(framework="TorchServe", phase="handler", stage="model_forward", source="attribute",
+             start_key="torchserve.HandlerTime", end_key="torchserve.PredictionTime", unit="ms",
+             description="the handler: preprocess, inference and postprocess in the backend worker")
+    )
     rules += light_phase_rules()
     return [PhaseRule(position=i, **rule) for i, rule in enumerate(rules, start=1)]
 
@@ -150,21 +100,8 @@ def light_phase_rules() -> list[dict[str, Any]]:
 
 
 def phase_rules_from_rows(rows: list[tuple[Any, ...]]) -> list[PhaseRule]:
-    return [
-        PhaseRule(
-            position=r[0],
-            framework=r[1],
-            phase=r[2],
-            stage=r[3],
-            source=r[4],
-            start_key=r[5],
-            end_key=r[6],
-            unit=r[7],
-            name_regex=r[8],
-            description=r[9] or "",
-        )
-        for r in rows
-    ]
+    """Phase rules from phase_rules_list rows (the rule's fields in order)."""
+    return [PhaseRule(*r[:9], description=r[9] or "") for r in rows]
 
 
 def phase_rule_problems(rules: list[PhaseRule], regex_error: RegexCheck | None = None) -> list[str]:

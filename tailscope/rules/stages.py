@@ -130,17 +130,7 @@ def default_rules() -> list[StageRule]:
 
 def rules_from_rows(rows: list[tuple[Any, ...]]) -> list[StageRule]:
     """Stage rules from stage_rules_list rows (position, stage, kind, name, attribute, description)."""
-    return [
-        StageRule(
-            position=r[0],
-            stage=r[1],
-            span_kind=r[2],
-            name_regex=r[3],
-            attribute_regex=r[4],
-            description=r[5] or "",
-        )
-        for r in rows
-    ]
+    return [StageRule(*r[:5], description=r[5] or "") for r in rows]
 
 
 RegexCheck = Callable[[str], "str | None"]  # a pattern -> None, or why the engine's RE2 refuses it

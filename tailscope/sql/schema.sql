@@ -111,3 +111,5 @@ CREATE TABLE IF NOT EXISTS derive_state (
     MaxRowid BIGINT NOT NULL
 );
 ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS LongestNs BIGINT;
+-- Per-run pre-aggregates of `requests`: histogram_schema.sql (applied after this file, and `tailscope
+-- migrate` applies it alone to a store derived before them).

@@ -13,10 +13,11 @@ samples, quantiles) that is its own implementation of the same method. See ARCHI
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -53,9 +54,6 @@ class Result:
 
     def single_value(self) -> Any:
         return self.rows[0][0] if self.rows else None
-
-    def dicts(self) -> list[dict[str, Any]]:
-        return [dict(zip(self.columns, row, strict=True)) for row in self.rows]
 
 
 class Rows(Protocol):
@@ -94,6 +92,15 @@ class Reader(Protocol):
     def run(self, name: str, params: Sequence[Any] = (), where: RequestFilter | None = None) -> Rows:
         """The statement `name` with `params` bound in order after the filter's; `where`: the
         statement's {where} keeps the derived requests the filter names (filtered statements)."""
+        ...
+
+    def histograms(
+        self, run: str, min_requests: int = 0
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int] | None:
+        """The run's pre-aggregates (tailscope.analysis.histogram reads them): the rows of
+        histogram_read_e2e.sql and histogram_read_stages.sql and how many requests the run has
+        (the histogram counts them all when it is in step); None where the store keeps none or
+        the run has fewer than `min_requests` requests (then nothing else is read)."""
         ...
 
     def stage_rules(self) -> list[StageRule]:
@@ -204,13 +211,15 @@ class Migration:
     to_version: int
     spans: int
     seconds: float
+    aggregated: tuple[str, ...] = ()  # runs whose pre-aggregates were built (a store derived before them)
 
     def describe(self) -> str:
+        built = f"; pre-aggregates built for {len(self.aggregated)} runs" if self.aggregated else ""
         if self.from_version == self.to_version:
-            return f"{self.path}: already at schema version {self.to_version}, nothing to do"
+            return f"{self.path}: already at schema version {self.to_version}{built or ', nothing to do'}"
         return (
             f"{self.path}: schema version {self.from_version} -> {self.to_version}, "
-            f"{self.spans:,} spans converted in {self.seconds:.1f} s"
+            f"{self.spans:,} spans converted in {self.seconds:.1f} s{built}"
         )
 
 
@@ -220,6 +229,17 @@ class Store(Protocol):
     @property
     def name(self) -> str:
         """How messages name the store: a file's path, or its URL without the password."""
+        ...
+
+    @property
+    def file(self) -> Path | None:
+        """The one file that is the store (DuckDB), None for a folder or a server: a dashboard is
+        handed a file on its command line, a URL (which may hold a password) in its environment."""
+        ...
+
+    def delete(self) -> None:
+        """Delete the store's data (a demo starting over); UnsupportedError where that is not one
+        file of this tool's own (ClickHouse)."""
         ...
 
     def reading(self) -> AbstractContextManager[Reader]: ...
@@ -235,12 +255,17 @@ class Store(Protocol):
 
     def close(self) -> None: ...
 
-    def replace_stage_rules(self, rules: list[StageRule]) -> list[str]:
+    def replace_stage_rules(
+        self, rules: list[StageRule], progress: Callable[[float, str], None] | None = None
+    ) -> list[str]:
         """Validate and store an edited rule list (renumbered 1..n) and derive every run again with
-        it; the runs derived. ValueError naming the problems (nothing changed then)."""
+        it; the runs derived. ValueError naming the problems (nothing changed then). `progress`:
+        told (fraction of the store derived, what is being derived) as the derive goes."""
         ...
 
-    def replace_phase_rules(self, rules: list[PhaseRule]) -> list[str]:
+    def replace_phase_rules(
+        self, rules: list[PhaseRule], progress: Callable[[float, str], None] | None = None
+    ) -> list[str]:
         """As replace_stage_rules, for the phase rules."""
         ...
 

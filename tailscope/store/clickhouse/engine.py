@@ -3,7 +3,7 @@ process, or a server over HTTP)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from tailscope import sql
@@ -26,12 +26,14 @@ class ClickHouseStore(ClickHouseClient):
     def name(self) -> str:
         return self.location.url
 
+    file = None  # a folder (chdb) or a server
+
+    def delete(self) -> None:
+        raise UnsupportedError(f"{self.name}: a ClickHouse store is not deleted by tailscope")
+
     def create_tables(self) -> None:
         """The exporter's otel_traces (and its trace-id lookup) when missing, then tailscope's tables."""
-        for name in (*EXPORTER_DDL, *TAILSCOPE_DDL):
-            self.query(sql.load(name, dialect="clickhouse"))
-        requests_weight.ensure(self)
-        span_durations.ensure(self)
+        self.prepare(writing=True)
 
     def prepare(self, writing: bool = False) -> None:
         """Before a command: otel_traces checked (created first when `writing` and missing),
@@ -49,17 +51,23 @@ class ClickHouseStore(ClickHouseClient):
     def reading(self) -> Iterator[ClickHouseReader]:
         yield ClickHouseReader(self)
 
-    def _valid(self, problems: list[str], what: str) -> None:
-        if problems:
-            raise ValueError(f"invalid {what}: " + "; ".join(problems))
+    def _replace(
+        self, rules: list, problems: Callable, what: str, replace: Callable, progress: write.Progress | None
+    ) -> list[str]:
+        found = problems(rules, ClickHouseReader(self).regex_error)
+        if found:
+            raise ValueError(f"invalid {what}: " + "; ".join(found))
+        return replace(self, rules, progress)
 
-    def replace_stage_rules(self, rules: list[StageRule]) -> list[str]:
-        self._valid(stage_rule_problems(rules, ClickHouseReader(self).regex_error), "stage rules")
-        return write.replace_stage_rules(self, rules)
+    def replace_stage_rules(
+        self, rules: list[StageRule], progress: write.Progress | None = None
+    ) -> list[str]:
+        return self._replace(rules, stage_rule_problems, "stage rules", write.replace_stage_rules, progress)
 
-    def replace_phase_rules(self, rules: list[PhaseRule]) -> list[str]:
-        self._valid(phase_rule_problems(rules, ClickHouseReader(self).regex_error), "phase rules")
-        return write.replace_phase_rules(self, rules)
+    def replace_phase_rules(
+        self, rules: list[PhaseRule], progress: write.Progress | None = None
+    ) -> list[str]:
+        return self._replace(rules, phase_rule_problems, "phase rules", write.replace_phase_rules, progress)
 
     def run_writer(self, run: str, files: int = 1) -> AbstractContextManager[load.ClickHouseRunWriter]:
         return load.run_writer(self, run, files)

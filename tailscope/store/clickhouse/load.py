@@ -23,14 +23,12 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 
-import pyarrow as pa
-
 from tailscope import sql
 from tailscope.store.clickhouse import dedupe, overlap, write
 from tailscope.store.clickhouse.statements import RunSelection
 from tailscope.store.clickhouse.store import ClickHouseClient
 from tailscope.store.interface import FileWrite, SpanBatch
-from tailscope.store.setup import setup_attributes
+from tailscope.store.setup import arrow_chunks
 
 INSERT_ROWS = 100_000  # spans per insert into the staging table
 
@@ -55,29 +53,11 @@ def _stage_file(
     spans = 0
     with ThreadPoolExecutor(1, thread_name_prefix="tailscope-stage") as stager:
         pending: Future[Bounds] | None = None
-        waiting: list[pa.Table] = []
-
-        def flush() -> None:
-            nonlocal pending, bounds, spans
+        for chunk in arrow_chunks(batches, setup, INSERT_ROWS):
             if pending is not None:
                 bounds = _widen(bounds, *pending.result())
-            chunk = pa.concat_tables(waiting) if len(waiting) > 1 else waiting[0]
-            waiting.clear()
             spans += chunk.num_rows
             pending = stager.submit(write.stage_spans, store, chunk, run_label, ready)
-
-        for batch in batches:
-            if not len(batch):
-                continue
-            setup_attributes(batch, setup)
-            table = batch.to_arrow()
-            if waiting and not table.schema.equals(waiting[0].schema):
-                flush()
-            waiting.append(table)
-            if sum(t.num_rows for t in waiting) >= INSERT_ROWS:
-                flush()
-        if waiting:
-            flush()
         if pending is not None:
             bounds = _widen(bounds, *pending.result())
     return bounds, spans

@@ -98,6 +98,20 @@ class ClickHouseReader:
             return filtered(name, where, *params, weighted=weighted)
         return sql.load(name, "clickhouse"), params
 
+    def histograms(
+        self, run: str, min_requests: int = 0
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int] | None:
+        """Computed from tailscope_requests as they are read (histogram_read_e2e.sql): the same rows
+        DuckDB's derive keeps, without a table to keep in step with the windowed derive's deletes."""
+        if min_requests > 0:
+            count = sql.load("run_request_count", "clickhouse")
+            if int(self.client.query(count, {"run": run}).single_value() or 0) < min_requests:
+                return None
+        e2e = self.client.query(sql.load("histogram_read_e2e", "clickhouse"), [run]).rows
+        stages = self.client.query(sql.load("histogram_read_stages", "clickhouse"), [run]).rows
+        requests = sum(int(row[1]) for row in e2e)
+        return [tuple(row) for row in e2e], [tuple(row) for row in stages], requests
+
     def stage_rules(self) -> list[StageRule]:
         return write.rules_in_force(self.client)
 

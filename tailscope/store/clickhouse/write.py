@@ -12,7 +12,9 @@ the label, and its row in tailscope_runs selects on that and on the spans' time 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections.abc import Callable
 
 import orjson
 import pyarrow as pa
@@ -34,6 +36,8 @@ from tailscope.store.clickhouse.statements import (
 )
 from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S, ClickHouseClient
 
+# A rule edit's progress: (fraction of the runs derived, what is being derived).
+Progress = Callable[[float, str], None]
 RUN_ATTRIBUTE = "tailscope.run"
 # A derive goes through a run in time windows of about this many spans (memory follows the window).
 # Each window also reads the spans within the run's longest request of it, so fewer, larger windows
@@ -162,34 +166,33 @@ def rules_in_force(store: ClickHouseClient) -> list[StageRule]:
     rows = store.query(sql.load("stage_rules_list", dialect="clickhouse")).rows
     if not rows:
         rules = default_rules()
-        _insert_rules(store, rules)
+        _insert_rules(store, "stage_rules", rules, StageRule)
         return rules
     return rules_from_rows(rows)
 
 
-def _insert_rules(store: ClickHouseClient, rules: list[StageRule]) -> None:
-    """Rules into tailscope_stage_rules, numbered 1..n in list order."""
-    store.insert_arrow(
-        "tailscope_stage_rules",
-        pa.table(
-            {
-                "position": pa.array(range(1, len(rules) + 1), pa.int32()),
-                "stage": [r.stage for r in rules],
-                "span_kind": pa.array([r.span_kind for r in rules], pa.string()),
-                "name_regex": pa.array([r.name_regex for r in rules], pa.string()),
-                "attribute_regex": pa.array([r.attribute_regex for r in rules], pa.string()),
-                "description": [r.description for r in rules],
-            }
-        ),
-    )
+def _insert_rules(store: ClickHouseClient, table: str, rules: list, kind: type) -> None:
+    """Rules into tailscope_<table>, numbered 1..n in list order."""
+    columns = {"position": pa.array(range(1, len(rules) + 1), pa.int32())}
+    for name in [f.name for f in dataclasses.fields(kind)][1:]:
+        columns[name] = pa.array([getattr(r, name) for r in rules], pa.string())
+    store.insert_arrow(f"tailscope_{table}", pa.table(columns))
 
 
-def replace_stage_rules(store: ClickHouseClient, rules: list[StageRule]) -> list[str]:
+def _replace_rules(
+    store: ClickHouseClient, table: str, rules: list, kind: type, progress: Progress | None = None
+) -> list[str]:
     """Store an edited (already validated) rule list in place of the stored one, renumbered 1..n,
     and derive every run again with it, as the DuckDB store does in its writer; the runs derived."""
-    store.query(sql.load("stage_rules_clear", dialect="clickhouse"))
-    _insert_rules(store, rules)
-    return _derive_every_run(store)
+    store.query(sql.load(f"{table}_clear", dialect="clickhouse"))
+    _insert_rules(store, table, rules, kind)
+    return _derive_every_run(store, progress)
+
+
+def replace_stage_rules(
+    store: ClickHouseClient, rules: list[StageRule], progress: Progress | None = None
+) -> list[str]:
+    return _replace_rules(store, "stage_rules", rules, StageRule, progress)
 
 
 def phase_rules_in_force(store: ClickHouseClient) -> list[PhaseRule]:
@@ -198,23 +201,20 @@ def phase_rules_in_force(store: ClickHouseClient) -> list[PhaseRule]:
     return phase_rules_from_rows(rows) if rows else default_phase_rules()
 
 
-def replace_phase_rules(store: ClickHouseClient, rules: list[PhaseRule]) -> list[str]:
-    """As replace_stage_rules, for the phase rules (already validated); the runs derived."""
-    store.query(sql.load("phase_rules_clear", dialect="clickhouse"))
-    columns = ("framework", "phase", "stage", "source", "start_key", "end_key", "unit", "name_regex")
-    table = {
-        "position": pa.array(range(1, len(rules) + 1), pa.int32()),
-        **{name: pa.array([getattr(r, name) for r in rules], pa.string()) for name in columns},
-        "description": pa.array([r.description for r in rules], pa.string()),
-    }
-    store.insert_arrow("tailscope_phase_rules", pa.table(table))
-    return _derive_every_run(store)
+def replace_phase_rules(
+    store: ClickHouseClient, rules: list[PhaseRule], progress: Progress | None = None
+) -> list[str]:
+    return _replace_rules(store, "phase_rules", rules, PhaseRule, progress)
 
 
-def _derive_every_run(store: ClickHouseClient) -> list[str]:
+def _derive_every_run(store: ClickHouseClient, progress: Progress | None = None) -> list[str]:
     runs = [row[0] for row in store.query(sql.load("defined_runs", dialect="clickhouse")).rows]
-    for run in runs:
+    for done, run in enumerate(runs):
+        if progress is not None:
+            progress(done / len(runs), f"run {run!r} ({done + 1} of {len(runs)})")
         refresh_run(store, run)
+    if progress is not None:
+        progress(1.0, f"{len(runs)} runs derived")
     return runs
 
 

@@ -9,6 +9,7 @@ so the dashboard shows a short delay instead of a lock error. See ARCHITECTURE.m
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from tailscope import sql
+from tailscope.store.duckdb import histogram
 from tailscope.store.duckdb.migrate import (
     CURRENT_VERSION,
     migrate,
@@ -142,6 +144,14 @@ def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyCo
                 marker.unlink()
 
 
+def _apply(conn: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Run a DDL file statement by statement (its comment lines left out)."""
+    for statement in sql.load(name).split(";"):
+        body = "\n".join(line for line in statement.splitlines() if not line.strip().startswith("--"))
+        if body.strip():
+            conn.execute(body)
+
+
 def ensure_schema(conn: duckdb.DuckDBPyConnection, path: str | Path = "store") -> None:
     """Create the tables if missing; migrate an older store in place (one transaction); refuse a
     store written by a newer tailscope."""
@@ -150,10 +160,8 @@ def ensure_schema(conn: duckdb.DuckDBPyConnection, path: str | Path = "store") -
         raise StoreVersionError(newer_store_message(path, version))
     if version is not None and version < SCHEMA_VERSION:
         migrate(conn, path)
-    for statement in sql.load("schema").split(";"):
-        body = "\n".join(line for line in statement.splitlines() if not line.strip().startswith("--"))
-        if body.strip():
-            conn.execute(body)
+    for name in ("schema", "histogram_schema"):
+        _apply(conn, name)
     if stored_version(conn) is None:
         conn.execute("INSERT INTO schema_version VALUES (?)", [SCHEMA_VERSION])
 
@@ -210,15 +218,20 @@ def connect_writer(
 
 
 def migrate_store(path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS) -> Migration:
-    """`tailscope migrate`: take an existing store to the current schema (see migrate.py)."""
+    """`tailscope migrate`: take an existing store to the current schema (see migrate.py), and build
+    the pre-aggregates of runs derived before they existed (histogram.build_missing)."""
     db_path = Path(path) if path is not None else default_db_path()
     with _full_disk_as_store_error(db_path, "migrating it"):
         conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
         failing = True
         try:
             outcome = migrate(conn, db_path)
+            built: list[str] = []
+            if stored_version(conn) is not None:  # not an empty file: the pre-aggregates' tables
+                _apply(conn, "histogram_schema")
+                built = histogram.build_missing(conn)
             failing = False
-            return outcome
+            return dataclasses.replace(outcome, aggregated=tuple(built)) if built else outcome
         finally:
             _close(conn, failing)
 

@@ -30,6 +30,7 @@ from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.rules.phases import phase_rule_problems
 from tailscope.rules.stages import stage_rule_problems
+from tailscope.store.duckdb import histogram
 from tailscope.store.duckdb.rules import (
     phase_rules_in_force,
     regex_error,
@@ -42,6 +43,8 @@ from tailscope.store.duckdb.rules import (
 from tailscope.store.duckdb.statements import ALL_TIME, span_tree_query
 
 Connection = Any  # a DuckDB connection
+# A long derive's progress: (fraction done 0..1, what it is doing), as the diagnosis reports its own.
+Progress = Callable[[float, str], None]
 WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 
 # A whole-run derive goes through the run's traces in time windows of about this many spans, so its
@@ -63,6 +66,7 @@ def refresh_run(
     touched: pa.Table | None = None,
     added: int = 0,
     span_range: tuple[int, int, int] | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> None:
     """Bring the derived rows of one run up to date with its spans.
 
@@ -70,7 +74,8 @@ def refresh_run(
     refresh, `added` how many spans those writes added to the run; with them only those traces are
     recomputed. Without them, a run whose span count moved is recomputed whole. `span_range`:
     (first start, last start, longest duration) of the added spans in ns; with it the touched
-    traces' older spans are looked for only where they can be (see `trace_window`).
+    traces' older spans are looked for only where they can be (see `trace_window`). `progress`:
+    called with the fraction of a whole-run derive done after each of its parts.
     """
     seed_rules(conn)
     if seed_phase_rules(conn):  # a new store, or one derived before phase rules existed:
@@ -80,6 +85,7 @@ def refresh_run(
     state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
     if count == 0:
         conn.execute(sql.load("derive_delete_run"), [run_label])
+        histogram.forget(conn, run_label)
         conn.execute(sql.load("derive_state_forget"), [run_label])
         return
     if state is not None and count == state[0] and (touched is None or added == 0):
@@ -96,8 +102,12 @@ def refresh_run(
             conn.unregister("_ts_touched")
         known = longest_request(conn, run_label, state)
         window = trace_window(conn, run_label, span_range, known)
-        conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
-        _derive(conn, run_label, "traces", window)
+
+        def replace() -> None:
+            conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
+            _derive(conn, run_label, "traces", window)
+
+        histogram.around_refresh(conn, run_label, window, replace)
         written = conn.execute(sql.load("derive_longest_in_window"), [run_label, *window]).fetchone()[0]
         longest = max(known, int(written or 0))  # an upper bound: a request derived shorter may remain
     else:
@@ -106,12 +116,15 @@ def refresh_run(
         if parts == 1:
             _derive(conn, run_label, "run")
         else:
-            _derive_in_parts(conn, run_label, parts)
+            _derive_in_parts(conn, run_label, parts, progress)
+        histogram.rebuild(conn, run_label)
         longest = int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)
     conn.execute(sql.load("derive_state_write"), [run_label, count, longest])
 
 
-def _derive_in_parts(conn: WriterConnection, run_label: str, parts: int) -> None:
+def _derive_in_parts(
+    conn: WriterConnection, run_label: str, parts: int, progress: Callable[[float], None] | None = None
+) -> None:
     """A whole run derived in `parts` time windows of about equal span counts, each trace in the
     window of its first span. Each part reads the spans of its window (plus the reach of a trace
     on either side), so the cost per span stays flat as the run grows; hash partitions each read
@@ -121,9 +134,11 @@ def _derive_in_parts(conn: WriterConnection, run_label: str, parts: int) -> None
     first, last, longest, cuts = bounds_row
     reach = max(int(longest), 0) + 2 * CLOCK_SKEW_NS
     bounds = [first, *sorted(set(cuts) - {first}), last + 1]
-    for low, high in pairwise(bounds):
+    for done, (low, high) in enumerate(pairwise(bounds), start=1):
         conn.execute(sql.load("derive_scope_part"), [run_label, low, high, reach])
         _derive(conn, run_label, "traces", (low, high + reach))
+        if progress is not None:
+            progress(done / (len(bounds) - 1))
 
 
 def longest_request(conn: Connection, run_label: str, state: tuple[Any, ...] | None = None) -> int:
@@ -179,39 +194,56 @@ def _derive(conn: WriterConnection, run_label: str, scope: str, window: tuple[in
     _drop_temp(conn)
 
 
-def rederive_after(conn: WriterConnection, write: Callable[[], None]) -> None:
+def rederive_after(
+    conn: WriterConnection, write: Callable[[], None], progress: Progress | None = None
+) -> None:
     """Run `write` (a rule edit) and recompute every run, in one transaction: all or nothing."""
     conn.begin()
     try:
         write()
-        refresh_all(conn)
+        refresh_all(conn, progress)
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
 
 
-def refresh_all(conn: WriterConnection) -> None:
-    """Recompute every run from scratch (after a stage-rule edit)."""
+def refresh_all(conn: WriterConnection, progress: Progress | None = None) -> None:
+    """Recompute every run from scratch (after a stage-rule edit); `progress`: told the fraction of
+    the store's spans derived after each part of a run (about PART_SPANS spans)."""
     conn.execute(sql.load("derive_state_forget"), [None])
     conn.execute(sql.load("derive_delete_run"), [None])
-    for (run_label,) in conn.execute(sql.load("span_runs")).fetchall():
-        refresh_run(conn, run_label)
+    histogram.forget(conn, None)
+    runs = [row[0] for row in conn.execute(sql.load("span_runs")).fetchall()]
+    sizes = [int(conn.execute(sql.load("derive_run_rows"), [run]).fetchone()[0]) for run in runs]
+    total, done = max(sum(sizes), 1), 0
+    for run_label, size in zip(runs, sizes, strict=True):
+
+        def told(fraction: float, run: str = run_label, before: int = done, spans: int = size) -> None:
+            if progress is not None:
+                step = f"run {run!r}: {fraction:.0%} of its {spans:,} spans"
+                progress((before + fraction * spans) / total, step)
+
+        told(0.0)
+        refresh_run(conn, run_label, progress=told)
+        done += size
+    if progress is not None:
+        progress(1.0, f"{len(runs)} runs, {done:,} spans derived")
 
 
-def replace_rules(conn: Connection, rules: list[StageRule]) -> None:
+def replace_rules(conn: Connection, rules: list[StageRule], progress: Progress | None = None) -> None:
     """Validate, store (renumbering positions 1..n in list order) and recompute the derived tables of
     every run, in one transaction on a writer connection. Raises ValueError listing the problems
     when invalid; nothing is changed then."""
     problems = stage_rule_problems(rules, lambda pattern: regex_error(conn, pattern))
     if problems:
         raise ValueError("invalid stage rules: " + "; ".join(problems))
-    rederive_after(conn, lambda: store_rules(conn, rules))
+    rederive_after(conn, lambda: store_rules(conn, rules), progress)
 
 
-def replace_phase_rules(conn: Connection, rules: list[PhaseRule]) -> None:
+def replace_phase_rules(conn: Connection, rules: list[PhaseRule], progress: Progress | None = None) -> None:
     """As replace_rules, for the phase rules."""
     problems = phase_rule_problems(rules, lambda pattern: regex_error(conn, pattern))
     if problems:
         raise ValueError("invalid phase rules: " + "; ".join(problems))
-    rederive_after(conn, lambda: store_phase_rules(conn, rules))
+    rederive_after(conn, lambda: store_phase_rules(conn, rules), progress)

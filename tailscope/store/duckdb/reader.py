@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -78,6 +79,19 @@ class DuckDBReader:
             return DuckDBRows(self.conn.execute(text, bound))
         bound_params = dict(params) if isinstance(params, Mapping) else list(params)
         return DuckDBRows(self.conn.execute(sql.load(name), bound_params))
+
+    def histograms(
+        self, run: str, min_requests: int = 0
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], int] | None:
+        try:
+            requests = self.conn.execute(sql.load("run_request_count"), [run]).fetchall()[0][0]
+            if requests < min_requests:
+                return None
+            e2e = self.conn.execute(sql.load("histogram_read_e2e"), [run]).fetchall()
+            stages = self.conn.execute(sql.load("histogram_read_stages"), [run]).fetchall()
+        except duckdb.CatalogException:  # a store no writer of this version has opened yet
+            return None
+        return e2e, stages, int(requests)
 
     def stage_rules(self) -> list[StageRule]:
         return rules.rules_in_force(self.conn)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import astuple
 from typing import Any
 
 import duckdb
@@ -16,23 +18,22 @@ from tailscope.store.errors import why_refused
 Connection = Any  # a DuckDB connection (read-only or writer)
 
 
-def rules_in_force(conn: Connection) -> list[StageRule]:
+def _in_force(conn: Connection, statement: str, from_rows: Callable[[list], list], defaults: list) -> list:
     """The stored rules, or the defaults when the store has none (or no table yet: a store from
     before the table existed, opened read-only)."""
     try:
-        rows = conn.execute(sql.load("stage_rules_list")).fetchall()
+        rows = conn.execute(sql.load(statement)).fetchall()
     except duckdb.CatalogException:
-        return default_rules()
-    return rules_from_rows(rows) if rows else default_rules()
+        return defaults
+    return from_rows(rows) if rows else defaults
+
+
+def rules_in_force(conn: Connection) -> list[StageRule]:
+    return _in_force(conn, "stage_rules_list", rules_from_rows, default_rules())
 
 
 def phase_rules_in_force(conn: Connection) -> list[PhaseRule]:
-    """The stored phase rules, or the defaults when the store has none (or no table yet)."""
-    try:
-        rows = conn.execute(sql.load("phase_rules_list")).fetchall()
-    except duckdb.CatalogException:
-        return default_phase_rules()
-    return phase_rules_from_rows(rows) if rows else default_phase_rules()
+    return _in_force(conn, "phase_rules_list", phase_rules_from_rows, default_phase_rules())
 
 
 def regex_error(conn: Connection, pattern: str) -> str | None:
@@ -44,37 +45,18 @@ def regex_error(conn: Connection, pattern: str) -> str | None:
     return None
 
 
+def _store(conn: Connection, table: str, rules: list[StageRule] | list[PhaseRule]) -> None:
+    conn.execute(sql.load(f"{table}_delete"))
+    rows = [[i, *astuple(r)[1:]] for i, r in enumerate(rules, start=1)]
+    conn.executemany(sql.load(f"{table}_insert"), rows)
+
+
 def store_rules(conn: Connection, rules: list[StageRule]) -> None:
-    conn.execute(sql.load("stage_rules_delete"))
-    conn.executemany(
-        sql.load("stage_rules_insert"),
-        [
-            [i, r.stage, r.span_kind, r.name_regex, r.attribute_regex, r.description]
-            for i, r in enumerate(rules, start=1)
-        ],
-    )
+    _store(conn, "stage_rules", rules)
 
 
 def store_phase_rules(conn: Connection, rules: list[PhaseRule]) -> None:
-    conn.execute(sql.load("phase_rules_delete"))
-    conn.executemany(
-        sql.load("phase_rules_insert"),
-        [
-            [
-                i,
-                r.framework,
-                r.phase,
-                r.stage,
-                r.source,
-                r.start_key,
-                r.end_key,
-                r.unit,
-                r.name_regex,
-                r.description,
-            ]
-            for i, r in enumerate(rules, start=1)
-        ],
-    )
+    _store(conn, "phase_rules", rules)
 
 
 def seed_rules(conn: Connection) -> None:

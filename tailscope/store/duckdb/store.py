@@ -37,6 +37,14 @@ class DuckDBStore:
     def name(self) -> str:
         return str(self.path)
 
+    @property
+    def file(self) -> Path:
+        return self.path
+
+    def delete(self) -> None:
+        for stale in (self.path, self.path.with_name(self.path.name + ".wal")):
+            stale.unlink(missing_ok=True)
+
     def reader(self) -> Any:
         """A read-only DuckDB connection (closed on exit)."""
         return connect_reader(self.path, self.wait_seconds)
@@ -71,16 +79,20 @@ class DuckDBStore:
     def close(self) -> None:
         """Nothing: no connection outlives its unit of work."""
 
-    def _replace(self, replace: Any, rules: list[Any]) -> list[str]:
+    def _replace(self, replace: Any, rules: list[Any], progress: derive.Progress | None) -> list[str]:
         with self.writer() as conn:
-            replace(conn, rules)
+            replace(conn, rules, progress)
             return [row[0] for row in conn.execute(sql.load("span_runs")).fetchall()]
 
-    def replace_stage_rules(self, rules: list[StageRule]) -> list[str]:
-        return self._replace(derive.replace_rules, rules)
+    def replace_stage_rules(
+        self, rules: list[StageRule], progress: derive.Progress | None = None
+    ) -> list[str]:
+        return self._replace(derive.replace_rules, rules, progress)
 
-    def replace_phase_rules(self, rules: list[PhaseRule]) -> list[str]:
-        return self._replace(derive.replace_phase_rules, rules)
+    def replace_phase_rules(
+        self, rules: list[PhaseRule], progress: derive.Progress | None = None
+    ) -> list[str]:
+        return self._replace(derive.replace_phase_rules, rules, progress)
 
     def run_writer(self, run: str, files: int = 1) -> AbstractContextManager[DuckDBRunWriter]:
         return run_writer(self.path, run)

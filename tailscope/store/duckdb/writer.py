@@ -23,7 +23,7 @@ from tailscope.store.duckdb.derive import refresh_run, trace_window
 from tailscope.store.duckdb.run_row import trace_count, update_run
 from tailscope.store.duckdb.touched import TouchedTraces
 from tailscope.store.interface import FileWrite, SpanBatch
-from tailscope.store.setup import setup_attributes
+from tailscope.store.setup import arrow_chunks
 
 WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 
@@ -65,32 +65,11 @@ def store_batches(
     before = _query(conn, "ingest_run_span_count", [run_label])[0][0]
     setup: dict[str, set[str]] = {}
     touched = TouchedTraces()
-    pending: list[pa.Table] = []  # appended together: DuckDB's per-INSERT cost is not negligible
-
-    def append(whole_groups: bool = False) -> None:
-        table = pending[0] if len(pending) == 1 else pa.concat_tables(pending)
-        pending.clear()
-        if whole_groups:  # the rest waits for the next batches (see INSERT_ROWS)
-            rows = table.num_rows - table.num_rows % INSERT_ROWS
-            if rows < table.num_rows:
-                pending.append(table.slice(rows))
-            table = table.slice(0, rows)
-        append_batch(conn, run_label, table.combine_chunks())
-
-    for batch in batches:
-        if not len(batch):
-            continue
-        setup_attributes(batch, setup)
-        table = batch.to_arrow()
+    # batches appended together (DuckDB's per-INSERT cost is not negligible), in whole row groups
+    for table in arrow_chunks(batches, setup, INSERT_ROWS, whole=True):
         touched.add(table)
-        if pending and not table.schema.equals(pending[0].schema):
-            append()
-        pending.append(table)
-        stats.spans_decoded += len(batch)
-        if sum(t.num_rows for t in pending) >= INSERT_ROWS:
-            append(whole_groups=True)
-    if pending:
-        append()
+        stats.spans_decoded += table.num_rows
+        append_batch(conn, run_label, table.combine_chunks())
     touched_table = touched.table() if stats.spans_decoded else None
     known = 0
     if touched_table is not None:
@@ -109,7 +88,7 @@ def store_batches(
     traces = trace_count(conn, run_label, before, after, len(touched_table or []) - known)
     update_run(conn, run_label, source_files, setup, after, traces)
     stats.run_spans, stats.run_traces = _query(conn, "ingest_run_counts", [run_label])[0]
-    # (the memory cap set by load_file stays for the derive: it goes part by part, see derive.PART_SPANS)
+    # (the transaction's memory cap stays for the derive: it goes part by part, see derive.PART_SPANS)
     refresh_run(conn, run_label, touched_table, stats.spans_stored, touched.span_range())
     return stats
 
@@ -138,16 +117,7 @@ class DuckDBRunWriter:
         self.traces = 0
 
     def write_file(self, source: str, batches: Iterable[SpanBatch]) -> FileWrite:
-        with connect_writer(self.path) as conn:
-            conn.execute(sql.load("ingest_writer_memory")).fetchall()
-            conn.begin()
-            try:
-                stats = store_batches(conn, self.run, batches, [source])
-            except BaseException:
-                conn.rollback()
-                raise
-            with deferred_stop_signals():  # a stop signal inside COMMIT acts right after it
-                conn.commit()
+        stats = _transaction(self.path, self.run, batches, source)
         self.traces = stats.run_traces
         return FileWrite(stats.spans_stored, stats.duplicates, stats.run_traces)
 
@@ -161,7 +131,25 @@ def run_writer(path: Path, run: str) -> Iterator[DuckDBRunWriter]:
 
 
 # store(conn, run_label, batches, source_files) -> stats, as store_batches
-StoreFn = Callable[[Any, str, Sequence[SpanBatch], list[str]], Any]
+StoreFn = Callable[[Any, str, Iterable[SpanBatch], list[str]], Any]
+
+
+def _transaction(
+    path: Path, run: str, batches: Iterable[SpanBatch], source: str, store: StoreFn = store_batches
+) -> Any:
+    """One file's or one flush's transaction, under the writers' memory cap: the batches stored and
+    the run's derived rows brought up to date, or (any failure) nothing; what `store` returned."""
+    with connect_writer(path) as conn:
+        conn.execute(sql.load("ingest_writer_memory")).fetchall()
+        conn.begin()
+        try:
+            stats = store(conn, run, batches, [source])
+        except BaseException:
+            conn.rollback()
+            raise
+        with deferred_stop_signals():  # a stop signal inside COMMIT acts right after it
+            conn.commit()
+    return stats
 
 
 class DuckDBSink:
@@ -176,15 +164,7 @@ class DuckDBSink:
         self.where = f"db={self.path}"
 
     def write(self, batches: Sequence[SpanBatch]) -> None:
-        with connect_writer(self.path) as conn:
-            conn.execute(sql.load("ingest_writer_memory"))  # the same cap as a file's ingest
-            conn.execute("BEGIN TRANSACTION")
-            try:
-                self.store(conn, self.run, batches, [self.source])
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+        _transaction(self.path, self.run, batches, self.source, self.store)
 
     def reader_waiting(self) -> bool:
         return waiting(self.path, "reader")

@@ -1,0 +1,4 @@
+-- Runs with derived requests but no pre-aggregates (a store derived before request_histogram existed).
+SELECT DISTINCT RunLabel FROM requests
+WHERE RunLabel NOT IN (SELECT RunLabel FROM request_histogram)
+ORDER BY RunLabel

@@ -1,0 +1,33 @@
+-- Per-run pre-aggregates of `requests`, kept by every derive (tailscope.store.duckdb.histogram) so the
+-- unfiltered views of a large run read a few thousand rows instead of every request
+-- (tailscope.analysis.histogram). Buckets are log-spaced: Bucket = floor(100 ln(ns)) for a value
+-- > 0 (each bucket 1.005 % wide), -1 for 0 (or a negative rounding remainder). Sums are of
+-- Weight × value (requests.Weight), so weighted and plain means come from the same rows.
+-- request_histogram: per run × e2e (Duration) bucket, the requests' counts, error weight, and their
+-- weighted sums of Duration and of each stage's exclusive time (the waterfall's band means).
+CREATE TABLE IF NOT EXISTS request_histogram (
+    RunLabel VARCHAR NOT NULL,
+    Bucket INTEGER NOT NULL,
+    Requests BIGINT NOT NULL,
+    Weight DOUBLE NOT NULL,
+    Errors DOUBLE NOT NULL,
+    DurationNs DOUBLE NOT NULL,
+    ingress_ns DOUBLE NOT NULL,
+    queue_ns DOUBLE NOT NULL,
+    parsing_ns DOUBLE NOT NULL,
+    feature_hydration_ns DOUBLE NOT NULL,
+    preprocessing_ns DOUBLE NOT NULL,
+    model_forward_ns DOUBLE NOT NULL,
+    postprocessing_ns DOUBLE NOT NULL,
+    downstream_ns DOUBLE NOT NULL,
+    serialization_ns DOUBLE NOT NULL,
+    unattributed_ns DOUBLE NOT NULL
+);
+-- stage_histogram: per run × stage × bucket of that stage's exclusive time, the requests' count and weight.
+CREATE TABLE IF NOT EXISTS stage_histogram (
+    RunLabel VARCHAR NOT NULL,
+    Stage VARCHAR NOT NULL,
+    Bucket INTEGER NOT NULL,
+    Requests BIGINT NOT NULL,
+    Weight DOUBLE NOT NULL
+);

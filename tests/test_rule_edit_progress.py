@@ -1,0 +1,40 @@
+"""A rule edit re-derives every run with progress (issue 29: a 100 M-span store takes minutes): the
+store reports the fraction of its spans derived after each part of each run, from 0 to 1, naming
+the run, so the Stage mapping page can move a progress bar instead of a spinner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from reference_pipeline.simulate import simulate_to_file
+from tailscope.analysis import list_rules, save_rules
+from tailscope.cli.main import main
+from tailscope.store.duckdb import derive
+from tailscope.store.duckdb.store import DuckDBStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> DuckDBStore:
+    path = tmp_path / "store.duckdb"
+    for run, seed in (("first", 1), ("second", 2)):
+        file = tmp_path / f"{run}.json"
+        simulate_to_file(file, "steady", 400, seed=seed)
+        assert main(["ingest", str(file), "--db", str(path), "--run", run]) == 0
+    return DuckDBStore(path)
+
+
+def test_a_rule_edit_reports_its_progress_run_by_run_and_part_by_part(
+    store: DuckDBStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(derive, "PART_SPANS", 1000)  # each run derived in several parts
+    told: list[tuple[float, str]] = []
+    rules = list_rules(store)
+    save_rules(store, rules, lambda fraction, step: told.append((fraction, step)))
+    fractions = [fraction for fraction, _ in told]
+    assert fractions[0] == 0.0 and fractions[-1] == 1.0
+    assert fractions == sorted(fractions)
+    assert len(told) > 2 * 3  # every part of both runs, not one report per run
+    assert any("'first'" in step for _, step in told) and any("'second'" in step for _, step in told)
+    assert "2 runs" in told[-1][1]
