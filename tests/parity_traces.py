@@ -1,6 +1,7 @@
 """The traces the engine-parity tests load into DuckDB and into chdb: hand-built traces whose
 branches run in parallel or overlap (every path of the span tree, the sweep included), serving
-frameworks' phases (vLLM, Triton, TGI), and simulated runs of the reference pipeline."""
+frameworks' phases (vLLM, Triton, TGI), a queue-fed batch consumer with span links, and simulated
+runs of the reference pipeline."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ GC_EVENTS = [
     [(10, "v8js.gc", {"v8js.gc.type": "major", "v8js.gc.duration": "0.0125"})],
     [(12, "jvm.gc", {"jvm.gc.duration": "0.2"})],
     [(14, "gc", {"gc.duration_ms": "3.5"}), (60, "python.gc", {"gc.duration_ns": "700000"})],
+    [(20, "runtime.gc", {"runtime.gc.pause_us": "1500"})],  # a key naming a pause, its unit the suffix
     [],
 ]
 
@@ -97,6 +99,15 @@ def _frameworks() -> list[pa.Table]:
         )
         add_trace(cols, gateway, 500 + i, offset_ms=i * 300)
     return [cols.to_arrow()]
+
+
+def _async_built() -> list[pa.Table]:
+    """Queue-fed work (tests/mechanism_async.py): an API publishes, a batch consumer reads up to 16
+    messages a trace, its CONSUMER span linking to each message's PRODUCER span; bursts back it up."""
+    from tests.mechanism_async import async_builder, to_columns
+
+    builder, _ = async_builder(5, style="batch", burst=True, seconds=8.0)
+    return [to_columns(builder).to_arrow()]
 
 
 def _simulated(scenario: str, requests: int, seed: int, options: dict[str, Any]) -> list[pa.Table]:

@@ -39,13 +39,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def render_text(result: dict) -> str:
     """The readable report of `Diagnosis.to_dict()`."""
     read = " read (a sample, below)" if result.get("sampling") else ""
-    lines = [f"run {result['run']}: {result['requests']} requests{read}"]
+    populations = result.get("populations") or []
+    units = " units of work" if populations else " requests"
+    lines = [f"run {result['run']}: {result['requests']}{units}{read}"]
+    for pop in populations:  # asynchronous work: each kind of unit diagnosed apart
+        what = "requests" if pop["unit"] == "request" else "consumer units (publish to end of processing)"
+        ptail = pop.get("tail") or {}
+        lines.append(
+            f"  {pop['units']} {what} of {pop['entry_point']}"
+            + (f": p50 {ptail['p50_ms']:.1f} ms, p99 {ptail['p99_ms']:.1f} ms" if ptail else "")
+        )
     if result.get("reason"):
         lines.append(f"  note: {result['reason']}")
     tail = result.get("tail")
     if tail and tail["excess_ms"] > 0:
         lines.append(
-            f"  tail: p50 {tail['p50_ms']:.1f} ms, p99 {tail['p99_ms']:.1f} ms; requests from "
+            ("  tail (of the top finding's units)" if populations else "  tail")
+            + f": p50 {tail['p50_ms']:.1f} ms, p99 {tail['p99_ms']:.1f} ms; requests from "
             f"p{tail['tail_from_quantile'] * 100:g} on take {tail['excess_ms']:.1f} ms more than the middle "
             f"half (the tail excess), {tail['named_share']:.0%} of it named below"
             + (f", {tail['unexplained_share']:.0%} located" if tail["unexplained_share"] else "")

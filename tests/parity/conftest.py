@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from parity_traces import SIMULATED, WINDOWED, _frameworks, _hand_built, _simulated
+from parity_traces import SIMULATED, WINDOWED, _async_built, _frameworks, _hand_built, _simulated
 
 from tailscope.store.clickhouse import dedupe as ch_dedupe
 from tailscope.store.clickhouse import write as ch_write
@@ -23,7 +23,7 @@ from tailscope.store.engine import open_store
 
 @pytest.fixture(scope="package")
 def runs() -> dict[str, list[pa.Table]]:
-    loaded = {"hand": _hand_built(), "frameworks": _frameworks()}
+    loaded = {"hand": _hand_built(), "frameworks": _frameworks(), "async": _async_built()}
     for run, (scenario, requests, seed, options) in SIMULATED.items():
         loaded[run] = _simulated(scenario, requests, seed, dict(options))
     return loaded

@@ -145,7 +145,7 @@ def test_empty_filter_gives_the_same_reason(stores: tuple[Store, ClickHouseStore
     assert views.list_runs(clickhouse) == views.list_runs(duck)
 
 
-DIAGNOSED = ["steady", "burst", "lock", "gateway", "alt-slow"]
+DIAGNOSED = ["steady", "burst", "lock", "gateway", "alt-slow", "async"]
 
 
 def _findings(result: Any) -> list[tuple[str, str | None, str | None]]:
@@ -221,7 +221,23 @@ def test_gc_events_are_read_alike(stores: tuple[Store, ClickHouseStore]) -> None
         order = np.lexsort((frame.gc_dur, frame.gc_time))
         frames.append((frame.gc_time[order].tolist(), frame.gc_dur[order].tolist()))
     assert frames[0] == frames[1]
-    assert sorted(set(frames[0][1])) == [700_000, 3_500_000, 12_500_000, 200_000_000]
+    assert sorted(set(frames[0][1])) == [700_000, 1_500_000, 3_500_000, 12_500_000, 200_000_000]
+
+
+def test_span_links_are_read_alike(stores: tuple[Store, ClickHouseStore]) -> None:
+    """A batch consumer's links to its messages' producer spans (diagnosis_links.sql), read the same
+    from both engines, every link resolved to a span of the run."""
+    from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.source import reading
+
+    links = []
+    for store in stores:
+        with reading(store) as conn:
+            frame = load_frame(conn, "async")
+        pairs = zip(frame.start[frame.link_from].tolist(), frame.start[frame.link_to].tolist(), strict=True)
+        links.append(sorted(pairs))
+    assert links[0] == links[1]
+    assert len(links[0]) > 500
 
 
 @pytest.mark.parametrize("run", ["steady", "lock"])

@@ -166,7 +166,7 @@ def detect(ctx: Context) -> list[Finding]:
         late_rate = float(slow[~early].mean()) if (~early).any() else rate
         cold = early_rate > 3 * max(late_rate, 1e-3) and early_rate > 0.2
         # misses in the warm-up of each instance (its first requests after a (re)start)
-        from tailscope.analysis.diagnosis.gc_pause import warm_up_mask
+        from tailscope.analysis.diagnosis.long_stalls import warm_up_mask
 
         in_warm = warm_up_mask(ctx)[np.maximum(f.request[spans], 0)]
         warm_rate = float(slow[in_warm].mean()) if in_warm.any() else rate

@@ -12,7 +12,9 @@ requests that get slower towards the end of the window (a neighbour's load, a bu
 by the ratio of the window's last third to its first third. An instance already serving when the
 trace begins may have started long before (its first traced requests are not its first ever): where
 the instances that appear mid-run (restarts, replicas added for a burst) show a clearer warm-up, the
-AUC and ratio are theirs. The stage and span name that carry the
+AUC and ratio are theirs. A queue consumer's unit of work (units.py) is judged on its processing,
+its wait in the broker left out (a backlog is the queue's, shared by warm and cold workers alike).
+The stage and span name that carry the
 early excess
 are named; when that span is a bimodal (cache) span, the warm-up is a cold cache and is left to the
 cache_miss finding.
@@ -27,6 +29,7 @@ from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, 
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "cold_start"
+FRESH_LIFE = 12  # an instance that appears mid-run is judged from this many requests
 ADVICE = (
     "The first requests after a process starts are slow ({where} carries the warm-up). Warm up before "
     "taking traffic: run a few representative requests at start (compile/JIT, allocator and kernel "
@@ -83,16 +86,6 @@ def detect(ctx: Context) -> list[Finding]:
     per_inst = np.bincount(reqs.instance, minlength=len(f.instances))
     idx = reqs.index_on_instance
     life = per_inst[reqs.instance]
-    usable = life >= 40
-    if usable.sum() < 50:
-        return []
-    lat = reqs.latency.astype(np.float64)
-    late = usable & (idx >= life // 2)
-    plateau = float(np.median(lat[late]))
-    # warm-up length: past the last log-spaced index bucket whose median is 1.3x the plateau or more
-    cap = int(np.median(per_inst[per_inst >= 40]) // 2)
-    edges = np.unique(np.r_[0, np.geomspace(1, max(cap, 2), 24).astype(np.int64)])
-    bucket = np.searchsorted(edges, idx, side="right") - 1
     # instances that appear mid-run did start then (a restart, a replica added for a burst); those
     # already serving when the trace begins may have started long before (their first traced requests
     # are not their first ever) and would hide a warm-up the new ones show
@@ -100,6 +93,20 @@ def detect(ctx: Context) -> list[Finding]:
     np.minimum.at(first_seen, reqs.instance, reqs.start.astype(np.float64))
     span = float(reqs.start.max() - reqs.start.min())
     fresh = (first_seen > reqs.start.min() + 0.05 * span)[reqs.instance]
+    # a replica added late in a short run serves few requests: its own first and later ones still
+    # tell its warm-up
+    usable = (life >= 40) | (fresh & (life >= FRESH_LIFE))
+    if usable.sum() < 50:
+        return []
+    lat = reqs.latency.astype(np.float64)
+    if reqs.queued is not None:  # a consumer's work: its processing, not the broker's wait before it
+        lat = lat - reqs.queued
+    late = usable & (idx >= life // 2)
+    plateau = float(np.median(lat[late]))
+    # warm-up length: past the last log-spaced index bucket whose median is 1.3x the plateau or more
+    cap = int(np.median(per_inst[per_inst >= 40]) // 2)
+    edges = np.unique(np.r_[0, np.geomspace(1, max(cap, 2), 24).astype(np.int64)])
+    bucket = np.searchsorted(edges, idx, side="right") - 1
     warm, only_fresh = 0, False
     for group in (usable, usable & fresh):
         if group is not usable and (group & late).sum() < 20:

@@ -13,6 +13,10 @@ waits: where the caller gives up at a deadline (and retries), the callee's forwa
 CLIENT span has ended, and the whole of an attempt the caller abandoned bought nothing: the request
 waited for the deadline, then for the retry. Forward time under an abandoned attempt (timeout_retry's
 note) and after its caller ended is left out of the share (timeout_retry explains that tail).
+
+A queue consumer's messages wait in the broker for a busy consumer: where nothing else claims that wait
+(it does not follow the arrivals, no stall or warm-up), the forward's part of the consumers' busy time
+takes that part of the wait's share too (_busy_wait_share).
 """
 
 from __future__ import annotations
@@ -161,6 +165,8 @@ def detect(ctx: Context) -> list[Finding]:
     if np.isfinite(client).mean() >= 0.9 and base > 0:
         seen = tail_split(np.nan_to_num(client, nan=np.nanmedian(client)))
         share = min(share, excess_share(ctx.per_request(fwd, waited), seen) * share / base)
+    waiting = _busy_wait_share(ctx, fwd, waited)
+    share = min(1.0, share + waiting)
     spans = np.nonzero(fwd)[0]
     d = f.dur[spans].astype(np.float64)
     p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
@@ -222,6 +228,7 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_excess_share": round(share, 3),
         "tail_excess_share_in_gc_stalls": round(stalled, 3),
         "tail_excess_share_in_warm_up": round(warming, 3),
+        "tail_excess_share_waiting_for_busy_consumers": round(waiting, 3),
         "typical_share": round(body_share, 3),
         "forward_p50_ms": ms(p50),
         "forward_p99_ms": ms(p99),
@@ -250,6 +257,33 @@ def detect(ctx: Context) -> list[Finding]:
             advice,
         )
     ]
+
+
+BUSY = 0.3  # consumers busy at least this share of the time: messages wait for the work in progress
+
+
+def _busy_wait_share(ctx: Context, fwd: np.ndarray, waited: np.ndarray) -> float:
+    """A queue consumer's units (units.py) wait in the broker for a consumer to free up. Where the wait
+    does not follow the arrivals (no queueing finding, no stalls, no warm-up claim it) and the
+    consumers are busy (>= BUSY of the time), it is the work in progress that keeps messages waiting:
+    its share of the tail excess goes to the forward pass in proportion to the forward's part of the
+    consumers' processing time."""
+    f = ctx.frame
+    reqs = f.requests
+    if reqs.queued is None or not reqs.queued.any():
+        return 0.0
+    claimed = (ctx.notes.get("queueing_confidence", 0.0) >= 0.3 or "gc_episodes" in ctx.notes
+               or ctx.notes.get("warm_up_requests") is not None)
+    if claimed:
+        return 0.0
+    processing = (reqs.latency - reqs.queued).astype(np.float64)
+    horizon = float((reqs.start + reqs.latency).max() - reqs.start.min())
+    consumers = max(int((np.bincount(reqs.instance) > 0).sum()), 1)
+    busy = float(processing.sum()) / max(consumers * horizon, 1.0)
+    if busy < BUSY:
+        return 0.0
+    part = float(ctx.per_request(fwd, waited).sum()) / max(float(processing.sum()), 1.0)
+    return max(0.0, excess_share(reqs.queued.astype(np.float64), ctx.split)) * min(part, 1.0)
 
 
 PROFILE_ADVICE = "profile the forward pass (torch.profiler) to find the dominant operators"

@@ -22,12 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.stats import excess_share, tail_split
+from tailscope.analysis.diagnosis.proxies import descend_proxies
 from tailscope.analysis.diagnosis.structure import (
     callee_mask,
     containing_parent,
-    distinct_per_owner,
-    fan_out_roots,
     work_instances,
     wrapper_spans,
 )
@@ -58,6 +56,11 @@ class Requests:
     # how many requests each stands for (a head-sampled run's tailscope.sample.weight, from the
     # derived requests: load.request_weights); None: each itself. The tail split weighs by it.
     weight: np.ndarray | None = None
+    # when the work arrived, one time per message, where a unit carries several (a batch consumer's
+    # unit: each linked message's publish, units.py); None: each unit's own arrival
+    work_arrival: np.ndarray | None = None
+    # ns each unit waited in a broker before its consumer started (units.py); None: requests
+    queued: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.root)
@@ -94,7 +97,16 @@ class TraceFrame:
     gc_instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gc_time: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     gc_dur: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # span links: span link_from[i] links to span link_to[i], both in the frame (a batch consumer's span to
+    # the producer span of each message it reads; load.py reads the CONSUMER spans' links only)
+    link_from: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    link_to: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # the spans that root a unit of work, where a frame is one population of units (units.py: a
+    # consumer's work below a span for its wait in the broker); None: the request roots build_frame finds
+    unit_roots: np.ndarray | None = None
     # derived by build_frame
+    # the stages as read, before build_frame marks moved proxy roots as ingress
+    read_stage: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     request: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     excl: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     leaf: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
@@ -159,90 +171,6 @@ def _depth_and_ancestors(parent: np.ndarray, is_server: np.ndarray) -> tuple[np.
         server_above[idx] |= is_server[cur[idx]]
         cur[idx] = parent[cur[idx]]
     return depth, server_above
-
-
-PROXY_COVERAGE = 0.6  # a root mostly covered by one forwarded call (median) is a proxy tier
-PROXY_TAIL = 0.5  # ... or one whose forwarded call carries most of its tail excess
-PROXY_CALLEE = 0.8  # a root calling several services forwards to one of them in most requests
-
-
-def _mode_share(values: np.ndarray) -> float:
-    return float(np.unique(values, return_counts=True)[1].max() / max(len(values), 1))
-
-
-def _nearest_server_above(parent: np.ndarray, is_server: np.ndarray, spans: np.ndarray) -> np.ndarray:
-    """For each span of `spans`: its nearest SERVER ancestor (-1 where none)."""
-    out = np.full(len(spans), -1, np.int64)
-    cur = parent[spans].copy()
-    todo = np.arange(len(spans))
-    for _ in range(256):
-        alive = cur[todo] >= 0
-        todo = todo[alive]
-        if len(todo) == 0:
-            break
-        hit = is_server[cur[todo]]
-        out[todo[hit]] = cur[todo[hit]]
-        todo = todo[~hit]
-        cur[todo] = parent[cur[todo]]
-    return out
-
-
-def _descend_proxies(frame: TraceFrame, parent: np.ndarray, is_root: np.ndarray) -> np.ndarray:
-    """Request roots moved from proxy tiers to the span of the service they forward to (see the
-    module docstring). Returns the span indices of the roots that moved (their new position)."""
-    is_server = frame.kind == KIND_SERVER
-    servers = np.nonzero(is_server & (parent >= 0))[0]
-    if len(servers) == 0:
-        return np.zeros(0, np.int64)
-    above = _nearest_server_above(parent, is_server, servers)
-    via_client = frame.kind[parent[servers]] == KIND_CLIENT
-    has_children = np.bincount(parent[parent >= 0], minlength=len(frame)) > 0
-    moved_all = []
-    for _ in range(4):  # a gateway in front of a router in front of the model server, at most
-        fan_out = fan_out_roots(parent, frame.kind, frame.service, frame.start, frame.dur, is_root,
-                                KIND_SERVER, KIND_CLIENT)
-        ok = (above >= 0) & via_client
-        ok[ok] = is_root[above[ok]] & (frame.service[servers[ok]] != frame.service[above[ok]])
-        cand, root = servers[ok], above[ok]
-        if len(cand) == 0:
-            break
-        callees = distinct_per_owner(root, frame.service[cand], len(frame))
-        # one forwarded call per root: the longest
-        order = np.lexsort((frame.dur[cand], root))
-        cand, root = cand[order], root[order]
-        last = np.r_[root[1:] != root[:-1], True]
-        cand, root = cand[last], root[last]
-        call = frame.dur[parent[cand]]  # the time handed on: the CLIENT span (with the wire and accept)
-        cover = call / np.maximum(frame.dur[root], 1)
-        roots = np.nonzero(is_root)[0]
-        group_codes = frame.service[roots] * (len(frame.names) + 1) + frame.name[roots]
-        groups, group_of = np.unique(group_codes, return_inverse=True)
-        coverage = np.zeros(len(frame), np.float64)
-        coverage[root] = cover
-        call_dur = np.zeros(len(frame), np.float64)
-        call_dur[root] = call
-        traced_work = np.zeros(len(frame), bool)  # the callee's own spans are traced: its work is visible
-        traced_work[root] = has_children[cand]
-        callee_of = np.full(len(frame), -1, np.int64)
-        callee_of[root] = frame.service[cand]
-        proxy = np.zeros(len(groups), bool)
-        for g in range(len(groups)):
-            members = roots[group_of == g]
-            if traced_work[members].mean() < 0.5 or fan_out[members].mean() >= 0.5:
-                continue  # an aggregator's latency is its slowest call, not one callee's: not a proxy
-            if np.median(callees[members]) >= 2 and _mode_share(callee_of[members]) < PROXY_CALLEE:
-                continue  # calls several services in turn, the longest one changing: an orchestrator
-            tail_share = excess_share(call_dur[members], tail_split(frame.dur[members]))
-            proxy[g] = np.median(coverage[members]) >= PROXY_COVERAGE or tail_share >= PROXY_TAIL
-        position = np.full(len(frame), -1, np.int64)
-        position[roots] = group_of
-        move = proxy[position[root]]
-        if not move.any():
-            break
-        is_root[root[move]] = False
-        is_root[cand[move]] = True
-        moved_all.append(cand[move])
-    return np.concatenate(moved_all) if moved_all else np.zeros(0, np.int64)
 
 
 def _request_of(parent: np.ndarray, is_root: np.ndarray) -> np.ndarray:
@@ -330,8 +258,13 @@ def build_frame(frame: TraceFrame) -> TraceFrame:
     depth, server_above = _depth_and_ancestors(parent, is_server)
     has_server = np.zeros(int(frame.trace.max(initial=-1)) + 1, bool)
     has_server[frame.trace[is_server]] = True
-    is_root = (is_server & ~server_above) | ((parent < 0) & ~has_server[frame.trace])
-    moved = _descend_proxies(frame, parent, is_root)
+    frame.read_stage = frame.stage
+    if frame.unit_roots is not None:  # one population of units, its roots given (units.py)
+        is_root = frame.unit_roots.astype(bool).copy()
+        moved = np.zeros(0, np.int64)
+    else:
+        is_root = (is_server & ~server_above) | ((parent < 0) & ~has_server[frame.trace])
+        moved = descend_proxies(frame, parent, is_root, KIND_SERVER, KIND_CLIENT)
     if len(moved):  # the request root is ingress, whatever its name (as in the stage mapping)
         frame.stage = frame.stage.copy()
         frame.stage[moved] = ALL_STAGES.index("ingress")

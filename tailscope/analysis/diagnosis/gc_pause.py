@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling
+from tailscope.analysis.diagnosis import cpu_throttling, lone_stalls
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.long_stalls import (
     long_stalls,
     request_stall_overlap,
+    slow_flags,
+    warm_up_mask,
     where_stalled,
     young_excess,
 )
@@ -59,32 +61,6 @@ SHIFTS = 48
 MIN_BIN_NS = 1_000_000
 ALWAYS_SLOW = 0.25  # share of an instance's busy bins in which a call is slow: slow on its own
 WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy 10 ms windows
-
-
-def slow_flags(
-    ctx: Context, nm: np.ndarray, d: np.ndarray, n_codes: int, sample: int = 200_000
-) -> np.ndarray:
-    """Per interval (name code `nm`, duration `d`): above its name's 90th percentile and 1.5x its
-    median (the per-name quantiles come from a random sample of at most `sample` intervals)."""
-    d = d.astype(np.float64)
-    pick = np.arange(len(nm)) if len(nm) <= sample else ctx.rng.choice(len(nm), sample, replace=False)
-    order = np.lexsort((d[pick], nm[pick]))
-    nm_s, d_s = nm[pick][order], d[pick][order]
-    counts = np.bincount(nm_s, minlength=n_codes)
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    last = len(d_s) - 1
-    q90 = d_s[np.minimum(starts + (0.9 * np.maximum(counts - 1, 0)).astype(np.int64), last)]
-    med = d_s[np.minimum(starts + (0.5 * np.maximum(counts - 1, 0)).astype(np.int64), last)]
-    thr = np.where(counts > 0, np.maximum(q90, 1.5 * med), np.inf)
-    return d > thr[nm]
-
-
-def warm_up_mask(ctx: Context) -> np.ndarray:
-    """Per request: among the first 3K requests of its instance (K = 5 % of them, 10 to 200)."""
-    reqs = ctx.frame.requests
-    per_inst = np.bincount(reqs.instance, minlength=len(ctx.frame.instances))
-    k = np.clip((per_inst * 0.05).astype(np.int64), 10, 200)[reqs.instance]
-    return reqs.index_on_instance < 3 * k
 
 
 def detect(ctx: Context) -> list[Finding]:
@@ -172,8 +148,8 @@ def detect(ctx: Context) -> list[Finding]:
     null_sd = float(np.std(null)) + 1.0
     z = (obs - null_mean) / null_sd
     ratio = obs / max(null_mean, 1.0)
-    if obs < 3 or z < 2:
-        return _reported_only(ctx)
+    if obs < 3 or z < 2:  # nothing lines up across names: one piece of work in flight at a time?
+        return _lone(ctx, warm)
 
     # stall episodes: a pause freezes everything in flight, so an episode is a run of bins in which
     # every active name is slow ("frozen") that holds at least one stall bin
@@ -333,6 +309,43 @@ def detect(ctx: Context) -> list[Finding]:
 
 
 REPORTED_CAP = 0.9
+LONE_CAP = 0.95
+
+
+def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
+    """The finding from stretches alike across span names where one piece of work is in flight at a
+    time (lone_stalls.py), the runtime's reports confirming; else from the reports alone."""
+    found = lone_stalls.find(ctx, warm)
+    reported = _reported_only(ctx)
+    if found is None or found["strength"] * found["weight"] < 0.05:
+        return reported
+    f = ctx.frame
+    episodes = found["episodes"]
+    confidence = LONE_CAP * found["strength"] * found["weight"]
+    event_share = None
+    if len(f.gc_time):
+        event_share = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
+        confidence = max([confidence] + [fd.confidence for fd in reported])
+    if confidence >= 0.3:  # other detectors discount time frozen in these pauses
+        ctx.notes["gc_episodes"] = episodes
+    where, services = where_stalled(ctx, *episodes)
+    stats = {"services": services, "instances": where, **found["stats"], "gc_events": len(f.gc_time),
+             "tail_excess_share_in_reported_gc": None if event_share is None else round(event_share, 3)}
+    names = stats["stretched_work_names"] + stats["stretched_call_names"]
+    summary = (
+        f"One piece of work at a time runs on {', '.join(where)}, and {stats['stretched_spans']} spans of "
+        f"{len(names)} unrelated kinds ({', '.join(repr(n) for n in names[:5])}) are stretched by the same "
+        f"amount (median {stats['median_stretch_ms']} ms over their usual time, far beyond their own "
+        "spread): the process stopped, whatever it was doing. The stretches and the work that waited "
+        f"behind them carry {stats['tail_excess_share']:.0%} of the tail excess"
+        + ("." if event_share is None else
+           f"; the runtime reported GC pauses covering {event_share:.0%} of it.")
+    )
+    spans = np.nonzero(f.leaf & (f.request >= 0))[0]
+    slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
+    evidence = {"summary": summary, "stats": stats, "chart": stall_chart(ctx, spans, slow, *episodes)}
+    finding = Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)
+    return cpu_throttling.split(ctx, finding, episodes, event_share)
 
 
 def reported_weight(ctx: Context, overlap: np.ndarray, share: float) -> float:
@@ -367,6 +380,7 @@ def _reported_only(ctx: Context) -> list[Finding]:
         "median_pause_ms": round(float(np.median(pause_ms)), 3),
         "tail_requests_in_reported_gc": round(tail_hit, 3),
         "tail_excess_share_in_reported_gc": round(share, 3),
+        "tail_excess_share": round(share, 3),  # the report's share of it (shares.py)
         "timing_alone": "too few requests in flight to align stalls across span names",
     }
     summary = (

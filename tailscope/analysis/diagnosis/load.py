@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from tailscope.analysis.diagnosis import sample
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.analysis.diagnosis.gc_stamps import pause_starts
 from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS, SamplePlan
 from tailscope.store.interface import Reader
 from tailscope.vocabulary import ALL_STAGES
@@ -189,7 +190,12 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         frame.gc_instance = np.array([lookup.get(v, -1) for v in gc.column("Instance").to_pylist()], np.int64)
         frame.gc_time = gc.column("TimeNs").to_numpy().astype(np.int64) - t0
         frame.gc_dur = gc.column("DurationNs").to_numpy().astype(np.int64)
+        # an event stamped when the runtime heard of the pause, after it ended: moved to its start
+        frame.gc_time, _ = pause_starts(frame.gc_instance, frame.gc_time, frame.gc_dur, frame.instance,
+                                        frame.start + frame.dur)
     frame.attribute_source = _attribute_source(conn, run, span_keys, plan)
+    if (frame.kind == SPAN_KINDS.index("Consumer")).any():  # a queue consumer's links to its messages
+        frame.link_from, frame.link_to = _links(conn, run, span_keys, plan)
     frame = build_frame(frame)
     if frame.requests is not None and len(frame.requests):
         frame.requests.weight = request_weights(conn, run, trace_keys[frame.requests.root])
@@ -241,6 +247,20 @@ def _sampled(conn: Reader, run: str, plan: SamplePlan) -> tuple[pa.Table, pa.Tab
     moved_gc = pa.array(times[gc_window >= 0] - plan.shifts()[gc_window[gc_window >= 0]])
     gc = gc.set_column(gc.schema.get_field_index("TimeNs"), "TimeNs", moved_gc)
     return _in_fixed_order(table, moved, keep), gc, cut
+
+
+def _links(
+    conn: Reader, run: str, span_keys: np.ndarray, plan: SamplePlan | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(linking span, linked span) indices of the CONSUMER spans' links whose both ends were read
+    (diagnosis_links.sql), in a fixed order."""
+    windows = None if plan is None else plan.read_windows()
+    table = conn.span_table("diagnosis_links", run, windows=windows)
+    src = _match(span_keys, table.column("SpanKey").to_numpy().astype(np.int64))
+    dst = _match(span_keys, table.column("LinkKey").to_numpy().astype(np.int64))
+    keep = (src >= 0) & (dst >= 0)
+    order = np.lexsort((dst[keep], src[keep]))
+    return src[keep][order], dst[keep][order]
 
 
 def _attribute_source(

@@ -144,3 +144,29 @@ def young_excess(ctx: Context, ep_inst, ep_t0, ep_t1) -> float:
     time = (ep_t1 - ep_t0).astype(np.float64)
     share = float(time[young].sum() / max(time.sum(), 1.0))
     return max(0.0, (share - 1 / 3) / (2 / 3))
+
+
+def slow_flags(
+    ctx: Context, nm: np.ndarray, d: np.ndarray, n_codes: int, sample: int = 200_000
+) -> np.ndarray:
+    """Per interval (name code `nm`, duration `d`): above its name's 90th percentile and 1.5x its
+    median (the per-name quantiles come from a random sample of at most `sample` intervals)."""
+    d = d.astype(np.float64)
+    pick = np.arange(len(nm)) if len(nm) <= sample else ctx.rng.choice(len(nm), sample, replace=False)
+    order = np.lexsort((d[pick], nm[pick]))
+    nm_s, d_s = nm[pick][order], d[pick][order]
+    counts = np.bincount(nm_s, minlength=n_codes)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    last = len(d_s) - 1
+    q90 = d_s[np.minimum(starts + (0.9 * np.maximum(counts - 1, 0)).astype(np.int64), last)]
+    med = d_s[np.minimum(starts + (0.5 * np.maximum(counts - 1, 0)).astype(np.int64), last)]
+    thr = np.where(counts > 0, np.maximum(q90, 1.5 * med), np.inf)
+    return d > thr[nm]
+
+
+def warm_up_mask(ctx: Context) -> np.ndarray:
+    """Per request: among the first 3K requests of its instance (K = 5 % of them, 10 to 200)."""
+    reqs = ctx.frame.requests
+    per_inst = np.bincount(reqs.instance, minlength=len(ctx.frame.instances))
+    k = np.clip((per_inst * 0.05).astype(np.int64), 10, 200)[reqs.instance]
+    return reqs.index_on_instance < 3 * k

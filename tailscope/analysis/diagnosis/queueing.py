@@ -7,7 +7,9 @@ span of its own shows only as such a hole). Time is cut into ~100 bins; per bin
 we take the arrival count and the mean wait of the requests arriving in it, then the correlation of
 arrivals with wait at lags 0..10 bins (the queue fills while arrivals exceed capacity and drains
 after, so wait lags arrivals). Arrivals must really vary (index of dispersion of the per-bin counts
-well above the Poisson value 1), and the wait must carry the tail.
+well above the Poisson value 1), and the wait must carry the tail. Where a unit of work carries several
+messages (a batch consumer's, units.py), the arrivals are the messages' (their publish times): a
+backlogged consumer takes fuller batches, not more of them.
 """
 
 from __future__ import annotations
@@ -69,9 +71,13 @@ def detect(ctx: Context) -> list[Finding]:
     bins = int(min(BINS, max(20, n // 20)))
     width = span_ns / bins
     b = np.minimum(((arrival - arrival.min()) / width).astype(np.int64), bins - 1)
-    arrivals = np.bincount(b, minlength=bins).astype(np.float64)
+    units = np.bincount(b, minlength=bins).astype(np.float64)
     wait_sum = np.bincount(b, weights=w, minlength=bins)
-    mean_wait = np.where(arrivals > 0, wait_sum / np.maximum(arrivals, 1), 0.0)
+    mean_wait = np.where(units > 0, wait_sum / np.maximum(units, 1), 0.0)
+    arrivals = units
+    if reqs.work_arrival is not None:  # units that carry several messages (a batch): the messages arrive
+        at = np.clip(((reqs.work_arrival - arrival.min()) / width).astype(np.int64), 0, bins - 1)
+        arrivals = np.bincount(at, minlength=bins).astype(np.float64)
     # the first and last bins are partial; leave them out of the statistics
     core = slice(1, bins - 1)
     a, mw = arrivals[core], mean_wait[core]
@@ -89,6 +95,7 @@ def detect(ctx: Context) -> list[Finding]:
     offered_rps = n / max(span_ns / 1e9, 1e-9)
     weight = logistic(share, 0.3, 0.08)
     confidence = strength * weight
+    ctx.notes["queueing_confidence"] = confidence  # compute_bound: a wait that follows arrivals is not its
     peak = int(np.argmax(a)) + 1
     after = mean_wait[peak : peak + 2 * MAX_LAG]
     drains = bool(len(after) > 2 and after[-1] < after.max() * 0.5)

@@ -27,6 +27,8 @@ from tailscope.analysis.diagnosis import (
     slow_dependency,
     timeout_retry,
     unexplained,
+    unit_merge,
+    units,
     where,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
@@ -67,6 +69,8 @@ class Diagnosis:
     reason: str | None = None
     tail: dict[str, float] = field(default_factory=dict)  # the latency tail the shares are of
     sampling: dict[str, Any] = field(default_factory=dict)  # a sampled read: what was read, its error
+    # a run of several kinds of units of work (units.py): each kind's entry point, units and tail
+    populations: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self, with_chart: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -78,6 +82,8 @@ class Diagnosis:
             out["tail"] = self.tail
         if self.sampling:
             out["sampling"] = self.sampling
+        if self.populations:
+            out["populations"] = self.populations
         if self.reason:
             out["reason"] = self.reason
         if self.errors:
@@ -153,7 +159,42 @@ def diagnose_frame(
     frame: TraceFrame, seed: int = 0, progress: Callable[[float, str], None] | None = None
 ) -> Diagnosis:
     """All detectors over a built frame. A detector that fails is reported in `errors`, not raised.
-    `progress(fraction, step)` hears of each detector (after the read, which is the first 40 %)."""
+    `progress(fraction, step)` hears of each detector (after the read, which is the first 40 %). A run
+    with asynchronous work (units.py) is diagnosed per kind of unit of work, the findings merged
+    (unit_merge.py)."""
+    groups = units.populations(frame)
+    if groups is None:
+        return _diagnose_units(frame, seed, progress)
+    started = time.perf_counter()
+    parts = []
+    for i, group in enumerate(groups):
+        part_progress = None
+        if progress is not None:
+            def part_progress(x: float, step: str, i: int = i, unit: str = group.entry) -> None:
+                progress(READ_SHARE + (x - READ_SHARE) * (i + 1) / len(groups), f"{unit}: {step}")
+        parts.append((group, _diagnose_units(group.frame, seed, part_progress)))
+    findings, summaries, primary = unit_merge.merge(parts)
+    main = parts[primary][1]
+    errors = {f"{p.entry}: {k}": v for p, d in parts for k, v in d.errors.items()}
+    enough = [d.reason for _, d in parts if d.requests >= unit_merge.MIN_UNITS]
+    return Diagnosis(
+        frame.run,
+        sum(d.requests for _, d in parts),
+        len(frame),
+        findings,
+        time.perf_counter() - started,
+        errors,
+        None if enough else main.reason,
+        main.tail,
+        sample.describe(frame.sample, frame, seed) if frame.sample is not None else {},
+        summaries,
+    )
+
+
+def _diagnose_units(
+    frame: TraceFrame, seed: int = 0, progress: Callable[[float, str], None] | None = None
+) -> Diagnosis:
+    """All detectors over one population of units of work (the run's requests, as a rule)."""
     started = time.perf_counter()
     n_req = len(frame.requests) if frame.requests is not None else 0
     if n_req == 0:

@@ -1,5 +1,7 @@
 -- Diagnosis: runtime GC pauses reported as span events, as ../diagnosis_gc_events.sql, from the
 -- exporter's Nested Events columns. {scope}: the run's selection. Deduplicated per instance and time.
+-- The duration: the known keys, else the first key naming a pause or a duration, its unit from its
+-- suffix (_ns, _us, _ms; seconds otherwise): dur_key.
 SELECT DISTINCT
     concat(toString(ServiceName), '/', multiIf(
         mapContains(ResourceAttributes, 'service.instance.id'), ResourceAttributes['service.instance.id'],
@@ -22,8 +24,13 @@ SELECT DISTINCT
              toInt64(round(toFloat64OrNull(ev_attributes['v8js.gc.duration']) * 1e9)),
              toInt64(round(toFloat64OrNull(ev_attributes['jvm.gc.duration']) * 1e9)),
              toInt64(round(toFloat64OrNull(ev_attributes['gc.duration']) * 1e9)),
+             toInt64(round(toFloat64OrNull(ev_attributes[dur_key]) * multiIf(
+                 match(lower(dur_key), 'ns$'), 1, match(lower(dur_key), 'us$'), 1e3,
+                 match(lower(dur_key), 'ms$'), 1e6, 1e9))),
              0) AS DurationNs
 FROM {scope}
 ARRAY JOIN `Events.Timestamp` AS ev_time, `Events.Name` AS ev_name, `Events.Attributes` AS ev_attributes
+ARRAY JOIN [arrayFirst(k -> match(lower(k), '(^|[._])(pause|duration)([._]?(ns|us|ms|s|sec|seconds))?$'),
+                       mapKeys(ev_attributes))] AS dur_key
 WHERE match(lower(toString(ev_name)), '(^|[._ ])gc([._ ]|$)|garbage')
 ORDER BY Instance, TimeNs
