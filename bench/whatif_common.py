@@ -89,8 +89,10 @@ def predicted(
     combine = [lever] if both else None
     result = evaluate(units, findings, speedup=speedup, speedup_from="other", combine=combine)
     seconds = time.perf_counter() - started
-    if both:
+    if both:  # all the fixes at once where the run has a lever for each, else those it has
         hits = [o for o in result.outcomes if _composed_of(o.key, lever)]
+        full = [o for o in hits if len(o.key.split("+")) == len(lever)]
+        hits = full or [o for o in hits if len(o.key.split("+")) == max(len(h.key.split("+")) for h in hits)]
     else:
         hits = [o for o in result.outcomes if o.key.startswith(lever)]
     if not hits:
@@ -100,8 +102,15 @@ def predicted(
 
 
 def _composed_of(key: str, prefixes: tuple[str, ...]) -> bool:
-    parts = key.split("+")
-    return len(parts) == len(prefixes) and all(k.startswith(p) for k, p in zip(parts, prefixes, strict=True))
+    """The fix for all the prefixes (composed), or for those of them the run has levers for."""
+    parts, rest = key.split("+"), list(prefixes)
+    for part in parts:
+        while rest and not part.startswith(rest[0]):
+            rest.pop(0)
+        if not rest:
+            return False
+        rest.pop(0)
+    return True
 
 
 def _size_attribute(frame, name: str | None) -> dict:

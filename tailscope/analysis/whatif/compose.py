@@ -37,11 +37,12 @@ def combined(levers: list[Lever]) -> Lever:
 
 
 def combinations(levers: list[Lever], combine: list[tuple[str, ...]]) -> list[Lever]:
-    """For each tuple of key prefixes: every choice of one lever per prefix, composed (none where a
-    prefix matches no lever of the run)."""
+    """For each tuple of key prefixes: every choice of one lever per prefix, composed; a prefix that
+    matches no lever of the run is left out (the fixes the run has levers for), and where one is
+    left, it is among the levers already."""
     out = []
     for prefixes in combine:
-        choices = [[lv for lv in levers if lv.key.startswith(p)] for p in prefixes]
-        if all(choices):
+        choices = [c for c in ([lv for lv in levers if lv.key.startswith(p)] for p in prefixes) if c]
+        if len(choices) >= 2:
             out += [combined(list(pick)) for pick in itertools.product(*choices)]
     return out
