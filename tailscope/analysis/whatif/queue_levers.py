@@ -33,6 +33,7 @@ def queue_within_window(x: Inputs) -> Lever | None:
 
 CALM_BINS = 100
 CALM_RATIO = 2.0  # a stretch of time whose mean wait is over twice the typical stretch's is disturbed
+CALM_QUANTILE = 0.25  # handler queues: the typical stretch's wait
 
 
 def queue_as_calm(x: Inputs) -> Lever | None:
@@ -122,7 +123,9 @@ def handlers_as_calm(x: Inputs) -> Lever | None:
     b = np.minimum(((arrival - arrival.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
     count = np.bincount(b, minlength=CALM_BINS)
     mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
-    typical = float(np.median(mean[count > 0]))
+    # the typical stretch: the quieter quarter's (a backlog can outlast half the run: the median
+    # stretch is then a backlogged one)
+    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
     calm = mean[b] <= CALM_RATIO * max(typical, 1.0)
     if calm.all() or calm.sum() < 20:
         return None
