@@ -2,8 +2,8 @@
 the what-if predicts for "fix the cause" on the faulty run against the p99 measured on the run without it.
 
     python bench/bench_whatif.py sim [--requests 4000] [--seeds 1] [--families all]
-    python bench/bench_whatif.py blind [--requests 4000] [--families a,b]  # blind families (issue 25),
-                                                                        # the held-out one never
+    python bench/bench_whatif.py blind [--requests 4000] [--families a,b] [--seeds 1]  # blind families,
+                                                                        # the held-out ones never
     python bench/bench_whatif.py pipeline [--duration 15] [--rps 20] [--repeats 2]  # the real service
     python bench/bench_whatif.py timing [--requests 77000]                # what-if of a 1 M-span run
 
@@ -141,20 +141,25 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
                 return frame_of(out)
 
             healthy = None
+            base = blind.scenarios(name)[0]  # the family's run with nothing planted
             for scenario in blind.scenarios(name)[1:]:
                 planted = blind.truth(name, scenario, seed)
                 patterns = [c["pattern"] for c in planted]
-                if len(patterns) != 1 or patterns[0] not in PATTERN_LEVER:
+                if not patterns or any(p not in PATTERN_LEVER for p in patterns):
                     unscored.append(f"{name} {scenario} ({'+'.join(patterns)})")
                     continue
-                healthy = healthy if healthy is not None else run("healthy")
+                # two causes: both fixes at once
+                levers = tuple(PATTERN_LEVER[p] for p in patterns)
+                lever = levers[0] if len(levers) == 1 else levers
+                healthy = healthy if healthy is not None else run(base)
                 faulty = run(scenario)
-                rows.append(pair_row(name, scenario, faulty, healthy, PATTERN_LEVER[patterns[0]]))
+                label = name if seed == 0 else f"{name} s{seed}"
+                rows.append(pair_row(label, scenario, faulty, healthy, lever))
                 print(line(rows[-1]), flush=True)
-                applied.append(pair_row(name, scenario, faulty, healthy, PATTERN_LEVER[patterns[0]], planted))
+                applied.append(pair_row(label, scenario, faulty, healthy, lever, planted))
                 print("  applied: " + line(applied[-1]), flush=True)
-                for extra in ALSO.get(patterns[0], ()):
-                    applied.append(pair_row(name, f"{scenario} [{extra}]", faulty, healthy, extra, planted))
+                for extra in ALSO.get(patterns[0], ()) if len(patterns) == 1 else ():
+                    applied.append(pair_row(label, f"{scenario} [{extra}]", faulty, healthy, extra, planted))
                     print("  applied: " + line(applied[-1]), flush=True)
             OPEN.close()
     return rows, applied, unscored
@@ -202,7 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.what == "blind":
         families = blind_families() if args.families == "all" else args.families.split(",")
-        rows, applied, unscored = blind_rows(families, args.requests or 4000, 0)
+        rows, applied, unscored = [], [], []
+        for seed in range(args.seeds):  # seed 1: other formats and settings (a consumer per message)
+            r, a, u = blind_rows(families, args.requests or 4000, seed)
+            rows, applied, unscored = rows + r, applied + a, unscored + [f"{x} seed {seed}" for x in u]
         print("\nend to end (the fix for what the diagnosis names):")
         print(table(rows))
         print("\nthe lever applied (a planted cause the diagnosis missed given as a finding from the truth):")

@@ -41,7 +41,22 @@ def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, **
     return frame_of(out)
 
 
+def unit_frame(frame):
+    """The units whose latency a pair compares: in a run with asynchronous consumer work (units of
+    work, diagnosis/units.py), the busiest consumer's units, from the publish to the end of the
+    processing (an API that answers at the publish ack shows none of a consumer's causes); else the
+    run's requests."""
+    try:
+        from tailscope.analysis.diagnosis.units import populations
+    except ImportError:  # before units of work
+        return frame
+    kinds = populations(frame) or []
+    consumers = [p.frame for p in kinds if p.unit == "consumer" and p.frame.requests is not None]
+    return max(consumers, key=lambda f: len(f.requests)) if consumers else frame
+
+
 def measured(frame) -> tuple[float, float]:
+    frame = unit_frame(frame)
     client = bool((frame.requests.client_span >= 0).mean() >= 0.5)
     lat = request_latency(frame, frame.dur, client)
     p50, p99 = np.percentile(lat, [50, 99]) / 1e6
@@ -49,11 +64,12 @@ def measured(frame) -> tuple[float, float]:
 
 
 def predicted(
-    frame, lever: str, other=None, truth: list[dict] | None = None
+    frame, lever: str | tuple[str, ...], other=None, truth: list[dict] | None = None
 ) -> tuple[float, float, str, float]:
     """(p50, p99, the fix evaluated or 'no lever', seconds) for the faulty run. `truth`: planted causes
     the diagnosis did not name are added as findings (pattern, span, service, instances: no more than
-    the truth says), to measure the lever where it is applied."""
+    the truth says), to measure the lever where it is applied. `lever` a tuple: the fixes at once
+    (a run with two causes)."""
     diagnosis = diagnose_frame(frame)
     if diagnosis.errors:
         print(f"  (diagnosis errors: {diagnosis.errors})", flush=True)
@@ -67,14 +83,34 @@ def predicted(
             findings.append({"pattern": cause["pattern"], "confidence": 1.0, "span_name": cause.get("span"),
                              "evidence": {"stats": stats}})
     speedup = measured_speedup(frame, other) if other is not None else None
+    units = unit_frame(frame)  # the findings name spans and instances, the same in the units' frame
     started = time.perf_counter()
-    result = evaluate(frame, findings, speedup=speedup, speedup_from="other")
+    both = isinstance(lever, tuple)
+    combine = [lever] if both else None
+    result = evaluate(units, findings, speedup=speedup, speedup_from="other", combine=combine)
     seconds = time.perf_counter() - started
-    hits = [o for o in result.outcomes if o.key.startswith(lever)]
+    if both:  # all the fixes at once where the run has a lever for each, else those it has
+        hits = [o for o in result.outcomes if _composed_of(o.key, lever)]
+        full = [o for o in hits if len(o.key.split("+")) == len(lever)]
+        hits = full or [o for o in hits if len(o.key.split("+")) == max(len(h.key.split("+")) for h in hits)]
+    else:
+        hits = [o for o in result.outcomes if o.key.startswith(lever)]
     if not hits:
         return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
     best = min(hits, key=lambda o: o.p99_ms)
     return best.p50_ms, best.p99_ms, best.key, seconds
+
+
+def _composed_of(key: str, prefixes: tuple[str, ...]) -> bool:
+    """The fix for all the prefixes (composed), or for those of them the run has levers for."""
+    parts, rest = key.split("+"), list(prefixes)
+    for part in parts:
+        while rest and not part.startswith(rest[0]):
+            rest.pop(0)
+        if not rest:
+            return False
+        rest.pop(0)
+    return True
 
 
 def _size_attribute(frame, name: str | None) -> dict:
@@ -96,7 +132,9 @@ def _size_attribute(frame, name: str | None) -> dict:
     return {"size_attribute": best[1], "size_on": "span"} if best else {}
 
 
-def pair_row(family: str, cause: str, faulty, fixed, lever: str, planted: list[dict] | None = None) -> dict:
+def pair_row(
+    family: str, cause: str, faulty, fixed, lever: str | tuple[str, ...], planted: list[dict] | None = None
+) -> dict:
     before = measured(faulty)
     truth = measured(fixed)
     guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted)

@@ -28,8 +28,41 @@ def _phases(stalls, period_ns: int) -> dict[int, float]:
         if len(ends) < 3:
             continue
         angle = 2 * np.pi * (ends % period_ns) / period_ns
-        out[i] = float(np.arctan2(np.sin(angle).mean(), np.cos(angle).mean()) / (2 * np.pi) * period_ns)
+        mean = float(np.arctan2(np.sin(angle).mean(), np.cos(angle).mean()) / (2 * np.pi) * period_ns)
+        # the boundary itself: the earliest of the ends clustered about the mean (a throttled thread
+        # resumes on it; the mean sits later, pulled by stalls that end after it)
+        off = (ends - mean + period_ns / 2) % period_ns - period_ns / 2
+        near = off[np.abs(off) <= PHASE_SPREAD_NS]
+        out[i] = mean + (float(np.quantile(near, 0.05)) if len(near) else 0.0) - PHASE_MARGIN_NS
     return out
+
+
+PHASE_SPREAD_NS = 5_000_000
+PHASE_MARGIN_NS = 50_000
+ACCEPTED_AT_BOUNDARY_NS = 500_000
+
+
+def _accepted_at_boundary(x: Inputs, phases: dict[int, float], period_ns: int, edit) -> None:
+    """Calls to a throttled instance whose SERVER span starts just after a period boundary, later
+    than the call's usual gap, waited for the quota (the server accepts nothing while stopped): their
+    gap is cut to the median gap of the calls that did not start on a boundary."""
+    f = x.frame
+    kid = np.nonzero((f.parent >= 0) & (f.kind == SPAN_KINDS.index("Server")))[0]
+    kid = kid[np.isin(f.instance[kid], list(phases))]
+    par = f.parent[kid]
+    kid, par = kid[f.instance[par] != f.instance[kid]], par[f.instance[par] != f.instance[kid]]
+    if len(kid) == 0:
+        return
+    phase = np.array([phases[i] for i in f.instance[kid].tolist()])
+    at = (f.start[kid] - phase - PHASE_MARGIN_NS) % period_ns <= ACCEPTED_AT_BOUNDARY_NS
+    gap = (f.start[kid] - f.start[par]).astype(np.float64)
+    for code in np.unique(f.name[kid]).tolist():
+        same = f.name[kid] == code
+        if not (same & ~at).any():
+            continue
+        typical = float(np.median(gap[same & ~at]))
+        late = np.nonzero(same & at & (gap > typical))[0]
+        edit.cut_before[kid[late]] = np.maximum(edit.cut_before[kid[late]], gap[late] - typical)
 
 
 def _crossing_leaves(x: Inputs, phases: dict[int, float], period_ns: int) -> np.ndarray:
@@ -55,10 +88,16 @@ def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     phases = {i: p for i, p in _phases(stalls, PERIOD_NS).items() if not codes or i in codes}
     edit = stall_edit(x, stalls)
     crossing = _crossing_leaves(x, phases, PERIOD_NS)
+    _accepted_at_boundary(x, phases, PERIOD_NS, edit)
     rng = x.rng(22)
     leaf = ~x.lay.has_children
+    # drawn from the instances not throttled (on a throttled one, the spans that did not cross a
+    # boundary are the short ones: a span crosses with a chance of its length over the period)
+    free = ~np.isin(f.instance, list(phases))
     for code in np.unique(f.name[crossing]).tolist():
-        pool = f.dur[leaf & ~crossing & (f.name == code)]
+        pool = f.dur[leaf & free & (f.name == code)]
+        if len(pool) < 20:
+            pool = f.dur[leaf & ~crossing & (f.name == code)]
         spans = np.nonzero(crossing & (f.name == code))[0]
         if len(pool):
             edit.dur[spans] = np.minimum(pool[rng.integers(0, len(pool), len(spans))], f.dur[spans])
@@ -69,9 +108,9 @@ def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         "No CPU throttling (limit raised to the peak use)",
         SOFTWARE,
         "on the throttled instances, the stalls that end on the CPU quota's 100 ms period boundary "
-        "leave every span in flight (and a caller waiting for it), and each span that ran across a "
-        "period boundary takes the time of the same span that did not (drawn from the run); the "
-        "queue before the model is replayed",
+        "leave every span in flight (and a caller waiting for it), each span that ran across a period "
+        "boundary takes the time of the same span on an instance not throttled (drawn from the run), "
+        "a call accepted on a boundary its usual gap; the queue before the model is replayed",
         edit,
         pattern="cpu_throttling",
         requeue=True,

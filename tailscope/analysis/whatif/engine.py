@@ -14,12 +14,15 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.compose import combinations
+from tailscope.analysis.whatif.handlers import handlers, replay_handlers
+from tailscope.analysis.whatif.lock_levers import no_lock_wait
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 3  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 4  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -181,7 +184,7 @@ def plan(
         if p == "cache_miss":
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
-            out.append(lv.no_lock_wait(x, fd))
+            out.append(no_lock_wait(x, fd))
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
@@ -198,6 +201,7 @@ def plan(
         lv.no_stalls(x),
         ql.queue_within_window(x),
         ql.queue_as_calm(x),
+        ql.handlers_as_calm(x),
         ql.more_replicas(x, extra_replicas),
         ql.forward_scaled(x, k),
     ]
@@ -220,6 +224,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     stage = Context(frame, seed=seed).stage
     x = lv.Inputs(frame, lay, stage, served(frame, stage, lay), findings, seed)
     x.stalls = stalls_to_remove(frame, findings, seed)
+    x.handlers = handlers(frame)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed)
@@ -240,10 +245,12 @@ def evaluate(
     speedup_from: str | None = None,
     hedge_ms: float | None = None,
     only: set[str] | None = None,
+    combine: list[tuple[str, ...]] | None = None,
 ) -> WhatIf:
     """Every lever's p50/p95/p99 on one built frame. `findings`: the diagnosis' findings as dicts
     (Finding.to_dict(), with charts). `only`: evaluate just the levers whose key starts with one of
-    these. `hedge_ms`: the hedge delay of a retried call's lever (default: the call's p95)."""
+    these. `hedge_ms`: the hedge delay of a retried call's lever (default: the call's p95).
+    `combine`: also fixes at once, each a tuple of key prefixes (every choice of one lever each)."""
     started = time.perf_counter()
     reqs = frame.requests
     n = len(reqs) if reqs is not None else 0
@@ -276,7 +283,8 @@ def evaluate(
         lat = _latency(x, noop, client_side)
         check = _outcome(_describe(noop), lat, measured_p99, slo_ms, weight)
     outcomes = []
-    for lever in plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms):
+    levers = plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms)
+    for lever in levers + combinations(levers, combine or []):
         if only is not None and not any(lever.key.startswith(o) for o in only):
             continue
         latency = _latency(x, lever, client_side)
@@ -298,11 +306,32 @@ def _describe(lever: lv.Lever) -> dict[str, Any]:
 
 
 def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
-    """Each span's duration (ns) after the lever: re-timed, and the queue replayed where it asks."""
-    first = retime(x.frame, lever.edit, x.lay)
+    """Each span's duration (ns) after the lever: re-timed, and the queues replayed where it asks
+    (the model's, then the handler threads')."""
+    edit = lever.edit
+    first = retime(x.frame, edit, x.lay)
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
-        first = retime(x.frame, _requeue(x, lever, lever.edit, first), x.lay)
+        edit = _requeue(x, lever, edit, first)
+        first = retime(x.frame, edit, x.lay)
+    # the waits for handler threads follow every change of service times (a slow call's holds)
+    if x.handlers is not None and not lever.handlers_set:
+        first = retime(x.frame, _rehandle(x, lever, edit, first), x.lay)
     return first.dur
+
+
+def _rehandle(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
+    """The edit with the calls' waits for a handler thread replayed: each call arrives at its new
+    CLIENT start plus its network time (earlier by the lever's shift: a caller that read it late),
+    and is served by its instance's threads with its re-timed SERVER span's duration."""
+    h, f = x.handlers, x.frame
+    assert h is not None
+    arrival = first.absolute_start(f, x.lay)[h.client] + h.net
+    if lever.handler_shift is not None:
+        arrival = arrival - lever.handler_shift
+    wait = replay_handlers(h, arrival, first.dur[h.server].astype(np.float64), lever.extra_slots)
+    out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
+    out.cut_before[h.server] = (f.start[h.server] - f.start[h.client]) - (h.net + wait)
+    return out
 
 
 def _latency(x: lv.Inputs, lever: lv.Lever, client_side: bool) -> np.ndarray:

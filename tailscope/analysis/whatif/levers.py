@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
+from tailscope.analysis.whatif.handlers import Handlers, accepted_late_tops
 from tailscope.analysis.whatif.retime import Edit, Layout
 from tailscope.analysis.whatif.served import Served
 
@@ -26,6 +27,7 @@ class Inputs:
     seed: int = 0
     stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (instance, start, end) of pauses
     throttle_stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # those on a quota period
+    handlers: Handlers | None = None  # the queues before handler threads (handlers.py)
 
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])
@@ -55,6 +57,9 @@ class Lever:
     scale: float = 1.0  # forward service time factor in the replay
     extra_servers: int = 0
     arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
+    handler_shift: np.ndarray | None = None  # per handler call: how much earlier it arrives (ns)
+    extra_slots: int = 0  # more handler threads per instance
+    handlers_set: bool = False  # the edit sets the waits for handler threads itself: not replayed
     params: dict[str, float] = field(default_factory=dict)
 
 
@@ -129,6 +134,9 @@ def no_stalls(x: Inputs) -> Lever | None:
         requeue=True,
         params={"stall_ms": round(total, 1)},
         arrival_shift=accepted_late(x, x.stalls),
+        handler_shift=(
+            None if x.handlers is None else accepted_late_tops(x.frame, x.stalls, x.handlers.client)
+        ),
     )
 
 
@@ -207,45 +215,6 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 
 
 # ---- locks --------------------------------------------------------------------------------------
-
-
-def _ahead(f: TraceFrame, spans: np.ndarray) -> np.ndarray:
-    """Same-name spans on the same instance started earlier and still running at each start."""
-    s, e, inst = f.start[spans], f.start[spans] + f.dur[spans], f.instance[spans]
-    out = np.zeros(len(spans), np.int64)
-    for i in np.unique(inst).tolist():
-        sel = np.nonzero(inst == i)[0]
-        starts = np.sort(s[sel])
-        ends = np.sort(e[sel])
-        started = np.searchsorted(starts, s[sel], side="left")
-        ended = np.searchsorted(ends, s[sel], side="right")
-        out[sel] = np.maximum(started - ended, 0)
-    return out
-
-
-def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    name = finding.get("span_name")
-    spans = x.spans_named(name)
-    if len(spans) == 0:
-        return None
-    f = x.frame
-    ahead = _ahead(f, spans)
-    free = f.dur[spans[ahead == 0]]
-    if len(free) == 0:
-        return None
-    edit = Edit.none(len(f))
-    busy = spans[ahead > 0]
-    edit.dur[busy] = np.minimum(_draw(x.rng(3), free, len(busy)), f.dur[busy])
-    return Lever(
-        f"no_lock_wait:{name}",
-        f"No lock wait ('{name}')",
-        SOFTWARE,
-        f"each '{name}' that found others in it takes the time of one that found it free "
-        "(drawn from the run)",
-        edit,
-        pattern="lock_contention",
-        span_name=name,
-    )
 
 
 # ---- dependencies and the network -----------------------------------------------------------------

@@ -33,6 +33,7 @@ def queue_within_window(x: Inputs) -> Lever | None:
 
 CALM_BINS = 100
 CALM_RATIO = 2.0  # a stretch of time whose mean wait is over twice the typical stretch's is disturbed
+CALM_QUANTILE = 0.25  # handler queues: the typical stretch's wait
 
 
 def queue_as_calm(x: Inputs) -> Lever | None:
@@ -106,4 +107,42 @@ def forward_scaled(x: Inputs, k: float, label: str | None = None, key: str | Non
         requeue=x.served is not None,
         scale=k,
         params={"k": k},
+    )
+
+
+def handlers_as_calm(x: Inputs) -> Lever | None:
+    """The wait for a handler thread as in calm stretches: each call of a stretch whose mean wait is
+    over twice the typical stretch's waits as a call of a calm stretch on the same instances."""
+    h = x.handlers
+    if h is None or len(h.server) < 2 * CALM_BINS:
+        return None
+    f = x.frame
+    wait = h.wait(f)
+    arrival = (f.start[h.client] + h.net).astype(np.float64)
+    span = float(arrival.max() - arrival.min()) or 1.0
+    b = np.minimum(((arrival - arrival.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
+    count = np.bincount(b, minlength=CALM_BINS)
+    mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
+    # the typical stretch: the quieter quarter's (a backlog can outlast half the run: the median
+    # stretch is then a backlogged one)
+    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
+    calm = mean[b] <= CALM_RATIO * max(typical, 1.0)
+    if calm.all() or calm.sum() < 20:
+        return None
+    pick = np.nonzero(calm)[0][x.rng(8).integers(0, int(calm.sum()), int((~calm).sum()))]
+    rows = np.nonzero(~calm)[0]
+    edit = Edit.none(len(f))
+    edit.cut_before[h.server[rows]] = wait[rows] - wait[pick]
+    names = sorted({f.names[k] for k in f.name[h.server].tolist()})
+    return Lever(
+        "queue_as_calm:handlers",
+        "The wait for a handler thread as in calm stretches (peaks absorbed)",
+        CAPACITY,
+        "each call of a stretch whose mean wait for a handler thread is over twice the typical stretch's "
+        "waits as a call of a calm stretch (drawn from the run): the peaks met with threads or admission",
+        edit,
+        pattern="queueing",
+        span_name=names[0] if len(names) == 1 else None,
+        handlers_set=True,
+        params={"disturbed_share": round(float((~calm).mean()), 4)},
     )

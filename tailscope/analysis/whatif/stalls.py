@@ -13,13 +13,43 @@ from tailscope.analysis.diagnosis.frame import TraceFrame
 
 def stalls_to_remove(frame: TraceFrame, findings: list[dict[str, Any]], seed: int):
     """Pauses to remove: the runtime's own reports (those that say how long they lasted: a Zipkin
-    annotation carries only a time), else the diagnosis' timing episodes."""
+    annotation carries only a time: then the silent stretch each report ends), else the diagnosis'
+    timing episodes."""
     ok = (frame.gc_instance >= 0) & (frame.gc_dur > 0)
     if ok.any():
         return frame.gc_instance[ok], frame.gc_time[ok], frame.gc_time[ok] + frame.gc_dur[ok]
     if not any(fd.get("pattern") == "gc_pause" for fd in findings):
         return None
-    return timing_stalls(frame, seed)
+    ended = reported_ends(frame)
+    return ended if ended is not None else timing_stalls(frame, seed)
+
+
+REPORT_SLACK_NS = 100_000  # a report's time and the spans it released differ by their clocks' rounding
+
+
+def reported_ends(frame: TraceFrame):
+    """Pauses reported with a time and no length (a Zipkin annotation at the pause's end): each the
+    silent stretch of its instance that the report ends. A stopped process starts and ends no span,
+    so the pause began no earlier than the instance's last span boundary before the report (the
+    stretch is the pause plus at most one gap between boundaries; boundaries within 0.1 ms of the
+    report are the spans it released, their times rounded apart). None where there are no such
+    reports."""
+    ok = (frame.gc_instance >= 0) & (frame.gc_dur <= 0)
+    if not ok.any():
+        return None
+    inst, t = frame.gc_instance[ok], frame.gc_time[ok].astype(np.int64)
+    begin = t.copy()
+    for i in np.unique(inst).tolist():
+        own = frame.instance == i
+        marks = np.unique(np.r_[frame.start[own], frame.start[own] + frame.dur[own]]).astype(np.int64)
+        sel = np.nonzero(inst == i)[0]
+        if len(marks) == 0:
+            continue
+        before = np.searchsorted(marks, t[sel] - REPORT_SLACK_NS, side="left") - 1
+        has = before >= 0
+        begin[sel[has]] = marks[before[has]]
+    keep = begin < t
+    return inst[keep].astype(np.int64), begin[keep], t[keep]
 
 
 def timing_stalls(frame: TraceFrame, seed: int):

@@ -1,0 +1,165 @@
+"""The queue before a server's handler threads: a call that finds every thread of the instance busy
+waits (in an executor's queue, no span of its own), and its SERVER span starts when a thread takes
+it: exactly as another call's SERVER span on that instance ends. The gap between the caller's CLIENT
+span and the SERVER span is then the network plus that wait. A queue-fed consumer's messages wait in
+the broker for any process of the consumer's service (the unit's wait span, from the publish, above
+its CONSUMER span: diagnosis/units.py); a process pulls the next one once it has acked the last.
+
+`handlers()` finds such queues from the run's own timings: the SERVER spans called across instances,
+the calls that waited (they start as another ends while every thread was busy), each instance's
+threads (the most SERVER spans it ran at once), the network part of each gap (the gap of a call that
+did not wait, at most the median of those). `replay_handlers()` replays the calls'
+arrivals through those threads with the (re-timed) service times, first come first served: a model,
+stated as such."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS, TraceFrame
+
+TAKEN_NS = 2_000  # a waiting call starts as a thread frees: within the clocks' rounding (Zipkin: µs)
+PULLED_NS = 2_000_000  # a consumer process pulls the next waiting message once it has acked the last
+KIND_CONSUMER = SPAN_KINDS.index("Consumer")
+MIN_WAITED = 0.005  # an instance whose calls waited this rarely has no queue worth replaying
+
+
+@dataclass
+class Handlers:
+    server: np.ndarray  # SERVER span rows whose instance's threads queued calls
+    client: np.ndarray  # the CLIENT span each was called from
+    instance: np.ndarray  # the pool it queues for: the server's instance, or -1 - a consumer's service
+    slots: dict[int, int]  # threads per pool
+    net: np.ndarray  # the network part of each call's gap (ns)
+    waited: np.ndarray  # the call waited for a thread
+
+    def wait(self, frame: TraceFrame) -> np.ndarray:
+        """Each call's wait for a thread as measured (ns)."""
+        gap = frame.start[self.server] - frame.start[self.client]
+        return np.maximum(gap - self.net, 0).astype(np.float64)
+
+
+def _concurrency(start: np.ndarray, end: np.ndarray) -> int:
+    """The most intervals open at once (one ending as another starts: not both)."""
+    t = np.r_[start, end]
+    step = np.r_[np.ones(len(start)), -np.ones(len(end))]
+    order = np.lexsort((step, t))
+    return int(np.cumsum(step[order]).max(initial=0))
+
+
+def _calls(frame: TraceFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(SERVER span, its CLIENT caller on another instance, pool) and, for queue-fed consumers, (the
+    CONSUMER span, the unit's wait span above it: stage queue, from the publish, pool): a server's
+    calls queue at their instance's threads; a consumer's messages wait in the broker for any of its
+    service's processes (pool -1 - service)."""
+    from tailscope.vocabulary import ALL_STAGES
+
+    kid = np.nonzero(frame.parent >= 0)[0]
+    par = frame.parent[kid]
+    server = (frame.kind[kid] == KIND_SERVER) & (frame.kind[par] == KIND_CLIENT)
+    server &= frame.instance[par] != frame.instance[kid]
+    consumer = (frame.kind[kid] == KIND_CONSUMER) & (frame.kind[par] == KIND_CONSUMER)
+    consumer &= (frame.parent[par] < 0) & (frame.stage[par] == ALL_STAGES.index("queue"))
+    pool = np.where(consumer, -1 - frame.service[kid], frame.instance[kid])
+    keep = server | consumer
+    return kid[keep], par[keep], pool[keep]
+
+
+def handlers(frame: TraceFrame) -> Handlers | None:
+    """The handler queues of the run (None where no instance's calls waited for a thread)."""
+    kid, par, pool = _calls(frame)
+    if len(kid) == 0:
+        return None
+    start = frame.start[kid].astype(np.int64)
+    end = start + frame.dur[kid].astype(np.int64)
+    gap = start - frame.start[par].astype(np.int64)
+    waited = np.zeros(len(kid), bool)
+    slots: dict[int, int] = {}
+    inst = frame.instance[kid]
+    for i in np.unique(inst).tolist():
+        sel = np.nonzero(inst == i)[0]
+        c = _concurrency(start[sel], end[sel])
+        taken = TAKEN_NS if pool[sel[0]] >= 0 else PULLED_NS
+        ends = np.sort(end[sel])
+        freed = np.searchsorted(ends, start[sel] + 1, side="left") - np.searchsorted(
+            ends, start[sel] - taken, side="left"
+        )
+        # busy just before it started: as many calls open as the instance has threads
+        before = start[sel] - taken - 1
+        open_before = np.searchsorted(np.sort(start[sel]), before, side="right") - np.searchsorted(
+            ends, before, side="right"
+        )
+        waited[sel] = (freed > 0) & (open_before >= c) & (gap[sel] > np.median(gap[sel]))
+        p = int(pool[sel[0]])
+        slots[p] = slots.get(p, 0) + max(c, 1)
+    keep = np.zeros(len(kid), bool)
+    net = gap.astype(np.float64)
+    for p in list(slots):
+        sel = np.nonzero(pool == p)[0]
+        w = waited[sel]
+        if w.mean() < MIN_WAITED:
+            del slots[p]
+            continue
+        keep[sel] = True
+        # the typical gap of a call that found a thread free: a gap beyond it is waiting (a call
+        # not seen to wait may have waited for a stalled process: its gap is no network time)
+        typical = float(np.median(gap[sel[~w]])) if (~w).any() else 0.0
+        net[sel] = np.minimum(gap[sel], typical)
+    if not keep.any():
+        return None
+    return Handlers(kid[keep], par[keep], pool[keep], slots, net[keep], waited[keep])
+
+
+def replay_handlers(
+    h: Handlers, arrival: np.ndarray, service: np.ndarray, extra_slots: int = 0
+) -> np.ndarray:
+    """Each call's wait (ns) when the arrivals are served first come first served by its instance's
+    threads (plus `extra_slots` each) with the given service times."""
+    wait = np.zeros(len(arrival))
+    for i, c in h.slots.items():
+        sel = np.nonzero(h.instance == i)[0]
+        sel = sel[np.argsort(arrival[sel], kind="stable")]
+        free = [float("-inf")] * (c + extra_slots)
+        for r, a, s in zip(sel.tolist(), arrival[sel].tolist(), service[sel].tolist(), strict=True):
+            t = heapq.heappop(free)
+            begin = a if a >= t else t
+            wait[r] = begin - a
+            heapq.heappush(free, begin + s)
+    return wait
+
+
+ACCEPT_TOLERANCE_NS = 500_000
+
+
+def accepted_late_tops(frame: TraceFrame, stalls, rows: np.ndarray) -> np.ndarray:
+    """For each span row given: how much earlier its trace's top span would have started without the
+    stalls. A top span that starts as a stall of its instance ends arrived during it and was read
+    late, with the others that arrived meanwhile; they are spread evenly over the stall (Poisson
+    arrivals), in their order."""
+    from tailscope.analysis.whatif.levers import _merged
+
+    top = np.nonzero(frame.parent < 0)[0]
+    shift = np.zeros(len(top))
+    si, ss, se = _merged(*stalls)
+    if len(si) and len(top):
+        stride = int(max(se.max(), frame.start.max())) + 1
+        key = si * stride + se
+        inst, t = frame.instance[top].astype(np.int64), frame.start[top].astype(np.int64)
+        k = np.searchsorted(key, inst * stride + t + ACCEPT_TOLERANCE_NS, side="right") - 1
+        kk = np.maximum(k, 0)
+        late = np.nonzero((k >= 0) & (si[kk] == inst) & (np.abs(t - se[kk]) <= ACCEPT_TOLERANCE_NS))[0]
+        stall = kk[late]
+        order = np.lexsort((t[late], stall))
+        late, stall = late[order], stall[order]
+        first = np.r_[True, stall[1:] != stall[:-1]]
+        group_start = np.maximum.accumulate(np.where(first, np.arange(len(late)), 0))
+        counts = np.bincount(stall, minlength=len(si))[stall]
+        j = np.arange(len(late)) - group_start
+        shift[late] = t[late] - (ss[stall] + (j + 0.5) / counts * (se[stall] - ss[stall]))
+    traces = frame.trace.astype(np.int64)
+    of_trace = np.zeros(int(traces.max(initial=0)) + 1)
+    of_trace[traces[top]] = shift
+    return of_trace[traces[rows]]

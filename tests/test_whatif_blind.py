@@ -1,0 +1,144 @@
+"""The levers on planted blind-family runs (issue 27): the p99 a fix predicts on the faulty run
+against the p99 of the family's run without the cause, same seed. Never a held-out family."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+
+from tailscope.analysis.diagnosis import diagnose_frame
+from tailscope.analysis.diagnosis.load import load_frame
+from tailscope.analysis.source import reading
+from tailscope.analysis.whatif import evaluate
+from tailscope.analysis.whatif.handlers import Handlers, replay_handlers
+from tailscope.analysis.whatif.retime import request_latency
+from tailscope.analysis.whatif.stalls import reported_ends
+from tailscope.store.engine import open_store
+
+blind = pytest.importorskip("reference_pipeline.simulate.blind")
+loader = pytest.importorskip("ingest.loader")
+REQUESTS = 2500
+OPEN = contextlib.ExitStack()
+
+
+@pytest.fixture(autouse=True)
+def _close_stores():
+    yield
+    OPEN.close()
+
+
+def frame(tmp_path, family: str, scenario: str, seed: int = 0, requests: int = REQUESTS):
+    out = tmp_path / f"{scenario}{blind.SUFFIX[blind.run_format(family, seed)]}"
+    blind.write_run(out, family, scenario, requests, seed)
+    db = tmp_path / f"{scenario}.duckdb"
+    assert not loader.load_paths([out], db, "run").failed
+    return load_frame(OPEN.enter_context(reading(open_store(str(db)))), "run")
+
+
+def p99(f) -> float:
+    client = bool((f.requests.client_span >= 0).mean() >= 0.5)
+    return float(np.percentile(request_latency(f, f.dur, client), 99)) / 1e6
+
+
+def predicted(f, prefix: str, extra: list[dict] | None = None) -> tuple[float, float]:
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(f).findings] + (extra or [])
+    result = evaluate(f, findings)
+    hits = [o for o in result.outcomes if o.key.startswith(prefix)]
+    assert hits, [o.key for o in result.outcomes]
+    return min(o.p99_ms for o in hits), result.measured.p99_ms
+
+
+@pytest.fixture(scope="module")
+def edge_healthy(tmp_path_factory):
+    return p99(frame(tmp_path_factory.mktemp("healthy"), "edge-gateway", "healthy"))
+
+
+GC_FINDING = {
+    "pattern": "gc_pause", "confidence": 0.9, "span_name": "post /v1/rank", "evidence": {"stats": {}}
+}
+
+
+def test_pauses_reported_without_a_length_are_the_silent_stretch_they_end(tmp_path, edge_healthy):
+    # seed 0: Zipkin, the JVM's pauses as annotations at their end, with no duration
+    f = frame(tmp_path, "edge-gateway", "gateway-gc")
+    assert len(f.gc_time) and not (f.gc_dur > 0).any()
+    _, s, e = reported_ends(f)
+    assert np.median((e - s) / 1e6) > 80  # old-generation pauses of 80-300 ms, not a gap between spans
+    guess, before = predicted(f, "no_gc_stalls", [GC_FINDING])
+    assert before > 2 * edge_healthy
+    # the pauses removed and the requests they held released as they arrived (no burst at the
+    # ranker's handler threads)
+    assert guess == pytest.approx(edge_healthy, rel=0.12), (guess, edge_healthy, before)
+
+
+def test_wait_for_a_handler_thread_as_in_calm_stretches(tmp_path, edge_healthy):
+    f = frame(tmp_path, "edge-gateway", "worker-queue")
+    guess, before = predicted(f, "queue_as_calm:handlers")
+    assert before > 3 * edge_healthy
+    assert guess == pytest.approx(edge_healthy, rel=0.12), (guess, edge_healthy, before)
+
+
+def test_handler_replay_is_first_come_first_served_over_the_threads() -> None:
+    h = Handlers(np.arange(4), np.arange(4), np.zeros(4, np.int64), {0: 2}, np.zeros(4), np.zeros(4, bool))
+    # two threads: the third call waits for the first to end, the fourth for the second
+    wait = replay_handlers(h, np.array([0.0, 1.0, 2.0, 3.0]), np.array([10.0, 10.0, 10.0, 10.0]))
+    assert wait.tolist() == [0.0, 0.0, 8.0, 8.0]
+    more = replay_handlers(h, np.array([0.0, 1.0, 2.0, 3.0]), np.full(4, 10.0), extra_slots=2)
+    assert more.tolist() == [0] * 4
+
+
+def test_throttling_lever_takes_the_period_boundary_and_the_calls_it_held(tmp_path):
+    """The quota's boundary is where throttled threads resume (the earliest of the stall ends about
+    their mean: spans that end just after it crossed it), a call that reached a throttled pod while
+    it was stopped is accepted on the boundary (its gap cut to the usual), and a crossing span takes
+    the time of the same span on a pod not throttled."""
+    (tmp_path / "h").mkdir()
+    # 4,000 requests: enough busy periods that the pods' boundaries and held calls show in the p99
+    healthy = p99(frame(tmp_path / "h", "throttled-embedder", "healthy", requests=4000))
+    f = frame(tmp_path, "throttled-embedder", "cpu-throttling", requests=4000)
+    guess, before = predicted(f, "no_throttling")
+    assert before > 3 * healthy
+    assert guess == pytest.approx(healthy, rel=0.2), (guess, healthy, before)
+
+
+def test_a_pool_held_past_the_span_that_takes_it_and_retries_both_fixed(tmp_path):
+    """Open-session-in-view holds the pooled connection to the response: a request waits in
+    `findHistory` before its SELECT with no other `findHistory` running. No lock wait cuts the gap
+    before the first child; composed with the callee fixed, the two-cause run lands on the run
+    without either."""
+    (tmp_path / "h").mkdir()
+    healthy = p99(frame(tmp_path / "h", "pool-retry", "healthy", requests=4000))
+    f = frame(tmp_path, "pool-retry", "pool-exhaustion+deadline-retry", requests=4000)
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(f).findings]
+    result = evaluate(f, findings, combine=[("no_lock_wait", "callee_p50")])
+    both = [o for o in result.outcomes if o.key.startswith("no_lock_wait") and "+callee_p50" in o.key]
+    assert both, [o.key for o in result.outcomes]
+    assert result.measured.p99_ms > 3 * healthy
+    assert both[0].p99_ms == pytest.approx(healthy, rel=0.12), (both[0].p99_ms, healthy)
+
+
+@pytest.mark.parametrize("scenario,prefix", [("consumer-backlog", "queue_as_calm:handlers"),
+                                             ("worker-gc", "no_gc_stalls")])
+def test_queue_fed_consumers_units_after_the_fix(tmp_path, scenario, prefix):
+    """event-enricher, seed 1 (a consumer span per message): the units from publish to end of
+    processing. A backlog's waits in the broker as in calm stretches; GC pauses removed from the
+    workers and the messages behind them replayed through the pool with the re-timed processing."""
+    units = pytest.importorskip("tailscope.analysis.diagnosis.units")
+
+    def consumers(f):
+        kinds = [p.frame for p in units.populations(f) or [] if p.unit == "consumer"]
+        assert kinds
+        return max(kinds, key=lambda g: len(g.requests))
+
+    (tmp_path / "h").mkdir()
+    healthy = p99(consumers(frame(tmp_path / "h", "event-enricher", "steady", seed=1, requests=3000)))
+    whole = frame(tmp_path, "event-enricher", scenario, seed=1, requests=3000)
+    findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(whole).findings]
+    f = consumers(whole)
+    result = evaluate(f, findings)
+    hits = [o for o in result.outcomes if o.key.startswith(prefix)]
+    assert hits, [o.key for o in result.outcomes]
+    assert result.measured.p99_ms > 3 * healthy
+    assert hits[0].p99_ms == pytest.approx(healthy, rel=0.15), (hits[0].p99_ms, healthy)
