@@ -161,16 +161,16 @@ def _consume(b: LinkedBuilder, ready: list[tuple[float, int, int]], names: list[
         free[worker] = b.rows[head][6] + b.rows[head][7]
 
 
-def to_columns(b: LinkedBuilder) -> SpanColumns:
+def to_columns(b: LinkedBuilder, trace_base: int = 0) -> SpanColumns:
     """The builder's spans as the loader writes them (ids, parents, links, attributes; the instance as
-    service.instance.id), to load into a store."""
+    service.instance.id), to load into a store; trace ids counted from `trace_base` + 1."""
     per_span: dict[int, dict[str, str]] = {}
     for keys in b.attrs.values():
         for key, (spans, values) in keys.items():
             for i, value in zip(spans, values, strict=True):
                 per_span.setdefault(i, {})[key] = str(value)
     links: dict[int, list[tuple[str, str, str, dict[str, str]]]] = {}
-    trace_id = [f"{row[0] + 1:032x}" for row in b.rows]
+    trace_id = [f"{trace_base + row[0] + 1:032x}" for row in b.rows]
     span_id = [f"{i + 1:016x}" for i in range(len(b.rows))]
     for src, dst in b.links:
         links.setdefault(src, []).append((trace_id[dst], span_id[dst], "", {}))

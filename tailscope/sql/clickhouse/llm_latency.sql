@@ -7,14 +7,25 @@
 WITH f AS (
     SELECT toString(RunLabel) AS RunLabel, TraceId, Duration FROM tailscope_requests WHERE {where}
 ),
+runs AS (  -- the filtered runs' selections: a span is its run's when the selection holds it, as
+           -- DuckDB's RunLabel says (two runs may hold traces with the same ids)
+    SELECT RunLabel, StartNs, EndNs, Filters FROM tailscope_runs FINAL
+    WHERE RunLabel IN (SELECT DISTINCT RunLabel FROM f)
+),
 spans AS (
-    SELECT TraceId, SpanAttributes AS A
-    FROM otel_traces
-    WHERE TraceId IN (SELECT TraceId FROM f)
-      AND arrayExists(x -> position(x, 'token') > 0, arrayConcat(mapKeys(SpanAttributes), mapValues(SpanAttributes)))
+    SELECT r.RunLabel AS RunLabel, o.TraceId AS TraceId, o.SpanAttributes AS A
+    FROM (
+        SELECT TraceId, Timestamp, ResourceAttributes, SpanAttributes
+        FROM otel_traces
+        WHERE TraceId IN (SELECT TraceId FROM f)
+          AND arrayExists(x -> position(x, 'token') > 0, arrayConcat(mapKeys(SpanAttributes), mapValues(SpanAttributes)))
+    ) AS o
+    CROSS JOIN runs AS r
+    WHERE toUnixTimestamp64Nano(o.Timestamp) BETWEEN r.StartNs AND r.EndNs
+      AND arrayAll((k, v) -> o.ResourceAttributes[k] = v, mapKeys(r.Filters), mapValues(r.Filters))
 ),
 parsed AS (
-    SELECT TraceId,
+    SELECT RunLabel, TraceId,
            1e3 * coalesce(toFloat64OrNull(A['gen_ai.latency.time_to_first_token']),
                           toFloat64OrNull(A['gen_ai.server.time_to_first_token'])) AS ttft_ms,
            1e3 * toFloat64OrNull(A['gen_ai.server.time_per_output_token']) AS tpot_reported_ms,
@@ -39,7 +50,7 @@ per_request AS (
                         if(p.tokens_out > 1, p.decode_ms / (p.tokens_out - 1), NULL))) AS tpot_ms,
            max(p.tokens_in) AS tokens_in,
            max(p.tokens_out) AS tokens_out
-    FROM f INNER JOIN parsed AS p ON p.TraceId = f.TraceId
+    FROM f INNER JOIN parsed AS p ON p.TraceId = f.TraceId AND p.RunLabel = f.RunLabel
     GROUP BY f.RunLabel, f.TraceId, f.Duration
 )
 SELECT RunLabel, metric, length(s) AS requests,

@@ -31,6 +31,8 @@ roots AS (
                                          FROM (SELECT arrayJoin(arrayZip({s_ids:Array(String)},
                                                                          {s_root_ns:Array(Int64)})) AS r)))
           AND {seconds}
+          AND arrayAll((k, v) -> ResourceAttributes[k] = v, {run_filter_keys:Array(String)},
+                       {run_filter_values:Array(String)})
     ) AS o
     INNER JOIN sample AS s ON o.TraceId = s.TraceId AND o.SpanId = s.RootSpanId
 )

@@ -140,6 +140,13 @@ def tail_attributes(reader: ClickHouseReader, where: RequestFilter | None, param
         "s_root_ns": [int(row[5]) for row in rows],
     }
     bound = seconds_where(len(seconds)) if seconds else "1"
+    # only the run's spans: another run may hold traces with the same ids (DuckDB reads the RunLabel)
+    selection = write.run_selection(client, where.run) if where.run else None
+    scope = (
+        selection.params()
+        if selection
+        else {"run_start": 0, "run_end": 0, "run_filter_keys": [], "run_filter_values": []}
+    )
     spans = sql.load("tail_spans", "clickhouse").replace("{seconds}", bound)
     kv = sql.load("tail_kv", "clickhouse").replace("{seconds}", bound)
     drop = sql.load("tail_kv_drop", "clickhouse")
@@ -147,8 +154,8 @@ def tail_attributes(reader: ClickHouseReader, where: RequestFilter | None, param
     for table in tables:
         client.query(drop, {"table": table})
     try:
-        client.query(spans, {"s_ids": ids, **seconds_params(seconds)})
-        client.query(kv, {**given, **seconds_params(seconds)})
+        client.query(spans, {"s_ids": ids, **scope, **seconds_params(seconds)})
+        client.query(kv, {**given, **scope, **seconds_params(seconds)})
         text = sql.load("tail_attributes", "clickhouse")
         return client.query(text, {"max_values": max_values, "s_selected": given["s_selected"]}).rows
     finally:
