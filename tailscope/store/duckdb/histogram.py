@@ -63,7 +63,8 @@ def rebuild(conn: WriterConnection, run_label: str) -> None:
     """The run's histogram rows built again from all its requests."""
     forget(conn, run_label)
     for table in TABLES:
-        conn.execute(f"INSERT INTO {table} BY NAME {_rows(table, 'run')}", {"run": run_label, "sign": 1})
+        text = sql.load("histogram_insert").replace("{table}", table).replace("{rows}", _rows(table, "run"))
+        conn.execute(text, {"run": run_label, "sign": 1})
 
 
 def build_missing(conn: WriterConnection) -> list[str]:
@@ -95,15 +96,16 @@ def around_refresh(
         conn.execute(sql.load("histogram_scope"))
         conn.execute(sql.load("histogram_scope_rows"), scope)
         for table, (_, _, delta) in TABLES.items():
-            text = _rows(table, "scope")
-            conn.execute(f"CREATE OR REPLACE TEMP TABLE {delta} AS {text}", {"sign": -1})
+            text = sql.load("histogram_delta_create").replace("{delta}", delta)
+            conn.execute(text.replace("{rows}", _rows(table, "scope")), {"sign": -1})
     replace()
     if not built:
         rebuild(conn, run_label)
         return
     conn.execute(sql.load("histogram_scope_rows"), scope)
     for table, (_, key, delta) in TABLES.items():
-        conn.execute(f"INSERT INTO temp.{delta} BY NAME {_rows(table, 'scope')}", {"sign": 1})
+        text = sql.load("histogram_delta_insert").replace("{delta}", delta)
+        conn.execute(text.replace("{rows}", _rows(table, "scope")), {"sign": 1})
         merge = sql.load("histogram_merge").replace("{table}", table).replace("{key}", key)
         for statement in _statements(merge.replace("{delta}", delta)):
             conn.execute(statement, {"run": run_label} if "$run" in statement else {})
