@@ -134,16 +134,29 @@ def replay_handlers(
 ACCEPT_TOLERANCE_NS = 500_000
 
 
+def merged_stalls(
+    inst: np.ndarray, s: np.ndarray, e: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stall intervals (instance, start, end) sorted, overlapping ones of an instance merged."""
+    order = np.lexsort((s, inst))
+    inst, s, e = inst[order], s[order], e[order]
+    out_i, out_s, out_e = [], [], []
+    for i, a, b in zip(inst.tolist(), s.tolist(), e.tolist(), strict=True):
+        if out_i and out_i[-1] == i and a <= out_e[-1]:
+            out_e[-1] = max(out_e[-1], b)
+        else:
+            out_i.append(i), out_s.append(a), out_e.append(b)
+    return np.array(out_i, np.int64), np.array(out_s, np.int64), np.array(out_e, np.int64)
+
+
 def accepted_late_tops(frame: TraceFrame, stalls, rows: np.ndarray) -> np.ndarray:
     """For each span row given: how much earlier its trace's top span would have started without the
     stalls. A top span that starts as a stall of its instance ends arrived during it and was read
     late, with the others that arrived meanwhile; they are spread evenly over the stall (Poisson
     arrivals), in their order."""
-    from tailscope.analysis.whatif.levers import _merged
-
     top = np.nonzero(frame.parent < 0)[0]
     shift = np.zeros(len(top))
-    si, ss, se = _merged(*stalls)
+    si, ss, se = merged_stalls(*stalls)
     if len(si) and len(top):
         stride = int(max(se.max(), frame.start.max())) + 1
         key = si * stride + se

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
-from tailscope.analysis.whatif.handlers import Handlers, accepted_late_tops
+from tailscope.analysis.whatif.handlers import Handlers, accepted_late_tops, merged_stalls
 from tailscope.analysis.whatif.retime import Edit, Layout
 from tailscope.analysis.whatif.served import Served
 
@@ -70,22 +70,10 @@ def _draw(rng: np.random.Generator, pool: np.ndarray, k: int) -> np.ndarray:
 # ---- stalls (GC pauses, process freezes) -------------------------------------------------------
 
 
-def _merged(inst: np.ndarray, s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    order = np.lexsort((s, inst))
-    inst, s, e = inst[order], s[order], e[order]
-    out_i, out_s, out_e = [], [], []
-    for i, a, b in zip(inst.tolist(), s.tolist(), e.tolist(), strict=True):
-        if out_i and out_i[-1] == i and a <= out_e[-1]:
-            out_e[-1] = max(out_e[-1], b)
-        else:
-            out_i.append(i), out_s.append(a), out_e.append(b)
-    return np.array(out_i, np.int64), np.array(out_s, np.int64), np.array(out_e, np.int64)
-
-
 def stall_overlap(stalls, inst: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     """Per interval [s, e) on instance `inst`: how long the stalls of that instance cover it (ns).
     Per instance, the stall time before t is piecewise linear in t: one interpolation each end."""
-    si, ss, se = _merged(*stalls)
+    si, ss, se = merged_stalls(*stalls)
     out = np.zeros(len(s))
     if len(si) == 0 or len(s) == 0:
         return out
@@ -152,7 +140,7 @@ def accepted_late(x: Inputs, stalls) -> np.ndarray:
     alone = np.nonzero(reqs.client_span < 0)[0]
     if len(alone) == 0:
         return shift
-    si, ss, se = _merged(*stalls)
+    si, ss, se = merged_stalls(*stalls)
     stride = int(max(se.max(initial=0), reqs.start.max(initial=0))) + 1
     key = si * stride + se
     inst, t = reqs.root_instance[alone], reqs.start[alone].astype(np.int64)
