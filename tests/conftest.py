@@ -60,3 +60,22 @@ def chdb_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         code = main(["demo", "--store", f"chdb://{folder}", "--requests", "150", "--no-serve"])
     assert code == 0, printed.getvalue()
     return folder, printed.getvalue()
+
+
+@pytest.fixture
+def memory_provider():
+    """tailscope.instrument's provider for the test: (provider, in-memory exporter), the default
+    provider and span-per-stage mode restored after (test_light_tracing, test_pipeline_request_span)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tailscope import instrument as ts
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    ts.use(provider)
+    yield provider, exporter
+    ts.use(None)
+    ts.set_mode("spans")

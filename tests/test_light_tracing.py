@@ -20,17 +20,6 @@ from tailscope.vocabulary import ALL_STAGES
 MS = 1_000_000
 
 
-@pytest.fixture
-def provider():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    ts.use(provider)
-    yield provider, exporter
-    ts.use(None)
-    ts.set_mode("spans")
-
-
 # A request's stages at fixed times (ms from the request's start): every stage written with
 # record_span, which takes its times as given, so both modes describe the same request exactly.
 STAGES_AT = [
@@ -59,8 +48,8 @@ def one_request(tracer, start_ns: int, trace_no: int) -> None:
     root.end(end_time=start_ns + int(TOTAL_MS * MS))
 
 
-def test_light_mode_puts_stage_times_on_the_request_span(provider) -> None:
-    tp, exporter = provider
+def test_light_mode_puts_stage_times_on_the_request_span(memory_provider) -> None:
+    tp, exporter = memory_provider
     ts.set_mode("light")
     one_request(tp.get_tracer("t"), 1_000 * MS, 1)
     (span,) = exporter.get_finished_spans()
@@ -68,8 +57,8 @@ def test_light_mode_puts_stage_times_on_the_request_span(provider) -> None:
     assert span.attributes[light.STAGE_END_US + "model_forward"] == 21700
 
 
-def test_the_request_handle_sends_attributes_through_the_tally_in_light_mode(provider) -> None:
-    tp, exporter = provider
+def test_the_request_handle_sends_attributes_through_the_tally_in_light_mode(memory_provider) -> None:
+    tp, exporter = memory_provider
     tracer = tp.get_tracer("t")
     for mode in ("light", "spans"):
         ts.set_mode(mode)
@@ -85,8 +74,8 @@ def test_the_request_handle_sends_attributes_through_the_tally_in_light_mode(pro
     assert spans_root.attributes["http.response.status_code"] == 200
 
 
-def test_tally_only_records_intervals_in_light_mode_and_nothing_elsewhere(provider) -> None:
-    tp, exporter = provider
+def test_tally_only_records_intervals_in_light_mode_and_nothing_elsewhere(memory_provider) -> None:
+    tp, exporter = memory_provider
     tracer = tp.get_tracer("t")
     start = 1_000 * MS
     assert not light.tally_only(("queue", start, start + MS))  # no request open
@@ -105,8 +94,8 @@ def test_tally_only_records_intervals_in_light_mode_and_nothing_elsewhere(provid
     assert len(exporter.get_finished_spans()) == 3
 
 
-def test_nested_stage_of_another_stage_leaves_the_outer_its_own_time(provider) -> None:
-    tp, exporter = provider
+def test_nested_stage_of_another_stage_leaves_the_outer_its_own_time(memory_provider) -> None:
+    tp, exporter = memory_provider
     ts.set_mode("light")
     tracer = tp.get_tracer("t")
     with (
@@ -124,12 +113,12 @@ def test_nested_stage_of_another_stage_leaves_the_outer_its_own_time(provider) -
     assert own["postprocessing"] + own["downstream"] <= (span.end_time - span.start_time) / 1000
 
 
-def test_a_wait_inside_a_stage_of_its_stage_is_counted_once(provider) -> None:
+def test_a_wait_inside_a_stage_of_its_stage_is_counted_once(memory_provider) -> None:
     """A traced lock's wait inside postprocessing (stage None: the enclosing one's), as in the
     reference pipeline: the stage's time is its interval, not its interval plus the wait."""
     import threading
 
-    tp, exporter = provider
+    tp, exporter = memory_provider
     ts.set_mode("light")
     inner = threading.Lock()
     lock = ts.traced_lock(inner, "scores")
@@ -148,8 +137,8 @@ def test_a_wait_inside_a_stage_of_its_stage_is_counted_once(provider) -> None:
     assert span.attributes[light.STAGE_US + "postprocessing"] == pytest.approx(took_us, rel=0.05)
 
 
-def test_a_propagating_client_stage_stays_a_span_and_an_untraced_call_is_tallied(provider) -> None:
-    tp, exporter = provider
+def test_a_propagating_client_stage_stays_a_span_and_an_untraced_call_is_tallied(memory_provider) -> None:
+    tp, exporter = memory_provider
     ts.set_mode("light")
     with (
         tp.get_tracer("t").start_as_current_span("req", kind=SpanKind.SERVER) as root,
@@ -168,8 +157,8 @@ def test_a_propagating_client_stage_stays_a_span_and_an_untraced_call_is_tallied
     assert light.STAGE_US + "downstream" not in req.attributes
 
 
-def test_spans_mode_is_untouched_by_request_blocks(provider) -> None:
-    tp, exporter = provider
+def test_spans_mode_is_untouched_by_request_blocks(memory_provider) -> None:
+    tp, exporter = memory_provider
     one_request(tp.get_tracer("t"), 1_000 * MS, 1)
     assert len(exporter.get_finished_spans()) == 1 + len(STAGES_AT)
 
@@ -193,8 +182,8 @@ def _stage_means(db, run: str) -> dict[str, float]:
     return dict(zip(ALL_STAGES, row, strict=True))
 
 
-def test_light_mode_round_trips_into_the_same_stages(provider, tmp_path) -> None:
-    tp, exporter = provider
+def test_light_mode_round_trips_into_the_same_stages(memory_provider, tmp_path) -> None:
+    tp, exporter = memory_provider
     tracer = tp.get_tracer("t")
     for mode in ("spans", "light"):
         ts.set_mode(mode)

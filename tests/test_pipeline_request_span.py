@@ -6,9 +6,6 @@ from __future__ import annotations
 import orjson
 import pytest
 from opentelemetry import propagate, trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from reference_pipeline.otlp_json import span_json, span_to_otlp
@@ -21,17 +18,6 @@ from tailscope.instrument.sampling import WEIGHT
 MS = 1_000_000
 START = 1_700_000_000_000 * MS
 PARENT = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-
-
-@pytest.fixture
-def memory():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    ts.use(provider)
-    yield provider, exporter
-    ts.use(None)
-    ts.set_mode("spans")
 
 
 def _request(tracer, fail: bool = False) -> None:
@@ -65,8 +51,8 @@ def _comparable(span) -> dict:
 
 
 @pytest.mark.parametrize("fail", [False, True])
-def test_the_cheap_request_span_is_the_span_the_sdk_makes(memory, fail: bool) -> None:
-    provider, exporter = memory
+def test_the_cheap_request_span_is_the_span_the_sdk_makes(memory_provider, fail: bool) -> None:
+    provider, exporter = memory_provider
     ts.set_mode("light")
     for tracer in (provider.get_tracer("tailscope.reference_pipeline"), request_tracer(provider)):
         try:
@@ -80,8 +66,8 @@ def test_the_cheap_request_span_is_the_span_the_sdk_makes(memory, fail: bool) ->
     assert orjson.loads(span_json(cheap_span)) == span_to_otlp(cheap_span)
 
 
-def test_spans_under_it_are_its_children_and_carry_its_trace(memory) -> None:
-    provider, exporter = memory
+def test_spans_under_it_are_its_children_and_carry_its_trace(memory_provider) -> None:
+    provider, exporter = memory_provider
     ts.set_mode("light")
     tracer = request_tracer(provider)
     with tracer.start_as_current_span("POST /x", kind=SpanKind.SERVER) as root, ts.request(root):
@@ -95,8 +81,8 @@ def test_spans_under_it_are_its_children_and_carry_its_trace(memory) -> None:
     assert request.parent is None
 
 
-def test_other_spans_and_other_modes_are_the_sdks(memory) -> None:
-    provider, _ = memory
+def test_other_spans_and_other_modes_are_the_sdks(memory_provider) -> None:
+    provider, _ = memory_provider
     tracer = request_tracer(provider)
     ts.set_mode("spans")
     with tracer.start_as_current_span("POST /x", kind=SpanKind.SERVER) as root:
@@ -140,8 +126,8 @@ def test_sampling_sees_the_cheap_span_as_the_request(tmp_path) -> None:
     assert 60 <= sum(s["name"] == "POST /x" for s in spans) <= 140
 
 
-def test_the_tracer_keeps_the_sdk_tracers_resource_and_processors(memory) -> None:
-    provider, _ = memory
+def test_the_tracer_keeps_the_sdk_tracers_resource_and_processors(memory_provider) -> None:
+    provider, _ = memory_provider
     tracer = request_tracer(provider)
     assert isinstance(tracer, RequestTracer) and tracer.resource is provider.resource
     assert isinstance(tracer, trace.Tracer)
