@@ -176,6 +176,22 @@ def _peers(x: Inputs, name: str | None, spans: np.ndarray) -> np.ndarray:
     return out
 
 
+def _abandoned_work_left(x: Inputs, edit: Edit, calls: np.ndarray) -> Edit:
+    """The callee's work under a re-timed call that outlasted it (the client gave up at its deadline
+    and the server ran on: laid out in an ancestor, `frame.excl_parent`) is not there once the call
+    is answered in time: it no longer holds the request open."""
+    f = x.frame
+    timed = calls[~np.isnan(edit.dur[calls])]
+    if len(timed) == 0:
+        return edit
+    mark = np.zeros(len(f), bool)
+    mark[timed] = True
+    child = np.nonzero((f.parent >= 0) & (f.excl_parent != f.parent))[0]
+    gone = child[mark[f.parent[child]]]
+    edit.dur[gone] = 0.0
+    return edit
+
+
 def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None) -> Edit | None:
     """Each retried call answered by its last attempt started when the first was (`hedge_ns` None),
     or by a second copy sent `hedge_ns` after the first attempt (the earlier answer wins)."""
@@ -198,7 +214,7 @@ def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None
     took = answer[group[is_first]]
     if hedge_ns is None:
         edit.dur[head] = took
-        return edit
+        return _abandoned_work_left(x, edit, s)
     edit.dur[head] = np.minimum(f.dur[head], hedge_ns + took)
     single = s[~rep]
     slow = single[f.dur[single] > hedge_ns]
@@ -209,7 +225,7 @@ def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None
     if len(slow) and len(answered):  # a call that was not retried gets its copy too
         copy = answered[x.rng(21).integers(0, len(answered), len(slow))].astype(np.float64)
         edit.dur[slow] = np.minimum(f.dur[slow], hedge_ns + copy)
-    return edit
+    return _abandoned_work_left(x, edit, s)
 
 
 def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
@@ -248,6 +264,7 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     p50 = float(np.median(answered))
     calls = s[(group < 0) | (pos == 0)]  # singles, and each retried call's first attempt (its answer)
     edit.dur[calls] = p50
+    edit = _abandoned_work_left(x, edit, calls)
     name = finding.get("span_name")
     return Lever(
         f"callee_p50:{name}",
