@@ -12,7 +12,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.whatif import evaluate, measured_speedup
-from tailscope.analysis.whatif.retime import request_latency
+from tailscope.analysis.whatif.retime import unit_latency
 
 # the readers of the runs loaded so far: kept open while their frames are used, since the diagnosis
 # and the payload lever read span attributes from the store (closed per family: OPEN.close())
@@ -58,7 +58,7 @@ def unit_frame(frame):
 def measured(frame) -> tuple[float, float]:
     frame = unit_frame(frame)
     client = bool((frame.requests.client_span >= 0).mean() >= 0.5)
-    lat = request_latency(frame, frame.dur, client)
+    lat = unit_latency(frame, None, None, client)  # a batch consumer's: per message
     p50, p99 = np.percentile(lat, [50, 99]) / 1e6
     return float(p50), float(p99)
 

@@ -14,11 +14,19 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait
 from tailscope.analysis.whatif.replay import BatchCost, replay
-from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
+from tailscope.analysis.whatif.retime import (
+    Edit,
+    Retimed,
+    layout,
+    retime,
+    unit_latency,
+    unit_weight,
+)
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
@@ -225,6 +233,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     x = lv.Inputs(frame, lay, stage, served(frame, stage, lay), findings, seed)
     x.stalls = stalls_to_remove(frame, findings, seed)
     x.handlers = handlers(frame)
+    x.batches = batch_consumers(frame, lay, seed)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed)
@@ -266,8 +275,8 @@ def evaluate(
             frame.run, 0, "server", empty, None, [], slo_ms, reason="no request root spans in this run"
         )
     client_side = bool((reqs.client_span >= 0).mean() >= CLIENT_SIDE)
-    base = request_latency(frame, frame.dur, client_side)
-    weight = reqs.weight
+    base = unit_latency(frame, None, None, client_side)
+    weight = unit_weight(frame)
     measured_p99 = _percentiles(base, weight, (99,))[0]
     measured = _outcome(blank, base, measured_p99, slo_ms, weight)
     x = inputs(frame, findings, seed)
@@ -305,7 +314,7 @@ def _describe(lever: lv.Lever) -> dict[str, Any]:
     }
 
 
-def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
+def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
     """Each span's duration (ns) after the lever: re-timed, and the queues replayed where it asks
     (the model's, then the handler threads')."""
     edit = lever.edit
@@ -316,7 +325,7 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
     # the waits for handler threads follow every change of service times (a slow call's holds)
     if x.handlers is not None and not lever.handlers_set:
         first = retime(x.frame, _rehandle(x, lever, edit, first), x.lay)
-    return first.dur
+    return first
 
 
 def _rehandle(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
@@ -335,7 +344,19 @@ def _rehandle(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit
 
 
 def _latency(x: lv.Inputs, lever: lv.Lever, client_side: bool) -> np.ndarray:
-    return request_latency(x.frame, _retimed(x, lever), client_side)
+    return _unit_latency(x, lever, _retimed(x, lever), client_side)
+
+
+def _unit_latency(x: lv.Inputs, lever: lv.Lever, timed: Retimed, client_side: bool) -> np.ndarray:
+    """The run's latencies after a lever: a batch consumer's messages replayed through its processes
+    with the batches formed again (batches.py; not where the lever sets the waits itself), else
+    the re-timed units'."""
+    if x.batches is not None and not lever.handlers_set:
+        return replay_batches(x.batches, timed, x.lay, lever.extra_slots)
+    latency = unit_latency(x.frame, timed, x.lay, client_side)
+    if x.batches is not None:  # the lever set the batches' waits: as calm batches' messages
+        latency = as_calm_batches(x.batches, lever.edit, latency, x.rng(9))
+    return latency
 
 
 def lever_timings(
@@ -352,6 +373,6 @@ def lever_timings(
     x = inputs(frame, findings, seed)
     for lever in plan(x, **options):
         if lever.key == key:
-            dur = _retimed(x, lever)
-            return request_latency(frame, dur, client_side), dur
+            timed = _retimed(x, lever)
+            return _unit_latency(x, lever, timed, client_side), timed.dur
     return None

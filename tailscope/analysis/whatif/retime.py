@@ -281,3 +281,28 @@ def request_latency(frame: TraceFrame, dur: np.ndarray, client_side: bool) -> np
     top = np.where(reqs.client_span >= 0, reqs.client_span, reqs.root) if client_side else reqs.root
     return dur[top].astype(np.float64)
 
+
+def unit_latency(frame: TraceFrame, timed: Retimed | None, lay: Layout | None, client_side: bool
+                 ) -> np.ndarray:
+    """The latencies a run's percentiles are taken over: per request (`request_latency`), or for a
+    batch consumer's units per message, from its publish to the end of its own processing in the
+    batch (`Requests.message_span`), so that runs whose batches the load formed differently compare
+    like for like. `timed` None: as measured."""
+    reqs = frame.requests
+    if reqs.message_span is None:
+        return request_latency(frame, frame.dur if timed is None else timed.dur, client_side)
+    span = reqs.message_span
+    if timed is None:
+        end = frame.start[span] + frame.dur[span]
+    else:
+        assert lay is not None
+        end = timed.absolute_start(frame, lay)[span] + timed.dur[span]
+    return (end - reqs.message_sent).astype(np.float64)
+
+
+def unit_weight(frame: TraceFrame) -> np.ndarray | None:
+    """The weight of each latency `unit_latency` gives (a message stands for what its unit does)."""
+    reqs = frame.requests
+    if reqs.weight is None or reqs.message_span is None:
+        return reqs.weight
+    return reqs.weight[frame.request[reqs.message_span]]
