@@ -30,7 +30,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 4  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 5  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -65,6 +65,10 @@ class WhatIf:
     slo_ms: float | None = None
     seconds: float = 0.0
     reason: str | None = None
+    # a run with asynchronous work (diagnosis/units.py): the kind of unit evaluated ("consumer") and
+    # its entry point, the population the diagnosis reports; None: the run's requests
+    unit: str | None = None
+    entry_point: str | None = None
 
     def for_finding(self, finding: dict[str, Any]) -> Outcome | None:
         """The fix that answers a finding (its pattern and span), for the finding's card."""
@@ -85,6 +89,8 @@ class WhatIf:
             "outcomes": [o.to_dict() for o in self.outcomes],
             "seconds": round(self.seconds, 3),
             "reason": self.reason,
+            "unit": self.unit,
+            "entry_point": self.entry_point,
             "version": WHATIF_VERSION,
         }
 
@@ -299,6 +305,8 @@ def evaluate(
         latency = _latency(x, lever, client_side)
         outcomes.append(_outcome(_describe(lever), latency, measured_p99, slo_ms, weight))
     latency = "client-observed" if client_side else "server"
+    if reqs.message_span is not None:
+        latency = "per message, publish to processed"
     return WhatIf(frame.run, n, latency, measured, check, outcomes, slo_ms, time.perf_counter() - started)
 
 
