@@ -1,0 +1,35 @@
+"""bench/bench_whatif.py's blind mode never runs a held-out blind family (blind.UNTOUCHED): not by
+default, not when named, and not when a family is added to the held-out list later."""
+
+from __future__ import annotations
+
+import pytest
+
+blind = pytest.importorskip("reference_pipeline.simulate.blind")
+bench = pytest.importorskip("bench.bench_whatif")
+
+# the held-out families being written (issue 25): wherever their module lands, they are untouched
+HELD_OUT = ("ads-auction", "fraud-check", "kafka-scorer", "recsys-ranker")
+
+
+def test_the_default_selection_leaves_every_held_out_family_out() -> None:
+    chosen = bench.blind_families()
+    assert chosen and not set(chosen) & set(blind.UNTOUCHED)
+    assert set(chosen) == {name for name in blind.available() if name not in blind.UNTOUCHED}
+    assert not set(chosen) & set(HELD_OUT)
+    for name in HELD_OUT:  # a held-out family whose module is in is on the untouched list
+        if name in blind.MODULES:
+            assert name in blind.UNTOUCHED, name
+
+
+def test_a_family_added_to_the_held_out_list_is_skipped_and_refused(monkeypatch) -> None:
+    name = bench.blind_families()[0]
+    monkeypatch.setattr(blind, "UNTOUCHED", (*blind.UNTOUCHED, name))
+    assert name not in bench.blind_families()
+    written = []
+    monkeypatch.setattr(blind, "write_run", lambda *a, **k: written.append(a))
+    with pytest.raises(SystemExit, match="held-out"):
+        bench.blind_rows([name], 100, 0)
+    with pytest.raises(SystemExit, match="held-out"):
+        bench.main(["blind", "--families", name, "--requests", "100"])
+    assert written == []  # refused before anything of it was simulated
