@@ -5,7 +5,7 @@ the what-if predicts for "fix the cause" on the faulty run against the p99 measu
     python bench/bench_whatif.py blind [--requests 4000] [--families a,b] [--seeds 1]  # blind families,
                                                                         # the held-out ones never
     python bench/bench_whatif.py pipeline [--duration 15] [--rps 20] [--repeats 2]  # the real service
-    python bench/bench_whatif.py timing [--requests 77000]                # what-if of a 1 M-span run
+    python bench/bench_whatif.py timing [--requests 77000] [--sampled]    # what-if of a 1 M-span run
 
 sim: every planted cause of the simulator in every trace family (pipeline, gateway, region,
 readthrough, queue-worker; network-jitter is left out where the caller is not traced, as in
@@ -165,10 +165,12 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
     return rows, applied, unscored
 
 
-def timing(requests: int, repeats: int) -> None:
+def timing(requests: int, repeats: int, whole: bool = True) -> None:
+    """The what-if of the gc-pressure run of `requests` requests (77,000: 1,001,000 spans), every span
+    of it (`whole`; else the loader's sample of a large run, as the dashboard reads it)."""
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        frame = simulated(Path(tmp), "big", "gc-pressure", 0, requests)
+        frame = simulated(Path(tmp), "big", "gc-pressure", 0, requests, whole=whole)
         print(
             f"{len(frame):,} spans, {len(frame.requests):,} requests (simulated + loaded in "
             f"{time.perf_counter() - started:.0f} s)"
@@ -201,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timing: what-if repeats; pipeline: runs")
     parser.add_argument("--keep", type=Path, help="pipeline: keep runs here (reused)")
     parser.add_argument("--pairs", default="all", help="pipeline: the pairs to run, by label, ';'-separated")
+    parser.add_argument("--sampled", action="store_true",
+                        help="timing: the loader's sample of the large run, not every span of it")
     args = parser.parse_args(argv)
     if args.what == "timing":
-        timing(args.requests or 77_000, args.repeats)
+        timing(args.requests or 77_000, args.repeats, whole=not args.sampled)
         return 0
     if args.what == "blind":
         families = blind_families() if args.families == "all" else args.families.split(",")
