@@ -361,7 +361,7 @@ def _marked(spans: list[dict], part: str) -> dict:
         starts = {x["start"]: x["trace"] for x in named(spans, names(setup(seed))["fetch"])}
         out = {starts[t]: w > 10 * MS for t, w in _checkout_waits(spans, seed)}
     elif part == "large-histories":
-        out = {x["trace"]: x["attrs"]["fraud.history.items"] > 100 for x in named(spans, "validate_request")}
+        out = {x["trace"]: x["attrs"]["fraud.history.items"] > 1000 for x in named(spans, "validate_request")}
     return out
 
 
@@ -379,4 +379,4 @@ def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
             continue
         marked = _marked(spans, part)
         share = np.mean([marked.get(t, False) for t in slowest])
-        assert share > 0.25 and share > 1.5 * np.mean(list(marked.values())), (part, share)
+        assert share > max(0.2, 1.5 * np.mean(list(marked.values()))), (part, share)

@@ -38,7 +38,7 @@ Mechanisms (scenario: truth):
   the vendor (median 330 ms): attempts cut by the 300 ms timeout with an error and `ReadTimeout`,
   then the retry (slow_dependency is a side effect).
 - `pool-exhaustion` (lock_contention in `fetch_features`): the pool was cut from SQLAlchemy's
-  default (5 + 10 overflow per worker) to a single connection (2 beside the eviction wave), to fit
+  default (5 + 10 overflow per worker) to a single connection (3 beside the eviction wave), to fit
   Postgres's connection limit, at the same load; a checkout waits, before the velocity query's span,
   for a connection held by a request still in its model, its vendor call or its response.
 - `request-burst` (queueing before the SERVER span): the chart lost `WEB_CONCURRENCY`, so each pod
@@ -54,7 +54,7 @@ Mechanisms (scenario: truth):
   for a quarter of the requests: reading, validating (8 µs per item) and aggregating (18 µs per
   item) grow with it (the loop's other requests wait: queueing is a side effect).
 - `cpu-throttle` (cpu_throttling, process-wide, every scorer pod): the pods' CPU limit was set to
-  1.15x their mean use (1.5x beside the large histories); in the 100 ms CFS periods where demand
+  1.15x their mean use (1.75x beside the large histories); in the 100 ms CFS periods where demand
   runs over the quota, every worker of the pod stops until the period ends, at the pod's own phase
   (requests wait to start: queueing is a side effect).
 - `worker-recycle` (cold_start in the model span, the new processes): `--max-requests` was set low

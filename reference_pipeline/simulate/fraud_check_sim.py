@@ -142,7 +142,7 @@ def _draw(
         "ack": lognormal_ms(rng, 0.03, 0.3),
     }
     for i in range(len(misses)):
-        d[f"fallback{i}"] = lognormal_ms(rng, 24.0, 0.45)
+        d[f"fallback{i}"] = lognormal_ms(rng, 30.0, 0.45)
     return Request(
         index, t, items, 320 + 240 * items, misses, rng.random() < 0.2, vendor, d, served_index=served
     )
@@ -238,7 +238,7 @@ def simulate(s: dict[str, Any], parts: set[str], requests: int) -> TraceTable:
         if proc[2] >= proc[3]:  # gunicorn restarts the worker after this request; the new one boots
             procs[(p, j)] = [proc[0] + 1, arrive + rng.uniform(0.15, 0.4) * NS_PER_S, 0, proc[3] * 10]
         calls.append((c, root_s, work_s, call_s, p, j, proc[0], req))
-    headroom = (1.5 if "large-histories" in parts else 1.15) if "cpu-throttle" in parts else 4.0
+    headroom = (1.75 if "large-histories" in parts else 1.1) if "cpu-throttle" in parts else 4.0
     pod_stalls = [
         _throttling(rng, [r for (p, _j, _g), rs in assigned.items() if p == k for r in rs], horizon, headroom)
         for k in range(s["pods"])
@@ -338,10 +338,10 @@ def simulate(s: dict[str, Any], parts: set[str], requests: int) -> TraceTable:
 
 def _pool_size(parts: set[str]) -> tuple[int, int]:
     """(pool_size, max_overflow) per worker: SQLAlchemy's defaults (5, 10), or the cut to (1, 0)
-    ((2, 0) beside the eviction wave)."""
+    ((3, 0) beside the eviction wave)."""
     if "pool-exhaustion" not in parts:
         return 5, 10
-    return (2, 0) if "redis-eviction" in parts else (1, 0)
+    return (3, 0) if "redis-eviction" in parts else (1, 0)
 
 
 def _max_requests(rng: random.Random, requests: int, processes: int) -> int:
