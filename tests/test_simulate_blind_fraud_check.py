@@ -336,8 +336,9 @@ def test_recycled_workers_start_cold_and_open_their_connections() -> None:
             > 10 * MS
             > np.median([x["duration"] for x in mine[-10:]])
         )
-    connects = {x["instance"] for x in named(spans, "connect")}
-    assert connects == set(cause["instances"]) and not named(steady, "connect")
+    # every new process opens its connections; warm ones only for an overflow connection now and then
+    assert set(cause["instances"]) <= {x["instance"] for x in named(spans, "connect")}
+    assert len(named(steady, "connect")) < 0.005 * len(predict)
     assert p(latencies(spans), 99) > 2 * p(latencies(steady), 99)
 
 
