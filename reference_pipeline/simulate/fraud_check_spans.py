@@ -65,7 +65,7 @@ def names(s: dict[str, Any]) -> dict[str, str]:
         "attempt": "POST" if new else "HTTP POST",
         "publish": f"publish {TOPIC}" if new else f"{TOPIC} send",
         "caller_root": f"POST {CALLER_ROUTE}",
-        "caller_call": "POST" if s["caller"] == "java" else "HTTP POST",
+        "caller_call": "POST" if new else "HTTP POST",
         "caller_work": "AuthorizationService.authorize",
         "ledger": "INSERT payments.authorizations",
     }
