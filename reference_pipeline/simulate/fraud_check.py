@@ -3,7 +3,7 @@
 Shape: `payments-api` (Java with the OpenTelemetry agent, or Go with otelhttp; 3 pods) serves
 `POST /v2/payments/authorize` and calls `fraud-scorer` (`POST /v1/score`, a CLIENT span and the
 scorer's SERVER span), then writes its ledger row. `fraud-scorer` is FastAPI under gunicorn with
-uvicorn workers: 2-4 pods, 2-4 worker processes each, one asyncio event loop per process (see
+uvicorn workers: 2-4 pods, 2-3 worker processes each, one asyncio event loop per process (see
 fraud_check_loop.py for the loop, the collector and the pool). Per request: the body is read (ASGI
 `http receive` / `http send` spans on some seeds) and validated by pydantic (time grows with the
 transaction history it carries), then `fetch_features`: a Redis `MGET` of three precomputed
@@ -26,17 +26,19 @@ span names follow one of two styles (even: `validate_request`, `fetch_features`,
 `model.predict`, `risk_vendor.check`; odd: `TransactionPayload.parse`, `FeatureStore.get`,
 `HistoryAggregator.summarize`, `FraudModel.score`, `RiskVendor.assess`). Healthy noise everywhere:
 generation-1 pauses of ~1 ms and rare generation-2 ones of 12-35 ms, 0.5-4 % profile misses, a vendor
-with an occasional slow answer, young-GC pauses in the caller.
+with an occasional slow answer (and a rare timeout), an overflow Postgres connection opened now and
+then when a pause piles requests up, young-GC pauses in the caller.
 
 Mechanisms (scenario: truth):
 
 - `worker-gc` (gc_pause, process-wide, the one worker): one worker's heap grows (an unbounded
-  per-process cache), so its generation-2 collections come every 0.12-0.3 s of CPU and last
-  140-320 ms, longer as the heap grows. Every coroutine in flight there stops: spans end late,
+  per-process cache), so its generation-2 collections come every 0.1-0.25 s of CPU and last
+  180-380 ms, up to 1.5x longer as the heap grows. Every coroutine in flight there stops: spans end late,
   requests that arrive wait to start (queueing is a side effect).
 - `vendor-timeouts` (timeout_retry at the scorer, the vendor's CLIENT span): three slow periods of
-  the vendor (median 330 ms): attempts cut by the 300 ms timeout with an error and `ReadTimeout`,
-  then the retry (slow_dependency is a side effect).
+  the vendor (each 12 % of the run, median 330 ms; one of 6 % beside the worker's GC): attempts cut
+  by the 300 ms timeout with an error and `ReadTimeout` (the timer's callback also waits for the
+  loop), then the retry (slow_dependency is a side effect).
 - `pool-exhaustion` (lock_contention in `fetch_features`): the pool was cut from SQLAlchemy's
   default (5 + 10 overflow per worker) to a single connection (3 beside the eviction wave), to fit
   Postgres's connection limit, at the same load; a checkout waits, before the velocity query's span,
