@@ -168,7 +168,7 @@ def test_the_cold_cache_sends_budget_reads_to_the_primary_and_refills() -> None:
 def test_the_batcher_queue_grows_in_the_burst_and_the_batches_fill(seed: int) -> None:
     waits, runs = {}, {}
     for scenario in ("ctr-batcher-saturation", "steady"):
-        spans = run(scenario, seed, 1000)
+        spans = run(scenario, seed, 600 if scenario == "steady" else 1000)
         if seed == 0:
             parents = {x["i"]: x for x in named(spans, "POST /predictions/ctr_dcn", "Server")}
             work = named(spans, "inference")
@@ -229,11 +229,11 @@ def test_encoding_grows_with_the_response_and_feed_requests_reach_megabytes() ->
 
 
 def test_deadline_cuts_an_attempt_and_the_other_replica_is_called() -> None:
-    for scenario in ("shard-deadline-retry", "many-slots+shard-deadline-retry"):
-        spans = run(scenario, 1, 1000)
+    for scenario, requests in (("shard-deadline-retry", 1000), ("many-slots+shard-deadline-retry", 600)):
+        spans = run(scenario, 1, requests)
         calls = named(spans, "adindex.v1.CandidateIndex/Retrieve", "Client")
         failed = [x for x in calls if x["status"] == "Error"]
-        assert len(failed) > 20
+        assert len(failed) > 10
         assert all(DEADLINE_MS * MS <= x["duration"] < (DEADLINE_MS + 3) * MS for x in failed)
         assert all(x["attrs"]["rpc.grpc.status_code"] == 4 for x in failed)
         servers = {x["parent"]: x for x in named(spans, "adindex.v1.CandidateIndex/Retrieve", "Server")}

@@ -8,10 +8,12 @@ Shape: `ad-auction` (Go 1.22, 4-6 pods over three zones, GOMAXPROCS = the node's
 `scan_postings` child) and merges the answers; `budget.lookup` (a Redis `mget` of the candidates'
 advertisers; keys it does not find are read from the primary store, Aerospike, `aerospike.batch_get`,
 and written back with a Redis `pipeline`); `ctr.score`, which builds the feature tensor and calls the
-model server: TorchServe on even seeds (HTTP `POST` to `ctr-torchserve`, whose SERVER span
-`POST /predictions/ctr_dcn` holds the batch's `inference`; the time in the batcher is the gap before
-it), TF Serving on odd seeds (gRPC `tensorflow.serving.PredictionService/Predict` to `ctr-tfserving`,
-whose SERVER span holds `batching_queue` and `session_run`); `run_auction` (second price, bid
+model server (2 pods): TorchServe on CPU on even seeds (HTTP `POST` to `ctr-torchserve`, 2 workers a
+pod, batchSize 16, maxBatchDelay 5 ms; its SERVER span `POST /predictions/ctr_dcn` holds the batch's
+`inference`, the time in the batcher is the gap before it), TF Serving on a GPU on odd seeds (gRPC
+`tensorflow.serving.PredictionService/Predict` to `ctr-tfserving`, one batch thread, max_batch_size
+32, batch_timeout 2 ms; its SERVER span holds `batching_queue` and `session_run`); a batch runs for
+a fixed cost plus a cost per candidate row; `run_auction` (second price, bid
 shading, pacing), `encode_bid_response`, and a Kafka PRODUCER span for the auction log that is
 acknowledged after the response went out. Redis and Aerospike are not traced.
 
@@ -24,28 +26,33 @@ elsewhere the Go SERVER span is. GC cycles are `go.runtime.gc` events on the Go 
 (`go.gc.pause_ms`, `go.gc.mark_ms`) on seeds 0, 1 (mod 4) only. Instances are pod names (OTLP:
 `k8s.pod.name`, with `service.instance.id` on odd seeds; Jaeger: `hostname`), Zipkin: ip:port.
 
-Healthy noise: GC cycles every few seconds (marks of ~25 ms with light assists, STW of 0.05-0.4 ms),
+Healthy noise: GC cycles every few seconds (marks of ~55 ms with light assists, STW of 0.05-0.4 ms),
 budget keys deleted by pacing updates (a few misses), a posting list out of the page cache now and
 then, index swaps of a few ms, cross-zone hops, video creatives in 4 % of the slots.
 
 Mechanisms (model in ads_auction_runtime.py and ads_auction_calls.py):
 
-- `straggler-shard`: one index pod (shard 1) sits on a degraded node: its scans take 4.5x as long,
+- `straggler-shard`: one index pod (shard 1) sits on a degraded node: its scans take 5.5x as long,
   with a wider tail; every request waits for its slowest shard, and half of shard 1's calls land on
   it. slow_dependency at `ad-index`, that pod (a few of its calls reach the deadline: timeout_retry
   is side).
-- `gc-assist`: every auction pod reloads its advertiser catalog every 1.5-3.5 s (a release that
-  dropped the delta updates): 0.5-1 s of allocating 1.5 GB/s with both snapshots live. GC cycles
-  then follow each other, their marks last ~150 ms, and allocating goroutines are charged mark
-  assists (running at 1/8 of their speed); STW phases grow to 0.3-2 ms. The CPU spans of every
+- `gc-assist`: every auction pod reloads its advertiser catalog every 1-3 s (a release that
+  dropped the delta updates): 0.5-1 s of allocating 1.5 GB/s with both snapshots live (+1 GB).
+  A GC cycle then starts every ~0.8 s, its mark lasts 300-450 ms (the live heap over 3 GB/s of
+  mark workers), and allocating goroutines are charged mark assists (running at 1/8 of their
+  speed); STW phases grow to 0.3-2 ms. The CPU spans of every
   request in a mark (parse, merge, decode, tensor, auction, encode) stretch. gc_pause at ad-auction.
 - `budget-cache-cold`: the budget Redis is replaced by an empty one at 30 % of the run (a deploy);
   every key misses, the primary store reads each missing advertiser's campaign records in one batch
   (its time grows with them), and the keys are written back, so misses decay as advertisers refill
-  (popular ones first). cache_miss at `budget.lookup` (the Aerospike reads are slow calls: side).
-- `ctr-batcher-saturation`: a traffic burst (a big publisher's campaign) brings the model server's
-  workers past their capacity for ~15 % of the run: batches fill up and requests wait in the
-  batcher, longer and longer until the burst ends. queueing at the model server.
+  (popular ones first). The miss storm also loads the primary: its per-record time grows with the
+  records read in the last 250 ms. cache_miss at `budget.lookup` (the Aerospike reads are slow
+  calls: slow_dependency is side).
+- `ctr-batcher-saturation`: a traffic burst (a big publisher's campaign) offers the model server
+  1.15x its full-batch capacity for 12 % of the run (it runs at 31-39 % of it otherwise): batches
+  fill up and requests wait in the batcher, longer and longer until the burst ends. The batch's
+  own run time grows only with its rows. queueing at the model server (stage queue: the wait is
+  `batching_queue` on TF Serving, the SERVER span's time before `inference` on TorchServe).
 - `zone-jitter`: the auction pods in zone c sit on nodes whose uplink saturates: their cross-zone
   packets see ms of jitter and ~1 % of messages wait for a TCP retransmission (>= 200 ms). The gap
   between their CLIENT spans and the peer's SERVER spans grows; network at those pods (the shard
@@ -59,7 +66,7 @@ Mechanisms (model in ads_auction_runtime.py and ads_auction_calls.py):
   `encode_bid_response` (encoding/json at ~35 MB/s) and the sidecar's transfer grow with it.
   large_payload at `encode_bid_response` (stage serialization).
 - `shard-deadline-retry`: a new index build makes every shard pod swap segments under a write lock
-  every 4-12 s, stalling its handlers 100-300 ms; calls that hit a stall end at the 50 ms deadline
+  every 3-8 s, stalling its handlers 100-300 ms; calls that hit a stall end at the 50 ms deadline
   with DEADLINE_EXCEEDED and are retried on the other replica. timeout_retry at ad-auction (the
   stalled shards are side: slow_dependency).
 
@@ -202,7 +209,7 @@ def _clocks(rng: random.Random, s: dict[str, Any], parts: set[str], reqs: list[d
                 alloc[min(int(r["arrive"] // (5 * NS_PER_MS)), steps - 1)] += 0.45 / 0.005  # MB/s
         live = [160.0] * steps
         if "gc-assist" in parts:
-            for a, b in random_pauses(rng, horizon, (1.5, 3.5), (500.0, 1000.0)):
+            for a, b in random_pauses(rng, horizon, (1.0, 3.0), (500.0, 1000.0)):
                 for k in range(int(a // (5 * NS_PER_MS)), min(int(b // (5 * NS_PER_MS)), steps)):
                     alloc[k] += 1500.0
                     live[k] += 1000.0

@@ -103,7 +103,7 @@ def gc_cycles(rng: random.Random, horizon: float, alloc_mb_s: list[float], live_
     grow with the allocation rate (1 + (rate / 400 MB/s)^2, at most 8: the pacer's assist ratio);
     the allocation count restarts at the mark's end."""
     out: list[GcCycle] = []
-    t, allocated = rng.uniform(0.0, 2.0) * NS_PER_S * 0.3, rng.uniform(0.0, 0.8)
+    t, allocated = rng.uniform(0.0, 0.6) * NS_PER_S, rng.uniform(0.0, 0.8)
     while t < horizon:
         step = min(int(t // _STEP), len(alloc_mb_s) - 1)
         rate, live = alloc_mb_s[step], live_mb[step]
