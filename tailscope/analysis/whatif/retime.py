@@ -14,7 +14,7 @@ span: the unattributed time). When spans change,
 bottom-up, so a parallel branch that did not change still holds its parent open, a shorter span on
 the critical path moves everything after it, and time no child covers stays where it was unless a
 change cuts it. A child that outlasts its parent was not awaited by it (fire and forget): it keeps
-its clipped place whatever changes inside it (unless an edit sets it shorter). A detached child (a queue
+its clipped place whatever changes inside it (unless an edit removes it: 0). A detached child (a queue
 consumer starting after its producer ended) is laid out in the ancestor that holds it
 (`frame.excl_parent`), as the exclusive times are.
 
@@ -212,9 +212,10 @@ def _dirty(level: Level, changed: np.ndarray, parent_changed: np.ndarray) -> Lev
 
 def _contribution(lay: Layout, kids: np.ndarray, new_dur: np.ndarray, fixed: np.ndarray) -> np.ndarray:
     """Each child's length in its parent's new timeline: its new duration, or for a child that
-    outlasts its parent (not awaited) its old clipped place, shortened only where the edit sets it."""
+    outlasts its parent (not awaited) its old clipped place, unless the edit removes it (sets it to
+    0: work no longer done, such as a callee's work for an attempt no longer made)."""
     old = lay.rel_end[kids] - lay.rel_start[kids]
-    held = np.where(fixed[kids], np.minimum(old, new_dur[kids]), old)
+    held = np.where(fixed[kids] & (new_dur[kids] == 0), 0, old)
     return np.where(lay.overhang[kids] > 0, held, new_dur[kids])
 
 
@@ -235,7 +236,7 @@ def retime(frame: TraceFrame, edit: Edit, lay: Layout | None = None) -> Retimed:
     for full in lay.levels:
         kids = full.kids
         # a child that outlasts its parent was not awaited by it: it holds its old place, unless the
-        # edit sets it shorter than that place (work abandoned at a deadline and fixed: gone)
+        # edit removes it (work abandoned at a deadline, no longer done)
         old = lay.rel_end[kids] - lay.rel_start[kids]
         contrib = _contribution(lay, kids, new_dur, fixed)
         changed = (contrib != old) | (gap[kids] != lay.gap[kids])
