@@ -169,5 +169,8 @@ def test_only_low_hash_requests_keep_them_and_a_sample_beyond_them_reads_its_spa
             " FROM requests"
         ).fetchall()[0]
     assert kept[0] == kept[1] > 0 and kept[2] == 0 and kept[3] == 240
-    table, reads = breakdowns(db_path, "par", "p90")  # 12 band requests: most beyond the kept ones
-    assert reads == 1 and not table.empty
+    with connect_reader(db_path) as conn:  # 12 band requests: most beyond the kept ones
+        counting = CountingConnection(conn)
+        table = stage_breakdown(DuckDBReader(counting), Filter(run="par"), "p90")
+    assert counting.reads == 1 and not table.empty
+    assert not any("_ts_span_times" in text for text in counting.texts)  # not looked for

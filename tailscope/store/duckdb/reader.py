@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
-from tailscope.store.duckdb import rules
+from tailscope.store.duckdb import rules, statements
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
@@ -156,6 +156,9 @@ class DuckDBReader:
         spans are read then. No read of the run's spans (bench/RESULTS.md, "Scale: the stage
         breakdown from the derive's SpanTimes")."""
         conn = self.conn
+        highest = conn.execute(sql.load("stage_breakdown_scope_max_hash")).fetchall()[0][0]
+        if highest is None or int(highest) > statements.SPAN_TIMES_MAX_HASH:  # a small band's sample
+            return None
         conn.execute(sql.load(sql.variant("stage_breakdown_pick", "duckdb", weighted)), [run])
         try:
             picked, missing = conn.execute(sql.load("stage_breakdown_pick_missing")).fetchall()[0]
