@@ -82,8 +82,13 @@ def descend_proxies(
                 continue  # an aggregator's latency is its slowest call, not one callee's: not a proxy
             if np.median(callees[members]) >= 2 and _mode_share(callee_of[members]) < PROXY_CALLEE:
                 continue  # calls several services in turn, the longest one changing: an orchestrator
+            covered = np.median(coverage[members]) >= PROXY_COVERAGE
+            if np.median(callees[members]) >= 2 and not covered:
+                # calls several services and its longest call covers little of it: it works between
+                # the calls (a service of its own), even where one callee's rare slow calls own its tail
+                continue
             tail_share = excess_share(call_dur[members], tail_split(frame.dur[members]))
-            proxy[g] = np.median(coverage[members]) >= PROXY_COVERAGE or tail_share >= PROXY_TAIL
+            proxy[g] = covered or tail_share >= PROXY_TAIL
         position = np.full(len(frame), -1, np.int64)
         position[roots] = group_of
         move = proxy[position[root]]
