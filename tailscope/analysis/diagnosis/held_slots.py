@@ -1,12 +1,14 @@
-"""Who held the worker slots a queue waited for: a queue that the cache misses make.
+"""Who held the worker slots a queue waited for: a queue that cache misses or a lock make.
 
 Mechanism. Calls wait for a worker slot (accept_queue.py) when every slot is taken. Slots fill either
 because more calls arrive (a burst of traffic) or because each call holds its slot longer (slow work
 at an ordinary rate). A cache whose keys expire together sends many requests down the miss path at
 once; each holds its worker for the store's round trip, and the calls behind them queue although the
 arrival rate has not moved. So where the large waits for a slot come at an ordinary arrival rate (under
-1.3x the run's mean just before them) and most of the slots running when those calls were sent (>= 40 %,
-and at least 1.5x their usual share) were held by requests on a named cache_miss finding's miss path,
+1.3x the run's mean just before them) and a large part of the slots running when those calls were sent
+(>= 30 %, and at least 1.5x their usual share) were held by requests on a named cache_miss finding's
+miss path (a span of its name over 3x its median) or inside a named lock_contention finding's span
+(waiting for the lock or the pool's connection: a pool that runs dry backs up into the worker pool),
 the queue is that finding's consequence: the queueing finding stays, marked part of it, and is ranked
 after it (shares.py), with its confidence at most the cache finding's.
 """
@@ -18,8 +20,10 @@ import numpy as np
 from tailscope.analysis.diagnosis.model import Context, Finding
 
 ORDINARY_RATE = 1.3
-HELD = 0.4
+HELD = 0.3
 LIFT = 1.5
+SLOW = 3.0  # a span over 3x its name's median is on the slow path (a miss, a wait for the lock)
+HOLDERS = ("cache_miss", "lock_contention")
 
 
 def running(f, spans: np.ndarray, instance: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -34,10 +38,10 @@ def running(f, spans: np.ndarray, instance: np.ndarray, at: np.ndarray) -> np.nd
 
 
 def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
-    """Mark an accept-queue finding part of the cache_miss finding whose misses held its slots."""
+    """Mark an accept-queue finding part of the cache_miss or lock_contention finding whose slow spans
+    held its slots."""
     queue = ctx.notes.get("accept_queue")
-    missed = ctx.notes.get("miss_requests", {})
-    if queue is None or not missed:
+    if queue is None:
         return findings
     cli, srv, big = queue
     f = ctx.frame
@@ -48,22 +52,29 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
         if stats["arrival_rate_at_large_waits"] >= ORDINARY_RATE:
             continue  # more calls came: a burst fills the pool, whatever holds the slots
         busy = running(f, srv, f.instance[srv], f.start[cli])
-        for cache in findings:
-            if cache.pattern != "cache_miss" or cache.confidence < 0.5 or cache.span_name not in missed:
+        for cause in sorted(findings, key=lambda x: -x.confidence):
+            if cause.pattern not in HOLDERS or cause.confidence < 0.5 or cause.span_name not in f.names:
                 continue
-            roots = f.requests.root[missed[cache.span_name]]
-            held = running(f, roots, f.instance[srv], f.start[cli]) / np.maximum(busy, 1.0)
+            code = f.names.index(cause.span_name)
+            spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
+            if len(spans) == 0:
+                continue
+            slow = spans[f.dur[spans] > SLOW * float(np.median(f.dur[spans]))]
+            holders = np.zeros(ctx.n_requests, bool)  # requests that took the slow path hold their slot
+            holders[f.request[slow]] = True
+            on_slow_path = running(f, f.requests.root[holders], f.instance[srv], f.start[cli])
+            in_span = running(f, spans, f.instance[srv], f.start[cli])  # waiting in it (a pool) right then
+            held = np.maximum(on_slow_path, in_span) / np.maximum(busy, 1.0)
             at_waits, usual = float(held[big].mean()), float(held.mean())
             if at_waits < HELD or at_waits < LIFT * usual:
                 continue
-            stats["part_of"] = "cache_miss"
-            stats["slots_held_by_misses"] = round(at_waits, 3)
-            fd.confidence = min(fd.confidence, 0.9 * cache.confidence)
+            stats["part_of"] = cause.pattern
+            stats["slots_held_by_" + cause.pattern] = round(at_waits, 3)
+            fd.confidence = min(fd.confidence, 0.9 * cause.confidence)
             fd.evidence["summary"] += (
                 f" The calls waited at an ordinary arrival rate ({stats['arrival_rate_at_large_waits']:.1f}x "
-                f"the mean) while {at_waits:.0%} of the running requests were on the miss path of "
-                f"'{cache.span_name}' ({usual:.0%} at other times): the misses held the slots; part of "
-                "the cache_miss finding."
+                f"the mean) while {at_waits:.0%} of the running requests were in a slow '{cause.span_name}' "
+                f"({usual:.0%} at other times): those held the slots; part of the {cause.pattern} finding."
             )
             break
     return findings
