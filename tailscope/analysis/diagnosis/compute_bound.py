@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split, theil_sen
 
@@ -211,6 +211,16 @@ def detect(ctx: Context) -> list[Finding]:
         + _sentence("; ".join(levers or [PROFILE_ADVICE]))
     )
     confidence = logistic(share, 0.5, 0.1)
+    # a model busy nearly all the time, whose forward is most of a typical request: every request pays
+    # for the forward, and the waits before it (in the model server, for the batch in progress) are its
+    # cost too, not a burst's (a queueing finding that follows the arrivals claims those)
+    busy, wait_share = _saturated(ctx, spans)
+    heavy = 0.0
+    if ctx.notes.get("queueing_confidence", 0.0) < 0.3:
+        heavy = 0.9 * logistic(body_share, 0.4, 0.04) * logistic(busy, 0.8, 0.03)
+        if heavy >= 0.5:
+            share = min(1.0, share + max(wait_share, 0.0))
+    confidence = max(confidence, heavy)
     top_name, by_name = _split_by_name(ctx, fwd)
     summary = (
         f"model_forward carries {share:.0%} of the tail excess and {body_share:.0%} of a typical "
@@ -220,6 +230,8 @@ def detect(ctx: Context) -> list[Finding]:
         f"p50 {ms(p50):.1f} ms, p99 {ms(p99):.1f} ms; vs batch size ({size_source}): "
         f"{ms(intercept):.2f} ms per call + "
         f"{ms(slope):.2f} ms per item"
+        + (f"; the model is busy {busy:.0%} of the time and requests wait for it before their forward "
+           f"(that wait carries {wait_share:.0%} of the tail excess)" if heavy >= 0.5 else "")
         + (f"; device {device}" if device else "")
         + (f", dtype {dtype}" if dtype else "")
         + "."
@@ -229,6 +241,8 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_excess_share_in_gc_stalls": round(stalled, 3),
         "tail_excess_share_in_warm_up": round(warming, 3),
         "tail_excess_share_waiting_for_busy_consumers": round(waiting, 3),
+        "model_busy": round(busy, 3),
+        "tail_excess_share_waiting_for_the_model": round(wait_share, 3),
         "typical_share": round(body_share, 3),
         "forward_p50_ms": ms(p50),
         "forward_p99_ms": ms(p99),
@@ -257,6 +271,27 @@ def detect(ctx: Context) -> list[Finding]:
             advice,
         )
     ]
+
+
+def _saturated(ctx: Context, fw: np.ndarray) -> tuple[float, float]:
+    """(how busy the busiest model instance is: its distinct forward intervals over the run's span,
+    the share of the tail excess carried by the time between each forward's enclosing SERVER span in
+    its own service starting and the forward: the wait for the model)."""
+    f = ctx.frame
+    if len(fw) == 0:
+        return 0.0, 0.0
+    cur = fw.copy()
+    for _ in range(8):  # up to the SERVER span of the forward's own service
+        up = f.parent[cur]
+        move = (f.kind[cur] != KIND_SERVER) & (up >= 0)
+        move[move] &= f.service[up[move]] == f.service[fw[move]]
+        cur = np.where(move, up, cur)
+    wait = np.maximum(f.dur[cur] - f.dur[fw], 0).astype(np.float64)
+    wait_share = excess_share(np.bincount(f.request[fw], weights=wait, minlength=ctx.n_requests), ctx.split)
+    runs = np.unique(np.stack([f.instance[fw], f.start[fw], f.dur[fw]], axis=1), axis=0)
+    horizon = max(float(f.end.max() - f.start.min()), 1.0)
+    busy = np.bincount(runs[:, 0], weights=runs[:, 2].astype(np.float64)) / horizon
+    return float(busy.max()), float(wait_share)
 
 
 BUSY = 0.3  # consumers busy at least this share of the time: messages wait for the work in progress
