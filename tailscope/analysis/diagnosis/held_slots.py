@@ -4,13 +4,13 @@ Mechanism. Calls wait for a worker slot (accept_queue.py) when every slot is tak
 because more calls arrive (a burst of traffic) or because each call holds its slot longer (slow work
 at an ordinary rate). A cache whose keys expire together sends many requests down the miss path at
 once; each holds its worker for the store's round trip, and the calls behind them queue although the
-arrival rate has not moved. So where the large waits for a slot come at an ordinary arrival rate (under
-1.3x the run's mean just before them) and a large part of the slots running when those calls were sent
-(>= 30 %, and at least 1.5x their usual share) were held by requests on a named cache_miss finding's
-miss path (a span of its name over 3x its median) or inside a named lock_contention finding's span
-(waiting for the lock or the pool's connection: a pool that runs dry backs up into the worker pool),
-the queue is that finding's consequence: the queueing finding stays, marked part of it, and is ranked
-after it (shares.py), with its confidence at most the cache finding's.
+arrival rate has not moved; a connection pool that runs dry keeps its waiters on their workers too.
+So where the large waits for a slot come at an ordinary arrival rate (under 1.3x the run's mean just
+before them) and the slots running when those calls were sent were held (most of them, or >= 30 %
+and at least 1.5x their usual share) by requests on a named cache_miss finding's miss path (a span of
+its name over 3x its median) or inside a named lock_contention finding's span (waiting for the lock or
+the pool's connection), the queue is that finding's consequence: the queueing finding stays, marked
+part of it, ranked after it (shares.py), its confidence at most 0.9x that finding's.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tailscope.analysis.diagnosis.model import Context, Finding
 
 ORDINARY_RATE = 1.3
 HELD = 0.3
+MOST = 0.5  # most of the slots held by the slow path: the queue is its, however usual that is
 LIFT = 1.5
 SLOW = 3.0  # a span over 3x its name's median is on the slow path (a miss, a wait for the lock)
 HOLDERS = ("cache_miss", "lock_contention")
@@ -66,7 +67,7 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
             in_span = running(f, spans, f.instance[srv], f.start[cli])  # waiting in it (a pool) right then
             held = np.maximum(on_slow_path, in_span) / np.maximum(busy, 1.0)
             at_waits, usual = float(held[big].mean()), float(held.mean())
-            if at_waits < HELD or at_waits < LIFT * usual:
+            if at_waits < MOST and (at_waits < HELD or at_waits < LIFT * usual):
                 continue
             stats["part_of"] = cause.pattern
             stats["slots_held_by_" + cause.pattern] = round(at_waits, 3)

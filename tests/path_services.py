@@ -1,0 +1,176 @@
+"""Services built from a mechanism for the path and payload rules (test_diagnosis_paths.py): a cache whose
+keys expire together behind a worker pool (a stampede), a connection pool that runs dry behind a worker
+pool, a service that calls two traced services, and a model server whose batches take long. Each is
+built on mechanism_frames.TraceBuilder traces, timings from what the mechanism physically does."""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from tests.mechanism_frames import TraceBuilder, lognormal
+
+PODS = ("api/0", "api/1")
+
+
+def _arrivals(b: TraceBuilder, n: int, rate: float, bursts: bool) -> list[float]:
+    """Poisson arrivals at `rate` per second, at 2.5x for 2 s out of every 10 s with `bursts`."""
+    t, out = 0.0, []
+    while len(out) < n:
+        now = rate * 2.5 if bursts and (t // 2000) % 5 == 4 else rate
+        t += b.rng.exponential(1000.0 / now)
+        out.append(t)
+    return out
+
+
+def cached_service(seed: int, expiry: bool = True, bursts: bool = False, miss_rate: float = 0.005,
+                   workers: int = 4, rate: float = 300.0, n: int = 6000):
+    """Calls from a front end to a service with `workers` slots per pod: each request looks up its key
+    in an in-process cache (`lookup`, 0.1 ms on a hit); on a miss it reads the store (a CLIENT
+    `SELECT items`, ~12 ms, 8 % slower per other store read in flight) and writes the key back. With
+    `expiry`, every key expires a third into the run, and each request for a key not yet written back
+    misses (no coalescing): a stampede. Otherwise `miss_rate` of lookups miss at random."""
+    b = TraceBuilder(seed)
+    free = {p: [0.0] * workers for p in PODS}
+    cached: dict[tuple[str, int], float] = {}
+    in_flight: list[float] = []  # end times of the store reads running
+    times = _arrivals(b, n, rate, bursts)
+    clear_at = times[len(times) // 3] if expiry else float("inf")
+    for i, t in enumerate(times):
+        b.new_trace()
+        pod = PODS[i % 2]
+        key = int(400 * b.rng.random() ** 3)
+        slots = free[pod]
+        k = int(np.argmin(slots))
+        start = max(t + lognormal(b.rng, 0.3, 0.1), slots[k])
+        cli = b.span(None, "GET /items", "Client", f"web/{i % 3}", t, 0.0, service="web")
+        root = b.span(cli, "GET /items", "Server", pod, start, 0.0)
+        cur = start + 0.05
+        since = cached.get((pod, key), 0.0)
+        if expiry:
+            hit = since <= cur and (since >= clear_at or cur < clear_at)
+        else:
+            hit = b.rng.random() >= miss_rate
+        look = b.span(root, "lookup", "Internal", pod, cur, 0.0, **{"cache.name": "items"})
+        end = cur + lognormal(b.rng, 0.1, 0.2)
+        if not hit:
+            while in_flight and in_flight[0] <= end:
+                heapq.heappop(in_flight)
+            d = lognormal(b.rng, 12.0, 0.3) * (1.0 + 0.08 * len(in_flight))
+            b.span(look, "SELECT items", "Client", pod, end, d, **{"db.system": "postgresql"})
+            heapq.heappush(in_flight, end + d)
+            end += d + 0.05
+            if (pod, key) not in cached or cached[(pod, key)] < clear_at <= end:
+                cached[(pod, key)] = end
+        b.set_end(look, end)
+        cur = end + 0.02
+        for name, median in (("rank", 5.0), ("render", 1.5)):
+            d = lognormal(b.rng, median, 0.2)
+            b.span(root, name, "Internal", pod, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur)
+        slots[k] = cur
+        b.set_end(cli, cur + lognormal(b.rng, 0.3, 0.1))
+    return b.frame()
+
+
+def pooled_service(seed: int, workers: int = 8, connections: int = 3, rate: float = 800.0, n: int = 6000):
+    """Calls to a service with `workers` threads per pod and a pool of `connections` database
+    connections per pod, held from the repository span's query until the response is written (open
+    session in view): `findRecent` waits for a free connection before its JDBC child, and threads
+    waiting for a connection fill the worker pool too."""
+    b = TraceBuilder(seed)
+    free = {p: [0.0] * workers for p in PODS}
+    conns = {p: [0.0] * connections for p in PODS}
+    for i, t in enumerate(_arrivals(b, n, rate, False)):
+        b.new_trace()
+        pod = PODS[i % 2]
+        slots = free[pod]
+        k = int(np.argmin(slots))
+        start = max(t + lognormal(b.rng, 0.3, 0.1), slots[k])
+        cli = b.span(None, "GET /feed", "Client", f"web/{i % 3}", t, 0.0, service="web")
+        root = b.span(cli, "GET /feed", "Server", pod, start, 0.0)
+        cur = start + 0.05
+        d = lognormal(b.rng, 1.0, 0.2)
+        b.span(root, "auth", "Internal", pod, cur, d)
+        cur += d + 0.02
+        repo = b.span(root, "findRecent", "Internal", pod, cur, 0.0)
+        pool = conns[pod]
+        c = int(np.argmin(pool))
+        got = max(cur + 0.05, pool[c])
+        q = lognormal(b.rng, 1.2, 0.2)
+        b.span(repo, "SELECT seen", "Client", pod, got, q, **{"db.system": "postgresql"})
+        b.set_end(repo, got + q + 0.05)
+        cur = got + q + 0.1
+        for name, median in (("score", 4.0), ("render", 1.5)):
+            d = lognormal(b.rng, median, 0.2)
+            b.span(root, name, "Internal", pod, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur)
+        pool[c] = cur  # the connection goes back when the response is written
+        slots[k] = cur
+        b.set_end(cli, cur + lognormal(b.rng, 0.3, 0.1))
+    return b.frame()
+
+
+def two_callee_service(seed: int, n: int = 4000):
+    """A service that works between calls to two traced services: its own spans (~7 ms), a feature
+    service (~6 ms, 1 % of its reads ~70 ms: they own the p99) and a model server (~4 ms)."""
+    b = TraceBuilder(seed)
+    for i, t in enumerate(b.arrivals(n, 150)):
+        b.new_trace()
+        pod = PODS[i % 2]
+        root = b.span(None, "GET /recs", "Server", pod, t, 0.0)
+        cur = t + 0.05
+        for name, median, peer, callee in (
+            ("load", 2.0, None, None), ("features", 6.0, "features/0", "GetFeatures"),
+            ("score", 4.0, "model/0", "Infer"), ("render", 5.0, None, None),
+        ):
+            d = lognormal(b.rng, median, 0.2)
+            if peer is None:
+                b.span(root, name, "Internal", pod, cur, d)
+            else:
+                if peer.startswith("features") and b.rng.random() < 0.01:
+                    d += lognormal(b.rng, 70.0, 0.2)
+                call = b.span(root, callee, "Client", pod, cur, d + 0.4)
+                srv = b.span(call, callee, "Server", peer, cur + 0.2, d)
+                b.span(srv, f"{callee}.work", "Internal", peer, cur + 0.25, d - 0.1)
+                d += 0.4
+            cur += d + 0.02
+        b.set_end(root, cur)
+    return b.frame()
+
+
+def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n: int = 5000):
+    """Requests call a model server with one executor per pod: each waits (`batch.queue`) for the batch
+    in progress, then runs in the next batch (every request waiting then, up to 16) of `per_batch_ms` +
+    0.3 ms per request (`model.execute`, one interval shared by the batch's members)."""
+    b = TraceBuilder(seed)
+    b.stages.update({"model.execute": "model_forward", "batch.queue": "queue"})
+    calls: dict[str, list[tuple[float, int, int, int]]] = {"model/0": [], "model/1": []}
+    for i, t in enumerate(b.arrivals(n, rate)):
+        b.new_trace()
+        pod, model = PODS[i % 2], ("model/0", "model/1")[i % 2]
+        root = b.span(None, "POST /predict", "Server", pod, t, 0.0)
+        d = lognormal(b.rng, 3.0, 0.2)
+        b.span(root, "prepare", "Internal", pod, t + 0.05, d)
+        cur = t + d + 0.1
+        cli = b.span(root, "Infer", "Client", pod, cur, 0.0)
+        srv = b.span(cli, "Infer", "Server", model, cur + 0.2, 0.0)
+        calls[model].append((cur + 0.25, srv, cli, root))
+    for model, queue in calls.items():
+        queue.sort()
+        free, k = 0.0, 0
+        while k < len(queue):
+            go = max(free, queue[k][0])
+            batch = [c for c in queue[k : k + 16] if c[0] <= go]
+            d = per_batch_ms + 0.3 * len(batch)
+            for arrived, srv, cli, root in batch:
+                b.span(srv, "batch.queue", "Internal", model, arrived, go - arrived)
+                b.span(srv, "model.execute", "Internal", model, go, d)
+                b.set_end(srv, go + d + 0.05)
+                b.set_end(cli, go + d + 0.3)
+                b.set_end(root, go + d + 1.3)
+            free, k = go + d, k + len(batch)
+    return b.frame()

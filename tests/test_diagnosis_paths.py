@@ -1,0 +1,74 @@
+"""Path rules on traces built from the mechanism (tests/path_services.py): a cache stampede behind a
+worker pool, a connection pool that runs dry behind one, a service of its own that calls two traced
+services, and a saturated model server. Each plants one cause and checks what is named on top, and
+what the side effects are judged part of."""
+
+from __future__ import annotations
+
+from tailscope.analysis.diagnosis import diagnose_frame
+from tests.path_services import batched_model_service, cached_service, pooled_service, two_callee_service
+
+
+def _found(result) -> list:
+    return [(f.pattern, round(f.confidence, 2), f.evidence.get("stats", {}).get("part_of"))
+            for f in result.findings]
+
+
+def _conf(result, pattern: str) -> float:
+    return max((f.confidence for f in result.findings if f.pattern == pattern), default=0.0)
+
+
+def test_keys_expiring_together_are_a_cache_miss_though_the_misses_crowd() -> None:
+    """A stampede's misses overlap (they come together and each holds its span for the store's round
+    trip): the crowd is what the misses make; the extra time is in the store call made on misses only."""
+    result = diagnose_frame(cached_service(1, workers=3, rate=400.0))
+    assert result.findings[0].pattern == "cache_miss" and result.findings[0].confidence >= 0.8, _found(result)
+    assert result.findings[0].evidence["stats"]["synchronised_expiry"], _found(result)
+
+
+def test_a_queue_behind_a_stampede_is_part_of_the_cache_miss() -> None:
+    """The calls wait for a worker slot at an ordinary arrival rate while the slots are held by
+    requests on the miss path: the queue is the misses' consequence, ranked after them."""
+    result = diagnose_frame(cached_service(1, workers=3, rate=400.0))
+    queue = [f for f in result.findings if f.pattern == "queueing"]
+    assert queue and queue[0].evidence["stats"]["part_of"] == "cache_miss", _found(result)
+    assert queue[0].confidence <= 0.9 * result.findings[0].confidence
+
+
+def test_a_burst_of_traffic_keeps_its_queue_beside_steady_misses() -> None:
+    """Calls that wait because more of them came (a burst) wait whatever holds the slots."""
+    result = diagnose_frame(cached_service(2, expiry=False, bursts=True, miss_rate=0.15, workers=3,
+                                           rate=400.0))
+    queue = [f for f in result.findings if f.pattern == "queueing"]
+    assert queue and queue[0].confidence >= 0.5, _found(result)
+    assert not queue[0].evidence["stats"].get("part_of"), _found(result)
+
+
+def test_a_connection_pool_run_dry_is_lock_contention_and_its_queue_part_of_it() -> None:
+    result = diagnose_frame(pooled_service(3))
+    assert result.findings[0].pattern == "lock_contention", _found(result)
+    assert result.findings[0].span_name == "findRecent"
+    for fd in result.findings:
+        if fd.pattern == "queueing" and fd.confidence >= 0.5:
+            assert fd.evidence["stats"].get("part_of") == "lock_contention", _found(result)
+
+
+def test_a_service_calling_two_services_is_not_a_proxy_of_the_one_owning_its_tail() -> None:
+    """A service that works between two traced calls stays the request, though the rare slow reads of
+    one callee own its p99 (a proxy's forwarded call covers most of it)."""
+    frame = two_callee_service(4)
+    assert {frame.names[c] for c in frame.name[frame.requests.root]} == {"GET /recs"}
+
+
+def test_a_saturated_model_whose_forward_is_most_of_a_request_is_compute_bound() -> None:
+    """A model busy nearly all the time: every request pays for the long forward and waits for the
+    batch in progress; that wait is the forward's cost."""
+    result = diagnose_frame(batched_model_service(5, per_batch_ms=22.0))
+    top = result.findings[0]
+    assert top.pattern == "compute_bound" and top.confidence >= 0.5, _found(result)
+    assert result.findings[0].evidence["stats"]["model_busy"] >= 0.85
+
+
+def test_a_light_model_with_spare_time_is_not_compute_bound() -> None:
+    result = diagnose_frame(batched_model_service(6, per_batch_ms=2.0))
+    assert _conf(result, "compute_bound") < 0.5, _found(result)
