@@ -174,3 +174,29 @@ def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n
                 b.set_end(root, go + d + 1.3)
             free, k = go + d, k + len(batch)
     return b.frame()
+
+
+def decoding_service(seed: int, as_queue_stage: bool, n: int = 4000):
+    """Each request decodes a message (`decode`, an in-process leaf carrying the message's
+    `messaging.message.body.size`: 25 ms per MB, sizes lognormal around 40 kB), then reads a
+    profile (1 % of reads take ~60 ms more: they own most of the p99) and scores. With `as_queue_stage`, the
+    mapping puts `decode` in the queue stage (a messaging.* attribute rule), as a loader may."""
+    b = TraceBuilder(seed)
+    if as_queue_stage:
+        b.stages["decode"] = "queue"
+    for i, t in enumerate(b.arrivals(n, 150)):
+        b.new_trace()
+        pod = PODS[i % 2]
+        root = b.span(None, "process", "Server", pod, t, 0.0)
+        cur = t + 0.05
+        size = int(40_000 * np.exp(b.rng.normal(0.0, 1.2)))
+        d = (0.2 + size / 1e6 * 25.0) * lognormal(b.rng, 1.0, 0.1)
+        b.span(root, "decode", "Internal", pod, cur, d, **{"messaging.message.body.size": size})
+        cur += d + 0.02
+        d = lognormal(b.rng, 1.5, 0.2) + (lognormal(b.rng, 60.0, 0.2) if b.rng.random() < 0.01 else 0.0)
+        b.span(root, "SELECT profiles", "Client", pod, cur, d, **{"db.system": "cassandra"})
+        cur += d + 0.02
+        d = lognormal(b.rng, 4.0, 0.2)
+        b.span(root, "score", "Internal", pod, cur, d)
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()

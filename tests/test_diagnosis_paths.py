@@ -6,7 +6,13 @@ what the side effects are judged part of."""
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.path_services import batched_model_service, cached_service, pooled_service, two_callee_service
+from tests.path_services import (
+    batched_model_service,
+    cached_service,
+    decoding_service,
+    pooled_service,
+    two_callee_service,
+)
 
 
 def _found(result) -> list:
@@ -72,3 +78,19 @@ def test_a_saturated_model_whose_forward_is_most_of_a_request_is_compute_bound()
 def test_a_light_model_with_spare_time_is_not_compute_bound() -> None:
     result = diagnose_frame(batched_model_service(6, per_batch_ms=2.0))
     assert _conf(result, "compute_bound") < 0.5, _found(result)
+
+
+def test_a_payload_beside_rarer_slow_reads_owning_the_p99_is_still_named() -> None:
+    """The slow reads own most of the p99; decoding grows with the message for many requests and adds a
+    fifth of the median latency to the mean request: large_payload, named."""
+    result = diagnose_frame(decoding_service(7, as_queue_stage=False))
+    payload = [f for f in result.findings if f.pattern == "large_payload"]
+    assert payload and payload[0].confidence >= 0.5 and payload[0].span_name == "decode", _found(result)
+    assert payload[0].evidence["stats"]["tail_excess_share"] < 0.2
+
+
+def test_decoding_mapped_to_the_queue_stage_is_still_work_on_the_payload() -> None:
+    """A leaf span doing in-process work on a message (mapped to the queue stage by its messaging.*
+    attribute) grows with the message's size: not a wait in a queue."""
+    result = diagnose_frame(decoding_service(7, as_queue_stage=True))
+    assert _conf(result, "large_payload") >= 0.5, _found(result)
