@@ -25,10 +25,10 @@ def _arrivals(b: TraceBuilder, n: int, rate: float, bursts: bool) -> list[float]
 
 
 def cached_service(seed: int, expiry: bool = True, bursts: bool = False, miss_rate: float = 0.005,
-                   workers: int = 4, rate: float = 300.0, n: int = 6000):
+                   workers: int = 4, rate: float = 300.0, n: int = 6000, miss_ms: float = 12.0):
     """Calls from a front end to a service with `workers` slots per pod: each request looks up its key
     in an in-process cache (`lookup`, 0.1 ms on a hit); on a miss it reads the store (a CLIENT
-    `SELECT items`, ~12 ms, 8 % slower per other store read in flight) and writes the key back. With
+    `SELECT items`, ~`miss_ms` ms, 8 % slower per other store read in flight) and writes the key back. With
     `expiry`, every key expires a third into the run, and each request for a key not yet written back
     misses (no coalescing): a stampede. Otherwise `miss_rate` of lookups miss at random."""
     b = TraceBuilder(seed)
@@ -57,7 +57,7 @@ def cached_service(seed: int, expiry: bool = True, bursts: bool = False, miss_ra
         if not hit:
             while in_flight and in_flight[0] <= end:
                 heapq.heappop(in_flight)
-            d = lognormal(b.rng, 12.0, 0.3) * (1.0 + 0.08 * len(in_flight))
+            d = lognormal(b.rng, miss_ms, 0.3) * (1.0 + 0.08 * len(in_flight))
             b.span(look, "SELECT items", "Client", pod, end, d, **{"db.system": "postgresql"})
             heapq.heappush(in_flight, end + d)
             end += d + 0.05

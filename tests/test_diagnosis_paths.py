@@ -94,3 +94,13 @@ def test_decoding_mapped_to_the_queue_stage_is_still_work_on_the_payload() -> No
     attribute) grows with the message's size: not a wait in a queue."""
     result = diagnose_frame(decoding_service(7, as_queue_stage=True))
     assert _conf(result, "large_payload") >= 0.5, _found(result)
+
+
+def test_a_steady_trickle_of_cheap_misses_is_not_a_named_cause() -> None:
+    """0.6 % of lookups miss, at random, each costing ~3 ms: a working cache. The misses make a few of
+    the slowest requests but add next to nothing to the mean request: possible, not named."""
+    result = diagnose_frame(cached_service(8, expiry=False, miss_rate=0.006, workers=8, rate=200.0,
+                                           miss_ms=3.0))
+    cache = [f for f in result.findings if f.pattern == "cache_miss"]
+    assert cache and cache[0].confidence < 0.5, _found(result)
+    assert cache[0].evidence["stats"]["steady_trickle"]
