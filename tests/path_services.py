@@ -200,3 +200,25 @@ def decoding_service(seed: int, as_queue_stage: bool, n: int = 4000):
         b.span(root, "score", "Internal", pod, cur, d)
         b.set_end(root, cur + d + 0.05)
     return b.frame()
+
+
+def lossy_node_service(seed: int, lossy: bool, n: int = 4000):
+    """Three pods call an untraced database (`SELECT seen`, ~1.2 ms). With `lossy`, pod 0 sits on a
+    node whose network delays 4 % of its packets ~30 ms: only its calls have the slow tail. Otherwise
+    the database itself is slow on 2 % of the reads, whoever calls."""
+    b = TraceBuilder(seed)
+    pods = ("api/0", "api/1", "api/2")
+    for i, t in enumerate(b.arrivals(n, 150)):
+        b.new_trace()
+        pod = pods[i % 3]
+        root = b.span(None, "GET /seen", "Server", pod, t, 0.0)
+        cur = t + 0.05
+        d = lognormal(b.rng, 1.2, 0.2)
+        if (pod == "api/0" if lossy else True) and b.rng.random() < (0.04 if lossy else 0.02):
+            d += lognormal(b.rng, 30.0, 0.2)
+        b.span(root, "SELECT seen", "Client", pod, cur, d, **{"db.system": "postgresql"})
+        cur += d + 0.02
+        d = lognormal(b.rng, 4.0, 0.2)
+        b.span(root, "render", "Internal", pod, cur, d)
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()

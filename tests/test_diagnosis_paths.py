@@ -10,6 +10,7 @@ from tests.path_services import (
     batched_model_service,
     cached_service,
     decoding_service,
+    lossy_node_service,
     pooled_service,
     two_callee_service,
 )
@@ -104,3 +105,16 @@ def test_a_steady_trickle_of_cheap_misses_is_not_a_named_cause() -> None:
     cache = [f for f in result.findings if f.pattern == "cache_miss"]
     assert cache and cache[0].confidence < 0.5, _found(result)
     assert cache[0].evidence["stats"]["steady_trickle"]
+
+
+def test_slow_calls_from_one_callers_node_are_not_a_slow_dependency() -> None:
+    result = diagnose_frame(lossy_node_service(11, lossy=True))
+    dep = [f for f in result.findings if f.pattern == "slow_dependency"]
+    assert dep and dep[0].confidence < 0.5, _found(result)
+    assert dep[0].evidence["stats"]["slow_calls_from_callers"] == ["api/0"]
+
+
+def test_a_dependency_slow_for_every_caller_stays_named() -> None:
+    result = diagnose_frame(lossy_node_service(12, lossy=False))
+    assert result.findings[0].pattern == "slow_dependency" and result.findings[0].confidence >= 0.5, (
+        _found(result))

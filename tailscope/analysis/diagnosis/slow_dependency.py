@@ -126,6 +126,17 @@ def detect(ctx: Context) -> list[Finding]:
                 confidence = min(strength * material_weight(max(share - explained, 0.0)), 0.9 * other)
                 stats["part_of"] = pattern
                 summary += f" Its tail is {why} (see {pattern})."
+        # a dependency serves every caller alike: slow calls from only some calling instances are
+        # their path (the network from their node) or their host, not the dependency
+        callers = caller_side(f, spans, d)
+        if callers is not None:
+            confidence = min(confidence, 0.45)
+            stats["slow_calls_from_callers"] = callers[2]
+            summary += (
+                f" Its slowest calls come from {len(callers[2])} of the calling instances "
+                f"({', '.join(callers[2][:4])}: {callers[0]:.0%} of them), which make {callers[1]:.0%} "
+                "of the calls: those callers' path or host, not the dependency (see network)."
+            )
         advice = ADVICE.format(where=f"'{name}'", p99=f"{ms(p99):.1f}", p50=f"{ms(p50):.1f}")
         findings.append(
             Finding(
@@ -139,6 +150,25 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def caller_side(f, spans: np.ndarray, d: np.ndarray) -> tuple[float, float, list[str]] | None:
+    """(share of the slowest 1 % of calls made by the callers that make them most often, those callers'
+    share of all calls, their instances) where the slowest calls (>= 10) come almost only (>= 90 %)
+    from callers that make at most 60 % of the calls; None otherwise."""
+    slow = d >= np.quantile(d, 0.99)
+    if slow.sum() < 10:
+        return None
+    inst = f.instance[spans]
+    calls = np.bincount(inst, minlength=len(f.instances))
+    slow_calls = np.bincount(inst[slow], minlength=len(f.instances))
+    affected = (calls > 0) & (slow_calls > 1.5 * float(slow.mean()) * calls)
+    concentration = float(slow_calls[affected].sum() / slow.sum())
+    call_share = float(calls[affected].sum() / len(spans))
+    if concentration < 0.9 or call_share > 0.6:
+        return None
+    order = np.argsort(-slow_calls)
+    return concentration, call_share, [f.instances[i] for i in order if affected[i]]
 
 
 def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
