@@ -143,7 +143,8 @@ def two_callee_service(seed: int, n: int = 4000):
 
 
 def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n: int = 5000):
-    """Requests call a model server with one executor per pod: each waits (`batch.queue`) for the batch
+    """Requests prepare (~8 ms), call a feature service (~6 ms), then a model server with one executor
+    per pod: each waits (`batch.queue`) for the batch
     in progress, then runs in the next batch (every request waiting then, up to 16) of `per_batch_ms` +
     0.3 ms per request (`model.execute`, one interval shared by the batch's members)."""
     b = TraceBuilder(seed)
@@ -153,9 +154,14 @@ def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n
         b.new_trace()
         pod, model = PODS[i % 2], ("model/0", "model/1")[i % 2]
         root = b.span(None, "POST /predict", "Server", pod, t, 0.0)
-        d = lognormal(b.rng, 3.0, 0.2)
+        d = lognormal(b.rng, 8.0, 0.2)
         b.span(root, "prepare", "Internal", pod, t + 0.05, d)
         cur = t + d + 0.1
+        d = lognormal(b.rng, 6.0, 0.2)  # the features, from a service of their own
+        call = b.span(root, "GetFeatures", "Client", pod, cur, d + 0.4)
+        b.span(b.span(call, "GetFeatures", "Server", "features/0", cur + 0.2, d), "lookup", "Internal",
+               "features/0", cur + 0.25, d - 0.1)
+        cur += d + 0.5
         cli = b.span(root, "Infer", "Client", pod, cur, 0.0)
         srv = b.span(cli, "Infer", "Server", model, cur + 0.2, 0.0)
         calls[model].append((cur + 0.25, srv, cli, root))

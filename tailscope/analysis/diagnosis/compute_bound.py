@@ -211,9 +211,9 @@ def detect(ctx: Context) -> list[Finding]:
         + _sentence("; ".join(levers or [PROFILE_ADVICE]))
     )
     confidence = logistic(share, 0.5, 0.1)
-    # a model busy nearly all the time, whose forward is most of a typical request: every request pays
-    # for the forward, and the waits before it (in the model server, for the batch in progress) are its
-    # cost too, not a burst's (a queueing finding that follows the arrivals claims those)
+    # a model server busy nearly all the time, whose forward is most of a typical request: every request
+    # pays for the forward, and the waits before it (in the model server, for the batch in progress)
+    # are its cost too, not a burst's (a queueing finding that follows the arrivals claims those)
     busy, wait_share = _saturated(ctx, spans)
     heavy = 0.0
     if ctx.notes.get("queueing_confidence", 0.0) < 0.3:
@@ -274,9 +274,10 @@ def detect(ctx: Context) -> list[Finding]:
 
 
 def _saturated(ctx: Context, fw: np.ndarray) -> tuple[float, float]:
-    """(how busy the busiest model instance is: its distinct forward intervals over the run's span,
-    the share of the tail excess carried by the time between each forward's enclosing SERVER span in
-    its own service starting and the forward: the wait for the model)."""
+    """For a forward served by a model server the request calls (its SERVER span is not the request's
+    root): (how busy the busiest model instance is: the union of its forward intervals over the run's
+    span, the share of the tail excess carried by the model server's time outside the forward: the
+    wait for the model). (0, 0) where the forward runs in the request's own process."""
     f = ctx.frame
     if len(fw) == 0:
         return 0.0, 0.0
@@ -286,12 +287,22 @@ def _saturated(ctx: Context, fw: np.ndarray) -> tuple[float, float]:
         move = (f.kind[cur] != KIND_SERVER) & (up >= 0)
         move[move] &= f.service[up[move]] == f.service[fw[move]]
         cur = np.where(move, up, cur)
+    is_root = np.zeros(len(f), bool)
+    is_root[f.requests.root] = True
+    if float(((f.kind[cur] == KIND_SERVER) & ~is_root[cur]).mean()) < 0.5:
+        return 0.0, 0.0  # the forward runs in the request's own process: no model server to wait for
     wait = np.maximum(f.dur[cur] - f.dur[fw], 0).astype(np.float64)
     wait_share = excess_share(np.bincount(f.request[fw], weights=wait, minlength=ctx.n_requests), ctx.split)
-    runs = np.unique(np.stack([f.instance[fw], f.start[fw], f.dur[fw]], axis=1), axis=0)
+    # the union of the forward intervals per instance (forwards side by side count once)
+    covered = 0.0
+    for i in np.unique(f.instance[fw]).tolist():
+        mine = fw[f.instance[fw] == i]
+        order = np.argsort(f.start[mine], kind="stable")
+        start, reach = f.start[mine][order], np.maximum.accumulate(f.end[mine][order])
+        before = np.r_[start[0], reach[:-1]]
+        covered = max(covered, float(np.maximum(reach - np.maximum(start, before), 0).sum()))
     horizon = max(float(f.end.max() - f.start.min()), 1.0)
-    busy = np.bincount(runs[:, 0], weights=runs[:, 2].astype(np.float64)) / horizon
-    return float(busy.max()), float(wait_share)
+    return float(covered / horizon), float(wait_share)
 
 
 BUSY = 0.3  # consumers busy at least this share of the time: messages wait for the work in progress
