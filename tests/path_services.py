@@ -228,3 +228,42 @@ def lossy_node_service(seed: int, lossy: bool, n: int = 4000):
         b.span(root, "render", "Internal", pod, cur, d)
         b.set_end(root, cur + d + 0.05)
     return b.frame()
+
+
+def sharded_fan_out(seed: int, n: int = 3000, shards: int = 8, deadline: float | None = 30.0,
+                    limit: int | None = None):
+    """Each request fans out one call per shard (side by side, at most `limit` at once) to a shard
+    service of three replicas per shard; 3 % of the attempts hang (a compaction). With a `deadline`,
+    a hung attempt is cut at it with DEADLINE_EXCEEDED, then made once more, 2 ms later, on another
+    replica of the same shard; without one, it runs long (~40 ms, heavy-tailed) and is not retried."""
+    b = TraceBuilder(seed)
+    for i, t in enumerate(b.arrivals(n, 80)):
+        b.new_trace()
+        pod = PODS[i % 2]
+        root = b.span(None, "GET /search", "Server", pod, t, 0.0)
+        cur = t + 0.05
+        ends, slots = [], [cur] * (limit or shards)
+        for shard in range(shards):
+            k = int(np.argmin(slots))
+            start, replica = max(slots[k], cur + 0.02 * shard), int(b.rng.integers(3))
+            while True:
+                work = lognormal(b.rng, 4.0, 0.25)
+                hang = b.rng.random() < 0.03
+                if hang and deadline is None:
+                    work += lognormal(b.rng, 40.0, 0.5)
+                cut = hang and deadline is not None
+                d = deadline if cut else work + 0.3
+                call = b.span(root, "Shard/Search", "Client", pod, start, d,
+                              **{"rpc.grpc.status_code": 4 if cut else 0})
+                b.span(call, "Shard/Search", "Server", f"shard/{shard}-{replica}", start + 0.1,
+                       deadline + 5.0 if cut else work, service="shard")
+                if not cut:
+                    ends.append(start + d)
+                    slots[k] = start + d
+                    break
+                start, replica = start + d + 2.0, (replica + 1) % 3
+        cur = max(ends) + 0.05
+        d = lognormal(b.rng, 2.0, 0.2)
+        b.span(root, "merge", "Internal", pod, cur, d)
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()

@@ -12,6 +12,7 @@ from tests.path_services import (
     decoding_service,
     lossy_node_service,
     pooled_service,
+    sharded_fan_out,
     two_callee_service,
 )
 
@@ -118,3 +119,19 @@ def test_a_dependency_slow_for_every_caller_stays_named() -> None:
     result = diagnose_frame(lossy_node_service(12, lossy=False))
     assert result.findings[0].pattern == "slow_dependency" and result.findings[0].confidence >= 0.5, (
         _found(result))
+
+
+def test_deadline_retries_inside_a_fan_out_are_timeout_retry() -> None:
+    """One call per shard side by side; a hung attempt is cut at the deadline and made again on another
+    replica of its shard: the retry follows the attempt it replaces, not the other shards' calls."""
+    result = diagnose_frame(sharded_fan_out(13))
+    top = result.findings[0]
+    assert top.pattern == "timeout_retry" and top.confidence >= 0.5, _found(result)
+    assert abs(top.evidence["stats"]["timeout_ms"] - 30.0) < 1.0
+
+
+def test_a_bounded_fan_out_with_slow_shards_is_not_a_timeout() -> None:
+    """At most four shard calls at once, no deadline: later calls start as earlier ones end, and the
+    slow ones run long: nothing ends at one duration."""
+    result = diagnose_frame(sharded_fan_out(14, deadline=None, limit=4))
+    assert _conf(result, "timeout_retry") < 0.5, _found(result)
