@@ -142,15 +142,21 @@ def two_callee_service(seed: int, n: int = 4000):
     return b.frame()
 
 
-def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n: int = 5000):
+def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n: int = 5000,
+                          max_batch: int = 16, client_name: str = "Infer", bursts: bool = False,
+                          queue_span: bool = True, cotenant_rate: float = 0.0):
     """Requests prepare (~8 ms), call a feature service (~6 ms), then a model server with one executor
-    per pod: each waits (`batch.queue`) for the batch
-    in progress, then runs in the next batch (every request waiting then, up to 16) of `per_batch_ms` +
-    0.3 ms per request (`model.execute`, one interval shared by the batch's members)."""
+    per pod: each waits (`batch.queue`) for the batch in progress, then runs in the next batch (every
+    request waiting then, up to `max_batch`) of `per_batch_ms` + 0.3 ms per request (`model.execute`,
+    one interval shared by the batch's members). `client_name`: the caller's CLIENT span name;
+    `bursts`: 2.5x the rate for 2 s out of every 10 s (the co-tenant's only, where there is one);
+    without `queue_span` the wait shows only as the SERVER span's time before its execute child;
+    `cotenant_rate`: untraced requests per second per model server (bursting with `bursts`) that share
+    its batches."""
     b = TraceBuilder(seed)
     b.stages.update({"model.execute": "model_forward", "batch.queue": "queue"})
     calls: dict[str, list[tuple[float, int, int, int]]] = {"model/0": [], "model/1": []}
-    for i, t in enumerate(b.arrivals(n, rate)):
+    for i, t in enumerate(_arrivals(b, n, rate, bursts and not cotenant_rate)):
         b.new_trace()
         pod, model = PODS[i % 2], ("model/0", "model/1")[i % 2]
         root = b.span(None, "POST /predict", "Server", pod, t, 0.0)
@@ -162,18 +168,24 @@ def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n
         b.span(b.span(call, "GetFeatures", "Server", "features/0", cur + 0.2, d), "lookup", "Internal",
                "features/0", cur + 0.25, d - 0.1)
         cur += d + 0.5
-        cli = b.span(root, "Infer", "Client", pod, cur, 0.0)
+        cli = b.span(root, client_name, "Client", pod, cur, 0.0)
         srv = b.span(cli, "Infer", "Server", model, cur + 0.2, 0.0)
         calls[model].append((cur + 0.25, srv, cli, root))
+    for model in calls:  # the untraced co-tenant's requests take batch places too
+        ghost = _arrivals(b, int(cotenant_rate * calls[model][-1][0] / 1000.0), cotenant_rate, bursts)
+        calls[model] += [(t, -1, -1, -1) for t in ghost]
     for model, queue in calls.items():
         queue.sort()
         free, k = 0.0, 0
         while k < len(queue):
             go = max(free, queue[k][0])
-            batch = [c for c in queue[k : k + 16] if c[0] <= go]
+            batch = [c for c in queue[k : k + max_batch] if c[0] <= go]
             d = per_batch_ms + 0.3 * len(batch)
             for arrived, srv, cli, root in batch:
-                b.span(srv, "batch.queue", "Internal", model, arrived, go - arrived)
+                if srv < 0:
+                    continue
+                if queue_span:
+                    b.span(srv, "batch.queue", "Internal", model, arrived, go - arrived)
                 b.span(srv, "model.execute", "Internal", model, go, d)
                 b.set_end(srv, go + d + 0.05)
                 b.set_end(cli, go + d + 0.3)
@@ -208,10 +220,11 @@ def decoding_service(seed: int, as_queue_stage: bool, n: int = 4000):
     return b.frame()
 
 
-def lossy_node_service(seed: int, lossy: bool, n: int = 4000):
+def lossy_node_service(seed: int, lossy: bool, n: int = 4000, traced_callee: bool = False):
     """Three pods call an untraced database (`SELECT seen`, ~1.2 ms). With `lossy`, pod 0 sits on a
     node whose network delays 4 % of its packets ~30 ms: only its calls have the slow tail. Otherwise
-    the database itself is slow on 2 % of the reads, whoever calls."""
+    the database itself is slow on 2 % of the reads, whoever calls. With `traced_callee` the callee is a
+    traced service (`GET seen-svc` CLIENT, its SERVER span the callee's own time: the delay is outside)."""
     b = TraceBuilder(seed)
     pods = ("api/0", "api/1", "api/2")
     for i, t in enumerate(b.arrivals(n, 150)):
@@ -219,10 +232,15 @@ def lossy_node_service(seed: int, lossy: bool, n: int = 4000):
         pod = pods[i % 3]
         root = b.span(None, "GET /seen", "Server", pod, t, 0.0)
         cur = t + 0.05
-        d = lognormal(b.rng, 1.2, 0.2)
+        d = work = lognormal(b.rng, 1.2, 0.2)
         if (pod == "api/0" if lossy else True) and b.rng.random() < (0.04 if lossy else 0.02):
             d += lognormal(b.rng, 30.0, 0.2)
-        b.span(root, "SELECT seen", "Client", pod, cur, d, **{"db.system": "postgresql"})
+        if traced_callee:
+            call = b.span(root, "GET seen-svc", "Client", pod, cur, d + 0.3)
+            b.span(call, "GET /v1/seen", "Server", "seen/0", cur + 0.15, work if lossy else d)
+            d += 0.3
+        else:
+            b.span(root, "SELECT seen", "Client", pod, cur, d, **{"db.system": "postgresql"})
         cur += d + 0.02
         d = lognormal(b.rng, 4.0, 0.2)
         b.span(root, "render", "Internal", pod, cur, d)

@@ -135,3 +135,20 @@ def test_a_bounded_fan_out_with_slow_shards_is_not_a_timeout() -> None:
     slow ones run long: nothing ends at one duration."""
     result = diagnose_frame(sharded_fan_out(14, deadline=None, limit=4))
     assert _conf(result, "timeout_retry") < 0.5, _found(result)
+
+
+def test_a_callee_waiting_in_its_batcher_is_not_a_slow_dependency() -> None:
+    """A model server shared with an untraced co-tenant whose bursts fill its batches: the callee's time
+    is a wait before its execute child (no queue span), not its work."""
+    result = diagnose_frame(batched_model_service(15, 6.0, rate=200, max_batch=4, bursts=True,
+                                                  client_name="POST /v2/models/rank/infer",
+                                                  queue_span=False, cotenant_rate=160))
+    dep = [f for f in result.findings if f.pattern == "slow_dependency"]
+    assert not dep or dep[0].confidence < 0.5, _found(result)
+
+
+def test_a_gap_outside_a_traced_callee_is_not_a_slow_dependency() -> None:
+    """The callee's SERVER span is not slower; the time outside it is (one caller's lossy node)."""
+    result = diagnose_frame(lossy_node_service(16, lossy=True, traced_callee=True))
+    assert _conf(result, "slow_dependency") < 0.5, _found(result)
+    assert result.findings[0].pattern == "network", _found(result)

@@ -126,6 +126,23 @@ def detect(ctx: Context) -> list[Finding]:
                 confidence = min(strength * material_weight(max(share - explained, 0.0)), 0.9 * other)
                 stats["part_of"] = pattern
                 summary += f" Its tail is {why} (see {pattern})."
+        # where the callee's SERVER span is traced, the dependency is slow only if its own time makes
+        # the call's tail: a gap around it is the wire's or the accept queue's (see network), and time
+        # the callee spends waiting before its work starts (a queue span, or before its first child) is
+        # a queue in the callee (see queueing)
+        if server_share is not None:
+            own = clamp01(float(server_share))
+            waiting = clamp01(_callee_wait_share(ctx, child) / max(share, 1e-9))
+            work = max(own - waiting, 0.0)
+            stats["callee_wait_share"] = round(waiting, 3)
+            if work < 0.5:
+                confidence = min(confidence, strength * material_weight(share * work), 0.45)
+                summary += (
+                    f" The callee's own work carries only {work:.0%} of it: "
+                    + ("most is the gap around the callee's span (see network)." if own < 0.5 else
+                       "most is the callee's wait before its work starts, a queue in the callee "
+                       "(see queueing).")
+                )
         # a dependency serves every caller alike: slow calls from only some calling instances are
         # their path (the network from their node) or their host, not the dependency
         callers = caller_side(f, spans, d)
@@ -150,6 +167,26 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
+    """The share of the tail excess carried by the callee's wait before its work: per SERVER span, its
+    queue-stage descendants (direct children) plus the time from its start to its first child's start
+    where it has children."""
+    f = ctx.frame
+    queue = ctx.span_stage_mask("queue")
+    kids = np.nonzero(np.isin(f.parent, server))[0]
+    first = np.full(len(f), np.iinfo(np.int64).max)
+    np.minimum.at(first, f.parent[kids], f.start[kids])
+    lead = np.where(first[server] < np.iinfo(np.int64).max, first[server] - f.start[server], 0)
+    values = np.zeros(len(f))
+    values[server] = np.maximum(lead, 0)
+    q = kids[queue[kids]]
+    values[q] = f.dur[q]
+    mask = np.zeros(len(f), bool)
+    mask[server] = True
+    mask[q] = True
+    return ctx.share_of(mask, values)
 
 
 def caller_side(f, spans: np.ndarray, d: np.ndarray) -> tuple[float, float, list[str]] | None:
