@@ -25,18 +25,20 @@ def _arrivals(b: TraceBuilder, n: int, rate: float, bursts: bool) -> list[float]
 
 
 def cached_service(seed: int, expiry: bool = True, bursts: bool = False, miss_rate: float = 0.005,
-                   workers: int = 4, rate: float = 300.0, n: int = 6000, miss_ms: float = 12.0):
+                   workers: int = 4, rate: float = 300.0, n: int = 6000, miss_ms: float = 12.0,
+                   expire_at: float = 1 / 3):
     """Calls from a front end to a service with `workers` slots per pod: each request looks up its key
     in an in-process cache (`lookup`, 0.1 ms on a hit); on a miss it reads the store (a CLIENT
-    `SELECT items`, ~`miss_ms` ms, 8 % slower per other store read in flight) and writes the key back. With
-    `expiry`, every key expires a third into the run, and each request for a key not yet written back
-    misses (no coalescing): a stampede. Otherwise `miss_rate` of lookups miss at random."""
+    `SELECT items`, ~`miss_ms` ms, 8 % slower per other store read in flight) and writes the key back.
+    With `expiry`, every key expires `expire_at` into the run (0: a cache cold after a deploy), and each
+    request for a key not yet written back misses (no coalescing): a stampede. Otherwise `miss_rate` of
+    lookups miss at random."""
     b = TraceBuilder(seed)
     free = {p: [0.0] * workers for p in PODS}
     cached: dict[tuple[str, int], float] = {}
     in_flight: list[float] = []  # end times of the store reads running
     times = _arrivals(b, n, rate, bursts)
-    clear_at = times[len(times) // 3] if expiry else float("inf")
+    clear_at = times[int(len(times) * expire_at)] if expiry else float("inf")
     for i, t in enumerate(times):
         b.new_trace()
         pod = PODS[i % 2]
@@ -249,11 +251,12 @@ def lossy_node_service(seed: int, lossy: bool, n: int = 4000, traced_callee: boo
 
 
 def sharded_fan_out(seed: int, n: int = 3000, shards: int = 8, deadline: float | None = 30.0,
-                    limit: int | None = None):
+                    limit: int | None = None, straggler: bool = False):
     """Each request fans out one call per shard (side by side, at most `limit` at once) to a shard
     service of three replicas per shard; 3 % of the attempts hang (a compaction). With a `deadline`,
     a hung attempt is cut at it with DEADLINE_EXCEEDED, then made once more, 2 ms later, on another
-    replica of the same shard; without one, it runs long (~40 ms, heavy-tailed) and is not retried."""
+    replica of the same shard; without one, it runs long (~40 ms, heavy-tailed) and is not retried.
+    With `straggler`, no attempt hangs but replica 0 of shard 3 takes ~25 ms more on every call."""
     b = TraceBuilder(seed)
     for i, t in enumerate(b.arrivals(n, 80)):
         b.new_trace()
@@ -266,7 +269,9 @@ def sharded_fan_out(seed: int, n: int = 3000, shards: int = 8, deadline: float |
             start, replica = max(slots[k], cur + 0.02 * shard), int(b.rng.integers(3))
             while True:
                 work = lognormal(b.rng, 4.0, 0.25)
-                hang = b.rng.random() < 0.03
+                hang = not straggler and b.rng.random() < 0.03
+                if straggler and shard == 3 and replica == 0:
+                    work += lognormal(b.rng, 25.0, 0.2)
                 if hang and deadline is None:
                     work += lognormal(b.rng, 40.0, 0.5)
                 cut = hang and deadline is not None
@@ -285,3 +290,4 @@ def sharded_fan_out(seed: int, n: int = 3000, shards: int = 8, deadline: float |
         b.span(root, "merge", "Internal", pod, cur, d)
         b.set_end(root, cur + d + 0.05)
     return b.frame()
+

@@ -152,3 +152,12 @@ def test_a_gap_outside_a_traced_callee_is_not_a_slow_dependency() -> None:
     result = diagnose_frame(lossy_node_service(16, lossy=True, traced_callee=True))
     assert _conf(result, "slow_dependency") < 0.5, _found(result)
     assert result.findings[0].pattern == "network", _found(result)
+
+
+def test_one_slow_replica_of_a_shard_is_a_slow_dependency_named_by_instance() -> None:
+    """One replica of one shard answers ~25 ms slower on every call; client and server spans share the
+    call's name (as gRPC instrumentations name them): still a call, and the straggler is named."""
+    result = diagnose_frame(sharded_fan_out(20, deadline=None, straggler=True))
+    top = result.findings[0]
+    assert top.pattern == "slow_dependency" and top.confidence >= 0.5, _found(result)
+    assert top.evidence["stats"]["straggler_instance"] == "shard/3-0"

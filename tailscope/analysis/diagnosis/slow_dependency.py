@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_SERVER
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
 from tailscope.vocabulary import ALL_STAGES
@@ -44,7 +44,11 @@ def detect(ctx: Context) -> list[Finding]:
     server = np.bincount(f.name[inside & (f.kind == KIND_SERVER)], minlength=len(f.names))
     callee = server * 2 > total
     stage_named = np.nonzero((ctx.name_stage == downstream) & ~callee)[0].tolist()
-    cands = set(int(c) for c in ctx.client_names) | set(stage_named)
+    # a name that both sides of a call use (gRPC instrumentations name the CLIENT and the SERVER span
+    # alike) is a call too: its SERVER spans sit inside its CLIENT spans and are left out below
+    client = np.bincount(f.name[inside & (f.kind == KIND_CLIENT)], minlength=len(f.names))
+    both_sides = np.nonzero((client > 0) & (client * 2 >= total))[0].tolist()
+    cands = set(int(c) for c in ctx.client_names) | set(stage_named) | set(both_sides)
     cands -= ctx.notes.get("fallback_names", set())  # a miss path after a lookup: cache_miss's
     cands -= ctx.notes.get("miss_path_names", set())  # the call a bimodal lookup makes on its misses
     findings = []
@@ -70,9 +74,11 @@ def detect(ctx: Context) -> list[Finding]:
         child = child[np.isin(f.parent[child], spans)]
         server_share = None
         callee = None
+        slow_one = None
         if len(child) > 0.5 * len(spans):
             server_share = ctx.share_of(np.isin(np.arange(len(f)), child), f.dur) / max(share, 1e-9)
             callee = _callee(ctx, child)
+            slow_one = straggler(f, child)
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
@@ -88,6 +94,8 @@ def detect(ctx: Context) -> list[Finding]:
                 else ""
             )
             + (f"; the calls to {callee[0]} carry most of it ({', '.join(callee[1])})" if callee else "")
+            + (f"; one instance is a straggler: {slow_one[0]} answers in {slow_one[1]:.1f} ms at the median "
+               f"against {slow_one[2]:.1f} ms for the others" if slow_one else "")
             + "."
         )
         stats = {
@@ -99,6 +107,7 @@ def detect(ctx: Context) -> list[Finding]:
             "tail_excess_share": round(share, 3),
             "presence": round(presence, 3),
             "callee_share": None if server_share is None else round(float(server_share), 3),
+            "straggler_instance": slow_one[0] if slow_one else None,
         }
         split = ctx.split
         chart = {
@@ -218,8 +227,26 @@ def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
         shares[svc] = ctx.share_of(np.isin(np.arange(len(f)), mine), f.dur)
     svc = max(shares, key=shares.get)
     mine = child[f.service[child] == svc]
+    # the instances by the time they add over the calls' median (a straggler replica first)
+    d = f.dur[mine].astype(np.float64)
+    added = np.bincount(f.instance[mine], weights=d - float(np.median(d)), minlength=len(f.instances))
     counts = np.bincount(f.instance[mine], minlength=len(f.instances))
-    return f.services[svc], [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    return f.services[svc], [f.instances[i] for i in np.argsort(-added)[:4] if counts[i] > 0]
+
+
+def straggler(f, server: np.ndarray) -> tuple[str, float, float] | None:
+    """(instance, its median ms, the other instances' median ms) where one callee instance answers at
+    least twice as slowly as the others at the median and adds most (>= 50 %) of the time the calls
+    spend over their median: a straggler replica."""
+    d = f.dur[server].astype(np.float64)
+    inst = f.instance[server]
+    added = np.bincount(inst, weights=np.maximum(d - float(np.median(d)), 0), minlength=len(f.instances))
+    worst = int(np.argmax(added))
+    mine = inst == worst
+    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.all() or mine.sum() < 10:
+        return None
+    own, rest = float(np.median(d[mine])), float(np.median(d[~mine]))
+    return (f.instances[worst], ms(own), ms(rest)) if own >= 2.0 * rest else None
 
 
 def _inside(f, inner: int, outer: int) -> bool:
