@@ -279,6 +279,7 @@ def _saturated(ctx: Context, fw: np.ndarray) -> tuple[float, float]:
     span, the share of the tail excess carried by the model server's time outside the forward: the
     wait for the model). (0, 0) where the forward runs in the request's own process."""
     f = ctx.frame
+    fw = fw[(f.kind[fw] != KIND_SERVER) & (f.kind[fw] != KIND_CLIENT)]  # the execution, not the call
     if len(fw) == 0:
         return 0.0, 0.0
     cur = fw.copy()
