@@ -184,7 +184,9 @@ def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
     where it has children."""
     f = ctx.frame
     queue = ctx.span_stage_mask("queue")
-    kids = np.nonzero(np.isin(f.parent, server))[0]
+    is_server = np.zeros(len(f), bool)
+    is_server[server] = True
+    kids = np.nonzero(is_server[np.maximum(f.parent, 0)] & (f.parent >= 0))[0]
     first = np.full(len(f), np.iinfo(np.int64).max)
     np.minimum.at(first, f.parent[kids], f.start[kids])
     lead = np.where(first[server] < np.iinfo(np.int64).max, first[server] - f.start[server], 0)
