@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.large_payload import forward_inside
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
 from tailscope.vocabulary import ALL_STAGES
@@ -142,16 +143,20 @@ def detect(ctx: Context) -> list[Finding]:
         if server_share is not None:
             own = clamp01(float(server_share))
             waiting = clamp01(_callee_wait_share(ctx, child) / max(share, 1e-9))
-            work = max(own - waiting, 0.0)
+            # the model's forward pass inside the callee is compute_bound's (a model server's time)
+            forward = clamp01(ctx.share_of(top, forward_inside(ctx)) / max(share, 1e-9))
+            work = max(own - waiting - forward, 0.0)
             stats["callee_wait_share"] = round(waiting, 3)
+            stats["callee_forward_share"] = round(forward, 3)
             if work < 0.5:
                 confidence = min(confidence, strength * material_weight(share * work), 0.45)
-                summary += (
-                    f" The callee's own work carries only {work:.0%} of it: "
-                    + ("most is the gap around the callee's span (see network)." if own < 0.5 else
-                       "most is the callee's wait before its work starts, a queue in the callee "
-                       "(see queueing).")
-                )
+                parts = {
+                    "the gap around the callee's span (see network)": 1.0 - own,
+                    "the callee's wait before its work starts, a queue in the callee (see queueing)": waiting,
+                    "the model's forward pass in the callee (see compute_bound)": forward,
+                }
+                summary += f" The callee's own work carries only {work:.0%} of it; the most is " + (
+                    max(parts, key=parts.get) + ".")
         # a dependency serves every caller alike: slow calls from only some calling instances are
         # their path (the network from their node) or their host, not the dependency
         callers = caller_side(f, spans, d)
