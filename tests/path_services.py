@@ -291,3 +291,29 @@ def sharded_fan_out(seed: int, n: int = 3000, shards: int = 8, deadline: float |
         b.set_end(root, cur + d + 0.05)
     return b.frame()
 
+
+
+def embedding_caller(seed: int, n: int = 3000):
+    """A search service calls an embedder (CLIENT and SERVER spans both named `Embedder/Embed`, as
+    gRPC instrumentations name them) whose forward pass (`encode`) grows with the input's length
+    (heavy-tailed), then a vector index (~4 ms), then merges: the call's tail is the model's compute."""
+    b = TraceBuilder(seed)
+    b.stages["encode"] = "model_forward"
+    for i, t in enumerate(b.arrivals(n, 120)):
+        b.new_trace()
+        pod = PODS[i % 2]
+        root = b.span(None, "GET /search", "Server", pod, t, 0.0)
+        cur = t + 0.05
+        d = 2.0 + 0.02 * float(np.exp(b.rng.normal(5.0, 0.8)))  # ~150 tokens, heavy-tailed
+        call = b.span(root, "Embedder/Embed", "Client", pod, cur, d + 0.6)
+        srv = b.span(call, "Embedder/Embed", "Server", "embedder/0", cur + 0.2, d + 0.2)
+        b.span(srv, "encode", "Internal", "embedder/0", cur + 0.3, d)
+        cur += d + 0.7
+        d = lognormal(b.rng, 4.0, 0.2)
+        call = b.span(root, "POST /points/search", "Client", pod, cur, d + 0.4)
+        b.span(call, "POST /points/search", "Server", "index/0", cur + 0.2, d, service="index")
+        cur += d + 0.5
+        d = lognormal(b.rng, 3.0, 0.2)
+        b.span(root, "merge", "Internal", pod, cur, d)
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()

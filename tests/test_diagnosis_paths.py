@@ -10,6 +10,7 @@ from tests.path_services import (
     batched_model_service,
     cached_service,
     decoding_service,
+    embedding_caller,
     lossy_node_service,
     pooled_service,
     sharded_fan_out,
@@ -161,3 +162,9 @@ def test_one_slow_replica_of_a_shard_is_a_slow_dependency_named_by_instance() ->
     top = result.findings[0]
     assert top.pattern == "slow_dependency" and top.confidence >= 0.5, _found(result)
     assert top.evidence["stats"]["straggler_instance"] == "shard/3-0"
+
+
+def test_a_callee_whose_time_is_its_model_forward_is_not_a_slow_dependency() -> None:
+    """The embedder's tail is its forward pass (longer inputs): compute, not a slow dependency."""
+    result = diagnose_frame(embedding_caller(21))
+    assert _conf(result, "slow_dependency") < 0.5, _found(result)
