@@ -9,7 +9,7 @@ import heapq
 
 import numpy as np
 
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
 
 PODS = ("api/0", "api/1")
 
@@ -316,4 +316,45 @@ def embedding_caller(seed: int, n: int = 3000):
         d = lognormal(b.rng, 3.0, 0.2)
         b.span(root, "merge", "Internal", pod, cur, d)
         b.set_end(root, cur + d + 0.05)
+    return b.frame()
+
+
+def paused_jvm_service(seed: int, n: int = 6000, rate: float = 300.0, stages: tuple = (2.0, 4.0, 1.5)):
+    """Calls from a front end to a JVM service (two pods, 8 worker threads each) whose old generation
+    fills: 60-150 ms pauses every 0.5-1.5 s per pod. A paused JVM accepts nothing (calls sent then
+    start their SERVER span after it) and runs no thread (the requests in flight stretch). The runtime
+    reports GC only as each request's `jvm.gc.collection_time_ms.delta` (JMX: no moment). `stages`:
+    the median ms of each stage under the request (one stage: a handler with nothing else traced)."""
+    b = TraceBuilder(seed)
+    pauses: dict[str, list[tuple[float, float]]] = {}
+    for pod in PODS:
+        t, spans = float(b.rng.uniform(0, 500)), []
+        while t < n / rate * 1000 + 2000:
+            d = float(b.rng.uniform(60, 150))
+            spans.append((t, t + d))
+            t += d + float(b.rng.uniform(500, 1500))
+        pauses[pod] = spans
+    stalls = Pauses(pauses)
+    free = {p: [0.0] * 8 for p in PODS}
+    for i, t in enumerate(b.arrivals(n, rate)):
+        b.new_trace()
+        pod = PODS[i % 2]
+        slots = free[pod]
+        k = int(np.argmin(slots))
+        start = stalls.run(pod, max(t + lognormal(b.rng, 0.3, 0.1), slots[k]), 0.0)
+        cli = b.span(None, "GET /feed", "Client", f"web/{i % 3}", t, 0.0, service="web")
+        cur = start + 0.05
+        ends = []
+        for median in stages:
+            cur = stalls.run(pod, cur, lognormal(b.rng, median, 0.2))
+            ends.append(cur)
+        gc_ms = sum(max(0.0, min(e, cur) - max(a, start)) for a, e in pauses[pod])
+        root = b.span(cli, "GET /feed", "Server", pod, start, cur - start,
+                      **{"jvm.gc.collection_time_ms.delta": round(gc_ms)})
+        prev = start + 0.05
+        for name, end in zip(("load", "score", "render")[: len(stages)], ends, strict=True):
+            b.span(root, name, "Internal", pod, prev, end - prev)
+            prev = end
+        slots[k] = cur
+        b.set_end(cli, cur + lognormal(b.rng, 0.3, 0.1))
     return b.frame()

@@ -12,6 +12,7 @@ from tests.path_services import (
     decoding_service,
     embedding_caller,
     lossy_node_service,
+    paused_jvm_service,
     pooled_service,
     sharded_fan_out,
     two_callee_service,
@@ -168,3 +169,26 @@ def test_a_callee_whose_time_is_its_model_forward_is_not_a_slow_dependency() -> 
     """The embedder's tail is its forward pass (longer inputs): compute, not a slow dependency."""
     result = diagnose_frame(embedding_caller(21))
     assert _conf(result, "slow_dependency") < 0.5, _found(result)
+
+
+def test_gaps_waiting_while_the_server_reports_gc_time_are_stalls_not_the_wire() -> None:
+    """A JVM reporting GC only as per-request time deltas: calls sent during a pause wait to be
+    accepted, and those waits overlap requests that report GC time far more often than calls at
+    random do; the network finding reads that share as stalls."""
+    import numpy as np
+
+    from tailscope.analysis.diagnosis.model import Context
+    from tailscope.analysis.diagnosis.network import gc_reported_lift, large_gaps
+    from tailscope.analysis.diagnosis.payload_wire import call_pairs
+
+    frame = paused_jvm_service(22, stages=(6.0,))
+    ctx = Context(frame)
+    srv = np.nonzero((frame.kind == 2) & (frame.parent >= 0))[0]
+    cli = frame.parent[srv]
+    gap = (frame.dur[cli] - frame.dur[srv]).astype(float)
+    big = large_gaps(gap, float(np.median(gap)))
+    assert big.sum() >= 20 and gc_reported_lift(ctx, cli, srv, big) >= 0.5
+    assert len(call_pairs(ctx)[0]) == 0  # the calls wrap the request roots: measured at the root
+    result = diagnose_frame(frame)
+    net = [f for f in result.findings if f.pattern == "network"]
+    assert not net or net[0].confidence < 0.5, _found(result)

@@ -207,8 +207,9 @@ def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
 
 def caller_side(f, spans: np.ndarray, d: np.ndarray) -> tuple[float, float, list[str]] | None:
     """(share of the slowest 1 % of calls made by the callers that make them most often, those callers'
-    share of all calls, their instances) where the slowest calls (>= 10) come almost only (>= 90 %)
-    from callers that make at most 60 % of the calls; None otherwise."""
+    share of all calls, their instances) where the slowest calls (>= 10) come mostly (>= 75 %, and
+    3 binomial standard deviations above their share of the calls) from callers that make at most
+    60 % of the calls; None otherwise."""
     slow = d >= np.quantile(d, 0.99)
     if slow.sum() < 10:
         return None
@@ -218,7 +219,9 @@ def caller_side(f, spans: np.ndarray, d: np.ndarray) -> tuple[float, float, list
     affected = (calls > 0) & (slow_calls > 1.5 * float(slow.mean()) * calls)
     concentration = float(slow_calls[affected].sum() / slow.sum())
     call_share = float(calls[affected].sum() / len(spans))
-    if concentration < 0.9 or call_share > 0.6:
+    # beyond chance: as many of the slowest calls from those callers as their share of the calls gives
+    z = (concentration - call_share) * np.sqrt(slow.sum() / max(call_share * (1 - call_share), 1e-9))
+    if concentration < 0.75 or call_share > 0.6 or z < 3.0:
         return None
     order = np.argsort(-slow_calls)
     return concentration, call_share, [f.instances[i] for i in order if affected[i]]
