@@ -198,7 +198,7 @@ def detect(ctx: Context) -> list[Finding]:
         # a wait for a lock is time in the span before (or between) its work; where the slow spans'
         # extra time is a call made only on some of them (a miss going to its store), the crowd is
         # what those slow calls make, not a lock
-        called = conditional_call_cover(ctx, spans)
+        called = conditional_call_cover(ctx, spans) if confidence > 0.45 else 0.0
         if called >= 0.5:
             confidence = min(confidence, 0.45)
         name = f.names[code]

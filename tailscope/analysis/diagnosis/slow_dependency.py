@@ -140,7 +140,7 @@ def detect(ctx: Context) -> list[Finding]:
         # the call's tail: a gap around it is the wire's or the accept queue's (see network), and time
         # the callee spends waiting before its work starts (a queue span, or before its first child) is
         # a queue in the callee (see queueing)
-        if server_share is not None:
+        if server_share is not None and confidence > 0.45:  # (the cap below changes nothing under it)
             own = clamp01(float(server_share))
             waiting = clamp01(_callee_wait_share(ctx, child) / max(share, 1e-9))
             # the model's forward pass inside the callee is compute_bound's (a model server's time)
@@ -159,7 +159,7 @@ def detect(ctx: Context) -> list[Finding]:
                     max(parts, key=parts.get) + ".")
         # a dependency serves every caller alike: slow calls from only some calling instances are
         # their path (the network from their node) or their host, not the dependency
-        callers = caller_side(f, spans, d)
+        callers = caller_side(f, spans, d) if confidence > 0.45 else None
         if callers is not None:
             confidence = min(confidence, 0.45)
             stats["slow_calls_from_callers"] = callers[2]
