@@ -21,7 +21,6 @@ import re
 import numpy as np
 
 from tailscope.analysis.diagnosis.accept_queue import accept_wait
-from tailscope.analysis.diagnosis.attributes import numeric_attributes
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split
@@ -241,11 +240,16 @@ def gc_reported_lift(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.nda
     roots = f.requests.root
     windows = np.zeros(len(roots), bool)
     for code in np.unique(f.name[roots]).tolist():
-        for key, (idx, values) in numeric_attributes(f, code, 50).items():
-            if GC_TIME_KEY.search(key):
-                mark = np.zeros(len(f), bool)
-                mark[idx[values > 0]] = True
-                windows |= mark[roots]
+        for key, (idx, values) in f.attributes(code).items():
+            if not GC_TIME_KEY.search(key) or len(values) < 50:
+                continue  # parse only the keys that name GC time
+            try:
+                reported = np.asarray(values, dtype=str).astype(np.float64) > 0
+            except (TypeError, ValueError):
+                continue
+            mark = np.zeros(len(f), bool)
+            mark[np.asarray(idx)[reported]] = True
+            windows |= mark[roots]
     if not windows.any() or windows.all():
         return 0.0
     gc_roots = roots[windows]
