@@ -107,6 +107,22 @@ def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray,
         "wait_ms": (pre[pick] / 1e6).round(3).tolist(),
     }
     confidence = clamp01(strength * logistic(share, 0.3, 0.08))
+    stats["arrival_rate_at_large_waits"] = round(arrival_rate_at(f, cli, big, ctx), 3)
+    ctx.notes["accept_queue"] = (cli, srv, big)  # held_slots.py: who held the slots the calls waited for
     evidence = {"summary": summary, "stats": stats, "chart": chart}
     finding = Finding("queueing", confidence, "queue", None, evidence, ADVICE.format(server=server))
     return max(strength, full), finding
+
+
+def arrival_rate_at(f, cli: np.ndarray, big: np.ndarray, ctx: Context) -> float:
+    """The calls' arrival rate just before the large gaps (over 5 median request latencies) against the
+    run's mean rate: about 2 where a burst of traffic fills the pool, about 1 where the slots were held
+    longer at an ordinary rate."""
+    sent = np.sort(f.start[cli])
+    if len(sent) < 2 or not big.any():
+        return 1.0
+    width = 5.0 * max(float(np.median(ctx.frame.requests.latency)), 1.0)
+    at = f.start[cli[big]]
+    count = np.searchsorted(sent, at, side="right") - np.searchsorted(sent, at - width, side="left")
+    mean = len(sent) * width / max(float(sent[-1] - sent[0]), 1.0)
+    return float(count.mean() / max(mean, 1e-9))

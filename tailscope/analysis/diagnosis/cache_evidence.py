@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.attributes import cache_signs
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context
 
 
@@ -46,3 +47,21 @@ def _slow_path_below(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> int |
         if float(present[slow].mean()) - float(present[~slow].mean()) > 0.5:
             return int(c)
     return None
+
+
+def slow_path_cover(ctx: Context, spans: np.ndarray, slow: np.ndarray, codes: list[int]) -> float:
+    """The share of the slow mode's extra time (its mean duration over the fast mode's) spent in CLIENT
+    calls named `codes` (the calls made on the slow path only) directly below the slow spans: a miss
+    waiting on its store, not on a lock. 0 where there are none."""
+    f = ctx.frame
+    if not codes or not slow.any() or slow.all():
+        return 0.0
+    d = f.dur[spans].astype(np.float64)
+    extra = float(d[slow].mean() - d[~slow].mean())
+    if extra <= 0:
+        return 0.0
+    mine = np.zeros(len(f), bool)
+    mine[spans[slow]] = True
+    calls = np.nonzero((f.parent >= 0) & (f.kind == KIND_CLIENT) & np.isin(f.name, codes))[0]
+    calls = calls[mine[f.parent[calls]]]
+    return float(f.dur[calls].sum()) / int(slow.sum()) / extra

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.cache_evidence import cache_evidence
+from tailscope.analysis.diagnosis.cache_evidence import cache_evidence, slow_path_cover
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -41,6 +41,8 @@ SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
 MIN_SPANS = 100
 MAX_FIT = 5_000
 MIN_LOG_RATIO = math.log(1.5)  # the slow mode at least 1.5x the fast one
+TRICKLE_RATE = 0.02  # steady misses rarer than this ...
+TRICKLE_ADDED = 0.01  # ... adding under 1 % of the median latency to the mean request: a working cache
 
 
 def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> dict | None:
@@ -135,14 +137,18 @@ def detect(ctx: Context) -> list[Finding]:
         # a call whose slow mode is time outside the callee's own span is the network's, not a miss
         if _slow_mode_is_gap(ctx, spans, slow):
             continue
+        why = _explain(ctx, code, spans, slow)
         # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss; so is
-        # one that comes with a crowd in the enclosing section (a lock wait inside it)
+        # one that comes with a crowd in the enclosing section (a lock wait inside it). Unless the slow
+        # spans spend their extra time in a call out of the process made on the slow path only: a
+        # miss going to the store. Misses that come together (a stampede) hold their spans longer,
+        # so they overlap more: the crowd is then what the misses make, not what makes them slow
         crowd = spearman(concurrency_at_start(ctx, spans).astype(np.float64), slow.astype(np.float64))
-        if crowd > 0.3 or _section_crowd(ctx, spans, slow) > 0.5:
+        crowded = crowd > 0.3 or _section_crowd(ctx, spans, slow) > 0.5
+        if crowded and slow_path_cover(ctx, spans, slow, (why or {}).get("slow_path") or []) < 0.5:
             continue
         ratio = math.exp(mix.mu[1] - mix.mu[0])
         share = _share(ctx, code)
-        why = _explain(ctx, code, spans, slow)
         # two modes are a cache only where something says there is a cache: a cache system, a cache
         # name or a hit/miss attribute on the span or its children, or a call made on the slow path
         # only (the store behind the cache). A deadline and a retry, a payload that varies or a
@@ -152,6 +158,9 @@ def detect(ctx: Context) -> list[Finding]:
             ctx.notes.setdefault("bimodal_without_cache", {})[int(code)] = rate
             continue
         ctx.notes["bimodal_names"][int(code)] = rate
+        missed = np.zeros(len(reqs), bool)  # the requests that took the miss path (held_slots.py)
+        missed[f.request[spans[slow]]] = True
+        ctx.notes.setdefault("miss_requests", {})[f.names[code]] = missed
         # misses over time: synchronised expiry and cold cache
         t = f.start[spans]
         nb = 50
@@ -197,6 +206,12 @@ def detect(ctx: Context) -> list[Finding]:
         if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
             weight = max(weight, 0.85 * sync_strength)
         confidence = strength * weight * (1.0 if why else 0.85)
+        # a steady trickle of misses (rare, at random moments, adding next to nothing to the mean
+        # request) is how a working cache runs: it makes a few of the slowest requests, but no policy
+        # change is owed; a possible cause, not a named one
+        trickle = not synced and not cold and rate < TRICKLE_RATE and relative < TRICKLE_ADDED
+        if trickle:
+            confidence = min(confidence, 0.45)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
         explained = (
@@ -229,6 +244,7 @@ def detect(ctx: Context) -> list[Finding]:
                 if cold
                 else ""
             )
+            + ("; a steady trickle of rare misses, as a working cache has" if trickle else "")
             + "."
         )
         stats = {
@@ -250,6 +266,7 @@ def detect(ctx: Context) -> list[Finding]:
             "cache_evidence": sign,
             "warm_up_miss_rate": round(warm_rate, 4),
             "settled_miss_rate": round(settled_rate, 4),
+            "steady_trickle": trickle,
         }
         if why:
             stats.update({k: v for k, v in why.items() if k not in ("score", "slow_path")})

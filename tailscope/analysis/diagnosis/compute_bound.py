@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split, theil_sen
 
@@ -211,6 +211,16 @@ def detect(ctx: Context) -> list[Finding]:
         + _sentence("; ".join(levers or [PROFILE_ADVICE]))
     )
     confidence = logistic(share, 0.5, 0.1)
+    # a model server busy nearly all the time, whose forward is most of a typical request: every request
+    # pays for the forward, and the waits before it (in the model server, for the batch in progress)
+    # are its cost too, not a burst's (a queueing finding that follows the arrivals claims those)
+    busy, wait_share = _saturated(ctx, spans)
+    heavy = 0.0
+    if ctx.notes.get("queueing_confidence", 0.0) < 0.3:
+        heavy = 0.9 * logistic(body_share, 0.4, 0.04) * logistic(busy, 0.8, 0.03)
+        if heavy >= 0.5:
+            share = min(1.0, share + max(wait_share, 0.0))
+    confidence = max(confidence, heavy)
     top_name, by_name = _split_by_name(ctx, fwd)
     summary = (
         f"model_forward carries {share:.0%} of the tail excess and {body_share:.0%} of a typical "
@@ -220,6 +230,8 @@ def detect(ctx: Context) -> list[Finding]:
         f"p50 {ms(p50):.1f} ms, p99 {ms(p99):.1f} ms; vs batch size ({size_source}): "
         f"{ms(intercept):.2f} ms per call + "
         f"{ms(slope):.2f} ms per item"
+        + (f"; the model is busy {busy:.0%} of the time and requests wait for it before their forward "
+           f"(that wait carries {wait_share:.0%} of the tail excess)" if heavy >= 0.5 else "")
         + (f"; device {device}" if device else "")
         + (f", dtype {dtype}" if dtype else "")
         + "."
@@ -229,6 +241,8 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_excess_share_in_gc_stalls": round(stalled, 3),
         "tail_excess_share_in_warm_up": round(warming, 3),
         "tail_excess_share_waiting_for_busy_consumers": round(waiting, 3),
+        "model_busy": round(busy, 3),
+        "tail_excess_share_waiting_for_the_model": round(wait_share, 3),
         "typical_share": round(body_share, 3),
         "forward_p50_ms": ms(p50),
         "forward_p99_ms": ms(p99),
@@ -257,6 +271,39 @@ def detect(ctx: Context) -> list[Finding]:
             advice,
         )
     ]
+
+
+def _saturated(ctx: Context, fw: np.ndarray) -> tuple[float, float]:
+    """For a forward served by a model server the request calls (its SERVER span is not the request's
+    root): (how busy the busiest model instance is: the union of its forward intervals over the run's
+    span, the share of the tail excess carried by the model server's time outside the forward: the
+    wait for the model). (0, 0) where the forward runs in the request's own process."""
+    f = ctx.frame
+    fw = fw[(f.kind[fw] != KIND_SERVER) & (f.kind[fw] != KIND_CLIENT)]  # the execution, not the call
+    if len(fw) == 0:
+        return 0.0, 0.0
+    cur = fw.copy()
+    for _ in range(8):  # up to the SERVER span of the forward's own service
+        up = f.parent[cur]
+        move = (f.kind[cur] != KIND_SERVER) & (up >= 0)
+        move[move] &= f.service[up[move]] == f.service[fw[move]]
+        cur = np.where(move, up, cur)
+    is_root = np.zeros(len(f), bool)
+    is_root[f.requests.root] = True
+    if float(((f.kind[cur] == KIND_SERVER) & ~is_root[cur]).mean()) < 0.5:
+        return 0.0, 0.0  # the forward runs in the request's own process: no model server to wait for
+    wait = np.maximum(f.dur[cur] - f.dur[fw], 0).astype(np.float64)
+    wait_share = excess_share(np.bincount(f.request[fw], weights=wait, minlength=ctx.n_requests), ctx.split)
+    # the union of the forward intervals per instance (forwards side by side count once)
+    covered = 0.0
+    for i in np.unique(f.instance[fw]).tolist():
+        mine = fw[f.instance[fw] == i]
+        order = np.argsort(f.start[mine], kind="stable")
+        start, reach = f.start[mine][order], np.maximum.accumulate(f.end[mine][order])
+        before = np.r_[start[0], reach[:-1]]
+        covered = max(covered, float(np.maximum(reach - np.maximum(start, before), 0).sum()))
+    horizon = max(float(f.end.max() - f.start.min()), 1.0)
+    return float(covered / horizon), float(wait_share)
 
 
 BUSY = 0.3  # consumers busy at least this share of the time: messages wait for the work in progress

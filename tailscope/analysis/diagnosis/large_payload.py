@@ -25,6 +25,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from tailscope.analysis.diagnosis.attributes import numeric_attributes
+from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.payload_wire import wire_candidates
 from tailscope.analysis.diagnosis.stats import (
@@ -68,9 +69,15 @@ def detect(ctx: Context) -> list[Finding]:
     inside = (f.request >= 0) & (f.parent >= 0)
     counts = np.bincount(f.name[inside], minlength=len(f.names))
     by_name = _duration_shares(ctx)
+    # a queue-stage name whose spans are in-process leaves (INTERNAL, nothing below: decoding a message
+    # that carries messaging.* attributes) is work on the payload, not a wait in a queue
+    internal_leaf = inside & (f.kind == SPAN_KINDS.index("Internal")) & f.leaf
+    leaves = np.bincount(f.name[internal_leaf], minlength=len(f.names))
+    in_process_work = leaves >= 0.9 * np.maximum(counts, 1)
+    in_process_work &= ctx.name_stage != ALL_STAGES.index("model_forward")
     shares = []
     for code in np.nonzero(counts >= 100)[0].tolist():
-        if int(ctx.name_stage[code]) in SKIP:
+        if int(ctx.name_stage[code]) in SKIP and not in_process_work[code]:
             continue
         shares.append((float(by_name[code]), code))
     shares.sort(reverse=True)
@@ -209,13 +216,19 @@ def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Findin
     driven = np.where(ok, slope * (v - float(np.median(v[ok]))), 0.0)
     per_request = np.bincount(f.request[spans], weights=driven, minlength=ctx.n_requests)
     share = clamp01(excess_share(per_request, ctx.split))
-    confidence = logistic(rho, 0.65, 0.07) * material_weight(share)
+    # beside a rarer, heavier cause that owns the p99 the payload still slows many requests: what the
+    # sizes above the small ones (p10) add to the mean request, over the median latency
+    above = np.where(ok, slope * np.maximum(v - float(np.quantile(v[ok], 0.1)), 0.0), 0.0)
+    added = float(above.sum()) / ctx.n_requests / max(float(np.median(ctx.frame.requests.latency)), 1.0)
+    weight = max(material_weight(share), 0.9 * logistic(added, 0.1, 0.03))
+    confidence = logistic(rho, 0.65, 0.07) * weight
     if confidence < 0.05:
         return None
-    return _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence)
+    return _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, added=added)
 
 
-def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, wire=None) -> Finding:
+def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, wire=None,
+             added: float | None = None) -> Finding:
     """`wire`: the call's time outside its callee's span, where that is what grows (payload_wire)."""
     f = ctx.frame
     ok = np.isfinite(v)
@@ -242,7 +255,9 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         f"{q99:,.0f}; the tail requests' median {tail_size:,.0f})"
         + (f" from {_callee_service(f, spans)}" if wire is not None and _callee_service(f, spans) else "")
         + "; the size-driven part of its time "
-        f"carries {share:.0%} of the tail excess (instances: {', '.join(instances)})."
+        f"carries {share:.0%} of the tail excess"
+        + (f" and adds {added:.0%} of the median latency to the mean request" if added else "")
+        + f" (instances: {', '.join(instances)})."
     )
     stats = {
         "size_attribute": key,
@@ -257,6 +272,7 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         "size_p99": float(q99),
         "tail_size_median": tail_size,
         "tail_excess_share": round(share, 3),
+        "added_share_of_median_latency": None if added is None else round(added, 4),
         "service": service,
         "callee_service": _callee_service(f, spans) if wire is not None else None,
         "instances": instances,

@@ -16,6 +16,8 @@ finding and become a queueing finding.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from tailscope.analysis.diagnosis.accept_queue import accept_wait
@@ -89,6 +91,10 @@ def detect(ctx: Context) -> list[Finding]:
             c_idx = cli[sel][big]
             ov = stall_overlap(f.instance[c_idx], f.start[c_idx], f.end[c_idx], *proxy)
             in_stall = max(in_stall, float((ov > 0.5 * g[big]).mean()))
+        # a runtime that reports GC time per request (JMX deltas: no moment, only the request it fell
+        # in): large gaps that wait while the server's requests report GC, more than calls at random do
+        if big.any():
+            in_stall = max(in_stall, gc_reported_lift(ctx, cli[sel], srv[sel], big))
         # a server that stopped accepting takes the calls held meanwhile at once: their server spans
         # start together on one instance, whichever caller sent them (the wire delays each on its own)
         released = released_together(f, srv[sel], big)
@@ -220,3 +226,40 @@ def _gap_values(f, cli: np.ndarray, g: np.ndarray) -> np.ndarray:
     values = np.zeros(len(f))
     values[cli] = g
     return values
+
+
+GC_TIME_KEY = re.compile(r"gc.*(time|duration|pause)|(time|duration|pause).*gc", re.IGNORECASE)
+
+
+def gc_reported_lift(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray) -> float:
+    """Where request roots report GC time over the request (a numeric attribute such as
+    `jvm.gc.collection_time_ms.delta`), the share of the large gaps whose wait (client start to server
+    start) overlaps a request on the server instance that reported GC time, beyond the share of all
+    calls that do (chance): q in p_big = q + (1 - q) p_all. 0 where no root reports GC time."""
+    f = ctx.frame
+    roots = f.requests.root
+    windows = np.zeros(len(roots), bool)
+    for code in np.unique(f.name[roots]).tolist():
+        for key, (idx, values) in f.attributes(code).items():
+            if not GC_TIME_KEY.search(key) or len(values) < 50:
+                continue  # parse only the keys that name GC time
+            try:
+                reported = np.asarray(values, dtype=str).astype(np.float64) > 0
+            except (TypeError, ValueError):
+                continue
+            mark = np.zeros(len(f), bool)
+            mark[np.asarray(idx)[reported]] = True
+            windows |= mark[roots]
+    if not windows.any() or windows.all():
+        return 0.0
+    gc_roots = roots[windows]
+    horizon = int(f.end.max()) + 2
+    starts = np.sort(f.instance[gc_roots].astype(np.int64) * horizon + f.start[gc_roots])
+    ends = np.sort(f.instance[gc_roots].astype(np.int64) * horizon + f.end[gc_roots])
+    base = f.instance[srv].astype(np.int64) * horizon
+    a, b = base + f.start[cli], base + np.maximum(f.start[srv], f.start[cli])
+    # windows that started before the wait ended and ended after it started
+    overlapping = np.searchsorted(starts, b, side="right") - np.searchsorted(ends, a, side="left")
+    hit = overlapping > 0
+    p_all, p_big = float(hit.mean()), float(hit[big].mean())
+    return clamp01((p_big - p_all) / max(1.0 - p_all, 1e-9))

@@ -10,6 +10,7 @@ from tailscope.analysis.diagnosis.stats import excess_share, tail_split
 from tailscope.analysis.diagnosis.structure import distinct_per_owner, fan_out_roots
 
 PROXY_COVERAGE = 0.6  # a root mostly covered by one forwarded call (median) is a proxy tier
+PROXY_COVERAGE_SEVERAL = 0.8  # ... where it calls several services: all but a fifth of it
 PROXY_TAIL = 0.5  # ... or one whose forwarded call carries most of its tail excess
 PROXY_CALLEE = 0.8  # a root calling several services forwards to one of them in most requests
 
@@ -82,8 +83,14 @@ def descend_proxies(
                 continue  # an aggregator's latency is its slowest call, not one callee's: not a proxy
             if np.median(callees[members]) >= 2 and _mode_share(callee_of[members]) < PROXY_CALLEE:
                 continue  # calls several services in turn, the longest one changing: an orchestrator
+            several = np.median(callees[members]) >= 2
+            covered = np.median(coverage[members]) >= (PROXY_COVERAGE_SEVERAL if several else PROXY_COVERAGE)
+            if several and not covered:
+                # calls several services and its longest call leaves a real part of it: it works
+                # between the calls (a service of its own), even where one callee owns its tail
+                continue
             tail_share = excess_share(call_dur[members], tail_split(frame.dur[members]))
-            proxy[g] = np.median(coverage[members]) >= PROXY_COVERAGE or tail_share >= PROXY_TAIL
+            proxy[g] = covered or tail_share >= PROXY_TAIL
         position = np.full(len(frame), -1, np.int64)
         position[roots] = group_of
         move = proxy[position[root]]

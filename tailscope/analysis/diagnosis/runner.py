@@ -16,6 +16,7 @@ from tailscope.analysis.diagnosis import (
     compute_bound,
     fallback_path,
     gc_pause,
+    held_slots,
     large_payload,
     lock_contention,
     network,
@@ -211,7 +212,7 @@ def _diagnose_units(
             findings.extend(detector.detect(ctx))
         except Exception as error:  # a detector bug must not hide the others' findings
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
-    findings = arbitrate(merge_nested(findings, frame))
+    findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)
     findings = shares.rank(findings)  # the named causes by their share of the tail excess

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_SERVER
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.large_payload import forward_inside
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
 from tailscope.vocabulary import ALL_STAGES
@@ -44,7 +45,11 @@ def detect(ctx: Context) -> list[Finding]:
     server = np.bincount(f.name[inside & (f.kind == KIND_SERVER)], minlength=len(f.names))
     callee = server * 2 > total
     stage_named = np.nonzero((ctx.name_stage == downstream) & ~callee)[0].tolist()
-    cands = set(int(c) for c in ctx.client_names) | set(stage_named)
+    # a name that both sides of a call use (gRPC instrumentations name the CLIENT and the SERVER span
+    # alike) is a call too: its SERVER spans sit inside its CLIENT spans and are left out below
+    client = np.bincount(f.name[inside & (f.kind == KIND_CLIENT)], minlength=len(f.names))
+    both_sides = np.nonzero((client > 0) & (client * 2 >= total))[0].tolist()
+    cands = set(int(c) for c in ctx.client_names) | set(stage_named) | set(both_sides)
     cands -= ctx.notes.get("fallback_names", set())  # a miss path after a lookup: cache_miss's
     cands -= ctx.notes.get("miss_path_names", set())  # the call a bimodal lookup makes on its misses
     findings = []
@@ -70,9 +75,11 @@ def detect(ctx: Context) -> list[Finding]:
         child = child[np.isin(f.parent[child], spans)]
         server_share = None
         callee = None
+        slow_one = None
         if len(child) > 0.5 * len(spans):
             server_share = ctx.share_of(np.isin(np.arange(len(f)), child), f.dur) / max(share, 1e-9)
             callee = _callee(ctx, child)
+            slow_one = straggler(f, child)
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
@@ -88,6 +95,8 @@ def detect(ctx: Context) -> list[Finding]:
                 else ""
             )
             + (f"; the calls to {callee[0]} carry most of it ({', '.join(callee[1])})" if callee else "")
+            + (f"; one instance is a straggler: {slow_one[0]} answers in {slow_one[1]:.1f} ms at the median "
+               f"against {slow_one[2]:.1f} ms for the others" if slow_one else "")
             + "."
         )
         stats = {
@@ -99,6 +108,7 @@ def detect(ctx: Context) -> list[Finding]:
             "tail_excess_share": round(share, 3),
             "presence": round(presence, 3),
             "callee_share": None if server_share is None else round(float(server_share), 3),
+            "straggler_instance": slow_one[0] if slow_one else None,
         }
         split = ctx.split
         chart = {
@@ -126,6 +136,38 @@ def detect(ctx: Context) -> list[Finding]:
                 confidence = min(strength * material_weight(max(share - explained, 0.0)), 0.9 * other)
                 stats["part_of"] = pattern
                 summary += f" Its tail is {why} (see {pattern})."
+        # where the callee's SERVER span is traced, the dependency is slow only if its own time makes
+        # the call's tail: a gap around it is the wire's or the accept queue's (see network), and time
+        # the callee spends waiting before its work starts (a queue span, or before its first child) is
+        # a queue in the callee (see queueing)
+        if server_share is not None and confidence > 0.45:  # (the cap below changes nothing under it)
+            own = clamp01(float(server_share))
+            waiting = clamp01(_callee_wait_share(ctx, child) / max(share, 1e-9))
+            # the model's forward pass inside the callee is compute_bound's (a model server's time)
+            forward = clamp01(ctx.share_of(top, forward_inside(ctx)) / max(share, 1e-9))
+            work = max(own - waiting - forward, 0.0)
+            stats["callee_wait_share"] = round(waiting, 3)
+            stats["callee_forward_share"] = round(forward, 3)
+            if work < 0.5:
+                confidence = min(confidence, strength * material_weight(share * work), 0.45)
+                parts = {
+                    "the gap around the callee's span (see network)": 1.0 - own,
+                    "the callee's wait before its work starts, a queue in the callee (see queueing)": waiting,
+                    "the model's forward pass in the callee (see compute_bound)": forward,
+                }
+                summary += f" The callee's own work carries only {work:.0%} of it; the most is " + (
+                    max(parts, key=parts.get) + ".")
+        # a dependency serves every caller alike: slow calls from only some calling instances are
+        # their path (the network from their node) or their host, not the dependency
+        callers = caller_side(f, spans, d) if confidence > 0.45 else None
+        if callers is not None:
+            confidence = min(confidence, 0.45)
+            stats["slow_calls_from_callers"] = callers[2]
+            summary += (
+                f" Its slowest calls come from {len(callers[2])} of the calling instances "
+                f"({', '.join(callers[2][:4])}: {callers[0]:.0%} of them), which make {callers[1]:.0%} "
+                "of the calls: those callers' path or host, not the dependency (see network)."
+            )
         advice = ADVICE.format(where=f"'{name}'", p99=f"{ms(p99):.1f}", p50=f"{ms(p50):.1f}")
         findings.append(
             Finding(
@@ -141,6 +183,50 @@ def detect(ctx: Context) -> list[Finding]:
     return findings[:2]
 
 
+def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
+    """The share of the tail excess carried by the callee's wait before its work: per SERVER span, its
+    queue-stage descendants (direct children) plus the time from its start to its first child's start
+    where it has children."""
+    f = ctx.frame
+    queue = ctx.span_stage_mask("queue")
+    is_server = np.zeros(len(f), bool)
+    is_server[server] = True
+    kids = np.nonzero(is_server[np.maximum(f.parent, 0)] & (f.parent >= 0))[0]
+    first = np.full(len(f), np.iinfo(np.int64).max)
+    np.minimum.at(first, f.parent[kids], f.start[kids])
+    lead = np.where(first[server] < np.iinfo(np.int64).max, first[server] - f.start[server], 0)
+    values = np.zeros(len(f))
+    values[server] = np.maximum(lead, 0)
+    q = kids[queue[kids]]
+    values[q] = f.dur[q]
+    mask = np.zeros(len(f), bool)
+    mask[server] = True
+    mask[q] = True
+    return ctx.share_of(mask, values)
+
+
+def caller_side(f, spans: np.ndarray, d: np.ndarray) -> tuple[float, float, list[str]] | None:
+    """(share of the slowest 1 % of calls made by the callers that make them most often, those callers'
+    share of all calls, their instances) where the slowest calls (>= 10) come mostly (>= 75 %, and
+    3 binomial standard deviations above their share of the calls) from callers that make at most
+    60 % of the calls; None otherwise."""
+    slow = d >= np.quantile(d, 0.99)
+    if slow.sum() < 10:
+        return None
+    inst = f.instance[spans]
+    calls = np.bincount(inst, minlength=len(f.instances))
+    slow_calls = np.bincount(inst[slow], minlength=len(f.instances))
+    affected = (calls > 0) & (slow_calls > 1.5 * float(slow.mean()) * calls)
+    concentration = float(slow_calls[affected].sum() / slow.sum())
+    call_share = float(calls[affected].sum() / len(spans))
+    # beyond chance: as many of the slowest calls from those callers as their share of the calls gives
+    z = (concentration - call_share) * np.sqrt(slow.sum() / max(call_share * (1 - call_share), 1e-9))
+    if concentration < 0.75 or call_share > 0.6 or z < 3.0:
+        return None
+    order = np.argsort(-slow_calls)
+    return concentration, call_share, [f.instances[i] for i in order if affected[i]]
+
+
 def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
     """The service (and its instances) whose SERVER spans under the call carry most of its tail
     excess: where a slow dependency acts (one CLIENT name may reach several peers)."""
@@ -151,8 +237,26 @@ def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
         shares[svc] = ctx.share_of(np.isin(np.arange(len(f)), mine), f.dur)
     svc = max(shares, key=shares.get)
     mine = child[f.service[child] == svc]
+    # the instances by the time they add over the calls' median (a straggler replica first)
+    d = f.dur[mine].astype(np.float64)
+    added = np.bincount(f.instance[mine], weights=d - float(np.median(d)), minlength=len(f.instances))
     counts = np.bincount(f.instance[mine], minlength=len(f.instances))
-    return f.services[svc], [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    return f.services[svc], [f.instances[i] for i in np.argsort(-added)[:4] if counts[i] > 0]
+
+
+def straggler(f, server: np.ndarray) -> tuple[str, float, float] | None:
+    """(instance, its median ms, the other instances' median ms) where one callee instance answers at
+    least twice as slowly as the others at the median and adds most (>= 50 %) of the time the calls
+    spend over their median: a straggler replica."""
+    d = f.dur[server].astype(np.float64)
+    inst = f.instance[server]
+    added = np.bincount(inst, weights=np.maximum(d - float(np.median(d)), 0), minlength=len(f.instances))
+    worst = int(np.argmax(added))
+    mine = inst == worst
+    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.all() or mine.sum() < 10:
+        return None
+    own, rest = float(np.median(d[mine])), float(np.median(d[~mine]))
+    return (f.instances[worst], ms(own), ms(rest)) if own >= 2.0 * rest else None
 
 
 def _inside(f, inner: int, outer: int) -> bool:

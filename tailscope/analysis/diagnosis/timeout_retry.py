@@ -75,6 +75,9 @@ def retry_groups(ctx: Context, code: int) -> dict | None:
     group_end = np.r_[group_start[1:], len(s)] - 1
     retried = group_end > group_start
     last = s[group_end[retried]]
+    if float((f.end[a1] <= f.start[a2] + TIGHT_NS).mean()) < 0.9:
+        # side by side: a fan-out (one call per shard); its retries follow the attempt they replace
+        return _fan_out_retries(f, spans, s, key[s])
     return {
         "spans": spans,
         "abandoned": s[np.r_[~first_of[1:], False]],  # every attempt but a parent's last
@@ -83,6 +86,38 @@ def retry_groups(ctx: Context, code: int) -> dict | None:
         "last": last,
         "parents": int(first_of.sum()),
         "retried_parents": int(retried.sum()),
+    }
+
+
+def _fan_out_retries(f, spans: np.ndarray, s: np.ndarray, group: np.ndarray) -> dict | None:
+    """In a fan-out (calls of one name side by side under a parent), a retry is a call that starts
+    after another call of the group ended, within that call's own duration (the backoff): the attempt
+    it replaces is the one of the group that ended last before it started. `s` is sorted by group and
+    start. Each attempt is replaced at most once."""
+    horizon = int(f.end.max()) + 2
+    group = np.unique(group, return_inverse=True)[1].reshape(-1).astype(np.int64)  # dense: no overflow
+    order = np.lexsort((f.end[s], group))
+    by_end = s[order]
+    e_key = group[order] * horizon + f.end[by_end]
+    k = np.searchsorted(e_key, group * horizon + f.start[s] + TIGHT_NS, side="right") - 1
+    kk = np.maximum(k, 0)
+    prev = by_end[kk]
+    ok = (k >= 0) & (group[order][kk] == group) & (prev != s)  # an earlier call of the same parent
+    ok &= f.start[s] - f.end[prev] <= f.dur[prev]  # a backoff shorter than the attempt it follows
+    a1, a2 = prev[ok], s[ok]
+    a1, first_use = np.unique(a1, return_index=True)
+    a2 = a2[first_use]
+    if len(a2) < MIN_RETRIED:
+        return None
+    return {
+        "spans": spans,
+        "abandoned": a1,
+        "first": a1,
+        "second": a2,
+        "last": a2,
+        "parents": int((np.bincount(group)[group] >= 2).sum()) - len(a2),  # the calls, one per shard
+        "retried_parents": len(a2),
+        "fan_out": True,
     }
 
 
@@ -158,7 +193,11 @@ def _judge(ctx: Context, code: int) -> Finding | None:
     # the time lost: from the first attempt's start to the last attempt's start, per request
     lost = (f.start[g["last"]] - f.start[g["first"]]).astype(np.float64)
     req = f.request[a1]
-    per_request = np.bincount(req, weights=lost, minlength=ctx.n_requests)
+    if g.get("fan_out"):  # retries side by side in a fan-out: the request waits for the longest
+        per_request = np.zeros(ctx.n_requests)
+        np.maximum.at(per_request, req, lost)
+    else:
+        per_request = np.bincount(req, weights=lost, minlength=ctx.n_requests)
     split = ctx.split
     share = excess_share(per_request, split)
     retried_req = np.zeros(ctx.n_requests, bool)
