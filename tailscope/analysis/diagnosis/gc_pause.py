@@ -34,9 +34,13 @@ import numpy as np
 
 from tailscope.analysis.diagnosis import cpu_throttling, lone_stalls
 from tailscope.analysis.diagnosis.frame import root_waits
+from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
 from tailscope.analysis.diagnosis.long_stalls import (
+    credible_silences,
     long_stalls,
+    reply_reads,
     request_stall_overlap,
+    silent_stretches,
     slow_flags,
     warm_up_mask,
     where_stalled,
@@ -79,6 +83,8 @@ def detect(ctx: Context) -> list[Finding]:
     # what is in flight: leaf spans, and the stretches of other spans that no child covers (a span's
     # own work, or a wait with no span of its own, like a batch queue), named after their span
     owner, seg_s, seg_e = root_waits(f, inside)
+    calls, call_s, call_e = reply_reads(f, inside)  # a caller's waits for its callees' replies
+    owner, seg_s, seg_e = np.r_[owner, calls], np.r_[seg_s, call_s], np.r_[seg_e, call_e]
     n_codes = 2 * len(f.names)
     nm = np.r_[f.name[spans], len(f.names) + f.name[owner]]
     t_s, t_e = np.r_[f.start[spans], seg_s], np.r_[f.end[spans], seg_e]
@@ -169,7 +175,16 @@ def detect(ctx: Context) -> list[Finding]:
     ep_inst = ep_start // n_bins
     ep_t0 = (ep_start % n_bins) * width
     ep_t1 = (ep_end - ep_inst * n_bins) * width
-    episodes = len(ep_start)
+    # a pause is as long as its process stayed silent: where the process kept starting and ending
+    # spans through an episode (requests slowed together in a queue), only its silences can be pauses
+    ep_t0, ep_t1 = silent_stretches(ctx, ep_inst, ep_t0, ep_t1)
+    # ... and a silence is a stop only where requests kept coming (an idle or starved process is
+    # silent too)
+    stopped = credible_silences(ctx, ep_inst, ep_t0, ep_t1)
+    if not stopped.any():
+        return _lone(ctx, warm)
+    ep_inst, ep_t0, ep_t1 = ep_inst[stopped], ep_t0[stopped], ep_t1[stopped]
+    episodes = len(ep_inst)
     pause_ms = float(np.median(ep_t1 - ep_t0)) / 1e6
 
     # how much stall time each request sat through (on its own instance)
@@ -187,7 +202,10 @@ def detect(ctx: Context) -> list[Finding]:
     csum = np.cumsum(np.pad(observed.astype(np.int32), ((0, 0), (1, 2 * half))), axis=1)
     csum = np.pad(csum, ((0, 0), (half, 0)))  # csum[:, t] = stall bins before t - half
     window = (csum[:, 2 * half + 1 : 2 * half + 1 + n_bins] - csum[:, :n_bins]) > 0
-    live = a_count > 0
+    # on the instances requests arrive at that hold stall bins: a callee's busy bins (no arrivals of
+    # its own) would dilute the overall rate
+    stalled = observed.any(axis=1) & (np.bincount(reqs.instance, minlength=n_inst) > 0)
+    live = (a_count > 0) & stalled[:, None]
     rate_in = float(arrivals[window & live].mean()) if (window & live).any() else 0.0
     rate_all = float(arrivals[live].mean()) if live.any() else 0.0
     arrival_ratio = rate_in / rate_all if rate_all > 0 else 1.0
@@ -242,7 +260,7 @@ def detect(ctx: Context) -> list[Finding]:
         confirm = covered * logistic(ratio, 1.5, 0.15) * penalty
         # The runtime reports its pauses, yet they cover little of the stalls: the process stalled for
         # another reason (CPU starvation, a blocking call holding the interpreter), so trust timing less.
-        reported = REPORTED_CAP * reported_weight(ctx, ev, event_share)  # see _reported_only
+        reported = REPORTED_CAP * reported_weight(ctx, ev, event_share)  # see gc_reports
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
     if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
@@ -308,7 +326,6 @@ def detect(ctx: Context) -> list[Finding]:
     return cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
 
 
-REPORTED_CAP = 0.9
 LONE_CAP = 0.95
 
 
@@ -316,7 +333,7 @@ def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
     """The finding from stretches alike across span names where one piece of work is in flight at a
     time (lone_stalls.py), the runtime's reports confirming; else from the reports alone."""
     found = lone_stalls.find(ctx, warm)
-    reported = _reported_only(ctx)
+    reported = reported_only(ctx, ADVICE)
     if found is None or found["strength"] * found["weight"] < 0.05:
         return reported
     f = ctx.frame
@@ -346,51 +363,3 @@ def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
     evidence = {"summary": summary, "stats": stats, "chart": stall_chart(ctx, spans, slow, *episodes)}
     finding = Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)
     return cpu_throttling.split(ctx, finding, episodes, event_share)
-
-
-def reported_weight(ctx: Context, overlap: np.ndarray, share: float) -> float:
-    """Weight of the pauses the runtime reports: their share of the tail excess, or, beside a heavier
-    cause (a slow dependency owning the p99), what they add to the mean request over the median
-    latency (0.5 at 6 %: a runtime spending that much of a request's time paused is a cause of its
-    own, not the background of minor collections)."""
-    added = float(overlap.mean() / max(np.median(ctx.frame.requests.latency), 1.0))
-    return max(material_weight(share), logistic(added, 0.06, 0.015))
-
-
-def _reported_only(ctx: Context) -> list[Finding]:
-    """A finding from the runtime's own pause reports where timing cannot see the pauses."""
-    f = ctx.frame
-    if not len(f.gc_time):
-        return []
-    g_inst, g0, g1 = ctx.reported_pauses
-    overlap = request_stall_overlap(ctx, g_inst, g0, g1)
-    share = excess_share(overlap, ctx.split)
-    confidence = REPORTED_CAP * reported_weight(ctx, overlap, share)
-    if confidence < 0.05:
-        return []
-    split = ctx.split
-    tail_hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
-    long = (g1 - g0) >= np.percentile(g1 - g0, 90)
-    if confidence >= 0.3:  # other detectors discount time frozen in these pauses
-        ctx.notes["gc_episodes"] = (g_inst[long], g0[long], g1[long])
-    pause_ms = (g1 - g0) / 1e6
-    stats = {
-        "gc_events": len(g0),
-        "longest_pause_ms": round(float(pause_ms.max()), 3),
-        "median_pause_ms": round(float(np.median(pause_ms)), 3),
-        "tail_requests_in_reported_gc": round(tail_hit, 3),
-        "tail_excess_share_in_reported_gc": round(share, 3),
-        "tail_excess_share": round(share, 3),  # the report's share of it (shares.py)
-        "timing_alone": "too few requests in flight to align stalls across span names",
-    }
-    summary = (
-        f"The runtime reported {len(g0)} GC pauses (longest {pause_ms.max():.1f} ms); they overlap "
-        f"{tail_hit:.0%} of tail requests and account for {share:.0%} of the tail excess. Too few requests "
-        "were in flight for the pauses to show across span names in the timing alone, so this rests on "
-        "the runtime's own reports."
-    )
-    spans = np.nonzero(f.leaf & (f.request >= 0))[0]
-    slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
-    chart = stall_chart(ctx, spans, slow, g_inst[long], g0[long], g1[long])
-    evidence = {"summary": summary, "stats": stats, "chart": chart}
-    return [Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)]

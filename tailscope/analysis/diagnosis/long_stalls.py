@@ -99,6 +99,117 @@ def quiet_stretches(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[np.ndarray, np
     return gaps[last].astype(np.int64), points[last + 1].astype(np.int64)
 
 
+def reply_reads(f, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(CLIENT span, start, end) of each call's last stretch, from the end of its callee's SERVER span
+    (in another process) to its own end: the caller reading the reply. A call is a wait on the
+    caller's process that a leaf-only view misses where the callee is traced; a pause of the caller
+    stretches this stretch (the reply sits unread until it runs again), a slow callee does not."""
+    from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+
+    child = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    call = f.parent[child]
+    ok = (f.kind[call] == KIND_CLIENT) & inside[call] & (f.instance[call] != f.instance[child])
+    child, call = child[ok], call[ok]
+    if len(call) == 0:
+        return call, call.copy(), call.copy()
+    order = np.lexsort((f.end[child], call))
+    last = np.r_[call[order][1:] != call[order][:-1], True]  # the last answer of each call
+    child, call = child[order][last], call[order][last]
+    keep = f.end[call] > f.end[child]
+    return call[keep], f.end[child][keep], f.end[call][keep]
+
+
+def silent_stretches(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[np.ndarray, np.ndarray]:
+    """Per episode (sorted by instance, then start): its longest stretch in which its process ended
+    no span, as (start, end). A paused process runs no thread, so nothing of it ends for as long as
+    the pause lasts; many requests slowed together while the process keeps running (a queue behind
+    a saturated batcher, whose batches keep ending) break the episode into short silences. Starts
+    are not counted: an instrumentation may stamp one from outside the process's threads (a
+    broker's publish, the moment a connection was accepted)."""
+    f = ctx.frame
+    if len(ep_t0) == 0:
+        return ep_t0.astype(np.int64), ep_t1.astype(np.int64)
+    scale = int(max(f.end.max(), ep_t1.max())) + 1
+    key0 = ep_inst.astype(np.int64) * scale + ep_t0
+    key1 = ep_inst.astype(np.int64) * scale + ep_t1
+    pts = f.instance.astype(np.int64) * scale + f.end
+    k = np.searchsorted(key0, pts, side="right") - 1
+    inside = (k >= 0) & (pts < key1[np.maximum(k, 0)])
+    order = np.lexsort((pts[inside], k[inside]))
+    pts, k = pts[inside][order], k[inside][order]
+    # every episode's points: its start, the activity inside it, its end
+    ids = np.r_[np.arange(len(key0)), k, np.arange(len(key0))]
+    t = np.r_[key0, pts, key1]
+    order = np.lexsort((t, ids))
+    ids, t = ids[order], t[order]
+    gaps = np.diff(t)
+    same = ids[1:] == ids[:-1]
+    gaps = np.where(same, gaps, -1)
+    best = np.full(len(key0), -1, np.int64)
+    np.maximum.at(best, ids[:-1][same], gaps[same])
+    pick = np.nonzero(same & (gaps == best[ids[:-1]]))[0]
+    first = pick[np.r_[True, ids[pick][1:] != ids[pick][:-1]]]  # the first of equal longest gaps
+    base = ep_inst.astype(np.int64) * scale
+    return t[first] - base, t[first + 1] - base
+
+
+DEFERRED = 2  # requests sent to a silent process that it started only after its silence
+EXPECTED = 1.0  # arrivals a silence must outlast where no sender is traced
+
+
+def credible_silences(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
+    """Per silent stretch (see silent_stretches): whether the process stopped, rather than had nothing
+    to do. A paused process still receives requests: those sent to it during the pause start when it
+    runs again. A process that is idle, or starved because its callers are blocked (their threads all
+    waiting on it), receives nothing while it is silent. Where the instance's requests and calls
+    mostly come with their sender's span (a client call, a load generator), a silence is a stop when
+    at least DEFERRED of them were sent inside it and waited longer than usual to start (twice the
+    median time from send to start, 1 ms at least). Where no sender is traced, it is one when a
+    request of the instance was in flight through it (an idle process holds nothing up) and the
+    instance's arrival rate would have brought EXPECTED requests in a stretch that long."""
+    from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
+
+    f = ctx.frame
+    out = np.zeros(len(ep_t0), bool)
+    if len(ep_t0) == 0:
+        return out
+    n_inst = len(f.instances)
+    entry = np.isin(f.kind, (KIND_SERVER, SPAN_KINDS.index("Consumer"))) & (f.request >= 0)
+    entry[f.requests.root] = True
+    entries = np.nonzero(entry)[0]
+    up = f.parent[entries]
+    sent = (up >= 0) & (f.instance[np.maximum(up, 0)] != f.instance[entries])
+    sent &= np.isin(f.kind[np.maximum(up, 0)], (KIND_CLIENT, SPAN_KINDS.index("Producer")))
+    inst = f.instance[entries]
+    total = np.bincount(inst, minlength=n_inst)
+    with_sender = np.bincount(inst[sent], minlength=n_inst)
+    first = np.full(n_inst, np.iinfo(np.int64).max)
+    last = np.zeros(n_inst, np.int64)
+    np.minimum.at(first, inst, f.start[entries])
+    np.maximum.at(last, inst, f.start[entries])
+    rate = total / np.maximum(last - first, 1)  # arrivals per ns over the instance's life
+    s_inst, s_send, s_start = inst[sent], f.start[up[sent]], f.start[entries[sent]]
+    reqs = f.requests
+    for i in np.unique(ep_inst).tolist():
+        sel = np.nonzero(ep_inst == i)[0]
+        length = (ep_t1[sel] - ep_t0[sel]).astype(np.float64)
+        if with_sender[i] < 0.5 * max(total[i], 1):
+            mine = reqs.instance == i
+            order = np.argsort(reqs.start[mine], kind="stable")
+            begun = reqs.start[mine][order]
+            reach = np.maximum.accumulate((reqs.start + reqs.latency)[mine][order]) if len(begun) else begun
+            k = np.searchsorted(begun, ep_t0[sel], side="right") - 1
+            held = (k >= 0) & (reach[np.maximum(k, 0)] >= ep_t1[sel]) if len(begun) else k < -1
+            out[sel] = held & (rate[i] * length >= EXPECTED)
+            continue
+        mine = s_inst == i
+        lag = s_start[mine] - s_send[mine]
+        late = np.sort(s_send[mine][lag > max(1_000_000.0, 2.0 * float(np.median(lag)))])
+        deferred = np.searchsorted(late, ep_t1[sel]) - np.searchsorted(late, ep_t0[sel])
+        out[sel] = deferred >= DEFERRED
+    return out
+
+
 def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, float]:
     """Share of the tail excess spent in stall episodes in which the process finished no work for
     longer than the median request (see quiet_gaps), the share of tail requests overlapping one, and

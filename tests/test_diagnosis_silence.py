@@ -1,0 +1,84 @@
+"""Issue 25: a stop-the-world pause silences its process, by mechanism (tests/mechanism_silence.py).
+A paused process ends nothing while requests sent to it wait; requests slowed together in
+a queue while the process keeps running, or a process idle between short requests, are not paused; a
+paused orchestrator that calls traced services reads their replies late."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis import diagnose_frame
+from tailscope.analysis.diagnosis.long_stalls import credible_silences, silent_stretches
+from tailscope.analysis.diagnosis.model import Context
+from tests.mechanism_frames import TraceBuilder
+from tests.mechanism_silence import batcher_queue, idle_ingest, paused_orchestrator
+
+
+def _conf(result, pattern: str) -> float:
+    return max((f.confidence for f in result.findings if f.pattern == pattern), default=0.0)
+
+
+def _found(result) -> list:
+    return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
+
+
+def test_requests_queued_behind_a_saturated_batcher_are_not_a_pause() -> None:
+    """A co-tenant's bursts fill the batches: queue waits and full batches make the model server's
+    spans slow together for hundreds of ms, while it keeps starting and ending spans and its callers
+    send nothing new: no gc_pause (before: 0.64-0.67)."""
+    for seed in (0, 1):
+        result = diagnose_frame(batcher_queue(seed))
+        assert _conf(result, "gc_pause") < 0.5, _found(result)
+
+
+def test_an_idle_process_between_short_requests_is_not_a_pause() -> None:
+    """Sub-millisecond requests whose publish lingers after the response: the process is idle most of
+    the time and nothing is stretched: no gc_pause (before: 0.99)."""
+    result = diagnose_frame(idle_ingest(0))
+    assert _conf(result, "gc_pause") < 0.5, _found(result)
+
+
+def test_pauses_of_an_orchestrator_that_calls_traced_services_are_found() -> None:
+    """The orchestrator's pauses stretch its calls' reply reads and its own steps; its callees are
+    fine. It stays the request (a stretched reply read is the caller's tail, not the callee's: not a
+    proxy tier) and the pauses are named on it (before: nothing at seed 0, the requests rooted at the
+    callees)."""
+    for seed in (0, 2):
+        frame = paused_orchestrator(seed)
+        roots = {frame.names[c] for c in np.unique(frame.name[frame.requests.root])}
+        assert roots == {"GET /recommendations"}, roots
+        result = diagnose_frame(frame)
+        gc = [f for f in result.findings if f.pattern == "gc_pause"]
+        assert gc and gc[0].confidence >= 0.5, _found(result)
+        assert gc[0].evidence["stats"]["services"] == ["orchestrator"], gc[0].evidence["stats"]
+
+
+def _silent_process(arrivals_during: bool):
+    """One instance running a 2 ms step per request, 200 requests/s sent by a traced client, and one
+    60 ms stretch at 500 ms in which it starts and ends nothing; the requests sent meanwhile start
+    after it (`arrivals_during`) or none are sent (the client stopped)."""
+    b = TraceBuilder(0)
+    t = 0.0
+    while t < 1500.0:
+        t += 5.0
+        if 500.0 <= t < 560.0 and not arrivals_during:
+            continue
+        b.new_trace()
+        start = (560.0 if 500.0 <= t < 560.0 else t) + 0.2  # sent during the silence: starts after it
+        call = b.span(None, "call", "Client", "client/0", t, 0.0)
+        root = b.span(call, "handle", "Server", "svc/0", start, 2.2)
+        b.span(root, "step", "Internal", "svc/0", start + 0.1, 2.0)
+        b.set_end(call, start + 2.4)
+    return b.frame()
+
+
+def test_a_silence_is_a_stop_only_where_requests_kept_coming() -> None:
+    """The same 60 ms silence is a stop where requests sent during it started after it, and not where
+    nothing was sent (a starved or idle process)."""
+    for arrivals_during, expected in ((True, True), (False, False)):
+        frame = _silent_process(arrivals_during)
+        ctx = Context(frame)
+        inst = np.array([frame.instances.index("svc/0")])
+        t0, t1 = silent_stretches(ctx, inst, np.array([480_000_000]), np.array([600_000_000]))
+        assert 62e6 <= t1[0] - t0[0] <= 66e6, (t0, t1)  # ends: 492.4 -> 557.3 ms from the first span
+        assert bool(credible_silences(ctx, inst, t0, t1)[0]) is expected
