@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tailscope.analysis.diagnosis.long_stalls import credible_silences, silent_stretches
+from tailscope.analysis.diagnosis.long_stalls import credible_silences, silent_stretches, waiting_stops
 from tailscope.analysis.diagnosis.model import Context
 from tests.mechanism_frames import TraceBuilder
 from tests.mechanism_silence import batcher_queue, idle_ingest, paused_orchestrator
@@ -73,12 +73,23 @@ def _silent_process(arrivals_during: bool):
 
 
 def test_a_silence_is_a_stop_only_where_requests_kept_coming() -> None:
-    """The same 60 ms silence is a stop where requests sent during it started after it, and not where
-    nothing was sent (a starved or idle process)."""
-    for arrivals_during, expected in ((True, True), (False, False)):
+    """The same 60 ms silence is a stop (confirmed: 2) where requests sent during it started after it,
+    and not (0) where nothing was sent (a starved or idle process)."""
+    for arrivals_during, expected in ((True, 2), (False, 0)):
         frame = _silent_process(arrivals_during)
         ctx = Context(frame)
         inst = np.array([frame.instances.index("svc/0")])
         t0, t1 = silent_stretches(ctx, inst, np.array([480_000_000]), np.array([600_000_000]))
         assert 62e6 <= t1[0] - t0[0] <= 66e6, (t0, t1)  # ends: 492.4 -> 557.3 ms from the first span
-        assert bool(credible_silences(ctx, inst, t0, t1)[0]) is expected
+        assert int(credible_silences(ctx, inst, t0, t1)[0]) == expected
+
+
+def test_stops_are_found_from_the_requests_they_kept_waiting() -> None:
+    """With one request in flight at a time no names line up, yet the silence that kept the requests
+    sent during it waiting is found on its own, and only there."""
+    for arrivals_during, stops in ((True, 1), (False, 0)):
+        frame = _silent_process(arrivals_during)
+        inst, t0, t1 = waiting_stops(Context(frame), 2_200_000.0)
+        assert len(inst) == stops, (inst, t0, t1)
+        if stops:
+            assert frame.instances[int(inst[0])] == "svc/0" and 62e6 <= t1[0] - t0[0] <= 66e6

@@ -42,6 +42,8 @@ from tailscope.analysis.diagnosis.long_stalls import (
     request_stall_overlap,
     silent_stretches,
     slow_flags,
+    stall_overlap,
+    waiting_stops,
     warm_up_mask,
     where_stalled,
     young_excess,
@@ -181,9 +183,19 @@ def detect(ctx: Context) -> list[Finding]:
     # ... and a silence is a stop only where requests kept coming (an idle or starved process is
     # silent too)
     stopped = credible_silences(ctx, ep_inst, ep_t0, ep_t1)
-    if not stopped.any():
+    ep_inst, ep_t0, ep_t1, stopped = (x[stopped > 0] for x in (ep_inst, ep_t0, ep_t1, stopped))
+    # with the stops that kept requests waiting where fewer names were slow at once
+    w_inst, w_t0, w_t1 = waiting_stops(ctx, float(np.median(reqs.latency)))
+    new = stall_overlap(w_inst, w_t0, w_t1, ep_inst, ep_t0, ep_t1) == 0
+    order = np.lexsort((np.r_[ep_t0, w_t0[new]], np.r_[ep_inst, w_inst[new]]))
+    pairs = ((ep_inst, w_inst), (ep_t0, w_t0), (ep_t1, w_t1))
+    ep_inst, ep_t0, ep_t1 = (np.r_[a, b[new]][order] for a, b in pairs)
+    stopped = np.r_[stopped, np.full(int(new.sum()), 2, np.int8)][order]
+    if not len(ep_inst):
         return _lone(ctx, warm)
-    ep_inst, ep_t0, ep_t1 = ep_inst[stopped], ep_t0[stopped], ep_t1[stopped]
+    # silences longer than a request through which the requests sent to the process waited to start:
+    # a stopped process, whatever the cross-name test says
+    kept_waiting = int(((stopped == 2) & (ep_t1 - ep_t0 > np.median(reqs.latency))).sum())
     episodes = len(ep_inst)
     pause_ms = float(np.median(ep_t1 - ep_t0)) / 1e6
 
@@ -240,7 +252,8 @@ def detect(ctx: Context) -> list[Finding]:
     # request are not discounted for arrivals: where they carry a material share, the pauses are a cause
     # beside whatever else makes the tail (a slow dependency's calls raise the arrival ratio near stalls)
     warm = 1 - logistic(early, 0.5, 0.1)
-    frozen = strength * material_weight(long_share) * warm
+    held = logistic(kept_waiting, 2.0, 0.7)
+    frozen = max(strength, held) * material_weight(long_share) * warm
     # beside a heavier cause (a heavy-tailed dependency owning the p99), pauses carry little of the
     # tail excess yet stall many requests: frozen stretches that add a few percent of the median
     # latency to the mean request are a cause of their own (below the tail-carrying forms)
@@ -262,7 +275,7 @@ def detect(ctx: Context) -> list[Finding]:
         # another reason (CPU starvation, a blocking call holding the interpreter), so trust timing less.
         reported = REPORTED_CAP * reported_weight(ctx, ev, event_share)  # see gc_reports
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
-    if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
+    if max(strength, overwhelming, held) >= 0.3:  # others discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
     where, services = where_stalled(ctx, ep_inst, ep_t0, ep_t1)
     stats = {
@@ -273,6 +286,7 @@ def detect(ctx: Context) -> list[Finding]:
         "z": round(z, 2),
         "ratio": round(ratio, 2),
         "episodes": episodes,
+        "long_stalls_that_kept_requests_waiting": kept_waiting,
         "bin_ms": ms(width),
         "median_stall_ms": round(pause_ms, 3),
         "p90_stall_ms": round(float(np.quantile(ep_t1 - ep_t0, 0.9)) / 1e6, 3),

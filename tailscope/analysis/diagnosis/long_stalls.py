@@ -157,22 +157,13 @@ DEFERRED = 2  # requests sent to a silent process that it started only after its
 EXPECTED = 1.0  # arrivals a silence must outlast where no sender is traced
 
 
-def credible_silences(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
-    """Per silent stretch (see silent_stretches): whether the process stopped, rather than had nothing
-    to do. A paused process still receives requests: those sent to it during the pause start when it
-    runs again. A process that is idle, or starved because its callers are blocked (their threads all
-    waiting on it), receives nothing while it is silent. Where the instance's requests and calls
-    mostly come with their sender's span (a client call, a load generator), a silence is a stop when
-    at least DEFERRED of them were sent inside it and waited longer than usual to start (twice the
-    median time from send to start, 1 ms at least). Where no sender is traced, it is one when a
-    request of the instance was in flight through it (an idle process holds nothing up) and the
-    instance's arrival rate would have brought EXPECTED requests in a stretch that long."""
+def _arrivals(ctx: Context):
+    """Per instance: requests and calls arriving (request roots, SERVER and CONSUMER spans), how many
+    came with their sender's span, the arrival rate (per ns over the instance's life); and, for those
+    sent from another process, (instance, send time, start time)."""
     from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
 
     f = ctx.frame
-    out = np.zeros(len(ep_t0), bool)
-    if len(ep_t0) == 0:
-        return out
     n_inst = len(f.instances)
     entry = np.isin(f.kind, (KIND_SERVER, SPAN_KINDS.index("Consumer"))) & (f.request >= 0)
     entry[f.requests.root] = True
@@ -187,9 +178,33 @@ def credible_silences(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     last = np.zeros(n_inst, np.int64)
     np.minimum.at(first, inst, f.start[entries])
     np.maximum.at(last, inst, f.start[entries])
-    rate = total / np.maximum(last - first, 1)  # arrivals per ns over the instance's life
-    s_inst, s_send, s_start = inst[sent], f.start[up[sent]], f.start[entries[sent]]
-    reqs = f.requests
+    rate = total / np.maximum(last - first, 1)
+    return total, with_sender, rate, (inst[sent], f.start[up[sent]], f.start[entries[sent]])
+
+
+def _late_sends(send: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The send times (sorted) of arrivals that waited longer than usual to start: twice the median
+    time from send to start, 1 ms at least."""
+    lag = start - send
+    return np.sort(send[lag > max(1_000_000.0, 2.0 * float(np.median(lag)))]) if len(lag) else send
+
+
+def credible_silences(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
+    """Per silent stretch (see silent_stretches): whether the process stopped, rather than had nothing
+    to do: 0 not, 1 as far as timing can tell, 2 confirmed by the requests it kept waiting. A paused
+    process still receives requests: those sent to it during the pause start when it runs again. A
+    process that is idle, or starved because its callers are blocked (their threads all waiting on
+    it), receives nothing while it is silent. Where the instance's requests and calls mostly come
+    with their sender's span (a client call, a load generator), a silence is a stop when at least
+    DEFERRED of them were sent inside it and waited longer than usual to start (twice the median
+    time from send to start, 1 ms at least). Where no sender is traced, it is one when a request of
+    the instance was in flight through it (an idle process holds nothing up) and the instance's
+    arrival rate would have brought EXPECTED requests in a stretch that long."""
+    out = np.zeros(len(ep_t0), np.int8)
+    if len(ep_t0) == 0:
+        return out
+    total, with_sender, rate, (s_inst, s_send, s_start) = _arrivals(ctx)
+    reqs = ctx.frame.requests
     for i in np.unique(ep_inst).tolist():
         sel = np.nonzero(ep_inst == i)[0]
         length = (ep_t1[sel] - ep_t0[sel]).astype(np.float64)
@@ -203,11 +218,47 @@ def credible_silences(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
             out[sel] = held & (rate[i] * length >= EXPECTED)
             continue
         mine = s_inst == i
-        lag = s_start[mine] - s_send[mine]
-        late = np.sort(s_send[mine][lag > max(1_000_000.0, 2.0 * float(np.median(lag)))])
+        late = _late_sends(s_send[mine], s_start[mine])
         deferred = np.searchsorted(late, ep_t1[sel]) - np.searchsorted(late, ep_t0[sel])
-        out[sel] = deferred >= DEFERRED
+        out[sel] = 2 * (deferred >= DEFERRED)
     return out
+
+
+def waiting_stops(ctx: Context, min_ns: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stops found from the requests kept waiting alone, wherever they are (the cross-name test needs
+    several requests in flight; a tier that mostly waits on its callees has few slow spans of its
+    own): on each instance whose arrivals come with their sender's span, the stretches longer than
+    `min_ns` in which the process ended no span and into which at least DEFERRED arrivals were sent
+    that started late, while it ran fewer requests than its most (a pool whose every worker waits on
+    a slow call is silent too, and new requests wait for a worker). As (instance, start, end), by
+    instance then start."""
+    from tailscope.analysis.diagnosis.frame import KIND_SERVER
+
+    f = ctx.frame
+    total, with_sender, _, (s_inst, s_send, s_start) = _arrivals(ctx)
+    found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for i in np.nonzero((with_sender >= 0.5 * np.maximum(total, 1)) & (total > 0))[0].tolist():
+        mine = s_inst == i
+        late = _late_sends(s_send[mine], s_start[mine])
+        if len(late) < DEFERRED:
+            continue
+        on = f.instance == i
+        ends = np.sort(f.end[on])
+        k = np.searchsorted(ends, late, side="right")  # the gap between ends[k - 1] and ends[k]
+        ok = (k > 0) & (k < len(ends))
+        gap, n = np.unique(k[ok], return_counts=True)
+        t0, t1 = ends[gap - 1], ends[gap]
+        keep = (n >= DEFERRED) & (t1 - t0 > min_ns)
+        if keep.any():  # requests running on the instance when the silence began, vs its ceiling
+            served = np.nonzero(on & (f.kind == KIND_SERVER))[0]
+            begun, done = np.sort(f.start[served]), np.sort(f.end[served])
+            running = np.searchsorted(begun, begun, side="right") - np.searchsorted(done, begun, side="right")
+            at = np.searchsorted(begun, t0, side="right") - np.searchsorted(done, t0, side="right")
+            keep &= at < np.percentile(running, 99)
+        found.append((np.full(int(keep.sum()), i), t0[keep], t1[keep]))
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return tuple(np.concatenate(x).astype(np.int64) for x in zip(*found, strict=True))
 
 
 def long_stalls(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[float, float, float]:
