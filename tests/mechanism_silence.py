@@ -139,3 +139,42 @@ def paused_orchestrator(seed: int):
         b.set_end(root, end + 0.05)
         b.set_end(edge, end + 0.3)
     return b.frame()
+
+
+def paused_single_worker(seed: int):
+    """Single-threaded workers (three processes, one request at a time, the others waiting for the
+    worker): decode (0.5 ms), predict (13 ms, most of the time) and a call to a traced profile store
+    (4 ms). The interpreter stops for 80-250 ms every 0.4-1.2 s: the pause mostly lands in predict,
+    and now and then in the call, whose reply is then read late by as much. No GC events."""
+    b = TraceBuilder(seed)
+    workers = [f"worker/{k}" for k in range(3)]
+    n, rps = 3000, 90.0
+    until = n / rps * 1000.0 + 2000.0
+    stalls = {}
+    for w in workers:
+        t, out = b.rng.uniform(0, 400), []
+        while t < until:
+            length = b.rng.uniform(80.0, 250.0)
+            out.append((t, t + length))
+            t += length + b.rng.uniform(400.0, 1200.0)
+        stalls[w] = out
+    pauses = Pauses(stalls)
+    free = dict.fromkeys(workers, 0.0)
+    for t in b.arrivals(n, rps):
+        b.new_trace()
+        w = workers[int(b.rng.integers(3))]
+        start = pauses.run(w, max(t, free[w]), 0.0)
+        root = b.span(None, "POST /enrich", "Server", w, start, 0.0)
+        cur = start + 0.05
+        for name, median in (("decode", 0.5), ("predict", 13.0)):
+            end = pauses.run(w, cur, lognormal(b.rng, median, 0.15))
+            b.span(root, name, "Internal", w, cur, end - cur)
+            cur = end + 0.02
+        work = lognormal(b.rng, 4.0, 0.2)
+        back = pauses.run(w, cur + work + 0.4, 0.02)
+        call = b.span(root, "POST", "Client", w, cur, back - cur)
+        b.span(call, "POST /profiles", "Server", f"profiles/{int(b.rng.integers(2))}", cur + 0.2, work)
+        free[w] = back + 0.1
+        b.set_end(root, back + 0.1)
+    b.stages["predict"] = "model_forward"
+    return b.frame()

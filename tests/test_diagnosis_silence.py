@@ -11,7 +11,7 @@ from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis.long_stalls import credible_silences, silent_stretches, waiting_stops
 from tailscope.analysis.diagnosis.model import Context
 from tests.mechanism_frames import TraceBuilder
-from tests.mechanism_silence import batcher_queue, idle_ingest, paused_orchestrator
+from tests.mechanism_silence import batcher_queue, idle_ingest, paused_orchestrator, paused_single_worker
 
 
 def _conf(result, pattern: str) -> float:
@@ -93,3 +93,11 @@ def test_stops_are_found_from_the_requests_they_kept_waiting() -> None:
         assert len(inst) == stops, (inst, t0, t1)
         if stops:
             assert frame.instances[int(inst[0])] == "svc/0" and 62e6 <= t1[0] - t0[0] <= 66e6
+
+
+def test_a_paused_single_worker_is_found_from_a_step_and_a_reply_read_alike() -> None:
+    """One request at a time: a pause stretches predict (where it mostly lands) or the reading of a
+    call's reply, by the same 80-250 ms; no other step is hit often enough to line up. gc_pause, not
+    compute_bound (before: compute_bound 0.88, the lone test wanting two stretched steps)."""
+    result = diagnose_frame(paused_single_worker(0))
+    assert result.findings[0].pattern == "gc_pause" and result.findings[0].confidence >= 0.5, _found(result)
