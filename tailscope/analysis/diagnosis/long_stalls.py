@@ -112,11 +112,15 @@ def reply_reads(f, inside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarr
     child, call = child[ok], call[ok]
     if len(call) == 0:
         return call, call.copy(), call.copy()
-    order = np.lexsort((f.end[child], call))
-    last = np.r_[call[order][1:] != call[order][:-1], True]  # the last answer of each call
-    child, call = child[order][last], call[order][last]
-    keep = f.end[call] > f.end[child]
-    return call[keep], f.end[child][keep], f.end[call][keep]
+    answered = np.zeros(len(f), np.int64)  # the last answer of each call
+    unique = np.unique(call)
+    if len(unique) < len(call):
+        np.maximum.at(answered, call, f.end[child])
+    else:
+        answered[call] = f.end[child]
+    call = unique
+    keep = f.end[call] > answered[call]
+    return call[keep], answered[call][keep], f.end[call][keep]
 
 
 def silent_stretches(ctx: Context, ep_inst, ep_t0, ep_t1) -> tuple[np.ndarray, np.ndarray]:
@@ -163,6 +167,8 @@ def _arrivals(ctx: Context):
     sent from another process, (instance, send time, start time)."""
     from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
 
+    if "arrivals" in ctx.notes:
+        return ctx.notes["arrivals"]
     f = ctx.frame
     n_inst = len(f.instances)
     entry = np.isin(f.kind, (KIND_SERVER, SPAN_KINDS.index("Consumer"))) & (f.request >= 0)
@@ -179,7 +185,9 @@ def _arrivals(ctx: Context):
     np.minimum.at(first, inst, f.start[entries])
     np.maximum.at(last, inst, f.start[entries])
     rate = total / np.maximum(last - first, 1)
-    return total, with_sender, rate, (inst[sent], f.start[up[sent]], f.start[entries[sent]])
+    out = total, with_sender, rate, (inst[sent], f.start[up[sent]], f.start[entries[sent]])
+    ctx.notes["arrivals"] = out
+    return out
 
 
 def _late_sends(send: np.ndarray, start: np.ndarray) -> np.ndarray:
@@ -237,13 +245,17 @@ def waiting_stops(ctx: Context, min_ns: float) -> tuple[np.ndarray, np.ndarray, 
     f = ctx.frame
     total, with_sender, _, (s_inst, s_send, s_start) = _arrivals(ctx)
     found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    keys = None
     for i in np.nonzero((with_sender >= 0.5 * np.maximum(total, 1)) & (total > 0))[0].tolist():
         mine = s_inst == i
         late = _late_sends(s_send[mine], s_start[mine])
         if len(late) < DEFERRED:
             continue
+        if keys is None:  # every span's end, by instance then time: one sort
+            scale = int(f.end.max()) + 1
+            keys = np.sort(f.instance.astype(np.int64) * scale + f.end)
+        ends = keys[np.searchsorted(keys, i * scale) : np.searchsorted(keys, (i + 1) * scale)] - i * scale
         on = f.instance == i
-        ends = np.sort(f.end[on])
         k = np.searchsorted(ends, late, side="right")  # the gap between ends[k - 1] and ends[k]
         ok = (k > 0) & (k < len(ends))
         gap, n = np.unique(k[ok], return_counts=True)
