@@ -178,3 +178,33 @@ def paused_single_worker(seed: int):
         b.set_end(root, back + 0.1)
     b.stages["predict"] = "model_forward"
     return b.frame()
+
+
+def throttled_caller(seed: int, rate: float = 0.15):
+    """A caller (three pods under a CPU quota: in `rate` of the 100 ms periods the quota runs out
+    10-60 ms before the period ends and the pod waits for the next one) builds a request (1 ms),
+    calls a traced ranker (5 ms, never throttled) and merges the answer (1.5 ms). A stall holds
+    whatever the pod is doing: its own steps, and the reading of a reply that has arrived."""
+    from tests.mechanism_stalls import quota_stalls
+
+    b = TraceBuilder(seed)
+    pods = [f"caller/{k}" for k in range(3)]
+    n, rps = 5000, 300.0
+    stalls = quota_stalls(b, pods, n / rps * 1000.0 + 2000.0, rate)
+    for t in b.arrivals(n, rps):
+        b.new_trace()
+        pod = pods[int(b.rng.integers(3))]
+        start = stalls.run(pod, t, 0.0)
+        root = b.span(None, "GET /feed", "Server", pod, start, 0.0)
+        end = stalls.run(pod, start + 0.05, lognormal(b.rng, 1.0, 0.2))
+        b.span(root, "build_request", "Internal", pod, start + 0.05, end - start - 0.05)
+        cur = end + 0.02
+        work = lognormal(b.rng, 5.0, 0.2)
+        back = stalls.run(pod, cur + work + 0.4, 0.02)
+        call = b.span(root, "POST rank", "Client", pod, cur, back - cur)
+        b.span(call, "POST /rank", "Server", f"ranker/{int(b.rng.integers(2))}", cur + 0.2, work)
+        cur = back + 0.02
+        end = stalls.run(pod, cur, lognormal(b.rng, 1.5, 0.2))
+        b.span(root, "merge", "Internal", pod, cur, end - cur)
+        b.set_end(root, end + 0.05)
+    return b.frame()

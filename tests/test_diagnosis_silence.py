@@ -11,7 +11,13 @@ from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis.long_stalls import credible_silences, silent_stretches, waiting_stops
 from tailscope.analysis.diagnosis.model import Context
 from tests.mechanism_frames import TraceBuilder
-from tests.mechanism_silence import batcher_queue, idle_ingest, paused_orchestrator, paused_single_worker
+from tests.mechanism_silence import (
+    batcher_queue,
+    idle_ingest,
+    paused_orchestrator,
+    paused_single_worker,
+    throttled_caller,
+)
 
 
 def _conf(result, pattern: str) -> float:
@@ -101,3 +107,16 @@ def test_a_paused_single_worker_is_found_from_a_step_and_a_reply_read_alike() ->
     compute_bound (before: compute_bound 0.88, the lone test wanting two stretched steps)."""
     result = diagnose_frame(paused_single_worker(0))
     assert result.findings[0].pattern == "gc_pause" and result.findings[0].confidence >= 0.5, _found(result)
+
+
+def test_a_throttled_caller_is_cpu_throttling_not_the_network() -> None:
+    """A CPU quota stalls the caller's pods until the next 100 ms period: its calls' replies are read
+    late (the client - server gap grows) and its own steps stretch, the callee is fine. The late reply
+    reads end on the period boundaries like the stretched steps: cpu_throttling on the caller, and the
+    gaps inside its stalls are not the wire (before: network 1.00 / nothing)."""
+    for seed in (0, 2):
+        result = diagnose_frame(throttled_caller(seed))
+        top = result.findings[0]
+        assert top.pattern == "cpu_throttling" and top.confidence >= 0.5, _found(result)
+        assert top.evidence["stats"]["services"] == ["caller"], top.evidence["stats"]
+        assert _conf(result, "network") < 0.5, _found(result)
