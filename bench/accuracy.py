@@ -10,8 +10,8 @@ family, two-cause recall, false alarms at >= 0.5 and a reliability table over ev
 bench/accuracy_runs.py).
 
 The blind families of issue 25 (reference_pipeline/simulate/blind.py: edge-gateway, bff-fanout,
-pool-retry, throttled-embedder, event-enricher and the untouched kafka-scorer and recsys-ranker;
-`--topologies blind` for all seven) run every scenario x seed through a file in the seed's format
+pool-retry, throttled-embedder, event-enricher and the untouched kafka-scorer, recsys-ranker and
+ads-auction; `--topologies blind` for all eight) run every scenario x seed through a file in the seed's format
 (Zipkin v2, Jaeger or OTLP) and the real loader, scored against their truth (per cause: pattern,
 accept, side);
 `--external DIR` scores a directory of trace files with a truth.json the same way. With either,

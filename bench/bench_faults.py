@@ -67,10 +67,10 @@ def fresh_store(folder: Path, name: str) -> Path:
     return db
 
 
-def ingest(path: Path, where: list[str], chdb: bool = False) -> subprocess.Popen[bytes]:
-    command = CLI  # (ingest.loader's thresholds serve both engines)
+def ingest(path: Path, where: list[str]) -> subprocess.Popen[bytes]:
+    """`tailscope ingest` of `path` into the store `where` names (either engine), in its own process."""
     return subprocess.Popen(
-        [*command, "ingest", str(path), *where, "--run", "big"],
+        [*CLI, "ingest", str(path), *where, "--run", "big"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -121,7 +121,7 @@ def worker_faults(folder: Path, big: Path, spans: int) -> None:
            processes_left=left(workers), store_unchanged=after == before, said=err)  # fmt: skip
 
     url = f"chdb://{folder / 'kill-worker-ch'}"
-    process = ingest(big, ["--store", url], chdb=True)
+    process = ingest(big, ["--store", url])
     workers = workers_of(process)
     process.send_signal(signal.SIGSTOP)
     os.kill(max(workers), signal.SIGKILL)

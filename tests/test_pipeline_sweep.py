@@ -1,5 +1,5 @@
 """`tailscope pipeline sweep`'s plan, prices, costs and table, without starting a service (the end-to-end
-sweep on a tiny model is test_pipeline_e2e's test_sweep_compares_executors_with_costs)."""
+sweep on a tiny model: test_pipeline_sweep_e2e.py)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import streamlit as st
 
 from app.components import data
 from tailscope import analysis
-from tailscope.analysis import Filter
+from tailscope.analysis import DEFAULT_LATENCY_TARGET_MS, Filter
 
 ALL = "(all)"
 # query parameter -> session_state key of its widget
@@ -125,6 +125,19 @@ def keep_in_url(name: str, value: str, default: str) -> None:
             del st.query_params[name]
     elif st.query_params.get(name) != value:
         st.query_params[name] = value
+
+
+TARGET_KEY = "latency_target_ms"  # the Overview's p99 target, read by the what-if section too
+
+
+def latency_target() -> float:
+    """The p99 target in ms the session holds: ?target= in the URL at first, else the default."""
+    if TARGET_KEY not in st.session_state:
+        try:
+            st.session_state[TARGET_KEY] = max(float(st.query_params.get("target", "")), 0.1)
+        except ValueError:
+            st.session_state[TARGET_KEY] = DEFAULT_LATENCY_TARGET_MS
+    return float(st.session_state[TARGET_KEY])
 
 
 def current() -> Filter:

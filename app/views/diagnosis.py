@@ -70,23 +70,30 @@ def _stall_timeline(c: dict[str, Any]) -> go.Figure:
     return fig
 
 
-def _wait_vs_concurrency(c: dict[str, Any]) -> go.Figure:
-    xs = c["concurrency"]
-    top = max(xs, default=0)
+def _points_and_fit(
+    c: dict[str, Any], x: str, y: str, points: str, color: str, fit: str, empty_top: float = 0
+) -> go.Figure:
+    """The chart's points (c[x], c[y]) and its fitted line intercept_ms + slope_ms * x from 0 to the
+    largest x (`empty_top` without points)."""
+    top = max(c[x], default=empty_top)
     fig = go.Figure(
-        go.Scatter(
-            x=xs, y=c["duration_ms"], mode="markers", marker={"color": BODY, "opacity": 0.35}, name="span"
-        )
+        go.Scatter(x=c[x], y=c[y], mode="markers", marker={"color": BODY, "opacity": 0.35}, name=points)
     )
     fig.add_trace(
         go.Scatter(
             x=[0, top],
             y=[c["intercept_ms"], c["intercept_ms"] + c["slope_ms"] * top],
             mode="lines",
-            line={"color": TAIL, "width": 3},
-            name=f"fit: {fmt.ms(c['slope_ms'])} per request ahead",
+            line={"color": color, "width": 3},
+            name=fit,
         )
     )
+    return fig
+
+
+def _wait_vs_concurrency(c: dict[str, Any]) -> go.Figure:
+    fit = f"fit: {fmt.ms(c['slope_ms'])} per request ahead"
+    fig = _points_and_fit(c, "concurrency", "duration_ms", "span", TAIL, fit)
     charts.layout(
         fig, height=360, xaxis_title="requests already in the span (same instance)", yaxis_title="ms"
     )
@@ -157,25 +164,8 @@ def _network(c: dict[str, Any]) -> go.Figure:
 
 
 def _forward(c: dict[str, Any]) -> go.Figure:
-    top = max(c["batch_size"], default=1)
-    fig = go.Figure(
-        go.Scatter(
-            x=c["batch_size"],
-            y=c["forward_ms"],
-            mode="markers",
-            marker={"color": BODY, "opacity": 0.35},
-            name="forward",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=[0, top],
-            y=[c["intercept_ms"], c["intercept_ms"] + c["slope_ms"] * top],
-            mode="lines",
-            line={"color": P99_LINE, "width": 3},
-            name=f"{fmt.ms(c['intercept_ms'])} per call + {fmt.ms(c['slope_ms'])} per item",
-        )
-    )
+    fit = f"{fmt.ms(c['intercept_ms'])} per call + {fmt.ms(c['slope_ms'])} per item"
+    fig = _points_and_fit(c, "batch_size", "forward_ms", "forward", P99_LINE, fit, empty_top=1)
     charts.layout(fig, height=360, xaxis_title="batch size", yaxis_title="forward (ms)")
     return fig
 

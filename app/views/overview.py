@@ -10,21 +10,15 @@ from app.components import charts, data, filters, fmt, notice
 from tailscope import analysis
 from tailscope.analysis import DEFAULT_LATENCY_TARGET_MS, RunSummary
 
-TARGET_KEY = "latency_target_ms"
-
 
 def latency_target() -> float:
     """The p99 target in ms: an editable number shared by the views, kept in the URL as ?target=."""
-    if TARGET_KEY not in st.session_state:
-        try:
-            st.session_state[TARGET_KEY] = max(float(st.query_params.get("target", "")), 0.1)
-        except ValueError:
-            st.session_state[TARGET_KEY] = DEFAULT_LATENCY_TARGET_MS
+    filters.latency_target()  # the session's value (the URL's at first) before the input shows it
     value = st.number_input(
         "p99 latency target (ms)",
         min_value=0.1,
         step=10.0,
-        key=TARGET_KEY,
+        key=filters.TARGET_KEY,
         help="The end-to-end p99 the service should meet. Cards show how far each percentile is from it.",
     )
     filters.keep_in_url("target", f"{value:g}", f"{DEFAULT_LATENCY_TARGET_MS:g}")

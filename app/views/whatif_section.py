@@ -13,12 +13,10 @@ from typing import Any
 import plotly.graph_objects as go
 import streamlit as st
 
-from app.components import charts, data, fmt
+from app.components import charts, data, filters, fmt
 from app.components.palette import NEUTRAL, P99_LINE, STAGE_COLORS, TARGET
-from tailscope.analysis import DEFAULT_LATENCY_TARGET_MS
 from tailscope.analysis.whatif import LIMITS, WHATIF_VERSION, whatif
 
-TARGET_KEY = "latency_target_ms"  # shared with the Overview's target (?target= in the URL)
 KIND_COLORS = {
     "measured": NEUTRAL,
     "software": STAGE_COLORS["ingress"],
@@ -108,15 +106,6 @@ def card_line(result: dict[str, Any] | None, finding: dict[str, Any]) -> str | N
     )
 
 
-def _target() -> float:
-    if TARGET_KEY not in st.session_state:
-        try:
-            st.session_state[TARGET_KEY] = max(float(st.query_params.get("target", "")), 0.1)
-        except ValueError:
-            st.session_state[TARGET_KEY] = DEFAULT_LATENCY_TARGET_MS
-    return float(st.session_state[TARGET_KEY])
-
-
 def render(run: str, diagnosis: dict[str, Any], card_slots: list[Any]) -> None:
     """The section, after the findings: computed with a progress box, then each card's line filled."""
     st.subheader("What if")
@@ -140,7 +129,7 @@ def render(run: str, diagnosis: dict[str, Any], card_slots: list[Any]) -> None:
         line = card_line(result, finding)
         if slot is not None and line:
             slot.markdown(line)
-    target = _target()
+    target = filters.latency_target()
     st.plotly_chart(figure(result, target), key="whatif_chart", config=charts.CONFIG)
     st.dataframe(rows(result, target), hide_index=True)
     check = result.get("model_check")

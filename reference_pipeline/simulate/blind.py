@@ -21,6 +21,16 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   endpoint (two-level candidate cache, JDBC, gRPC to a Go feature service and to a Triton-like GPU
   model server with a dynamic batcher); OTLP / Jaeger / Zipkin v2. **Untouched** like kafka-scorer:
   written blind and held out; its first score is reported apart
+- `ads-auction` (ads_auction.py, ads_auction_calls.py, ads_auction_runtime.py, ads_auction_spans.py):
+  an OpenRTB auction in Go behind an Istio sidecar, fanning out over gRPC to 6-12 candidate-index
+  shards (deadline and retry), reading budgets from Redis (Aerospike behind it) and scoring on a
+  TorchServe / TF Serving CTR model with a dynamic batcher; OTLP / Jaeger / Zipkin v2. **Untouched**:
+  written blind and held out like kafka-scorer and recsys-ranker
+- `fraud-check` (fraud_check.py, fraud_check_sim.py, fraud_check_loop.py, fraud_check_spans.py): a
+  Java/Go payments API calling a FastAPI fraud scorer (gunicorn + uvicorn workers, one asyncio loop
+  per process) that reads Redis with a Postgres fallback through a small pool, runs a GBM/ONNX model,
+  asks a third-party risk API (timeout, one retry) and sends an audit event to Kafka; OTLP / Jaeger /
+  Zipkin v2. **Untouched** like kafka-scorer: written blind and held out
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see
@@ -44,8 +54,11 @@ MODULES = {
     "kafka-scorer": "kafka_scorer",
     "event-enricher": "event_enricher",
     "recsys-ranker": "recsys_ranker",
+    "ads-auction": "ads_auction",
+    "fraud-check": "fraud_check",
 }
-UNTOUCHED = ("kafka-scorer", "recsys-ranker")  # the held-out blind families: nothing is tuned on them
+# the held-out blind families: nothing is tuned on them
+UNTOUCHED = ("kafka-scorer", "recsys-ranker", "ads-auction", "fraud-check")
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 

@@ -330,11 +330,6 @@ def from_source(statement: Statement, source: str) -> Statement:
     return text.replace("FROM otel_traces", "FROM {source:Identifier}"), {**params, "source": source}
 
 
-def requests_statements(rules: list[StageRule], selection: RunSelection) -> list[Statement]:
-    """As derive_statements, the per-request rows returned by the last but one instead of stored."""
-    return span_tree_statements(rules, selection, _text("span_tree_requests"))
-
-
 def scoped(
     name: str,
     selection: RunSelection,
@@ -356,22 +351,6 @@ def scoped(
     scope = sample_scope(filters, len(seconds or []))
     sample = {"sample_ids": list(sample_ids), **seconds_params(seconds)}
     return text.replace("{scope}", scope), {**selection.params(), **sample, **params}
-
-
-def stage_mapping_statements(
-    rules: list[StageRule],
-    selection: RunSelection,
-    sample_ids: list[str] | None = None,
-    phase_rules: list[PhaseRule] | None = None,
-    seconds: list[tuple[int, int]] | None = None,
-    proven_ids: list[str] | None = None,
-) -> list[Statement]:
-    """The span tree over a run (or the traces `sample_ids` of it, in `seconds`, `proven_ids` as
-    span_tree_statements reads them) ending in stage_mapping_summary.sql (the last but one
-    statement)."""
-    return span_tree_statements(
-        rules, selection, _text("stage_mapping_summary"), sample_ids, phase_rules, seconds, proven_ids
-    )
 
 
 def _text(name: str) -> str:

@@ -131,6 +131,12 @@ class ClickHouseClient:
         table = self.query_arrow(statement, params, time_limit_s)
         return Result(list(table.column_names), rows_of(table), time.perf_counter() - started)
 
+    def query_steps(self, statements: Sequence[tuple[str, Mapping[str, Any]]]) -> Result:
+        """Run the statements in order; the last but one's rows (a span tree's answer: the last
+        statement drops its temporary tables)."""
+        results = [self.query(text, params) for text, params in statements]
+        return results[-2]
+
     def query_arrow(
         self,
         statement: str,

@@ -58,12 +58,8 @@ def span_tree(store: ClickHouseClient, selection: RunSelection, trace_id: str) -
         [trace_id],
         write.phase_rules_for(store, selection),
     )
-    frame = pd.DataFrame()
-    for i, (text, params) in enumerate(statements):
-        result = store.query(text, params)
-        if i == len(statements) - 2:
-            frame = pd.DataFrame(result.rows, columns=result.columns)
-    return frame
+    result = store.query_steps(statements)
+    return pd.DataFrame(result.rows, columns=result.columns)
 
 
 def client_span(store: ClickHouseClient, trace_id: str, span_id: str) -> tuple[Any, ...] | None:

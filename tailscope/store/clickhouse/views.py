@@ -203,14 +203,11 @@ def band_breakdown(
     ids = list(groups)
     seconds = sample.trace_seconds(client, ids, sample.selection_seconds(selection))
     rules, phases = write.rules_in_force(client), write.phase_rules_for(client, selection, ids, seconds)
-    rows: Rows = []
     with sample.sample_rows(client, where.run or "", selection, ids, seconds) as proven:
         statements = span_tree_statements(rules, selection, output, ids, phases, seconds, proven)
-        for i, (text, params) in enumerate(statements):
-            result = client.query(text, params)
-            if i == len(statements) - 2:
-                rows = [
-                    (stage, name, groups[trace], ns if weights is None else ns * weights[trace])
-                    for stage, name, trace, ns in result.rows
-                ]
+        result = client.query_steps(statements)
+    rows: Rows = [
+        (stage, name, groups[trace], ns if weights is None else ns * weights[trace])
+        for stage, name, trace, ns in result.rows
+    ]
     return rows, counts

@@ -32,7 +32,8 @@ from tailscope.store.clickhouse.statements import (
     from_source,
     phase_params,
     scoped,
-    stage_mapping_statements,
+    span_tree_statements,
+    strip_comments,
 )
 from tailscope.store.clickhouse.store import WRITE_TIME_LIMIT_S, ClickHouseClient
 
@@ -323,11 +324,8 @@ def stage_mapping(
         sample_ids = [row[0] for row in rows]
         seconds = sample.trace_seconds(store, sample_ids, sample.selection_seconds(selection))
     rules, phases = rules_in_force(store), phase_rules_for(store, selection, sample_ids, seconds)
-    rows: list[tuple[str, str, str, int, int]] = []
+    output = strip_comments(sql.load("stage_mapping_summary", dialect="clickhouse"))
     with sample.sample_rows(store, run, selection, sample_ids or [], seconds) as proven:
-        statements = stage_mapping_statements(rules, selection, sample_ids, phases, seconds, proven)
-        for i, (text, params) in enumerate(statements):
-            result = store.query(text, params)
-            if i == len(statements) - 2:
-                rows = [tuple(row) for row in result.rows]  # type: ignore[misc]
-    return rows
+        statements = span_tree_statements(rules, selection, output, sample_ids, phases, seconds, proven)
+        result = store.query_steps(statements)
+    return [tuple(row) for row in result.rows]  # type: ignore[misc]
