@@ -59,7 +59,7 @@ def test_pauses_of_an_orchestrator_that_calls_traced_services_are_found() -> Non
         assert gc[0].evidence["stats"]["services"] == ["orchestrator"], gc[0].evidence["stats"]
 
 
-def _silent_process(arrivals_during: bool):
+def _silent_process(arrivals_during: bool, consumer: bool = False):
     """One instance running a 2 ms step per request, 200 requests/s sent by a traced client, and one
     60 ms stretch at 500 ms in which it starts and ends nothing; the requests sent meanwhile start
     after it (`arrivals_during`) or none are sent (the client stopped)."""
@@ -71,8 +71,8 @@ def _silent_process(arrivals_during: bool):
             continue
         b.new_trace()
         start = (560.0 if 500.0 <= t < 560.0 else t) + 0.2  # sent during the silence: starts after it
-        call = b.span(None, "call", "Client", "client/0", t, 0.0)
-        root = b.span(call, "handle", "Server", "svc/0", start, 2.2)
+        call = b.span(None, "call", "Producer" if consumer else "Client", "client/0", t, 0.0)
+        root = b.span(call, "handle", "Consumer" if consumer else "Server", "svc/0", start, 2.2)
         b.span(root, "step", "Internal", "svc/0", start + 0.1, 2.0)
         b.set_end(call, start + 2.4)
     return b.frame()
@@ -92,9 +92,10 @@ def test_a_silence_is_a_stop_only_where_requests_kept_coming() -> None:
 
 def test_stops_are_found_from_the_requests_they_kept_waiting() -> None:
     """With one request in flight at a time no names line up, yet the silence that kept the requests
-    sent during it waiting is found on its own, and only there."""
-    for arrivals_during, stops in ((True, 1), (False, 0)):
-        frame = _silent_process(arrivals_during)
+    sent during it waiting is found on its own, and only there; also where the process consumes
+    messages (no SERVER span of its own: before, an IndexError lost the whole gc_pause finding)."""
+    for arrivals_during, stops, consumer in ((True, 1, False), (False, 0, False), (True, 1, True)):
+        frame = _silent_process(arrivals_during, consumer)
         inst, t0, t1 = waiting_stops(Context(frame), 2_200_000.0)
         assert len(inst) == stops, (inst, t0, t1)
         if stops:

@@ -232,6 +232,11 @@ def credible_silences(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     return out
 
 
+def _running(begun: np.ndarray, done: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """How many of the intervals (sorted starts `begun`, sorted ends `done`) are running at each t."""
+    return np.searchsorted(begun, t, side="right") - np.searchsorted(done, t, side="right")
+
+
 def waiting_stops(ctx: Context, min_ns: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Stops found from the requests kept waiting alone, wherever they are (the cross-name test needs
     several requests in flight; a tier that mostly waits on its callees has few slow spans of its
@@ -240,7 +245,7 @@ def waiting_stops(ctx: Context, min_ns: float) -> tuple[np.ndarray, np.ndarray, 
     that started late, while it ran fewer requests than its most (a pool whose every worker waits on
     a slow call is silent too, and new requests wait for a worker). As (instance, start, end), by
     instance then start."""
-    from tailscope.analysis.diagnosis.frame import KIND_SERVER
+    from tailscope.analysis.diagnosis.frame import KIND_SERVER, SPAN_KINDS
 
     f = ctx.frame
     total, with_sender, _, (s_inst, s_send, s_start) = _arrivals(ctx)
@@ -262,11 +267,10 @@ def waiting_stops(ctx: Context, min_ns: float) -> tuple[np.ndarray, np.ndarray, 
         t0, t1 = ends[gap - 1], ends[gap]
         keep = (n >= DEFERRED) & (t1 - t0 > min_ns)
         if keep.any():  # requests running on the instance when the silence began, vs its ceiling
-            served = np.nonzero(on & (f.kind == KIND_SERVER))[0]
+            served = np.nonzero(on & np.isin(f.kind, (KIND_SERVER, SPAN_KINDS.index("Consumer"))))[0]
             begun, done = np.sort(f.start[served]), np.sort(f.end[served])
-            running = np.searchsorted(begun, begun, side="right") - np.searchsorted(done, begun, side="right")
-            at = np.searchsorted(begun, t0, side="right") - np.searchsorted(done, t0, side="right")
-            keep &= at < np.percentile(running, 99)
+            if len(begun):
+                keep &= _running(begun, done, t0) < np.percentile(_running(begun, done, begun), 99)
         found.append((np.full(int(keep.sum()), i), t0[keep], t1[keep]))
     if not found:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
