@@ -85,7 +85,11 @@ def detect(ctx: Context) -> list[Finding]:
     # what is in flight: leaf spans, and the stretches of other spans that no child covers (a span's
     # own work, or a wait with no span of its own, like a batch queue), named after their span
     owner, seg_s, seg_e = root_waits(f, inside)
-    calls, call_s, call_e = reply_reads(f, inside)  # a caller's waits for its callees' replies
+    if "reply_reads" not in ctx.notes:  # shared with quota_stalls
+        ctx.notes["reply_reads"] = reply_reads(f, f.request >= 0)
+    calls, call_s, call_e = ctx.notes["reply_reads"]
+    mine = inside[calls]  # a caller's waits for its callees' replies, outside the warm-up
+    calls, call_s, call_e = calls[mine], call_s[mine], call_e[mine]
     owner, seg_s, seg_e = np.r_[owner, calls], np.r_[seg_s, call_s], np.r_[seg_e, call_e]
     n_codes = 2 * len(f.names)
     nm = np.r_[f.name[spans], len(f.names) + f.name[owner]]

@@ -69,7 +69,9 @@ def stretched_reply_reads(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     >= 5 ms over its median): a stalled caller resumes and reads it, so such a call ends when the
     caller runs again. Only calls whose callee is traced."""
     f = ctx.frame
-    calls, answered, ended = reply_reads(f, f.request >= 0)
+    if "reply_reads" not in ctx.notes:  # gc_pause's, where it ran
+        ctx.notes["reply_reads"] = reply_reads(f, f.request >= 0)
+    calls, answered, ended = ctx.notes["reply_reads"]
     if len(calls) < 100:
         return np.zeros(0, np.int64), np.zeros(0)
     gap = (ended - answered).astype(np.float64)
