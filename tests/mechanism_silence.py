@@ -208,3 +208,31 @@ def throttled_caller(seed: int, rate: float = 0.15):
         b.span(root, "merge", "Internal", pod, cur, end - cur)
         b.set_end(root, end + 0.05)
     return b.frame()
+
+
+def cold_workers_joining(seed: int):
+    """Three warm workers, and two that join a third and half of the way in, their CPU steps slower
+    by a factor that starts at 6x and decays over ~150 requests (interpreted code, lazy
+    initialisation): serialising and reading the model's reply take alike longer there. No pause."""
+    b = TraceBuilder(seed)
+    n, rps = 4000, 150.0
+    joins = {"api/3": 0.3 * n / rps * 1000.0, "api/4": 0.45 * n / rps * 1000.0}
+    served: dict[str, int] = {}
+    for t in b.arrivals(n, rps):
+        live = ["api/0", "api/1", "api/2"] + [r for r, at in joins.items() if t >= at]
+        inst = live[int(b.rng.integers(len(live)))]
+        k = served.get(inst, 0)
+        served[inst] = k + 1
+        slow = 1.0 + 5.0 * np.exp(-k / 150.0) if inst in joins else 1.0
+        b.new_trace()
+        root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        work = lognormal(b.rng, 4.0, 0.2)
+        back = cur + work + 0.4 + 1.5 * slow * lognormal(b.rng, 1.0, 0.2)  # the reply decoded by the CPU
+        call = b.span(root, "ModelInfer", "Client", inst, cur, back - cur)
+        b.span(call, "ModelInfer", "Server", f"model/{int(b.rng.integers(2))}", cur + 0.2, work)
+        cur = back + 0.02
+        d = slow * lognormal(b.rng, 1.5, 0.2)
+        b.span(root, "serialize", "Internal", inst, cur, d)
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()

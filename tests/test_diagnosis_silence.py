@@ -13,6 +13,7 @@ from tailscope.analysis.diagnosis.model import Context
 from tests.mechanism_frames import TraceBuilder
 from tests.mechanism_silence import (
     batcher_queue,
+    cold_workers_joining,
     idle_ingest,
     paused_orchestrator,
     paused_single_worker,
@@ -121,3 +122,12 @@ def test_a_throttled_caller_is_cpu_throttling_not_the_network() -> None:
         assert top.pattern == "cpu_throttling" and top.confidence >= 0.5, _found(result)
         assert top.evidence["stats"]["services"] == ["caller"], top.evidence["stats"]
         assert _conf(result, "network") < 0.5, _found(result)
+
+
+def test_steps_slowed_alike_in_new_instances_first_requests_are_not_a_pause() -> None:
+    """Workers that join cold run their CPU steps slower by a decaying factor: serialising and reading
+    a reply stretch alike, one request at a time, but only in the first part of those instances'
+    lives: a cold start, not a pause (before: gc_pause 0.77 beside cold_start)."""
+    result = diagnose_frame(cold_workers_joining(0))
+    assert result.findings[0].pattern == "cold_start", _found(result)
+    assert _conf(result, "gc_pause") < 0.5, _found(result)

@@ -356,7 +356,11 @@ def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
         return reported
     f = ctx.frame
     episodes = found["episodes"]
-    confidence = LONE_CAP * found["strength"] * found["weight"]
+    # stretches packed into the first third of their instances' lives are a warm-up (an instance
+    # started cold: its steps slower by a factor), as for the cross-name episodes
+    young = young_excess(ctx, *episodes)
+    confidence = LONE_CAP * found["strength"] * found["weight"] * (1 - logistic(young, 0.5, 0.1))
+    found["stats"]["early_share"] = round(young, 3)
     event_share = None
     if len(f.gc_time):
         event_share = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
