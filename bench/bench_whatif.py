@@ -5,7 +5,7 @@ the what-if predicts for "fix the cause" on the faulty run against the p99 measu
     python bench/bench_whatif.py blind [--requests 4000] [--families a,b] [--seeds 1]  # blind families,
                                                                         # the held-out ones never
     python bench/bench_whatif.py pipeline [--duration 15] [--rps 20] [--repeats 2]  # the real service
-    python bench/bench_whatif.py timing [--requests 77000]                # what-if of a 1 M-span run
+    python bench/bench_whatif.py timing [--requests 77000] [--sampled]    # what-if of a 1 M-span run
 
 sim: every planted cause of the simulator in every trace family (pipeline, gateway, region,
 readthrough, queue-worker; network-jitter is left out where the caller is not traced, as in
@@ -122,7 +122,8 @@ def blind_families() -> list[str]:
     return [name for name in blind.available() if name not in blind.UNTOUCHED]
 
 
-def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict], list[dict], list[str]]:
+def blind_rows(families: list[str], requests: int, seed: int, same_arrivals: bool = True
+               ) -> tuple[list[dict], list[dict], list[str]]:
     """Each blind family's one-cause scenarios against its healthy run, same seed: end to end (the
     fix for what the diagnosis names), and with the lever applied (a planted cause the diagnosis
     missed added as a finding from the truth)."""
@@ -135,13 +136,18 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
         with tempfile.TemporaryDirectory() as tmp:
             t = Path(tmp)
 
-            def run(scenario: str, t=t, name=name):
-                out = t / f"{scenario}{blind.SUFFIX[blind.run_format(name, seed)]}"
-                blind.write_run(out, name, scenario, requests, seed)
+            def run(scenario: str, t=t, name=name, **opts):
+                tag = "".join(f"@{value}" for value in opts.values())  # one file (and store) per run
+                out = t / f"{scenario}{tag}{blind.SUFFIX[blind.run_format(name, seed)]}"
+                blind.write_run(out, name, scenario, requests, seed, **opts)
                 return frame_of(out)
 
             healthy = None
             base = blind.scenarios(name)[0]  # the family's run with nothing planted
+            # a family that sets its arrival rate from the work a request takes (load as a share of
+            # capacity) gives a slower cause fewer arrivals; a fix keeps the arrivals, so the run
+            # without the cause is written at the faulty run's rate
+            rate_of = getattr(blind.family(name), "RATE_OF", None) if same_arrivals else None
             for scenario in blind.scenarios(name)[1:]:
                 planted = blind.truth(name, scenario, seed)
                 patterns = [c["pattern"] for c in planted]
@@ -151,6 +157,8 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
                 # two causes: both fixes at once
                 levers = tuple(PATTERN_LEVER[p] for p in patterns)
                 lever = levers[0] if len(levers) == 1 else levers
+                if rate_of:
+                    healthy = run(base, **{rate_of: scenario})
                 healthy = healthy if healthy is not None else run(base)
                 faulty = run(scenario)
                 label = name if seed == 0 else f"{name} s{seed}"
@@ -165,10 +173,12 @@ def blind_rows(families: list[str], requests: int, seed: int) -> tuple[list[dict
     return rows, applied, unscored
 
 
-def timing(requests: int, repeats: int) -> None:
+def timing(requests: int, repeats: int, whole: bool = True) -> None:
+    """The what-if of the gc-pressure run of `requests` requests (77,000: 1,001,000 spans), every span
+    of it (`whole`; else the loader's sample of a large run, as the dashboard reads it)."""
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
-        frame = simulated(Path(tmp), "big", "gc-pressure", 0, requests)
+        frame = simulated(Path(tmp), "big", "gc-pressure", 0, requests, whole=whole)
         print(
             f"{len(frame):,} spans, {len(frame.requests):,} requests (simulated + loaded in "
             f"{time.perf_counter() - started:.0f} s)"
@@ -201,15 +211,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timing: what-if repeats; pipeline: runs")
     parser.add_argument("--keep", type=Path, help="pipeline: keep runs here (reused)")
     parser.add_argument("--pairs", default="all", help="pipeline: the pairs to run, by label, ';'-separated")
+    parser.add_argument("--own-rate", action="store_true",
+                        help="blind: each family's healthy run at its own arrival rate, not the faulty run's")
+    parser.add_argument("--sampled", action="store_true",
+                        help="timing: the loader's sample of the large run, not every span of it")
     args = parser.parse_args(argv)
     if args.what == "timing":
-        timing(args.requests or 77_000, args.repeats)
+        timing(args.requests or 77_000, args.repeats, whole=not args.sampled)
         return 0
     if args.what == "blind":
         families = blind_families() if args.families == "all" else args.families.split(",")
         rows, applied, unscored = [], [], []
         for seed in range(args.seeds):  # seed 1: other formats and settings (a consumer per message)
-            r, a, u = blind_rows(families, args.requests or 4000, seed)
+            r, a, u = blind_rows(families, args.requests or 4000, seed, same_arrivals=not args.own_rate)
             rows, applied, unscored = rows + r, applied + a, unscored + [f"{x} seed {seed}" for x in u]
         print("\nend to end (the fix for what the diagnosis names):")
         print(table(rows))

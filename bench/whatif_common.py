@@ -12,14 +12,15 @@ import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.whatif import evaluate, measured_speedup
-from tailscope.analysis.whatif.retime import request_latency
+from tailscope.analysis.whatif.retime import unit_latency
 
 # the readers of the runs loaded so far: kept open while their frames are used, since the diagnosis
 # and the payload lever read span attributes from the store (closed per family: OPEN.close())
 OPEN = contextlib.ExitStack()
 
 
-def frame_of(path: Path, run: str = "run"):
+def frame_of(path: Path, run: str = "run", whole: bool = False):
+    """The run's frame (`whole`: every span, never the loader's sample of a large run)."""
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
@@ -30,15 +31,16 @@ def frame_of(path: Path, run: str = "run"):
     if loaded.failed:
         raise SystemExit(f"bench_whatif: {path}: {loaded.failed[0].error}")
     conn = OPEN.enter_context(reading(open_store(str(db))))
-    return load_frame(conn, run)
+    return load_frame(conn, run, max_spans=None) if whole else load_frame(conn, run)
 
 
-def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, **options):
+def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, whole: bool = False,
+              **options):
     from reference_pipeline.simulate.api import simulate_to_file
 
     out = tmp / f"{label}.jsonl"
     simulate_to_file(out, scenario, requests, seed, **options)
-    return frame_of(out)
+    return frame_of(out, whole=whole)
 
 
 def unit_frame(frame):
@@ -58,7 +60,7 @@ def unit_frame(frame):
 def measured(frame) -> tuple[float, float]:
     frame = unit_frame(frame)
     client = bool((frame.requests.client_span >= 0).mean() >= 0.5)
-    lat = request_latency(frame, frame.dur, client)
+    lat = unit_latency(frame, None, None, client)  # a batch consumer's: per message
     p50, p99 = np.percentile(lat, [50, 99]) / 1e6
     return float(p50), float(p99)
 

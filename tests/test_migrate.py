@@ -1,5 +1,6 @@
-"""Schema version 1 -> 3 (2, then 3): a store made by the version-1 code is converted in place, losing
-nothing. (Version 2 -> 3 with a sampled run's weights: tests/test_sample_weights.py.)
+"""Schema version 1 -> 4 (2, 3, then 4): a store made by the version-1 code is converted in place, losing
+nothing. (Version 2 -> 3 with a sampled run's weights: tests/test_sample_weights.py; 3 -> 4:
+tests/test_span_times.py.)
 
 tests/fixtures/store_v1.duckdb.gz was written by tailscope at commit 477d030 (schema version 1,
 attributes as MAP columns, events and links as lists of structs):
@@ -85,7 +86,8 @@ UNCHANGED_TABLES = (
     "SELECT * EXCLUDE (ResourceAttributes, SpanAttributes, Events, Links) FROM otel_traces ORDER BY ALL",
     "SELECT * FROM runs ORDER BY RunLabel",
     "SELECT * FROM stage_rules ORDER BY position",
-    "SELECT COLUMNS(lambda c: c <> 'Weight') FROM requests ORDER BY ALL",  # version 3 adds Weight
+    # version 3 adds Weight, version 4 SpanTimes
+    "SELECT COLUMNS(lambda c: c NOT IN ('Weight', 'SpanTimes')) FROM requests ORDER BY ALL",
     "SELECT * FROM derive_state ORDER BY RunLabel",
 )
 
@@ -125,8 +127,8 @@ def test_migrate_converts_in_place_and_loses_nothing(
     content, unchanged = v1_content(v1_store), snapshot(v1_store)
     assert main(["migrate", "--db", str(v1_store)]) == 0
     out = capsys.readouterr().out
-    assert "schema version 1 -> 3, 3,957 spans converted" in out, out
-    assert table(v1_store, "SELECT version FROM schema_version") == [(3,)]
+    assert "schema version 1 -> 4, 3,957 spans converted" in out, out
+    assert table(v1_store, "SELECT version FROM schema_version") == [(4,)]
     assert table(
         v1_store,
         "SELECT DISTINCT data_type FROM duckdb_columns() WHERE table_name = 'otel_traces'"
@@ -136,7 +138,7 @@ def test_migrate_converts_in_place_and_loses_nothing(
     assert snapshot(v1_store) == unchanged
     assert table(v1_store, "SELECT DISTINCT Weight FROM requests") == [(1.0,)]  # nothing was sampled
     assert main(["migrate", "--db", str(v1_store)]) == 0
-    assert "already at schema version 3" in capsys.readouterr().out
+    assert "already at schema version 4" in capsys.readouterr().out
 
 
 def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: Path) -> None:
@@ -147,8 +149,13 @@ def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: 
     before = [(*row, 1.0) for row in table(v1_store, "SELECT * FROM requests ORDER BY ALL")]  # + Weight
     with connect_writer(v1_store) as conn:  # a writer migrates on open
         refresh_all(conn)
-    assert table(v1_store, "SELECT * FROM requests ORDER BY ALL") == before
+    assert table(v1_store, "SELECT * EXCLUDE (SpanTimes) FROM requests ORDER BY ALL") == before
     assert len(before) == 150 + 231
+    # version 4: SpanTimes for the requests of the lowest 1/16 of trace-id hashes (tests/test_span_times.py)
+    [(kept, low)] = table(
+        v1_store, "SELECT count(SpanTimes), count(*) FILTER (WHERE hash(TraceId) <= 2**60 - 1) FROM requests"
+    )
+    assert kept == low > 0
 
 
 def test_the_migrated_store_answers_reports_and_the_diagnosis(v1_store: Path) -> None:
@@ -208,14 +215,17 @@ def test_ingest_into_a_version_1_store_migrates_it_and_adds_the_run(v1_store: Pa
 def test_a_store_from_a_newer_tailscope_is_refused_by_readers_and_writers(tmp_path: Path) -> None:
     path = tmp_path / "future.duckdb"
     with connect_writer(path) as conn:
-        conn.execute("UPDATE schema_version SET version = 4")
+        conn.execute("UPDATE schema_version SET version = ?", [migration.CURRENT_VERSION + 1])
     for opener in (connect_reader, connect_writer):
         with (
-            pytest.raises(StoreVersionError, match="schema version 4, written by a newer tailscope"),
+            pytest.raises(
+                StoreVersionError,
+                match=f"schema version {migration.CURRENT_VERSION + 1}, written by a newer tailscope",
+            ),
             opener(path),
         ):
             pass
-    assert table(path, "SELECT version FROM schema_version") == [(4,)]
+    assert table(path, "SELECT version FROM schema_version") == [(migration.CURRENT_VERSION + 1,)]
 
 
 def test_a_duckdb_file_that_is_not_a_store_is_named_as_such(tmp_path: Path) -> None:

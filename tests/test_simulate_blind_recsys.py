@@ -94,8 +94,8 @@ def p(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def test_untouched_holds_both_held_out_families() -> None:
-    assert {"kafka-scorer", "recsys-ranker"} <= set(blind.UNTOUCHED)
+def test_the_family_is_registered_with_its_scenarios() -> None:
+    assert not {"kafka-scorer", "recsys-ranker"} & set(blind.UNTOUCHED)  # open since their honest scores
     assert FAMILY in blind.available() and blind.scenarios(FAMILY) == SCENARIOS
     two = [s for s in SCENARIOS if "+" in s]
     assert len(two) >= 2 and all(len(blind.truth(FAMILY, s, 0)) == 2 for s in two)

@@ -202,3 +202,28 @@ def test_a_dependency_named_only_on_the_requests_client_wrappers_is_still_found(
     lever = dependency_p50(x, {"pattern": "slow_dependency", "span_name": "GET"})
     assert lever is not None and lever.params["p50_ms"] == 12.0
     assert (request_latency(f, retime(f, lever.edit, x.lay).dur, True) / MS).tolist() == [12.0] * 4
+
+
+@pytest.mark.parametrize("work_ms", [540, 620])
+def test_the_callee_work_a_timed_out_attempt_abandoned_does_not_hold_the_caller(work_ms) -> None:
+    """The callee's SERVER span under an attempt cut at the deadline runs on after the client gave
+    up (less than half of it inside the attempt, so it is laid out in the request root; at 620 ms it
+    outlasts the root too): with the callee fixed it is not there to hold the request open (the
+    Jaeger pool-retry run: 283.8 % before)."""
+    rows = [
+        (0, -1, "root", "Server", 0, 0, 600),
+        (0, 0, "call", "Client", 0, 5, 250),  # cut at the deadline
+        (0, 1, "serve", "Server", 1, 6, work_ms),  # the callee's abandoned work from 6 ms
+        (0, 0, "side", "Client", 0, 5, 55),
+        (0, 0, "call", "Client", 0, 275, 40),  # made again, answered
+        (0, 0, "post", "Internal", 0, 315, 285),
+    ]
+    f = hand_frame(rows)
+    assert f.excl_parent[2] == 0  # detached from the attempt, laid out in the root
+    x = _inputs(f)
+    for lever in (cl.no_timeouts(x, RETRY), cl.callee_p50(x, RETRY)):
+        assert lever is not None
+        new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+        # the call answered from 5 ms (40 ms; callee_p50: the one answered call's 40), the side
+        # branch to 60, post 285 ms from 60: 345 (the abandoned work held it to 546 / 600 before)
+        assert new.round(3).tolist() == [345.0], lever.key

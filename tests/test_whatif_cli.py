@@ -42,3 +42,27 @@ def test_text_table_and_an_unknown_run(store, capsys) -> None:
     assert main(["whatif", "--db", str(store), "--run", "nope"]) == 2
     assert "unknown run 'nope'" in capsys.readouterr().err
     assert main(["whatif", "--db", str(store), "--k", "0"]) == 2
+
+
+def test_an_asynchronous_run_is_evaluated_on_the_consumer_work_the_diagnosis_reports(tmp_path, capsys):
+    """event-enricher (a blind family; seed 0: a batch consumer): the API answers at the publish
+    ack, the causes are the workers'. The what-if is of the consumer's units, per message, as the
+    diagnosis reports them; `--entry` picks the API's requests; an unknown entry point is refused."""
+    blind = pytest.importorskip("reference_pipeline.simulate.blind")
+    out = tmp_path / "gc.jsonl"
+    blind.write_run(out, "event-enricher", "worker-gc", 1500, 0)
+    assert not loader.load_paths([out], tmp_path / "s.duckdb", "gc").failed
+    db = str(tmp_path / "s.duckdb")
+    assert main(["whatif", "--db", db, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["unit"] == "consumer" and result["entry_point"].startswith("enricher-worker")
+    assert result["latency"].startswith("per message")
+    gc = next(o for o in result["outcomes"] if o["key"] == "no_gc_stalls")
+    assert gc["p99_ms"] < 0.7 * result["measured"]["p99_ms"]
+    assert main(["whatif", "--db", db]) == 0
+    assert "consumer units of enricher-worker" in capsys.readouterr().out
+    assert main(["whatif", "--db", db, "--json", "--entry", "event-intake POST /v1/events"]) == 0
+    api = json.loads(capsys.readouterr().out)
+    assert api["unit"] == "request" and api["measured"]["p99_ms"] < 0.2 * result["measured"]["p99_ms"]
+    assert main(["whatif", "--db", db, "--entry", "nope"]) == 2
+    assert "no entry point 'nope'" in capsys.readouterr().err

@@ -102,3 +102,14 @@ def test_a_retried_calls_card_names_its_fix() -> None:
     line = card_line(result, RETRY)
     # p99 of two requests (322 and 30 ms; 67 and 30 after the fix), interpolated
     assert line is not None and "319.1 ms → 66.6 ms" in line and "no timed-out attempts" in line
+
+
+def test_a_card_of_another_population_than_the_one_evaluated_gets_no_line() -> None:
+    """An asynchronous run: the what-if is of the consumer work the diagnosis reports; a finding of
+    the API's requests has no fix evaluated there."""
+    result = {**RESULT, "unit": "consumer", "entry_point": "worker process q"}
+    mine = {"pattern": "gc_pause", "span_name": None,
+            "evidence": {"stats": {"entry_point": "worker process q"}}}
+    other = {**mine, "evidence": {"stats": {"entry_point": "api POST /v1/events"}}}
+    assert card_line(result, mine) is not None
+    assert card_line(result, other) is None

@@ -92,6 +92,9 @@ def card_line(result: dict[str, Any] | None, finding: dict[str, Any]) -> str | N
     """The line a finding's card shows: "Fixing this: p99 X -> Y ms" (None where no fix answers it)."""
     if not result:
         return None
+    entry = ((finding.get("evidence") or {}).get("stats") or {}).get("entry_point")
+    if result.get("entry_point") and entry and entry != result["entry_point"]:
+        return None  # a finding of another population of units than the one evaluated
     pattern, name = finding.get("pattern"), finding.get("span_name")
     hits = [o for o in result["outcomes"] if o.get("pattern") == pattern]
     named = [o for o in hits if o.get("span_name") == name] or hits
@@ -125,6 +128,12 @@ def render(run: str, diagnosis: dict[str, Any], card_slots: list[Any]) -> None:
     if result.get("reason"):
         st.info(result["reason"], icon=":material/info:")
         return
+    if result.get("entry_point"):
+        what = "consumer work" if result.get("unit") == "consumer" else "requests"
+        st.caption(
+            f"Evaluated on the {what} of **{result['entry_point']}**, the population of units the "
+            f"diagnosis reports ({fmt.count(result['requests'])} units, latency {result['latency']})."
+        )
     for slot, finding in zip(card_slots, diagnosis["findings"], strict=False):
         line = card_line(result, finding)
         if slot is not None and line:

@@ -84,6 +84,7 @@ FORWARD_MS = {"onnxruntime": 9.0, "torch": 13.0}
 HEAVY_MS = 60.0
 WRITE_MS = 4.0
 ENTITIES = 20_000
+RATE_OF = "rate_of"  # option: the scenario whose work sets the arrival rate (a what-if pair's healthy run)
 
 
 def setup(seed: int) -> dict[str, Any]:
@@ -174,7 +175,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     broker = BROKERS[s["broker"]]
     procs = _workers(seed, s, autoscale)
     n_old = s["hosts"] * s["procs_per_host"]
-    rps = s["load"] * n_old * 1000.0 / _service_ms(s, parts)
+    rps = s["load"] * n_old * 1000.0 / _service_ms(s, set(s.get(RATE_OF, scenario).split("+")))
     nominal = requests / rps
     bursts: tuple[tuple[float, float, float], ...] = ()
     if backlog:

@@ -1,5 +1,5 @@
-"""Blind family `recsys-ranker` — UNTOUCHED: a held-out blind family of issue 25 (like kafka-scorer).
-Nobody who changes the diagnosis reads or runs it; its first score is the honest figure.
+"""Blind family `recsys-ranker`: a held-out blind family of issue 25 until its first score of session 4
+(bench/RESULTS.md, the honest figure), an open check since.
 
 A recommendation endpoint on the JVM in front of a GPU model server. Shape:
 

@@ -5,8 +5,10 @@ the network, cold starts, calls cut by a deadline and retried, large payloads, C
 for levers that always apply (the model's forward x k, more replicas),
 every request of the run is re-timed with the cause removed, through its critical path, and the queue
 before the model is replayed where the fix changes it. A what-if is a model built from the run's own
-timings: it cannot know what a fix changes elsewhere (arrivals, load on other services). Exit code 0;
-2 when the run is not in the store.
+timings: it cannot know what a fix changes elsewhere (arrivals, load on other services). A run with
+asynchronous work (queue consumers) is evaluated on the population of units the diagnosis reports
+(`--entry` picks another), a batch consumer's per message. Exit code 0; 2 when the run is not in the
+store or `--entry` names no population of it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--hedge-ms", type=float, help="hedge delay of a retried call's lever (default: the call's p95)"
     )
     parser.add_argument("--slo-ms", type=float, help="p99 target: each fix is checked against it")
+    parser.add_argument(
+        "--entry",
+        metavar="ENTRY",
+        help="a run with asynchronous work: the population of units to evaluate, by its entry point "
+        "(default: the one the diagnosis reports, its top finding's)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON (for deploy gates)")
 
 
@@ -47,8 +55,12 @@ def render_text(result: dict) -> str:
     """The readable table of `WhatIf.to_dict()`."""
     m = result["measured"]
     slo = result.get("slo_ms")
+    what = "requests"
+    if result.get("entry_point"):
+        kind = "consumer units" if result.get("unit") == "consumer" else "requests"
+        what = f"{kind} of {result['entry_point']}"
     lines = [
-        f"run {result['run']}: {result['requests']} requests, {result['latency']} latency; "
+        f"run {result['run']}: {result['requests']} {what}, {result['latency']} latency; "
         f"as measured p50 {m['p50_ms']:.1f} ms, p95 {m['p95_ms']:.1f} ms, p99 {m['p99_ms']:.1f} ms"
         + (f"; target p99 {slo:g} ms" if slo else "")
     ]
@@ -111,9 +123,13 @@ def run(args: argparse.Namespace) -> int:
             deadline_ms=args.deadline_ms,
             hedge_ms=args.hedge_ms,
             slo_ms=args.slo_ms,
+            entry=args.entry,
         )
     except UnknownRunError as error:
         print_unknown_run("whatif", store, error)
+        return EXIT_BAD_INPUT
+    except ValueError as error:  # --entry names no population of the run
+        print(f"tailscope whatif: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     out = result.to_dict()
     print(json.dumps(out, indent=2) if args.json else render_text(out))

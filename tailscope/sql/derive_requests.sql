@@ -5,7 +5,7 @@
 -- (self time, with parallel branches' overlap split evenly), summed per stage in span_tree_requests.sql. `unattributed` is the rest of the root's
 -- duration: the root's own self time, spans mapped to no stage, and float rounding (< 1 ns per span),
 -- so the stage columns add up to Duration exactly.
-INSERT INTO requests
+INSERT INTO requests BY NAME
 WITH per_request AS (
     SELECT * FROM _ts_request_rows
 ),
@@ -48,5 +48,6 @@ SELECT
     ingress_ns, queue_ns, parsing_ns, feature_hydration_ns, preprocessing_ns,
     model_forward_ns, postprocessing_ns, downstream_ns, serialization_ns, unattributed_ns,
     -- how many requests it stands for (a head-sampled run's weight; 1 without one or when unreadable)
-    coalesce(try_cast(SpanAttributes->>'tailscope.sample.weight' AS DOUBLE), 1) AS Weight
+    coalesce(try_cast(SpanAttributes->>'tailscope.sample.weight' AS DOUBLE), 1) AS Weight,
+    SpanTimes  -- attributed ns per (stage, span name): what the stage breakdown sums (schema.sql)
 FROM roots

@@ -1,6 +1,6 @@
--- tailscope store schema, version 3. Applied by tailscope.store.duckdb.connection.ensure_schema, statement by statement;
+-- tailscope store schema, version 4. Applied by tailscope.store.duckdb.connection.ensure_schema, statement by statement;
 -- an older store is migrated in place by tailscope.store.duckdb.migrate (migrate_v1_to_v2.sql,
--- migrate_v2_to_v3.sql).
+-- migrate_v2_to_v3.sql, migrate_v3_to_v4.sql).
 -- Column names and meanings follow the OpenTelemetry Collector ClickHouse exporter's otel_traces table,
 -- so the same queries can later run on ClickHouse. DuckDB types: Timestamp TIMESTAMP_NS (ns precision),
 -- Duration BIGINT nanoseconds. RunLabel is ours: every span belongs to exactly one run.
@@ -75,6 +75,10 @@ CREATE TABLE IF NOT EXISTS phase_rules (
 -- Weight: how many requests this one stands for, the root span's `tailscope.sample.weight` (a
 -- head-sampled run, tailscope.instrument.sampling), 1 without it. Views weight their means,
 -- percentiles and counts by it (*_weighted.sql) when a selection holds a weight other than 1.
+-- SpanTimes: the request's attributed time (ns, not rounded) per (stage, span name) of its spans, the
+-- root's own time under 'unattributed' (span_tree_requests.sql): what the stage breakdown sums over
+-- its sample of requests instead of reading their spans again. NULL in rows derived before version 4
+-- (their run's next derive fills it, and until then the breakdown reads those requests' spans).
 CREATE TABLE IF NOT EXISTS requests (
     RunLabel VARCHAR NOT NULL,
     TraceId VARCHAR NOT NULL,
@@ -98,7 +102,8 @@ CREATE TABLE IF NOT EXISTS requests (
     downstream_ns BIGINT NOT NULL,
     serialization_ns BIGINT NOT NULL,
     unattributed_ns BIGINT NOT NULL,
-    Weight DOUBLE NOT NULL DEFAULT 1
+    Weight DOUBLE NOT NULL DEFAULT 1,
+    SpanTimes STRUCT(stage VARCHAR, span_name VARCHAR, ns DOUBLE)[]
 );
 -- derive_state: how many of a run's spans its derived rows reflect, so a writer that names the traces
 -- it touched gets only those recomputed (the receiver flushes often). MaxRowid is unused (-1).

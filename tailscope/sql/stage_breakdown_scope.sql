@@ -4,7 +4,7 @@
 -- holds the first one above it, as in waterfall.sql (window_fill: band_window_fill.sql, shared with it).
 -- Params after the filter's: lo, hi, last band (bool), N.
 CREATE TEMP TABLE _ts_scope AS
-WITH f AS (
+WITH f AS NOT MATERIALIZED (
     SELECT TraceId, Duration FROM requests WHERE {where}
 ),
 q AS (

@@ -9,7 +9,7 @@
 -- holds the first one above it, as in waterfall.sql. Params after the filter's: lo, hi, last band
 -- (bool), N.
 CREATE TEMP TABLE _ts_scope AS
-WITH f AS (
+WITH f AS NOT MATERIALIZED (
     SELECT TraceId, Duration, Weight FROM requests WHERE {where}
 ),
 totals AS (

@@ -21,6 +21,10 @@ sampled_spans AS MATERIALIZED (  -- one scan of otel_traces for both kinds of at
     SELECT s.TraceId, s.selected, o.SpanName, o.SpanAttributes,
            CASE WHEN o.SpanId = s.RootSpanId THEN o.ResourceAttributes END AS RootResource
     FROM otel_traces AS o JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId
+    -- the same rows: a one-key semi join DuckDB filters the scan with (a bloom filter of the sample's
+    -- ids), so only the sampled spans' attributes are read, not every span's of the run before the
+    -- join (10 M spans, 2,000 sampled traces: 0.095 against 0.125-0.17 s of CPU)
+    WHERE o.TraceId IN (SELECT TraceId FROM sample)
 ),
 kv AS (  -- attributes are JSON text (schema.sql): json_each gives one row per key
     SELECT s.TraceId, s.selected, 'span' AS source, s.SpanName AS span_name,

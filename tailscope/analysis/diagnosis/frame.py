@@ -61,6 +61,10 @@ class Requests:
     work_arrival: np.ndarray | None = None
     # ns each unit waited in a broker before its consumer started (units.py); None: requests
     queued: np.ndarray | None = None
+    # a batch consumer's messages one by one (units.py): per message, the span whose end is the end
+    # of its processing and when it entered the broker (ns); None where each unit is one message
+    message_span: np.ndarray | None = None
+    message_sent: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.root)

@@ -211,6 +211,8 @@ def _subframe(f: TraceFrame, spans: np.ndarray, head: np.ndarray, sent: np.ndarr
         sub.requests.queued = queued
     if roots_given and len(f.link_from) and np.isin(f.link_from, head).any():
         sub.requests.work_arrival = np.sort(_message_times(f, head, sent))
+        span, at = _messages(f, spans, head, sent)
+        sub.requests.message_span, sub.requests.message_sent = new[span], at
     if f.requests is not None and f.requests.weight is not None and sub.requests is not None:
         by_trace = np.ones(int(f.trace.max(initial=0)) + 1)
         by_trace[f.trace[f.requests.root]] = f.requests.weight
@@ -225,6 +227,30 @@ def _message_times(f: TraceFrame, head: np.ndarray, sent: np.ndarray) -> np.ndar
     to = f.link_to[linked]
     alone = ~np.isin(head, f.link_from[linked])
     return np.r_[f.start[to] + f.dur[to], sent[alone]].astype(np.int64)
+
+
+def _messages(f: TraceFrame, spans: np.ndarray, head: np.ndarray, sent: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's messages one by one: per message, the span that ends its processing and when it
+    entered the broker. A batch head's children (in start order) process its linked messages in the
+    order they were published (a consumer takes the oldest first) where there are as many of each;
+    any other head is one message, itself, sent at `sent` (span indices of `f`)."""
+    linked = np.isin(f.link_from, head) & (f.link_to >= 0)
+    lf, to = f.link_from[linked], f.link_to[linked]
+    ends = f.start[to] + f.dur[to]
+    order = np.lexsort((ends, lf))
+    lf, ends = lf[order], ends[order]
+    kids = spans[np.isin(f.parent[spans], head)]
+    kids = kids[np.lexsort((f.start[kids], f.parent[kids]))]
+    n_links = np.bincount(np.searchsorted(head, lf), minlength=len(head))
+    n_kids = np.bincount(np.searchsorted(head, f.parent[kids]), minlength=len(head))
+    split = (n_links == n_kids) & (n_links > 0)
+    by_kid = split[np.searchsorted(head, f.parent[kids])]
+    by_link = split[np.searchsorted(head, lf)]
+    span = np.r_[kids[by_kid], head[~split]]
+    at = np.r_[ends[by_link], sent[~split]]
+    order = np.argsort(span, kind="stable")
+    return span[order].astype(np.int64), at[order].astype(np.int64)
 
 
 def _attributes_of(f: TraceFrame, new: np.ndarray, names: list[str]):

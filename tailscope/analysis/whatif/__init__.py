@@ -21,7 +21,7 @@ import numpy as np
 
 from tailscope.analysis.whatif.engine import WHATIF_VERSION, Outcome, WhatIf, evaluate
 
-__all__ = ["WHATIF_VERSION", "Outcome", "WhatIf", "evaluate", "measured_speedup", "whatif"]
+__all__ = ["WHATIF_VERSION", "Outcome", "WhatIf", "evaluate", "measured_speedup", "unit_population", "whatif"]
 
 LIMITS = (
     "A what-if is a model built from this run's own timings: each fix re-times the requests that were "
@@ -53,6 +53,34 @@ def measured_speedup(frame, other) -> float | None:
     return float(costs[1](size_here) / costs[0](size_here))
 
 
+def unit_population(frame, findings: list[dict[str, Any]], entry: str | None = None):
+    """(frame, its findings, unit kind, entry point) to evaluate: for a run with asynchronous work
+    (diagnosis/units.py), the population the diagnosis reports (the top finding's entry point, or
+    `entry`) and the findings made in it; else the run's requests and all the findings (None, None).
+    ValueError where `entry` names no population of the run."""
+    from tailscope.analysis.diagnosis.units import populations
+
+    groups = populations(frame) if frame.requests is not None else None
+    if not groups:
+        if entry is not None:
+            raise ValueError(f"run {frame.run!r} has one population of units: no entry point {entry!r}")
+        return frame, findings, None, None
+
+    def entry_of(fd: dict[str, Any]) -> str | None:
+        return ((fd.get("evidence") or {}).get("stats") or {}).get("entry_point")
+
+    if entry is None:
+        named = [entry_of(fd) for fd in findings if entry_of(fd)]
+        busiest = max(groups, key=lambda g: (g.unit == "consumer", len(g.frame.requests)))
+        entry = named[0] if named else busiest.entry
+    pick = next((g for g in groups if g.entry == entry), None)
+    if pick is None:
+        known = ", ".join(repr(g.entry) for g in groups)
+        raise ValueError(f"run {frame.run!r} has no entry point {entry!r}; its populations: {known}")
+    mine = [fd for fd in findings if entry_of(fd) in (None, pick.entry)]
+    return pick.frame, mine, pick.unit, pick.entry
+
+
 def whatif(
     source,
     run: str | None = None,
@@ -60,11 +88,14 @@ def whatif(
     findings: list[dict[str, Any]] | None = None,
     other_run: str | None = None,
     seed: int = 0,
+    entry: str | None = None,
     **options: Any,
 ) -> WhatIf:
     """Load one run of a Store (or open connection), diagnose it unless `findings` are given, and
-    evaluate every lever. `other_run`: also the forward speed-up measured in that run. `options`:
-    evaluate()'s keywords (k, extra_replicas, deadline_ms, hedge_ms, slo_ms)."""
+    evaluate every lever. `other_run`: also the forward speed-up measured in that run. A run with
+    asynchronous work is evaluated on the population of units the diagnosis reports (or `entry`'s):
+    `unit_population`. `options`: evaluate()'s keywords (k, extra_replicas, deadline_ms, hedge_ms,
+    slo_ms)."""
     from tailscope.analysis.diagnosis import diagnose_frame, resolve_run
     from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
@@ -77,4 +108,7 @@ def whatif(
         if findings is None:
             findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(frame, seed=seed).findings]
         speedup = measured_speedup(frame, other) if other is not None else None
-        return evaluate(frame, findings, seed=seed, speedup=speedup, speedup_from=other_run, **options)
+        units, findings, unit, entry = unit_population(frame, findings, entry)
+        result = evaluate(units, findings, seed=seed, speedup=speedup, speedup_from=other_run, **options)
+        result.unit, result.entry_point = unit, entry
+        return result

@@ -11,10 +11,8 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, accepted_late, stall_edit
 from tailscope.analysis.whatif.retime import Edit
+from tailscope.analysis.whatif.retries import abandoned_work_left, retried_calls
 from tailscope.analysis.whatif.stalls import PERIOD_NS
-
-SEQUENTIAL_TOLERANCE_NS = 500_000  # an attempt ends before the next one starts (clock skew allowed)
-
 
 # ---- cpu_throttling: the stalls that end on the quota's period ------------------------------------
 
@@ -123,59 +121,6 @@ def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 # ---- timeout_retry: the attempts cut by a deadline and made again ---------------------------------
 
 
-def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The calls of the finding's span name (made by its service) grouped by caller, in start order:
-    (span, group number, position in its group) for the groups of two or more attempts made one after
-    the other, and the spans of single calls (group -1)."""
-    f = x.frame
-    name = finding.get("span_name")
-    spans = x.spans_named(name, in_requests=False)
-    spans = spans[f.parent[spans] >= 0]
-    service = (finding.get("evidence") or {}).get("stats", {}).get("service")
-    if service in f.services:
-        spans = spans[f.service[spans] == f.services.index(service)]
-    if len(spans) == 0:
-        return spans, spans, spans
-    order = np.lexsort((f.start[spans], _peers(x, name, spans), f.parent[spans]))
-    s, peer = spans[order], _peers(x, name, spans)[order]
-    p = f.parent[s]
-    first = np.r_[True, (p[1:] != p[:-1]) | (peer[1:] != peer[:-1])]  # one call: a caller and a peer
-    group = np.cumsum(first) - 1
-    pos = np.arange(len(s)) - np.nonzero(first)[0][group]
-    size = np.bincount(group)[group]
-    # attempts one after the other (a fan-out of the same call runs side by side: not a retry)
-    overlaps = np.r_[False, f.end[s[:-1]] > f.start[s[1:]] + SEQUENTIAL_TOLERANCE_NS] & ~first
-    sequential = ~np.bincount(group, weights=overlaps).astype(bool)[group]
-    repeated = (size >= 2) & sequential
-    return s, np.where(repeated, group, -1), pos
-
-
-PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "rpc.service", "http.host")
-
-
-def _peers(x: Inputs, name: str | None, spans: np.ndarray) -> np.ndarray:
-    """Per span (in `spans` order): a code of the peer it calls, so that a fan-out's calls of one name
-    to different backends are not taken for attempts of one call (0 for all where the run's
-    attributes cannot be read or name no peer)."""
-    f = x.frame
-    out = np.zeros(len(spans), np.int64)
-    if f.attribute_source is None or name not in f.names:
-        return out
-    attrs = f.attributes(f.names.index(name))
-    for key in PEER_KEYS:
-        idx, values = attrs.get(key, (np.zeros(0, np.int64), []))
-        if len(values) < 0.5 * len(spans):
-            continue
-        codes = {v: k + 1 for k, v in enumerate(sorted({str(v) for v in values}))}
-        pos = np.full(len(f), -1)
-        pos[spans] = np.arange(len(spans))
-        at = pos[idx]
-        ok = at >= 0
-        out[at[ok]] = [codes[str(v)] for v, keep in zip(values, ok, strict=True) if keep]
-        return out
-    return out
-
-
 def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None) -> Edit | None:
     """Each retried call answered by its last attempt started when the first was (`hedge_ns` None),
     or by a second copy sent `hedge_ns` after the first attempt (the earlier answer wins)."""
@@ -198,7 +143,7 @@ def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None
     took = answer[group[is_first]]
     if hedge_ns is None:
         edit.dur[head] = took
-        return edit
+        return abandoned_work_left(x, edit, s)
     edit.dur[head] = np.minimum(f.dur[head], hedge_ns + took)
     single = s[~rep]
     slow = single[f.dur[single] > hedge_ns]
@@ -209,7 +154,7 @@ def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None
     if len(slow) and len(answered):  # a call that was not retried gets its copy too
         copy = answered[x.rng(21).integers(0, len(answered), len(slow))].astype(np.float64)
         edit.dur[slow] = np.minimum(f.dur[slow], hedge_ns + copy)
-    return edit
+    return abandoned_work_left(x, edit, s)
 
 
 def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
@@ -248,6 +193,7 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     p50 = float(np.median(answered))
     calls = s[(group < 0) | (pos == 0)]  # singles, and each retried call's first attempt (its answer)
     edit.dur[calls] = p50
+    edit = abandoned_work_left(x, edit, calls)
     name = finding.get("span_name")
     return Lever(
         f"callee_p50:{name}",

@@ -14,15 +14,23 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait
 from tailscope.analysis.whatif.replay import BatchCost, replay
-from tailscope.analysis.whatif.retime import Edit, Retimed, layout, request_latency, retime
+from tailscope.analysis.whatif.retime import (
+    Edit,
+    Retimed,
+    layout,
+    retime,
+    unit_latency,
+    unit_weight,
+)
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 4  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 5  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -57,6 +65,10 @@ class WhatIf:
     slo_ms: float | None = None
     seconds: float = 0.0
     reason: str | None = None
+    # a run with asynchronous work (diagnosis/units.py): the kind of unit evaluated ("consumer") and
+    # its entry point, the population the diagnosis reports; None: the run's requests
+    unit: str | None = None
+    entry_point: str | None = None
 
     def for_finding(self, finding: dict[str, Any]) -> Outcome | None:
         """The fix that answers a finding (its pattern and span), for the finding's card."""
@@ -77,6 +89,8 @@ class WhatIf:
             "outcomes": [o.to_dict() for o in self.outcomes],
             "seconds": round(self.seconds, 3),
             "reason": self.reason,
+            "unit": self.unit,
+            "entry_point": self.entry_point,
             "version": WHATIF_VERSION,
         }
 
@@ -225,6 +239,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     x = lv.Inputs(frame, lay, stage, served(frame, stage, lay), findings, seed)
     x.stalls = stalls_to_remove(frame, findings, seed)
     x.handlers = handlers(frame)
+    x.batches = batch_consumers(frame, lay, seed)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed)
@@ -266,8 +281,8 @@ def evaluate(
             frame.run, 0, "server", empty, None, [], slo_ms, reason="no request root spans in this run"
         )
     client_side = bool((reqs.client_span >= 0).mean() >= CLIENT_SIDE)
-    base = request_latency(frame, frame.dur, client_side)
-    weight = reqs.weight
+    base = unit_latency(frame, None, None, client_side)
+    weight = unit_weight(frame)
     measured_p99 = _percentiles(base, weight, (99,))[0]
     measured = _outcome(blank, base, measured_p99, slo_ms, weight)
     x = inputs(frame, findings, seed)
@@ -290,6 +305,8 @@ def evaluate(
         latency = _latency(x, lever, client_side)
         outcomes.append(_outcome(_describe(lever), latency, measured_p99, slo_ms, weight))
     latency = "client-observed" if client_side else "server"
+    if reqs.message_span is not None:
+        latency = "per message, publish to processed"
     return WhatIf(frame.run, n, latency, measured, check, outcomes, slo_ms, time.perf_counter() - started)
 
 
@@ -305,7 +322,7 @@ def _describe(lever: lv.Lever) -> dict[str, Any]:
     }
 
 
-def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
+def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
     """Each span's duration (ns) after the lever: re-timed, and the queues replayed where it asks
     (the model's, then the handler threads')."""
     edit = lever.edit
@@ -316,7 +333,7 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> np.ndarray:
     # the waits for handler threads follow every change of service times (a slow call's holds)
     if x.handlers is not None and not lever.handlers_set:
         first = retime(x.frame, _rehandle(x, lever, edit, first), x.lay)
-    return first.dur
+    return first
 
 
 def _rehandle(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
@@ -335,7 +352,19 @@ def _rehandle(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit
 
 
 def _latency(x: lv.Inputs, lever: lv.Lever, client_side: bool) -> np.ndarray:
-    return request_latency(x.frame, _retimed(x, lever), client_side)
+    return _unit_latency(x, lever, _retimed(x, lever), client_side)
+
+
+def _unit_latency(x: lv.Inputs, lever: lv.Lever, timed: Retimed, client_side: bool) -> np.ndarray:
+    """The run's latencies after a lever: a batch consumer's messages replayed through its processes
+    with the batches formed again (batches.py; not where the lever sets the waits itself), else
+    the re-timed units'."""
+    if x.batches is not None and not lever.handlers_set:
+        return replay_batches(x.batches, timed, x.lay, lever.extra_slots)
+    latency = unit_latency(x.frame, timed, x.lay, client_side)
+    if x.batches is not None:  # the lever set the batches' waits: as calm batches' messages
+        latency = as_calm_batches(x.batches, lever.edit, latency, x.rng(9))
+    return latency
 
 
 def lever_timings(
@@ -352,6 +381,6 @@ def lever_timings(
     x = inputs(frame, findings, seed)
     for lever in plan(x, **options):
         if lever.key == key:
-            dur = _retimed(x, lever)
-            return request_latency(frame, dur, client_side), dur
+            timed = _retimed(x, lever)
+            return _unit_latency(x, lever, timed, client_side), timed.dur
     return None

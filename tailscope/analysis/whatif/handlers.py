@@ -24,6 +24,7 @@ from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KI
 TAKEN_NS = 2_000  # a waiting call starts as a thread frees: within the clocks' rounding (Zipkin: µs)
 PULLED_NS = 2_000_000  # a consumer process pulls the next waiting message once it has acked the last
 KIND_CONSUMER = SPAN_KINDS.index("Consumer")
+BACKLOG_FACTOR = 3.0  # a consumer's gap over this many times its shortest tenth's is no pull delay
 MIN_WAITED = 0.005  # an instance whose calls waited this rarely has no queue worth replaying
 
 
@@ -92,7 +93,13 @@ def handlers(frame: TraceFrame) -> Handlers | None:
         open_before = np.searchsorted(np.sort(start[sel]), before, side="right") - np.searchsorted(
             ends, before, side="right"
         )
-        waited[sel] = (freed > 0) & (open_before >= c) & (gap[sel] > np.median(gap[sel]))
+        # and a gap longer than a call that did not wait: the instance's median gap; a consumer
+        # process may spend most of the run backlogged (one that joined in a burst: all of it), so
+        # for a consumer also any gap over three times its shortest tenth's
+        longer = np.median(gap[sel])
+        if pool[sel[0]] < 0:
+            longer = min(longer, BACKLOG_FACTOR * float(np.quantile(gap[sel], 0.1)))
+        waited[sel] = (freed > 0) & (open_before >= c) & (gap[sel] > longer)
         p = int(pool[sel[0]])
         slots[p] = slots.get(p, 0) + max(c, 1)
     keep = np.zeros(len(kid), bool)

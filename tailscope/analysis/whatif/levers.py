@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
+from tailscope.analysis.whatif.batches import Batches
 from tailscope.analysis.whatif.handlers import Handlers, accepted_late_tops, merged_stalls
 from tailscope.analysis.whatif.retime import Edit, Layout
 from tailscope.analysis.whatif.served import Served
@@ -28,6 +29,7 @@ class Inputs:
     stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # (instance, start, end) of pauses
     throttle_stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # those on a quota period
     handlers: Handlers | None = None  # the queues before handler threads (handlers.py)
+    batches: Batches | None = None  # a batch consumer's messages and processes (batches.py)
 
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])

@@ -14,7 +14,7 @@ span: the unattributed time). When spans change,
 bottom-up, so a parallel branch that did not change still holds its parent open, a shorter span on
 the critical path moves everything after it, and time no child covers stays where it was unless a
 change cuts it. A child that outlasts its parent was not awaited by it (fire and forget): it keeps
-its clipped place whatever changes inside it. A detached child (a queue
+its clipped place whatever changes inside it (unless an edit removes it: 0). A detached child (a queue
 consumer starting after its producer ended) is laid out in the ancestor that holds it
 (`frame.excl_parent`), as the exclusive times are.
 
@@ -210,6 +210,15 @@ def _dirty(level: Level, changed: np.ndarray, parent_changed: np.ndarray) -> Lev
     )
 
 
+def _contribution(lay: Layout, kids: np.ndarray, new_dur: np.ndarray, fixed: np.ndarray) -> np.ndarray:
+    """Each child's length in its parent's new timeline: its new duration, or for a child that
+    outlasts its parent (not awaited) its old clipped place, unless the edit removes it (sets it to
+    0: work no longer done, such as a callee's work for an attempt no longer made)."""
+    old = lay.rel_end[kids] - lay.rel_start[kids]
+    held = np.where(fixed[kids] & (new_dur[kids] == 0), 0, old)
+    return np.where(lay.overhang[kids] > 0, held, new_dur[kids])
+
+
 def retime(frame: TraceFrame, edit: Edit, lay: Layout | None = None) -> Retimed:
     """Every span's new duration under `edit` (see the module docstring). Only the sibling groups
     with something changed below them are laid out again."""
@@ -226,15 +235,16 @@ def retime(frame: TraceFrame, edit: Edit, lay: Layout | None = None) -> Retimed:
     parent_changed = (trailing != lay.trailing) & lay.has_children
     for full in lay.levels:
         kids = full.kids
-        # a child that outlasts its parent was not awaited by it: it holds its old place
+        # a child that outlasts its parent was not awaited by it: it holds its old place, unless the
+        # edit removes it (work abandoned at a deadline, no longer done)
         old = lay.rel_end[kids] - lay.rel_start[kids]
-        contrib = np.where(lay.overhang[kids] > 0, old, new_dur[kids])
+        contrib = _contribution(lay, kids, new_dur, fixed)
         changed = (contrib != old) | (gap[kids] != lay.gap[kids])
         level = _dirty(full, changed, parent_changed)
         if level is None:
             continue
         kids = level.kids
-        contrib = np.where(lay.overhang[kids] > 0, lay.rel_end[kids] - lay.rel_start[kids], new_dur[kids])
+        contrib = _contribution(lay, kids, new_dur, fixed)
         g = gap[kids]
         # first guess: siblings one after the other (each waits for every sibling before it in end
         # order), where the new ends are running sums; exact for a sequential chain, and the rounds
@@ -271,3 +281,29 @@ def request_latency(frame: TraceFrame, dur: np.ndarray, client_side: bool) -> np
     reqs = frame.requests
     top = np.where(reqs.client_span >= 0, reqs.client_span, reqs.root) if client_side else reqs.root
     return dur[top].astype(np.float64)
+
+
+def unit_latency(frame: TraceFrame, timed: Retimed | None, lay: Layout | None, client_side: bool
+                 ) -> np.ndarray:
+    """The latencies a run's percentiles are taken over: per request (`request_latency`), or for a
+    batch consumer's units per message, from its publish to the end of its own processing in the
+    batch (`Requests.message_span`), so that runs whose batches the load formed differently compare
+    like for like. `timed` None: as measured."""
+    reqs = frame.requests
+    if reqs.message_span is None:
+        return request_latency(frame, frame.dur if timed is None else timed.dur, client_side)
+    span = reqs.message_span
+    if timed is None:
+        end = frame.start[span] + frame.dur[span]
+    else:
+        assert lay is not None
+        end = timed.absolute_start(frame, lay)[span] + timed.dur[span]
+    return (end - reqs.message_sent).astype(np.float64)
+
+
+def unit_weight(frame: TraceFrame) -> np.ndarray | None:
+    """The weight of each latency `unit_latency` gives (a message stands for what its unit does)."""
+    reqs = frame.requests
+    if reqs.weight is None or reqs.message_span is None:
+        return reqs.weight
+    return reqs.weight[frame.request[reqs.message_span]]

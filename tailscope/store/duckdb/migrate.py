@@ -3,6 +3,9 @@
 Version 1 kept attributes as MAP columns and events/links as lists of structs; version 2 keeps them
 as JSON text (schema.sql says why). Version 3 adds `requests.Weight` (a head-sampled run's weight per
 request), read from the stored root spans so a sampled run's derived rows keep their weights.
+Version 4 adds `requests.SpanTimes` (each request's attributed time per stage and span name, what the
+stage breakdown sums), NULL in the rows derived before it: nothing is recomputed; those runs' next
+derive fills it, and the breakdown reads their spans until then.
 `migrate(conn)` runs every step from the store's version to the current one inside one
 transaction: an interrupted or failed migration leaves the store exactly as it was. Writers call it
 when they open a store (tailscope.store.duckdb.connection.ensure_schema); `tailscope migrate` calls
@@ -20,9 +23,9 @@ from tailscope import sql
 from tailscope.store.errors import StoreVersionError
 from tailscope.store.interface import Migration
 
-CURRENT_VERSION = 3
+CURRENT_VERSION = 4
 # version -> the SQL file that takes a store from it to the next version
-STEPS: dict[int, str] = {1: "migrate_v1_to_v2", 2: "migrate_v2_to_v3"}
+STEPS: dict[int, str] = {1: "migrate_v1_to_v2", 2: "migrate_v2_to_v3", 3: "migrate_v3_to_v4"}
 
 
 def stored_version(conn: duckdb.DuckDBPyConnection) -> int | None:

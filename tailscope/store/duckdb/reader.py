@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
-from tailscope.store.duckdb import rules
+from tailscope.store.duckdb import rules, statements
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
@@ -137,6 +137,9 @@ class DuckDBReader:
             )
             if not counts.get("band") or not counts.get("median"):
                 return [], counts
+            stored = self._stored_breakdown(where.run or "", weighted)
+            if stored is not None:
+                return stored, counts
             with staged_scope(conn, "traces", where.run or "") as staged:
                 tree, tree_params = span_tree_query(
                     self.stage_rules(), staged, where.run or "", phase_rules=self.phase_rules()
@@ -146,6 +149,25 @@ class DuckDBReader:
                 return rows.fetchall(), counts
         finally:
             conn.execute(sql.load("derive_drop_scope"))
+
+    def _stored_breakdown(self, run: str, weighted: bool) -> list[tuple[Any, ...]] | None:
+        """The stage breakdown of the sample in _ts_scope from its requests' SpanTimes (kept by their
+        derive), or None when a sampled request has none (derived before schema version 4): its
+        spans are read then. No read of the run's spans (bench/RESULTS.md, "Scale: the stage
+        breakdown from the derive's SpanTimes")."""
+        conn = self.conn
+        highest = conn.execute(sql.load("stage_breakdown_scope_max_hash")).fetchall()[0][0]
+        if highest is None or int(highest) > statements.SPAN_TIMES_MAX_HASH:  # a small band's sample
+            return None
+        conn.execute(sql.load(sql.variant("stage_breakdown_pick", "duckdb", weighted)), [run])
+        try:
+            picked, missing = conn.execute(sql.load("stage_breakdown_pick_missing")).fetchall()[0]
+            scope = conn.execute(sql.load("stage_breakdown_scope_size")).fetchall()[0][0]
+            if missing or picked != scope:
+                return None
+            return conn.execute(sql.load("stage_breakdown_stored")).fetchall()
+        finally:
+            conn.execute(sql.load("stage_breakdown_pick_drop"))
 
     def trace_tree(self, trace_id: str, run: str | None) -> TraceTree:
         conn = self.conn

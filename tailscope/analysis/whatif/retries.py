@@ -1,0 +1,82 @@
+"""The calls a timeout_retry finding names, grouped into retried calls (attempts one after the other
+by one caller to one peer), and the callee work a re-timed attempt leaves behind (cause_levers.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.retime import Edit
+
+SEQUENTIAL_TOLERANCE_NS = 500_000  # an attempt ends before the next one starts (clock skew allowed)
+
+
+def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The calls of the finding's span name (made by its service) grouped by caller, in start order:
+    (span, group number, position in its group) for the groups of two or more attempts made one after
+    the other, and the spans of single calls (group -1)."""
+    f = x.frame
+    name = finding.get("span_name")
+    spans = x.spans_named(name, in_requests=False)
+    spans = spans[f.parent[spans] >= 0]
+    service = (finding.get("evidence") or {}).get("stats", {}).get("service")
+    if service in f.services:
+        spans = spans[f.service[spans] == f.services.index(service)]
+    if len(spans) == 0:
+        return spans, spans, spans
+    order = np.lexsort((f.start[spans], _peers(x, name, spans), f.parent[spans]))
+    s, peer = spans[order], _peers(x, name, spans)[order]
+    p = f.parent[s]
+    first = np.r_[True, (p[1:] != p[:-1]) | (peer[1:] != peer[:-1])]  # one call: a caller and a peer
+    group = np.cumsum(first) - 1
+    pos = np.arange(len(s)) - np.nonzero(first)[0][group]
+    size = np.bincount(group)[group]
+    # attempts one after the other (a fan-out of the same call runs side by side: not a retry)
+    overlaps = np.r_[False, f.end[s[:-1]] > f.start[s[1:]] + SEQUENTIAL_TOLERANCE_NS] & ~first
+    sequential = ~np.bincount(group, weights=overlaps).astype(bool)[group]
+    repeated = (size >= 2) & sequential
+    return s, np.where(repeated, group, -1), pos
+
+
+PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "rpc.service", "http.host")
+
+
+def _peers(x: Inputs, name: str | None, spans: np.ndarray) -> np.ndarray:
+    """Per span (in `spans` order): a code of the peer it calls, so that a fan-out's calls of one name
+    to different backends are not taken for attempts of one call (0 for all where the run's
+    attributes cannot be read or name no peer)."""
+    f = x.frame
+    out = np.zeros(len(spans), np.int64)
+    if f.attribute_source is None or name not in f.names:
+        return out
+    attrs = f.attributes(f.names.index(name))
+    for key in PEER_KEYS:
+        idx, values = attrs.get(key, (np.zeros(0, np.int64), []))
+        if len(values) < 0.5 * len(spans):
+            continue
+        codes = {v: k + 1 for k, v in enumerate(sorted({str(v) for v in values}))}
+        pos = np.full(len(f), -1)
+        pos[spans] = np.arange(len(spans))
+        at = pos[idx]
+        ok = at >= 0
+        out[at[ok]] = [codes[str(v)] for v, keep in zip(values, ok, strict=True) if keep]
+        return out
+    return out
+
+
+def abandoned_work_left(x: Inputs, edit: Edit, calls: np.ndarray) -> Edit:
+    """The callee's work under a re-timed call that outlasted it (the client gave up at its deadline
+    and the server ran on: laid out in an ancestor, `frame.excl_parent`) is not there once the call
+    is answered in time: it no longer holds the request open."""
+    f = x.frame
+    timed = calls[~np.isnan(edit.dur[calls])]
+    if len(timed) == 0:
+        return edit
+    mark = np.zeros(len(f), bool)
+    mark[timed] = True
+    child = np.nonzero((f.parent >= 0) & (f.excl_parent != f.parent))[0]
+    gone = child[mark[f.parent[child]]]
+    edit.dur[gone] = 0.0
+    return edit
