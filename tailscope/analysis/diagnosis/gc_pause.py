@@ -183,6 +183,7 @@ def detect(ctx: Context) -> list[Finding]:
     ep_t1 = (ep_end - ep_inst * n_bins) * width
     # a pause is as long as its process stayed silent: where the process kept starting and ending
     # spans through an episode (requests slowed together in a queue), only its silences can be pauses
+    drawn = (ep_inst, ep_t0, ep_t1)  # the chart shades the co-slow stretches the timing found
     ep_t0, ep_t1 = silent_stretches(ctx, ep_inst, ep_t0, ep_t1)
     # ... and a silence is a stop only where requests kept coming (an idle or starved process is
     # silent too)
@@ -282,6 +283,7 @@ def detect(ctx: Context) -> list[Finding]:
     if max(strength, overwhelming, held) >= 0.3:  # others discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
     where, services = where_stalled(ctx, ep_inst, ep_t0, ep_t1)
+    shade = tuple(np.r_[a, b] for a, b in zip(drawn, (ep_inst, ep_t0, ep_t1), strict=True))
     stats = {
         "services": services,
         "instances": where,
@@ -336,7 +338,7 @@ def detect(ctx: Context) -> list[Finding]:
         evidence={
             "summary": summary,
             "stats": stats,
-            "chart": stall_chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
+            "chart": stall_chart(ctx, chart_spans, slow[: len(chart_spans)], *shade),
         },
         advice=ADVICE,
     )
