@@ -36,7 +36,7 @@ def test_gc_event_durations_in_seconds_are_read(tmp_path: Path) -> None:
     start = 1_700_000_000_000_000_000
     events = [("v8js.gc", "v8js.gc.duration", "0.0125"), ("jvm.gc", "jvm.gc.duration", "0.2"),
               ("gc", "gc.duration_ms", "3.5"), ("runtime.gc", "runtime.gc.pause_us", "1500"),
-              ("go.gc", "pause", "0.004")]
+              ("go.gc", "pause", "0.004"), ("gc", "python.gc.elapsed_s", "0.0625")]
     spans = []
     for i, (name, key, value) in enumerate(events):
         t = start + i * 10_000_000
@@ -52,5 +52,7 @@ def test_gc_event_durations_in_seconds_are_read(tmp_path: Path) -> None:
     assert not load_paths([path], db, "run").failed
     with reading(DuckDBStore(db)) as conn:
         frame = load_frame(conn, "run")
-    # any key naming a pause or a duration, its unit from its suffix (seconds without one)
-    assert sorted(frame.gc_dur.tolist()) == [1_500_000, 3_500_000, 4_000_000, 12_500_000, 200_000_000]
+    # any key naming a pause, a duration or the time elapsed, its unit from its suffix (seconds without
+    # one)
+    assert sorted(frame.gc_dur.tolist()) == [1_500_000, 3_500_000, 4_000_000, 12_500_000, 62_500_000,
+                                             200_000_000]

@@ -1,7 +1,8 @@
 -- Diagnosis: runtime GC pauses reported as span events (e.g. `python.gc` with gc.duration_ns), used
 -- only to confirm a timing-based gc_pause finding. One pause is copied onto every span in flight, so
 -- rows are deduplicated per instance and timestamp. The duration: the known keys first, else the first
--- attribute whose key names a pause or a duration (`...pause`, `...duration`), its unit from the key's
+-- attribute whose key names a pause, a duration or the time elapsed (`...pause`, `...duration`,
+-- `...elapsed_s`), its unit from the key's
 -- suffix (_ns, _us, _ms; seconds otherwise, as the OpenTelemetry conventions have it): DurKey.
 SELECT DISTINCT
     ServiceName || '/' || coalesce(
@@ -31,7 +32,7 @@ SELECT DISTINCT
     ) AS DurationNs
 FROM (
     SELECT *, list_filter(json_keys(ev.Attributes), lambda k: regexp_matches(lower(k),
-              '(^|[._])(pause|duration)([._]?(ns|us|ms|s|sec|seconds))?$'))[1] AS DurKey
+              '(^|[._])(pause|duration|elapsed)([._]?(ns|us|ms|s|sec|seconds))?$'))[1] AS DurKey
     FROM (
         -- Events is JSON text (schema.sql); only spans with an event that could be a GC pause are parsed
         SELECT ServiceName, ResourceAttributes,

@@ -34,10 +34,16 @@ import numpy as np
 
 from tailscope.analysis.diagnosis import cpu_throttling, lone_stalls
 from tailscope.analysis.diagnosis.frame import root_waits
+from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
 from tailscope.analysis.diagnosis.long_stalls import (
+    credible_silences,
     long_stalls,
+    reply_reads,
     request_stall_overlap,
+    silent_stretches,
     slow_flags,
+    stall_overlap,
+    waiting_stops,
     warm_up_mask,
     where_stalled,
     young_excess,
@@ -79,6 +85,12 @@ def detect(ctx: Context) -> list[Finding]:
     # what is in flight: leaf spans, and the stretches of other spans that no child covers (a span's
     # own work, or a wait with no span of its own, like a batch queue), named after their span
     owner, seg_s, seg_e = root_waits(f, inside)
+    if "reply_reads" not in ctx.notes:  # shared with quota_stalls
+        ctx.notes["reply_reads"] = reply_reads(f, f.request >= 0)
+    calls, call_s, call_e = ctx.notes["reply_reads"]
+    mine = inside[calls]  # a caller's waits for its callees' replies, outside the warm-up
+    calls, call_s, call_e = calls[mine], call_s[mine], call_e[mine]
+    owner, seg_s, seg_e = np.r_[owner, calls], np.r_[seg_s, call_s], np.r_[seg_e, call_e]
     n_codes = 2 * len(f.names)
     nm = np.r_[f.name[spans], len(f.names) + f.name[owner]]
     t_s, t_e = np.r_[f.start[spans], seg_s], np.r_[f.end[spans], seg_e]
@@ -169,7 +181,27 @@ def detect(ctx: Context) -> list[Finding]:
     ep_inst = ep_start // n_bins
     ep_t0 = (ep_start % n_bins) * width
     ep_t1 = (ep_end - ep_inst * n_bins) * width
-    episodes = len(ep_start)
+    # a pause is as long as its process stayed silent: where the process kept starting and ending
+    # spans through an episode (requests slowed together in a queue), only its silences can be pauses
+    drawn = (ep_inst, ep_t0, ep_t1)  # the chart shades the co-slow stretches the timing found
+    ep_t0, ep_t1 = silent_stretches(ctx, ep_inst, ep_t0, ep_t1)
+    # ... and a silence is a stop only where requests kept coming (an idle or starved process is
+    # silent too)
+    stopped = credible_silences(ctx, ep_inst, ep_t0, ep_t1)
+    ep_inst, ep_t0, ep_t1, stopped = (x[stopped > 0] for x in (ep_inst, ep_t0, ep_t1, stopped))
+    # with the stops that kept requests waiting where fewer names were slow at once
+    w_inst, w_t0, w_t1 = waiting_stops(ctx, float(np.median(reqs.latency)))
+    new = stall_overlap(w_inst, w_t0, w_t1, ep_inst, ep_t0, ep_t1) == 0
+    order = np.lexsort((np.r_[ep_t0, w_t0[new]], np.r_[ep_inst, w_inst[new]]))
+    pairs = ((ep_inst, w_inst), (ep_t0, w_t0), (ep_t1, w_t1))
+    ep_inst, ep_t0, ep_t1 = (np.r_[a, b[new]][order] for a, b in pairs)
+    stopped = np.r_[stopped, np.full(int(new.sum()), 2, np.int8)][order]
+    if not len(ep_inst):
+        return _lone(ctx, warm)
+    # silences longer than a request through which the requests sent to the process waited to start:
+    # a stopped process, whatever the cross-name test says
+    kept_waiting = int(((stopped == 2) & (ep_t1 - ep_t0 > np.median(reqs.latency))).sum())
+    episodes = len(ep_inst)
     pause_ms = float(np.median(ep_t1 - ep_t0)) / 1e6
 
     # how much stall time each request sat through (on its own instance)
@@ -187,7 +219,10 @@ def detect(ctx: Context) -> list[Finding]:
     csum = np.cumsum(np.pad(observed.astype(np.int32), ((0, 0), (1, 2 * half))), axis=1)
     csum = np.pad(csum, ((0, 0), (half, 0)))  # csum[:, t] = stall bins before t - half
     window = (csum[:, 2 * half + 1 : 2 * half + 1 + n_bins] - csum[:, :n_bins]) > 0
-    live = a_count > 0
+    # on the instances requests arrive at that hold stall bins: a callee's busy bins (no arrivals of
+    # its own) would dilute the overall rate
+    stalled = observed.any(axis=1) & (np.bincount(reqs.instance, minlength=n_inst) > 0)
+    live = (a_count > 0) & stalled[:, None]
     rate_in = float(arrivals[window & live].mean()) if (window & live).any() else 0.0
     rate_all = float(arrivals[live].mean()) if live.any() else 0.0
     arrival_ratio = rate_in / rate_all if rate_all > 0 else 1.0
@@ -222,7 +257,8 @@ def detect(ctx: Context) -> list[Finding]:
     # request are not discounted for arrivals: where they carry a material share, the pauses are a cause
     # beside whatever else makes the tail (a slow dependency's calls raise the arrival ratio near stalls)
     warm = 1 - logistic(early, 0.5, 0.1)
-    frozen = strength * material_weight(long_share) * warm
+    held = logistic(kept_waiting, 2.0, 0.7)
+    frozen = max(strength, held) * material_weight(long_share) * warm
     # beside a heavier cause (a heavy-tailed dependency owning the p99), pauses carry little of the
     # tail excess yet stall many requests: frozen stretches that add a few percent of the median
     # latency to the mean request are a cause of their own (below the tail-carrying forms)
@@ -242,11 +278,12 @@ def detect(ctx: Context) -> list[Finding]:
         confirm = covered * logistic(ratio, 1.5, 0.15) * penalty
         # The runtime reports its pauses, yet they cover little of the stalls: the process stalled for
         # another reason (CPU starvation, a blocking call holding the interpreter), so trust timing less.
-        reported = REPORTED_CAP * reported_weight(ctx, ev, event_share)  # see _reported_only
+        reported = REPORTED_CAP * reported_weight(ctx, ev, event_share)  # see gc_reports
         confidence = max(confidence * (0.5 + 0.5 * covered), confirm, reported)
-    if max(strength, overwhelming) >= 0.3:  # other detectors discount time frozen in credible pauses
+    if max(strength, overwhelming, held) >= 0.3:  # others discount time frozen in credible pauses
         ctx.notes["gc_episodes"] = (ep_inst, ep_t0, ep_t1)
     where, services = where_stalled(ctx, ep_inst, ep_t0, ep_t1)
+    shade = tuple(np.r_[a, b] for a, b in zip(drawn, (ep_inst, ep_t0, ep_t1), strict=True))
     stats = {
         "services": services,
         "instances": where,
@@ -255,6 +292,7 @@ def detect(ctx: Context) -> list[Finding]:
         "z": round(z, 2),
         "ratio": round(ratio, 2),
         "episodes": episodes,
+        "long_stalls_that_kept_requests_waiting": kept_waiting,
         "bin_ms": ms(width),
         "median_stall_ms": round(pause_ms, 3),
         "p90_stall_ms": round(float(np.quantile(ep_t1 - ep_t0, 0.9)) / 1e6, 3),
@@ -300,7 +338,7 @@ def detect(ctx: Context) -> list[Finding]:
         evidence={
             "summary": summary,
             "stats": stats,
-            "chart": stall_chart(ctx, chart_spans, slow[: len(chart_spans)], ep_inst, ep_t0, ep_t1),
+            "chart": stall_chart(ctx, chart_spans, slow[: len(chart_spans)], *shade),
         },
         advice=ADVICE,
     )
@@ -308,7 +346,6 @@ def detect(ctx: Context) -> list[Finding]:
     return cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
 
 
-REPORTED_CAP = 0.9
 LONE_CAP = 0.95
 
 
@@ -316,12 +353,16 @@ def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
     """The finding from stretches alike across span names where one piece of work is in flight at a
     time (lone_stalls.py), the runtime's reports confirming; else from the reports alone."""
     found = lone_stalls.find(ctx, warm)
-    reported = _reported_only(ctx)
+    reported = reported_only(ctx, ADVICE)
     if found is None or found["strength"] * found["weight"] < 0.05:
         return reported
     f = ctx.frame
     episodes = found["episodes"]
-    confidence = LONE_CAP * found["strength"] * found["weight"]
+    # stretches packed into the first third of their instances' lives are a warm-up (an instance
+    # started cold: its steps slower by a factor), as for the cross-name episodes
+    young = young_excess(ctx, *episodes)
+    confidence = LONE_CAP * found["strength"] * found["weight"] * (1 - logistic(young, 0.5, 0.1))
+    found["stats"]["early_share"] = round(young, 3)
     event_share = None
     if len(f.gc_time):
         event_share = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
@@ -346,51 +387,3 @@ def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
     evidence = {"summary": summary, "stats": stats, "chart": stall_chart(ctx, spans, slow, *episodes)}
     finding = Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)
     return cpu_throttling.split(ctx, finding, episodes, event_share)
-
-
-def reported_weight(ctx: Context, overlap: np.ndarray, share: float) -> float:
-    """Weight of the pauses the runtime reports: their share of the tail excess, or, beside a heavier
-    cause (a slow dependency owning the p99), what they add to the mean request over the median
-    latency (0.5 at 6 %: a runtime spending that much of a request's time paused is a cause of its
-    own, not the background of minor collections)."""
-    added = float(overlap.mean() / max(np.median(ctx.frame.requests.latency), 1.0))
-    return max(material_weight(share), logistic(added, 0.06, 0.015))
-
-
-def _reported_only(ctx: Context) -> list[Finding]:
-    """A finding from the runtime's own pause reports where timing cannot see the pauses."""
-    f = ctx.frame
-    if not len(f.gc_time):
-        return []
-    g_inst, g0, g1 = ctx.reported_pauses
-    overlap = request_stall_overlap(ctx, g_inst, g0, g1)
-    share = excess_share(overlap, ctx.split)
-    confidence = REPORTED_CAP * reported_weight(ctx, overlap, share)
-    if confidence < 0.05:
-        return []
-    split = ctx.split
-    tail_hit = float((overlap[split.tail] > 0).mean()) if split.tail.any() else 0.0
-    long = (g1 - g0) >= np.percentile(g1 - g0, 90)
-    if confidence >= 0.3:  # other detectors discount time frozen in these pauses
-        ctx.notes["gc_episodes"] = (g_inst[long], g0[long], g1[long])
-    pause_ms = (g1 - g0) / 1e6
-    stats = {
-        "gc_events": len(g0),
-        "longest_pause_ms": round(float(pause_ms.max()), 3),
-        "median_pause_ms": round(float(np.median(pause_ms)), 3),
-        "tail_requests_in_reported_gc": round(tail_hit, 3),
-        "tail_excess_share_in_reported_gc": round(share, 3),
-        "tail_excess_share": round(share, 3),  # the report's share of it (shares.py)
-        "timing_alone": "too few requests in flight to align stalls across span names",
-    }
-    summary = (
-        f"The runtime reported {len(g0)} GC pauses (longest {pause_ms.max():.1f} ms); they overlap "
-        f"{tail_hit:.0%} of tail requests and account for {share:.0%} of the tail excess. Too few requests "
-        "were in flight for the pauses to show across span names in the timing alone, so this rests on "
-        "the runtime's own reports."
-    )
-    spans = np.nonzero(f.leaf & (f.request >= 0))[0]
-    slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
-    chart = stall_chart(ctx, spans, slow, g_inst[long], g0[long], g1[long])
-    evidence = {"summary": summary, "stats": stats, "chart": chart}
-    return [Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)]

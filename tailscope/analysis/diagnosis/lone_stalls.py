@@ -16,9 +16,11 @@ input's size predicts), outside the instances' warm-up, whose stretch is also a 
 (>= SPREAD x the name's interquartile range). Names with >= MIN_PER_NAME such spans whose median
 stretch lies within a factor ALIKE of the service's median stretch are *alike*; calls whose caller's
 side (the CLIENT span minus its callee's SERVER span) is stretched by the same amount count as
-support. Two alike work names at least are needed; strength = logistic(alike names incl. calls,
-2.5, 0.35). Weight: the share of the tail excess the stretches (and what waited behind them on the
-same instance: a consumer's backlog) carry. The stretches are the stall episodes.
+support. Two alike names at least are needed, one of them work; strength = logistic(alike work
+names + 2 x alike call names, 2.5, 0.35): a reply read late by as much as a step is stretched is
+what only a stopped process does to both (a step where pauses mostly land, beside the calls).
+Weight: the share of the tail excess the stretches (and what waited behind them on the same
+instance: a consumer's backlog) carry. The stretches are the stall episodes.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
             sel = f.name[s] == code
             if sel.sum() >= MIN_PER_NAME and pooled / ALIKE <= np.median(e[sel]) <= pooled * ALIKE:
                 alike.append(code)
-        if len(alike) < 2:
+        if not alike:
             continue
         c_mine = f.service[calls] == svc
         c, ce = calls[c_mine], call_excess[c_mine]
@@ -97,6 +99,8 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
             if (f.name[c] == code).sum() >= MIN_PER_NAME
             and pooled / ALIKE <= np.median(ce[f.name[c] == code]) <= pooled * ALIKE
         ]
+        if len(alike) + len(support) < 2:
+            continue
         on = np.isin(f.name[s], alike)
         c_on = np.isin(f.name[c], support)
         ep_inst = np.r_[f.instance[s[on]], f.instance[c[c_on]]]
@@ -106,7 +110,9 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
         episodes = (ep_inst[order], ep_t0[order], ep_t1[order])
         share = excess_share(request_stall_overlap(ctx, *episodes), ctx.split)
         found = {
-            "strength": logistic(len(alike) + len(support), 2.5, 0.35),
+            # a reply read late by as much as a step is stretched counts twice: a slow step or a
+            # slow callee stretches one of them, only a stopped process both, alike
+            "strength": logistic(len(alike) + 2 * len(support), 2.5, 0.35),
             "weight": material_weight(share),
             "episodes": episodes,
             "stats": {

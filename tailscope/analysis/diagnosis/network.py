@@ -76,6 +76,8 @@ def detect(ctx: Context) -> list[Finding]:
 
             c_idx, s_idx = cli[sel][big], srv[sel][big]
             ov = stall_overlap(f.instance[s_idx], f.start[c_idx], f.end[c_idx], *episodes)
+            # a stalled caller (a pause, a CPU quota) reads the reply late: not the wire either
+            ov = np.maximum(ov, stall_overlap(f.instance[c_idx], f.start[c_idx], f.end[c_idx], *episodes))
             in_stall = float((ov > 0.5 * g[big]).mean())
         if len(f.gc_time) and big.any():
             # runtime GC events confirm: a pause on the server while the call was in flight

@@ -70,8 +70,10 @@ def descend_proxies(
         groups, group_of = np.unique(group_codes, return_inverse=True)
         coverage = np.zeros(len(frame), np.float64)
         coverage[root] = cover
+        # the tail handed on ends when the callee's answer leaves it: a reply read late (the caller
+        # paused, or the wire back) is the caller's own tail, not the callee's
         call_dur = np.zeros(len(frame), np.float64)
-        call_dur[root] = call
+        call_dur[root] = frame.start[cand] + frame.dur[cand] - frame.start[parent[cand]]
         traced_work = np.zeros(len(frame), bool)  # the callee's own spans are traced: its work is visible
         traced_work[root] = has_children[cand]
         callee_of = np.full(len(frame), -1, np.int64)

@@ -3,7 +3,9 @@
 Statistic. A request's wait is the exclusive time of its queue-stage spans plus the request root's own
 unattributed time (and that of a span wrapping the request's work, a handler under the root): before
 its first child (work not yet started), or between children (a batch queue or a worker pool with no
-span of its own shows only as such a hole). Time is cut into ~100 bins; per bin
+span of its own shows only as such a hole), and, where a front proxy's `X-Request-Start` stamp is
+recorded and the proxy is not traced, the time from it to the root's start (request_start.py). Time
+is cut into ~100 bins; per bin
 we take the arrival count and the mean wait of the requests arriving in it, then the correlation of
 arrivals with wait at lags 0..10 bins (the queue fills while arrivals exceed capacity and drains
 after, so wait lags arrivals). Arrivals must really vary (index of dispersion of the per-bin counts
@@ -17,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.request_start import header_arrivals
 from tailscope.analysis.diagnosis.stats import (
     clamp01,
     excess_share,
@@ -24,6 +27,7 @@ from tailscope.analysis.diagnosis.stats import (
     logistic,
     ms,
     spearman,
+    tail_split,
 )
 
 PATTERN = "queueing"
@@ -65,8 +69,17 @@ def detect(ctx: Context) -> list[Finding]:
     if n < 100:
         return []
     w = waits(ctx)
-    share = excess_share(w, ctx.split)
     arrival = reqs.arrival
+    split, before = ctx.split, np.zeros(n)
+    proxy = header_arrivals(f)  # a front proxy's stamp where it is not traced: the wait for a worker
+    if proxy is not None:
+        stamped = np.isfinite(proxy) & (reqs.client_span < 0)
+        before = np.where(stamped, np.maximum(reqs.start - np.nan_to_num(proxy), 0), 0)
+        w = w + before
+        arrival = np.where(stamped, np.minimum(np.nan_to_num(proxy), reqs.start), arrival).astype(np.int64)
+        if stamped.mean() >= 0.5:  # the tail as the proxy sees it: the wait is part of the latency
+            split = tail_split(reqs.latency + before, reqs.weight)
+    share = excess_share(w, split)
     span_ns = int(arrival.max() - arrival.min()) + 1
     bins = int(min(BINS, max(20, n // 20)))
     width = span_ns / bins
@@ -140,6 +153,10 @@ def detect(ctx: Context) -> list[Finding]:
     }
     names = np.unique(f.name[ctx.span_stage_mask("queue")])
     span_name = f.names[int(names[0])] if len(names) == 1 else None
+    if excess_share(before, split) >= 0.5 * share:  # mostly before the handler: the root's queue
+        span_name = f.names[int(np.bincount(f.name[reqs.root]).argmax())]
+        stats["wait_before_handler_from"] = "X-Request-Start"
+        stats["tail_of"] = "latency from the front proxy's X-Request-Start stamp"
     return [
         Finding(
             PATTERN,

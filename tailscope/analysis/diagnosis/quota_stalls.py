@@ -8,7 +8,9 @@ to see a process-wide stall; with about one request in flight a stall stretches 
 lines up across names. The period still shows: on each instance, the ends of the spans stretched
 well beyond their usual time (above their name's p90 and 1.5 x its median, >= 5 ms over the median,
 not what their input's size predicts, see size_explained.py) keep one phase modulo 100 ms, their
-starts do not. Calls to other services are left out (their time is the callee's).
+starts do not. Calls to other services count only by the reading of their reply where the callee
+is traced (the time from the callee's end to the call's end, stretched alike: the caller resumed);
+the rest of a call's time is the callee's.
 
 Statistic: per instance the Rayleigh Z of the stretched spans' end and start phases (one per stall:
 spans one stall releases end together), summed into z as in cpu_throttling.alignment; alignment =
@@ -30,7 +32,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.cpu_throttling import ADVICE, MIN_QUIET_NS, MIN_STALLS, PERIOD_NS, _rayleigh
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
-from tailscope.analysis.diagnosis.long_stalls import request_stall_overlap, where_stalled
+from tailscope.analysis.diagnosis.long_stalls import reply_reads, request_stall_overlap, where_stalled
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.size_explained import size_explained
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight
@@ -61,6 +63,31 @@ def stretched_spans(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
     return spans[slow], excess[slow]
 
 
+def stretched_reply_reads(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """(CLIENT span indices, excess ns) of the calls whose reply was read well after it came (the
+    time from the callee's SERVER span's end to the call's end, above its name's p90, 1.5 x and
+    >= 5 ms over its median): a stalled caller resumes and reads it, so such a call ends when the
+    caller runs again. Only calls whose callee is traced."""
+    f = ctx.frame
+    if "reply_reads" not in ctx.notes:  # gc_pause's, where it ran
+        ctx.notes["reply_reads"] = reply_reads(f, f.request >= 0)
+    calls, answered, ended = ctx.notes["reply_reads"]
+    if len(calls) < 100:
+        return np.zeros(0, np.int64), np.zeros(0)
+    gap = (ended - answered).astype(np.float64)
+    names = f.name[calls]
+    out = np.zeros(len(calls), bool)
+    excess = np.zeros(len(calls))
+    for code in np.unique(names).tolist():
+        sel = names == code
+        if sel.sum() < 50:
+            continue
+        p50, p90 = np.quantile(gap[sel], [0.5, 0.9])
+        excess[sel] = gap[sel] - p50
+        out[sel] = (gap[sel] > max(p90, 1.5 * p50)) & (excess[sel] >= MIN_QUIET_NS)
+    return calls[out], excess[out]
+
+
 def resume_events(inst: np.ndarray, end: np.ndarray, excess: np.ndarray):
     """One event per stall: the stretched spans one stall releases end together (within EVENT_NS of
     each other on one instance) and are one observation of its end, not several. Per event: instance,
@@ -78,6 +105,8 @@ def detect(ctx: Context) -> list[Finding]:
     if ctx.n_requests < 100 or ctx.split.excess_ns <= 0:
         return []
     spans, excess = stretched_spans(ctx)
+    calls, call_excess = stretched_reply_reads(ctx)  # a stalled caller reads its replies late
+    spans, excess = np.r_[spans, calls], np.r_[excess, call_excess]
     if len(spans) < MIN_STALLS:
         return []
     inst, end = f.instance[spans], f.end[spans]

@@ -30,7 +30,7 @@ SELECT DISTINCT
              0) AS DurationNs
 FROM {scope}
 ARRAY JOIN `Events.Timestamp` AS ev_time, `Events.Name` AS ev_name, `Events.Attributes` AS ev_attributes
-ARRAY JOIN [arrayFirst(k -> match(lower(k), '(^|[._])(pause|duration)([._]?(ns|us|ms|s|sec|seconds))?$'),
+ARRAY JOIN [arrayFirst(k -> match(lower(k), '(^|[._])(pause|duration|elapsed)([._]?(ns|us|ms|s|sec|seconds))?$'),
                        mapKeys(ev_attributes))] AS dur_key
 WHERE match(lower(toString(ev_name)), '(^|[._ ])gc([._ ]|$)|garbage')
 ORDER BY Instance, TimeNs
