@@ -6,12 +6,15 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.whatif import evaluate, measured_speedup
+from tailscope.analysis.whatif.engine import CLIENT_SIDE
 from tailscope.analysis.whatif.retime import unit_latency
 
 # the readers of the runs loaded so far: kept open while their frames are used, since the diagnosis
@@ -43,24 +46,64 @@ def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, wh
     return frame_of(out, whole=whole)
 
 
+@dataclass(frozen=True)
+class Units:
+    """The units a pair compares: `frame` holds them as requests; `unit` "request" or "consumer",
+    `entry` the service and name of their most common root (units.Population), `client` whether their
+    latency is client-observed (engine.CLIENT_SIDE: where at least half the requests have a client
+    span), `paired` False where the other run of the pair has no population of that kind and entry."""
+
+    frame: Any
+    unit: str
+    entry: str
+    client: bool
+    paired: bool = True
+
+
+def _kinds(frame) -> list:
+    """The run's populations of units (diagnosis/units.py), or its requests as the one population."""
+    from tailscope.analysis.diagnosis.units import Population, _entry, populations
+
+    kinds = populations(frame) if frame.requests is not None else None
+    return kinds or [Population("request", _entry(frame), frame)]
+
+
 def unit_frame(frame):
-    """The units whose latency a pair compares: in a run with asynchronous consumer work (units of
-    work, diagnosis/units.py), the busiest consumer's units, from the publish to the end of the
-    processing (an API that answers at the publish ack shows none of a consumer's causes); else the
+    """The units whose latency a run's what-if is scored on: in a run with asynchronous consumer work
+    (units of work, diagnosis/units.py), the busiest consumer's units, from the publish to the end of
+    the processing (an API that answers at the publish ack shows none of a consumer's causes); else the
     run's requests."""
-    try:
-        from tailscope.analysis.diagnosis.units import populations
-    except ImportError:  # before units of work
-        return frame
-    kinds = populations(frame) or []
-    consumers = [p.frame for p in kinds if p.unit == "consumer" and p.frame.requests is not None]
-    return max(consumers, key=lambda f: len(f.requests)) if consumers else frame
+    return units_of(frame).frame
 
 
-def measured(frame) -> tuple[float, float]:
-    frame = unit_frame(frame)
-    client = bool((frame.requests.client_span >= 0).mean() >= 0.5)
-    lat = unit_latency(frame, None, None, client)  # a batch consumer's: per message
+def units_of(frame, like: Units | None = None) -> Units:
+    """The population a pair measures. The faulty run (`like` None): its busiest consumer's units, else
+    its requests. The run without the cause (`like` the faulty run's): the population of the same kind
+    and entry point, its latency taken on the same side (client-observed or server), so that both runs
+    of a pair measure the same units: a cause can make a consumer's work outlast its request (a
+    population of its own in one run only), or change which consumer is busiest."""
+    kinds = _kinds(frame)
+    if like is None:
+        consumers = [p for p in kinds if p.unit == "consumer" and p.frame.requests is not None]
+        pick = max(consumers, key=lambda p: len(p.frame.requests)) if consumers else kinds[0]
+        if not consumers:  # no consumer: the run's requests as they are (every root, as the what-if)
+            pick = type(pick)(pick.unit, pick.entry, frame)
+        client = bool((pick.frame.requests.client_span >= 0).mean() >= CLIENT_SIDE)
+        return Units(pick.frame, pick.unit, pick.entry, client)
+    same = [p for p in kinds if (p.unit, p.entry) == (like.unit, like.entry)]
+    same = same or [p for p in kinds if p.entry == like.entry]
+    if same:
+        pick = same[0]
+        whole = len(kinds) == 1 and pick.unit == "request"
+        return Units(frame if whole else pick.frame, like.unit, like.entry, like.client)
+    fallback = units_of(frame)  # no such population: as the run would be scored alone, flagged
+    return Units(fallback.frame, fallback.unit, fallback.entry, like.client, paired=False)
+
+
+def measured(frame, units: Units | None = None) -> tuple[float, float]:
+    """(p50, p99) in ms of the run's units (`units`: those of this run to measure; else units_of)."""
+    units = units or units_of(frame)
+    lat = unit_latency(units.frame, None, None, units.client)  # a batch consumer's: per message
     p50, p99 = np.percentile(lat, [50, 99]) / 1e6
     return float(p50), float(p99)
 
@@ -137,8 +180,10 @@ def _size_attribute(frame, name: str | None) -> dict:
 def pair_row(
     family: str, cause: str, faulty, fixed, lever: str | tuple[str, ...], planted: list[dict] | None = None
 ) -> dict:
-    before = measured(faulty)
-    truth = measured(fixed)
+    units = units_of(faulty)  # the population the what-if evaluates, read in the run without the cause
+    other = units_of(fixed, like=units)
+    before = measured(faulty, units)
+    truth = measured(fixed, other)
     guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted)
     return {
         "family": family,
@@ -154,11 +199,14 @@ def pair_row(
         "p50_error": abs(guess[0] - truth[0]) / truth[0],
         "material": before[1] > 1.1 * truth[1] or before[1] < 0.9 * truth[1],
         "seconds": guess[3],
+        "population": f"{units.unit} {units.entry}",
+        "paired": other.paired,
     }
 
 
 def line(r: dict) -> str:
     flag = "" if r["material"] else "  (cause not material)"
+    flag += "" if r.get("paired", True) else f"  (no {r['population']} in the run without it)"
     return (
         f"{r['family']:18s} {r['cause']:20s} {r['lever']:34s} faulty p99 {r['faulty_p99']:8.1f}  "
         f"p50 {r['pred_p50']:7.1f}/{r['meas_p50']:7.1f}  p99 {r['pred_p99']:8.1f}/{r['meas_p99']:8.1f}  "
@@ -174,6 +222,7 @@ def table(rows: list[dict]) -> str:
     ]
     for r in rows:
         mark = "" if r["material"] else " (not material)"
+        mark += "" if r.get("paired", True) else f" (no {r['population']} without it)"
         out.append(
             f"| {r['family']} | {r['cause']}{mark} | `{r['lever']}` | "
             f"{r['faulty_p50']:.1f} / {r['faulty_p99']:.1f} | "

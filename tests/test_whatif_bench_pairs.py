@@ -1,0 +1,91 @@
+"""bench/whatif_common.py: both runs of a pair are measured on the same population of units, the one
+the faulty run's what-if is evaluated on (its kind and entry point, its latency on the same side), not
+each run's own pick (a cause can change which consumer is busiest, or give a run a population of
+asynchronous units the other run does not have)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+common = pytest.importorskip("bench.whatif_common")
+units_mod = pytest.importorskip("tailscope.analysis.diagnosis.units")
+Population = units_mod.Population
+
+
+class _Requests(SimpleNamespace):
+    def __len__(self) -> int:
+        return len(self.client_span)
+
+
+def _frame(name: str, units: int, p50_ms: float, client: bool = False):
+    """A stand-in frame: `units` requests whose latency is `p50_ms` (all alike)."""
+    requests = _Requests(client_span=np.full(units, 0 if client else -1))
+    return SimpleNamespace(name=name, requests=requests, latency=np.full(units, p50_ms * 1e6))
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Each stand-in run's populations (None: its requests are its one population)."""
+    kinds: dict[int, list | None] = {}
+    entries: dict[int, str] = {}
+    monkeypatch.setattr(units_mod, "populations", lambda frame: kinds[id(frame)])
+    monkeypatch.setattr(units_mod, "_entry", lambda frame: entries[id(frame)])
+    seen_side = []
+
+    def latency(frame, timed, lay, client_side):
+        seen_side.append(client_side)
+        return frame.latency
+
+    monkeypatch.setattr(common, "unit_latency", latency)
+    monkeypatch.setattr(common, "predicted", lambda frame, lever, **_: (1.0, 1.0, lever, 0.0))
+    return SimpleNamespace(kinds=kinds, entries=entries, seen_side=seen_side)
+
+
+def test_the_run_without_the_cause_is_read_on_the_faulty_runs_consumer_not_its_own_busiest(runs) -> None:
+    faulty, healthy = _frame("faulty", 10, 50.0), _frame("healthy", 10, 5.0)
+    runs.kinds[id(faulty)] = [
+        Population("request", "api POST /events", _frame("f-req", 400, 2.0)),
+        Population("consumer", "scorer score", _frame("f-score", 300, 80.0)),  # the busiest here
+        Population("consumer", "audit write", _frame("f-audit", 100, 9.0)),
+    ]
+    runs.kinds[id(healthy)] = [
+        Population("request", "api POST /events", _frame("h-req", 400, 2.0)),
+        Population("consumer", "scorer score", _frame("h-score", 100, 12.0)),
+        Population("consumer", "audit write", _frame("h-audit", 300, 9.0)),  # the busiest here
+    ]
+    row = common.pair_row("fam", "cause", faulty, healthy, "no_gc_stalls")
+    assert row["faulty_p50"] == pytest.approx(80.0)
+    assert row["meas_p50"] == pytest.approx(12.0)  # the scorer's units, not the audit's (9 ms)
+    assert row["paired"] and row["population"] == "consumer scorer score"
+
+
+def test_a_consumer_population_only_the_healthy_run_has_leaves_its_requests_measured(runs) -> None:
+    """The faulty run's consumer work ends inside its requests (one population: its requests); the
+    healthy run's outlasts them (a consumer population): the healthy run's requests are read."""
+    faulty, healthy = _frame("faulty", 400, 30.0), _frame("healthy", 10, 0.0)
+    runs.kinds[id(faulty)] = None
+    runs.entries[id(faulty)] = "api POST /events"
+    runs.kinds[id(healthy)] = [
+        Population("request", "api POST /events", _frame("h-req", 400, 6.0)),
+        Population("consumer", "scorer score", _frame("h-score", 300, 70.0)),
+    ]
+    row = common.pair_row("fam", "cause", faulty, healthy, "no_gc_stalls")
+    assert row["meas_p50"] == pytest.approx(6.0)  # not the consumer's 70 ms
+    assert row["paired"]
+
+
+def test_the_latency_side_follows_the_faulty_run_and_a_missing_population_is_flagged(runs) -> None:
+    faulty, healthy = _frame("faulty", 10, 1.0), _frame("healthy", 10, 0.0)
+    runs.kinds[id(faulty)] = [
+        Population("request", "api POST /events", _frame("f-req", 400, 2.0)),
+        Population("consumer", "scorer score", _frame("f-score", 300, 80.0, client=True)),
+    ]
+    runs.kinds[id(healthy)] = None  # no consumer population at all
+    runs.entries[id(healthy)] = "api POST /events"
+    healthy.latency = np.full(10, 7e6)
+    row = common.pair_row("fam", "cause", faulty, healthy, "no_gc_stalls")
+    assert runs.seen_side == [True, True]  # the healthy run read client-observed too
+    assert not row["paired"] and "no consumer scorer score" in common.line(row)
