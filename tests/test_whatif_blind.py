@@ -146,3 +146,28 @@ def test_queue_fed_consumers_units_after_the_fix(tmp_path, scenario, prefix):
     assert hits, [o.key for o in result.outcomes]
     assert result.measured.p99_ms > 3 * healthy
     assert hits[0].p99_ms == pytest.approx(healthy, rel=0.15), (hits[0].p99_ms, healthy)
+
+
+def test_a_call_whose_span_opens_after_dispatch_still_waited_for_the_thread_it_took() -> None:
+    """A handler opens its SERVER span a little after a thread frees (the accept queue's hand-off and
+    the framework's dispatch: 50 µs here), not within the clocks' rounding: the calls of a burst that
+    queued for the one thread are still found waiting, their wait the gap beyond the network's."""
+    from tailscope.analysis.whatif.handlers import handlers
+    from tests.hand_frames import MS, hand_frame
+
+    rows: list[tuple] = []
+
+    def call(trace: int, sent: float, began: float) -> None:
+        rows.append((trace, -1, "client call", "Client", 0, sent, began - sent + 10.0 + 0.1))
+        rows.append((trace, len(rows) - 1, "handler", "Server", 1, began, 10.0))
+
+    for k in range(20):  # calm: the thread is free, the span opens after the 0.1 ms network
+        call(k, 20.0 * k, 20.0 * k + 0.1)
+    began = 500.1
+    for k in range(10):  # a burst of ten at once: each opens 50 µs after the one before ends
+        call(20 + k, 500.0, began)
+        began += 10.0 + 0.05
+    h = handlers(hand_frame(rows))
+    assert h is not None and int(h.waited.sum()) == 9
+    wait_ms = np.sort(h.wait(hand_frame(rows))[h.waited]) / MS
+    assert wait_ms[0] == pytest.approx(10.05, abs=0.01) and wait_ms[-1] == pytest.approx(90.45, abs=0.01)

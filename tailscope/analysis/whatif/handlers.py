@@ -1,9 +1,10 @@
 """The queue before a server's handler threads: a call that finds every thread of the instance busy
 waits (in an executor's queue, no span of its own), and its SERVER span starts when a thread takes
-it: exactly as another call's SERVER span on that instance ends. The gap between the caller's CLIENT
-span and the SERVER span is then the network plus that wait. A queue-fed consumer's messages wait in
-the broker for any process of the consumer's service (the unit's wait span, from the publish, above
-its CONSUMER span: diagnosis/units.py); a process pulls the next one once it has acked the last.
+it: as another call's SERVER span on that instance ends (but for the dispatch before a span opens).
+The gap between the caller's CLIENT span and the SERVER span is then the network plus that wait. A
+queue-fed consumer's messages wait in the broker for any process of the consumer's service (the
+unit's wait span, from the publish, above its CONSUMER span: diagnosis/units.py); a process pulls the
+next one once it has acked the last.
 
 `handlers()` finds such queues from the run's own timings: the SERVER spans called across instances,
 the calls that waited (they start as another ends while every thread was busy), each instance's
@@ -21,7 +22,10 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS, TraceFrame
 
-TAKEN_NS = 2_000  # a waiting call starts as a thread frees: within the clocks' rounding (Zipkin: µs)
+# a waiting call's SERVER span starts as a thread frees: within the hand-off from the accept queue and
+# the framework's dispatch before the span opens (a servlet container: tens of µs) and the clocks'
+# rounding (Zipkin: µs); 2 µs missed every wait of a handler that opens its span after dispatch
+TAKEN_NS = 200_000
 PULLED_NS = 2_000_000  # a consumer process pulls the next waiting message once it has acked the last
 KIND_CONSUMER = SPAN_KINDS.index("Consumer")
 BACKLOG_FACTOR = 3.0  # a consumer's gap over this many times its shortest tenth's is no pull delay
