@@ -14,7 +14,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.whatif import evaluate, measured_speedup
-from tailscope.analysis.whatif.engine import CLIENT_SIDE
+from tailscope.analysis.whatif.engine import CLIENT_SIDE, MIN_CONFIDENCE
 from tailscope.analysis.whatif.retime import unit_latency
 
 # the readers of the runs loaded so far: kept open while their frames are used, since the diagnosis
@@ -119,7 +119,8 @@ def predicted(
     if diagnosis.errors:
         print(f"  (diagnosis errors: {diagnosis.errors})", flush=True)
     findings = [fd.to_dict(with_chart=True) for fd in diagnosis.findings]
-    named = {fd["pattern"] for fd in findings}
+    # a cause named below the what-if's floor gets no lever (engine.MIN_CONFIDENCE): missed, as unnamed
+    named = {fd["pattern"] for fd in findings if (fd.get("confidence") or 0) >= MIN_CONFIDENCE}
     for cause in truth or []:
         if cause["pattern"] not in named:
             stats = {"service": cause.get("service"), "instances": cause.get("instances") or []}

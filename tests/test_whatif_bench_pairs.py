@@ -89,3 +89,23 @@ def test_the_latency_side_follows_the_faulty_run_and_a_missing_population_is_fla
     row = common.pair_row("fam", "cause", faulty, healthy, "no_gc_stalls")
     assert runs.seen_side == [True, True]  # the healthy run read client-observed too
     assert not row["paired"] and "no consumer scorer score" in common.line(row)
+
+
+def test_a_planted_cause_named_below_the_whatifs_floor_is_given_as_a_finding(monkeypatch) -> None:
+    """The lever applied: a cause the diagnosis named under engine.MIN_CONFIDENCE gets no lever, so it
+    is added from the truth as a missed one is (kafka-scorer gc+slow-store: slow_dependency at 0.12)."""
+    low = SimpleNamespace(to_dict=lambda with_chart: {"pattern": "slow_dependency", "confidence": 0.12,
+                                                      "span_name": "SELECT profiles"})
+    monkeypatch.setattr(common, "diagnose_frame", lambda frame: SimpleNamespace(errors=[], findings=[low]))
+    monkeypatch.setattr(common, "unit_frame", lambda frame: frame)
+    given = []
+
+    def evaluate(frame, findings, **_):
+        given.extend(findings)
+        return SimpleNamespace(outcomes=[], measured=SimpleNamespace(p50_ms=1.0, p99_ms=2.0))
+
+    monkeypatch.setattr(common, "evaluate", evaluate)
+    truth = [{"pattern": "slow_dependency", "span": "SELECT profiles", "service": "db", "instances": ["db"]}]
+    common.predicted(object(), "dependency_p50", truth=truth)
+    added = [fd for fd in given if fd["confidence"] == 1.0]
+    assert [(fd["pattern"], fd["span_name"]) for fd in added] == [("slow_dependency", "SELECT profiles")]
