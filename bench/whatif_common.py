@@ -90,14 +90,22 @@ def units_of(frame, like: Units | None = None) -> Units:
             pick = type(pick)(pick.unit, pick.entry, frame)
         client = bool((pick.frame.requests.client_span >= 0).mean() >= CLIENT_SIDE)
         return Units(pick.frame, pick.unit, pick.entry, client)
-    same = [p for p in kinds if (p.unit, p.entry) == (like.unit, like.entry)]
-    same = same or [p for p in kinds if p.entry == like.entry]
+    same = [p for p in kinds if (p.unit, _bare(p.entry)) == (like.unit, _bare(like.entry))]
+    same = same or [p for p in kinds if _bare(p.entry) == _bare(like.entry)]
     if same:
         pick = same[0]
         whole = len(kinds) == 1 and pick.unit == "request"
         return Units(frame if whole else pick.frame, like.unit, like.entry, like.client)
     fallback = units_of(frame)  # no such population: as the run would be scored alone, flagged
     return Units(fallback.frame, fallback.unit, fallback.entry, like.client, paired=False)
+
+
+def _bare(entry: str) -> str:
+    """An entry point without the wait's suffix: a consumer's population is named by its unit root,
+    the wait span above the CONSUMER span or the CONSUMER span itself, whichever its first unit has."""
+    from tailscope.analysis.diagnosis.units import WAIT_SUFFIX
+
+    return entry.removesuffix(WAIT_SUFFIX)
 
 
 def measured(frame, units: Units | None = None) -> tuple[float, float]:

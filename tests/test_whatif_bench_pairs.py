@@ -53,7 +53,8 @@ def test_the_run_without_the_cause_is_read_on_the_faulty_runs_consumer_not_its_o
     ]
     runs.kinds[id(healthy)] = [
         Population("request", "api POST /events", _frame("h-req", 400, 2.0)),
-        Population("consumer", "scorer score", _frame("h-score", 100, 12.0)),
+        # named by the wait span above it here (its first unit's root), by the consumer span there
+        Population("consumer", "scorer score (from publish)", _frame("h-score", 100, 12.0)),
         Population("consumer", "audit write", _frame("h-audit", 300, 9.0)),  # the busiest here
     ]
     row = common.pair_row("fam", "cause", faulty, healthy, "no_gc_stalls")
