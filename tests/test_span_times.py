@@ -22,18 +22,7 @@ from tailscope.store.duckdb.connection import connect_reader, connect_writer
 from tailscope.store.duckdb.derive import refresh_all
 from tailscope.store.duckdb.reader import DuckDBReader
 from tailscope.store.errors import StoreVersionError
-
-STAGES = [
-    "ingress",
-    "queue",
-    "parsing",
-    "feature_hydration",
-    "preprocessing",
-    "model_forward",
-    "postprocessing",
-    "downstream",
-    "serialization",
-]
+from tailscope.vocabulary import STAGES
 
 
 @pytest.fixture(autouse=True)
