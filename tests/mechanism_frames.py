@@ -52,6 +52,17 @@ class TraceBuilder:
         """Poisson arrival times in ms; each starts a new trace when iterated through `traces`."""
         return np.cumsum(self.rng.exponential(1000.0 / rps, n))
 
+    def joining_arrivals(self, n: int, rps: float):
+        """Arrivals spread over three instances serving from the start and two that join a third and
+        half of the way in: (time in ms, instance, requests it served before this one, joined)."""
+        joins = {"api/3": 0.3 * n / rps * 1000.0, "api/4": 0.45 * n / rps * 1000.0}
+        served: dict[str, int] = {}
+        for t in self.arrivals(n, rps):
+            live = ["api/0", "api/1", "api/2"] + [r for r, at in joins.items() if t >= at]
+            inst = live[int(self.rng.integers(len(live)))]
+            served[inst] = served.get(inst, 0) + 1
+            yield t, inst, served[inst] - 1, inst in joins
+
     def new_trace(self) -> int:
         self.trace += 1
         return self.trace

@@ -216,14 +216,8 @@ def cold_workers_joining(seed: int):
     initialisation): serialising and reading the model's reply take alike longer there. No pause."""
     b = TraceBuilder(seed)
     n, rps = 4000, 150.0
-    joins = {"api/3": 0.3 * n / rps * 1000.0, "api/4": 0.45 * n / rps * 1000.0}
-    served: dict[str, int] = {}
-    for t in b.arrivals(n, rps):
-        live = ["api/0", "api/1", "api/2"] + [r for r, at in joins.items() if t >= at]
-        inst = live[int(b.rng.integers(len(live)))]
-        k = served.get(inst, 0)
-        served[inst] = k + 1
-        slow = 1.0 + 5.0 * np.exp(-k / 150.0) if inst in joins else 1.0
+    for t, inst, k, joined in b.joining_arrivals(n, rps):
+        slow = 1.0 + 5.0 * np.exp(-k / 150.0) if joined else 1.0
         b.new_trace()
         root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
         cur = t + 0.05

@@ -109,14 +109,8 @@ def replicas_added(seed: int):
     20x at the first request, settling over ~30)."""
     b = TraceBuilder(seed)
     n, rps = 6000, 200.0
-    joins = {"api/3": 0.3 * n / rps * 1000.0, "api/4": 0.45 * n / rps * 1000.0}
-    served: dict[str, int] = {}
-    for t in b.arrivals(n, rps):
-        live = ["api/0", "api/1", "api/2"] + [r for r, at in joins.items() if t >= at]
-        inst = live[int(b.rng.integers(len(live)))]
-        k = served.get(inst, 0)
-        served[inst] = k + 1
-        scale = 1.0 + 19.0 * np.exp(-k / 30.0) if inst in joins else 1.0
+    for t, inst, k, joined in b.joining_arrivals(n, rps):
+        scale = 1.0 + 19.0 * np.exp(-k / 30.0) if joined else 1.0
         b.new_trace()
         root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
         cur = t + 0.05
