@@ -38,7 +38,7 @@ FROM (
 JOIN request_root AS r ON r.TK = p.TK
 JOIN spans AS s ON s.TK = r.TK AND s.SK = r.RootSK
 LEFT JOIN (
-    SELECT TK, list({'stage': stage, 'span_name': span_name, 'ns': ns}) AS SpanTimes
+    SELECT TK, list({'stage': stage, 'span_name': span_name, 'ns': ns} ORDER BY stage, span_name) AS SpanTimes
     FROM (
         SELECT w.TK, CASE WHEN w.Depth = 0 OR w.RuleNo = 10002 THEN 'unattributed' ELSE w.Stage END AS stage,
                n.SpanName AS span_name, sum(w.AttributedNs) AS ns
