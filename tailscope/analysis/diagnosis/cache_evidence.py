@@ -2,15 +2,23 @@
 the slow path only (the store behind the cache, as a child or one level further down), or a cache
 system (`db.system` redis, memcached, ...), a cache name or a hit/miss attribute on the span or its
 children (attributes.cache_signs). A deadline and a retry, a payload whose size varies, a
-heavy-tailed dependency or a pause make two modes too, with none of these."""
+heavy-tailed dependency or a pause make two modes too, with none of these.
+Beside it, what else makes two modes (slow_mode_in_pauses: a slow mode made of process pauses;
+slow_mode_is_gap: a call's slow mode outside the callee's span) and how much of a slow mode is spent
+in the calls made on the slow path (slow_path_cover)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tailscope.analysis.diagnosis.attributes import cache_signs
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.extra_calls import on_slow_path
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context
+
+# a cache that works misses at a steady rate below this (a hit ratio of 90 % or more): its misses are
+# the service's normal cost, not a cause (cache_miss, fallback_path)
+WORKING_MISS_RATE = 0.10
 
 
 def cache_evidence(
@@ -22,6 +30,9 @@ def cache_evidence(
     f = ctx.frame
     slow_path = (why or {}).get("slow_path") or []
     if slow_path:
+        label = (why or {}).get("slow_path_labels", {}).get(slow_path[0], "")
+        if label.startswith("extra "):
+            return f"{label} are made on the slow path only"
         return f"'{f.names[slow_path[0]]}' is called on the slow path only"
     below = _slow_path_below(ctx, spans, slow)
     if below is not None:
@@ -51,8 +62,9 @@ def _slow_path_below(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> int |
 
 def slow_path_cover(ctx: Context, spans: np.ndarray, slow: np.ndarray, codes: list[int]) -> float:
     """The share of the slow mode's extra time (its mean duration over the fast mode's) spent in CLIENT
-    calls named `codes` (the calls made on the slow path only) directly below the slow spans: a miss
-    waiting on its store, not on a lock. 0 where there are none."""
+    calls named `codes` (the calls made on the slow path) directly below the slow spans, counting of a
+    call every span makes only its extra copies (extra_calls.py): a miss waiting on its store, not on
+    a lock. 0 where there are none."""
     f = ctx.frame
     if not codes or not slow.any() or slow.all():
         return 0.0
@@ -60,8 +72,50 @@ def slow_path_cover(ctx: Context, spans: np.ndarray, slow: np.ndarray, codes: li
     extra = float(d[slow].mean() - d[~slow].mean())
     if extra <= 0:
         return 0.0
-    mine = np.zeros(len(f), bool)
-    mine[spans[slow]] = True
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
     calls = np.nonzero((f.parent >= 0) & (f.kind == KIND_CLIENT) & np.isin(f.name, codes))[0]
-    calls = calls[mine[f.parent[calls]]]
-    return float(f.dur[calls].sum()) / int(slow.sum()) / extra
+    calls = calls[pos[f.parent[calls]] >= 0]
+    abandoned = ctx.notes.get("abandoned_attempts")
+    made = on_slow_path(f, spans, calls, slow, rare=1.0, abandoned=abandoned) & slow[pos[f.parent[calls]]]
+    return float(f.dur[calls[made]].sum()) / int(slow.sum()) / extra
+
+
+def slow_mode_in_pauses(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
+    """Do most slow-mode spans sit through a process pause (gc_pause's stall episodes, or pauses the
+    runtime reported) that covers at least half of their extra time?"""
+    from tailscope.analysis.diagnosis.long_stalls import stall_overlap
+
+    f = ctx.frame
+    s = spans[slow]
+    if len(s) == 0:
+        return False
+    fast_median = float(np.median(f.dur[spans[~slow]])) if (~slow).any() else 0.0
+    extra = np.maximum(f.dur[s] - fast_median, 1)
+    covered = np.zeros(len(s))
+    for pauses in (ctx.notes.get("gc_episodes"), ctx.reported_pauses if len(f.gc_time) else None):
+        if pauses is not None:
+            covered = np.maximum(covered, stall_overlap(f.instance[s], f.start[s], f.end[s], *pauses))
+    return float((covered >= 0.5 * extra).mean()) > 0.5
+
+
+def slow_mode_is_gap(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
+    """For CLIENT spans whose callee's SERVER span is traced: does the client-minus-server gap, not
+    the callee's time, make most of the difference between the slow and the fast mode?"""
+    f = ctx.frame
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
+    child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
+    child = child[pos[f.parent[child]] >= 0]
+    if len(child) < 0.5 * len(spans) or not slow.any() or slow.all():
+        return False
+    server = np.zeros(len(spans))
+    server[pos[f.parent[child]]] = f.dur[child]
+    has = np.zeros(len(spans), bool)
+    has[pos[f.parent[child]]] = True
+    d = f.dur[spans].astype(np.float64)
+    gap = d - server
+    s, q = slow & has, ~slow & has
+    if not s.any() or not q.any():
+        return False
+    return float(gap[s].mean() - gap[q].mean()) > 0.5 * float(d[s].mean() - d[q].mean())

@@ -22,7 +22,14 @@ import math
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.cache_evidence import cache_evidence, slow_path_cover
+from tailscope.analysis.diagnosis.cache_evidence import (
+    WORKING_MISS_RATE,
+    cache_evidence,
+    slow_mode_in_pauses,
+    slow_mode_is_gap,
+    slow_path_cover,
+)
+from tailscope.analysis.diagnosis.extra_calls import beyond_usual, failed_before, retries
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -41,8 +48,7 @@ SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
 MIN_SPANS = 100
 MAX_FIT = 5_000
 MIN_LOG_RATIO = math.log(1.5)  # the slow mode at least 1.5x the fast one
-TRICKLE_RATE = 0.02  # steady misses rarer than this ...
-TRICKLE_ADDED = 0.01  # ... adding under 1 % of the median latency to the mean request: a working cache
+INTERNAL_KEYS = ("score", "slow_path", "slow_path_labels")  # _explain's, not for the evidence
 
 
 def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> dict | None:
@@ -56,6 +62,8 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
         return None
 
     slow_path: list[int] = []  # child spans made on the slow path (a store call on misses)
+    slow_labels: dict[int, str] = {}  # how each was found (the child, or its extra copies)
+    abandoned = ctx.notes.get("abandoned_attempts")  # a call made again after a deadline: a retry
 
     def consider(label: str, present: np.ndarray, child: int = -1) -> None:
         nonlocal best
@@ -64,6 +72,7 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
         score = in_slow - in_fast
         if child >= 0 and score > 0.5:
             slow_path.append(child)
+            slow_labels.setdefault(child, label)
         if abs(score) > 0.5 and (best is None or abs(score) > abs(best["score"])):
             best = {
                 "explained_by": label,
@@ -82,6 +91,13 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
         # for calls to several peers, as HTTP clients name spans by method): which peer, not a miss path
         callee = float((f.kind[mine] == KIND_SERVER).mean()) > 0.5
         consider(f"child span '{f.names[int(c)]}'", present, -1 if callee else int(c))
+        # a call every span makes, made again on some (a store query per missing key under one
+        # database span name): the extra copies are the slow path's (extra_calls.py)
+        extra = mine[beyond_usual(f.parent, f.start, mine) & ~retries(f, mine, abandoned)]
+        if len(extra) and not callee and not failed_before(f, int(c), mine, extra):
+            present = np.zeros(len(spans), bool)
+            present[pos[f.parent[extra]]] = True
+            consider(f"extra '{f.names[int(c)]}' calls", present, int(c))
     for key, (idx, values) in ctx.frame.attributes(code).items():
         p = pos[idx]
         ok = p >= 0
@@ -97,6 +113,7 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
             consider(f"{key}={uniq[u]}", present)
     if best is not None:
         best["slow_path"] = slow_path
+        best["slow_path_labels"] = slow_labels
     if best is not None and best["score"] < 0:
         # the value marks the fast path (e.g. cache.hit=true): say so from the slow path's side
         best["in_slow_mode"], best["in_fast_mode"] = 1 - best["in_slow_mode"], 1 - best["in_fast_mode"]
@@ -132,10 +149,10 @@ def detect(ctx: Context) -> list[Finding]:
         slow = x >= mix.threshold
         rate = float(slow.mean())
         # a slow mode made of GC pauses (allocation-heavy code triggers them) is the gc_pause finding's
-        if _slow_mode_in_pauses(ctx, spans, slow):
+        if slow_mode_in_pauses(ctx, spans, slow):
             continue
         # a call whose slow mode is time outside the callee's own span is the network's, not a miss
-        if _slow_mode_is_gap(ctx, spans, slow):
+        if slow_mode_is_gap(ctx, spans, slow):
             continue
         why = _explain(ctx, code, spans, slow)
         # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss; so is
@@ -206,10 +223,11 @@ def detect(ctx: Context) -> list[Finding]:
         if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
             weight = max(weight, 0.85 * sync_strength)
         confidence = strength * weight * (1.0 if why else 0.85)
-        # a steady trickle of misses (rare, at random moments, adding next to nothing to the mean
-        # request) is how a working cache runs: it makes a few of the slowest requests, but no policy
-        # change is owed; a possible cause, not a named one
-        trickle = not synced and not cold and rate < TRICKLE_RATE and relative < TRICKLE_ADDED
+        # a steady miss rate a working cache has (at random moments, at a hit ratio of 90 % or more) is
+        # how the service runs: its misses make some of the slowest requests, but nothing changed and
+        # no policy change is owed; a possible cause, not a named one. A cause is a rate that changes
+        # (misses clustered in time, from one moment on, after start) or a cache missing too often
+        trickle = not synced and not cold and rate < WORKING_MISS_RATE
         if trickle:
             confidence = min(confidence, 0.45)
         name = f.names[code]
@@ -244,7 +262,8 @@ def detect(ctx: Context) -> list[Finding]:
                 if cold
                 else ""
             )
-            + ("; a steady trickle of rare misses, as a working cache has" if trickle else "")
+            + (f"; a steady miss rate of {rate:.1%} at random moments, as a working cache has: what the "
+               "service's normal misses cost, not a change" if trickle else "")
             + "."
         )
         stats = {
@@ -269,7 +288,7 @@ def detect(ctx: Context) -> list[Finding]:
             "steady_trickle": trickle,
         }
         if why:
-            stats.update({k: v for k, v in why.items() if k not in ("score", "slow_path")})
+            stats.update({k: v for k, v in why.items() if k not in INTERNAL_KEYS})
             if confidence >= 0.3:  # the calls made on the slow path are the misses' cost, not a dependency
                 ctx.notes.setdefault("miss_path_names", set()).update(why["slow_path"])
         hist, edges = np.histogram(x / math.log(10) - 6, bins=60)
@@ -330,46 +349,6 @@ def _section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
     running = np.searchsorted(starts, at, side="left") - np.searchsorted(ends, at, side="right")
     others = np.maximum(running - 1, 0).astype(np.float64)  # the span's own section is running
     return spearman(others, slow[ok].astype(np.float64))
-
-
-def _slow_mode_in_pauses(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
-    """Do most slow-mode spans sit through a process pause (gc_pause's stall episodes, or pauses the
-    runtime reported) that covers at least half of their extra time?"""
-    from tailscope.analysis.diagnosis.long_stalls import stall_overlap
-
-    f = ctx.frame
-    s = spans[slow]
-    if len(s) == 0:
-        return False
-    fast_median = float(np.median(f.dur[spans[~slow]])) if (~slow).any() else 0.0
-    extra = np.maximum(f.dur[s] - fast_median, 1)
-    covered = np.zeros(len(s))
-    for pauses in (ctx.notes.get("gc_episodes"), ctx.reported_pauses if len(f.gc_time) else None):
-        if pauses is not None:
-            covered = np.maximum(covered, stall_overlap(f.instance[s], f.start[s], f.end[s], *pauses))
-    return float((covered >= 0.5 * extra).mean()) > 0.5
-
-
-def _slow_mode_is_gap(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
-    """For CLIENT spans whose callee's SERVER span is traced: does the client-minus-server gap, not
-    the callee's time, make most of the difference between the slow and the fast mode?"""
-    f = ctx.frame
-    pos = np.full(len(f), -1)
-    pos[spans] = np.arange(len(spans))
-    child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
-    child = child[pos[f.parent[child]] >= 0]
-    if len(child) < 0.5 * len(spans) or not slow.any() or slow.all():
-        return False
-    server = np.zeros(len(spans))
-    server[pos[f.parent[child]]] = f.dur[child]
-    has = np.zeros(len(spans), bool)
-    has[pos[f.parent[child]]] = True
-    d = f.dur[spans].astype(np.float64)
-    gap = d - server
-    s, q = slow & has, ~slow & has
-    if not s.any() or not q.any():
-        return False
-    return float(gap[s].mean() - gap[q].mean()) > 0.5 * float(d[s].mean() - d[q].mean())
 
 
 def _dedupe(ctx: Context, findings: list[Finding]) -> list[Finding]:

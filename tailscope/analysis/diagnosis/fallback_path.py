@@ -4,8 +4,11 @@ requests only, a slower call after it (a read-through cache going to its store o
 Statistic, from structure and timing only (no names): for a span name F inside requests, present in
 between 0.5 % and 60 % of them, look for a sibling name L under the same parent that is present in
 at least 95 % of requests and ends before F starts wherever both occur (the lookup that decides),
-different from F (a second copy of the same call is a retry, not a fallback), and at least 3x
-faster than F at the median (a cache is far faster than what it stands in front of). F's weight is
+different from F (a second copy of the same call is a retry, not a fallback). The nearest such
+sibling decides: it must be at least 3x faster than F at the median (a cache is far faster than what
+it stands in front of), and neither the model's forward pass nor a queue (a prediction that decides
+whether a further call is made, as a fraud score sends the grey zone to a vendor, is a decision, not
+a lookup). F's weight is
 its share of the tail excess; requests with F must be over-represented in the tail. The fallback
 rate over time tells a steady miss rate (size, TTL) from misses clustered in time (keys expiring
 together, after a deploy or restart), each with its own advice.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.cache_evidence import WORKING_MISS_RATE
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms
 from tailscope.vocabulary import ALL_STAGES
@@ -80,8 +84,10 @@ def _lookup_before(ctx: Context, inside: np.ndarray, code: int, rates: np.ndarra
         return None  # the enclosing span's two modes are already the bimodal cache_miss finding
     candidates = np.nonzero(inside & np.isin(f.parent, parents) & (f.name != code))[0]
     fallback_median = float(np.median(f.dur[fallback]))
-    # the nearest always-run sibling before the fallback decides (a lookup, not an auth check earlier)
-    closest, best_gap = None, np.inf
+    # the nearest always-run sibling before the fallback decides (a lookup, not an auth check earlier);
+    # a model's prediction (or a queue) deciding whether a further call is made is a decision, not a
+    # cache lookup: what follows it is the service's conditional path, not a miss
+    closest, best_gap, fast = None, np.inf, False
     for name in np.unique(f.name[candidates]):
         if rates[name] < ALWAYS:
             continue
@@ -95,10 +101,13 @@ def _lookup_before(ctx: Context, inside: np.ndarray, code: int, rates: np.ndarra
         if found.mean() < 0.9:
             continue
         before = ends[where[found]] <= f.start[fallback[found]]
-        if before.mean() >= 0.9 and 3 * float(np.median(f.dur[spans])) <= fallback_median:
+        if before.mean() >= 0.9:
             gap = float(np.median(f.start[fallback[found]] - ends[where[found]]))
             if gap < best_gap:
                 closest, best_gap = int(name), gap
+                fast = 3 * float(np.median(f.dur[spans])) <= fallback_median
+    if closest is None or not fast or int(ctx.name_stage[closest]) in SKIP:
+        return None
     return closest
 
 
@@ -113,6 +122,10 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
     timing = _over_time(ctx, with_fallback)
     lift = clamp01((in_tail - in_body) / max(1.0 - in_body, 1e-9))
     confidence = logistic(share, 0.2, 0.06) * (0.5 + 0.5 * lift) * 0.95
+    # a steady fallback rate a working cache has is the service's normal cost, not a cause
+    normal = timing["pattern"] == "steady" and rate < WORKING_MISS_RATE
+    if normal:
+        confidence = min(confidence, 0.45)
     name, lookup_name = f.names[code], f.names[lookup]
     stage = ctx.stage_of_name(code)
     cost = float(np.median(f.dur[mask]))
@@ -121,7 +134,9 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
         f"'{name}' runs only after '{lookup_name}' and only in {rate:.1%} of requests (a fallback: "
         f"{ms(cost):.1f} ms at the median against {ms(float(np.median(f.dur[f.name == lookup]))):.2f} ms "
         f"for the lookup); it is in {in_tail:.0%} of the slow requests and {in_body:.0%} of the others "
-        f"and carries {share:.0%} of the tail excess; misses over time: {when}."
+        f"and carries {share:.0%} of the tail excess; misses over time: {when}"
+        + (f" at {rate:.1%}, as a working cache misses: the normal cost, not a change" if normal else "")
+        + "."
     )
     advice = (ADVICE_STEADY if timing["pattern"] == "steady" else ADVICE_CLUSTERED).format(
         fallback=f"'{name}'", lookup=f"'{lookup_name}'", rate=rate, when=when
@@ -134,6 +149,7 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
         "present_in_tail": round(in_tail, 3),
         "present_in_body": round(in_body, 3),
         "tail_excess_share": round(share, 3),
+        "normal_rate": normal,
         **{k: v for k, v in timing.items() if k != "chart"},
     }
     evidence = {"summary": summary, "stats": stats, "chart": timing["chart"]}

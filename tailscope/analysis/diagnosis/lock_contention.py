@@ -35,7 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, NO_STAGE, TraceFrame
+from tailscope.analysis.diagnosis.extra_calls import on_slow_path
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slot_handoff import handoff_share
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman, theil_sen
@@ -199,6 +200,10 @@ def detect(ctx: Context) -> list[Finding]:
         # extra time is a call made only on some of them (a miss going to its store), the crowd is
         # what those slow calls make, not a lock
         called = conditional_call_cover(ctx, spans) if confidence > 0.45 else 0.0
+        # a wait for a lock is the process's own time: where the slow spans' extra time is spent
+        # waiting on calls out of it (their CLIENT calls, or the callee's side of a call), the crowd is
+        # what long calls make (a slow peer, a deadline), as calls that last longer overlap more
+        called = max(called, time_in_calls(ctx, spans) if confidence > 0.45 else 0.0)
         if called >= 0.5:
             confidence = min(confidence, 0.45)
         name = f.names[code]
@@ -209,8 +214,9 @@ def detect(ctx: Context) -> list[Finding]:
             f"{ms(intercept):.2f} ms of its own work; contention explains {explained:.0%} of its mean "
             f"duration and {tail_wait:.0%} of the requests' tail excess, and the span "
             f"carries {share:.0%} of the tail excess"
-            + (f"; but {called:.0%} of its slow spans' extra time is a call made only on some of them (a "
-               "slow path such as a cache miss), not a wait" if called >= 0.5 else "")
+            + (f"; but {called:.0%} of its slow spans' extra time is spent in calls out of the process (a "
+               "call made only on some of them, such as a cache miss's store query, or a slower peer), "
+               "not a wait for a lock" if called >= 0.5 else "")
             + "."
         )
         stats = {
@@ -338,8 +344,10 @@ def _inclusive_share(ctx: Context, code: int) -> float:
 
 def conditional_call_cover(ctx: Context, spans: np.ndarray) -> float:
     """The share of the slow spans' extra time (those over twice the median: their mean over the
-    others') spent in CLIENT children of names present under at most 60 % of the spans and at least
-    twice as often under the slow ones: calls made on a slow path only. 0 where none."""
+    others') spent in CLIENT children made on a slow path only (extra_calls.on_slow_path: names
+    present under at most 60 % of the spans and at least twice as often under the slow ones, or the
+    extra copies of a call every span makes, such as the store queries of a cache's misses under one
+    database span name). 0 where none."""
     f = ctx.frame
     d = f.dur[spans].astype(np.float64)
     slow = d > 2.0 * float(np.median(d))
@@ -352,13 +360,32 @@ def conditional_call_cover(ctx: Context, spans: np.ndarray) -> float:
     kids = kids[pos[f.parent[kids]] >= 0]
     if len(kids) == 0 or extra <= 0:
         return 0.0
-    covered = 0.0
-    for code in np.unique(f.name[kids]).tolist():
-        mine = kids[f.name[kids] == code]
-        present = np.zeros(len(spans), bool)
-        present[pos[f.parent[mine]]] = True
-        if present.mean() > 0.6 or present[slow].mean() < 2.0 * max(present[~slow].mean(), 1e-9):
-            continue
-        in_slow = slow[pos[f.parent[mine]]]
-        covered += float(f.dur[mine][in_slow].sum()) / int(slow.sum())
-    return clamp01(covered / extra)
+    made = on_slow_path(f, spans, kids, slow) & slow[pos[f.parent[kids]]]
+    return clamp01(float(f.dur[kids[made]].sum()) / int(slow.sum()) / extra)
+
+
+def time_in_calls(ctx: Context, spans: np.ndarray) -> float:
+    """The share of the slow spans' extra time (those over twice the median: their mean over the
+    others') that their calls out of the process take longer: CLIENT children, and for a CLIENT span
+    its callee's SERVER span (the mean time in them, slow spans minus the others). 1 where most of the
+    spans are CLIENT spans whose callee is not traced (a database, a third party): their time is the
+    peer's, and a lock in this process cannot be told from a slower peer in it. 0 where none."""
+    f = ctx.frame
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
+    under = (f.parent >= 0) & (pos[np.maximum(f.parent, 0)] >= 0)
+    callee = (f.kind == KIND_SERVER) & (f.kind[np.maximum(f.parent, 0)] == KIND_CLIENT)
+    served = np.zeros(len(spans), bool)
+    served[pos[f.parent[np.nonzero(under & callee)[0]]]] = True
+    if float(((f.kind[spans] == KIND_CLIENT) & ~served).mean()) >= 0.5:
+        return 1.0
+    d = f.dur[spans].astype(np.float64)
+    slow = d > 2.0 * float(np.median(d))
+    if slow.sum() < 10 or slow.all():
+        return 0.0
+    extra = float(d[slow].mean() - d[~slow].mean())
+    if extra <= 0:
+        return 0.0
+    kids = np.nonzero(under & ((f.kind == KIND_CLIENT) | callee))[0]
+    t = np.bincount(pos[f.parent[kids]], weights=f.dur[kids].astype(np.float64), minlength=len(spans))
+    return clamp01(float(t[slow].mean() - t[~slow].mean()) / extra)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.extra_calls import extra_mask
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.large_payload import forward_inside
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -60,7 +61,9 @@ def detect(ctx: Context) -> list[Finding]:
         nested = np.zeros(len(f), bool)
         hp = f.parent >= 0
         nested[hp] = f.name[f.parent[hp]] == code
-        top = mask & ~nested
+        # the call every request makes, not its extra copies on a conditional path (the store
+        # queries a cache makes on a miss, a retry: extra_calls.py): those are that path's
+        top = mask & ~nested & ~extra_mask(f, code)
         per_req = ctx.per_request(top, f.dur)
         presence = float((np.bincount(f.request[top], minlength=n) > 0).mean())
         if presence < 0.4:

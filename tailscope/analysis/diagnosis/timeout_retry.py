@@ -30,7 +30,7 @@ from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
 PATTERN = "timeout_retry"
-MIN_RETRIED = 20
+MIN_RETRIED = 10  # retried calls: a deadline shows in a few (first attempts at one duration, far out)
 TIGHT = 0.03  # first attempts within 3 % of the timeout value ...
 TIGHT_NS = 500_000  # ... or 0.5 ms, whichever is larger
 ABOVE_MEDIAN = 3.0  # a deadline sits far above the call's median
@@ -212,7 +212,7 @@ def _judge(ctx: Context, code: int) -> Finding | None:
     service = f.services[int(np.bincount(f.service[a1]).argmax())]
     inst_counts = np.bincount(f.instance[a1], minlength=len(f.instances))
     top_inst = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
-    peer = _peer(ctx, code)
+    peer = _peer(ctx, code, a1)
     p95 = float(np.quantile(all_d, 0.95))
     stage = ctx.stage_of_name(code)
     summary = (
@@ -282,11 +282,15 @@ def _error_rates(ctx: Context, code: int, first: np.ndarray, spans: np.ndarray) 
     return float(err[first].mean()), float(err[rest].mean()) if len(rest) else 0.0
 
 
-def _peer(ctx: Context, code: int) -> str:
-    """The callee: its server.address (or an older convention's peer name), else the span name."""
+def _peer(ctx: Context, code: int, first: np.ndarray) -> str:
+    """The callee of the retried calls (the first attempts'): its server.address (or an older
+    convention's peer name), else the span name. One name may cover calls to several peers (HTTP
+    clients name a span by its method): the other calls of the name do not say which."""
     for key in ("server.address", "net.peer.name", "peer.service", "rpc.service", "http.host"):
-        values = ctx.frame.attributes(code).get(key)
-        if values and values[1]:
-            uniq, counts = np.unique(np.array([str(v) for v in values[1]]), return_counts=True)
+        idx, values = ctx.frame.attributes(code).get(key, (np.zeros(0, np.int64), []))
+        mine = np.isin(idx, first)
+        if mine.any():
+            picked = np.array([str(v) for v in values], dtype=object)[mine]
+            uniq, counts = np.unique(picked.astype(str), return_counts=True)
             return str(uniq[int(np.argmax(counts))])
     return f"'{ctx.frame.names[code]}'"

@@ -1,0 +1,79 @@
+"""Services built from a mechanism for the conditional-path rules (test_diagnosis_conditional.py): a
+scorer that reads three profiles from a Redis cache and, per missing profile, queries the database
+under the same span name as the query every request makes; whose model sends a fifth of the requests
+(the grey zone) to a third-party vendor behind a client deadline and one retry. Healthy, it has a
+steady miss rate and a vendor with a heavy tail; an eviction wave empties the cache for a third of
+the run; vendor slow periods cut attempts at the deadline. Timings from what the mechanism does."""
+
+from __future__ import annotations
+
+from tests.mechanism_frames import TraceBuilder, lognormal
+
+PODS = ("scorer/0", "scorer/1", "scorer/2")
+DEADLINE_MS = 300.0
+
+
+def profile_scorer(seed: int, n: int = 3000, rps: float = 150.0, miss_rate: float = 0.02,
+                   wave: bool = False, vendor_slow: bool = False):
+    """POST /score: `fetch_features` (Redis `MGET` of 3 profiles, the velocity query `SELECT fraud`,
+    then per missing profile an aggregate `SELECT fraud` of 20-50 ms and a Redis `SET`), the model
+    (`model.predict`, model_forward), for 20 % of requests `vendor.check` (a CLIENT `POST` to
+    api.vendor.example, lognormal 40 ms with a heavy tail), the decision `INSERT fraud`. With `wave`,
+    each profile misses with probability 0.6 in the middle third of the run (evictions); with
+    `vendor_slow`, the vendor answers in ~330 ms in three periods of 5 % of the run each: attempts end
+    at the 300 ms deadline with an error and are made again 50 ms later."""
+    b = TraceBuilder(seed)
+    b.stages.update({"model.predict": "model_forward", "fetch_features": "feature_hydration"})
+    times = b.arrivals(n, rps)
+    horizon = float(times[-1])
+    slow_periods = [(horizon * a, horizon * (a + 0.05)) for a in (0.15, 0.45, 0.75)] if vendor_slow else []
+    for i, t in enumerate(times):
+        b.new_trace()
+        pod = PODS[i % len(PODS)]
+        root = b.span(None, "POST /score", "Server", pod, t, 0.0, **{"http.route": "/score"})
+        cur = t + 0.1
+        fetch = b.span(root, "fetch_features", "Internal", pod, cur, 0.0)
+        d = lognormal(b.rng, 0.5, 0.3)
+        b.span(fetch, "MGET", "Client", pod, cur, d, **{"db.system": "redis"})
+        cur += d + 0.05
+        d = lognormal(b.rng, 2.0, 0.3)
+        b.span(fetch, "SELECT fraud", "Client", pod, cur, d, **{"db.system": "postgresql"})
+        cur += d + 0.05
+        rate = 0.6 if wave and horizon / 3 <= t < 2 * horizon / 3 else miss_rate
+        for _ in range(3):
+            if b.rng.random() < rate:
+                d = 20.0 + 30.0 * b.rng.random()
+                b.span(fetch, "SELECT fraud", "Client", pod, cur, d, **{"db.system": "postgresql"})
+                cur += d + 0.05
+                d = lognormal(b.rng, 0.4, 0.3)
+                b.span(fetch, "SET", "Client", pod, cur, d, **{"db.system": "redis"})
+                cur += d + 0.05
+        b.set_end(fetch, cur)
+        d = lognormal(b.rng, 4.0, 0.15)
+        b.span(root, "model.predict", "Internal", pod, cur, d)
+        cur += d + 0.05
+        if b.rng.random() < 0.2:
+            cur = _vendor(b, root, pod, cur, any(a <= t < z for a, z in slow_periods))
+        d = lognormal(b.rng, 1.5, 0.3)
+        b.span(root, "INSERT fraud", "Client", pod, cur, d, **{"db.system": "postgresql"})
+        b.set_end(root, cur + d + 0.1)
+    return b.frame()
+
+
+def _vendor(b: TraceBuilder, root: int, pod: str, cur: float, slow: bool) -> float:
+    """The vendor check: one attempt, or an attempt cut at the deadline and one more 50 ms later."""
+    check = b.span(root, "vendor.check", "Internal", pod, cur, 0.0)
+    cur += 0.05
+    for attempt in range(2):
+        d = lognormal(b.rng, 330.0, 0.15) if slow else lognormal(b.rng, 40.0, 0.5)
+        cut = d >= DEADLINE_MS
+        d = min(d, DEADLINE_MS)
+        b.span(check, "POST", "Client", pod, cur, d, **{"server.address": "api.vendor.example",
+                                                        "http.response.status_code": 0 if cut else 200,
+                                                        "error": cut})
+        cur += d + 0.05
+        if not cut or attempt == 1:
+            break
+        cur += 50.0
+    b.set_end(check, cur)
+    return cur + 0.05

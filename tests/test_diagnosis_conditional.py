@@ -1,0 +1,63 @@
+"""Conditional paths on traces built from the mechanism (tests/conditional_services.py): a normal rate
+of cache misses and a model that sends some requests to a vendor are how a healthy service runs; an
+eviction wave's store queries (extra copies of a call every request makes) are the cache's; a vendor
+cut by a deadline and retried is a timeout and a retry, not a cache nor a lock."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis import diagnose_frame
+from tailscope.analysis.diagnosis.extra_calls import beyond_usual
+from tests.conditional_services import profile_scorer
+
+
+def _found(result) -> list:
+    return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
+
+
+def test_extra_copies_are_those_beyond_what_nearly_every_parent_makes() -> None:
+    """Parents make one call as a rule, up to four on some; most may take the extra path."""
+    parent = np.array([0, 0, 0, 1, 2, 2, 3, 3, 3, 3])
+    start = np.array([5, 1, 9, 1, 1, 2, 4, 3, 2, 1])
+    extra = beyond_usual(parent, start, np.arange(10))
+    assert extra.tolist() == [True, False, True, False, False, True, True, True, True, False]
+    assert not beyond_usual(np.array([0, 0, 1, 1]), np.array([1, 2, 1, 2]), np.arange(4)).any()
+    # a fan-out's calls (3 under each parent of group 7) beside each call's SERVER span of the same
+    # name (1 under each CLIENT span, group 9): each group has its own usual number
+    parent = np.array([0, 0, 0, 1, 1, 1, 2, 3, 4, 5, 6, 7])
+    group = np.array([7] * 6 + [9] * 6)
+    assert not beyond_usual(parent, np.arange(12), np.arange(12), group).any()
+    assert beyond_usual(parent, np.arange(12), np.arange(12)).sum() == 4
+
+
+def test_a_healthy_scorer_raises_nothing() -> None:
+    """2 % of profile reads miss at random, and the model sends a fifth of the requests to a vendor
+    with a heavy tail: the tail is made of those requests, but nothing is wrong."""
+    result = diagnose_frame(profile_scorer(1))
+    named = [f for f in result.findings if f.confidence >= 0.5 and f.pattern != "compute_bound"]
+    assert not named, _found(result)
+
+
+def test_an_eviction_wave_is_a_cache_miss_and_its_store_queries_are_part_of_it() -> None:
+    """The queries per missing key share the span name of the query every request makes: their extra
+    copies are the miss path (cache_miss), not a slow database, and the crowd they make is no lock."""
+    result = diagnose_frame(profile_scorer(2, wave=True))
+    top = result.findings[0]
+    assert top.pattern == "cache_miss" and top.confidence >= 0.8, _found(result)
+    assert "extra 'SELECT fraud'" in top.evidence["summary"], top.evidence["summary"]
+    wrong = [f for f in result.findings if f.confidence >= 0.5 and f.pattern in ("slow_dependency",
+                                                                                 "lock_contention")]
+    assert not wrong, _found(result)
+
+
+def test_a_vendor_cut_by_its_deadline_and_retried_is_a_timeout_not_a_cache_or_a_lock() -> None:
+    """The retry is a copy of the call made after the first attempt failed: no store behind a cache;
+    and the slow checks overlap because they last long, not because they wait for each other."""
+    result = diagnose_frame(profile_scorer(3, vendor_slow=True))
+    top = result.findings[0]
+    assert top.pattern == "timeout_retry" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"]["peer"] == "api.vendor.example"
+    wrong = [f for f in result.findings if f.confidence >= 0.5 and f.pattern in ("cache_miss",
+                                                                                 "lock_contention")]
+    assert not wrong, _found(result)
