@@ -56,6 +56,7 @@ def _config(args, max_batch: int, max_wait_ms: float, tracing: str):
         max_batch=max_batch,
         max_wait_ms=max_wait_ms,
         frontends=frontend_count(args.frontends),
+        workers=args.workers,
         **EXECUTOR_FLAGS[args.executor],
         **traced,
     )
