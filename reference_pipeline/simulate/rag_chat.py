@@ -52,8 +52,8 @@ Mechanisms (truth: pattern, stage, span, service, instances):
   during one is read after it (the ingress span holds the wait), and every step and reply read of
   its requests in flight waits. gc_pause, at the
   request span on every pod (reported as events on seeds = 1 only).
-- `llm-rollout`: the LLM pods are replaced one by one (30 % and 55 % of the run) by pods that pass
-  readiness before they are warm: their first steps are slow (weights paged in, allocator warm-up,
+- `llm-rollout`: the LLM pods are replaced one by one (from 25 % of the run, over half of it) by pods that
+  pass readiness before they are warm: their first steps are slow (weights paged in, allocator warm-up,
   decaying) and each new batch-size bucket compiles its graph once (0.25-0.9 s). cold_start,
   model_forward, `decode` (or the server's span), the new pods (queueing behind the compiles: side).
 - `moderation-timeout`: the moderation model moved to CPU nodes (median 350 ms, 15 % queue behind
@@ -246,7 +246,7 @@ def plan_for(scenario: str, seed: int) -> Plan:
         shards=s["shards"],
         hit_rate=s["hit_rate"],
         parent_docs="long-prompts" in parts,
-        kv_tokens=9_500 if "kv-pressure" in parts else 300_000,
+        kv_tokens=9_000 if "kv-pressure" in parts else 300_000,
         quota_ms=40.0 if "cpu-throttle" in parts else 300.0,
         old_gen_gc="orchestrator-gc" in parts,
         compacting=s["compacting"] if "shard-compaction" in parts else -1,

@@ -193,10 +193,13 @@ def shard_searches(
     return out
 
 
-def gc_pauses(rng: random.Random, horizon: float, old_gen: bool) -> list[tuple[float, float, int]]:
+def gc_pauses(
+    rng: random.Random, horizon: float, old_gen: bool, run_ns: float
+) -> list[tuple[float, float, int]]:
     """A CPython process's collections: young ones (gen 0/1) every fraction of a second for a few ms,
     an occasional gen-2 pass; with a leaking heap (`old_gen`: objects that are never freed), gen-2
-    passes every few seconds whose length grows with the heap, from ~0.4 s to ~3 s over the run.
+    passes every few seconds whose length grows with the heap, from ~0.5 s to ~5 s over the run
+    (`run_ns` long)
     (start, end, generation)."""
     out: list[tuple[float, float, int]] = []
     t = rng.uniform(0.0, 0.5) * NS_PER_S
@@ -207,7 +210,7 @@ def gc_pauses(rng: random.Random, horizon: float, old_gen: bool) -> list[tuple[f
     every, span = ((2.0, 5.0), (0.5, 5.0)) if old_gen else ((25.0, 60.0), (0.025, 0.06))
     t = rng.uniform(0.0, every[1]) * NS_PER_S
     while t < horizon:
-        grown = min(t / (0.8 * horizon), 1.0) if old_gen else rng.random()
+        grown = min(t / (0.8 * run_ns), 1.0) if old_gen else rng.random()
         length = (span[0] + (span[1] - span[0]) * grown) * rng.uniform(0.8, 1.2) * NS_PER_S
         out.append((t, t + length, 2))
         t += length + rng.uniform(*every) * NS_PER_S

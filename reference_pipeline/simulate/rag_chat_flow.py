@@ -131,7 +131,7 @@ def orchestrator_stalls(
     horizon: float,
     rng: random.Random,
 ) -> tuple[list[Stalls], list[list[tuple[float, float, int]]]]:
-    pauses = [gc_pauses(rng, horizon, plan.old_gen_gc) for _ in range(plan.pods)]
+    pauses = [gc_pauses(rng, horizon, plan.old_gen_gc, reqs[-1].t0) for _ in range(plan.pods)]
     demand = cpu_demand(plan, reqs, horizon, rng)
     stalls = []
     for k in range(plan.pods):
@@ -185,7 +185,7 @@ def simulate(plan: Plan, reqs: list[Req], stalls: list[Stalls], rng: random.Rand
     _search(plan, searches, rng, net)
     gens: list[list[Gen]] = [[] for _ in range(plan.replicas * (2 if plan.rollout else 1))]
     length = reqs[-1].t0
-    swap = [(0.30 + 0.25 * j) * length for j in range(plan.replicas)] if plan.rollout else []
+    swap = [(0.25 + 0.5 * j / plan.replicas) * length for j in range(plan.replicas)] if plan.rollout else []
     for r in searches:  # the search's reply, rerank, the prompt; the request reaches a replica
         st = stalls[r.pod]
         read = st.settle(r.marks["proxy"][1] + net)
