@@ -74,7 +74,7 @@ class Plan:
 def _hit_chance(plan: Plan, t: float, length: float) -> float:
     if plan.flush_at < 0 or t < plan.flush_at * length:
         return plan.hit_rate
-    return plan.hit_rate * (1.0 - math.exp(-(t - plan.flush_at * length) / (0.35 * length)))
+    return plan.hit_rate * (1.0 - math.exp(-(t - plan.flush_at * length) / (0.6 * length)))
 
 
 def draw(plan: Plan, requests: int, arrivals: list[float], rng: random.Random) -> list[Req]:
