@@ -31,10 +31,12 @@ moderation calls (1 %).
 
 Mechanisms (truth: pattern, stage, span, service, instances):
 
-- `kv-pressure`: the LLM server's `gpu_memory_utilization` was cut to share its GPU, leaving 9.5k tokens
+- `kv-pressure`: the LLM server's `gpu_memory_utilization` was cut to share its GPU, leaving 9k tokens
   of KV cache instead of 300k. Prompts wait in the scheduler's queue for blocks; when a running sequence
   needs a block and none is free, the newest is preempted, re-queued at the head and recomputes its
-  prompt and the tokens it had. queueing, stage queue, the server's wait span (or its request span).
+  prompt and the tokens it had (rare here: answers are short next to the prompts, so the blocks held
+  for the prompts are most of it). queueing, stage queue, the server's wait span (or its request span).
+  The queue builds up over bursts: x1.1-1.4 of steady's p99 in an 800-request run, x1.35-2 in 2,000.
 - `long-prompts`: a new retrieval setting (parent-document retrieval) puts each hit's whole parent
   section in the prompt instead of its chunk: prompts of ~2k tokens become 1.5k-25k (the prompt-token
   attributes, `prompt.tokens`); prefill grows with the prompt (linearly, its attention
@@ -50,19 +52,19 @@ Mechanisms (truth: pattern, stage, span, service, instances):
 - `orchestrator-gc`: a leak (objects never freed) makes CPython's gen-2 collections run every 2-5 s and
   take longer as the heap grows (0.5 s to 5 s): the whole process stops, so a request that arrives
   during one is read after it (the ingress span holds the wait), and every step and reply read of
-  its requests in flight waits. gc_pause, at the
-  request span on every pod (reported as events on seeds = 1 only).
+  its requests in flight waits (without a traced ingress, seeds = 2, that first wait is in no span).
+  gc_pause, at the request span on every pod (reported as events on seeds = 1 only).
 - `llm-rollout`: the LLM pods are replaced one by one (from 25 % of the run, over half of it) by pods that
   pass readiness before they are warm: their first steps are slow (weights paged in, allocator warm-up,
-  decaying) and each new batch-size bucket compiles its graph once (0.25-0.9 s). cold_start,
+  decaying) and each new batch-size bucket compiles its graph once (0.15-0.45 s). cold_start,
   model_forward, `decode` (or the server's span), the new pods (queueing behind the compiles: side).
-- `moderation-timeout`: the moderation model moved to CPU nodes (median 350 ms, 15 % queue behind
-  others: + Pareto 900 ms); an attempt still running at 2 s ends with an error (`ReadTimeout`) and one
-  retry follows. timeout_retry, downstream, the orchestrator's HTTP client span, all pods
-  (slow_dependency: side).
+- `moderation-timeout`: the moderation model moved to CPU nodes (median 400 ms, 25 % queue behind
+  others: + Pareto 900 ms, alpha 1.1); an attempt still running at 1.5 s ends with an error
+  (`ReadTimeout`) and one retry follows; when both are cut the answer goes out unmoderated.
+  timeout_retry, downstream, the orchestrator's HTTP client span, all pods (slow_dependency: side).
 - `cpu-throttle`: the pods' CPU limit was cut from 3 CPUs to 0.4: a rerank's burst uses the 40 ms quota of
   a 100 ms period in a few ms and the whole process stalls to the period's end (the work left carries
-  over). cpu_throttling at the request span on every pod; stalls end on period boundaries, no GC.
+  over). cpu_throttling at the request span on every pod; stalls end on period boundaries, no gen-2 GC.
 - Two causes: `kv-pressure+cpu-throttle`, `orchestrator-gc+shard-compaction`,
   `long-prompts+moderation-timeout`.
 
