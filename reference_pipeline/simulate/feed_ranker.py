@@ -1,7 +1,7 @@
 """Blind family `feed-ranker`: a mobile feed service in Java ranking Cassandra candidates with an
 in-process GBM model, with an Istio sidecar on every pod.
 
-Shape: `feed-api` (Spring Boot on Tomcat, 20 worker threads per pod, 3-4 pods over three zones;
+Shape: `feed-api` (Spring Boot on Tomcat, 16 worker threads per pod, 3-4 pods over three zones;
 JDK 21, G1 on a 4 GB heap with 4 MB regions) serves `GET /api/v1/feed`: the candidate ids from
 Cassandra (`SELECT feed.candidates_by_user`, LOCAL_QUORUM, one CQL span per request, 500-row pages),
 per-candidate features from an in-process Caffeine cache (expire-after-write 10 min) over the gRPC
@@ -37,17 +37,17 @@ Mechanisms (scenario: truth):
   set expires at once, and each pod's requests miss until refilled: feature calls of up to 64 ids, in
   series. Truth cache_miss at `FeatureHydrator.hydrate` (side: slow_dependency and large_payload: the
   feature call grows with the ids it asks for).
-- `ads-blender-slow`: the ads-blending service degrades (45 ms median, 400 ms in three
+- `ads-blender-slow`: the ads-blending service degrades (45 ms median, 700 ms in three
   episodes of 4-6 % of the run); the
   calls hold Tomcat threads, so inside the episodes requests wait for a thread before the handler
   starts (seen where Envoy's inbound span is traced). A fix is at the ads call: truth
   slow_dependency at the ads CLIENT span (stage downstream; side: queueing).
-- `more-candidates`: a product change at 30 % of the run gives 60 % of requests the `explore` surface
-  with 450 candidates instead of 150; ranking grows with `feed.candidates.count`. Truth compute_bound
+- `more-candidates`: a product change at 30 % of the run gives 70 % of requests the `explore` surface
+  with 500 candidates instead of 150; ranking grows with `feed.candidates.count`. Truth compute_bound
   at `FeedRanker.rank` (model_forward); accept large_payload: the time that grows with the item count
   is the model's compute itself, both names describe it.
 - `fresh-pod-jit`: a pod added at 40 % of the run (its cache warmed at start) runs its first requests
-  interpreted and lazily initialised (350 ms on the first three, then 8x decaying over ~140 requests).
+  interpreted and lazily initialised (350 ms on the first three, then 7x decaying over ~60 requests).
   Truth cold_start on that pod.
 - `az-retransmits`: packet loss in us-east-1c: 3 % of the segments of its pods' calls wait for a
   retransmission timeout (200 ms, tripled on a second loss), between the calling span and the callee's

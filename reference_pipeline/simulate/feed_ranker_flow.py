@@ -36,19 +36,19 @@ from reference_pipeline.simulate.trace_table import (
     poisson_arrivals,
 )
 
-UNIVERSE, HOT, TTL_S = 20_000, 19_000, 600.0
-THREADS, TREES, BATCH, PAGE, CHUNK = 20, 800, 128, 500, 64
+UNIVERSE, HOT, TTL_S = 20_000, 19_800, 600.0
+THREADS, TREES, BATCH, PAGE, CHUNK = 16, 800, 128, 500, 64
 TREE_ROW_NS = 80.0  # one tree walked for one candidate
 SIDECAR_QUOTA_MS = 10.0  # a 100m limit
 
 
 def _candidates(rng: random.Random, t: float, horizon: float, parts: set[str]) -> tuple[str, int, int]:
     """(surface, candidate count, features per candidate) of one request."""
-    if "more-candidates" in parts and t >= 0.3 * horizon and rng.random() < 0.6:
+    if "more-candidates" in parts and t >= 0.3 * horizon and rng.random() < 0.7:
         big = "g1-humongous" in parts
         return (
             "explore",
-            max(40, round(rng.lognormvariate(0.0, 0.3) * (1100 if big else 450))),
+            max(40, round(rng.lognormvariate(0.0, 0.3) * (1100 if big else 500))),
             1024 if big else 256,
         )
     return "home", max(20, round(rng.lognormvariate(0.0, 0.35) * 150)), 256

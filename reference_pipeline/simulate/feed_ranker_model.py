@@ -134,7 +134,7 @@ class CassandraRing:
         quorum = sorted(answers)[1]
         coordinate = lognormal_ms(rng, 0.3, 0.3)
         if coordinator in self.slow:  # native-transport threads starved by compaction
-            coordinate += lognormal_ms(rng, 12.0, 0.9)
+            coordinate += lognormal_ms(rng, 20.0, 0.9)
         return coordinate + quorum, coordinator, speculative
 
 
@@ -208,14 +208,14 @@ def ads_episodes(rng: random.Random, horizon: float) -> list[tuple[float, float]
 
 def ads_blend_ns(rng: random.Random, t: float, degraded: bool, episodes: list[tuple[float, float]]) -> float:
     """The ads-blending service's own time for one call: 11 ms median with a rare slow auction; when
-    degraded 45 ms, and about 400 ms inside an episode."""
+    degraded 45 ms, and about 700 ms inside an episode."""
     if not degraded:
         own = lognormal_ms(rng, 11.0, 0.4)
         if rng.random() < 0.005:
             own += 40.0 * NS_PER_MS * rng.paretovariate(1.5)
         return own
     if any(a <= t < b for a, b in episodes):
-        return lognormal_ms(rng, 400.0, 0.35)
+        return lognormal_ms(rng, 700.0, 0.35)
     return lognormal_ms(rng, 45.0, 0.5)
 
 
@@ -232,7 +232,7 @@ def retransmit_ns(rng: random.Random, lossy: bool, loss: float = 0.03) -> float:
 def jit_factor(index: int) -> float:
     """How much slower a fresh JVM runs its hot code on its `index`-th request: interpreted and C1
     code until C2 has compiled the scoring and JSON paths."""
-    return 1.0 + 7.0 * math.exp(-index / 140.0)
+    return 1.0 + 6.0 * math.exp(-index / 60.0)
 
 
 def first_request_ns(rng: random.Random, index: int) -> float:
