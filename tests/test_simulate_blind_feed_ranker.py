@@ -123,7 +123,7 @@ def test_a_seed_gives_the_same_bytes(tmp_path: Path) -> None:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_format_loads_and_the_truth_names_what_the_run_has(runs, seed: int) -> None:
     s = setup(seed)
-    spans = runs("fresh-pod-jit+sidecar-throttling", 500 if seed else 700, seed)
+    spans = runs("g1-mixed-gc+fresh-pod-jit", 500 if seed else 700, seed)
     services = {x["service"] for x in spans}
     sidecar = {"feed-api.feed"} if s["sidecar_traced"] else set()
     assert services == {"feed-api", "feature-store", "ads-blender"} | sidecar
@@ -155,7 +155,7 @@ def test_mixed_collections_stretch_the_spans_in_flight_and_are_reported_by_seed(
         p([x["duration"] for x in named(steady, ADS_SERVER, "Server")], 90), rel=0.2)
     assert p(latency(gc), 99) > 1.5 * p(latency(steady), 99)
     for seed, style in ((1, "metrics"), (2, "none")):  # metric deltas on the request span, or nothing
-        roots = named(runs("fresh-pod-jit+sidecar-throttling", 500, seed), ROOT, "Server")
+        roots = named(runs("g1-mixed-gc+fresh-pod-jit", 500, seed), ROOT, "Server")
         assert setup(seed)["gc_report"] == style
         deltas = [r["attrs"].get("jvm.gc.pause.count.delta") for r in roots]
         assert (style == "metrics") == all(d is not None for d in deltas)
@@ -221,7 +221,7 @@ def test_more_candidates_grow_the_ranking_with_the_count(runs) -> None:
 
 def test_a_fresh_pod_runs_its_first_requests_slowly_and_warms_up(runs) -> None:
     seed = 0
-    spans = runs("fresh-pod-jit+sidecar-throttling", 700, seed)
+    spans = runs("g1-mixed-gc+fresh-pod-jit", 700, seed)
     (fresh,) = blind.truth(FAMILY, "fresh-pod-jit", seed)[0]["instances"]
     mine = [x for x in named(spans, ROOT, "Server") if instance(x) == fresh]
     roots = sorted(mine, key=lambda x: x["start"])
@@ -252,16 +252,17 @@ def test_retransmits_open_a_gap_between_the_zone_c_calls_and_their_callees(runs)
 
 def test_the_throttled_sidecar_resumes_on_period_boundaries_and_the_app_does_not_stall(runs) -> None:
     seed = 0
-    spans, steady = runs("fresh-pod-jit+sidecar-throttling", 700, seed), runs("steady", 1200, seed)
+    spans, steady = runs("sidecar-throttling+az-retransmits", 700, seed), runs("steady", 1200, seed)
+    zone_c = {labels(0, pods_of(seed, 3), True)[k] for k in lossy(setup(seed)["pods"])}
 
-    def held(spans):  # an Envoy span beyond its child (the app's SERVER span, or the callee's)
+    def held(spans):  # an Envoy span beyond its child (the app's SERVER span, or the callee's), zones a, b
         kids = children(spans)
-        return [(x, x["end"] - kids[x["id"]][0]["end"]) for x in spans if x["service"] == "feed-api.feed"]
+        return [(x, x["end"] - kids[x["id"]][0]["end"]) for x in spans
+                if x["service"] == "feed-api.feed" and instance(x) not in zone_c]
 
     stalled = np.array([x["end"] % (100 * MS) for x, extra in held(spans) if extra > 3 * MS])
     assert len(stalled) > 60  # held past a stall, the span ends just after a period boundary
     assert np.mean(stalled < 2 * MS) > 0.9
     assert p([extra for _, extra in held(steady)], 99) < 2 * MS
-    (fresh,) = blind.truth(FAMILY, "fresh-pod-jit", seed)[0]["instances"]
-    rank = [x["duration"] for x in named(spans, RANK) if instance(x) != fresh]
+    rank = [x["duration"] for x in named(spans, RANK)]
     assert p(rank, 99) < 1.5 * p([x["duration"] for x in named(steady, RANK)], 99)

@@ -72,7 +72,10 @@ def simulate(
     base = s["pods"]
     fresh_at = 0.4 * horizon if "fresh-pod-jit" in parts else None
     count = base + (fresh_at is not None)
-    pod_of = [rng.randrange(count if fresh_at is not None and t >= fresh_at else base) for t in arrivals]
+    # a rolling deploy (maxSurge 1, maxUnavailable 0): once the new pod is ready, pod 0 is terminated
+    pod_of = [rng.randrange(base) for _ in arrivals]
+    if fresh_at is not None:
+        pod_of = [base if k == 0 and t >= fresh_at else k for k, t in zip(pod_of, arrivals, strict=True)]
     shapes = [_candidates(rng, t, horizon, parts) for t in arrivals]
 
     per_pod: list[list[int]] = [[] for _ in range(count)]

@@ -231,14 +231,14 @@ def retransmit_ns(rng: random.Random, lossy: bool, loss: float = 0.03) -> float:
 
 def jit_factor(index: int) -> float:
     """How much slower a fresh JVM runs its hot code on its `index`-th request: interpreted and C1
-    code until C2 has compiled the scoring and JSON paths."""
-    return 1.0 + 6.0 * math.exp(-index / 60.0)
+    code until C2 has compiled the scoring (a pure-Java tree evaluator) and JSON paths."""
+    return 1.0 + 12.0 * math.exp(-index / 80.0)
 
 
 def first_request_ns(rng: random.Random, index: int) -> float:
     """Lazy initialisation on a fresh pod's first requests (Spring beans, the model's native library,
     driver connection pools)."""
-    return lognormal_ms(rng, 350.0, 0.3) if index < 3 else 0.0
+    return lognormal_ms(rng, 600.0, 0.3) if index < 3 else 0.0
 
 
 # --- the pods and what one request did, for the span writer -------------------------------------
