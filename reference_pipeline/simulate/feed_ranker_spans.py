@@ -181,7 +181,7 @@ class Writer:
             call.start,
             call.end,
             attrs,
-            peer=SIDECAR if self.sidecar_traced else target,
+            peer=target,
         )
         above = client
         if self.sidecar_traced:
