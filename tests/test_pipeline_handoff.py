@@ -88,3 +88,35 @@ def test_a_full_batch_wakes_the_worker_once_and_the_loop_once(monkeypatch) -> No
     assert outputs == [i * 2 for i in range(8)]
     assert handed_back == [8]  # one hand-back carrying the batch's 8 results
     assert wakeups == 2  # the first request (start the deadline) and the full batch
+
+
+def test_front_ends_get_a_socket_each_and_the_kernel_spreads_connections() -> None:
+    import socket
+
+    from reference_pipeline.serving import bind_port_group
+
+    group = bind_port_group(count=2)
+    try:
+        assert len({s.fileno() for s in group}) == 2
+        port = group[0].getsockname()[1]
+        assert group[1].getsockname()[1] == port
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(64)]
+        accepted = []
+        for sock in group:
+            sock.setblocking(False)
+            count = 0
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except BlockingIOError:
+                    break
+                conn.close()
+                count += 1
+            accepted.append(count)
+        for client in clients:
+            client.close()
+        # by a hash of each connection's source port: all 64 on one socket has odds of 2**-63
+        assert sum(accepted) == 64 and min(accepted) > 0
+    finally:
+        for sock in group:
+            sock.close()
