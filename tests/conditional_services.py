@@ -77,3 +77,40 @@ def _vendor(b: TraceBuilder, root: int, pod: str, cur: float, slow: bool) -> flo
         cur += 50.0
     b.set_end(check, cur)
     return cur + 0.05
+
+
+def paused_worker_behind_callers(seed: int, n: int = 4000, rps: float = 150.0, pause: bool = True):
+    """Three caller pods (`POST` CLIENT) call a scorer of three single-process pods (SERVER `POST
+    /score`: `features` 2 ms, `predict` 4 ms). With `pause`, the process of pod 0 stops for ~250 ms
+    every ~2 s (a collection, reported nowhere): a call sent meanwhile is read once it runs again, the
+    held calls one after the other (~1 ms each, the loop reading them in turn). Without, pod 0's node
+    delays 6 % of the packets sent to it by ~150 ms (the wire: each on its own)."""
+    b = TraceBuilder(seed)
+    b.stages.update({"predict": "model_forward"})
+    pauses, t = [], 500.0
+    while t < n / rps * 1000.0 + 1000.0:
+        pauses.append((t, t + lognormal(b.rng, 250.0, 0.2)))
+        t += 1500.0 + 1000.0 * b.rng.random()
+    released: dict[float, int] = {}  # calls held by each pause, read in turn once it ends
+    for i, t in enumerate(b.arrivals(n, rps)):
+        b.new_trace()
+        caller, pod = f"api/{i % 3}", PODS[int(b.rng.integers(3))]
+        start = t + lognormal(b.rng, 0.3, 0.2)
+        if pod == PODS[0]:
+            if pause:
+                held = [z for a, z in pauses if a <= start < z]
+                if held:
+                    released[held[0]] = released.get(held[0], 0) + 1
+                    start = held[0] + 1.0 * released[held[0]]
+            elif b.rng.random() < 0.06:
+                start += lognormal(b.rng, 150.0, 0.3)
+        call = b.span(None, "POST", "Client", caller, t, 0.0, service="api")
+        root = b.span(call, "POST /score", "Server", pod, start, 0.0)
+        cur = start + 0.1
+        for name, median in (("features", 2.0), ("predict", 4.0)):
+            d = lognormal(b.rng, median, 0.2)
+            b.span(root, name, "Internal", pod, cur, d)
+            cur += d + 0.05
+        b.set_end(root, cur)
+        b.set_end(call, cur + lognormal(b.rng, 0.3, 0.2))
+    return b.frame()

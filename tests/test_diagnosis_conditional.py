@@ -8,8 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
+from tailscope.analysis.diagnosis import network as nw
 from tailscope.analysis.diagnosis.extra_calls import beyond_usual
-from tests.conditional_services import profile_scorer
+from tailscope.analysis.diagnosis.model import Context
+from tests.conditional_services import paused_worker_behind_callers, profile_scorer
 
 
 def _found(result) -> list:
@@ -61,3 +63,20 @@ def test_a_vendor_cut_by_its_deadline_and_retried_is_a_timeout_not_a_cache_or_a_
     wrong = [f for f in result.findings if f.confidence >= 0.5 and f.pattern in ("cache_miss",
                                                                                  "lock_contention")]
     assert not wrong, _found(result)
+
+
+def test_calls_held_by_a_paused_server_are_no_network_delay() -> None:
+    """A process that stops reads the calls sent meanwhile one after the other once it runs again:
+    their starts bunch although their sends were apart. Without GC events nothing else says it."""
+    frame = paused_worker_behind_callers(4)
+    result = diagnose_frame(frame)
+    network = [f for f in result.findings if f.pattern == "network"]
+    assert not network or network[0].confidence < 0.5, _found(result)
+    alone = nw.detect(Context(frame))  # what the gaps say, before the confidence floor
+    assert alone[0].evidence["stats"]["large_gaps_drained_together"] > 0.8, alone[0].evidence["summary"]
+
+
+def test_a_lossy_node_in_front_of_a_server_stays_a_network_delay() -> None:
+    """The wire delays each call on its own: starts as spread as the sends."""
+    result = diagnose_frame(paused_worker_behind_callers(5, pause=False))
+    assert result.findings[0].pattern == "network" and result.findings[0].confidence >= 0.5, _found(result)

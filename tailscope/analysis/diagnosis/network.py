@@ -100,7 +100,9 @@ def detect(ctx: Context) -> list[Finding]:
         # a server that stopped accepting takes the calls held meanwhile at once: their server spans
         # start together on one instance, whichever caller sent them (the wire delays each on its own)
         released = released_together(f, srv[sel], big)
-        in_stall = max(in_stall, released)
+        # ... and one after the other, however spread their sends were
+        drained = drained_together(f, cli[sel], srv[sel], big, g)
+        in_stall = max(in_stall, released, drained)
         # the part of the large gaps that follows the payload's size is transfer (large_payload's)
         wire = ctx.notes.get("wire_driven")
         if wire is not None and big.any():
@@ -140,7 +142,7 @@ def detect(ctx: Context) -> list[Finding]:
             )
             + (
                 f"; {in_stall:.0%} of the large gaps fall in server stalls (see gc_pause)"
-                if in_stall > 0.2 and released < in_stall
+                if in_stall > 0.2 and max(released, drained) < in_stall
                 else ""
             )
             + (
@@ -148,6 +150,13 @@ def detect(ctx: Context) -> list[Finding]:
                 "one server instance at the same moment: the server stopped accepting and then took "
                 "them at once (a stall, not the wire)"
                 if released > 0.2 and released >= in_stall
+                else ""
+            )
+            + (
+                f"; {drained:.0%} of the large gaps' time is calls to one server instance that started "
+                "one after the other although they were sent apart: the server process stopped and "
+                "then took the calls held meanwhile (a stall or a full backlog, not the wire)"
+                if drained > 0.2 and drained >= in_stall and drained > released
                 else ""
             )
             + (
@@ -172,6 +181,7 @@ def detect(ctx: Context) -> list[Finding]:
             "affected_callers": affected[:20],
             "large_gaps_in_server_stalls": round(in_stall, 3),
             "large_gaps_released_together": round(released, 3),
+            "large_gaps_drained_together": round(drained, 3),
             "large_gaps_queued_for_a_worker": round(queued, 3),
             "client_service": client_service,
             "server_service": server_service,
@@ -215,6 +225,32 @@ def released_together(f, srv: np.ndarray, big: np.ndarray) -> float:
     n_callers = np.bincount(pairs[:, 0], minlength=len(counts))
     bunched = (counts[inverse] >= RELEASE_BUNCH) & (n_callers[inverse] >= 2)
     return float(bunched.mean())
+
+
+def drained_together(f, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, g: np.ndarray) -> float:
+    """How much more often the large-gap calls to one server instance start close to another one than
+    they were sent close to another one (within a tenth of their median gap, at least 1 ms; weighed by
+    the time each gap adds over the median), as a share of what is left: a process that stopped (a
+    pause, a full backlog) takes the calls held meanwhile one after the other once it runs again,
+    however spread their sends were; the wire delays each call on its own, so the starts are as
+    spread as the sends. 0 where too few."""
+    if big.sum() < 2 * RELEASE_BUNCH:
+        return 0.0
+    window = max(0.1 * float(np.median(g[big])), float(RELEASE_NS))
+    inst = f.instance[srv[big]].astype(np.int64)
+    scale = int(f.end.max()) + 4 * int(window) + 2
+
+    def near(t: np.ndarray) -> np.ndarray:  # another big call on the instance within the window
+        key = inst * scale + t
+        ordered = np.sort(key)
+        around = np.searchsorted(ordered, key + window, side="right") - np.searchsorted(
+            ordered, key - window, side="left")
+        return around >= 2
+
+    weight = np.maximum(g[big] - float(np.median(g)), 1.0)  # by the time each gap adds
+    started = float((weight * near(f.start[srv[big]])).sum() / weight.sum())
+    sent = float((weight * near(f.start[cli[big]])).sum() / weight.sum())
+    return clamp01((started - sent) / max(1.0 - sent, 1e-9))
 
 
 def large_gaps(g: np.ndarray, p50: float) -> np.ndarray:
