@@ -18,12 +18,25 @@ def _stall_time(t: np.ndarray, s0: np.ndarray, s1: np.ndarray, cum: np.ndarray) 
     return np.where(k >= 0, cum[kk] + inside, 0)
 
 
+def _merged(s0: np.ndarray, s1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Episodes sorted by start, overlapping ones merged (episodes from several detectors, such as
+    gc_pause's and cpu_throttling's of one stall, come appended in any order)."""
+    if len(s0) == 0:
+        return s0, s1
+    order = np.argsort(s0, kind="stable")
+    s0, s1 = s0[order], s1[order]
+    reach = np.maximum.accumulate(s1)
+    new = np.r_[True, s0[1:] > reach[:-1]]
+    return s0[new], np.maximum.reduceat(s1, np.nonzero(new)[0])
+
+
 def stall_overlap(inst, t0, t1, ep_inst, ep_t0, ep_t1) -> np.ndarray:
-    """Per interval [t0, t1) on instance `inst`: total time inside stall episodes of that instance."""
+    """Per interval [t0, t1) on instance `inst`: total time inside stall episodes of that instance
+    (overlapping episodes counted once)."""
     out = np.zeros(len(inst), np.float64)
     for i in np.unique(ep_inst):
         sel = ep_inst == i
-        s0, s1 = ep_t0[sel], ep_t1[sel]
+        s0, s1 = _merged(ep_t0[sel], ep_t1[sel])
         cum = np.r_[0, np.cumsum(s1 - s0)]
         m = inst == i
         out[m] = _stall_time(t1[m], s0, s1, cum) - _stall_time(t0[m], s0, s1, cum)
