@@ -7,7 +7,7 @@ the run; vendor slow periods cut attempts at the deadline. Timings from what the
 
 from __future__ import annotations
 
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
 
 PODS = ("scorer/0", "scorer/1", "scorer/2")
 DEADLINE_MS = 300.0
@@ -114,3 +114,37 @@ def paused_worker_behind_callers(seed: int, n: int = 4000, rps: float = 150.0, p
         b.set_end(root, cur)
         b.set_end(call, cur + lognormal(b.rng, 0.3, 0.2))
     return b.frame()
+
+
+def paused_caller(seed: int, n: int = 4000, rps: float = 200.0):
+    """A scorer of three pods whose processes stop for ~120 ms every ~1.5 s (a collection, reported as
+    GC events): each request runs `parse` (1 ms), calls a profile store (`GET profile` CLIENT, ~15 ms,
+    the store itself steady) and runs `predict` (4 ms, model_forward). A call in flight during a stop
+    ends when the process runs again (its reply is read late): its time is the caller's stall."""
+    b = TraceBuilder(seed)
+    b.stages.update({"predict": "model_forward"})
+    horizon = n / rps * 1000.0 + 1000.0
+    stops, gc = {}, []
+    for pod in PODS:
+        t, mine = 300.0 + 500.0 * b.rng.random(), []
+        while t < horizon:
+            mine.append((t, t + lognormal(b.rng, 120.0, 0.2)))
+            gc.append((pod, *mine[-1]))
+            t = mine[-1][1] + 1200.0 + 600.0 * b.rng.random()
+        stops[pod] = mine
+    pauses = Pauses(stops)
+    for i, t in enumerate(b.arrivals(n, rps)):
+        b.new_trace()
+        pod = PODS[i % 3]
+        root = b.span(None, "POST /score", "Server", pod, t, 0.0)
+        cur = pauses.run(pod, t + 0.05, 0.0)
+        end = pauses.run(pod, cur, lognormal(b.rng, 1.0, 0.2))
+        b.span(root, "parse", "Internal", pod, cur, end - cur)
+        cur = end + 0.05
+        end = pauses.run(pod, cur + lognormal(b.rng, 15.0, 0.1), 0.05)  # the reply, read by the process
+        b.span(root, "GET profile", "Client", pod, cur, end - cur, **{"server.address": "profiles"})
+        cur = end + 0.05
+        end = pauses.run(pod, cur, lognormal(b.rng, 4.0, 0.15))
+        b.span(root, "predict", "Internal", pod, cur, end - cur)
+        b.set_end(root, end + 0.05)
+    return b.frame(gc=gc)

@@ -11,7 +11,7 @@ from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis import network as nw
 from tailscope.analysis.diagnosis.extra_calls import beyond_usual
 from tailscope.analysis.diagnosis.model import Context
-from tests.conditional_services import paused_worker_behind_callers, profile_scorer
+from tests.conditional_services import paused_caller, paused_worker_behind_callers, profile_scorer
 
 
 def _found(result) -> list:
@@ -80,3 +80,23 @@ def test_a_lossy_node_in_front_of_a_server_stays_a_network_delay() -> None:
     """The wire delays each call on its own: starts as spread as the sends."""
     result = diagnose_frame(paused_worker_behind_callers(5, pause=False))
     assert result.findings[0].pattern == "network" and result.findings[0].confidence >= 0.5, _found(result)
+
+
+def test_stall_time_counts_overlapping_episodes_from_two_detectors_once() -> None:
+    """gc_pause's and cpu_throttling's episodes of one instance come appended, unsorted, and may
+    overlap: the time inside them is counted once, never negative."""
+    from tailscope.analysis.diagnosis.long_stalls import stall_overlap
+
+    ep_inst, ep_t0, ep_t1 = np.zeros(4, np.int64), np.array([50, 0, 10, 100]), np.array([60, 20, 30, 110])
+    got = stall_overlap(np.zeros(3, np.int64), np.array([0, 0, 55]), np.array([200, 25, 105]), ep_inst, ep_t0,
+                        ep_t1)
+    assert got.tolist() == [50.0, 25.0, 10.0]
+
+
+def test_calls_that_a_paused_caller_reads_late_are_no_slow_dependency() -> None:
+    """The store answers in ~15 ms every time; the calls in flight during a stop of the caller's
+    process end when it runs again: the pause's time, not the dependency's."""
+    result = diagnose_frame(paused_caller(6))
+    assert result.findings[0].pattern == "gc_pause", _found(result)
+    dep = [f for f in result.findings if f.pattern == "slow_dependency"]
+    assert not dep or dep[0].confidence < 0.5, _found(result)

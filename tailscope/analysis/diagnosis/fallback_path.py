@@ -20,6 +20,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.cache_evidence import WORKING_MISS_RATE
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.slow_dependency import stalled_time
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms
 from tailscope.vocabulary import ALL_STAGES
 
@@ -117,7 +118,8 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
     if in_tail < max(1.5 * in_body, in_body + 0.1):
         return None  # present as often in fast requests: not what makes the tail
     mask = f.name == code
-    share = clamp01(ctx.share_of(mask, f.dur))  # other spans can be faster in the tail
+    # the fallback's time in a stall of its process (a pause, a CPU quota) is not what the miss costs
+    share = clamp01(ctx.share_of(mask, f.dur - stalled_time(ctx, mask)))  # others can be faster in the tail
     rate = float(with_fallback.mean())
     timing = _over_time(ctx, with_fallback)
     lift = clamp01((in_tail - in_body) / max(1.0 - in_body, 1e-9))

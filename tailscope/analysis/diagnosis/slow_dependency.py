@@ -68,8 +68,11 @@ def detect(ctx: Context) -> list[Finding]:
         presence = float((np.bincount(f.request[top], minlength=n) > 0).mean())
         if presence < 0.4:
             continue
-        share = ctx.share_of(top, f.dur)
-        d = f.dur[top].astype(np.float64)
+        # time the caller sat in a process stall (a pause, a CPU quota, a blocked event loop: gc_pause's
+        # and cpu_throttling's episodes) while the call ran: the reply is read late, not the callee's
+        stalled = stalled_time(ctx, top)
+        share = ctx.share_of(top, f.dur - stalled)
+        d = (f.dur - stalled)[top].astype(np.float64)
         p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
         heaviness = p99 / max(p50, 1.0)
         # the callee's own time, where its SERVER span is traced
@@ -277,3 +280,18 @@ def _inside(f, inner: int, outer: int) -> bool:
         hit[alive] |= f.name[cur[alive]] == outer
         cur = np.where(alive, f.parent[np.maximum(cur, 0)], -1)
     return bool(len(spans)) and float(hit.mean()) >= 0.5
+
+
+def stalled_time(ctx: Context, mask: np.ndarray) -> np.ndarray:
+    """Per span (0 outside `mask`): the time it spent inside the stall episodes of its own instance
+    (ctx.notes['gc_episodes']: gc_pause's and cpu_throttling's): a stalled caller reads a reply late."""
+    out = np.zeros(len(ctx.frame), np.int64)
+    episodes = ctx.notes.get("gc_episodes")
+    if episodes is None or len(episodes[0]) == 0:
+        return out
+    from tailscope.analysis.diagnosis.long_stalls import stall_overlap
+
+    f = ctx.frame
+    idx = np.nonzero(mask)[0]
+    out[idx] = np.minimum(stall_overlap(f.instance[idx], f.start[idx], f.end[idx], *episodes), f.dur[idx])
+    return out
