@@ -256,7 +256,8 @@ def sharded_fan_out(seed: int, n: int = 3000, shards: int = 8, deadline: float |
     service of three replicas per shard; 3 % of the attempts hang (a compaction). With a `deadline`,
     a hung attempt is cut at it with DEADLINE_EXCEEDED, then made once more, 2 ms later, on another
     replica of the same shard; without one, it runs long (~40 ms, heavy-tailed) and is not retried.
-    With `straggler`, no attempt hangs but replica 0 of shard 3 takes ~25 ms more on every call."""
+    With `straggler`, no attempt hangs but replica 0 of shard 3 takes ~25 ms more on every call (with a
+    `deadline`, its calls that outlast it are cut and made again on another replica)."""
     b = TraceBuilder(seed)
     for i, t in enumerate(b.arrivals(n, 80)):
         b.new_trace()
@@ -274,7 +275,8 @@ def sharded_fan_out(seed: int, n: int = 3000, shards: int = 8, deadline: float |
                     work += lognormal(b.rng, 25.0, 0.2)
                 if hang and deadline is None:
                     work += lognormal(b.rng, 40.0, 0.5)
-                cut = hang and deadline is not None
+                # a deadline cuts whatever outlasts it: a hung attempt, or a straggler's slowest calls
+                cut = deadline is not None and (hang or (straggler and work + 0.3 > deadline))
                 d = deadline if cut else work + 0.3
                 call = b.span(root, "Shard/Search", "Client", pod, start, d,
                               **{"rpc.grpc.status_code": 4 if cut else 0})

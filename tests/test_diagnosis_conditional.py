@@ -12,6 +12,7 @@ from tailscope.analysis.diagnosis import network as nw
 from tailscope.analysis.diagnosis.extra_calls import beyond_usual
 from tailscope.analysis.diagnosis.model import Context
 from tests.conditional_services import paused_caller, paused_worker_behind_callers, profile_scorer
+from tests.path_services import sharded_fan_out
 
 
 def _found(result) -> list:
@@ -100,3 +101,14 @@ def test_calls_that_a_paused_caller_reads_late_are_no_slow_dependency() -> None:
     assert result.findings[0].pattern == "gc_pause", _found(result)
     dep = [f for f in result.findings if f.pattern == "slow_dependency"]
     assert not dep or dep[0].confidence < 0.5, _found(result)
+
+
+def test_a_deadline_cutting_a_straggler_replicas_calls_is_the_straggler() -> None:
+    """Replica 0 of shard 3 is slow on every call; the deadline cuts its slowest and a retry goes to
+    another replica: the timeouts are the straggler's symptom, named as slow_dependency."""
+    result = diagnose_frame(sharded_fan_out(22, deadline=30.0, straggler=True))
+    top = result.findings[0]
+    assert top.pattern == "slow_dependency" and top.confidence >= 0.5, _found(result)
+    retry = [f for f in result.findings if f.pattern == "timeout_retry"]
+    assert retry and retry[0].confidence < 0.5, _found(result)
+    assert retry[0].evidence["stats"]["cut_calls_to_straggler"] == "shard/3-0"

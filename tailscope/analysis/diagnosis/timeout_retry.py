@@ -30,7 +30,7 @@ from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
 PATTERN = "timeout_retry"
-MIN_RETRIED = 10  # retried calls: a deadline shows in a few (first attempts at one duration, far out)
+MIN_RETRIED = 20
 TIGHT = 0.03  # first attempts within 3 % of the timeout value ...
 TIGHT_NS = 500_000  # ... or 0.5 ms, whichever is larger
 ABOVE_MEDIAN = 3.0  # a deadline sits far above the call's median
@@ -205,6 +205,11 @@ def _judge(ctx: Context, code: int) -> Finding | None:
     tail_retried = float(retried_req[split.tail].mean()) if split.tail.any() else 0.0
     all_retried = float(retried_req.mean())
     confidence = strength * material_weight(share) * 0.95
+    # the deadline cuts calls to one replica that is slow on every call it answers (a straggler): the
+    # retries are the straggler's symptom (and the policy working), slow_dependency names the cause
+    slow_one = _straggler_cut(f, a1, g["spans"])
+    if slow_one is not None:
+        confidence = min(confidence, 0.45)
     if confidence < 0.05:
         return None
     name = f.names[code]
@@ -228,6 +233,9 @@ def _judge(ctx: Context, code: int) -> Finding | None:
         + f". {tail_retried:.0%} of the tail requests retried vs {all_retried:.1%} of all, and the time "
         f"lost to the failed attempts is {share:.0%} of the tail excess (instances: "
         f"{', '.join(top_inst)})."
+        + (f" But {slow_one[1]:.0%} of the attempts cut are calls to {slow_one[0]}, a replica slow on "
+           "every call it answers: the deadline cuts a straggler's calls (see slow_dependency)."
+           if slow_one is not None else "")
     )
     # the attempts the caller gave up on: every one but a parent's last, and any cut at the deadline
     cut = g["spans"][np.abs(all_d - timeout) <= tol]
@@ -250,6 +258,7 @@ def _judge(ctx: Context, code: int) -> Finding | None:
         "service": service,
         "instances": top_inst,
         "peer": peer,
+        "cut_calls_to_straggler": slow_one[0] if slow_one is not None else None,
     }
     edges = np.linspace(0, max(timeout * 1.3, float(np.quantile(all_d, 0.999))), 61)
     first_mask = np.zeros(len(f), bool)
@@ -294,3 +303,21 @@ def _peer(ctx: Context, code: int, first: np.ndarray) -> str:
             uniq, counts = np.unique(picked.astype(str), return_counts=True)
             return str(uniq[int(np.argmax(counts))])
     return f"'{ctx.frame.names[code]}'"
+
+
+def _straggler_cut(f, first: np.ndarray, spans: np.ndarray) -> tuple[str, float] | None:
+    """(instance, share) where the callee's SERVER spans under the cut first attempts are mostly
+    (>= 75 %) on one instance whose calls (all those it served, at least 20) take at least twice as long
+    at the median as the other instances' calls: a straggler replica, slow on every call."""
+    child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
+    served = child[np.isin(f.parent[child], spans)]
+    cut = child[np.isin(f.parent[child], first)]
+    if len(cut) < 5 or len(served) < 50:
+        return None
+    worst = int(np.bincount(f.instance[cut]).argmax())
+    share = float((f.instance[cut] == worst).mean())
+    mine = f.instance[served] == worst
+    if share < 0.75 or mine.sum() < 20 or mine.all():
+        return None
+    own, rest = float(np.median(f.dur[served[mine]])), float(np.median(f.dur[served[~mine]]))
+    return (f.instances[worst], share) if own >= 2.0 * rest else None
