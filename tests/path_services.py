@@ -77,15 +77,17 @@ def cached_service(seed: int, expiry: bool = True, bursts: bool = False, miss_ra
     return b.frame()
 
 
-def pooled_service(seed: int, workers: int = 8, connections: int = 3, rate: float = 800.0, n: int = 6000):
+def pooled_service(seed: int, workers: int = 8, connections: int = 3, rate: float = 800.0, n: int = 6000,
+                   bursts: bool = False):
     """Calls to a service with `workers` threads per pod and a pool of `connections` database
     connections per pod, held from the repository span's query until the response is written (open
     session in view): `findRecent` waits for a free connection before its JDBC child, and threads
-    waiting for a connection fill the worker pool too."""
+    waiting for a connection fill the worker pool too. With `bursts`, arrivals run at 2.5x the rate
+    for 2 s out of every 10 s."""
     b = TraceBuilder(seed)
     free = {p: [0.0] * workers for p in PODS}
     conns = {p: [0.0] * connections for p in PODS}
-    for i, t in enumerate(_arrivals(b, n, rate, False)):
+    for i, t in enumerate(_arrivals(b, n, rate, bursts)):
         b.new_trace()
         pod = PODS[i % 2]
         slots = free[pod]
