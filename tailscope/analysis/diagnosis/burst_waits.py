@@ -6,7 +6,8 @@ burst's queue moved into the pool (queueing names the cause; the pool's size is 
 that is too slow for the ordinary rate makes requests wait at any time. So: with the run's request
 arrivals in BINS time bins, over-dispersed (variance over mean > DISPERSED: traffic in bursts, not a
 steady rate), the share of the modelled wait spent in the bins where arrivals ran at >= ELEVATED x
-the median bin, against the share of the spans in those bins."""
+the median bin, against the share of the spans in those bins: waits that come with the burst are
+far longer per span inside it than outside (burst_ratio)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,10 @@ def burst_waits(ctx: Context, spans: np.ndarray, wait: np.ndarray) -> tuple[floa
     burst = arrivals >= ELEVATED * float(np.median(arrivals))
     at = np.clip(((ctx.frame.start[spans] - t0) // width).astype(np.int64), 0, BINS - 1)
     return float(wait[burst[at]].sum() / wait.sum()), float(burst[at].mean())
+
+
+def burst_ratio(wait_share: float, span_share: float) -> float:
+    """The mean wait per span inside the bursts over the mean wait per span outside them."""
+    inside = wait_share / max(span_share, 1e-9)
+    outside = (1.0 - wait_share) / max(1.0 - span_share, 1e-9)
+    return inside / max(outside, 1e-9)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.burst_waits import burst_waits
+from tailscope.analysis.diagnosis.burst_waits import burst_ratio, burst_waits
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -207,7 +207,7 @@ def detect(ctx: Context) -> list[Finding]:
         called = max(called, time_in_calls(ctx, spans) if confidence > 0.45 else 0.0)
         # waits that come only with bursts of arrivals are the burst's queue moved into the lock
         burst = burst_waits(ctx, spans, wait) if confidence > 0.45 else None
-        with_burst = burst is not None and burst[0] >= 0.8 and burst[0] >= 2.0 * burst[1]
+        with_burst = burst is not None and burst[0] >= 0.8 and burst_ratio(*burst) >= 5.0
         if called >= 0.5 or with_burst:
             confidence = min(confidence, 0.45)
         name = f.names[code]
