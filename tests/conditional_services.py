@@ -14,28 +14,38 @@ DEADLINE_MS = 300.0
 
 
 def profile_scorer(seed: int, n: int = 3000, rps: float = 150.0, miss_rate: float = 0.02,
-                   wave: bool = False, vendor_slow: bool = False):
+                   wave: bool = False, vendor_slow: bool = False, recycle: bool = False):
     """POST /score: `fetch_features` (Redis `MGET` of 3 profiles, the velocity query `SELECT fraud`,
     then per missing profile an aggregate `SELECT fraud` of 20-50 ms and a Redis `SET`), the model
     (`model.predict`, model_forward), for 20 % of requests `vendor.check` (a CLIENT `POST` to
     api.vendor.example, lognormal 40 ms with a heavy tail), the decision `INSERT fraud`. With `wave`,
     each profile misses with probability 0.6 in the middle third of the run (evictions); with
     `vendor_slow`, the vendor answers in ~330 ms in three periods of 5 % of the run each: attempts end
-    at the 300 ms deadline with an error and are made again 50 ms later."""
+    at the 300 ms deadline with an error and are made again 50 ms later. With `recycle`, each pod's
+    process is replaced every ~1.5 s: the new one opens its database connection at its first query
+    (`connect`, ~150 ms with its TLS and login, to the same database)."""
     b = TraceBuilder(seed)
     b.stages.update({"model.predict": "model_forward", "fetch_features": "feature_hydration"})
     times = b.arrivals(n, rps)
     horizon = float(times[-1])
     slow_periods = [(horizon * a, horizon * (a + 0.05)) for a in (0.15, 0.45, 0.75)] if vendor_slow else []
+    restart = {pod: 1500.0 * b.rng.random() for pod in PODS}
     for i, t in enumerate(times):
         b.new_trace()
         pod = PODS[i % len(PODS)]
+        fresh = recycle and t >= restart[pod]
+        if fresh:
+            restart[pod] = t + 1200.0 + 600.0 * b.rng.random()
         root = b.span(None, "POST /score", "Server", pod, t, 0.0, **{"http.route": "/score"})
         cur = t + 0.1
         fetch = b.span(root, "fetch_features", "Internal", pod, cur, 0.0)
         d = lognormal(b.rng, 0.5, 0.3)
         b.span(fetch, "MGET", "Client", pod, cur, d, **{"db.system": "redis"})
         cur += d + 0.05
+        if fresh:  # a new process: its first query opens the connection
+            d = lognormal(b.rng, 150.0, 0.2)
+            b.span(fetch, "connect", "Client", pod, cur, d, **{"db.system": "postgresql"})
+            cur += d + 0.05
         d = lognormal(b.rng, 2.0, 0.3)
         b.span(fetch, "SELECT fraud", "Client", pod, cur, d, **{"db.system": "postgresql"})
         cur += d + 0.05

@@ -122,3 +122,12 @@ def test_a_pool_that_fills_only_in_bursts_of_arrivals_is_the_bursts_queue() -> N
     lock = [f for f in result.findings if f.pattern == "lock_contention"]
     assert lock and lock[0].confidence < 0.5, _found(result)
     assert lock[0].evidence["stats"]["wait_in_arrival_bursts"] >= 0.8
+
+
+def test_a_connection_opened_before_the_usual_query_is_no_cache_fallback() -> None:
+    """A new process opens its database connection at its first query: `connect` runs after the
+    cache lookup in a few requests, clustered in time, and is followed at once by the query every
+    request makes to the same database: the setup of that call, not a store read on a miss."""
+    result = diagnose_frame(profile_scorer(8, recycle=True))
+    cache = [f for f in result.findings if f.pattern == "cache_miss" and f.confidence >= 0.5]
+    assert not cache, _found(result)

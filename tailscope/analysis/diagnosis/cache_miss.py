@@ -30,6 +30,7 @@ from tailscope.analysis.diagnosis.cache_evidence import (
     slow_path_cover,
 )
 from tailscope.analysis.diagnosis.extra_calls import beyond_usual, failed_before, retries
+from tailscope.analysis.diagnosis.fallback_path import sets_up_next_call
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -70,7 +71,8 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
         in_slow = float(present[slow].mean())
         in_fast = float(present[~slow].mean())
         score = in_slow - in_fast
-        if child >= 0 and score > 0.5:
+        # (a call that sets up the next one every request makes, as a new connection does, is no miss)
+        if child >= 0 and score > 0.5 and not sets_up_next_call(ctx, child):
             slow_path.append(child)
             slow_labels.setdefault(child, label)
         if abs(score) > 0.5 and (best is None or abs(score) > abs(best["score"])):

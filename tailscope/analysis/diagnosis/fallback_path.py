@@ -54,7 +54,7 @@ def detect(ctx: Context) -> list[Finding]:
         if int(ctx.name_stage[code]) in SKIP:
             continue
         lookup = _lookup_before(ctx, inside, int(code), rates)
-        if lookup is None:
+        if lookup is None or sets_up_next_call(ctx, int(code)):
             continue
         # a call made only as the fallback of a lookup is the miss path (slow_dependency leaves it),
         # whether or not the misses make this run's tail
@@ -191,3 +191,46 @@ def _over_time(ctx: Context, with_fallback: np.ndarray) -> dict:
             "overall_rate": round(rate, 4),
         },
     }
+
+
+PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "db.system", "db.system.name")
+
+
+def _peer(ctx: Context, code: int) -> tuple[str, str] | None:
+    """The most common (key, value) naming the peer a span name calls, by the first key it carries."""
+    attrs = ctx.frame.attributes(code)
+    for key in PEER_KEYS:
+        values = attrs.get(key, (None, []))[1]
+        if values:
+            uniq, counts = np.unique(np.array([str(v) for v in values]), return_counts=True)
+            return key, str(uniq[int(np.argmax(counts))])
+    return None
+
+
+def sets_up_next_call(ctx: Context, code: int) -> bool:
+    """Whether the spans of `code` are followed at once, under their parent, by a call every request
+    makes to the same peer: the setup of that call (a new connection, a handshake, a login, as a
+    process's first use of a pool opens), not a store read standing in for a lookup's answer."""
+    f = ctx.frame
+    inside = (f.request >= 0) & (f.parent >= 0)
+    mine = np.nonzero(inside & (f.name == code))[0]
+    sib = np.nonzero(inside & np.isin(f.parent, f.parent[mine]) & (f.name != code))[0]
+    if len(mine) == 0 or len(sib) == 0:
+        return False
+    order = np.lexsort((f.start[sib], f.parent[sib]))
+    sib = sib[order]
+    key = f.parent[sib].astype(np.int64) * (int(f.end.max()) + 2) + f.start[sib]
+    at = np.searchsorted(key, f.parent[mine].astype(np.int64) * (int(f.end.max()) + 2) + f.end[mine])
+    ok = at < len(sib)
+    nxt = sib[np.minimum(at, len(sib) - 1)]
+    ok &= f.parent[nxt] == f.parent[mine]
+    if ok.mean() < 0.9:
+        return False
+    names, counts = np.unique(f.name[nxt[ok]], return_counts=True)
+    follower = int(names[np.argmax(counts)])
+    made = np.zeros(ctx.n_requests, bool)
+    made[f.request[inside & (f.name == follower)]] = True
+    if counts.max() < 0.9 * len(mine) or made.mean() < ALWAYS:
+        return False
+    peer = _peer(ctx, code)
+    return peer is not None and peer == _peer(ctx, follower)
