@@ -18,6 +18,7 @@ from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, 
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait
+from tailscope.analysis.whatif.network_levers import network_p50
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -202,7 +203,7 @@ def plan(
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
-            out.append(lv.network_p50(x, fd))
+            out.append(network_p50(x, fd))
         elif p == "cold_start":
             out.append(lv.prewarmed(x, fd))
         elif p == "timeout_retry":

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
+from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.whatif.batches import Batches
 from tailscope.analysis.whatif.handlers import Handlers, accepted_late_tops, merged_stalls
 from tailscope.analysis.whatif.retime import Edit, Layout
@@ -207,7 +207,7 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 # ---- locks --------------------------------------------------------------------------------------
 
 
-# ---- dependencies and the network -----------------------------------------------------------------
+# ---- dependencies (the network: network_levers.py) -----------------------------------------------
 
 
 def _top_calls(x: Inputs, name: str | None) -> np.ndarray:
@@ -256,46 +256,6 @@ def dependency_deadline(x: Inputs, finding: dict[str, Any], deadline_ms: float |
         pattern="slow_dependency",
         span_name=name,
         params={"deadline_ms": round(limit / 1e6, 3)},
-    )
-
-
-def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    f, lay = x.frame, x.lay
-    srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
-    cli = f.parent[srv]
-    pair = (f.kind[cli] == KIND_CLIENT) & (f.service[cli] != f.service[srv])
-    name = finding.get("span_name")
-    if name in f.names:
-        pair &= f.name[cli] == f.names.index(name)
-    srv, cli = srv[pair], cli[pair]
-    if len(srv) == 0:
-        return None
-    out_gap = lay.gap[srv].astype(np.float64)
-    back_gap = lay.trailing[cli].astype(np.float64)
-    gap = out_gap + back_gap
-    # the typical gap of each link (caller's service -> callee's): a call across regions and a local
-    # one can share a span name
-    link = f.service[cli] * (len(f.services) + 1) + f.service[srv]
-    typical_of = np.zeros(len(gap))
-    for code in np.unique(link).tolist():
-        sel = link == code
-        typical_of[sel] = np.median(gap[sel])
-    typical = float(np.median(typical_of))
-    excess = np.maximum(gap - typical_of, 0.0)
-    share_out = np.where(gap > 0, out_gap / np.maximum(gap, 1.0), 0.5)
-    edit = Edit.none(len(f))
-    edit.cut_before[srv] = excess * share_out
-    edit.cut_after[cli] = excess * (1 - share_out)
-    label = f"Network at its p50 ({typical / 1e6:.2f} ms client-server gap)"
-    return Lever(
-        f"network_p50:{name}",
-        label,
-        SOFTWARE,
-        "each call's client-minus-server time above its median is removed",
-        edit,
-        pattern="network",
-        span_name=name,
-        params={"gap_p50_ms": round(typical / 1e6, 3)},
     )
 
 
