@@ -110,6 +110,7 @@ def handlers(frame: TraceFrame) -> Handlers | None:
         slots[p] = slots.get(p, 0) + max(c, 1)
     keep = np.zeros(len(kid), bool)
     net = gap.astype(np.float64)
+    link_typical = _link_typical(frame, kid, par, gap, waited)
     for p in list(slots):
         sel = np.nonzero(pool == p)[0]
         w = waited[sel]
@@ -120,12 +121,28 @@ def handlers(frame: TraceFrame) -> Handlers | None:
         # the typical gap of a call that found a thread free: a gap beyond it is waiting (a call
         # not seen to wait may have waited for a stalled process: its gap is no network time)
         typical = float(np.median(gap[sel[~w]])) if (~w).any() else 0.0
+        if p >= 0:  # an instance whose every call waited (for the process to start, say): the link's
+            typical = min(typical, link_typical[sel[0]])
         net[sel] = np.minimum(gap[sel], typical)
         if p < 0:
             _per_process(frame, kid, pool, sel, slots, p)
     if not keep.any():
         return None
     return Handlers(kid[keep], par[keep], pool[keep], slots, net[keep], waited[keep])
+
+
+def _link_typical(frame: TraceFrame, kid: np.ndarray, par: np.ndarray, gap: np.ndarray,
+                  waited: np.ndarray) -> np.ndarray:
+    """Per call: the median gap of the calls of its link (the caller's service to the callee's) that
+    did not wait, over every instance of the callee (the network's time is the link's)."""
+    link = frame.service[par] * (len(frame.services) + 1) + frame.service[kid]
+    out = np.full(len(kid), np.inf)
+    for code in np.unique(link).tolist():
+        sel = link == code
+        free = sel & ~waited
+        if free.any():
+            out[sel] = float(np.median(gap[free]))
+    return out
 
 
 def _fcfs(arrival: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:

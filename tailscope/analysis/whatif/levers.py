@@ -61,6 +61,7 @@ class Lever:
     arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
     handler_shift: np.ndarray | None = None  # per handler call: how much earlier it arrives (ns)
     extra_slots: int = 0  # more handler threads per instance
+    handler_pools: np.ndarray | None = None  # per handler call: the pool it queues at (else its own)
     handlers_set: bool = False  # the edit sets the waits for handler threads itself: not replayed
     params: dict[str, float] = field(default_factory=dict)
 
@@ -280,17 +281,41 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         if len(pool):
             edit.dur[spans] = _draw(rng, pool, len(spans))
     _warm_forwards_by_size(x, early_req, edit, rng)
+    _warm_own_time(x, early_req, edit, rng)
     return Lever(
         "prewarmed",
         f"Cold starts pre-warmed (first {warm} requests per instance)",
         SOFTWARE,
-        "each span of an instance's first requests takes the time of the same span once warm "
-        "(drawn from the run); the queue is replayed",
+        "each span of an instance's first requests takes the time of the same span once warm, and its "
+        "own time around its children (lazy initialisation, interpreted code) a warm one's (drawn from "
+        "the run); the queue is replayed",
         edit,
         pattern="cold_start",
         requeue=True,
         params={"warmup_requests": warm},
     )
+
+
+MIN_WARM = 20  # warm spans of a name to draw an own time from
+
+
+def _warm_own_time(x: Inputs, early_req: np.ndarray, edit: Edit, rng) -> None:
+    """A warm-up request's own time (a parent's time before each child it runs on its own instance,
+    and after its last child: where a cold process initialises lazily and runs interpreted code)
+    takes the same span's own time in a warm request, drawn from the run. A child on another
+    instance keeps its gap (the network and the wait for a thread: their own levers')."""
+    f, lay = x.frame, x.lay
+    inside = f.request >= 0
+    early = inside & early_req[np.maximum(f.request, 0)]
+    parent = np.maximum(lay.parent, 0)
+    local = inside & (lay.parent >= 0) & (f.instance == f.instance[parent])
+    for values, rows, cut in ((lay.gap, local, edit.cut_before),
+                              (lay.trailing, inside & lay.has_children, edit.cut_after)):
+        for code in np.unique(f.name[rows & early]).tolist():
+            pool = values[rows & ~early & (f.name == code)]
+            spans = np.nonzero(rows & early & (f.name == code))[0]
+            if len(pool) >= MIN_WARM:
+                cut[spans] = values[spans] - _draw(rng, pool, len(spans))
 
 
 def _warm_forwards_by_size(x: Inputs, early_req: np.ndarray, edit: Edit, rng) -> None:
