@@ -6,15 +6,12 @@ the family is held out, its first score is the honest figure."""
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
-from ingest.loader import load_paths
 from reference_pipeline.simulate import blind
 from reference_pipeline.simulate.recsys_calls import (
     EXECUTE,
@@ -28,6 +25,7 @@ from reference_pipeline.simulate.recsys_calls import (
     TIGHT_DEADLINE_MS,
 )
 from reference_pipeline.simulate.recsys_ranker import SCENARIOS, lossy_pods, setup
+from tests.blind_support import load_run
 
 MS = 1e6
 FAMILY = "recsys-ranker"
@@ -50,24 +48,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
 
 def _load(tmp: Path, scenario: str, requests: int, seed: int) -> list[dict]:
     """The run's spans as the store holds them, after the real loader read the written file."""
-    fmt = setup(seed)["fmt"]
-    path = tmp / f"{scenario}-{requests}-{seed}{blind.SUFFIX[fmt]}"
-    summary = blind.write_run(path, FAMILY, scenario, requests, seed)
-    assert summary["format"] == fmt
-    db = tmp / f"{scenario}-{requests}-{seed}.duckdb"
-    result = load_paths([path], db, "run")
-    assert not result.failed, [f.error for f in result.failed]
-    keys = ("start", "duration", "trace", "id", "parent", "name", "kind", "service", "resource", "attrs",
-            "status", "events")
-    with duckdb.connect(str(db), read_only=True) as conn:
-        rows = conn.execute(
-            "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
-            "ServiceName, ResourceAttributes, SpanAttributes, StatusCode, Events FROM otel_traces").fetchall()
-    spans = [dict(zip(keys, row, strict=True)) for row in rows]
-    for s in spans:
-        s["end"] = s["start"] + s["duration"]
-        s["resource"], s["attrs"] = json.loads(s["resource"]), json.loads(s["attrs"])
-    assert len(spans) == summary["spans"]
+    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed)
+    assert summary["format"] == setup(seed)["fmt"]
     return spans
 
 
