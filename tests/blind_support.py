@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 import duckdb
@@ -63,3 +64,9 @@ def load_run(
             span["instance"] = instance(span["resource"])
     assert len(spans) == written["spans"]
     return spans, written
+
+
+def cached(load: Callable[[str, int, int], object]) -> Callable[[str, int, int], object]:
+    """`load(scenario, requests, seed)`, each run made once per test module (a module-scoped fixture
+    returns it), so the tests that read one run share it."""
+    return cache(load)

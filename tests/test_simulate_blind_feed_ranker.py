@@ -29,24 +29,16 @@ from reference_pipeline.simulate.feed_ranker_spans import (
     RANK,
     ROOT,
 )
-from tests.blind_support import load_run
+from tests.blind_support import cached, load_run
 
 MS = 1e6
 FAMILY = "feed-ranker"
-_RUNS: dict[tuple[str, int, int], list[dict]] = {}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("feed")
-
-    def get(scenario: str, requests: int, seed: int) -> list[dict]:
-        key = (scenario, requests, seed)
-        if key not in _RUNS:
-            _RUNS[key] = _load(tmp, scenario, requests, seed)
-        return _RUNS[key]
-
-    return get
+    return cached(lambda scenario, requests, seed: _load(tmp, scenario, requests, seed))
 
 
 def _load(tmp: Path, scenario: str, requests: int, seed: int) -> list[dict]:

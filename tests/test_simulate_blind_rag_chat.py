@@ -14,11 +14,10 @@ import pytest
 from reference_pipeline.simulate import blind, rag_chat
 from reference_pipeline.simulate.config import DEFAULT_START_NS
 from reference_pipeline.simulate.rag_chat import SCENARIOS, setup
-from tests.blind_support import load_run
+from tests.blind_support import cached, load_run
 
 MS = 1e6
 FAMILY = "rag-chat"
-_RUNS: dict[tuple[str, int, int], tuple[list[dict], dict]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +31,7 @@ def runs():
     """A run's spans straight from the family's table (the loaded form is checked per format above:
     same names, kinds, resources, attributes and events), so that the mechanism checks stay fast."""
 
-    def get(scenario: str, requests: int, seed: int) -> tuple[list[dict], dict]:
-        key = (scenario, requests, seed)
-        if key not in _RUNS:
-            _RUNS[key] = _from_table(scenario, requests, seed)
-        return _RUNS[key]
-
-    return get
+    return cached(_from_table)
 
 
 def _from_table(scenario: str, requests: int, seed: int) -> tuple[list[dict], dict]:
