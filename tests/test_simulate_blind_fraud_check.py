@@ -2,7 +2,7 @@
 formats, loads through the real loader, its truth names spans, services and instances the run has,
 and each planted mechanism shows in the timings the way the event loop, the collector, the pool, the
 cache, the vendor's client, the CFS quota or gunicorn would produce it (and a steady run of the same
-seed does not). Held out (blind.UNTOUCHED): whoever works on the diagnosis is not to read this."""
+seed does not). Held out until its honest scores (session 5); an open check since."""
 
 from __future__ import annotations
 
