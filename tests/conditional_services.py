@@ -158,3 +158,24 @@ def paused_caller(seed: int, n: int = 4000, rps: float = 200.0):
         b.span(root, "predict", "Internal", pod, cur, end - cur)
         b.set_end(root, end + 0.05)
     return b.frame(gc=gc)
+
+
+def batch_worker(seed: int, n: int = 3000, rps: float = 40.0):
+    """A worker taking one or two events per poll (a third of the polls two): `process batch` runs
+    `handle_event` (in-process, ~40 ms) once per event, then the poll's `ack` (a call to the broker)."""
+    b = TraceBuilder(seed)
+    for i, t in enumerate(b.arrivals(n, rps)):
+        b.new_trace()
+        pod = PODS[i % 3]
+        root = b.span(None, "poll", "Server", pod, t, 0.0)
+        batch = b.span(root, "process batch", "Internal", pod, t + 0.1, 0.0)
+        cur = t + 0.2
+        for _ in range(2 if b.rng.random() < 1 / 3 else 1):
+            d = lognormal(b.rng, 40.0, 0.1)
+            b.span(batch, "handle_event", "Internal", pod, cur, d)
+            cur += d + 0.05
+        b.set_end(batch, cur)
+        d = lognormal(b.rng, 1.0, 0.2)
+        b.span(root, "ack", "Client", pod, cur, d, **{"messaging.system": "kafka"})
+        b.set_end(root, cur + d + 0.05)
+    return b.frame()

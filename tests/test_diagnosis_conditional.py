@@ -11,7 +11,12 @@ from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis import network as nw
 from tailscope.analysis.diagnosis.extra_calls import beyond_usual
 from tailscope.analysis.diagnosis.model import Context
-from tests.conditional_services import paused_caller, paused_worker_behind_callers, profile_scorer
+from tests.conditional_services import (
+    batch_worker,
+    paused_caller,
+    paused_worker_behind_callers,
+    profile_scorer,
+)
 from tests.path_services import pooled_service, sharded_fan_out
 
 
@@ -129,5 +134,13 @@ def test_a_connection_opened_before_the_usual_query_is_no_cache_fallback() -> No
     cache lookup in a few requests, clustered in time, and is followed at once by the query every
     request makes to the same database: the setup of that call, not a store read on a miss."""
     result = diagnose_frame(profile_scorer(8, recycle=True))
+    cache = [f for f in result.findings if f.pattern == "cache_miss" and f.confidence >= 0.5]
+    assert not cache, _found(result)
+
+
+def test_more_copies_of_in_process_work_are_a_bigger_batch_not_a_miss() -> None:
+    """Polls of two events run `handle_event` twice: extra copies of work inside the process are more
+    items, not a store queried on a miss (extra copies count as a miss path only for calls out)."""
+    result = diagnose_frame(batch_worker(9))
     cache = [f for f in result.findings if f.pattern == "cache_miss" and f.confidence >= 0.5]
     assert not cache, _found(result)

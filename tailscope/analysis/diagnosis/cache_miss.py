@@ -31,7 +31,7 @@ from tailscope.analysis.diagnosis.cache_evidence import (
 )
 from tailscope.analysis.diagnosis.extra_calls import beyond_usual, failed_before, retries
 from tailscope.analysis.diagnosis.fallback_path import sets_up_next_call
-from tailscope.analysis.diagnosis.frame import KIND_SERVER
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, gmm2, logistic, ms, spearman
@@ -94,9 +94,11 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
         callee = float((f.kind[mine] == KIND_SERVER).mean()) > 0.5
         consider(f"child span '{f.names[int(c)]}'", present, -1 if callee else int(c))
         # a call every span makes, made again on some (a store query per missing key under one
-        # database span name): the extra copies are the slow path's (extra_calls.py)
+        # database span name): the extra copies are the slow path's (extra_calls.py). Only calls out
+        # of the process: more copies of in-process work are more items (a bigger batch), not a miss
         extra = mine[beyond_usual(f.parent, f.start, mine) & ~retries(f, mine, abandoned)]
-        if len(extra) and not callee and not failed_before(f, int(c), mine, extra):
+        out = float((f.kind[mine] == KIND_CLIENT).mean()) > 0.5
+        if len(extra) and out and not callee and not failed_before(f, int(c), mine, extra):
             present = np.zeros(len(spans), bool)
             present[pos[f.parent[extra]]] = True
             consider(f"extra '{f.names[int(c)]}' calls", present, int(c))
