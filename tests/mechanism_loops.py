@@ -21,7 +21,7 @@ from collections import deque
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
 
 CPU_MS = {"read": 0.1, "parse": 0.3, "predict": 3.0, "reply": 0.15}
 
@@ -43,9 +43,11 @@ def _arrivals(b: TraceBuilder, n: int, rps: float, bursts: float) -> np.ndarray:
 
 
 class Loop:
-    """One process: its clock, ready queue, timers and connection pool."""
+    """One process: its clock, ready queue, timers and connection pool; `stops`: (start, end) ms in
+    which the process runs nothing (a stop-the-world pause)."""
 
-    def __init__(self, pool: int) -> None:
+    def __init__(self, pool: int, stops: list[tuple[float, float]] | None = None) -> None:
+        self.stops = Pauses({"p": stops or []})
         self.t = 0.0
         self.ready: deque = deque()
         self.timers: list = []
@@ -61,6 +63,7 @@ class Loop:
         while self.timers or self.ready:
             if not self.ready:
                 self.t = max(self.t, self.timers[0][0])
+            self.t = self.stops.run("p", self.t, 0.0)  # nothing runs until a stop is over
             while self.timers and self.timers[0][0] <= self.t:
                 self.ready.append(heapq.heappop(self.timers)[2])
             self._step(self.ready.popleft())
@@ -68,7 +71,7 @@ class Loop:
     def _step(self, coro) -> None:
         for kind, value in coro:
             if kind == "cpu":
-                self.t += value
+                self.t = self.stops.run("p", self.t, value)
             elif kind == "io":
                 self.at(self.t + value, coro)
                 return
@@ -116,11 +119,25 @@ def _handle(b: TraceBuilder, loop: Loop, spans: dict, rng: np.random.Generator):
     yield "release", 0.0
 
 
+def _stops(rng: np.random.Generator, until: float) -> list[tuple[float, float]]:
+    """A leaking process's long collections: 180-350 ms every 0.3-0.8 s."""
+    out, t = [], float(rng.uniform(100.0, 500.0))
+    while t < until:
+        length = float(rng.uniform(180.0, 350.0))
+        out.append((t, t + length))
+        t += length + float(rng.uniform(300.0, 800.0))
+    return out
+
+
 def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float = 400.0,
-                       n: int = 4000, processes: int = 3) -> TraceFrame:
-    """A caller in front of `processes` event-loop processes at `rps`; `bursts`: see _arrivals."""
+                       n: int = 4000, processes: int = 3, per_instance: int = 1,
+                       paused: bool = False) -> TraceFrame:
+    """A caller in front of `processes` event-loop processes at `rps`; `bursts`: see _arrivals;
+    `per_instance` processes share one instance id (a pod's workers); `paused`: the first process
+    stops now and then for a few hundred ms (no GC events reported)."""
     b = TraceBuilder(seed)
-    loops = [Loop(pool) for _ in range(processes)]
+    until = 1.2 * n / rps * 1000.0
+    loops = [Loop(pool, _stops(b.rng, until) if paused and p == 0 else None) for p in range(processes)]
     requests = []
     for t in _arrivals(b, n, rps, bursts):
         p = int(b.rng.integers(processes))
@@ -132,9 +149,10 @@ def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float
     for t, p, spans in requests:
         b.new_trace()
         end = spans["server"][1] + lognormal(b.rng, 0.2, 0.3)
-        root = b.span(None, "POST /checkout", "Server", "checkout/0", t - 0.2, end - t + 0.4)
-        call = b.span(root, "POST /score", "Client", "checkout/0", t, end - t)
-        inst = f"scorer/{p}"
+        caller = f"checkout/{int(b.rng.integers(3))}"
+        root = b.span(None, "POST /checkout", "Server", caller, t - 0.2, end - t + 0.4)
+        call = b.span(root, "POST /score", "Client", caller, t, end - t)
+        inst = f"scorer/{p // per_instance}"
         server = b.span(call, "POST /score", "Server", inst, spans["server"][0],
                         spans["server"][1] - spans["server"][0])
         for name, kind in (("parse", "Internal"), ("load_features", "Internal"), ("predict", "Internal"),
