@@ -54,6 +54,8 @@ class Loop:
         self.seq = 0
         self.idle = pool
         self.waiters: deque = deque()
+        self.cold_from: float | None = None  # a restarted process: its first predictions are slow
+        self.cold_served = 0
 
     def at(self, when: float, coro) -> None:
         self.seq += 1
@@ -98,6 +100,10 @@ def _handle(b: TraceBuilder, loop: Loop, spans: dict, rng: np.random.Generator):
     spans["server"] = [loop.t, 0.0]
     spans["parse"] = [loop.t, 0.0]
     yield cpu("parse")
+    cold = 0.0
+    if loop.cold_from is not None and loop.t >= loop.cold_from:
+        cold = 150.0 * 0.5 ** loop.cold_served  # lazy initialisation: 150 ms, halving
+        loop.cold_served += 1
     spans["parse"][1] = loop.t
     spans["load_features"] = [loop.t, 0.0]
     spans["GET"] = [loop.t, 0.0]
@@ -108,7 +114,7 @@ def _handle(b: TraceBuilder, loop: Loop, spans: dict, rng: np.random.Generator):
     yield "io", lognormal(rng, 2.0, 0.3)
     spans["SELECT"][1] = spans["load_features"][1] = loop.t
     spans["predict"] = [loop.t, 0.0]
-    yield cpu("predict")
+    yield "cpu", lognormal(rng, CPU_MS["predict"], 0.25) + cold
     spans["predict"][1] = loop.t
     spans["INSERT"] = [loop.t, 0.0]
     yield "io", lognormal(rng, 2.0, 0.3)
@@ -131,13 +137,18 @@ def _stops(rng: np.random.Generator, until: float) -> list[tuple[float, float]]:
 
 def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float = 400.0,
                        n: int = 4000, processes: int = 3, per_instance: int = 1,
-                       paused: bool = False) -> TraceFrame:
+                       paused: bool = False, restarted: bool = False) -> TraceFrame:
     """A caller in front of `processes` event-loop processes at `rps`; `bursts`: see _arrivals;
     `per_instance` processes share one instance id (a pod's workers); `paused`: the first process
-    stops now and then for a few hundred ms (no GC events reported)."""
+    stops now and then for a few hundred ms (no GC events reported); `restarted`: every process is
+    replaced once, at a time of its own in the middle of the run, by one whose first predictions are
+    slow (150 ms, halving: lazy initialisation)."""
     b = TraceBuilder(seed)
     until = 1.2 * n / rps * 1000.0
     loops = [Loop(pool, _stops(b.rng, until) if paused and p == 0 else None) for p in range(processes)]
+    if restarted:
+        for loop in loops:
+            loop.cold_from = float(b.rng.uniform(0.4, 0.6)) * until / 1.2
     requests = []
     for t in _arrivals(b, n, rps, bursts):
         p = int(b.rng.integers(processes))

@@ -15,8 +15,11 @@ SERVER spans start, chained while consecutive starts are within CHAIN; a chain o
 MIN_CALLS whose sends spread over at least COMPRESSED times as long as its starts is a *release*, and
 the stop it ends runs from its first send to its first start. Calls of one caller instance only do
 not count (a paused caller writes the requests it held at once: its stop, not the server's).
-Strength = logistic(releases, 3, 0.7) x logistic(share of the large gaps in releases, 0.15, 0.04);
-the stops are stall episodes.
+Strength = logistic(releases, 3, 0.7) x logistic(share of the large gaps in releases, 0.15, 0.04) x
+logistic(recurrence, 0.45, 0.08), the recurrence being the largest share of the run's tenths that
+hold a stop of one instance: a collector or a quota stops a process all through the run, a process
+started cold (a worker restarted mid-run) blocks its door only after its start. The stops are stall
+episodes.
 """
 
 from __future__ import annotations
@@ -81,8 +84,9 @@ def _releases(ctx: Context) -> dict | None:
     order = np.lexsort((episodes[1], episodes[0]))
     episodes = tuple(x[order].astype(np.int64) for x in episodes)
     ratio = spread_sent[released] / np.maximum(spread_start[released], 100_000)
+    recurring = _recurring(episodes[0], episodes[1], int(f.end.max()) + 1)
     return {
-        "strength": logistic(n, 3.0, 0.7) * logistic(share, 0.15, 0.04),
+        "strength": logistic(n, 3.0, 0.7) * logistic(share, 0.15, 0.04) * logistic(recurring, 0.45, 0.08),
         "episodes": episodes,
         "calls": s[released[chain]],
         "stats": {
@@ -92,6 +96,7 @@ def _releases(ctx: Context) -> dict | None:
             "release_sent_over_ms": round(float(np.median(spread_sent[released])) / 1e6, 3),
             "release_started_within_ms": round(float(np.median(spread_start[released])) / 1e6, 3),
             "release_compression": round(float(np.median(ratio)), 1),
+            "stops_recur_over_the_run": round(recurring, 2),
         },
     }
 
@@ -108,6 +113,14 @@ def union(inst: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray,
     new = np.r_[True, (inst[1:] != inst[:-1]) | (t0[1:] > reach[:-1])]
     at = np.nonzero(new)[0]
     return inst[at], t0[at], np.maximum.reduceat(t1, at)
+
+
+def _recurring(inst: np.ndarray, at: np.ndarray, run_ns: int) -> float:
+    """The largest share of the run's tenths holding a stop of one instance: a collector or a quota
+    stops a process again and again, all through the run; a process started cold blocks its door
+    for its first requests only (a worker restarted mid-run: one stretch of the run)."""
+    tenth = np.minimum(at * 10 // max(run_ns, 1), 9)
+    return max(len(np.unique(tenth[inst == i])) / 10 for i in np.unique(inst))
 
 
 def with_releases(ctx: Context, found: dict | None) -> dict | None:
