@@ -11,6 +11,7 @@
   python bench/bench_pipeline.py both      [--rps 8] [--duration 15] [--repeats 2] [--layers 1]
   python bench/bench_pipeline.py frontends [--layers 0] [--duration 10] [--repeats 2]
   python bench/bench_pipeline.py handoff   [--requests 5000]
+  python bench/bench_pipeline.py model-side [--frontends 4] [--requests 20000] [--policies 1:0,32:5]
   python bench/bench_pipeline.py frontends-ab [--layers 0] [--duration 10] [--repeats 6] [--layouts 1,2]
   python bench/bench_pipeline.py saturation --device cuda --dtype bf16 --executor cuda-graphs
       [--frontends auto] [--policies 1:0,8:2,32:5] [--concurrency 256] [--ab-repeats 2]
@@ -54,7 +55,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import pipeline_both, pipeline_frontends, pipeline_modes, pipeline_saturation
+from bench import pipeline_both, pipeline_frontends, pipeline_model_side, pipeline_modes, pipeline_saturation
 from bench.machine_info import cpu_seconds
 
 
@@ -328,6 +329,7 @@ MORE_SECTIONS = {
     **pipeline_both.SECTIONS,
     **pipeline_frontends.SECTIONS,
     **pipeline_saturation.SECTIONS,
+    **pipeline_model_side.SECTIONS,
 }
 
 

@@ -15,7 +15,9 @@
 # Optional: WHEELS=dir installs wheels there first (a machine without a package index); PRICE=USD/h the
 # hourly price for the sweep's cost column (default 3.00); QUICK=1 shortens every step (a smoke run of the
 # script itself); DEVICE=cpu runs it where there is no GPU (TorchScript instead of CUDA graphs, a 0-layer
-# model: a check of the script, not figures).
+# model: a check of the script, not figures); STEPS=tests,forward,saturation,sweep,home runs only the
+# steps named (home ingests the *.jsonl already in RUNS_DIR when sweep is not among them); PAIRS=N the
+# light/off pairs at saturation (default 2); POLICIES=1:0,32:5 the saturation's batch policies.
 set -uo pipefail
 log=${1:-gpu-figures.log}
 export PYTHONUNBUFFERED=1
@@ -36,7 +38,9 @@ if [[ $device == cpu ]]; then
 else
     executor=cuda-graphs; forward_executors=$executors; model=()
 fi
-dur=8; warm=2; budget=1.0; pairs=2; sweep_dur=6; policies=1:0,8:2,32:5,64:5; clients=256
+dur=8; warm=2; budget=1.0; pairs=${PAIRS:-2}; sweep_dur=6; policies=${POLICIES:-1:0,8:2,32:5,64:5}; clients=256
+steps=,${STEPS:-tests,forward,saturation,sweep,home},
+want() { [[ $steps == *,$1,* ]]; }
 if [[ -n "${QUICK:-}" ]]; then
     dur=2; warm=1; budget=0.1; pairs=1; sweep_dur=2; policies=1:0,8:2; clients=32
 fi
@@ -55,22 +59,22 @@ step() {  # step SECONDS TITLE COMMAND...
 {
     date -u; nvidia-smi -L 2>&1; nproc; uptime
     "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())'
-    step 90 "CUDA tests" "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_pipeline_model.py \
+    want tests && step 90 "CUDA tests" "$py" -m pytest -q -m gpu -p no:cacheprovider tests/test_pipeline_model.py \
         tests/test_pipeline_sweep.py
-    step 75 "forward" "$py" bench/bench_pipeline.py forward --device "$device" "${model[@]}" \
+    want forward && step 75 "forward" "$py" bench/bench_pipeline.py forward --device "$device" "${model[@]}" \
         --dtypes fp32,bf16 --executors "$forward_executors" --budget "$budget" --seq 64
-    step 270 "saturation: batch policies, then light tracing against off (scaled-out front end)" \
+    want saturation && step 270 "saturation: batch policies, then light tracing against off (scaled-out front end)" \
         "$py" bench/bench_pipeline.py saturation --device "$device" --dtype bf16 --executor "$executor" \
         --frontends auto --policies "$policies" --concurrency "$clients" --duration "$dur" --warm "$warm" \
         --ab-repeats "$pairs" "${model[@]}"
-    rm -rf "$runs"
-    step 120 "pipeline sweep, as users run it" "${tailscope[@]}" pipeline sweep --devices "$device" --dtypes bf16 \
+    want sweep && rm -rf "$runs"
+    want sweep && step 120 "pipeline sweep, as users run it" "${tailscope[@]}" pipeline sweep --devices "$device" --dtypes bf16 \
         --executors "$executors" --batch-policies 32:5 --concurrency 64 --load-processes 4 \
         --frontends auto --tracing-mode light --no-downstream --duration "$sweep_dur" "${model[@]}" \
         --price-per-hour "$price" --out-dir "$runs"
     # as on a laptop at home (needs the store's packages, duckdb and pandas, which the sweep does not)
     first=$device-bf16-eager-b32w5; best=$device-bf16-$executor-b32w5
-    step 45 "ingest its files and compare two runs, as at home" bash -c '
+    want home && step 45 "ingest its files and compare two runs, as at home" bash -c '
         ts=("${@:1:3}"); runs=$4; first=$5; best=$6
         for f in "$runs"/*.jsonl; do
             "${ts[@]}" ingest "$f" --run "$(basename "$f" .jsonl)" --db "$runs/home.duckdb" || exit 1

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.pipeline_modes import base_config, cpu_split_s, layers_text
+from bench.pipeline_modes import base_config, busiest_cores, busiest_s, cpu_split_s, layers_text
 
 RAW_LOAD = Path(__file__).with_name("raw_load.py")
 
@@ -54,9 +54,9 @@ def measure_raw(args, cfg, seed: int) -> dict:
             load = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
             if load.stdout.readline().strip() != "GO":
                 raise SystemExit(f"raw_load did not start (exit {load.wait()})")
-            before = cpu_split_s(child.proc.pid)
+            before, threads_before = cpu_split_s(child.proc.pid), busiest_s(child.proc.pid)
             result = json.loads(load.stdout.readline())
-            after = cpu_split_s(child.proc.pid)
+            after, threads_after = cpu_split_s(child.proc.pid), busiest_s(child.proc.pid)
             load.wait()
         finally:
             code = child.stop(grace_s=60)
@@ -71,6 +71,9 @@ def measure_raw(args, cfg, seed: int) -> dict:
     result["client_cpu_us_per_req"] = 1e6 * result["cpu_s"] / completed
     result["client_cores"] = result["cpu_s"] / result["wall_s"]
     result["load"] = os.getloadavg()[0]
+    result["model_thread_cores"], result["front_max_cores"] = busiest_cores(
+        threads_before, threads_after, result["wall_s"]
+    )
     return result
 
 

@@ -46,6 +46,34 @@ def cpu_split_s(pid: int) -> tuple[float, float]:
     return own, children
 
 
+def busiest_s(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of `pid` ("t<tid>") and of each live child process ("p<pid>"), from
+    /proc: the deltas over a window say which one thread or process ran at a full core."""
+    out: dict[str, float] = {}
+    for stat in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[f"t{stat.parent.name}"] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out[f"p{stat.parent.name}"] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return out
+
+
+def busiest_cores(before: dict[str, float], after: dict[str, float], wall_s: float) -> tuple[float, float]:
+    """(the model process's busiest thread, the busiest front end), in cores over the window."""
+    delta = {key: after[key] - before.get(key, 0.0) for key in after}
+    thread = max((v for k, v in delta.items() if k.startswith("t")), default=0.0)
+    child = max((v for k, v in delta.items() if k.startswith("p")), default=0.0)
+    return thread / wall_s, child / wall_s
+
+
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds of `pid` and its live children."""
     return sum(cpu_split_s(pid))

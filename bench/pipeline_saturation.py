@@ -56,6 +56,7 @@ def _config(args, max_batch: int, max_wait_ms: float, tracing: str):
         max_batch=max_batch,
         max_wait_ms=max_wait_ms,
         frontends=frontend_count(args.frontends),
+        workers=args.workers,
         **EXECUTOR_FLAGS[args.executor],
         **traced,
     )
@@ -66,8 +67,17 @@ def _row(label: str, tracing: str, r: dict) -> str:
         f"| {label} | {tracing} | {r['throughput_rps']} | {r['p50_ms']} | {r['p99_ms']} | "
         f"{r['service_cpu_ms_per_req']:.3f} ({r['front_cpu_ms_per_req']:.3f} + "
         f"{r['model_cpu_ms_per_req']:.3f}) | "
-        f"{r['service_cores']:.2f} | {r['client_cores']:.2f} | {r['load']:.1f} |"
+        f"{r['service_cores']:.2f} | {r['model_thread_cores']:.2f} | {r['front_max_cores']:.2f} | "
+        f"{r['client_cores']:.2f} | {r['load']:.1f} |"
     )
+
+
+HEADER = (
+    "| batch policy | tracing | completed req/s | client p50 ms | client p99 ms | service CPU ms/req "
+    "(front ends + model process) | service cores busy | model process's busiest thread, cores | "
+    "busiest front end, cores | client cores busy | load (1 min) |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def bench_saturation(args, machine: str) -> None:
@@ -79,11 +89,7 @@ def bench_saturation(args, machine: str) -> None:
         f"{args.warm:g} s, "
         f"steady, no downstream, {layers_text(args)}) — {machine}\n"
     )
-    print(
-        "| batch policy | tracing | completed req/s | client p50 ms | client p99 ms | service CPU ms/req "
-        "(front ends + model process) | service cores busy | client cores busy | load (1 min) |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(HEADER)
     off: dict[tuple[int, float], float] = {}
     for seed, (max_batch, wait) in enumerate(policies, start=1):
         r = measure_raw(args, _config(args, max_batch, wait, "off"), seed)
@@ -98,9 +104,7 @@ def bench_saturation(args, machine: str) -> None:
     if args.ab_repeats <= 0:
         return
     print(f"\nlight-mode tracing at saturation, policy {best[0]} / {best[1]:g} ms, alternating\n")
-    print("| batch policy | tracing | completed req/s | client p50 ms | client p99 ms | service CPU ms/req "
-          "(front ends + model process) | service cores busy | client cores busy | load (1 min) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(HEADER)
     lost, added = [], []
     for repeat in range(args.ab_repeats):
         pair = {}

@@ -79,7 +79,12 @@ class DynamicBatcher:
             item = _Item(payload, tag, future, loop, enqueued_ns or time.time_ns(), len(self._queue))
             item.deadline = time.monotonic() + self.max_wait_s
             self._queue.append(item)
-            self._cond.notify()
+            # wake a worker only when one has something to do: the first request (a worker starts
+            # its wait for the batch's deadline) or a full batch. A notify per request woke the
+            # waiting worker for nothing, and each wake-up made the event loop's thread and the
+            # worker's trade the GIL
+            if len(self._queue) == 1 or len(self._queue) % self.max_batch == 0:
+                self._cond.notify()
         return future
 
     def _take(self) -> list[_Item] | None:
@@ -90,7 +95,10 @@ class DynamicBatcher:
                 if self._queue:
                     remaining = self._queue[0].deadline - time.monotonic()
                     if len(self._queue) >= self.max_batch or remaining <= 0 or self._closed:
-                        return [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                        batch = [self._queue.popleft() for _ in range(min(self.max_batch, len(self._queue)))]
+                        if self._queue:  # another worker may start on what is left
+                            self._cond.notify()
+                        return batch
                     self._cond.wait(remaining)
                 else:
                     self._cond.wait()
@@ -105,6 +113,7 @@ class DynamicBatcher:
             except Exception as exc:  # the requests fail, the worker lives on
                 outputs, error = [None] * len(batch), exc
             ended = time.time_ns()
+            settled: dict[asyncio.AbstractEventLoop, list] = {}
             for item, output in zip(batch, outputs, strict=True):
                 result = BatchResult(
                     output,
@@ -116,7 +125,11 @@ class DynamicBatcher:
                     batch[0].tag,
                     marks,
                 )
-                item.loop.call_soon_threadsafe(_settle, item.future, result, error)
+                settled.setdefault(item.loop, []).append((item.future, result))
+            # one hand-back per event loop and batch, not per request: each call_soon_threadsafe
+            # wakes the loop through its self-pipe and makes this thread and the loop's trade the GIL
+            for loop, results in settled.items():
+                loop.call_soon_threadsafe(_settle_all, results, error)
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -126,10 +139,11 @@ class DynamicBatcher:
             thread.join(timeout)
 
 
-def _settle(future: asyncio.Future, result: BatchResult, error: Exception | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def _settle_all(results: list[tuple[asyncio.Future, BatchResult]], error: Exception | None) -> None:
+    for future, result in results:
+        if future.done():
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)

@@ -1,8 +1,9 @@
 """The scaled-out layout: this process is the model process; N front-end processes serve HTTP.
 
 `run_model_process` loads the model (ModelHost: runner and dynamic batcher), binds the service's
-listening socket, starts N front ends (`python -m reference_pipeline.frontend`) that share that
-socket (the kernel spreads connections over their accept loops) and each hold one end of a
+port once per front end (SO_REUSEPORT: the kernel spreads connections over the sockets by a hash of
+their addresses; serving.bind_port_group), starts N front ends (`python -m reference_pipeline.frontend`)
+that each serve one of those sockets and hold one end of a
 socketpair to this process (reference_pipeline.handoff), waits until every front end is serving,
 then prints `LISTENING <port>` as the one-process service does. Requests from all front ends meet in
 one batcher, so batches fill across them (vLLM's API-server / engine split, on one machine).
@@ -36,7 +37,7 @@ from reference_pipeline.children import child_env
 from reference_pipeline.handoff import FrontendConnection
 from reference_pipeline.model_host import ModelHost
 from reference_pipeline.scenarios import ServiceConfig
-from reference_pipeline.serving import bind_free_port
+from reference_pipeline.serving import bind_port_group
 from tailscope import instrument as ts
 from tailscope.cli.signals import die_with_parent
 
@@ -127,13 +128,13 @@ def run_model_process(cfg: ServiceConfig, args, gc_log, gpu: str | None) -> int:
             if cfg.tracing:
                 resource = cfg.resource_attributes(host.weights, gpu, torch.__version__)
                 provider = traced_provider(cfg, resource, args)
-            listen = bind_free_port(port=args.port)
+            listens = bind_port_group(port=args.port, count=cfg.frontends)
             argv = frontend_argv(cfg, args, host.weights, host.weights_dir, gpu)
             fronts = [
                 Frontend(i, argv, listen, tmp / f"frontend{i}.log", tmp / f"frontend{i}.jsonl")
-                for i in range(cfg.frontends)
+                for i, listen in enumerate(listens)
             ]
-            code = asyncio.run(_serve(cfg, host, fronts, listen, sampler_of(provider)))
+            code = asyncio.run(_serve(cfg, host, fronts, listens, sampler_of(provider)))
         finally:
             host.close()
             ts.uninstall()
@@ -147,7 +148,7 @@ def run_model_process(cfg: ServiceConfig, args, gc_log, gpu: str | None) -> int:
     return code
 
 
-async def _serve(cfg: ServiceConfig, host: ModelHost, fronts: list[Frontend], listen, sampler) -> int:
+async def _serve(cfg: ServiceConfig, host: ModelHost, fronts: list[Frontend], listens, sampler) -> int:
     loop = asyncio.get_running_loop()
     waits = ThreadPoolExecutor(2 * len(fronts), thread_name_prefix="frontend-wait")
     stop = asyncio.Event()
@@ -167,8 +168,9 @@ async def _serve(cfg: ServiceConfig, host: ModelHost, fronts: list[Frontend], li
     else:
         capacity = host.capacity_rps() if cfg.announce_capacity else 0.0
         announce = f" capacity_rps={capacity:.1f}" if capacity else ""
-        print(f"LISTENING {listen.getsockname()[1]} frontends={len(fronts)}{announce}", flush=True)
-    listen.close()  # the front ends hold it
+        print(f"LISTENING {listens[0].getsockname()[1]} frontends={len(fronts)}{announce}", flush=True)
+    for listen in set(listens):
+        listen.close()  # the front ends hold them
     died: list[Frontend] = []
     stopping = False
 

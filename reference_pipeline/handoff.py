@@ -50,6 +50,40 @@ def frame(message: list) -> bytes:
     return _LEN.pack(len(body)) + body
 
 
+async def read_frames(reader: asyncio.StreamReader, chunk: int = 1 << 16):
+    """Every message in the stream, in order, read in chunks of whatever has arrived (one await per
+    chunk rather than two per message: the model process reads every front end's requests)."""
+    buffer = bytearray()
+    while data := await reader.read(chunk):
+        buffer += data
+        start, end = 0, len(buffer)
+        while end - start >= 4:
+            size = _LEN.unpack_from(buffer, start)[0]
+            if end - start - 4 < size:
+                break
+            yield orjson.loads(memoryview(buffer)[start + 4 : start + 4 + size])
+            start += 4 + size
+        del buffer[:start]
+
+
+class _Answers:
+    """A front end's answers, written together once the event loop has settled a batch: one write
+    (one send) per batch and front end instead of one per request."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer, self.frames = writer, []
+
+    def add(self, message: list) -> None:
+        if not self.frames:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.frames.append(frame(message))
+
+    def flush(self) -> None:
+        frames, self.frames = self.frames, []
+        if frames and not self.writer.is_closing():
+            self.writer.write(b"".join(frames))
+
+
 async def read_frame(reader: asyncio.StreamReader) -> list | None:
     """The next message, or None at the end of the stream."""
     try:
@@ -132,8 +166,9 @@ class FrontendConnection:
         from its batch future's done-callback: no asyncio task per request in the model process,
         whose Python per request bounds the whole service once the forward is fast."""
         reader, writer = await asyncio.open_unix_connection(sock=sock)
+        answers = _Answers(writer)
         try:
-            while (message := await read_frame(reader)) is not None:
+            async for message in read_frames(reader):
                 if message[0] == KEEP:
                     if self.sampler is not None:
                         self.sampler.keep((message[1] << 64) | message[2])
@@ -143,44 +178,41 @@ class FrontendConnection:
                 try:
                     future = self.batcher.submit((ids, features), tag=parent, enqueued_ns=enqueued)
                 except RuntimeError as exc:  # the batcher is closed
-                    writer.write(frame([rid, None, str(exc)]))
+                    answers.add([rid, None, str(exc)])
                     continue
                 self._pending.add(future)
-                future.add_done_callback(partial(self._answer, rid, parent, writer))
+                future.add_done_callback(partial(self._answer, rid, parent, answers))
             if self._pending:  # answers still on their way to a front end that is draining
                 await asyncio.wait(list(self._pending), timeout=30)
         finally:
+            answers.flush()
             writer.close()
 
-    def _answer(
-        self, rid: int, parent: SpanContext, writer: asyncio.StreamWriter, done: asyncio.Future
-    ) -> None:
+    def _answer(self, rid: int, parent: SpanContext, answers: _Answers, done: asyncio.Future) -> None:
         self._pending.discard(done)
-        if writer.is_closing():
+        if answers.writer.is_closing():
             return
         if done.exception() is not None:
             error = done.exception()
-            writer.write(frame([rid, None, f"{type(error).__name__}: {error}"]))
+            answers.add([rid, None, f"{type(error).__name__}: {error}"])
             return
         result: BatchResult = done.result()
         if self.spans:
             self._record_spans(parent, result)
         lead: SpanContext = result.first_tag
-        writer.write(
-            frame(
-                [
-                    rid,
-                    result.output,
-                    result.enqueued_ns,
-                    result.started_ns,
-                    result.ended_ns,
-                    result.batch_size,
-                    result.queue_depth,
-                    lead.trace_id >> 64,
-                    lead.trace_id & _LOW,
-                    lead.span_id,
-                ]
-            )
+        answers.add(
+            [
+                rid,
+                result.output,
+                result.enqueued_ns,
+                result.started_ns,
+                result.ended_ns,
+                result.batch_size,
+                result.queue_depth,
+                lead.trace_id >> 64,
+                lead.trace_id & _LOW,
+                lead.span_id,
+            ]
         )
 
     def _record_spans(self, parent: SpanContext, result: BatchResult) -> None:

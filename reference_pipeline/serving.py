@@ -29,6 +29,33 @@ def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     return sock
 
 
+def bind_port_group(host: str = "127.0.0.1", port: int = 0, count: int = 1) -> list[socket.socket]:
+    """`count` listening sockets on one port, each for one front-end process, with SO_REUSEPORT: the
+    kernel then spreads new connections over them by a hash of each connection's addresses. One
+    socket shared by every front end left the balance to whichever accept loop woke first: on the
+    16-core H100 box one front end ran at a full core while the service used 5.8 of its 16 cores
+    (bench/RESULTS.md, "Reference pipeline (GPU)"). nginx's `reuseport` and gunicorn's
+    `--reuse-port` do the same. Where the platform lacks SO_REUSEPORT: one socket, shared."""
+    if count <= 1 or not hasattr(socket, "SO_REUSEPORT"):
+        return [bind_free_port(host, port)] * max(count, 1)
+    group: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+            group.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+            port = sock.getsockname()[1]  # the first one's (port 0: the kernel's pick) for the rest
+    except OSError:
+        for sock in group:
+            sock.close()
+        raise
+    return group
+
+
 # Idle keep-alive connections stay open longer than any client here keeps them in its pool (httpx:
 # 5 s). At equal timeouts (uvicorn's default is also 5 s) the server may close a connection just as
 # the client reuses it, and that request fails with ReadError: seen once in a real 20 s run.

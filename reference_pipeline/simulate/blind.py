@@ -32,6 +32,10 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   per process) that reads Redis with a Postgres fallback through a small pool, runs a GBM/ONNX model,
   asks a third-party risk API (timeout, one retry) and sends an audit event to Kafka; OTLP / Jaeger /
   Zipkin v2. **Untouched** like kafka-scorer: written blind and held out
+- `rag-chat` (rag_chat.py, rag_chat_flow.py, rag_chat_engine.py, rag_chat_spans.py): a FastAPI RAG
+  orchestrator behind Envoy / NGINX (or no traced ingress): a batching embedder, a Redis semantic
+  cache, a sharded Milvus-like vector search, a continuous-batching LLM server (KV cache,
+  preemption) and a moderation call; OTLP / Jaeger / Zipkin v2. **Untouched**: written blind, held out
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see
@@ -57,10 +61,11 @@ MODULES = {
     "recsys-ranker": "recsys_ranker",
     "ads-auction": "ads_auction",
     "fraud-check": "fraud_check",
+    "rag-chat": "rag_chat",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4: open checks since)
-UNTOUCHED = ("ads-auction", "fraud-check")
+UNTOUCHED = ("ads-auction", "fraud-check", "rag-chat")
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 

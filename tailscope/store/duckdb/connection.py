@@ -28,6 +28,7 @@ from tailscope.store.duckdb.migrate import (
     old_store_message,
     stored_version,
 )
+from tailscope.store.duckdb.threads import fit_threads
 from tailscope.store.errors import StoreBusyError, StoreVersionError, disk_full_cause, store_full
 from tailscope.store.interface import Migration
 from tailscope.store.url import default_db_path
@@ -124,6 +125,7 @@ def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyCo
                 conn = duckdb.connect(str(path), read_only=read_only, config=connection_config())
                 # DuckDB draws a progress bar on stderr for long statements: not ours to print.
                 conn.execute("SET enable_progress_bar = false")
+                fit_threads(conn)  # no more threads than the memory cap feeds
                 return conn
             except duckdb.IOException as error:
                 if not _is_lock_conflict(error):

@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 
 from tailscope import sql
+from tailscope.store.duckdb.threads import fit_threads
 from tailscope.store.errors import StoreVersionError
 from tailscope.store.interface import Migration
 
@@ -75,6 +76,7 @@ def migrate(conn: duckdb.DuckDBPyConnection, path: str | Path = "store") -> Migr
     # the writers' cap: the conversion spills to the file instead of growing with the store
     # (measured: 4 M spans in 8.3 s at 407 MiB peak RSS, bench/RESULTS.md)
     conn.execute(sql.load("ingest_writer_memory"))
+    fit_threads(conn)
     conn.execute("BEGIN TRANSACTION")
     try:
         step = version

@@ -21,6 +21,7 @@ from tailscope.stop_signals import deferred_stop_signals
 from tailscope.store.duckdb.connection import connect_writer, waiting
 from tailscope.store.duckdb.derive import refresh_run, trace_window
 from tailscope.store.duckdb.run_row import trace_count, update_run
+from tailscope.store.duckdb.threads import fit_threads
 from tailscope.store.duckdb.touched import TouchedTraces
 from tailscope.store.interface import FileWrite, SpanBatch
 from tailscope.store.setup import arrow_chunks
@@ -141,6 +142,7 @@ def _transaction(
     the run's derived rows brought up to date, or (any failure) nothing; what `store` returned."""
     with connect_writer(path) as conn:
         conn.execute(sql.load("ingest_writer_memory")).fetchall()
+        fit_threads(conn)
         conn.begin()
         try:
             stats = store(conn, run, batches, [source])

@@ -1,0 +1,2 @@
+-- One worker thread per slice of the memory limit (threads.fit_threads).
+SET threads = ?
