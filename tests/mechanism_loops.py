@@ -90,8 +90,9 @@ class Loop:
                     self.idle += 1
 
 
-def _handle(b: TraceBuilder, loop: Loop, spans: dict, rng: np.random.Generator):
-    """The request's coroutine; records (start, end) of its spans in `spans` (ms)."""
+def _handle(b: TraceBuilder, loop: Loop, spans: dict, rng: np.random.Generator, items: int):
+    """The request's coroutine; records (start, end) of its spans in `spans` (ms). Parsing takes
+    0.02 ms per item of the request's body."""
     def cpu(name: str) -> tuple[str, float]:
         return "cpu", lognormal(rng, CPU_MS[name], 0.25)
 
@@ -99,7 +100,7 @@ def _handle(b: TraceBuilder, loop: Loop, spans: dict, rng: np.random.Generator):
     yield "io", 0.0  # the new task's first step waits its turn
     spans["server"] = [loop.t, 0.0]
     spans["parse"] = [loop.t, 0.0]
-    yield cpu("parse")
+    yield "cpu", lognormal(rng, CPU_MS["parse"], 0.25) + 0.02 * items * float(np.exp(rng.normal(0.0, 0.08)))
     cold = 0.0
     if loop.cold_from is not None and loop.t >= loop.cold_from:
         cold = 150.0 * 0.5 ** loop.cold_served  # lazy initialisation: 150 ms, halving
@@ -137,12 +138,14 @@ def _stops(rng: np.random.Generator, until: float) -> list[tuple[float, float]]:
 
 def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float = 400.0,
                        n: int = 4000, processes: int = 3, per_instance: int = 1,
-                       paused: bool = False, restarted: bool = False) -> TraceFrame:
+                       paused: bool = False, restarted: bool = False,
+                       large_inputs: bool = False) -> TraceFrame:
     """A caller in front of `processes` event-loop processes at `rps`; `bursts`: see _arrivals;
     `per_instance` processes share one instance id (a pod's workers); `paused`: the first process
     stops now and then for a few hundred ms (no GC events reported); `restarted`: every process is
     replaced once, at a time of its own in the middle of the run, by one whose first predictions are
-    slow (150 ms, halving: lazy initialisation)."""
+    slow (150 ms, halving: lazy initialisation); `large_inputs`: a quarter of the requests carry
+    hundreds to thousands of items (`app.items` on the parse span), the rest a few dozen."""
     b = TraceBuilder(seed)
     until = 1.2 * n / rps * 1000.0
     loops = [Loop(pool, _stops(b.rng, until) if paused and p == 0 else None) for p in range(processes)]
@@ -153,11 +156,13 @@ def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float
     for t in _arrivals(b, n, rps, bursts):
         p = int(b.rng.integers(processes))
         spans: dict = {}
-        loops[p].at(t + 0.3, _handle(b, loops[p], spans, b.rng))
-        requests.append((t, p, spans))
+        big = large_inputs and b.rng.random() < 0.25
+        items = int(min(15_000, (900 if big else 14) * np.exp(b.rng.normal(0.0, 1.0 if big else 0.7))))
+        loops[p].at(t + 0.3, _handle(b, loops[p], spans, b.rng, items))
+        requests.append((t, p, spans, items))
     for loop in loops:
         loop.run()
-    for t, p, spans in requests:
+    for t, p, spans, items in requests:
         b.new_trace()
         end = spans["server"][1] + lognormal(b.rng, 0.2, 0.3)
         caller = f"checkout/{int(b.rng.integers(3))}"
@@ -169,7 +174,8 @@ def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float
         for name, kind in (("parse", "Internal"), ("load_features", "Internal"), ("predict", "Internal"),
                            ("INSERT", "Client")):
             a, z = spans[name]
-            parent = b.span(server, name, kind, inst, a, z - a)
+            extra = {"app__items": items} if name == "parse" else {}
+            parent = b.span(server, name, kind, inst, a, z - a, **extra)
             if name == "load_features":
                 for inner in ("GET", "SELECT"):
                     a, z = spans[inner]

@@ -49,3 +49,14 @@ def test_processes_restarted_cold_in_a_pod_are_no_pause() -> None:
     assert found is None or found["stats"]["stops_recur_over_the_run"] <= 0.3, found and found["stats"]
     result = diagnose_frame(frame)
     assert all(fd.confidence < 0.5 for fd in result.findings if fd.pattern == "gc_pause"), _found(result)
+
+
+def test_large_inputs_parsed_on_the_loop_are_no_pause() -> None:
+    """A request with thousands of items holds its event loop while it is parsed: the door opens late
+    and lets the waiting calls in together, but the parse that filled the stop took as long as its
+    input predicts: the input's, not a stop of the process."""
+    frame = event_loop_service(4, large_inputs=True, processes=6, per_instance=3, rps=200.0)
+    found = releases(Context(frame))
+    assert found is None or found["strength"] < 0.2, found and found["stats"]
+    result = diagnose_frame(frame)
+    assert all(fd.confidence < 0.5 for fd in result.findings if fd.pattern == "gc_pause"), _found(result)

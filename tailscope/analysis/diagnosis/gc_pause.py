@@ -196,6 +196,9 @@ def detect(ctx: Context) -> list[Finding]:
     pairs = ((ep_inst, w_inst), (ep_t0, w_t0), (ep_t1, w_t1))
     ep_inst, ep_t0, ep_t1 = (np.r_[a, b[new]][order] for a, b in pairs)
     stopped = np.r_[stopped, np.full(int(new.sum()), 2, np.int8)][order]
+    # a silence filled by work as long as its input predicts is that work's (a long parse), not a stop
+    kept = ~stopped_accepts.held_by_input(ctx, ep_inst, ep_t0, ep_t1)
+    ep_inst, ep_t0, ep_t1, stopped = ep_inst[kept], ep_t0[kept], ep_t1[kept], stopped[kept]
     if not len(ep_inst):
         return _lone(ctx, warm)
     # silences longer than a request through which the requests sent to the process waited to start:

@@ -14,7 +14,9 @@ Statistic. Per server instance, the calls with a large gap (network.large_gaps) 
 SERVER spans start, chained while consecutive starts are within CHAIN; a chain of at least
 MIN_CALLS whose sends spread over at least COMPRESSED times as long as its starts is a *release*, and
 the stop it ends runs from its first send to its first start. Calls of one caller instance only do
-not count (a paused caller writes the requests it held at once: its stop, not the server's).
+not count (a paused caller writes the requests it held at once: its stop, not the server's), nor do
+stops mostly filled by work that took as long as its input's size predicts (a long synchronous step
+blocks a single-threaded process's door too: large_payload's, not a pause).
 Strength = logistic(releases, 3, 0.7) x logistic(share of the large gaps in releases, 0.15, 0.04) x
 logistic(recurrence, 0.45, 0.08), the recurrence being the largest share of the run's tenths that
 hold a stop of one instance: a collector or a quota stops a process all through the run, a process
@@ -26,13 +28,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context
+from tailscope.analysis.diagnosis.size_explained import size_explained
 from tailscope.analysis.diagnosis.stats import logistic
 
+KIND_PRODUCER, KIND_CONSUMER = SPAN_KINDS.index("Producer"), SPAN_KINDS.index("Consumer")
 CHAIN_NS = 2_000_000  # consecutive SERVER starts this close belong to one rush
 MIN_CALLS = 3
 COMPRESSED = 5.0  # sends spread at least this many times as long as the starts
+HELD = 0.5  # work its input explains fills this share of a stop: the work held the door
 
 
 def _large_gaps(gap: np.ndarray) -> np.ndarray:
@@ -76,6 +81,8 @@ def _releases(ctx: Context) -> dict | None:
     callers = f.instance[c]
     pairs = np.unique(np.c_[chain, callers], axis=0)
     released &= np.bincount(pairs[:, 0], minlength=len(size)) >= 2
+    held = held_by_input(ctx, inst[new][released], first_sent[released], first_start[released])
+    released[released] &= ~held
     n = int(released.sum())
     if n == 0:
         return None
@@ -113,6 +120,33 @@ def union(inst: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray,
     new = np.r_[True, (inst[1:] != inst[:-1]) | (t0[1:] > reach[:-1])]
     at = np.nonzero(new)[0]
     return inst[at], t0[at], np.maximum.reduceat(t1, at)
+
+
+def held_by_input(ctx: Context, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> np.ndarray:
+    """Per stop: whether work that took as long as its input's size predicts (size_explained.py)
+    fills most of it on its instance: a long input processed in synchronous steps blocks a
+    single-threaded process's door too, yet nothing stopped it. A paused span lasts its work plus
+    the pause, far above what its size predicts."""
+    f = ctx.frame
+    out = np.zeros(len(inst), bool)
+    own = (f.kind != KIND_CLIENT) & (f.kind != KIND_PRODUCER) & (f.kind != KIND_CONSUMER)
+    work = np.nonzero(f.leaf & (f.request >= 0) & own & np.isin(f.instance, inst))[0]
+    if len(work) == 0:
+        return out
+    inside = [work[(f.instance[work] == i) & (f.start[work] < b) & (f.end[work] > a)]
+              for i, a, b in zip(inst, t0, t1, strict=True)]
+    held = np.unique(np.concatenate(inside))
+    if len(held) == 0:
+        return out
+    peers = work[np.isin(f.name[work], np.unique(f.name[held]))]
+    d = f.dur[peers]
+    slow = (d > np.quantile(d, 0.9)) | np.isin(peers, held)
+    explained = peers[size_explained(ctx, peers, slow)]
+    for k, spans in enumerate(inside):
+        spans = spans[np.isin(spans, explained)]
+        covered = np.minimum(f.end[spans], t1[k]) - np.maximum(f.start[spans], t0[k])
+        out[k] = covered.sum() >= HELD * (t1[k] - t0[k])
+    return out
 
 
 def _recurring(inst: np.ndarray, at: np.ndarray, run_ns: int) -> float:
