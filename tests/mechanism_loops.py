@@ -100,7 +100,8 @@ def _handle(b: TraceBuilder, loop: Loop, spans: dict, rng: np.random.Generator, 
     yield "io", 0.0  # the new task's first step waits its turn
     spans["server"] = [loop.t, 0.0]
     spans["parse"] = [loop.t, 0.0]
-    yield "cpu", lognormal(rng, CPU_MS["parse"], 0.25) + 0.02 * items * float(np.exp(rng.normal(0.0, 0.08)))
+    yield "cpu", lognormal(rng, CPU_MS["parse"], 0.25) + (0.02 * items * float(np.exp(rng.normal(0.0, 0.08)))
+                                                         if items else 0.0)
     cold = 0.0
     if loop.cold_from is not None and loop.t >= loop.cold_from:
         cold = 150.0 * 0.5 ** loop.cold_served  # lazy initialisation: 150 ms, halving
@@ -153,11 +154,14 @@ def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float
         for loop in loops:
             loop.cold_from = float(b.rng.uniform(0.4, 0.6)) * until / 1.2
     requests = []
+    sizes = np.random.default_rng(seed + 7919)  # inputs and callers
     for t in _arrivals(b, n, rps, bursts):
         p = int(b.rng.integers(processes))
         spans: dict = {}
-        big = large_inputs and b.rng.random() < 0.25
-        items = int(min(15_000, (900 if big else 14) * np.exp(b.rng.normal(0.0, 1.0 if big else 0.7))))
+        items = 0  # drawn from a stream of their own: the other draws stay as they are without them
+        if large_inputs:
+            big = sizes.random() < 0.25
+            items = int(min(15_000, (900 if big else 14) * np.exp(sizes.normal(0.0, 1.0 if big else 0.7))))
         loops[p].at(t + 0.3, _handle(b, loops[p], spans, b.rng, items))
         requests.append((t, p, spans, items))
     for loop in loops:
@@ -165,7 +169,7 @@ def event_loop_service(seed: int, bursts: float = 0.0, pool: int = 5, rps: float
     for t, p, spans, items in requests:
         b.new_trace()
         end = spans["server"][1] + lognormal(b.rng, 0.2, 0.3)
-        caller = f"checkout/{int(b.rng.integers(3))}"
+        caller = f"checkout/{int(sizes.integers(3))}"
         root = b.span(None, "POST /checkout", "Server", caller, t - 0.2, end - t + 0.4)
         call = b.span(root, "POST /score", "Client", caller, t, end - t)
         inst = f"scorer/{p // per_instance}"
