@@ -23,6 +23,7 @@ handed the request over, so the hand-off's own time is queue time, as it is for 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import struct
 import time
@@ -174,7 +175,7 @@ class FrontendConnection:
                         self.sampler.keep((message[1] << 64) | message[2])
                     continue
                 _, rid, hi, lo, span_id, flags, enqueued, ids, features = message
-                parent = SpanContext((hi << 64) | lo, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+                parent = (hi, lo, span_id, flags)  # a SpanContext only where spans are written
                 try:
                     future = self.batcher.submit((ids, features), tag=parent, enqueued_ns=enqueued)
                 except RuntimeError as exc:  # the batcher is closed
@@ -188,7 +189,7 @@ class FrontendConnection:
             answers.flush()
             writer.close()
 
-    def _answer(self, rid: int, parent: SpanContext, answers: _Answers, done: asyncio.Future) -> None:
+    def _answer(self, rid: int, parent: tuple, answers: _Answers, done: asyncio.Future) -> None:
         self._pending.discard(done)
         if answers.writer.is_closing():
             return
@@ -199,7 +200,7 @@ class FrontendConnection:
         result: BatchResult = done.result()
         if self.spans:
             self._record_spans(parent, result)
-        lead: SpanContext = result.first_tag
+        lead_hi, lead_lo, lead_span, _ = result.first_tag
         answers.add(
             [
                 rid,
@@ -209,12 +210,19 @@ class FrontendConnection:
                 result.ended_ns,
                 result.batch_size,
                 result.queue_depth,
-                lead.trace_id >> 64,
-                lead.trace_id & _LOW,
-                lead.span_id,
+                lead_hi,
+                lead_lo,
+                lead_span,
             ]
         )
 
-    def _record_spans(self, parent: SpanContext, result: BatchResult) -> None:
-        with trace.use_span(NonRecordingSpan(parent), end_on_exit=False):
-            record_model_spans(self.cfg, parent, result)
+    def _record_spans(self, parent: tuple, result: BatchResult) -> None:
+        context = _context(parent)
+        lead = context if result.first_tag == parent else _context(result.first_tag)
+        with trace.use_span(NonRecordingSpan(context), end_on_exit=False):
+            record_model_spans(self.cfg, context, dataclasses.replace(result, first_tag=lead))
+
+
+def _context(tag: tuple) -> SpanContext:
+    hi, lo, span_id, flags = tag
+    return SpanContext((hi << 64) | lo, span_id, is_remote=True, trace_flags=TraceFlags(flags))

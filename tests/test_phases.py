@@ -253,3 +253,19 @@ def test_a_phase_fills_only_the_time_its_spans_children_do_not_cover(db_path):
     )  # queued child + the uncovered 2..3 ms of the queue phase
     assert row["model_forward"] == pytest.approx(30.0, abs=1e-3)
     assert row["preprocessing"] == 0
+
+
+def test_a_phase_rules_key_is_matched_as_written_not_as_a_pattern(db_path):
+    """The candidate filter is one regex of the rules' keys (statements.phase_candidates): a key's
+    regex metacharacters match only themselves."""
+    cols = SpanColumns()
+    add_trace(cols, S("handle", 0, 100, kind="Server", attrs={"srv.time(q)": "20"}), 1)
+    add_trace(cols, S("handle", 0, 100, kind="Server", attrs={"srvXtime(q)": "20"}), 2)
+    add_trace(cols, S("handle", 0, 100, kind="Server", attrs={"srv.timeq": "20"}), 3)
+    load(db_path, "keys", cols)
+    with connect_writer(db_path) as conn:
+        rule = PhaseRule(1, "mine", "wait", "queue", "attribute", "srv.time(q)", unit="ms")
+        replace_phase_rules(conn, [rule])
+    assert request_row(db_path, 1)["queue"] == pytest.approx(20.0, abs=1e-3)
+    assert request_row(db_path, 2)["queue"] == 0
+    assert request_row(db_path, 3)["queue"] == 0

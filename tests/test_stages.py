@@ -112,6 +112,9 @@ def test_an_attribute_regex_matches_each_key_value_pair_with_its_own_anchors(db_
         S("step_c", 2, 3, attrs={"db.system": "redis-cluster"}),
         S("step_d", 3, 4, attrs={"q": 'say "hi",\n"x":"y"', "db.system": "redis", "z": "\\"}),
         S("step_e", 4, 5, attrs={"db.system": "redis\nother"}),
+        # an unknown tailscope.stage value: the rules are tried (the attribute lines are built for it)
+        S("step_f", 5, 6, attrs={"tailscope.stage": "nonsense", "db.system": "redis"}),
+        S("step_g", 6, 7, attrs={"tailscope.stage": "queue", "db.system": "redis"}),  # the attribute wins
     ]
     cols = SpanColumns()
     add_trace(cols, S("root", 0, 10, kind="Server", children=children), 1)
@@ -122,10 +125,12 @@ def test_an_attribute_regex_matches_each_key_value_pair_with_its_own_anchors(db_
         )
     frame = stage_mapping(Store(db_path), "r")
     stages = {row.span_name: row.stage for row in frame.itertuples()}
-    assert [stages[f"step_{x}"] for x in "abcde"] == [
+    assert [stages[f"step_{x}"] for x in "abcdefg"] == [
         "downstream",
         "unattributed",
         "unattributed",
         "downstream",
         "unattributed",
+        "downstream",
+        "queue",
     ]

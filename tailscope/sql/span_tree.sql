@@ -70,12 +70,16 @@ real_spans AS (
                                  'model_forward', 'postprocessing', 'downstream', 'serialization',
                                  'unattributed')
              THEN -1 ELSE {rule_case} END AS RuleNo
-    FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage,
+    FROM (SELECT *,
                  -- the attributes as "key=value" lines for the rules' attribute regexes: the JSON
                  -- object's '","' and '":"' separators (never inside an escaped string) become a
-                 -- newline and '='; values keep their JSON escapes (\" \\ \n)
-                 replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') AS AttrLines
-          FROM {scope}) AS t
+                 -- newline and '='; values keep their JSON escapes (\" \\ \n). Only for the spans
+                 -- the rules are tried on (no valid tailscope.stage attribute)
+                 CASE WHEN RawStage IN ('ingress', 'queue', 'parsing', 'feature_hydration', 'preprocessing',
+                                        'model_forward', 'postprocessing', 'downstream', 'serialization',
+                                        'unattributed') THEN NULL
+                      ELSE replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') END AS AttrLines
+          FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage FROM {scope})) AS t
     JOIN name_hits AS h ON h.SpanName = t.SpanName
 ),
 phase_rows AS (

@@ -70,12 +70,16 @@ real_spans AS (
                                  'model_forward', 'postprocessing', 'downstream', 'serialization',
                                  'unattributed')
              THEN -1 ELSE CASE WHEN SpanKind = ? THEN 1 WHEN nh1 THEN 2 WHEN SpanKind = ? AND regexp_matches(AttrLines, ?, 'i') THEN 3 END END AS RuleNo
-    FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage,
+    FROM (SELECT *,
                  -- the attributes as "key=value" lines for the rules' attribute regexes: the JSON
                  -- object's '","' and '":"' separators (never inside an escaped string) become a
-                 -- newline and '='; values keep their JSON escapes (\" \\ \n)
-                 replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') AS AttrLines
-          FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)) AS t
+                 -- newline and '='; values keep their JSON escapes (\" \\ \n). Only for the spans
+                 -- the rules are tried on (no valid tailscope.stage attribute)
+                 CASE WHEN RawStage IN ('ingress', 'queue', 'parsing', 'feature_hydration', 'preprocessing',
+                                        'model_forward', 'postprocessing', 'downstream', 'serialization',
+                                        'unattributed') THEN NULL
+                      ELSE replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') END AS AttrLines
+          FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?))) AS t
     JOIN name_hits AS h ON h.SpanName = t.SpanName
 ),
 phase_rows AS (
@@ -106,7 +110,7 @@ WITH phase_candidates AS MATERIALIZED (
            -- every attribute the rules read, with one parse of the span's attributes
            json_extract_string(SpanAttributes, ?::VARCHAR[]) AS RuleValues
     FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)
-    WHERE contains(Events, ?) OR contains(SpanAttributes, ?)
+    WHERE regexp_matches(SpanAttributes, ?) OR (Events <> '[]' AND regexp_matches(Events, ?))
 ),
 phase_rules_given AS MATERIALIZED (
     SELECT r.pos, r.grp, r.phase, r.stage, r.source, r.start_key, r.end_key, r.factor, r.name_regex,
@@ -389,4 +393,4 @@ SELECT s.TraceId, s.SpanId, s.ParentSpanId, s.SpanName, s.SpanKind, s.ServiceNam
 FROM span_rows AS w
 JOIN spans AS s ON s.TK = w.TK AND s.SK = w.SK AND s.PK = w.PK
 JOIN request_root AS r ON r.TK = w.TK
--- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", ["$.\"fw.queue_time\""], "r1", "abababababababababababababababab", "\"INFER_START\"", "\"fw.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null, "start_at": 1, "end_at": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m", "start_at": null, "end_at": null}], "r1", "abababababababababababababababab", [], ["queue", "model_forward", "downstream"]]
+-- params: ["r1", "abababababababababababababababab", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", "abababababababababababababababab", ["$.\"fw.queue_time\""], "r1", "abababababababababababababababab", "\"fw\\.queue_time\":", "\"INFER_START\"", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null, "start_at": 1, "end_at": null}, {"pos": 2, "grp": "fw", "phase": "infer", "stage": "model_forward", "source": "events", "start_key": "INFER_START", "end_key": "INFER_END", "factor": null, "name_regex": "^m", "start_at": null, "end_at": null}], "r1", "abababababababababababababababab", [], ["queue", "model_forward", "downstream"]]
