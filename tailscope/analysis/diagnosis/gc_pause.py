@@ -347,7 +347,9 @@ def detect(ctx: Context) -> list[Finding]:
     )
     # the same stalls from a CPU quota end on its period's boundaries: name what the evidence favours
     found = cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
-    if finding.confidence < 0.5:  # weak across names: the stretches alike or the rushes may say more
+    let_in = stopped_accepts.releases(ctx)
+    if finding.confidence < 0.5 and let_in is not None and let_in["strength"] >= 0.5:
+        # weak across names, but calls rushed in at the door: a process behind a shared id stopped
         notes = dict(ctx.notes)
         lone = _lone(ctx, warm_up_mask(ctx))  # `warm` is a weight by now
         if max((x.confidence for x in lone), default=0.0) > max(x.confidence for x in found):
