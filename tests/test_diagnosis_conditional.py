@@ -17,7 +17,7 @@ from tests.conditional_services import (
     paused_worker_behind_callers,
     profile_scorer,
 )
-from tests.path_services import pooled_service, sharded_fan_out
+from tests.path_services import sharded_fan_out
 
 
 def _found(result) -> list:
@@ -117,16 +117,6 @@ def test_a_deadline_cutting_a_straggler_replicas_calls_is_the_straggler() -> Non
     retry = [f for f in result.findings if f.pattern == "timeout_retry"]
     assert retry and retry[0].confidence < 0.5, _found(result)
     assert retry[0].evidence["stats"]["cut_calls_to_straggler"] == "shard/3-0"
-
-
-def test_a_pool_that_fills_only_in_bursts_of_arrivals_is_the_bursts_queue() -> None:
-    """A pool sized for the ordinary rate makes requests wait only while 2.5x as many arrive: the
-    waits are the burst's queue moved into the pool (queueing on top), not a pool too small."""
-    result = diagnose_frame(pooled_service(7, rate=350.0, bursts=True))
-    assert result.findings[0].pattern == "queueing", _found(result)
-    lock = [f for f in result.findings if f.pattern == "lock_contention"]
-    assert lock and lock[0].confidence < 0.5, _found(result)
-    assert lock[0].evidence["stats"]["wait_in_arrival_bursts"] >= 0.8
 
 
 def test_a_connection_opened_before_the_usual_query_is_no_cache_fallback() -> None:

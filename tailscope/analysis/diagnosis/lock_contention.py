@@ -35,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.burst_waits import burst_ratio, burst_waits
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -205,10 +204,7 @@ def detect(ctx: Context) -> list[Finding]:
         # waiting on calls out of it (their CLIENT calls, or the callee's side of a call), the crowd is
         # what long calls make (a slow peer, a deadline), as calls that last longer overlap more
         called = max(called, time_in_calls(ctx, spans) if confidence > 0.45 else 0.0)
-        # waits that come only with bursts of arrivals are the burst's queue moved into the lock
-        burst = burst_waits(ctx, spans, wait) if confidence > 0.45 else None
-        with_burst = burst is not None and burst[0] >= 0.8 and burst_ratio(*burst) >= 5.0
-        if called >= 0.5 or with_burst:
+        if called >= 0.5:
             confidence = min(confidence, 0.45)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
@@ -221,8 +217,6 @@ def detect(ctx: Context) -> list[Finding]:
             + (f"; but {called:.0%} of its slow spans' extra time is spent in calls out of the process (a "
                "call made only on some of them, such as a cache miss's store query, or a slower peer), "
                "not a wait for a lock" if called >= 0.5 else "")
-            + (f"; but {burst[0]:.0%} of the modelled wait falls in bursts of arrivals ({burst[1]:.0%} of "
-               "its spans): the burst's queue moved into it (see queueing)" if with_burst else "")
             + "."
         )
         stats = {
@@ -240,7 +234,6 @@ def detect(ctx: Context) -> list[Finding]:
             "wait_added_over_median": round(added, 4),
             "cohorts": fit.cohorts,
             "extra_time_in_conditional_calls": round(called, 3),
-            "wait_in_arrival_bursts": None if burst is None else round(burst[0], 3),
         }
         pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)
         chart = {
