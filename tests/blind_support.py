@@ -70,3 +70,15 @@ def cached(load: Callable[[str, int, int], object]) -> Callable[[str, int, int],
     """`load(scenario, requests, seed)`, each run made once per test module (a module-scoped fixture
     returns it), so the tests that read one run share it."""
     return cache(load)
+
+
+def seed_runs(tmp: Path, family: str, format_of: Callable[[int], str]) -> Callable[[str, int, int], object]:
+    """`get(scenario, requests, seed)`: the run's spans (load_run), each run loaded once, its file in the
+    format the family gives that seed (`format_of(seed)`)."""
+
+    def load(scenario: str, requests: int, seed: int) -> list[dict]:
+        spans, written = load_run(tmp, family, scenario, requests, seed)
+        assert written["format"] == format_of(seed)
+        return spans
+
+    return cached(load)

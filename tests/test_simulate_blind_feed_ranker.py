@@ -29,7 +29,7 @@ from reference_pipeline.simulate.feed_ranker_spans import (
     RANK,
     ROOT,
 )
-from tests.blind_support import cached, load_run
+from tests.blind_support import seed_runs
 
 MS = 1e6
 FAMILY = "feed-ranker"
@@ -37,14 +37,8 @@ FAMILY = "feed-ranker"
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("feed")
-    return cached(lambda scenario, requests, seed: _load(tmp, scenario, requests, seed))
-
-
-def _load(tmp: Path, scenario: str, requests: int, seed: int) -> list[dict]:
-    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed)
-    assert summary["format"] == setup(seed)["fmt"]
-    return spans
+    """The run's spans as the store holds them, after the real loader read the written file."""
+    return seed_runs(tmp_path_factory.mktemp("feed"), FAMILY, lambda seed: setup(seed)["fmt"])
 
 
 def instance(span: dict) -> str:

@@ -25,7 +25,7 @@ from reference_pipeline.simulate.recsys_calls import (
     TIGHT_DEADLINE_MS,
 )
 from reference_pipeline.simulate.recsys_ranker import SCENARIOS, lossy_pods, setup
-from tests.blind_support import cached, load_run
+from tests.blind_support import seed_runs
 
 MS = 1e6
 FAMILY = "recsys-ranker"
@@ -34,15 +34,8 @@ INGRESS = "router ranker-api egress"
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory):
-    tmp = tmp_path_factory.mktemp("recsys")
-    return cached(lambda scenario, requests, seed: _load(tmp, scenario, requests, seed))
-
-
-def _load(tmp: Path, scenario: str, requests: int, seed: int) -> list[dict]:
     """The run's spans as the store holds them, after the real loader read the written file."""
-    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed)
-    assert summary["format"] == setup(seed)["fmt"]
-    return spans
+    return seed_runs(tmp_path_factory.mktemp("recsys"), FAMILY, lambda seed: setup(seed)["fmt"])
 
 
 def instance(span: dict) -> str:
