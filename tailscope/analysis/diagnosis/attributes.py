@@ -12,6 +12,8 @@ The frame reads attributes lazily per span name (one query each), so callers ask
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
@@ -90,18 +92,27 @@ def numeric_attributes(
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{key: (span indices, float values)} for the attributes of a name whose values are numbers on at
     least `min_coverage` spans (booleans and strings left out)."""
+    if code not in frame._numeric_cache:  # detectors ask for a name again and again: parse it once
+        frame._numeric_cache[code] = {
+            key: _numeric(idx, values) for key, (idx, values) in frame.attributes(code).items()
+        }
     out = {}
-    for key, (idx, values) in frame.attributes(code).items():
-        if len(values) < min_coverage:
+    for key, parsed in frame._numeric_cache[code].items():
+        if parsed is None or parsed[2] < min_coverage or len(parsed[1]) < min_coverage:
             continue
-        sample = values[:50]
-        if any(isinstance(v, bool) or str(v).strip().lower() in ("true", "false") for v in sample):
-            continue
-        try:
-            nums = np.asarray(values, dtype=str).astype(np.float64)  # one C-level pass
-        except (TypeError, ValueError):
-            continue
-        ok = np.isfinite(nums)
-        if ok.sum() >= min_coverage:
-            out[key] = (np.asarray(idx)[ok], nums[ok])
+        out[key] = (parsed[0], parsed[1])
     return out
+
+
+def _numeric(idx: Any, values: list[Any]) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """(span indices, float values) of an attribute's finite numeric values and how many spans carry
+    it; None where its values are booleans or not numbers."""
+    sample = values[:50]
+    if any(isinstance(v, bool) or str(v).strip().lower() in ("true", "false") for v in sample):
+        return None
+    try:
+        nums = np.asarray(values, dtype=str).astype(np.float64)  # one C-level pass
+    except (TypeError, ValueError):
+        return None
+    ok = np.isfinite(nums)
+    return np.asarray(idx)[ok], nums[ok], len(values)

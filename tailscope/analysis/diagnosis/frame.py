@@ -127,6 +127,9 @@ class TraceFrame:
     cut_requests: int = 0
 
     _attribute_cache: dict[int, dict[str, tuple[np.ndarray, list[Any]]]] = field(default_factory=dict)
+    # attributes.numeric_attributes' parse of a name's attributes (name code -> key -> (span indices,
+    # floats, how many spans carry the key) or None where the key is not numeric): parsed once per name
+    _numeric_cache: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def attributes(self, name_code: int) -> dict[str, tuple[np.ndarray, list[Any]]]:
         """The attributes of a span name's spans (read once per name: each read is a query)."""
