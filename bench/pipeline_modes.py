@@ -30,18 +30,24 @@ ALL_STAGES = (
 )  # fmt: skip
 
 
-def cpu_split_s(pid: int) -> tuple[float, float]:
-    """CPU seconds (user + system) of `pid` itself and of its live children, from /proc."""
-    own = children = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def _cpu_stats(pattern: str):
+    """(entry name, parent pid, CPU seconds user + system) of each /proc stat file `pattern` matches
+    that is still there to read."""
+    for stat in Path("/proc").glob(pattern):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        seconds = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        if stat.parent.name == str(pid):
+        yield stat.parent.name, int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def cpu_split_s(pid: int) -> tuple[float, float]:
+    """CPU seconds (user + system) of `pid` itself and of its live children, from /proc."""
+    own = children = 0.0
+    for name, parent, seconds in _cpu_stats("[0-9]*/stat"):
+        if name == str(pid):
             own += seconds
-        elif int(fields[1]) == pid:
+        elif parent == pid:
             children += seconds
     return own, children
 
@@ -49,20 +55,8 @@ def cpu_split_s(pid: int) -> tuple[float, float]:
 def busiest_s(pid: int) -> dict[str, float]:
     """CPU seconds of each thread of `pid` ("t<tid>") and of each live child process ("p<pid>"), from
     /proc: the deltas over a window say which one thread or process ran at a full core."""
-    out: dict[str, float] = {}
-    for stat in Path(f"/proc/{pid}/task").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[f"t{stat.parent.name}"] = (int(fields[11]) + int(fields[12])) / CLK_TCK
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out[f"p{stat.parent.name}"] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    out = {f"t{tid}": seconds for tid, _, seconds in _cpu_stats(f"{pid}/task/[0-9]*/stat")}
+    out.update({f"p{name}": seconds for name, parent, seconds in _cpu_stats("[0-9]*/stat") if parent == pid})
     return out
 
 

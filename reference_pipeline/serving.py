@@ -13,7 +13,7 @@ import uvicorn
 from tailscope.cli import signals
 
 
-def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
+def bind_free_port(host: str = "127.0.0.1", port: int = 0, reuse_port: bool = False) -> socket.socket:
     """A listening socket (port 0: the kernel picks a free one, so there is no race to lose).
 
     TCP_NODELAY is set on it (accepted connections inherit it on Linux) and the protocol is named:
@@ -22,10 +22,16 @@ def bind_free_port(host: str = "127.0.0.1", port: int = 0) -> socket.socket:
     ~40 ms on every call (measured: 44 ms → 1.9 ms median per loopback POST with httpx).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # one of a group on this port (bind_port_group)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
     return sock
 
 
@@ -43,14 +49,8 @@ def bind_port_group(host: str = "127.0.0.1", port: int = 0, count: int = 1) -> l
     group: list[socket.socket] = []
     try:
         for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-            group.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.bind((host, port))
-            sock.listen(1024)
-            port = sock.getsockname()[1]  # the first one's (port 0: the kernel's pick) for the rest
+            group.append(bind_free_port(host, port, reuse_port=True))
+            port = group[-1].getsockname()[1]  # the first one's (port 0: the kernel's pick) for the rest
     except OSError:
         for sock in group:
             sock.close()
