@@ -140,8 +140,9 @@ class Reader(Protocol):
         self, name: str, run: str, windows: Sequence[tuple[int, int]] | None = None, **params: Any
     ) -> pa.Table:
         """The diagnosis' span reads (diagnosis_spans, with the run's phase spans;
-        diagnosis_gc_events; diagnosis_span_attributes; diagnosis_links, the CONSUMER spans' links;
-        diagnosis_extent; diagnosis_weights, the weights of a
+        diagnosis_gc_events; diagnosis_span_attributes (one name's, param span_name);
+        diagnosis_names_attributes (several names' in one read, param span_names);
+        diagnosis_links, the CONSUMER spans' links; diagnosis_extent; diagnosis_weights, the weights of a
         head-sampled run's requests) over one run, as Arrow;
         `windows` (first, end) ns, at most SPAN_WINDOWS: only the spans starting in one of them
         [first, end) (a sampled diagnosis, tailscope.analysis.diagnosis.sample)."""

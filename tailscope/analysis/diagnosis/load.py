@@ -193,7 +193,9 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         # an event stamped when the runtime heard of the pause, after it ended: moved to its start
         frame.gc_time, _ = pause_starts(frame.gc_instance, frame.gc_time, frame.gc_dur, frame.instance,
                                         frame.start + frame.dur)
-    frame.attribute_source = _attribute_source(conn, run, span_keys, plan)
+    counts = np.bincount(name, minlength=len(names)).tolist() if n else [0] * len(names)
+    name_spans = dict(zip(names, counts, strict=True))
+    frame.attribute_source = _attribute_source(conn, run, span_keys, plan, name_spans)
     if (frame.kind == SPAN_KINDS.index("Consumer")).any():  # a queue consumer's links to its messages
         frame.link_from, frame.link_to = _links(conn, run, span_keys, plan)
     frame = build_frame(frame)
@@ -263,25 +265,87 @@ def _links(
     return src[keep][order], dst[keep][order]
 
 
+# the most spans of one name the attribute reads take (diagnosis_span_attributes.sql's limit)
+NAME_SPANS = 50_000
+
+
 def _attribute_source(
-    conn: Reader, run: str, span_keys: np.ndarray, plan: SamplePlan | None = None
+    conn: Reader,
+    run: str,
+    span_keys: np.ndarray,
+    plan: SamplePlan | None = None,
+    name_spans: dict[str, int] | None = None,
 ) -> Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]]:
     """A function: span name -> {attribute key: (span indices, values)}. Queried lazily, while the
-    connection is open (the runner asks only for the few names a detector needs); from the sample's
-    windows only where the frame is a sample."""
+    connection is open (the runner asks only for the names a detector needs); from the sample's
+    windows only where the frame is a sample. The first ask for a name with at most NAME_SPANS
+    spans in the frame (`name_spans`) reads every such name in one scan (detectors ask for most of
+    a run's names: one scan per name was the diagnosis' largest read); a name the scan found more
+    spans of (its margins' spans), and a larger name, are read alone, under the statement's limit."""
     windows = None if plan is None else plan.read_windows()
+    small = sorted(n for n, count in (name_spans or {}).items() if count <= NAME_SPANS)
+    batch: dict[str, dict[str, tuple[np.ndarray, list[Any]]] | None] = {}
+
+    def alone(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
+        table = _arrow(conn, "diagnosis_span_attributes", run, windows=windows, span_name=span_name)
+        return _by_key(table, span_keys)
 
     def attributes(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
-        table = _arrow(conn, "diagnosis_span_attributes", run, windows=windows, span_name=span_name)
-        if table.num_rows == 0 or len(span_keys) == 0:
+        if len(span_keys) == 0:
             return {}
-        idx = _match(span_keys, table.column("SpanKey").to_numpy().astype(np.int64))
-        key_codes, key_values = _codes(table.column("AttrKey"))
-        values = np.array(table.column("AttrValue").to_pylist(), dtype=object)
-        out = {}
-        for code, key in enumerate(key_values):
-            sel = (key_codes == code) & (idx >= 0)
-            out[key] = (idx[sel], list(values[sel]))
-        return out
+        if small and not batch:
+            batch.update({n: {} for n in small})
+            table = conn.span_table("diagnosis_names_attributes", run, windows=windows, span_names=small)
+            batch.update(_by_name(table, span_keys, over=NAME_SPANS))
+        found = batch.get(span_name)
+        return found if found is not None else alone(span_name)
 
     return attributes
+
+
+def _by_key(table: pa.Table, span_keys: np.ndarray) -> dict[str, tuple[np.ndarray, list[Any]]]:
+    """{attribute key: (span indices, values)} of one name's attribute rows, in the rows' order."""
+    if table.num_rows == 0:
+        return {}
+    one = table.append_column("SpanName", pa.array(np.zeros(table.num_rows, np.int8)))
+    return _by_name(one, span_keys).get(0, {})
+
+
+def _by_name(
+    table: pa.Table, span_keys: np.ndarray, over: int | None = None
+) -> dict[Any, dict[str, tuple[np.ndarray, list[Any]]] | None]:
+    """The attribute rows of one or more names (SpanName) as {name: {attribute key: (span indices,
+    values)}}; rows of spans the frame lacks are left out (a key only they carry stays, empty). A
+    name with rows of more than `over` spans: None."""
+    if table.num_rows == 0:
+        return {}
+    idx = _match(span_keys, table.column("SpanKey").to_numpy().astype(np.int64))
+    name_codes, names = _codes(table.column("SpanName"))
+    key_codes, keys = _codes(table.column("AttrKey"))
+    group = name_codes * len(keys) + key_codes
+    # each key's rows in span order (the frame's), the rows of spans the frame lacks last: the engine's
+    # row order varies from read to read, this does not
+    by_span = np.argsort(np.where(idx >= 0, idx, len(span_keys)), kind="stable")  # near sorted: quick
+    order = by_span[np.argsort(group[by_span], kind="stable")]
+    value_codes, distinct = _codes(table.column("AttrValue"))  # strings made once per distinct value
+    values = np.array([*distinct, None], dtype=object)[value_codes[order]]
+    idx, group = idx[order], group[order]
+    cuts = np.nonzero(np.diff(group))[0] + 1
+    starts, ends = np.r_[0, cuts], np.r_[cuts, len(group)]
+    runs = sorted(  # per name, its keys by the first span that has them
+        (int(g) // len(keys), int(i) if i >= 0 else len(span_keys), keys[int(g) % len(keys)], lo, hi)
+        for g, i, lo, hi in zip(group[starts], idx[starts], starts.tolist(), ends.tolist(), strict=True)
+    )
+    out: dict[Any, dict[str, tuple[np.ndarray, list[Any]]] | None] = {}
+    if over is not None:  # names with rows of more spans than that (a share of them outside the frame)
+        rows = np.bincount(name_codes, minlength=len(names))
+        span_key = table.column("SpanKey").to_numpy()
+        for c in np.nonzero(rows > over)[0].tolist():  # more rows than that: count the spans
+            if len(pd.unique(span_key[name_codes == c])) > over:
+                out[names[c]] = None
+    for name, _, key, lo, hi in runs:
+        if names[name] in out and out[names[name]] is None:
+            continue
+        found = idx[lo:hi] >= 0  # a key whose spans the frame lacks stays, empty (as before)
+        out.setdefault(names[name], {})[key] = (idx[lo:hi][found], list(values[lo:hi][found]))
+    return out
