@@ -104,3 +104,44 @@ def test_the_cli_default_is_the_samples() -> None:
     from tailscope.cli import diagnose_cmd
 
     assert diagnose_cmd.DEFAULT_MAX_SPANS == sample.DEFAULT_MAX_SPANS
+
+
+def _resampled_by_sorting(latency: np.ndarray, window: np.ndarray, windows: int, seed: int) -> dict:
+    """The sampling error the plain way: each resample's requests concatenated and sorted."""
+    from tailscope.analysis.diagnosis.sample import BOOTSTRAP
+    from tailscope.analysis.diagnosis.stats import tail_split
+
+    rng = np.random.default_rng(seed)
+    members = [np.nonzero(window == w)[0] for w in range(windows)]
+    p99s, excesses = [], []
+    for _ in range(BOOTSTRAP):
+        idx = np.concatenate([members[w] for w in rng.integers(0, windows, windows).tolist()])
+        if len(idx) < 2:
+            continue
+        lat = np.sort(latency[idx].astype(np.float64))
+        lo, hi, p99 = np.quantile(lat, [0.25, 0.75, 0.99])
+        body = lat[np.searchsorted(lat, lo) : np.searchsorted(lat, hi, side="right")]
+        tail = lat[np.searchsorted(lat, p99) :]
+        p99s.append(p99)
+        excesses.append(tail.mean() - body.mean() if len(body) and len(tail) else 0.0)
+    lo, hi = np.percentile(excesses, [2.5, 97.5])
+    p_lo, p_hi = np.percentile(p99s, [2.5, 97.5])
+    return {
+        "p99_ms_95ci": [round(float(p_lo) / 1e6, 3), round(float(p_hi) / 1e6, 3)],
+        "excess_ms_95ci": [round(float(lo) / 1e6, 3), round(float(hi) / 1e6, 3)],
+        "excess_relative_error": round(float(np.std(excesses)) / max(tail_split(latency).excess_ns, 1.0), 4),
+        "tail_requests": int(tail_split(latency).tail.sum()),
+    }
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_sampling_error_is_the_plain_resamples(seed: int) -> None:
+    # sorted once and weighed by window counts, it is what sorting each resample gives, to the digit
+    from tailscope.analysis.diagnosis.sample import sampling_error
+
+    rng = np.random.default_rng(seed)
+    n, windows = int(rng.integers(50, 5000)), int(rng.integers(1, 20))
+    latency = (rng.lognormal(17, 0.6, n) if seed % 2 else rng.integers(1, 40, n) * 1_000_000).astype(np.int64)
+    window = rng.integers(0, windows, n)
+    expected = _resampled_by_sorting(latency, window, windows, seed)
+    assert sampling_error(latency, window, windows, seed) == expected

@@ -120,20 +120,27 @@ def window_of(plan: SamplePlan, remapped_start: np.ndarray) -> np.ndarray:
 
 def sampling_error(latency: np.ndarray, window: np.ndarray, windows: int, seed: int = 0) -> dict[str, float]:
     """95 % intervals of the p99 and the tail excess (ms), from resampling whole windows (the tail and
-    body as stats.tail_split draws them: at or above p99, p25-p75)."""
+    body as stats.tail_split draws them: at or above p99, p25-p75). A resample is the requests of the
+    windows drawn, each as often as its window was: the latencies are sorted once and each resample
+    weighs them by its window counts (np.quantile's linear rule on the expanded sample, exactly)."""
     rng = np.random.default_rng(seed)
-    members = [np.nonzero(window == w)[0] for w in range(windows)]
+    order = np.argsort(latency, kind="stable")
+    lat = latency[order].astype(np.float64)
+    member = window[order]
     p99s, excesses = [], []
     for _ in range(BOOTSTRAP):
-        idx = np.concatenate([members[w] for w in rng.integers(0, windows, windows).tolist()])
-        if len(idx) < 2:
+        counts = np.bincount(rng.integers(0, windows, windows), minlength=windows)
+        weight = counts[member] if len(member) else np.zeros(0, np.int64)
+        upto = np.cumsum(weight)
+        n = int(upto[-1]) if len(upto) else 0
+        if n < 2:
             continue
-        lat = np.sort(latency[idx].astype(np.float64))
-        lo, hi, p99 = np.quantile(lat, [0.25, 0.75, 0.99])
-        body = lat[np.searchsorted(lat, lo) : np.searchsorted(lat, hi, side="right")]
-        tail = lat[np.searchsorted(lat, p99) :]
+        lo, hi, p99 = _expanded_quantiles(lat, upto, n, (0.25, 0.75, 0.99))
+        body = (lat >= lo) & (lat <= hi) & (weight > 0)
+        tail = (lat >= p99) & (weight > 0)
         p99s.append(p99)
-        excesses.append(tail.mean() - body.mean() if len(body) and len(tail) else 0.0)
+        both = body.any() and tail.any()
+        excesses.append(_mean(lat, weight, tail) - _mean(lat, weight, body) if both else 0.0)
     if not p99s:
         return {}
     split = tail_split(latency)
@@ -145,6 +152,25 @@ def sampling_error(latency: np.ndarray, window: np.ndarray, windows: int, seed: 
         "excess_relative_error": round(float(np.std(excesses)) / max(split.excess_ns, 1.0), 4),
         "tail_requests": int(split.tail.sum()),
     }
+
+
+def _expanded_quantiles(
+    lat: np.ndarray, upto: np.ndarray, n: int, quantiles: tuple[float, ...]
+) -> list[float]:
+    """np.quantile (linear) of the sorted `lat` with element i repeated upto[i] - upto[i - 1] times."""
+    out = []
+    for q in quantiles:
+        virtual = (n - 1) * q
+        below = int(np.floor(virtual))
+        gamma = virtual - below
+        a, b = lat[np.searchsorted(upto, [below, min(below + 1, n - 1)], side="right")]
+        diff = b - a
+        out.append(float(b - diff * (1 - gamma)) if gamma >= 0.5 else float(a + diff * gamma))
+    return out
+
+
+def _mean(lat: np.ndarray, weight: np.ndarray, mask: np.ndarray) -> float:
+    return float((lat[mask] * weight[mask]).sum() / weight[mask].sum())
 
 
 def describe(plan: SamplePlan, frame: TraceFrame, seed: int = 0) -> dict[str, Any]:
