@@ -133,8 +133,8 @@ def held_by_input(ctx: Context, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray
     work = np.nonzero(f.leaf & (f.request >= 0) & own & np.isin(f.instance, inst))[0]
     if len(work) == 0:
         return out
-    inside = [work[(f.instance[work] == i) & (f.start[work] < b) & (f.end[work] > a)]
-              for i, a, b in zip(inst, t0, t1, strict=True)]
+    w_inst, w_start, w_end = f.instance[work], f.start[work], f.end[work]  # once, not per stop
+    inside = [work[(w_inst == i) & (w_start < b) & (w_end > a)] for i, a, b in zip(inst, t0, t1, strict=True)]
     held = np.unique(np.concatenate(inside))
     if len(held) == 0:
         return out
