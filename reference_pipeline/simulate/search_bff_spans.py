@@ -80,11 +80,19 @@ def backend_pod(service: str, k: int) -> str:
             ES: f"products-es-data-{k}"}[service]
 
 
-def backend_label(c: Conventions, service: str, k: int) -> str:
-    return backend_pod(service, k) if c.identity != "endpoint" else f"10.14.{k}.{40 + k}:{_PORT[service]}"
-
-
 _PORT = {RERANK: 8000, PERS: 8080, ES: 9200}
+_SUBNET = {PERS: 14, ES: 15, RERANK: 16}
+
+
+def backend_ip(service: str, k: int) -> str:
+    return f"10.{_SUBNET[service]}.{k}.{40 + k}"
+
+
+def backend_label(c: Conventions, service: str, k: int) -> str:
+    """A backend pod's label: its name (the backends' SDKs set k8s.pod.name), or its Zipkin endpoint."""
+    if c.identity == "endpoint":
+        return f"{backend_ip(service, k)}:{_PORT[service]}"
+    return backend_pod(service, k)
 
 
 @dataclass
@@ -114,12 +122,13 @@ def resources(table: TraceTable, c: Conventions, pods: int, procs: int, pers: in
         out.bff.append([table.resource(_attrs(c, BFF, bff_pod(k), bff_pid(k, j + 1), "nodejs", node),
                                        bff_ip(k), 3000) for j in range(procs)])
     for k in range(pers):
-        out.pers.append(table.resource(_attrs(c, PERS, backend_pod(PERS, k), 1, "go", {}),
-                                       f"10.14.{k}.{40 + k}", 8080))
+        attrs = _attrs(c, PERS, backend_pod(PERS, k), 1, "go", {"k8s.pod.name": backend_pod(PERS, k)})
+        out.pers.append(table.resource(attrs, backend_ip(PERS, k), 8080))
     if c.es_traced:
         for k in range(es_nodes):
-            out.es.append(table.resource(_attrs(c, ES, backend_pod(ES, k), 7, "java",
-                                                {"service.version": "8.13.2"}), f"10.15.{k}.9", 9200))
+            attrs = {"service.version": "8.13.2", "k8s.pod.name": backend_pod(ES, k)}
+            out.es.append(table.resource(_attrs(c, ES, backend_pod(ES, k), 7, "java", attrs),
+                                         backend_ip(ES, k), 9200))
     return out
 
 
@@ -127,10 +136,9 @@ def rerank_resource(table: TraceTable, c: Conventions, res: Resources, pod: int,
     """The re-ranker worker's resource: every gunicorn worker is a process with its own SDK."""
     if (pod, pid) not in res.rerank:
         attrs = _attrs(c, RERANK, backend_pod(RERANK, pod), pid, "python",
-                       {"process.runtime.name": "cpython", "process.command": "gunicorn"})
-        if c.identity == "process":
-            attrs["k8s.pod.name"] = backend_pod(RERANK, pod)
-        res.rerank[(pod, pid)] = table.resource(attrs, f"10.14.{pod}.{40 + pod}", 8000)
+                       {"process.runtime.name": "cpython", "process.command": "gunicorn",
+                        "k8s.pod.name": backend_pod(RERANK, pod)})
+        res.rerank[(pod, pid)] = table.resource(attrs, backend_ip(RERANK, pod), 8000)
     return res.rerank[(pod, pid)]
 
 
