@@ -16,7 +16,10 @@ The event loop: every callback of a process (a span's start or end as Node recor
 the loop is busy: V8 pauses (scavenges of 1-3 ms every few hundred ms, an occasional incremental
 mark-compact finalisation), a request's long synchronous work (the sanitiser's regex; JSON.parse and
 JSON.stringify of large bodies), all as process-wide stalls (trace_table.Stalls). A socket is given
-back when its response callback runs, so loop stalls hold sockets too.
+back when its response callback runs, so loop stalls hold sockets too. (The model runs requests in
+arrival order: a request's JSON.parse / stringify stall delays the requests generated after it, not
+those generated before it that were still in flight; the scraper's regex stalls are laid out before
+any request runs, so they stretch every request in flight.)
 
 Conventions by seed (search_bff_spans.CONVENTIONS, seed % 3):
 - 0: OTLP/JSON, new semconv, instances per process (`host.name` = pod + `process.pid`: label
@@ -34,7 +37,8 @@ Mechanisms (scenario: truth):
   growing exponentially with the length. Every other request on that process waits (their spans
   in flight stretch). The fix is the regex (or moving it off the loop): compute_bound at
   `normalizeQuery` (stage parsing) on that process; the others' wait is a side effect (queueing). The
-  blocking span itself lasts the stall, so it is told apart from a GC pause: no `accept`.
+  blocking span itself lasts the stall, so it is told apart from a GC pause: no `accept`. On seeds
+  1 and 2 the instance is the pod (its processes are not told apart).
 - `mark-compact`: a rollout paused halfway: the new release (on half the pods, rounded up) keeps a
   larger in-process facet cache; old space is near its limit and every process of those pods runs
   full mark-compacts of 120-350 ms every 0.8-2.5 s: gc_pause on those processes (side: queueing).
