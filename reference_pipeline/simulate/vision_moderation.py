@@ -52,11 +52,11 @@ Mechanisms (truth per scenario; `inst` = the pods it acts on):
   run a client release uploads originals (12 MP, 4-6 MB) for 40 % of requests: the body transfer and
   decode/resize grow with the size attributes (side: gc_pause: the allocation grows with them).
 - `s3-region-tail` (slow_dependency, feature_hydration, S3.GetObject, gateway, all pods): the
-  us-east-2 bucket's first byte gets a heavy tail (a third of its reads + Pareto 120 ms).
+  us-east-2 bucket's first byte gets a heavy tail (a quarter of its reads + Pareto 100 ms, alpha 1.8).
 - `node-packet-loss` (network, model_forward, ModelInfer, gateway, the pod on the bad node): its calls
   lose segments that only a retransmission timeout (200 ms, doubled on a second loss) recovers: gaps
   between the CLIENT span and Triton's SERVER span, longer Redis / S3 / Postgres calls.
-- pairs: `large-images+s3-region-tail`, `cpu-throttle+triton-queueing` (the limit is 2 cores there),
+- pairs: `large-images+s3-region-tail`, `cpu-throttle+triton-queueing`,
   `pgbouncer-exhaustion+node-packet-loss`, `gc-assist+triton-cold`.
 """
 

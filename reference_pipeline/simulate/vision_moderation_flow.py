@@ -64,7 +64,7 @@ def _runtimes(rng: random.Random, parts: set[str], s: dict[str, Any], reqs: list
     gomaxprocs = 8
     quota = 6.0
     if "cpu-throttle" in parts:
-        quota = 2.0 if "triton-queueing" in parts else 1.0
+        quota = 1.0
     end = reqs[-1]["t0"]
     spike_at = end * 0.35 if "gc-assist" in parts else float("inf")
     allocs: list[list[tuple[float, float]]] = [[] for _ in range(pods)]
@@ -82,7 +82,7 @@ def _runtimes(rng: random.Random, parts: set[str], s: dict[str, Any], reqs: list
         cpu[r["pod"]].append((t, (mp * 9.0 + 1.5) * NS_PER_MS))
     out = []
     for k in range(pods):
-        busy = sum(w for _, w in cpu[k]) / max(horizon, 1.0)
+        busy = sum(w for _, w in cpu[k]) / max(end, 1.0)
         cycles = gc_cycles(rng, allocs[k], scan[k], 120.0, 100.0, gomaxprocs, busy)
         demand = [0.0] * (int(horizon // PERIOD_NS) + 2)
         offset = rng.uniform(0, PERIOD_NS)
@@ -148,8 +148,8 @@ def simulate(parts: set[str], requests: int, seed: int, s: dict[str, Any],
         ttfb = lognormal_ms(rng, 16.0, 0.35) + region[2] * NS_PER_MS + tcp_loss(rng, loss / 2)
         if rng.random() < 0.01:
             ttfb += 40 * NS_PER_MS * rng.paretovariate(2.5)
-        if region_tail and region[0] == "us-east-2" and rng.random() < 0.33:
-            ttfb += min(120 * NS_PER_MS * rng.paretovariate(1.5), 2.5 * NS_PER_S)
+        if region_tail and region[0] == "us-east-2" and rng.random() < 0.25:
+            ttfb += min(100 * NS_PER_MS * rng.paretovariate(1.8), 1.5 * NS_PER_S)
         r["s3_e"] = t = go.stalls.settle(t + ttfb)
         transfer = r["bytes"] / (85e6 * rng.lognormvariate(0.0, 0.2)) * NS_PER_S + tcp_loss(rng, loss / 2)
         r["fetch_e"] = t = go.cpu(t + transfer, r["bytes"] / 4e9 * NS_PER_S, True)
@@ -167,7 +167,8 @@ def simulate(parts: set[str], requests: int, seed: int, s: dict[str, Any],
         r["loss"] = loss
     _triton(rng, reqs, len(tr_pods), scale_at if cold else None)
     pool = WorkerPool(s["pool"])
-    slow = (0.35 * horizon, 0.75 * horizon) if "pgbouncer-exhaustion" in parts else (0.0, 0.0)
+    end = arrivals[-1]
+    slow = (0.35 * end, 0.75 * end) if "pgbouncer-exhaustion" in parts else (0.0, 0.0)
     for r in reqs:
         go = runtimes[r["pod"]]
         back = r["server_e"] + lognormal_ms(rng, 0.15, 0.2) + tcp_loss(rng, r["loss"])
