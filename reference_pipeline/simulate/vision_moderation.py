@@ -23,7 +23,7 @@ Shape, per request (CLIENT spans name their peer):
 Conventions by seed (mod 3): 0: OTLP/JSON, new semconv, `service.instance.id` (+ k8s.pod.name), Go GC
 reported as `go.gc` events on the spans in flight (gctrace's numbers); 1: Jaeger, old semconv,
 `hostname` + `ip`, gRPC API, no GC reporting, Triton untraced; 2: Zipkin v2, old semconv, endpoint
-ip:port, no GC reporting, Triton's compute spans only. Healthy noise: GC cycles every ~0.5 s (mark
+ip:port, no GC reporting, Triton's compute spans only. Healthy noise: GC cycles every ~0.8 s (mark
 ~40 ms, STW < 0.5 ms, small assists), S3 first-byte tail, 0.2 % original-size uploads, a slow Redis
 call now and then, rare TCP retransmission timeouts, the batcher's own waits.
 
@@ -32,7 +32,7 @@ Mechanisms (truth per scenario; `inst` = the pods it acts on):
 - `gc-assist` (gc_pause, preprocessing, image.Decode, gateway, all pods): from 35 % of the run a
   release allocates float32 intermediates per request (+32 B per pixel) and grows a pointerful dedupe
   cache; GC cycles run back to back and allocating work (decode, resize, the request's marshalling)
-  runs 3-6x slower during marks: mark assists and the assist queue. Stop-the-world phases stay < 1 ms.
+  runs 2-8x slower during marks: mark assists and the assist queue. Stop-the-world phases stay < 1 ms.
 - `cpu-throttle` (cpu_throttling, preprocessing, image.Decode, gateway, all pods): the CPU limit is
   right-sized from 6 cores to 1 while GOMAXPROCS stays at 8: busy periods spend the quota early and the whole
   process stalls until the 100 ms period ends.
@@ -41,9 +41,9 @@ Mechanisms (truth per scenario; `inst` = the pods it acts on):
   in the batcher's queue, longer the longer the surge lasts. On seed 1 Triton is untraced: a wait
   inside a dependency's call cannot be told from the dependency being slow (accept slow_dependency).
 - `triton-cold` (cold_start, model_forward, `compute_infer` / `compute` / ModelInfer on seed 1, the new
-  Triton pod): a replica added at 40 % of the run takes a third of the calls; its first executions
-  take ~350 ms more (CUDA context, lazy module loading, TensorRT's first runs), halving about every
-  batch; requests queue behind them (side: queueing).
+  Triton pod): a replica added at 40 % of the run takes its round-robin share of the calls; its
+  first executions take ~350 ms more (CUDA context, lazy module loading, TensorRT's first runs),
+  halving about every batch; requests queue behind them (side: queueing).
 - `pgbouncer-exhaustion` (lock_contention, downstream, BEGIN, gateway, all pods): commits slow to
   ~85 ms (WAL fsync on a throttled volume) for 40 % of the run; PgBouncer's transaction pool of 14-24
   server connections is held through each commit and the next transactions wait for one at BEGIN
