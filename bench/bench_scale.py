@@ -10,7 +10,9 @@ day's cardinality: 2,000 routes, 5,000 users, 24 instances of 3 services' hosts.
 child process, so each step's peak RSS is the child's own ru_maxrss (os.wait4):
 
   generate   the spans, straight into otel_traces (not timed as ingest)
-  derive     a rule edit (replace_rules: one rule's description changed) re-deriving every run
+  derive     a rule edit (replace_rules: one rule's description changed) re-deriving every run: from
+             the kept span paths where the store has them (rule_remap.py), else from the spans
+             (a store's first edit after generate, or after a migration from schema version 4)
   views      every view of the dashboard on the largest run and on all runs, best of 3 after a warm-up
   refresh    +100 requests written at the end of the largest run, refresh_run as a writer calls it
              (touched traces and their time range), rolled back
@@ -81,8 +83,12 @@ def step_derive(db: Path, spans: int) -> dict:
     from dataclasses import replace
 
     from tailscope.store.duckdb.connection import connect_writer
-    from tailscope.store.duckdb.derive import replace_rules
     from tailscope.store.duckdb.rules import rules_in_force
+
+    try:  # a stage-rule edit re-maps the kept span paths where they answer it (since schema 5)
+        from tailscope.store.duckdb.rule_remap import replace_rules
+    except ImportError:  # --code of a checkout from before: every run derived from its spans
+        from tailscope.store.duckdb.derive import replace_rules
 
     only = os.environ.get("BENCH_SCALE_RUN")
     with connect_writer(db) as conn:

@@ -17,9 +17,15 @@ from test_span_times import parallel_store
 from reference_pipeline.simulate.llm_server import LlmServerConfig, simulate_llm_server
 from tailscope.rules import StageRule
 from tailscope.rules.stages import default_rules
-from tailscope.store.duckdb import derive, rule_remap
+from tailscope.store.duckdb import derive, rule_remap, statements
 from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.rules import store_rules
+
+
+@pytest.fixture(autouse=True)
+def every_request_keeps_span_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SpanTimes for every request (the derive keeps them for 1/16), so that they are compared too."""
+    monkeypatch.setattr(statements, "SPAN_TIMES_MAX_HASH", 2**64 - 1)
 
 
 def nested_servers(cols: SpanColumns, n: int) -> None:
@@ -133,6 +139,7 @@ def test_an_edit_from_kept_paths_writes_what_a_derive_from_the_spans_writes(
     remapped, derived = snapshot(store), snapshot(copy)
     assert remapped["requests"] != before["requests"]  # the edit moved time between stages
     assert len(remapped["requests"]) == 2 * 120 + 1 + 80 + 40
+    assert all(row[-1] for row in remapped["requests"])  # SpanTimes kept and compared
     for table in derived:
         assert remapped[table] == derived[table], table
 
@@ -144,10 +151,10 @@ def test_an_edit_with_a_new_attribute_regex_is_derived_from_the_spans(
     copy = tmp_path / "copy.duckdb"
     shutil.copy(store, copy)
     derived_runs: list[str] = []
-    counting(monkeypatch, derived_runs)
-    edit(store, rules, from_spans=False)
+    with monkeypatch.context() as patch:
+        counting(patch, derived_runs)
+        edit(store, rules, from_spans=False)
     assert derived_runs == ["llm", "par", "tiers", "weighted"]
-    monkeypatch.undo()
     edit(copy, rules, from_spans=True)
     assert snapshot(store) == snapshot(copy)
     with monkeypatch.context() as patch:  # the nodes now hold the new regex's hits: answerable again

@@ -31,7 +31,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule
 from tailscope.rules.phases import phase_rule_problems
-from tailscope.store.duckdb import histogram
+from tailscope.store.duckdb import histogram, statements
 from tailscope.store.duckdb.rules import (
     phase_rules_in_force,
     regex_error,
@@ -43,7 +43,6 @@ from tailscope.store.duckdb.rules import (
 from tailscope.store.duckdb.statements import (
     ALL_TIME,
     MASK_BITS,
-    SPAN_TIMES_MAX_HASH,
     attribute_patterns,
     derive_requests_from_paths,
     span_tree_query,
@@ -204,7 +203,7 @@ def _derive(conn: WriterConnection, run_label: str, scope: str, window: tuple[in
     )
     conn.execute(f"CREATE TEMP TABLE _ts_tree_rows AS {text}", params)
     conn.execute(sql.load("derive_paths_nodes"), [attribute_patterns(rules)[:MASK_BITS]])
-    conn.execute(derive_requests_from_paths(), [SPAN_TIMES_MAX_HASH])
+    conn.execute(derive_requests_from_paths(), [statements.SPAN_TIMES_MAX_HASH])
     conn.execute(sql.load("derive_requests"), [run_label, *window])
     conn.execute(sql.load("derive_paths_keep"), [run_label])
     _drop_temp(conn)

@@ -24,9 +24,9 @@ from typing import Any
 from tailscope import sql
 from tailscope.rules import StageRule
 from tailscope.rules.stages import stage_rule_problems
-from tailscope.store.duckdb import derive, histogram
+from tailscope.store.duckdb import derive, histogram, statements
 from tailscope.store.duckdb.rules import regex_error, rules_in_force, store_rules
-from tailscope.store.duckdb.statements import SPAN_TIMES_MAX_HASH, attribute_patterns, stage_sums_query
+from tailscope.store.duckdb.statements import attribute_patterns, stage_sums_query
 
 WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 
@@ -87,7 +87,7 @@ def remap_run(conn: WriterConnection, run_label: str) -> None:
     conn.execute("DROP TABLE IF EXISTS temp._ts_remap")
     conn.execute(
         f"CREATE TEMP TABLE _ts_remap AS {stage_sums_query(_KEPT, _KEPT)}",
-        [run_label, run_label, SPAN_TIMES_MAX_HASH],
+        [run_label, run_label, statements.SPAN_TIMES_MAX_HASH],
     )
     conn.execute(sql.load("remap_update"), {"run": run_label})
     conn.execute("DROP TABLE temp._ts_remap")
