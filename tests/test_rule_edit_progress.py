@@ -42,7 +42,9 @@ def test_a_rule_edit_reports_its_progress_run_by_run_and_part_by_part(
     assert "2 runs" in told[-1][1]
 
 
-def test_a_rule_edit_from_kept_paths_reports_each_run(store: DuckDBStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rule_edit_from_kept_paths_reports_each_run(
+    store: DuckDBStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_derive(*args: object, **kwargs: object) -> None:
         raise AssertionError("a run was derived from its spans")
 
