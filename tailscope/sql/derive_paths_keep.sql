@@ -4,6 +4,8 @@
 INSERT INTO request_paths
 SELECT ? AS RunLabel, q.StartNs, p.TK, n.PathId, p.Ns
 FROM (SELECT TK, Sig, Ns FROM temp._ts_tree_rows WHERE Part = 'path') AS p
-JOIN (SELECT DISTINCT TK, StartNs FROM temp._ts_tree_rows WHERE Part = 'request') AS q ON q.TK = p.TK
+-- (a root's earliest start, as derive_requests.sql's Timestamp, should its span id repeat)
+JOIN (SELECT TK, min(StartNs) AS StartNs FROM temp._ts_tree_rows WHERE Part = 'request' GROUP BY TK) AS q
+    ON q.TK = p.TK
 JOIN span_paths AS n ON n.Sig = p.Sig
 ORDER BY q.StartNs, p.TK
