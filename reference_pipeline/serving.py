@@ -38,6 +38,8 @@ def bind_port_group(host: str = "127.0.0.1", port: int = 0, count: int = 1) -> l
     `--reuse-port` do the same. Where the platform lacks SO_REUSEPORT: one socket, shared."""
     if count <= 1 or not hasattr(socket, "SO_REUSEPORT"):
         return [bind_free_port(host, port)] * max(count, 1)
+    if port:  # a port someone listens on stays refused (another service with SO_REUSEPORT would
+        bind_free_port(host, port).close()  # otherwise share it silently)
     group: list[socket.socket] = []
     try:
         for _ in range(count):

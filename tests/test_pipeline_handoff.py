@@ -120,3 +120,17 @@ def test_front_ends_get_a_socket_each_and_the_kernel_spreads_connections() -> No
     finally:
         for sock in group:
             sock.close()
+
+
+def test_a_port_in_use_is_refused_not_shared() -> None:
+    import pytest
+
+    from reference_pipeline.serving import bind_port_group
+
+    first = bind_port_group(count=2)
+    try:
+        with pytest.raises(OSError):
+            bind_port_group(port=first[0].getsockname()[1], count=2)
+    finally:
+        for sock in first:
+            sock.close()

@@ -7,50 +7,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
-from ingest.loader import load_paths
-from reference_pipeline.simulate.blind import SUFFIX, write_run
+from tests.blind_support import load_run
 
 MS = 1e6
 
 
 def load(tmp: Path, family: str, scenario: str, requests: int, seed: int, **opts) -> tuple[list[dict], dict]:
     """The run's spans as the store holds them, after the real loader read the written file."""
-    summary = write_run(tmp / f"{family}-{scenario}-{seed}.tmp", family, scenario, requests, seed, **opts)
-    path = Path(summary["out"]).with_suffix(SUFFIX[summary["format"]])
-    Path(summary["out"]).rename(path)
-    db = tmp / f"{family}-{scenario}-{seed}.duckdb"
-    result = load_paths([path], db, "run")
-    assert not result.failed, [f.error for f in result.failed]
-    with duckdb.connect(str(db), read_only=True) as conn:
-        cursor = conn.execute(
-            "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
-            "ServiceName, ResourceAttributes, SpanAttributes, StatusCode, Events FROM otel_traces"
-        )
-        keys = (
-            "start",
-            "duration",
-            "trace",
-            "id",
-            "parent",
-            "name",
-            "kind",
-            "service",
-            "resource",
-            "attrs",
-            "status",
-            "events",
-        )
-        spans = [dict(zip(keys, row, strict=True)) for row in cursor.fetchall()]
-    for span in spans:
-        span["end"] = span["start"] + span["duration"]
-        span["resource"] = json.loads(span["resource"])
-        span["attrs"] = json.loads(span["attrs"])
-    assert len(spans) == summary["spans"]
-    return spans, summary
+    return load_run(tmp, family, scenario, requests, seed, **opts)
 
 
 def instance(span: dict) -> str:

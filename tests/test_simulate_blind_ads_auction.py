@@ -8,21 +8,19 @@ is not to read this family."""
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import numpy as np
 import pytest
 
-from ingest.loader import load_paths
 from reference_pipeline.simulate import blind
 from reference_pipeline.simulate.ads_auction import DEADLINE_MS, SCENARIOS, generate, setup
 from reference_pipeline.simulate.config import DEFAULT_START_NS
 from reference_pipeline.simulate.trace_table import TraceTable
 from tailscope.vocabulary import PATTERNS
+from tests.blind_support import load_run
 
 MS = 1e6
 FAMILY = "ads-auction"
@@ -62,24 +60,15 @@ def roots(spans: list[dict]) -> list[dict]:
 
 
 def load(tmp: Path, scenario: str, seed: int, requests: int) -> tuple[list[dict], dict]:
-    fmt = setup(seed)["fmt"]
-    path = tmp / f"{scenario}-{seed}{blind.SUFFIX[fmt]}"
-    summary = blind.write_run(path, FAMILY, scenario, requests, seed)
-    db = tmp / f"{scenario}-{seed}.duckdb"
-    result = load_paths([path], db, "run")
-    assert not result.failed, [f.error for f in result.failed]
-    with duckdb.connect(str(db), read_only=True) as conn:
-        rows = conn.execute("SELECT SpanName, SpanKind, ServiceName, ResourceAttributes, Events, StatusCode "
-                            "FROM otel_traces").fetchall()
-    spans = []
-    for name, kind, service, resource, events, status in rows:
-        r = json.loads(resource)
-        instance = (f"{r['net.host.ip']}:{r['net.host.port']}" if "net.host.ip" in r
-                    else r.get("k8s.pod.name") or r.get("host.name") or r.get("hostname"))
-        spans.append({"name": name, "kind": kind, "service": service, "instance": instance,
-                      "events": json.loads(events) if events else [], "status": status})
-    assert len(spans) == summary["spans"]
+    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed, instance=_instance, lists=True)
+    assert summary["format"] == setup(seed)["fmt"]
     return spans, summary
+
+
+def _instance(r: dict) -> str:
+    if "net.host.ip" in r:
+        return f"{r['net.host.ip']}:{r['net.host.port']}"
+    return r.get("k8s.pod.name") or r.get("host.name") or r.get("hostname")
 
 
 def test_registered_untouched_with_single_and_two_cause_scenarios() -> None:

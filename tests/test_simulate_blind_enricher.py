@@ -5,16 +5,14 @@ interpreter or the services would produce it (and a steady run of the same seed 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
-from ingest.loader import load_paths
-from reference_pipeline.simulate.blind import SUFFIX, scenarios, truth, write_run
+from reference_pipeline.simulate.blind import scenarios, truth
 from reference_pipeline.simulate.event_enricher import BROKERS, SCENARIOS, setup
+from tests.blind_support import load_run
 
 MS = 1e6
 FAMILY = "event-enricher"
@@ -22,25 +20,8 @@ FAMILY = "event-enricher"
 
 def load(tmp: Path, scenario: str, requests: int, seed: int) -> tuple[list[dict], dict]:
     """The run's spans as the store holds them (links included), after the loader read the file."""
-    fmt = setup(seed)["fmt"]
-    path = tmp / f"{scenario}-{seed}{SUFFIX[fmt]}"
-    summary = write_run(path, FAMILY, scenario, requests, seed)
-    db = tmp / f"{scenario}-{seed}.duckdb"
-    result = load_paths([path], db, "run")
-    assert not result.failed, [f.error for f in result.failed]
-    keys = ("start", "duration", "trace", "id", "parent", "name", "kind", "service", "resource", "attrs",
-            "events", "links")
-    with duckdb.connect(str(db), read_only=True) as conn:
-        rows = conn.execute(
-            "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
-            "ServiceName, ResourceAttributes, SpanAttributes, Events, Links FROM otel_traces").fetchall()
-    spans = [dict(zip(keys, row, strict=True)) for row in rows]
-    for s in spans:
-        s["end"] = s["start"] + s["duration"]
-        s["resource"], s["attrs"] = json.loads(s["resource"]), json.loads(s["attrs"])
-        s["events"] = json.loads(s["events"]) if s["events"] else []
-        s["links"] = json.loads(s["links"]) if s["links"] else []
-    assert len(spans) == summary["spans"]
+    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed, lists=True)
+    assert summary["format"] == setup(seed)["fmt"]
     return spans, summary
 
 

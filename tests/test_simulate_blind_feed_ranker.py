@@ -10,11 +10,9 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
-from ingest.loader import load_paths
 from reference_pipeline.simulate import blind
 from reference_pipeline.simulate.feed_ranker import SCENARIOS, lossy, setup
 from reference_pipeline.simulate.feed_ranker_model import labels, pods_of
@@ -31,44 +29,21 @@ from reference_pipeline.simulate.feed_ranker_spans import (
     RANK,
     ROOT,
 )
+from tests.blind_support import cached, load_run
 
 MS = 1e6
 FAMILY = "feed-ranker"
-_RUNS: dict[tuple[str, int, int], list[dict]] = {}
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("feed")
-
-    def get(scenario: str, requests: int, seed: int) -> list[dict]:
-        key = (scenario, requests, seed)
-        if key not in _RUNS:
-            _RUNS[key] = _load(tmp, scenario, requests, seed)
-        return _RUNS[key]
-
-    return get
+    return cached(lambda scenario, requests, seed: _load(tmp, scenario, requests, seed))
 
 
 def _load(tmp: Path, scenario: str, requests: int, seed: int) -> list[dict]:
-    fmt = setup(seed)["fmt"]
-    path = tmp / f"{scenario}-{requests}-{seed}{blind.SUFFIX[fmt]}"
-    summary = blind.write_run(path, FAMILY, scenario, requests, seed)
-    assert summary["format"] == fmt
-    db = tmp / f"{scenario}-{requests}-{seed}.duckdb"
-    result = load_paths([path], db, "run")
-    assert not result.failed, [f.error for f in result.failed]
-    keys = ("start", "duration", "trace", "id", "parent", "name", "kind", "service", "resource", "attrs",
-            "status", "events")
-    with duckdb.connect(str(db), read_only=True) as conn:
-        rows = conn.execute(
-            "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
-            "ServiceName, ResourceAttributes, SpanAttributes, StatusCode, Events FROM otel_traces").fetchall()
-    spans = [dict(zip(keys, row, strict=True)) for row in rows]
-    for s in spans:
-        s["end"] = s["start"] + s["duration"]
-        s["resource"], s["attrs"] = json.loads(s["resource"]), json.loads(s["attrs"])
-    assert len(spans) == summary["spans"]
+    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed)
+    assert summary["format"] == setup(seed)["fmt"]
     return spans
 
 

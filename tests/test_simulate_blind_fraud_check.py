@@ -6,39 +6,20 @@ seed does not). Held out (blind.UNTOUCHED): whoever works on the diagnosis is no
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
-from ingest.loader import load_paths
 from reference_pipeline.simulate import blind
-from reference_pipeline.simulate.blind import SUFFIX, write_run
 from reference_pipeline.simulate.fraud_check import SCENARIOS, generate, setup
 from reference_pipeline.simulate.fraud_check_spans import names
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
+from tests.blind_support import load_run
 
 MS = 1e6
 FAMILY = "fraud-check"
-KEYS = (
-    "start",
-    "duration",
-    "trace",
-    "id",
-    "parent",
-    "name",
-    "kind",
-    "service",
-    "resource",
-    "attrs",
-    "status",
-    "events",
-)
-
-
 def instance(resource: dict) -> str:
     """The instance as the store's readers derive it: service.instance.id, host.name:process.pid,
     Jaeger's hostname, a Zipkin endpoint's ip:port."""
@@ -52,24 +33,8 @@ def instance(resource: dict) -> str:
 
 def load(tmp: Path, scenario: str, requests: int, seed: int) -> tuple[list[dict], dict]:
     """The run's spans as the store holds them, after the loader read the written file."""
-    fmt = setup(seed)["fmt"]
-    path = tmp / f"{scenario}-{seed}{SUFFIX[fmt]}"
-    summary = write_run(path, FAMILY, scenario, requests, seed)
-    db = tmp / f"{scenario}-{seed}.duckdb"
-    result = load_paths([path], db, "run")
-    assert not result.failed, [f.error for f in result.failed]
-    with duckdb.connect(str(db), read_only=True) as conn:
-        rows = conn.execute(
-            "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
-            "ServiceName, ResourceAttributes, SpanAttributes, StatusCode, Events FROM otel_traces"
-        ).fetchall()
-    spans = [dict(zip(KEYS, row, strict=True)) for row in rows]
-    for s in spans:
-        s["end"] = s["start"] + s["duration"]
-        s["resource"], s["attrs"] = json.loads(s["resource"]), json.loads(s["attrs"])
-        s["events"] = json.loads(s["events"]) if s["events"] else []
-        s["instance"] = instance(s["resource"])
-    assert len(spans) == summary["spans"]
+    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed, instance=instance, lists=True)
+    assert summary["format"] == setup(seed)["fmt"]
     return spans, summary
 
 

@@ -6,21 +6,18 @@ diagnosis is run here: the family is held out."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pytest
 
-from ingest.loader import load_paths
 from reference_pipeline.simulate import blind, rag_chat
 from reference_pipeline.simulate.config import DEFAULT_START_NS
 from reference_pipeline.simulate.rag_chat import SCENARIOS, setup
+from tests.blind_support import cached, load_run
 
 MS = 1e6
 FAMILY = "rag-chat"
-_RUNS: dict[tuple[str, int, int], tuple[list[dict], dict]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -34,13 +31,7 @@ def runs():
     """A run's spans straight from the family's table (the loaded form is checked per format above:
     same names, kinds, resources, attributes and events), so that the mechanism checks stay fast."""
 
-    def get(scenario: str, requests: int, seed: int) -> tuple[list[dict], dict]:
-        key = (scenario, requests, seed)
-        if key not in _RUNS:
-            _RUNS[key] = _from_table(scenario, requests, seed)
-        return _RUNS[key]
-
-    return get
+    return cached(_from_table)
 
 
 def _from_table(scenario: str, requests: int, seed: int) -> tuple[list[dict], dict]:
@@ -88,38 +79,8 @@ def _from_table(scenario: str, requests: int, seed: int) -> tuple[list[dict], di
 
 def _load(tmp: Path, scenario: str, requests: int, seed: int) -> tuple[list[dict], dict]:
     """The run's spans as the store holds them, after the real loader read the written file."""
-    fmt = setup(seed)["fmt"]
-    path = tmp / f"{scenario}-{requests}-{seed}{blind.SUFFIX[fmt]}"
-    summary = blind.write_run(path, FAMILY, scenario, requests, seed)
-    assert summary["format"] == fmt
-    db = tmp / f"{scenario}-{requests}-{seed}.duckdb"
-    result = load_paths([path], db, "run")
-    assert not result.failed, [f.error for f in result.failed]
-    keys = (
-        "start",
-        "duration",
-        "trace",
-        "id",
-        "parent",
-        "name",
-        "kind",
-        "service",
-        "resource",
-        "attrs",
-        "events",
-        "status",
-    )
-    with duckdb.connect(str(db), read_only=True) as conn:
-        rows = conn.execute(
-            "SELECT epoch_ns(Timestamp), Duration, TraceId, SpanId, ParentSpanId, SpanName, SpanKind, "
-            "ServiceName, ResourceAttributes, SpanAttributes, Events, StatusCode FROM otel_traces"
-        ).fetchall()
-    spans = [dict(zip(keys, row, strict=True)) for row in rows]
-    for s in spans:
-        s["end"] = s["start"] + s["duration"]
-        s["resource"], s["attrs"] = json.loads(s["resource"]), json.loads(s["attrs"])
-        s["events"] = json.loads(s["events"]) if s["events"] else []
-    assert len(spans) == summary["spans"]
+    spans, summary = load_run(tmp, FAMILY, scenario, requests, seed, lists=True)
+    assert summary["format"] == setup(seed)["fmt"]
     return spans, summary
 
 

@@ -1,0 +1,72 @@
+"""One blind family's run as the store holds it, for the blind families' tests: written in its seed's
+format, read by the real loader, its spans read back as dicts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+import duckdb
+
+from ingest.loader import load_paths
+from reference_pipeline.simulate.blind import SUFFIX, write_run
+
+SPAN_COLUMNS = {
+    "start": "epoch_ns(Timestamp)",
+    "duration": "Duration",
+    "trace": "TraceId",
+    "id": "SpanId",
+    "parent": "ParentSpanId",
+    "name": "SpanName",
+    "kind": "SpanKind",
+    "service": "ServiceName",
+    "resource": "ResourceAttributes",
+    "attrs": "SpanAttributes",
+    "status": "StatusCode",
+    "events": "Events",
+    "links": "Links",
+}
+
+
+def load_run(
+    tmp: Path,
+    family: str,
+    scenario: str,
+    requests: int,
+    seed: int,
+    instance: Callable[[dict], str] | None = None,
+    lists: bool = False,
+    **opts,
+) -> tuple[list[dict], dict]:
+    """(spans, write_run's summary). Each span: the SPAN_COLUMNS keys, with `end` = start + duration,
+    `resource` and `attrs` as dicts, `events` and `links` as the store's JSON text (with `lists`: as
+    lists, [] where none), and, with `instance`, `instance` = instance(resource)."""
+    out = tmp / f"{family}-{scenario}-{requests}-{seed}.tmp"
+    written = write_run(out, family, scenario, requests, seed, **opts)
+    path = Path(written["out"]).with_suffix(SUFFIX[written["format"]])
+    Path(written["out"]).rename(path)
+    db = path.with_suffix(".duckdb")
+    result = load_paths([path], db, "run")
+    assert not result.failed, [f.error for f in result.failed]
+    select = ", ".join(SPAN_COLUMNS.values())
+    with duckdb.connect(str(db), read_only=True) as conn:
+        rows = conn.execute(f"SELECT {select} FROM otel_traces").fetchall()
+    spans = [dict(zip(SPAN_COLUMNS, row, strict=True)) for row in rows]
+    for span in spans:
+        span["end"] = span["start"] + span["duration"]
+        span["resource"], span["attrs"] = json.loads(span["resource"]), json.loads(span["attrs"])
+        if lists:
+            span["events"] = json.loads(span["events"]) if span["events"] else []
+            span["links"] = json.loads(span["links"]) if span["links"] else []
+        if instance is not None:
+            span["instance"] = instance(span["resource"])
+    assert len(spans) == written["spans"]
+    return spans, written
+
+
+def cached(load: Callable[[str, int, int], object]) -> Callable[[str, int, int], object]:
+    """`load(scenario, requests, seed)`, each run made once per test module (a module-scoped fixture
+    returns it), so the tests that read one run share it."""
+    return cache(load)
