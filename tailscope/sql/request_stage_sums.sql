@@ -1,7 +1,7 @@
 -- Per request (TK): attributed ns per stage (rounded) and SpanTimes, from per-path rows. Shared by the
 -- derive (derive_paths_requests.sql: the paths of the traces derived) and a rule edit's re-map
 -- (remap_sums.sql: a run's kept paths under the new rules), so that both sum the same terms in the
--- same grouping. Placeholders (fixed SQL): {paths}, a relation of (TK, Bucket, Ns) rows; {named}, the
+-- same grouping. Placeholders (fixed SQL): paths, a relation of (TK, Bucket, Ns) rows; named, the
 -- same rows with SpanName, for the requests whose TK is at most the parameter
 -- (statements.SPAN_TIMES_MAX_HASH). Bucket 'unattributed' goes to no stage column (derive_requests.sql
 -- gives the root's rest to unattributed_ns).

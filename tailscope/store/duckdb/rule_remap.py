@@ -26,13 +26,9 @@ from tailscope.rules import StageRule
 from tailscope.rules.stages import stage_rule_problems
 from tailscope.store.duckdb import derive, histogram, statements
 from tailscope.store.duckdb.rules import regex_error, rules_in_force, store_rules
-from tailscope.store.duckdb.statements import attribute_patterns, stage_sums_query
+from tailscope.store.duckdb.statements import attribute_patterns, remap_sums_query
 
 WriterConnection = Any  # a DuckDB connection inside the writer's transaction
-
-_KEPT = "(SELECT k.TK, m.Bucket, m.SpanName, k.Ns FROM request_paths AS k " \
-    "JOIN temp._ts_path_stage AS m ON m.PathId = k.PathId WHERE k.RunLabel = ?)"
-
 
 def path_rule_case(rules: list[StageRule]) -> tuple[str, list[Any]]:
     """The CASE giving a kept path node's first matching rule's position (NULL: none) and its params:
@@ -76,7 +72,7 @@ def stage_paths(conn: WriterConnection, rules: list[StageRule]) -> None:
     stages: list[str | None] = [None] * max((r.position for r in rules), default=0)
     for rule in rules:
         stages[rule.position - 1] = rule.stage
-    conn.execute("DROP TABLE IF EXISTS temp._ts_path_stage")
+    conn.execute(sql.load("remap_drop_stages"))
     text = sql.load("remap_path_stages").replace("{rule_case}", case_sql)
     conn.execute(text, [*case_params, server_rules, stages, server_rules])
 
@@ -84,13 +80,10 @@ def stage_paths(conn: WriterConnection, rules: list[StageRule]) -> None:
 def remap_run(conn: WriterConnection, run_label: str) -> None:
     """Re-sum one run's requests from its kept paths (temp._ts_path_stage staged) and rebuild its
     pre-aggregates; its spans, span count and longest request are unchanged."""
-    conn.execute("DROP TABLE IF EXISTS temp._ts_remap")
-    conn.execute(
-        f"CREATE TEMP TABLE _ts_remap AS {stage_sums_query(_KEPT, _KEPT)}",
-        [run_label, run_label, statements.SPAN_TIMES_MAX_HASH],
-    )
+    conn.execute(sql.load("remap_drop"))
+    conn.execute(remap_sums_query(), [run_label, run_label, statements.SPAN_TIMES_MAX_HASH])
     conn.execute(sql.load("remap_update"), {"run": run_label})
-    conn.execute("DROP TABLE temp._ts_remap")
+    conn.execute(sql.load("remap_drop"))
     histogram.rebuild(conn, run_label)
 
 
@@ -112,7 +105,7 @@ def refresh_after_edit(conn: WriterConnection, progress: derive.Progress | None 
     try:
         derive.refresh_all(conn, progress, remap=remap)
     finally:
-        conn.execute("DROP TABLE IF EXISTS temp._ts_path_stage")
+        conn.execute(sql.load("remap_drop_stages"))
 
 
 def replace_rules(

@@ -226,6 +226,16 @@ def stage_sums_query(paths: str, named: str) -> str:
     return sql.load("request_stage_sums").replace("{paths}", paths).replace("{named}", named)
 
 
+def remap_sums_query() -> str:
+    """remap_sums.sql: a re-mapped run's per-request sums from its kept paths and temp._ts_path_stage
+    (params: run, run, SPAN_TIMES_MAX_HASH)."""
+    kept = (
+        "(SELECT k.TK, m.Bucket, m.SpanName, k.Ns FROM request_paths AS k "
+        "JOIN temp._ts_path_stage AS m ON m.PathId = k.PathId WHERE k.RunLabel = ?)"
+    )
+    return sql.load("remap_sums").replace("{sums}", stage_sums_query(kept, kept))
+
+
 def derive_requests_from_paths() -> str:
     """derive_paths_requests.sql: the derive's per-request rows from its per-path temp table (one
     parameter: SPAN_TIMES_MAX_HASH)."""
