@@ -2,7 +2,7 @@
 formats, loads through the real loader, its truth names spans, services and instances the run has,
 and each planted mechanism shows in the timings the way the event loop, the collector, the pool, the
 cache, the vendor's client, the CFS quota or gunicorn would produce it (and a steady run of the same
-seed does not). Held out (blind.UNTOUCHED): whoever works on the diagnosis is not to read this."""
+seed does not). Held out until its honest scores (session 5); an open check since."""
 
 from __future__ import annotations
 
@@ -103,8 +103,9 @@ def latencies(spans: list[dict]) -> list[int]:
     return [s["duration"] for s in spans if s["parent"] in (-1, "")]
 
 
-def test_registered_untouched_with_steady_eight_causes_and_three_pairs() -> None:
-    assert FAMILY in blind.available() and FAMILY in blind.UNTOUCHED and blind.scenarios(FAMILY) == SCENARIOS
+def test_registered_open_with_steady_eight_causes_and_three_pairs() -> None:
+    assert FAMILY in blind.available() and FAMILY not in blind.UNTOUCHED
+    assert blind.scenarios(FAMILY) == SCENARIOS
     assert SCENARIOS[0] == "steady" and blind.truth(FAMILY, "steady", 0) == []
     patterns = {c["pattern"] for s in SCENARIOS[1:] if "+" not in s for c in blind.truth(FAMILY, s, 0)}
     assert len(patterns) == 8

@@ -149,7 +149,8 @@ def test_requests_accepted_as_a_stall_ends_are_spread_over_it() -> None:
 
 
 def test_the_network_lever_keeps_each_links_own_typical_gap() -> None:
-    from tailscope.analysis.whatif.levers import Inputs, network_p50
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
 
     rows = []
     for k, (extra, wan) in enumerate([(0, True), (0, True), (30, True), (0, False), (0, False), (4, False)]):
@@ -164,6 +165,49 @@ def test_the_network_lever_keeps_each_links_own_typical_gap() -> None:
     lever = network_p50(x, {"pattern": "network", "span_name": "call"})
     new = retime(f, lever.edit, x.lay).dur[0::2] / MS
     assert [round(v, 2) for v in new] == [45.0, 45.0, 45.0, 5.5, 5.5, 5.5]
+
+
+def _lossy_node_rows() -> list[tuple]:
+    """api instances 0-2 call feat (instances 3-4, traced) and redis (not traced); the node of api
+    instance 2 is lossy: every fifth of its calls to feat waits 20 ms on the wire (10 out, 10 back),
+    and another fifth of its redis calls 20 ms inside the CLIENT span."""
+    rows = []
+    for k in range(300):
+        inst, t = k % 3, 10.0 * k
+        lossy_feat = inst == 2 and (k // 3) % 5 == 0
+        lossy_redis = inst == 2 and (k // 3) % 5 == 2
+        wire = 20.0 if lossy_feat else 0.0
+        base = len(rows)
+        feat_end = t + 1 + 3.2 + wire
+        redis = 1.0 + (20.0 if lossy_redis else 0.0)
+        rows += [
+            (k, -1, "GET /", "Server", inst, t, feat_end + 1 + redis + 1 - t),
+            (k, base, "feat", "Client", inst, t + 1, 3.2 + wire),
+            (k, base + 1, "feat", "Server", 3 + k % 2, t + 1.1 + wire / 2, 3.0),
+            (k, base, "GET redis", "Client", inst, feat_end + 1, redis),
+        ]
+    return rows
+
+
+def test_the_network_lever_fixes_every_crossing_of_a_lossy_node_traced_or_not() -> None:
+    """A node's network delays all its crossings: the calls to a traced callee (a gap) and to an
+    untraced one (inside the CLIENT span); both take the time of the same call from the other
+    instances, whichever link the finding names."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
+
+    rows = _lossy_node_rows()
+    f = hand_frame(rows, instances=("api-0", "api-1", "api-2", "feat-0", "feat-1"))
+    f.service = np.array([1 if r[4] >= 3 else 0 for r in rows])
+    f.services = ["api", "feat"]
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    before = request_latency(f, f.dur, client_side=False) / MS
+    assert before.max() > 27 and np.median(before) == pytest.approx(7.2)
+    lever = network_p50(x, {"pattern": "network", "span_name": "feat"})
+    assert lever is not None
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.round(3).tolist() == pytest.approx([7.2] * 300)
+    assert lever.params["instances"] == 1  # api-2 only, not the feat callees it called
 
 
 def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None:

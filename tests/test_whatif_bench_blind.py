@@ -8,8 +8,9 @@ import pytest
 blind = pytest.importorskip("reference_pipeline.simulate.blind")
 bench = pytest.importorskip("bench.bench_whatif")
 
-# the held-out families being written (issue 25): wherever their module lands, they are untouched
-HELD_OUT = ("ads-auction", "fraud-check", "rag-chat", "feed-ranker")
+# the held-out families being written: wherever their module lands, they are untouched (ads-auction and
+# fraud-check were, until their first what-if try was recorded: open checks since)
+HELD_OUT: tuple[str, ...] = ("rag-chat", "feed-ranker")
 
 
 def test_the_default_selection_leaves_every_held_out_family_out() -> None:

@@ -171,3 +171,61 @@ def test_a_call_whose_span_opens_after_dispatch_still_waited_for_the_thread_it_t
     assert h is not None and int(h.waited.sum()) == 9
     wait_ms = np.sort(h.wait(hand_frame(rows))[h.waited]) / MS
     assert wait_ms[0] == pytest.approx(10.05, abs=0.01) and wait_ms[-1] == pytest.approx(90.45, abs=0.01)
+
+
+def _consumer_frame(owned: bool):
+    """Messages published to a consumer service of two processes (one thread each, 5 ms a message,
+    pulled 0.5 ms after the publish when free), each naming its partition
+    (`messaging.kafka.source.partition`). A burst of twelve at 1 s: `owned` True, all twelve in a
+    partition of process 0 (each partition's messages go to the process that owns it: they wait for it
+    while process 1 idles); `owned` False, a shared queue's messages, taken by whichever process frees
+    first (the partition they came from says nothing about the process)."""
+    from tailscope.vocabulary import ALL_STAGES
+    from tests.hand_frames import hand_frame
+
+    rows: list[tuple] = []
+    partition: dict[int, int] = {}
+
+    def message(trace: int, published: float, began: float, process: int, part: int) -> None:
+        rows.append((trace, -1, "orders wait", "Consumer", process, published, began + 5.0 - published))
+        rows.append((trace, len(rows) - 1, "orders process", "Consumer", process, began, 5.0))
+        partition[len(rows) - 1] = part
+
+    trace = 0
+    for k in range(100):  # calm: each process takes a message every 20 ms, at once
+        for process in (0, 1):
+            t = 20.0 * k + 10.0 * process + (500.0 if k >= 50 else 0.0)
+            message(trace, t, t + 0.5, process, 2 * process + k % 2 if owned else k % 4)
+            trace += 1
+    free = [1000.5, 1000.5]
+    for j in range(12):  # the burst, published at once in the gap the calm messages leave
+        process = 0 if owned or free[0] <= free[1] else 1
+        message(trace, 1000.0, free[process], process, j % 2 if owned else j % 4)
+        free[process] += 5.0
+        trace += 1
+    f = hand_frame(rows)
+    f.stage = np.where(np.array([r[1] for r in rows]) < 0, ALL_STAGES.index("queue"), -1)
+    rows_of = np.array(sorted(partition))
+    values = [partition[r] for r in rows_of.tolist()]
+    key = "messaging.kafka.source.partition"
+    f.attribute_source = lambda name: {key: (rows_of, values)} if name == "orders process" else {}
+    return f
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_a_partitioned_consumers_messages_wait_for_their_own_process(owned: bool) -> None:
+    """Replayed with the run's own arrivals and service times, the waits come back as measured: an
+    owned partition's messages queue for its one process (a shared pool would hand half the burst to
+    the idle process), a shared queue's for any process."""
+    from tailscope.analysis.whatif.handlers import handlers
+    from tests.hand_frames import MS
+
+    f = _consumer_frame(owned)
+    h = handlers(f)
+    assert h is not None
+    arrival = (f.start[h.client] + h.net).astype(np.float64)
+    replayed = replay_handlers(h, arrival, f.dur[h.server].astype(np.float64))
+    measured = h.wait(f)
+    assert measured.max() / MS == pytest.approx(55.0 if owned else 25.0, abs=0.6)
+    assert np.abs(replayed - measured).max() / MS < 0.6
+    assert len(h.slots) == (2 if owned else 1)

@@ -108,6 +108,7 @@ def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray,
     }
     confidence = clamp01(strength * logistic(share, 0.3, 0.08))
     stats["arrival_rate_at_large_waits"] = round(arrival_rate_at(f, cli, big, ctx), 3)
+    ctx.notes["accept_queue_strength"] = strength  # burst_waits.py
     ctx.notes["accept_queue"] = (cli, srv, big)  # held_slots.py: who held the slots the calls waited for
     evidence = {"summary": summary, "stats": stats, "chart": chart}
     finding = Finding("queueing", confidence, "queue", None, evidence, ADVICE.format(server=server))

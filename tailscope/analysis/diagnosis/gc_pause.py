@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling, lone_stalls
+from tailscope.analysis.diagnosis import cpu_throttling, lone_stalls, stopped_accepts
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
 from tailscope.analysis.diagnosis.long_stalls import (
@@ -196,6 +196,9 @@ def detect(ctx: Context) -> list[Finding]:
     pairs = ((ep_inst, w_inst), (ep_t0, w_t0), (ep_t1, w_t1))
     ep_inst, ep_t0, ep_t1 = (np.r_[a, b[new]][order] for a, b in pairs)
     stopped = np.r_[stopped, np.full(int(new.sum()), 2, np.int8)][order]
+    # a silence filled by work as long as its input predicts is that work's (a long parse), not a stop
+    kept = ~stopped_accepts.held_by_input(ctx, ep_inst, ep_t0, ep_t1)
+    ep_inst, ep_t0, ep_t1, stopped = ep_inst[kept], ep_t0[kept], ep_t1[kept], stopped[kept]
     if not len(ep_inst):
         return _lone(ctx, warm)
     # silences longer than a request through which the requests sent to the process waited to start:
@@ -343,7 +346,17 @@ def detect(ctx: Context) -> list[Finding]:
         advice=ADVICE,
     )
     # the same stalls from a CPU quota end on its period's boundaries: name what the evidence favours
-    return cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
+    found = cpu_throttling.split(ctx, finding, (ep_inst, ep_t0, ep_t1), event_share)
+    let_in = stopped_accepts.releases(ctx)
+    if finding.confidence < 0.5 and let_in is not None and let_in["strength"] >= 0.5:
+        # weak across names, but calls rushed in at the door: a process behind a shared id stopped
+        notes = dict(ctx.notes)
+        lone = _lone(ctx, warm_up_mask(ctx))  # `warm` is a weight by now
+        if max((x.confidence for x in lone), default=0.0) > max(x.confidence for x in found):
+            return lone
+        ctx.notes.clear()
+        ctx.notes.update(notes)
+    return found
 
 
 LONE_CAP = 0.95
@@ -352,7 +365,7 @@ LONE_CAP = 0.95
 def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
     """The finding from stretches alike across span names where one piece of work is in flight at a
     time (lone_stalls.py), the runtime's reports confirming; else from the reports alone."""
-    found = lone_stalls.find(ctx, warm)
+    found = stopped_accepts.with_releases(ctx, lone_stalls.find(ctx, warm))
     reported = reported_only(ctx, ADVICE)
     if found is None or found["strength"] * found["weight"] < 0.05:
         return reported
@@ -372,15 +385,11 @@ def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
     where, services = where_stalled(ctx, *episodes)
     stats = {"services": services, "instances": where, **found["stats"], "gc_events": len(f.gc_time),
              "tail_excess_share_in_reported_gc": None if event_share is None else round(event_share, 3)}
-    names = stats["stretched_work_names"] + stats["stretched_call_names"]
     summary = (
-        f"One piece of work at a time runs on {', '.join(where)}, and {stats['stretched_spans']} spans of "
-        f"{len(names)} unrelated kinds ({', '.join(repr(n) for n in names[:5])}) are stretched by the same "
-        f"amount (median {stats['median_stretch_ms']} ms over their usual time, far beyond their own "
-        "spread): the process stopped, whatever it was doing. The stretches and the work that waited "
-        f"behind them carry {stats['tail_excess_share']:.0%} of the tail excess"
-        + ("." if event_share is None else
-           f"; the runtime reported GC pauses covering {event_share:.0%} of it.")
+        lone_stalls.describe(where, stats) + stopped_accepts.describe(stats)
+        + f" The stops and the work that waited behind them carry {stats['tail_excess_share']:.0%} of the "
+        "tail excess" + ("." if event_share is None else
+                         f"; the runtime reported GC pauses covering {event_share:.0%} of it.")
     )
     spans = np.nonzero(f.leaf & (f.request >= 0))[0]
     slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))

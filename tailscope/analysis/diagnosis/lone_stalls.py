@@ -126,3 +126,16 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
         if best is None or found["strength"] * found["weight"] > best["strength"] * best["weight"]:
             best = found
     return best
+
+
+def describe(where: list[str], stats: dict) -> str:
+    """The stretches in a sentence: where one piece of work at a time runs, the process stopped."""
+    names = stats["stretched_work_names"] + stats["stretched_call_names"]
+    if not names:
+        return f"A process of {', '.join(where)} stopped now and then."
+    return (
+        f"One piece of work at a time runs on {', '.join(where)}, and {stats['stretched_spans']} spans of "
+        f"{len(names)} unrelated kinds ({', '.join(repr(n) for n in names[:5])}) are stretched by the same "
+        f"amount (median {stats['median_stretch_ms']} ms over their usual time, far beyond their own "
+        "spread): the process stopped, whatever it was doing."
+    )

@@ -6,7 +6,9 @@ gc_pause's cross-name test. Yet a stop-the-world pause (or a throttled CPU) on a
 delays everything that instance must do while it lasts: forwarding the requests that arrived,
 reading the responses that came back, replying. Those events all happen at the moment the process
 runs again, so the proxy's own time per request (its SERVER span minus the callee's SERVER span:
-its processing and the wire) is stretched for a set of requests *released together*.
+its processing and the wire) is stretched for a set of requests *released together*. The wait of
+calls that a stopped callee let in together (stopped_accepts.py: several callers' calls rushing in at
+its door) is the callee's stop and is left out of the proxy's time.
 
 Statistic, per proxy instance: a request's proxy time is slow above its p90 and 1.5x its median; its
 event times (forwarding start, the response read, the reply) are binned by 1 ms; a release bin holds
@@ -34,6 +36,7 @@ from tailscope.analysis.diagnosis.stats import (
     ms,
     tail_split,
 )
+from tailscope.analysis.diagnosis.stopped_accepts import releases
 
 PATTERN = "gc_pause"
 BIN_NS = 1_000_000
@@ -67,6 +70,9 @@ def detect(ctx: Context) -> list[Finding]:
         return []
     outer, call, root = found
     own = (f.dur[outer] - f.dur[root]).astype(np.float64)  # the proxy's processing and the wire
+    let_in = releases(ctx)  # calls a stopped callee let in together waited at its door, not here
+    if let_in is not None:
+        own -= np.where(np.isin(root, let_in["calls"]), f.start[root] - f.start[call], 0)
     inst = f.instance[outer]
     slow = np.zeros(len(outer), bool)
     for i in np.unique(inst):

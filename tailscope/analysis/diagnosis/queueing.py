@@ -62,6 +62,21 @@ def waits(ctx: Context) -> np.ndarray:
     return wait + np.bincount(f.request[wrap], weights=f.excl[wrap].astype(np.float64), minlength=len(reqs))
 
 
+def time_bins(arrival: np.ndarray) -> tuple[np.ndarray, int, float]:
+    """Each request's bin of the run's time (~100 bins, at least 20 requests a bin on average), the
+    number of bins and their width (ns)."""
+    bins = int(min(BINS, max(20, len(arrival) // 20)))
+    width = (int(arrival.max() - arrival.min()) + 1) / bins
+    return np.minimum(((arrival - arrival.min()) / width).astype(np.int64), bins - 1), bins, width
+
+
+def dispersion(arrivals: np.ndarray) -> float:
+    """Index of dispersion of per-bin arrival counts (the first and last bins, partial, left out):
+    about 1 for a Poisson load, well above it where arrivals come in bursts."""
+    core = arrivals[1:-1]
+    return float(core.var() / core.mean()) if core.mean() > 0 else 0.0
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
@@ -81,9 +96,7 @@ def detect(ctx: Context) -> list[Finding]:
             split = tail_split(reqs.latency + before, reqs.weight)
     share = excess_share(w, split)
     span_ns = int(arrival.max() - arrival.min()) + 1
-    bins = int(min(BINS, max(20, n // 20)))
-    width = span_ns / bins
-    b = np.minimum(((arrival - arrival.min()) / width).astype(np.int64), bins - 1)
+    b, bins, width = time_bins(arrival)
     units = np.bincount(b, minlength=bins).astype(np.float64)
     wait_sum = np.bincount(b, weights=w, minlength=bins)
     mean_wait = np.where(units > 0, wait_sum / np.maximum(units, 1), 0.0)
@@ -94,20 +107,21 @@ def detect(ctx: Context) -> list[Finding]:
     # the first and last bins are partial; leave them out of the statistics
     core = slice(1, bins - 1)
     a, mw = arrivals[core], mean_wait[core]
-    dispersion = float(a.var() / a.mean()) if a.mean() > 0 else 0.0
+    spread = dispersion(arrivals)
     lag, r, rs = lagged_correlation(a, mw, MAX_LAG)
     r0 = float(rs[0])
     # sustained overload: no burst to follow, the queue just grows for the whole run
     trend = spearman(arrival.astype(np.float64), w)
     if max(r, trend) <= 0.1 or share <= 0.05:
         return []
-    strength = max(logistic(r, 0.5, 0.08) * logistic(dispersion, 2.5, 0.5), logistic(trend, 0.6, 0.08))
-    overloaded = logistic(trend, 0.6, 0.08) > logistic(r, 0.5, 0.08) * logistic(dispersion, 2.5, 0.5)
+    strength = max(logistic(r, 0.5, 0.08) * logistic(spread, 2.5, 0.5), logistic(trend, 0.6, 0.08))
+    overloaded = logistic(trend, 0.6, 0.08) > logistic(r, 0.5, 0.08) * logistic(spread, 2.5, 0.5)
     ends = reqs.start + reqs.latency
     served_rps = n / max((ends.max() - ends.min()) / 1e9, 1e-9)
     offered_rps = n / max(span_ns / 1e9, 1e-9)
     weight = logistic(share, 0.3, 0.08)
     confidence = strength * weight
+    ctx.notes["queueing_strength"] = strength  # burst_waits.py: the test, apart from the wait's share
     ctx.notes["queueing_confidence"] = confidence  # compute_bound: a wait that follows arrivals is not its
     peak = int(np.argmax(a)) + 1
     after = mean_wait[peak : peak + 2 * MAX_LAG]
@@ -117,7 +131,7 @@ def detect(ctx: Context) -> list[Finding]:
         "lag_bins": lag,
         "correlation": round(r, 3),
         "correlation_lag0": round(r0, 3),
-        "arrival_dispersion": round(dispersion, 2),
+        "arrival_dispersion": round(spread, 2),
         "bin_ms": ms(width),
         "peak_arrival_rate_rps": round(float(a.max()) / (width / 1e9), 1),
         "mean_arrival_rate_rps": round(float(a.mean()) / (width / 1e9), 1),
@@ -133,7 +147,7 @@ def detect(ctx: Context) -> list[Finding]:
     summary = (
         f"Wait before work starts follows the arrival rate (r={r:.2f} at a lag of {ms(lag * width):.0f} ms; "
         f"arrivals peak at {stats['peak_arrival_rate_rps']} rps vs {stats['mean_arrival_rate_rps']} rps on "
-        f"average, dispersion {dispersion:.1f}); wait p50 {stats['wait_p50_ms']} ms, p99 "
+        f"average, dispersion {spread:.1f}); wait p50 {stats['wait_p50_ms']} ms, p99 "
         f"{stats['wait_p99_ms']} ms; it carries {share:.0%} of the tail excess"
         + ("; the queue drains after the peak." if drains else ".")
     )

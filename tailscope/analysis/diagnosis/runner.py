@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis import (
+    burst_waits,
     cache_miss,
     cold_start,
     compute_bound,
@@ -212,6 +213,7 @@ def _diagnose_units(
             findings.extend(detector.detect(ctx))
         except Exception as error:  # a detector bug must not hide the others' findings
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
+    findings = burst_waits.settle(ctx, findings)  # before merging: the outer lock span holds the waits
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)

@@ -32,6 +32,7 @@ def combined(levers: list[Lever]) -> Lever:
         arrival_shift=_first(lever.arrival_shift for lever in levers),
         handler_shift=_first(lever.handler_shift for lever in levers),
         extra_slots=max(lever.extra_slots for lever in levers),
+        handler_pools=_first(lever.handler_pools for lever in levers),
         handlers_set=any(lever.handlers_set for lever in levers),
     )
 

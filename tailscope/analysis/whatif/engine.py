@@ -18,6 +18,7 @@ from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, 
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait
+from tailscope.analysis.whatif.network_levers import network_p50
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -30,7 +31,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 5  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 6  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -202,9 +203,9 @@ def plan(
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
-            out.append(lv.network_p50(x, fd))
+            out.append(network_p50(x, fd))
         elif p == "cold_start":
-            out.append(lv.prewarmed(x, fd))
+            out += [lv.prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
         elif p == "large_payload":
@@ -339,13 +340,15 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
 def _rehandle(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
     """The edit with the calls' waits for a handler thread replayed: each call arrives at its new
     CLIENT start plus its network time (earlier by the lever's shift: a caller that read it late),
-    and is served by its instance's threads with its re-timed SERVER span's duration."""
+    and is served by its instance's threads (or the pool the lever routes it to) with its re-timed
+    SERVER span's duration."""
     h, f = x.handlers, x.frame
     assert h is not None
     arrival = first.absolute_start(f, x.lay)[h.client] + h.net
     if lever.handler_shift is not None:
         arrival = arrival - lever.handler_shift
-    wait = replay_handlers(h, arrival, first.dur[h.server].astype(np.float64), lever.extra_slots)
+    wait = replay_handlers(h, arrival, first.dur[h.server].astype(np.float64), lever.extra_slots,
+                           lever.handler_pools)
     out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
     out.cut_before[h.server] = (f.start[h.server] - f.start[h.client]) - (h.net + wait)
     return out

@@ -36,7 +36,9 @@ MIN_WAITED = 0.005  # an instance whose calls waited this rarely has no queue wo
 class Handlers:
     server: np.ndarray  # SERVER span rows whose instance's threads queued calls
     client: np.ndarray  # the CLIENT span each was called from
-    instance: np.ndarray  # the pool it queues for: the server's instance, or -1 - a consumer's service
+    # the pool it queues for: the server's instance, -1 - a consumer's service (a shared queue), or
+    # -1 - len(services) - a process (a partitioned consumer's: _per_process)
+    instance: np.ndarray
     slots: dict[int, int]  # threads per pool
     net: np.ndarray  # the network part of each call's gap (ns)
     waited: np.ndarray  # the call waited for a thread
@@ -108,6 +110,7 @@ def handlers(frame: TraceFrame) -> Handlers | None:
         slots[p] = slots.get(p, 0) + max(c, 1)
     keep = np.zeros(len(kid), bool)
     net = gap.astype(np.float64)
+    link_typical = _link_typical(frame, kid, par, gap, waited)
     for p in list(slots):
         sel = np.nonzero(pool == p)[0]
         w = waited[sel]
@@ -118,27 +121,109 @@ def handlers(frame: TraceFrame) -> Handlers | None:
         # the typical gap of a call that found a thread free: a gap beyond it is waiting (a call
         # not seen to wait may have waited for a stalled process: its gap is no network time)
         typical = float(np.median(gap[sel[~w]])) if (~w).any() else 0.0
+        if p >= 0:  # an instance whose every call waited (for the process to start, say): the link's
+            typical = min(typical, link_typical[sel[0]])
         net[sel] = np.minimum(gap[sel], typical)
+        if p < 0:
+            _per_process(frame, kid, pool, sel, slots, p)
     if not keep.any():
         return None
     return Handlers(kid[keep], par[keep], pool[keep], slots, net[keep], waited[keep])
 
 
+def _link_typical(frame: TraceFrame, kid: np.ndarray, par: np.ndarray, gap: np.ndarray,
+                  waited: np.ndarray) -> np.ndarray:
+    """Per call: the median gap of the calls of its link (the caller's service to the callee's) that
+    did not wait, over every instance of the callee (the network's time is the link's)."""
+    link = frame.service[par] * (len(frame.services) + 1) + frame.service[kid]
+    out = np.full(len(kid), np.inf)
+    for code in np.unique(link).tolist():
+        sel = link == code
+        free = sel & ~waited
+        if free.any():
+            out[sel] = float(np.median(gap[free]))
+    return out
+
+
+def _fcfs(arrival: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
+    """Each arrival's wait (ns) served first come first served by `servers` servers."""
+    wait = np.zeros(len(arrival))
+    order = np.argsort(arrival, kind="stable")
+    free = [float("-inf")] * servers
+    for r, a, s in zip(order.tolist(), arrival[order].tolist(), service[order].tolist(), strict=True):
+        t = heapq.heappop(free)
+        begin = a if a >= t else t
+        wait[r] = begin - a
+        heapq.heappush(free, begin + s)
+    return wait
+
+
+OWNED_SHARE = 0.9  # a partition's messages processed by its most common process at least this often
+PARTITION_KEY = "partition"  # messaging.kafka.source.partition, messaging.destination.partition.id, ...
+
+
+def _partitions(frame: TraceFrame, spans: np.ndarray) -> np.ndarray:
+    """Each span's partition as its attributes name it (nan where none does)."""
+    out = np.full(len(spans), np.nan)
+    for code in np.unique(frame.name[spans]).tolist():
+        for key, (idx, values) in frame.attributes(code).items():
+            if PARTITION_KEY not in key.lower() or "count" in key.lower():
+                continue
+            value = np.full(len(frame), np.nan)
+            ok = idx >= 0
+            value[idx[ok]] = [_number(v) for v, good in zip(values, ok.tolist(), strict=True) if good]
+            out = np.where(np.isnan(out), value[spans], out)
+    return out
+
+
+def _number(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _per_process(frame: TraceFrame, kid: np.ndarray, pool: np.ndarray, sel: np.ndarray,
+                 slots: dict[int, int], p: int) -> None:
+    """A consumer's messages wait for any of its service's processes (a shared queue: a process that
+    frees takes the next), or each for the one process that owns its partition (Kafka, Kinesis: a
+    message waits while another process idles). Where the messages name their partition and each
+    partition's messages were processed by one process (but for rebalances), the consumer's pools
+    become its processes, each with the threads it ran at once."""
+    spans = kid[sel]
+    inst = frame.instance[spans]
+    part = _partitions(frame, spans)
+    named = ~np.isnan(part)
+    if named.mean() < 0.5 or len(np.unique(inst)) < 2:
+        return
+    pairs, counts = np.unique(np.column_stack((part[named], inst[named])), axis=0, return_counts=True)
+    owner_count: dict[float, int] = {}
+    for (partition, _), count in zip(pairs.tolist(), counts.tolist(), strict=True):
+        owner_count[partition] = max(owner_count.get(partition, 0), count)
+    if sum(owner_count.values()) < OWNED_SHARE * named.sum():
+        return
+    del slots[p]
+    base = -1 - len(frame.services)  # below every service's shared pool
+    start = frame.start[spans].astype(np.float64)
+    end = start + frame.dur[spans]
+    for i in np.unique(inst).tolist():
+        mine = inst == i
+        slots[base - i] = max(_concurrency(start[mine], end[mine]), 1)
+    pool[sel] = base - inst
+
+
 def replay_handlers(
-    h: Handlers, arrival: np.ndarray, service: np.ndarray, extra_slots: int = 0
+    h: Handlers, arrival: np.ndarray, service: np.ndarray, extra_slots: int = 0,
+    pools: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each call's wait (ns) when the arrivals are served first come first served by its instance's
-    threads (plus `extra_slots` each) with the given service times."""
+    threads (plus `extra_slots` each) with the given service times; `pools`: the pool each call is
+    routed to instead (a key of `h.slots`)."""
+    pool = h.instance if pools is None else pools
     wait = np.zeros(len(arrival))
     for i, c in h.slots.items():
-        sel = np.nonzero(h.instance == i)[0]
-        sel = sel[np.argsort(arrival[sel], kind="stable")]
-        free = [float("-inf")] * (c + extra_slots)
-        for r, a, s in zip(sel.tolist(), arrival[sel].tolist(), service[sel].tolist(), strict=True):
-            t = heapq.heappop(free)
-            begin = a if a >= t else t
-            wait[r] = begin - a
-            heapq.heappush(free, begin + s)
+        sel = np.nonzero(pool == i)[0]
+        wait[sel] = _fcfs(arrival[sel], service[sel], c + extra_slots)
     return wait
 
 

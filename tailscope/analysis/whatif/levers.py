@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
+from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.whatif.batches import Batches
 from tailscope.analysis.whatif.handlers import Handlers, accepted_late_tops, merged_stalls
 from tailscope.analysis.whatif.retime import Edit, Layout
@@ -61,6 +61,7 @@ class Lever:
     arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
     handler_shift: np.ndarray | None = None  # per handler call: how much earlier it arrives (ns)
     extra_slots: int = 0  # more handler threads per instance
+    handler_pools: np.ndarray | None = None  # per handler call: the pool it queues at (else its own)
     handlers_set: bool = False  # the edit sets the waits for handler threads itself: not replayed
     params: dict[str, float] = field(default_factory=dict)
 
@@ -207,7 +208,7 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 # ---- locks --------------------------------------------------------------------------------------
 
 
-# ---- dependencies and the network -----------------------------------------------------------------
+# ---- dependencies (the network: network_levers.py) -----------------------------------------------
 
 
 def _top_calls(x: Inputs, name: str | None) -> np.ndarray:
@@ -259,46 +260,6 @@ def dependency_deadline(x: Inputs, finding: dict[str, Any], deadline_ms: float |
     )
 
 
-def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    f, lay = x.frame, x.lay
-    srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
-    cli = f.parent[srv]
-    pair = (f.kind[cli] == KIND_CLIENT) & (f.service[cli] != f.service[srv])
-    name = finding.get("span_name")
-    if name in f.names:
-        pair &= f.name[cli] == f.names.index(name)
-    srv, cli = srv[pair], cli[pair]
-    if len(srv) == 0:
-        return None
-    out_gap = lay.gap[srv].astype(np.float64)
-    back_gap = lay.trailing[cli].astype(np.float64)
-    gap = out_gap + back_gap
-    # the typical gap of each link (caller's service -> callee's): a call across regions and a local
-    # one can share a span name
-    link = f.service[cli] * (len(f.services) + 1) + f.service[srv]
-    typical_of = np.zeros(len(gap))
-    for code in np.unique(link).tolist():
-        sel = link == code
-        typical_of[sel] = np.median(gap[sel])
-    typical = float(np.median(typical_of))
-    excess = np.maximum(gap - typical_of, 0.0)
-    share_out = np.where(gap > 0, out_gap / np.maximum(gap, 1.0), 0.5)
-    edit = Edit.none(len(f))
-    edit.cut_before[srv] = excess * share_out
-    edit.cut_after[cli] = excess * (1 - share_out)
-    label = f"Network at its p50 ({typical / 1e6:.2f} ms client-server gap)"
-    return Lever(
-        f"network_p50:{name}",
-        label,
-        SOFTWARE,
-        "each call's client-minus-server time above its median is removed",
-        edit,
-        pattern="network",
-        span_name=name,
-        params={"gap_p50_ms": round(typical / 1e6, 3)},
-    )
-
-
 # ---- cold starts --------------------------------------------------------------------------------
 
 
@@ -320,17 +281,41 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         if len(pool):
             edit.dur[spans] = _draw(rng, pool, len(spans))
     _warm_forwards_by_size(x, early_req, edit, rng)
+    _warm_own_time(x, early_req, edit, rng)
     return Lever(
         "prewarmed",
         f"Cold starts pre-warmed (first {warm} requests per instance)",
         SOFTWARE,
-        "each span of an instance's first requests takes the time of the same span once warm "
-        "(drawn from the run); the queue is replayed",
+        "each span of an instance's first requests takes the time of the same span once warm, and its "
+        "own time around its children (lazy initialisation, interpreted code) a warm one's (drawn from "
+        "the run); the queue is replayed",
         edit,
         pattern="cold_start",
         requeue=True,
         params={"warmup_requests": warm},
     )
+
+
+MIN_WARM = 20  # warm spans of a name to draw an own time from
+
+
+def _warm_own_time(x: Inputs, early_req: np.ndarray, edit: Edit, rng) -> None:
+    """A warm-up request's own time (a parent's time before each child it runs on its own instance,
+    and after its last child: where a cold process initialises lazily and runs interpreted code)
+    takes the same span's own time in a warm request, drawn from the run. A child on another
+    instance keeps its gap (the network and the wait for a thread: their own levers')."""
+    f, lay = x.frame, x.lay
+    inside = f.request >= 0
+    early = inside & early_req[np.maximum(f.request, 0)]
+    parent = np.maximum(lay.parent, 0)
+    local = inside & (lay.parent >= 0) & (f.instance == f.instance[parent])
+    for values, rows, cut in ((lay.gap, local, edit.cut_before),
+                              (lay.trailing, inside & lay.has_children, edit.cut_after)):
+        for code in np.unique(f.name[rows & early]).tolist():
+            pool = values[rows & ~early & (f.name == code)]
+            spans = np.nonzero(rows & early & (f.name == code))[0]
+            if len(pool) >= MIN_WARM:
+                cut[spans] = values[spans] - _draw(rng, pool, len(spans))
 
 
 def _warm_forwards_by_size(x: Inputs, early_req: np.ndarray, edit: Edit, rng) -> None:

@@ -146,3 +146,50 @@ def handlers_as_calm(x: Inputs) -> Lever | None:
         handlers_set=True,
         params={"disturbed_share": round(float((~calm).mean()), 4)},
     )
+
+
+JOINED_LATE = 0.1  # an instance whose first span comes after this share of the run joined mid-run
+
+
+def scaled_out_early(x: Inputs, finding: dict) -> Lever | None:
+    """A scale-out that came late: instances named cold that joined mid-run (an autoscaler's), while
+    the calls of their service queued for handler threads. The fix: the instances there (and warm)
+    before the queue built: every call of the service's instances is routed to one of them at random
+    (old or new: requests spread evenly) and replayed through their threads, each cold request's spans
+    taking a warm one's time (the prewarmed lever's edit)."""
+    from tailscope.analysis.whatif.levers import prewarmed
+
+    h, f = x.handlers, x.frame
+    warm = prewarmed(x, finding) if h is not None else None
+    if warm is None or h is None:
+        return None
+    named = ((finding.get("evidence") or {}).get("stats") or {}).get("instances") or []
+    codes = [f.instances.index(n) for n in named if n in f.instances]
+    first_seen = np.full(len(f.instances), np.iinfo(np.int64).max)
+    np.minimum.at(first_seen, f.instance, f.start.astype(np.int64))
+    service_of = np.full(len(f.instances), -1)
+    service_of[f.instance] = f.service
+    t0, t1 = int(f.start.min()), int((f.start + f.dur).max())
+    late = [i for i in codes if first_seen[i] > t0 + JOINED_LATE * (t1 - t0) and i in h.slots]
+    if not late:
+        return None
+    services = {int(service_of[i]) for i in late}
+    pools = np.array(sorted(p for p in h.slots if p >= 0 and int(service_of[p]) in services))
+    moved = np.isin(h.instance, pools)
+    route = h.instance.copy()
+    route[moved] = pools[x.rng(26).integers(0, len(pools), int(moved.sum()))]
+    return Lever(
+        "scaled_out_early",
+        f"Scale-out ready before the queue: {len(late)} instance(s) that joined mid-run serving, warm, "
+        "from the start",
+        CAPACITY,
+        "the instances that joined mid-run (cold, while the calls queued for threads) are there from the "
+        "start: each call of their service goes to one of its instances at random (requests spread "
+        "evenly) and the run's arrivals are replayed through their threads, the cold requests' spans "
+        "taking warm ones' times (a model: the arrivals as measured, the scale-out's timing changed)",
+        warm.edit,
+        pattern="cold_start",
+        requeue=warm.requeue,
+        handler_pools=route,
+        params={"instances_joined_late": len(late), "instances": len(pools)},
+    )

@@ -1,0 +1,182 @@
+"""The network lever: the time a call spends on the wire beyond the usual, removed.
+
+A call's wire time is its CLIENT span minus its SERVER span (the crossing out and back). A fault on a
+link (a slow route between two services) delays the calls of that link: each call's gap above its
+link's median is removed. A fault on a node (a lossy overlay, a flapping NIC bond, conntrack drops)
+delays every crossing to or from the instances on it, whichever link: their calls to every service,
+the calls they receive, and the calls to callees that are not traced (a cache, a database: the delay
+is inside the CLIENT span, with no SERVER span to take a gap from). Such instances are found from the
+run itself: the crossings with a gap far beyond their link's usual one concentrate on them, many times
+their service's other instances' share. Each of their crossings then takes the gap of a crossing of
+the same link between other instances, and each of their calls to an untraced callee the time of the
+same call made from another instance of the service (both drawn from the run: the healthy crossings'
+own spread is kept, not cut to the median)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
+from tailscope.analysis.diagnosis.network import large_gaps
+from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever
+from tailscope.analysis.whatif.retime import Edit
+
+LOSSY_RATIO = 3.0  # an instance's share of large gaps over this many times its service's others'
+LOSSY_FLOOR = 0.01  # and at least this share of its crossings
+MIN_CROSSINGS = 50  # crossings an instance needs to be judged
+MIN_POOL = 20  # healthy crossings (or calls) of a link (or name) to draw from
+
+
+def _crossings(f: TraceFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(SERVER span, its CLIENT parent) for every call from one service to another."""
+    srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    cli = f.parent[srv]
+    pair = (f.kind[cli] == KIND_CLIENT) & (f.service[cli] != f.service[srv])
+    return srv[pair], cli[pair]
+
+
+def _links(f: TraceFrame, srv: np.ndarray, cli: np.ndarray) -> np.ndarray:
+    """Each crossing's link: the caller's service and the callee's (a call across regions and a local
+    one can share a span name)."""
+    return f.service[cli] * (len(f.services) + 1) + f.service[srv]
+
+
+def _large(gap: np.ndarray, link: np.ndarray) -> np.ndarray:
+    """Each crossing's gap far beyond its link's usual one (diagnosis/network.py's test, per link)."""
+    big = np.zeros(len(gap), bool)
+    for code in np.unique(link).tolist():
+        sel = link == code
+        big[sel] = large_gaps(gap[sel], float(np.median(gap[sel])))
+    return big
+
+
+def lossy_instances(f: TraceFrame, srv: np.ndarray, cli: np.ndarray, big: np.ndarray) -> list[int]:
+    """The instances whose crossings (as caller or callee) carry large gaps many times as often as
+    their service's other instances'. One at a time, the worst first: once its crossings are set
+    aside, the instances it talked to are judged on their other crossings (a callee of a lossy caller
+    is not lossy itself)."""
+    chosen: list[int] = []
+    active = np.ones(len(srv), bool)
+    k = len(f.instances)
+    service_of = np.full(k, -1)
+    service_of[f.instance[srv]] = f.service[srv]
+    service_of[f.instance[cli]] = f.service[cli]
+    while True:
+        ends = np.r_[f.instance[cli[active]], f.instance[srv[active]]]
+        flags = np.r_[big[active], big[active]].astype(np.float64)
+        count = np.bincount(ends, minlength=k)
+        rate = np.bincount(ends, weights=flags, minlength=k) / np.maximum(count, 1)
+        best, best_rate = -1, 0.0
+        for i in np.nonzero(count >= MIN_CROSSINGS)[0].tolist():
+            others = (service_of == service_of[i]) & (count >= MIN_CROSSINGS)
+            others[i] = False
+            if i in chosen or not others.any() or rate[i] < LOSSY_FLOOR:
+                continue
+            if rate[i] > LOSSY_RATIO * float(np.median(rate[others])) and rate[i] > best_rate:
+                best, best_rate = i, float(rate[i])
+        if best < 0:
+            return chosen
+        chosen.append(best)
+        active &= (f.instance[cli] != best) & (f.instance[srv] != best)
+
+
+def _untraced_calls(x: Inputs, lossy: list[int], traced: np.ndarray) -> tuple[np.ndarray, int]:
+    """Each CLIENT span of the lossy instances whose callee is not traced takes the time of a call of
+    the same name from another instance of the service (drawn), where the run has enough of those.
+    Returns (the spans changed, their new durations as an array over all spans: nan elsewhere)."""
+    f = x.frame
+    calls = (f.kind == KIND_CLIENT) & ~np.isin(np.arange(len(f)), traced)
+    on_lossy = np.isin(f.instance, lossy)
+    new = np.full(len(f), np.nan)
+    rng = x.rng(24)
+    changed = 0
+    for code in np.unique(f.name[calls & on_lossy]).tolist():
+        spans = np.nonzero(calls & on_lossy & (f.name == code))[0]
+        service = f.service[spans[0]]
+        pool = f.dur[calls & ~on_lossy & (f.name == code) & (f.service == service)]
+        if len(pool) < MIN_POOL:
+            continue
+        new[spans] = pool[rng.integers(0, len(pool), len(spans))]
+        changed += len(spans)
+    return new, changed
+
+
+def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    f, lay = x.frame, x.lay
+    srv, cli = _crossings(f)
+    if len(srv) == 0:
+        return None
+    out_gap = lay.gap[srv].astype(np.float64)
+    gap = out_gap + lay.trailing[cli].astype(np.float64)
+    share_out = np.where(gap > 0, out_gap / np.maximum(gap, 1.0), 0.5)
+    link = _links(f, srv, cli)
+    wire = np.maximum(f.dur[cli] - f.dur[srv], 0).astype(np.float64)
+    lossy = lossy_instances(f, srv, cli, _large(wire, link))
+    name = finding.get("span_name")
+    edit = Edit.none(len(f))
+    if lossy:
+        return _lossy_nodes(x, finding, srv, cli, gap, share_out, link, lossy)
+    pair = f.name[cli] == f.names.index(name) if name in f.names else np.ones(len(srv), bool)
+    srv, cli, gap, share_out, link = srv[pair], cli[pair], gap[pair], share_out[pair], link[pair]
+    if len(srv) == 0:
+        return None
+    typical_of = np.zeros(len(gap))
+    for code in np.unique(link).tolist():
+        sel = link == code
+        typical_of[sel] = np.median(gap[sel])
+    typical = float(np.median(typical_of))
+    excess = np.maximum(gap - typical_of, 0.0)
+    edit.cut_before[srv] = excess * share_out
+    edit.cut_after[cli] = excess * (1 - share_out)
+    return Lever(
+        f"network_p50:{name}",
+        f"Network at its p50 ({typical / 1e6:.2f} ms client-server gap)",
+        SOFTWARE,
+        "each call's client-minus-server time above its median is removed",
+        edit,
+        pattern="network",
+        span_name=name,
+        params={"gap_p50_ms": round(typical / 1e6, 3)},
+    )
+
+
+def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.ndarray, gap: np.ndarray,
+                 share_out: np.ndarray, link: np.ndarray, lossy: list[int]) -> Lever | None:
+    """Every crossing to or from the lossy instances takes the gap of a crossing of the same link
+    between other instances; their calls to untraced callees, a call's time from another instance."""
+    f = x.frame
+    touched = np.isin(f.instance[cli], lossy) | np.isin(f.instance[srv], lossy)
+    edit = Edit.none(len(f))
+    rng = x.rng(25)
+    redrawn = 0
+    for code in np.unique(link[touched]).tolist():
+        pool = gap[~touched & (link == code)]
+        rows = np.nonzero(touched & (link == code))[0]
+        if len(pool) < MIN_POOL:
+            continue
+        cut = gap[rows] - pool[rng.integers(0, len(pool), len(rows))]
+        edit.cut_before[srv[rows]] = cut * share_out[rows]
+        edit.cut_after[cli[rows]] = cut * (1 - share_out[rows])
+        redrawn += len(rows)
+    new, untraced = _untraced_calls(x, lossy, cli)
+    edit.dur = new
+    if redrawn + untraced == 0:
+        return None
+    name = finding.get("span_name")
+    nodes = ", ".join(f.instances[i] for i in lossy)
+    return Lever(
+        f"network_p50:{name}",
+        f"Network fixed on {nodes} (its crossings as the other instances')",
+        SOFTWARE,
+        "the crossings with a gap far beyond their link's usual one concentrate on these instances (a "
+        "node's network, whichever link): each of their calls, made or received, takes the client-minus-"
+        "server time of a call of the same link between other instances, and each of their calls to an "
+        "untraced callee (a cache, a database) the time of the same call from another instance (drawn "
+        "from the run)",
+        edit,
+        pattern="network",
+        span_name=name,
+        params={"instances": len(lossy), "crossings_redrawn": redrawn, "untraced_calls_redrawn": untraced},
+    )
