@@ -11,9 +11,10 @@ child process, so each step's peak RSS is the child's own ru_maxrss (os.wait4):
 
   generate   the spans, straight into otel_traces (not timed as ingest)
   derive     a rule edit (replace_rules: one rule's description changed) re-deriving every run: from
-             the kept span paths where the store has them (rule_remap.py), else from the spans
-             (a store's first edit after generate, or after a migration from schema version 4;
-             --from-spans: always from the spans, the derive a rule edit paid before)
+             the kept span paths where the store has them (rule_remap.py), else from the spans,
+             keeping them (a store's first edit); --from-spans: every run from its spans as ingest
+             derives it, keeping path rows only in the runs that had them (on a store no edit has
+             touched: the common derive, whose cost must not move; on main: its rule edit)
   views      every view of the dashboard on the largest run and on all runs, best of 3 after a warm-up
   refresh    +100 requests written at the end of the largest run, refresh_run as a writer calls it
              (touched traces and their time range), rolled back
@@ -106,7 +107,7 @@ def step_derive(db: Path, spans: int) -> dict:
             rules = rules_in_force(conn)
             edited = [replace(rules[0], description=rules[0].description + " (edited)"), *rules[1:]]
             started = time.perf_counter()
-            if os.environ.get("BENCH_SCALE_FROM_SPANS"):  # --from-spans: the derive every edit paid before
+            if os.environ.get("BENCH_SCALE_FROM_SPANS"):  # --from-spans: every run as ingest derives it
                 from tailscope.store.duckdb import derive
                 from tailscope.store.duckdb import rules as stored
 
@@ -320,7 +321,7 @@ def main() -> int:
     parser.add_argument("--run", help="derive, view and refresh this run only (day-a, day-b, day-c)")
     parser.add_argument("--reuse", action="store_true", help="keep a store already generated at a size")
     parser.add_argument(
-        "--from-spans", action="store_true", help="derive: every run from its spans (not from kept paths)"
+        "--from-spans", action="store_true", help="derive: every run from its spans, as ingest derives it"
     )
     parser.add_argument("--code", type=Path, default=ROOT, help="the tailscope checkout to measure")
     parser.add_argument("--tag", default="", help="a name for this series in the results file")

@@ -48,9 +48,10 @@ def test_a_rule_edit_from_kept_paths_reports_each_run(
     def no_derive(*args: object, **kwargs: object) -> None:
         raise AssertionError("a run was derived from its spans")
 
+    rules = list_rules(store)
+    save_rules(store, rules)  # the first edit: every run from its spans, keeping its path rows
     monkeypatch.setattr(derive, "refresh_run", no_derive)  # the re-map must not need it
     told: list[tuple[float, str]] = []
-    rules = list_rules(store)
     save_rules(store, [rules[-1], *rules[:-1]], lambda fraction, step: told.append((fraction, step)))
     fractions = [fraction for fraction, _ in told]
     assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0

@@ -116,9 +116,9 @@ CREATE TABLE IF NOT EXISTS derive_state (
     MaxRowid BIGINT NOT NULL
 );
 ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS LongestNs BIGINT;
--- PathsKept: the run's request_paths rows cover every request it has (its last whole derive wrote
--- them), NULL or false in a store migrated from version 4: a rule edit derives such a run from its
--- spans, which fills them.
+-- PathsKept: the run keeps request_paths rows for every request it has (written lazily: by the first
+-- stage-rule edit, then kept current by its derives, derive.py), false for a run loaded since, NULL
+-- in a store migrated from version 4: a stage-rule edit derives such a run from its spans, keeping them.
 ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS PathsKept BOOLEAN;
 -- What a stage-rule edit re-maps instead of walking every trace again (tailscope.store.duckdb.rule_remap):
 -- a span's stage depends on the rules only through its path, the chain of (span name, kind,

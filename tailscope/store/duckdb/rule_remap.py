@@ -9,11 +9,13 @@ rules (remap_path_stages.sql: a walk over the nodes) and re-sums every request's
 its rows (request_stage_sums.sql, the derive's own sums: the same terms in the same grouping, so the
 result equals a derive from the spans), reading no span and walking no trace.
 
-What the kept rows cannot answer takes the derive from the spans, as before (derive.refresh_all):
+The rows are written lazily (derive.py): the first stage-rule edit derives every run from its spans
+and keeps them; the next edits re-map. What the kept rows cannot answer takes the derive from the
+spans, keeping the rows for the next edit (derive.refresh_all with keep_paths):
 - an edit whose rules hold an attribute regex some kept node was not tried against (a new or
   changed attribute regex: a node keeps the hits of the regexes in force when it was derived);
-- a run whose rows are not complete: derived before the rows existed (a store migrated from
-  schema version 4), or with spans written since its last derive (derive_state.PathsKept, SpanRows);
+- a run without its rows (loaded since the last stage-rule edit, none made yet, a store migrated
+  from schema version 4) or with spans written since its last derive (derive_state.PathsKept, SpanRows);
 - a phase-rule edit (it changes the trees: phase spans), which never comes here.
 """
 
@@ -29,6 +31,7 @@ from tailscope.store.duckdb.rules import regex_error, rules_in_force, store_rule
 from tailscope.store.duckdb.statements import attribute_patterns, remap_sums_query
 
 WriterConnection = Any  # a DuckDB connection inside the writer's transaction
+
 
 def path_rule_case(rules: list[StageRule]) -> tuple[str, list[Any]]:
     """The CASE giving a kept path node's first matching rule's position (NULL: none) and its params:
@@ -89,10 +92,10 @@ def remap_run(conn: WriterConnection, run_label: str) -> None:
 
 def refresh_after_edit(conn: WriterConnection, progress: derive.Progress | None = None) -> None:
     """After a stage-rule edit (inside its transaction): every run whose kept paths answer the new
-    rules re-mapped, every other run derived from its spans (derive.refresh_all)."""
+    rules re-mapped, every other run derived from its spans keeping its path rows (derive.refresh_all)."""
     rules = rules_in_force(conn)
     if not answers(conn, rules):
-        derive.refresh_all(conn, progress)
+        derive.refresh_all(conn, progress, keep_paths=True)
         return
     stage_paths(conn, rules)
 
@@ -103,7 +106,7 @@ def refresh_after_edit(conn: WriterConnection, progress: derive.Progress | None 
         return True
 
     try:
-        derive.refresh_all(conn, progress, remap=remap)
+        derive.refresh_all(conn, progress, remap=remap, keep_paths=True)
     finally:
         conn.execute(sql.load("remap_drop_stages"))
 

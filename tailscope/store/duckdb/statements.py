@@ -171,10 +171,11 @@ def span_tree_query(
         raise ValueError(f"unknown output {output!r}")
     scope_params = _scope_params(scope, run, trace_id, sample, window)
     phases_sql, phase_params = phase_spans_query(phase_rules or [], scope, run, trace_id, sample, window)
-    names_sql, case_sql, rule_params = stage_case(rules)
+    paths = output == "paths"
+    names_sql, case_sql, rule_params = stage_case(rules, hit_columns=paths)
     n_name = sum(1 for r in rules if r.name_regex is not None)
     name_params, case_params = rule_params[:n_name], rule_params[n_name:]
-    patterns = attribute_patterns(rules)
+    patterns = attribute_patterns(rules) if paths else []
     hits_sql = "".join(f", regexp_matches(AttrLines, ?, 'i') AS ah{k}" for k in range(1, len(patterns) + 1))
     bits = [f"(CAST(t.ah{k} AS BIGINT) << {k - 1})" for k in range(1, min(len(patterns), MASK_BITS) + 1)]
     mask_sql = f"CASE WHEN t.AttrLines IS NOT NULL THEN CAST({' | '.join(bits) or '0'} AS BIGINT) END"
@@ -182,7 +183,7 @@ def span_tree_query(
     for rule in rules:
         stages_by_position[rule.position - 1] = rule.stage
     text = (
-        sql.load("span_tree")
+        span_tree_variant(paths)
         .replace("{scope}", SCOPES[scope])
         .replace("{names}", names_sql)
         .replace("{rule_case}", case_sql)
@@ -200,11 +201,25 @@ def span_tree_query(
         *scope_params,
         *phase_params,
         server_rules,
-        patterns_digest(patterns),
+        *([patterns_digest(patterns)] if paths else []),
         stages_by_position,
         *([SPAN_TIMES_MAX_HASH] if output == "requests" else []),
     ]
     return text, params
+
+
+def span_tree_variant(paths: bool) -> str:
+    """span_tree.sql with the lines of one variant: those ending in a [paths] marker for the paths
+    output (the path signatures a derive keeps), those ending in a [plain] marker for the others
+    (markers removed); unmarked lines are in both."""
+    keep, drop = ("--[paths]", "--[plain]") if paths else ("--[plain]", "--[paths]")
+    lines: list[str] = []
+    for line in sql.load("span_tree").splitlines():
+        text = line.rstrip()
+        if text.endswith(drop):
+            continue
+        lines.append(text[: -len(keep)].rstrip() if text.endswith(keep) else line)
+    return "\n".join(lines) + "\n"
 
 
 def attribute_patterns(rules: list[StageRule]) -> list[str]:
@@ -271,7 +286,6 @@ def filter_where(flt: RequestFilter) -> tuple[str, list[Any]]:
     return (" AND ".join(clauses) or "true"), params
 
 
-
 def filtered(name: str, flt: RequestFilter, *extra: Any, weighted: bool = False) -> tuple[str, list[Any]]:
     """`<name>.sql` with its `{include:other}` placeholders and its `{where}` filled from the filter
     (sql.load_filtered; `weighted`: the files' weighted versions); the filter's params come first,
@@ -279,15 +293,19 @@ def filtered(name: str, flt: RequestFilter, *extra: Any, weighted: bool = False)
     where, positional = filter_where(flt)
     return sql.load_filtered(name, "duckdb", where, weighted), [*positional, *extra]
 
-def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
+
+def stage_case(rules: list[StageRule], hit_columns: bool = False) -> tuple[str, str, list[Any]]:
     """SQL pieces for the rules: (name-hit columns over `SpanName`, the rule-number CASE over a span
     joined with its name hits, params in text order: name columns first, then the CASE).
 
     The CASE yields the position of the first matching rule, or NULL. It reads `SpanKind`, the
-    name-hit columns `nh1`, `nh2`, ... (one per rule with a name regex) and the attribute-hit columns
-    `ah1`, `ah2`, ... (one per distinct attribute regex, attribute_patterns: span_tree.sql matches it
-    against `AttrLines`, the span's attributes as "key=value" lines, in multi-line mode: `^` and `$`
-    are a line's ends, as it was against each key=value pair when attributes were a MAP)."""
+    name-hit columns `nh1`, `nh2`, ... (one per rule with a name regex) and an attribute regex's
+    match against `AttrLines` (the span's attributes as "key=value" lines, see span_tree.sql), in
+    multi-line mode: `^` and `$` are a line's ends, as it was against each key=value pair when
+    attributes were a MAP. `hit_columns`: the match read from the attribute-hit columns `ah1`,
+    `ah2`, ... (one per distinct attribute regex, attribute_patterns: span_tree.sql's paths output
+    computes them for every span the rules are tried on, for its path signatures) instead of inline
+    (where a CASE tries a regex only on the spans no earlier rule matched)."""
     patterns = attribute_patterns(rules)
     name_cols: list[str] = []
     name_params: list[Any] = []
@@ -303,8 +321,11 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
             name_cols.append(f"regexp_matches(SpanName, ?, 'i') AS {column}")
             name_params.append(rule.name_regex)
             conditions.append(column)
-        if rule.attribute_regex is not None:
+        if rule.attribute_regex is not None and hit_columns:
             conditions.append(f"ah{patterns.index(rule.attribute_regex) + 1}")
+        elif rule.attribute_regex is not None:
+            conditions.append("regexp_matches(AttrLines, ?, 'i')")
+            case_params.append("(?m)" + rule.attribute_regex)
         whens.append(f"WHEN {' AND '.join(conditions) or 'false'} THEN {int(rule.position)}")
     names_sql = ", ".join(["SpanName", *name_cols])
     case_sql = "CASE " + " ".join(whens) + " END" if whens else "CAST(NULL AS INTEGER)"
