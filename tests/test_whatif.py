@@ -219,3 +219,49 @@ def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None
     f.gc_dur = np.array([30 * MS])
     inst, s, e = stalls_to_remove(f, [], 0)
     assert inst.tolist() == [0] and _ms(e - s) == [30.0]
+
+
+def _sidecar_rows() -> list[tuple]:
+    """As _lossy_node_rows, each api instance (0-2) behind a sidecar proxy (5-7) on its pod: the
+    proxy's inbound span is the root, the app's request its child; the app's call to feat goes out
+    through the proxy's outbound span. Pod 2's node is lossy: its proxy's calls to feat (a gap) and
+    its app's redis calls (inside the CLIENT span) wait 20 ms, every fifth each."""
+    rows = []
+    for k in range(300):
+        inst, t = k % 3, 10.0 * k
+        lossy_feat = inst == 2 and (k // 3) % 5 == 0
+        lossy_redis = inst == 2 and (k // 3) % 5 == 2
+        wire = 20.0 if lossy_feat else 0.0
+        base = len(rows)
+        feat_end = t + 1 + 3.4 + wire
+        redis = 1.0 + (20.0 if lossy_redis else 0.0)
+        end = feat_end + 1 + redis + 1
+        rows += [
+            (k, -1, "inbound", "Server", 5 + inst, t - 0.2, end - t + 0.4),
+            (k, base, "GET /", "Server", inst, t, end - t),
+            (k, base + 1, "feat", "Client", inst, t + 1, 3.4 + wire),
+            (k, base + 2, "feat out", "Client", 5 + inst, t + 1.1, 3.2 + wire),
+            (k, base + 3, "feat", "Server", 3 + k % 2, t + 1.2 + wire / 2, 3.0),
+            (k, base + 1, "GET redis", "Client", inst, feat_end + 1, redis),
+        ]
+    return rows
+
+
+def test_a_lossy_proxys_app_on_the_same_node_has_its_untraced_calls_fixed_too() -> None:
+    """The large gaps are on the sidecar's crossings (its outbound calls); the app beside it calls
+    redis (not traced) over the same node's network. The proxy and its app call only each other from
+    another instance: the app is on the lossy node too, its redis calls take another pod's time."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
+
+    rows = _sidecar_rows()
+    names = ("api-0", "api-1", "api-2", "feat-0", "feat-1", "proxy-0", "proxy-1", "proxy-2")
+    f = hand_frame(rows, instances=names)
+    f.service = np.array([0 if r[4] < 3 else (1 if r[4] < 5 else 2) for r in rows])
+    f.services = ["api", "feat", "proxy"]
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = network_p50(x, {"pattern": "network", "span_name": "feat out"})
+    assert lever is not None
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.max() == pytest.approx(after.min(), abs=0.01)
+    assert lever.params["instances"] == 2  # proxy-2 and api-2 beside it, not the feat callees
