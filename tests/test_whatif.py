@@ -265,3 +265,40 @@ def test_a_lossy_proxys_app_on_the_same_node_has_its_untraced_calls_fixed_too() 
     after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     assert after.max() == pytest.approx(after.min(), abs=0.01)
     assert lever.params["instances"] == 2  # proxy-2 and api-2 beside it, not the feat callees
+
+
+def _wave_rows() -> list[tuple]:
+    """A request every 10 ms for 3 s: a feature lookup whose time is its hits and misses mixed (62 %
+    of lookups call the store: 0.5 ms or 5 ms), inside a 10 ms root; from 1 s to 1.5 s the hot set
+    has expired at once and every lookup fetches it back in several calls (20-60 ms)."""
+    rows = []
+    for k in range(300):
+        t = 10.0 * k
+        wave = 1000 <= t < 1500
+        lookup = 20.0 + 40.0 * ((k * 7) % 10) / 10 if wave else (5.0 if (k * 13) % 100 < 62 else 0.5)
+        base = len(rows)
+        rows += [(k, -1, "GET /", "Server", 0, t, lookup + 5.0),
+                 (k, base, "lookup", "Internal", 0, t + 1, lookup)]
+    return rows
+
+
+def test_a_cache_finding_with_no_threshold_takes_its_wave_of_misses_out() -> None:
+    """A cache finding without a hit/miss threshold (given by hand): the lookup's times are no two
+    modes to split, but they rise in one stretch of the run (the hot set expired at once); the fix
+    gives that stretch's lookups the times of lookups outside it, and leaves the rest as they were."""
+    from tailscope.analysis.whatif.levers import Inputs, cache_hits, miss_wave
+
+    rows = _wave_rows()
+    f = hand_frame(rows)
+    lookups = np.arange(1, len(rows), 2)
+    wave = miss_wave(f.start[lookups], f.dur[lookups])
+    truth = (f.start[lookups] >= 1000 * MS) & (f.start[lookups] < 1500 * MS)
+    # every lookup of the wave, and at most the calm ones of the twentieths it begins and ends in
+    assert wave is not None and wave[truth].all() and int(wave.sum()) <= 50 + 2 * 15
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = cache_hits(x, {"pattern": "cache_miss", "span_name": "lookup", "evidence": {"stats": {}}})
+    assert lever is not None
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    before = request_latency(f, f.dur, client_side=False) / MS
+    assert after.max() <= 10.01 and after[~wave].tolist() == before[~wave].tolist()
+    assert sorted(after[wave]) != sorted(before[wave])
