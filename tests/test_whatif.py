@@ -302,3 +302,25 @@ def test_a_cache_finding_with_no_threshold_takes_its_wave_of_misses_out() -> Non
     before = request_latency(f, f.dur, client_side=False) / MS
     assert after.max() <= 10.01 and after[~wave].tolist() == before[~wave].tolist()
     assert sorted(after[wave]) != sorted(before[wave])
+
+
+def test_a_queueing_finding_on_a_wait_span_takes_its_peaks_out() -> None:
+    """An LLM server's scheduler waits for free memory: the wait is a span of its own under the
+    request, short in calm stretches and long while a peak lasts. The queueing finding that names it
+    gets a lever: the peak's waits take calm waits' times; the rest stays."""
+    from tailscope.analysis.whatif import evaluate
+
+    rows = []
+    for k in range(400):
+        t = 10.0 * k
+        wait = 100.0 + (k % 5) if 2000 <= t < 2500 else 1.0 + (k % 3) * 0.5
+        base = len(rows)
+        rows += [(k, -1, "POST /v1/chat", "Server", 0, t, wait + 20.0),
+                 (k, base, "scheduler.wait", "Internal", 0, t, wait),
+                 (k, base, "decode", "Internal", 0, t + wait, 20.0)]
+    f = hand_frame(rows)
+    finding = {"pattern": "queueing", "confidence": 0.9, "span_name": "scheduler.wait", "evidence": {}}
+    result = evaluate(f, [finding])
+    hits = [o for o in result.outcomes if o.key == "queue_as_calm:scheduler.wait"]
+    assert hits and result.measured.p99_ms > 120
+    assert hits[0].p99_ms == pytest.approx(22.0, abs=0.01) and hits[0].p50_ms == result.measured.p50_ms

@@ -212,6 +212,8 @@ def plan(
             out.append(cl.payload_at_median(x, fd))
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
+        elif p == "queueing" and fd.get("span_name"):
+            out.append(ql.wait_span_as_calm(x, fd))
     out += [
         lv.no_stalls(x),
         ql.queue_within_window(x),
