@@ -88,8 +88,10 @@ def detect(ctx: Context) -> list[Finding]:
             callee = _callee(ctx, child)
             slow_one = straggler(f, child)
         # a dependency's tail is the time its side of the call takes: where that side is traced, the
-        # rest of the call (the wire, the caller's stall reading the reply late) is not its tail
-        heaviness = (far[2] if far is not None else p99) / max(far[1] if far is not None else p50, 1.0)
+        # rest of the call (the wire, the caller's stall reading the reply late) is not its tail: the
+        # call's p99 were only the far side to vary (its spread over the call's median)
+        spread = far[2] - far[1] if far is not None else p99 - p50
+        heaviness = 1.0 + spread / max(p50, 1.0)
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
@@ -104,8 +106,9 @@ def detect(ctx: Context) -> list[Finding]:
                 if server_share is not None
                 else ""
             )
-            + (f"; its far side (the callee's span) p50 {ms(far[1]):.1f} ms, p99 {ms(far[2]):.1f} ms "
-               f"({heaviness:.1f}x): the rest of the call is the wire's or its caller's"
+            + (f"; its far side (the callee's span) p50 {ms(far[1]):.1f} ms, p99 {ms(far[2]):.1f} ms: "
+               f"{heaviness:.1f}x the call's median were only that side to vary (the rest of the call is "
+               "the wire's or its caller's)"
                if far is not None else "")
             + (f"; the calls to {callee[0]} carry most of it ({', '.join(callee[1])})" if callee else "")
             + (f"; one instance is a straggler: {slow_one[0]} answers in {slow_one[1]:.1f} ms at the median "
