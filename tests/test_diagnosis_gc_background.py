@@ -3,9 +3,9 @@
 The mechanism: an orchestrator's runtime reports its minor collections (2-3 ms, about every 250 ms:
 1 % of its time). Most requests are short (a cache hit, 10 ms); a third await an LLM's streamed answer
 for 0.5-3 s in another process. Those long requests overlap a dozen collections each by chance, and
-over the short median latency that read as pauses adding a third of a request; yet a pause adds to a
-request at most the share of its time it takes, about 1 % here. A runtime paused for 10 % of its time
-in longer collections stays a cause."""
+over the short median latency that read as pauses adding a third of a request; yet a pause while the
+request awaits the callee delays it only by its part after the reply came. A runtime paused for 10 %
+of its time in longer collections (its own steps stretched) stays a cause."""
 
 from __future__ import annotations
 
