@@ -44,6 +44,11 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   vision_moderation_spans.py, vision_moderation_write.py): a Go image-moderation gateway (Redis rate
   limiter, S3 download, decode/resize, Triton ensemble behind dynamic batchers, Postgres through
   PgBouncer, a Kafka audit event); OTLP / Jaeger / Zipkin v2. **Untouched**: written blind, held out
+- `search-bff` (search_bff.py, search_bff_flow.py, search_bff_backends.py, search_bff_spans.py): a
+  Node.js product-search BFF (cluster workers, one event loop each) fanning out to Elasticsearch
+  shards, a keep-alive personalisation call (timeout, one retry), a gunicorn learning-to-rank
+  re-ranker and a consistent-hashed memcached tier; OTLP / Jaeger / Zipkin v2. **Untouched**: written
+  blind and held out
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see
@@ -72,11 +77,12 @@ MODULES = {
     "rag-chat": "rag_chat",
     "feed-ranker": "feed_ranker",
     "vision-moderation": "vision_moderation",
+    "search-bff": "search_bff",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores)
-UNTOUCHED: tuple[str, ...] = ("vision-moderation",)
+UNTOUCHED: tuple[str, ...] = ("vision-moderation", "search-bff")
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
