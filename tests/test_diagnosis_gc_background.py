@@ -58,3 +58,24 @@ def test_minor_collections_under_long_awaited_requests_are_not_a_cause():
 def test_a_runtime_paused_a_tenth_of_its_time_is_a_cause():
     result = _orchestrator(3, (20.0, 40.0), 300.0)
     assert _gc(result) >= 0.5, result.findings
+
+
+def test_a_pause_while_calls_side_by_side_are_awaited_counts_once():
+    """An aggregator awaits three callees at once (10-40 ms) and is paused 20-25 ms: the awaited pause
+    time is 5 ms, not once per call (summed per call it would take a real pause's delay away)."""
+    from tailscope.analysis.diagnosis.gc_reports import awaited
+    from tailscope.analysis.diagnosis.model import Context
+
+    b = TraceBuilder(1)
+    for i in range(60):
+        b.new_trace()
+        t = i * 100.0
+        root = b.span(None, "GET /home", "Server", "bff/0", t, 50.0)
+        for k in range(3):
+            call = b.span(root, f"GET /{k}", "Client", "bff/0", t + 9.0, 32.0)
+            b.span(call, f"GET /{k}", "Server", f"svc{k}/0", t + 10.0, 30.0)
+    frame = b.frame(gc=[("bff/0", 1020.0, 1025.0), ("bff/0", 2045.0, 2048.0)])
+    ctx = Context(frame)
+    waited = awaited(ctx, *ctx.reported_pauses)
+    assert round(waited[10] / 1e6, 3) == 5.0  # inside the three calls' common window: once
+    assert waited[20] == 0  # after the replies came: a delay, not awaited time

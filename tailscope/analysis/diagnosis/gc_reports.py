@@ -41,9 +41,19 @@ def awaited(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     keep &= f.instance[srv] != f.instance[cli]
     srv, cli = srv[keep], cli[keep]
     out = np.zeros(len(reqs))
-    if len(srv) and len(ep_inst):
-        paused = stall_overlap(f.instance[cli], f.start[srv], f.end[srv], ep_inst, ep_t0, ep_t1)
-        np.add.at(out, f.request[srv], paused)
+    if len(srv) == 0 or len(ep_inst) == 0:
+        return out
+    # calls side by side (a fan-out) await at once: their windows merged per request, counted once
+    req = f.request[srv]
+    order = np.lexsort((f.start[srv], req))
+    req, t0, t1, inst = req[order], f.start[srv][order], f.end[srv][order], f.instance[cli][order]
+    span = int(t1.max()) + 1
+    reach = np.maximum.accumulate(req.astype(np.int64) * span + t1) - req.astype(np.int64) * span
+    new = np.r_[True, (req[1:] != req[:-1]) | (t0[1:] > reach[:-1])]
+    first = np.nonzero(new)[0]
+    ends = np.maximum.reduceat(t1, first)
+    paused = stall_overlap(inst[first], t0[first], ends, ep_inst, ep_t0, ep_t1)
+    np.add.at(out, req[first], paused)
     return out
 
 
