@@ -3,9 +3,9 @@
 The mechanism: an orchestrator's runtime reports its minor collections (2-3 ms, about every 250 ms:
 1 % of its time). Most requests are short (a cache hit, 10 ms); a third await an LLM's streamed answer
 for 0.5-3 s in another process. Those long requests overlap a dozen collections each by chance, and
-over the short median latency that read as pauses adding a third of a request; yet a pause adds to a
-request at most the share of its time it takes, about 1 % here. A runtime paused for 10 % of its time
-in longer collections stays a cause."""
+over the short median latency that read as pauses adding a third of a request; yet a pause while the
+request awaits the callee delays it only by its part after the reply came. A runtime paused for 10 %
+of its time in longer collections (its own steps stretched) stays a cause."""
 
 from __future__ import annotations
 
@@ -58,3 +58,24 @@ def test_minor_collections_under_long_awaited_requests_are_not_a_cause():
 def test_a_runtime_paused_a_tenth_of_its_time_is_a_cause():
     result = _orchestrator(3, (20.0, 40.0), 300.0)
     assert _gc(result) >= 0.5, result.findings
+
+
+def test_a_pause_while_calls_side_by_side_are_awaited_counts_once():
+    """An aggregator awaits three callees at once (10-40 ms) and is paused 20-25 ms: the awaited pause
+    time is 5 ms, not once per call (summed per call it would take a real pause's delay away)."""
+    from tailscope.analysis.diagnosis.gc_reports import awaited
+    from tailscope.analysis.diagnosis.model import Context
+
+    b = TraceBuilder(1)
+    for i in range(60):
+        b.new_trace()
+        t = i * 100.0
+        root = b.span(None, "GET /home", "Server", "bff/0", t, 50.0)
+        for k in range(3):
+            call = b.span(root, f"GET /{k}", "Client", "bff/0", t + 9.0, 32.0)
+            b.span(call, f"GET /{k}", "Server", f"svc{k}/0", t + 10.0, 30.0)
+    frame = b.frame(gc=[("bff/0", 1020.0, 1025.0), ("bff/0", 2045.0, 2048.0)])
+    ctx = Context(frame)
+    waited = awaited(ctx, *ctx.reported_pauses)
+    assert round(waited[10] / 1e6, 3) == 5.0  # inside the three calls' common window: once
+    assert waited[20] == 0  # after the replies came: a delay, not awaited time

@@ -25,6 +25,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.queueing import ADVICE
+from tailscope.analysis.diagnosis.stats import slow_spans
 
 PATTERN = "queueing"
 HELD = 0.5  # share of the slow spans' extra time in the server's queue (or its untraced own time)
@@ -37,7 +38,7 @@ def where_the_extra_is(ctx: Context, spans: np.ndarray) -> tuple[float, float, i
     most common queue child's name code (-1 where none)."""
     f = ctx.frame
     d = f.dur[spans].astype(np.float64)
-    slow = d > 2.0 * float(np.median(d))
+    slow = slow_spans(d)
     if slow.sum() < 10 or slow.all():
         return 0.0, 0.0, -1
     extra = float(d[slow].mean() - d[~slow].mean())
