@@ -12,7 +12,11 @@ model's forward pass is compute_bound's (its batch size), a queue's wait is queu
 Statistic: Spearman rho between the size and the stage's duration (>= 0.5 to be a candidate), the
 Theil-Sen slope (time per unit of size), and the size-driven part of each request's time
 (slope x (size - median size)) as a share of the tail excess. Confidence = strength of rho x the
-material weight of that share. A call whose tail is its payload makes slow_dependency on it part of
+material weight of that share, at most 0.45 where the sizes did not change during the run (one
+population, the same spread from start to end: size_change.py): work that always scales with what it
+handles, as an LLM's decode with its output tokens, is the service's normal cost, not a cause. A call
+made only on a named cache miss's slow path grows with what the misses fetch: part of that finding
+(runner.arbitrate). A call whose tail is its payload makes slow_dependency on it part of
 this finding. A call whose time on the wire (client - server gap) follows a size is judged the same
 way in payload_wire.py, and the network detector leaves that part of its gaps to this finding.
 """
