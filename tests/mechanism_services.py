@@ -116,16 +116,14 @@ def calling_service(
 
 
 def payload_service(seed: int, grows: bool):
-    """The response body varies over two orders of magnitude (the root records its size), and from
-    40 % of the run on half the requests come from a new client version asking for 8x more; encoding
+    """The response body varies over two orders of magnitude (the root records its size); encoding
     it costs 25 ms per MB when `grows`, a fixed 0.5 ms otherwise. A small parse step follows the
     request body's size in both."""
     b = TraceBuilder(seed)
-    for i, t in enumerate(b.arrivals(3000, 100)):
+    for t in b.arrivals(3000, 100):
         b.new_trace()
         inst = f"api/{int(b.rng.integers(3))}"
-        newer = i >= 1200 and b.rng.random() < 0.5
-        out_bytes = int(200_000 * np.exp(b.rng.normal(0.0, 1.1)) * (8 if newer else 1))
+        out_bytes = int(200_000 * np.exp(b.rng.normal(0.0, 1.1)))
         in_bytes = int(2_000 * np.exp(b.rng.normal(0.0, 0.8)))
         root = b.span(
             None,

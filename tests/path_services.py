@@ -200,8 +200,7 @@ def batched_model_service(seed: int, per_batch_ms: float, rate: float = 260.0, n
 
 def decoding_service(seed: int, as_queue_stage: bool, n: int = 4000):
     """Each request decodes a message (`decode`, an in-process leaf carrying the message's
-    `messaging.message.body.size`: 25 ms per MB, sizes lognormal around 40 kB, and from 40 % of the
-    run on half the messages come from a new producer version that sends 2x more), then reads a
+    `messaging.message.body.size`: 25 ms per MB, sizes lognormal around 40 kB), then reads a
     profile (1 % of reads take ~60 ms more: they own most of the p99) and scores. With `as_queue_stage`, the
     mapping puts `decode` in the queue stage (a messaging.* attribute rule), as a loader may."""
     b = TraceBuilder(seed)
@@ -212,8 +211,7 @@ def decoding_service(seed: int, as_queue_stage: bool, n: int = 4000):
         pod = PODS[i % 2]
         root = b.span(None, "process", "Server", pod, t, 0.0)
         cur = t + 0.05
-        newer = i >= 0.4 * n and b.rng.random() < 0.5
-        size = int(40_000 * np.exp(b.rng.normal(0.0, 1.2)) * (2 if newer else 1))
+        size = int(40_000 * np.exp(b.rng.normal(0.0, 1.2)))
         d = (0.2 + size / 1e6 * 25.0) * lognormal(b.rng, 1.0, 0.1)
         b.span(root, "decode", "Internal", pod, cur, d, **{"messaging.message.body.size": size})
         cur += d + 0.02

@@ -13,8 +13,9 @@ Statistic: Spearman rho between the size and the stage's duration (>= 0.5 to be 
 Theil-Sen slope (time per unit of size), and the size-driven part of each request's time
 (slope x (size - median size)) as a share of the tail excess. Confidence = strength of rho x the
 material weight of that share, at most 0.45 where the sizes did not change during the run (one
-population, the same spread from start to end: size_change.py): work that always scales with what it
-handles, as an LLM's decode with its output tokens, is the service's normal cost, not a cause. A call
+population, the same spread from start to end) and the largest stay within 8x the median
+(size_change.py): work that always scales with what it handles, as an LLM's decode with its output
+tokens under a max-token limit, is the service's normal cost, not a cause. A call
 made only on a named cache miss's slow path grows with what the misses fetch: part of that finding
 (runner.arbitrate). A call whose tail is its payload makes slow_dependency on it part of
 this finding. A call whose time on the wire (client - server gap) follows a size is judged the same
@@ -269,8 +270,9 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         + (f" and adds {added:.0%} of the median latency to the mean request" if added else "")
         + f" (instances: {', '.join(instances)})"
         + ("" if change["changed"] else (
-            f"; its sizes are the same all run (drift index {change['drift']:.1f}, ~1 when steady) and "
-            "one population: how this work always scales, the service's normal cost, not a change"))
+            f"; its sizes are the same all run (drift index {change['drift']:.1f}, ~1 when steady), one "
+            f"population, the largest {change['p99_over_median']:.1f}x the median (p99): how this work "
+            "always scales, the service's normal cost, not a change"))
         + "."
     )
     stats = {
@@ -291,6 +293,7 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         "callee_service": _callee_service(f, spans) if wire is not None else None,
         "size_drift_index": change["drift"],
         "second_size_population": change["second_population"],
+        "size_p99_over_median": change["p99_over_median"],
         "sizes_changed": change["changed"],
         "instances": instances,
     }

@@ -1,4 +1,5 @@
-"""Whether the sizes a stage handles changed: what makes work that grows with size a cause.
+"""Whether the sizes a stage handles changed or are outsized: what makes work that grows with size a
+cause.
 
 Mechanism. Time that follows a size is how most work behaves: an LLM decodes one token per step, a
 serialiser touches every byte, a query reads every row. When the sizes are those the service always
@@ -6,8 +7,11 @@ handles (the same spread from the first minute to the last, one population), the
 make its slowest requests in every run: the tail is the service's normal physics, not a change that
 a fix undoes. Sizes become a cause when they changed: they grow or shift during the run (a new
 client version's share growing, a setting that lengthens inputs from one moment on), or a second
-population of much larger sizes sits beside the usual one (some callers sending far more). Both read
-from the sizes alone:
+population of much larger sizes sits beside the usual one (some callers sending far more), or the
+largest requests ask for an order of magnitude more than the typical one (whole catalogue pages,
+90-day histories: what a cap or pagination stops), where a bounded spread (answers under a
+max-token limit, within a few times the median) is the work's usual range. All read from the sizes
+alone:
 
 - drift: the spans split into ten equal-count time bins; the count of above-median sizes per bin
   against the binomial spread it would have if sizes did not depend on time (a dispersion index,
@@ -16,6 +20,7 @@ from the sizes alone:
   in favour of two), the larger at least 4x the smaller in size, holding 2-60 % of the spans, and
   spread over >= 10 distinct values (a cap such as a max-token limit piles answers on one value: a
   spike, not callers of another kind).
+- outsized: the sizes' p99 at least 8x their median.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from tailscope.analysis.diagnosis.stats import gmm2
 BINS = 10
 DRIFT = 3.0  # dispersion index above which the sizes are taken to change with time
 MIN_RATIO = math.log(4.0)  # a second population's sizes at least 4x the usual ones
+OUTSIZED = 8.0  # p99 / median of the sizes: the largest requests an order of magnitude beyond the typical
 
 
 def drift_index(sizes: np.ndarray, start: np.ndarray) -> float:
@@ -66,8 +72,12 @@ def second_population(sizes: np.ndarray, rng: np.random.Generator) -> float | No
 
 
 def size_change(sizes: np.ndarray, start: np.ndarray, rng: np.random.Generator) -> dict:
-    """{'drift': index, 'second_population': share or None, 'changed': bool} for one size per span."""
+    """{'drift': index, 'second_population': share or None, 'p99_over_median': ratio, 'changed':
+    bool (any of the three)} for one size per span."""
     drift = drift_index(sizes, start)
     second = second_population(sizes, rng)
-    changed = drift > DRIFT or second is not None
-    return {"drift": round(drift, 2), "second_population": second, "changed": changed}
+    p50, p99 = np.quantile(sizes, [0.5, 0.99]) if len(sizes) else (0.0, 0.0)
+    spread = float(p99 / p50) if p50 > 0 else float("inf")
+    changed = drift > DRIFT or second is not None or spread >= OUTSIZED
+    return {"drift": round(drift, 2), "second_population": second, "p99_over_median": round(spread, 2),
+            "changed": changed}
