@@ -59,26 +59,28 @@ def cache_service(
     return b.frame()
 
 
-def response_cache_service(seed: int):
-    """A gateway in front of an answering service whose handler first asks a response cache (a
-    Redis GET, ~1 ms): a hit answers at once; a miss (40 % of requests, at random, all run: new
-    questions) does the work, a call of ~800 ms. The same every minute of the run."""
+def response_cache_service(seed: int, gateway: bool = True, flushed: bool = False):
+    """A gateway (untraced where not `gateway`) in front of an answering service whose handler first
+    asks a response cache (a Redis GET, ~1 ms): a hit answers at once; a miss (40 % of requests, at
+    random, all run: new questions) does the work, a call of ~800 ms. With `flushed`, the cache is
+    emptied 30 % of the way in: 90 % of the requests miss after it."""
     b = TraceBuilder(seed)
-    for t in b.arrivals(N, 30):
+    for i, t in enumerate(b.arrivals(N, 30)):
         b.new_trace()
         inst = f"app/{int(b.rng.integers(3))}"
-        root = b.span(None, "GET /ask", "Server", "gateway/0", t, 0.0)
+        root = b.span(None, "GET /ask", "Server", "gateway/0", t, 0.0) if gateway else None
         handler = b.span(root, "POST /ask", "Server", inst, t + 0.3, 0.0)
         cur = t + 0.4
         get = lognormal(b.rng, 1.0, 0.15)
         b.span(handler, "GET", "Client", inst, cur, get, db__system="redis")
         cur += get + 0.05
-        if b.rng.random() < 0.4:
+        if b.rng.random() < (0.9 if flushed and i >= 0.3 * N else 0.4):
             d = lognormal(b.rng, 800.0, 0.5)
             b.span(handler, "generate", "Client", inst, cur, d)
             cur += d + 0.05
         b.set_end(handler, cur + 0.05)
-        b.set_end(root, cur + 0.2)
+        if root is not None:
+            b.set_end(root, cur + 0.2)
     return b.frame()
 
 

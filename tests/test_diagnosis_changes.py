@@ -80,3 +80,11 @@ def test_a_deadline_on_a_service_slower_than_its_neighbours_is_not_a_straggler()
     timeout = [f for f in result.findings if f.pattern == "timeout_retry"]
     assert timeout and timeout[0].confidence >= 0.5, _found(result)
     assert timeout[0].evidence["stats"]["cut_calls_to_straggler"] is None
+
+
+def test_a_flushed_response_cache_in_front_of_the_whole_request_is_named() -> None:
+    """No traced gateway: the handler is the request's root, so its lookup and the work done on a
+    miss are siblings below it (the fallback path), and after the flush most requests do the work."""
+    result = diagnose_frame(response_cache_service(50, gateway=False, flushed=True))
+    top = result.findings[0]
+    assert top.pattern == "cache_miss" and top.confidence >= 0.5, _found(result)
