@@ -10,7 +10,11 @@ day's cardinality: 2,000 routes, 5,000 users, 24 instances of 3 services' hosts.
 child process, so each step's peak RSS is the child's own ru_maxrss (os.wait4):
 
   generate   the spans, straight into otel_traces (not timed as ingest)
-  derive     a rule edit (replace_rules: one rule's description changed) re-deriving every run
+  derive     a rule edit (replace_rules: one rule's description changed) re-deriving every run: from
+             the kept span paths where the store has them (rule_remap.py), else from the spans,
+             keeping them (a store's first edit); --from-spans: every run from its spans as ingest
+             derives it, keeping path rows only in the runs that had them (on a store no edit has
+             touched: the common derive, whose cost must not move; on main: its rule edit)
   views      every view of the dashboard on the largest run and on all runs, best of 3 after a warm-up
   refresh    +100 requests written at the end of the largest run, refresh_run as a writer calls it
              (touched traces and their time range), rolled back
@@ -81,8 +85,12 @@ def step_derive(db: Path, spans: int) -> dict:
     from dataclasses import replace
 
     from tailscope.store.duckdb.connection import connect_writer
-    from tailscope.store.duckdb.derive import replace_rules
     from tailscope.store.duckdb.rules import rules_in_force
+
+    try:  # a stage-rule edit re-maps the kept span paths where they answer it (since schema 5)
+        from tailscope.store.duckdb.rule_remap import replace_rules
+    except ImportError:  # --code of a checkout from before: every run derived from its spans
+        from tailscope.store.duckdb.derive import replace_rules
 
     only = os.environ.get("BENCH_SCALE_RUN")
     with connect_writer(db) as conn:
@@ -99,7 +107,13 @@ def step_derive(db: Path, spans: int) -> dict:
             rules = rules_in_force(conn)
             edited = [replace(rules[0], description=rules[0].description + " (edited)"), *rules[1:]]
             started = time.perf_counter()
-            replace_rules(conn, edited)
+            if os.environ.get("BENCH_SCALE_FROM_SPANS"):  # --from-spans: every run as ingest derives it
+                from tailscope.store.duckdb import derive
+                from tailscope.store.duckdb import rules as stored
+
+                derive.rederive_after(conn, lambda: stored.store_rules(conn, edited))
+            else:
+                replace_rules(conn, edited)
         seconds = time.perf_counter() - started
         requests = conn.execute("SELECT count(*) FROM requests").fetchone()[0]
     return {"s": seconds, "us_per_span": seconds / spans * 1e6, "requests": requests, "run_spans": spans}
@@ -306,6 +320,9 @@ def main() -> int:
     parser.add_argument("--diagnose-max-spans", type=float, default=3e6)
     parser.add_argument("--run", help="derive, view and refresh this run only (day-a, day-b, day-c)")
     parser.add_argument("--reuse", action="store_true", help="keep a store already generated at a size")
+    parser.add_argument(
+        "--from-spans", action="store_true", help="derive: every run from its spans, as ingest derives it"
+    )
     parser.add_argument("--code", type=Path, default=ROOT, help="the tailscope checkout to measure")
     parser.add_argument("--tag", default="", help="a name for this series in the results file")
     parser.add_argument("--table", metavar="TAG", help="print the results of one series as a table")
@@ -324,6 +341,8 @@ def main() -> int:
         return 0
     if args.run:
         os.environ["BENCH_SCALE_RUN"] = args.run  # the steps' children inherit it
+    if args.from_spans:
+        os.environ["BENCH_SCALE_FROM_SPANS"] = "1"
     args.dir.mkdir(parents=True, exist_ok=True)
     otlp = args.dir / "otlp_1m.pb"
     if "ingest" in args.steps and not otlp.exists():

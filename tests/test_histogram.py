@@ -21,7 +21,7 @@ from tailscope.analysis.types import Filter
 from tailscope.cli.main import main
 from tailscope.store.duckdb import histogram as store_histogram
 from tailscope.store.duckdb.connection import connect_writer
-from tailscope.store.duckdb.derive import replace_rules
+from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
 

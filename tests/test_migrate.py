@@ -1,6 +1,6 @@
-"""Schema version 1 -> 4 (2, 3, then 4): a store made by the version-1 code is converted in place, losing
+"""Schema version 1 -> 5 (2, 3, 4, then 5): a store made by the version-1 code is converted in place, losing
 nothing. (Version 2 -> 3 with a sampled run's weights: tests/test_sample_weights.py; 3 -> 4:
-tests/test_span_times.py.)
+tests/test_span_times.py; 4 -> 5: tests/test_rule_remap.py.)
 
 tests/fixtures/store_v1.duckdb.gz was written by tailscope at commit 477d030 (schema version 1,
 attributes as MAP columns, events and links as lists of structs):
@@ -88,7 +88,8 @@ UNCHANGED_TABLES = (
     "SELECT * FROM stage_rules ORDER BY position",
     # version 3 adds Weight, version 4 SpanTimes
     "SELECT COLUMNS(lambda c: c NOT IN ('Weight', 'SpanTimes')) FROM requests ORDER BY ALL",
-    "SELECT * FROM derive_state ORDER BY RunLabel",
+    # version 5 adds PathsKept (NULL: the next rule edit derives from the spans)
+    "SELECT COLUMNS(lambda c: c <> 'PathsKept') FROM derive_state ORDER BY RunLabel",
 )
 
 
@@ -127,8 +128,11 @@ def test_migrate_converts_in_place_and_loses_nothing(
     content, unchanged = v1_content(v1_store), snapshot(v1_store)
     assert main(["migrate", "--db", str(v1_store)]) == 0
     out = capsys.readouterr().out
-    assert "schema version 1 -> 4, 3,957 spans converted" in out, out
-    assert table(v1_store, "SELECT version FROM schema_version") == [(4,)]
+    assert "schema version 1 -> 5, 3,957 spans converted" in out, out
+    assert table(v1_store, "SELECT version FROM schema_version") == [(5,)]
+    # version 5: the kept span paths, empty (a store's first rule edit derives from the spans)
+    assert table(v1_store, "SELECT count(*) FROM request_paths") == [(0,)]
+    assert table(v1_store, "SELECT count(PathsKept) FROM derive_state") == [(0,)]
     assert table(
         v1_store,
         "SELECT DISTINCT data_type FROM duckdb_columns() WHERE table_name = 'otel_traces'"
@@ -138,7 +142,7 @@ def test_migrate_converts_in_place_and_loses_nothing(
     assert snapshot(v1_store) == unchanged
     assert table(v1_store, "SELECT DISTINCT Weight FROM requests") == [(1.0,)]  # nothing was sampled
     assert main(["migrate", "--db", str(v1_store)]) == 0
-    assert "already at schema version 4" in capsys.readouterr().out
+    assert "already at schema version 5" in capsys.readouterr().out
 
 
 def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: Path) -> None:

@@ -32,6 +32,18 @@ CASES = {
     "tail_stages_quantile": lambda: filtered(
         "tail_stages", Filter(run="r1"), 0.99, False, None, None, "", None, "", None
     ),
+    # a derive that keeps its runs' path rows (rule_remap.py): span_tree.sql's [paths] lines
+    "span_tree_paths_run": lambda: span_tree_query(
+        [
+            StageRule(1, "queue", span_kind="Consumer"),
+            StageRule(2, "model_forward", name_regex="forward"),
+            StageRule(3, "downstream", span_kind="Client", attribute_regex="^http\\."),
+        ],
+        "run",
+        "r1",
+        output="paths",
+        phase_rules=[PhaseRule(1, "fw", "queue", "queue", "attribute", "fw.queue_time", unit="ms")],
+    ),
     "span_tree_one_trace": lambda: span_tree_query(
         [
             StageRule(1, "queue", span_kind="Consumer"),

@@ -11,6 +11,7 @@ import pytest
 from reference_pipeline.simulate import simulate_to_file
 from tailscope.analysis import list_rules, save_rules
 from tailscope.cli.main import main
+from tailscope.rules import StageRule
 from tailscope.store.duckdb import derive
 from tailscope.store.duckdb.store import DuckDBStore
 
@@ -30,7 +31,8 @@ def test_a_rule_edit_reports_its_progress_run_by_run_and_part_by_part(
 ) -> None:
     monkeypatch.setattr(derive, "PART_SPANS", 1000)  # each run derived in several parts
     told: list[tuple[float, str]] = []
-    rules = list_rules(store)
+    # a new attribute regex: the kept paths cannot answer it, every run is derived from its spans
+    rules = [StageRule(1, "queue", attribute_regex="^never\\.seen="), *list_rules(store)]
     save_rules(store, rules, lambda fraction, step: told.append((fraction, step)))
     fractions = [fraction for fraction, _ in told]
     assert fractions[0] == 0.0 and fractions[-1] == 1.0
@@ -38,3 +40,22 @@ def test_a_rule_edit_reports_its_progress_run_by_run_and_part_by_part(
     assert len(told) > 2 * 3  # every part of both runs, not one report per run
     assert any("'first'" in step for _, step in told) and any("'second'" in step for _, step in told)
     assert "2 runs" in told[-1][1]
+
+
+def test_a_rule_edit_from_kept_paths_reports_each_run(
+    store: DuckDBStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_derive(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a run was derived from its spans")
+
+    rules = list_rules(store)
+    save_rules(store, rules)  # the first edit: every run from its spans, keeping its path rows
+    monkeypatch.setattr(derive, "refresh_run", no_derive)  # the re-map must not need it
+    told: list[tuple[float, str]] = []
+    save_rules(store, [rules[-1], *rules[:-1]], lambda fraction, step: told.append((fraction, step)))
+    fractions = [fraction for fraction, _ in told]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == 1.0
+    assert [step for _, step in told if "100%" in step] == [
+        "run 'first': 100% of its 5,200 spans",
+        "run 'second': 100% of its 5,200 spans",
+    ]

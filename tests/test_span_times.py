@@ -128,7 +128,7 @@ def test_a_version_3_store_migrates_and_is_read_from_its_spans_until_derived_aga
         pass
 
     assert main(["migrate", "--db", str(db_path)]) == 0
-    assert "schema version 3 -> 4" in capsys.readouterr().out
+    assert "schema version 3 -> 5" in capsys.readouterr().out
     with connect_reader(db_path) as conn:
         after = conn.execute(
             "SELECT * EXCLUDE (SpanTimes) FROM requests ORDER BY RunLabel, TraceId"

@@ -16,7 +16,7 @@ from tailscope.analysis import (
     waterfall,
 )
 from tailscope.store.duckdb.connection import connect_writer
-from tailscope.store.duckdb.derive import replace_rules
+from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.store import DuckDBStore as Store
 
 # span name → stage the default rules must give WITHOUT the tailscope.stage attribute

@@ -1,6 +1,6 @@
--- tailscope store schema, version 4. Applied by tailscope.store.duckdb.connection.ensure_schema, statement by statement;
+-- tailscope store schema, version 5. Applied by tailscope.store.duckdb.connection.ensure_schema, statement by statement;
 -- an older store is migrated in place by tailscope.store.duckdb.migrate (migrate_v1_to_v2.sql,
--- migrate_v2_to_v3.sql, migrate_v3_to_v4.sql).
+-- migrate_v2_to_v3.sql, migrate_v3_to_v4.sql, migrate_v4_to_v5.sql).
 -- Column names and meanings follow the OpenTelemetry Collector ClickHouse exporter's otel_traces table,
 -- so the same queries can later run on ClickHouse. DuckDB types: Timestamp TIMESTAMP_NS (ns precision),
 -- Duration BIGINT nanoseconds. RunLabel is ours: every span belongs to exactly one run.
@@ -116,5 +116,42 @@ CREATE TABLE IF NOT EXISTS derive_state (
     MaxRowid BIGINT NOT NULL
 );
 ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS LongestNs BIGINT;
+-- PathsKept: the run keeps request_paths rows for every request it has (written lazily: by the first
+-- stage-rule edit, then kept current by its derives, derive.py), false for a run loaded since, NULL
+-- in a store migrated from version 4: a stage-rule edit derives such a run from its spans, keeping them.
+ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS PathsKept BOOLEAN;
+-- What a stage-rule edit re-maps instead of walking every trace again (tailscope.store.duckdb.rule_remap):
+-- a span's stage depends on the rules only through its path, the chain of (span name, kind,
+-- tailscope.stage or phase rule, attribute-regex hits, SERVER span with children) from its request
+-- root down, and its attributed time not at all (span_tree.sql).
+-- span_paths: one row per distinct path node. Sig/PSig: the path's and its parent's signature
+-- (64-bit hashes, span_tree.sql), PathId a dense number for request_paths. FixedRule: -1 (a valid
+-- tailscope.stage attribute) or 20000 + a phase rule's position, else NULL (the stage rules decide).
+-- AttrMask/AttrTried/AttrHits: which of the attribute regexes AttrTried (the rules' at the derive)
+-- matched the span's attributes (NULL where the rules are not tried). ServerParent: a SERVER span
+-- with children and no tailscope.stage attribute (a tier root unless a Server-kind rule matches it).
+CREATE TABLE IF NOT EXISTS span_paths (
+    PathId INTEGER NOT NULL,
+    Sig UBIGINT NOT NULL,
+    PSig UBIGINT,
+    IsRoot BOOLEAN NOT NULL,
+    SpanName VARCHAR NOT NULL,
+    SpanKind VARCHAR NOT NULL,
+    AttrStage VARCHAR,
+    FixedRule INTEGER,
+    AttrMask BIGINT,
+    ServerParent BOOLEAN NOT NULL,
+    AttrTried VARCHAR[] NOT NULL,
+    AttrHits VARCHAR[]
+);
+-- request_paths: per request (TK = hash(TraceId), StartNs its root's start in ns) and path, the
+-- attributed ns of the request's spans on that path (not rounded). ~0.9 rows per span.
+CREATE TABLE IF NOT EXISTS request_paths (
+    RunLabel VARCHAR NOT NULL,
+    StartNs BIGINT NOT NULL,
+    TK UBIGINT NOT NULL,
+    PathId INTEGER NOT NULL,
+    Ns DOUBLE NOT NULL
+);
 -- Per-run pre-aggregates of `requests`: histogram_schema.sql (applied after this file, and `tailscope
 -- migrate` applies it alone to a store derived before them).

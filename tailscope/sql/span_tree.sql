@@ -3,11 +3,19 @@
 -- Placeholders filled by tailscope.query.builders.span_tree_query with fixed SQL (never with values):
 --   scope      which otel_traces rows, as a relation (e.g. the run's), used twice
 --   names      the distinct-span-name columns of the name regexes (nh1, nh2, ...)
---   rule_case  the CASE giving the first matching stage rule's position
+--   rule_case  the CASE giving the first matching stage rule's position (for the paths output over
+--              the ah* columns, else with the attribute regexes inline)
+--   attr_hits  (paths output) the attribute-regex hit columns ah1, ah2, ... (one per distinct regex)
+--   attr_mask  (paths output) those hits as a BIGINT bit mask
 --   phases     phase_spans.sql over the same scope (its own placeholders filled the same way)
 --   output     the final SELECT over span_rows: span_tree_spans.sql (one row per span, for the Gantt
 --              and the mapping) or span_tree_requests.sql (one row per request, for refresh_run:
---              aggregating here saves writing and re-reading a row per span)
+--              aggregating here saves writing and re-reading a row per span) or span_tree_paths.sql
+--              (per request and path signature, for a derive that keeps the rows a stage-rule edit
+--              re-maps: rule_remap.py)
+-- Lines ending in a [paths] marker are only in the query with the paths output, lines ending in a
+-- [plain] marker only in the others (statements.span_tree_variant): the path signatures cost the
+-- derive ~25-45 % CPU, paid only where a run keeps its paths.
 -- Joins use integer keys: TK = hash(TraceId), SK = hash(SpanId), PK = hash(ParentSpanId) (64-bit;
 -- joining on two BIGINTs instead of two 16-32 character strings roughly halves the walk's cost).
 -- Steps:
@@ -69,8 +77,13 @@ real_spans AS (
         CASE WHEN t.RawStage IN ('ingress', 'queue', 'parsing', 'feature_hydration', 'preprocessing',
                                  'model_forward', 'postprocessing', 'downstream', 'serialization',
                                  'unattributed')
-             THEN -1 ELSE {rule_case} END AS RuleNo
-    FROM (SELECT *,
+             THEN -1 ELSE {rule_case} END AS RuleNo  --[plain]
+             THEN -1 ELSE {rule_case} END AS RuleNo,  --[paths]
+        -- which of the rules' attribute regexes match (bit k-1: the k-th distinct one; NULL where the  --[paths]
+        -- rules are not tried): part of the span's path signature (rule_remap.py)  --[paths]
+        {attr_mask} AS AttrMask  --[paths]
+    FROM (SELECT *{attr_hits} FROM (SELECT *,  --[paths]
+    FROM (SELECT *,  --[plain]
                  -- the attributes as "key=value" lines for the rules' attribute regexes: the JSON
                  -- object's '","' and '":"' separators (never inside an escaped string) become a
                  -- newline and '='; values keep their JSON escapes (\" \\ \n). Only for the spans
@@ -79,7 +92,8 @@ real_spans AS (
                                         'model_forward', 'postprocessing', 'downstream', 'serialization',
                                         'unattributed') THEN NULL
                       ELSE replace(replace(SpanAttributes[3:-3], '","', chr(10)), '":"', '=') END AS AttrLines
-          FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage FROM {scope})) AS t
+          FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage FROM {scope}))) AS t  --[paths]
+          FROM (SELECT *, SpanAttributes->>'tailscope.stage' AS RawStage FROM {scope})) AS t  --[plain]
     JOIN name_hits AS h ON h.SpanName = t.SpanName
 ),
 phase_rows AS (
@@ -90,7 +104,8 @@ spans AS MATERIALIZED (
     UNION ALL BY NAME
     SELECT hash(TraceId) AS TK, hash(SpanId) AS SK, hash(ParentSpanId) AS PK, TraceId, SpanId,
            ParentSpanId, SpanName, SpanKind, ServiceName, StatusCode, Duration, StartNs,
-           StartNs + Duration AS EndNs, Stage AS AttrStage, RuleNo
+           StartNs + Duration AS EndNs, Stage AS AttrStage, RuleNo  --[plain]
+           StartNs + Duration AS EndNs, Stage AS AttrStage, RuleNo, CAST(NULL AS BIGINT) AS AttrMask  --[paths]
     FROM phase_rows
 ),
 roots AS (
@@ -118,17 +133,27 @@ request_root AS MATERIALIZED (
            CASE WHEN sc.SK IS NOT NULL THEN r.Duration END AS ClientDuration
     FROM trace_root AS r LEFT JOIN server_child AS sc ON sc.TK = r.TK
 ),
+-- (with the paths output every SERVER span with children and no tailscope.stage attribute, Tier:
+-- whether the rules make it a tier root; the others are part of a path's signature)
 tier_roots AS MATERIALIZED (
-    SELECT s.TK, s.SK
+    SELECT s.TK, s.SK  --[plain]
+    SELECT s.TK, s.SK, NOT list_contains(?::INTEGER[], coalesce(s.RuleNo, 0)) AS Tier  --[paths]
     FROM spans AS s SEMI JOIN spans AS c ON c.TK = s.TK AND c.PK = s.SK
     WHERE s.SpanKind = 'Server' AND s.AttrStage IS NULL
       -- a rule written for SERVER spans (span kind Server) is meant for them: it wins
-      AND NOT list_contains(?::INTEGER[], coalesce(s.RuleNo, 0))
+      AND NOT list_contains(?::INTEGER[], coalesce(s.RuleNo, 0))  --[plain]
 ),
-tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
+-- (paths output) Sig: the span's path signature, a hash of what its stage depends on under any stage
+-- rules (its name, kind, tailscope.stage or phase rule, attribute-regex hits and whether it is a
+-- SERVER span with children) and of its parent's signature; PSig its parent's. The root's carries
+-- the attribute regexes the hits were taken against (a digest parameter).
+tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (  --[plain]
+tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo, Sig, PSig) AS (  --[paths]
     SELECT s.TK, s.SK, s.PK, s.StartNs, s.EndNs, s.StartNs, 0,
            coalesce(s.AttrStage, 'ingress'),
-           CASE WHEN s.AttrStage IS NOT NULL THEN -1 ELSE 0 END
+           CASE WHEN s.AttrStage IS NOT NULL THEN -1 ELSE 0 END  --[plain]
+           CASE WHEN s.AttrStage IS NOT NULL THEN -1 ELSE 0 END,  --[paths]
+           hash(s.SpanName, s.SpanKind, s.AttrStage, s.AttrMask, ?::UBIGINT), CAST(NULL AS UBIGINT)  --[paths]
     FROM spans AS s JOIN request_root AS r ON s.TK = r.TK AND s.SK = r.RootSK
     UNION ALL
     SELECT c.TK, c.SK, c.PK,
@@ -137,15 +162,21 @@ tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
            t.EffStart,
            t.Depth + 1,
            CASE WHEN c.RuleNo = -1 OR c.RuleNo >= 20000 THEN c.AttrStage
-                WHEN tr.SK IS NOT NULL THEN 'ingress'
+                WHEN tr.SK IS NOT NULL THEN 'ingress'  --[plain]
+                WHEN tr.Tier THEN 'ingress'  --[paths]
                 WHEN c.RuleNo IS NOT NULL THEN list_extract(?::VARCHAR[], c.RuleNo)
                 WHEN t.Depth = 0 OR t.RuleNo = 10002 THEN 'unattributed'
                 ELSE t.Stage END,
            CASE WHEN c.RuleNo = -1 OR c.RuleNo >= 20000 THEN c.RuleNo
-                WHEN tr.SK IS NOT NULL THEN 10002
+                WHEN tr.SK IS NOT NULL THEN 10002  --[plain]
+                WHEN tr.Tier THEN 10002  --[paths]
                 WHEN c.RuleNo IS NOT NULL THEN c.RuleNo
                 WHEN t.Depth = 0 OR t.RuleNo = 10002 THEN 10001
-                ELSE 10000 END
+                ELSE 10000 END  --[plain]
+                ELSE 10000 END,  --[paths]
+           hash(t.Sig, c.SpanName, c.SpanKind, c.AttrStage,  --[paths]
+                CASE WHEN c.RuleNo = -1 OR c.RuleNo >= 20000 THEN c.RuleNo END, c.AttrMask, tr.SK IS NOT NULL),  --[paths]
+           t.Sig  --[paths]
     FROM tree AS t JOIN spans AS c ON c.TK = t.TK AND c.PK = t.SK
     LEFT JOIN tier_roots AS tr ON tr.TK = c.TK AND tr.SK = c.SK
     WHERE t.Depth < 64
@@ -213,7 +244,8 @@ shared AS (
     GROUP BY i.TK, i.SK
 ),
 span_rows AS NOT MATERIALIZED (
-    SELECT w.TK, w.SK, w.PK, w.EffStart, w.EffEnd, w.Depth, w.Stage, w.RuleNo, w.ExclusiveNs,
+    SELECT w.TK, w.SK, w.PK, w.EffStart, w.EffEnd, w.Depth, w.Stage, w.RuleNo, w.ExclusiveNs,  --[plain]
+    SELECT w.TK, w.SK, w.PK, w.EffStart, w.EffEnd, w.Depth, w.Stage, w.RuleNo, w.Sig, w.PSig, w.ExclusiveNs,  --[paths]
            CASE WHEN x.TK IS NULL THEN CAST(w.ExclusiveNs AS DOUBLE)
                 ELSE coalesce(sh.Attributed, 0) END AS AttributedNs
     FROM exclusive AS w

@@ -3,11 +3,19 @@
 -- Placeholders filled by tailscope.query.builders.span_tree_query with fixed SQL (never with values):
 --   scope      which otel_traces rows, as a relation (e.g. the run's), used twice
 --   names      the distinct-span-name columns of the name regexes (nh1, nh2, ...)
---   rule_case  the CASE giving the first matching stage rule's position
+--   rule_case  the CASE giving the first matching stage rule's position (for the paths output over
+--              the ah* columns, else with the attribute regexes inline)
+--   attr_hits  (paths output) the attribute-regex hit columns ah1, ah2, ... (one per distinct regex)
+--   attr_mask  (paths output) those hits as a BIGINT bit mask
 --   phases     phase_spans.sql over the same scope (its own placeholders filled the same way)
 --   output     the final SELECT over span_rows: span_tree_spans.sql (one row per span, for the Gantt
 --              and the mapping) or span_tree_requests.sql (one row per request, for refresh_run:
---              aggregating here saves writing and re-reading a row per span)
+--              aggregating here saves writing and re-reading a row per span) or span_tree_paths.sql
+--              (per request and path signature, for a derive that keeps the rows a stage-rule edit
+--              re-maps: rule_remap.py)
+-- Lines ending in a [paths] marker are only in the query with the paths output, lines ending in a
+-- [plain] marker only in the others (statements.span_tree_variant): the path signatures cost the
+-- derive ~25-45 % CPU, paid only where a run keeps its paths.
 -- Joins use integer keys: TK = hash(TraceId), SK = hash(SpanId), PK = hash(ParentSpanId) (64-bit;
 -- joining on two BIGINTs instead of two 16-32 character strings roughly halves the walk's cost).
 -- Steps:
@@ -284,6 +292,8 @@ request_root AS MATERIALIZED (
            CASE WHEN sc.SK IS NOT NULL THEN r.Duration END AS ClientDuration
     FROM trace_root AS r LEFT JOIN server_child AS sc ON sc.TK = r.TK
 ),
+-- (with the paths output every SERVER span with children and no tailscope.stage attribute, Tier:
+-- whether the rules make it a tier root; the others are part of a path's signature)
 tier_roots AS MATERIALIZED (
     SELECT s.TK, s.SK
     FROM spans AS s SEMI JOIN spans AS c ON c.TK = s.TK AND c.PK = s.SK
@@ -291,6 +301,10 @@ tier_roots AS MATERIALIZED (
       -- a rule written for SERVER spans (span kind Server) is meant for them: it wins
       AND NOT list_contains(?::INTEGER[], coalesce(s.RuleNo, 0))
 ),
+-- (paths output) Sig: the span's path signature, a hash of what its stage depends on under any stage
+-- rules (its name, kind, tailscope.stage or phase rule, attribute-regex hits and whether it is a
+-- SERVER span with children) and of its parent's signature; PSig its parent's. The root's carries
+-- the attribute regexes the hits were taken against (a digest parameter).
 tree(TK, SK, PK, EffStart, EffEnd, PStart, Depth, Stage, RuleNo) AS (
     SELECT s.TK, s.SK, s.PK, s.StartNs, s.EndNs, s.StartNs, 0,
            coalesce(s.AttrStage, 'ingress'),

@@ -14,6 +14,15 @@ falls back to recomputing the whole run. Rule edits recompute every run (`refres
 is SQL in DuckDB: span_tree.sql (span level, aggregated per request by span_tree_requests.sql) then
 derive_requests.sql (root attributes, dominant stage).
 
+A run whose derive_state says PathsKept is derived from per-path rows instead (span_tree.sql's paths
+variant, aggregated per request and path signature by span_tree_paths.sql, then per request by
+request_stage_sums.sql), which are kept (span_paths, request_paths): a stage-rule edit re-maps them
+instead of walking every trace again (rule_remap.py). They cost the derive +25-45 % CPU, so they are
+written lazily: by the first stage-rule edit (which derives every run from its spans anyway), and
+kept current afterwards only where they exist (a flush into such a run replaces its touched traces'
+rows, a phase-rule edit re-derives them); ingest and the receiver's flushes into a run without them
+derive as before and pay nothing for them.
+
 (Rowids cannot mark how far a run was read: inside a transaction DuckDB numbers uncommitted rows
 from 2^55, so a high-water mark taken in the writer's transaction matched nothing after commit.)
 """
@@ -27,10 +36,9 @@ from typing import Any
 import pyarrow as pa
 
 from tailscope import sql
-from tailscope.rules import PhaseRule, StageRule
+from tailscope.rules import PhaseRule
 from tailscope.rules.phases import phase_rule_problems
-from tailscope.rules.stages import stage_rule_problems
-from tailscope.store.duckdb import histogram
+from tailscope.store.duckdb import histogram, statements
 from tailscope.store.duckdb.rules import (
     phase_rules_in_force,
     regex_error,
@@ -38,9 +46,14 @@ from tailscope.store.duckdb.rules import (
     seed_phase_rules,
     seed_rules,
     store_phase_rules,
-    store_rules,
 )
-from tailscope.store.duckdb.statements import ALL_TIME, span_tree_query
+from tailscope.store.duckdb.statements import (
+    ALL_TIME,
+    MASK_BITS,
+    attribute_patterns,
+    derive_requests_from_paths,
+    span_tree_query,
+)
 
 Connection = Any  # a DuckDB connection
 # A long derive's progress: (fraction done 0..1, what it is doing), as the diagnosis reports its own.
@@ -57,7 +70,16 @@ CLOCK_SKEW_NS = 10 * 10**9
 
 def _drop_temp(conn: WriterConnection) -> None:
     conn.execute(sql.load("derive_drop_rows"))
+    conn.execute(sql.load("derive_drop_tree"))
     conn.execute(sql.load("derive_drop_scope"))
+
+
+def _delete_run(conn: WriterConnection, run_label: str | None, paths: bool = True) -> None:
+    """Drop a run's derived requests (every run's: None) and, with `paths`, its kept path rows (a run
+    has them only where derive_state says so: PathsKept)."""
+    conn.execute(sql.load("derive_delete_run"), [run_label])
+    if paths:
+        conn.execute(sql.load("derive_paths_delete_run"), [run_label])
 
 
 def refresh_run(
@@ -67,6 +89,8 @@ def refresh_run(
     added: int = 0,
     span_range: tuple[int, int, int] | None = None,
     progress: Callable[[float], None] | None = None,
+    keep_paths: bool | None = None,
+    whole: bool = False,
 ) -> None:
     """Bring the derived rows of one run up to date with its spans.
 
@@ -75,7 +99,10 @@ def refresh_run(
     recomputed. Without them, a run whose span count moved is recomputed whole. `span_range`:
     (first start, last start, longest duration) of the added spans in ns; with it the touched
     traces' older spans are looked for only where they can be (see `trace_window`). `progress`:
-    called with the fraction of a whole-run derive done after each of its parts.
+    called with the fraction of a whole-run derive done after each of its parts. `keep_paths`: whether
+    a whole-run derive keeps the run's path rows (rule_remap.py); by default only where the run kept
+    them before (a stage-rule edit wrote them): an incremental derive keeps them current there, and
+    a run without them pays nothing for them. `whole`: derive the whole run even if nothing is new.
     """
     seed_rules(conn)
     if seed_phase_rules(conn):  # a new store, or one derived before phase rules existed:
@@ -83,15 +110,20 @@ def refresh_run(
         return
     count = conn.execute(sql.load("derive_run_rows"), [run_label]).fetchone()[0]
     state = conn.execute(sql.load("derive_state_read"), [run_label]).fetchone()
+    kept = state is not None and bool(state[2])
     if count == 0:
-        conn.execute(sql.load("derive_delete_run"), [run_label])
+        _delete_run(conn, run_label, paths=kept)
         histogram.forget(conn, run_label)
         conn.execute(sql.load("derive_state_forget"), [run_label])
         return
-    if state is not None and count == state[0] and (touched is None or added == 0):
+    if not whole and state is not None and count == state[0] and (touched is None or added == 0):
         return  # nothing new
     incremental = (
-        state is not None and touched is not None and count == state[0] + added and added * 2 < count
+        not whole
+        and state is not None
+        and touched is not None
+        and count == state[0] + added
+        and added * 2 < count
     )
     _drop_temp(conn)
     if incremental:
@@ -105,25 +137,33 @@ def refresh_run(
 
         def replace() -> None:
             conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
-            _derive(conn, run_label, "traces", window)
+            if kept:
+                conn.execute(sql.load("derive_paths_delete_scope"), [run_label, *window])
+            _derive(conn, run_label, "traces", window, keep_paths=kept)
 
         histogram.around_refresh(conn, run_label, window, replace)
         written = conn.execute(sql.load("derive_longest_in_window"), [run_label, *window]).fetchone()[0]
         longest = max(known, int(written or 0))  # an upper bound: a request derived shorter may remain
+        paths_kept = kept  # the touched traces' rows replaced: as complete as before
     else:
-        conn.execute(sql.load("derive_delete_run"), [run_label])
+        _delete_run(conn, run_label, paths=kept)
+        paths_kept = kept if keep_paths is None else keep_paths
         parts = -(-count // PART_SPANS)
         if parts == 1:
-            _derive(conn, run_label, "run")
+            _derive(conn, run_label, "run", keep_paths=paths_kept)
         else:
-            _derive_in_parts(conn, run_label, parts, progress)
+            _derive_in_parts(conn, run_label, parts, progress, paths_kept)
         histogram.rebuild(conn, run_label)
         longest = int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)
-    conn.execute(sql.load("derive_state_write"), [run_label, count, longest])
+    conn.execute(sql.load("derive_state_write"), [run_label, count, longest, paths_kept])
 
 
 def _derive_in_parts(
-    conn: WriterConnection, run_label: str, parts: int, progress: Callable[[float], None] | None = None
+    conn: WriterConnection,
+    run_label: str,
+    parts: int,
+    progress: Callable[[float], None] | None = None,
+    keep_paths: bool = False,
 ) -> None:
     """A whole run derived in `parts` time windows of about equal span counts, each trace in the
     window of its first span. Each part reads the spans of its window (plus the reach of a trace
@@ -136,7 +176,7 @@ def _derive_in_parts(
     bounds = [first, *sorted(set(cuts) - {first}), last + 1]
     for done, (low, high) in enumerate(pairwise(bounds), start=1):
         conn.execute(sql.load("derive_scope_part"), [run_label, low, high, reach])
-        _derive(conn, run_label, "traces", (low, high + reach))
+        _derive(conn, run_label, "traces", (low, high + reach), keep_paths)
         if progress is not None:
             progress(done / (len(bounds) - 1))
 
@@ -177,45 +217,81 @@ def trace_window(
     return first - reach, last + reach
 
 
-def _derive(conn: WriterConnection, run_label: str, scope: str, window: tuple[int, int] = ALL_TIME) -> None:
-    """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`."""
+def _derive(
+    conn: WriterConnection,
+    run_label: str,
+    scope: str,
+    window: tuple[int, int] = ALL_TIME,
+    keep_paths: bool = False,
+) -> None:
+    """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`; with
+    `keep_paths` from per-path rows, kept in span_paths and request_paths (+25-45 % CPU)."""
     # (not staged as the readers' span trees are, scope.staged_scope: the window already bounds what
     # each read scans, and the copy cost more than the reads it saved: 6.5 vs 6.1 s CPU for 2 M spans)
+    rules = rules_in_force(conn)
+    if not keep_paths:
+        text, params = span_tree_query(
+            rules, scope, run_label, output="requests", phase_rules=phase_rules_in_force(conn), window=window
+        )
+        conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
+        conn.execute(sql.load("derive_requests"), [run_label, *window])
+        _drop_temp(conn)
+        return
     text, params = span_tree_query(
-        rules_in_force(conn),
-        scope,
-        run_label,
-        output="requests",
-        phase_rules=phase_rules_in_force(conn),
-        window=window,
+        rules, scope, run_label, output="paths", phase_rules=phase_rules_in_force(conn), window=window
     )
-    conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
+    conn.execute(f"CREATE TEMP TABLE _ts_tree_rows AS {text}", params)
+    conn.execute(sql.load("derive_paths_nodes"), [attribute_patterns(rules)[:MASK_BITS]])
+    conn.execute(derive_requests_from_paths(), [statements.SPAN_TIMES_MAX_HASH])
     conn.execute(sql.load("derive_requests"), [run_label, *window])
+    conn.execute(sql.load("derive_paths_keep"), [run_label])
     _drop_temp(conn)
 
 
 def rederive_after(
-    conn: WriterConnection, write: Callable[[], None], progress: Progress | None = None
+    conn: WriterConnection,
+    write: Callable[[], None],
+    progress: Progress | None = None,
+    refresh: Callable[[WriterConnection, Progress | None], None] | None = None,
 ) -> None:
-    """Run `write` (a rule edit) and recompute every run, in one transaction: all or nothing."""
+    """Run `write` (a rule edit) and recompute every run (`refresh`, refresh_all unless given), in one
+    transaction: all or nothing."""
     conn.begin()
     try:
         write()
-        refresh_all(conn, progress)
+        (refresh or refresh_all)(conn, progress)
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
 
 
-def refresh_all(conn: WriterConnection, progress: Progress | None = None) -> None:
-    """Recompute every run from scratch (after a stage-rule edit); `progress`: told the fraction of
-    the store's spans derived after each part of a run (about PART_SPANS spans)."""
-    conn.execute(sql.load("derive_state_forget"), [None])
-    conn.execute(sql.load("derive_delete_run"), [None])
-    histogram.forget(conn, None)
+def run_sizes(conn: Connection) -> dict[str, int]:
+    """Every run that has spans, with its span count."""
     runs = [row[0] for row in conn.execute(sql.load("span_runs")).fetchall()]
-    sizes = [int(conn.execute(sql.load("derive_run_rows"), [run]).fetchone()[0]) for run in runs]
+    return {run: int(conn.execute(sql.load("derive_run_rows"), [run]).fetchone()[0]) for run in runs}
+
+
+def refresh_all(
+    conn: WriterConnection,
+    progress: Progress | None = None,
+    remap: Callable[[str], bool] | None = None,
+    keep_paths: bool = False,
+) -> None:
+    """Recompute every run from scratch (after a rule edit); `progress`: told the fraction of the
+    store's spans derived after each part of a run (about PART_SPANS spans). `remap(run)`: tried
+    first for each run, True when it brought the run's derived rows up to date itself (a stage-rule
+    edit re-mapped from the kept paths, rule_remap.py); the other runs are derived from their spans,
+    keeping their path rows with `keep_paths` (a stage-rule edit: the next one re-maps them), else
+    only where they kept them before (a phase-rule edit keeps them current, adds none)."""
+    kept_before = {row[0] for row in conn.execute(sql.load("derive_paths_kept_runs")).fetchall()}
+    if remap is None:  # every run from its spans: nothing derived before is kept, no path node either
+        conn.execute(sql.load("derive_state_forget"), [None])
+        _delete_run(conn, None)
+        conn.execute(sql.load("derive_paths_forget"))
+        histogram.forget(conn, None)
+    by_run = run_sizes(conn)
+    runs, sizes = list(by_run), list(by_run.values())
     total, done = max(sum(sizes), 1), 0
     for run_label, size in zip(runs, sizes, strict=True):
 
@@ -225,24 +301,21 @@ def refresh_all(conn: WriterConnection, progress: Progress | None = None) -> Non
                 progress((before + fraction * spans) / total, step)
 
         told(0.0)
-        refresh_run(conn, run_label, progress=told)
+        if remap is not None and remap(run_label):
+            told(1.0)
+        else:
+            keep = keep_paths or run_label in kept_before
+            refresh_run(conn, run_label, progress=told, keep_paths=keep, whole=True)
         done += size
     if progress is not None:
         progress(1.0, f"{len(runs)} runs, {done:,} spans derived")
 
 
-def replace_rules(conn: Connection, rules: list[StageRule], progress: Progress | None = None) -> None:
-    """Validate, store (renumbering positions 1..n in list order) and recompute the derived tables of
-    every run, in one transaction on a writer connection. Raises ValueError listing the problems
-    when invalid; nothing is changed then."""
-    problems = stage_rule_problems(rules, lambda pattern: regex_error(conn, pattern))
-    if problems:
-        raise ValueError("invalid stage rules: " + "; ".join(problems))
-    rederive_after(conn, lambda: store_rules(conn, rules), progress)
-
-
 def replace_phase_rules(conn: Connection, rules: list[PhaseRule], progress: Progress | None = None) -> None:
-    """As replace_rules, for the phase rules."""
+    """Validate, store (renumbering positions 1..n in list order) and derive every run again from its
+    spans (a phase-rule edit changes the trees), in one transaction on a writer connection. Raises
+    ValueError listing the problems when invalid; nothing is changed then. (A stage-rule edit:
+    rule_remap.replace_rules.)"""
     problems = phase_rule_problems(rules, lambda pattern: regex_error(conn, pattern))
     if problems:
         raise ValueError("invalid phase rules: " + "; ".join(problems))

@@ -1,5 +1,5 @@
 """The stage and phase rule tables of a DuckDB store: read (the defaults when empty), seeded, written
-(derive.replace_rules: in one transaction with every run derived again)."""
+(rule_remap.replace_rules, derive.replace_phase_rules: in one transaction with every run's derived rows)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ builders' output against tests/golden/.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,17 @@ SCOPES: dict[str, str] = {
 }
 
 # What span_tree.sql ends with: per span (Gantt, stage mapping) or per request (refresh_run).
-OUTPUTS: dict[str, str] = {"spans": "span_tree_spans", "requests": "span_tree_requests"}
+# "paths": per (request, path signature) rows, path nodes and request roots, for the derive
+# (derive.py turns them into `requests` rows and the kept rows a rule edit re-maps, rule_remap.py).
+OUTPUTS: dict[str, str] = {
+    "spans": "span_tree_spans",
+    "requests": "span_tree_requests",
+    "paths": "span_tree_paths",
+}
+
+# At most this many distinct attribute regexes are kept as hit bits of a span's path (a BIGINT mask);
+# a rule edit naming one beyond them re-derives from the spans.
+MASK_BITS = 62
 
 # The derive keeps requests.SpanTimes (span_tree_requests.sql) for the requests whose hash(TraceId) is
 # at most this: the lowest 1/16 of the hash range. The stage breakdown's seeded sample takes the N
@@ -160,17 +171,24 @@ def span_tree_query(
         raise ValueError(f"unknown output {output!r}")
     scope_params = _scope_params(scope, run, trace_id, sample, window)
     phases_sql, phase_params = phase_spans_query(phase_rules or [], scope, run, trace_id, sample, window)
-    names_sql, case_sql, rule_params = stage_case(rules)
+    paths = output == "paths"
+    names_sql, case_sql, rule_params = stage_case(rules, hit_columns=paths)
     n_name = sum(1 for r in rules if r.name_regex is not None)
     name_params, case_params = rule_params[:n_name], rule_params[n_name:]
+    patterns = attribute_patterns(rules) if paths else []
+    hits_sql = "".join(f", regexp_matches(AttrLines, ?, 'i') AS ah{k}" for k in range(1, len(patterns) + 1))
+    bits = [f"(CAST(t.ah{k} AS BIGINT) << {k - 1})" for k in range(1, min(len(patterns), MASK_BITS) + 1)]
+    mask_sql = f"CASE WHEN t.AttrLines IS NOT NULL THEN CAST({' | '.join(bits) or '0'} AS BIGINT) END"
     stages_by_position: list[str | None] = [None] * max((r.position for r in rules), default=0)
     for rule in rules:
         stages_by_position[rule.position - 1] = rule.stage
     text = (
-        sql.load("span_tree")
+        span_tree_variant(paths)
         .replace("{scope}", SCOPES[scope])
         .replace("{names}", names_sql)
         .replace("{rule_case}", case_sql)
+        .replace("{attr_mask}", mask_sql)
+        .replace("{attr_hits}", hits_sql)
         .replace("{phases}", phases_sql)
         .replace("{output}", sql.load(OUTPUTS[output]))
     )
@@ -179,13 +197,70 @@ def span_tree_query(
         *scope_params,
         *name_params,
         *case_params,
+        *["(?m)" + pattern for pattern in patterns],
         *scope_params,
         *phase_params,
         server_rules,
+        *([patterns_digest(patterns)] if paths else []),
         stages_by_position,
         *([SPAN_TIMES_MAX_HASH] if output == "requests" else []),
     ]
     return text, params
+
+
+def span_tree_variant(paths: bool) -> str:
+    """span_tree.sql with the lines of one variant: those ending in a [paths] marker for the paths
+    output (the path signatures a derive keeps), those ending in a [plain] marker for the others
+    (markers removed); unmarked lines are in both."""
+    keep, drop = ("--[paths]", "--[plain]") if paths else ("--[plain]", "--[paths]")
+    lines: list[str] = []
+    for line in sql.load("span_tree").splitlines():
+        text = line.rstrip()
+        if text.endswith(drop):
+            continue
+        lines.append(text[: -len(keep)].rstrip() if text.endswith(keep) else line)
+    return "\n".join(lines) + "\n"
+
+
+def attribute_patterns(rules: list[StageRule]) -> list[str]:
+    """The rules' distinct attribute regexes in rule order: the k-th is the hit column ah<k> and, among
+    the first MASK_BITS, bit k-1 of a span's AttrMask."""
+    return list(dict.fromkeys(r.attribute_regex for r in rules if r.attribute_regex is not None))
+
+
+def patterns_digest(patterns: list[str]) -> int:
+    """A 63-bit digest of the attribute regexes a derive's hit masks were taken against (in its paths'
+    root signatures, so that masks over other regexes never share a path)."""
+    digest = hashlib.blake2b("\n".join(patterns[:MASK_BITS]).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def stage_sums_query(paths: str, named: str) -> str:
+    """request_stage_sums.sql over two relations (fixed SQL): `paths` of (TK, Bucket, Ns) rows and
+    `named`, the same with SpanName; one parameter follows, statements.SPAN_TIMES_MAX_HASH."""
+    return sql.load("request_stage_sums").replace("{paths}", paths).replace("{named}", named)
+
+
+def remap_sums_query() -> str:
+    """remap_sums.sql: a re-mapped run's per-request sums from its kept paths and temp._ts_path_stage
+    (params: run, run, SPAN_TIMES_MAX_HASH)."""
+    kept = (
+        "(SELECT k.TK, m.Bucket, m.SpanName, k.Ns FROM request_paths AS k "
+        "JOIN temp._ts_path_stage AS m ON m.PathId = k.PathId WHERE k.RunLabel = ?)"
+    )
+    return sql.load("remap_sums").replace("{sums}", stage_sums_query(kept, kept))
+
+
+def derive_requests_from_paths() -> str:
+    """derive_paths_requests.sql: the derive's per-request rows from its per-path temp table (one
+    parameter: SPAN_TIMES_MAX_HASH)."""
+    rows = "temp._ts_tree_rows"
+    sums = stage_sums_query(
+        f"(SELECT TK, Bucket, Ns FROM {rows} WHERE Part = 'path')",
+        f"(SELECT p.TK, p.Bucket, n.SpanName, p.Ns FROM {rows} AS p JOIN span_paths AS n ON n.Sig = p.Sig "
+        "WHERE p.Part = 'path')",
+    )
+    return sql.load("derive_paths_requests").replace("{sums}", sums)
 
 
 # Filter fields → fixed SQL over the `requests` table (alias-free column names).
@@ -211,7 +286,6 @@ def filter_where(flt: RequestFilter) -> tuple[str, list[Any]]:
     return (" AND ".join(clauses) or "true"), params
 
 
-
 def filtered(name: str, flt: RequestFilter, *extra: Any, weighted: bool = False) -> tuple[str, list[Any]]:
     """`<name>.sql` with its `{include:other}` placeholders and its `{where}` filled from the filter
     (sql.load_filtered; `weighted`: the files' weighted versions); the filter's params come first,
@@ -219,15 +293,20 @@ def filtered(name: str, flt: RequestFilter, *extra: Any, weighted: bool = False)
     where, positional = filter_where(flt)
     return sql.load_filtered(name, "duckdb", where, weighted), [*positional, *extra]
 
-def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
+
+def stage_case(rules: list[StageRule], hit_columns: bool = False) -> tuple[str, str, list[Any]]:
     """SQL pieces for the rules: (name-hit columns over `SpanName`, the rule-number CASE over a span
     joined with its name hits, params in text order: name columns first, then the CASE).
 
-    The CASE yields the position of the first matching rule, or NULL. It reads `SpanKind`,
-    `AttrLines` (the span's attributes as "key=value" lines, see span_tree.sql) and the name-hit
-    columns `nh1`, `nh2`, ... (one per rule with a name regex). An attribute regex is matched
-    against each line (multi-line mode: `^` and `$` are a line's ends), as it was against each
-    key=value pair when attributes were a MAP."""
+    The CASE yields the position of the first matching rule, or NULL. It reads `SpanKind`, the
+    name-hit columns `nh1`, `nh2`, ... (one per rule with a name regex) and an attribute regex's
+    match against `AttrLines` (the span's attributes as "key=value" lines, see span_tree.sql), in
+    multi-line mode: `^` and `$` are a line's ends, as it was against each key=value pair when
+    attributes were a MAP. `hit_columns`: the match read from the attribute-hit columns `ah1`,
+    `ah2`, ... (one per distinct attribute regex, attribute_patterns: span_tree.sql's paths output
+    computes them for every span the rules are tried on, for its path signatures) instead of inline
+    (where a CASE tries a regex only on the spans no earlier rule matched)."""
+    patterns = attribute_patterns(rules)
     name_cols: list[str] = []
     name_params: list[Any] = []
     whens: list[str] = []
@@ -242,7 +321,9 @@ def stage_case(rules: list[StageRule]) -> tuple[str, str, list[Any]]:
             name_cols.append(f"regexp_matches(SpanName, ?, 'i') AS {column}")
             name_params.append(rule.name_regex)
             conditions.append(column)
-        if rule.attribute_regex is not None:
+        if rule.attribute_regex is not None and hit_columns:
+            conditions.append(f"ah{patterns.index(rule.attribute_regex) + 1}")
+        elif rule.attribute_regex is not None:
             conditions.append("regexp_matches(AttrLines, ?, 'i')")
             case_params.append("(?m)" + rule.attribute_regex)
         whens.append(f"WHEN {' AND '.join(conditions) or 'false'} THEN {int(rule.position)}")

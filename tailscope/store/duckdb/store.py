@@ -13,7 +13,7 @@ import duckdb
 
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
-from tailscope.store.duckdb import derive
+from tailscope.store.duckdb import derive, rule_remap
 from tailscope.store.duckdb.connection import LOCK_WAIT_SECONDS, connect_reader, connect_writer, migrate_store
 from tailscope.store.duckdb.reader import DuckDBReader
 from tailscope.store.duckdb.writer import DuckDBRunWriter, DuckDBSink, run_writer
@@ -87,7 +87,7 @@ class DuckDBStore:
     def replace_stage_rules(
         self, rules: list[StageRule], progress: derive.Progress | None = None
     ) -> list[str]:
-        return self._replace(derive.replace_rules, rules, progress)
+        return self._replace(rule_remap.replace_rules, rules, progress)
 
     def replace_phase_rules(
         self, rules: list[PhaseRule], progress: derive.Progress | None = None

@@ -1,0 +1,2 @@
+-- refresh_run's per-path temp table.
+DROP TABLE IF EXISTS temp._ts_tree_rows
