@@ -17,10 +17,13 @@ REPORTED_CAP = 0.9
 
 def reported_weight(ctx: Context, overlap: np.ndarray, share: float) -> float:
     """Weight of the pauses the runtime reports: their share of the tail excess, or, beside a heavier
-    cause (a slow dependency owning the p99), what they add to the mean request over the median
-    latency (0.5 at 6 %: a runtime spending that much of a request's time paused is a cause of its
-    own, not the background of minor collections)."""
-    added = float(overlap.mean() / max(np.median(ctx.frame.requests.latency), 1.0))
+    cause (a slow dependency owning the p99), the share of a request's time they take, on average
+    over the requests (0.5 at 6 %: a runtime spending that much of a request's time paused is a cause
+    of its own, not the background of minor collections). Per request, not the mean pause time over
+    the median latency: long requests (a streamed answer, a slow call awaited) overlap the background
+    collections of their seconds by chance, and over a short median that read as a cause."""
+    latency = np.maximum(ctx.frame.requests.latency.astype(np.float64), 1.0)
+    added = float(np.mean(np.minimum(overlap / latency, 1.0)))
     return max(material_weight(share), logistic(added, 0.06, 0.015))
 
 

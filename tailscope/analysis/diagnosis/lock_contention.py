@@ -38,6 +38,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.server_queue import recast
 from tailscope.analysis.diagnosis.slot_handoff import handoff_share
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman, theil_sen
 from tailscope.vocabulary import ALL_STAGES
@@ -265,7 +266,7 @@ def detect(ctx: Context) -> list[Finding]:
         if same and not any(_inside(f, fd.span_name, k.span_name) for k in same):
             continue
         out.append(fd)
-    return out[:2]
+    return recast(ctx, out[:2])  # a server's wait for its capacity is queueing (server_queue.py)
 
 
 def _inside(f: TraceFrame, inner: str, outer: str) -> bool:
