@@ -163,3 +163,26 @@ def one_client_name_service(seed: int):
                 break
         b.set_end(root, cur + 0.05)
     return b.frame()
+
+
+def two_services_one_client_name(seed: int):
+    """Each request calls an embedder (three replicas, ~5 ms) and then a ranking service (two replicas
+    alike, median 60 ms, a heavy tail: a tenth of calls wait behind a slow scan) through one HTTP
+    client whose spans are all named `POST`, no deadline. The ranker's replicas are slower than the
+    embedder's, as a different service is; neither of its own replicas is a straggler."""
+    b = TraceBuilder(seed)
+    for t in b.arrivals(2000, 20):
+        b.new_trace()
+        inst = f"api/{int(b.rng.integers(3))}"
+        root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        d = lognormal(b.rng, 5.0, 0.2)
+        call = b.span(root, "POST", "Client", inst, cur, d, server__address="embedder")
+        b.span(call, "POST /embed", "Server", f"embedder/{int(b.rng.integers(3))}", cur + 0.2, d - 0.4)
+        cur += d + 0.05
+        scan = 400.0 * (b.rng.pareto(1.5) + 1) if b.rng.random() < 0.1 else 0.0
+        callee = lognormal(b.rng, 60.0, 0.2) + scan
+        call = b.span(root, "POST", "Client", inst, cur, callee + 0.4, server__address="ranker")
+        b.span(call, "POST /rank", "Server", f"ranker/{int(b.rng.integers(2))}", cur + 0.2, callee)
+        b.set_end(root, cur + callee + 0.5)
+    return b.frame()

@@ -11,6 +11,7 @@ from tests.mechanism_changes import (
     request_kind_service,
     response_cache_service,
     sized_work_service,
+    two_services_one_client_name,
 )
 
 
@@ -88,3 +89,14 @@ def test_a_flushed_response_cache_in_front_of_the_whole_request_is_named() -> No
     result = diagnose_frame(response_cache_service(50, gateway=False, flushed=True))
     top = result.findings[0]
     assert top.pattern == "cache_miss" and top.confidence >= 0.5, _found(result)
+
+
+def test_a_service_slower_than_another_behind_one_client_name_is_no_straggler_replica() -> None:
+    """slow_dependency's straggler: one replica slow against the other replicas of its own service.
+    The ranker's replicas are slower than the embedder's, as a different service is: the evidence must
+    not call one of them a straggler."""
+    result = diagnose_frame(two_services_one_client_name(49))
+    calls = [f for f in result.findings if f.pattern == "slow_dependency"]
+    assert calls, _found(result)
+    assert all(f.evidence["stats"]["straggler_instance"] is None for f in calls), _found(result)
+    assert all("straggler" not in f.evidence["summary"] for f in calls)

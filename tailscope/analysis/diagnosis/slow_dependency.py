@@ -279,16 +279,21 @@ def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
 
 def straggler(f, server: np.ndarray) -> tuple[str, float, float] | None:
     """(instance, its median ms, the other instances' median ms) where one callee instance answers at
-    least twice as slowly as the others at the median and adds most (>= 50 %) of the time the calls
-    spend over their median: a straggler replica."""
+    least twice as slowly as the other instances of its own service at the median and adds most
+    (>= 50 %) of the time the calls spend over their median: a straggler replica. (One client span name
+    may call several services, as HTTP clients name spans by method: a slower service is no straggler.)"""
     d = f.dur[server].astype(np.float64)
     inst = f.instance[server]
     added = np.bincount(inst, weights=np.maximum(d - float(np.median(d)), 0), minlength=len(f.instances))
     worst = int(np.argmax(added))
     mine = inst == worst
-    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.all() or mine.sum() < 10:
+    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.sum() < 10:
         return None
-    own, rest = float(np.median(d[mine])), float(np.median(d[~mine]))
+    service = int(np.bincount(f.service[server][mine]).argmax())
+    peers = (f.service[server] == service) & ~mine
+    if not peers.any():
+        return None
+    own, rest = float(np.median(d[mine])), float(np.median(d[peers]))
     return (f.instances[worst], ms(own), ms(rest)) if own >= 2.0 * rest else None
 
 
