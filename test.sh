@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs tailscope with its pipeline, test and clickhouse extras into ./.venv, then runs the test suite
 # (the clickhouse extra brings chdb, so the ClickHouse parity tests run in process).
-# Extra arguments go to pytest (e.g. ./test.sh -k ingest). Browser tests need Debian's chromium:
+# Extra arguments go to pytest, in both phases (e.g. ./test.sh -k ingest). Browser tests need Debian's chromium:
 # installed here when running as root, skipped with a reason otherwise.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -18,4 +18,14 @@ fi
 # the layers and the store seam (pyproject.toml [tool.importlinter]): no import circles, no engine
 # named above the store, each driver only in its engine package
 .venv/bin/lint-imports
-exec .venv/bin/python -m pytest "$@"
+# Two phases: every test but the timing-sensitive ones on all cores (pytest-xdist; a file's tests stay on
+# one worker, so its module fixtures are built once), then the timing-sensitive ones alone (the `serial`
+# marker, tests/conftest.py). A phase that selects no test (exit 5) is not a failure unless both do.
+# TEST_WORKERS=1 runs the first phase in one process.
+status=0
+.venv/bin/python -m pytest -n "${TEST_WORKERS:-auto}" --dist loadfile -m "not serial" "$@" || status=$?
+serial=0
+.venv/bin/python -m pytest -p no:xdist -m serial "$@" || serial=$?
+if [ "$status" = 5 ] && [ "$serial" != 5 ]; then status=0; fi
+if [ "$serial" != 0 ] && [ "$serial" != 5 ]; then status=$serial; fi
+exit "$status"

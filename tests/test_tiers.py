@@ -102,3 +102,40 @@ def test_the_diagnosis_takes_the_model_server_span_as_the_request(two_tier):
     assert len(roots) == 200
     assert {(frame.names[frame.name[r]], frame.kind[r]) for r in roots} == {("POST /v1/infer", KIND_SERVER)}
     assert {ALL_STAGES[frame.stage[r]] for r in roots} == {"ingress"}  # as the waterfall maps it
+
+
+def orchestrator_trace(miss: bool, llm_ms: float) -> S:
+    """An orchestrator that embeds the question (its longest call, 7 of its 10 ms), looks it up in a cache
+    (an untraced redis call), and only on a miss calls an LLM server that takes the rest."""
+    calls = [
+        S("POST", 1, 8, kind="Client", service="orchestrator", children=[
+            S("POST /embed", 1.5, 7.5, kind="Server", service="embedder", children=[
+                S("inference", 2, 7, service="embedder"),
+            ]),
+        ]),
+        S("FT.SEARCH", 8, 9.5, kind="Client", service="orchestrator", attrs={"db.system": "redis"}),
+    ]
+    end = 10.0
+    if miss:
+        calls.append(S("llm.chat", 10, 10 + llm_ms, kind="Client", service="orchestrator", children=[
+            S("llm_request", 10.5, 9.5 + llm_ms, kind="Server", service="llm"),
+        ]))
+        end = 11 + llm_ms
+    return S("POST /v1/chat", 0, end, kind="Server", service="orchestrator", children=calls)  # fmt: skip
+
+
+def test_an_orchestrator_whose_longest_call_changes_by_request_keeps_the_request(db_path):
+    """Its longest call covers most of its median request (the embedder's, on a cache hit) and its tail
+    is one callee's (the LLM's, on a miss), but the callee changes from request to request: the
+    request is the orchestrator's own, not a forward to whichever service it called longest."""
+    from tailscope.analysis.diagnosis.load import load_frame
+
+    cols = SpanColumns()
+    for i in range(300):
+        add_trace(cols, orchestrator_trace(i % 3 == 0, 500.0 + 7 * (i % 200)), i + 1, offset_ms=i * 50)
+    load(db_path, "orchestrator", cols)
+    with connect_reader(db_path) as conn:
+        frame = load_frame(DuckDBReader(conn), "orchestrator")
+    roots = frame.requests.root
+    assert len(roots) == 300
+    assert {frame.names[frame.name[r]] for r in roots} == {"POST /v1/chat"}

@@ -219,3 +219,108 @@ def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None
     f.gc_dur = np.array([30 * MS])
     inst, s, e = stalls_to_remove(f, [], 0)
     assert inst.tolist() == [0] and _ms(e - s) == [30.0]
+
+
+def _sidecar_rows() -> list[tuple]:
+    """As _lossy_node_rows, each api instance (0-2) behind a sidecar proxy (5-7) on its pod: the
+    proxy's inbound span is the root, the app's request its child; the app's call to feat goes out
+    through the proxy's outbound span. Pod 2's node is lossy: its proxy's calls to feat (a gap) and
+    its app's redis calls (inside the CLIENT span) wait 20 ms, every fifth each."""
+    rows = []
+    for k in range(300):
+        inst, t = k % 3, 10.0 * k
+        lossy_feat = inst == 2 and (k // 3) % 5 == 0
+        lossy_redis = inst == 2 and (k // 3) % 5 == 2
+        wire = 20.0 if lossy_feat else 0.0
+        base = len(rows)
+        feat_end = t + 1 + 3.4 + wire
+        redis = 1.0 + (20.0 if lossy_redis else 0.0)
+        end = feat_end + 1 + redis + 1
+        rows += [
+            (k, -1, "inbound", "Server", 5 + inst, t - 0.2, end - t + 0.4),
+            (k, base, "GET /", "Server", inst, t, end - t),
+            (k, base + 1, "feat", "Client", inst, t + 1, 3.4 + wire),
+            (k, base + 2, "feat out", "Client", 5 + inst, t + 1.1, 3.2 + wire),
+            (k, base + 3, "feat", "Server", 3 + k % 2, t + 1.2 + wire / 2, 3.0),
+            (k, base + 1, "GET redis", "Client", inst, feat_end + 1, redis),
+        ]
+    return rows
+
+
+def test_a_lossy_proxys_app_on_the_same_node_has_its_untraced_calls_fixed_too() -> None:
+    """The large gaps are on the sidecar's crossings (its outbound calls); the app beside it calls
+    redis (not traced) over the same node's network. The proxy and its app call only each other from
+    another instance: the app is on the lossy node too, its redis calls take another pod's time."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
+
+    rows = _sidecar_rows()
+    names = ("api-0", "api-1", "api-2", "feat-0", "feat-1", "proxy-0", "proxy-1", "proxy-2")
+    f = hand_frame(rows, instances=names)
+    f.service = np.array([0 if r[4] < 3 else (1 if r[4] < 5 else 2) for r in rows])
+    f.services = ["api", "feat", "proxy"]
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = network_p50(x, {"pattern": "network", "span_name": "feat out"})
+    assert lever is not None
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.max() == pytest.approx(after.min(), abs=0.01)
+    assert lever.params["instances"] == 2  # proxy-2 and api-2 beside it, not the feat callees
+
+
+def _wave_rows() -> list[tuple]:
+    """A request every 10 ms for 3 s: a feature lookup whose time is its hits and misses mixed (62 %
+    of lookups call the store: 0.5 ms or 5 ms), inside a 10 ms root; from 1 s to 1.5 s the hot set
+    has expired at once and every lookup fetches it back in several calls (20-60 ms)."""
+    rows = []
+    for k in range(300):
+        t = 10.0 * k
+        wave = 1000 <= t < 1500
+        lookup = 20.0 + 40.0 * ((k * 7) % 10) / 10 if wave else (5.0 if (k * 13) % 100 < 62 else 0.5)
+        base = len(rows)
+        rows += [(k, -1, "GET /", "Server", 0, t, lookup + 5.0),
+                 (k, base, "lookup", "Internal", 0, t + 1, lookup)]
+    return rows
+
+
+def test_a_cache_finding_with_no_threshold_takes_its_wave_of_misses_out() -> None:
+    """A cache finding without a hit/miss threshold (given by hand): the lookup's times are no two
+    modes to split, but they rise in one stretch of the run (the hot set expired at once); the fix
+    gives that stretch's lookups the times of lookups outside it, and leaves the rest as they were."""
+    from tailscope.analysis.whatif.levers import Inputs, cache_hits, miss_wave
+
+    rows = _wave_rows()
+    f = hand_frame(rows)
+    lookups = np.arange(1, len(rows), 2)
+    wave = miss_wave(f.start[lookups], f.dur[lookups])
+    truth = (f.start[lookups] >= 1000 * MS) & (f.start[lookups] < 1500 * MS)
+    # every lookup of the wave, and at most the calm ones of the twentieths it begins and ends in
+    assert wave is not None and wave[truth].all() and int(wave.sum()) <= 50 + 2 * 15
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = cache_hits(x, {"pattern": "cache_miss", "span_name": "lookup", "evidence": {"stats": {}}})
+    assert lever is not None
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    before = request_latency(f, f.dur, client_side=False) / MS
+    assert after.max() <= 10.01 and after[~wave].tolist() == before[~wave].tolist()
+    assert sorted(after[wave]) != sorted(before[wave])
+
+
+def test_a_queueing_finding_on_a_wait_span_takes_its_peaks_out() -> None:
+    """An LLM server's scheduler waits for free memory: the wait is a span of its own under the
+    request, short in calm stretches and long while a peak lasts. The queueing finding that names it
+    gets a lever: the peak's waits take calm waits' times; the rest stays."""
+    from tailscope.analysis.whatif import evaluate
+
+    rows = []
+    for k in range(400):
+        t = 10.0 * k
+        wait = 100.0 + (k % 5) if 2000 <= t < 2500 else 1.0 + (k % 3) * 0.5
+        base = len(rows)
+        rows += [(k, -1, "POST /v1/chat", "Server", 0, t, wait + 20.0),
+                 (k, base, "scheduler.wait", "Internal", 0, t, wait),
+                 (k, base, "decode", "Internal", 0, t + wait, 20.0)]
+    f = hand_frame(rows)
+    finding = {"pattern": "queueing", "confidence": 0.9, "span_name": "scheduler.wait", "evidence": {}}
+    result = evaluate(f, [finding])
+    hits = [o for o in result.outcomes if o.key == "queue_as_calm:scheduler.wait"]
+    assert hits and result.measured.p99_ms > 120
+    assert hits[0].p99_ms == pytest.approx(22.0, abs=0.01) and hits[0].p50_ms == result.measured.p50_ms

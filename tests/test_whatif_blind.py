@@ -229,3 +229,30 @@ def test_a_partitioned_consumers_messages_wait_for_their_own_process(owned: bool
     assert measured.max() / MS == pytest.approx(55.0 if owned else 25.0, abs=0.6)
     assert np.abs(replayed - measured).max() / MS < 0.6
     assert len(h.slots) == (2 if owned else 1)
+
+
+def test_a_request_that_waited_for_a_thread_inside_its_proxys_inbound_span() -> None:
+    """A sidecar's inbound SERVER span (instance 0) forwards to the app's SERVER span (instance 1, one
+    thread): in a burst the app's spans open one after another as the thread frees, the wait inside
+    the proxy's span. The proxy is the caller: the waits are found, and replayed as measured."""
+    from tailscope.analysis.whatif.handlers import handlers
+    from tests.hand_frames import MS, hand_frame
+
+    rows: list[tuple] = []
+
+    def request(trace: int, sent: float, began: float) -> None:
+        rows.append((trace, -1, "inbound", "Server", 0, sent, began - sent + 10.0 + 0.1))
+        rows.append((trace, len(rows) - 1, "GET /feed", "Server", 1, began, 10.0))
+
+    for k in range(20):
+        request(k, 20.0 * k, 20.0 * k + 0.1)
+    began = 500.1
+    for k in range(10):
+        request(20 + k, 500.0, began)
+        began += 10.0
+    f = hand_frame(rows)
+    h = handlers(f)
+    assert h is not None and int(h.waited.sum()) == 9
+    replayed = replay_handlers(h, (f.start[h.client] + h.net).astype(np.float64),
+                               f.dur[h.server].astype(np.float64))
+    assert replayed.max() / MS == pytest.approx(90.0, abs=0.2)

@@ -227,3 +227,68 @@ def test_the_callee_work_a_timed_out_attempt_abandoned_does_not_hold_the_caller(
         # the call answered from 5 ms (40 ms; callee_p50: the one answered call's 40), the side
         # branch to 60, post 285 ms from 60: 345 (the abandoned work held it to 546 / 600 before)
         assert new.round(3).tolist() == [345.0], lever.key
+
+
+def _throttled_proxy_rows(slow: bool) -> list[tuple]:
+    """A sidecar proxy (instance 0) in front of an app (1) that reads a database through it (not
+    traced: `db`) and calls `ads` (2) through the proxy's outbound span. Calm requests every 25 ms;
+    `slow`: one request meets the proxy's quota three times: its db call crosses the 300 ms boundary,
+    the proxy forwards its ads call only at 400 ms, and replies only at 500 ms."""
+    rows: list[tuple] = []
+
+    def request(trace: int, t: float, db: float, sent: float, reply: float) -> None:
+        b = len(rows)
+        app_end = t + 0.3 + db + 0.1 + sent + 6.6 + 0.2
+        rows.extend([
+            (trace, -1, "inbound", "Server", 0, t, app_end + reply + 0.1 - t),
+            (trace, b, "GET /", "Server", 1, t + 0.1, app_end - t - 0.1),
+            (trace, b + 1, "db", "Client", 1, t + 0.2, db),
+            (trace, b + 1, "POST", "Client", 1, t + 0.3 + db, sent + 6.8),
+            (trace, b + 3, "out", "Client", 0, t + 0.4 + db, sent + 6.6),
+            (trace, b + 4, "blend", "Server", 2, t + 0.5 + db + sent, 6.4),
+        ])
+
+    for k in range(12):  # none crosses a 100 ms boundary
+        request(k, 25.0 * k + 2, 3.0, 0.0, 0.0)
+    if slow:
+        request(20, 285.0, 15.2, 400.0 - 300.7, 500.0 - 406.7)
+    return rows
+
+
+def test_a_throttled_proxys_held_calls_sends_and_replies_take_their_usual_time() -> None:
+    """The stalls are the proxy's (its quota's boundaries at every 100 ms); the app beside it (its node
+    mate: they call only each other) has its database calls proxied as bytes, so a call across the
+    proxy's boundary is held too; the ads call sent on a boundary waited for the proxy to forward it;
+    the inbound span's reply after the app answered waited for the next period."""
+    rows = _throttled_proxy_rows(slow=True)
+    f = hand_frame(rows, instances=("proxy", "app", "ads"))
+    f.service = np.array([r[4] for r in rows])
+    f.services = ["proxy", "app", "ads"]
+    x = _inputs(f)
+    x.throttle_stalls = (np.zeros(5, np.int64), np.array([95, 195, 295, 395, 495]) * MS,
+                         np.array([100, 200, 300, 400, 500]) * MS)
+    finding = {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["proxy"]}}}
+    lever = cl.no_throttling(x, finding)
+    assert lever is not None
+    calm = request_latency(f, f.dur, client_side=False)[:12] / MS
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after[-1] == pytest.approx(calm[0], abs=0.3), (after[-1], calm[0])
+    assert after[:12] == pytest.approx(calm, abs=0.01)
+
+
+def test_the_throttling_lever_takes_the_stalls_of_single_stretched_spans(monkeypatch) -> None:
+    """A process with about one request in flight (a proxy) shows its quota's stalls only as single
+    stretched spans (quota_stalls' episodes, not gc_pause's quiet stretches): the lever reads those
+    too, as the cpu_throttling finding did."""
+    from tailscope.analysis.diagnosis import quota_stalls
+    from tailscope.analysis.whatif.engine import inputs
+
+    def episodes(ctx):
+        ctx.notes["gc_episodes"] = (np.zeros(3, np.int64), np.array([95, 195, 295]) * MS,
+                                    np.array([100, 200, 300]) * MS)
+        return []
+
+    monkeypatch.setattr(quota_stalls, "detect", episodes)
+    f = hand_frame([(k, -1, "work", "Server", 0, 25.0 * k + 2, 4) for k in range(12)])
+    x = inputs(f, [{"pattern": "cpu_throttling", "confidence": 0.9, "evidence": {"stats": {}}}])
+    assert x.throttle_stalls is not None and len(x.throttle_stalls[0]) == 3

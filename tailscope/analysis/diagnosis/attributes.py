@@ -30,7 +30,7 @@ TIMEOUT_HTTP = frozenset({408, 504, 499, 598, 599})
 DEADLINE_GRPC = frozenset({"4", "deadline_exceeded"})
 
 
-def _key_is_cache(key: str) -> bool:
+def key_is_cache(key: str) -> bool:
     k = key.lower()
     last = k.replace("-", "_").split(".")[-1]
     return "cache" in k or last in ("hit", "miss", "is_hit", "cached") or last.endswith("_hit")
@@ -46,7 +46,7 @@ def cache_signs(frame: TraceFrame, codes: list[int]) -> str | None:
             sample = {str(v).strip().lower() for v in values[:2000]}
             if key in SYSTEM_KEYS and sample & CACHE_SYSTEMS:
                 return f"'{frame.names[code]}' has {key}={sorted(sample & CACHE_SYSTEMS)[0]}"
-            if _key_is_cache(key):
+            if key_is_cache(key):
                 return f"'{frame.names[code]}' carries {key}"
             words = {w.split()[0] for w in sample if w}
             if len(sample) <= 8 and words & HIT_MISS_VALUES:

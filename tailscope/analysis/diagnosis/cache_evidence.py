@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.attributes import cache_signs
+from tailscope.analysis.diagnosis.attributes import HIT_MISS_VALUES, cache_signs, key_is_cache
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context
@@ -41,6 +41,21 @@ def cache_evidence(
     kids = np.bincount(f.name[child], minlength=len(f.names))
     order = [int(c) for c in np.argsort(-kids)[:6] if kids[c] > 0]
     return cache_signs(f, [code, *order])
+
+
+def explained_by_request_kind(why: dict | None) -> bool:
+    """Whether what tells the slow mode from the fast one is an attribute of the span that names a
+    kind of request (a surface, a tenant, a variant of the endpoint), with no call made on the slow
+    path only: two kinds of requests doing different amounts of work, not a cache's two paths (a
+    cache nearby, in a child, does not make them its hits and misses)."""
+    if not why or why.get("slow_path"):
+        return False
+    label = why["explained_by"].removeprefix("not ")
+    if label.startswith(("child span ", "extra ")):
+        return False
+    key, _, value = label.partition("=")
+    words = value.strip().lower().split()
+    return not key_is_cache(key) and not (words and words[0] in HIT_MISS_VALUES)
 
 
 def _slow_path_below(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> int | None:

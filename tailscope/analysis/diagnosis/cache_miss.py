@@ -1,19 +1,22 @@
 """cache_miss: a stage with two modes in log duration, the slow one explained by a miss.
 
-Statistic. For every span name (outside the request root, the queue and the model's forward pass),
-a two-component Gaussian mixture is fitted to log duration by EM. Two clean modes (Ashman's D > 2,
-BIC in favour of two components, a slow-mode weight between 0.5 % and 60 %, the slow mode at least
-1.5x the fast one) make a candidate; its
-weight in the tail is the share of the tail excess carried by the name (with its child spans). Then
-we look for what explains the slow mode: a span attribute value (e.g. cache.hit=false) or a child span
-name that appears in the slow mode and not in the fast one. Two modes are named a cache miss only
-where something says there is a cache: a call made on the slow path only (the store behind it), a
-cache system (`db.system` redis, memcached, ...), a cache name or a hit/miss attribute on the span or
-its children. A deadline and a retry, a payload whose size varies, a heavy-tailed dependency or a
-pause make two modes too; without a cache sign the name is left to those detectors (and to the
-unexplained-tail accounting). The miss rate is the slow-mode weight;
-misses are "synchronised" when their counts per time bin are over-dispersed (keys expiring together),
-and a "cold cache" when the miss rate in the first tenth of the run is far above the rest.
+Statistic. For every span name (outside the request root, the queue and the model's forward pass), a
+two-component Gaussian mixture is fitted to log duration by EM. Two clean modes (Ashman's D > 2, BIC
+in favour of two components, a slow-mode weight between 0.5 % and 60 % (up to 95 % where the miss
+rate changed during the run: a flushed cache), the slow mode at least 1.5x the fast one) make a
+candidate; its weight in the tail is the share of the tail excess carried by the name (with its
+child spans). Then we look for what explains the slow mode: a span attribute value (e.g.
+cache.hit=false) or a child span name that appears in the slow mode and not in the fast one. Two
+modes are named a cache miss only where something says there is a cache: a call made on the slow
+path only (the store behind it), a cache system (`db.system` redis, memcached, ...), a cache name or
+a hit/miss attribute on the span or its children. A deadline and a retry, a payload whose size
+varies, a heavy-tailed dependency or a pause make two modes too; without a cache sign the name is
+left to those detectors (and to the unexplained-tail accounting). The miss rate is the slow-mode
+weight; misses are "synchronised" when their counts per time bin are over-dispersed (keys expiring
+together), and a "cold cache" when the miss rate in the first tenth of the run is far above the
+rest. A miss rate that stays the same all run (none of these) is how the service runs where the
+cache works (misses below 10 %) or where its hits answer the whole request (a semantic cache in front
+of an LLM misses most questions by design): a possible cause, below 0.5.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.cache_evidence import (
     WORKING_MISS_RATE,
     cache_evidence,
+    explained_by_request_kind,
     slow_mode_in_pauses,
     slow_mode_is_gap,
     slow_path_cover,
@@ -48,6 +52,8 @@ ADVICE = (
 SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
 MIN_SPANS = 100
 MAX_FIT = 5_000
+MAX_RATE = 0.95  # a slow mode of up to 95 % of spans: after a flush nearly every lookup misses
+USUAL_MAX_RATE = 0.6  # above it the slow mode is a miss path only where the miss rate changed
 MIN_LOG_RATIO = math.log(1.5)  # the slow mode at least 1.5x the fast one
 INTERNAL_KEYS = ("score", "slow_path", "slow_path_labels")  # _explain's, not for the evidence
 
@@ -144,7 +150,7 @@ def detect(ctx: Context) -> list[Finding]:
         x = np.log(d)
         fit_x = x if len(x) <= MAX_FIT else ctx.rng.choice(x, MAX_FIT, replace=False)
         mix = gmm2(fit_x)
-        if mix is None or mix.bic_gain < 10 or mix.separation < 2.0 or not (0.005 <= mix.w[1] <= 0.6):
+        if mix is None or mix.bic_gain < 10 or mix.separation < 2.0 or not (0.005 <= mix.w[1] <= MAX_RATE):
             continue
         # a miss takes another path and costs a multiple of a hit; two halves of one narrow spread
         # (a uniform 6-7 ms passes Ashman's D) are not two paths
@@ -175,7 +181,7 @@ def detect(ctx: Context) -> list[Finding]:
         # only (the store behind the cache). A deadline and a retry, a payload that varies or a
         # heavy-tailed dependency make two modes too: those are named by their own detectors
         sign = cache_evidence(ctx, code, spans, why, slow)
-        if sign is None:
+        if sign is None or explained_by_request_kind(why):
             ctx.notes.setdefault("bimodal_without_cache", {})[int(code)] = rate
             continue
         ctx.notes["bimodal_names"][int(code)] = rate
@@ -213,6 +219,11 @@ def detect(ctx: Context) -> list[Finding]:
         before_rate = float(slow[order_t[: k + 1]].mean()) if k >= 0 else rate
         onset = onset_z > 2.5 and before_rate < 0.25 * rate and not cold  # one-sided KS: p < 1e-5
         synced = (dispersion > 4 and not cold) or onset
+        # a slow path most spans take is a miss path only where it became one: a cache flushed or
+        # expired at one moment sends nearly every request to the store until refilled (the slow
+        # mode then outweighs the fast one); a slow path most spans always take is the normal one
+        if rate > USUAL_MAX_RATE and not (synced or cold):
+            continue
         sync_strength = max(
             logistic(dispersion, 5.0, 1.5) if dispersion > 4 else 0.0,
             logistic(onset_z, 2.5, 0.5) if onset else 0.0,
@@ -227,11 +238,17 @@ def detect(ctx: Context) -> list[Finding]:
         if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
             weight = max(weight, 0.85 * sync_strength)
         confidence = strength * weight * (1.0 if why else 0.85)
-        # a steady miss rate a working cache has (at random moments, at a hit ratio of 90 % or more) is
-        # how the service runs: its misses make some of the slowest requests, but nothing changed and
-        # no policy change is owed; a possible cause, not a named one. A cause is a rate that changes
-        # (misses clustered in time, from one moment on, after start) or a cache missing too often
-        trickle = not synced and not cold and rate < WORKING_MISS_RATE
+        # a steady miss rate (at random moments, the same from the run's start to its end) a working
+        # cache has (a hit ratio of 90 % or more) is how the service runs: its misses make some of the
+        # slowest requests, but nothing changed and no policy change is owed; a possible cause, not a
+        # named one. So is a steady rate at any level where the hits answer the whole request (the
+        # two modes are a service's handler: a response or semantic cache in front of all its work):
+        # its misses are the requests that do the work the service exists for, as many as the traffic
+        # brings new questions (a semantic cache answering 60 % misses 40 % by design). A cause is a
+        # rate that changes (misses clustered in time, from one moment on, after start) or a cache in
+        # front of a store missing too often
+        answers_request = float((f.kind[spans] == KIND_SERVER).mean()) > 0.5
+        trickle = not synced and not cold and (rate < WORKING_MISS_RATE or answers_request)
         if trickle:
             confidence = min(confidence, 0.45)
         name = f.names[code]
@@ -266,8 +283,10 @@ def detect(ctx: Context) -> list[Finding]:
                 if cold
                 else ""
             )
-            + (f"; a steady miss rate of {rate:.1%} at random moments, as a working cache has: what the "
-               "service's normal misses cost, not a change" if trickle else "")
+            + (f"; a steady miss rate of {rate:.1%} at random moments all run"
+               + (" of a cache in front of the whole request (its misses are the requests that do the "
+                  "service's work)" if answers_request and rate >= WORKING_MISS_RATE else "")
+               + ": what the service's normal misses cost, not a change" if trickle else "")
             + "."
         )
         stats = {
@@ -293,6 +312,7 @@ def detect(ctx: Context) -> list[Finding]:
         }
         if why:
             stats.update({k: v for k, v in why.items() if k not in INTERNAL_KEYS})
+            stats["slow_path_spans"] = [f.names[c] for c in why["slow_path"]]
             if confidence >= 0.3:  # the calls made on the slow path are the misses' cost, not a dependency
                 ctx.notes.setdefault("miss_path_names", set()).update(why["slow_path"])
         hist, edges = np.histogram(x / math.log(10) - 6, bins=60)

@@ -2,16 +2,17 @@
 requests only, a slower call after it (a read-through cache going to its store on a miss).
 
 Statistic, from structure and timing only (no names): for a span name F inside requests, present in
-between 0.5 % and 60 % of them, look for a sibling name L under the same parent that is present in
-at least 95 % of requests and ends before F starts wherever both occur (the lookup that decides),
-different from F (a second copy of the same call is a retry, not a fallback). The nearest such
-sibling decides: it must be at least 3x faster than F at the median (a cache is far faster than what
-it stands in front of), and neither the model's forward pass nor a queue (a prediction that decides
-whether a further call is made, as a fraud score sends the grey zone to a vendor, is a decision, not
-a lookup). F's weight is
-its share of the tail excess; requests with F must be over-represented in the tail. The fallback
-rate over time tells a steady miss rate (size, TTL) from misses clustered in time (keys expiring
-together, after a deploy or restart), each with its own advice.
+between 0.5 % and 60 % of them (up to 95 % where that share changed during the run: a flushed cache
+sends nearly every request to the store until it refills), look for a sibling name L under the same
+parent that is present in at least 95 % of requests and ends before F starts wherever both occur
+(the lookup that decides), different from F (a second copy of the same call is a retry, not a
+fallback). The nearest such sibling decides: it must be at least 3x faster than F at the median (a
+cache is far faster than what it stands in front of), and neither the model's forward pass nor a
+queue (a prediction that decides whether a further call is made, as a fraud score sends the grey
+zone to a vendor, is a decision, not a lookup). F's weight is its share of the tail excess; requests
+with F must be over-represented in the tail. The fallback rate over time tells a steady miss rate
+(size, TTL) from misses clustered in time (keys expiring together, after a deploy or restart), each
+with its own advice.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from tailscope.vocabulary import ALL_STAGES
 PATTERN = "cache_miss"
 SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
 MIN_RATE, MAX_RATE = 0.005, 0.6
+# after a flush or an expiry wave nearly every request takes the fallback until the cache refills: a
+# fallback in up to 95 % of requests where its rate changed during the run (not steady)
+MAX_CHANGED_RATE = 0.95
 ALWAYS = 0.95
 BINS = 50
 ADVICE_STEADY = (
@@ -50,9 +54,11 @@ def detect(ctx: Context) -> list[Finding]:
     present = _presence(ctx, inside)
     rates = present.mean(axis=0)
     findings = []
-    for code in np.nonzero((rates >= MIN_RATE) & (rates <= MAX_RATE))[0]:
+    for code in np.nonzero((rates >= MIN_RATE) & (rates <= MAX_CHANGED_RATE))[0]:
         if int(ctx.name_stage[code]) in SKIP:
             continue
+        if rates[code] > MAX_RATE and _over_time(ctx, present[:, code])["pattern"] == "steady":
+            continue  # a path most requests always take is the normal one, not a fallback
         lookup = _lookup_before(ctx, inside, int(code), rates)
         if lookup is None or sets_up_next_call(ctx, int(code)):
             continue
@@ -115,14 +121,19 @@ def _lookup_before(ctx: Context, inside: np.ndarray, code: int, rates: np.ndarra
 def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) -> Finding | None:
     f, sp = ctx.frame, ctx.split
     in_tail, in_body = float(with_fallback[sp.tail].mean()), float(with_fallback[sp.body].mean())
-    if in_tail < max(1.5 * in_body, in_body + 0.1):
+    # over-represented in the tail: the fallback 1.5x as common there, or (where most requests take
+    # it, after a flush) the requests without it, the hits, a third as common
+    if in_tail < max(1.5 * in_body, in_body + 0.1) and 1.0 - in_tail > (1.0 - in_body) / 3:
         return None  # present as often in fast requests: not what makes the tail
     mask = f.name == code
     # the fallback's time in a stall of its process (a pause, a CPU quota) is not what the miss costs
     share = clamp01(ctx.share_of(mask, f.dur - stalled_time(ctx, mask)))  # others can be faster in the tail
     rate = float(with_fallback.mean())
     timing = _over_time(ctx, with_fallback)
-    lift = clamp01((in_tail - in_body) / max(1.0 - in_body, 1e-9))
+    # where most requests take the fallback (after a flush) the typical request takes it too: its
+    # lift in the tail is over all requests, the hits being the ones that escape it
+    base = rate if rate > MAX_RATE else in_body
+    lift = clamp01((in_tail - base) / max(1.0 - base, 1e-9))
     confidence = logistic(share, 0.2, 0.06) * (0.5 + 0.5 * lift) * 0.95
     # a steady fallback rate a working cache has is the service's normal cost, not a cause
     normal = timing["pattern"] == "steady" and rate < WORKING_MISS_RATE

@@ -12,7 +12,12 @@ model's forward pass is compute_bound's (its batch size), a queue's wait is queu
 Statistic: Spearman rho between the size and the stage's duration (>= 0.5 to be a candidate), the
 Theil-Sen slope (time per unit of size), and the size-driven part of each request's time
 (slope x (size - median size)) as a share of the tail excess. Confidence = strength of rho x the
-material weight of that share. A call whose tail is its payload makes slow_dependency on it part of
+material weight of that share, at most 0.45 where the sizes did not change during the run (one
+population, the same spread from start to end) and the largest stay within 8x the median
+(size_change.py): work that always scales with what it handles, as an LLM's decode with its output
+tokens under a max-token limit, is the service's normal cost, not a cause. A call
+made only on a named cache miss's slow path grows with what the misses fetch: part of that finding
+(runner.arbitrate). A call whose tail is its payload makes slow_dependency on it part of
 this finding. A call whose time on the wire (client - server gap) follows a size is judged the same
 way in payload_wire.py, and the network detector leaves that part of its gaps to this finding.
 """
@@ -28,6 +33,7 @@ from tailscope.analysis.diagnosis.attributes import numeric_attributes
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.payload_wire import wire_candidates
+from tailscope.analysis.diagnosis.size_change import size_change
 from tailscope.analysis.diagnosis.stats import (
     clamp01,
     excess_share,
@@ -246,6 +252,11 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
     tail = ctx.split.tail[f.request[spans]]
     tail_size = float(np.median(v[ok & tail])) if (ok & tail).any() else float("nan")
     service = f.services[int(np.bincount(f.service[spans]).argmax())]
+    # sizes the service always handles (one population, the same spread all run) make its slowest
+    # requests in every run: the normal physics of the work, a possible cause and not a named one
+    change = size_change(v[ok], f.start[spans][ok], ctx.rng)
+    if not change["changed"]:
+        confidence = min(confidence, 0.45)
     inst_counts = np.bincount(f.instance[spans], minlength=len(f.instances))
     instances = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
     what = "takes longer" if wire is None else "spends longer on the wire (outside the callee's span)"
@@ -257,7 +268,12 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         + "; the size-driven part of its time "
         f"carries {share:.0%} of the tail excess"
         + (f" and adds {added:.0%} of the median latency to the mean request" if added else "")
-        + f" (instances: {', '.join(instances)})."
+        + f" (instances: {', '.join(instances)})"
+        + ("" if change["changed"] else (
+            f"; its sizes are the same all run (drift index {change['drift']:.1f}, ~1 when steady), one "
+            f"population, the largest {change['p99_over_median']:.1f}x the median (p99): how this work "
+            "always scales, the service's normal cost, not a change"))
+        + "."
     )
     stats = {
         "size_attribute": key,
@@ -275,6 +291,10 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         "added_share_of_median_latency": None if added is None else round(added, 4),
         "service": service,
         "callee_service": _callee_service(f, spans) if wire is not None else None,
+        "size_drift_index": change["drift"],
+        "second_size_population": change["second_population"],
+        "size_p99_over_median": change["p99_over_median"],
+        "sizes_changed": change["changed"],
         "instances": instances,
     }
     pick = np.nonzero(ok)[0]

@@ -38,8 +38,9 @@ import numpy as np
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.server_queue import recast
 from tailscope.analysis.diagnosis.slot_handoff import handoff_share
-from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman, theil_sen
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, slow_spans, spearman, theil_sen
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "lock_contention"
@@ -265,7 +266,7 @@ def detect(ctx: Context) -> list[Finding]:
         if same and not any(_inside(f, fd.span_name, k.span_name) for k in same):
             continue
         out.append(fd)
-    return out[:2]
+    return recast(ctx, out[:2])  # a server's wait for its capacity is queueing (server_queue.py)
 
 
 def _inside(f: TraceFrame, inner: str, outer: str) -> bool:
@@ -350,7 +351,7 @@ def conditional_call_cover(ctx: Context, spans: np.ndarray) -> float:
     database span name). 0 where none."""
     f = ctx.frame
     d = f.dur[spans].astype(np.float64)
-    slow = d > 2.0 * float(np.median(d))
+    slow = slow_spans(d)
     if slow.sum() < 10 or slow.all():
         return 0.0
     extra = float(d[slow].mean() - d[~slow].mean())
@@ -380,7 +381,7 @@ def time_in_calls(ctx: Context, spans: np.ndarray) -> float:
     if float(((f.kind[spans] == KIND_CLIENT) & ~served).mean()) >= 0.5:
         return 1.0
     d = f.dur[spans].astype(np.float64)
-    slow = d > 2.0 * float(np.median(d))
+    slow = slow_spans(d)
     if slow.sum() < 10 or slow.all():
         return 0.0
     extra = float(d[slow].mean() - d[~slow].mean())

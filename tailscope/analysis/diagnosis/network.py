@@ -102,7 +102,9 @@ def detect(ctx: Context) -> list[Finding]:
         released = released_together(f, srv[sel], big)
         # ... and one after the other, however spread their sends were
         drained = drained_together(f, cli[sel], srv[sel], big, g)
-        in_stall = max(in_stall, released, drained)
+        # ... or a caller that stopped reads the replies that came meanwhile at once when it runs again
+        read = read_together(f, cli[sel], srv[sel], big, g)
+        in_stall = max(in_stall, released, drained, read)
         # the part of the large gaps that follows the payload's size is transfer (large_payload's)
         wire = ctx.notes.get("wire_driven")
         if wire is not None and big.any():
@@ -160,6 +162,13 @@ def detect(ctx: Context) -> list[Finding]:
                 else ""
             )
             + (
+                f"; {read:.0%} of the large gaps' time is replies that one caller instance read one after "
+                "the other although its callees answered apart: the caller's process stopped and read "
+                "them when it ran again (a pause, not the wire)"
+                if read > 0.2 and read >= max(released, drained)
+                else ""
+            )
+            + (
                 f"; the large gaps are mostly a wait before the handler that grows with the server's load "
                 f"(see queueing, {queued:.0%})"
                 if queued > 0.3
@@ -182,6 +191,7 @@ def detect(ctx: Context) -> list[Finding]:
             "large_gaps_in_server_stalls": round(in_stall, 3),
             "large_gaps_released_together": round(released, 3),
             "large_gaps_drained_together": round(drained, 3),
+            "large_gaps_read_together": round(read, 3),
             "large_gaps_queued_for_a_worker": round(queued, 3),
             "client_service": client_service,
             "server_service": server_service,
@@ -225,6 +235,31 @@ def released_together(f, srv: np.ndarray, big: np.ndarray) -> float:
     n_callers = np.bincount(pairs[:, 0], minlength=len(counts))
     bunched = (counts[inverse] >= RELEASE_BUNCH) & (n_callers[inverse] >= 2)
     return float(bunched.mean())
+
+
+def read_together(f, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, g: np.ndarray) -> float:
+    """drained_together on the caller's side: how much more often the large-gap calls of one caller
+    instance end close to another one than their callees' SERVER spans ended close to one another
+    (same window and weights), as a share of what is left. A caller process that stopped (a pause)
+    reads the replies that came meanwhile one after the other once it runs again; the wire delays
+    each reply on its own, so the calls end as spread as their callees answered. 0 where too few."""
+    if big.sum() < 2 * RELEASE_BUNCH:
+        return 0.0
+    window = max(0.1 * float(np.median(g[big])), float(RELEASE_NS))
+    inst = f.instance[cli[big]].astype(np.int64)
+    scale = int(f.end.max()) + 4 * int(window) + 2
+
+    def near(t: np.ndarray) -> np.ndarray:  # another big call of the caller instance within the window
+        key = inst * scale + t
+        ordered = np.sort(key)
+        around = np.searchsorted(ordered, key + window, side="right") - np.searchsorted(
+            ordered, key - window, side="left")
+        return around >= 2
+
+    weight = np.maximum(g[big] - float(np.median(g)), 1.0)
+    ended = float((weight * near(f.end[cli[big]])).sum() / weight.sum())
+    answered = float((weight * near(f.end[srv[big]])).sum() / weight.sum())
+    return clamp01((ended - answered) / max(1.0 - answered, 1e-9))
 
 
 def drained_together(f, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, g: np.ndarray) -> float:

@@ -83,8 +83,10 @@ def descend_proxies(
             members = roots[group_of == g]
             if traced_work[members].mean() < 0.5 or fan_out[members].mean() >= 0.5:
                 continue  # an aggregator's latency is its slowest call, not one callee's: not a proxy
-            if np.median(callees[members]) >= 2 and _mode_share(callee_of[members]) < PROXY_CALLEE:
-                continue  # calls several services in turn, the longest one changing: an orchestrator
+            if _mode_share(callee_of[members]) < PROXY_CALLEE:
+                # its longest call goes to one service in some requests and another in the rest (in
+                # turn, or on a conditional path): an orchestrator of its own work, not a forward
+                continue
             several = np.median(callees[members]) >= 2
             covered = np.median(coverage[members]) >= (PROXY_COVERAGE_SEVERAL if several else PROXY_COVERAGE)
             if several and not covered:

@@ -57,6 +57,7 @@ DETECTORS = (
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
+NAMED = 0.5  # a finding at or above it names a cause; below it, a possible one
 READ_SHARE = 0.4  # the read's part of a diagnosis' time, for progress bars
 
 
@@ -96,7 +97,10 @@ class Diagnosis:
 def arbitrate(findings: list[Finding]) -> list[Finding]:
     """Settle causes that explain each other. A cache whose misses pile up in the first requests of
     each instance, in a run with a clear cold start, is part of that cold start (restarts empty the
-    cache): it stays a finding, ranked below the cold start."""
+    cache): it stays a finding, ranked below the cold start. A call made only on a cache's miss path
+    that grows with what the misses ask for (the ids a batch read fetches) is the misses' cost: it
+    stays a finding, ranked below the cache miss."""
+    _payload_on_miss_path(findings)
     cold = max((fd.confidence for fd in findings if fd.pattern == "cold_start"), default=0.0)
     if cold >= 0.5:
         for fd in findings:
@@ -110,6 +114,25 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
                     "once settled): part of the cold start."
                 )
     return findings
+
+
+def _payload_on_miss_path(findings: list[Finding]) -> None:
+    """large_payload on a call that a cache_miss finding (>= 0.5) says is made on its slow path only:
+    its size is what the misses fetch, so its growth is theirs."""
+    caches = [fd for fd in findings if fd.pattern == "cache_miss" and fd.confidence >= 0.5]
+    for fd in findings:
+        if fd.pattern != "large_payload":
+            continue
+        for cache in caches:
+            if fd.span_name in cache.evidence.get("stats", {}).get("slow_path_spans", ()):
+                fd.confidence = min(fd.confidence, 0.9 * cache.confidence)
+                fd.evidence.setdefault("stats", {})["part_of"] = "cache_miss"
+                fd.evidence["summary"] += (
+                    f" '{fd.span_name}' is called only on the miss path of '{cache.span_name}': what it "
+                    "fetches is what the cache missed, so its size grows with the misses (part of the "
+                    "cache miss)."
+                )
+                break
 
 
 def _wraps(frame: TraceFrame, outer: str, inner: str) -> bool:
@@ -140,13 +163,21 @@ def speaks_for(findings: list[Finding], frame: TraceFrame, min_confidence: float
 
 def merge_nested(findings: list[Finding], frame: TraceFrame) -> list[Finding]:
     """One cause seen on a span and again on the span that wraps it (a slow `feature_lookup` makes its
-    parent `preprocess` slow too) is one finding: the inner span's, which names the work."""
+    parent `preprocess` slow too) is one finding: the inner span's, which names the work. Unless the
+    inner one is a possible cause only (< 0.5) where the outer one is named: then they are two modes of
+    different things (a rare slow Redis call inside a request whose cache misses changed), and the
+    outer one keeps its own evidence."""
     drop = set()
     for i, outer in enumerate(findings):
+        if i in drop:
+            continue
         for j, inner in enumerate(findings):
             if i == j or j in drop or outer.pattern != inner.pattern:
                 continue
             if outer.span_name and inner.span_name and _wraps(frame, outer.span_name, inner.span_name):
+                if inner.confidence < NAMED <= outer.confidence:
+                    drop.add(j)
+                    continue
                 drop.add(i)
                 inner.evidence["summary"] += (
                     f" The same cause shows on the span around it, '{outer.span_name}' "

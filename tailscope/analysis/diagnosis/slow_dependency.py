@@ -74,18 +74,24 @@ def detect(ctx: Context) -> list[Finding]:
         share = ctx.share_of(top, f.dur - stalled)
         d = (f.dur - stalled)[top].astype(np.float64)
         p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
-        heaviness = p99 / max(p50, 1.0)
         # the callee's own time, where its SERVER span is traced
         spans = np.nonzero(top)[0]
         child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
         child = child[np.isin(f.parent[child], spans)]
+        far = far_side(f, spans, child)
         server_share = None
         callee = None
         slow_one = None
+        if far is not None:
+            server_share = ctx.share_of(np.isin(np.arange(len(f)), far[0]), f.dur) / max(share, 1e-9)
         if len(child) > 0.5 * len(spans):
-            server_share = ctx.share_of(np.isin(np.arange(len(f)), child), f.dur) / max(share, 1e-9)
             callee = _callee(ctx, child)
             slow_one = straggler(f, child)
+        # a dependency's tail is the time its side of the call takes: where that side is traced, the
+        # rest of the call (the wire, the caller's stall reading the reply late) is not its tail: the
+        # call's p99 were only the far side to vary (its spread over the call's median)
+        spread = far[2] - far[1] if far is not None else p99 - p50
+        heaviness = 1.0 + spread / max(p50, 1.0)
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
@@ -93,13 +99,17 @@ def detect(ctx: Context) -> list[Finding]:
         stage = ctx.stage_of_name(code)
         summary = (
             f"'{name}' (a call to another service, made by {presence:.0%} of requests) has a heavy tail: p50 "
-            f"{ms(p50):.1f} ms, p99 {ms(p99):.1f} ms ({heaviness:.1f}x), and carries {share:.0%} of the "
-            "tail excess"
+            f"{ms(p50):.1f} ms, p99 {ms(p99):.1f} ms ({p99 / max(p50, 1.0):.1f}x), and carries {share:.0%} "
+            "of the tail excess"
             + (
                 f"; {min(server_share, 1):.0%} of that is the callee's own time"
                 if server_share is not None
                 else ""
             )
+            + (f"; its far side (the callee's span) p50 {ms(far[1]):.1f} ms, p99 {ms(far[2]):.1f} ms: "
+               f"{heaviness:.1f}x the call's median were only that side to vary (the rest of the call is "
+               "the wire's or its caller's)"
+               if far is not None else "")
             + (f"; the calls to {callee[0]} carry most of it ({', '.join(callee[1])})" if callee else "")
             + (f"; one instance is a straggler: {slow_one[0]} answers in {slow_one[1]:.1f} ms at the median "
                f"against {slow_one[2]:.1f} ms for the others" if slow_one else "")
@@ -110,7 +120,9 @@ def detect(ctx: Context) -> list[Finding]:
             "callee_instances": callee[1] if callee else [],
             "p50_ms": ms(p50),
             "p99_ms": ms(p99),
-            "p99_over_p50": round(heaviness, 2),
+            "p99_over_p50": round(heaviness, 2),  # the far side's, where traced
+            "far_side_p50_ms": ms(far[1]) if far is not None else None,
+            "far_side_p99_ms": ms(far[2]) if far is not None else None,
             "tail_excess_share": round(share, 3),
             "presence": round(presence, 3),
             "callee_share": None if server_share is None else round(float(server_share), 3),
@@ -148,7 +160,7 @@ def detect(ctx: Context) -> list[Finding]:
         # a queue in the callee (see queueing)
         if server_share is not None and confidence > 0.45:  # (the cap below changes nothing under it)
             own = clamp01(float(server_share))
-            waiting = clamp01(_callee_wait_share(ctx, child) / max(share, 1e-9))
+            waiting = clamp01(_callee_wait_share(ctx, child) / max(share, 1e-9)) if len(child) else 0.0
             # the model's forward pass inside the callee is compute_bound's (a model server's time)
             forward = clamp01(ctx.share_of(top, forward_inside(ctx)) / max(share, 1e-9))
             work = max(own - waiting - forward, 0.0)
@@ -187,6 +199,21 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def far_side(f, spans: np.ndarray, server: np.ndarray) -> tuple[np.ndarray, float, float] | None:
+    """The far side of calls `spans` where most of them have it traced: (its spans, their p50 and p99
+    durations in ns). The far side is the callee's SERVER span (`server`), else a child CLIENT span
+    of another service: a sidecar proxy's outbound span, which holds the callee's part and the wire
+    beyond the proxy. None where fewer than half of the calls have one."""
+    if len(server) <= 0.5 * len(spans):
+        kids = np.nonzero((f.parent >= 0) & (f.kind == KIND_CLIENT))[0]
+        kids = kids[np.isin(f.parent[kids], spans)]
+        server = kids[f.service[kids] != f.service[f.parent[kids]]]
+        if len(server) <= 0.5 * len(spans):
+            return None
+    d = f.dur[server].astype(np.float64)
+    return server, float(np.median(d)), float(np.quantile(d, 0.99))
 
 
 def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
@@ -252,16 +279,21 @@ def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
 
 def straggler(f, server: np.ndarray) -> tuple[str, float, float] | None:
     """(instance, its median ms, the other instances' median ms) where one callee instance answers at
-    least twice as slowly as the others at the median and adds most (>= 50 %) of the time the calls
-    spend over their median: a straggler replica."""
+    least twice as slowly as the other instances of its own service at the median and adds most
+    (>= 50 %) of the time the calls spend over their median: a straggler replica. (One client span name
+    may call several services, as HTTP clients name spans by method: a slower service is no straggler.)"""
     d = f.dur[server].astype(np.float64)
     inst = f.instance[server]
     added = np.bincount(inst, weights=np.maximum(d - float(np.median(d)), 0), minlength=len(f.instances))
     worst = int(np.argmax(added))
     mine = inst == worst
-    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.all() or mine.sum() < 10:
+    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.sum() < 10:
         return None
-    own, rest = float(np.median(d[mine])), float(np.median(d[~mine]))
+    service = int(np.bincount(f.service[server][mine]).argmax())
+    peers = (f.service[server] == service) & ~mine
+    if not peers.any():
+        return None
+    own, rest = float(np.median(d[mine])), float(np.median(d[peers]))
     return (f.instances[worst], ms(own), ms(rest)) if own >= 2.0 * rest else None
 
 
@@ -284,14 +316,17 @@ def _inside(f, inner: int, outer: int) -> bool:
 
 def stalled_time(ctx: Context, mask: np.ndarray) -> np.ndarray:
     """Per span (0 outside `mask`): the time it spent inside the stall episodes of its own instance
-    (ctx.notes['gc_episodes']: gc_pause's and cpu_throttling's): a stalled caller reads a reply late."""
-    out = np.zeros(len(ctx.frame), np.int64)
-    episodes = ctx.notes.get("gc_episodes")
-    if episodes is None or len(episodes[0]) == 0:
-        return out
+    (ctx.notes['gc_episodes']: gc_pause's and cpu_throttling's) or in the pauses its runtime reported
+    (GC events): a stalled caller reads a reply late."""
     from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
     f = ctx.frame
+    out = np.zeros(len(f), np.int64)
     idx = np.nonzero(mask)[0]
-    out[idx] = np.minimum(stall_overlap(f.instance[idx], f.start[idx], f.end[idx], *episodes), f.dur[idx])
+    # the runtime's own pause reports count too: gc_pause keeps as episodes only the stalls its timing
+    # test found (or the longest reported ones), and a reply read late in any reported pause is late
+    for pauses in (ctx.notes.get("gc_episodes"), ctx.reported_pauses if len(f.gc_time) else None):
+        if pauses is not None and len(pauses[0]):
+            overlap = stall_overlap(f.instance[idx], f.start[idx], f.end[idx], *pauses)
+            out[idx] = np.maximum(out[idx], np.minimum(overlap, f.dur[idx]))
     return out

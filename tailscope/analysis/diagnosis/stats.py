@@ -247,3 +247,13 @@ def downsample(n: int, limit: int, rng: np.random.Generator | None = None) -> np
 
 def ms(ns: float) -> float:
     return round(float(ns) / 1e6, 3)
+
+
+def slow_spans(d: np.ndarray, least: int = 10) -> np.ndarray:
+    """The slow spans of one name: over twice its median duration; where a slow period holds most of
+    them (fewer than `least` over twice the median: the median is itself slow), over twice its fastest
+    tenth's (p10), the usual time the slow period stretched."""
+    slow = d > 2.0 * float(np.median(d))
+    if slow.sum() < least and len(d):
+        slow = d > 2.0 * float(np.quantile(d, 0.1))
+    return slow

@@ -308,7 +308,9 @@ def _peer(ctx: Context, code: int, first: np.ndarray) -> str:
 def _straggler_cut(f, first: np.ndarray, spans: np.ndarray) -> tuple[str, float] | None:
     """(instance, share) where the callee's SERVER spans under the cut first attempts are mostly
     (>= 75 %) on one instance whose calls (all those it served, at least 20) take at least twice as long
-    at the median as the other instances' calls: a straggler replica, slow on every call."""
+    at the median as the calls of the other instances of its service: a straggler replica, slow on
+    every call. (One client span name may call several services, as HTTP clients name spans by
+    method: another service's replicas answering faster make no straggler.)"""
     child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
     served = child[np.isin(f.parent[child], spans)]
     cut = child[np.isin(f.parent[child], first)]
@@ -316,6 +318,8 @@ def _straggler_cut(f, first: np.ndarray, spans: np.ndarray) -> tuple[str, float]
         return None
     worst = int(np.bincount(f.instance[cut]).argmax())
     share = float((f.instance[cut] == worst).mean())
+    service = int(np.bincount(f.service[cut][f.instance[cut] == worst]).argmax())
+    served = served[f.service[served] == service]
     mine = f.instance[served] == worst
     if share < 0.75 or mine.sum() < 20 or mine.all():
         return None

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import SPAN_KINDS
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, accepted_late, stall_edit
 from tailscope.analysis.whatif.retime import Edit
 from tailscope.analysis.whatif.retries import abandoned_work_left, retried_calls
@@ -41,18 +41,25 @@ ACCEPTED_AT_BOUNDARY_NS = 500_000
 
 
 def _accepted_at_boundary(x: Inputs, phases: dict[int, float], period_ns: int, edit) -> None:
-    """Calls to a throttled instance whose SERVER span starts just after a period boundary, later
-    than the call's usual gap, waited for the quota (the server accepts nothing while stopped): their
-    gap is cut to the median gap of the calls that did not start on a boundary."""
+    """Calls to a throttled instance whose span starts just after a period boundary, later than the
+    call's usual gap, waited for the quota (the server accepts nothing while stopped; a sidecar proxy
+    forwards nothing: its outbound span opens late under the app's call): their gap is cut to the
+    median gap of the calls that did not start on a boundary. A call from a throttled instance whose
+    callee's span starts just after the caller's boundary was sent late (a proxy that stopped before
+    forwarding it): the same."""
     f = x.frame
-    kid = np.nonzero((f.parent >= 0) & (f.kind == SPAN_KINDS.index("Server")))[0]
-    kid = kid[np.isin(f.instance[kid], list(phases))]
+    kid = np.nonzero(f.parent >= 0)[0]
     par = f.parent[kid]
     kid, par = kid[f.instance[par] != f.instance[kid]], par[f.instance[par] != f.instance[kid]]
+    keep = np.isin(f.instance[kid], list(phases)) | np.isin(f.instance[par], list(phases))
+    kid, par = kid[keep], par[keep]
     if len(kid) == 0:
         return
-    phase = np.array([phases[i] for i in f.instance[kid].tolist()])
-    at = (f.start[kid] - phase - PHASE_MARGIN_NS) % period_ns <= ACCEPTED_AT_BOUNDARY_NS
+    at = np.zeros(len(kid), bool)
+    for side in (kid, par):
+        has = np.isin(f.instance[side], list(phases))
+        phase = np.array([phases.get(i, 0.0) for i in f.instance[side].tolist()])
+        at |= has & ((f.start[kid] - phase - PHASE_MARGIN_NS) % period_ns <= ACCEPTED_AT_BOUNDARY_NS)
     gap = (f.start[kid] - f.start[par]).astype(np.float64)
     for code in np.unique(f.name[kid]).tolist():
         same = f.name[kid] == code
@@ -63,13 +70,42 @@ def _accepted_at_boundary(x: Inputs, phases: dict[int, float], period_ns: int, e
         edit.cut_before[kid[late]] = np.maximum(edit.cut_before[kid[late]], gap[late] - typical)
 
 
+def _replied_at_boundary(x: Inputs, phases: dict[int, float], period_ns: int, edit) -> None:
+    """A throttled instance's span with children that ends just after a period boundary, its time
+    after its last child longer than the same span's usual one, waited for the quota to reply (a
+    proxy's inbound span holds the reply until the next period): that time is cut to the median of
+    the same spans that did not end on a boundary."""
+    f, lay = x.frame, x.lay
+    for i, phase in phases.items():
+        sel = np.nonzero((f.instance == i) & lay.has_children)[0]
+        at = (f.end[sel] - phase - PHASE_MARGIN_NS) % period_ns <= ACCEPTED_AT_BOUNDARY_NS
+        trailing = lay.trailing[sel].astype(np.float64)
+        for code in np.unique(f.name[sel]).tolist():
+            same = f.name[sel] == code
+            if not (same & ~at).any():
+                continue
+            typical = float(np.median(trailing[same & ~at]))
+            late = np.nonzero(same & at & (trailing > typical))[0]
+            edit.cut_after[sel[late]] = np.maximum(edit.cut_after[sel[late]], trailing[late] - typical)
+
+
+OUTBOUND = (KIND_CLIENT, SPAN_KINDS.index("Producer"))  # calls out (a request, a message sent)
+
+
 def _crossing_leaves(x: Inputs, phases: dict[int, float], period_ns: int) -> np.ndarray:
     """Leaves of requests on a throttled instance that run across one of its period boundaries (a
-    throttled thread resumes only there: a span stretched by the quota crosses one)."""
+    throttled thread resumes only there: a span stretched by the quota crosses one); and the calls of
+    the app beside a throttled proxy (its node mate: network_levers.node_mates) that leave no span in
+    the proxy (a database's protocol proxied as bytes): they cross the proxy's boundaries alike."""
+    from tailscope.analysis.whatif.network_levers import node_mates
+
     f = x.frame
     out = np.zeros(len(f), bool)
+    leaf = ~x.lay.has_children
     for i, phase in phases.items():
-        sel = np.nonzero((f.instance == i) & ~x.lay.has_children)[0]
+        sel = np.nonzero((f.instance == i) & leaf)[0]
+        mates = [m for m in node_mates(f, [i]) if m not in phases]
+        sel = np.r_[sel, np.nonzero(np.isin(f.instance, mates) & leaf & np.isin(f.kind, OUTBOUND))[0]]
         before = np.floor((f.start[sel] - phase) / period_ns)
         after = np.floor((f.end[sel] - phase) / period_ns)
         out[sel[after > before]] = True
@@ -83,10 +119,15 @@ def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     f = x.frame
     named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
     codes = {f.instances.index(n) for n in named if n in f.instances}
+    # a CPU limit is set per deployment: every instance of a named instance's service with stalls on
+    # a period of its own
+    services = {int(f.service[np.argmax(f.instance == c)]) for c in codes if (f.instance == c).any()}
+    codes |= {int(i) for i in np.unique(f.instance[np.isin(f.service, list(services))])}
     phases = {i: p for i, p in _phases(stalls, PERIOD_NS).items() if not codes or i in codes}
     edit = stall_edit(x, stalls)
     crossing = _crossing_leaves(x, phases, PERIOD_NS)
     _accepted_at_boundary(x, phases, PERIOD_NS, edit)
+    _replied_at_boundary(x, phases, PERIOD_NS, edit)
     rng = x.rng(22)
     leaf = ~x.lay.has_children
     # drawn from the instances not throttled (on a throttled one, the spans that did not cross a

@@ -31,7 +31,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 6  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 7  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -212,6 +212,8 @@ def plan(
             out.append(cl.payload_at_median(x, fd))
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
+        elif p == "queueing" and fd.get("span_name"):
+            out.append(ql.wait_span_as_calm(x, fd))
     out += [
         lv.no_stalls(x),
         ql.queue_within_window(x),
@@ -243,7 +245,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     x.batches = batch_consumers(frame, lay, seed)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
-        timed = timing_stalls(frame, seed)
+        timed = timing_stalls(frame, seed, quota=True)
         x.throttle_stalls = on_period(timed) if timed is not None else None
     return x
 

@@ -61,12 +61,14 @@ def _calls(frame: TraceFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(SERVER span, its CLIENT caller on another instance, pool) and, for queue-fed consumers, (the
     CONSUMER span, the unit's wait span above it: stage queue, from the publish, pool): a server's
     calls queue at their instance's threads; a consumer's messages wait in the broker for any of its
-    service's processes (pool -1 - service)."""
+    service's processes (pool -1 - service). A proxy in front of the server (a sidecar's inbound
+    SERVER span on another instance, the app's SERVER span its child) is a caller too: the request
+    waits for a thread inside the proxy's span."""
     from tailscope.vocabulary import ALL_STAGES
 
     kid = np.nonzero(frame.parent >= 0)[0]
     par = frame.parent[kid]
-    server = (frame.kind[kid] == KIND_SERVER) & (frame.kind[par] == KIND_CLIENT)
+    server = (frame.kind[kid] == KIND_SERVER) & np.isin(frame.kind[par], (KIND_CLIENT, KIND_SERVER))
     server &= frame.instance[par] != frame.instance[kid]
     consumer = (frame.kind[kid] == KIND_CONSUMER) & (frame.kind[par] == KIND_CONSUMER)
     consumer &= (frame.parent[par] < 0) & (frame.stage[par] == ALL_STAGES.index("queue"))

@@ -184,15 +184,25 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         spans = x.spans_named(name)
         chart = finding.get("evidence", {}).get("chart") or {}
         threshold = chart.get("threshold_ms")
-        if len(spans) == 0 or threshold is None:
+        if threshold is None and len(spans):
+            threshold = miss_threshold_ms(f.dur[spans])
+        if len(spans) == 0:
             return None
-        d = f.dur[spans]
-        miss = d >= float(threshold) * 1e6
-        hits = d[~miss]
-        if not miss.any() or len(hits) == 0:
-            return None
-        edit.dur[spans[miss]] = _draw(x.rng(2), hits, int(miss.sum()))
-        model = f"each miss of '{name}' takes the time of a hit drawn from the run's hits"
+        if threshold is None:  # no hit and miss modes of their own: a wave of misses in time
+            wave = miss_wave(f.start[spans], f.dur[spans])
+            if wave is None:
+                return None
+            edit.dur[spans[wave]] = _draw(x.rng(2), f.dur[spans[~wave]], int(wave.sum()))
+            model = (f"each '{name}' in the stretch of the run where it was slow (the cache emptied at "
+                     "once: a flush, a wave of expiries) takes the time of one outside it (drawn)")
+        else:
+            d = f.dur[spans]
+            miss = d >= float(threshold) * 1e6
+            hits = d[~miss]
+            if not miss.any() or len(hits) == 0:
+                return None
+            edit.dur[spans[miss]] = _draw(x.rng(2), hits, int(miss.sum()))
+            model = f"each miss of '{name}' takes the time of a hit drawn from the run's hits"
     return Lever(
         f"cache_hits:{name}",
         f"Cache hits instead of misses ('{name}')",
@@ -203,6 +213,42 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         span_name=name,
         requeue=True,
     )
+
+
+def miss_threshold_ms(dur: np.ndarray) -> float | None:
+    """Where a cache finding gives no threshold (a chart without one: a finding given by hand, from
+    another tool): the duration (ms) between the lookup's two modes, hits and misses, as the
+    diagnosis splits them (a two-component mixture of the log durations); None where the durations
+    show no second mode a multiple of the first."""
+    from tailscope.analysis.diagnosis.stats import gmm2
+
+    x = np.log(np.maximum(dur.astype(np.float64), 1.0))
+    mix = gmm2(x)
+    if mix is None or mix.mu[1] - mix.mu[0] < np.log(2.0) or not 0.005 <= mix.w[1] <= 0.6:
+        return None
+    return float(np.exp(mix.threshold)) / 1e6
+
+
+WAVE_BINS = 20  # the run cut into this many stretches of equal time
+WAVE_RATIO = 1.5  # a stretch whose mean lookup time is this many times the median stretch's
+
+
+def miss_wave(start: np.ndarray, dur: np.ndarray) -> np.ndarray | None:
+    """The lookups in the stretches of the run where they were slow (a cache emptied at once: the
+    hot set expiring together, a flush; misses fall as it refills): per twentieth of the run, the
+    mean lookup time against the median twentieth's; a stretch 1.5 times it is in the wave. None where
+    no stretch is, or most are (no calm part to draw from)."""
+    if len(start) < 5 * WAVE_BINS:
+        return None
+    t = start.astype(np.float64)
+    edges = np.linspace(t.min(), t.max() + 1, WAVE_BINS + 1)
+    b = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, WAVE_BINS - 1)
+    count = np.bincount(b, minlength=WAVE_BINS)
+    mean = np.bincount(b, weights=dur.astype(np.float64), minlength=WAVE_BINS) / np.maximum(count, 1)
+    slow = (count > 0) & (mean > WAVE_RATIO * float(np.median(mean[count > 0])))
+    if not slow.any() or slow.sum() > WAVE_BINS // 2:
+        return None
+    return slow[b]
 
 
 # ---- locks --------------------------------------------------------------------------------------

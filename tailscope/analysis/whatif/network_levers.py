@@ -82,6 +82,34 @@ def lossy_instances(f: TraceFrame, srv: np.ndarray, cli: np.ndarray, big: np.nda
         active &= (f.instance[cli] != best) & (f.instance[srv] != best)
 
 
+MATE_SHARE = 0.9  # a proxy and its app: this share of each one's calls from another instance the other's
+
+
+def node_mates(f: TraceFrame, lossy: list[int]) -> list[int]:
+    """The instances on the same node as a lossy one: a sidecar proxy and its app call only each other
+    from another instance (the proxy's inbound span is the app's request's parent; the app's calls go
+    out through the proxy's outbound spans), so each of the pair takes at least 90 % of the other's
+    spans called from another instance. The app's calls to untraced callees (a database) cross the
+    same lossy network as the proxy's."""
+    if not lossy:
+        return []
+    kid = np.nonzero(f.parent >= 0)[0]
+    caller = f.instance[f.parent[kid]]
+    callee = f.instance[kid]
+    kid, caller, callee = kid[caller != callee], caller[caller != callee], callee[caller != callee]
+    k = len(f.instances)
+    pairs = np.bincount(callee * k + caller, minlength=k * k).reshape(k, k)  # [callee, caller]
+    entries = pairs.sum(axis=1)
+    mates = []
+    for i in lossy:
+        for j in range(k):
+            if j == i or j in lossy or entries[i] == 0 or entries[j] == 0:
+                continue
+            if pairs[j, i] >= MATE_SHARE * entries[j] and pairs[i, j] >= MATE_SHARE * entries[i]:
+                mates.append(j)
+    return mates
+
+
 def _untraced_calls(x: Inputs, lossy: list[int], traced: np.ndarray) -> tuple[np.ndarray, int]:
     """Each CLIENT span of the lossy instances whose callee is not traced takes the time of a call of
     the same name from another instance of the service (drawn), where the run has enough of those.
@@ -114,6 +142,7 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     link = _links(f, srv, cli)
     wire = np.maximum(f.dur[cli] - f.dur[srv], 0).astype(np.float64)
     lossy = lossy_instances(f, srv, cli, _large(wire, link))
+    lossy += [i for i in node_mates(f, lossy) if i not in lossy]
     name = finding.get("span_name")
     edit = Edit.none(len(f))
     if lossy:

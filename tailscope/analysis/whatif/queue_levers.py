@@ -193,3 +193,37 @@ def scaled_out_early(x: Inputs, finding: dict) -> Lever | None:
         handler_pools=route,
         params={"instances_joined_late": len(late), "instances": len(pools)},
     )
+
+
+def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
+    """A queueing finding that names a wait span of its own (a scheduler's wait for memory or a slot,
+    an admission queue: not the model's batcher, served.py): each wait of a stretch whose mean wait is
+    over twice the quieter quarter's takes the time of a wait in a calm stretch (drawn from the run)."""
+    name = finding.get("span_name")
+    spans = x.spans_named(name)
+    if len(spans) < 2 * CALM_BINS or (x.served is not None and np.isin(spans, x.served.queue).any()):
+        return None
+    f = x.frame
+    t, wait = f.start[spans].astype(np.float64), f.dur[spans].astype(np.float64)
+    span = float(t.max() - t.min()) or 1.0
+    b = np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
+    count = np.bincount(b, minlength=CALM_BINS)
+    mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
+    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
+    calm = mean[b] <= CALM_RATIO * max(typical, 1.0)
+    if calm.all() or calm.sum() < 20:
+        return None
+    edit = Edit.none(len(f))
+    rows = spans[~calm]
+    edit.dur[rows] = np.minimum(wait[calm][x.rng(26).integers(0, int(calm.sum()), len(rows))], f.dur[rows])
+    return Lever(
+        f"queue_as_calm:{name}",
+        f"'{name}' as in calm stretches (peaks absorbed)",
+        CAPACITY,
+        f"each '{name}' of a stretch whose mean wait is over twice the quieter quarter's takes the time of "
+        "a wait in a calm stretch (drawn from the run): the peaks met with capacity or admission; what the "
+        "added work does to the service times (a larger batch's slower steps) is not modelled",
+        edit,
+        pattern="queueing",
+        span_name=name,
+    )

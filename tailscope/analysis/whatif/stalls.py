@@ -52,14 +52,18 @@ def reported_ends(frame: TraceFrame):
     return inst[keep].astype(np.int64), begin[keep], t[keep]
 
 
-def timing_stalls(frame: TraceFrame, seed: int):
+def timing_stalls(frame: TraceFrame, seed: int, quota: bool = False):
     """The stalls found from timing alone (gc_pause's episodes widened to the silent stretch they sit
-    in, and freezes), whatever the runtime reports: None where timing finds none."""
-    from tailscope.analysis.diagnosis import gc_pause
+    in, and freezes), whatever the runtime reports: None where timing finds none. `quota`: also the
+    stretched single spans whose ends keep a CPU quota's period (quota_stalls: a process with about
+    one request in flight, a proxy whose own work is small), as the cpu_throttling finding read them."""
+    from tailscope.analysis.diagnosis import gc_pause, quota_stalls
     from tailscope.analysis.diagnosis.model import Context
 
     ctx = Context(frame, seed=seed)
     gc_pause.detect(ctx)
+    if quota:
+        quota_stalls.detect(ctx)
     episodes = ctx.notes.get("gc_episodes")
     if episodes is None:
         return None

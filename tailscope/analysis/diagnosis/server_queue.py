@@ -1,0 +1,93 @@
+"""A server's wait for capacity: what lock_contention's crowd test finds on a server's whole call is
+queueing, not a lock.
+
+Mechanism. lock_contention finds a span whose duration rises with the same-name spans the instance
+was already running when it started. A critical section is one step inside a process's work (a span
+in the handler, or a handler's own time between its steps). A SERVER span is the server's whole
+handling of one call: where its slow spans' extra time is time the server itself names a queue (its
+queue-stage child spans: a scheduler's wait for KV-cache blocks or a batch slot, a worker pool's
+queue), or time it does not break down at all (a server reported as one span, its internals
+untraced), the calls wait for the server's capacity - a continuous-batching scheduler, a batcher, a
+pool of workers - and that is queueing: more capacity, not a shorter critical section, removes it.
+Where the extra time sits in the server's other child spans (its work, a lock span below it), the
+finding stays lock_contention: that child, not the server, is where to look.
+
+The named queue is the stronger evidence: with no child span a lock inside the server is not ruled
+out, so the confidence is held at UNTRACED_CAP and the evidence says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_SERVER
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.queueing import ADVICE
+from tailscope.analysis.diagnosis.stats import slow_spans
+
+PATTERN = "queueing"
+HELD = 0.5  # share of the slow spans' extra time in the server's queue (or its untraced own time)
+UNTRACED_CAP = 0.7  # a server reported as one span: a lock inside it cannot be ruled out
+
+
+def where_the_extra_is(ctx: Context, spans: np.ndarray) -> tuple[float, float, int]:
+    """For spans of one name: the share of the slow spans' extra time (over twice the median: their
+    mean over the others') in their queue-stage children, and in their own (exclusive) time, and the
+    most common queue child's name code (-1 where none)."""
+    f = ctx.frame
+    d = f.dur[spans].astype(np.float64)
+    slow = slow_spans(d)
+    if slow.sum() < 10 or slow.all():
+        return 0.0, 0.0, -1
+    extra = float(d[slow].mean() - d[~slow].mean())
+    if extra <= 0:
+        return 0.0, 0.0, -1
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
+    kids = np.nonzero(f.parent >= 0)[0]
+    kids = kids[pos[f.parent[kids]] >= 0]
+    queued = kids[ctx.span_stage_mask("queue")[kids]]
+    t = np.bincount(pos[f.parent[queued]], weights=f.dur[queued].astype(np.float64), minlength=len(spans))
+    own = f.excl[spans].astype(np.float64)
+    in_queue = float(t[slow].mean() - t[~slow].mean()) / extra
+    in_own = float(own[slow].mean() - own[~slow].mean()) / extra
+    name = int(np.bincount(f.name[queued]).argmax()) if len(queued) else -1
+    return in_queue, in_own, name
+
+
+def recast(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """lock_contention's findings, those on a server's whole call whose extra time is its queue's or
+    untraced recast as queueing (see the module docstring)."""
+    f = ctx.frame
+    out = []
+    for fd in findings:
+        code = f.names.index(fd.span_name) if fd.span_name in f.names else -1
+        spans = np.nonzero((f.name == code) & (f.request >= 0))[0] if code >= 0 else np.zeros(0, np.int64)
+        if len(spans) == 0 or np.mean(f.kind[spans] == KIND_SERVER) < 0.5:
+            out.append(fd)
+            continue
+        in_queue, in_own, queue_name = where_the_extra_is(ctx, spans)
+        if in_queue >= HELD and queue_name >= 0:
+            out.append(_as_queue(fd, fd.confidence, f.names[queue_name], in_queue, "its queue span"))
+        elif in_own >= HELD and f.leaf[spans].mean() >= 0.5:
+            out.append(_as_queue(fd, min(fd.confidence, UNTRACED_CAP), fd.span_name, in_own, "untraced"))
+        else:
+            out.append(fd)
+    return out
+
+
+def _as_queue(fd: Finding, confidence: float, span: str, held: float, where: str) -> Finding:
+    stats = {**fd.evidence["stats"], "server_queue_share": round(held, 3), "server_queue_from": where}
+    if where == "untraced":
+        why = (f"; {held:.0%} of the slow calls' extra time is the server's own, untraced time: calls "
+               "waiting for the server's capacity (a scheduler's or batcher's queue, a worker pool), "
+               "as a server's whole call shows it; a lock inside it is not ruled out")
+    else:
+        why = (f"; {held:.0%} of the slow calls' extra time is spent in '{span}', the server's own queue: "
+               "calls waiting for the server's capacity, not for a lock")
+    summary = fd.evidence["summary"].rstrip(".") + why + "."
+    evidence = {**fd.evidence, "summary": summary, "stats": stats}
+    return replace(fd, pattern=PATTERN, confidence=confidence, stage="queue", span_name=span,
+                   evidence=evidence, advice=ADVICE)
