@@ -12,19 +12,18 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS = REPO_ROOT.parent / "shared" / "fixtures" / "real"
 
 # Files whose tests measure time under real load (the reference pipeline's latencies and batching, signals
-# sent mid-run, a receiver's pacing, readers beside a writer, a time bound on hostile input): ./test.sh runs
-# them in a phase of their own, after the rest ran in parallel, so another test's CPU never skews them.
+# sent mid-run, a receiver's pacing, readers beside a writer): ./test.sh runs them in a phase of their own,
+# after the rest ran in parallel, so another test's CPU never skews them. A single such test elsewhere
+# carries @pytest.mark.serial itself.
 SERIAL_FILES = frozenset(
     {
         "test_pipeline_e2e.py",
         "test_pipeline_gc_pair.py",
         "test_pipeline_frontends.py",
-        "test_pipeline_model.py",
         "test_pipeline_sweep_e2e.py",
         "test_stop_signals.py",
         "test_receiver_pacing.py",
         "test_reads_while_writing.py",
-        "test_hostile_inputs.py",
         "test_collect_load.py",
     }
 )

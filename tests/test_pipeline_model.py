@@ -178,6 +178,7 @@ def _forward_seconds(runner: ModelRunner, busy_thread: bool) -> float:
     return took[0]
 
 
+@pytest.mark.serial  # times a forward beside a busy thread: alone, after the parallel phase
 def test_torchscript_forward_runs_without_the_gil() -> None:
     """Why the CPU default is TorchScript: busy Python elsewhere in the process (the event loop, the
     tracer) stalls an eager forward at every op; the frozen graph runs clear of the GIL."""
