@@ -135,6 +135,19 @@ def request_kind_service(seed: int):
     return b.frame()
 
 
+def _embedded_request(b: TraceBuilder, t: float, route: str) -> tuple[int, str, float]:
+    """A new request on one of three API instances that first calls the embedder (three replicas,
+    ~5 ms) through an HTTP client span named `POST`: (its root span, its instance, when the call ended)."""
+    b.new_trace()
+    inst = f"api/{int(b.rng.integers(3))}"
+    root = b.span(None, route, "Server", inst, t, 0.0)
+    cur = t + 0.05
+    d = lognormal(b.rng, 5.0, 0.2)
+    call = b.span(root, "POST", "Client", inst, cur, d, server__address="embedder")
+    b.span(call, "POST /embed", "Server", f"embedder/{int(b.rng.integers(3))}", cur + 0.2, d - 0.4)
+    return root, inst, cur + d + 0.05
+
+
 def one_client_name_service(seed: int):
     """Each request calls an embedder (three replicas, ~5 ms) and then a moderation service (one
     replica, median 400 ms with a Pareto tail) through one HTTP client whose spans are all named
@@ -142,14 +155,7 @@ def one_client_name_service(seed: int):
     replica is slower than the embedder's replicas, as a different service is: not a straggler."""
     b = TraceBuilder(seed)
     for t in b.arrivals(2000, 20):
-        b.new_trace()
-        inst = f"api/{int(b.rng.integers(3))}"
-        root = b.span(None, "POST /chat", "Server", inst, t, 0.0)
-        cur = t + 0.05
-        d = lognormal(b.rng, 5.0, 0.2)
-        call = b.span(root, "POST", "Client", inst, cur, d, server__address="embedder")
-        b.span(call, "POST /embed", "Server", f"embedder/{int(b.rng.integers(3))}", cur + 0.2, d - 0.4)
-        cur += d + 0.05
+        root, inst, cur = _embedded_request(b, t, "POST /chat")
         for _ in range(2):
             queued = b.rng.random() < 0.25  # a quarter wait behind others on the CPU nodes
             callee = lognormal(b.rng, 400.0, 0.3) + (900.0 * (b.rng.pareto(1.1) + 1) if queued else 0.0)
@@ -172,14 +178,7 @@ def two_services_one_client_name(seed: int):
     embedder's, as a different service is; neither of its own replicas is a straggler."""
     b = TraceBuilder(seed)
     for t in b.arrivals(2000, 20):
-        b.new_trace()
-        inst = f"api/{int(b.rng.integers(3))}"
-        root = b.span(None, "POST /rank", "Server", inst, t, 0.0)
-        cur = t + 0.05
-        d = lognormal(b.rng, 5.0, 0.2)
-        call = b.span(root, "POST", "Client", inst, cur, d, server__address="embedder")
-        b.span(call, "POST /embed", "Server", f"embedder/{int(b.rng.integers(3))}", cur + 0.2, d - 0.4)
-        cur += d + 0.05
+        root, inst, cur = _embedded_request(b, t, "POST /rank")
         scan = 400.0 * (b.rng.pareto(1.5) + 1) if b.rng.random() < 0.1 else 0.0
         callee = lognormal(b.rng, 60.0, 0.2) + scan
         call = b.span(root, "POST", "Client", inst, cur, callee + 0.4, server__address="ranker")
