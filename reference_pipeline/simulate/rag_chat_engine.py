@@ -246,13 +246,3 @@ def throttle_stalls(demand: list[float], quota_ms: float, cores: float) -> list[
             backlog += asked
     return out
 
-
-def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Overlapping stalls as one (a GC pause inside a throttled period)."""
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out

@@ -16,12 +16,11 @@ from reference_pipeline.simulate.rag_chat_engine import (
     Gen,
     embed_batches,
     gc_pauses,
-    merge,
     run_engine,
     shard_searches,
     throttle_stalls,
 )
-from reference_pipeline.simulate.trace_table import NS_PER_MS, NS_PER_S, Stalls, lognormal_ms
+from reference_pipeline.simulate.trace_table import NS_PER_MS, NS_PER_S, Stalls, lognormal_ms, merge_intervals
 
 NET_MS = 0.25  # one hop inside the cluster
 CANDIDATES = 24  # the vector search's top-n, reranked down to the prompt's top-k
@@ -136,7 +135,7 @@ def orchestrator_stalls(
     stalls = []
     for k in range(plan.pods):
         throttled = throttle_stalls(demand[k], plan.quota_ms, cores=6.0)
-        stalls.append(Stalls(merge([(a, b) for a, b, _ in pauses[k]] + throttled)))
+        stalls.append(Stalls(merge_intervals([(a, b) for a, b, _ in pauses[k]] + throttled)))
     return stalls, pauses
 
 

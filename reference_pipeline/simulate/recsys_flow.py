@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_pipeline.simulate.trace_table import NS_PER_MS, Stalls, lognormal_ms
+from reference_pipeline.simulate.trace_table import NS_PER_MS, Stalls, lognormal_ms, merge_intervals
 
 BATCH_WINDOW_MS = 0.5  # max_queue_delay: an idle executor waits this long for more requests
 MAX_BATCH = 32
@@ -145,15 +145,6 @@ def gc_reports(
     return [], {}
 
 
-def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(b, out[-1][1]))
-        else:
-            out.append((a, b))
-    return out
-
 
 def g1_pauses(rng: random.Random, horizon: float, old_gen_trouble: bool) -> list[tuple[float, float]]:
     """A ranker pod's stop-the-world pauses: young evacuations of a few ms every 1.5-4 s; with an old
@@ -167,7 +158,7 @@ def g1_pauses(rng: random.Random, horizon: float, old_gen_trouble: bool) -> list
             if rng.random() < 0.125:
                 b = a + rng.uniform(300.0, 600.0) * NS_PER_MS
             pauses.append((a, b))
-    return merge(pauses)
+    return merge_intervals(pauses)
 
 
 def open_loop(

@@ -17,6 +17,7 @@ from reference_pipeline.simulate.trace_table import (
     TraceTable,
     WorkerPool,
     lognormal_ms,
+    merge_intervals,
     poisson_arrivals,
     random_pauses,
 )
@@ -50,15 +51,6 @@ class Loop(Stalls):
         self.starts[k:j] = [a]
         self.ends[k:j] = [b]
 
-
-def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def _pauses(rng: random.Random, horizon: float, major: bool) -> list[tuple[float, float, str]]:
@@ -119,10 +111,10 @@ def run(parts: set[str], requests: int, seed: int, s: dict[str, Any], v: dict[st
             gc = _pauses(rng, horizon, "mark-compact" in parts and p in v["canary"])
             stalls = [(a, b) for a, b, _ in gc]
             if (p, j) == v["blocked"]:
-                quiet = Stalls(_merged(stalls))
+                quiet = Stalls(merge_intervals(stalls))
                 blocks = {t: quiet.settle(t) + 0.3 * NS_PER_MS for t, _, _ in bot}
                 stalls += [(blocks[t], blocks[t] + cpu) for t, _, cpu in bot]
-            loops.append(Loop(_merged(stalls)))
+            loops.append(Loop(merge_intervals(stalls)))
             gcs.append(gc)
             agents.append(SocketAgent(max_sockets))
     res = spans.resources(table, c, pods, procs, s["pers_pods"], s["es_nodes"])

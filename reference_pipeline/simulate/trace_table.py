@@ -262,6 +262,17 @@ def poisson_arrivals(rng: random.Random, rps: float, n: int,
     return out
 
 
+def merge_intervals(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping or touching intervals as one, sorted (a GC pause inside a throttled period)."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 class Stalls:
     """Intervals (wall ns) during which a whole process runs nothing: stop-the-world pauses, or a
     cgroup's throttled time. Work started at t needs `work` ns of running time; every thread's

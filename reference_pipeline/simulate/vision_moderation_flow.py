@@ -15,6 +15,7 @@ from reference_pipeline.simulate.trace_table import (
     TraceTable,
     WorkerPool,
     lognormal_ms,
+    merge_intervals,
     poisson_arrivals,
 )
 from reference_pipeline.simulate.vision_moderation_runtime import (
@@ -22,7 +23,6 @@ from reference_pipeline.simulate.vision_moderation_runtime import (
     GoRuntime,
     dynamic_batcher,
     gc_cycles,
-    merge,
     tcp_loss,
     throttle_stalls,
 )
@@ -100,7 +100,7 @@ def _runtimes(rng: random.Random, parts: set[str], s: dict[str, Any], reqs: list
         throttled = throttle_stalls(rng, demand[1:], quota, gomaxprocs, offset)
         stw = [(c.start, c.start + c.sweep_term_ns) for c in cycles]
         stw += [(c.mark_end, c.mark_end + c.mark_term_ns) for c in cycles]
-        out.append(GoRuntime(cycles, Stalls(merge(stw + throttled)), throttled))
+        out.append(GoRuntime(cycles, Stalls(merge_intervals(stw + throttled)), throttled))
     return out
 
 

@@ -138,15 +138,6 @@ def throttle_stalls(rng: random.Random, demand: list[float], quota_cores: float,
     return out
 
 
-def merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
 
 @dataclass(frozen=True)
 class Batch:
