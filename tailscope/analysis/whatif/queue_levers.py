@@ -118,16 +118,8 @@ def handlers_as_calm(x: Inputs) -> Lever | None:
         return None
     f = x.frame
     wait = h.wait(f)
-    arrival = (f.start[h.client] + h.net).astype(np.float64)
-    span = float(arrival.max() - arrival.min()) or 1.0
-    b = np.minimum(((arrival - arrival.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
-    count = np.bincount(b, minlength=CALM_BINS)
-    mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
-    # the typical stretch: the quieter quarter's (a backlog can outlast half the run: the median
-    # stretch is then a backlogged one)
-    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
-    calm = mean[b] <= CALM_RATIO * max(typical, 1.0)
-    if calm.all() or calm.sum() < 20:
+    calm = _calm(f.start[h.client] + h.net, wait)
+    if calm is None:
         return None
     pick = np.nonzero(calm)[0][x.rng(8).integers(0, int(calm.sum()), int((~calm).sum()))]
     rows = np.nonzero(~calm)[0]
@@ -204,14 +196,9 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
     if len(spans) < 2 * CALM_BINS or (x.served is not None and np.isin(spans, x.served.queue).any()):
         return None
     f = x.frame
-    t, wait = f.start[spans].astype(np.float64), f.dur[spans].astype(np.float64)
-    span = float(t.max() - t.min()) or 1.0
-    b = np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
-    count = np.bincount(b, minlength=CALM_BINS)
-    mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
-    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
-    calm = mean[b] <= CALM_RATIO * max(typical, 1.0)
-    if calm.all() or calm.sum() < 20:
+    wait = f.dur[spans].astype(np.float64)
+    calm = _calm(f.start[spans], wait)
+    if calm is None:
         return None
     edit = Edit.none(len(f))
     rows = spans[~calm]
@@ -227,3 +214,18 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
         pattern="queueing",
         span_name=name,
     )
+
+
+def _calm(when: np.ndarray, wait: np.ndarray) -> np.ndarray | None:
+    """Per wait, whether it falls in a calm stretch of the run (CALM_BINS stretches by `when`): one whose
+    mean wait is at most CALM_RATIO times the typical stretch's, the typical being the quieter
+    quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one). None
+    where every wait is calm or fewer than 20 are."""
+    t = when.astype(np.float64)
+    span = float(t.max() - t.min()) or 1.0
+    b = np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
+    count = np.bincount(b, minlength=CALM_BINS)
+    mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
+    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
+    calm = mean[b] <= CALM_RATIO * max(typical, 1.0)
+    return None if calm.all() or calm.sum() < 20 else calm
