@@ -1,0 +1,87 @@
+"""A dependency's tail: its usual one (a rare slow path of bounded cost, the same all run) names no
+cause; a tail with no ceiling, or one that comes and goes over the run, does. A client deadline that a
+slowed callee's calls reach is a timeout and a retry even where the deadline is only twice the call's
+median. Traces built from the mechanism (tests/mechanism_frames.py)."""
+
+from __future__ import annotations
+
+from tailscope.analysis.diagnosis import diagnose_frame
+from tests.mechanism_frames import TraceBuilder, lognormal
+
+PODS = ("bff/0", "bff/1", "bff/2")
+
+
+def profile_service(seed: int, tail: str, n: int = 4000, rate: float = 150.0):
+    """Three pods call a traced profile service (`GET profile`, ~18 ms) then render (~5 ms). `tail`:
+    'usual' - 2 % of the calls rebuild the profile (+30-150 ms), all run long; 'unbounded' - every call
+    may add a Pareto delay (2 ms scale, shape 1.3: no ceiling); 'episode' - the usual tail, and in the
+    run's third eighth a quarter of the calls add 60-200 ms (the dependency changed then)."""
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(n, rate)
+    span = float(arrivals[-1])
+    for i, t in enumerate(arrivals):
+        b.new_trace()
+        pod = PODS[i % 3]
+        root = b.span(None, "GET /search", "Server", pod, t, 0.0)
+        cur = t + 0.1
+        d = lognormal(b.rng, 18.0, 0.35)
+        if tail == "unbounded":
+            d += 2.0 * (b.rng.random() ** (-1.0 / 1.3) - 1.0)
+        elif b.rng.random() < 0.02:
+            d += b.rng.uniform(30.0, 150.0)
+        if tail == "episode" and 0.25 * span <= t < 0.375 * span and b.rng.random() < 0.25:
+            d += b.rng.uniform(60.0, 200.0)
+        call = b.span(root, "GET profile", "Client", pod, cur, d + 0.4)
+        b.span(call, "GET /v2/profile", "Server", f"profile/{i % 2}", cur + 0.2, d)
+        cur += d + 0.5
+        r = lognormal(b.rng, 5.0, 0.2)
+        b.span(root, "render", "Internal", pod, cur, r)
+        b.set_end(root, cur + r + 0.05)
+    return b.frame()
+
+
+def deadline_service(seed: int, n: int = 4000, rate: float = 150.0, deadline: float = 150.0):
+    """The profile call has a client deadline of 150 ms and one retry; the profile service has slowed
+    to ~70 ms with 12 % of its calls +Pareto(90 ms, 1.5): the calls past the deadline end at it with a
+    timeout status and are made again."""
+    b = TraceBuilder(seed)
+    for i, t in enumerate(b.arrivals(n, rate)):
+        b.new_trace()
+        pod = PODS[i % 3]
+        root = b.span(None, "GET /search", "Server", pod, t, 0.0)
+        cur = t + 0.1
+        for attempt in range(2):
+            d = lognormal(b.rng, 70.0, 0.3)
+            if b.rng.random() < 0.12:
+                d += 90.0 * (b.rng.random() ** (-1.0 / 1.5))
+            cut = d > deadline and attempt == 0
+            took = deadline if cut else d
+            call = b.span(root, "GET profile", "Client", pod, cur, took,
+                          **{"http.response.status_code": 504 if cut else 200})
+            b.span(call, "GET /v2/profile", "Server", f"profile/{i % 2}", cur + 0.2, d)
+            cur += took + 0.3
+            if not cut:
+                break
+        r = lognormal(b.rng, 5.0, 0.2)
+        b.span(root, "render", "Internal", pod, cur, r)
+        b.set_end(root, cur + r + 0.05)
+    return b.frame()
+
+
+def _found(result) -> list:
+    return [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+
+
+def _dependency(result):
+    return next((f for f in result.findings if f.pattern == "slow_dependency"), None)
+
+
+def test_a_deadline_twice_a_slowed_calls_median_is_a_timeout_and_retry() -> None:
+    """The callee slowed to half the deadline: the calls that reach it end at 150 ms with a timeout
+    status and are made again; that is timeout_retry, with the slow callee part of it."""
+    result = diagnose_frame(deadline_service(4))
+    top = result.findings[0]
+    assert top.pattern == "timeout_retry" and top.confidence >= 0.5, _found(result)
+    assert abs(top.evidence["stats"]["timeout_ms"] - 150.0) < 2.0
+    dep = _dependency(result)
+    assert dep is None or dep.confidence < top.confidence, _found(result)
