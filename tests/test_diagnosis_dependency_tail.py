@@ -76,6 +76,31 @@ def _dependency(result):
     return next((f for f in result.findings if f.pattern == "slow_dependency"), None)
 
 
+def test_a_dependencys_usual_bounded_tail_is_a_possible_cause_at_most() -> None:
+    """2 % of the profile calls take a slow path of bounded cost, the same all run, on every callee
+    instance: it carries the tail, as some call always does, but nothing says the dependency changed."""
+    result = diagnose_frame(profile_service(1, "usual"))
+    dep = _dependency(result)
+    assert dep is not None and dep.confidence < 0.5, _found(result)
+    assert dep.evidence["stats"]["unusual_tail"] is None
+    assert "usual one" in dep.evidence["summary"]
+    assert all(f.confidence < 0.5 for f in result.findings if f.pattern != "compute_bound"), _found(result)
+
+
+def test_a_dependency_tail_with_no_ceiling_is_named() -> None:
+    result = diagnose_frame(profile_service(2, "unbounded"))
+    top = result.findings[0]
+    assert top.pattern == "slow_dependency" and top.confidence >= 0.8, _found(result)
+    assert "no ceiling" in top.evidence["stats"]["unusual_tail"]
+
+
+def test_a_dependency_tail_that_comes_in_an_episode_is_named() -> None:
+    result = diagnose_frame(profile_service(3, "episode"))
+    top = result.findings[0]
+    assert top.pattern == "slow_dependency" and top.confidence >= 0.5, _found(result)
+    assert "come and go" in top.evidence["stats"]["unusual_tail"]
+
+
 def test_a_deadline_twice_a_slowed_calls_median_is_a_timeout_and_retry() -> None:
     """The callee slowed to half the deadline: the calls that reach it end at 150 ms with a timeout
     status and are made again; that is timeout_retry, with the slow callee part of it."""
