@@ -107,7 +107,9 @@ def detect(ctx: Context) -> list[Finding]:
         # (see abnormal_tail); without that, a possible cause at most
         far_d = f.dur[far[0]].astype(np.float64) if far is not None else d
         unusual = abnormal_tail(f.start[top], d, far_d, slow_one is not None)
-        if not unusual:
+        confidence = confidence if unusual else min(confidence, USUAL_TAIL_CAP)
+        # its long calls wait for a pooled connection others hold (lock_contention's pool_release test)
+        if pool_wait := ctx.notes.get("pool_wait_names", {}).get(code, 0.0) >= 0.5:
             confidence = min(confidence, USUAL_TAIL_CAP)
         name = f.names[code]
         stage = ctx.stage_of_name(code)
@@ -143,7 +145,10 @@ def detect(ctx: Context) -> list[Finding]:
             "straggler_instance": slow_one[0] if slow_one else None,
             "unusual_tail": unusual,
         }
-        if unusual:
+        if pool_wait:
+            summary += (" Its long calls wait for a pooled connection others hold (see lock_contention), "
+                        "not for the dependency's work.")
+        elif unusual:
             summary += f" Its tail is out of the ordinary: {unusual}."
         elif strength * weight > USUAL_TAIL_CAP:
             summary += (" Its tail looks like its usual one: as heavy over the whole run, on every callee "
