@@ -110,3 +110,61 @@ def test_a_deadline_twice_a_slowed_calls_median_is_a_timeout_and_retry() -> None
     assert abs(top.evidence["stats"]["timeout_ms"] - 150.0) < 2.0
     dep = _dependency(result)
     assert dep is None or dep.confidence < top.confidence, _found(result)
+
+
+def pooled_transactions(seed: int, pooled: bool = True, n: int = 4000, rate: float = 150.0, slots: int = 14):
+    """Three pods save each request in a transaction (BEGIN, INSERT, COMMIT CLIENT spans to an untraced
+    pooler, `server.address` pgbouncer). With `pooled`, the pooler's `slots` server connections are
+    shared by every caller and held from BEGIN to the end of COMMIT; in the middle third of the run the
+    commits slow to ~85 ms, the connections run out and BEGIN waits for one (FIFO). Without it the
+    peer itself answers BEGIN slowly then (~85 ms on half of them), no connection held."""
+    import heapq
+
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(n, rate)
+    slow = (arrivals[-1] / 3, 2 * arrivals[-1] / 3)
+    free = [0.0] * slots
+    peer = {"server.address": "pgbouncer", "db.system": "postgresql"}
+    for i, t in enumerate(arrivals):
+        b.new_trace()
+        pod = PODS[i % 3]
+        root = b.span(None, "POST /moderate", "Server", pod, t, 0.0)
+        work = lognormal(b.rng, 6.0, 0.2)
+        b.span(root, "classify", "Internal", pod, t + 0.1, work)
+        begin_s = t + work + 0.2
+        in_slow = slow[0] <= begin_s < slow[1]
+        if pooled:
+            got = max(begin_s + 0.2, heapq.heappop(free))
+            begin_e = got + lognormal(b.rng, 0.35, 0.2)
+        else:
+            slow_answer = in_slow and b.rng.random() < 0.5
+            begin_e = begin_s + 0.55 + (lognormal(b.rng, 85.0, 0.45) if slow_answer else 0.0)
+        b.span(root, "BEGIN", "Client", pod, begin_s, begin_e - begin_s, **peer)
+        insert_e = begin_e + 0.03 + lognormal(b.rng, 0.7, 0.3)
+        b.span(root, "INSERT", "Client", pod, begin_e + 0.03, insert_e - begin_e - 0.03, **peer)
+        commit = lognormal(b.rng, 85.0, 0.45) if pooled and in_slow else lognormal(b.rng, 1.2, 0.35)
+        done = insert_e + 0.02 + 0.2 + commit
+        if pooled:
+            heapq.heappush(free, done)
+        commit_e = done + lognormal(b.rng, 0.2, 0.2)
+        b.span(root, "COMMIT", "Client", pod, insert_e + 0.02, commit_e - insert_e - 0.02, **peer)
+        b.set_end(root, commit_e + 0.2)
+    return b.frame()
+
+
+def test_begin_waiting_for_a_pooled_connection_is_lock_contention() -> None:
+    """The long BEGINs start their round trip as another request's COMMIT gives a connection back:
+    a pool run dry (the slow commits hold it), named at BEGIN; BEGIN is no slow dependency."""
+    result = diagnose_frame(pooled_transactions(5))
+    lock = next((f for f in result.findings if f.pattern == "lock_contention"), None)
+    assert lock is not None and lock.confidence >= 0.8 and lock.span_name == "BEGIN", _found(result)
+    assert lock.evidence["stats"]["waits_ended_by_pool_release"] >= 0.8
+    assert result.findings[0].pattern == "lock_contention", _found(result)
+    begin = [f for f in result.findings if f.pattern == "slow_dependency" and f.span_name == "BEGIN"]
+    assert not begin or begin[0].confidence < 0.5, _found(result)
+
+
+def test_a_peer_slow_to_answer_begin_is_no_pool() -> None:
+    """The same calls with no pool: BEGIN itself is slow at times; its ends follow no release."""
+    result = diagnose_frame(pooled_transactions(6, pooled=False))
+    assert all(f.confidence < 0.5 for f in result.findings if f.pattern == "lock_contention"), _found(result)
