@@ -25,7 +25,7 @@ DDB_BIN_NS = 100 * NS_PER_MS  # capacity is spent per 100 ms (no burst credit le
 SAGEMAKER_WORKERS = 4  # model-server workers per endpoint instance
 VARIANTS = (("variant-a", 2), ("variant-b", 2))  # (production variant, instances), weights 50/50
 FLUSH_EVERY_NS = 5 * NS_PER_S  # the background metrics flush a handler starts at most this often
-LOSS_PER_PACKET = 0.004  # the degraded subnet's packet loss (cross-AZ path)
+LOSS_PER_PACKET = 0.02  # the degraded subnet's packet loss (cross-AZ path)
 WARM_UP_S = 15.0
 
 
@@ -152,12 +152,13 @@ class Model:
     def cpu(self, t: float, ms: float) -> float:
         return t + ms * NS_PER_MS * self.slow * self.rng.lognormvariate(0.0, 0.12)
 
-    def net(self, env: Env, rtt_ms: float, size: float) -> float:
-        """One request/response exchange of `size` bytes: RTT, transfer, and on the degraded subnet
-        extra latency, a retransmission per lost packet and the RTO when a flight's tail is lost."""
+    def net(self, env: Env, rtt_ms: float, size: float, cross_az: bool = False) -> float:
+        """One request/response exchange of `size` bytes: RTT and transfer; from the degraded subnet
+        across the AZ boundary, extra latency, a retransmission per lost packet and the RTO when a
+        flight's tail is lost."""
         rng = self.rng
         took = lognormal_ms(rng, rtt_ms, 0.25) + size / 60e6 * NS_PER_S
-        if env.subnet == self.plan.bad_subnet:
+        if cross_az and env.subnet == self.plan.bad_subnet:
             took += lognormal_ms(rng, 2.5, 0.3)
             packets = 2 + int(size // 1448)
             lost = sum(rng.random() < LOSS_PER_PACKET for _ in range(min(packets, 400)))
@@ -202,7 +203,8 @@ class Model:
             a += lognormal_ms(rng, 14.0, 0.3)
         k = rng.randrange(len(self.instances))
         variant, _ = self.instances[k]
-        up = self.net(env, 2.0, body) / 2
+        exchange = self.net(env, 2.0, body + 200 + items * 60, cross_az=True)  # a loss delays either way
+        up = exchange * body / (body + 200 + items * 60)
         routed = a + up + lognormal_ms(rng, 3.0, 0.3)  # SageMaker's router: overhead latency
         parse_ns = (0.3 + 0.03 * body / 1000) * NS_PER_MS
         model_ms = 14.0 * (1 + 0.012 * items)
@@ -215,8 +217,7 @@ class Model:
         parse = got + parse_ns
         done = parse + model_ns
         reply = done + 0.3 * NS_PER_MS
-        down = self.net(env, 2.0, 200 + items * 60) / 2
-        e = self.cpu(reply + lognormal_ms(rng, 1.5, 0.3) + down, 0.4)
+        e = self.cpu(reply + lognormal_ms(rng, 1.5, 0.3) + exchange - up, 0.4)
         stage = Stage("sagemaker", a, e, {"bytes": int(body), "variant": variant})
         stage.model = (k, variant, got, reply, parse, done)
         return stage
