@@ -217,9 +217,10 @@ class Model:
         parse = got + parse_ns
         done = parse + model_ns
         reply = done + 0.3 * NS_PER_MS
-        e = self.cpu(reply + lognormal_ms(rng, 1.5, 0.3) + exchange - up, 0.4)
-        stage = Stage("sagemaker", a, e, {"bytes": int(body), "variant": variant})
+        received = reply + lognormal_ms(rng, 1.5, 0.3) + exchange - up
+        stage = Stage("sagemaker", a, self.cpu(received, 0.4), {"bytes": int(body), "variant": variant})
         stage.model = (k, variant, got, reply, parse, done)
+        stage.calls.append((a, received, 200))
         return stage
 
     def handler(self, env: Env, req: Request, t: float) -> tuple[list[Stage], float, int]:
@@ -258,7 +259,8 @@ class Model:
         stages.append(features)
         stages.append(self.sagemaker(env, self.cpu(features.end, 0.1), req.items, first))
         a = self.cpu(stages[-1].end, 1.0)
-        stages.append(Stage("sink", a, a + self.net(env, 9.0, 900), {}))
+        sent = a + self.net(env, 9.0, 900)
+        stages.append(Stage("sink", a, self.cpu(sent, 0.2), {}, calls=[(a, sent, 200)]))
         s = stages[-1].end
         stages.append(Stage("serialize", s, self.cpu(s, 0.4 + 0.05 * req.items), {"items": req.items}))
         return stages, stages[-1].end, 200

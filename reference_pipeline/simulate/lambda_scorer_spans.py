@@ -185,8 +185,9 @@ class Writer:
                 attrs.update({"messaging.system": "aws_sqs" if self.old else "aws.sqs",
                               "messaging.destination.name": "fraud-scores"})
             kind = "Producer" if not kinesis and not self.xray else "Client"
-            t.span(trace, parent, name_of(s, "sink"), kind, res, scope, st.start, st.end, attrs,
-                   peer=service.lower())
+            call = t.span(trace, parent, name_of(s, "sink"), kind, res, scope, st.start, st.end, attrs,
+                          peer=service.lower())
+            self.attempts(trace, call, res, st, f"{service.lower()}.eu-west-1.amazonaws.com", service.lower())
 
     def _aws(self, service: str, op: str, status: int) -> dict[str, Any]:
         if self.xray:
@@ -207,12 +208,17 @@ class Writer:
         message = f"{error}: The level of configured provisioned throughput for the table was exceeded"
         call = t.span(trace, parent, name_of(s, "dynamodb"), "Client", res, scope, st.start, st.end, attrs,
                       "Error" if error else "Unset", message if error else "", peer="dynamodb")
-        if s["attempt_spans"]:
-            for a, e, code in st.calls:
-                t.span(trace, call, "HTTP POST", "Client", res, "opentelemetry.instrumentation.urllib3", a, e,
-                       self.http("POST", code, url="https://dynamodb.eu-west-1.amazonaws.com/",
-                                 peer="dynamodb.eu-west-1.amazonaws.com"),
-                       "Error" if code >= 400 else "Unset", peer="dynamodb")
+        self.attempts(trace, call, res, st, "dynamodb.eu-west-1.amazonaws.com", "dynamodb")
+
+    def attempts(self, trace: int, call: int, res: int, st: Stage, host: str, peer: str) -> None:
+        """With urllib3 instrumented too, each HTTP attempt of an SDK call is its own CLIENT span."""
+        if not self.s["attempt_spans"]:
+            return
+        scope = "opentelemetry.instrumentation.urllib3"
+        for a, e, code in st.calls:
+            self.table.span(trace, call, "HTTP POST", "Client", res, scope, a, e,
+                            self.http("POST", code, url=f"https://{host}/", peer=host),
+                            "Error" if code >= 400 else "Unset", peer=peer)
 
     def sagemaker(self, trace: int, parent: int, res: int, st: Stage, scope: str) -> None:
         t, s = self.table, self.s
@@ -222,6 +228,7 @@ class Writer:
                           **self.http("POST", None, body=st.attrs["bytes"])})
         call = t.span(trace, parent, name_of(s, "sagemaker"), "Client", res, scope, st.start, st.end, attrs,
                       peer="sagemaker-runtime")
+        self.attempts(trace, call, res, st, "runtime.sagemaker.eu-west-1.amazonaws.com", "sagemaker-runtime")
         if s["model_traced"] and st.model is not None:
             k, variant, got, reply, parse, done = st.model
             server = t.span(trace, call, "POST /invocations", "Server", self.models[k],
