@@ -17,11 +17,15 @@ concurrency, else the account's 1,000), else answers 429. A new environment runs
 start, the telemetry extension, imports, a 30 MB artefact from S3, unpickling) before its first invoke,
 whose first SDK calls also open their TLS connections. Environments are frozen between invokes: the
 metrics flush a handler starts as it returns (at most every 5 s) runs until the freeze and finishes
-only when the environment thaws for its next invoke (its span ends seconds after its trace's root;
+only when the environment thaws for its next invoke (its span ends 0.1-2 s after its trace's root;
 a flush of an environment never used again is lost). Memory sets the CPU share (1,769 MB = one vCPU;
 less, proportionally slower CPU work, init included). Python GC: gen-2 collections after gc.freeze()
 are short; young collections are tiny. Environments are recycled after hours: about one of the warm
-pool retires during a run (the next peak starts a new one).
+pool retires during a run (the next peak starts a new one). The model runs 15 s of arrivals before
+the run (not written): the pool of environments settles to the scenario's load, as it had while the
+cause was in place. Healthy noise: the frontend now and then (0.15 % of invokes) starts a new
+environment though others are idle, a hot partition throttles a read now and then (0.2 %), a model
+worker is slow now and then (0.4 %), short GC pauses, jitter everywhere.
 
 Conventions by seed (mod 3):
 - 0: OTLP/JSON lines of X-Ray segments as the collector's awsxray receiver converts them: spans named
@@ -32,26 +36,29 @@ Conventions by seed (mod 3):
   `Initialization` span. SageMaker is not traced; no GC is reported.
 - 1: Jaeger UI JSON from the ADOT Python layer, old semantic conventions (`faas.execution`,
   `http.status_code`, `net.peer.name`): the handler SERVER span `score-handler` with `faas.coldstart`,
-  botocore spans (`DynamoDB.BatchGetItem` with `retry_attempts`, one urllib3 `HTTP POST` child per
-  attempt), the model container traced (`fraud-model`: `POST /invocations`, `xgboost.predict`; hosts
-  are instance ids), GC collections as `python.gc` events. No API Gateway span: the init shows only as
-  the gap between the caller's CLIENT span and the handler's start. Environments: `faas.instance`.
+  botocore spans (`DynamoDB.BatchGetItem` with `retry_attempts`; one urllib3 `HTTP POST` child per HTTP
+  attempt of every SDK call), the model container traced (`fraud-model`: `POST /invocations`,
+  `xgboost.predict`; hosts are instance ids), GC collections as `python.gc` events. No API Gateway span:
+  the init shows only as the gap between the caller's CLIENT span and the handler's start. Environments:
+  `faas.instance`.
 - 2: Zipkin v2 (names lower-cased), new semantic conventions, Kinesis `PutRecord` instead of SQS; no
   API Gateway span, no init span, no cold-start attribute (a cold start is the gap before the handler
   and its slower first calls); environments are their endpoint address (169.254.x.y).
 
 Mechanisms (truth: pattern, stage, span; service `score-handler` unless said):
-- `burst-scaleout`: a 4x burst for 15 % of the run: no idle environment, so new ones start (each init
-  ~1.2 s; while they init, more arrivals find none idle: a cold-start storm). cold_start, ingress,
-  `Initialization` (seed 0) / `score-handler`, instances: the environments the burst created.
-- `concurrency-limit`: the same burst under a reserved concurrency of 0.3 x the rate: beyond it the
-  frontend answers 429 and the caller backs off and retries. queueing (waiting for an execution slot),
-  queue, `score-handler`, every environment; side: cold_start (the scale-out up to the limit),
-  timeout_retry (the rejected attempts are retried).
-- `dynamodb-throttle`: read capacity scaled down to 1.1x the mean demand (spent per 100 ms, no burst
-  credit): a full 100 ms answers ProvisionedThroughputExceeded; the SDK retries after 25 ms x 2^n with
-  equal jitter, up to 6 attempts (then the handler fails: 500). slow_dependency, feature_hydration,
-  the DynamoDB span; side: timeout_retry. Healthy runs see a throttled attempt now and then.
+- `burst-scaleout`: an 8x burst for 4 % of the run's nominal length (a flash sale): no idle environment,
+  so new ones start (each init ~1.2-1.5 s; while they init, more arrivals find none idle: a cold-start
+  storm of 100-300 environments). cold_start, ingress, `Initialization` (seed 0) / `score-handler`,
+  instances: the environments the burst created.
+- `concurrency-limit`: the same burst under a reserved concurrency of 0.5 x the rate (per second):
+  beyond it the frontend answers 429 and the caller backs off and retries. queueing (waiting for an
+  execution slot), queue, `score-handler`, every environment; side: cold_start (the scale-out up to the
+  limit), timeout_retry (the rejected attempts are retried).
+- `dynamodb-throttle`: read capacity scaled down to 1.35x the mean demand (spent per 100 ms, no burst
+  credit; healthy runs have 15x): a full 100 ms answers ProvisionedThroughputExceeded; the SDK retries
+  after 25 ms x 2^n with equal jitter, up to 6 attempts (then the handler fails: 500). slow_dependency,
+  feature_hydration, the DynamoDB span; side: timeout_retry. Healthy runs see a throttled attempt now
+  and then.
 - `slow-variant`: variant-b was moved to a CPU instance type: its model latency is 9x; its workers
   queue. slow_dependency, model_forward; seed 1: service `fraud-model`, span `xgboost.predict`, its
   variant-b hosts; else the SageMaker client span at `score-handler`; side: queueing.
@@ -63,16 +70,18 @@ Mechanisms (truth: pattern, stage, span; service `score-handler` unless said):
   init) is 3.5x slower on every request. compute_bound, preprocessing, `build_features`; accept:
   cpu_throttling (the share is a CPU quota; a single-threaded handler at a steady share is slowed
   evenly, which the trace cannot tell from slow code).
-- `cross-az`: the path from subnet-b (every third environment) loses 0.4 % of packets and adds
-  ~2.5 ms: a lost packet costs a retransmission round trip, a lost flight tail the 200 ms RTO; bigger
-  bodies lose more. network, downstream, the SageMaker client span, instances: subnet-b's
-  environments.
+- `cross-az`: the SageMaker runtime's interface-endpoint ENI in subnet-b was removed, so the
+  environments placed in subnet-b (every third) reach the endpoint's ENIs in the other AZs over a
+  degraded cross-AZ path: 2 % packet loss and ~2.5 ms more. A lost packet costs a retransmission round
+  trip, a lost flight tail the 200 ms RTO; bigger bodies lose more packets. DynamoDB (a gateway
+  endpoint) and SQS / Kinesis (their endpoints still in subnet-b) are not affected. network,
+  downstream, the SageMaker client span, instances: subnet-b's environments.
 - `gc-alloc`: 30 % of requests are `explain=true` (SHAP-style contributions: many small dicts kept in
   an unfrozen cache): 45 % of them run a full collection of ~140 ms inside `build_features`.
   gc_pause, preprocessing, `build_features`, every environment.
 - Two causes: `slow-variant+concurrency-limit` (no burst: the slow variant lengthens invokes until a
-  limit of 0.2 x the rate is reached), `burst-scaleout+dynamodb-throttle` (capacity 1.6x the steady
-  demand: the burst's reads are throttled), `cross-az+large-payload`.
+  limit of 0.2 x the rate is reached), `burst-scaleout+dynamodb-throttle` (capacity 5x the steady
+  demand: the 8x burst's reads are throttled, some requests fail), `cross-az+large-payload`.
 
 The environments a cause names depend on the run; truth(scenario, seed) reads the last run generated
 for that scenario and seed (write_run generates before it asks), else simulates 2,000 requests.
