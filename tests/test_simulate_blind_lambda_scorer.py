@@ -230,3 +230,18 @@ def test_large_payloads_grow_the_model_call_and_the_cold_start_shows_only_as_a_g
     gaps = [handler_of[c["i"]]["start"] - c["start"] for c in named(burst, "POST") if c["i"] in handler_of]
     assert p(gaps, 99) > 900 * MS > 30 * MS > p(gaps, 50)
     assert CLIENT_DEADLINE_MS > 3000
+
+
+def test_a_slow_variant_fits_the_limit_alone_and_a_tighter_limit_throttles_its_longer_invokes() -> None:
+    both = table_spans("slow-variant+concurrency-limit", 400, 0)
+    alone = table_spans("slow-variant", 400, 0)
+
+    def throttled(spans: list[dict]) -> int:
+        gateway = [x for x in spans if x["name"] == "scoring-api/prod"]
+        return sum(1 for x in gateway if x["attrs"]["http.status_code"] == 429)
+
+    assert throttled(alone) == 0 < 20 < throttled(both)
+    assert [c.pattern for c in lambda_scorer.truth("slow-variant+concurrency-limit", 0)] == [
+        "queueing", "slow_dependency"]
+    slow = [x["end"] - x["start"] for x in both if x["name"] == "SageMakerRuntime"]
+    assert p(slow, 90) > 100 * MS  # half the calls go to the slow variant

@@ -80,7 +80,7 @@ Mechanisms (truth: pattern, stage, span; service `score-handler` unless said):
   an unfrozen cache): 45 % of them run a full collection of ~140 ms inside `build_features`.
   gc_pause, preprocessing, `build_features`, every environment.
 - Two causes: `slow-variant+concurrency-limit` (no burst: the slow variant lengthens invokes until a
-  limit of 0.2 x the rate is reached), `burst-scaleout+dynamodb-throttle` (capacity 5x the steady
+  limit of 0.175 x the rate is reached), `burst-scaleout+dynamodb-throttle` (capacity 5x the steady
   demand: the 8x burst's reads are throttled, some requests fail), `cross-az+large-payload`.
 
 The environments a cause names depend on the run; truth(scenario, seed) reads the last run generated
@@ -135,7 +135,7 @@ def plan(scenario: str, requests: int, s: dict[str, Any]) -> Plan:
     if parts & {"burst-scaleout", "concurrency-limit"} and scenario != "slow-variant+concurrency-limit":
         p.bursts = ((0.3 * length, 0.04 * length, 8.0),)
     if "concurrency-limit" in parts:
-        p.limit = max(4, round(rps * (0.2 if "slow-variant" in parts else 0.5)))
+        p.limit = max(4, round(rps * (0.175 if "slow-variant" in parts else 0.5)))
     demand = rps * 0.5 * (p.items_median * 1.15 + 1)
     if "dynamodb-throttle" in parts:
         p.rcu_per_s = demand * (5.0 if "burst-scaleout" in parts else 1.35)
