@@ -230,8 +230,8 @@ class Model:
                         {"bytes": int(body), "items": req.items})]
         t = stages[-1].end
         keys = req.items + 1
-        while keys > 0:  # BatchGetItem takes 100 keys a call
-            stages.append(self.dynamo_call(env, self.cpu(t, 0.1), min(keys, 100), first))
+        while keys > 0:  # BatchGetItem takes 100 keys a call; the first opens the connection
+            stages.append(self.dynamo_call(env, self.cpu(t, 0.1), min(keys, 100), first and keys > req.items))
             t, keys = stages[-1].end, keys - 100
             if "error" in stages[-1].attrs:
                 return stages, t, 500
