@@ -8,6 +8,7 @@ diagnosis is run here (the family is held out until its honest scores)."""
 from __future__ import annotations
 
 import itertools
+import random
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -17,6 +18,12 @@ import pytest
 
 from reference_pipeline.simulate import blind
 from reference_pipeline.simulate.loan_pricing import SCENARIOS, generate, setup
+from reference_pipeline.simulate.loan_pricing_runtime import (
+    ConnectionPool,
+    Multiplexer,
+    RequestUnits,
+    ThreadPool,
+)
 from reference_pipeline.simulate.loan_pricing_spans import instance_label, names
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
@@ -290,3 +297,28 @@ def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
         base = np.mean(list(marked.values()))
         share = np.mean([marked.get(t, False) for t in slowest])
         assert share > max(0.15, 1.5 * base), (part, share, base)
+
+
+def test_the_runtime_models_queue_inject_and_throttle_as_their_systems_do() -> None:
+    rng = random.Random(5)
+    threads = ThreadPool(2, rng)
+    assert threads.acquire(0.0) == 0.0 == threads.acquire(0.0)  # both held (sync-over-async) ...
+    threads.release(10e9)
+    threads.release(10e9)
+    late = threads.acquire(1 * MS)  # ... so the next work item waits for an injected thread
+    assert 0.25e9 <= late <= 0.5e9 + MS and threads.threads == 3
+    pool = ConnectionPool(size=1, opened=0)
+    first, opened = pool.open(0.0, rng)
+    assert opened and 18 * MS <= first <= 45 * MS  # a new physical connection: TLS + login
+    pool.close(100e9)
+    assert pool.open(1e9, rng) == (100e9, False)  # Max Pool Size reached: Open() waits for the one
+    pool.give_up(100e9)
+    assert pool.open(101e9, rng) == (101e9, False)
+    units = RequestUnits(100.0, None)
+    accepted = [units.write(rng, 0.1e9, 10.0) for _ in range(11)]
+    assert all(a == (0.1e9, 0) for a in accepted[:10])
+    assert accepted[10][0] >= 1e9 and accepted[10][1] == 1  # 429, retried once the next second began
+    mux = Multiplexer(rng)
+    _sent, big = mux.command(0.0, 4e6)
+    _sent, small = mux.command(1 * MS, 100.0)
+    assert big > 80 * MS and small >= big  # a reply is read only after the replies written before it
