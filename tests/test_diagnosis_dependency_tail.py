@@ -168,3 +168,32 @@ def test_a_peer_slow_to_answer_begin_is_no_pool() -> None:
     """The same calls with no pool: BEGIN itself is slow at times; its ends follow no release."""
     result = diagnose_frame(pooled_transactions(6, pooled=False))
     assert all(f.confidence < 0.5 for f in result.findings if f.pattern == "lock_contention"), _found(result)
+
+
+def s3_like_service(seed: int, lossy_pod: str | None, n: int = 6000, rate: float = 200.0):
+    """Ten pods read an untraced object store (`GetObject`, ~20 ms, 1 % of reads +20-60 ms: its usual
+    first-byte tail). With `lossy_pod`, that pod's node drops segments: 6 % of its reads wait for a
+    retransmission timeout (200 ms, 400 ms on a second loss)."""
+    b = TraceBuilder(seed)
+    pods = [f"gw/{k}" for k in range(10)]
+    for i, t in enumerate(b.arrivals(n, rate)):
+        b.new_trace()
+        pod = pods[i % 10]
+        root = b.span(None, "POST /check", "Server", pod, t, 0.0)
+        d = lognormal(b.rng, 20.0, 0.3) + (b.rng.uniform(20.0, 60.0) if b.rng.random() < 0.01 else 0.0)
+        if pod == lossy_pod and b.rng.random() < 0.06:
+            d += 200.0 if b.rng.random() < 0.8 else 600.0
+        b.span(root, "GetObject", "Client", pod, t + 0.1, d, **{"server.address": "s3.amazonaws.com"})
+        r = lognormal(b.rng, 8.0, 0.2)
+        b.span(root, "score", "Internal", pod, t + d + 0.2, r)
+        b.set_end(root, t + d + r + 0.3)
+    return b.frame()
+
+
+def test_a_tail_out_of_the_ordinary_only_in_one_callers_reads_is_not_the_dependencys() -> None:
+    """One pod of ten makes half of the slowest reads; the other pods' reads keep the store's usual
+    tail: that pod's path, not the store (before: slow_dependency 0.9+)."""
+    result = diagnose_frame(s3_like_service(7, lossy_pod="gw/3"))
+    dep = _dependency(result)
+    assert dep is not None and dep.confidence < 0.5, _found(result)
+    assert dep.evidence["stats"]["slow_calls_from_callers"][0] == "gw/3"

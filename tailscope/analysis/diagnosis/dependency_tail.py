@@ -1,0 +1,87 @@
+"""Whether a dependency's heavy tail is out of the ordinary (slow_dependency names only such a tail).
+
+Every dependency has a tail, and some call carries every run's tail: a tail that is the dependency's
+usual one - the same over the run, on every callee instance, ending near its p99 (a rare slow path of
+bounded cost: a rebuilt profile, a cold read) - names no cause. A tail is out of the ordinary where its
+slow calls come and go over the run, cost the calls a material part of their time, have no ceiling, or
+come from one straggler instance; and it is the dependency's only where the callers share it: a tail
+that is out of the ordinary only in the calls of a few callers is their path's (see network).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# A heavy tail that is the dependency's usual one - the same over the run, on every callee instance,
+# ending near its p99 (a rare slow path of bounded cost: a rebuilt profile, a cold read) - is where
+# every run's tail goes and names no cause: a possible one at most.
+USUAL_TAIL_CAP = 0.45
+WINDOWS = 8  # eighths of the run, for a tail that changes over it
+CHANGED_DISPERSION = 4.0  # chi-square per degree of freedom of slow calls over the windows (p ~ 1e-4)
+UNBOUNDED_RATIO = 2.0  # the slowest 1 % of calls average this many times their p99: no ceiling
+COSTLY_MEAN = 1.3  # the calls' mean (each counted up to 20x the median) over their median
+CALLER_Z = 3.0  # a caller's share of the slowest calls, binomial standard deviations over its share of calls
+
+
+def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray, straggler_found: bool) -> str | None:
+    """Why a call's heavy tail is not its usual one, or None: the share of slow calls (over the call's
+    p95) changes over the run (a chi-square over eighths of it, >= CHANGED_DISPERSION per degree of
+    freedom); the slow calls cost the calls a material part of their time (the far side's mean, each
+    call counted up to 20x the median, >= COSTLY_MEAN times its median: a slow path taken often or
+    long, where a usual tail - a rare slow path - leaves the mean near the median); the tail has no
+    ceiling (the far side's slowest 1 % average >= UNBOUNDED_RATIO times its p99, each counted up to
+    10x: a queue or a struggling callee, not a fixed slow path); or one callee instance is a
+    straggler."""
+    if straggler_found:
+        return "one callee instance is a straggler"
+    if len(d) >= 20 * WINDOWS:
+        slow = d > np.quantile(d, 0.95)
+        span = max(int(start.max() - start.min()), 1)
+        window = np.minimum((start - start.min()) * WINDOWS // span, WINDOWS - 1).astype(np.int64)
+        calls = np.bincount(window, minlength=WINDOWS).astype(np.float64)
+        expected = calls * float(slow.mean())
+        seen = np.bincount(window[slow], minlength=WINDOWS)
+        used = expected >= 1.0
+        if used.sum() >= 4:
+            dispersion = float(((seen - expected)[used] ** 2 / expected[used]).sum() / (used.sum() - 1))
+            if dispersion >= CHANGED_DISPERSION:
+                rate = seen[used] / calls[used]
+                return (f"its slow calls come and go over the run ({rate.min():.0%} to {rate.max():.0%} of "
+                        "the calls over its p95 between eighths of it)")
+    if len(far_d) >= 200:
+        median = max(float(np.median(far_d)), 1.0)
+        costly = float(np.minimum(far_d, 20 * median).mean()) / median
+        if costly >= COSTLY_MEAN:
+            return (f"its slow calls are no rare excursion: they bring its mean call to {costly:.1f}x its "
+                    "median")
+        p99 = float(np.quantile(far_d, 0.99))
+        top = far_d[far_d >= p99]
+        ratio = float(np.minimum(top, 10 * p99).mean() / max(p99, 1.0))
+        if ratio >= UNBOUNDED_RATIO:
+            return f"its tail has no ceiling (its slowest 1 % average {ratio:.1f}x its p99)"
+    return None
+
+
+def usual_without_callers(f, spans: np.ndarray, d: np.ndarray) -> tuple[list[str], float, float] | None:
+    """(the callers, their share of the slowest 1 % of calls, their share of the calls) where the
+    slowest calls come from some calling instances beyond chance (each >= CALLER_Z binomial standard
+    deviations over its share of the calls, together <= 60 % of the calls) and the calls of the other
+    callers have their usual tail (abnormal_tail finds nothing in them); None otherwise."""
+    slow = d >= np.quantile(d, 0.99)
+    if slow.sum() < 10:
+        return None
+    inst = f.instance[spans]
+    calls = np.bincount(inst, minlength=len(f.instances)).astype(np.float64)
+    seen = np.bincount(inst[slow], minlength=len(f.instances)).astype(np.float64)
+    share = calls / len(spans)
+    z = (seen - slow.sum() * share) / np.sqrt(np.maximum(slow.sum() * share * (1 - share), 1e-9))
+    affected = (calls > 0) & (z >= CALLER_Z)
+    call_share = float(share[affected].sum())
+    if not affected.any() or call_share > 0.6:
+        return None
+    rest = ~affected[inst]
+    if abnormal_tail(f.start[spans][rest], d[rest], d[rest], False) is not None:
+        return None
+    order = np.argsort(-seen)
+    return ([f.instances[i] for i in order if affected[i]], float(seen[affected].sum() / slow.sum()),
+            call_share)
