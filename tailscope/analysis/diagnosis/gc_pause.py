@@ -12,27 +12,22 @@ offset, which keeps each name's own clustering (lock convoys, expiry storms, que
 name each) but breaks cross-name alignment. Stall bins are bins with D >= 2 that hold at least 60 % of
 the active names; the finding's strength is how far the observed count of stall bins sits above the
 shifted counts (z score, ratio), and its weight is how many tail requests overlap a stall episode. A
-rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. A
-pause freezes the process for as long as it lasts, while co-slowness from ordinary queueing cannot
-outlast ordinary work: stall episodes longer than the median request in which the process finished
-no work (a paused process finishes nothing; a queue draining while the model keeps stepping does)
-weigh most. Where none is that
-long, the timing finding is discounted (to 0.6 of itself); where most tail requests sit in such
-stalls and they carry most of the tail excess, the evidence is overwhelming whatever the stall-bin
-ratio and the confidence says so. GC events reported by the runtime confirm.
+rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. Stall
+episodes longer than the median request in which the process finished no work weigh most (a paused
+process finishes nothing; a queue draining while the model keeps stepping does); where none is that
+long, the timing finding is discounted. GC events reported by the runtime confirm. A concurrent
+collector's marks, which slow the work without stopping it, are gc_assists.py's.
 
-Reported pauses alone. With about one request in flight, a pause stretches one span at a time and
-leaves no cross-name alignment to detect, and requests that arrive during it start after it (the
-time shows as client-side gap). Where the runtime reports its pauses (span events such as
-`python.gc` with a duration), their share of the tail excess then stands as evidence on its own: a
-runtime does not invent pauses. Its confidence is capped at 0.9, below a timing-confirmed finding.
+Reported pauses alone. With about one request in flight a pause stretches one span at a time and
+nothing aligns; where the runtime reports its pauses (span events such as `python.gc` with a
+duration), their share of the tail excess stands on its own, capped at 0.9 (gc_reports.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling, lone_stalls, stopped_accepts
+from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_stalls, stopped_accepts
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
 from tailscope.analysis.diagnosis.long_stalls import (
@@ -70,6 +65,16 @@ WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy
 
 
 def detect(ctx: Context) -> list[Finding]:
+    """The stops (below), or, where a concurrent collector's marks slow the work without stopping it
+    (gc_assists.py) and that is the surer reading, the slowdown."""
+    found = _stops(ctx)
+    assist = gc_assists.finding(ctx, warm_up_mask(ctx))
+    if assist is None or assist.confidence <= max((x.confidence for x in found), default=0.0):
+        return found
+    return [x for x in found if x.pattern != PATTERN] + [assist]
+
+
+def _stops(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
     if len(reqs) < 50:
@@ -250,21 +255,17 @@ def detect(ctx: Context) -> list[Finding]:
     strength = logistic(z, 3.0, 1.0) * logistic(ratio, 2.0, 0.2)
     weight = logistic(impact, 0.25, 0.08)
     penalty = (1 - logistic(arrival_ratio, 1.6, 0.15)) * (1 - logistic(early, 0.5, 0.1))
-    # a pause freezes a process for as long as it lasts; co-slowness from ordinary queueing cannot
-    # outlast ordinary work. Stalls longer than the median request carry the weight of the evidence:
-    # where most tail requests sit in them and they carry most of the tail excess, that is
-    # overwhelming whatever the stall-bin ratio; where none is that long, timing alone is weaker
+    # stalls longer than the median request (co-slowness from queueing cannot outlast ordinary work)
+    # holding most tail requests and most of the tail excess are overwhelming whatever the ratio
     long_share, long_hit, long_added = long_stalls(ctx, ep_inst, ep_t0, ep_t1)
     overwhelming = logistic(z, 3.0, 1.0) * logistic(long_hit, 0.7, 0.06) * logistic(long_share, 0.5, 0.08)
-    # a burst keeps work finishing, so stalls in which nothing finished for longer than the median
-    # request are not discounted for arrivals: where they carry a material share, the pauses are a cause
-    # beside whatever else makes the tail (a slow dependency's calls raise the arrival ratio near stalls)
+    # a burst keeps work finishing: stalls in which nothing finished for longer than the median request
+    # are not discounted for arrivals (a slow dependency's calls raise the arrival ratio near stalls)
     warm = 1 - logistic(early, 0.5, 0.1)
     held = logistic(kept_waiting, 2.0, 0.7)
     frozen = max(strength, held) * material_weight(long_share) * warm
-    # beside a heavier cause (a heavy-tailed dependency owning the p99), pauses carry little of the
-    # tail excess yet stall many requests: frozen stretches that add a few percent of the median
-    # latency to the mean request are a cause of their own (below the tail-carrying forms)
+    # beside a heavier cause pauses carry little of the tail excess yet stall many requests: frozen
+    # stretches adding a few % of the median latency to the mean request are a cause of their own
     beside = 0.9 * strength * warm * logistic(long_added, 0.03, 0.01)
     confidence = max(
         strength * weight * penalty * (0.6 + 0.4 * logistic(long_share, 0.15, 0.05)),
