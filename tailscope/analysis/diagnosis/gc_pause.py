@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_stalls, stopped_accepts
+from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_stalls, loop_blocks, stopped_accepts
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
 from tailscope.analysis.diagnosis.long_stalls import (
@@ -65,13 +65,18 @@ WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy
 
 
 def detect(ctx: Context) -> list[Finding]:
-    """The stops (below), or, where a concurrent collector's marks slow the work without stopping it
-    (gc_assists.py) and that is the surer reading, the slowdown."""
-    found = _stops(ctx)
-    assist = gc_assists.finding(ctx, warm_up_mask(ctx))
-    if assist is None or assist.confidence <= max((x.confidence for x in found), default=0.0):
-        return found
-    return [x for x in found if x.pattern != PATTERN] + [assist]
+    """The stops (below), or the slowdown where a concurrent collector's marks slow the work without
+    stopping it (gc_assists.py), and a step that held its process (loop_blocks.py): its stretches
+    are stall episodes for the calls it held."""
+    found, assist = _stops(ctx), gc_assists.finding(ctx, warm_up_mask(ctx))
+    if assist is not None and assist.confidence > max((x.confidence for x in found), default=0.0):
+        found = [x for x in found if x.pattern != PATTERN] + [assist]
+    blocks = loop_blocks.find(ctx)
+    if blocks is not None and blocks["finding"].confidence >= 0.5:
+        old = ctx.notes.get("gc_episodes", blocks["episodes"])
+        ctx.notes["gc_episodes"] = tuple(np.r_[a, b] for a, b in zip(old, blocks["episodes"], strict=True))
+        found.append(blocks["finding"])
+    return found
 
 
 def _stops(ctx: Context) -> list[Finding]:
@@ -79,16 +84,14 @@ def _stops(ctx: Context) -> list[Finding]:
     reqs = f.requests
     if len(reqs) < 50:
         return []
-    # warm-up requests (the first 3K of each instance, see cold_start) are slow across every stage for
-    # another reason; leave them out so a cold start is not read as pauses
+    # warm-up requests (each instance's first 3K, see cold_start) are slow for another reason: left out
     warm = warm_up_mask(ctx)
     inside = f.request >= 0
     inside[inside] = ~warm[f.request[inside]]
     spans = np.nonzero(f.leaf & inside)[0]
     if len(spans) < 100:
         return []
-    # what is in flight: leaf spans, and the stretches of other spans that no child covers (a span's
-    # own work, or a wait with no span of its own, like a batch queue), named after their span
+    # in flight: leaves, and stretches no child covers (own work, a wait with no span), named after their span
     owner, seg_s, seg_e = root_waits(f, inside)
     if "reply_reads" not in ctx.notes:  # shared with quota_stalls
         ctx.notes["reply_reads"] = reply_reads(f, f.request >= 0)
@@ -168,8 +171,7 @@ def _stops(ctx: Context) -> list[Finding]:
     if obs < 3 or z < 2:  # nothing lines up across names: one piece of work in flight at a time?
         return _lone(ctx, warm)
 
-    # stall episodes: a pause freezes everything in flight, so an episode is a run of bins in which
-    # every active name is slow ("frozen") that holds at least one stall bin
+    # stall episodes: runs of bins in which every active name is slow ("frozen") holding a stall bin
     d_count = slow_cov.sum(axis=1, dtype=np.int16)
     frozen = observed | ((d_count == a_count) & (a_count >= 1))
     fz = frozen.reshape(-1)
@@ -186,12 +188,11 @@ def _stops(ctx: Context) -> list[Finding]:
     ep_inst = ep_start // n_bins
     ep_t0 = (ep_start % n_bins) * width
     ep_t1 = (ep_end - ep_inst * n_bins) * width
-    # a pause is as long as its process stayed silent: where the process kept starting and ending
-    # spans through an episode (requests slowed together in a queue), only its silences can be pauses
+    # a pause is as long as its process stayed silent: where it kept ending spans through an episode
+    # (requests slowed together in a queue), only its silences can be pauses
     drawn = (ep_inst, ep_t0, ep_t1)  # the chart shades the co-slow stretches the timing found
     ep_t0, ep_t1 = silent_stretches(ctx, ep_inst, ep_t0, ep_t1)
-    # ... and a silence is a stop only where requests kept coming (an idle or starved process is
-    # silent too)
+    # ... and a silence is a stop only where requests kept coming (an idle process is silent too)
     stopped = credible_silences(ctx, ep_inst, ep_t0, ep_t1)
     ep_inst, ep_t0, ep_t1, stopped = (x[stopped > 0] for x in (ep_inst, ep_t0, ep_t1, stopped))
     # with the stops that kept requests waiting where fewer names were slow at once
@@ -206,8 +207,7 @@ def _stops(ctx: Context) -> list[Finding]:
     ep_inst, ep_t0, ep_t1, stopped = ep_inst[kept], ep_t0[kept], ep_t1[kept], stopped[kept]
     if not len(ep_inst):
         return _lone(ctx, warm)
-    # silences longer than a request through which the requests sent to the process waited to start:
-    # a stopped process, whatever the cross-name test says
+    # silences longer than a request through which requests sent to the process waited: a stop
     kept_waiting = int(((stopped == 2) & (ep_t1 - ep_t0 > np.median(reqs.latency))).sum())
     episodes = len(ep_inst)
     pause_ms = float(np.median(ep_t1 - ep_t0)) / 1e6
