@@ -101,6 +101,7 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
     that grows with what the misses ask for (the ids a batch read fetches) is the misses' cost: it
     stays a finding, ranked below the cache miss."""
     _payload_on_miss_path(findings)
+    _cold_peer_calls(findings)
     cold = max((fd.confidence for fd in findings if fd.pattern == "cold_start"), default=0.0)
     if cold >= 0.5:
         for fd in findings:
@@ -114,6 +115,24 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
                     "once settled): part of the cold start."
                 )
     return findings
+
+
+def _cold_peer_calls(findings: list[Finding]) -> None:
+    """slow_dependency on a call whose tail is mostly a replica's first calls (a cold_start finding
+    >= 0.5 on the same call, from the callee it names: cold_peers.py): the callee is slow because it
+    is cold, a possible cause beside it at most."""
+    for cold in findings:
+        stats = cold.evidence.get("stats", {})
+        if cold.pattern != "cold_start" or cold.confidence < NAMED or "peer" not in stats:
+            continue
+        for fd in findings:
+            share = fd.evidence.get("stats", {}).get("tail_excess_share") or 0.0
+            if fd.pattern == "slow_dependency" and fd.span_name == cold.span_name and \
+                    stats["tail_excess_share"] >= 0.5 * share:
+                fd.confidence = min(fd.confidence, 0.45)
+                fd.evidence["stats"]["part_of"] = "cold_start"
+                fd.evidence["summary"] += (f" Its tail is mostly the first calls to {stats['peer']}, a "
+                                           "replica that joined cold (part of the cold start).")
 
 
 def _payload_on_miss_path(findings: list[Finding]) -> None:
