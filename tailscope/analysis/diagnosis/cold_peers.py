@@ -30,11 +30,12 @@ MIN_CALLS = 30
 FIRST = 10
 FRESH = 0.1  # a peer first called after this share of the run joined mid-run
 CAP = 0.95
+MECHANISM = "a replica that joined mid-run, cold"
 
 
-def _peers(ctx: Context, code: int, spans: np.ndarray) -> np.ndarray | None:
-    """Per span of `spans`: a code of the peer it called (-1 unknown), from the first peer key that
-    names 2-64 peers on most of them; None where none does."""
+def _peers(ctx: Context, code: int, spans: np.ndarray) -> tuple[np.ndarray, list[str]] | None:
+    """(per span of `spans`: a code of the peer it called, -1 unknown; the peers' labels), from the
+    first peer key that names 2-64 peers on most of them; None where none does."""
     attrs = ctx.frame.attributes(code)
     for key in PEER_KEYS:
         if key not in attrs:
@@ -47,7 +48,7 @@ def _peers(ctx: Context, code: int, spans: np.ndarray) -> np.ndarray | None:
         out[np.asarray(idx, np.int64)] = codes
         peer = out[spans]
         if (peer >= 0).mean() >= 0.8:
-            return peer
+            return peer, [f"{key}={n}" for n in names]
     return None
 
 
@@ -56,23 +57,37 @@ def _auc(early: np.ndarray, late: np.ndarray) -> float:
     return float((r[: len(early)].sum() - len(early) * (len(early) - 1) / 2) / (len(early) * len(late)))
 
 
+def _sources(ctx: Context):
+    """(call name code, spans whose durations are judged, peer code per span, peer label per code):
+    an untraced callee's calls by the peer they name; a traced callee's SERVER spans by its instance
+    (a worker restarted mid-run is a new instance: its own time, not the wait before it)."""
+    f = ctx.frame
+    child = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0) & (f.request >= 0))[0]
+    child = child[f.kind[f.parent[child]] == KIND_CLIENT]
+    answered = np.zeros(len(f), bool)
+    answered[f.parent[child]] = True
+    for code in ctx.client_names.tolist():
+        spans = np.nonzero((f.name == code) & (f.kind == KIND_CLIENT) & (f.request >= 0))[0]
+        if len(spans) < 200:
+            continue
+        if answered[spans].mean() <= 0.1:
+            found = _peers(ctx, code, spans)
+            if found is not None:
+                yield code, spans, *found
+        elif answered[spans].mean() >= 0.9:
+            srv = child[f.name[f.parent[child]] == code]
+            yield code, srv, f.instance[srv], [f.instances[i] for i in range(len(f.instances))]
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     if ctx.n_requests < 100:
         return []
-    answered = np.zeros(len(f), bool)
-    child = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
-    answered[f.parent[child]] = True
     run0, run1 = float(f.start.min()), float(f.end.max())
     best = None
-    for code in ctx.client_names.tolist():
-        spans = np.nonzero((f.name == code) & (f.kind == KIND_CLIENT) & (f.request >= 0))[0]
-        if len(spans) < 200 or answered[spans].mean() > 0.1:
-            continue
-        peer = _peers(ctx, code, spans)
-        if peer is None:
-            continue
+    for code, spans, peer, labels in _sources(ctx):
         dur = f.dur[spans].astype(np.float64)
+        cold, extra, strengths, group = [], np.zeros(ctx.n_requests), [], np.zeros(0, np.int64)
         for p in np.unique(peer[peer >= 0]).tolist():
             mine = np.nonzero(peer == p)[0]
             mine = mine[np.argsort(f.start[spans[mine]], kind="stable")]
@@ -88,48 +103,64 @@ def detect(ctx: Context) -> list[Finding]:
             ratio_others = float(np.median(dur[first]) / max(np.median(dur[others]), 1.0))
             auc = _auc(dur[first], dur[late])
             strength = logistic(auc, 0.72, 0.05) * logistic(min(ratio, ratio_others), 1.4, 0.15)
+            if strength < 0.5:
+                continue
+            # each peer that joined cold: what its first third of calls add over its plateau
             young = mine[: len(mine) // 3]
-            extra = np.bincount(f.request[spans[young]], weights=np.maximum(dur[young] - plateau, 0.0),
-                                minlength=ctx.n_requests)
-            share = excess_share(extra, ctx.split)
-            confidence = CAP * strength * material_weight(share)
-            if best is None or confidence > best[0]:
-                best = (confidence, code, spans, mine, p, {
-                    "peer_first_seen_s": round((t0 - run0) / 1e9, 2), "first_calls_median_ms": round(
-                        float(np.median(dur[first])) / 1e6, 3), "settled_median_ms": round(plateau / 1e6, 3),
-                    "ratio": round(ratio, 2), "ratio_to_other_peers": round(ratio_others, 2),
-                    "auc": round(auc, 3), "calls": len(mine), "tail_excess_share": round(share, 3)})
+            extra += np.bincount(f.request[spans[young]], weights=np.maximum(dur[young] - plateau, 0.0),
+                                 minlength=ctx.n_requests)
+            strengths.append(strength)
+            group = np.r_[group, young]
+            cold.append((labels[p], (t0 - run0) / 1e9, float(np.median(dur[first])), plateau, ratio,
+                         ratio_others, auc, len(mine)))
+        if not cold:
+            continue
+        share = excess_share(extra, ctx.split)
+        confidence = CAP * float(np.median(strengths)) * material_weight(share)
+        if best is None or confidence > best[0]:
+            k = int(np.argmax(strengths))
+            label, seen, first_ms, plateau, ratio, ratio_others, auc, calls = cold[k]
+            best = (confidence, code, spans, group, label, {
+                "peer_first_seen_s": round(seen, 2), "first_calls_median_ms": round(first_ms / 1e6, 3),
+                "settled_median_ms": round(plateau / 1e6, 3), "ratio": round(ratio, 2),
+                "ratio_to_other_peers": round(ratio_others, 2), "auc": round(auc, 3), "calls": calls,
+                "cold_peers": len(cold), "tail_excess_share": round(share, 3)})
     if best is None or best[0] < 0.05:
         return []
+    if best[0] >= 0.3:  # compute_bound leaves the forward time of requests a cold peer served to this
+        served = np.zeros(ctx.n_requests, bool)
+        served[f.request[best[2][best[3]]]] = True
+        warm = ctx.notes.get("warm_up_requests")
+        ctx.notes["warm_up_requests"] = served if warm is None else warm | served
     return [_finding(ctx, *best)]
 
 
-def _finding(ctx: Context, confidence: float, code: int, spans: np.ndarray, mine: np.ndarray, p: int,
+def _finding(ctx: Context, confidence: float, code: int, spans: np.ndarray, mine: np.ndarray, peer_name: str,
              st: dict) -> Finding:
     from tailscope.analysis.diagnosis.cold_start import ADVICE
 
     f = ctx.frame
-    peer_name = "?"
-    for key in PEER_KEYS:
-        if key in f.attributes(code):
-            names = np.unique(np.asarray([str(v) for v in f.attributes(code)[key][1]]))
-            if 2 <= len(names) <= 64:
-                peer_name = f"{key}={names[p]}"
-                break
-    callers = np.bincount(f.instance[spans[mine]], minlength=len(f.instances))
-    where = [f.instances[i] for i in np.argsort(-callers)[:4] if callers[i] > 0]
-    service = f.services[int(np.bincount(f.service[spans]).argmax())]
+    callers = f.parent[spans[mine]] if f.kind[spans[0]] == KIND_SERVER else spans[mine]
+    counts = np.bincount(f.instance[callers], minlength=len(f.instances))
+    where = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    service = f.services[int(np.bincount(f.service[callers]).argmax())]
+    callee = f.services[int(np.bincount(f.service[spans[mine]]).argmax())]
     name = f.names[code]
     summary = (
-        f"The calls '{name}' from {service} send to {peer_name}, a peer first called "
+        f"The calls '{name}' from {service} to {peer_name}"
+        + (f" (and {st['cold_peers'] - 1} more that joined later)" if st["cold_peers"] > 1 else "")
+        + ", a peer first called "
         f"{st['peer_first_seen_s']} s into the run (a replica that joined), were slow at first: median "
         f"{st['first_calls_median_ms']} ms for its first {FIRST} vs {st['settled_median_ms']} ms once "
         f"settled ({st['ratio']}x, AUC {st['auc']}) and {st['ratio_to_other_peers']}x the calls to the "
         f"other peers meanwhile; its first calls carry {st['tail_excess_share']:.0%} of the tail excess. "
-        "The callee is not traced: its warm-up shows in the calls only."
+        + ("The callee is not traced: its warm-up shows in the calls only." if callee == service else
+           f"Its own spans ({callee}) show it: a worker or replica started mid-run, its first requests slow.")
     )
-    stats = {"services": [service], "instances": where, "peer": peer_name, **st,
-             "mechanism": "a replica that joined mid-run, cold"}
+    if callee != service:
+        where = [peer_name, *where]
+    stats = {"services": sorted({service, callee}), "instances": where, "peer": peer_name, **st,
+             "mechanism": MECHANISM}
     stage = ctx.stage_of_name(code)
     return Finding("cold_start", clamp01(confidence), stage, name, {"summary": summary, "stats": stats},
                    ADVICE.format(where=f"the new replica behind '{name}' ({peer_name})"))
