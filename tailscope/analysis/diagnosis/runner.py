@@ -13,6 +13,8 @@ import numpy as np
 from tailscope.analysis.diagnosis import (
     burst_waits,
     cache_miss,
+    callee_queue,
+    cold_peers,
     cold_start,
     compute_bound,
     fallback_path,
@@ -52,11 +54,13 @@ DETECTORS = (
     cold_start,
     lock_contention,
     queueing,
+    callee_queue,
     slow_dependency,
     network,
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
+COLD_PEER, CALLEE_QUEUE = cold_peers.MECHANISM, callee_queue.MECHANISM
 NAMED = 0.5  # a finding at or above it names a cause; below it, a possible one
 READ_SHARE = 0.4  # the read's part of a diagnosis' time, for progress bars
 
@@ -119,20 +123,22 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
 
 def _cold_peer_calls(findings: list[Finding]) -> None:
     """slow_dependency on a call whose tail is mostly a replica's first calls (a cold_start finding
-    >= 0.5 on the same call, from the callee it names: cold_peers.py): the callee is slow because it
-    is cold, a possible cause beside it at most."""
+    >= 0.5 on the same call, from the callee it names: cold_peers.py), or a queue for the untraced
+    callee's workers that follows the arrivals (callee_queue.py): the callee is slow because it is
+    cold or busy, a possible cause beside it at most."""
     for cold in findings:
         stats = cold.evidence.get("stats", {})
-        if cold.pattern != "cold_start" or cold.confidence < NAMED or "peer" not in stats:
+        if cold.confidence < NAMED or (cold.pattern, stats.get("mechanism")) not in (
+                ("cold_start", COLD_PEER), ("queueing", CALLEE_QUEUE)):
             continue
-        for fd in findings:
-            share = fd.evidence.get("stats", {}).get("tail_excess_share") or 0.0
+        for fd in findings:  # the callee's own part of the call's share, where it is traced
+            own = fd.evidence.get("stats", {})
+            share = (own.get("tail_excess_share") or 0.0) * (own.get("callee_share") or 1.0)
             if fd.pattern == "slow_dependency" and fd.span_name == cold.span_name and \
                     stats["tail_excess_share"] >= 0.5 * share:
                 fd.confidence = min(fd.confidence, 0.45)
-                fd.evidence["stats"]["part_of"] = "cold_start"
-                fd.evidence["summary"] += (f" Its tail is mostly the first calls to {stats['peer']}, a "
-                                           "replica that joined cold (part of the cold start).")
+                fd.evidence["stats"]["part_of"] = cold.pattern
+                fd.evidence["summary"] += f" Its tail is {cold.pattern} at the callee (part of it)."
 
 
 def _payload_on_miss_path(findings: list[Finding]) -> None:
