@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import diagnose_frame
+from tailscope.analysis.diagnosis import diagnose_frame, gc_assists
+from tailscope.analysis.diagnosis.long_stalls import warm_up_mask
+from tailscope.analysis.diagnosis.model import Context
 from tests.mechanism_frames import TraceBuilder, lognormal
 
 RPS = 160.0
@@ -43,6 +45,14 @@ def _run(marks: list[tuple[float, float, float]], t: float, work: float) -> floa
     return t + work
 
 
+def _settle(marks: list[tuple[float, float, float]], t: float) -> float:
+    """When a reply that came at t is read by a process that stops during `marks`: at their end."""
+    for a, b, _ in marks:
+        if a <= t < b:
+            return b
+    return t
+
+
 def _service(seed: int, per: str) -> TraceBuilder:
     """A gateway: fetch (a call), decode and resize (its own work), save (a call). From 30 % of the run
     its work is slowed: `per` = "instance" (each instance's own marks), "request" (a slowdown drawn
@@ -53,21 +63,28 @@ def _service(seed: int, per: str) -> TraceBuilder:
     end, start = float(arrivals[-1]) + 500, float(arrivals[int(0.3 * N)])
     own = {f"api/{k}": _marks(b.rng, end, start) for k in range(INSTANCES)}
     fleet = _marks(b.rng, end, start)
+    quota = {}  # a CPU quota's stalls: the end of half the 100 ms periods, from the same moment on
+    for k in range(INSTANCES):
+        ends = np.arange(start + b.rng.uniform(0, 100), end, 100.0)
+        ends = ends[b.rng.random(len(ends)) < 0.8]
+        quota[f"api/{k}"] = [(e - b.rng.uniform(30.0, 80.0), e, 1e6) for e in ends]
     for t in arrivals:
         b.new_trace()
         inst = f"api/{int(b.rng.integers(INSTANCES))}"
-        marks = {"instance": own[inst], "fleet": fleet}.get(per, [])
+        marks = {"instance": own[inst], "fleet": fleet, "stop": own[inst]}.get(per, [])
+        stops = quota[inst] if per == "stop" else []
+        marks = stops or marks
         factor = b.rng.uniform(1.0, 6.0) if per == "request" and t >= start else 1.0
         root = b.span(None, "POST /moderate", "Server", inst, t, 0.0)
         cur = t + 0.05
-        call = lognormal(b.rng, 15.0, 0.3)
+        call = _settle(stops, cur + lognormal(b.rng, 15.0, 0.3)) - cur
         b.span(root, "GET blob", "Client", inst, cur, call)
         cur += call + 0.05
         for name, median in (("decode", 8.0), ("resize", 4.0)):
             done = _run(marks, cur, lognormal(b.rng, median, 0.25) * factor)
             b.span(root, name, "Internal", inst, cur, done - cur)
             cur = done + 0.02
-        call = lognormal(b.rng, 2.0, 0.3)
+        call = _settle(stops, cur + lognormal(b.rng, 2.0, 0.3)) - cur
         b.span(root, "INSERT verdicts", "Client", inst, cur, call)
         b.set_end(root, cur + call + 0.05)
     return b
@@ -110,3 +127,18 @@ def test_a_slowdown_of_each_request_alone_is_not_a_collector():
 def test_a_slowdown_of_every_instance_at_once_is_not_one_process_collecting():
     # in step on every instance: a fleet-wide change, not each process's own marks
     assert _gc(diagnose_frame(_service(3, "fleet").frame()).findings) < 0.5
+
+
+def _rho_calls(per: str) -> float:
+    ctx = Context(_service(3, per).frame())
+    warm = warm_up_mask(ctx)
+    spans = gc_assists.work_spans(ctx, warm)
+    stretch = gc_assists._log_stretch(ctx.frame, spans)
+    return float(gc_assists._calls_stretched(ctx, warm, spans, stretch).max())
+
+
+def test_a_process_that_stops_whole_reads_its_replies_late_a_marking_one_does_not():
+    # stops (a pause, a CPU quota) hold the calls' replies as much as the work: the calls' stretch
+    # follows the work's; a collector's mark slows only what allocates, so gc_assists stands down
+    assert _rho_calls("stop") >= 0.3
+    assert _rho_calls("instance") <= 0.15

@@ -21,7 +21,8 @@ inside it on the same instance (`same`) and on the service's other instances (`o
 Spearman(r, same), ρ_other = Spearman(r, other), over the spans with both; strength from ρ_same and
 the contrast ρ_same − ρ_other (what is the process's own). Weight: the stretch the neighbours
 predict (within a window of at least the service's median work span: a duration d at a neighbour
-factor x took d (1 − 1/x) longer) as a share of the tail excess. Where the runtime reports its GC
+factor x took d (1 − 1/x) longer) as a share of the tail excess, or, beside a heavier cause, what it
+adds to the mean request over the median latency (0.5 at 5 %). Where the runtime reports its GC
 cycles (span events), their rate around each span confirms (Spearman with r) or, uncorrelated, says
 the slowdown is the CPU's, not the collector's.
 """
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import SPAN_KINDS
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.diagnosis.long_stalls import slow_flags
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stall_chart import stall_chart
@@ -135,6 +136,53 @@ def _gc_rate(ctx: Context, spans: np.ndarray) -> np.ndarray | None:
     return (hi - lo).astype(np.float64)
 
 
+def _log_stretch(f, spans: np.ndarray) -> np.ndarray:
+    """Per span: log duration minus its name's lower quartile of it."""
+    names = f.name[spans]
+    r = np.log(np.maximum(f.dur[spans], 1).astype(np.float64))
+    for code in np.unique(names).tolist():
+        sel = names == code
+        r[sel] -= np.quantile(r[sel], BASE_Q)
+    return r
+
+
+def _calls_stretched(ctx: Context, warm: np.ndarray, spans: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Per service code: Spearman of the calls' log stretch (CLIENT leaves) with the mean log stretch
+    of the work spans of other requests whose midpoint falls inside them on the same instance. A
+    process that stops (a pause, a CPU quota) reads its calls' replies late as it runs its work late;
+    a collector's mark slows only what allocates."""
+    f = ctx.frame
+    out = np.zeros(len(f.services))
+    ok = f.leaf & (f.request >= 0) & (f.kind == KIND_CLIENT)
+    ok[ok] &= ~warm[f.request[ok]]
+    calls = np.nonzero(ok)[0]
+    calls = calls[np.bincount(f.name[calls], minlength=len(f.names))[f.name[calls]] >= MIN_SPANS]
+    if len(calls) < MIN_PAIRS:
+        return out
+    every = np.r_[spans, calls]
+    is_work = np.r_[np.ones(len(spans)), np.zeros(len(calls))]
+    values = np.r_[r, np.zeros(len(calls))]
+    mid = f.start[every] + f.dur[every] // 2
+    sorted_mid = np.sort(mid)
+    rank = np.searchsorted(sorted_mid, mid, "left")
+    window = ((np.searchsorted(sorted_mid, f.start[every], "left"),
+               np.searchsorted(sorted_mid, f.end[every], "right")),)
+    inst, req = f.instance[every], f.request[every]
+    (s_in, _), = _sums(_group(inst), rank, window, values)
+    (n_in, _), = _sums(_group(inst), rank, window, is_work)
+    (s_rq, _), = _sums(_group(req, inst), rank, window, values)
+    (n_rq, _), = _sums(_group(req, inst), rank, window, is_work)
+    k = len(spans)
+    n = (n_in - n_rq)[k:]
+    mean = (s_in - s_rq)[k:] / np.maximum(n, 1)
+    rc = _log_stretch(f, calls)
+    for code in np.unique(f.service[calls]).tolist():
+        sel = (f.service[calls] == code) & (n > 0)
+        if sel.sum() >= MIN_PAIRS:
+            out[code] = spearman(rc[sel], mean[sel])
+    return out
+
+
 def find(ctx: Context, warm: np.ndarray) -> dict | None:
     """The service whose work is slowed together per instance (see the module docstring):
     {"confidence", "share", "service", "instances", "episodes" (instance, start, end of the slowed
@@ -144,11 +192,9 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
     if len(spans) < 2 * MIN_PAIRS:
         return None
     names = f.name[spans]
-    r = np.log(np.maximum(f.dur[spans], 1).astype(np.float64))
-    for code in np.unique(names).tolist():
-        sel = names == code
-        r[sel] -= np.quantile(r[sel], BASE_Q)
+    r = _log_stretch(f, spans)
     nb = _neighbours(ctx, spans, r)
+    rho_calls = _calls_stretched(ctx, warm, spans, r)
     (same, n_same), (other, n_other), (wide, n_wide) = nb["same"], nb["other"], nb["wide"]
     gc = _gc_rate(ctx, spans)
     best = None
@@ -160,17 +206,22 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
         rho_same = spearman(r[both], same[both])
         rho_other = spearman(r[both], other[both])
         strength = logistic(rho_same, 0.5, 0.05) * logistic(rho_same - rho_other, 0.2, 0.05)
+        # the calls read late alike: the process stops (gc_pause's stops, cpu_throttling), it is not marking
+        strength *= 1 - logistic(rho_calls[code] / max(rho_same, 1e-6), 0.5, 0.1)
         has = mine & (n_wide > 0)
         factor = np.exp(np.maximum(wide[has], 0.0))
         stretch = f.dur[spans[has]] * (1 - 1 / factor)
         per_req = np.bincount(f.request[spans[has]], weights=stretch, minlength=ctx.n_requests)
         share = excess_share(per_req, ctx.split)
+        # beside a heavier cause the slowdown carries little of the p99 yet slows every request: what it
+        # adds to the mean request over the median latency weighs as its share does
+        added = float(per_req.mean() / max(np.median(ctx.frame.requests.latency), 1.0))
         rho_gc = None if gc is None or np.ptp(gc[mine]) == 0 else spearman(r[mine], gc[mine])
         if rho_gc is None:
             cap = UNCONFIRMED_CAP
         else:  # the runtime's cycles follow the slowdown, or do not (the CPU's, not the collector's)
             cap = 0.45 + (CONFIRMED_CAP - 0.45) * logistic(rho_gc, 0.25, 0.05)
-        confidence = cap * strength * material_weight(share)
+        confidence = cap * strength * max(material_weight(share), logistic(added, 0.05, 0.015))
         if best is not None and confidence <= best["confidence"]:
             continue
         slowed = has.copy()
@@ -191,11 +242,13 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
                 "spans_with_neighbours": int(both.sum()),
                 "rho_same_instance": round(rho_same, 3),
                 "rho_other_instances": round(rho_other, 3),
+                "rho_calls_same_instance": round(float(rho_calls[code]), 3),
                 "median_slowdown_when_slowed": round(float(np.median(factor[factor >= 1.5])), 2)
                 if (factor >= 1.5).any() else 1.0,
                 "slowed_share_of_work_spans": round(float((factor >= 1.5).mean()), 3),
                 "rho_reported_gc_rate": None if rho_gc is None else round(rho_gc, 3),
                 "tail_excess_share": round(share, 3),
+                "added_over_median_latency": round(added, 3),
             },
         }
     return best
