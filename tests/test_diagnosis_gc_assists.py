@@ -142,3 +142,22 @@ def test_a_process_that_stops_whole_reads_its_replies_late_a_marking_one_does_no
     # follows the work's; a collector's mark slows only what allocates, so gc_assists stands down
     assert _rho_calls("stop") >= 0.3
     assert _rho_calls("instance") <= 0.15
+
+
+def test_one_instance_slower_all_the_time_is_not_a_collector_marking():
+    # a straggler: every step on one instance slower the whole run (a slower node), not at times
+    b = TraceBuilder(5)
+    for t in b.arrivals(N, RPS):
+        b.new_trace()
+        k = int(b.rng.integers(INSTANCES))
+        inst, slow = f"api/{k}", 3.0 if k == 0 else 1.0
+        root = b.span(None, "POST /moderate", "Server", inst, t, 0.0)
+        cur = t + 0.05
+        for name, median in (("decode", 8.0), ("resize", 4.0)):
+            d = lognormal(b.rng, median, 0.25) * slow * (1 + b.rng.pareto(3.0))
+            b.span(root, name, "Internal", inst, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur + 0.05)
+    ctx = Context(b.frame())
+    found = gc_assists.find(ctx, warm_up_mask(ctx))
+    assert found is None or found["confidence"] < 0.5, found and found["stats"]

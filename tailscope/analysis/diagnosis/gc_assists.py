@@ -193,9 +193,14 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
         return None
     names = f.name[spans]
     r = _log_stretch(f, spans)
-    nb = _neighbours(ctx, spans, r)
-    rho_calls = _calls_stretched(ctx, warm, spans, r)
-    (same, n_same), (other, n_other), (wide, n_wide) = nb["same"], nb["other"], nb["wide"]
+    # an instance slower all the time (a straggler replica, a slower node) is not slowed at times: each
+    # (instance, name)'s own level is left out of the test, kept for the attribution
+    level = _group(f.instance[spans], names)
+    centred = r - (np.bincount(level, weights=r) / np.bincount(level))[level]
+    nb = _neighbours(ctx, spans, centred)
+    wide = _neighbours(ctx, spans, r)["wide"]
+    rho_calls = _calls_stretched(ctx, warm, spans, centred)
+    (same, n_same), (other, n_other), (wide, n_wide) = nb["same"], nb["other"], wide
     gc = _gc_rate(ctx, spans)
     best = None
     for code in np.unique(f.service[spans]).tolist():
@@ -203,8 +208,8 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
         both = mine & (n_same > 0) & (n_other > 0)
         if both.sum() < MIN_PAIRS or len(np.unique(names[both])) < 2:
             continue
-        rho_same = spearman(r[both], same[both])
-        rho_other = spearman(r[both], other[both])
+        rho_same = spearman(centred[both], same[both])
+        rho_other = spearman(centred[both], other[both])
         strength = logistic(rho_same, 0.5, 0.05) * logistic(rho_same - rho_other, 0.2, 0.05)
         # the calls read late alike: the process stops (gc_pause's stops, cpu_throttling), it is not marking
         strength *= 1 - logistic(rho_calls[code] / max(rho_same, 1e-6), 0.5, 0.1)
