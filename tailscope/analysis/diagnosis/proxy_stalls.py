@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import cpu_throttling
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.gc_pause import ADVICE
 from tailscope.analysis.diagnosis.long_stalls import stall_overlap
@@ -154,7 +155,14 @@ def detect(ctx: Context) -> list[Finding]:
     }
     evidence = {"summary": summary, "stats": stats, "chart": chart}
     name = f.names[int(np.bincount(f.name[outer]).argmax())]
-    return [Finding(PATTERN, clamp01(confidence), "ingress", name, evidence, ADVICE)]
+    finding = Finding(PATTERN, clamp01(confidence), "ingress", name, evidence, ADVICE)
+    # stalls that end on a CPU quota's period boundaries are throttling, as gc_pause's are
+    earlier = ctx.notes.get("stall_findings") or []
+    episodes = (inst[rel], (end - extra).astype(np.int64), end.astype(np.int64))
+    order = np.lexsort((episodes[1], episodes[0]))
+    out = cpu_throttling.split(ctx, finding, tuple(x[order] for x in episodes), reported)
+    ctx.notes["stall_findings"] = [*earlier, *out]
+    return out
 
 
 def _released(inst: np.ndarray, events: np.ndarray) -> np.ndarray:
