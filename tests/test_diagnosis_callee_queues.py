@@ -29,7 +29,7 @@ def _service(seed: int, traced: bool, burst: bool, recycle: bool = False, rps: f
         arrivals = np.sort(np.r_[arrivals, t0 + np.sort(b.rng.uniform(0, 1500.0, int(rate * 1.5)))])
     free = [(0.0, k) for k in range(WORKERS)]  # (free at, worker slot)
     pids = list(range(WORKERS))
-    served = dict.fromkeys(pids, 0)
+    served = dict.fromkeys(pids, 1000)  # the workers serving when the trace begins are warm
     for calls, t in enumerate(arrivals, start=1):
         b.new_trace()
         inst = f"bff/{int(b.rng.integers(2))}"

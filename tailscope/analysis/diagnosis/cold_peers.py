@@ -117,6 +117,12 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         share = excess_share(extra, ctx.split)
         confidence = CAP * float(np.median(strengths)) * material_weight(share)
+        # the calls' tail beyond the cold peers' first ones: a callee slow on its own as well
+        rest = np.ones(len(spans), bool)
+        rest[group] = False
+        over = np.where(rest, np.maximum(dur - float(np.median(dur)), 0.0), 0.0)
+        rest_share = excess_share(np.bincount(f.request[spans], weights=over, minlength=ctx.n_requests),
+                                  ctx.split)
         if best is None or confidence > best[0]:
             k = int(np.argmax(strengths))
             label, seen, first_ms, plateau, ratio, ratio_others, auc, calls = cold[k]
@@ -124,7 +130,8 @@ def detect(ctx: Context) -> list[Finding]:
                 "peer_first_seen_s": round(seen, 2), "first_calls_median_ms": round(first_ms / 1e6, 3),
                 "settled_median_ms": round(plateau / 1e6, 3), "ratio": round(ratio, 2),
                 "ratio_to_other_peers": round(ratio_others, 2), "auc": round(auc, 3), "calls": calls,
-                "cold_peers": len(cold), "tail_excess_share": round(share, 3)})
+                "cold_peers": len(cold), "tail_excess_share": round(share, 3),
+                "call_tail_excess_share_beyond_them": round(rest_share, 3)})
     if best is None or best[0] < 0.05:
         return []
     if best[0] >= 0.3:  # compute_bound leaves the forward time of requests a cold peer served to this
