@@ -37,6 +37,7 @@ from tailscope.analysis.diagnosis import (
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import MATERIAL_SHARE as MATERIAL
 from tailscope.analysis.diagnosis.stats import weighted_quantile
 
 # Order matters only for notes: gc_pause (and proxy_stalls for a forwarding tier) leave their stall
@@ -134,7 +135,8 @@ def _cold_peer_calls(findings: list[Finding]) -> None:
         for fd in findings:  # the callee's own part of the call's share, where it is traced
             own = fd.evidence.get("stats", {})
             share = (own.get("tail_excess_share") or 0.0) * (own.get("callee_share") or 1.0)
-            if fd.pattern == "slow_dependency" and fd.span_name == cold.span_name and \
+            beyond = stats.get("call_tail_excess_share_beyond_them", 0.0)  # slow on its own too
+            if fd.pattern == "slow_dependency" and fd.span_name == cold.span_name and beyond < MATERIAL and \
                     stats["tail_excess_share"] >= 0.5 * share:
                 fd.confidence = min(fd.confidence, 0.45)
                 fd.evidence["stats"]["part_of"] = cold.pattern
