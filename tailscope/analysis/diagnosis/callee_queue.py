@@ -27,6 +27,7 @@ from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.queueing import MAX_LAG, dispersion, time_bins
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, lagged_correlation, logistic, ms
 
+PATTERN = "queueing"
 MECHANISM = "a queue at an untraced callee"
 PEER_KEYS = ("peer.service", "server.address", "net.peer.name", "rpc.service")
 
@@ -95,5 +96,5 @@ def detect(ctx: Context) -> list[Finding]:
              "extra_p99_ms": ms(np.quantile(excess, 0.99)), "tail_excess_share": round(share, 3),
              "mechanism": MECHANISM}
     server = callee or f"the service behind '{name}'"
-    return [Finding("queueing", clamp01(confidence), "queue", name, {"summary": summary, "stats": stats},
+    return [Finding(PATTERN, clamp01(confidence), "queue", name, {"summary": summary, "stats": stats},
                     ADVICE.format(server=server))]
