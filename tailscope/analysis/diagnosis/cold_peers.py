@@ -79,7 +79,9 @@ def _sources(ctx: Context):
             yield code, srv, f.instance[srv], [f.instances[i] for i in range(len(f.instances))]
 
 
-def detect(ctx: Context) -> list[Finding]:
+def detect(ctx: Context, advice: str) -> list[Finding]:
+    """`advice`: cold_start's advice text, with a `{where}` field (passed in, so this module does not
+    import its caller)."""
     f = ctx.frame
     if ctx.n_requests < 100:
         return []
@@ -139,13 +141,11 @@ def detect(ctx: Context) -> list[Finding]:
         served[f.request[best[2][best[3]]]] = True
         warm = ctx.notes.get("warm_up_requests")
         ctx.notes["warm_up_requests"] = served if warm is None else warm | served
-    return [_finding(ctx, *best)]
+    return [_finding(ctx, advice, *best)]
 
 
-def _finding(ctx: Context, confidence: float, code: int, spans: np.ndarray, mine: np.ndarray, peer_name: str,
-             st: dict) -> Finding:
-    from tailscope.analysis.diagnosis.cold_start import ADVICE
-
+def _finding(ctx: Context, advice: str, confidence: float, code: int, spans: np.ndarray, mine: np.ndarray,
+             peer_name: str, st: dict) -> Finding:
     f = ctx.frame
     callers = f.parent[spans[mine]] if f.kind[spans[0]] == KIND_SERVER else spans[mine]
     counts = np.bincount(f.instance[callers], minlength=len(f.instances))
@@ -170,4 +170,4 @@ def _finding(ctx: Context, confidence: float, code: int, spans: np.ndarray, mine
              "mechanism": MECHANISM}
     stage = ctx.stage_of_name(code)
     return Finding("cold_start", clamp01(confidence), stage, name, {"summary": summary, "stats": stats},
-                   ADVICE.format(where=f"the new replica behind '{name}' ({peer_name})"))
+                   advice.format(where=f"the new replica behind '{name}' ({peer_name})"))

@@ -81,7 +81,7 @@ def _auc(lat: np.ndarray, first: np.ndarray, late: np.ndarray, instance: np.ndar
 def detect(ctx: Context) -> list[Finding]:
     """The instances' warm-up (below), and a callee that joined mid-run answering its first calls
     slowly where its own spans are not traced (cold_peers.py)."""
-    return _instances(ctx) + cold_peers.detect(ctx)
+    return _instances(ctx) + cold_peers.detect(ctx, ADVICE)
 
 
 def _instances(ctx: Context) -> list[Finding]:
