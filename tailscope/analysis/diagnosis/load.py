@@ -40,6 +40,13 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return renumber[codes], [values[i] for i in by_appearance.tolist()]
 
 
+def _any_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes and their values in whatever order the dictionary was built (for groupings whose
+    order does not matter: _codes' renumbering by first appearance costs a pass more)."""
+    enc = pc.dictionary_encode(column).combine_chunks()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
 def _arrow(conn: Reader, name: str, run: str, **params: Any) -> pa.Table:
     """A named span read over one run as an Arrow table (the store's span_table), in a fixed order."""
     return _in_fixed_order(conn.span_table(name, run, **params))
@@ -320,14 +327,15 @@ def _by_name(
     if table.num_rows == 0:
         return {}
     idx = _match(span_keys, table.column("SpanKey").to_numpy().astype(np.int64))
-    name_codes, names = _codes(table.column("SpanName"))
-    key_codes, keys = _codes(table.column("AttrKey"))
+    name_codes, names = _any_codes(table.column("SpanName"))  # the output's order is set below
+    key_codes, keys = _any_codes(table.column("AttrKey"))
     group = name_codes * len(keys) + key_codes
-    # each key's rows in span order (the frame's), the rows of spans the frame lacks last: the engine's
-    # row order varies from read to read, this does not
-    by_span = np.argsort(np.where(idx >= 0, idx, len(span_keys)), kind="stable")  # near sorted: quick
-    order = by_span[np.argsort(group[by_span], kind="stable")]
-    value_codes, distinct = _codes(table.column("AttrValue"))  # strings made once per distinct value
+    # each key's rows in span order (the frame's), the rows of spans the frame lacks last, ties in the
+    # rows' order: one stable sort of (group, span) (the engine's row order varies from read to read,
+    # this does not)
+    span = np.where(idx >= 0, idx, len(span_keys))
+    order = np.argsort(group * (len(span_keys) + 1) + span, kind="stable")
+    value_codes, distinct = _any_codes(table.column("AttrValue"))  # a string made once per distinct value
     values = np.array([*distinct, None], dtype=object)[value_codes[order]]
     idx, group = idx[order], group[order]
     cuts = np.nonzero(np.diff(group))[0] + 1
