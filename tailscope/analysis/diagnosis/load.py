@@ -16,6 +16,7 @@ from tailscope.analysis.diagnosis import sample
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
 from tailscope.analysis.diagnosis.gc_stamps import pause_starts
 from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS, SamplePlan
+from tailscope.store.ahead import ahead as _ahead
 from tailscope.store.interface import Reader
 from tailscope.vocabulary import ALL_STAGES
 
@@ -104,11 +105,11 @@ def list_runs(conn: Reader) -> list[str]:
     return [row[0] for row in conn.run("diagnosis_runs").fetchall()]
 
 
-def _stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | None = None) -> np.ndarray:
+def _stages(table: pa.Table, mapping: pd.DataFrame | None) -> np.ndarray:
     """Stage code per span: the analysis layer's mapping when it is available, else the explicit
     `tailscope.stage` attribute (NO_STAGE where neither says)."""
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
-    mapped = _mapped_stages(conn, run, table, plan)
+    mapped = _mapped_stages(table, mapping)
     if mapped is not None:
         return mapped
     codes, values = _codes(table.column("StageAttr"))
@@ -116,19 +117,22 @@ def _stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | None = N
     return value_code[codes]
 
 
-def _mapped_stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | None) -> np.ndarray | None:
-    """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), per
-    (span name, span kind); spans of a pair it did not see fall back to their attribute."""
+def _stage_mapping(conn: Reader, run: str, plan: SamplePlan | None) -> pd.DataFrame | None:
+    """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), None
+    where it is unavailable (an older store without rules: attributes only)."""
     try:
         from tailscope.analysis.stages import stage_mapping
 
         window = plan.read_windows()[0] if plan is not None else None  # a sample: its first window
-        mapping = stage_mapping(
-            conn, run, sample_traces=300, window=window
-        )  # a row per (name, kind) suffices
-    except Exception:  # an older store without rules, or the mapping unavailable: attributes only
+        return stage_mapping(conn, run, sample_traces=300, window=window)  # a row per (name, kind) suffices
+    except Exception:
         return None
-    if mapping.empty:
+
+
+def _mapped_stages(table: pa.Table, mapping: pd.DataFrame | None) -> np.ndarray | None:
+    """The stage mapping per (span name, span kind); spans of a pair it did not see fall back to their
+    attribute."""
+    if mapping is None or mapping.empty:
         return None
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
     best = mapping.sort_values("spans", ascending=False).drop_duplicates(["span_name", "span_kind"])
@@ -151,20 +155,27 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
     """The run's spans as a TraceFrame (empty frame when the run has no spans). A run of more than
     `max_spans` spans is read as a sample of time windows (sample.py; None or 0: always whole)."""
     plan = _plan(conn, run, max_spans)
+    # the reads that do not wait for the spans', answered beside the span read and its numpy work
+    mapping = _ahead(conn, lambda reader: _stage_mapping(reader, run, plan))
+    windows = None if plan is None else plan.windows()
+    gc_read = _ahead(conn, lambda reader: reader.span_table("diagnosis_gc_events", run, windows=windows))
     if plan is None:
-        table, gc, cut = _arrow(conn, "diagnosis_spans", run), _arrow(conn, "diagnosis_gc_events", run), 0
+        table, gc, cut = _arrow(conn, "diagnosis_spans", run), _in_fixed_order(gc_read.get()), 0
     else:
-        table, gc, cut = _sampled(conn, run, plan)
+        table, gc, cut = _sampled(conn, run, plan, gc_read.get)
     n = table.num_rows
     trace_keys = table.column("TraceKey").to_numpy()
     trace = pd.factorize(trace_keys)[0].astype(np.int64)  # hash-based: no sort
     name, names = _codes(table.column("SpanName"))
+    span_keys = table.column("SpanKey").to_numpy().astype(np.int64)
+    counts = np.bincount(name, minlength=len(names)).tolist() if n else [0] * len(names)
+    # the names' attributes (the detectors ask for most of them): read from now on, beside the rest
+    attribute_source = _attribute_source(conn, run, span_keys, plan, dict(zip(names, counts, strict=True)))
     service, services = _codes(table.column("ServiceName"))
     instance, instances = _codes(table.column("Instance"))
     kind_codes, kind_values = _codes(table.column("SpanKind"))
     kind_map = np.array([SPAN_KINDS.index(k) if k in SPAN_KINDS else 0 for k in kind_values] or [0])
     kind = kind_map[kind_codes] if n else np.zeros(0, np.int64)
-    span_keys = table.column("SpanKey").to_numpy().astype(np.int64)
     parent_keys = table.column("ParentKey").to_numpy().astype(np.int64)
     parent = _match(span_keys, parent_keys)
     parent[(parent_keys == -1) | (parent == np.arange(n))] = -1
@@ -184,7 +195,7 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         instances=instances,
         start=start_abs - t0,
         dur=np.maximum(table.column("Duration").to_numpy().astype(np.int64), 0),
-        stage=_stages(conn, run, table, plan) if n else np.zeros(0, np.int64),
+        stage=_stages(table, mapping.get()) if n else np.zeros(0, np.int64),
         t0=t0,
     )
     frame.sample, frame.cut_requests = plan, cut
@@ -200,9 +211,7 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         # an event stamped when the runtime heard of the pause, after it ended: moved to its start
         frame.gc_time, _ = pause_starts(frame.gc_instance, frame.gc_time, frame.gc_dur, frame.instance,
                                         frame.start + frame.dur)
-    counts = np.bincount(name, minlength=len(names)).tolist() if n else [0] * len(names)
-    name_spans = dict(zip(names, counts, strict=True))
-    frame.attribute_source = _attribute_source(conn, run, span_keys, plan, name_spans)
+    frame.attribute_source = attribute_source
     if (frame.kind == SPAN_KINDS.index("Consumer")).any():  # a queue consumer's links to its messages
         frame.link_from, frame.link_to = _links(conn, run, span_keys, plan)
     frame = build_frame(frame)
@@ -234,10 +243,13 @@ def _plan(conn: Reader, run: str, max_spans: int | None) -> SamplePlan | None:
     return sample.plan(int(spans), int(first), int(last), max_spans)
 
 
-def _sampled(conn: Reader, run: str, plan: SamplePlan) -> tuple[pa.Table, pa.Table, int]:
+def _sampled(
+    conn: Reader, run: str, plan: SamplePlan, gc_events: Callable[[], pa.Table]
+) -> tuple[pa.Table, pa.Table, int]:
     """The spans of the requests that start in each window (read a margin further), and the GC events
-    inside the windows, moved so that the windows lie end to end (sample.py), in the fixed order; and
-    how many of the requests read were still running at their window's margin (cut short)."""
+    inside the windows (`gc_events`: their read), moved so that the windows lie end to end (sample.py),
+    in the fixed order; and how many of the requests read were still running at their window's margin
+    (cut short)."""
     table = conn.span_table("diagnosis_spans", run, windows=plan.read_windows())
     start = table.column("StartNs").to_numpy().astype(np.int64)
     group = pd.factorize(table.column("TraceKey").to_numpy())[0]
@@ -249,7 +261,7 @@ def _sampled(conn: Reader, run: str, plan: SamplePlan) -> tuple[pa.Table, pa.Tab
     read_end = plan.read_end(np.maximum(window, 0))
     cut = len(np.unique(group[keep & (ends > read_end)]))
     moved = start - plan.shifts()[np.maximum(window, 0)]
-    gc = conn.span_table("diagnosis_gc_events", run, windows=plan.windows())
+    gc = gc_events()
     times = gc.column("TimeNs").to_numpy().astype(np.int64)
     gc_window = plan.window_at(times)
     gc = gc.filter(pa.array(gc_window >= 0))
@@ -292,6 +304,13 @@ def _attribute_source(
     windows = None if plan is None else plan.read_windows()
     small = sorted(n for n, count in (name_spans or {}).items() if count <= NAME_SPANS)
     batch: dict[str, dict[str, tuple[np.ndarray, list[Any]]] | None] = {}
+    scan = None
+    if small and len(span_keys):  # started now: answered while the frame is built and the first
+        # detectors run (beside them, where the store reads two statements at once)
+        def read_scan(reader: Reader) -> pa.Table:
+            return reader.span_table("diagnosis_names_attributes", run, windows=windows, span_names=small)
+
+        scan = _ahead(conn, read_scan)
 
     def alone(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
         table = _arrow(conn, "diagnosis_span_attributes", run, windows=windows, span_name=span_name)
@@ -300,10 +319,9 @@ def _attribute_source(
     def attributes(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
         if len(span_keys) == 0:
             return {}
-        if small and not batch:
+        if scan is not None and not batch:
             batch.update({n: {} for n in small})
-            table = conn.span_table("diagnosis_names_attributes", run, windows=windows, span_names=small)
-            batch.update(_by_name(table, span_keys, over=NAME_SPANS))
+            batch.update(_by_name(scan.get(), span_keys, over=NAME_SPANS))
         found = batch.get(span_name)
         return found if found is not None else alone(span_name)
 
