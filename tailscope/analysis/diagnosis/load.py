@@ -64,14 +64,7 @@ def _in_fixed_order(
         return table
     if start is not None:
         table = table.set_column(table.schema.get_field_index("StartNs"), "StartNs", pa.array(start))
-    keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
-    if keep is not None:  # dropped rows sort last, then are cut off
-        keys.insert(0, ("_drop", "ascending"))
-        table = table.append_column("_drop", pa.array(~keep))
-    order = pc.sort_indices(table, sort_keys=keys)
-    if keep is not None:
-        order = order.slice(0, int(keep.sum()))
-        table = table.drop_columns(["_drop"])
+    order = pa.array(_fixed_order(table, keep))
     columns = {}
     for name in table.column_names:
         if name in ("OrderTraceId", "OrderSpanId"):
@@ -82,6 +75,27 @@ def _in_fixed_order(
             column = pc.dictionary_encode(column)
         columns[name] = column.take(order)
     return pa.table(columns)
+
+
+def _fixed_order(table: pa.Table, keep: np.ndarray | None) -> np.ndarray:
+    """The rows (those `keep` keeps) in (StartNs, OrderTraceId, OrderSpanId) order, ties in row order:
+    by start in numpy, and only the runs of equal starts (a child starting with its parent) by their
+    ids in Arrow (an Arrow sort of every row by the three keys took 4x the time)."""
+    start = table.column("StartNs").to_numpy()
+    rows = np.arange(len(start)) if keep is None else np.nonzero(keep)[0]
+    order = rows[np.argsort(start[rows], kind="stable")]
+    same = start[order][1:] == start[order][:-1]
+    tied = np.r_[same, False] | np.r_[False, same]
+    if tied.any():
+        tied_rows = order[tied]
+        run = np.cumsum(np.r_[True, ~same][tied])  # which run of equal starts each tied row is in
+        ids = pa.table(
+            {"run": run, "trace": table.column("OrderTraceId").take(tied_rows),
+             "span": table.column("OrderSpanId").take(tied_rows)}
+        )
+        keys = [("run", "ascending"), ("trace", "ascending"), ("span", "ascending")]
+        order[tied] = tied_rows[pc.sort_indices(ids, sort_keys=keys).to_numpy()]
+    return order
 
 
 def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -105,16 +119,18 @@ def list_runs(conn: Reader) -> list[str]:
     return [row[0] for row in conn.run("diagnosis_runs").fetchall()]
 
 
-def _stages(table: pa.Table, mapping: pd.DataFrame | None) -> np.ndarray:
+def _stages(
+    table: pa.Table, mapping: pd.DataFrame | None, names: tuple[np.ndarray, list[str]],
+    kinds: tuple[np.ndarray, list[str]],
+) -> np.ndarray:
     """Stage code per span: the analysis layer's mapping when it is available, else the explicit
-    `tailscope.stage` attribute (NO_STAGE where neither says)."""
+    `tailscope.stage` attribute (NO_STAGE where neither says). `names`, `kinds`: the spans' name and
+    kind codes with their values (_codes)."""
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
-    mapped = _mapped_stages(table, mapping)
-    if mapped is not None:
-        return mapped
     codes, values = _codes(table.column("StageAttr"))
-    value_code = np.array([lookup.get(v, -1) for v in values] or [-1], np.int64)
-    return value_code[codes]
+    attr = np.array([lookup.get(v, -1) for v in values] or [-1], np.int64)[codes]
+    mapped = _mapped_stages(mapping, names, kinds)
+    return attr if mapped is None else np.where(mapped >= 0, mapped, attr)
 
 
 def _stage_mapping(conn: Reader, run: str, plan: SamplePlan | None) -> pd.DataFrame | None:
@@ -129,9 +145,11 @@ def _stage_mapping(conn: Reader, run: str, plan: SamplePlan | None) -> pd.DataFr
         return None
 
 
-def _mapped_stages(table: pa.Table, mapping: pd.DataFrame | None) -> np.ndarray | None:
-    """The stage mapping per (span name, span kind); spans of a pair it did not see fall back to their
-    attribute."""
+def _mapped_stages(
+    mapping: pd.DataFrame | None, names: tuple[np.ndarray, list[str]], kinds: tuple[np.ndarray, list[str]]
+) -> np.ndarray | None:
+    """The stage mapping per (span name, span kind), -1 for a pair it did not see (its spans fall back
+    to their attribute)."""
     if mapping is None or mapping.empty:
         return None
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
@@ -140,15 +158,11 @@ def _mapped_stages(table: pa.Table, mapping: pd.DataFrame | None) -> np.ndarray 
         (str(n), str(k)): lookup.get(str(st), -1)
         for n, k, st in zip(best["span_name"], best["span_kind"], best["stage"], strict=True)
     }
-    name_codes, names = _codes(table.column("SpanName"))
-    kind_codes, kinds = _codes(table.column("SpanKind"))
+    (name_codes, name_values), (kind_codes, kind_values) = names, kinds
     pair_code = np.array(
-        [[pair_stage.get((str(n), str(k)), -1) for k in kinds] for n in names] or [[-1]], np.int64
-    ).reshape(max(len(names), 1), max(len(kinds), 1))
-    mapped = pair_code[name_codes, kind_codes]
-    attr_codes, attr_values = _codes(table.column("StageAttr"))
-    attr = np.array([lookup.get(v, -1) for v in attr_values] or [-1], np.int64)[attr_codes]
-    return np.where(mapped >= 0, mapped, attr)
+        [[pair_stage.get((str(n), str(k)), -1) for k in kind_values] for n in name_values] or [[-1]], np.int64
+    ).reshape(max(len(name_values), 1), max(len(kind_values), 1))
+    return pair_code[name_codes, kind_codes]
 
 
 def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS) -> TraceFrame:
@@ -195,7 +209,7 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         instances=instances,
         start=start_abs - t0,
         dur=np.maximum(table.column("Duration").to_numpy().astype(np.int64), 0),
-        stage=_stages(table, mapping.get()) if n else np.zeros(0, np.int64),
+        stage=_stages(table, mapping.get(), (name, names), (kind_codes, kind_values)) if n else kind,
         t0=t0,
     )
     frame.sample, frame.cut_requests = plan, cut
@@ -253,8 +267,9 @@ def _sampled(
     table = conn.span_table("diagnosis_spans", run, windows=plan.read_windows())
     start = table.column("StartNs").to_numpy().astype(np.int64)
     group = pd.factorize(table.column("TraceKey").to_numpy())[0]
-    by_trace = pd.DataFrame({"g": group, "s": start}).groupby("g")["s"]
-    trace_start = by_trace.transform("min").to_numpy()
+    first = np.full(int(group.max(initial=-1)) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, group, start)  # each trace's first span start (a pandas groupby: 15x the time)
+    trace_start = first[group]
     window = plan.window_at(trace_start)
     keep = window >= 0  # the request started in a window, not in a margin
     ends = start + table.column("Duration").to_numpy().astype(np.int64)
