@@ -173,10 +173,11 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
     mapping = _ahead(conn, lambda reader: _stage_mapping(reader, run, plan))
     windows = None if plan is None else plan.windows()
     gc_read = _ahead(conn, lambda reader: reader.span_table("diagnosis_gc_events", run, windows=windows))
+    scan_windows = None  # where the frame's spans start (a sample: its windows up to its last span)
     if plan is None:
         table, gc, cut = _arrow(conn, "diagnosis_spans", run), _in_fixed_order(gc_read.get()), 0
     else:
-        table, gc, cut = _sampled(conn, run, plan, gc_read.get)
+        table, gc, cut, scan_windows = _sampled(conn, run, plan, gc_read.get)
     n = table.num_rows
     trace_keys = table.column("TraceKey").to_numpy()
     trace = pd.factorize(trace_keys)[0].astype(np.int64)  # hash-based: no sort
@@ -184,7 +185,8 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
     span_keys = table.column("SpanKey").to_numpy().astype(np.int64)
     counts = np.bincount(name, minlength=len(names)).tolist() if n else [0] * len(names)
     # the names' attributes (the detectors ask for most of them): read from now on, beside the rest
-    attribute_source = _attribute_source(conn, run, span_keys, plan, dict(zip(names, counts, strict=True)))
+    name_spans = dict(zip(names, counts, strict=True))
+    attribute_source = _attribute_source(conn, run, span_keys, plan, name_spans, scan_windows)
     service, services = _codes(table.column("ServiceName"))
     instance, instances = _codes(table.column("Instance"))
     kind_codes, kind_values = _codes(table.column("SpanKind"))
@@ -259,11 +261,11 @@ def _plan(conn: Reader, run: str, max_spans: int | None) -> SamplePlan | None:
 
 def _sampled(
     conn: Reader, run: str, plan: SamplePlan, gc_events: Callable[[], pa.Table]
-) -> tuple[pa.Table, pa.Table, int]:
+) -> tuple[pa.Table, pa.Table, int, list[tuple[int, int]]]:
     """The spans of the requests that start in each window (read a margin further), and the GC events
     inside the windows (`gc_events`: their read), moved so that the windows lie end to end (sample.py),
-    in the fixed order; and how many of the requests read were still running at their window's margin
-    (cut short)."""
+    in the fixed order; how many of the requests read were still running at their window's margin
+    (cut short); and the read windows cut after the last span kept (what a later read needs)."""
     table = conn.span_table("diagnosis_spans", run, windows=plan.read_windows())
     start = table.column("StartNs").to_numpy().astype(np.int64)
     group = pd.factorize(table.column("TraceKey").to_numpy())[0]
@@ -282,7 +284,7 @@ def _sampled(
     gc = gc.filter(pa.array(gc_window >= 0))
     moved_gc = pa.array(times[gc_window >= 0] - plan.shifts()[gc_window[gc_window >= 0]])
     gc = gc.set_column(gc.schema.get_field_index("TimeNs"), "TimeNs", moved_gc)
-    return _in_fixed_order(table, moved, keep), gc, cut
+    return _in_fixed_order(table, moved, keep), gc, cut, plan.read_windows_to(start[keep])
 
 
 def _links(
@@ -309,13 +311,16 @@ def _attribute_source(
     span_keys: np.ndarray,
     plan: SamplePlan | None = None,
     name_spans: dict[str, int] | None = None,
+    scan_windows: list[tuple[int, int]] | None = None,
 ) -> Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]]:
     """A function: span name -> {attribute key: (span indices, values)}. Queried lazily, while the
     connection is open (the runner asks only for the names a detector needs); from the sample's
     windows only where the frame is a sample. The first ask for a name with at most NAME_SPANS
     spans in the frame (`name_spans`) reads every such name in one scan (detectors ask for most of
-    a run's names: one scan per name was the diagnosis' largest read); a name the scan found more
-    spans of (its margins' spans), and a larger name, are read alone, under the statement's limit."""
+    a run's names: one scan per name was the diagnosis' largest read), over `scan_windows` where
+    given (a sample's windows up to its last span: its margins' other spans unread); a name the scan
+    found more spans of (spans outside the frame), and a larger name, are read alone, under the
+    statement's limit."""
     windows = None if plan is None else plan.read_windows()
     small = sorted(n for n, count in (name_spans or {}).items() if count <= NAME_SPANS)
     batch: dict[str, dict[str, tuple[np.ndarray, list[Any]]] | None] = {}
@@ -323,7 +328,9 @@ def _attribute_source(
     if small and len(span_keys):  # started now: answered while the frame is built and the first
         # detectors run (beside them, where the store reads two statements at once)
         def read_scan(reader: Reader) -> pa.Table:
-            return reader.span_table("diagnosis_names_attributes", run, windows=windows, span_names=small)
+            return reader.span_table(
+                "diagnosis_names_attributes", run, windows=scan_windows or windows, span_names=small
+            )
 
         scan = _ahead(conn, read_scan)
 
