@@ -35,6 +35,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.serial)
 
 
+# Files that share a fixture wider than a module: pytest-xdist's `--dist loadfile` would hand them to
+# different workers (or interleave them with other files, tearing a package fixture down between them),
+# so each would build it again. Each group here goes to one worker as one unit, in collection order,
+# and builds it once: the parity folder's store pair (~12 s of CPU a build) and the chdb demo load.
+SHARED_FIXTURE_GROUPS = {
+    "tests/parity/": "tests/parity/",
+    "tests/test_clickhouse_demo.py": "chdb_demo",
+    "tests/test_clickhouse_dashboard.py": "chdb_demo",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # phase 2 runs without xdist (-p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """`--dist loadfile`, with the files of a SHARED_FIXTURE_GROUPS entry in one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((g for prefix, g in SHARED_FIXTURE_GROUPS.items() if path.startswith(prefix)), path)
+
+    return SharedFixtureScheduling(config, log)
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
