@@ -11,17 +11,15 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CORPUS = REPO_ROOT.parent / "shared" / "fixtures" / "real"
 
-# Files whose tests measure time under real load (the reference pipeline's latencies and batching, signals
-# sent mid-run, a receiver's pacing, readers beside a writer): ./test.sh runs them in a phase of their own,
-# after the rest ran in parallel, so another test's CPU never skews them. A single such test elsewhere
-# carries @pytest.mark.serial itself.
+# Files whose tests measure time under real load (the reference pipeline's latencies and batching, a
+# receiver's pacing, readers beside a writer, an overloaded collector): ./test.sh runs them in a phase of
+# their own, after the rest ran in parallel, so another test's CPU never skews them. A single such test
+# elsewhere carries @pytest.mark.serial itself. Tests that start the pipeline but check no time (the
+# front ends, the signals, the sweep's table) run in the parallel phase: they passed at load 11.
 SERIAL_FILES = frozenset(
     {
         "test_pipeline_e2e.py",
         "test_pipeline_gc_pair.py",
-        "test_pipeline_frontends.py",
-        "test_pipeline_sweep_e2e.py",
-        "test_stop_signals.py",
         "test_receiver_pacing.py",
         "test_reads_while_writing.py",
         "test_collect_load.py",
@@ -33,6 +31,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
+
+
+# Files that share a fixture wider than a module: pytest-xdist's `--dist loadfile` would hand them to
+# different workers (or interleave them with other files, tearing a package fixture down between them),
+# so each would build it again. Each group here goes to one worker as one unit, in collection order,
+# and builds it once: the parity folder's store pair (~12 s of CPU a build) and the chdb demo load.
+SHARED_FIXTURE_GROUPS = {
+    "tests/parity/": "tests/parity/",
+    "tests/test_clickhouse_demo.py": "chdb_demo",
+    "tests/test_clickhouse_dashboard.py": "chdb_demo",
+}
+
+
+@pytest.hookimpl(optionalhook=True)  # phase 2 runs without xdist (-p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """`--dist loadfile`, with the files of a SHARED_FIXTURE_GROUPS entry in one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return next((g for prefix, g in SHARED_FIXTURE_GROUPS.items() if path.startswith(prefix)), path)
+
+    return SharedFixtureScheduling(config, log)
 
 
 @pytest.fixture

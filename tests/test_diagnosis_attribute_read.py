@@ -41,9 +41,9 @@ def _keys_of(conn, run: str) -> np.ndarray:
     captured = {}
     original = load._attribute_source
 
-    def capture(conn, run, span_keys, plan=None, name_spans=None):
+    def capture(conn, run, span_keys, plan=None, name_spans=None, scan_windows=None):
         captured["keys"] = span_keys
-        return original(conn, run, span_keys, plan, name_spans)
+        return original(conn, run, span_keys, plan, name_spans, scan_windows)
 
     load._attribute_source = capture
     try:

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from tailscope.analysis.diagnosis import diagnose
+from tailscope.analysis.diagnosis import diagnose, load
 from tailscope.analysis.diagnosis.load import load_frame
 from tailscope.analysis.diagnosis.sample import GRID_NS, MIN_WINDOWS, WINDOW_NS, plan
 from tailscope.cli.main import main
@@ -145,3 +145,30 @@ def test_the_sampling_error_is_the_plain_resamples(seed: int) -> None:
     window = rng.integers(0, windows, n)
     expected = _resampled_by_sorting(latency, window, windows, seed)
     assert sampling_error(latency, window, windows, seed) == expected
+
+
+def test_the_attribute_scan_stops_after_each_windows_last_span_kept(store: Store, monkeypatch) -> None:
+    """The names' attribute scan reads each window up to its last span the frame kept, not its whole
+    margin (the other requests' spans there are dropped anyway), and gives the frame's spans the same
+    attributes as a scan of the whole margins."""
+    captured = {}
+    original = load._attribute_source
+
+    def capture(conn, run, span_keys, plan=None, name_spans=None, scan_windows=None):
+        captured.update(keys=span_keys, name_spans=name_spans, scan_windows=scan_windows)
+        return original(conn, run, span_keys, plan, name_spans, scan_windows)
+
+    monkeypatch.setattr(load, "_attribute_source", capture)
+    with store.reading() as conn:
+        frame = load_frame(conn, "gc-pressure", max_spans=MAX_SPANS)
+        margins, cut = frame.sample.read_windows(), captured["scan_windows"]
+        assert len(cut) == len(margins)
+        pairs = zip(cut, margins, strict=True)
+        assert all(a == first and first < end <= to for (a, end), (first, to) in pairs)
+        assert sum(end for _, end in cut) < sum(to for _, to in margins)  # margins cut short
+        whole = original(conn, "gc-pressure", captured["keys"], frame.sample, captured["name_spans"])
+        for code, name in enumerate(frame.names):
+            attributes, expected = frame.attributes(code), whole(name)
+            assert list(attributes) == list(expected)
+            for key, (idx, values) in expected.items():
+                assert np.array_equal(attributes[key][0], idx) and attributes[key][1] == values

@@ -230,7 +230,9 @@ def test_burst_grows_the_batch_queue(tmp_path, steady) -> None:
 @pytest.mark.slow
 def test_gc_pressure_leaves_gen2_pauses_on_slow_requests(tmp_path, steady) -> None:
     # Full collections over a 250k-object heap come every few seconds: a 6 s run can see only two.
-    run_and_load(tmp_path, "gc-pressure", steady, duration_s=2 * DURATION_S)
+    # This is also the collector-on half of test_pipeline_gc_pair.py's pair (the same run options).
+    summary = run_and_load(tmp_path, "gc-pressure", steady, duration_s=2 * DURATION_S)
+    assert summary["requests"] > 100 and not summary["errors"]
     rows = query(
         steady,
         """

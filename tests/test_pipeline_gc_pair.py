@@ -35,18 +35,16 @@ def _gc_events(path) -> list[dict]:
     return found
 
 
-@pytest.mark.parametrize("collect", [True, False], ids=["collector-on", "collector-off"])
-def test_gc_pressure_pauses_only_with_the_collector_on(tmp_path, collect) -> None:
+def test_gc_pressure_reports_no_collection_with_the_collector_off(tmp_path) -> None:
+    """The collector-off half. The collector-on half is the same run with the collector on, which
+    test_pipeline_e2e.py's test_gc_pressure_leaves_gen2_pauses_on_slow_requests makes (gc-pressure,
+    12 s at 12 requests/s, seed 3) and checks more strictly (at least three full collections on the
+    request roots, one of 20 ms or more, slower requests where they land): one run instead of two."""
     from reference_pipeline.runner import RunOptions, run_pipeline
 
     out = tmp_path / "gc.jsonl"
     summary = run_pipeline(
-        RunOptions(scenario="gc-pressure", duration_s=12.0, rps=12.0, out=out, seed=3, gc_collect=collect)
+        RunOptions(scenario="gc-pressure", duration_s=12.0, rps=12.0, out=out, seed=3, gc_collect=False)
     )
     assert summary["requests"] > 100 and not summary["errors"]
-    events = _gc_events(out)
-    full = [e for e in events if str(e.get("gc.generation", {}).get("intValue")) == "2"]
-    if collect:
-        assert len(full) >= 1, "full collections over the live heap are reported"
-    else:
-        assert events == [], "no collection at all with the collector off"
+    assert _gc_events(out) == [], "no collection at all with the collector off"

@@ -28,7 +28,9 @@ CASES = {
         "overview", Filter(run="r1", service="api", route="/v1/predict", instance="i-1", start=WHEN, end=WHEN)
     ),
     "heatmap_stage": lambda: filtered("heatmap", Filter(run="r1"), "model_forward", 60, 10),
-    "request_list_slowest": lambda: filtered("request_list", Filter(), "", None, None, None, None, 50),
+    "request_list_slowest": lambda: filtered(
+        "request_list", Filter(), "", None, None, None, None, -(2**63), 50
+    ),
     "tail_stages_quantile": lambda: filtered(
         "tail_stages", Filter(run="r1"), 0.99, False, None, None, "", None, "", None
     ),

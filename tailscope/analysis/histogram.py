@@ -80,6 +80,18 @@ class Buckets:
             out.append(at(low) + (h - low) * (at(min(low + 1, n - 1)) - at(low)))
         return out
 
+    def floor_of_top(self, count: int) -> int | None:
+        """A duration (ns) that at least `count` requests reach or pass: the lower edge of the
+        highest bucket whose requests and those above it number `count` or more, less a margin for
+        the derive's float rounding at the edge (None: fewer requests, or only the 0-ns bucket
+        reaches it). The `count` slowest requests all lie at or above it, so a read of the slowest
+        may skip every request below it and still give the exact list."""
+        from_top = np.cumsum(self.requests[::-1])[::-1]
+        reaching = np.nonzero(from_top >= count)[0]
+        if count <= 0 or reaching.size == 0 or self.bucket[reaching[-1]] < 0:
+            return None
+        return math.floor(math.exp(self.bucket[reaching[-1]] / BUCKETS_PER_UNIT) * (1 - 1e-9))
+
     def order_values(self, ranks: np.ndarray) -> np.ndarray:
         """The values of the 0-based ranks (ascending order, counts: compare's bootstrap), each
         bucket's requests taken as spread evenly over its log width by rank: within a bucket's

@@ -300,9 +300,38 @@ def heatmap(
     )
 
 
-def _request_list(source: Source, flt: Filter, stage: str, bounds: list[Any], limit: int) -> pd.DataFrame:
+# request_list.sql's Duration floor when there is none (every request passes).
+NO_FLOOR_NS = -(2**63)
+
+
+def _request_list(
+    source: Source, flt: Filter, stage: str, bounds: list[Any], limit: int, floor_ns: int = NO_FLOOR_NS
+) -> pd.DataFrame:
     with reading(source) as conn:
-        return conn.run("request_list", [stage, *bounds, int(limit)], where=flt).df()
+        return conn.run("request_list", [stage, *bounds, int(floor_ns), int(limit)], where=flt).df()
+
+
+def slowest_floor_ns(conn: Reader, flt: Filter, limit: int) -> int:
+    """A Duration (ns) the `limit` slowest requests of the filter all reach, from the runs'
+    histograms (analysis.histogram: a whole run, or every run when the filter sets nothing), so
+    the read skips the requests below it (the store's min/max per block of rows: most blocks of a
+    large run hold none of its slowest) and its answer is exact. The limit-th slowest of all runs
+    is at least the limit-th slowest of each, so every run's floor holds and the highest is taken.
+    NO_FLOOR_NS for any other filter and where no histogram is read (a small run: the exact read
+    is fast there)."""
+    if whole_run(flt):
+        runs = [flt.run]
+    elif flt == Filter():
+        runs = runs_with_requests(conn)
+    else:
+        return NO_FLOOR_NS
+    floors = []
+    for run in runs:
+        histogram = run_histogram(conn, Filter(run=run))
+        floor = histogram.e2e.floor_of_top(int(limit)) if histogram is not None else None
+        if floor is not None:
+            floors.append(floor)
+    return max(floors, default=NO_FLOOR_NS)
 
 
 def select_requests(
@@ -315,5 +344,8 @@ def select_requests(
 
 def slowest_traces(source: Source, flt: Filter, limit: int = 50) -> pd.DataFrame:
     """DataFrame[run, trace_id, root_span_id, timestamp, duration_ms, client_duration_ms, service,
-    route, instance, is_error, dominant_stage, dominant_stage_ms, spans], slowest first."""
-    return _request_list(source, flt, "", [None, None, None, None], limit)
+    route, instance, is_error, dominant_stage, dominant_stage_ms, spans], slowest first. A large
+    run (or all runs) reads only its requests at or above slowest_floor_ns: the same list."""
+    with reading(source) as conn:
+        floor_ns = slowest_floor_ns(conn, flt, limit)
+        return _request_list(conn, flt, "", [None, None, None, None], limit, floor_ns)

@@ -1,6 +1,8 @@
 -- Requests, slowest first: the slowest-traces list, or those inside a heatmap rectangle.
 -- Params after the filter's: stage ('' for e2e) and the rectangle (start, end, low ns, high ns; NULL
--- for an open side), then the row limit.
+-- for an open side), the Duration floor (ns: only requests at or above it; the slowest list passes
+-- one the run's histogram proves its rows all reach, so DuckDB skips the blocks of rows whose
+-- Duration max is below it; -2^63 for none), then the row limit.
 WITH f AS (
     SELECT * FROM requests WHERE {where}
 ),
@@ -24,5 +26,6 @@ SELECT RunLabel AS run, TraceId AS trace_id, SpanId AS root_span_id, Timestamp A
 FROM v
 WHERE Timestamp >= coalesce(?, Timestamp) AND Timestamp < coalesce(?, Timestamp + INTERVAL 1 SECOND)
   AND value_ns >= coalesce(?, value_ns) AND value_ns < coalesce(?, value_ns + 1)
+  AND Duration >= ?
 ORDER BY Duration DESC, TraceId
 LIMIT ?

@@ -18,13 +18,16 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from tailscope.rules import PhaseRule, StageRule
+from tailscope.store.ahead import Pending
+
+T = TypeVar("T")
 
 
 class RequestFilter(Protocol):
@@ -134,6 +137,13 @@ class Reader(Protocol):
 
     def trace_tree(self, trace_id: str, run: str | None) -> TraceTree:
         """The Gantt's reads of one trace (`run` None: the first run that has it)."""
+        ...
+
+    def ahead(self, read: Callable[[Reader], T]) -> Pending[T]:
+        """`read` (of a reader of this store) started now, answered by `get()`: on a second reader in a
+        background thread where the engine runs two statements at once (DuckDB: a cursor), so it reads
+        while the caller works in numpy; else on this reader at the first `get()` (ClickHouse).
+        The reading ends after every read started ahead."""
         ...
 
     def span_table(

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 from parity_traces import SIMULATED
 
-from tailscope.analysis import compare, histogram, overview, tail_vs_body, waterfall
+from tailscope.analysis import compare, histogram, overview, slowest_traces, tail_vs_body, waterfall
 from tailscope.analysis.types import Filter
+from tailscope.analysis.views import NO_FLOOR_NS, slowest_floor_ns
 from tailscope.store.clickhouse.engine import ClickHouseStore
 from tailscope.store.duckdb.store import DuckDBStore as Store
 
@@ -101,3 +102,21 @@ def test_tail_vs_body_stages_from_the_histograms_are_the_same(stores: Stores, ru
         assert got.stages[column].tolist() == pytest.approx(
             expected.stages[column].tolist(), rel=1e-9, abs=1e-9
         )
+
+
+@pytest.mark.parametrize("flt", [Filter(run="lock"), Filter()], ids=["run", "all"])
+def test_slowest_traces_above_the_histograms_floor_are_the_same(
+    stores: Stores, flt: Filter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    duck, clickhouse = stores
+    columns = ["run", "trace_id", "root_span_id", "duration_ms", "route", "dominant_stage", "spans"]
+    with duck.reading() as d, clickhouse.reading() as c:
+        assert slowest_floor_ns(d, flt, 20) == slowest_floor_ns(c, flt, 20) > NO_FLOOR_NS
+        got = slowest_traces(c, flt, 20)[columns]
+        expected = slowest_traces(d, flt, 20)[columns]
+    monkeypatch.setattr(histogram, "MIN_REQUESTS", 10**12)  # the exact read, without a floor
+    with duck.reading() as d:
+        exact = slowest_traces(d, flt, 20)[columns]
+    for frame in (got, expected):
+        assert frame["trace_id"].tolist() == exact["trace_id"].tolist()
+        assert frame["duration_ms"].tolist() == pytest.approx(exact["duration_ms"].tolist(), rel=1e-12)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
 
@@ -110,8 +111,14 @@ def _numeric(idx: Any, values: list[Any]) -> tuple[np.ndarray, np.ndarray, int] 
     sample = values[:50]
     if any(isinstance(v, bool) or str(v).strip().lower() in ("true", "false") for v in sample):
         return None
+    # each distinct value parsed once (a name's values repeat: sizes, flags, ids of a few models);
+    # with a missing value among them, every value as before
+    codes, distinct = pd.factorize(np.asarray(values, dtype=object))
     try:
-        nums = np.asarray(values, dtype=str).astype(np.float64)  # one C-level pass
+        if len(codes) and codes.min() < 0:
+            nums = np.asarray(values, dtype=str).astype(np.float64)
+        else:
+            nums = np.asarray(distinct, dtype=str).astype(np.float64)[codes]  # one C-level pass
     except (TypeError, ValueError):
         return None
     ok = np.isfinite(nums)

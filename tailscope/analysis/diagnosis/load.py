@@ -16,6 +16,7 @@ from tailscope.analysis.diagnosis import sample
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
 from tailscope.analysis.diagnosis.gc_stamps import pause_starts
 from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS, SamplePlan
+from tailscope.store.ahead import ahead as _ahead
 from tailscope.store.interface import Reader
 from tailscope.vocabulary import ALL_STAGES
 
@@ -40,6 +41,13 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     return renumber[codes], [values[i] for i in by_appearance.tolist()]
 
 
+def _any_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes and their values in whatever order the dictionary was built (for groupings whose
+    order does not matter: _codes' renumbering by first appearance costs a pass more)."""
+    enc = pc.dictionary_encode(column).combine_chunks()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
 def _arrow(conn: Reader, name: str, run: str, **params: Any) -> pa.Table:
     """A named span read over one run as an Arrow table (the store's span_table), in a fixed order."""
     return _in_fixed_order(conn.span_table(name, run, **params))
@@ -56,14 +64,7 @@ def _in_fixed_order(
         return table
     if start is not None:
         table = table.set_column(table.schema.get_field_index("StartNs"), "StartNs", pa.array(start))
-    keys = [("StartNs", "ascending"), ("OrderTraceId", "ascending"), ("OrderSpanId", "ascending")]
-    if keep is not None:  # dropped rows sort last, then are cut off
-        keys.insert(0, ("_drop", "ascending"))
-        table = table.append_column("_drop", pa.array(~keep))
-    order = pc.sort_indices(table, sort_keys=keys)
-    if keep is not None:
-        order = order.slice(0, int(keep.sum()))
-        table = table.drop_columns(["_drop"])
+    order = pa.array(_fixed_order(table, keep))
     columns = {}
     for name in table.column_names:
         if name in ("OrderTraceId", "OrderSpanId"):
@@ -74,6 +75,27 @@ def _in_fixed_order(
             column = pc.dictionary_encode(column)
         columns[name] = column.take(order)
     return pa.table(columns)
+
+
+def _fixed_order(table: pa.Table, keep: np.ndarray | None) -> np.ndarray:
+    """The rows (those `keep` keeps) in (StartNs, OrderTraceId, OrderSpanId) order, ties in row order:
+    by start in numpy, and only the runs of equal starts (a child starting with its parent) by their
+    ids in Arrow (an Arrow sort of every row by the three keys took 4x the time)."""
+    start = table.column("StartNs").to_numpy()
+    rows = np.arange(len(start)) if keep is None else np.nonzero(keep)[0]
+    order = rows[np.argsort(start[rows], kind="stable")]
+    same = start[order][1:] == start[order][:-1]
+    tied = np.r_[same, False] | np.r_[False, same]
+    if tied.any():
+        tied_rows = order[tied]
+        run = np.cumsum(np.r_[True, ~same][tied])  # which run of equal starts each tied row is in
+        ids = pa.table(
+            {"run": run, "trace": table.column("OrderTraceId").take(tied_rows),
+             "span": table.column("OrderSpanId").take(tied_rows)}
+        )
+        keys = [("run", "ascending"), ("trace", "ascending"), ("span", "ascending")]
+        order[tied] = tied_rows[pc.sort_indices(ids, sort_keys=keys).to_numpy()]
+    return order
 
 
 def _match(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -97,31 +119,38 @@ def list_runs(conn: Reader) -> list[str]:
     return [row[0] for row in conn.run("diagnosis_runs").fetchall()]
 
 
-def _stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | None = None) -> np.ndarray:
+def _stages(
+    table: pa.Table, mapping: pd.DataFrame | None, names: tuple[np.ndarray, list[str]],
+    kinds: tuple[np.ndarray, list[str]],
+) -> np.ndarray:
     """Stage code per span: the analysis layer's mapping when it is available, else the explicit
-    `tailscope.stage` attribute (NO_STAGE where neither says)."""
+    `tailscope.stage` attribute (NO_STAGE where neither says). `names`, `kinds`: the spans' name and
+    kind codes with their values (_codes)."""
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
-    mapped = _mapped_stages(conn, run, table, plan)
-    if mapped is not None:
-        return mapped
     codes, values = _codes(table.column("StageAttr"))
-    value_code = np.array([lookup.get(v, -1) for v in values] or [-1], np.int64)
-    return value_code[codes]
+    attr = np.array([lookup.get(v, -1) for v in values] or [-1], np.int64)[codes]
+    mapped = _mapped_stages(mapping, names, kinds)
+    return attr if mapped is None else np.where(mapped >= 0, mapped, attr)
 
 
-def _mapped_stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | None) -> np.ndarray | None:
-    """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), per
-    (span name, span kind); spans of a pair it did not see fall back to their attribute."""
+def _stage_mapping(conn: Reader, run: str, plan: SamplePlan | None) -> pd.DataFrame | None:
+    """The analysis layer's stage mapping (rules in force, over a sample of the run's traces), None
+    where it is unavailable (an older store without rules: attributes only)."""
     try:
         from tailscope.analysis.stages import stage_mapping
 
         window = plan.read_windows()[0] if plan is not None else None  # a sample: its first window
-        mapping = stage_mapping(
-            conn, run, sample_traces=300, window=window
-        )  # a row per (name, kind) suffices
-    except Exception:  # an older store without rules, or the mapping unavailable: attributes only
+        return stage_mapping(conn, run, sample_traces=300, window=window)  # a row per (name, kind) suffices
+    except Exception:
         return None
-    if mapping.empty:
+
+
+def _mapped_stages(
+    mapping: pd.DataFrame | None, names: tuple[np.ndarray, list[str]], kinds: tuple[np.ndarray, list[str]]
+) -> np.ndarray | None:
+    """The stage mapping per (span name, span kind), -1 for a pair it did not see (its spans fall back
+    to their attribute)."""
+    if mapping is None or mapping.empty:
         return None
     lookup = {s: i for i, s in enumerate(ALL_STAGES)}
     best = mapping.sort_values("spans", ascending=False).drop_duplicates(["span_name", "span_kind"])
@@ -129,35 +158,40 @@ def _mapped_stages(conn: Reader, run: str, table: pa.Table, plan: SamplePlan | N
         (str(n), str(k)): lookup.get(str(st), -1)
         for n, k, st in zip(best["span_name"], best["span_kind"], best["stage"], strict=True)
     }
-    name_codes, names = _codes(table.column("SpanName"))
-    kind_codes, kinds = _codes(table.column("SpanKind"))
+    (name_codes, name_values), (kind_codes, kind_values) = names, kinds
     pair_code = np.array(
-        [[pair_stage.get((str(n), str(k)), -1) for k in kinds] for n in names] or [[-1]], np.int64
-    ).reshape(max(len(names), 1), max(len(kinds), 1))
-    mapped = pair_code[name_codes, kind_codes]
-    attr_codes, attr_values = _codes(table.column("StageAttr"))
-    attr = np.array([lookup.get(v, -1) for v in attr_values] or [-1], np.int64)[attr_codes]
-    return np.where(mapped >= 0, mapped, attr)
+        [[pair_stage.get((str(n), str(k)), -1) for k in kind_values] for n in name_values] or [[-1]], np.int64
+    ).reshape(max(len(name_values), 1), max(len(kind_values), 1))
+    return pair_code[name_codes, kind_codes]
 
 
 def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS) -> TraceFrame:
     """The run's spans as a TraceFrame (empty frame when the run has no spans). A run of more than
     `max_spans` spans is read as a sample of time windows (sample.py; None or 0: always whole)."""
     plan = _plan(conn, run, max_spans)
+    # the reads that do not wait for the spans', answered beside the span read and its numpy work
+    mapping = _ahead(conn, lambda reader: _stage_mapping(reader, run, plan))
+    windows = None if plan is None else plan.windows()
+    gc_read = _ahead(conn, lambda reader: reader.span_table("diagnosis_gc_events", run, windows=windows))
+    scan_windows = None  # where the frame's spans start (a sample: its windows up to its last span)
     if plan is None:
-        table, gc, cut = _arrow(conn, "diagnosis_spans", run), _arrow(conn, "diagnosis_gc_events", run), 0
+        table, gc, cut = _arrow(conn, "diagnosis_spans", run), _in_fixed_order(gc_read.get()), 0
     else:
-        table, gc, cut = _sampled(conn, run, plan)
+        table, gc, cut, scan_windows = _sampled(conn, run, plan, gc_read.get)
     n = table.num_rows
     trace_keys = table.column("TraceKey").to_numpy()
     trace = pd.factorize(trace_keys)[0].astype(np.int64)  # hash-based: no sort
     name, names = _codes(table.column("SpanName"))
+    span_keys = table.column("SpanKey").to_numpy().astype(np.int64)
+    counts = np.bincount(name, minlength=len(names)).tolist() if n else [0] * len(names)
+    # the names' attributes (the detectors ask for most of them): read from now on, beside the rest
+    name_spans = dict(zip(names, counts, strict=True))
+    attribute_source = _attribute_source(conn, run, span_keys, plan, name_spans, scan_windows)
     service, services = _codes(table.column("ServiceName"))
     instance, instances = _codes(table.column("Instance"))
     kind_codes, kind_values = _codes(table.column("SpanKind"))
     kind_map = np.array([SPAN_KINDS.index(k) if k in SPAN_KINDS else 0 for k in kind_values] or [0])
     kind = kind_map[kind_codes] if n else np.zeros(0, np.int64)
-    span_keys = table.column("SpanKey").to_numpy().astype(np.int64)
     parent_keys = table.column("ParentKey").to_numpy().astype(np.int64)
     parent = _match(span_keys, parent_keys)
     parent[(parent_keys == -1) | (parent == np.arange(n))] = -1
@@ -177,7 +211,7 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         instances=instances,
         start=start_abs - t0,
         dur=np.maximum(table.column("Duration").to_numpy().astype(np.int64), 0),
-        stage=_stages(conn, run, table, plan) if n else np.zeros(0, np.int64),
+        stage=_stages(table, mapping.get(), (name, names), (kind_codes, kind_values)) if n else kind,
         t0=t0,
     )
     frame.sample, frame.cut_requests = plan, cut
@@ -193,9 +227,7 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         # an event stamped when the runtime heard of the pause, after it ended: moved to its start
         frame.gc_time, _ = pause_starts(frame.gc_instance, frame.gc_time, frame.gc_dur, frame.instance,
                                         frame.start + frame.dur)
-    counts = np.bincount(name, minlength=len(names)).tolist() if n else [0] * len(names)
-    name_spans = dict(zip(names, counts, strict=True))
-    frame.attribute_source = _attribute_source(conn, run, span_keys, plan, name_spans)
+    frame.attribute_source = attribute_source
     if (frame.kind == SPAN_KINDS.index("Consumer")).any():  # a queue consumer's links to its messages
         frame.link_from, frame.link_to = _links(conn, run, span_keys, plan)
     frame = build_frame(frame)
@@ -227,28 +259,32 @@ def _plan(conn: Reader, run: str, max_spans: int | None) -> SamplePlan | None:
     return sample.plan(int(spans), int(first), int(last), max_spans)
 
 
-def _sampled(conn: Reader, run: str, plan: SamplePlan) -> tuple[pa.Table, pa.Table, int]:
+def _sampled(
+    conn: Reader, run: str, plan: SamplePlan, gc_events: Callable[[], pa.Table]
+) -> tuple[pa.Table, pa.Table, int, list[tuple[int, int]]]:
     """The spans of the requests that start in each window (read a margin further), and the GC events
-    inside the windows, moved so that the windows lie end to end (sample.py), in the fixed order; and
-    how many of the requests read were still running at their window's margin (cut short)."""
+    inside the windows (`gc_events`: their read), moved so that the windows lie end to end (sample.py),
+    in the fixed order; how many of the requests read were still running at their window's margin
+    (cut short); and the read windows cut after the last span kept (what a later read needs)."""
     table = conn.span_table("diagnosis_spans", run, windows=plan.read_windows())
     start = table.column("StartNs").to_numpy().astype(np.int64)
     group = pd.factorize(table.column("TraceKey").to_numpy())[0]
-    by_trace = pd.DataFrame({"g": group, "s": start}).groupby("g")["s"]
-    trace_start = by_trace.transform("min").to_numpy()
+    first = np.full(int(group.max(initial=-1)) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(first, group, start)  # each trace's first span start (a pandas groupby: 15x the time)
+    trace_start = first[group]
     window = plan.window_at(trace_start)
     keep = window >= 0  # the request started in a window, not in a margin
     ends = start + table.column("Duration").to_numpy().astype(np.int64)
     read_end = plan.read_end(np.maximum(window, 0))
     cut = len(np.unique(group[keep & (ends > read_end)]))
     moved = start - plan.shifts()[np.maximum(window, 0)]
-    gc = conn.span_table("diagnosis_gc_events", run, windows=plan.windows())
+    gc = gc_events()
     times = gc.column("TimeNs").to_numpy().astype(np.int64)
     gc_window = plan.window_at(times)
     gc = gc.filter(pa.array(gc_window >= 0))
     moved_gc = pa.array(times[gc_window >= 0] - plan.shifts()[gc_window[gc_window >= 0]])
     gc = gc.set_column(gc.schema.get_field_index("TimeNs"), "TimeNs", moved_gc)
-    return _in_fixed_order(table, moved, keep), gc, cut
+    return _in_fixed_order(table, moved, keep), gc, cut, plan.read_windows_to(start[keep])
 
 
 def _links(
@@ -275,16 +311,28 @@ def _attribute_source(
     span_keys: np.ndarray,
     plan: SamplePlan | None = None,
     name_spans: dict[str, int] | None = None,
+    scan_windows: list[tuple[int, int]] | None = None,
 ) -> Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]]:
     """A function: span name -> {attribute key: (span indices, values)}. Queried lazily, while the
     connection is open (the runner asks only for the names a detector needs); from the sample's
     windows only where the frame is a sample. The first ask for a name with at most NAME_SPANS
     spans in the frame (`name_spans`) reads every such name in one scan (detectors ask for most of
-    a run's names: one scan per name was the diagnosis' largest read); a name the scan found more
-    spans of (its margins' spans), and a larger name, are read alone, under the statement's limit."""
+    a run's names: one scan per name was the diagnosis' largest read), over `scan_windows` where
+    given (a sample's windows up to its last span: its margins' other spans unread); a name the scan
+    found more spans of (spans outside the frame), and a larger name, are read alone, under the
+    statement's limit."""
     windows = None if plan is None else plan.read_windows()
     small = sorted(n for n, count in (name_spans or {}).items() if count <= NAME_SPANS)
     batch: dict[str, dict[str, tuple[np.ndarray, list[Any]]] | None] = {}
+    scan = None
+    if small and len(span_keys):  # started now: answered while the frame is built and the first
+        # detectors run (beside them, where the store reads two statements at once)
+        def read_scan(reader: Reader) -> pa.Table:
+            return reader.span_table(
+                "diagnosis_names_attributes", run, windows=scan_windows or windows, span_names=small
+            )
+
+        scan = _ahead(conn, read_scan)
 
     def alone(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
         table = _arrow(conn, "diagnosis_span_attributes", run, windows=windows, span_name=span_name)
@@ -293,10 +341,9 @@ def _attribute_source(
     def attributes(span_name: str) -> dict[str, tuple[np.ndarray, list[Any]]]:
         if len(span_keys) == 0:
             return {}
-        if small and not batch:
+        if scan is not None and not batch:
             batch.update({n: {} for n in small})
-            table = conn.span_table("diagnosis_names_attributes", run, windows=windows, span_names=small)
-            batch.update(_by_name(table, span_keys, over=NAME_SPANS))
+            batch.update(_by_name(scan.get(), span_keys, over=NAME_SPANS))
         found = batch.get(span_name)
         return found if found is not None else alone(span_name)
 
@@ -320,14 +367,15 @@ def _by_name(
     if table.num_rows == 0:
         return {}
     idx = _match(span_keys, table.column("SpanKey").to_numpy().astype(np.int64))
-    name_codes, names = _codes(table.column("SpanName"))
-    key_codes, keys = _codes(table.column("AttrKey"))
+    name_codes, names = _any_codes(table.column("SpanName"))  # the output's order is set below
+    key_codes, keys = _any_codes(table.column("AttrKey"))
     group = name_codes * len(keys) + key_codes
-    # each key's rows in span order (the frame's), the rows of spans the frame lacks last: the engine's
-    # row order varies from read to read, this does not
-    by_span = np.argsort(np.where(idx >= 0, idx, len(span_keys)), kind="stable")  # near sorted: quick
-    order = by_span[np.argsort(group[by_span], kind="stable")]
-    value_codes, distinct = _codes(table.column("AttrValue"))  # strings made once per distinct value
+    # each key's rows in span order (the frame's), the rows of spans the frame lacks last, ties in the
+    # rows' order: one stable sort of (group, span) (the engine's row order varies from read to read,
+    # this does not)
+    span = np.where(idx >= 0, idx, len(span_keys))
+    order = np.argsort(group * (len(span_keys) + 1) + span, kind="stable")
+    value_codes, distinct = _any_codes(table.column("AttrValue"))  # a string made once per distinct value
     values = np.array([*distinct, None], dtype=object)[value_codes[order]]
     idx, group = idx[order], group[order]
     cuts = np.nonzero(np.diff(group))[0] + 1

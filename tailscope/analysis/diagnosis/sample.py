@@ -88,6 +88,17 @@ class SamplePlan:
         inside = (k >= 0) & (times < starts[np.maximum(k, 0)] + self.length_ns)
         return np.where(inside, k, -1)
 
+    def read_windows_to(self, starts: np.ndarray) -> list[tuple[int, int]]:
+        """The read windows, each cut just after the last of `starts` (absolute ns) inside it: where
+        spans starting at those times lie (a window holding none is left out)."""
+        ordered = np.sort(starts)
+        out = []
+        for first, end in self.read_windows():
+            k = int(np.searchsorted(ordered, end, side="left")) - 1
+            if k >= 0 and ordered[k] >= first:
+                out.append((first, int(ordered[k]) + 1))
+        return out
+
     def read_end(self, window: np.ndarray) -> np.ndarray:
         """Where the read of each window's spans ends (absolute ns)."""
         return np.asarray(self.starts, np.int64)[window] + self.length_ns + self.margin_ns

@@ -168,10 +168,26 @@ class Mixture:
         return _resp(x, self.w, self.mu, self.sd)
 
 
-def _resp(x: np.ndarray, w, mu, sd) -> np.ndarray:
-    l0 = math.log(w[0]) - math.log(sd[0]) - 0.5 * ((x - mu[0]) / sd[0]) ** 2
-    l1 = math.log(w[1]) - math.log(sd[1]) - 0.5 * ((x - mu[1]) / sd[1]) ** 2
-    return 1.0 / (1.0 + np.exp(np.clip(l0 - l1, -50, 50)))
+def _resp(
+    x: np.ndarray, w, mu, sd, out: np.ndarray | None = None, work: np.ndarray | None = None
+) -> np.ndarray:
+    """P(slow component | x): 1 / (1 + exp(clip(l0 - l1))), lk = log wk - log sdk - ((x - muk) / sdk)^2 / 2,
+    computed in place (`out`, `work`: buffers of x's length; the same operations as the formula, so
+    the same bits)."""
+    l0 = _log_density(x, w[0], mu[0], sd[0], out)
+    l0 -= _log_density(x, w[1], mu[1], sd[1], work)
+    np.clip(l0, -50, 50, out=l0)
+    np.exp(l0, out=l0)
+    l0 += 1.0
+    return np.divide(1.0, l0, out=l0)
+
+
+def _log_density(x: np.ndarray, w: float, mu: float, sd: float, out: np.ndarray | None) -> np.ndarray:
+    z = np.subtract(x, mu, out=out)
+    z /= sd
+    np.square(z, out=z)
+    z *= 0.5
+    return np.subtract(math.log(w) - math.log(sd), z, out=z)
 
 
 def gmm2(x: np.ndarray, iters: int = 60) -> Mixture | None:
@@ -187,17 +203,17 @@ def gmm2(x: np.ndarray, iters: int = 60) -> Mixture | None:
     mu = [float(np.quantile(x, 0.25)), float(np.quantile(x, 0.9))]
     sd = [sd_all / 2, sd_all / 2]
     w = [0.7, 0.3]
+    r, q, work = np.empty(n), np.empty(n), np.empty(n)  # buffers: 60 rounds allocate nothing
     for _ in range(iters):
-        r = _resp(x, w, mu, sd)
+        _resp(x, w, mu, sd, r, work)
         n1 = float(r.sum())
         n0 = n - n1
         if n1 < 1 or n0 < 1:
             return None
-        mu = [float(((1 - r) * x).sum() / n0), float((r * x).sum() / n1)]
-        sd = [
-            max(math.sqrt(float(((1 - r) * (x - mu[0]) ** 2).sum() / n0)), floor),
-            max(math.sqrt(float((r * (x - mu[1]) ** 2).sum() / n1)), floor),
-        ]
+        np.subtract(1, r, out=q)
+        mu = [float(np.multiply(q, x, out=work).sum() / n0), float(np.multiply(r, x, out=work).sum() / n1)]
+        sd = [max(math.sqrt(float(_weighted_square(q, x, mu[0], work).sum() / n0)), floor),
+              max(math.sqrt(float(_weighted_square(r, x, mu[1], work).sum() / n1)), floor)]
         w = [n0 / n, n1 / n]
     if mu[1] < mu[0]:
         mu, sd, w = mu[::-1], sd[::-1], w[::-1]
@@ -216,6 +232,13 @@ def gmm2(x: np.ndarray, iters: int = 60) -> Mixture | None:
     rg = _resp(grid, w, mu, sd)
     threshold = float(grid[np.argmax(rg >= 0.5)]) if (rg >= 0.5).any() else mu[1]
     return Mixture((w[0], w[1]), (mu[0], mu[1]), (sd[0], sd[1]), bic_gain, separation, threshold)
+
+
+def _weighted_square(weight: np.ndarray, x: np.ndarray, mu: float, out: np.ndarray) -> np.ndarray:
+    """weight * (x - mu) ** 2, in `out`."""
+    np.subtract(x, mu, out=out)
+    np.square(out, out=out)
+    return np.multiply(weight, out, out=out)
 
 
 def lagged_correlation(a: np.ndarray, b: np.ndarray, max_lag: int) -> tuple[int, float, np.ndarray]:

@@ -1,6 +1,7 @@
 -- Requests, slowest first, as ../request_list.sql: the slowest-traces list, or those inside a
 -- heatmap rectangle. Params: the filter's, p1 stage ('' for e2e), the rectangle p2 start, p3 end,
--- p4 low ns, p5 high ns (NULL for an open side), p6 the row limit.
+-- p4 low ns, p5 high ns (NULL for an open side), p6 the Duration floor (ns, -2^63 for none), p7 the
+-- row limit.
 WITH f AS (
     SELECT * FROM tailscope_requests WHERE {where}
 ),
@@ -21,5 +22,6 @@ WHERE ({p2:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp >= {p2:Nullable(
   AND ({p3:Nullable(DateTime64(9, 'UTC'))} IS NULL OR Timestamp < {p3:Nullable(DateTime64(9, 'UTC'))})
   AND ({p4:Nullable(Int64)} IS NULL OR value_ns >= {p4:Nullable(Int64)})
   AND ({p5:Nullable(Int64)} IS NULL OR value_ns < {p5:Nullable(Int64)})
+  AND Duration >= {p6:Int64}
 ORDER BY Duration DESC, TraceId
-LIMIT {p6:UInt64}
+LIMIT {p7:UInt64}

@@ -11,9 +11,9 @@ ranks run inside ClickHouse (write.stage_mapping, trace, sample).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -21,11 +21,14 @@ import pyarrow as pa
 
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
+from tailscope.store.ahead import Pending
 from tailscope.store.clickhouse import trace, views, write
 from tailscope.store.clickhouse.statements import filtered, scoped
 from tailscope.store.clickhouse.store import ClickHouseClient, rows_of
 from tailscope.store.errors import StoreError, why_refused
 from tailscope.store.interface import FILTER_FIELDS, RequestFilter, TraceTree
+
+T = TypeVar("T")
 
 
 class ClickHouseRows:
@@ -141,6 +144,10 @@ class ClickHouseReader:
 
     def trace_tree(self, trace_id: str, run: str | None) -> TraceTree:
         return trace.trace_tree(self.client, trace_id, run)
+
+    def ahead(self, read: Callable[[ClickHouseReader], T]) -> Pending[T]:
+        """One client reads one statement at a time: `read` runs on this reader when first asked."""
+        return Pending(lambda: read(self))
 
     def span_table(
         self, name: str, run: str, windows: Sequence[tuple[int, int]] | None = None, **params: Any

@@ -123,8 +123,7 @@ def _open(path: Path, read_only: bool, wait_seconds: float) -> duckdb.DuckDBPyCo
                 _hold_back(path, "writer", READER_DEFER_SECONDS)
             try:
                 conn = duckdb.connect(str(path), read_only=read_only, config=connection_config())
-                # DuckDB draws a progress bar on stderr for long statements: not ours to print.
-                conn.execute("SET enable_progress_bar = false")
+                conn.execute(sql.load("duckdb_no_progress_bar"))
                 fit_threads(conn)  # no more threads than the memory cap feeds
                 return conn
             except duckdb.IOException as error:

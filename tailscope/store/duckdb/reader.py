@@ -4,9 +4,9 @@ SQL (span_tree.sql through tailscope.store.duckdb.statements) with the rules the
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
+from tailscope.store.ahead import Pending
 from tailscope.store.duckdb import rules, statements
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
@@ -26,6 +27,8 @@ from tailscope.store.duckdb.statements import (
     span_tree_query,
 )
 from tailscope.store.interface import FILTER_FIELDS, RequestFilter, TraceTree
+
+T = TypeVar("T")
 
 
 class DuckDBRows:
@@ -56,6 +59,26 @@ class DuckDBReader:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self._weighted: dict[tuple[Any, ...], bool] = {}  # per filter: any request weight other than 1
+        self._ahead: list[Pending[Any]] = []
+
+    def ahead(self, read: Callable[[DuckDBReader], T]) -> Pending[T]:
+        """`read` started now in a thread on a cursor of this connection (a second connection to the
+        same database: DuckDB runs its statements while this one is in use, and the GIL is released
+        while it does); on a connection without cursors (a test's wrapper), when first asked."""
+        make_cursor = getattr(self.conn, "cursor", None)
+        if make_cursor is None:
+            return Pending(lambda: read(self))
+        cursor = make_cursor()
+        cursor.execute(sql.load("duckdb_no_progress_bar")).fetchall()  # as connection._open does
+        pending = Pending(lambda: read(DuckDBReader(cursor)), cursor.close, start=True)
+        self._ahead.append(pending)
+        return pending
+
+    def settle(self) -> None:
+        """Wait for the reads started ahead (their cursors closed): before the connection closes."""
+        for pending in self._ahead:
+            pending.wait()
+        self._ahead.clear()
 
     def weighted(self, where: RequestFilter) -> bool:
         """Whether a filtered request has a weight other than 1 (requests_weighted.sql), once per

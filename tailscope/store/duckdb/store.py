@@ -56,7 +56,11 @@ class DuckDBStore:
     @contextmanager
     def reading(self) -> Iterator[DuckDBReader]:
         with self.reader() as conn:
-            yield DuckDBReader(conn)
+            reader = DuckDBReader(conn)
+            try:
+                yield reader
+            finally:
+                reader.settle()  # reads started ahead end before their connection closes
 
     def query(self, statement: str, params: list[Any] | None = None) -> Result:
         """One statement's rows (SQL text: for tests and benchmarks of this engine)."""
