@@ -37,6 +37,13 @@ def peer_of(ctx: Context, code: int) -> str | None:
     return None
 
 
+def pool_sentence(share: float) -> str:
+    """The evidence's words for a pool wait found by release_handoff."""
+    return (f"; {share:.0%} of its long calls (beyond chance) start their round trip as another request's "
+            "last call to the same peer ends: a wait for a pooled connection others hold (a pool run dry), "
+            "not for the peer's work")
+
+
 def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
     """Share of the long calls among `spans` (of name `code`, mostly CLIENT spans) that start their own
     round trip right after another request gave a connection to the same peer back; NaN where the peer
