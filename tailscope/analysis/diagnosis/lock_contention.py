@@ -206,8 +206,7 @@ def detect(ctx: Context) -> list[Finding]:
         # waiting on calls out of it (their CLIENT calls, or the callee's side of a call), the crowd is
         # what long calls make (a slow peer, a deadline), as calls that last longer overlap more
         called = max(called, time_in_calls(ctx, spans) if confidence > 0.45 else 0.0)
-        pooled = release_handoff(ctx, int(code), spans) if share >= 0.05 else float("nan")
-        pool_wait = not np.isnan(pooled) and pooled >= 0.5
+        pool_wait = (pooled := release_handoff(ctx, int(code), spans) if share >= 0.05 else np.nan) >= 0.5
         if pool_wait:  # a wait for a pooled connection (pool_release.py); slow_dependency reads the note
             confidence = ctx.notes.setdefault("pool_wait_names", {})[int(code)] = max(
                 confidence, 0.95 * logistic(pooled, 0.5, 0.1) * weight)
