@@ -210,6 +210,35 @@ def test_the_network_lever_fixes_every_crossing_of_a_lossy_node_traced_or_not() 
     assert lever.params["instances"] == 1  # api-2 only, not the feat callees it called
 
 
+def test_a_lossy_nodes_body_read_after_an_untraced_call_takes_another_instances_time() -> None:
+    """An object store's SDK span ends at the response headers; the body is read in its parent's own
+    time after it. On the lossy node a fifth of those reads wait 20 ms for a retransmission: the
+    parent's own time takes the time of the same span on the other instances, as its calls do."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
+
+    rows = []
+    for trace in range(300):  # _lossy_node_rows' requests, each then fetching an object
+        base = len(rows)
+        for r in _lossy_node_rows()[4 * trace: 4 * trace + 4]:
+            rows.append(r[:1] + ((r[1] - 4 * trace + base),) + r[2:] if r[1] >= 0 else r)
+        inst, t = rows[base][4], rows[base + 3][5] + rows[base + 3][6] + 0.5
+        body = 2.0 + (20.0 if inst == 2 and (trace // 3) % 5 == 4 else 0.0)
+        rows[base] = rows[base][:6] + (rows[base][6] + 1.5 + body,)
+        rows += [(trace, base, "blob.Fetch", "Internal", inst, t, 1.0 + body),
+                 (trace, base + 4, "GetObject", "Client", inst, t, 1.0)]
+    f = hand_frame(rows, instances=("api-0", "api-1", "api-2", "feat-0", "feat-1"))
+    f.service = np.array([1 if r[4] >= 3 else 0 for r in rows])
+    f.services = ["api", "feat"]
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    before = request_latency(f, f.dur, client_side=False) / MS
+    assert before.max() > 30 and np.median(before) == pytest.approx(10.7)
+    lever = network_p50(x, {"pattern": "network", "span_name": "feat"})
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.round(3).tolist() == pytest.approx([10.7] * 300)
+    assert lever.params["own_times_redrawn"] == 20
+
+
 def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None:
     from tailscope.analysis.whatif.stalls import stalls_to_remove
 

@@ -131,6 +131,38 @@ def _untraced_calls(x: Inputs, lossy: list[int], traced: np.ndarray) -> tuple[np
     return new, changed
 
 
+OWN_TAIL = 0.99  # a span's own time beyond the other instances' p99 of it ...
+OWN_TAIL_RATIO = 3.0  # ... this many times as often as there (1 %) on a lossy instance is wire time
+
+
+def _own_times(x: Inputs, lossy: list[int], edit: Edit) -> int:
+    """The wire time inside a lossy instance's own spans (not calls): a response body read after an
+    SDK's CLIENT span ended at the headers, a reply written to the caller. Per span name, where the
+    instance's own times (a parent's time after its last child, a leaf's duration) pass the same
+    span's p99 on the service's other instances at least three times as often as there, each one past
+    it takes an own time drawn from those instances. Work that does not cross the network (a decode)
+    has the same spread everywhere and is left alone. Returns how many spans changed."""
+    f, lay = x.frame, x.lay
+    own = lay.trailing.astype(np.float64)
+    on_lossy = np.isin(f.instance, lossy) & (f.kind != KIND_CLIENT)
+    rng = x.rng(26)
+    changed = 0
+    for code in np.unique(f.name[on_lossy]).tolist():
+        spans = np.nonzero(on_lossy & (f.name == code))[0]
+        same = (f.name == code) & (f.service == f.service[spans[0]]) & ~np.isin(f.instance, lossy)
+        pool = own[same & (lay.has_children == lay.has_children[spans[0]])]
+        if len(pool) < MIN_POOL:
+            continue
+        limit = float(np.quantile(pool, OWN_TAIL))
+        past = spans[own[spans] > limit]
+        if len(past) < 3 or len(past) < OWN_TAIL_RATIO * (1 - OWN_TAIL) * len(spans):
+            continue
+        drawn = pool[rng.integers(0, len(pool), len(past))]
+        edit.cut_after[past] = np.maximum(own[past] - drawn, 0.0)
+        changed += len(past)
+    return changed
+
+
 def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     f, lay = x.frame, x.lay
     srv, cli = _crossings(f)
@@ -191,7 +223,8 @@ def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.nd
         redrawn += len(rows)
     new, untraced = _untraced_calls(x, lossy, cli)
     edit.dur = new
-    if redrawn + untraced == 0:
+    own = _own_times(x, lossy, edit)
+    if redrawn + untraced + own == 0:
         return None
     name = finding.get("span_name")
     nodes = ", ".join(f.instances[i] for i in lossy)
@@ -201,11 +234,13 @@ def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.nd
         SOFTWARE,
         "the crossings with a gap far beyond their link's usual one concentrate on these instances (a "
         "node's network, whichever link): each of their calls, made or received, takes the client-minus-"
-        "server time of a call of the same link between other instances, and each of their calls to an "
-        "untraced callee (a cache, a database) the time of the same call from another instance (drawn "
-        "from the run)",
+        "server time of a call of the same link between other instances, each of their calls to an "
+        "untraced callee (a cache, a database) the time of the same call from another instance, and "
+        "each own time of theirs far past the same span's elsewhere (a body read after the call) one "
+        "from another instance (drawn from the run)",
         edit,
         pattern="network",
         span_name=name,
-        params={"instances": len(lossy), "crossings_redrawn": redrawn, "untraced_calls_redrawn": untraced},
+        params={"instances": len(lossy), "crossings_redrawn": redrawn, "untraced_calls_redrawn": untraced,
+                "own_times_redrawn": own},
     )
