@@ -217,14 +217,14 @@ def test_a_lossy_nodes_body_read_after_an_untraced_call_takes_another_instances_
     from tailscope.analysis.whatif.levers import Inputs
     from tailscope.analysis.whatif.network_levers import network_p50
 
-    rows = []
+    rows, plain = [], _lossy_node_rows()
     for trace in range(300):  # _lossy_node_rows' requests, each then fetching an object
         base = len(rows)
-        for r in _lossy_node_rows()[4 * trace: 4 * trace + 4]:
-            rows.append(r[:1] + ((r[1] - 4 * trace + base),) + r[2:] if r[1] >= 0 else r)
+        for r in plain[4 * trace: 4 * trace + 4]:
+            rows.append((*r[:1], r[1] - 4 * trace + base, *r[2:]) if r[1] >= 0 else r)
         inst, t = rows[base][4], rows[base + 3][5] + rows[base + 3][6] + 0.5
         body = 2.0 + (20.0 if inst == 2 and (trace // 3) % 5 == 4 else 0.0)
-        rows[base] = rows[base][:6] + (rows[base][6] + 1.5 + body,)
+        rows[base] = (*rows[base][:6], rows[base][6] + 1.5 + body)
         rows += [(trace, base, "blob.Fetch", "Internal", inst, t, 1.0 + body),
                  (trace, base + 4, "GetObject", "Client", inst, t, 1.0)]
     f = hand_frame(rows, instances=("api-0", "api-1", "api-2", "feat-0", "feat-1"))
