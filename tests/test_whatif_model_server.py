@@ -44,3 +44,20 @@ def test_the_queue_before_an_input_copy_is_the_wait_for_the_model() -> None:
     assert s is not None and len(s.request) == 300
     assert (s.queue >= 0).all() and (stage[s.queue] == QUEUE).all() and (stage[s.forward] == FORWARD).all()
     assert np.sort(f.dur[s.queue] / MS)[-30:].tolist() == [40.0] * 30
+
+
+def test_two_fixes_that_both_set_a_spans_time_leave_it_at_the_shorter() -> None:
+    """A database call slowed by two causes (a wait for a pooled connection, a lossy node's
+    retransmissions): each fix sets the call's time without its own cause; both at once, whichever
+    order they are composed in, the call takes the shorter (the other cause's part is gone too)."""
+    from tailscope.analysis.whatif.compose import combined
+    from tailscope.analysis.whatif.levers import Lever
+    from tailscope.analysis.whatif.retime import Edit
+
+    pool, lossy = Edit.none(3), Edit.none(3)
+    pool.dur[:] = [1.0, np.nan, 5.0]  # the wait for the pool gone
+    lossy.dur[:] = [3.0, 2.0, 400.0]  # drawn from another node's calls (one of which waited)
+    a = Lever("no_lock_wait:BEGIN", "a", "software", "", pool)
+    b = Lever("network_p50:BEGIN", "b", "software", "", lossy)
+    for pair in ([a, b], [b, a]):
+        assert combined(pair).edit.dur.tolist() == [1.0, 2.0, 5.0]
