@@ -61,3 +61,39 @@ def test_two_fixes_that_both_set_a_spans_time_leave_it_at_the_shorter() -> None:
     b = Lever("network_p50:BEGIN", "b", "software", "", lossy)
     for pair in ([a, b], [b, a]):
         assert combined(pair).edit.dur.tolist() == [1.0, 2.0, 5.0]
+
+
+def _pool_rows() -> list[tuple]:
+    """A save per request: BEGIN (the wait for a pooled connection), INSERT, COMMIT. For the middle
+    third of the run the commits take 40 ms (a slow disk) and the next BEGIN waits for a connection
+    (30 ms); otherwise 1 ms each and no wait."""
+    rows = []
+    for k in range(900):
+        t, slow = 10.0 * k, 300 <= k < 600
+        begin, commit = (30.5 if slow else 0.5), (40.0 if slow else 1.0 + 0.25 * (k % 3))
+        base = len(rows)
+        save = begin + 1.0 + commit
+        rows += [(k, -1, "POST /", "Server", k % 2, t, save + 2.0),
+                 (k, base, "save", "Internal", k % 2, t + 1.0, save),
+                 (k, base + 1, "BEGIN", "Client", k % 2, t + 1.0, begin),
+                 (k, base + 1, "INSERT", "Client", k % 2, t + 1.0 + begin, 1.0),
+                 (k, base + 1, "COMMIT", "Client", k % 2, t + 2.0 + begin, commit)]
+    return rows
+
+
+def test_a_pool_held_long_by_slow_work_is_also_fixed_by_holding_it_as_briefly_as_when_calm() -> None:
+    """Connections held through slow commits make the next callers wait: besides no wait (more
+    connections, the commits as slow), the pool held as in calm stretches (the steps after taking
+    it: the insert and the commit) with no wait, the run's calm latency."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
+    from tailscope.analysis.whatif.retime import request_latency, retime
+
+    f = hand_frame(_pool_rows())
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    finding = {"pattern": "lock_contention", "span_name": "BEGIN"}
+    assert no_lock_wait(x, finding) is not None
+    lever = pool_held_as_calm(x, finding)
+    assert lever is not None and lever.key == "no_lock_wait_held_as_calm:BEGIN"
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.max() <= 5.0 + 1e-6 and 300 <= lever.params["holds_redrawn"] <= 320  # the slow commits

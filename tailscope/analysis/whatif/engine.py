@@ -17,7 +17,7 @@ from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
-from tailscope.analysis.whatif.lock_levers import no_lock_wait
+from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
 from tailscope.analysis.whatif.network_levers import network_p50
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
@@ -199,7 +199,7 @@ def plan(
         if p == "cache_miss":
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
-            out.append(no_lock_wait(x, fd))
+            out += [no_lock_wait(x, fd), pool_held_as_calm(x, fd)]
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
