@@ -97,3 +97,37 @@ def test_a_pool_held_long_by_slow_work_is_also_fixed_by_holding_it_as_briefly_as
     assert lever is not None and lever.key == "no_lock_wait_held_as_calm:BEGIN"
     after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     assert after.max() <= 5.0 + 1e-6 and 300 <= lever.params["holds_redrawn"] <= 320  # the slow commits
+
+
+def test_a_model_server_pod_added_mid_run_is_prewarmed_from_its_own_spans() -> None:
+    """A third model server pod joins halfway and takes every third call; its first forwards take
+    200 ms more, halving each time. The cold-start finding (given without a warm-up count, the pod a
+    callee: no request starts on it) names the forward span: the pod's leading slow forwards, and its
+    other spans of that time, take warm times."""
+    from tailscope.analysis.whatif.cold_levers import cold_spans, prewarmed
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.retime import request_latency, retime
+
+    rows, n_new = [], 0
+    for k in range(600):
+        t = 20.0 * k
+        pod = (1 + k % 3) if k >= 300 else (1 + k % 2)
+        extra = 0.0
+        if pod == 3:
+            extra, n_new = 200.0 / 2 ** n_new, n_new + 1
+        fwd = 5.0 + 0.25 * (k % 4) + extra
+        base = len(rows)
+        rows += [(k, -1, "root", "Server", 0, t, fwd + 3.0),
+                 (k, base, "infer", "Client", 0, t + 1.0, fwd + 1.0),
+                 (k, base + 1, "model", "Server", pod, t + 1.5, fwd),
+                 (k, base + 2, "compute_infer", "Internal", pod, t + 1.5, fwd)]
+    f = hand_frame(rows, instances=("api", "model-0", "model-1", "model-new"))
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    finding = {"pattern": "cold_start", "span_name": "compute_infer", "evidence": {"stats": {}}}
+    cold = cold_spans(x, "compute_infer")
+    assert cold is not None and set(f.instance[cold].tolist()) == {3}
+    assert 4 <= int((cold & (f.name == f.names.index("compute_infer"))).sum()) <= 10
+    lever = prewarmed(x, finding)
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    # the last few ms of the warm-up (under 1.5 times the warm time) are left: 8.75 ms the warm maximum
+    assert after.max() <= 12.0 and lever.params["cold_spans"] == int(cold.sum())

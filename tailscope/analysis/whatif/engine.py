@@ -15,6 +15,7 @@ from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
+from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
@@ -205,7 +206,7 @@ def plan(
         elif p == "network":
             out.append(network_p50(x, fd))
         elif p == "cold_start":
-            out += [lv.prewarmed(x, fd), ql.scaled_out_early(x, fd)]
+            out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
         elif p == "large_payload":
