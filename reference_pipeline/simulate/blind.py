@@ -49,6 +49,15 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   shards, a keep-alive personalisation call (timeout, one retry), a gunicorn learning-to-rank
   re-ranker and a consistent-hashed memcached tier; OTLP / Jaeger / Zipkin v2. **Untouched**: written
   blind and held out
+- `lambda-scorer` (lambda_scorer.py, lambda_scorer_sim.py, lambda_scorer_spans.py): API Gateway in front
+  of a Python AWS Lambda function (execution environments, cold starts, a concurrency limit, memory-set
+  CPU) reading DynamoDB under provisioned capacity, calling a SageMaker endpoint and writing to SQS /
+  Kinesis; X-Ray segments as OTLP, ADOT spans as Jaeger or Zipkin v2. **Untouched**: written blind, held out
+- `loan-pricing` (loan_pricing.py, loan_pricing_model.py, loan_pricing_runtime.py, loan_pricing_spans.py):
+  an ASP.NET Core loan-pricing API behind YARP (or an untraced Application Gateway): Redis through one
+  multiplexed connection, Azure SQL through ADO.NET's pool, a credit bureau under a resilience pipeline,
+  ONNX Runtime in process, Cosmos DB and Service Bus writes; OTLP / Jaeger / Zipkin v2. **Untouched**:
+  written blind, held out
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see
@@ -78,12 +87,14 @@ MODULES = {
     "feed-ranker": "feed_ranker",
     "vision-moderation": "vision_moderation",
     "search-bff": "search_bff",
+    "lambda-scorer": "lambda_scorer",
+    "loan-pricing": "loan_pricing",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores,
 # vision-moderation and search-bff after session 7's)
-UNTOUCHED: tuple[str, ...] = ()
+UNTOUCHED: tuple[str, ...] = ("lambda-scorer", "loan-pricing")
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
