@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, spearman
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, spearman
 
 ADVICE = (
     "Calls to {server} wait before its handler starts, and the wait grows with the number of calls "
@@ -60,7 +60,29 @@ def at_ceiling(f, srv: np.ndarray, busy: np.ndarray, big: np.ndarray, waited: np
 
 
 def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, share: float):
-    """(strength in 0..1 that the large gaps are an accept queue, the queueing finding or None)."""
+    """(strength in 0..1 that the large gaps are an accept queue, the queueing finding or None). Calls
+    to several services are judged per server (each has its own workers: calls to a fast one, never
+    waiting, would hide the queue of a slow one), the strength weighed by each one's large gaps and
+    the finding the surest server's, on the share of the tail excess its wait carries."""
+    f = ctx.frame
+    servers = np.unique(f.service[srv])
+    if len(servers) == 1:
+        return _accept_wait(ctx, cli, srv, big, share)
+    strength, best = 0.0, None
+    for code in servers.tolist():
+        mine = f.service[srv] == code
+        if mine.sum() < 50 or big[mine].sum() < 10:
+            continue
+        pre = np.maximum(f.start[srv[mine]] - f.start[cli[mine]], 0).astype(np.float64)
+        per_req = np.bincount(f.request[cli[mine]], weights=pre, minlength=ctx.n_requests)
+        got, finding = _accept_wait(ctx, cli[mine], srv[mine], big[mine], excess_share(per_req, ctx.split))
+        strength += got * big[mine].sum() / max(big.sum(), 1)
+        if finding is not None and (best is None or finding.confidence > best.confidence):
+            best = finding
+    return strength, best
+
+
+def _accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, share: float):
     f = ctx.frame
     if big.sum() < 10:
         return 0.0, None

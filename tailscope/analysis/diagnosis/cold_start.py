@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import cold_peers
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, ranks
 from tailscope.vocabulary import ALL_STAGES
@@ -78,6 +79,12 @@ def _auc(lat: np.ndarray, first: np.ndarray, late: np.ndarray, instance: np.ndar
 
 
 def detect(ctx: Context) -> list[Finding]:
+    """The instances' warm-up (below), and a callee that joined mid-run answering its first calls
+    slowly where its own spans are not traced (cold_peers.py)."""
+    return _instances(ctx) + cold_peers.detect(ctx)
+
+
+def _instances(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
     n = len(reqs)

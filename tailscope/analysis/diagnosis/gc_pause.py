@@ -12,27 +12,22 @@ offset, which keeps each name's own clustering (lock convoys, expiry storms, que
 name each) but breaks cross-name alignment. Stall bins are bins with D >= 2 that hold at least 60 % of
 the active names; the finding's strength is how far the observed count of stall bins sits above the
 shifted counts (z score, ratio), and its weight is how many tail requests overlap a stall episode. A
-rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. A
-pause freezes the process for as long as it lasts, while co-slowness from ordinary queueing cannot
-outlast ordinary work: stall episodes longer than the median request in which the process finished
-no work (a paused process finishes nothing; a queue draining while the model keeps stepping does)
-weigh most. Where none is that
-long, the timing finding is discounted (to 0.6 of itself); where most tail requests sit in such
-stalls and they carry most of the tail excess, the evidence is overwhelming whatever the stall-bin
-ratio and the confidence says so. GC events reported by the runtime confirm.
+rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. Stall
+episodes longer than the median request in which the process finished no work weigh most (a paused
+process finishes nothing; a queue draining while the model keeps stepping does); where none is that
+long, the timing finding is discounted. GC events reported by the runtime confirm. A concurrent
+collector's marks, which slow the work without stopping it, are gc_assists.py's.
 
-Reported pauses alone. With about one request in flight, a pause stretches one span at a time and
-leaves no cross-name alignment to detect, and requests that arrive during it start after it (the
-time shows as client-side gap). Where the runtime reports its pauses (span events such as
-`python.gc` with a duration), their share of the tail excess then stands as evidence on its own: a
-runtime does not invent pauses. Its confidence is capped at 0.9, below a timing-confirmed finding.
+Reported pauses alone. With about one request in flight a pause stretches one span at a time and
+nothing aligns; where the runtime reports its pauses (span events such as `python.gc` with a
+duration), their share of the tail excess stands on its own, capped at 0.9 (gc_reports.py).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling, lone_stalls, stopped_accepts
+from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_stalls, loop_blocks, stopped_accepts
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
 from tailscope.analysis.diagnosis.long_stalls import (
@@ -70,20 +65,33 @@ WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy
 
 
 def detect(ctx: Context) -> list[Finding]:
+    """The stops (below), or the slowdown where a concurrent collector's marks slow the work without
+    stopping it (gc_assists.py), and a step that held its process (loop_blocks.py): its stretches
+    are stall episodes for the calls it held."""
+    found, assist = _stops(ctx), gc_assists.finding(ctx, warm_up_mask(ctx))
+    if assist is not None and assist.confidence > max((x.confidence for x in found), default=0.0):
+        found = [x for x in found if x.pattern != PATTERN] + [assist]
+    blocks = loop_blocks.find(ctx)
+    if blocks is not None and blocks["finding"].confidence >= 0.5:
+        old = ctx.notes.get("gc_episodes", blocks["episodes"])
+        ctx.notes["gc_episodes"] = tuple(np.r_[a, b] for a, b in zip(old, blocks["episodes"], strict=True))
+        found.append(blocks["finding"])
+    return found
+
+
+def _stops(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
     if len(reqs) < 50:
         return []
-    # warm-up requests (the first 3K of each instance, see cold_start) are slow across every stage for
-    # another reason; leave them out so a cold start is not read as pauses
+    # warm-up requests (each instance's first 3K, see cold_start) are slow for another reason: left out
     warm = warm_up_mask(ctx)
     inside = f.request >= 0
     inside[inside] = ~warm[f.request[inside]]
     spans = np.nonzero(f.leaf & inside)[0]
     if len(spans) < 100:
         return []
-    # what is in flight: leaf spans, and the stretches of other spans that no child covers (a span's
-    # own work, or a wait with no span of its own, like a batch queue), named after their span
+    # in flight: leaves, and stretches no child covers (own work, a wait with no span), named after their span
     owner, seg_s, seg_e = root_waits(f, inside)
     if "reply_reads" not in ctx.notes:  # shared with quota_stalls
         ctx.notes["reply_reads"] = reply_reads(f, f.request >= 0)
@@ -163,8 +171,7 @@ def detect(ctx: Context) -> list[Finding]:
     if obs < 3 or z < 2:  # nothing lines up across names: one piece of work in flight at a time?
         return _lone(ctx, warm)
 
-    # stall episodes: a pause freezes everything in flight, so an episode is a run of bins in which
-    # every active name is slow ("frozen") that holds at least one stall bin
+    # stall episodes: runs of bins in which every active name is slow ("frozen") holding a stall bin
     d_count = slow_cov.sum(axis=1, dtype=np.int16)
     frozen = observed | ((d_count == a_count) & (a_count >= 1))
     fz = frozen.reshape(-1)
@@ -181,12 +188,11 @@ def detect(ctx: Context) -> list[Finding]:
     ep_inst = ep_start // n_bins
     ep_t0 = (ep_start % n_bins) * width
     ep_t1 = (ep_end - ep_inst * n_bins) * width
-    # a pause is as long as its process stayed silent: where the process kept starting and ending
-    # spans through an episode (requests slowed together in a queue), only its silences can be pauses
+    # a pause is as long as its process stayed silent: where it kept ending spans through an episode
+    # (requests slowed together in a queue), only its silences can be pauses
     drawn = (ep_inst, ep_t0, ep_t1)  # the chart shades the co-slow stretches the timing found
     ep_t0, ep_t1 = silent_stretches(ctx, ep_inst, ep_t0, ep_t1)
-    # ... and a silence is a stop only where requests kept coming (an idle or starved process is
-    # silent too)
+    # ... and a silence is a stop only where requests kept coming (an idle process is silent too)
     stopped = credible_silences(ctx, ep_inst, ep_t0, ep_t1)
     ep_inst, ep_t0, ep_t1, stopped = (x[stopped > 0] for x in (ep_inst, ep_t0, ep_t1, stopped))
     # with the stops that kept requests waiting where fewer names were slow at once
@@ -201,8 +207,7 @@ def detect(ctx: Context) -> list[Finding]:
     ep_inst, ep_t0, ep_t1, stopped = ep_inst[kept], ep_t0[kept], ep_t1[kept], stopped[kept]
     if not len(ep_inst):
         return _lone(ctx, warm)
-    # silences longer than a request through which the requests sent to the process waited to start:
-    # a stopped process, whatever the cross-name test says
+    # silences longer than a request through which requests sent to the process waited: a stop
     kept_waiting = int(((stopped == 2) & (ep_t1 - ep_t0 > np.median(reqs.latency))).sum())
     episodes = len(ep_inst)
     pause_ms = float(np.median(ep_t1 - ep_t0)) / 1e6
@@ -250,21 +255,17 @@ def detect(ctx: Context) -> list[Finding]:
     strength = logistic(z, 3.0, 1.0) * logistic(ratio, 2.0, 0.2)
     weight = logistic(impact, 0.25, 0.08)
     penalty = (1 - logistic(arrival_ratio, 1.6, 0.15)) * (1 - logistic(early, 0.5, 0.1))
-    # a pause freezes a process for as long as it lasts; co-slowness from ordinary queueing cannot
-    # outlast ordinary work. Stalls longer than the median request carry the weight of the evidence:
-    # where most tail requests sit in them and they carry most of the tail excess, that is
-    # overwhelming whatever the stall-bin ratio; where none is that long, timing alone is weaker
+    # stalls longer than the median request (co-slowness from queueing cannot outlast ordinary work)
+    # holding most tail requests and most of the tail excess are overwhelming whatever the ratio
     long_share, long_hit, long_added = long_stalls(ctx, ep_inst, ep_t0, ep_t1)
     overwhelming = logistic(z, 3.0, 1.0) * logistic(long_hit, 0.7, 0.06) * logistic(long_share, 0.5, 0.08)
-    # a burst keeps work finishing, so stalls in which nothing finished for longer than the median
-    # request are not discounted for arrivals: where they carry a material share, the pauses are a cause
-    # beside whatever else makes the tail (a slow dependency's calls raise the arrival ratio near stalls)
+    # a burst keeps work finishing: stalls in which nothing finished for longer than the median request
+    # are not discounted for arrivals (a slow dependency's calls raise the arrival ratio near stalls)
     warm = 1 - logistic(early, 0.5, 0.1)
     held = logistic(kept_waiting, 2.0, 0.7)
     frozen = max(strength, held) * material_weight(long_share) * warm
-    # beside a heavier cause (a heavy-tailed dependency owning the p99), pauses carry little of the
-    # tail excess yet stall many requests: frozen stretches that add a few percent of the median
-    # latency to the mean request are a cause of their own (below the tail-carrying forms)
+    # beside a heavier cause pauses carry little of the tail excess yet stall many requests: frozen
+    # stretches adding a few % of the median latency to the mean request are a cause of their own
     beside = 0.9 * strength * warm * logistic(long_added, 0.03, 0.01)
     confidence = max(
         strength * weight * penalty * (0.6 + 0.4 * logistic(long_share, 0.15, 0.05)),

@@ -38,6 +38,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.pool_release import release_handoff
 from tailscope.analysis.diagnosis.server_queue import recast
 from tailscope.analysis.diagnosis.slot_handoff import handoff_share
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, slow_spans, spearman, theil_sen
@@ -205,7 +206,14 @@ def detect(ctx: Context) -> list[Finding]:
         # waiting on calls out of it (their CLIENT calls, or the callee's side of a call), the crowd is
         # what long calls make (a slow peer, a deadline), as calls that last longer overlap more
         called = max(called, time_in_calls(ctx, spans) if confidence > 0.45 else 0.0)
-        if called >= 0.5:
+        # a call to an untraced peer whose long calls start their round trip as another request gives
+        # a connection to that peer back: a wait for a pooled connection, not the peer's work
+        pooled = release_handoff(ctx, int(code), spans) if share >= 0.05 else float("nan")
+        pool_wait = not np.isnan(pooled) and pooled >= 0.5
+        if pool_wait:
+            confidence = max(confidence, 0.95 * logistic(pooled, 0.5, 0.1) * weight)
+            ctx.notes.setdefault("pool_wait_names", {})[int(code)] = confidence
+        elif called >= 0.5:
             confidence = min(confidence, 0.45)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
@@ -217,7 +225,10 @@ def detect(ctx: Context) -> list[Finding]:
             f"carries {share:.0%} of the tail excess"
             + (f"; but {called:.0%} of its slow spans' extra time is spent in calls out of the process (a "
                "call made only on some of them, such as a cache miss's store query, or a slower peer), "
-               "not a wait for a lock" if called >= 0.5 else "")
+               "not a wait for a lock" if called >= 0.5 and not pool_wait else "")
+            + (f"; {pooled:.0%} of its long calls (beyond chance) start their round trip right as another "
+               "request's last call to the same peer ends: they wait for a pooled connection others hold "
+               "(a pool run dry), not for the peer's work" if pool_wait else "")
             + "."
         )
         stats = {
@@ -235,6 +246,7 @@ def detect(ctx: Context) -> list[Finding]:
             "wait_added_over_median": round(added, 4),
             "cohorts": fit.cohorts,
             "extra_time_in_conditional_calls": round(called, 3),
+            "waits_ended_by_pool_release": None if np.isnan(pooled) else round(pooled, 3),
         }
         pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)
         chart = {

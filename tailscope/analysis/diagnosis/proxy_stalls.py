@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import cpu_throttling
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.gc_pause import ADVICE
+from tailscope.analysis.diagnosis.long_stalls import _merged as merged
 from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import (
@@ -154,7 +156,17 @@ def detect(ctx: Context) -> list[Finding]:
     }
     evidence = {"summary": summary, "stats": stats, "chart": chart}
     name = f.names[int(np.bincount(f.name[outer]).argmax())]
-    return [Finding(PATTERN, clamp01(confidence), "ingress", name, evidence, ADVICE)]
+    finding = Finding(PATTERN, clamp01(confidence), "ingress", name, evidence, ADVICE)
+    # stalls that end on a CPU quota's period boundaries are throttling, as gc_pause's are
+    earlier = ctx.notes.get("stall_findings") or []
+    # one stop per stretch: the requests it released together share it (counted once, not per request)
+    stops = [(i, *merged(t0[inst[rel] == i], t1[inst[rel] == i])) for i in np.unique(inst[rel])
+             for t0, t1 in [((end - extra).astype(np.int64), end.astype(np.int64))]]
+    episodes = tuple(np.concatenate(x) for x in zip(*[(np.full(len(a), i), a, b) for i, a, b in stops],
+                                                    strict=True))
+    out = cpu_throttling.split(ctx, finding, episodes, reported)
+    ctx.notes["stall_findings"] = [*earlier, *out]
+    return out
 
 
 def _released(inst: np.ndarray, events: np.ndarray) -> np.ndarray:

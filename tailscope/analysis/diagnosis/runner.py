@@ -13,6 +13,8 @@ import numpy as np
 from tailscope.analysis.diagnosis import (
     burst_waits,
     cache_miss,
+    callee_queue,
+    cold_peers,
     cold_start,
     compute_bound,
     fallback_path,
@@ -35,6 +37,7 @@ from tailscope.analysis.diagnosis import (
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import MATERIAL_SHARE as MATERIAL
 from tailscope.analysis.diagnosis.stats import weighted_quantile
 
 # Order matters only for notes: gc_pause (and proxy_stalls for a forwarding tier) leave their stall
@@ -52,11 +55,13 @@ DETECTORS = (
     cold_start,
     lock_contention,
     queueing,
+    callee_queue,
     slow_dependency,
     network,
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
+COLD_PEER, CALLEE_QUEUE = cold_peers.MECHANISM, callee_queue.MECHANISM
 NAMED = 0.5  # a finding at or above it names a cause; below it, a possible one
 READ_SHARE = 0.4  # the read's part of a diagnosis' time, for progress bars
 
@@ -101,6 +106,7 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
     that grows with what the misses ask for (the ids a batch read fetches) is the misses' cost: it
     stays a finding, ranked below the cache miss."""
     _payload_on_miss_path(findings)
+    _cold_peer_calls(findings)
     cold = max((fd.confidence for fd in findings if fd.pattern == "cold_start"), default=0.0)
     if cold >= 0.5:
         for fd in findings:
@@ -114,6 +120,27 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
                     "once settled): part of the cold start."
                 )
     return findings
+
+
+def _cold_peer_calls(findings: list[Finding]) -> None:
+    """slow_dependency on a call whose tail is mostly a replica's first calls (a cold_start finding
+    >= 0.5 on the same call, from the callee it names: cold_peers.py), or a queue for the untraced
+    callee's workers that follows the arrivals (callee_queue.py): the callee is slow because it is
+    cold or busy, a possible cause beside it at most."""
+    for cold in findings:
+        stats = cold.evidence.get("stats", {})
+        if cold.confidence < NAMED or (cold.pattern, stats.get("mechanism")) not in (
+                ("cold_start", COLD_PEER), ("queueing", CALLEE_QUEUE)):
+            continue
+        for fd in findings:  # the callee's own part of the call's share, where it is traced
+            own = fd.evidence.get("stats", {})
+            share = (own.get("tail_excess_share") or 0.0) * (own.get("callee_share") or 1.0)
+            beyond = stats.get("call_tail_excess_share_beyond_them", 0.0)  # slow on its own too
+            if fd.pattern == "slow_dependency" and fd.span_name == cold.span_name and beyond < MATERIAL and \
+                    stats["tail_excess_share"] >= 0.5 * share:
+                fd.confidence = min(fd.confidence, 0.45)
+                fd.evidence["stats"]["part_of"] = cold.pattern
+                fd.evidence["summary"] += f" Its tail is {cold.pattern} at the callee (part of it)."
 
 
 def _payload_on_miss_path(findings: list[Finding]) -> None:

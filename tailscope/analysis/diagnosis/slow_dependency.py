@@ -23,6 +23,14 @@ from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weigh
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "slow_dependency"
+# A heavy tail that is the dependency's usual one - the same over the run, on every callee instance,
+# ending near its p99 (a rare slow path of bounded cost: a rebuilt profile, a cold read) - is where
+# every run's tail goes and names no cause: a possible one at most.
+USUAL_TAIL_CAP = 0.45
+WINDOWS = 8  # eighths of the run, for a tail that changes over it
+CHANGED_DISPERSION = 4.0  # chi-square per degree of freedom of slow calls over the windows (p ~ 1e-4)
+UNBOUNDED_RATIO = 2.0  # the slowest 1 % of calls average this many times their p99: no ceiling
+COSTLY_MEAN = 1.3  # the calls' mean (each counted up to 20x the median) over their median
 ADVICE = (
     "The tail comes from a downstream call, {where} (p99 {p99} ms vs p50 {p50} ms). Put a deadline on it "
     "below your latency target and a fallback when it fires, hedge the request (send a second copy after "
@@ -95,6 +103,14 @@ def detect(ctx: Context) -> list[Finding]:
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
+        # a heavy tail alone is every dependency's: a cause needs its tail to be out of the ordinary
+        # (see abnormal_tail); without that, a possible cause at most
+        far_d = f.dur[far[0]].astype(np.float64) if far is not None else d
+        unusual = abnormal_tail(f.start[top], d, far_d, slow_one is not None)
+        confidence = confidence if unusual else min(confidence, USUAL_TAIL_CAP)
+        # its long calls wait for a pooled connection others hold (lock_contention's pool_release test)
+        if pool_wait := ctx.notes.get("pool_wait_names", {}).get(code, 0.0) >= 0.5:
+            confidence = min(confidence, USUAL_TAIL_CAP)
         name = f.names[code]
         stage = ctx.stage_of_name(code)
         summary = (
@@ -127,7 +143,17 @@ def detect(ctx: Context) -> list[Finding]:
             "presence": round(presence, 3),
             "callee_share": None if server_share is None else round(float(server_share), 3),
             "straggler_instance": slow_one[0] if slow_one else None,
+            "unusual_tail": unusual,
         }
+        if pool_wait:
+            summary += (" Its long calls wait for a pooled connection others hold (see lock_contention), "
+                        "not for the dependency's work.")
+        elif unusual:
+            summary += f" Its tail is out of the ordinary: {unusual}."
+        elif strength * weight > USUAL_TAIL_CAP:
+            summary += (" Its tail looks like its usual one: as heavy over the whole run, on every callee "
+                        "instance, and ending near its p99 (a rare slow path of bounded cost); nothing says "
+                        "the dependency changed, so it is a possible cause at most.")
         split = ctx.split
         chart = {
             "kind": "dependency_tail_share",
@@ -177,7 +203,9 @@ def detect(ctx: Context) -> list[Finding]:
                     max(parts, key=parts.get) + ".")
         # a dependency serves every caller alike: slow calls from only some calling instances are
         # their path (the network from their node) or their host, not the dependency
-        callers = caller_side(f, spans, d) if confidence > 0.45 else None
+        # (looked for too where only the usual-tail cap holds the call under 0.45: where it acts)
+        capped = not unusual and strength * weight > USUAL_TAIL_CAP
+        callers = caller_side(f, spans, d) if confidence > 0.45 or capped else None
         if callers is not None:
             confidence = min(confidence, 0.45)
             stats["slow_calls_from_callers"] = callers[2]
@@ -199,6 +227,45 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray, straggler_found: bool) -> str | None:
+    """Why a call's heavy tail is not its usual one, or None: the share of slow calls (over the call's
+    p95) changes over the run (a chi-square over eighths of it, >= CHANGED_DISPERSION per degree of
+    freedom); the slow calls cost the calls a material part of their time (the far side's mean, each
+    call counted up to 20x the median, >= COSTLY_MEAN times its median: a slow path taken often or
+    long, where a usual tail - a rare slow path - leaves the mean near the median); the tail has no
+    ceiling (the far side's slowest 1 % average >= UNBOUNDED_RATIO times its p99, each counted up to
+    10x: a queue or a struggling callee, not a fixed slow path); or one callee instance is a
+    straggler."""
+    if straggler_found:
+        return "one callee instance is a straggler"
+    if len(d) >= 20 * WINDOWS:
+        slow = d > np.quantile(d, 0.95)
+        span = max(int(start.max() - start.min()), 1)
+        window = np.minimum((start - start.min()) * WINDOWS // span, WINDOWS - 1).astype(np.int64)
+        calls = np.bincount(window, minlength=WINDOWS).astype(np.float64)
+        expected = calls * float(slow.mean())
+        seen = np.bincount(window[slow], minlength=WINDOWS)
+        used = expected >= 1.0
+        if used.sum() >= 4:
+            dispersion = float(((seen - expected)[used] ** 2 / expected[used]).sum() / (used.sum() - 1))
+            if dispersion >= CHANGED_DISPERSION:
+                rate = seen[used] / calls[used]
+                return (f"its slow calls come and go over the run ({rate.min():.0%} to {rate.max():.0%} of "
+                        "the calls over its p95 between eighths of it)")
+    if len(far_d) >= 200:
+        median = max(float(np.median(far_d)), 1.0)
+        costly = float(np.minimum(far_d, 20 * median).mean()) / median
+        if costly >= COSTLY_MEAN:
+            return (f"its slow calls are no rare excursion: they bring its mean call to {costly:.1f}x its "
+                    "median")
+        p99 = float(np.quantile(far_d, 0.99))
+        top = far_d[far_d >= p99]
+        ratio = float(np.minimum(top, 10 * p99).mean() / max(p99, 1.0))
+        if ratio >= UNBOUNDED_RATIO:
+            return f"its tail has no ceiling (its slowest 1 % average {ratio:.1f}x its p99)"
+    return None
 
 
 def far_side(f, spans: np.ndarray, server: np.ndarray) -> tuple[np.ndarray, float, float] | None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import loop_blocks
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context
 from tailscope.analysis.diagnosis.size_explained import size_explained
@@ -142,6 +143,9 @@ def held_by_input(ctx: Context, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray
     d = f.dur[peers]
     slow = (d > np.quantile(d, 0.9)) | np.isin(peers, held)
     explained = peers[size_explained(ctx, peers, slow)]
+    blocks = loop_blocks.find(ctx)  # a step that held its process: its own work, not a stop
+    if blocks is not None and blocks["finding"].confidence >= 0.5:
+        explained = np.union1d(explained, blocks["spans"])
     for k, spans in enumerate(inside):
         spans = spans[np.isin(spans, explained)]
         covered = np.minimum(f.end[spans], t1[k]) - np.maximum(f.start[spans], t0[k])

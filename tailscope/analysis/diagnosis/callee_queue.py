@@ -1,0 +1,100 @@
+"""queueing at a callee whose spans are not traced: its workers are busy, the calls wait in its
+accept queue, and the wait shows only as a longer call.
+
+Mechanism. A server with a fixed pool of workers (gunicorn sync workers, a thread pool, a model
+server's instances) takes a call when a worker is free; while a burst of traffic outruns the pool,
+calls wait in its listen backlog. Where the server's SERVER span is traced, the wait is the gap
+before it (accept_queue.py); where it is not, the caller's CLIENT span holds it. A slow dependency
+is slow at whatever rate the calls come; a queue grows while arrivals outrun its workers and drains
+after. So a call whose time rises and falls with the arrival rate of the requests, in a run whose
+arrivals come in bursts (index of dispersion >> 1), is a queue at the callee.
+
+Statistic, per CLIENT span name whose callee is untraced (<= 10 % of its calls have a SERVER child)
+and that most requests make: per request, its time in the call over the median; its mean over ~100
+time bins against the requests' arrivals per bin, correlated at lags 0..MAX_LAG (the queue builds
+while the burst lasts and drains after), as queueing.py does for the wait before the work; strength =
+logistic(r, 0.5, 0.08) x logistic(dispersion, 2.5, 0.5), weight = logistic(share, 0.3, 0.08) of the
+call's time over its median in the tail excess.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.accept_queue import ADVICE
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.queueing import MAX_LAG, dispersion, time_bins
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, lagged_correlation, logistic, ms
+
+PATTERN = "queueing"
+MECHANISM = "a queue at an untraced callee"
+PEER_KEYS = ("peer.service", "server.address", "net.peer.name", "rpc.service")
+
+
+def _callee(ctx: Context, code: int) -> str | None:
+    """What the calls name as their callee: the first peer key with one value on most of them."""
+    attrs = ctx.frame.attributes(code)
+    for key in PEER_KEYS:
+        if key in attrs:
+            values = np.asarray([str(v) for v in attrs[key][1]])
+            names, counts = np.unique(values, return_counts=True)
+            if len(names) and counts.max() >= 0.8 * len(values):
+                return str(names[counts.argmax()])
+    return None
+
+
+def detect(ctx: Context) -> list[Finding]:
+    f = ctx.frame
+    reqs = f.requests
+    if len(reqs) < 100:
+        return []
+    b, bins, width = time_bins(reqs.arrival)
+    arrivals = np.bincount(b, minlength=bins).astype(np.float64)
+    spread = dispersion(arrivals)
+    if spread < 1.5:  # a steady load: nothing for a queue to follow
+        return []
+    answered = np.zeros(len(f), bool)
+    child = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    answered[f.parent[child]] = True
+    best = None
+    for code in ctx.client_names.tolist():
+        calls = (f.name == code) & (f.kind == KIND_CLIENT) & (f.request >= 0)
+        if calls.sum() < 0.5 * len(reqs) or answered[calls].mean() > 0.1:
+            continue
+        per = ctx.per_request(calls, f.dur.astype(np.float64))
+        has = per > 0
+        excess = np.where(has, np.maximum(per - float(np.median(per[has])), 0.0), 0.0)
+        count = np.bincount(b[has], minlength=bins)
+        mean = np.bincount(b, weights=excess, minlength=bins) / np.maximum(count, 1)
+        lag, r, _ = lagged_correlation(arrivals[1:-1], mean[1:-1], MAX_LAG)
+        share = excess_share(excess, ctx.split)
+        confidence = logistic(r, 0.5, 0.08) * logistic(spread, 2.5, 0.5) * logistic(share, 0.3, 0.08)
+        if best is None or confidence > best[0]:
+            best = (confidence, code, r, lag, share, excess)
+    if best is None or best[0] < 0.05:
+        return []
+    confidence, code, r, lag, share, excess = best
+    callee = _callee(ctx, code)
+    name = f.names[code]
+    calls = np.nonzero((f.name == code) & (f.request >= 0))[0]
+    service = f.services[int(np.bincount(f.service[calls]).argmax())]
+    counts = np.bincount(f.instance[calls], minlength=len(f.instances))
+    where = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    peak = float(arrivals[1:-1].max()) / (width / 1e9)
+    mean_rate = float(arrivals[1:-1].mean()) / (width / 1e9)
+    summary = (
+        f"The calls '{name}' from {service} to {callee or 'an untraced service'} take longer while more "
+        f"requests arrive and recover after (r={r:.2f} at a lag of {ms(lag * width):.0f} ms; arrivals peak "
+        f"at {peak:.1f} rps vs {mean_rate:.1f} rps on average, dispersion {spread:.1f}): a queue for the "
+        f"callee's workers, not a slower callee. The extra time carries {share:.0%} of the tail excess; "
+        "the callee is not traced, so its wait shows inside the call."
+    )
+    stats = {"services": [service] + ([callee] if callee else []), "instances": where, "callee": callee,
+             "correlation": round(r, 3), "lag_ms": ms(lag * width), "arrival_dispersion": round(spread, 2),
+             "peak_arrival_rate_rps": round(peak, 1), "mean_arrival_rate_rps": round(mean_rate, 1),
+             "extra_p99_ms": ms(np.quantile(excess, 0.99)), "tail_excess_share": round(share, 3),
+             "mechanism": MECHANISM}
+    server = callee or f"the service behind '{name}'"
+    return [Finding(PATTERN, clamp01(confidence), "queue", name, {"summary": summary, "stats": stats},
+                    ADVICE.format(server=server))]

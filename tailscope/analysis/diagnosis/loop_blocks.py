@@ -1,0 +1,161 @@
+"""compute_bound where one request's synchronous step blocks its process (an event loop: Node.js,
+asyncio): the step is the cause, the stall of everything else on the process its consequence.
+
+Mechanism. A single-threaded event loop runs one callback at a time. A step that computes for a long
+time without yielding (a regex that backtracks on a long input, JSON.parse of a large body, a
+synchronous model call) holds the loop: every other request on that process waits, their spans in
+flight stretched, and when the step ends the callbacks that queued behind it run at once. A stop-the-
+world pause makes the same picture from the other requests' side, but nobody's work fills it: the
+span in flight across a pause was stretched by it and its input does not predict that. Here the
+blocking span's own length follows its input (a longer query, a larger body), and it is always the
+same kind of work that blocks.
+
+Statistic, per span name of in-process work (leaves that are neither calls nor queue waits nor the
+model's batched forward): its *long* spans (>= LONG x the name's median and >= MIN_LONG_NS).
+- Held: the other requests' spans on the same instance that end in the millisecond after a long span
+  ends (the callbacks released together) against what the instance's rate of span ends gives in a
+  millisecond: the median count >= MIN_RELEASED and the mean >= 10 x expected.
+- Its own work: the long spans are the long inputs (a size-like attribute of the span or its parent
+  above the name's 90th percentile for most of them) and, among them, the size orders the duration
+  (Spearman), or, where the instance is one process, nothing else on it ends from the span's start
+  on (the silence starts with it; a span caught by a pause started before the pause).
+Confidence = held x own work x material_weight(share), share = the blocked time every request on the
+instance sat through (the long spans' intervals as stall episodes) as a share of the tail excess.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import SPAN_KINDS
+from tailscope.analysis.diagnosis.large_payload import span_sizes
+from tailscope.analysis.diagnosis.long_stalls import request_stall_overlap
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, spearman
+from tailscope.vocabulary import ALL_STAGES
+
+LONG = 10.0
+MIN_LONG_NS = 20_000_000
+MIN_LONG = 5
+MIN_RELEASED = 3
+RELEASE_NS = 1_000_000
+CAP = 0.9
+KINDS = (SPAN_KINDS.index("Internal"), SPAN_KINDS.index("Unspecified"))
+ADVICE = (
+    "One request's synchronous step holds its process: on an event loop (Node.js, asyncio) nothing "
+    "else runs until it returns, so every other request on that process waits behind it. Make the step "
+    "cheap or move it off the loop: bound its input (reject over-long queries / bodies), replace a "
+    "backtracking regular expression with a linear-time one (RE2, re2js) or a hand-written scanner, "
+    "stream or chunk large JSON, or run it on a worker thread / process pool; watch the event-loop "
+    "delay (perf_hooks.monitorEventLoopDelay, asyncio debug slow-callback warnings)."
+)
+
+
+def _ends(ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+    """Every request span's (instance, end), sorted by instance then end."""
+    f = ctx.frame
+    inside = np.nonzero(f.request >= 0)[0]
+    order = np.lexsort((f.end[inside], f.instance[inside]))
+    inside = inside[order]
+    return f.instance[inside], f.end[inside]
+
+
+def _count(e_inst, e_end, inst, lo, hi) -> np.ndarray:
+    """Per query: span ends on `inst` in [lo, hi)."""
+    span = int(max(e_end.max(), hi.max())) + 1
+    key = e_inst.astype(np.int64) * span + e_end
+    return (np.searchsorted(key, inst * span + hi, "left") - np.searchsorted(key, inst * span + lo, "left"))
+
+
+def _by_input(ctx: Context, code: int, spans: np.ndarray, long: np.ndarray) -> float:
+    """How surely the long spans' inputs make them long: the share of them above the name's 90th
+    percentile of a size-like attribute, times how well that size orders their durations."""
+    f = ctx.frame
+    best = 0.0
+    for _, v in span_sizes(ctx, code, spans):
+        ok = np.isfinite(v)
+        if ok[long].mean() < 0.8 or ok.mean() < 0.5:
+            continue
+        high = float((v[long & ok] > np.quantile(v[ok], 0.9)).mean())
+        sel = long & ok
+        rho = spearman(v[sel], f.dur[spans[sel]].astype(np.float64)) if sel.sum() >= 5 else 0.0
+        best = max(best, logistic(high, 0.7, 0.07) * logistic(rho, 0.4, 0.1))
+    return best
+
+
+def find(ctx: Context) -> dict | None:
+    """The blocking step (see the module docstring), computed once per run (ctx.notes["loop_blocks"]):
+    {"finding", "episodes" (instance, start, end of the long spans), "spans"}, or None."""
+    if "loop_blocks" not in ctx.notes:
+        ctx.notes["loop_blocks"] = _find(ctx)
+    return ctx.notes["loop_blocks"]
+
+
+def _find(ctx: Context) -> dict | None:
+    f = ctx.frame
+    skip = np.isin(ctx.stage, [ALL_STAGES.index("queue"), ALL_STAGES.index("model_forward")])
+    work = f.leaf & (f.request >= 0) & np.isin(f.kind, KINDS) & ~skip
+    if not work.any():
+        return None
+    e_inst, e_end = _ends(ctx)
+    run_ns = max(int(f.end.max() - f.start.min()), 1)
+    rate = np.bincount(e_inst, minlength=len(f.instances)) / run_ns * RELEASE_NS  # ends per window
+    best = None
+    for code in np.unique(f.name[work]).tolist():
+        spans = np.nonzero(work & (f.name == code))[0]
+        d = f.dur[spans]
+        long = (d >= LONG * np.median(d)) & (d >= MIN_LONG_NS)
+        if long.sum() < MIN_LONG:
+            continue
+        b = spans[long]
+        inst, end = f.instance[b], f.end[b]
+        released = _count(e_inst, e_end, inst, end, end + RELEASE_NS)
+        expected = float(rate[inst].mean())
+        held = logistic(float(np.median(released)), MIN_RELEASED, 0.7) * logistic(
+            float(released.mean()) / max(expected, 1e-6), 10.0, 2.0)
+        # the silence starts with the span: nothing else on the instance ends inside it
+        ended_inside = _count(e_inst, e_end, inst, f.start[b] + RELEASE_NS, end)
+        telling = rate[inst] * (d[long] / RELEASE_NS) >= 3  # long enough that something would have ended
+        silent_from_start = float((ended_inside[telling] == 0).mean()) if telling.any() else 0.0
+        own = max(_by_input(ctx, code, spans, long), logistic(silent_from_start, 0.8, 0.05))
+        episodes = (inst, f.start[b], end)
+        order = np.lexsort((episodes[1], episodes[0]))
+        episodes = tuple(x[order] for x in episodes)
+        share = excess_share(request_stall_overlap(ctx, *episodes), ctx.split)
+        confidence = CAP * held * own * material_weight(share)
+        if best is not None and confidence <= best["confidence"]:
+            continue
+        best = {"confidence": confidence, "code": code, "episodes": episodes, "spans": b, "stats": {
+            "long_spans": int(long.sum()), "median_ms": round(float(np.median(d)) / 1e6, 3),
+            "long_median_ms": round(float(np.median(d[long])) / 1e6, 3),
+            "released_after_median": float(np.median(released)), "released_expected": round(expected, 3),
+            "silent_from_start": round(silent_from_start, 3), "own_work": round(own, 3),
+            "tail_excess_share": round(share, 3)}}
+    if best is None or best["confidence"] < 0.05:
+        return None
+    return {"finding": _finding(ctx, best), "episodes": best["episodes"], "spans": best["spans"]}
+
+
+def _finding(ctx: Context, found: dict) -> Finding:
+    f = ctx.frame
+    code, st = found["code"], found["stats"]
+    inst = found["episodes"][0]
+    counts = np.bincount(inst, minlength=len(f.instances))
+    where = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    service = f.services[int(np.bincount(f.service[found["spans"]]).argmax())]
+    name = f.names[code]
+    summary = (
+        f"'{name}' on {', '.join(where)} ({service}) ran {st['long_spans']} times for "
+        f"{st['long_median_ms']:.0f} ms (median; its usual time is {st['median_ms']} ms) without letting "
+        "anything else on that process run: "
+        f"in the millisecond after each, a median {st['released_after_median']:.0f} spans of other requests "
+        f"ended at once (about {st['released_expected']:.2f} expected), the callbacks that had queued behind "
+        "it. It is the step's own work, not a pause it sat through"
+        + (": the long ones are the long inputs" if st["own_work"] > 0 and st["silent_from_start"] < 0.8 else
+           ": the process went silent when it started")
+        + f". The blocked time carries {st['tail_excess_share']:.0%} of the tail excess."
+    )
+    stats = {"services": [service], "instances": where, "mechanism": "synchronous step blocking its process",
+             **st}
+    return Finding("compute_bound", clamp01(found["confidence"]), ctx.stage_of_name(code), name,
+                   {"summary": summary, "stats": stats}, ADVICE)

@@ -1,0 +1,102 @@
+"""Whether a call's long waits end when another caller gives a pooled connection back.
+
+Mechanism. A pool of connections to a peer shared by callers (PgBouncer's transaction pool in front
+of a database, a per-process socket pool) makes a call wait for a connection while others hold all of
+them. The call cannot start until one is given back: when another caller's last call to that peer on
+its connection ends (the COMMIT that ends a transaction, a request's reply). So, for a CLIENT span name
+whose callee is not traced (the wait and the peer's work cannot be told apart by the callee's span):
+its long calls (over LONG x its median and 1 ms) end, less their own usual round trip (the median),
+within a moment (HANDOFF_NS, or the median) after the end of a *release*: a call to the same peer
+(spans of the names whose peer attribute is the waiter's) that is the last such call of its parent,
+made for another request. A slow peer makes its calls long whatever the others do; their ends do
+not follow other callers' releases more often than a moment picked at random would (the releases'
+rate x the window). The share is (observed - chance) / (1 - chance).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.model import Context
+
+HANDOFF_NS = 500_000
+LONG = 5.0
+MIN_WAITS = 20
+MAX_CHANCE = 0.5  # a window that some release covers half the time by chance tells nothing
+PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "db.instance", "http.host")
+
+
+def peer_of(ctx: Context, code: int) -> str | None:
+    """The most common peer named on the spans of a name (server.address or an older convention)."""
+    for key in PEER_KEYS:
+        idx, values = ctx.frame.attributes(code).get(key, (np.zeros(0, np.int64), []))
+        if len(idx):
+            uniq, counts = np.unique(np.array([str(v) for v in values]), return_counts=True)
+            return str(uniq[int(np.argmax(counts))])
+    return None
+
+
+def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
+    """Share of the long calls among `spans` (of name `code`, mostly CLIENT spans) that start their own
+    round trip right after another request gave a connection to the same peer back; NaN where the peer
+    is unknown, the spans are no calls or the long calls are too few."""
+    f = ctx.frame
+    peer = peer_of(ctx, code)
+    if peer is None or len(spans) < MIN_WAITS or float((f.kind[spans] == KIND_CLIENT).mean()) < 0.5:
+        return float("nan")
+    d = f.dur[spans].astype(np.float64)
+    median = float(np.median(d))
+    waiters = spans[d > max(LONG * median, 1e6)]
+    if len(waiters) < MIN_WAITS:
+        return float("nan")
+    client = np.nonzero((f.kind == KIND_CLIENT) & (f.request >= 0) & (f.parent >= 0))[0]
+    names = [c for c in np.unique(f.name[client]).tolist() if peer_of(ctx, c) == peer]
+    calls = client[np.isin(f.name[client], names)]
+    # the last call to the peer under each parent: the connection goes back when it ends
+    order = np.lexsort((f.end[calls], f.parent[calls]))
+    calls = calls[order]
+    last = calls[np.r_[f.parent[calls][1:] != f.parent[calls][:-1], True]]
+    if len(last) < MIN_WAITS:
+        return float("nan")
+    # the waiter's own round trip (about the median) ends it: the release comes just before that
+    # starts, or while it runs (the releaser's reply and the waiter's take their own time)
+    before, after = median + HANDOFF_NS, HANDOFF_NS / 2
+    best = float("nan")
+    # one pool for every caller (a pooler in front of a database) or one per caller instance
+    for per_instance in (False, True):
+        scale = int(f.end.max() + before + after) + 2
+        group = f.instance[last].astype(np.int64) if per_instance else np.zeros(len(last), np.int64)
+        mine = f.instance[waiters].astype(np.int64) if per_instance else np.zeros(len(waiters), np.int64)
+        ends = np.sort(group * scale + f.end[last])
+        at = mine * scale + f.end[waiters]
+        found = np.searchsorted(ends, at + after, side="right") - np.searchsorted(ends, at - before,
+                                                                                  side="left")
+        # a request's own last call frees no slot for itself: those in the window are left out
+        own = _own_releases(f, last, waiters, before, after, ctx.n_requests)
+        observed = float(((found - own) > 0).mean())
+        # chance: a moment lands within the window of some release of its group
+        per_group = np.bincount(group, minlength=int(group.max()) + 1).astype(np.float64)
+        lo = np.full(len(per_group), np.inf)
+        hi = np.zeros(len(per_group))
+        np.minimum.at(lo, group, f.end[last].astype(np.float64))
+        np.maximum.at(hi, group, f.end[last].astype(np.float64))
+        rate = per_group / np.maximum(hi - np.where(np.isfinite(lo), lo, 0.0), 1.0)
+        chance = float(np.mean(1.0 - np.exp(-rate[np.minimum(mine, len(rate) - 1)] * (before + after))))
+        if chance > MAX_CHANCE:
+            continue  # releases too dense for the window: the test has no power
+        share = max(0.0, (observed - chance) / max(1.0 - chance, 1e-9))
+        best = share if np.isnan(best) else max(best, share)
+    return best
+
+
+def _own_releases(f, last: np.ndarray, waiters: np.ndarray, before: float, after: float,
+                  n: int) -> np.ndarray:
+    """Per waiter: how many of its own request's releases end within its window."""
+    horizon = int(f.end.max() + before + after) + 2
+    if horizon * (n + 1) >= 2**62:  # a run too long to key by request and time: none left out
+        return np.zeros(len(waiters), np.int64)
+    mine = np.sort(f.request[last].astype(np.int64) * horizon + f.end[last])
+    key = f.request[waiters].astype(np.int64) * horizon + f.end[waiters]
+    return np.searchsorted(mine, key + int(after), side="right") - np.searchsorted(mine, key - int(before),
+                                                                                   side="left")
