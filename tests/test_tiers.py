@@ -139,3 +139,42 @@ def test_an_orchestrator_whose_longest_call_changes_by_request_keeps_the_request
     roots = frame.requests.root
     assert len(roots) == 300
     assert {frame.names[frame.name[r]] for r in roots} == {"POST /v1/chat"}
+
+
+def service_trace(queued_ms: float) -> S:
+    """A service doing work of its own between calls to three untraced dependencies (a rate limiter, an
+    object store, a database) and one traced model server, whose batch queue (`queued_ms`) in a surge
+    holds most of the request's tail."""
+    infer_end = 40 + queued_ms
+    return S("POST /v1/moderate", 0, infer_end + 14, kind="Server", service="gateway", children=[
+        S("EVALSHA", 0.5, 1.5, kind="Client", service="gateway", attrs={"db.system": "redis"}),
+        S("S3.GetObject", 2, 14, kind="Client", service="gateway", attrs={"rpc.system": "aws-api"}),
+        S("image.Decode", 14, 30, service="gateway"),
+        S("ModelInfer", 30, infer_end, kind="Client", service="gateway", children=[
+            S("moderation_ensemble", 30.5, infer_end - 0.5, kind="Server", service="triton", children=[
+                S("queue", 31, 31 + queued_ms, service="triton"),
+                S("compute_infer", 31 + queued_ms, infer_end - 1, service="triton"),
+            ]),
+        ]),
+        S("BEGIN", infer_end + 1, infer_end + 3, kind="Client", service="gateway",
+          attrs={"db.system": "postgresql"}),
+        S("COMMIT", infer_end + 4, infer_end + 12, kind="Client", service="gateway",
+          attrs={"db.system": "postgresql"}),
+    ])  # fmt: skip
+
+
+def test_a_service_calling_several_dependencies_keeps_the_request_when_one_callee_holds_the_tail(db_path):
+    """Its call into the traced model server carries most of the tail excess (a queue in a surge), but
+    the service calls three other dependencies and works between them: it is no proxy tier, and its
+    request stays its own, as in a run without the surge."""
+    from tailscope.analysis.diagnosis.load import load_frame
+
+    cols = SpanColumns()
+    for i in range(300):
+        add_trace(cols, service_trace(2.0 + (400.0 if i % 10 == 0 else i % 5)), i + 1, offset_ms=i * 50)
+    load(db_path, "surge", cols)
+    with connect_reader(db_path) as conn:
+        frame = load_frame(DuckDBReader(conn), "surge")
+    roots = frame.requests.root
+    assert len(roots) == 300
+    assert {frame.names[frame.name[r]] for r in roots} == {"POST /v1/moderate"}

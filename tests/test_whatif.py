@@ -210,6 +210,80 @@ def test_the_network_lever_fixes_every_crossing_of_a_lossy_node_traced_or_not() 
     assert lever.params["instances"] == 1  # api-2 only, not the feat callees it called
 
 
+def test_a_lossy_nodes_body_read_after_an_untraced_call_takes_another_instances_time() -> None:
+    """An object store's SDK span ends at the response headers; the body is read in its parent's own
+    time after it. On the lossy node a fifth of those reads wait 20 ms for a retransmission: the
+    parent's own time takes the time of the same span on the other instances, as its calls do."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
+
+    rows, plain = [], _lossy_node_rows()
+    for trace in range(300):  # _lossy_node_rows' requests, each then fetching an object
+        base = len(rows)
+        for r in plain[4 * trace: 4 * trace + 4]:
+            rows.append((*r[:1], r[1] - 4 * trace + base, *r[2:]) if r[1] >= 0 else r)
+        inst, t = rows[base][4], rows[base + 3][5] + rows[base + 3][6] + 0.5
+        body = 2.0 + (20.0 if inst == 2 and (trace // 3) % 5 == 4 else 0.0)
+        rows[base] = (*rows[base][:6], rows[base][6] + 1.5 + body)
+        rows += [(trace, base, "blob.Fetch", "Internal", inst, t, 1.0 + body),
+                 (trace, base + 4, "GetObject", "Client", inst, t, 1.0)]
+    f = hand_frame(rows, instances=("api-0", "api-1", "api-2", "feat-0", "feat-1"))
+    f.service = np.array([1 if r[4] >= 3 else 0 for r in rows])
+    f.services = ["api", "feat"]
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    before = request_latency(f, f.dur, client_side=False) / MS
+    assert before.max() > 30 and np.median(before) == pytest.approx(10.7)
+    lever = network_p50(x, {"pattern": "network", "span_name": "feat"})
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.round(3).tolist() == pytest.approx([10.7] * 300)
+    assert lever.params["own_times_redrawn"] == 20
+
+
+def test_a_lossy_node_with_no_traced_callee_is_found_from_its_calls_times() -> None:
+    """No callee is traced (no crossing to take a gap from): the lossy node is the instance whose calls
+    pass the other instances' p99 of the same call many times as often; its calls take theirs."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
+
+    rows = []
+    for k in range(600):
+        inst, t = k % 3, 10.0 * k
+        lossy = inst == 2 and (k // 3) % 5 == 0
+        base = len(rows)
+        get = 1.0 + 0.25 * (k % 4) + (20.0 if lossy else 0.0)
+        rows += [(k, -1, "GET /", "Server", inst, t, 0.5 + get + 0.5 + 2.0 + 0.5),
+                 (k, base, "GET redis", "Client", inst, t + 0.5, get),
+                 (k, base, "SELECT", "Client", inst, t + get + 1.0, 2.0)]
+    f = hand_frame(rows, instances=("api-0", "api-1", "api-2"))
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    before = request_latency(f, f.dur, client_side=False) / MS
+    assert before.max() > 24
+    lever = network_p50(x, {"pattern": "network", "span_name": "GET redis"})
+    assert lever is not None and lever.params["instances"] == 1
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.max() <= 5.25  # 1.75 ms the slowest healthy GET, 3.5 ms the rest
+
+
+def test_a_lossy_nodes_calls_take_the_time_other_instances_calls_took_at_about_that_moment() -> None:
+    """The callee slows for the second half of the run (every instance's calls: 1 -> 10 ms); the lossy
+    node's calls lose 20 ms in every fifth. Each of its calls takes the time of another instance's
+    call made about then: a first-half call is not given a second-half time."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.network_levers import network_p50
+
+    rows = []
+    for k in range(600):
+        inst, t = k % 3, 10.0 * k
+        get = (1.0 if k < 300 else 10.0) + (20.0 if inst == 2 and (k // 3) % 5 == 0 else 0.0)
+        rows += [(k, -1, "GET /", "Server", inst, t, get + 1.0),
+                 (k, 2 * k, "GET redis", "Client", inst, t + 0.5, get)]
+    f = hand_frame(rows, instances=("api-0", "api-1", "api-2"))
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = network_p50(x, {"pattern": "network", "span_name": "GET redis"})
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after[:290].max() == pytest.approx(2.0) and after[310:].min() == pytest.approx(11.0)
+
+
 def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None:
     from tailscope.analysis.whatif.stalls import stalls_to_remove
 

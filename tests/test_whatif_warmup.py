@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.engine import _latency, inputs
 from tailscope.analysis.whatif.handlers import handlers
-from tailscope.analysis.whatif.levers import Inputs, prewarmed
+from tailscope.analysis.whatif.levers import Inputs
 from tailscope.analysis.whatif.retime import layout, request_latency, retime
 from tests.hand_frames import MS, hand_frame
 

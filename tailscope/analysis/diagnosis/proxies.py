@@ -7,12 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.stats import excess_share, tail_split
-from tailscope.analysis.diagnosis.structure import distinct_per_owner, fan_out_roots
+from tailscope.analysis.diagnosis.structure import distinct_per_owner, fan_out_roots, outer_calls
 
 PROXY_COVERAGE = 0.6  # a root mostly covered by one forwarded call (median) is a proxy tier
 PROXY_COVERAGE_SEVERAL = 0.8  # ... where it calls several services: all but a fifth of it
 PROXY_TAIL = 0.5  # ... or one whose forwarded call carries most of its tail excess
 PROXY_CALLEE = 0.8  # a root calling several services forwards to one of them in most requests
+OWN_CALLS = 3  # a root making this many distinct calls of its own (traced or not) calls several services
 
 
 def _mode_share(values: np.ndarray) -> float:
@@ -58,6 +59,11 @@ def descend_proxies(
         if len(cand) == 0:
             break
         callees = distinct_per_owner(root, frame.service[cand], len(frame))
+        # the calls it makes of its own, to dependencies traced or not (a rate limiter, an object
+        # store, a database): a service that works between several calls is no forwarder, even where
+        # one traced callee holds the run's tail (a surge queued in the model server)
+        own, own_root = outer_calls(parent, frame.kind, is_root, kind_server, kind_client)
+        own_calls = distinct_per_owner(own_root, frame.name[own], len(frame))
         # one forwarded call per root: the longest
         order = np.lexsort((frame.dur[cand], root))
         cand, root = cand[order], root[order]
@@ -87,7 +93,7 @@ def descend_proxies(
                 # its longest call goes to one service in some requests and another in the rest (in
                 # turn, or on a conditional path): an orchestrator of its own work, not a forward
                 continue
-            several = np.median(callees[members]) >= 2
+            several = np.median(callees[members]) >= 2 or np.median(own_calls[members]) >= OWN_CALLS
             covered = np.median(coverage[members]) >= (PROXY_COVERAGE_SEVERAL if several else PROXY_COVERAGE)
             if several and not covered:
                 # calls several services and its longest call leaves a real part of it: it works

@@ -104,22 +104,12 @@ def wrapper_spans(
 FAN_OVERLAP = 0.5  # a call side by side with the longest: at least half of it runs during the longest
 
 
-def fan_out_roots(
-    parent: np.ndarray, kind: np.ndarray, service: np.ndarray, start: np.ndarray, dur: np.ndarray,
-    is_root: np.ndarray, kind_server: int, kind_client: int,
-) -> np.ndarray:
-    """Per span: whether it is a request root that calls two services side by side (an aggregator: its
-    latency is the slowest of several calls, not one callee's time). The root's outermost CLIENT calls
-    (none between them and the root but non-call spans) are compared with the longest of them: another
-    one, to another service (its SERVER child's, where traced), that runs at least half of its time
-    during the longest makes the root a fan-out. Calls one after the other (a retry, an auth check
-    then the forward) do not."""
-    n = len(parent)
-    out = np.zeros(n, bool)
+def outer_calls(parent: np.ndarray, kind: np.ndarray, is_root: np.ndarray, kind_server: int, kind_client: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(call, root): each request root's outermost CLIENT calls, those with no SERVER or CLIENT span
+    between them and the root (its own calls, not its callees')."""
     is_client = kind == kind_client
     calls = np.nonzero(is_client & (parent >= 0))[0]
-    if len(calls) < 2:
-        return out
     stop = (kind == kind_server) | is_client
     holder = np.full(len(calls), -1, np.int64)  # nearest SERVER or CLIENT ancestor of each call
     cur = parent[calls].copy()
@@ -134,7 +124,23 @@ def fan_out_roots(
         cur[todo] = parent[cur[todo]]
     keep = holder >= 0
     keep[keep] = is_root[holder[keep]]
-    calls, root = calls[keep], holder[keep]
+    return calls[keep], holder[keep]
+
+
+def fan_out_roots(
+    parent: np.ndarray, kind: np.ndarray, service: np.ndarray, start: np.ndarray, dur: np.ndarray,
+    is_root: np.ndarray, kind_server: int, kind_client: int,
+) -> np.ndarray:
+    """Per span: whether it is a request root that calls two services side by side (an aggregator: its
+    latency is the slowest of several calls, not one callee's time). The root's outermost CLIENT calls
+    (none between them and the root but non-call spans) are compared with the longest of them: another
+    one, to another service (its SERVER child's, where traced), that runs at least half of its time
+    during the longest makes the root a fan-out. Calls one after the other (a retry, an auth check
+    then the forward) do not."""
+    n = len(parent)
+    out = np.zeros(n, bool)
+    is_client = kind == kind_client
+    calls, root = outer_calls(parent, kind, is_root, kind_server, kind_client)
     if len(calls) < 2:
         return out
     callee = np.full(n, -1, np.int64)  # the service a call reaches (-1: not traced)

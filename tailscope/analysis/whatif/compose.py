@@ -13,7 +13,7 @@ def _first(values):
 
 
 def combined(levers: list[Lever]) -> Lever:
-    """The levers' edits at once (a duration set by a later lever wins, cuts add up), the queues
+    """The levers' edits at once (a span two set takes the shorter duration, cuts add up), the queues
     replayed where any asks, with each lever's arrival shifts and the most servers any adds."""
     edit = levers[0].edit
     for lever in levers[1:]:

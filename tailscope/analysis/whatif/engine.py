@@ -15,9 +15,10 @@ from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
+from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
-from tailscope.analysis.whatif.lock_levers import no_lock_wait
+from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
 from tailscope.analysis.whatif.network_levers import network_p50
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
@@ -31,7 +32,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 7  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 8  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -199,13 +200,13 @@ def plan(
         if p == "cache_miss":
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
-            out.append(no_lock_wait(x, fd))
+            out += [no_lock_wait(x, fd), pool_held_as_calm(x, fd)]
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
             out.append(network_p50(x, fd))
         elif p == "cold_start":
-            out += [lv.prewarmed(x, fd), ql.scaled_out_early(x, fd)]
+            out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
         elif p == "large_payload":

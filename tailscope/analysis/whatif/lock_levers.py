@@ -73,3 +73,70 @@ def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         pattern="lock_contention",
         span_name=name,
     )
+
+
+HOLD_TOLERANCE_NS = 100_000  # a step that starts this close to the lock span's end came after it
+
+
+def _holds(x: Inputs, spans: np.ndarray) -> np.ndarray:
+    """The steps run while the lock is held: the later siblings of each lock span in its parent (a
+    transaction's statements after BEGIN; the rest of the request where the connection is taken at
+    its start and given back at its end)."""
+    lay = x.lay
+    parent = lay.parent[spans]
+    ok = parent >= 0
+    lock_end = np.full(len(x.frame), np.iinfo(np.int64).max)
+    np.minimum.at(lock_end, parent[ok], lay.rel_end[spans[ok]].astype(np.int64))
+    kid = np.nonzero(np.isin(lay.parent, parent[ok]))[0]
+    after = lay.rel_start[kid] >= lock_end[lay.parent[kid]] - HOLD_TOLERANCE_NS
+    return kid[after & ~np.isin(kid, spans)]
+
+
+def pool_held_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """No wait for the lock, and the lock held as briefly as in calm stretches: each step run while
+    it is held (`_holds`), in a stretch of the run whose mean time for that step is over twice the
+    quieter quarter's (queue_levers._calm), takes the time of the same step in a calm stretch (drawn),
+    and so does each wait for the lock in a stretch where the waits were long.
+    Where the holders got slow (a commit waiting on a throttled disk), that is what made the callers
+    wait; where they did not (a pool made smaller), nothing changes beyond `no_lock_wait` (None)."""
+    from tailscope.analysis.whatif.queue_levers import _calm
+
+    base = no_lock_wait(x, finding)
+    name = finding.get("span_name")
+    if base is None:
+        return None
+    f = x.frame
+    edit = Edit(base.edit.dur.copy(), base.edit.cut_before.copy(), base.edit.cut_after.copy())
+    spans = x.spans_named(name)
+    holds = _holds(x, spans)
+    rng = x.rng(27)
+    redrawn = 0
+    for code in np.unique(f.name[holds]).tolist():
+        steps = holds[f.name[holds] == code]
+        calm = _calm(f.start[steps], f.dur[steps].astype(np.float64))
+        if calm is None:
+            continue
+        rows = steps[~calm]
+        edit.dur[rows] = np.minimum(_draw(rng, f.dur[steps[calm]], len(rows)), f.dur[rows])
+        redrawn += len(rows)
+    if redrawn == 0:
+        return None
+    # and the waits of those stretches: a caller alone on its instance waited too (the pool is
+    # shared by every instance: PgBouncer's, a database's connection limit)
+    calm = _calm(f.start[spans], f.dur[spans].astype(np.float64))
+    if calm is not None:
+        rows = spans[~calm]
+        edit.dur[rows] = np.fmin(edit.dur[rows], np.minimum(
+            _draw(rng, f.dur[spans[calm]], len(rows)), f.dur[rows]))
+    return Lever(
+        f"no_lock_wait_held_as_calm:{name}",
+        f"No lock wait, the lock held as briefly as in calm stretches ('{name}')",
+        SOFTWARE,
+        f"no '{name}' waits (as 'no lock wait'), and each step run while the lock is held (the later "
+        "steps of the span's parent) in a stretch where that step was slow takes the time of one in a "
+        "calm stretch (drawn from the run): the holders' slowness fixed, which made the others wait",
+        edit,
+        pattern="lock_contention",
+        span_name=name,
+        params={"holds_redrawn": redrawn},
+    )

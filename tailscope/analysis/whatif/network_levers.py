@@ -110,10 +110,25 @@ def node_mates(f: TraceFrame, lossy: list[int]) -> list[int]:
     return mates
 
 
+NEARBY = 32  # a lossy instance's call takes the time of one of this many calls made about then elsewhere
+
+
+def nearby_draw(rng: np.random.Generator, pool_start: np.ndarray, pool: np.ndarray, at: np.ndarray
+                ) -> np.ndarray:
+    """For each time in `at`: a value of `pool` drawn from the NEARBY entries whose starts are closest
+    to it (what another instance's call took at about that moment: a callee slow for a stretch of the
+    run, a pool exhausted then, stays so for the lossy instance's calls of that stretch)."""
+    order = np.argsort(pool_start, kind="stable")
+    starts, values = pool_start[order], pool[order]
+    k = min(NEARBY, len(values))
+    lo = np.clip(np.searchsorted(starts, at) - k // 2, 0, len(values) - k)
+    return values[lo + rng.integers(0, k, len(at))]
+
+
 def _untraced_calls(x: Inputs, lossy: list[int], traced: np.ndarray) -> tuple[np.ndarray, int]:
     """Each CLIENT span of the lossy instances whose callee is not traced takes the time of a call of
-    the same name from another instance of the service (drawn), where the run has enough of those.
-    Returns (the spans changed, their new durations as an array over all spans: nan elsewhere)."""
+    the same name from another instance of the service at about that moment (nearby_draw), where the
+    run has enough of those. Returns (their new durations over all spans, nan elsewhere; how many)."""
     f = x.frame
     calls = (f.kind == KIND_CLIENT) & ~np.isin(np.arange(len(f)), traced)
     on_lossy = np.isin(f.instance, lossy)
@@ -123,19 +138,76 @@ def _untraced_calls(x: Inputs, lossy: list[int], traced: np.ndarray) -> tuple[np
     for code in np.unique(f.name[calls & on_lossy]).tolist():
         spans = np.nonzero(calls & on_lossy & (f.name == code))[0]
         service = f.service[spans[0]]
-        pool = f.dur[calls & ~on_lossy & (f.name == code) & (f.service == service)]
-        if len(pool) < MIN_POOL:
+        others = calls & ~on_lossy & (f.name == code) & (f.service == service)
+        if others.sum() < MIN_POOL:
             continue
-        new[spans] = pool[rng.integers(0, len(pool), len(spans))]
+        new[spans] = nearby_draw(rng, f.start[others], f.dur[others], f.start[spans])
         changed += len(spans)
     return new, changed
+
+
+OWN_TAIL = 0.99  # a span's own time beyond the other instances' p99 of it ...
+OWN_TAIL_RATIO = 3.0  # ... this many times as often as there (1 %) on a lossy instance is wire time
+
+
+def _own_times(x: Inputs, lossy: list[int], edit: Edit) -> int:
+    """The wire time inside a lossy instance's own spans (not calls): a response body read after an
+    SDK's CLIENT span ended at the headers, a reply written to the caller. Per span name, where the
+    instance's own times (a parent's time after its last child, a leaf's duration) pass the same
+    span's p99 on the service's other instances at least three times as often as there, each one past
+    it takes an own time drawn from those instances. Work that does not cross the network (a decode)
+    has the same spread everywhere and is left alone. Returns how many spans changed."""
+    f, lay = x.frame, x.lay
+    own = lay.trailing.astype(np.float64)
+    on_lossy = np.isin(f.instance, lossy) & (f.kind != KIND_CLIENT)
+    rng = x.rng(26)
+    changed = 0
+    for code in np.unique(f.name[on_lossy]).tolist():
+        spans = np.nonzero(on_lossy & (f.name == code))[0]
+        same = (f.name == code) & (f.service == f.service[spans[0]]) & ~np.isin(f.instance, lossy)
+        same &= lay.has_children == lay.has_children[spans[0]]
+        pool = own[same]
+        if len(pool) < MIN_POOL:
+            continue
+        limit = float(np.quantile(pool, OWN_TAIL))
+        past = spans[own[spans] > limit]
+        if len(past) < 3 or len(past) < OWN_TAIL_RATIO * (1 - OWN_TAIL) * len(spans):
+            continue
+        drawn = nearby_draw(rng, f.start[same], pool, f.start[past])
+        edit.cut_after[past] = np.maximum(own[past] - drawn, 0.0)
+        changed += len(past)
+    return changed
+
+
+def lossy_by_calls(f: TraceFrame) -> list[int]:
+    """Where no callee is traced (no crossing to read a gap from): the instances whose calls pass the
+    same call's p99 on their service's other instances at least three times as often as those do
+    (1 %), and at least 1 % of them. A node's network delays every call of its instances."""
+    calls = np.nonzero(f.kind == KIND_CLIENT)[0]
+    k = len(f.instances)
+    past = np.zeros(k)
+    count = np.bincount(f.instance[calls], minlength=k).astype(np.float64)
+    for code in np.unique(f.name[calls]).tolist():
+        spans = calls[f.name[calls] == code]
+        for i in np.unique(f.instance[spans]).tolist():
+            mine = f.instance[spans] == i
+            others = spans[~mine & (f.service[spans] == f.service[spans[mine][0]])]
+            if len(others) < MIN_POOL:
+                continue
+            past[i] += float((f.dur[spans[mine]] > np.quantile(f.dur[others], OWN_TAIL)).sum())
+    rate = past / np.maximum(count, 1)
+    limit = max(OWN_TAIL_RATIO * (1 - OWN_TAIL), LOSSY_FLOOR)
+    return [i for i in np.nonzero((count >= MIN_CROSSINGS) & (rate >= limit))[0].tolist()]
 
 
 def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     f, lay = x.frame, x.lay
     srv, cli = _crossings(f)
-    if len(srv) == 0:
-        return None
+    if len(srv) == 0:  # nothing traced beyond the callers: the node from its calls' times alone
+        lossy = lossy_by_calls(f)
+        if not lossy:
+            return None
+        return _lossy_nodes(x, finding, srv, cli, np.zeros(0), np.zeros(0), np.zeros(0, np.int64), lossy)
     out_gap = lay.gap[srv].astype(np.float64)
     gap = out_gap + lay.trailing[cli].astype(np.float64)
     share_out = np.where(gap > 0, out_gap / np.maximum(gap, 1.0), 0.5)
@@ -191,7 +263,8 @@ def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.nd
         redrawn += len(rows)
     new, untraced = _untraced_calls(x, lossy, cli)
     edit.dur = new
-    if redrawn + untraced == 0:
+    own = _own_times(x, lossy, edit)
+    if redrawn + untraced + own == 0:
         return None
     name = finding.get("span_name")
     nodes = ", ".join(f.instances[i] for i in lossy)
@@ -201,11 +274,13 @@ def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.nd
         SOFTWARE,
         "the crossings with a gap far beyond their link's usual one concentrate on these instances (a "
         "node's network, whichever link): each of their calls, made or received, takes the client-minus-"
-        "server time of a call of the same link between other instances, and each of their calls to an "
-        "untraced callee (a cache, a database) the time of the same call from another instance (drawn "
-        "from the run)",
+        "server time of a call of the same link between other instances, each of their calls to an "
+        "untraced callee (a cache, a database) the time of the same call from another instance, and "
+        "each own time of theirs far past the same span's elsewhere (a body read after the call) one "
+        "from another instance (drawn from the run)",
         edit,
         pattern="network",
         span_name=name,
-        params={"instances": len(lossy), "crossings_redrawn": redrawn, "untraced_calls_redrawn": untraced},
+        params={"instances": len(lossy), "crossings_redrawn": redrawn, "untraced_calls_redrawn": untraced,
+                "own_times_redrawn": own},
     )

@@ -149,7 +149,7 @@ def scaled_out_early(x: Inputs, finding: dict) -> Lever | None:
     before the queue built: every call of the service's instances is routed to one of them at random
     (old or new: requests spread evenly) and replayed through their threads, each cold request's spans
     taking a warm one's time (the prewarmed lever's edit)."""
-    from tailscope.analysis.whatif.levers import prewarmed
+    from tailscope.analysis.whatif.cold_levers import prewarmed
 
     h, f = x.handlers, x.frame
     warm = prewarmed(x, finding) if h is not None else None

@@ -50,9 +50,10 @@ class Edit:
         return bool(np.isnan(self.dur).all() and not self.cut_before.any() and not self.cut_after.any())
 
     def merged(self, other: Edit) -> Edit:
-        """Both edits at once (a duration set by `other` wins)."""
+        """Both edits at once: a span both set takes the shorter duration (each removed its own cause
+        from it: with both removed it is no longer than either), cuts add up."""
         return Edit(
-            np.where(np.isnan(other.dur), self.dur, other.dur),
+            np.fmin(self.dur, other.dur),
             self.cut_before + other.cut_before,
             self.cut_after + other.cut_after,
         )

@@ -71,7 +71,9 @@ def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
     keep = np.r_[True, frame.request[fwd][1:] != frame.request[fwd][:-1]]
     fwd = fwd[keep]
     request = frame.request[fwd]
-    # a queue span: a sibling in the queue stage ending where the forward starts (within 1 % of it)
+    # a queue span: a sibling in the queue stage ending where the forward starts (within 1 % of it),
+    # or where the steps the batch runs before the forward start (an input copy: spans with no gap
+    # between them and the forward, together under a quarter of its time): the last such
     q_cand = np.nonzero((stage == QUEUE) & (frame.request >= 0))[0]
     queue = np.full(len(fwd), -1, np.int64)
     if len(q_cand):
@@ -83,8 +85,11 @@ def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
         f_span = fwd[row]
         tol = np.maximum(frame.dur[f_span] // 100, 1000)
         q_end = frame.start[q_cand] + frame.dur[q_cand]
-        near = (p[q_cand] == p[f_span]) & (np.abs(q_end - frame.start[f_span]) <= tol)
-        queue[row[near]] = q_cand[near]
+        lead = frame.start[f_span] - q_end
+        steps = (lay.gap[f_span] <= tol) & (lead <= np.maximum(frame.dur[f_span] // 4, tol))
+        near = (p[q_cand] == p[f_span]) & (lead >= -tol) & ((lead <= tol) | steps)
+        order = np.argsort(q_end[near], kind="stable")  # the last-ending one wins
+        queue[row[near][order]] = q_cand[near][order]
     hole = queue < 0
     if hole.any():  # no queue span: the gap before the forward is the wait, where it is material
         lat = reqs.latency[request[hole]].astype(np.float64)
