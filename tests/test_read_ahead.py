@@ -89,3 +89,20 @@ def test_the_diagnosis_reads_ahead_and_finds_what_it_finds_reading_in_turn(store
     assert len(started) == 3  # the stage mapping, the GC events, the names' attributes
     assert ahead.to_dict() == in_turn.to_dict()
     assert any(fd.pattern == "gc_pause" for fd in ahead.findings)
+
+
+def test_a_reader_over_a_bare_connection_defers_its_reads_and_closes_cleanly(store: Store) -> None:
+    """A DuckDBReader made over a connection nobody settles (a test's or a bench's) must not leave a cursor
+    busy in a thread: closing the connection then fails with 'connection is busy' (seen in test_tiers)."""
+    from tailscope.store.duckdb.connection import connect_reader
+    from tailscope.store.duckdb.reader import DuckDBReader
+
+    for _ in range(5):
+        with connect_reader(store.path) as conn:
+            frame = load_frame(DuckDBReader(conn), "r")  # starts its reads ahead and never asks for one
+        assert len(frame.requests.root) > 0
+    calls = []
+    with connect_reader(store.path) as conn:
+        pending = DuckDBReader(conn).ahead(lambda side: calls.append(threading.get_ident()) or 1)
+        assert calls == []  # deferred: nothing runs until asked
+        assert pending.get() == 1 and calls == [threading.get_ident()]

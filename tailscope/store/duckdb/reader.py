@@ -56,17 +56,22 @@ class DuckDBRows:
 class DuckDBReader:
     """The Reader of a DuckDB store over one open connection (read-only, or a writer's)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, read_ahead: bool = False) -> None:
+        """`read_ahead`: reads asked for ahead run at once on a cursor; only for an owner that calls
+        `settle()` before the connection closes (DuckDBStore.reading). Without it they run when first
+        asked, so a reader over a bare connection never leaves a cursor busy when it closes."""
         self.conn = conn
+        self.read_ahead = read_ahead
         self._weighted: dict[tuple[Any, ...], bool] = {}  # per filter: any request weight other than 1
         self._ahead: list[Pending[Any]] = []
 
     def ahead(self, read: Callable[[DuckDBReader], T]) -> Pending[T]:
         """`read` started now in a thread on a cursor of this connection (a second connection to the
         same database: DuckDB runs its statements while this one is in use, and the GIL is released
-        while it does); on a connection without cursors (a test's wrapper), when first asked."""
+        while it does) where the reader's owner settles them (`read_ahead`); else (a bare connection,
+        a test's wrapper without cursors) when first asked."""
         make_cursor = getattr(self.conn, "cursor", None)
-        if make_cursor is None:
+        if make_cursor is None or not self.read_ahead:
             return Pending(lambda: read(self))
         cursor = make_cursor()
         cursor.execute(sql.load("duckdb_no_progress_bar")).fetchall()  # as connection._open does

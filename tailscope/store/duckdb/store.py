@@ -56,7 +56,7 @@ class DuckDBStore:
     @contextmanager
     def reading(self) -> Iterator[DuckDBReader]:
         with self.reader() as conn:
-            reader = DuckDBReader(conn)
+            reader = DuckDBReader(conn, read_ahead=True)
             try:
                 yield reader
             finally:
