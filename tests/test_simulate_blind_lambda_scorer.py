@@ -66,7 +66,7 @@ def roots(spans: list[dict]) -> list[float]:
 
 
 def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has(loaded) -> None:
-    assert blind.MODULES[FAMILY] == "lambda_scorer" and FAMILY in blind.UNTOUCHED
+    assert blind.MODULES[FAMILY] == "lambda_scorer"  # held out until its final score (session 8), open since
     assert blind.scenarios(FAMILY) == lambda_scorer.SCENARIOS and len(lambda_scorer.SCENARIOS) == 12
     services = {0: {"checkout-service", "scoring-api/prod", "score-handler"},
                 1: {"checkout-service", "score-handler", "fraud-model"},
