@@ -141,3 +141,11 @@ def sequential_service(b: TraceBuilder, n: int, rps: float, stages: list[tuple[s
             b.span(r, name, kind, inst, cur, end - cur)
             cur = end + 0.02
         b.set_end(r, cur + 0.05)
+
+
+def by_pattern(findings) -> dict[str, float]:
+    """Each pattern's highest confidence among a diagnosis' findings."""
+    out: dict[str, float] = {}
+    for f in findings:
+        out[f.pattern] = max(out.get(f.pattern, 0.0), f.confidence)
+    return out

@@ -10,7 +10,7 @@ import heapq
 import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import TraceBuilder, by_pattern, lognormal
 
 N, RPS, WORKERS, WORK_MS = 3000, 120.0, 3, 20.0
 
@@ -58,13 +58,6 @@ def _service(seed: int, traced: bool, burst: bool, recycle: bool = False, rps: f
     return b
 
 
-def _by_pattern(findings) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for f in findings:
-        out[f.pattern] = max(out.get(f.pattern, 0.0), f.confidence)
-    return out
-
-
 def test_a_burst_queued_before_one_of_several_servers_is_queueing_there():
     findings = diagnose_frame(_service(1, traced=True, burst=True).frame()).findings
     assert findings[0].pattern == "queueing" and findings[0].confidence >= 0.5, [
@@ -74,13 +67,13 @@ def test_a_burst_queued_before_one_of_several_servers_is_queueing_there():
 
 def test_a_burst_queued_inside_calls_to_an_untraced_server_is_queueing_not_a_slow_dependency():
     findings = diagnose_frame(_service(1, traced=False, burst=True).frame()).findings
-    seen = _by_pattern(findings)
+    seen = by_pattern(findings)
     assert findings[0].pattern == "queueing" and findings[0].span_name == "POST", seen
     assert seen.get("slow_dependency", 0.0) < 0.5, seen
 
 
 def test_without_a_burst_an_untraced_server_is_not_a_queue():
-    assert _by_pattern(diagnose_frame(_service(1, traced=False, burst=False).frame()).findings).get(
+    assert by_pattern(diagnose_frame(_service(1, traced=False, burst=False).frame()).findings).get(
         "queueing", 0.0) < 0.5
 
 
@@ -90,4 +83,4 @@ def test_workers_restarted_mid_run_behind_a_call_are_a_cold_start():
     cold = [f for f in findings if f.pattern == "cold_start" and "peer" in f.evidence["stats"]]
     assert cold and cold[0].confidence >= 0.5, seen
     assert cold[0].evidence["stats"]["peer"].startswith("rerank/")
-    assert findings[0].pattern == "cold_start" and _by_pattern(findings)["slow_dependency"] < 0.5, seen
+    assert findings[0].pattern == "cold_start" and by_pattern(findings)["slow_dependency"] < 0.5, seen

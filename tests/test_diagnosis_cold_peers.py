@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import TraceBuilder, by_pattern, lognormal
 
 N, RPS = 3000, 200.0
 
@@ -38,21 +38,14 @@ def _gateway(seed: int, cold: bool) -> TraceBuilder:
     return b
 
 
-def _by_pattern(findings) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for f in findings:
-        out[f.pattern] = max(out.get(f.pattern, 0.0), f.confidence)
-    return out
-
-
 def test_a_replica_that_joins_cold_behind_untraced_calls_is_a_cold_start():
     findings = diagnose_frame(_gateway(4, cold=True).frame()).findings
     cold = [f for f in findings if f.pattern == "cold_start"]
     assert cold and cold[0].confidence >= 0.5, [(f.pattern, round(f.confidence, 2)) for f in findings]
     assert findings[0] is cold[0]
     assert cold[0].evidence["stats"]["peer"] == "net.peer.name=10.0.0.42"
-    assert _by_pattern(findings).get("slow_dependency", 0.0) < 0.5
+    assert by_pattern(findings).get("slow_dependency", 0.0) < 0.5
 
 
 def test_a_replica_that_joins_warm_is_not_a_cold_start():
-    assert _by_pattern(diagnose_frame(_gateway(4, cold=False).frame()).findings).get("cold_start", 0.0) < 0.5
+    assert by_pattern(diagnose_frame(_gateway(4, cold=False).frame()).findings).get("cold_start", 0.0) < 0.5

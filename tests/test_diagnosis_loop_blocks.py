@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
+from tests.mechanism_frames import Pauses, TraceBuilder, by_pattern, lognormal
 
 N, RPS, PROCESSES = 3000, 150.0, 3
 
@@ -51,23 +51,16 @@ def _loop_service(seed: int, blocker: bool) -> TraceBuilder:
     return b
 
 
-def _by_pattern(findings) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for f in findings:
-        out[f.pattern] = max(out.get(f.pattern, 0.0), f.confidence)
-    return out
-
-
 def test_a_step_that_blocks_its_event_loop_is_compute_bound_at_the_step():
     findings = diagnose_frame(_loop_service(2, blocker=True).frame()).findings
     blocks = [f for f in findings if f.pattern == "compute_bound" and f.span_name == "parse"]
     assert blocks and blocks[0].confidence >= 0.5, [(f.pattern, round(f.confidence, 2)) for f in findings]
     assert blocks[0].evidence["stats"]["instances"] == ["bff/0"]
     assert findings[0] is blocks[0]
-    seen = _by_pattern(findings)
+    seen = by_pattern(findings)
     assert seen.get("gc_pause", 0.0) < 0.5 and seen.get("slow_dependency", 0.0) < 0.5, seen
 
 
 def test_pauses_that_no_span_fills_are_not_a_blocking_step():
-    seen = _by_pattern(diagnose_frame(_loop_service(2, blocker=False).frame()).findings)
+    seen = by_pattern(diagnose_frame(_loop_service(2, blocker=False).frame()).findings)
     assert seen.get("compute_bound", 0.0) < 0.5, seen

@@ -5,7 +5,7 @@ period boundaries; the same stops at random moments stay a pause."""
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
+from tests.mechanism_frames import Pauses, TraceBuilder, by_pattern, lognormal
 from tests.mechanism_stalls import quota_stalls
 
 N, RPS = 4000, 150.0
@@ -42,19 +42,12 @@ def _gateway(seed: int, quota: bool) -> TraceBuilder:
     return b
 
 
-def _by_pattern(findings) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for f in findings:
-        out[f.pattern] = max(out.get(f.pattern, 0.0), f.confidence)
-    return out
-
-
 def test_a_forwarding_tier_stopped_by_its_cpu_quota_is_throttled_not_paused():
-    seen = _by_pattern(diagnose_frame(_gateway(3, quota=True).frame()).findings)
+    seen = by_pattern(diagnose_frame(_gateway(3, quota=True).frame()).findings)
     assert seen.get("cpu_throttling", 0.0) >= 0.5, seen
     assert seen.get("gc_pause", 0.0) < 0.5, seen
 
 
 def test_a_forwarding_tier_stopped_at_random_moments_is_not_throttled():
-    seen = _by_pattern(diagnose_frame(_gateway(3, quota=False).frame()).findings)
+    seen = by_pattern(diagnose_frame(_gateway(3, quota=False).frame()).findings)
     assert seen.get("cpu_throttling", 0.0) < 0.5, seen
