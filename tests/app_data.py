@@ -189,3 +189,18 @@ def simulated_store(db_path: Path, requests: int = 800) -> Path | None:
             )
             conn.execute("COMMIT")
     return db_path
+
+
+def raw_simulated_store(db_path: Path, runs: list[tuple[str, str, int, int]]) -> Path:
+    """The simulator's runs, each (label, scenario, requests, seed), inserted into otel_traces as they are
+    (no derive: the spans the diagnosis reads)."""
+    from reference_pipeline.simulate.api import simulate_columns
+
+    with connect_writer(db_path) as writer:
+        conn = writer.cursor()
+        for label, scenario, requests, seed in runs:
+            for batch in simulate_columns(scenario, requests, seed):
+                conn.register("raw_batch", batch.to_arrow())
+                conn.execute("INSERT INTO otel_traces SELECT *, ? FROM raw_batch", [label]).fetchall()
+                conn.unregister("raw_batch")
+    return db_path

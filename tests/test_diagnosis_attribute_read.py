@@ -10,20 +10,15 @@ import pytest
 
 from tailscope.analysis.diagnosis import load
 from tailscope.store.duckdb.store import DuckDBStore as Store
+from tests.app_data import raw_simulated_store
 
-simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
+pytest.importorskip("reference_pipeline.simulate.api")  # the stores are the simulator's runs
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     db = tmp_path_factory.mktemp("attributes") / "store.duckdb"
-    with Store(db).writer() as writer:
-        conn = writer.cursor()
-        for batch in simulate_api.simulate_columns("cold-cache", 1_500, 7):
-            conn.register("attr_batch", batch.to_arrow())
-            conn.execute("INSERT INTO otel_traces SELECT *, 'r' FROM attr_batch").fetchall()
-            conn.unregister("attr_batch")
-    return Store(db)
+    return Store(raw_simulated_store(db, [("r", "cold-cache", 1_500, 7)]))
 
 
 class _Counting:

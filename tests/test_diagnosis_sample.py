@@ -15,8 +15,9 @@ from tailscope.analysis.diagnosis.sample import GRID_NS, MIN_WINDOWS, WINDOW_NS,
 from tailscope.cli.main import main
 from tailscope.store.duckdb.store import DuckDBStore as Store
 from tailscope.store.interface import SPAN_WINDOWS
+from tests.app_data import raw_simulated_store
 
-simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
+pytest.importorskip("reference_pipeline.simulate.api")  # the store is the simulator's runs
 
 REQUESTS = 6_000  # about 78,000 spans, 15 s of traffic
 MAX_SPANS = 30_000  # a sample of about 2,300 requests in 11 windows of 0.5 s
@@ -26,14 +27,7 @@ SCENARIOS = ("gc-pressure", "cold-start", "burst")
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     db = tmp_path_factory.mktemp("sample") / "store.duckdb"
-    with Store(db).writer() as writer:
-        conn = writer.cursor()
-        for i, scenario in enumerate(SCENARIOS):
-            for batch in simulate_api.simulate_columns(scenario, REQUESTS, 40 + i):
-                conn.register("sample_batch", batch.to_arrow())
-                conn.execute("INSERT INTO otel_traces SELECT *, ? FROM sample_batch", [scenario]).fetchall()
-                conn.unregister("sample_batch")
-    return Store(db)
+    return Store(raw_simulated_store(db, [(s, s, REQUESTS, 40 + i) for i, s in enumerate(SCENARIOS)]))
 
 
 def test_windows_spread_over_the_run_on_the_grid() -> None:

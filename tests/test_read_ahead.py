@@ -12,8 +12,9 @@ from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis.load import load_frame
 from tailscope.store.ahead import Pending
 from tailscope.store.duckdb.store import DuckDBStore as Store
+from tests.app_data import raw_simulated_store
 
-simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
+pytest.importorskip("reference_pipeline.simulate.api")  # the stores are the simulator's runs
 
 
 def test_a_started_read_runs_in_another_thread_and_hands_back_its_answer_or_its_error() -> None:
@@ -38,13 +39,7 @@ def test_a_deferred_read_runs_once_at_the_first_ask_on_the_asking_thread() -> No
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     db = tmp_path_factory.mktemp("ahead") / "store.duckdb"
-    with Store(db).writer() as writer:
-        conn = writer.cursor()
-        for batch in simulate_api.simulate_columns("gc-pressure", 1_200, 3):
-            conn.register("ahead_batch", batch.to_arrow())
-            conn.execute("INSERT INTO otel_traces SELECT *, 'r' FROM ahead_batch").fetchall()
-            conn.unregister("ahead_batch")
-    return Store(db)
+    return Store(raw_simulated_store(db, [("r", "gc-pressure", 1_200, 3)]))
 
 
 def test_duckdb_reads_ahead_on_a_cursor_and_the_reading_waits_for_them(store: Store) -> None:
