@@ -55,9 +55,15 @@ def detect(ctx: Context) -> list[Finding]:
         if sel.sum() < 50:
             continue
         g = gap[sel]
+        # a server that was only starting (an environment's init before its first call) made the
+        # caller wait: those gaps are cold_start's, left out here (set to the usual gap)
+        first_calls = started_cold(f, srv[sel], large_gaps(g, float(np.median(g))))
+        started = np.where(first_calls, g - float(np.median(g)), 0.0)
+        g = g - started
         if label == "root":
             req = f.request[srv[sel]]
             client_lat = np.nan_to_num(reqs.client_latency, nan=0.0)
+            np.subtract.at(client_lat, req[req >= 0], started[req >= 0])  # ... from what the client saw
             split = tail_split(client_lat)
             per_req = np.zeros(len(reqs))
             per_req[req] = g
@@ -169,6 +175,13 @@ def detect(ctx: Context) -> list[Finding]:
                 else ""
             )
             + (
+                f"; {int(first_calls.sum())} more large gaps were before the first call an instance served "
+                "(or one it marked as a cold start) and are left out: the server was starting (see "
+                "cold_start), not the wire"
+                if first_calls.any()
+                else ""
+            )
+            + (
                 f"; the large gaps are mostly a wait before the handler that grows with the server's load "
                 f"(see queueing, {queued:.0%})"
                 if queued > 0.3
@@ -193,6 +206,7 @@ def detect(ctx: Context) -> list[Finding]:
             "large_gaps_drained_together": round(drained, 3),
             "large_gaps_read_together": round(read, 3),
             "large_gaps_queued_for_a_worker": round(queued, 3),
+            "large_gaps_before_a_first_call_left_out": int(first_calls.sum()),
             "client_service": client_service,
             "server_service": server_service,
         }
@@ -286,6 +300,33 @@ def drained_together(f, cli: np.ndarray, srv: np.ndarray, big: np.ndarray, g: np
     started = float((weight * near(f.start[srv[big]])).sum() / weight.sum())
     sent = float((weight * near(f.start[cli[big]])).sum() / weight.sum())
     return clamp01((started - sent) / max(1.0 - sent, 1e-9))
+
+
+COLD_KEY = re.compile(r"cold_?start", re.IGNORECASE)
+
+
+def started_cold(f, srv: np.ndarray, big: np.ndarray) -> np.ndarray:
+    """Which of the large gaps (mask over `srv`) wait for a SERVER span that is the first span its
+    instance ran in the trace, or that says it started cold (a `faas.coldstart`-like attribute that
+    is true): a process, container or function environment starts (init, imports, loading) before it
+    takes its first call, and the caller waits for that inside the gap. The wire delays any call, not
+    the first one of each instance."""
+    out = np.zeros(len(srv), bool)
+    if not big.any():
+        return out
+    s = srv[big]
+    first_start = np.full(len(f.instances), np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_start, f.instance, f.start)
+    cold = f.start[s] <= first_start[f.instance[s]]
+    for code in np.unique(f.name[s]).tolist():
+        for key, (idx, values) in f.attributes(code).items():
+            if not COLD_KEY.search(key):
+                continue
+            marked = np.zeros(len(f), bool)
+            marked[np.asarray(idx, np.int64)] = [str(v).lower() in ("true", "1") for v in values]
+            cold |= marked[s]
+    out[np.nonzero(big)[0][cold]] = True
+    return out
 
 
 def large_gaps(g: np.ndarray, p50: float) -> np.ndarray:

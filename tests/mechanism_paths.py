@@ -1,0 +1,81 @@
+"""Traces for the path and dependency detectors (network, lock_contention, dependency_tail) built from
+what physically happens on the path: a function platform that starts an execution environment
+before its first invoke, a wire that loses packets, a server that tells every client to retry at the
+next second. Times in ms; see mechanism_frames.TraceBuilder."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tests.mechanism_frames import TraceBuilder, lognormal
+
+
+def environments_service(seed: int, cold_inits: bool, lossy_wire: float = 0.0, one_identity: bool = False,
+                         coldstart_attribute: bool = False, n: int = 2000, rps: float = 40.0):
+    """A caller's CLIENT span around each invoke of a function: a front end (auth, routing: ~10 ms of
+    gap) hands the invoke to an idle execution environment (one invoke at a time each), else starts a
+    new one, whose init (~1.3 s) runs before its first handler starts, inside the caller's gap. Now and
+    then (0.3 %) the front end starts a new environment though others are idle. `lossy_wire`: that
+    share of calls loses a packet and waits for a 200 ms retransmission timeout on the way, whichever
+    environment serves it. `one_identity`: the trace names every environment the same (no instance
+    attribute); `coldstart_attribute`: the handler span says whether its invoke started cold."""
+    b = TraceBuilder(seed)
+    free: list[float] = [0.0] * 4  # environments warm before the run
+    for t in b.arrivals(n, rps):
+        b.new_trace()
+        at = t + lognormal(b.rng, 9.0, 0.2)
+        idle = [k for k, f in enumerate(free) if f <= at]
+        init = 0.0
+        if cold_inits and (not idle or b.rng.random() < 0.003):
+            free.append(at)
+            k = len(free) - 1
+            init = lognormal(b.rng, 1300.0, 0.08)
+        else:
+            k = idle[int(b.rng.integers(len(idle)))] if idle else int(np.argmin(free))
+            at = max(at, free[k])
+        if lossy_wire and b.rng.random() < lossy_wire:
+            at += b.rng.uniform(200.0, 230.0)
+        inst = "score/env" if one_identity else f"score/env-{k}"
+        cli = b.span(None, "POST /score", "Client", f"checkout/{int(b.rng.integers(3))}", t, 0.0)
+        start = at + init
+        attrs = {"faas__coldstart": init > 0} if coldstart_attribute else {}
+        root = b.span(cli, "score-handler", "Server", inst, start, 0.0, **attrs)
+        cur = start + 0.1
+        for name, median in (("validate", 1.0), ("features", 8.0), ("predict", 20.0)):
+            d = lognormal(b.rng, median, 0.25)
+            b.span(root, name, "Internal", inst, cur, d)
+            cur += d + 0.02
+        b.set_end(root, cur)
+        free[k] = cur + 1.0
+        b.set_end(cli, cur + lognormal(b.rng, 1.5, 0.2))
+    return b.frame()
+
+
+def sdk_attempts_service(seed: int, throttled: float = 0.0, n: int = 3000, rps: float = 60.0):
+    """A handler makes three SDK calls per request (a feature read of ~5 ms, a model call of ~30 ms, a
+    queue write of ~3 ms), each a CLIENT span with one child CLIENT span per HTTP attempt (the HTTP
+    library's own, named alike for every destination). `throttled`: that share of feature reads is
+    refused and retried after a backoff of 25 ms x 2^n (up to 4 attempts): the read is slow, as a whole.
+    """
+    b = TraceBuilder(seed)
+    calls = (("Features.Read", 5.0), ("Model.Invoke", 30.0), ("Queue.Send", 3.0))
+    for t in b.arrivals(n, rps):
+        b.new_trace()
+        inst = f"handler/{int(b.rng.integers(4))}"
+        root = b.span(None, "handler", "Server", inst, t, 0.0)
+        cur = t + 0.2
+        for name, median in calls:
+            call = b.span(root, name, "Client", inst, cur, 0.0)
+            a = cur + 0.3
+            for attempt in range(4):
+                refused = name == "Features.Read" and b.rng.random() < throttled and attempt < 3
+                took = lognormal(b.rng, 3.0 if refused else median, 0.2)
+                b.span(call, "HTTP POST", "Client", inst, a, took)
+                a += took
+                if not refused:
+                    break
+                a += b.rng.uniform(0.5, 1.0) * 25.0 * 2**attempt
+            b.set_end(call, a + 0.2)
+            cur = a + 0.4
+        b.set_end(root, cur + 0.1)
+    return b.frame()
