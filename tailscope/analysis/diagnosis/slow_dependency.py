@@ -54,6 +54,7 @@ def detect(ctx: Context) -> list[Finding]:
     cands = set(int(c) for c in ctx.client_names) | set(stage_named) | set(both_sides)
     cands -= ctx.notes.get("fallback_names", set())  # a miss path after a lookup: cache_miss's
     cands -= ctx.notes.get("miss_path_names", set())  # the call a bimodal lookup makes on its misses
+    cands -= attempts_of_calls(f, inside)  # an SDK call's HTTP attempts: the call is the candidate
     findings = []
     for code in sorted(cands):
         mask = (f.name == code) & (f.request >= 0)
@@ -228,6 +229,22 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def attempts_of_calls(f, inside: np.ndarray) -> set[int]:
+    """Names whose spans mostly (>= 50 %) sit directly inside a CLIENT span of their own service with
+    another name: the HTTP attempts an SDK call's client library writes under the call (one name,
+    such as `HTTP POST`, for every destination). Their time is the call's, and the call is judged as
+    a whole (its retries and backoffs included); judged alone, one name mixes fast and slow peers."""
+    hp = inside & (f.parent >= 0)
+    p = f.parent[hp]
+    under = np.zeros(len(f), bool)
+    under[np.nonzero(hp)[0]] = (f.kind[p] == KIND_CLIENT) & (f.service[p] == f.service[hp]) & (
+        f.name[p] != f.name[hp])
+    is_client = inside & (f.kind == KIND_CLIENT)
+    total = np.bincount(f.name[is_client], minlength=len(f.names))
+    nested = np.bincount(f.name[is_client & under], minlength=len(f.names))
+    return set(np.nonzero((total > 0) & (nested * 2 >= total))[0].tolist())
 
 
 def far_side(f, spans: np.ndarray, server: np.ndarray) -> tuple[np.ndarray, float, float] | None:
