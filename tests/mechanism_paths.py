@@ -79,3 +79,40 @@ def sdk_attempts_service(seed: int, throttled: float = 0.0, n: int = 3000, rps: 
             cur = a + 0.4
         b.set_end(root, cur + 0.1)
     return b.frame()
+
+
+def clock_throttled_writes(seed: int, n: int = 6000, rate: float = 150.0, pooled: int = 0):
+    """Three pods write each request's result to an untraced store (`server.address` quotes-db) whose
+    write budget is accounted per wall-clock second; in the middle third of the run another job takes
+    most of it, so the budget covers ~85 % of the writes: a write over it is told to retry at the next
+    second (plus 0-40 ms of jitter) and the SDK waits and retries inside its one CLIENT span. Every
+    throttled write of a second retries just after the same boundary, as do the writes accepted then.
+    `pooled` > 0: the writes also take one of that many connections shared by every pod, held only
+    for the write's round trip (plenty: they never wait for one)."""
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(n, rate)
+    tight = (arrivals[-1] / 3, 2 * arrivals[-1] / 3)
+    spent: dict[int, float] = {}
+    peer = {"server.address": "quotes-db", "db.system": "cosmosdb"}
+    for i, t in enumerate(arrivals):
+        b.new_trace()
+        pod = f"api/{i % 3}"
+        root = b.span(None, "POST /quote", "Server", pod, t, 0.0)
+        work = lognormal(b.rng, 8.0, 0.2)
+        b.span(root, "price", "Internal", pod, t + 0.1, work)
+        read_s = t + work + 0.2
+        read_e = read_s + lognormal(b.rng, 1.5, 0.2)
+        b.span(root, "read rates", "Client", pod, read_s, read_e - read_s, **peer)
+        write_s = read_e + 0.1
+        a = write_s
+        for _ in range(9):
+            second = int(a // 1000.0)
+            budget = rate * (0.85 if tight[0] <= a < tight[1] else 3.0)
+            if spent.get(second, 0.0) + 1.0 <= budget:
+                spent[second] = spent.get(second, 0.0) + 1.0
+                break
+            a = (second + 1) * 1000.0 + b.rng.uniform(0.0, 40.0) + b.rng.uniform(0.8, 2.0)
+        write_e = a + lognormal(b.rng, 5.5, 0.45)
+        b.span(root, "write quote", "Client", pod, write_s, write_e - write_s, **peer)
+        b.set_end(root, write_e + 0.3)
+    return b.frame()
