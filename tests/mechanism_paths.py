@@ -116,3 +116,42 @@ def clock_throttled_writes(seed: int, n: int = 6000, rate: float = 150.0, pooled
         b.span(root, "write quote", "Client", pod, write_s, write_e - write_s, **peer)
         b.set_end(root, write_e + 0.3)
     return b.frame()
+
+
+def multiplexed_cache(seed: int, head_of_line: bool, n: int = 4000, rps: float = 150.0):
+    """Three processes read a rate table from an untraced cache (`GET`, server.address rates-cache) on
+    every request, then price it (~6 ms). With `head_of_line`, each process writes its commands on ONE
+    connection and reads the replies in order: 8 % of requests fetch a 2-8 MB value (45 MB/s), and
+    every command sent while it is being read waits for it. Without, each command has a connection of
+    its own and the cache itself stalls now and then (a blocking command: every process's commands
+    in flight wait until it ends), 8 % of the run's time in stalls of 20-120 ms."""
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(n, rps)
+    stalls: list[tuple[float, float]] = []
+    t = 0.0
+    while not head_of_line and t < arrivals[-1] + 1000:
+        t += b.rng.exponential(800.0)
+        length = b.rng.uniform(20.0, 120.0)
+        stalls.append((t, t + length))
+        t += length
+    last_reply = {f"api/{i}": 0.0 for i in range(3)}
+    for t in arrivals:
+        b.new_trace()
+        pod = f"api/{int(b.rng.integers(3))}"
+        root = b.span(None, "POST /price", "Server", pod, t, 0.0)
+        sent = t + 0.2
+        big = head_of_line and b.rng.random() < 0.08
+        ready = sent + lognormal(b.rng, 0.45, 0.25)
+        for a, z in stalls:
+            if a <= ready < z:
+                ready = z + 0.05
+        reply = ready + (b.rng.uniform(2e6, 8e6) / 45e6 * 1000.0 if big else 0.01)
+        if head_of_line:
+            reply = max(reply, last_reply[pod] + 0.02)
+            last_reply[pod] = reply
+        b.span(root, "GET", "Client", pod, sent, reply - sent, server__address="rates-cache",
+               db__system="redis")
+        work = lognormal(b.rng, 6.0, 0.2)
+        b.span(root, "price", "Internal", pod, reply + 0.05, work)
+        b.set_end(root, reply + 0.1 + work)
+    return b.frame()

@@ -105,6 +105,9 @@ def detect(ctx: Context) -> list[Finding]:
         # its long calls wait for a pooled connection others hold (lock_contention's pool_release test)
         if pool_wait := ctx.notes.get("pool_wait_names", {}).get(code, 0.0) >= 0.5:
             confidence = min(confidence, USUAL_TAIL_CAP)
+        # ... or queue behind an earlier reply on their process's shared connection (head_of_line.py)
+        if behind := ctx.notes.get("behind_reply_names", {}).get(code, 0.0) >= 0.5:
+            confidence = min(confidence, USUAL_TAIL_CAP)
         name = f.names[code]
         stage = ctx.stage_of_name(code)
         summary = (
@@ -142,6 +145,9 @@ def detect(ctx: Context) -> list[Finding]:
         if pool_wait:
             summary += (" Its long calls wait for a pooled connection others hold (see lock_contention), "
                         "not for the dependency's work.")
+        elif behind:
+            summary += (" Its long calls wait behind an earlier reply on their process's shared connection "
+                        "(see lock_contention), not for the dependency's work.")
         elif unusual:
             summary += f" Its tail is out of the ordinary: {unusual}."
         elif strength * weight > USUAL_TAIL_CAP:
