@@ -19,6 +19,7 @@ from tailscope.analysis.diagnosis import (
     compute_bound,
     fallback_path,
     gc_pause,
+    head_of_line,
     held_slots,
     large_payload,
     lock_contention,
@@ -43,7 +44,8 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 # Order matters only for notes: gc_pause (and proxy_stalls for a forwarding tier) leave their stall
 # episodes for cache_miss, network and compute_bound; timeout_retry and large_payload mark the calls
 # whose tail they explain before slow_dependency reads them; cache_miss marks bimodal names before
-# cold_start and fallback_path read them.
+# cold_start and fallback_path read them; lock_contention and head_of_line mark the calls that wait
+# for a connection before slow_dependency reads them.
 DETECTORS = (
     gc_pause,
     proxy_stalls,
@@ -54,6 +56,7 @@ DETECTORS = (
     fallback_path,
     cold_start,
     lock_contention,
+    head_of_line,
     queueing,
     callee_queue,
     slow_dependency,
