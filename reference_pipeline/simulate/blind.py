@@ -58,6 +58,11 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   multiplexed connection, Azure SQL through ADO.NET's pool, a credit bureau under a resilience pipeline,
   ONNX Runtime in process, Cosmos DB and Service Bus writes; OTLP / Jaeger / Zipkin v2. **Untouched**:
   written blind, held out
+- `rails-recs` (rails_recs.py, rails_recs_puma.py, rails_recs_flow.py, rails_recs_spans.py): a Rails
+  monolith on clustered Puma (worker processes x threads, one GVL each) behind nginx (X-Request-Start),
+  ActiveRecord on PostgreSQL through a per-process pool, Memcached fragment caching, Elasticsearch
+  candidates and a gRPC ONNX Runtime model server; OTLP / Jaeger / Zipkin v2. **Untouched**: written
+  blind, held out
 
 Each family marked **Untouched** was held out until its final score was recorded; all are open now
 (UNTOUCHED below).
@@ -92,12 +97,13 @@ MODULES = {
     "search-bff": "search_bff",
     "lambda-scorer": "lambda_scorer",
     "loan-pricing": "loan_pricing",
+    "rails-recs": "rails_recs",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores,
 # vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's)
-UNTOUCHED: tuple[str, ...] = ()
+UNTOUCHED: tuple[str, ...] = ("rails-recs",)
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
