@@ -19,38 +19,46 @@ connections and runs its Ruby slower for its first requests. Healthy noise: mino
 Memcached and model calls, jitter everywhere.
 
 Conventions by seed (mod 3): 0: OTLP/JSON, host.name + process.pid, old semconv (`db.statement`,
-`http.method`; pg spans `SELECT recs_production`), roots `Controller#action`, `request.queue_time_ms`
-on the root, GC events, ActiveSupport cache spans with hit counts, elasticsearch-ruby `search` spans.
+`http.method`; pg spans `SELECT recs_production`), roots `Controller#action`, nginx not traced,
+`request.queue_time_ms` on the root, GC events, ActiveSupport cache spans with hit counts,
+elasticsearch-ruby's `search` spans; 3 pods x 3 workers x 5 threads, 150 req/s.
 1: Jaeger, `service.instance.id`, new semconv (`db.query.text`, `http.request.method`; `SELECT products`),
-roots `GET /recs/:user_id`, nginx traced (`@puma` SERVER span, the root), no queue attribute, no GC
-events, no cache hit counts. 2: Zipkin v2 (the instance is the pod's ip:3000, shared by its workers),
-old semconv, Net::HTTP's `HTTP POST` for Elasticsearch, `request.queue_time_us`, GC annotations.
+roots `GET /recs/:user_id`, nginx traced (`@puma` SERVER span, the trace root), no queue attribute, no
+GC events, no cache hit counts; 2 pods x 3 x 5, 130 req/s. 2: Zipkin v2 (the instance is the pod's
+ip:3000, shared by its workers), old semconv, Net::HTTP's `HTTP POST` for Elasticsearch, nginx traced,
+`request.queue_time_us`, GC annotations; 2 pods x 4 x 4, 140 req/s. GC events (`ruby.gc.major` /
+`ruby.gc.minor`, `ruby.gc.pause_ms`) go on every root span in flight on the paused process.
 
 Mechanisms and truth (instances: the worker labels of rails_recs_spans.instance):
-- `puma-backlog`: a 3.2x burst for a fifth of the run: every thread busy, requests wait in the backlog
-  (queue time grows with arrivals). queueing, stage queue, the recs root.
-- `gvl-contention`: partners' catalog exports (per_page=2000, ~0.4 s of to_json each) share the workers;
-  recommendations threads on the same process finish their I/O but wait up to a slice for the GVL, so
-  their spans stretch after the I/O returns. lock_contention (accept compute_bound: without GVL
-  instrumentation, the stretched spans look like a CPU-starved process), side queueing.
-- `gc-leak`: the canary pod's workers leak (a class-level memo): major GCs every 0.8-1.6 s whose pauses
-  grow with the heap (55 -> ~350 ms). gc_pause on the canary pod's workers, side queueing.
-- `pool-exhaustion`: `pool: 2` under T threads (database.yml not raised with RAILS_MAX_THREADS) while
-  the products query is slow (autovacuum on products) for 40 % of the run: threads wait for a
-  connection before their first query. lock_contention at the users query, side slow_dependency, queueing.
-- `cache-evictions`: a deploy grew the fragment (5x, new cache keys): the new items live in a slab
-  class with a sixth of the slots, the LRU evicts, ~40 % of cards are re-rendered and written back.
-  cache_miss at the render span (side compute_bound).
+- `puma-backlog`: a push campaign, a burst at 1.5x the fleet's capacity for a fifth of the run: every
+  thread busy, requests wait in the backlog (queue time grows with arrivals; Rails spans themselves
+  stretch only a little, from GVL sharing). queueing, stage queue, the recs root.
+- `gvl-contention`: partners' catalog exports (per_page=2000, ~0.4 s of to_json each, 0.4/s per worker)
+  share the workers; recommendation threads on the same process finish their I/O but wait up to a slice
+  for the GVL, so their spans stretch after the I/O returns. lock_contention (accept compute_bound:
+  without GVL instrumentation the stretched spans look like a CPU-starved process), side queueing.
+- `gc-leak`: the canary pod's workers leak (a class-level memo): major GCs every 0.6-1.2 s whose pauses
+  grow with the heap (0.3 ms per MB: 55 -> ~470 ms). gc_pause on the canary pod's workers, side queueing.
+- `pool-exhaustion`: `pool: 2` under 4-5 threads (database.yml not raised with RAILS_MAX_THREADS) while
+  the products query is slow (+100 ms: autovacuum on products) from 30 % to 70 % of the run: threads
+  wait for a connection before their first query (no span for the wait). lock_contention at the users
+  query, side slow_dependency, queueing.
+- `cache-evictions`: a deploy grew the product card 5x under new keys: the new items live in a slab
+  class with 800 slots (9500 before), the LRU evicts, about half the cards are re-rendered (1.6 ms of
+  Ruby each) and written back (`set_multi`). cache_miss at the render span (side compute_bound).
 - `slow-shard`: a replica of one products shard on a hot node: the 45 % of searches routed to it wait
-  ~85 ms for it. slow_dependency at the Elasticsearch span.
+  ~85 ms for it. slow_dependency at the Elasticsearch span (Elasticsearch is not traced).
 - `n-plus-one`: `includes(:price)` dropped: one prices query per item; DB time grows with
   `recs.items_count`. large_payload at the prices query.
-- `worker-restarts`: the worker killer's RAM limit is below the fleet's RSS: every worker is
-  restarted once mid-run and its replacement serves cold. cold_start on the new workers, side queueing.
-- `dns-timeout`: on one pod, 12 % of the per-request lookups of recs-model lose a reply (the conntrack
-  A/AAAA race) and wait the resolver's 5 s timeout; the model server is fast. network at the gRPC call.
-- Two causes: `gc-leak+worker-killer` (the killer restarts the leaking workers: gc_pause + cold_start on
-  their replacements), `puma-backlog+slow-shard`, `cache-evictions+n-plus-one`.
+- `worker-restarts`: the worker killer's RAM limit is below the fleet's RSS: every worker is restarted
+  once (one per pod per 2 s check), its replacement boots for 2.5 s and serves cold (Ruby 4.5x slower
+  at first, decaying; templates compiled, connections opened on first use). cold_start on the new
+  workers, side queueing.
+- `dns-timeout`: on one pod, ~1.8 % x pods of the per-request lookups of recs-model (a new stub per
+  request) lose a reply (the conntrack A/AAAA race) and wait the resolver's 5 s timeout, then succeed;
+  the model server is fast. network at the gRPC call.
+- Two causes: `gc-leak+worker-killer` (the killer restarts the leaking workers: gc_pause, and cold_start
+  on their replacements), `puma-backlog+slow-shard`, `cache-evictions+n-plus-one`.
 """
 
 from __future__ import annotations
@@ -109,7 +117,7 @@ _SETUPS = (
         "cache_attrs": True,
         "es_native": True,
         "pods": 3,
-        "workers": 2,
+        "workers": 3,
         "threads": 5,
         "rps": 150.0,
         "model_pods": 2,
@@ -126,7 +134,7 @@ _SETUPS = (
         "es_native": True,
         "pods": 2,
         "workers": 3,
-        "threads": 4,
+        "threads": 5,
         "rps": 130.0,
         "model_pods": 3,
     },
@@ -142,13 +150,13 @@ _SETUPS = (
         "es_native": False,
         "pods": 2,
         "workers": 4,
-        "threads": 3,
-        "rps": 170.0,
+        "threads": 4,
+        "rps": 140.0,
         "model_pods": 2,
     },
 )
 CANARY, DNS_POD = 0, 1
-BOOT_S = 3.0  # a replacement worker loads the app (no preload_app)
+BOOT_S = 2.5  # a replacement worker loads the app (no preload_app)
 KILLER_EVERY_S = 2.0  # puma_worker_killer's frequency
 
 
@@ -216,13 +224,13 @@ def _gc(
         (start + a, start + b, False) for a, b in random_pauses(r, horizon - start, (0.4, 1.6), (1.5, 5.0))
     ]
     if "gc-leak" in parts and pod == CANARY:
-        rate = 900.0 / (run_ns / NS_PER_S) * r.uniform(0.85, 1.15)  # MB per s
+        rate = 1400.0 / (run_ns / NS_PER_S) * r.uniform(0.85, 1.15)  # MB per s
         major, t = [], start + r.uniform(0.3, 1.2) * NS_PER_S
         while t < horizon:
             heap = 180.0 + rate * (t - start) / NS_PER_S
             pause = 0.3 * heap * r.uniform(0.85, 1.15) * NS_PER_MS
             major.append((t, t + pause, True))
-            t += pause + r.uniform(0.8, 1.6) * NS_PER_S
+            t += pause + r.uniform(0.6, 1.2) * NS_PER_S
     else:
         major = [
             (start + a, start + b, True)
@@ -244,7 +252,7 @@ def _kills(
                 over.append(
                     (
                         run_ns
-                        * (0.12 + 0.45 * (k + 0.5 * p / s["pods"]) / s["workers"])
+                        * (0.08 + 0.4 * (k + 0.5 * p / s["pods"]) / s["workers"])
                         * r.uniform(0.95, 1.05),
                         p,
                         k,
@@ -252,7 +260,7 @@ def _kills(
                 )
     if "worker-killer" in parts:
         for k in range(s["workers"]):
-            over.append((run_ns * r.uniform(0.3, 0.45), CANARY, k))
+            over.append((run_ns * r.uniform(0.2, 0.32), CANARY, k))
     tick = KILLER_EVERY_S * NS_PER_S
     taken: set[tuple[int, float]] = set()
     out = []
@@ -271,7 +279,9 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     parts = frozenset(scenario.split("+"))
     rng = random.Random(seed * 1_000_003 + 17)
     run_ns = requests / s["rps"] * NS_PER_S
-    bursts = ((0.35 * run_ns / NS_PER_S, 0.2 * run_ns / NS_PER_S, 3.2),) if "puma-backlog" in parts else ()
+    # a push campaign at 1.5x what the fleet serves (a worker runs ~90 recommendations/s of Ruby)
+    surge = 1.5 * 90.0 * s["workers"] * s["pods"] / s["rps"]
+    bursts = ((0.35 * run_ns / NS_PER_S, 0.2 * run_ns / NS_PER_S, surge),) if "puma-backlog" in parts else ()
     arrivals = poisson_arrivals(rng, s["rps"], requests, bursts)
     horizon = arrivals[-1] + 30 * NS_PER_S
     evicting = "cache-evictions" in parts
@@ -279,14 +289,15 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         rng,
         parts,
         5.0 * NS_PER_S,
-        FragmentCache(800 if evicting else 5000),
+        FragmentCache(800 if evicting else 9500),
         (0.3 * run_ns, 0.7 * run_ns) if "pool-exhaustion" in parts else (0.0, 0.0),
         DNS_POD if "dns-timeout" in parts else -1,
+        0.018 * s["pods"],  # ~1.25 % of all requests (the recommendations' 70 %)
         s["model_pods"],
         7.5 if evicting else 1.5,
     )
     if not evicting:
-        env.warm(60_000)
+        env.warm()
     pool = 2 if "pool-exhaustion" in parts else s["threads"]
 
     def spawn(pod: int, slot: int, gen: int, start: float) -> Worker:
@@ -304,7 +315,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
 
     engine = Engine()
     puma = Puma(engine, rng, s["pods"], s["workers"], spawn, flow, BOOT_S * NS_PER_S)
-    export = 0.25 * s["pods"] * s["workers"] / s["rps"] if "gvl-contention" in parts else 0.0
+    export = 0.4 * s["pods"] * s["workers"] / s["rps"] if "gvl-contention" in parts else 0.0
     reqs = []
     for i, t in enumerate(arrivals):
         u = rng.random()

@@ -105,6 +105,7 @@ class Worker:
     killing: bool = False
     exited: float = float("inf")
     holder: Any = None
+    slice_used: float = 0.0  # CPU the holder has run since it took the GVL
     gvl_queue: deque = field(default_factory=deque)
     idle_conns: int = 0
     unopened: int = 0
@@ -198,6 +199,8 @@ class Puma:
         try:
             op = gen.send(value)
         except StopIteration:
+            assert req.worker is not None
+            self._release(t, req.worker, gen)
             self._finish(t, req)
             return
         self._dispatch(t, gen, req, op)
@@ -206,9 +209,13 @@ class Puma:
         w = req.worker
         assert w is not None
         kind = op[0]
-        if kind == "cpu":
-            self._want_gvl(t, w, gen, req, op[1] * w.cpu_factor(), None)
+        if kind == "cpu":  # a thread that holds the GVL keeps running; another waits for it
+            if w.holder is gen:
+                self._run(t, w, gen, req, op[1] * w.cpu_factor(), None)
+            else:
+                self._want_gvl(t, w, gen, req, op[1] * w.cpu_factor(), None)
         elif kind == "io":
+            self._release(t, w, gen)
             self.engine.at(t + op[1], self._want_gvl, w, gen, req, RESUME_NS, None)
         elif kind == "checkout":
             self._checkout(t, w, gen, req, op[1])
@@ -226,23 +233,35 @@ class Puma:
         else:
             w.gvl_queue.append((gen, req, work, value))
 
-    def _grant(self, t: float, w: Worker, gen: Flow, req: Request, work: float, value: Any) -> None:
-        w.holder = gen
-        start = w.stalls.settle(t)
-        chunk = min(work, GVL_SLICE_NS)
-        self.engine.at(w.stalls.run(start, chunk), self._slice_done, w, gen, req, work - chunk, value)
-
-    def _slice_done(self, t: float, w: Worker, gen: Flow, req: Request, left: float, value: Any) -> None:
-        if left > 0:
-            if w.gvl_queue:  # the timer thread asks the holder to yield: it goes to the back
-                w.gvl_queue.append((gen, req, left, value))
+    def _release(self, t: float, w: Worker, gen: Flow) -> None:
+        if w.holder is gen:
+            w.holder = None
+            if w.gvl_queue:
                 self._grant(t, w, *w.gvl_queue.popleft())
-            else:
-                self._grant(t, w, gen, req, left, value)
+
+    def _grant(self, t: float, w: Worker, gen: Flow, req: Request, work: float, value: Any) -> None:
+        w.holder, w.slice_used = gen, 0.0
+        self._run(w.stalls.settle(t), w, gen, req, work, value)
+
+    def _run(self, t: float, w: Worker, gen: Flow, req: Request, work: float, value: Any) -> None:
+        if w.slice_used >= GVL_SLICE_NS:
+            if w.gvl_queue:  # the timer thread asks the holder to yield: it goes to the back
+                w.gvl_queue.append((gen, req, work, value))
+                w.holder = None
+                self._grant(t, w, *w.gvl_queue.popleft())
+                return
+            w.slice_used = 0.0
+        chunk = min(work, GVL_SLICE_NS - w.slice_used)
+        end = w.stalls.run(t, chunk)
+        self.engine.at(end, self._chunk_done, w, gen, req, work - chunk, chunk, value)
+
+    def _chunk_done(
+        self, t: float, w: Worker, gen: Flow, req: Request, left: float, chunk: float, value: Any
+    ) -> None:
+        w.slice_used += chunk
+        if left > 0:
+            self._run(t, w, gen, req, left, value)
             return
-        w.holder = None
-        if w.gvl_queue:
-            self._grant(t, w, *w.gvl_queue.popleft())
         self._step(t, gen, req, (t, *value) if value is not None else t)
 
     # --- the connection pool ----------------------------------------------------------------------
@@ -256,6 +275,7 @@ class Puma:
                 w.idle_conns -= 1
             self._step(t, gen, req, (t, True, fresh))
             return
+        self._release(t, w, gen)  # waits on the pool's condition variable
         entry = [gen, req, True]  # alive while it waits
         w.waiters.append(entry)
         self.engine.at(t + timeout, self._checkout_timeout, w, entry)
