@@ -5,7 +5,7 @@ Shape: `ingress-nginx` (proxy_pass to Puma; it stamps `X-Request-Start: t=<msec>
 `GET /recs/:user_id` (70 %), `GET /products/:id` and `GET /api/v1/catalog`. A recommendations request
 loads the user (ActiveRecord on PostgreSQL), asks Elasticsearch for 200 candidates, scores them over
 gRPC on `recs-model` (Python, ONNX Runtime, its own pods: SERVER span + `onnxruntime.InferenceSession.run`),
-loads the top 12-60 items' products and prices (`recs.items_count` on the root), and renders a JSON page
+loads the top 8-48 items' products and prices (`recs.items_count` on the root), and renders a JSON page
 whose product cards are fragment-cached in Memcached (dalli `get_multi`; misses are rendered and written
 back with `set_multi`). Elasticsearch and PostgreSQL are not traced (client spans only).
 
@@ -44,7 +44,7 @@ Mechanisms and truth (instances: the worker labels of rails_recs_spans.instance)
   wait for a connection before their first query (no span for the wait). lock_contention at the users
   query, side slow_dependency, queueing.
 - `cache-evictions`: a deploy grew the product card 5x under new keys: the new items live in a slab
-  class with 800 slots (9500 before), the LRU evicts, about half the cards are re-rendered (1.6 ms of
+  class with 800 slots (9500 before), the LRU evicts, about half the cards are re-rendered (2.5 ms of
   Ruby each) and written back (`set_multi`). cache_miss at the render span (side compute_bound).
 - `slow-shard`: a replica of one products shard on a hot node: the 45 % of searches routed to it wait
   ~85 ms for it. slow_dependency at the Elasticsearch span (Elasticsearch is not traced).

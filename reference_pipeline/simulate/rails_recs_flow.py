@@ -15,7 +15,7 @@ from itertools import accumulate
 from reference_pipeline.simulate.rails_recs_puma import Flow, Request, Worker
 from reference_pipeline.simulate.trace_table import NS_PER_MS, lognormal_ms
 
-PAGE_SIZES = (12, 24, 24, 24, 36, 48, 60)  # `limit` the clients ask for (mobile, web, TV)
+PAGE_SIZES = (8, 12, 20, 24, 30, 40, 48)  # `limit` the clients ask for (mobile, web, TV)
 CANDIDATES = 200  # hits Elasticsearch returns for the model to score
 CATALOG = 12_000  # products
 DNS_TIMEOUT_MS = 5000.0  # resolv.conf `options timeout:5`
@@ -237,7 +237,7 @@ def recs(env: Env, req: Request, w: Worker) -> Flow:
     req.spans[read][3] = t
     req.spans[read][4]["hits"] = len(ids) - len(misses)
     if misses:
-        t = yield ("cpu", ms(r, 1.6 * len(misses), 0.15) + _template(w, "products/_card", 25.0))
+        t = yield ("cpu", ms(r, 2.5 * len(misses), 0.15) + _template(w, "products/_card", 25.0))
         start = t
         t = yield (
             "io",
@@ -276,7 +276,7 @@ def product(env: Env, req: Request, w: Worker) -> Flow:
     t = yield ("io", ms(r, 0.3, 0.25))
     req.span("memcached.get", root, start, t, {"keys": 1})
     if not env.cache.read([pid])[0]:
-        t = yield ("cpu", ms(r, 1.6, 0.15) + _template(w, "products/_card", 25.0))
+        t = yield ("cpu", ms(r, 2.5, 0.15) + _template(w, "products/_card", 25.0))
         start = t
         t = yield ("io", ms(r, 0.3, 0.25))
         env.cache.write([pid])
