@@ -32,10 +32,10 @@ connection (a handshake), 1.2 % of policy calls are slow (a few per thousand pas
 and are retried), batching waits up to the queue delay, jitter everywhere.
 
 Mechanisms (truth):
-- `triton-queue-burst`: arrivals x5 for an eighth of the run; the batcher's queue grows while the
+- `triton-queue-burst`: arrivals x3.5 for 8 % of the run; the batcher's queue grows while the
   arrival rate is over what the GPUs finish -> queueing at Triton's queue (stage queue).
 - `redis-resharding`: a new master joins; slots move one by one from shard 2: MIGRATE batches of
-  large feature hashes block the source (RESTORE the target) ~55 ms at a time; a key of the slot in
+  large feature hashes block the source (RESTORE the target) ~110 ms at a time; a key of the slot in
   flight that already moved answers ASK, a slot moved since the client's last map answers MOVED (an
   errored span, then the command again to the new owner) -> slow_dependency at the Redis commands.
 - `triton-cold-scaleout`: load x1.6 from a quarter of the run; the HPA's new Triton pod (model
@@ -48,14 +48,16 @@ Mechanisms (truth):
 - `policy-per-try-timeout`: one policy pod's handler takes ~115 ms; tries to it are cut at 80 ms
   (its inbound span: status 0, DC; its handler runs on) and retried on another pod after a backoff
   and a new connection -> timeout_retry at score's policy call (slow_dependency, network: side).
-- `cfs-throttling`: score's CPU limit is 100m (10 ms per 100 ms period); periods whose demand passes
-  the quota stop every thread until the boundary -> cpu_throttling (Rust: no GC to report).
+- `cfs-throttling`: score's CPU limit is 80m (8 ms per 100 ms period; a request needs ~3.5 ms of CPU);
+  once a period's quota is spent every thread stops until the boundary, the work left over starts the
+  next period -> cpu_throttling at score (Rust: no GC to report).
 - `candidate-growth`: a client rollout (30 % -> 60 % of the run, 90 % of requests at the end) sends
   2.3x the candidates: tensors, bytes and GPU compute grow with them -> large_payload at the inference
   call (queueing and compute_bound at Triton: side).
-- `noisy-neighbour`: score's first pod shares its node with a batch job: CPU work x3 and a wake-up
-  delay on every await -> compute_bound at that pod; `unexplained_tail` is accepted: steal time is
-  in no span, nothing in the trace names the neighbour, only that pod's steps are slower.
+- `noisy-neighbour`: score's first pod shares its node with a batch job (CPU steal): CPU work x3.5 and
+  a wake-up delay (~2 ms median) on every await -> compute_bound at that pod; `unexplained_tail` is
+  accepted: steal time is in no span, nothing in the trace names the neighbour, only that pod's steps
+  are slower.
 Pairs: `triton-queue-burst+redis-resharding`, `cfs-throttling+policy-per-try-timeout`,
 `candidate-growth+mtls-handshake-churn`.
 """
