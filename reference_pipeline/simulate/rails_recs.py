@@ -56,7 +56,8 @@ Mechanisms and truth (instances: the worker labels of rails_recs_spans.instance)
   workers, side queueing.
 - `dns-timeout`: on one pod, ~1.8 % x pods of the per-request lookups of recs-model (a new stub per
   request) lose a reply (the conntrack A/AAAA race) and wait the resolver's 5 s timeout, then succeed;
-  the model server is fast. network at the gRPC call.
+  the model server is fast. network at the gRPC call; the threads it holds for 5 s back up that pod's
+  socket backlog (side queueing).
 - Two causes: `gc-leak+worker-killer` (the killer restarts the leaking workers: gc_pause, and cold_start
   on their replacements), `puma-backlog+slow-shard`, `cache-evictions+n-plus-one`.
 """
@@ -202,7 +203,9 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
         "worker-killer": Cause(
             "cold_start", None, root, SERVICE, _labels(seed, [CANARY], 1), side=("queueing",)
         ),
-        "dns-timeout": Cause("network", "downstream", MODEL_RPC, SERVICE, _labels(seed, [DNS_POD], 0)),
+        "dns-timeout": Cause(
+            "network", "downstream", MODEL_RPC, SERVICE, _labels(seed, [DNS_POD], 0), side=("queueing",)
+        ),
     }
     return tuple(causes[part] for part in scenario.split("+") if part != "steady")
 
