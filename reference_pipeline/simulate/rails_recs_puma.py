@@ -103,7 +103,6 @@ class Worker:
     served: int = 0
     busy: int = 0
     killing: bool = False
-    exited: float = float("inf")
     holder: Any = None
     slice_used: float = 0.0  # CPU the holder has run since it took the GVL
     gvl_queue: deque = field(default_factory=deque)
@@ -142,7 +141,6 @@ class Puma:
             [spawn(p, k, 0, 0.0) for k in range(workers)] for p in range(pods)
         ]
         self.backlog: list[deque] = [deque() for _ in range(pods)]
-        self.all_workers: list[Worker] = [w for pod in self.workers for w in pod]
 
     # --- accepting --------------------------------------------------------------------------------
 
@@ -183,10 +181,8 @@ class Puma:
             self._exit(t, w)
 
     def _exit(self, t: float, w: Worker) -> None:
-        w.exited = t
         new = self.spawn(w.pod, w.slot, w.gen + 1, t + self.boot_ns)
         self.workers[w.pod] = [new if x is w else x for x in self.workers[w.pod]]
-        self.all_workers.append(new)
         self.engine.at(new.booted, self._booted, new)
 
     def _booted(self, t: float, w: Worker) -> None:
