@@ -155,3 +155,29 @@ def multiplexed_cache(seed: int, head_of_line: bool, n: int = 4000, rps: float =
         b.span(root, "price", "Internal", pod, reply + 0.05, work)
         b.set_end(root, reply + 0.1 + work)
     return b.frame()
+
+
+def deferred_flush_service(seed: int, n: int = 3000, rps: float = 50.0):
+    """A handler validates, reads a feature store (~5 ms; 3 % of reads slow, +150-400 ms) and
+    serialises its answer; a request that ran long (over 100 ms) also starts a metrics flush as it
+    returns, which runs ~450 ms after the response is sent (its span, a child of the handler, ends
+    after the handler): work off the request's path, present mostly in the slow requests."""
+    b = TraceBuilder(seed)
+    for t in b.arrivals(n, rps):
+        b.new_trace()
+        inst = f"fn/{int(b.rng.integers(4))}"
+        root = b.span(None, "handler", "Server", inst, t, 0.0)
+        cur = t + 0.1
+        d = lognormal(b.rng, 1.0, 0.2)
+        b.span(root, "validate", "Internal", inst, cur, d)
+        cur += d + 0.02
+        d = lognormal(b.rng, 5.0, 0.2) + (b.rng.uniform(150.0, 400.0) if b.rng.random() < 0.03 else 0.0)
+        b.span(root, "features.read", "Client", inst, cur, d, server__address="features")
+        cur += d + 0.02
+        d = lognormal(b.rng, 0.8, 0.2)
+        b.span(root, "serialize", "Internal", inst, cur, d)
+        cur += d + 0.05
+        if cur - t > 100.0 or b.rng.random() < 0.1:
+            b.span(root, "flush_metrics", "Internal", inst, cur - 0.03, lognormal(b.rng, 450.0, 0.3))
+        b.set_end(root, cur)
+    return b.frame()

@@ -59,6 +59,8 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         if rates[code] > MAX_RATE and _over_time(ctx, present[:, code])["pattern"] == "steady":
             continue  # a path most requests always take is the normal one, not a fallback
+        if after_response(ctx, int(code)):
+            continue  # work that runs on after the response (a deferred flush) is no miss path
         lookup = _lookup_before(ctx, inside, int(code), rates)
         if lookup is None or sets_up_next_call(ctx, int(code)):
             continue
@@ -70,6 +72,19 @@ def detect(ctx: Context) -> list[Finding]:
             findings.append(finding)
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
+
+
+def after_response(ctx: Context, code: int) -> bool:
+    """Whether most spans of a name end after their request's root span: work started as the response
+    goes out (a metrics flush, a fire-and-forget write) that the caller does not wait for. Its time is
+    outside the request's latency, so it is no slow path of the request, whatever requests it joins."""
+    f = ctx.frame
+    spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
+    if not len(spans):
+        return False
+    root_end = f.end[f.requests.root[f.request[spans]]]
+    outlives = f.end[spans] > root_end + np.maximum(0.01 * f.dur[spans], 1_000)  # beyond clock skew
+    return float(outlives.mean()) >= 0.5
 
 
 def _presence(ctx: Context, inside: np.ndarray) -> np.ndarray:
