@@ -26,7 +26,8 @@ def _arrivals(b: TraceBuilder, burst: bool) -> np.ndarray:
     return np.sort(np.r_[t, extra])[:N + len(extra)]
 
 
-def _function(init_ms: float, burst: bool, recycle: int = 0, queue: bool = False, seed: int = 1, pool: int = 12):
+def _function(init_ms: float, burst: bool, recycle: int = 0, queue: bool = False, seed: int = 1,
+              pool: int = 12):
     """An API whose request calls a function: one invoke at a time per environment; an arrival that
     finds none idle starts a new one (its init before the handler's span: the caller's call holds it),
     or, with `queue`, waits for the next free one (new ones join the pool with no init during the
@@ -86,7 +87,7 @@ def test_environments_recycled_now_and_then_are_the_usual_cost() -> None:
     """No burst: environments retire at random moments and their replacements start cold (each first
     request slow all the same): the platform's usual cost, not a cause."""
     frame = _function(1200.0, burst=False, recycle=14, pool=8)
-    fresh = [fd for fd in first_calls.detect(Context(frame), cold_start.ADVICE)]
+    fresh = first_calls.detect(Context(frame), cold_start.ADVICE)
     assert fresh and fresh[0].evidence["stats"]["new_instances"] >= first_calls.MIN_INSTANCES, fresh
     assert fresh[0].evidence["stats"]["start_dispersion"] < first_calls.STORM
     found = by_pattern(diagnose_frame(frame).findings)
@@ -122,7 +123,7 @@ def _untraced_callee(retried: bool, seed: int = 2):
 
 
 def test_a_throttled_and_retried_callee_is_not_a_worker_queue() -> None:
-    queue = [fd for fd in callee_queue.detect(Context(_untraced_callee(retried=False)))]
+    queue = callee_queue.detect(Context(_untraced_callee(retried=False)))
     assert queue and queue[0].confidence >= 0.5, queue
     throttled = callee_queue.detect(Context(_untraced_callee(retried=True)))
     assert all(fd.confidence < 0.5 for fd in throttled), [fd.confidence for fd in throttled]

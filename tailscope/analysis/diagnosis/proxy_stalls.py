@@ -8,7 +8,9 @@ reading the responses that came back, replying. Those events all happen at the m
 runs again, so the proxy's own time per request (its SERVER span minus the callee's SERVER span:
 its processing and the wire) is stretched for a set of requests *released together*. The wait of
 calls that a stopped callee let in together (stopped_accepts.py: several callers' calls rushing in at
-its door) is the callee's stop and is left out of the proxy's time.
+its door) is the callee's stop and is left out of the proxy's time, and so is a client's retry loop
+(earlier attempts of the same call under the proxy's span, rejected by a throttling callee, and the
+backoff sleeps between them: attempts retried after the same backoff also come back together).
 
 Statistic, per proxy instance: a request's proxy time is slow above its p90 and 1.5x its median; its
 event times (forwarding start, the response read, the reply) are binned by 1 ms; a release bin holds
@@ -75,6 +77,7 @@ def detect(ctx: Context) -> list[Finding]:
     let_in = releases(ctx)  # calls a stopped callee let in together waited at its door, not here
     if let_in is not None:
         own -= np.where(np.isin(root, let_in["calls"]), f.start[root] - f.start[call], 0)
+    own -= _retry_loop(ctx, outer, call)
     inst = f.instance[outer]
     slow = np.zeros(len(outer), bool)
     for i in np.unique(inst):
@@ -167,6 +170,22 @@ def detect(ctx: Context) -> list[Finding]:
     out = cpu_throttling.split(ctx, finding, episodes, reported)
     ctx.notes["stall_findings"] = [*earlier, *out]
     return out
+
+
+def _retry_loop(ctx: Context, outer: np.ndarray, call: np.ndarray) -> np.ndarray:
+    """Per request: the time from the proxy's first attempt of the call (earlier CLIENT spans of the
+    call's name under the same span: attempts a throttling callee rejected) to the answered one. A
+    client's retry loop, its failed attempts and its backoff sleeps, is its policy, not a stall."""
+    f = ctx.frame
+    row = np.full(len(f), -1, np.int64)
+    row[outer] = np.arange(len(outer))
+    kids = np.nonzero((f.kind == KIND_CLIENT) & (f.parent >= 0))[0]
+    kids = kids[row[f.parent[kids]] >= 0]
+    r = row[f.parent[kids]]
+    earlier = (f.name[kids] == f.name[call[r]]) & (f.start[kids] < f.start[call[r]])
+    first = f.start[call].astype(np.float64)
+    np.minimum.at(first, r[earlier], f.start[kids[earlier]].astype(np.float64))
+    return f.start[call] - first
 
 
 def _released(inst: np.ndarray, events: np.ndarray) -> np.ndarray:
