@@ -80,7 +80,8 @@ def _starved_service(seed: int = 5, n: int = 4000, rps: float = 150.0):
         call = b.span(root, "POST /api/quote", "Client", caller, at, m["server_end"] - at + 0.3)
         inst = f"pricing/{p}"
         srv = b.span(call, "POST /api/quote", "Server", inst, m["server"], m["server_end"] - m["server"])
-        repo = b.span(srv, "ApplicantRepository.GetApplicant", "Internal", inst, m["get"], m["get_end"] - m["get"])
+        repo = b.span(srv, "ApplicantRepository.GetApplicant", "Internal", inst, m["get"],
+                      m["get_end"] - m["get"])
         b.span(repo, "EXECUTE usp_GetApplicant", "Client", inst, m["sql"], m["get_end"] - m["sql"])
         b.span(srv, "create_item quotes", "Client", inst, m["cosmos"], m["cosmos_end"] - m["cosmos"])
         b.span(srv, "POST bureau", "Client", inst, m["bureau"], m["bureau_end"] - m["bureau"])

@@ -62,7 +62,8 @@ def _unrelated_waits(ctx: Context, marked: set[int], service: str | None, arriva
                      b: np.ndarray) -> list[str]:
     """Span names of the service that most requests run, neither the request root nor inside or around
     the lock spans, whose time per request follows the arrivals too (r >= 0.5) and carries >= 5 % of the
-    tail excess: where every await resumes late (a thread pool starved, a saturated event loop), waits show in work no lock guards."""
+    tail excess: where every await resumes late (a thread pool starved, a saturated event loop), waits
+    show in work no lock guards."""
     f = ctx.frame
     roots = set(np.unique(f.name[f.requests.root]).tolist())
     present = np.bincount(f.name[f.request >= 0], minlength=len(f.names)) >= 0.5 * ctx.n_requests
