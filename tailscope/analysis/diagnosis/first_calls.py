@@ -98,17 +98,31 @@ def _seen_split(ctx: Context) -> TailSplit:
     return ctx.notes["first_calls_split"]
 
 
-def _auc_within(seen: np.ndarray, inst: np.ndarray, first: np.ndarray, later: np.ndarray) -> float:
-    """Probability that an instance's first request is slower than one of its later ones (pooled)."""
-    num = den = 0.0
-    for i in np.unique(inst[first]).tolist():
-        e, lt = seen[first & (inst == i)], seen[later & (inst == i)]
-        if len(e) == 0 or len(lt) == 0:
-            continue
-        r = ranks(np.r_[e, lt])
-        num += r[: len(e)].sum() - len(e) * (len(e) - 1) / 2
-        den += len(e) * len(lt)
-    return num / den if den else 0.5
+def _later_vs_first(seen: np.ndarray, inst: np.ndarray, first: np.ndarray, later: np.ndarray,
+                    n_instances: int) -> tuple[np.ndarray, float]:
+    """(per instance: the median of its later requests, 0 where none; the probability that an
+    instance's first request is slower than one of its later ones, pooled over instances), without a
+    loop over instances (a serverless run has thousands)."""
+    k = np.nonzero(later)[0]
+    order = np.lexsort((seen[k], inst[k]))
+    k = k[order]
+    counts = np.bincount(inst[k], minlength=n_instances)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    plateau = np.zeros(n_instances)
+    has = counts > 0
+    lo, hi = starts[has] + (counts[has] - 1) // 2, starts[has] + counts[has] // 2
+    plateau[has] = (seen[k][lo] + seen[k][hi]) / 2.0
+    firsts = np.nonzero(first & has[inst])[0]
+    if len(firsts) == 0:
+        return plateau, 0.5
+    sel = np.r_[k, firsts]
+    r = ranks(seen[sel])  # ranks over both, ties averaged: equal times count a half
+    key_later = inst[k] * (len(sel) + 1.0) + r[: len(k)]
+    key_first = inst[firsts] * (len(sel) + 1.0) + r[len(k):]
+    below = np.searchsorted(key_later, key_first, "left") - starts[inst[firsts]]
+    tied = np.searchsorted(key_later, key_first, "right") - starts[inst[firsts]] - below
+    pairs = float(counts[inst[firsts]].sum())
+    return plateau, float((below + 0.5 * tied).sum() / pairs) if pairs else 0.5
 
 
 def detect(ctx: Context, advice: str) -> list[Finding]:
@@ -125,9 +139,7 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         first &= with_later
         if first.sum() < MIN_INSTANCES:
             continue
-        plateau = np.zeros(len(f.instances))
-        for i in np.unique(inst[first]).tolist():
-            plateau[i] = np.median(seen[later & (inst == i)])
+        plateau, auc = _later_vs_first(seen, inst, first, later, len(f.instances))
         ratio_self = float(np.median(seen[first] / np.maximum(plateau[inst[first]], 1.0)))
         pool = np.nonzero(mine & (index > 0))[0]  # other instances' settled requests, in start order
         if len(pool) < NEIGHBOURS:
@@ -136,7 +148,6 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         lo = np.clip(at - NEIGHBOURS // 2, 0, len(pool) - NEIGHBOURS)
         near = np.median(seen[pool[lo[:, None] + np.arange(NEIGHBOURS)]], axis=1)
         ratio_near = float(np.median(seen[first] / np.maximum(near, 1.0)))
-        auc = _auc_within(seen, inst, first, later)
         strength = logistic(auc, 0.72, 0.05) * logistic(min(ratio_self, ratio_near), 1.4, 0.15)
         extra = np.maximum(seen[first] - plateau[inst[first]], 0.0)
         per_request = np.bincount(f.request[srv[first]], weights=extra, minlength=ctx.n_requests)
