@@ -6,7 +6,10 @@ client's retry policy: left out of the tier's own time."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from tailscope.analysis.diagnosis import proxy_stalls
+from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context
 from tests.mechanism_frames import TraceBuilder, lognormal
 
@@ -44,3 +47,27 @@ def _throttled_behind_gateway(seed: int = 3):
 def test_a_clock_aligned_retry_loop_is_not_a_pause_of_the_tier() -> None:
     found = proxy_stalls.detect(Context(_throttled_behind_gateway()))
     assert all(fd.confidence < 0.5 for fd in found), [(fd.confidence, fd.evidence["summary"]) for fd in found]
+
+
+def test_answered_calls_of_one_name_one_after_another_are_not_a_retry_loop() -> None:
+    """A tier that calls the same route several times in turn (pages, items), each answered: its time
+    between them is its own, not a retry policy's."""
+    b = TraceBuilder(seed=4)
+    for k, t in enumerate(b.arrivals(300, 100.0)):
+        b.new_trace()
+        gw = f"gw/{k % 2}"
+        outer = b.span(None, "GET /v1/page", "Server", gw, t, 0.0)
+        cur = t + 0.5
+        for _ in range(3):
+            call = b.span(outer, "GET /item", "Client", gw, cur, 0.0, http__response__status_code=200)
+            work = lognormal(b.rng, 5.0, 0.2)
+            b.span(call, "item", "Server", f"api/{k % 3}", cur + 0.3, work)
+            b.set_end(call, cur + work + 0.6)
+            cur += work + 2.0
+        b.set_end(outer, cur)
+    frame = b.frame()
+    outer = np.nonzero(frame.parent < 0)[0]
+    calls = np.nonzero(frame.kind == SPAN_KINDS.index("Client"))[0]
+    last = np.zeros(len(frame), np.int64)
+    np.maximum.at(last, frame.parent[calls], calls)  # each tier span's last call
+    assert (proxy_stalls._retry_loop(Context(frame), outer, last[outer]) == 0).all()

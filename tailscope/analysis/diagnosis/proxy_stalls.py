@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis import cpu_throttling
+from tailscope.analysis.diagnosis.attributes import error_flags
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.gc_pause import ADVICE
 from tailscope.analysis.diagnosis.long_stalls import _merged as merged
@@ -174,7 +175,8 @@ def detect(ctx: Context) -> list[Finding]:
 
 def _retry_loop(ctx: Context, outer: np.ndarray, call: np.ndarray) -> np.ndarray:
     """Per request: the time from the proxy's first attempt of the call (earlier CLIENT spans of the
-    call's name under the same span: attempts a throttling callee rejected) to the answered one. A
+    call's name under the same span, rejected or unanswered: attempts a throttling callee turned
+    away) to the answered one. A
     client's retry loop, its failed attempts and its backoff sleeps, is its policy, not a stall."""
     f = ctx.frame
     row = np.full(len(f), -1, np.int64)
@@ -183,6 +185,24 @@ def _retry_loop(ctx: Context, outer: np.ndarray, call: np.ndarray) -> np.ndarray
     kids = kids[row[f.parent[kids]] >= 0]
     r = row[f.parent[kids]]
     earlier = (f.name[kids] == f.name[call[r]]) & (f.start[kids] < f.start[call[r]])
+    # an attempt: rejected (an error or 429 status) or never answered (no SERVER span under it); calls
+    # of one name side by side that were each answered are a fan-out, not a retry loop
+    answered = np.zeros(len(f), bool)
+    srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    answered[f.parent[srv]] = True
+    rejected = ~answered[kids]
+    for code in np.unique(f.name[kids[earlier]]).tolist():
+        flags = error_flags(f, code)
+        if flags is not None:
+            bad = np.zeros(len(f), bool)
+            bad[flags[0][flags[1]]] = True
+            rejected |= bad[kids]
+        for key, (idx, values) in f.attributes(code).items():
+            if key in ("http.response.status_code", "http.status_code"):
+                hit = np.zeros(len(f), bool)
+                hit[np.asarray(idx, np.int64)[[str(v).strip() == "429" for v in values]]] = True
+                rejected |= hit[kids]
+    earlier &= rejected
     first = f.start[call].astype(np.float64)
     np.minimum.at(first, r[earlier], f.start[kids[earlier]].astype(np.float64))
     return f.start[call] - first
