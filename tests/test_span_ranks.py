@@ -157,3 +157,19 @@ def test_a_run_the_counts_do_not_count_is_ranked_exactly_until_a_write_or_migrat
     assert "pre-aggregates built for 1 runs" in capsys.readouterr().out
     with connect_writer(path) as conn:
         assert _stored(conn, "b") == _from_spans(conn, "b")
+
+
+def test_a_store_without_the_table_is_ranked_exactly_by_a_reader(
+    store: DuckDBStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "old.duckdb"
+    path.write_bytes(store.path.read_bytes())
+    with duckdb.connect(str(path)) as conn:  # as an older tailscope's writer left it
+        conn.execute("DROP TABLE span_histogram")
+    old = DuckDBStore(path)
+    trace = slowest_traces(old, Filter(run="a"), 1)["trace_id"][0]
+    exact = trace_gantt(store, trace, "a").spans["duration_pct_rank"].tolist()
+    monkeypatch.setattr(span_ranks, "MIN_SPANS", 0)
+    with old.reading() as reader:  # the failed read of the missing table leaves the reader usable
+        assert trace_gantt(reader, trace, "a").spans["duration_pct_rank"].tolist() == exact
+        assert slowest_traces(reader, Filter(run="a"), 1)["trace_id"][0] == trace
