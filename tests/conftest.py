@@ -33,6 +33,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.serial)
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m serial` (./test.sh's second phase) only the files that can hold a serial test are
+    imported: SERIAL_FILES and those that name the marker. Importing all the others to deselect them
+    cost the phase ~12 s of CPU (torch, the simulators, the app)."""
+    if config.getoption("markexpr", "") != "serial" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_") or collection_path.name in SERIAL_FILES:
+        return None
+    return None if "mark.serial" in collection_path.read_text(encoding="utf-8") else True
+
+
 # Files that share a fixture wider than a module: pytest-xdist's `--dist loadfile` would hand them to
 # different workers (or interleave them with other files, tearing a package fixture down between them),
 # so each would build it again. Each group here goes to one worker as one unit, in collection order,
