@@ -55,6 +55,22 @@ SHARED_FIXTURE_GROUPS = {
 }
 
 
+# The units of work that take longest in the parallel phase, longest first (CPU of each, one process,
+# bench/RESULTS.md "Test suite time" suite9): handed out before the rest, so that the phase does not end
+# with one worker alone on a long file while the other has nothing left.
+HEAVY_FIRST = (
+    "tests/test_simulate_blind_recsys.py",  # 65 s
+    "tests/parity/",  # ~60 s (suite8: 86 s with the chdb demo files)
+    "tests/test_whatif_blind.py",  # 32 s
+    "tests/test_pipeline_model.py",  # 28 s
+    "tests/test_whatif_levers.py",  # 27 s
+    "tests/test_sample_weights.py",  # 24 s
+    "tests/test_simulate_blind_enricher.py",  # 21 s
+    "tests/test_pipeline_frontends.py",  # 21 s (58 s of wall: it waits on the pipeline's processes)
+    "tests/test_serve_access.py",  # 14 s (47 s of wall)
+)
+
+
 @pytest.hookimpl(optionalhook=True)  # phase 2 runs without xdist (-p no:xdist)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
     """`--dist loadfile`, with the files of a SHARED_FIXTURE_GROUPS entry in one unit of work."""
@@ -66,6 +82,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return next((g for prefix, g in SHARED_FIXTURE_GROUPS.items() if path.startswith(prefix)), path)
+
+        def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
+            """The first time: the HEAVY_FIRST units to the front of the queue (xdist's order, most
+            tests first, is kept for the rest)."""
+            if not getattr(self, "heavy_first_done", False):
+                self.heavy_first_done = True
+                for unit in reversed(HEAVY_FIRST):
+                    if unit in self.workqueue:
+                        self.workqueue.move_to_end(unit, last=False)
+            super()._assign_work_unit(node)
 
     return SharedFixtureScheduling(config, log)
 
