@@ -68,6 +68,10 @@ HEAVY_FIRST = (
     "tests/test_simulate_blind_enricher.py",  # 21 s
     "tests/test_pipeline_frontends.py",  # 21 s (58 s of wall: it waits on the pipeline's processes)
     "tests/test_serve_access.py",  # 14 s (47 s of wall)
+    # few tests each (xdist's order would hand them out among the last), ~8 s and 22-25 s of wall each
+    "tests/test_pipeline_sweep_e2e.py",
+    "tests/test_disk_full.py",
+    "tests/test_clickhouse_rules.py",
 )
 
 
