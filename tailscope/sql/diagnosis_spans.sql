@@ -4,10 +4,9 @@
 -- search, and match rows of later reads (span attributes). No sort (a join + ORDER BY here cost 3x
 -- more on 1 M spans); the instance is read from the resource's JSON once per distinct resource and
 -- joined back (parsing it on every span was 85 % of this read: 1 M spans 10 -> 3 s on a loaded
--- 2-core VM) by ResourceKey, a 64-bit hash of (service, resource) each row carries (a join on the
--- two strings compared them per span: a sampled 1 M-span run's read 0.16-0.20 -> 0.14-0.15 s
--- CPU). The instance is the process that ran the span: service.instance.id, else host.name +
--- process.pid, else what other tracers name the process by (Jaeger's `hostname`, `ip` and `client-uuid` process tags, Zipkin's endpoint as net.host.ip and
+-- 2-core VM). The instance is the process that ran the span:
+-- service.instance.id, else host.name + process.pid, else what other tracers name the process by
+-- (Jaeger's `hostname`, `ip` and `client-uuid` process tags, Zipkin's endpoint as net.host.ip and
 -- port), else the service itself; GC pauses and lock contention are per process, so detectors group
 -- by it. The spans CTE's rows are one of two fixed fragments: the stored spans
 -- (diagnosis_spans_stored.sql) or the run's phase spans (a serving framework's self-reported
@@ -34,6 +33,8 @@ resources AS (
         ResourceAttributes->>'client-uuid',
         ''
     ) AS Instance
+    -- joined by ResourceKey, a 64-bit hash of (service, resource) each row carries (a join on the two
+    -- strings compared them per span: a sampled 1 M-span run's read 0.16-0.20 -> 0.14-0.15 s CPU)
     FROM (
         SELECT ResourceKey, any_value(ServiceName) AS ServiceName,
                any_value(ResourceAttributes) AS ResourceAttributes
