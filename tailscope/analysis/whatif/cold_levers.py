@@ -5,7 +5,10 @@ first that many requests of each request-root instance (every span of them); els
 without that count, a cold instance that is a callee: a model server's pod added mid-run, a worker
 process forked again) per instance from the finding's span itself: an instance's leading spans of that
 name while they run slower than the name's warm time, and every span of that instance started before
-its warm-up ended."""
+its warm-up ended; where no instance shows such a warm-up (one span of the name per instance, or
+the instances not told apart), per request (`cold_requests`): an initialisation span that only a
+few requests run, or a callee that started far later after its caller's call than it usually does
+(an environment started for the call), and the requests' other work on that service."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, _draw
+from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, _draw, miss_threshold_ms
 from tailscope.analysis.whatif.retime import Edit
 
 MIN_WARM = 20  # warm spans of a name to draw an own time from
@@ -25,15 +28,21 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     f = x.frame
     stats = finding.get("evidence", {}).get("stats", {})
     warm = int(stats.get("warmup_requests_per_instance") or 0)
+    starts = None
     if warm > 0:
         early_req = f.requests.index_on_instance < warm
         early = (f.request >= 0) & early_req[np.maximum(f.request, 0)]
         what = f"first {warm} requests per instance"
     else:
         early = cold_spans(x, finding.get("span_name"))
-        if early is None:
+        starts = None if early is not None else cold_requests(x, finding.get("span_name"))
+        if early is None and starts is None:
             return None
-        what = f"{int(early.sum())} spans of instances warming up"
+        if starts is not None:
+            early, init, late_start = starts
+            what = f"{len(np.unique(x.frame.request[early]))} requests that started an instance"
+        else:
+            what = f"{int(early.sum())} spans of instances warming up"
     leaf = ~x.lay.has_children & (f.request >= 0)
     edit = Edit.none(len(f))
     rng = x.rng(5)
@@ -44,6 +53,8 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
             edit.dur[spans] = _draw(rng, pool, len(spans))
     _warm_forwards_by_size(x, early, edit, rng)
     _warm_own_time(x, early, edit, rng)
+    if starts is not None:
+        _started_warm(x, init, late_start, edit, rng)
     return Lever(
         "prewarmed",
         f"Cold starts pre-warmed ({what})",
@@ -123,3 +134,51 @@ def _warm_forwards_by_size(x: Inputs, early_span: np.ndarray, edit: Edit, rng) -
         rows = np.nonzero(early & (s.size == k))[0]
         if len(pool):
             edit.dur[s.forward[rows]] = _draw(rng, pool, len(rows))
+
+
+ONE_OFF_SHARE = 0.5  # a span fewer requests than this share run is an instance's one-time start
+
+
+def cold_requests(x: Inputs, name: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The requests that waited for an instance to start, told from the finding's span `name` alone
+    (no warm-up per instance in sight): where fewer than half the requests run a span of that name,
+    it is an instance's start (an init phase), run by the requests that have it; else where the
+    span is a callee (its caller on another instance), the calls it took far longer to start than
+    usual (the gap before it in the caller's call: a second, slower mode of the log gaps, the split
+    a cache's hits and misses get). Returns (every span of those requests on the span's service, the
+    init spans, the callee spans that started late); None where neither is seen."""
+    f, lay = x.frame, x.lay
+    spans = x.spans_named(name)
+    if len(spans) == 0:
+        return None
+    none = np.zeros(0, np.int64)
+    if len(np.unique(f.request[spans])) < ONE_OFF_SHARE * len(f.requests):
+        init, late = spans, none
+    else:
+        parent = lay.parent[spans]
+        called = spans[(parent >= 0) & (f.instance[np.maximum(parent, 0)] != f.instance[spans])]
+        if len(called) < 2 * MIN_WARM:
+            return None
+        threshold = miss_threshold_ms(np.maximum(lay.gap[called], 1))
+        if threshold is None:
+            return None
+        init, late = none, called[lay.gap[called] >= threshold * 1e6]
+    cold = np.zeros(len(f.requests), bool)
+    cold[f.request[np.r_[init, late]]] = True
+    early = (f.request >= 0) & cold[np.maximum(f.request, 0)] & (f.service == f.service[spans[0]])
+    return early, init, late
+
+
+def _started_warm(x: Inputs, init: np.ndarray, late: np.ndarray, edit: Edit, rng) -> None:
+    """An instance started before the requests came: its init spans are no longer run, and a callee
+    that waited to start takes the wait of a call to a started one (drawn from the run)."""
+    edit.dur[init] = 0.0
+    edit.cut_before[init] = x.lay.gap[init]
+    if len(late):
+        f, lay = x.frame, x.lay
+        called = x.spans_named(f.names[f.name[late[0]]])
+        parent = lay.parent[called]
+        remote = called[(parent >= 0) & (f.instance[np.maximum(parent, 0)] != f.instance[called])]
+        pool = lay.gap[np.setdiff1d(remote, late)]
+        if len(pool):
+            edit.cut_before[late] = lay.gap[late] - _draw(rng, pool, len(late))

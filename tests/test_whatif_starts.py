@@ -1,0 +1,71 @@
+"""Instances started for the requests and callees that outlast their callers' spans, on hand-built
+traces: an init span only a few requests run, a callee that started far later than its caller's call
+(an environment started for it, no span of the init), and a remote callee's span that ends after its
+caller's (a proxy's call ends at the response headers while the server sends the body)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.whatif.cold_levers import prewarmed
+from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.retime import Edit, layout, request_latency, retime
+from tests.hand_frames import MS, hand_frame
+
+
+def _inputs(rows: list[tuple], instances: tuple[str, ...] = ("a", "b")) -> Inputs:
+    f = hand_frame(rows, instances=instances)
+    return Inputs(f, layout(f), f.stage, None, [], 0)
+
+
+def test_an_init_span_that_few_requests_run_is_gone_when_prewarmed() -> None:
+    """Five of forty requests start an environment first (a 1 s `init` span, then their work at 30 ms:
+    lazy imports); the environments are not told apart (one instance): pre-warmed, no request runs
+    the init and every one's work takes a warm request's 10 ms."""
+    rows: list[tuple] = []
+    for k in range(40):
+        t, cold = 100.0 * k, k % 8 == 0
+        root = len(rows)
+        rows.append((k, -1, "handler", "Server", 0, t, 1030.0 if cold else 10.0))
+        if cold:
+            rows.append((k, root, "init", "Internal", 0, t, 1000.0))
+        rows.append((k, root, "work", "Internal", 0, t + (1000.0 if cold else 0.0), 30.0 if cold else 10.0))
+    x = _inputs(rows)
+    lever = prewarmed(x, {"pattern": "cold_start", "span_name": "init", "evidence": {"stats": {}}})
+    assert lever is not None
+    new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=False) / MS
+    assert new.round(3).tolist() == [10.0] * 40
+
+
+def test_a_callee_that_started_late_after_its_callers_call_starts_as_soon_as_a_warm_one() -> None:
+    """The caller's call reaches a started handler in about 5 ms; four of sixty waited 1.2 s for an
+    environment to start (no span of it: the gap before the handler's span): pre-warmed, they take
+    a warm call's gap, and the handler's own work is unchanged."""
+    rows: list[tuple] = []
+    for k in range(60):
+        t, gap = 50.0 * k, (1200.0 if k % 15 == 3 else 5.0 + 0.1 * (k % 3))
+        rows.append((k, -1, "call", "Client", 0, t, gap + 20.0 + 0.5))
+        rows.append((k, len(rows) - 1, "handler", "Server", 1, t + gap, 20.0))
+    x = _inputs(rows)
+    lever = prewarmed(x, {"pattern": "cold_start", "span_name": "handler", "evidence": {"stats": {}}})
+    assert lever is not None
+    new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=True) / MS
+    assert new.max() < 26.0
+    assert sorted(np.unique(new.round(1)).tolist()) == [25.5, 25.6, 25.7]
+
+
+def test_a_remote_callee_ending_after_its_callers_span_was_awaited() -> None:
+    """A proxy's call (instance a) ends at the response headers, 5 ms before the server's span
+    (instance b) ends with the body: a query 80 ms shorter makes the call 80 ms shorter, not held
+    where it was (a callee outlasting its caller's span is fire and forget only on its own instance:
+    test_whatif.py)."""
+    rows = [
+        (0, -1, "POST", "Client", 0, 0.0, 100.0),
+        (0, 0, "quote", "Server", 1, 0.5, 104.5),
+        (0, 1, "db", "Client", 1, 1.0, 90.0),
+    ]
+    x = _inputs(rows)
+    edit = Edit.none(3)
+    edit.dur[2] = 10 * MS
+    dur = retime(x.frame, edit, x.lay).dur / MS
+    assert dur.round(3).tolist() == [20.0, 24.5, 10.0]
