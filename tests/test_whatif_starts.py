@@ -69,3 +69,22 @@ def test_a_remote_callee_ending_after_its_callers_span_was_awaited() -> None:
     edit.dur[2] = 10 * MS
     dur = retime(x.frame, edit, x.lay).dur / MS
     assert dur.round(3).tolist() == [20.0, 24.5, 10.0]
+
+
+def test_environments_told_apart_lose_their_start_wait_and_their_slow_first_calls() -> None:
+    """Six environments (instances told apart) take ten calls each; each one's first call waited
+    1.2 s for it to start, and its first three ran at 40 ms (lazy imports), the rest 5 ms and 20 ms.
+    Pre-warmed: the slow first calls (from the instance's own spans) and the wait to start (from the
+    gaps) both go."""
+    rows: list[tuple] = []
+    for k in range(60):
+        env, nth = 1 + k % 6, k // 6
+        gap = 1200.0 if nth == 0 else 5.0 + 0.1 * (k % 3)
+        took = 40.0 if nth < 3 else 20.0
+        rows.append((k, -1, "call", "Client", 0, 50.0 * k, gap + took + 0.5))
+        rows.append((k, len(rows) - 1, "handler", "Server", env, 50.0 * k + gap, took))
+    x = _inputs(rows, instances=tuple(f"i{j}" for j in range(7)))
+    lever = prewarmed(x, {"pattern": "cold_start", "span_name": "handler", "evidence": {"stats": {}}})
+    assert lever is not None
+    new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=True) / MS
+    assert new.max() < 26.0

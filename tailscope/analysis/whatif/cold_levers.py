@@ -35,12 +35,12 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         what = f"first {warm} requests per instance"
     else:
         early = cold_spans(x, finding.get("span_name"))
-        starts = None if early is not None else cold_requests(x, finding.get("span_name"))
+        starts = cold_requests(x, finding.get("span_name"))
         if early is None and starts is None:
             return None
-        if starts is not None:
-            early, init, late_start = starts
-            what = f"{len(np.unique(x.frame.request[early]))} requests that started an instance"
+        if starts is not None:  # and an instance warming up on its first requests beside
+            early = starts[0] if early is None else early | starts[0]
+            what = f"{len(np.unique(x.frame.request[starts[0]]))} requests that started an instance"
         else:
             what = f"{int(early.sum())} spans of instances warming up"
     leaf = ~x.lay.has_children & (f.request >= 0)
@@ -54,7 +54,7 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     _warm_forwards_by_size(x, early, edit, rng)
     _warm_own_time(x, early, edit, rng)
     if starts is not None:
-        _started_warm(x, init, late_start, edit, rng)
+        _started_warm(x, starts[1], starts[2], edit, rng)
     return Lever(
         "prewarmed",
         f"Cold starts pre-warmed ({what})",
