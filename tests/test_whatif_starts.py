@@ -88,3 +88,21 @@ def test_environments_told_apart_lose_their_start_wait_and_their_slow_first_call
     assert lever is not None
     new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=True) / MS
     assert new.max() < 26.0
+
+
+def test_a_dependency_with_half_its_calls_on_a_slow_backend_is_fixed_to_the_fast_calls() -> None:
+    """Half the calls go to a backend that got 9x slower (90 ms against 10): the median call is on
+    the border, not a healthy one; fixed, every call takes a fast call's time (the request 12 ms)."""
+    from tailscope.analysis.whatif.levers import dependency_p50
+
+    rows: list[tuple] = []
+    for k in range(200):
+        took = (90.0 if k % 2 else 10.0) + 0.1 * (k % 5)
+        root = len(rows)
+        rows.append((k, -1, "POST /score", "Server", 0, 100.0 * k, took + 2.0))
+        rows.append((k, root, "InvokeEndpoint", "Client", 0, 100.0 * k + 1.0, took))
+    x = _inputs(rows)
+    lever = dependency_p50(x, {"pattern": "slow_dependency", "span_name": "InvokeEndpoint"})
+    assert lever is not None
+    new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=False) / MS
+    assert new.max() <= 12.5
