@@ -106,3 +106,20 @@ def test_a_dependency_with_half_its_calls_on_a_slow_backend_is_fixed_to_the_fast
     assert lever is not None
     new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=False) / MS
     assert new.max() <= 12.5
+
+
+def test_a_queue_no_span_shows_is_absorbed_by_the_requests_of_calm_stretches() -> None:
+    """A thread pool starved for a tenth of the run: every request then takes 300-800 ms (its
+    awaits' completions queue for a thread: no span of the queue, no handler seen waiting); a
+    queueing finding without a span gets the requests of those stretches as calm ones' (10-12 ms)."""
+    from tailscope.analysis.whatif.engine import evaluate
+
+    rows: list[tuple] = []
+    for k in range(2000):
+        starved = 900 <= k < 1100
+        took = (300.0 + 2.5 * (k - 900) if starved else 10.0 + 0.5 * (k % 5))
+        rows.append((k, -1, "POST /quote", "Server", 0, 10.0 * k, took))
+    f = hand_frame(rows)
+    result = evaluate(f, [{"pattern": "queueing", "confidence": 0.9, "span_name": None}])
+    fix = [o for o in result.outcomes if o.key == "queue_as_calm:POST /quote"]
+    assert fix and fix[0].p99_ms <= 12.0 + 1e-6
