@@ -123,3 +123,22 @@ def test_a_queue_no_span_shows_is_absorbed_by_the_requests_of_calm_stretches() -
     result = evaluate(f, [{"pattern": "queueing", "confidence": 0.9, "span_name": None}])
     fix = [o for o in result.outcomes if o.key == "queue_as_calm:POST /quote"]
     assert fix and fix[0].p99_ms <= 12.0 + 1e-6
+
+
+def test_a_long_warm_up_whose_slow_calls_thin_out_is_read_to_its_end() -> None:
+    """Two instances start cold together; for each one's first hundred requests two calls in three
+    take 400 ms (the JIT's tiers, a cache filling), the third 30 ms; then 30 ms. No warm instance to
+    compare with in the first 80 and no window of fast calls settles before the hundredth: pre-warmed,
+    every request takes a warm one's 32 ms or so."""
+    rows: list[tuple] = []
+    for k in range(600):
+        inst, j = k % 2, k // 2
+        took = 400.0 if j < 100 and j % 3 != 0 else 30.0 + 0.2 * (k % 5)
+        root = len(rows)
+        rows.append((k, -1, "POST /score", "Server", inst, 50.0 * k, took + 2.0))
+        rows.append((k, root, "predict", "Internal", inst, 50.0 * k + 1.0, took))
+    x = _inputs(rows)
+    lever = prewarmed(x, {"pattern": "cold_start", "span_name": "POST /score", "evidence": {"stats": {}}})
+    assert lever is not None
+    new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=False) / MS
+    assert new.max() <= 33.0

@@ -34,8 +34,9 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         early = (f.request >= 0) & early_req[np.maximum(f.request, 0)]
         what = f"first {warm} requests per instance"
     else:
-        early = cold_spans(x, finding.get("span_name"))
-        starts = cold_requests(x, finding.get("span_name"))
+        name = _peer_span(x, finding.get("span_name"), stats.get("peer")) or finding.get("span_name")
+        early = cold_spans(x, name)
+        starts = cold_requests(x, name)
         if early is None and starts is None:
             return None
         if starts is not None:  # and an instance warming up on its first requests beside
@@ -90,17 +91,29 @@ def cold_spans(x: Inputs, name: str | None) -> np.ndarray | None:
     out = np.zeros(len(f), bool)
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         d = f.dur[spans[a:b]].astype(np.float64)
-        k = min(COLD_WINDOW, len(d))
-        running = np.array([np.median(d[j: j + k]) for j in range(min(len(d), 4 * MIN_WARM))])
-        warm_at = int(np.argmax(running <= limit)) if (running <= limit).any() else len(d)
-        while 0 < warm_at < len(d) and d[warm_at] > limit:  # the window's tail still cooling
-            warm_at += 1
+        warm_at = _warm_at(d, limit)
         if warm_at == 0:
             continue
         until = f.start[spans[a + warm_at]] if a + warm_at < b else np.iinfo(np.int64).max
         i = inst[a]
         out |= (f.instance == i) & (f.start < until) & (f.request >= 0)
     return out if out.any() else None
+
+
+def _warm_at(d: np.ndarray, limit: float) -> int:
+    """Where an instance's spans (in start order) are warm: from the first window (COLD_WINDOW spans)
+    whose running median stays under `limit` for MIN_WARM windows on (a warm-up's slow spans thin
+    out: a window of fast ones can come before its last slow stretch), then past the slow spans of
+    that first window; an instance with too few spans to settle: the first window under it. len(d):
+    never warm."""
+    k = min(COLD_WINDOW, len(d))
+    running = np.median(np.lib.stride_tricks.sliding_window_view(d, k), axis=1)
+    ok = running <= limit
+    settled = np.convolve(ok, np.ones(MIN_WARM), "valid") >= MIN_WARM if len(ok) >= MIN_WARM else ok[:0]
+    first_ok = int(np.argmax(ok)) if ok.any() else len(d)
+    warm_at = int(np.argmax(settled)) if settled.any() else first_ok
+    slow = np.nonzero(d[: warm_at + k] > limit)[0]  # the settling window's own slow spans, or the
+    return max(warm_at, int(slow[-1]) + 1) if len(slow) else warm_at  # first alone (a lazy start)
 
 
 def _warm_own_time(x: Inputs, early: np.ndarray, edit: Edit, rng) -> None:
@@ -182,3 +195,19 @@ def _started_warm(x: Inputs, init: np.ndarray, late: np.ndarray, edit: Edit, rng
         pool = lay.gap[np.setdiff1d(remote, late)]
         if len(pool):
             edit.cut_before[late] = lay.gap[late] - _draw(rng, pool, len(late))
+
+
+def _peer_span(x: Inputs, name: str | None, peer: str | None) -> str | None:
+    """Where the finding names a caller's span and the cold instance it called (`peer`, a traced
+    instance of the run: a replica that joined mid-run), the name of that instance's spans the calls
+    reached (its SERVER spans: the warm-up is read on its own work, not on the callers')."""
+    f = x.frame
+    if peer is None or peer not in f.instances or name is None or name not in f.names:
+        return None
+    calls = f.name == f.names.index(name)
+    parent = x.lay.parent
+    reached = (parent >= 0) & calls[np.maximum(parent, 0)] & (f.instance == f.instances.index(peer))
+    if not reached.any():
+        return None
+    codes, counts = np.unique(f.name[reached], return_counts=True)
+    return f.names[int(codes[np.argmax(counts)])]
