@@ -8,10 +8,10 @@ import pytest
 blind = pytest.importorskip("reference_pipeline.simulate.blind")
 bench = pytest.importorskip("bench.bench_whatif")
 
-# the held-out families being written (none between sessions): wherever their module lands, they are
-# untouched (ads-auction, fraud-check, rag-chat, feed-ranker, vision-moderation, search-bff, lambda-scorer
-# and loan-pricing were, until their first tries were recorded: open checks since)
-HELD_OUT: tuple[str, ...] = ()
+# the held-out families being written (mesh-triton, rails-recs, session 9): wherever their module lands,
+# they are untouched (ads-auction, fraud-check, rag-chat, feed-ranker, vision-moderation, search-bff,
+# lambda-scorer and loan-pricing were, until their first tries were recorded: open checks since)
+HELD_OUT: tuple[str, ...] = ("mesh-triton", "rails-recs")
 
 
 def test_the_default_selection_leaves_every_held_out_family_out() -> None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.ahead import Pending
-from tailscope.store.duckdb import rules, statements
+from tailscope.store.duckdb import rules, span_histogram, statements
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
@@ -221,7 +221,9 @@ class DuckDBReader:
                 client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
         names = [*tree["SpanName"], *([client[2]] if client else [])]
         durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
-        ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
+        ranks = span_histogram.ranks(conn, run, names, durations)  # a large run: by buckets
+        if ranks is None:
+            ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
         return TraceTree(run, tree, client, ranks)
 
     def span_table(
