@@ -33,6 +33,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.serial)
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With `-m serial` (./test.sh's second phase) only the files that can hold a serial test are
+    imported: SERIAL_FILES and those that name the marker. Importing all the others to deselect them
+    cost the phase ~12 s of CPU (torch, the simulators, the app)."""
+    if config.getoption("markexpr", "") != "serial" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_") or collection_path.name in SERIAL_FILES:
+        return None
+    return None if "mark.serial" in collection_path.read_text(encoding="utf-8") else True
+
+
 # Files that share a fixture wider than a module: pytest-xdist's `--dist loadfile` would hand them to
 # different workers (or interleave them with other files, tearing a package fixture down between them),
 # so each would build it again. Each group here goes to one worker as one unit, in collection order,
@@ -42,6 +53,26 @@ SHARED_FIXTURE_GROUPS = {
     "tests/test_clickhouse_demo.py": "chdb_demo",
     "tests/test_clickhouse_dashboard.py": "chdb_demo",
 }
+
+
+# The units of work that take longest in the parallel phase, longest first (CPU of each, one process,
+# bench/RESULTS.md "Test suite time" suite9): handed out before the rest, so that the phase does not end
+# with one worker alone on a long file while the other has nothing left.
+HEAVY_FIRST = (
+    "tests/test_simulate_blind_recsys.py",  # 65 s
+    "tests/parity/",  # ~60 s (suite8: 86 s with the chdb demo files)
+    "tests/test_whatif_blind.py",  # 32 s
+    "tests/test_pipeline_model.py",  # 28 s
+    "tests/test_whatif_levers.py",  # 27 s
+    "tests/test_sample_weights.py",  # 24 s
+    "tests/test_simulate_blind_enricher.py",  # 21 s
+    "tests/test_pipeline_frontends.py",  # 21 s (58 s of wall: it waits on the pipeline's processes)
+    "tests/test_serve_access.py",  # 14 s (47 s of wall)
+    # few tests each (xdist's order would hand them out among the last), ~8 s and 22-25 s of wall each
+    "tests/test_pipeline_sweep_e2e.py",
+    "tests/test_disk_full.py",
+    "tests/test_clickhouse_rules.py",
+)
 
 
 @pytest.hookimpl(optionalhook=True)  # phase 2 runs without xdist (-p no:xdist)
@@ -55,6 +86,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return next((g for prefix, g in SHARED_FIXTURE_GROUPS.items() if path.startswith(prefix)), path)
+
+        def _assign_work_unit(self, node) -> None:  # type: ignore[no-untyped-def]
+            """The first time: the HEAVY_FIRST units to the front of the queue (xdist's order, most
+            tests first, is kept for the rest)."""
+            if not getattr(self, "heavy_first_done", False):
+                self.heavy_first_done = True
+                for unit in reversed(HEAVY_FIRST):
+                    if unit in self.workqueue:
+                        self.workqueue.move_to_end(unit, last=False)
+            super()._assign_work_unit(node)
 
     return SharedFixtureScheduling(config, log)
 

@@ -39,3 +39,27 @@ def test_jaeger_hostname_and_ip_tags_name_the_instance(tmp_path: Path) -> None:
         with open_store(db).reading() as reader:
             frame = load_frame(reader, "run")
         assert sorted(frame.instances) == ["api/api-0", "api/api-1"], (tag, frame.instances)
+
+
+def test_serverless_execution_environments_are_instances(tmp_path: Path) -> None:
+    """A function's execution environments (OpenTelemetry's `faas.instance`, or the awsxray receiver's
+    `aws.log.stream.names`: one log stream per environment) each run one invoke at a time: they are the
+    processes, for the spans and for the GC events they report (else every environment is one instance
+    and one request's pause seems to overlap every request in flight)."""
+    for tag in ("faas.instance", "aws.log.stream.names"):
+        source = tmp_path / f"{tag}.json"
+        _jaeger(source, tag)
+        data = json.loads(source.read_text())
+        for trace in data["data"]:
+            span = trace["spans"][0]
+            span["logs"] = [{"timestamp": span["startTime"] + 100, "fields": [
+                {"key": "event", "type": "string", "value": "python.gc"},
+                {"key": "gc.duration_ns", "type": "int64", "value": 50_000}]}]
+        source.write_text(json.dumps(data))
+        db = tmp_path / f"{tag}.duckdb"
+        load_paths([source], db, "run")
+        with open_store(db).reading() as reader:
+            frame = load_frame(reader, "run")
+        assert sorted(frame.instances) == ["api/api-0", "api/api-1"], (tag, frame.instances)
+        assert len(frame.gc_time) == 4
+        assert sorted({frame.instances[i] for i in frame.gc_instance}) == ["api/api-0", "api/api-1"], tag

@@ -79,14 +79,26 @@ def flush_into_par(db_path: Path) -> None:
         derive.refresh_run(conn, "par", batch.select(["TraceId"]), len(starts), window)
 
 
-@pytest.fixture
-def store(db_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def built_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The loaded runs after a first stage-rule edit (no change of rules: it keeps every run's path
-    rows), then the flush into 'par' (its touched traces' kept rows replaced)."""
-    loaded(db_path)
-    with connect_writer(db_path) as conn:
-        rule_remap.replace_rules(conn, default_rules())
-    flush_into_par(db_path)
+    rows), then the flush into 'par' (its touched traces' kept rows replaced). Built once for the
+    module (with every request's SpanTimes, as the autouse fixture gives each test): ~2 s of CPU."""
+    path = tmp_path_factory.mktemp("remap") / "store.duckdb"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(statements, "SPAN_TIMES_MAX_HASH", 2**64 - 1)
+        loaded(path)
+        with connect_writer(path) as conn:
+            rule_remap.replace_rules(conn, default_rules())
+        flush_into_par(path)
+    return path
+
+
+@pytest.fixture
+def store(built_store: Path, db_path: Path) -> Path:
+    """A copy of the built store, the test's own to edit."""
+    for part in built_store.parent.glob(built_store.name + "*"):  # the file, and a WAL if one is left
+        shutil.copyfile(part, db_path.parent / part.name.replace(built_store.name, db_path.name, 1))
     return db_path
 
 

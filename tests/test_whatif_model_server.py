@@ -131,3 +131,28 @@ def test_a_model_server_pod_added_mid_run_is_prewarmed_from_its_own_spans() -> N
     after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     # the last few ms of the warm-up (under 1.5 times the warm time) are left: 8.75 ms the warm maximum
     assert after.max() <= 12.0 and lever.params["cold_spans"] == int(cold.sum())
+
+
+def test_a_pool_held_by_its_own_slow_queries_is_fixed_by_the_queries_as_when_calm() -> None:
+    """The repository span waits for a pooled connection, then runs its query as its child (no
+    BEGIN sibling): for the middle third the query takes 40 ms (a plan regression) and the next
+    callers wait 30 ms for a connection. Held as calm, the query inside the lock span takes a calm
+    one's time too, not only the wait before it."""
+    from tailscope.analysis.whatif.levers import Inputs
+    from tailscope.analysis.whatif.lock_levers import pool_held_as_calm
+    from tailscope.analysis.whatif.retime import request_latency, retime
+
+    rows = []
+    for k in range(900):
+        t, slow = 10.0 * k, 300 <= k < 600
+        wait, query = (30.0 if slow else 0.0), (40.0 if slow else 1.0 + 0.25 * (k % 3))
+        base = len(rows)
+        rows += [(k, -1, "POST /", "Server", k % 2, t, wait + query + 2.0),
+                 (k, base, "GetApplicant", "Internal", k % 2, t + 1.0, wait + query),
+                 (k, base + 1, "EXECUTE", "Client", k % 2, t + 1.0 + wait, query)]
+    f = hand_frame(rows)
+    x = Inputs(f, layout(f), f.stage, None, [], 0, None)
+    lever = pool_held_as_calm(x, {"pattern": "lock_contention", "span_name": "GetApplicant"})
+    assert lever is not None
+    after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert after.max() <= 3.5 + 1e-6

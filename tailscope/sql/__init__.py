@@ -101,6 +101,13 @@ def _expand(text: str, dialect: Dialect, weighted: bool, depth: int = 0) -> str:
     return _COMMENT_OR_INCLUDE.sub(included, text)
 
 
+@cache
+def load_expanded(name: str, dialect: Dialect = "duckdb") -> str:
+    """`<name>.sql` of the dialect with its `{include:other}` placeholders replaced (as load_filtered
+    does, for a statement without a `{where}`)."""
+    return _expand(load(name, dialect), dialect, False)
+
+
 def load_filtered(name: str, dialect: Dialect, where: str, weighted: bool = False) -> str:
     """`<name>.sql` of the dialect with its `{include:other}` placeholders replaced by other.sql
     (shared CTEs or parts of them, which may include others in turn; a placeholder inside a `--`

@@ -7,6 +7,8 @@
 SELECT DISTINCT
     ServiceName || '/' || coalesce(
         ResourceAttributes->>'service.instance.id',
+        ResourceAttributes->>'faas.instance',
+        ResourceAttributes->>'aws.log.stream.names',
         (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
         ResourceAttributes->>'process.pid',
         ResourceAttributes->>'host.name',

@@ -31,3 +31,14 @@ CREATE TABLE IF NOT EXISTS stage_histogram (
     Requests BIGINT NOT NULL,
     Weight DOUBLE NOT NULL
 );
+-- span_histogram: per run × span name × bucket of the span's Duration, how many of the run's spans
+-- (otel_traces) lie there, in finer buckets than the requests' (span_bucket.sql: floor(1000 ln ns),
+-- 0.1 % wide) for the Gantt's rank of a span among the run's spans of its name (gantt_rank_buckets.sql,
+-- tailscope.store.span_ranks). Kept by the writes: each INSERT's batch added, dedupe's copies taken
+-- away (tailscope.store.duckdb.span_histogram), built whole for a run whose spans it does not count.
+CREATE TABLE IF NOT EXISTS span_histogram (
+    RunLabel VARCHAR NOT NULL,
+    SpanName VARCHAR NOT NULL,
+    Bucket INTEGER NOT NULL,
+    Spans BIGINT NOT NULL
+);

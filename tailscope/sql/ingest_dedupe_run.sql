@@ -1,24 +1,2 @@
--- Keep one copy of each span in a run: the first one stored (lowest rowid), so re-ingesting a file
--- adds nothing and a file that repeats a span keeps its first copy. A span is identified by its ids
--- AND its timing, name and service, not by (TraceId, SpanId) alone: real exports carry distinct spans
--- that share an id (Jaeger's own UI fixture ui_01.json has two different spans with id ...0002), and
--- those are both kept. Only what the transaction touched is looked at: its traces (the Arrow table
--- registered as ingest_touched) within its time range (a copy has the same Timestamp, and the
--- Timestamp range lets DuckDB skip row groups by their min/max), so the cost follows the batch, not
--- the run. $1: run label, $2/$3: the batch's first and last span start (ns since the epoch).
-DELETE FROM otel_traces
-WHERE rowid IN (
-    SELECT rowid
-    FROM (
-        SELECT rowid,
-               row_number() OVER (
-                   PARTITION BY TraceId, SpanId, ParentSpanId, Timestamp, Duration, SpanName, ServiceName
-                   ORDER BY rowid
-               ) AS copy
-        FROM otel_traces
-        WHERE RunLabel = $1
-          AND Timestamp BETWEEN make_timestamp_ns($2::BIGINT) AND make_timestamp_ns($3::BIGINT)
-          AND TraceId IN (SELECT TraceId FROM ingest_touched)
-    )
-    WHERE copy > 1
-)
+-- Delete the copies ingest_dedupe_copies.sql found (rowids are stable within the transaction).
+DELETE FROM otel_traces WHERE rowid IN (SELECT CopyRow FROM temp._ts_copies)

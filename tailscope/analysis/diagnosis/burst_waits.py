@@ -17,7 +17,11 @@ included) over its median; the correlation of the two at lags 0..10 bins (the cr
 arrivals exceed capacity and drains after), as queueing.py does for the wait before the work. The lock
 finding is marked part of the queueing finding and capped below it; the queueing finding adds the
 span's tail-excess share to its own and is weighed on the sum, its strength the smaller of its own
-test and this one.
+test and this one. Where the work no lock guards waits with the bursts as well (a span name most
+requests run, neither the root nor around or inside the lock span, whose time follows the arrivals and
+carries >= 5 % of the tail excess:
+every await resumes late on a starved thread pool or a saturated event loop), the lock finding is
+held at 0.45: what runs short is what all the work needs, not a lock.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from tailscope.analysis.diagnosis.stats import excess_share, lagged_correlation,
 
 LOCKS = ("lock_contention",)
 MIN_CONFIDENCE = 0.3
+EVERYWHERE = 1  # unrelated span names whose waits follow the burst too: the process's threads, not a lock
+MATERIAL_WAIT = 0.05  # ... and carry this share of the tail excess or more
+HELD = 0.45
 ACCEPT = "arrival_rate_at_large_waits"  # an accept-queue finding's (accept_queue.py)
 
 
@@ -49,6 +56,28 @@ def follows_arrivals(
     mean = np.bincount(b, weights=excess, minlength=len(arrivals)) / np.maximum(count, 1)
     lag, r, _ = lagged_correlation(arrivals[1:-1], mean[1:-1], MAX_LAG)
     return r, lag, excess_share(per, ctx.split)
+
+
+def _unrelated_waits(ctx: Context, marked: set[int], service: str | None, arrivals: np.ndarray,
+                     b: np.ndarray) -> list[str]:
+    """Span names of the service that most requests run, neither the request root nor inside or around
+    the lock spans, whose time per request follows the arrivals too (r >= 0.5) and carries >= 5 % of the
+    tail excess: where every await resumes late (a thread pool starved, a saturated event loop), waits
+    show in work no lock guards."""
+    f = ctx.frame
+    roots = set(np.unique(f.name[f.requests.root]).tolist())
+    present = np.bincount(f.name[f.request >= 0], minlength=len(f.names)) >= 0.5 * ctx.n_requests
+    out = []
+    for code in np.nonzero(present)[0].tolist():
+        if code in marked or code in roots or any(_inside(f, code, m) or _inside(f, m, code) for m in marked):
+            continue
+        spans = f.name == code
+        if service is not None and f.services[int(np.bincount(f.service[spans]).argmax())] != service:
+            continue
+        r, _, share = follows_arrivals(ctx, code, arrivals, b)
+        if r >= 0.5 and share >= MATERIAL_WAIT:
+            out.append(f.names[code])
+    return out
 
 
 def _inside(f, outer: int, inner: int) -> bool:
@@ -139,10 +168,19 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
         f"{spread:.1f}): the burst fills what the requests share there (a connection pool, the event "
         f"loop), so those waits are this queue's, {total:.0%} of the tail excess in all."
     )
+    elsewhere = _unrelated_waits(ctx, marked, service, arrivals, b)
     for lock, _, lr, _, _ in inside:
         lock.evidence.setdefault("stats", {})["part_of"] = queue.pattern
         lock.evidence["stats"]["waits_follow_arrivals"] = round(lr, 3)
         lock.confidence = min(lock.confidence, 0.9 * queue.confidence)
+        if len(elsewhere) >= EVERYWHERE:  # every await waits: the process's threads, not a lock
+            lock.confidence = min(lock.confidence, HELD)
+            lock.evidence["stats"]["unrelated_waits"] = elsewhere
+            lock.evidence["summary"] += (
+                f" Work that does not take it waits with the bursts as well ({', '.join(elsewhere[:3])}): "
+                "the process runs short of what all its work needs (threads, the event loop), not of a "
+                "lock."
+            )
         lock.evidence["summary"] += (
             f" Its waits come with the bursts of arrivals (r={lr:.2f}, dispersion {spread:.1f}) while "
             "calls queue before the handler: more requests came than the process runs at once, and "

@@ -15,9 +15,18 @@ time bins against the requests' arrivals per bin, correlated at lags 0..MAX_LAG 
 while the burst lasts and drains after), as queueing.py does for the wait before the work; strength =
 logistic(r, 0.5, 0.08) x logistic(dispersion, 2.5, 0.5), weight = logistic(share, 0.3, 0.08) of the
 call's time over its median in the tail excess.
+
+A callee that throttles (a provisioned capacity, a rate limit answering "retry later") also slows its
+calls while a burst lasts, but not by a wait for a worker: each call is made again and again by the
+client's retry policy, with backoff sleeps between the attempts. Where the calls say so (a retry count
+on the span: `retry_attempts`, `aws.retries`, `http.request.resend_count`; or one child span per
+attempt, >= 2 of one name under the call), the part of the extra time in retried calls is not this
+queue's: the confidence keeps (1 - that part).
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -30,6 +39,25 @@ from tailscope.analysis.diagnosis.stats import clamp01, excess_share, lagged_cor
 PATTERN = "queueing"
 MECHANISM = "a queue at an untraced callee"
 PEER_KEYS = ("peer.service", "server.address", "net.peer.name", "rpc.service")
+RETRY_KEY = re.compile(r"retr|attempt|resend", re.IGNORECASE)
+
+
+def retried(ctx: Context, code: int) -> np.ndarray:
+    """Per span: whether the call was made more than once (a retry count >= 1 on the span, or >= 2
+    child spans of one name under it: one per attempt)."""
+    f = ctx.frame
+    out = np.zeros(len(f), bool)
+    for key, (idx, values) in ctx.frame.attributes(code).items():
+        if RETRY_KEY.search(key):
+            count = np.asarray([float(v) if str(v).replace(".", "", 1).isdigit() else 0.0 for v in values])
+            out[np.asarray(idx, np.int64)[count >= 1]] = True
+    kids = np.nonzero((f.parent >= 0) & (f.name[np.maximum(f.parent, 0)] == code))[0]
+    kids = kids[f.parent[kids] >= 0]
+    if len(kids):
+        pair = f.parent[kids].astype(np.int64) * (len(f.names) + 1) + f.name[kids]
+        values, counts = np.unique(pair, return_counts=True)
+        out[(values[counts >= 2] // (len(f.names) + 1))] = True
+    return out
 
 
 def _callee(ctx: Context, code: int) -> str | None:
@@ -69,12 +97,15 @@ def detect(ctx: Context) -> list[Finding]:
         mean = np.bincount(b, weights=excess, minlength=bins) / np.maximum(count, 1)
         lag, r, _ = lagged_correlation(arrivals[1:-1], mean[1:-1], MAX_LAG)
         share = excess_share(excess, ctx.split)
+        again = ctx.per_request(calls & retried(ctx, code), np.ones(len(f))) > 0
+        part_retried = float(excess[again].sum() / max(excess.sum(), 1.0))
         confidence = logistic(r, 0.5, 0.08) * logistic(spread, 2.5, 0.5) * logistic(share, 0.3, 0.08)
+        confidence *= 1 - part_retried
         if best is None or confidence > best[0]:
-            best = (confidence, code, r, lag, share, excess)
+            best = (confidence, code, r, lag, share, excess, part_retried)
     if best is None or best[0] < 0.05:
         return []
-    confidence, code, r, lag, share, excess = best
+    confidence, code, r, lag, share, excess, part_retried = best
     callee = _callee(ctx, code)
     name = f.names[code]
     calls = np.nonzero((f.name == code) & (f.request >= 0))[0]
@@ -89,11 +120,14 @@ def detect(ctx: Context) -> list[Finding]:
         f"at {peak:.1f} rps vs {mean_rate:.1f} rps on average, dispersion {spread:.1f}): a queue for the "
         f"callee's workers, not a slower callee. The extra time carries {share:.0%} of the tail excess; "
         "the callee is not traced, so its wait shows inside the call."
+        + (f" {part_retried:.0%} of the extra time is in calls made more than once (a throttling callee "
+           "and retries would do that too)." if part_retried >= 0.1 else "")
     )
     stats = {"services": [service] + ([callee] if callee else []), "instances": where, "callee": callee,
              "correlation": round(r, 3), "lag_ms": ms(lag * width), "arrival_dispersion": round(spread, 2),
              "peak_arrival_rate_rps": round(peak, 1), "mean_arrival_rate_rps": round(mean_rate, 1),
              "extra_p99_ms": ms(np.quantile(excess, 0.99)), "tail_excess_share": round(share, 3),
+             "extra_in_retried_calls": round(part_retried, 3),
              "mechanism": MECHANISM}
     server = callee or f"the service behind '{name}'"
     return [Finding(PATTERN, clamp01(confidence), "queue", name, {"summary": summary, "stats": stats},

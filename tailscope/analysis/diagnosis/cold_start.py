@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cold_peers
+from tailscope.analysis.diagnosis import cold_peers, first_calls
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, ranks
 from tailscope.vocabulary import ALL_STAGES
@@ -79,9 +79,10 @@ def _auc(lat: np.ndarray, first: np.ndarray, late: np.ndarray, instance: np.ndar
 
 
 def detect(ctx: Context) -> list[Finding]:
-    """The instances' warm-up (below), and a callee that joined mid-run answering its first calls
-    slowly where its own spans are not traced (cold_peers.py)."""
-    return _instances(ctx) + cold_peers.detect(ctx, ADVICE)
+    """The instances' warm-up (below), a callee that joined mid-run answering its first calls
+    slowly where its own spans are not traced (cold_peers.py), and many short-lived instances each
+    paying its start in its first request (first_calls.py)."""
+    return _instances(ctx) + cold_peers.detect(ctx, ADVICE) + first_calls.detect(ctx, ADVICE)
 
 
 def _instances(ctx: Context) -> list[Finding]:

@@ -325,12 +325,11 @@ def _attribute_source(
     small = sorted(n for n, count in (name_spans or {}).items() if count <= NAME_SPANS)
     batch: dict[str, dict[str, tuple[np.ndarray, list[Any]]] | None] = {}
     scan = None
-    if small and len(span_keys):  # started now: answered while the frame is built and the first
-        # detectors run (beside them, where the store reads two statements at once)
-        def read_scan(reader: Reader) -> pa.Table:
-            return reader.span_table(
-                "diagnosis_names_attributes", run, windows=scan_windows or windows, span_names=small
-            )
+    if small and len(span_keys):  # started now: read and sorted by name while the frame is built and
+        # the first detectors run (beside them, where the store reads two statements at once)
+        def read_scan(reader: Reader) -> dict[str, dict[str, tuple[np.ndarray, list[Any]]] | None]:
+            at = {"windows": scan_windows or windows, "span_names": small}
+            return _by_name(reader.span_table("diagnosis_names_attributes", run, **at), span_keys, NAME_SPANS)
 
         scan = _ahead(conn, read_scan)
 
@@ -343,7 +342,7 @@ def _attribute_source(
             return {}
         if scan is not None and not batch:
             batch.update({n: {} for n in small})
-            batch.update(_by_name(scan.get(), span_keys, over=NAME_SPANS))
+            batch.update(scan.get())
         found = batch.get(span_name)
         return found if found is not None else alone(span_name)
 

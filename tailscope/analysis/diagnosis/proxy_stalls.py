@@ -8,7 +8,9 @@ reading the responses that came back, replying. Those events all happen at the m
 runs again, so the proxy's own time per request (its SERVER span minus the callee's SERVER span:
 its processing and the wire) is stretched for a set of requests *released together*. The wait of
 calls that a stopped callee let in together (stopped_accepts.py: several callers' calls rushing in at
-its door) is the callee's stop and is left out of the proxy's time.
+its door) is the callee's stop and is left out of the proxy's time, and so is a client's retry loop
+(earlier attempts of the same call under the proxy's span, rejected by a throttling callee, and the
+backoff sleeps between them: attempts retried after the same backoff also come back together).
 
 Statistic, per proxy instance: a request's proxy time is slow above its p90 and 1.5x its median; its
 event times (forwarding start, the response read, the reply) are binned by 1 ms; a release bin holds
@@ -25,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis import cpu_throttling
+from tailscope.analysis.diagnosis.attributes import error_flags
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.gc_pause import ADVICE
 from tailscope.analysis.diagnosis.long_stalls import _merged as merged
@@ -75,6 +78,7 @@ def detect(ctx: Context) -> list[Finding]:
     let_in = releases(ctx)  # calls a stopped callee let in together waited at its door, not here
     if let_in is not None:
         own -= np.where(np.isin(root, let_in["calls"]), f.start[root] - f.start[call], 0)
+    own -= _retry_loop(ctx, outer, call)
     inst = f.instance[outer]
     slow = np.zeros(len(outer), bool)
     for i in np.unique(inst):
@@ -167,6 +171,41 @@ def detect(ctx: Context) -> list[Finding]:
     out = cpu_throttling.split(ctx, finding, episodes, reported)
     ctx.notes["stall_findings"] = [*earlier, *out]
     return out
+
+
+def _retry_loop(ctx: Context, outer: np.ndarray, call: np.ndarray) -> np.ndarray:
+    """Per request: the time from the proxy's first attempt of the call (earlier CLIENT spans of the
+    call's name under the same span, rejected or unanswered: attempts a throttling callee turned
+    away) to the answered one. A
+    client's retry loop, its failed attempts and its backoff sleeps, is its policy, not a stall."""
+    f = ctx.frame
+    row = np.full(len(f), -1, np.int64)
+    row[outer] = np.arange(len(outer))
+    kids = np.nonzero((f.kind == KIND_CLIENT) & (f.parent >= 0))[0]
+    kids = kids[row[f.parent[kids]] >= 0]
+    r = row[f.parent[kids]]
+    earlier = (f.name[kids] == f.name[call[r]]) & (f.start[kids] < f.start[call[r]])
+    # an attempt: rejected (an error or 429 status) or never answered (no SERVER span under it); calls
+    # of one name side by side that were each answered are a fan-out, not a retry loop
+    answered = np.zeros(len(f), bool)
+    srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    answered[f.parent[srv]] = True
+    rejected = ~answered[kids]
+    for code in np.unique(f.name[kids[earlier]]).tolist():
+        flags = error_flags(f, code)
+        if flags is not None:
+            bad = np.zeros(len(f), bool)
+            bad[flags[0][flags[1]]] = True
+            rejected |= bad[kids]
+        for key, (idx, values) in f.attributes(code).items():
+            if key in ("http.response.status_code", "http.status_code"):
+                hit = np.zeros(len(f), bool)
+                hit[np.asarray(idx, np.int64)[[str(v).strip() == "429" for v in values]]] = True
+                rejected |= hit[kids]
+    earlier &= rejected
+    first = f.start[call].astype(np.float64)
+    np.minimum.at(first, r[earlier], f.start[kids[earlier]].astype(np.float64))
+    return f.start[call] - first
 
 
 def _released(inst: np.ndarray, events: np.ndarray) -> np.ndarray:

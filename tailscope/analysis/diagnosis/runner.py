@@ -18,6 +18,7 @@ from tailscope.analysis.diagnosis import (
     cold_start,
     compute_bound,
     fallback_path,
+    first_calls,
     gc_pause,
     head_of_line,
     held_slots,
@@ -275,6 +276,7 @@ def _diagnose_units(
         except Exception as error:  # a detector bug must not hide the others' findings
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
     findings = burst_waits.settle(ctx, findings)  # before merging: the outer lock span holds the waits
+    findings = first_calls.settle(ctx, findings)  # a new instance's init read as another mechanism
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)

@@ -166,5 +166,7 @@ def distinct_per_owner(owner: np.ndarray, value: np.ndarray, n: int) -> np.ndarr
     forwarded calls reach)."""
     if len(owner) == 0:
         return np.zeros(n, np.int64)
-    pairs = np.unique(np.stack([owner, value]), axis=1)
-    return np.bincount(pairs[0], minlength=n)
+    low = int(value.min())
+    width = int(value.max()) - low + 1
+    pairs = np.unique(owner.astype(np.int64) * width + (value.astype(np.int64) - low))  # one flat key:
+    return np.bincount(pairs // width, minlength=n)  # np.unique(axis=1) sorted rows as records, 5x slower

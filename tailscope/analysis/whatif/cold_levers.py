@@ -5,7 +5,10 @@ first that many requests of each request-root instance (every span of them); els
 without that count, a cold instance that is a callee: a model server's pod added mid-run, a worker
 process forked again) per instance from the finding's span itself: an instance's leading spans of that
 name while they run slower than the name's warm time, and every span of that instance started before
-its warm-up ended."""
+its warm-up ended; where no instance shows such a warm-up (one span of the name per instance, or
+the instances not told apart), per request (`cold_requests`): an initialisation span that only a
+few requests run, or a callee that started far later after its caller's call than it usually does
+(an environment started for the call), and the requests' other work on that service."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, _draw
+from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, _draw, miss_threshold_ms
 from tailscope.analysis.whatif.retime import Edit
 
 MIN_WARM = 20  # warm spans of a name to draw an own time from
@@ -25,15 +28,22 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     f = x.frame
     stats = finding.get("evidence", {}).get("stats", {})
     warm = int(stats.get("warmup_requests_per_instance") or 0)
+    starts = None
     if warm > 0:
         early_req = f.requests.index_on_instance < warm
         early = (f.request >= 0) & early_req[np.maximum(f.request, 0)]
         what = f"first {warm} requests per instance"
     else:
-        early = cold_spans(x, finding.get("span_name"))
-        if early is None:
+        name = _peer_span(x, finding.get("span_name"), stats.get("peer")) or finding.get("span_name")
+        early = cold_spans(x, name)
+        starts = cold_requests(x, name)
+        if early is None and starts is None:
             return None
-        what = f"{int(early.sum())} spans of instances warming up"
+        if starts is not None:  # and an instance warming up on its first requests beside
+            early = starts[0] if early is None else early | starts[0]
+            what = f"{len(np.unique(x.frame.request[starts[0]]))} requests that started an instance"
+        else:
+            what = f"{int(early.sum())} spans of instances warming up"
     leaf = ~x.lay.has_children & (f.request >= 0)
     edit = Edit.none(len(f))
     rng = x.rng(5)
@@ -44,6 +54,8 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
             edit.dur[spans] = _draw(rng, pool, len(spans))
     _warm_forwards_by_size(x, early, edit, rng)
     _warm_own_time(x, early, edit, rng)
+    if starts is not None:
+        _started_warm(x, starts[1], starts[2], edit, rng)
     return Lever(
         "prewarmed",
         f"Cold starts pre-warmed ({what})",
@@ -79,17 +91,29 @@ def cold_spans(x: Inputs, name: str | None) -> np.ndarray | None:
     out = np.zeros(len(f), bool)
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
         d = f.dur[spans[a:b]].astype(np.float64)
-        k = min(COLD_WINDOW, len(d))
-        running = np.array([np.median(d[j: j + k]) for j in range(min(len(d), 4 * MIN_WARM))])
-        warm_at = int(np.argmax(running <= limit)) if (running <= limit).any() else len(d)
-        while 0 < warm_at < len(d) and d[warm_at] > limit:  # the window's tail still cooling
-            warm_at += 1
+        warm_at = _warm_at(d, limit)
         if warm_at == 0:
             continue
         until = f.start[spans[a + warm_at]] if a + warm_at < b else np.iinfo(np.int64).max
         i = inst[a]
         out |= (f.instance == i) & (f.start < until) & (f.request >= 0)
     return out if out.any() else None
+
+
+def _warm_at(d: np.ndarray, limit: float) -> int:
+    """Where an instance's spans (in start order) are warm: from the first window (COLD_WINDOW spans)
+    whose running median stays under `limit` for MIN_WARM windows on (a warm-up's slow spans thin
+    out: a window of fast ones can come before its last slow stretch), then past the slow spans of
+    that first window; an instance with too few spans to settle: the first window under it. len(d):
+    never warm."""
+    k = min(COLD_WINDOW, len(d))
+    running = np.median(np.lib.stride_tricks.sliding_window_view(d, k), axis=1)
+    ok = running <= limit
+    settled = np.convolve(ok, np.ones(MIN_WARM), "valid") >= MIN_WARM if len(ok) >= MIN_WARM else ok[:0]
+    first_ok = int(np.argmax(ok)) if ok.any() else len(d)
+    warm_at = int(np.argmax(settled)) if settled.any() else first_ok
+    slow = np.nonzero(d[: warm_at + k] > limit)[0]  # the settling window's own slow spans, or the
+    return max(warm_at, int(slow[-1]) + 1) if len(slow) else warm_at  # first alone (a lazy start)
 
 
 def _warm_own_time(x: Inputs, early: np.ndarray, edit: Edit, rng) -> None:
@@ -123,3 +147,67 @@ def _warm_forwards_by_size(x: Inputs, early_span: np.ndarray, edit: Edit, rng) -
         rows = np.nonzero(early & (s.size == k))[0]
         if len(pool):
             edit.dur[s.forward[rows]] = _draw(rng, pool, len(rows))
+
+
+ONE_OFF_SHARE = 0.5  # a span fewer requests than this share run is an instance's one-time start
+
+
+def cold_requests(x: Inputs, name: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The requests that waited for an instance to start, told from the finding's span `name` alone
+    (no warm-up per instance in sight): where fewer than half the requests run a span of that name,
+    it is an instance's start (an init phase), run by the requests that have it; else where the
+    span is a callee (its caller on another instance), the calls it took far longer to start than
+    usual (the gap before it in the caller's call: a second, slower mode of the log gaps, the split
+    a cache's hits and misses get). Returns (every span of those requests on the span's service, the
+    init spans, the callee spans that started late); None where neither is seen."""
+    f, lay = x.frame, x.lay
+    spans = x.spans_named(name)
+    if len(spans) == 0:
+        return None
+    none = np.zeros(0, np.int64)
+    if len(np.unique(f.request[spans])) < ONE_OFF_SHARE * len(f.requests):
+        init, late = spans, none
+    else:
+        parent = lay.parent[spans]
+        called = spans[(parent >= 0) & (f.instance[np.maximum(parent, 0)] != f.instance[spans])]
+        if len(called) < 2 * MIN_WARM:
+            return None
+        threshold = miss_threshold_ms(np.maximum(lay.gap[called], 1))
+        if threshold is None:
+            return None
+        init, late = none, called[lay.gap[called] >= threshold * 1e6]
+    cold = np.zeros(len(f.requests), bool)
+    cold[f.request[np.r_[init, late]]] = True
+    early = (f.request >= 0) & cold[np.maximum(f.request, 0)] & (f.service == f.service[spans[0]])
+    return early, init, late
+
+
+def _started_warm(x: Inputs, init: np.ndarray, late: np.ndarray, edit: Edit, rng) -> None:
+    """An instance started before the requests came: its init spans are no longer run, and a callee
+    that waited to start takes the wait of a call to a started one (drawn from the run)."""
+    edit.dur[init] = 0.0
+    edit.cut_before[init] = x.lay.gap[init]
+    if len(late):
+        f, lay = x.frame, x.lay
+        called = x.spans_named(f.names[f.name[late[0]]])
+        parent = lay.parent[called]
+        remote = called[(parent >= 0) & (f.instance[np.maximum(parent, 0)] != f.instance[called])]
+        pool = lay.gap[np.setdiff1d(remote, late)]
+        if len(pool):
+            edit.cut_before[late] = lay.gap[late] - _draw(rng, pool, len(late))
+
+
+def _peer_span(x: Inputs, name: str | None, peer: str | None) -> str | None:
+    """Where the finding names a caller's span and the cold instance it called (`peer`, a traced
+    instance of the run: a replica that joined mid-run), the name of that instance's spans the calls
+    reached (its SERVER spans: the warm-up is read on its own work, not on the callers')."""
+    f = x.frame
+    if peer is None or peer not in f.instances or name is None or name not in f.names:
+        return None
+    calls = f.name == f.names.index(name)
+    parent = x.lay.parent
+    reached = (parent >= 0) & calls[np.maximum(parent, 0)] & (f.instance == f.instances.index(peer))
+    if not reached.any():
+        return None
+    codes, counts = np.unique(f.name[reached], return_counts=True)
+    return f.names[int(codes[np.argmax(counts)])]

@@ -32,7 +32,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 8  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 9  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -223,6 +223,10 @@ def plan(
         ql.more_replicas(x, extra_replicas),
         ql.forward_scaled(x, k),
     ]
+    if any(fd.get("pattern") == "queueing" and not fd.get("span_name")
+           and (fd.get("confidence") or 0) >= MIN_CONFIDENCE for fd in x.findings) and not any(
+            lever is not None and lever.key.startswith("queue_as_calm") for lever in out):
+        out.append(ql.requests_as_calm(x))  # no queue in sight: the requests of busy stretches
     if speedup is not None:
         label = f"Model forward as measured in '{speedup_from}' (× {speedup:.2f})"
         out.append(ql.forward_scaled(x, speedup, label, key=f"forward_as:{speedup_from}"))

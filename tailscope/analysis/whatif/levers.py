@@ -270,18 +270,41 @@ def dependency_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     if len(spans) == 0:
         return None
     edit = Edit.none(len(x.frame))
-    p50 = float(np.median(x.frame.dur[spans]))
+    d = x.frame.dur[spans]
+    p50 = float(np.median(d))
     edit.dur[spans] = p50
+    model = "every call takes the dependency's own median"
+    slow = slow_mode(d)
+    if slow is not None:  # the median is no healthy call: the slow mode's calls take the fast one's
+        p50 = float(np.median(d[~slow]))
+        edit.dur[spans] = np.nan
+        edit.dur[spans[slow]] = _draw(x.rng(4), d[~slow], int(slow.sum()))
+        model = ("a third or more of the calls are in a slower mode (a backend behind the balancer got "
+                 "slow): each takes the time of a call of the fast mode (drawn from the run)")
     return Lever(
         f"dependency_p50:{name}",
         f"'{name}' always at its p50 ({p50 / 1e6:.1f} ms)",
         SOFTWARE,
-        "every call takes the dependency's own median",
+        model,
         edit,
         pattern="slow_dependency",
         span_name=name,
         params={"p50_ms": round(p50 / 1e6, 3)},
     )
+
+
+SLOW_MODE_SHARE = 0.3  # a slower mode holding this share of the calls or more: the p50 is not healthy
+
+
+def slow_mode(dur: np.ndarray) -> np.ndarray | None:
+    """Per call, whether it is in the slower of two modes of the calls' times (the split a cache's
+    hits and misses get: miss_threshold_ms), where that mode holds SLOW_MODE_SHARE of the calls or
+    more; None where it holds fewer or there is no second mode."""
+    threshold = miss_threshold_ms(dur)
+    if threshold is None:
+        return None
+    slow = dur >= threshold * 1e6
+    return slow if slow.mean() >= SLOW_MODE_SHARE and (~slow).any() else None
 
 
 def dependency_deadline(x: Inputs, finding: dict[str, Any], deadline_ms: float | None = None) -> Lever | None:

@@ -81,7 +81,8 @@ HOLD_TOLERANCE_NS = 100_000  # a step that starts this close to the lock span's 
 def _holds(x: Inputs, spans: np.ndarray) -> np.ndarray:
     """The steps run while the lock is held: the later siblings of each lock span in its parent (a
     transaction's statements after BEGIN; the rest of the request where the connection is taken at
-    its start and given back at its end)."""
+    its start and given back at its end), and the lock span's own children (a repository call that
+    waits for a pooled connection, then runs its query on it)."""
     lay = x.lay
     parent = lay.parent[spans]
     ok = parent >= 0
@@ -89,7 +90,8 @@ def _holds(x: Inputs, spans: np.ndarray) -> np.ndarray:
     np.minimum.at(lock_end, parent[ok], lay.rel_end[spans[ok]].astype(np.int64))
     kid = np.nonzero(np.isin(lay.parent, parent[ok]))[0]
     after = lay.rel_start[kid] >= lock_end[lay.parent[kid]] - HOLD_TOLERANCE_NS
-    return kid[after & ~np.isin(kid, spans)]
+    inside = np.nonzero(np.isin(lay.parent, spans))[0]
+    return np.union1d(kid[after & ~np.isin(kid, spans)], inside)
 
 
 def pool_held_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:

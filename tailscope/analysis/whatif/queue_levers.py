@@ -33,6 +33,7 @@ def queue_within_window(x: Inputs) -> Lever | None:
 
 CALM_BINS = 100
 CALM_RATIO = 2.0  # a stretch of time whose mean wait is over twice the typical stretch's is disturbed
+LATENCY_CALM_RATIO = 1.25  # a latency is mostly service: a stretch a quarter slower is disturbed
 CALM_QUANTILE = 0.25  # handler queues: the typical stretch's wait
 
 
@@ -216,7 +217,7 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
     )
 
 
-def _calm(when: np.ndarray, wait: np.ndarray) -> np.ndarray | None:
+def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO) -> np.ndarray | None:
     """Per wait, whether it falls in a calm stretch of the run (CALM_BINS stretches by `when`): one whose
     mean wait is at most CALM_RATIO times the typical stretch's, the typical being the quieter
     quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one). None
@@ -227,5 +228,38 @@ def _calm(when: np.ndarray, wait: np.ndarray) -> np.ndarray | None:
     count = np.bincount(b, minlength=CALM_BINS)
     mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
     typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
-    calm = mean[b] <= CALM_RATIO * max(typical, 1.0)
+    calm = mean[b] <= ratio * max(typical, 1.0)
     return None if calm.all() or calm.sum() < 20 else calm
+
+
+def requests_as_calm(x: Inputs) -> Lever | None:
+    """A queueing finding with no wait span of its own and no queue the run shows (no batcher, no
+    handler threads seen waiting: a thread pool's global queue, every await's completion waiting in
+    it): each request of a stretch whose mean latency is over twice the quieter quarter's takes the
+    time of a request of a calm stretch (drawn from the run), its wait to be accepted (the gap after
+    its caller's call began) included."""
+    reqs, f, lay = x.frame.requests, x.frame, x.lay
+    if reqs is None or len(reqs) < 2 * CALM_BINS:
+        return None
+    root = reqs.root
+    gap = np.where(reqs.client_span >= 0, lay.gap[root], 0).astype(np.float64)
+    calm = _calm(reqs.arrival, f.dur[root] + gap, LATENCY_CALM_RATIO)
+    if calm is None:
+        return None
+    pick = np.nonzero(calm)[0][x.rng(28).integers(0, int(calm.sum()), int((~calm).sum()))]
+    rows = np.nonzero(~calm)[0]
+    edit = Edit.none(len(f))
+    edit.dur[root[rows]] = np.minimum(f.dur[root[pick]], f.dur[root[rows]])
+    edit.cut_before[root[rows]] = np.maximum(gap[rows] - gap[pick], 0)
+    name = f.names[f.name[root[0]]]
+    return Lever(
+        f"queue_as_calm:{name}",
+        f"'{name}' as in calm stretches (peaks absorbed)",
+        CAPACITY,
+        "no span shows the queue: each request of a stretch whose mean latency is over twice the quieter "
+        "quarter's takes the time of a request in a calm stretch, its wait to be accepted included (drawn "
+        "from the run): the peaks met with capacity",
+        edit,
+        pattern="queueing",
+        span_name=name,
+    )

@@ -33,6 +33,8 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
 
+AWAITED_COVER = 0.5  # a remote child outlasting its parent but covering this share of it was awaited
+
 
 @dataclass
 class Edit:
@@ -73,6 +75,7 @@ class Layout:
     trailing: np.ndarray  # own time after the last child ends (a leaf: its duration)
     levels: list[Level]  # the parents' levels, deepest first
     has_children: np.ndarray
+    awaited: np.ndarray  # a remote child outlasting its parent, covering at least AWAITED_COVER of it
 
 
 @dataclass
@@ -168,7 +171,12 @@ def layout(frame: TraceFrame) -> Layout:
         levels.append(Level(kids, rank, starts, parents, has_pred, pred_idx))
     dur = (end - start).astype(np.int64)
     trailing = np.where(has_children, np.maximum(dur - last_child_end, 0), dur)
-    return Layout(parent, rel_start, rel_end, overhang, np.maximum(gap, 0), trailing, levels, has_children)
+    # a remote callee's span (its end on another host's clock, after the body its caller's span
+    # ended without) covering most of its caller's span was awaited; a local one outlasting it was not
+    remote = frame.instance[p] != frame.instance
+    awaited = (overhang > 0) & (rel_end - rel_start >= AWAITED_COVER * dur[p]) & has_p & remote
+    return Layout(parent, rel_start, rel_end, overhang, np.maximum(gap, 0), trailing, levels, has_children,
+                  awaited)
 
 
 @dataclass
@@ -214,10 +222,15 @@ def _dirty(level: Level, changed: np.ndarray, parent_changed: np.ndarray) -> Lev
 def _contribution(lay: Layout, kids: np.ndarray, new_dur: np.ndarray, fixed: np.ndarray) -> np.ndarray:
     """Each child's length in its parent's new timeline: its new duration, or for a child that
     outlasts its parent (not awaited) its old clipped place, unless the edit removes it (sets it to
-    0: work no longer done, such as a callee's work for an attempt no longer made)."""
+    0: work no longer done, such as a callee's work for an attempt no longer made). A remote callee
+    that outlasts its caller's span but covers at least half of it was awaited (`Layout.awaited`):
+    the caller's span ended as the callee's last part began (a proxy's call ends at the response
+    headers while the server sends the body; two hosts' clocks apart): the caller waits for the
+    callee's new end less that last part."""
     old = lay.rel_end[kids] - lay.rel_start[kids]
     held = np.where(fixed[kids] & (new_dur[kids] == 0), 0, old)
-    return np.where(lay.overhang[kids] > 0, held, new_dur[kids])
+    after = np.maximum(new_dur[kids] - lay.overhang[kids], 0)
+    return np.where(lay.overhang[kids] > 0, np.where(lay.awaited[kids], after, held), new_dur[kids])
 
 
 def retime(frame: TraceFrame, edit: Edit, lay: Layout | None = None) -> Retimed:

@@ -19,6 +19,8 @@ SELECT
     ServiceName,
     concat(ServiceName, '/', multiIf(
         mapContains(ResourceAttributes, 'service.instance.id'), ResourceAttributes['service.instance.id'],
+        mapContains(ResourceAttributes, 'faas.instance'), ResourceAttributes['faas.instance'],
+        mapContains(ResourceAttributes, 'aws.log.stream.names'), ResourceAttributes['aws.log.stream.names'],
         mapContains(ResourceAttributes, 'host.name') AND mapContains(ResourceAttributes, 'process.pid'),
             concat(ResourceAttributes['host.name'], ':', ResourceAttributes['process.pid']),
         mapContains(ResourceAttributes, 'process.pid'), ResourceAttributes['process.pid'],

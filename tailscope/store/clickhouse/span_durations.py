@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tailscope import sql
+from tailscope.store import span_ranks
 from tailscope.store.clickhouse.statements import RunSelection, Statement, run_scope, strip_comments
 from tailscope.store.clickhouse.store import ClickHouseClient
 from tailscope.store.errors import TableMissingError
@@ -33,10 +34,14 @@ RANK_DURATIONS_PER_PART = 32
 RankParts = dict[int, tuple[str, list[int]]]
 
 
-def rank_statement(run: str, names: list[str], durations: list[int]) -> tuple[Statement, RankParts]:
+def rank_statement(
+    run: str, names: list[str], durations: list[int], bucketed: bool = False
+) -> tuple[Statement, RankParts]:
     """The Gantt's ranks against tailscope_span_durations: one gantt_rank_name.sql part per span name
     (and per RANK_DURATIONS_PER_PART of its distinct durations), joined with UNION ALL; and what
-    each part j asks: (span name, its durations, in the order of the part's counts)."""
+    each part j asks: (span name, its durations, in the order of the part's counts). `bucketed`: the
+    durations are span_ranks buckets, compared with each row's (clickhouse/span_bucket.sql)."""
+    column = strip_comments(_load("span_bucket")).strip() if bucketed else "Duration"
     asked: dict[str, list[int]] = {}
     for name, duration in zip(names, durations, strict=True):
         values = asked.setdefault(name, [])
@@ -53,8 +58,8 @@ def rank_statement(run: str, names: list[str], durations: list[int]) -> tuple[St
             parts[j] = (name, chunk)
             params[f"n{j}"] = name
             params.update({f"d{j}_{k}": value for k, value in enumerate(chunk, start=1)})
-            less = ", ".join(f"countIf(Duration < {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
-            equal = ", ".join(f"countIf(Duration = {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
+            less = ", ".join(f"countIf({column} < {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
+            equal = ", ".join(f"countIf({column} = {{d{j}_{k}:Int64}})" for k in range(1, len(chunk) + 1))
             texts.append(template.replace("{less}", less).replace("{equal}", equal).replace("{j}", str(j)))
     return ("\nUNION ALL\n".join(texts), params), parts
 
@@ -94,22 +99,27 @@ def ranks(
 ) -> dict[int, float] | None:
     """Each span's duration rank (0..100, ties counted half) among the run's spans of its name, by
     1-based position in `names` / `durations` (a name the run has no span of: no entry); None when
-    the run has no durations (defined, never derived; or a reader of a store not migrated yet)."""
+    the run has no durations (defined, never derived; or a reader of a store not migrated yet). A
+    run of at least span_ranks.MIN_SPANS spans is ranked by buckets, as DuckDB ranks it (the
+    span's bucket counted half: within span_ranks.error_bound of the exact rank)."""
     try:
-        if not has_run(store, run):
-            return None
+        spans = int(store.query(_load("durations_run_count"), {"run": run}).single_value())
     except TableMissingError:
+        return None
+    if not spans:
         return None
     if not names:
         return {}
-    (text, params), parts = rank_statement(run, names, durations)
+    bucketed = spans >= span_ranks.MIN_SPANS
+    asked = [span_ranks.bucket(int(d)) for d in durations] if bucketed else durations
+    (text, params), parts = rank_statement(run, names, asked, bucketed)
     counts: dict[tuple[str, int], tuple[int, int, int]] = {}
     for j, n, less, equal in store.query(text, params).rows:
         name, values = parts[int(j)]
         for value, below, same in zip(values, less, equal, strict=True):
             counts[(name, value)] = (int(n), int(below), int(same))
     out: dict[int, float] = {}
-    for i, key in enumerate(zip(names, (int(d) for d in durations), strict=True), start=1):
+    for i, key in enumerate(zip(names, (int(d) for d in asked), strict=True), start=1):
         n, below, same = counts.get(key, (0, 0, 0))
         if n:
             out[i] = 100.0 * (below + 0.5 * same) / n

@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 
 from tailscope import sql
-from tailscope.store.duckdb import histogram
+from tailscope.store.duckdb import histogram, span_histogram
 from tailscope.store.duckdb.migrate import (
     CURRENT_VERSION,
     migrate,
@@ -220,7 +220,8 @@ def connect_writer(
 
 def migrate_store(path: str | Path | None = None, wait_seconds: float = LOCK_WAIT_SECONDS) -> Migration:
     """`tailscope migrate`: take an existing store to the current schema (see migrate.py), and build
-    the pre-aggregates of runs derived before they existed (histogram.build_missing)."""
+    the pre-aggregates of runs derived before they existed (histogram.build_missing) and the span
+    counts of runs written before they were kept (span_histogram.build_missing)."""
     db_path = Path(path) if path is not None else default_db_path()
     with _full_disk_as_store_error(db_path, "migrating it"):
         conn = _open(db_path, read_only=False, wait_seconds=wait_seconds)
@@ -231,6 +232,7 @@ def migrate_store(path: str | Path | None = None, wait_seconds: float = LOCK_WAI
             if stored_version(conn) is not None:  # not an empty file: the pre-aggregates' tables
                 _apply(conn, "histogram_schema")
                 built = histogram.build_missing(conn)
+                built += [run for run in span_histogram.build_missing(conn) if run not in built]
             failing = False
             return dataclasses.replace(outcome, aggregated=tuple(built)) if built else outcome
         finally:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.ahead import Pending
-from tailscope.store.duckdb import rules, statements
+from tailscope.store.duckdb import rules, span_histogram, statements
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
@@ -221,19 +221,45 @@ class DuckDBReader:
                 client = conn.execute(sql.load("client_span"), [run, trace_id, client_id]).fetchone()
         names = [*tree["SpanName"], *([client[2]] if client else [])]
         durations = [int(d) for d in tree["Duration"]] + ([int(client[6])] if client else [])
-        ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
+        ranks = span_histogram.ranks(conn, run, names, durations)  # a large run: by buckets
+        if ranks is None:
+            ranks = dict(conn.execute(sql.load("gantt_rank"), [names, durations, durations, run]).fetchall())
         return TraceTree(run, tree, client, ranks)
 
     def span_table(
         self, name: str, run: str, windows: Sequence[tuple[int, int]] | None = None, **params: Any
     ) -> pa.Table:
-        flat = padded_windows(windows)
-        if name == "diagnosis_spans":  # the run's phase spans first: the statement reads them
-            text, phase_params = phase_spans_query(self.phase_rules(), "windows", run, windows=windows)
-            self.conn.execute(sql.load("diagnosis_phase_drop"))
-            self.conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", phase_params)
+        if name == "diagnosis_spans":  # the stored spans, and the run's phase spans beside them
+            phases = self.ahead(lambda reader: reader._phase_span_rows(run, windows))
+            stored = self._statement(name, run, windows, spans="diagnosis_spans_stored", **params)
+            return _joined(stored, phases.get())
+        return self._statement(name, run, windows, **params)
+
+    def _statement(
+        self, name: str, run: str, windows: Sequence[tuple[int, int]] | None, spans: str | None = None,
+        **params: Any,
+    ) -> pa.Table:
+        """One named statement over a run as Arrow; `spans`: the fragment its {spans} reads."""
         text, bound = sql.load(name), {"run": run, **params}
+        if spans is not None:
+            text = text.replace("{spans}", sql.load(spans))
         if "{windows}" in text:  # a read the sampled diagnosis narrows (diagnosis_weights is not)
+            flat = padded_windows(windows)
             text = text.replace("{windows}", WINDOWS_WHERE)
             bound.update(from_ns=flat[0::2], to_ns=flat[1::2])
-        return self.conn.sql(text, params=bound).to_arrow_table()
+        used = {key: value for key, value in bound.items() if f"${key}" in text}
+        return self.conn.sql(text, params=used).to_arrow_table()
+
+    def _phase_span_rows(self, run: str, windows: Sequence[tuple[int, int]] | None) -> pa.Table:
+        """The run's phase spans (phase_spans.sql over the same windows) in diagnosis_spans' columns."""
+        text, phase_params = phase_spans_query(self.phase_rules(), "windows", run, windows=windows)
+        self.conn.execute(sql.load("diagnosis_phase_drop"))
+        self.conn.execute(f"CREATE TEMP TABLE _ts_phase_spans AS {text}", phase_params)
+        return self._statement("diagnosis_spans", run, None, spans="diagnosis_spans_phases")
+
+
+def _joined(stored: pa.Table, phases: pa.Table) -> pa.Table:
+    """The stored spans' rows, then the phase spans' (in the stored ones' column types)."""
+    if phases.num_rows == 0:
+        return stored
+    return pa.concat_tables([stored, phases.cast(stored.schema)])
