@@ -181,3 +181,37 @@ def deferred_flush_service(seed: int, n: int = 3000, rps: float = 50.0):
             b.span(root, "flush_metrics", "Internal", inst, cur - 0.03, lognormal(b.rng, 450.0, 0.3))
         b.set_end(root, cur)
     return b.frame()
+
+
+def batched_model_server(seed: int, n: int = 4000, rps: float = 150.0, surge: float = 0.5,
+                         per_item: float = 5.0):
+    """One caller process sends every request's scoring call (`HTTP POST`, server.address ctr-model)
+    to a traced model server with a dynamic batcher: a call waits in the server's queue until the
+    running batch ends, then runs in the next batch (up to 32 requests, 1.3 ms + 5 ms per request), and
+    every call of a batch ends together. In the middle fifth of the run arrivals rise to 1.5x: the
+    queue grows and the calls are long. The wait is inside the server's span (its queue), and the calls
+    of one batch end together, one just after another sent earlier from the same process."""
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(n, rps)
+    span = arrivals[-1]
+    busy = (0.4 * span, 0.6 * span)
+    times = [float(t) for t in arrivals]
+    extra = [float(t) for t in np.linspace(busy[0], busy[1], int(surge * 0.2 * n))]
+    sent = np.sort(np.array(times + extra)) + 0.3
+    ends = np.zeros(len(sent))
+    free, i = 0.0, 0
+    while i < len(sent):
+        start = max(free, sent[i])
+        j = i
+        while j < len(sent) and sent[j] <= start and j - i < 32:
+            j += 1
+        free = start + 1.3 + per_item * (j - i) * lognormal(b.rng, 1.0, 0.05)
+        ends[i:j] = free
+        i = j
+    for s, e in zip(sent, ends, strict=True):
+        b.new_trace()
+        root = b.span(None, "POST /auction", "Server", "auction/0", s - 0.3, 0.0)
+        call = b.span(root, "HTTP POST", "Client", "auction/0", s, e + 0.2 - s, server__address="ctr-model")
+        b.span(call, "predict", "Server", "ctr-model/0", s + 0.1, e - s - 0.05)
+        b.set_end(root, e + 0.5)
+    return b.frame()

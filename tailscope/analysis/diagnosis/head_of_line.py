@@ -16,14 +16,18 @@ leader. Three other mechanisms bunch ends too, and are tested against:
   what the calls' own process adds beyond it is head-of-line;
 - a caller process that stops (a GC pause, a CPU quota) reads the replies that came meanwhile
   at once: long calls that overlap a known stall of their process (gc_pause's episodes, the
-  runtime's reported pauses) are left out.
+  runtime's reported pauses) are left out;
+- a callee that batches (a model server's dynamic batcher) ends every call of a batch together,
+  one just after another sent earlier: there the wait is the callee's own, inside its traced span
+  (its queue), where a wait on the caller's connection lies outside it. Where the callee is traced,
+  the confidence is scaled by the share of the long calls' time outside the callee's span.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.pool_release import peer_of
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
@@ -62,6 +66,9 @@ def detect(ctx: Context) -> list[Finding]:
         if np.isnan(behind) or behind < 0.3:
             continue
         confidence = 0.95 * logistic(behind, 0.5, 0.1) * material_weight(share)
+        confidence *= 1.0 - inside_callee(f, spans)
+        if confidence < 0.05:
+            continue
         ctx.notes.setdefault("behind_reply_names", {})[code] = confidence
         name, peer = f.names[code], peer_of(ctx, code)
         d = f.dur[spans].astype(np.float64)
@@ -136,6 +143,27 @@ def _behind(f, long: np.ndarray, calls: np.ndarray, window: float, same_instance
     observed = float(hits(f.end[long]).mean())
     chance = float(np.mean([hits(f.end[long] - k * int(window)).mean() for k in SHIFTS]))
     return (observed - chance) / max(1.0 - chance, 1e-9)
+
+
+def inside_callee(f, spans: np.ndarray) -> float:
+    """The median share of a long call's time that its traced far side (the callee's SERVER span, or a
+    sidecar's outbound span) covers, over the long calls among `spans` that have one; 0 where fewer
+    than half of the calls have a far side (an untraced callee: nothing is known to be the callee's)."""
+    from tailscope.analysis.diagnosis.slow_dependency import far_side
+
+    server = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
+    server = server[np.isin(f.parent[server], spans)]
+    far = far_side(f, spans, server)
+    if far is None:
+        return 0.0
+    d = f.dur[spans].astype(np.float64)
+    long = spans[d > max(LONG * float(np.median(d)), 1e6)]
+    covered = np.zeros(len(f), np.int64)
+    np.maximum.at(covered, f.parent[far[0]], f.dur[far[0]])
+    has = long[covered[long] > 0]
+    if len(has) < MIN_WAITS:
+        return 0.0
+    return float(np.clip(np.median(covered[has] / np.maximum(f.dur[has], 1)), 0.0, 1.0))
 
 
 def _in_stalls(ctx: Context, spans: np.ndarray) -> np.ndarray:
