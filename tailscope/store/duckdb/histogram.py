@@ -70,12 +70,20 @@ def rebuild(conn: WriterConnection, run_label: str) -> None:
 def build_missing(conn: WriterConnection) -> list[str]:
     """Build the histograms of every run that has requests but none (a store derived before they
     existed: `tailscope migrate`), in one transaction; the runs built."""
-    runs = [row[0] for row in conn.execute(sql.load("histogram_missing_runs")).fetchall()]
+    return rebuild_runs(conn, "histogram_missing_runs", rebuild)
+
+
+def rebuild_runs(
+    conn: WriterConnection, missing_sql: str, rebuild_run: Callable[[Any, str], None]
+) -> list[str]:
+    """`rebuild_run` for every run the statement `missing_sql` lists, in one transaction (all or
+    none); the runs built."""
+    runs = [row[0] for row in conn.execute(sql.load(missing_sql)).fetchall()]
     if runs:
         conn.execute("BEGIN TRANSACTION")
         try:
             for run in runs:
-                rebuild(conn, run)
+                rebuild_run(conn, run)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")

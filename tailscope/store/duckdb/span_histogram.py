@@ -18,6 +18,7 @@ import duckdb
 
 from tailscope import sql
 from tailscope.store import span_ranks
+from tailscope.store.duckdb.histogram import rebuild_runs
 
 WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 
@@ -79,17 +80,7 @@ def finish(conn: WriterConnection, run_label: str, counted: bool) -> None:
 
 def build_missing(conn: WriterConnection) -> list[str]:
     """Build the rows of every run they do not count (`tailscope migrate`), in one transaction."""
-    runs = [row[0] for row in conn.execute(sql.load("span_histogram_missing_runs")).fetchall()]
-    if runs:
-        conn.execute("BEGIN TRANSACTION")
-        try:
-            for run in runs:
-                rebuild(conn, run)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-    return runs
+    return rebuild_runs(conn, "span_histogram_missing_runs", rebuild)
 
 
 def ranks(
