@@ -67,9 +67,15 @@ def start(*args: str, tmpdir: Path | None = None) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # its own group: only what the test sends reaches it
-        # as a foreground process would have it (a backgrounded suite hands SIGINT ignored)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # as a foreground process would have it (a backgrounded suite hands SIGINT ignored, one under
+        # nohup SIGHUP: the commands keep an ignored signal ignored, as nohup asks)
+        preexec_fn=_default_stop_signals,
     )
+
+
+def _default_stop_signals() -> None:
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def stop_and_check(process: subprocess.Popen[str], signum: int, timeout: float = 60) -> str:
