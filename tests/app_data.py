@@ -204,3 +204,14 @@ def raw_simulated_store(db_path: Path, runs: list[tuple[str, str, int, int]]) ->
                 conn.execute("INSERT INTO otel_traces SELECT *, ? FROM raw_batch", [label]).fetchall()
                 conn.unregister("raw_batch")
     return db_path
+
+
+def split_in_two_parts(path: Path) -> tuple[Path, Path]:
+    """`path`'s lines written again as two files beside it, `a1.json` (the first 90 %) and `a2.json` (the
+    rest): the traces at the cut have spans in both parts, as a refresh's delta does."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    cut = len(lines) * 9 // 10
+    first, second = path.parent / "a1.json", path.parent / "a2.json"
+    first.write_bytes(b"".join(lines[:cut]))
+    second.write_bytes(b"".join(lines[cut:]))
+    return first, second

@@ -24,6 +24,7 @@ from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
+from tests.app_data import split_in_two_parts
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 
@@ -64,11 +65,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     for name, scenario, seed in (("a", "lock-contention", 3), ("b", "slow-downstream", 5)):
         out[name] = folder / f"{name}.json"
         simulate_to_file(out[name], scenario, 1500, seed=seed)
-    lines = out["a"].read_bytes().splitlines(keepends=True)  # a: written in two parts, the last 10 %
-    cut = len(lines) * 9 // 10  # second: its traces' spans split between the parts (a refresh's delta)
-    out["a1"], out["a2"] = folder / "a1.json", folder / "a2.json"
-    out["a1"].write_bytes(b"".join(lines[:cut]))
-    out["a2"].write_bytes(b"".join(lines[cut:]))
+    out["a1"], out["a2"] = split_in_two_parts(out["a"])  # a: written in two parts, the last 10 %
     return out
 
 

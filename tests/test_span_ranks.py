@@ -20,6 +20,7 @@ from tailscope.store import span_ranks
 from tailscope.store.duckdb import span_histogram
 from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.store import DuckDBStore
+from tests.app_data import split_in_two_parts
 
 
 def _stored(conn: duckdb.DuckDBPyConnection, run: str) -> list[tuple]:
@@ -42,11 +43,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {"a": folder / "a.json", "b": folder / "b.json"}
     simulate_to_file(out["a"], "lock-contention", 1500, seed=3)
     simulate_to_file(out["b"], "slow-downstream", 800, seed=5)
-    lines = out["a"].read_bytes().splitlines(keepends=True)  # a: written in two parts
-    cut = len(lines) * 9 // 10  # the traces at the cut have spans in both parts
-    out["a1"], out["a2"] = folder / "a1.json", folder / "a2.json"
-    out["a1"].write_bytes(b"".join(lines[:cut]))
-    out["a2"].write_bytes(b"".join(lines[cut:]))
+    out["a1"], out["a2"] = split_in_two_parts(out["a"])  # a: written in two parts, the last 10 %
     return out
 
 
