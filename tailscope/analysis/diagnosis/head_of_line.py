@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.pool_release import peer_of
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
@@ -149,11 +149,9 @@ def inside_callee(f, spans: np.ndarray) -> float:
     """The median share of a long call's time that its traced far side (the callee's SERVER span, or a
     sidecar's outbound span) covers, over the long calls among `spans` that have one; 0 where fewer
     than half of the calls have a far side (an untraced callee: nothing is known to be the callee's)."""
-    from tailscope.analysis.diagnosis.slow_dependency import far_side
+    from tailscope.analysis.diagnosis.slow_dependency import far_side, server_children
 
-    server = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
-    server = server[np.isin(f.parent[server], spans)]
-    far = far_side(f, spans, server)
+    far = far_side(f, spans, server_children(f, spans))
     if far is None:
         return 0.0
     d = f.dur[spans].astype(np.float64)

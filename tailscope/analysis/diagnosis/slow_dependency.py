@@ -78,8 +78,7 @@ def detect(ctx: Context) -> list[Finding]:
         p50, p99 = float(np.median(d)), float(np.quantile(d, 0.99))
         # the callee's own time, where its SERVER span is traced
         spans = np.nonzero(top)[0]
-        child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
-        child = child[np.isin(f.parent[child], spans)]
+        child = server_children(f, spans)
         far = far_side(f, spans, child)
         server_share = None
         callee = None
@@ -251,6 +250,12 @@ def attempts_of_calls(f, inside: np.ndarray) -> set[int]:
     total = np.bincount(f.name[is_client], minlength=len(f.names))
     nested = np.bincount(f.name[is_client & under], minlength=len(f.names))
     return set(np.nonzero((total > 0) & (nested * 2 >= total))[0].tolist())
+
+
+def server_children(f, spans: np.ndarray) -> np.ndarray:
+    """The SERVER spans whose parent is one of `spans` (the callee's side of those calls, where traced)."""
+    child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
+    return child[np.isin(f.parent[child], spans)]
 
 
 def far_side(f, spans: np.ndarray, server: np.ndarray) -> tuple[np.ndarray, float, float] | None:
