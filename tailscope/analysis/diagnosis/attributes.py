@@ -55,6 +55,14 @@ def cache_signs(frame: TraceFrame, codes: list[int]) -> str | None:
     return None
 
 
+def has_cache_system(frame: TraceFrame, code: int) -> bool:
+    """Whether the spans of a name are calls to a key-value store used as a cache (db.system)."""
+    for key, (_, values) in frame.attributes(code).items():
+        if key in SYSTEM_KEYS and values and {str(v).strip().lower() for v in values[:2000]} & CACHE_SYSTEMS:
+            return True
+    return False
+
+
 def error_flags(frame: TraceFrame, code: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(span indices, error?) for the spans of a name that carry any status or error attribute:
     status Error (`otel.status_code`, the loader's status), `error=true`, an HTTP status >= 500 or a

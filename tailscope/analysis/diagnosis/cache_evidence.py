@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.attributes import HIT_MISS_VALUES, cache_signs, key_is_cache
+from tailscope.analysis.diagnosis.attributes import (
+    HIT_MISS_VALUES,
+    cache_signs,
+    has_cache_system,
+    key_is_cache,
+)
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context
@@ -56,6 +61,45 @@ def explained_by_request_kind(why: dict | None) -> bool:
     key, _, value = label.partition("=")
     words = value.strip().lower().split()
     return not key_is_cache(key) and not (words and words[0] in HIT_MISS_VALUES)
+
+
+def shows_a_miss_path(why: dict | None) -> bool:
+    """Whether what tells the slow mode from the fast one is a path: a call made on the slow path only,
+    or a hit/miss attribute (a cache-named key, a hit/miss value)."""
+    if not why:
+        return False
+    if why.get("slow_path"):
+        return True
+    key, _, value = why["explained_by"].removeprefix("not ").partition("=")
+    words = value.strip().lower().split()
+    return bool(value) and (key_is_cache(key) or bool(words and words[0] in HIT_MISS_VALUES))
+
+
+def slow_in_cache_calls(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> float:
+    """The share of the slow mode's extra time (its mean duration over the fast mode's) spent inside the
+    cache's own calls: the spans themselves where they are calls to a cache system, else their CLIENT
+    children that are. A miss answers fast (the key is not there) and its cost is the fallback the
+    caller makes after it; a cache call that takes longer is the cache server (or the way to it) being
+    slow: a redirect to another shard, a blocked shard, a stalled caller, not a miss."""
+    f = ctx.frame
+    if not slow.any() or slow.all():
+        return 0.0
+    d = f.dur[spans].astype(np.float64)
+    extra = float(d[slow].mean() - d[~slow].mean())
+    if extra <= 0:
+        return 0.0
+    if has_cache_system(f, code):
+        return 1.0
+    pos = np.full(len(f), -1)
+    pos[spans] = np.arange(len(spans))
+    child = np.nonzero((f.parent >= 0) & (f.kind == KIND_CLIENT))[0]
+    child = child[pos[f.parent[child]] >= 0]
+    names = [int(c) for c in np.unique(f.name[child]) if has_cache_system(f, int(c))]
+    if not names:
+        return 0.0
+    child = child[np.isin(f.name[child], names)]
+    inside = np.bincount(pos[f.parent[child]], weights=f.dur[child].astype(np.float64), minlength=len(spans))
+    return float(inside[slow].mean() - inside[~slow].mean()) / extra
 
 
 def _slow_path_below(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> int | None:

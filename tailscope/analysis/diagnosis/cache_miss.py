@@ -29,6 +29,8 @@ from tailscope.analysis.diagnosis.cache_evidence import (
     WORKING_MISS_RATE,
     cache_evidence,
     explained_by_request_kind,
+    shows_a_miss_path,
+    slow_in_cache_calls,
     slow_mode_in_pauses,
     slow_mode_is_gap,
     slow_path_cover,
@@ -181,7 +183,11 @@ def detect(ctx: Context) -> list[Finding]:
         # only (the store behind the cache). A deadline and a retry, a payload that varies or a
         # heavy-tailed dependency make two modes too: those are named by their own detectors
         sign = cache_evidence(ctx, code, spans, why, slow)
-        if sign is None or explained_by_request_kind(why):
+        # a cache system being there is no miss: with no path taken on the slow mode only (no store
+        # call, no hit/miss value), a slow mode spent inside the cache's own calls is the cache server
+        # or the way to it being slow (a redirect, a blocked shard, a stalled caller), not misses
+        cache_slow = not shows_a_miss_path(why) and slow_in_cache_calls(ctx, code, spans, slow) > 0.5
+        if sign is None or cache_slow or explained_by_request_kind(why):
             ctx.notes.setdefault("bimodal_without_cache", {})[int(code)] = rate
             continue
         ctx.notes["bimodal_names"][int(code)] = rate
