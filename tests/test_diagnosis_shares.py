@@ -49,6 +49,13 @@ def test_a_cause_part_of_another_follows_it_and_is_not_counted_twice() -> None:
     assert cache.share is None
 
 
+def test_a_part_is_listed_once_under_two_findings_of_its_parents_pattern() -> None:
+    part = finding("compute_bound", 0.6, 0.8, part_of="large_payload")
+    found = [finding("large_payload", 0.7, 0.1), finding("large_payload", 0.6, 0.05), part]
+    apportion(found)
+    assert [fd.pattern for fd in rank(found)] == ["large_payload", "compute_bound", "large_payload"]
+
+
 def test_two_planted_causes_are_both_named_with_their_shares(tmp_path) -> None:
     simulate_api = pytest.importorskip("reference_pipeline.simulate.api")
     with Store(tmp_path / "two.duckdb").writer() as writer:

@@ -56,9 +56,10 @@ def rank(findings: list[Finding]) -> list[Finding]:
     )
     children = [fd for fd in findings if part_of(fd) and fd.confidence >= NAMED]
     ordered: list[Finding] = []
-    for fd in named:
-        ordered += [fd] + [c for c in children if part_of(c) == fd.pattern]
-    placed = {id(fd) for fd in ordered}
+    placed: set[int] = set()
+    for fd in named:  # a part after the first named cause of its parent's pattern, once
+        ordered += [fd] + [c for c in children if part_of(c) == fd.pattern and id(c) not in placed]
+        placed = {id(x) for x in ordered}
     ordered += [c for c in children if id(c) not in placed]
     placed = {id(fd) for fd in ordered}
     possible = sorted(
