@@ -50,6 +50,7 @@ SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward", "ingress")}
 CANDIDATES = 4  # span names read (each a query): the ones carrying most of the tail
 MIN_SHARE = 0.08  # a candidate carries at least this share of the tail excess
 MIN_RHO = 0.5
+FORWARD_PART = 0.2  # the model's forward inside a span at least this part of its time: a model call
 NOT_A_SIZE = re.compile(
     r"time|latency|duration|elapsed|(^|[._])ms$|_ms|(^|[._])ns$|_ns|seconds|wait|queue|depth|retry|"
     r"attempt|resend|concurren|inflight|in_flight|pending|backlog|status|(^|[._])code$|(^|[._])port$|"
@@ -197,11 +198,34 @@ def forward_inside(ctx: Context) -> np.ndarray:
     return ctx.notes["forward_inside"]
 
 
+def _forward_names_below(ctx: Context, spans: np.ndarray) -> list[str]:
+    """The names of the model's forward spans below `spans` (children, grandchildren, ...)."""
+    f = ctx.frame
+    mine = np.zeros(len(f), bool)
+    mine[spans] = True
+    fw = np.nonzero(ctx.span_stage_mask("model_forward"))[0]
+    cur, below = f.parent[fw], np.zeros(len(fw), bool)
+    for _ in range(32):
+        alive = cur >= 0
+        if not alive.any():
+            break
+        below |= alive & mine[np.maximum(cur, 0)]
+        cur = np.where(alive, f.parent[np.maximum(cur, 0)], -1)
+    return [f.names[int(c)] for c in np.unique(f.name[fw[below]])]
+
+
 def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Finding | None:
     f = ctx.frame
     spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
-    d = np.maximum(f.dur[spans] - forward_inside(ctx)[spans], 0.0)
-    best = None
+    forward = forward_inside(ctx)[spans]
+    full = f.dur[spans].astype(np.float64)
+    d = np.maximum(full - forward, 0.0)
+    # a span with the model's forward inside it (a call to the model server): where the sizes its
+    # requests carry changed during the run (a client sending more items from some moment on) and its
+    # whole time, the forward included, follows them, the requests grew and the forward with them:
+    # the payload changed, not the model (which is compute_bound's when the sizes stay the same)
+    with_forward = float(forward.sum()) > FORWARD_PART * float(full.sum())
+    best = grown = None
     for key, v in _sizes(ctx, code, spans, root_sizes):
         ok = np.isfinite(v)
         if ok.mean() < 0.5 or len(np.unique(v[ok])) < 10:
@@ -212,6 +236,13 @@ def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Findin
         rho = spearman(v[ok], d[ok])
         if rho >= MIN_RHO and (best is None or rho > best[1]):
             best = (key, rho, v)
+        if with_forward:
+            rho_full = spearman(v[ok], full[ok])
+            if rho_full >= MIN_RHO and (grown is None or rho_full > grown[1]) and \
+                    size_change(v[ok], f.start[spans][ok], ctx.rng)["changed"]:
+                grown = (key, rho_full, v)
+    if grown is not None:
+        best, d = grown, full
     if best is None:
         return None
     key, rho, v = best
@@ -230,7 +261,14 @@ def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Findin
     confidence = logistic(rho, 0.65, 0.07) * weight
     if confidence < 0.05:
         return None
-    return _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, added=added)
+    finding = _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, added=added)
+    if d is full:
+        finding.evidence["stats"]["forward_inside"] = _forward_names_below(ctx, spans)
+        finding.evidence["summary"] = finding.evidence["summary"].removesuffix(".") + (
+            f"; the model's forward inside it grows with {key.removeprefix(ROOT_PREFIX)} too, and the sizes "
+            "changed during the run: the requests grew, not the model's cost per item."
+        )
+    return finding
 
 
 def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, wire=None,

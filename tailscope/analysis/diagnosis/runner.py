@@ -110,6 +110,7 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
     that grows with what the misses ask for (the ids a batch read fetches) is the misses' cost: it
     stays a finding, ranked below the cache miss."""
     _payload_on_miss_path(findings)
+    _forward_of_grown_requests(findings)
     _cold_peer_calls(findings)
     cold = max((fd.confidence for fd in findings if fd.pattern == "cold_start"), default=0.0)
     if cold >= 0.5:
@@ -145,6 +146,24 @@ def _cold_peer_calls(findings: list[Finding]) -> None:
                 fd.confidence = min(fd.confidence, 0.45)
                 fd.evidence["stats"]["part_of"] = cold.pattern
                 fd.evidence["summary"] += f" Its tail is {cold.pattern} at the callee (part of it)."
+
+
+def _forward_of_grown_requests(findings: list[Finding]) -> None:
+    """compute_bound on a forward pass inside a call that a large_payload finding (>= 0.5) says grew
+    with sizes that changed during the run: the requests grew and the model's time with them, so the
+    cause is the payload (ranked first); the busy model stays a finding below it."""
+    grown = [fd for fd in findings if fd.pattern == "large_payload" and fd.confidence >= NAMED
+             and fd.evidence.get("stats", {}).get("forward_inside")]
+    for fd in findings:
+        payload = next((g for g in grown if fd.span_name in g.evidence["stats"]["forward_inside"]), None)
+        if fd.pattern != "compute_bound" or payload is None or fd.confidence < payload.confidence:
+            continue
+        fd.confidence = 0.9 * payload.confidence
+        fd.evidence.setdefault("stats", {})["part_of"] = "large_payload"
+        fd.evidence["summary"] += (
+            f" The requests grew ({payload.evidence['stats']['size_attribute']} changed during the run, see "
+            f"large_payload on '{payload.span_name}') and the forward with them: part of that finding."
+        )
 
 
 def _payload_on_miss_path(findings: list[Finding]) -> None:
