@@ -33,6 +33,7 @@ from tailscope.analysis.diagnosis.attributes import numeric_attributes
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.payload_wire import wire_candidates
+from tailscope.analysis.diagnosis.repeated_calls import repeated_calls
 from tailscope.analysis.diagnosis.size_change import size_change
 from tailscope.analysis.diagnosis.stats import (
     clamp01,
@@ -104,6 +105,11 @@ def detect(ctx: Context) -> list[Finding]:
                 ctx, wire["code"], wire["spans"], wire["key"], wire["strength"], wire["slope"],
                 wire["intercept"], wire["v"], wire["share"], wire["confidence"], wire["gap"],
             ))
+    if root_sizes is None:
+        root_sizes = _root_sizes(ctx)
+    named = {fd.span_name for fd in findings}
+    repeated = repeated_calls(ctx, root_sizes, lambda key: not NOT_A_SIZE.search(key))  # N+1 queries
+    findings += [fd for fd in repeated if fd.span_name not in named]
     findings.sort(key=lambda x: -x.confidence)
     ctx.notes["payload_names"] = {
         f.names.index(fd.span_name): fd.confidence for fd in findings if fd.span_name in f.names
