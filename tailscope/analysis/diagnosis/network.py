@@ -44,6 +44,9 @@ def detect(ctx: Context) -> list[Finding]:
     srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
     cli = f.parent[srv]
     pair = (f.kind[cli] == KIND_CLIENT) & (f.service[cli] != f.service[srv])
+    # a call answered by two or more attempts (a proxy's retry or hedge below the client span): the
+    # client's time over one attempt's is the other attempts' and the backoff's, not the wire's
+    pair &= np.bincount(cli[pair], minlength=len(f))[cli] == 1
     srv, cli = srv[pair], cli[pair]
     if len(srv) < 50:
         return []

@@ -27,6 +27,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.attributes import error_flags
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
+from tailscope.analysis.diagnosis.hidden_retries import hidden_retries
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
@@ -34,6 +35,7 @@ PATTERN = "timeout_retry"
 MIN_RETRIED = 20
 TIGHT = 0.03  # first attempts within 3 % of the timeout value ...
 TIGHT_NS = 500_000  # ... or 0.5 ms, whichever is larger
+CUT_ALL = 0.8  # the deadline cuts this share of a straggler's calls or more: the retries set the latency
 ABOVE_MEDIAN = 1.5  # a deadline sits above the call's median (most calls end before it)
 ADVICE = (
     "{where} is cut by a client deadline at about {timeout:.0f} ms in {rate:.1%} of calls and then made "
@@ -146,6 +148,8 @@ def detect(ctx: Context) -> list[Finding]:
         finding = _judge(ctx, code)
         if finding is not None:
             findings.append(finding)
+    seen = {fd.span_name for fd in findings}
+    findings += [fd for fd in hidden_retries(ctx) if fd.span_name not in seen]  # attempts below a call
     findings.sort(key=lambda x: -x.confidence)
     if findings:
         ctx.notes["retried_names"] = {fd.evidence["stats"]["span_code"]: fd.confidence for fd in findings}
@@ -310,8 +314,9 @@ def _straggler_cut(f, first: np.ndarray, spans: np.ndarray) -> tuple[str, float]
     """(instance, share) where the callee's SERVER spans under the cut first attempts are mostly
     (>= 75 %) on one instance whose calls (all those it served, at least 20) take at least twice as long
     at the median as the calls of the other instances of its service: a straggler replica, slow on
-    every call. (One client span name may call several services, as HTTP clients name spans by
-    method: another service's replicas answering faster make no straggler.)"""
+    every call, most of its calls answered (not cut: < 80 %). (One client span name may call several
+    services, as HTTP clients name spans by method: another service's replicas answering faster make no
+    straggler.)"""
     child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
     served = child[np.isin(f.parent[child], spans)]
     cut = child[np.isin(f.parent[child], first)]
@@ -323,6 +328,10 @@ def _straggler_cut(f, first: np.ndarray, spans: np.ndarray) -> tuple[str, float]
     served = served[f.service[served] == service]
     mine = f.instance[served] == worst
     if share < 0.75 or mine.sum() < 20 or mine.all():
+        return None
+    # where the deadline cuts (nearly) every call the replica gets, the requests never see its slowness:
+    # they see the deadline and the retry elsewhere, which set their latency whatever the replica does
+    if float((f.instance[cut] == worst).sum()) >= CUT_ALL * mine.sum():
         return None
     own, rest = float(np.median(f.dur[served[mine]])), float(np.median(f.dur[served[~mine]]))
     return (f.instances[worst], share) if own >= 2.0 * rest else None
