@@ -67,9 +67,13 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   ActiveRecord on PostgreSQL through a per-process pool, Memcached fragment caching, Elasticsearch
   candidates and a gRPC ONNX Runtime model server; OTLP / Jaeger / Zipkin v2. **Untouched**: written
   blind, held out
+- `phoenix-nx` (phoenix_nx.py, phoenix_nx_flow.py, phoenix_nx_beam.py, phoenix_nx_spans.py): an Elixir
+  Phoenix recommendation API on the BEAM (a global rate-limiter GenServer, a per-node flag server with
+  its own heap, Ecto's DBConnection pool beside Oban jobs, Cachex over a feature service, Nx.Serving on
+  EXLA, Req/Finch to a pricing service); OTLP / Jaeger / Zipkin v2. **Untouched**: written blind, held out
 
-Each family marked **Untouched** was held out until its final score was recorded; all are open now
-(UNTOUCHED below).
+Each family marked **Untouched** was held out until its final score was recorded; all but the newest
+are open now (UNTOUCHED below).
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see
@@ -103,12 +107,13 @@ MODULES = {
     "loan-pricing": "loan_pricing",
     "mesh-triton": "mesh_triton",
     "rails-recs": "rails_recs",
+    "phoenix-nx": "phoenix_nx",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores,
 # vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's)
-UNTOUCHED: tuple[str, ...] = ()
+UNTOUCHED: tuple[str, ...] = ("phoenix-nx",)
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
