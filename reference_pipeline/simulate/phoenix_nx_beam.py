@@ -43,7 +43,7 @@ class Request:
     feat: tuple[float, float] = (0.0, 0.0)
     miss: tuple[float, float, float, float] | None = None  # client start, server start, server end, end
     nx: tuple[float, float] = (0.0, 0.0)
-    chunks: list[tuple[float, float, int, int]] = field(default_factory=list)  # exec s, e, rows, partition
+    chunks: list[tuple[float, float, int, int]] = field(default_factory=list)  # exec s, e, batch rows, part
     pricing: list[tuple[float, float, float, float, bool]] = field(default_factory=list)
     json: tuple[float, float] = (0.0, 0.0)
     root_e: float = 0.0
@@ -164,12 +164,12 @@ def run_serving(cfg: ServingConfig, arrivals_: list[tuple[float, int, int]], rng
     batch; a batch runs when it holds `batch_size` rows or `timeout` after it opened (later if every
     partition is busy: it fills meanwhile), one batch at a time per partition (padded: its time does
     not depend on its fill). A request larger than the room left spills into the next batch.
-    -> key: [(exec start, exec end, rows in that batch, partition)]."""
+    -> key: [(exec start, exec end, rows the batch held, partition)]."""
     free = [(0.0, p) for p in range(cfg.partitions)]
     heapq.heapify(free)
     out: dict[int, list[tuple[float, float, int, int]]] = {}
     pending = sorted(arrivals_)
-    i, carry, batches = 0, [], 0
+    i, carry, batches, compiled = 0, [], 0, set()
     carry_t = 0.0
     while i < len(pending) or carry:
         members: list[tuple[int, int]] = []
@@ -200,15 +200,16 @@ def run_serving(cfg: ServingConfig, arrivals_: list[tuple[float, int, int]], rng
                 sealed = t
         start = max(sealed, start_free)
         work = cfg.exec_ms * rng.lognormvariate(0.0, 0.06)
-        if batches == 0 and cfg.compile_ms:
+        if cfg.compile_ms and part not in compiled:  # each partition compiles for its own device
+            compiled.add(part)
             work += cfg.compile_ms * rng.uniform(0.85, 1.15)
         elif cfg.compile_ms and batches < 30:
             work *= 1.0 + 0.8 * (1.0 - batches / 30)  # fresh code and allocator: the first runs slower
         end = start + work * NS_PER_MS
         heapq.heappush(free, (end, part))
         batches += 1
-        for key, rows in members:
-            out.setdefault(key, []).append((start, end, rows, part))
+        for key, _rows in members:
+            out.setdefault(key, []).append((start, end, cfg.batch_size - room, part))
         carry_t = sealed
     return out
 

@@ -48,7 +48,7 @@ def _users_and_items(rng: random.Random, n: int, grown: bool) -> tuple[list[int]
     draw = zipf_sampler(50_000, 1.0)
     users = [draw(rng) for _ in range(n)]
     if grown:  # the candidate query's LIMIT went from 200 to 2,000 and the response lists them all
-        items = [min(2000, max(20, int(160 * rng.lognormvariate(0.0, 0.6)))) for _ in range(n)]
+        items = [min(2000, max(20, int(180 * rng.lognormvariate(0.0, 0.65)))) for _ in range(n)]
     else:
         items = [min(200, max(10, int(80 * rng.lognormvariate(0.0, 0.45)))) for _ in range(n)]
     return users, items
@@ -109,7 +109,7 @@ def simulate(scenario: str, requests: int, s: dict[str, Any],
         r.pricing = price_attempts(rng, r.nx[1] + lognormal_ms(rng, 0.1, 0.3), r.items, s["price_timeout_ms"],
                                    2, slow_pricing)
         json_s = r.pricing[-1][3] + lognormal_ms(rng, 0.06, 0.3)
-        encode = (0.3 + 0.035 * r.items) * NS_PER_MS * rng.lognormvariate(0.0, 0.12)
+        encode = (0.3 + 0.08 * r.items) * NS_PER_MS * rng.lognormvariate(0.0, 0.12)
         r.json = (json_s, json_s + encode)
         r.root_e = r.json[1] + lognormal_ms(rng, 0.12, 0.3)
     return reqs, {"pods": pods, "deploy": deploy, "plan": p}
@@ -121,7 +121,7 @@ def _ecto(reqs: list[Request], s: dict[str, Any], parts: set[str], p: dict[str, 
     queries: list[list[tuple[float, int, float]]] = [[] for _ in range(pods)]
     for i, r in enumerate(reqs):
         ask = r.flags[1] + lognormal_ms(rng, 0.06, 0.3)  # Task.async
-        r.ecto_query = (4.5 + 0.03 * r.items) * NS_PER_MS * rng.lognormvariate(0.0, 0.3)
+        r.ecto_query = (5.5 + 0.012 * r.items) * NS_PER_MS * rng.lognormvariate(0.0, 0.3)
         if rng.random() < 0.004:  # an autovacuum or a cold page now and then
             r.ecto_query *= rng.uniform(3.0, 8.0)
         r.ecto_decode = 0.008 * r.items * NS_PER_MS * rng.lognormvariate(0.0, 0.2)
@@ -159,7 +159,8 @@ def _features(reqs: list[Request], s: dict[str, Any], parts: set[str], p: dict[s
         elif r.pod == s["pods"] and deploy is not None:
             hit = False  # the new node's cache starts empty
         elif expiry_wave is not None and r.user % 10 < WARMED_SHARE * 10:
-            hit = look < expiry_wave + rng.uniform(0.0, 1.5) * NS_PER_S  # warmed together, expire together
+            # warmed together by a job that put them all in 0.5 s: they expire within 0.5 s of each other
+            hit = look < expiry_wave + (r.user * 2_654_435_761 % 1000) / 1000 * 0.5 * NS_PER_S
         else:
             hit = rng.random() > 0.035  # entries evicted by the size limit, or staggered expiries
         lookup = lognormal_ms(rng, 0.015, 0.3)
