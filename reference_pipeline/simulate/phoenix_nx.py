@@ -51,12 +51,13 @@ Mechanisms (scenario: truth):
   jobs hold connections ~1 s each, so the candidates query waits for a connection others hold
   (queue_time) and, once the pool is dropping, fails at 100 ms. lock_contention at the Ecto span.
 - `serving-burst`: a push notification multiplies traffic to 1.3x what a node's serving can run in
-  full batches; the batches back up. queueing at `Nx.Serving.batched_run`.
+  full batches; the batches back up. queueing (stage queue: the wait before the batch runs) at
+  `Nx.Serving.batched_run`.
 - `hot-rate-limiter`: the limiter's per-call work grew (it re-sorts every tenant's bucket): the one
   process is 80-90 % busy (up to 108 % at the traffic's peak) and its mailbox wait grows with the
-  arrival rate. lock_contention at
-  `RecsApi.RateLimiter.check`, also accepting queueing: a single process's mailbox is at once a lock
-  and a one-server queue, and the spans cannot tell the two apart.
+  arrival rate, on every node. lock_contention at `RecsApi.RateLimiter.check`, also accepting
+  queueing: a single process's mailbox is at once a lock and a one-server queue, and the spans cannot
+  tell the two apart.
 - `flag-server-gc`: the flag server holds a 1.5 GB state; its major collections stall it 250-600 ms
   every 1-3 s; its callers wait and are released together; other processes run on. gc_pause at
   `RecsApi.FeatureFlags.variant`, also accepting lock_contention: with no GC reported, a pause of the
@@ -65,15 +66,16 @@ Mechanisms (scenario: truth):
   (no fetch courier) stampede the feature service, whose workers back up. cache_miss at
   `RecsApi.Features.fetch` (slow_dependency and queueing are sides).
 - `cold-node-deploy`: a rolling deploy replaces the last pod mid-run; the new node's Cachex is empty
-  and EXLA compiles the model on its first batch (seconds; the next batches are slower too) while its
-  requests queue. cold_start at `Nx.Serving.batched_run` on the new pod (cache_miss and queueing sides).
+  and EXLA compiles the model on each partition's first batch (seconds; the next batches are slower
+  too) while its requests queue. cold_start at `Nx.Serving.batched_run` on the new pod (cache_miss
+  and queueing sides).
 - `pricing-timeout-retry`: pricing-svc slows (median 38 ms, 12 % of calls + Pareto 90 ms): attempts
   hit receive_timeout and are retried. timeout_retry at `GET /v2/prices` (slow_dependency a side).
 - `candidate-growth`: the candidate LIMIT went from 200 to 2,000 and the response lists them all: the
   Ecto query and decode, the Nx rows (a long list spills over several padded batches) and the view +
   Jason encode grow with the list. large_payload at `RecsWeb.RecsJSON.render`, whose time follows
-  `recs.items` most closely; the fuller batches also back up the serving a little (queueing and
-  compute_bound are sides).
+  `recs.items` most closely (+35-55 ms in the slowest 2 %); the fuller batches back up the serving too
+  (+35-95 ms there: queueing and compute_bound are sides).
 - pairs: `ecto-pool-exhaustion+pricing-timeout-retry`, `serving-burst+flag-server-gc`,
   `cachex-ttl-stampede+hot-rate-limiter`.
 """

@@ -12,6 +12,7 @@ is Req over Finch with a receive_timeout and a retry step.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from bisect import bisect_left
 from collections.abc import Callable
@@ -60,8 +61,6 @@ def arrivals(rng: random.Random, rps: float, n: int, horizon_s: float,
              bursts: tuple[tuple[float, float, float], ...]) -> list[float]:
     """Open-loop Poisson arrivals (ns) whose rate swings +-20 % over the run (a slow daily-traffic
     slope) and is `multiple` times higher inside each burst (start s, length s, multiple)."""
-    import math
-
     peak = rps * 1.2 * max([m for _, _, m in bursts] + [1.0])
     out: list[float] = []
     t = 0.0
