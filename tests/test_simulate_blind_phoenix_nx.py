@@ -78,7 +78,7 @@ def label(resource: dict) -> str:
 def loaded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("phoenix")
     return {seed: load_run(tmp, FAMILY, scenario, 300, seed) for seed, scenario in
-            ((0, "ecto-pool-exhaustion+pricing-timeout-retry"), (1, "cold-node-deploy"), (2, "steady"))}
+            ((0, "ecto-pool-exhaustion+pricing-timeout-retry"), (1, "cold-node-deploy"), (2, "flag-server-gc"))}
 
 
 def test_each_seed_loads_in_its_format_with_its_conventions(loaded) -> None:
@@ -98,6 +98,7 @@ def test_each_seed_loads_in_its_format_with_its_conventions(loaded) -> None:
     assert not [s for s in jaeger if s["name"] in (BATCH, FEATURE_SERVER)]  # untraced on seed 1
     assert {s["service"] for s in zipkin} == {"recs-api", "feature-svc", "pricing-svc"}
     assert [s for s in zipkin if s["name"] == BATCH.lower()]
+    assert all(written["truth"] for _, written in loaded.values())
     for seed, (rows, written) in loaded.items():
         names = {s["name"].lower() for s in rows}
         api = {label(s["resource"]) for s in rows if s["service"] == "recs-api"}
