@@ -77,8 +77,8 @@ def label(resource: dict) -> str:
 @pytest.fixture(scope="module")
 def loaded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("phoenix")
-    return {seed: load_run(tmp, FAMILY, scenario, 300, seed) for seed, scenario in
-            ((0, "ecto-pool-exhaustion+pricing-timeout-retry"), (1, "cold-node-deploy"), (2, "flag-server-gc"))}
+    runs = ((0, "ecto-pool-exhaustion+pricing-timeout-retry"), (1, "cold-node-deploy"), (2, "flag-server-gc"))
+    return {seed: load_run(tmp, FAMILY, scenario, 300, seed) for seed, scenario in runs}
 
 
 def test_each_seed_loads_in_its_format_with_its_conventions(loaded) -> None:
