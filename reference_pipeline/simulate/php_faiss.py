@@ -188,13 +188,13 @@ def _storefront(rng: random.Random, s: dict[str, Any], ann_pods: int) -> list[_F
 
 def _retrieval(rng: random.Random, s: dict[str, Any], parts: set[str], run_ns: float,
                horizon: float, seed: int) -> list[RetrievalPod]:
-    popularity = list_popularity(1.15)
+    popularity = list_popularity(1.3)
     pods = []
     for j in range(s["ann_pods"]):
         pauses = freezes(rng, horizon, 4.0, 1.0, 0.4)  # jemalloc background purge
         if "thp-stalls" in parts and j == thp_pod(seed):
             pauses += freezes(rng, horizon, 0.4, 60.0, 0.5)
-        batcher = Batcher(16, 2.0 * NS_PER_MS, 9.0 * NS_PER_MS, 1.6 * NS_PER_MS)
+        batcher = Batcher(16, 2.0 * NS_PER_MS, 12.0 * NS_PER_MS, 2.0 * NS_PER_MS)
         swap = (0.25 + 0.12 * j / s["ann_pods"]) * run_ns if "index-swap" in parts else None
         pods.append(RetrievalPod(s["threads"], 1.25 if j == NUMA_POD else 1.0,
                                  Stalls(merge_intervals(pauses)), batcher, popularity, swap))

@@ -28,28 +28,53 @@ def list_popularity(skew: float) -> list[float]:
 
 @dataclass
 class Batcher:
-    """A TensorRT engine behind a dynamic batcher on one GPU: a request waits for the batch being
-    collected (up to `delay` after its first member, or until the GPU frees), which runs in
-    base + per_item x size."""
+    """A TensorRT engine behind a dynamic batcher on one GPU: a request joins the batch being
+    collected (open for `delay` after its first member, or until the GPU frees), which runs in
+    base + per_item x size. Requests reach the model in roughly, not exactly, time order (each
+    request's model computes its own calls): one earlier than the open batch runs as if alone."""
 
     max_batch: int
     delay_ns: float
     base_ns: float
     per_item_ns: float
     gpu_free: float = 0.0
+    opened: float = -1.0
     close: float = -1.0
     size: int = 0
 
     def submit(self, t: float) -> tuple[float, int]:
         """(when the batch holding a request submitted at t is done, that batch's size)."""
+        if t < self.opened:
+            return t + self.delay_ns + self.base_ns + self.per_item_ns, 1
         if t < self.close and self.size < self.max_batch:
             self.size += 1
         else:
-            self.size = 1
+            self.size, self.opened = 1, t
             self.close = max(t + self.delay_ns, self.gpu_free)
         end = self.close + self.base_ns + self.per_item_ns * self.size
         self.gpu_free = max(self.gpu_free, end)
         return end, self.size
+
+
+class Volume:
+    """The block device under the memory-mapped index: one read at a time, each placed in the first
+    idle gap from when it is asked for (calls are modelled one request at a time, so reads are not
+    asked for in time order)."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def read(self, t: float, length: float) -> float:
+        """When a read of `length` ns asked for at t is done."""
+        k = bisect.bisect_right(self.ends, t)
+        start = t
+        while k < len(self.starts) and self.starts[k] < start + length:
+            start = max(start, self.ends[k])
+            k += 1
+        self.starts.insert(k, start)
+        self.ends.insert(k, start + length)
+        return start + length
 
 
 @dataclass
@@ -87,7 +112,7 @@ class RetrievalPod:
     swap_at: float | None = None
     pool: WorkerPool = field(init=False)
     resident: set[int] = field(default_factory=set)
-    disk_free: float = 0.0
+    volume: Volume = field(default_factory=Volume)
 
     def __post_init__(self) -> None:
         self.pool = WorkerPool(self.threads)
@@ -103,10 +128,8 @@ class RetrievalPod:
         t = scan_start
         cold = 0
         if self.swap_at is not None and scan_start >= self.swap_at:
-            for lst in lists - self.resident:  # page faults: each list read through the volume's queue
-                begin = max(t, self.disk_free)
-                t = begin + LIST_READ_MS * NS_PER_MS * rng.lognormvariate(0.0, 0.15)
-                self.disk_free = t
+            for lst in sorted(lists - self.resident):  # page faults: each list read from the volume
+                t = self.volume.read(t, LIST_READ_MS * NS_PER_MS * rng.lognormvariate(0.0, 0.15))
                 self.resident.add(lst)
                 cold += 1
         work = (COARSE_MS + PER_LIST_MS * nprobe) * self.numa * rng.lognormvariate(0.0, 0.12)
@@ -161,11 +184,11 @@ def query_ms(rng: random.Random, rtt_ms: float, rows: int, slow: bool) -> float:
     if slow:
         exec_ms *= 6.0 * rng.lognormvariate(0.0, 0.45)
         if rng.random() < 0.12:
-            exec_ms += 25.0 * rng.paretovariate(1.4)
+            exec_ms += min(600.0, 25.0 * rng.paretovariate(1.4))
     else:
         exec_ms *= rng.lognormvariate(0.0, 0.3)
         if rng.random() < 0.01:
-            exec_ms += 4.0 * rng.paretovariate(1.6)
+            exec_ms += min(80.0, 4.0 * rng.paretovariate(1.6))
     return (rtt_ms * rng.lognormvariate(0.0, 0.2) + exec_ms) * NS_PER_MS
 
 
@@ -181,15 +204,3 @@ class Redis:
         served = self.stalls.settle(t + self.rtt_ms / 2 * NS_PER_MS)
         work = lognormal_ms(rng, 0.04, 0.4) + (lognormal_ms(rng, 0.35, 0.8) if evicting else 0.0)
         return served + work + self.rtt_ms / 2 * NS_PER_MS * rng.lognormvariate(0.0, 0.2)
-
-
-def window_share(t: float, edges: tuple[float, float], ramp: float) -> float:
-    """0 before edges[0], 1 from edges[0] + ramp to edges[1], linear in between, 0 after."""
-    if t < edges[0] or t >= edges[1]:
-        return 0.0
-    return min(1.0, (t - edges[0]) / ramp) if ramp > 0 else 1.0
-
-
-def pick_sorted(values: list[float], t: float) -> int:
-    """How many of the sorted `values` are <= t."""
-    return bisect.bisect_right(values, t)
