@@ -34,7 +34,7 @@ worker comes back as a new one), HTTP via Guzzle, manual spans exported. 2: Zipk
 instances are endpoints (ip:port), gRPC, the C++ side exports only its SERVER spans.
 
 Mechanisms (scenario: truth):
-- `fpm-backlog`: a traffic burst above the pods' worker capacity (1.3x for 20 % of the run); requests
+- `fpm-backlog`: a traffic burst above the pods' worker capacity (1.5x for 5 % of the run); requests
   wait in the FPM listen backlog between nginx's span start and the PHP span's start: queueing, stage
   queue, the Laravel SERVER span.
 - `mysql-handshakes`: persistent connections turned off: every request pays a full connect (resolver,
@@ -225,7 +225,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     bursts = ()
     if "fpm-backlog" in parts:
         capacity = s["web_pods"] * s["workers"] / 0.035  # requests/s the pools serve at ~35 ms each
-        bursts = ((0.35 * run_s, 0.06 * run_s, 1.2 * capacity / s["rps"]),)
+        bursts = ((0.35 * run_s, 0.05 * run_s, 1.5 * capacity / s["rps"]),)
     arrivals = poisson_arrivals(rng, s["rps"], requests, bursts)
     horizon = arrivals[-1] + 30 * NS_PER_S
     run_ns = run_s * NS_PER_S
