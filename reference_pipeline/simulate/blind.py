@@ -73,8 +73,8 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   index, a TensorRT encoder with a dynamic batch); OTLP / Jaeger / Zipkin v2. **Untouched**: written
   blind, held out
 
-Each family marked **Untouched** was held out until its final score was recorded; all are open now
-(UNTOUCHED below).
+Each family marked **Untouched** was held out until its final score was recorded; those in UNTOUCHED
+below still are, the others are open now.
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see

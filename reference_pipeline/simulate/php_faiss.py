@@ -47,15 +47,17 @@ Mechanisms (scenario: truth):
   back: cache_miss, stage feature_hydration, span = the Embed SERVER span (side: queueing at the
   batcher, slow_dependency).
 - `index-swap`: a rolling swap to a new index from 25 % of the run; lists not yet in the page cache
-  fault in from the volume (125 MB/s cap: ~7 ms per list, one read at a time per pod), slow first
+  fault in from the volume (~2 ms per 880 KB list, one read at a time per pod), slow first
   queries decaying as popular lists become resident: cold_start at ann-retrieval (faiss.search, or the
   SERVER span where internals are not exported), accept cache_miss (the trace shows page-cache
   misses after the swap decaying: a cold cache and a cold instance read the same).
 - `thp-stalls`: transparent-huge-page compaction (khugepaged / direct compaction holding mmap_lock)
-  freezes one retrieval pod for tens of ms every ~0.7 s; every in-flight call on it is stretched, no
-  runtime events anywhere: gc_pause (the vocabulary's stop-the-world process freeze), accept
-  cpu_throttling (a freeze of the whole process with no runtime events is what a quota stall looks
-  like too; only period alignment differs, which a handful of freezes cannot establish); side queueing.
+  freezes one retrieval pod for tens of ms (median 60) every ~0.4 s; every in-flight call on it is
+  stretched, calls arriving meanwhile are taken together when it ends, no runtime events anywhere:
+  gc_pause (the vocabulary's name for a stop-the-world freeze of one process), accept cpu_throttling
+  (its other name for a process-wide stall, a kernel-imposed one as this is; the vocabulary has none
+  for a memory-management freeze, and neither name fits exactly: no runtime events, no ends on 100 ms
+  period boundaries); side queueing and slow_dependency.
 - `retrieval-saturation`: an untraced batch mailer sends heavy Search calls (nprobe 128, k 1000) for half
   the run; the worker pools run near saturation and the storefront's calls wait for a worker before
   their SERVER span starts: queueing at ann-retrieval (side: slow_dependency).
