@@ -253,3 +253,37 @@ def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tup
     base = p99("steady")
     for scenario in scenarios:
         assert p99(scenario) > 1.25 * base, scenario
+
+
+def _signature(part: str, spans, seed: int) -> bool:
+    """Whether a run shows one mechanism's mark (the single-cause tests above check each in depth)."""
+    style = php_faiss.style(seed)
+    parent = {x["i"]: x for x in spans}
+    roots = named(spans, style.root)
+    if part == "slow-replica":
+        by_host: dict[str, list[float]] = {}
+        for x in named(spans, sp.EXECUTE):
+            by_host.setdefault(x["attrs"]["server.address"], []).append(x["duration"])
+        slow = by_host.pop(sp.REPLICAS[php_faiss.SLOW_REPLICA])
+        return all(p(slow, 50) > 2 * p(v, 50) for v in by_host.values())
+    if part == "thp-stalls":
+        stretched = [x for x in named(spans, style.server("search"), "Server") if x["duration"] > 25 * MS]
+        thp = php_faiss.truth("thp-stalls", seed)[0].instances
+        return len(stretched) >= 3 and {x["instance"] for x in stretched} == set(thp)
+    if part == "candidate-growth":
+        return np.median([int(x["attrs"]["app.candidates.count"]) for x in named(spans, sp.RERANK)]) > 250
+    if part == "embedding-evictions":
+        return len(named(spans, style.client("embed"), "Client")) > 0.4 * len(roots)
+    if part == "fpm-backlog":
+        return max(r["start"] - parent[r["parent"]]["start"] for r in roots) > 50 * MS
+    assert part == "mysql-handshakes"
+    return min(x["duration"] for x in named(spans, sp.CONNECT)) > 5 * MS
+
+
+@pytest.mark.parametrize("pair", php_faiss.PAIRS)
+def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
+    parts = pair.split("+")
+    assert [c.pattern for c in php_faiss.truth(pair, 0)] == [php_faiss.truth(x, 0)[0].pattern for x in parts]
+    both, steady = table_spans(pair, 900, 0), table_spans("steady", 900, 0)
+    for part in parts:
+        assert _signature(part, both, 0) and not _signature(part, steady, 0), part
