@@ -47,7 +47,7 @@ Mechanisms (scenario: truth):
   back: cache_miss, stage feature_hydration, span = the Embed SERVER span (side: queueing at the
   batcher, slow_dependency).
 - `index-swap`: a rolling swap to a new index from 25 % of the run; lists not yet in the page cache
-  fault in from the volume (~2 ms per 880 KB list, one read at a time per pod), slow first
+  fault in from the volume (~2.6 ms per 880 KB list, one read at a time per pod), slow first
   queries decaying as popular lists become resident: cold_start at ann-retrieval (faiss.search, or the
   SERVER span where internals are not exported), accept cache_miss (the trace shows page-cache
   misses after the swap decaying: a cold cache and a cold instance read the same).
@@ -203,11 +203,13 @@ def _retrieval(rng: random.Random, s: dict[str, Any], parts: set[str], run_ns: f
     return pods
 
 
-def _call(rng: random.Random, pod: RetrievalPod, start: float, method: str, nprobe: int, k: int
-          ) -> tuple[Any, float, bool]:
-    """(what the pod did, the CLIENT span's end, whether the 1 s deadline cut it)."""
+def _call(rng: random.Random, pod: RetrievalPod, start: float, method: str, nprobe: int, k: int,
+          http: bool) -> tuple[Any, float, bool]:
+    """(what the pod did, the CLIENT span's end, whether the 1 s deadline cut it). Guzzle's curl
+    handle lives as long as the PHP request: each HTTP call opens its TCP connection first."""
     net = 0.15 * NS_PER_MS
-    arrive = start + net * rng.lognormvariate(0.0, 0.3)
+    handshake = 2 * net * rng.lognormvariate(0.0, 0.3) if http else 0.0
+    arrive = start + handshake + net * rng.lognormvariate(0.0, 0.3)
     served = pod.search(rng, arrive, nprobe, k) if method == "search" else pod.embed(rng, arrive)
     decode = (0.04 + (0.0025 * k if method == "search" else 0.01)) * NS_PER_MS
     end = served.end + net * rng.lognormvariate(0.0, 0.3) + decode
@@ -272,7 +274,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         embed = cache_set = None
         if rng.random() >= 0.97 - 0.62 * share:
             j = w.ann_pod if st.transport == "grpc" else rng.randrange(len(ann))
-            served, end, failed = _call(rng, ann[j], t, "embed", nprobe, 0)
+            served, end, failed = _call(rng, ann[j], t, "embed", nprobe, 0, st.transport == "http")
             embed = sp.Call(t, end, failed, j, served)
             t = end + lognormal_ms(rng, 0.08, 0.3)
             if not failed:
@@ -283,7 +285,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
             min(300, max(12, 60 * rng.lognormvariate(0, 0.4))))
         call_s = t + lognormal_ms(rng, 0.05, 0.3)
         j = w.ann_pod if st.transport == "grpc" else rng.randrange(len(ann))
-        served, call_e, failed = _call(rng, ann[j], call_s, "search", nprobe, k)
+        served, call_e, failed = _call(rng, ann[j], call_s, "search", nprobe, k, st.transport == "http")
         swapped = ann[j].swap_at is not None and served.scan_start >= ann[j].swap_at
         candidates = 24 if failed else k
         shown = min(candidates, 120 if growth else 24)

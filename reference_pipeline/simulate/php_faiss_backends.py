@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from reference_pipeline.simulate.trace_table import NS_PER_MS, Stalls, WorkerPool, lognormal_ms
 
 NLIST = 8192  # inverted lists of the IVF index
-LIST_READ_MS = 2.0  # one cold list (~880 KB of PQ codes + ids) at the volume's 450 MB/s
+LIST_READ_MS = 2.6  # one cold list (~880 KB of PQ codes + ids) from the SSD volume at ~340 MB/s
 PER_LIST_MS = 0.22  # ADC scan of one resident list (12 k PQ64 codes)
 COARSE_MS = 0.25  # the coarse quantizer (8192 centroids)
 PER_CANDIDATE_MS = 0.004  # heap + id mapping per returned candidate
