@@ -7,8 +7,8 @@ mutex each holder in front adds one hold time, so duration ~ own work + concurre
 strong rank correlation (Spearman rho) and a positive robust slope (Theil-Sen) that is the hold time.
 The name with the strongest correlation, weighted by its share of the tail excess, is reported; the
 slope is the estimated hold time and the intercept the work outside the lock. A span that holds the
-model's forward pass below it is no candidate: it holds the batch queue too, which grows with the
-crowd without any lock.
+model's forward pass below it is no candidate (it holds the batch queue too, which grows with the crowd
+without any lock), nor is the forward: passes sharing a device slow each other (compute_bound's).
 
 Cohorts. Where the lock is taken after some work inside the span, requests that enter the span
 together (a batch's members, released within microseconds) reach the lock in an order their starts do
@@ -51,7 +51,7 @@ ADVICE = (
     "then release), shard the lock or the shared resource, or give each worker its own instance (per-worker "
     "tokenizer/model/client, thread-local buffers). More hardware will not help while one lock serialises."
 )
-SKIP_STAGES = {ALL_STAGES.index("queue")}
+SKIP_STAGES = {ALL_STAGES.index("queue"), ALL_STAGES.index("model_forward")}
 MIN_SPANS = 60
 MAX_FIT = 20_000
 MIN_COHORTS = 50
