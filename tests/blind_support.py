@@ -3,12 +3,12 @@ format, read by the real loader, its spans read back as dicts."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
 import duckdb
+import orjson
 
 from ingest.loader import load_paths
 from reference_pipeline.simulate.blind import SUFFIX, write_run
@@ -54,12 +54,17 @@ def load_run(
     with duckdb.connect(str(db), read_only=True) as conn:
         rows = conn.execute(f"SELECT {select} FROM otel_traces").fetchall()
     spans = [dict(zip(SPAN_COLUMNS, row, strict=True)) for row in rows]
+    resources: dict[str, dict] = {}  # a run has few distinct resources: each text parsed once, copied
     for span in spans:
         span["end"] = span["start"] + span["duration"]
-        span["resource"], span["attrs"] = json.loads(span["resource"]), json.loads(span["attrs"])
+        text = span["resource"]
+        resource = resources.get(text)
+        if resource is None:
+            resource = resources[text] = orjson.loads(text)
+        span["resource"], span["attrs"] = dict(resource), orjson.loads(span["attrs"])
         if lists:
-            span["events"] = json.loads(span["events"]) if span["events"] else []
-            span["links"] = json.loads(span["links"]) if span["links"] else []
+            span["events"] = orjson.loads(span["events"]) if span["events"] else []
+            span["links"] = orjson.loads(span["links"]) if span["links"] else []
         if instance is not None:
             span["instance"] = instance(span["resource"])
     assert len(spans) == written["spans"]
