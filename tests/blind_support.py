@@ -11,6 +11,7 @@ import duckdb
 import orjson
 
 from ingest.loader import load_paths
+from ingest.span_json import collector_paused
 from reference_pipeline.simulate.blind import SUFFIX, write_run
 
 SPAN_COLUMNS = {
@@ -42,7 +43,25 @@ def load_run(
 ) -> tuple[list[dict], dict]:
     """(spans, write_run's summary). Each span: the SPAN_COLUMNS keys, with `end` = start + duration,
     `resource` and `attrs` as dicts, `events` and `links` as the store's JSON text (with `lists`: as
-    lists, [] where none), and, with `instance`, `instance` = instance(resource)."""
+    lists, [] where none), and, with `instance`, `instance` = instance(resource).
+
+    The cyclic collector is paused meanwhile (the run's spans are acyclic): a test module keeps
+    its runs, so each collection that generating, loading and reading a run set off scanned every
+    span of the runs before it (8 recsys runs kept: 14.1 -> 10.6 s of CPU)."""
+    with collector_paused():
+        return _load_run(tmp, family, scenario, requests, seed, instance, lists, **opts)
+
+
+def _load_run(
+    tmp: Path,
+    family: str,
+    scenario: str,
+    requests: int,
+    seed: int,
+    instance: Callable[[dict], str] | None,
+    lists: bool,
+    **opts,
+) -> tuple[list[dict], dict]:
     out = tmp / f"{family}-{scenario}-{requests}-{seed}.tmp"
     written = write_run(out, family, scenario, requests, seed, **opts)
     path = Path(written["out"]).with_suffix(SUFFIX[written["format"]])
