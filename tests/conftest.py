@@ -60,7 +60,7 @@ SHARED_FIXTURE_GROUPS = {
 # with one worker alone on a long file while the other has nothing left.
 HEAVY_FIRST = (
     "tests/parity/",  # ~60 s (suite8: 86 s with the chdb demo files)
-    "tests/test_simulate_blind_recsys.py",  # 45 s (suite10; 61-65 s before its runs paused the collector)
+    "tests/test_simulate_blind_recsys.py",  # 38 s (suite10; 61-65 s before)
     "tests/test_whatif_blind.py",  # 32 s
     "tests/test_pipeline_model.py",  # 28 s
     "tests/test_whatif_levers.py",  # 27 s
