@@ -15,6 +15,7 @@ from analysis_spans import S, add_trace, load
 
 from ingest.columns import SpanColumns
 from tailscope.analysis import Filter, tail_vs_body
+from tailscope.store.block_sample import drawn_blocks
 from tailscope.store.duckdb import tail_sample
 from tailscope.store.duckdb.store import DuckDBStore as Store
 
@@ -58,7 +59,7 @@ def _expected_stage_shares(path, quantile: float, sample: int) -> dict[bool, dic
         ordered = sorted((r for r in rows if (r[2] >= threshold) == side), key=lambda r: (r[1], r[0]))
         picked = [
             r
-            for first, end in tail_sample.drawn_blocks(len(ordered), sample, side)
+            for first, end in drawn_blocks(len(ordered), sample, side)
             for r in ordered[first:end]
         ]
         stages = [r[3] for r in picked]
@@ -77,10 +78,10 @@ def test_a_large_selection_samples_blocks_of_consecutive_requests(run_db, monkey
 
 
 def test_drawn_blocks_are_equally_likely_and_cover_a_small_side() -> None:
-    assert tail_sample.drawn_blocks(30, 64, True) == [(0, 8), (8, 16), (16, 24), (24, 30)]  # every one
+    assert drawn_blocks(30, 64, True) == [(0, 8), (8, 16), (16, 24), (24, 30)]  # every one
     counts, expected = np.zeros(480), np.zeros(480)
     for total in range(20_000, 60_000, 7):
-        blocks = tail_sample.drawn_blocks(total, 1000, False)
+        blocks = drawn_blocks(total, 1000, False)
         assert len(blocks) == 8 and all(end - first <= 125 and first % 125 == 0 for first, end in blocks)
         for first, _ in blocks:
             counts[first // 125] += 1
