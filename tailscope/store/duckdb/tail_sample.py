@@ -8,12 +8,14 @@ each side's requests in (Timestamp, TraceId) order are cut into blocks of ceil(N
 consecutive ones and BLOCKS blocks of each side are drawn, equally likely (so is every request, wherever
 its time); their spans start within their roots' intervals give or take the clock skew (as the
 Gantt's, reader.trace_tree), a few windows of the run whose row groups DuckDB finds by their
-Timestamp range. The blocks are numbered from per-slice counts (tail_block_counts.sql) and read by
-their slices only (tail_block_rows.sql), so no statement sorts the run's requests.
+Timestamp range. The blocks are numbered from per-second counts of each side (tail_block_counts.sql)
+and read from their seconds only (tail_block_rows.sql), so no statement sorts the run's requests.
 
-Another sample than the hash one (the same set when N covers a side): a block sample's shares differ
-from the whole selection's by more than a simple random sample's where an attribute changes over the
-run (tests/test_tail_block_sample.py states the bound measured)."""
+Another sample than the hash one (the same set when N covers a side; ClickHouse draws the same blocks,
+tailscope.store.block_sample): where attributes do not drift over time its shares are within 4
+binomial standard errors of the whole selection's (tests/test_tail_block_sample.py; at 10 M spans as
+close as the hash sample's, bench/RESULTS.md); where one changes over the run (a deploy, a bad host
+for an hour) 8 blocks vary more than as many independent traces."""
 
 from __future__ import annotations
 
@@ -29,13 +31,12 @@ from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.statements import WINDOWS_WHERE, filtered
 from tailscope.store.interface import SPAN_WINDOWS, RequestFilter
 
-SLICES = 4096  # time slices the per-side counts are kept in
 MIN_REQUESTS = 100_000  # smaller selections: the hash sample (tail_attributes.sql, ~0.1 s there)
 
 
-def block_parts(slices: Sequence[tuple[int, bool, int, int, int]], sample: int) -> list[dict[str, Any]]:
-    """tail_block_rows.sql's parts from tail_block_counts.sql's rows (slice, side, requests, first ns,
-    last ns; in slice order): each drawn block as the root starts of the slices its requests lie in,
+def block_parts(slices: Sequence[tuple[Any, ...]], sample: int) -> list[dict[str, Any]]:
+    """tail_block_rows.sql's parts from tail_block_counts.sql's rows (second, side, requests, first ns,
+    last ns, threshold; in time order): each drawn block as the root starts of the slices its requests lie in,
     how many of that side's requests there come before it (skip) and its size (take)."""
     parts: list[dict[str, Any]] = []
     for side in (True, False):
@@ -64,7 +65,7 @@ def block_parts(slices: Sequence[tuple[int, bool, int, int, int]], sample: int) 
 def span_windows(rows: Sequence[tuple[Any, ...]]) -> list[tuple[int, int]]:
     """[first, end) ns windows where the sampled traces' spans can start (tail_block_rows.sql's rows:
     root start ns at 4, longest ns at 5, part at 6): per part, its roots' intervals widened by their
-    durations and the clock skew, overlapping ones merged; None-safe for an empty sample."""
+    durations and the clock skew, overlapping ones merged (none for an empty sample)."""
     by_part: dict[int, tuple[int, int]] = {}
     for row in rows:
         start, longest, part = int(row[4]), int(row[5]), int(row[6])
