@@ -35,9 +35,10 @@ MIN_REQUESTS = 100_000  # smaller selections: the hash sample (tail_attributes.s
 
 
 def block_parts(slices: Sequence[tuple[Any, ...]], sample: int) -> list[dict[str, Any]]:
-    """tail_block_rows.sql's parts from tail_block_counts.sql's rows (second, side, requests, first ns,
-    last ns, threshold; in time order): each drawn block as the root starts of the slices its requests lie in,
-    how many of that side's requests there come before it (skip) and its size (take)."""
+    """tail_block_rows.sql's parts from tail_block_counts.sql's rows (second, side, requests, first
+    ns, last ns, threshold; in time order): each drawn block as the root starts of the seconds its
+    requests lie in, how many of that side's requests there come before it (skip) and its size
+    (take)."""
     parts: list[dict[str, Any]] = []
     for side in (True, False):
         rows = [row for row in slices if bool(row[1]) == side]
