@@ -34,7 +34,7 @@ MIN_RETRIED = 20
 ABOVE_MEDIAN = 1.5  # the earliest retries come this many times the callee's median after the first
 FLOOR_SPREAD = 0.5  # the retries' start offsets: median within this much of their floor (p5) above it
 TOLERANCE_NS = 1_000_000
-CUT_ALL = 0.8  # as timeout_retry's: a straggler whose calls are (nearly) all cut is the retries' case
+CUT_ALL = 0.5  # as timeout_retry's: a straggler whose calls are mostly cut is the retries' case
 ADVICE = (
     "{where} is cut below the application, by a proxy or a client library's retry policy, at about "
     "{timeout:.0f} ms per try in {rate:.1%} of calls and sent again to another instance: each of those "
@@ -169,7 +169,7 @@ def _judge(
 
 def _straggler(f, first: np.ndarray, attempts: np.ndarray) -> str | None:
     """The callee instance most first attempts ran on (>= 75 %) where it is slow on every call (median
-    >= 2x the other instances') and answers most of its calls (fewer than 80 % cut): a straggler whose
+    >= 2x the other instances') and answers most of its calls (fewer than 50 % cut): a straggler whose
     answers, not the retries, make the tail. None otherwise."""
     worst = int(np.bincount(f.instance[first]).argmax())
     if float((f.instance[first] == worst).mean()) < 0.75:

@@ -35,7 +35,7 @@ PATTERN = "timeout_retry"
 MIN_RETRIED = 20
 TIGHT = 0.03  # first attempts within 3 % of the timeout value ...
 TIGHT_NS = 500_000  # ... or 0.5 ms, whichever is larger
-CUT_ALL = 0.8  # the deadline cuts this share of a straggler's calls or more: the retries set the latency
+CUT_ALL = 0.5  # the deadline cuts most of a straggler's calls: the retries, not its answers, set the latency
 ABOVE_MEDIAN = 1.5  # a deadline sits above the call's median (most calls end before it)
 ADVICE = (
     "{where} is cut by a client deadline at about {timeout:.0f} ms in {rate:.1%} of calls and then made "
@@ -314,7 +314,7 @@ def _straggler_cut(f, first: np.ndarray, spans: np.ndarray) -> tuple[str, float]
     """(instance, share) where the callee's SERVER spans under the cut first attempts are mostly
     (>= 75 %) on one instance whose calls (all those it served, at least 20) take at least twice as long
     at the median as the calls of the other instances of its service: a straggler replica, slow on
-    every call, most of its calls answered (not cut: < 80 %). (One client span name may call several
+    every call, most of its calls answered (not cut: < 50 %). (One client span name may call several
     services, as HTTP clients name spans by method: another service's replicas answering faster make no
     straggler.)"""
     child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
@@ -329,7 +329,7 @@ def _straggler_cut(f, first: np.ndarray, spans: np.ndarray) -> tuple[str, float]
     mine = f.instance[served] == worst
     if share < 0.75 or mine.sum() < 20 or mine.all():
         return None
-    # where the deadline cuts (nearly) every call the replica gets, the requests never see its slowness:
+    # where the deadline cuts most calls the replica gets, the requests mostly never see its slowness:
     # they see the deadline and the retry elsewhere, which set their latency whatever the replica does
     if float((f.instance[cut] == worst).sum()) >= CUT_ALL * mine.sum():
         return None
