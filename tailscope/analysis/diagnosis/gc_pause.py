@@ -15,8 +15,8 @@ shifted counts (z score, ratio), and its weight is how many tail requests overla
 rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. Stall
 episodes longer than the median request in which the process finished no work weigh most (a paused
 process finishes nothing; a queue draining while the model keeps stepping does); where none is that
-long, the timing finding is discounted. GC events reported by the runtime confirm. A concurrent
-collector's marks, which slow the work without stopping it, are gc_assists.py's.
+long, the timing finding is discounted. GC events confirm. A concurrent collector's marks, which slow
+the work without stopping it, are gc_assists.py's; an interpreter lock's turns, interpreter_lock.py's.
 
 Reported pauses alone. With about one request in flight a pause stretches one span at a time and
 nothing aligns; where the runtime reports its pauses (span events such as `python.gc` with a
@@ -30,6 +30,7 @@ import numpy as np
 from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_stalls, loop_blocks, stopped_accepts
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
+from tailscope.analysis.diagnosis.interpreter_lock import split as lock_turns
 from tailscope.analysis.diagnosis.long_stalls import (
     credible_silences,
     long_stalls,
@@ -66,9 +67,8 @@ WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy
 
 def detect(ctx: Context) -> list[Finding]:
     """The stops (below), or the slowdown where a concurrent collector's marks slow the work without
-    stopping it (gc_assists.py), and a step that held its process (loop_blocks.py): its stretches
-    are stall episodes for the calls it held."""
-    found, assist = _stops(ctx), gc_assists.finding(ctx, warm_up_mask(ctx))
+    stopping it (gc_assists.py), and a step that held its process (loop_blocks.py)."""
+    found, assist = lock_turns(ctx, _stops(ctx)), gc_assists.finding(ctx, warm_up_mask(ctx))
     if assist is not None and assist.confidence > max((x.confidence for x in found), default=0.0):
         found = [x for x in found if x.pattern != PATTERN] + [assist]
     blocks = loop_blocks.find(ctx)
