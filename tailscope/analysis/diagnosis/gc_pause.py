@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_stalls, loop_blocks, stopped_accepts
+from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_pauses, loop_blocks, stopped_accepts
 from tailscope.analysis.diagnosis.frame import root_waits
-from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
+from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_weight
 from tailscope.analysis.diagnosis.interpreter_lock import split as lock_turns
 from tailscope.analysis.diagnosis.long_stalls import (
     credible_silences,
@@ -360,40 +360,5 @@ def _stops(ctx: Context) -> list[Finding]:
     return found
 
 
-LONE_CAP = 0.95
-
-
 def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
-    """The finding from stretches alike across span names where one piece of work is in flight at a
-    time (lone_stalls.py), the runtime's reports confirming; else from the reports alone."""
-    found = stopped_accepts.with_releases(ctx, lone_stalls.find(ctx, warm))
-    reported = reported_only(ctx, ADVICE)
-    if found is None or found["strength"] * found["weight"] < 0.05:
-        return reported
-    f = ctx.frame
-    episodes = found["episodes"]
-    # stretches packed into the first third of their instances' lives are a warm-up (an instance
-    # started cold: its steps slower by a factor), as for the cross-name episodes
-    young = young_excess(ctx, *episodes)
-    confidence = LONE_CAP * found["strength"] * found["weight"] * (1 - logistic(young, 0.5, 0.1))
-    found["stats"]["early_share"] = round(young, 3)
-    event_share = None
-    if len(f.gc_time):
-        event_share = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
-        confidence = max([confidence] + [fd.confidence for fd in reported])
-    if confidence >= 0.3:  # other detectors discount time frozen in these pauses
-        ctx.notes["gc_episodes"] = episodes
-    where, services = where_stalled(ctx, *episodes)
-    stats = {"services": services, "instances": where, **found["stats"], "gc_events": len(f.gc_time),
-             "tail_excess_share_in_reported_gc": None if event_share is None else round(event_share, 3)}
-    summary = (
-        lone_stalls.describe(where, stats) + stopped_accepts.describe(stats)
-        + f" The stops and the work that waited behind them carry {stats['tail_excess_share']:.0%} of the "
-        "tail excess" + ("." if event_share is None else
-                         f"; the runtime reported GC pauses covering {event_share:.0%} of it.")
-    )
-    spans = np.nonzero(f.leaf & (f.request >= 0))[0]
-    slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
-    evidence = {"summary": summary, "stats": stats, "chart": stall_chart(ctx, spans, slow, *episodes)}
-    finding = Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)
-    return cpu_throttling.split(ctx, finding, episodes, event_share)
+    return lone_pauses.finding(ctx, warm, PATTERN, ADVICE)
