@@ -42,10 +42,12 @@ def finding(ctx: Context, warm: np.ndarray, pattern: str, advice: str) -> list[F
     young = young_excess(ctx, *episodes)
     confidence = LONE_CAP * found["strength"] * found["weight"] * (1 - logistic(young, 0.5, 0.1))
     found["stats"]["early_share"] = round(young, 3)
-    event_share = None
-    if len(f.gc_time):
+    event_share, covered_little = None, False
+    if len(f.gc_time) and f.gc_dur.max() > 0:
         event_share = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
-        confidence = max([confidence] + [fd.confidence for fd in reported])
+        covered = logistic(event_share, 0.3, 0.08)  # reported pauses that miss the stops: not GC's
+        covered_little = covered < 0.5
+        confidence = max([confidence * (0.5 + 0.5 * covered)] + [fd.confidence for fd in reported])
     if confidence >= 0.3:  # other detectors discount time frozen in these pauses
         ctx.notes["gc_episodes"] = episodes
     where, services = where_stalled(ctx, *episodes)
@@ -56,6 +58,8 @@ def finding(ctx: Context, warm: np.ndarray, pattern: str, advice: str) -> list[F
         + f" The stops and the work that waited behind them carry {stats['tail_excess_share']:.0%} of the "
         "tail excess" + ("." if event_share is None else
                          f"; the runtime reported GC pauses covering {event_share:.0%} of it.")
+        + (" A runtime that reports its pauses yet stops outside them stops for another reason (a CPU "
+           "quota or a starved CPU): GC is not the favoured reading." if covered_little else "")
     )
     spans = np.nonzero(f.leaf & (f.request >= 0))[0]
     slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
