@@ -140,7 +140,8 @@ def _cold_peer_calls(findings: list[Finding]) -> None:
             own = fd.evidence.get("stats", {})
             share = (own.get("tail_excess_share") or 0.0) * (own.get("callee_share") or 1.0)
             beyond = stats.get("call_tail_excess_share_beyond_them", 0.0)  # slow on its own too
-            if fd.pattern == "slow_dependency" and fd.span_name == cold.span_name and beyond < MATERIAL and \
+            calls = stats.get("call_names") or (cold.span_name,)  # a sidecar's outbound span: the call's
+            if fd.pattern == "slow_dependency" and fd.span_name in calls and beyond < MATERIAL and \
                     stats["tail_excess_share"] >= 0.5 * share:
                 fd.confidence = min(fd.confidence, 0.45)
                 fd.evidence["stats"]["part_of"] = cold.pattern
