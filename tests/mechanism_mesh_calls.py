@@ -48,3 +48,38 @@ def mesh_scorer(seed: int, joins: str = "cold", n: int = 5000, rps: float = 120.
         b.span(post, "POST /v1/policy", "Server", f"policy/{int(b.rng.integers(2))}", cur + 0.4, policy)
         b.set_end(root, cur + policy + 1.0)
     return b.frame()
+
+
+def queued_model(seed: int, bursts: bool = True, n: int = 5000):
+    """A scorer calls an untraced model server (two single-worker replicas, 8 ms a call) through its
+    sidecar, whose outbound span a stage rule reads as the model's forward. With `bursts`, arrivals
+    come at 60 rps with a 4x burst for a second every 6 s: calls wait in the replicas' queues during
+    the bursts (the wait inside the call and its sidecar span); without, 60 rps steady, and the
+    model's own time has a heavy tail (one call in ten takes 5-10x longer)."""
+    b = TraceBuilder(seed)
+    t, times = 0.0, []
+    while len(times) < n:
+        rate = 240.0 if bursts and (t % 6000.0) < 1000.0 else 60.0
+        t += float(b.rng.exponential(1000.0 / rate))
+        times.append(t)
+    free = {"model/0": 0.0, "model/1": 0.0}
+    for t in times:
+        b.new_trace()
+        pod = f"score/{int(b.rng.integers(2))}"
+        replica = "model/0" if free["model/0"] <= free["model/1"] else "model/1"
+        work = lognormal(b.rng, 8.0, 0.1)
+        if not bursts and b.rng.random() < 0.1:
+            work *= b.rng.uniform(5.0, 10.0)
+        cur = t + 1.0
+        done = max(cur + 0.5, free[replica]) + work
+        free[replica] = done
+        root = b.span(None, "POST /score", "Server", pod, t, 0.0)
+        b.span(root, "load_features", "Internal", pod, t + 0.1, 0.8)
+        call = b.span(root, "ModelInfer", "Client", pod, cur, done - cur + 0.6)
+        b.span(call, "model:8001/*", "Client", pod, cur + 0.2, done - cur + 0.2, service="score-sidecar")
+        end = done + 0.7
+        rerank = lognormal(b.rng, 3.0, 0.2)
+        b.span(root, "rerank", "Internal", pod, end, rerank)
+        b.set_end(root, end + rerank + 0.2)
+    b.stages["model:8001/*"] = "model_forward"
+    return b.frame()
