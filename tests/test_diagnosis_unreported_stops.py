@@ -8,7 +8,7 @@ import pytest
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.mechanism_frames import by_pattern
-from tests.mechanism_starved import starved_scorer
+from tests.mechanism_starved import starved_scorer, steady_quota_service
 
 
 def _found(result) -> list:
@@ -29,3 +29,22 @@ def test_stops_the_runtime_reports_stay_gc_pause(seed: int) -> None:
     result = diagnose_frame(starved_scorer(seed, gc="stops"))
     assert by_pattern(result.findings)["gc_pause"] >= 0.9, _found(result)
     assert result.findings[0].pattern == "gc_pause", _found(result)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_quota_stalls_with_aligned_starts_that_reported_gc_misses_are_throttling(seed: int) -> None:
+    """A quota used up at the same point of each busy period aligns the stalls' starts as well as
+    their ends; a timer-driven collection of fixed length would too, but the runtime reports its
+    pauses and they miss the stalls: cpu_throttling, no gc_pause beside it."""
+    result = diagnose_frame(steady_quota_service(seed, gc="elsewhere"))
+    found = by_pattern(result.findings)
+    assert result.findings[0].pattern == "cpu_throttling" and found["cpu_throttling"] >= 0.8, _found(result)
+    assert found.get("gc_pause", 0.0) < 0.5, _found(result)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_fixed_length_collection_the_runtime_reports_stays_gc_pause(seed: int) -> None:
+    result = diagnose_frame(steady_quota_service(seed, gc="stops"))
+    found = by_pattern(result.findings)
+    assert result.findings[0].pattern == "gc_pause" and found["gc_pause"] >= 0.9, _found(result)
+    assert found.get("cpu_throttling", 0.0) < 0.3, _found(result)

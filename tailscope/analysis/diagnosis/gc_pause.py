@@ -273,7 +273,7 @@ def _stops(ctx: Context) -> list[Finding]:
         frozen,
         beside,
     )
-    event_share = None
+    event_share, timing = None, confidence  # the stalls' timing alone: a quota's stalls keep it
     if len(f.gc_time):
         # confirmation: how much of the tail excess the runtime's own pause reports cover
         ev = request_stall_overlap(ctx, *ctx.reported_pauses)
@@ -312,6 +312,7 @@ def _stops(ctx: Context) -> list[Finding]:
         "gc_events": len(f.gc_time),
         "episodes_confirmed_by_gc_events": confirmed,
         "tail_excess_share_in_reported_gc": None if event_share is None else round(event_share, 3),
+        "timing_confidence": round(timing, 3),
     }
     summary = (
         f"{episodes} stall episodes (median {pause_ms:.1f} ms) where spans of several different names on one "
