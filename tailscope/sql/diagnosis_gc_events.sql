@@ -10,6 +10,8 @@ SELECT DISTINCT
         ResourceAttributes->>'faas.instance',
         ResourceAttributes->>'aws.log.stream.names',
         (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
+        (ResourceAttributes->>'k8s.pod.name') || ':' || (ResourceAttributes->>'process.pid'),
+        ResourceAttributes->>'k8s.pod.name',
         ResourceAttributes->>'process.pid',
         ResourceAttributes->>'host.name',
         ResourceAttributes->>'hostname',

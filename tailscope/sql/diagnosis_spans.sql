@@ -6,7 +6,8 @@
 -- joined back (parsing it on every span was 85 % of this read: 1 M spans 10 -> 3 s on a loaded
 -- 2-core VM). The instance is the process that ran the span:
 -- service.instance.id, else a serverless function's execution environment (OpenTelemetry's faas.instance, or
--- the awsxray receiver's aws.log.stream.names: one log stream per environment), else host.name + process.pid, else what other tracers name the process by
+-- the awsxray receiver's aws.log.stream.names: one log stream per environment), else host.name + process.pid, else the
+-- Kubernetes pod the collector's k8sattributes processor names (k8s.pod.name, with the pid where given), else what other tracers name the process by
 -- (Jaeger's `hostname`, `ip` and `client-uuid` process tags, Zipkin's endpoint as net.host.ip and
 -- port), else the service itself; GC pauses and lock contention are per process, so detectors group
 -- by it. The spans CTE's rows are one of two fixed fragments: the stored spans
@@ -26,6 +27,8 @@ resources AS (
         ResourceAttributes->>'faas.instance',
         ResourceAttributes->>'aws.log.stream.names',
         (ResourceAttributes->>'host.name') || ':' || (ResourceAttributes->>'process.pid'),
+        (ResourceAttributes->>'k8s.pod.name') || ':' || (ResourceAttributes->>'process.pid'),
+        ResourceAttributes->>'k8s.pod.name',
         ResourceAttributes->>'process.pid',
         ResourceAttributes->>'host.name',
         ResourceAttributes->>'hostname',

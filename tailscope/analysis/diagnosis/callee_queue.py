@@ -128,7 +128,17 @@ def detect(ctx: Context) -> list[Finding]:
              "peak_arrival_rate_rps": round(peak, 1), "mean_arrival_rate_rps": round(mean_rate, 1),
              "extra_p99_ms": ms(np.quantile(excess, 0.99)), "tail_excess_share": round(share, 3),
              "extra_in_retried_calls": round(part_retried, 3),
-             "mechanism": MECHANISM}
+             "mechanism": MECHANISM, "call_names": _inside(f, code)}
     server = callee or f"the service behind '{name}'"
     return [Finding(PATTERN, clamp01(confidence), "queue", name, {"summary": summary, "stats": stats},
                     ADVICE.format(server=server))]
+
+
+def _inside(f, code: int) -> list[str]:
+    """The call's name, then the names of the spans inside the calls two levels down (a sidecar's
+    outbound and inbound spans): the queue's wait lies inside them too."""
+    calls = np.nonzero((f.name == code) & (f.request >= 0))[0]
+    kids = np.nonzero((f.parent >= 0) & np.isin(f.parent, calls))[0]
+    grand = np.nonzero((f.parent >= 0) & np.isin(f.parent, kids))[0]
+    names = {f.names[c] for c in np.unique(f.name[np.r_[kids, grand]]).tolist()} - {f.names[code]}
+    return [f.names[code], *sorted(names)]

@@ -60,12 +60,18 @@ def _auc(early: np.ndarray, late: np.ndarray) -> float:
 def _sources(ctx: Context):
     """(call name code, spans whose durations are judged, peer code per span, peer label per code):
     an untraced callee's calls by the peer they name; a traced callee's SERVER spans by its instance
-    (a worker restarted mid-run is a new instance: its own time, not the wait before it)."""
+    (a worker restarted mid-run is a new instance: its own time, not the wait before it), also where
+    a sidecar's outbound CLIENT span sits between the call and them (a service mesh)."""
     f = ctx.frame
     child = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0) & (f.request >= 0))[0]
     child = child[f.kind[f.parent[child]] == KIND_CLIENT]
+    caller = f.parent[child]
+    # a sidecar's outbound CLIENT span between the call and the callee's SERVER span: the call's too
+    up = f.parent[caller]
+    via = (up >= 0) & (f.kind[np.maximum(up, 0)] == KIND_CLIENT)
+    child, caller = np.r_[child, child[via]], np.r_[caller, up[via]]
     answered = np.zeros(len(f), bool)
-    answered[f.parent[child]] = True
+    answered[caller] = True
     for code in ctx.client_names.tolist():
         spans = np.nonzero((f.name == code) & (f.kind == KIND_CLIENT) & (f.request >= 0))[0]
         if len(spans) < 200:
@@ -75,7 +81,7 @@ def _sources(ctx: Context):
             if found is not None:
                 yield code, spans, *found
         elif answered[spans].mean() >= 0.9:
-            srv = child[f.name[f.parent[child]] == code]
+            srv = child[f.name[caller] == code]
             yield code, srv, f.instance[srv], [f.instances[i] for i in range(len(f.instances))]
 
 
@@ -166,8 +172,10 @@ def _finding(ctx: Context, advice: str, confidence: float, code: int, spans: np.
     )
     if callee != service:
         where = [peer_name, *where]
+    # the names of the calls that carry it: the caller's, and a sidecar's outbound span between
+    calls = [name, *sorted({f.names[c] for c in np.unique(f.name[callers])} - {name})]
     stats = {"services": sorted({service, callee}), "instances": where, "peer": peer_name, **st,
-             "mechanism": MECHANISM}
+             "mechanism": MECHANISM, "call_names": calls}
     stage = ctx.stage_of_name(code)
     return Finding("cold_start", clamp01(confidence), stage, name, {"summary": summary, "stats": stats},
                    advice.format(where=f"the new replica behind '{name}' ({peer_name})"))

@@ -16,7 +16,11 @@ process finished no work), on each instance:
 Statistic: per instance the Rayleigh statistic Z = n R^2 of the stall ends' phase modulo 100 ms (R:
 the mean resultant length); summed over instances it is ~k under no alignment (k instances, each Z
 exponential with mean 1), so z = (sum Z - k) / sqrt(k). The same for the stall starts; throttling
-needs the ends aligned (z >= 4 or so) and more aligned than the starts. `split` turns gc_pause's
+needs the ends aligned (z >= 4 or so) and more aligned than the starts (a timer-driven collection of
+fixed length aligns both; where the runtime reports its pauses with durations and they miss the
+stalls, that reading is gone and aligned starts, a quota used up at the same point of each busy
+period, no longer count against it; the stalls' timing confidence before those reports discounted it
+carries over to cpu_throttling). `split` turns gc_pause's
 timing finding into the pattern the evidence favours: cpu_throttling at (timing confidence x
 alignment strength), gc_pause at the rest; without GC events and without aligned ends the stalls
 stay gc_pause, saying that a quota was considered and why it is unlikely.
@@ -112,8 +116,11 @@ def _split(ctx: Context, finding: Finding, episodes: tuple, gc_covered: float | 
         if gc_covered is None:
             finding.evidence["summary"] += UNTESTED_HINT
         return [finding]
-    aligned = logistic(phase["end_phase_z"], 4.0, 1.0) * logistic(
-        phase["end_phase_z"] - phase["start_phase_z"], 3.0, 1.0)
+    order = logistic(phase["end_phase_z"] - phase["start_phase_z"], 3.0, 1.0)
+    missed = gc_covered is not None and ctx.frame.gc_dur.max(initial=0) > 0
+    if missed:  # reported pauses (with durations) that miss the stalls: no periodic GC of fixed length
+        order = max(order, 1 - logistic(gc_covered, 0.1, 0.03))  # left to explain aligned starts
+    aligned = logistic(phase["end_phase_z"], 4.0, 1.0) * order
     if gc_covered is not None:  # the runtime reported pauses: they speak for GC as far as they cover
         aligned *= 1 - logistic(gc_covered, 0.3, 0.08)
     numbers = {
@@ -130,7 +137,9 @@ def _split(ctx: Context, finding: Finding, episodes: tuple, gc_covered: float | 
         return [finding]
     throttled = copy.deepcopy(finding)
     throttled.pattern = PATTERN
-    throttled.confidence = clamp01(finding.confidence * aligned)
+    # the stalls' timing before reports that miss them discounted it (they discount GC, not a quota)
+    base = max(finding.confidence, stats.get("timing_confidence", 0.0)) if missed else finding.confidence
+    throttled.confidence = clamp01(base * aligned)
     throttled.evidence["summary"] = (
         f"The stalls end on a {PERIOD_NS / 1e6:.0f} ms period: over {phase['stalls']} stalls (median "
         f"{phase['stall_ms_median']:.0f} ms) the moments work resumes share one phase per instance "

@@ -24,7 +24,9 @@ predict (within a window of at least the service's median work span: a duration 
 factor x took d (1 − 1/x) longer) as a share of the tail excess, or, beside a heavier cause, what it
 adds to the mean request over the median latency (0.5 at 5 %). Where the runtime reports its GC
 cycles (span events), their rate around each span confirms (Spearman with r) or, uncorrelated, says
-the slowdown is the CPU's, not the collector's.
+the slowdown is the CPU's, not the collector's. A slowdown that settles with its instances' age (the
+stretch falls with the time since the instance's first span) is a warm-up (a replica that joined
+cold), not marks: it discounts the finding.
 """
 
 from __future__ import annotations
@@ -308,10 +310,39 @@ def finding(ctx: Context, warm: np.ndarray) -> Finding | None:
     if found is None or found["confidence"] < 0.05:
         return None
     f = ctx.frame
+    young = _young(ctx, warm, found["episodes"][0])
+    confidence = found["confidence"] * (1 - logistic(young, 0.3, 0.06))
     stats = {"services": [found["service"]], "instances": found["instances"], "mechanism": "concurrent mark",
-             **found["stats"]}
+             **found["stats"], "settles_with_age": round(young, 3)}
     spans = np.nonzero(f.leaf & (f.request >= 0))[0]
     slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
     chart = stall_chart(ctx, spans, slow, *found["episodes"]) if len(found["episodes"][0]) else None
-    evidence = {"summary": describe(found), "stats": stats, "chart": chart}
-    return Finding("gc_pause", clamp01(found["confidence"]), None, None, evidence, ADVICE)
+    summary = describe(found) + (
+        f" The slowdown settles as its instances age (Spearman of stretch with age {-young:.2f}): a new "
+        "instance warming up (see cold_start), not a collector's marks, which recur." if young >= 0.2
+        else "")
+    evidence = {"summary": summary, "stats": stats, "chart": chart}
+    return Finding("gc_pause", clamp01(confidence), None, None, evidence, ADVICE)
+
+
+def _young(ctx: Context, warm: np.ndarray, ep_inst: np.ndarray) -> float:
+    """How strongly the process's own work settles with its instance's age: minus the Spearman of the
+    work spans' log stretch with their time since the instance's first span (any kind: a callee's
+    replica serves no request roots), per instance, weighted by its slowed spans. Marks recur while
+    the process runs (no trend); a replica that joined cold is slow at first and settles."""
+    f = ctx.frame
+    spans = work_spans(ctx, warm)
+    if len(spans) == 0 or len(ep_inst) == 0:
+        return 0.0
+    r = _log_stretch(f, spans)
+    first = np.full(len(f.instances), np.iinfo(np.int64).max)
+    np.minimum.at(first, f.instance, f.start)
+    age = f.start[spans] - first[f.instance[spans]]
+    weight = np.bincount(ep_inst, minlength=len(f.instances)).astype(np.float64)
+    total = trend = 0.0
+    for i in np.nonzero(weight)[0].tolist():
+        mine = f.instance[spans] == i
+        if mine.sum() >= 20:
+            trend += weight[i] * -spearman(r[mine], age[mine].astype(np.float64))
+            total += weight[i]
+    return max(0.0, trend / total) if total else 0.0

@@ -15,8 +15,8 @@ shifted counts (z score, ratio), and its weight is how many tail requests overla
 rise in arrivals during stalls (a burst) and stalls packed at the start (warm-up) discount it. Stall
 episodes longer than the median request in which the process finished no work weigh most (a paused
 process finishes nothing; a queue draining while the model keeps stepping does); where none is that
-long, the timing finding is discounted. GC events reported by the runtime confirm. A concurrent
-collector's marks, which slow the work without stopping it, are gc_assists.py's.
+long, the timing finding is discounted. GC events confirm. A concurrent collector's marks, which slow
+the work without stopping it, are gc_assists.py's; an interpreter lock's turns, interpreter_lock.py's.
 
 Reported pauses alone. With about one request in flight a pause stretches one span at a time and
 nothing aligns; where the runtime reports its pauses (span events such as `python.gc` with a
@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_stalls, loop_blocks, stopped_accepts
+from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_pauses, loop_blocks, stopped_accepts
 from tailscope.analysis.diagnosis.frame import root_waits
-from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_only, reported_weight
+from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_weight
+from tailscope.analysis.diagnosis.interpreter_lock import split as lock_turns
 from tailscope.analysis.diagnosis.long_stalls import (
     credible_silences,
     long_stalls,
@@ -66,9 +67,8 @@ WINDOW_NS = 1_000_000_000  # a burst lasts seconds; co-slowness alone picks busy
 
 def detect(ctx: Context) -> list[Finding]:
     """The stops (below), or the slowdown where a concurrent collector's marks slow the work without
-    stopping it (gc_assists.py), and a step that held its process (loop_blocks.py): its stretches
-    are stall episodes for the calls it held."""
-    found, assist = _stops(ctx), gc_assists.finding(ctx, warm_up_mask(ctx))
+    stopping it (gc_assists.py), and a step that held its process (loop_blocks.py)."""
+    found, assist = lock_turns(ctx, _stops(ctx)), gc_assists.finding(ctx, warm_up_mask(ctx))
     if assist is not None and assist.confidence > max((x.confidence for x in found), default=0.0):
         found = [x for x in found if x.pattern != PATTERN] + [assist]
     blocks = loop_blocks.find(ctx)
@@ -273,7 +273,7 @@ def _stops(ctx: Context) -> list[Finding]:
         frozen,
         beside,
     )
-    event_share = None
+    event_share, timing = None, confidence  # the stalls' timing alone: a quota's stalls keep it
     if len(f.gc_time):
         # confirmation: how much of the tail excess the runtime's own pause reports cover
         ev = request_stall_overlap(ctx, *ctx.reported_pauses)
@@ -312,6 +312,7 @@ def _stops(ctx: Context) -> list[Finding]:
         "gc_events": len(f.gc_time),
         "episodes_confirmed_by_gc_events": confirmed,
         "tail_excess_share_in_reported_gc": None if event_share is None else round(event_share, 3),
+        "timing_confidence": round(timing, 3),
     }
     summary = (
         f"{episodes} stall episodes (median {pause_ms:.1f} ms) where spans of several different names on one "
@@ -360,40 +361,5 @@ def _stops(ctx: Context) -> list[Finding]:
     return found
 
 
-LONE_CAP = 0.95
-
-
 def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
-    """The finding from stretches alike across span names where one piece of work is in flight at a
-    time (lone_stalls.py), the runtime's reports confirming; else from the reports alone."""
-    found = stopped_accepts.with_releases(ctx, lone_stalls.find(ctx, warm))
-    reported = reported_only(ctx, ADVICE)
-    if found is None or found["strength"] * found["weight"] < 0.05:
-        return reported
-    f = ctx.frame
-    episodes = found["episodes"]
-    # stretches packed into the first third of their instances' lives are a warm-up (an instance
-    # started cold: its steps slower by a factor), as for the cross-name episodes
-    young = young_excess(ctx, *episodes)
-    confidence = LONE_CAP * found["strength"] * found["weight"] * (1 - logistic(young, 0.5, 0.1))
-    found["stats"]["early_share"] = round(young, 3)
-    event_share = None
-    if len(f.gc_time):
-        event_share = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
-        confidence = max([confidence] + [fd.confidence for fd in reported])
-    if confidence >= 0.3:  # other detectors discount time frozen in these pauses
-        ctx.notes["gc_episodes"] = episodes
-    where, services = where_stalled(ctx, *episodes)
-    stats = {"services": services, "instances": where, **found["stats"], "gc_events": len(f.gc_time),
-             "tail_excess_share_in_reported_gc": None if event_share is None else round(event_share, 3)}
-    summary = (
-        lone_stalls.describe(where, stats) + stopped_accepts.describe(stats)
-        + f" The stops and the work that waited behind them carry {stats['tail_excess_share']:.0%} of the "
-        "tail excess" + ("." if event_share is None else
-                         f"; the runtime reported GC pauses covering {event_share:.0%} of it.")
-    )
-    spans = np.nonzero(f.leaf & (f.request >= 0))[0]
-    slow = slow_flags(ctx, f.name[spans], f.dur[spans], len(f.names))
-    evidence = {"summary": summary, "stats": stats, "chart": stall_chart(ctx, spans, slow, *episodes)}
-    finding = Finding(PATTERN, clamp01(confidence), None, None, evidence, ADVICE)
-    return cpu_throttling.split(ctx, finding, episodes, event_share)
+    return lone_pauses.finding(ctx, warm, PATTERN, ADVICE)

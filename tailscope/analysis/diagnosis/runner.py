@@ -133,7 +133,8 @@ def _cold_peer_calls(findings: list[Finding]) -> None:
     """slow_dependency on a call whose tail is mostly a replica's first calls (a cold_start finding
     >= 0.5 on the same call, from the callee it names: cold_peers.py), or a queue for the untraced
     callee's workers that follows the arrivals (callee_queue.py): the callee is slow because it is
-    cold or busy, a possible cause beside it at most."""
+    cold or busy, a possible cause beside it at most; compute_bound on a span inside the queued call
+    (a sidecar's span read as the model's forward) is that queue's wait."""
     for cold in findings:
         stats = cold.evidence.get("stats", {})
         if cold.confidence < NAMED or (cold.pattern, stats.get("mechanism")) not in (
@@ -143,7 +144,14 @@ def _cold_peer_calls(findings: list[Finding]) -> None:
             own = fd.evidence.get("stats", {})
             share = (own.get("tail_excess_share") or 0.0) * (own.get("callee_share") or 1.0)
             beyond = stats.get("call_tail_excess_share_beyond_them", 0.0)  # slow on its own too
-            if fd.pattern == "slow_dependency" and fd.span_name == cold.span_name and beyond < MATERIAL and \
+            calls = stats.get("call_names") or (cold.span_name,)  # a sidecar's outbound span: the call's
+            queue = stats.get("mechanism") == CALLEE_QUEUE
+            if fd.pattern == "compute_bound" and queue and fd.span_name in calls:
+                fd.confidence = min(fd.confidence, 0.45)  # the untraced callee's queue wait, in the call
+                fd.evidence.setdefault("stats", {})["part_of"] = cold.pattern
+                fd.evidence["summary"] += f" Its time is the callee's queue (see {cold.pattern}: part of it)."
+                continue
+            if fd.pattern == "slow_dependency" and fd.span_name in calls and beyond < MATERIAL and \
                     stats["tail_excess_share"] >= 0.5 * share:
                 fd.confidence = min(fd.confidence, 0.45)
                 fd.evidence["stats"]["part_of"] = cold.pattern

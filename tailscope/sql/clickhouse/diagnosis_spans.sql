@@ -1,6 +1,7 @@
 -- Diagnosis: every span of one run as plain columns for numpy, as ../diagnosis_spans.sql (read its
 -- notes): 63-bit keys (cityHash64 here, DuckDB's hash there: only equality within one read matters),
--- the instance that ran the span (service.instance.id, else host.name:process.pid, else either, else
+-- the instance that ran the span (service.instance.id, else host.name:process.pid, else the Kubernetes
+-- pod (k8s.pod.name[:process.pid]), else either, else
 -- Jaeger's hostname / ip / client-uuid or Zipkin's net.host.ip:port, from
 -- the Map's keys where DuckDB tests JSON for NULL), with the run's phase spans ({phases}:
 -- phase_spans.sql over the same scope), their rule's stage as the stage attribute.
@@ -23,6 +24,9 @@ SELECT
         mapContains(ResourceAttributes, 'aws.log.stream.names'), ResourceAttributes['aws.log.stream.names'],
         mapContains(ResourceAttributes, 'host.name') AND mapContains(ResourceAttributes, 'process.pid'),
             concat(ResourceAttributes['host.name'], ':', ResourceAttributes['process.pid']),
+        mapContains(ResourceAttributes, 'k8s.pod.name') AND mapContains(ResourceAttributes, 'process.pid'),
+            concat(ResourceAttributes['k8s.pod.name'], ':', ResourceAttributes['process.pid']),
+        mapContains(ResourceAttributes, 'k8s.pod.name'), ResourceAttributes['k8s.pod.name'],
         mapContains(ResourceAttributes, 'process.pid'), ResourceAttributes['process.pid'],
         mapContains(ResourceAttributes, 'host.name'), ResourceAttributes['host.name'],
         mapContains(ResourceAttributes, 'hostname'), ResourceAttributes['hostname'],
