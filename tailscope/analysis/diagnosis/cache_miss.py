@@ -163,8 +163,7 @@ def detect(ctx: Context) -> list[Finding]:
         # a slow mode made of GC pauses (allocation-heavy code triggers them) is the gc_pause finding's
         if slow_mode_in_pauses(ctx, spans, slow):
             continue
-        # a call whose slow mode is time outside the callee's own span is the network's, not a miss
-        if slow_mode_is_gap(ctx, spans, slow):
+        if slow_mode_is_gap(ctx, spans, slow):  # time outside the callee's span: the network's, no miss
             continue
         why = _explain(ctx, code, spans, slow)
         # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss; so is
@@ -183,9 +182,7 @@ def detect(ctx: Context) -> list[Finding]:
         # only (the store behind the cache). A deadline and a retry, a payload that varies or a
         # heavy-tailed dependency make two modes too: those are named by their own detectors
         sign = cache_evidence(ctx, code, spans, why, slow)
-        # a cache system being there is no miss: with no path taken on the slow mode only (no store
-        # call, no hit/miss value), a slow mode spent inside the cache's own calls is the cache server
-        # or the way to it being slow (a redirect, a blocked shard, a stalled caller), not misses
+        # no path of the slow mode only, the slow mode inside the cache's own calls: a slow cache, no miss
         cache_slow = not shows_a_miss_path(why) and slow_in_cache_calls(ctx, code, spans, slow) > 0.5
         if sign is None or cache_slow or explained_by_request_kind(why):
             ctx.notes.setdefault("bimodal_without_cache", {})[int(code)] = rate
