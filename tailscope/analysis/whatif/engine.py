@@ -223,10 +223,12 @@ def plan(
         ql.more_replicas(x, extra_replicas),
         ql.forward_scaled(x, k),
     ]
-    if any(fd.get("pattern") == "queueing" and not fd.get("span_name")
+    if any(fd.get("pattern") == "queueing"
            and (fd.get("confidence") or 0) >= MIN_CONFIDENCE for fd in x.findings) and not any(
             lever is not None and lever.key.startswith("queue_as_calm") for lever in out):
-        out.append(ql.requests_as_calm(x))  # no queue in sight: the requests of busy stretches
+        # no queue in sight (none named, or the named span is no wait: a root whose backlog shows only
+        # in a queue-time attribute): the requests of busy stretches
+        out.append(ql.requests_as_calm(x))
     if speedup is not None:
         label = f"Model forward as measured in '{speedup_from}' (× {speedup:.2f})"
         out.append(ql.forward_scaled(x, speedup, label, key=f"forward_as:{speedup_from}"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.whatif.handlers import every_call
 from tailscope.analysis.whatif.levers import CAPACITY, HARDWARE, SOFTWARE, Inputs, Lever
 from tailscope.analysis.whatif.retime import Edit
 from tailscope.analysis.whatif.served import FORWARD
@@ -113,20 +114,33 @@ def forward_scaled(x: Inputs, k: float, label: str | None = None, key: str | Non
 
 def handlers_as_calm(x: Inputs) -> Lever | None:
     """The wait for a handler thread as in calm stretches: each call of a stretch whose mean wait is
-    over twice the typical stretch's waits as a call of a calm stretch on the same instances."""
+    over twice the typical stretch's waits as a call of a calm stretch, over every instance of the
+    services whose calls queued (handlers.every_call: a shared listening socket's waits included)."""
     h = x.handlers
-    if h is None or len(h.server) < 2 * CALM_BINS:
+    if h is None:
         return None
     f = x.frame
-    wait = h.wait(f)
-    calm = _calm(f.start[h.client] + h.net, wait)
+    server, client, net = every_call(f, h)
+    if len(server) < 2 * CALM_BINS:
+        return None
+    wait = np.maximum(f.start[server] - f.start[client] - net, 0).astype(np.float64)
+    calm = _calm(f.start[client] + net, wait)
     if calm is None:
         return None
     pick = np.nonzero(calm)[0][x.rng(8).integers(0, int(calm.sum()), int((~calm).sum()))]
     rows = np.nonzero(~calm)[0]
     edit = Edit.none(len(f))
-    edit.cut_before[h.server[rows]] = wait[rows] - wait[pick]
-    names = sorted({f.names[k] for k in f.name[h.server].tolist()})
+    edit.cut_before[server[rows]] = np.maximum(wait[rows] - wait[pick], 0)
+    # served as a calm call of its kind (a drawn one of the same name): a backlog's threads shared
+    # the process with more of their kind (an interpreter lock, the cores), its spans stretched
+    name = f.name[server]
+    for code in np.unique(name[rows]).tolist():
+        kind = rows[name[rows] == code]
+        calm_kind = np.nonzero(calm & (name == code))[0]
+        if len(calm_kind):
+            drawn = calm_kind[x.rng(9).integers(0, len(calm_kind), len(kind))]
+            edit.dur[server[kind]] = f.dur[server[drawn]]
+    names = sorted({f.names[k] for k in f.name[server].tolist()})
     return Lever(
         "queue_as_calm:handlers",
         "The wait for a handler thread as in calm stretches (peaks absorbed)",
