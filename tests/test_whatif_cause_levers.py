@@ -11,6 +11,7 @@ import pytest
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import evaluate
 from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.payload_levers import payload_at_median
 from tailscope.analysis.whatif.retime import layout, request_latency, retime
 from tailscope.analysis.whatif.stalls import on_period
 from tests.hand_frames import MS, hand_frame
@@ -116,7 +117,7 @@ def test_payload_lever_puts_every_stage_that_follows_the_size_at_the_median() ->
         "evidence": {"stats": {"size_attribute": "items", "size_on": "span", "size_p50": median}},
     }
     x = _inputs(f)
-    lever = cl.payload_at_median(x, finding)
+    lever = payload_at_median(x, finding)
     assert lever is not None and lever.params["stages"] == 2  # dumps and send; render does not follow
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     old = request_latency(f, f.dur, client_side=False) / MS
@@ -131,7 +132,7 @@ def test_payload_lever_needs_the_runs_attributes() -> None:
     f.attribute_source = None
     finding = {"pattern": "large_payload", "span_name": "dumps",
                "evidence": {"stats": {"size_attribute": "items", "size_on": "span"}}}
-    assert cl.payload_at_median(_inputs(f), finding) is None
+    assert payload_at_median(_inputs(f), finding) is None
 
 
 def test_stalls_that_end_on_the_quota_period_are_the_throttling_ones() -> None:
