@@ -57,3 +57,28 @@ def test_a_step_that_starts_a_few_hundred_ns_before_the_last_ends_still_follows_
     edit.dur[1] = 10.0 * MS  # the queue's wait cut to 10 ms
     new = retime(f, edit, lay).dur / MS
     assert new[0] == pytest.approx(50.0, abs=0.01)
+
+
+def test_a_call_made_once_per_item_is_made_once_for_all() -> None:
+    """N+1: a request loads its 3-20 items' prices one query each (1 ms, 0.3 ms of Ruby between),
+    after one products query (2 ms): as one query, each request keeps the products query and one
+    prices query (its run's longest), the rest and the work between them gone."""
+    from tailscope.analysis.whatif.engine import evaluate
+
+    rows: list[tuple] = []
+    for t in range(120):
+        items = 3 + t % 18
+        root = len(rows)
+        took = 2.0 + items * 1.3 + 0.5
+        rows.append((t, -1, "GET /recs", "Server", 0, 100.0 * t, took))
+        rows.append((t, root, "SELECT products", "Client", 0, 100.0 * t, 2.0))
+        for k in range(items):
+            rows.append((t, root, "SELECT prices", "Client", 0, 100.0 * t + 2.3 + 1.3 * k, 1.0))
+    f = hand_frame(rows)
+    finding = {"pattern": "large_payload", "confidence": 0.9, "span_name": "SELECT prices",
+               "evidence": {"stats": {}}}
+    result = evaluate(f, [finding])
+    fix = [o for o in result.outcomes if o.pattern == "large_payload"]
+    assert fix and fix[0].key == "payload_batched:SELECT prices"
+    assert result.measured.p99_ms > 25
+    assert fix[0].p99_ms == pytest.approx(2.0 + 0.3 + 1.0 + 0.5, abs=0.05)

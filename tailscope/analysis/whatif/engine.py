@@ -20,7 +20,7 @@ from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
 from tailscope.analysis.whatif.network_levers import network_p50
-from tailscope.analysis.whatif.payload_levers import payload_at_median
+from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -210,8 +210,8 @@ def plan(
             out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
-        elif p == "large_payload":
-            out.append(payload_at_median(x, fd))
+        elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
+            out.append(batched_calls(x, fd) or payload_at_median(x, fd))
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
         elif p == "queueing" and fd.get("span_name"):

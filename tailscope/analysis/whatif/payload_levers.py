@@ -145,3 +145,56 @@ def payload_at_median(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         requeue=True,
         params={"size_p50": median, "stages": len(stages)},
     )
+
+
+REPEATED = 3  # a call its parent makes this many times in a row is made once per item (N+1)
+
+
+def _repeated_runs(x: Inputs, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The spans of a name that run one after another under one parent, REPEATED or more in a row
+    with no other sibling between them: (those spans, their run's number, whether each is its run's
+    first); None where fewer than half the parents that make the call repeat it so."""
+    f, lay = x.frame, x.lay
+    kids = np.nonzero(np.isin(lay.parent, lay.parent[spans]) & (lay.parent >= 0))[0]
+    kids = kids[np.lexsort((f.start[kids], lay.parent[kids]))]
+    same = f.name[kids] == f.name[spans[0]]
+    par = lay.parent[kids]
+    new_run = np.r_[True, (par[1:] != par[:-1]) | ~same[1:] | ~same[:-1]]
+    run = np.cumsum(new_run) - 1
+    repeated = same & (np.bincount(run)[run] >= REPEATED)
+    if len(np.unique(par[repeated])) < 0.5 * len(np.unique(lay.parent[spans])):
+        return None
+    return kids[repeated], run[repeated], new_run[repeated]
+
+
+def batched_calls(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A payload that grows with the number of calls, not their size (N+1: one query per item, the
+    size is the count): each run of the repeated call becomes one call (an IN list, a batch API) that
+    takes the longest of the run's times; the others and the gaps before them are gone."""
+    name = finding.get("span_name")
+    spans = x.spans_named(name)
+    if len(spans) < MIN_SPANS:
+        return None
+    runs = _repeated_runs(x, spans)
+    if runs is None:
+        return None
+    calls, run, first = runs
+    f, lay = x.frame, x.lay
+    longest = np.zeros(int(run.max()) + 1)
+    np.maximum.at(longest, run, f.dur[calls].astype(np.float64))
+    rest = calls[~first]
+    edit = Edit.none(len(f))
+    edit.dur[calls[first]] = longest[run[first]]
+    edit.dur[rest] = 0.0
+    edit.cut_before[rest] = lay.gap[rest]
+    return Lever(
+        f"payload_batched:{name}",
+        f"'{name}' made once for all items instead of once per item",
+        SOFTWARE,
+        f"each run of '{name}' called once per item (N+1) becomes one call taking the longest of the run's "
+        "times (an IN list, a batch API, eager loading); the other calls and the work between them go",
+        edit,
+        pattern="large_payload",
+        span_name=name,
+        params={"runs": int(first.sum()), "calls_removed": len(rest)},
+    )
