@@ -67,9 +67,18 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   ActiveRecord on PostgreSQL through a per-process pool, Memcached fragment caching, Elasticsearch
   candidates and a gRPC ONNX Runtime model server; OTLP / Jaeger / Zipkin v2. **Untouched**: written
   blind, held out
+- `phoenix-nx` (phoenix_nx.py, phoenix_nx_flow.py, phoenix_nx_beam.py, phoenix_nx_spans.py): an Elixir
+  Phoenix recommendation API on the BEAM (a global rate-limiter GenServer, a per-node flag server with
+  its own heap, Ecto's DBConnection pool beside Oban jobs, Cachex over a feature service, Nx.Serving on
+  EXLA, Req/Finch to a pricing service); OTLP / Jaeger / Zipkin v2. **Untouched**: written blind, held out
+- `php-faiss` (php_faiss.py, php_faiss_backends.py, php_faiss_spans.py): a Laravel storefront on PHP-FPM
+  behind nginx (static worker pools, a shared listen backlog) reading MySQL replicas through PDO and a
+  Redis embedding cache, calling a C++ retrieval service (a worker pool, a memory-mapped Faiss IVF-PQ
+  index, a TensorRT encoder with a dynamic batch); OTLP / Jaeger / Zipkin v2. **Untouched**: written
+  blind, held out
 
-Each family marked **Untouched** was held out until its final score was recorded; all are open now
-(UNTOUCHED below).
+Each family marked **Untouched** was held out until its final score was recorded; those in UNTOUCHED
+below still are, the others are open now.
 
 `write_run` writes one run and returns its truth: per planted cause, the pattern, the stage and span
 where its time shows, the service and instances where it acts, and `accept` / `side` (see
@@ -103,12 +112,14 @@ MODULES = {
     "loan-pricing": "loan_pricing",
     "mesh-triton": "mesh_triton",
     "rails-recs": "rails_recs",
+    "phoenix-nx": "phoenix_nx",
+    "php-faiss": "php_faiss",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores,
 # vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's)
-UNTOUCHED: tuple[str, ...] = ()
+UNTOUCHED: tuple[str, ...] = ("phoenix-nx", "php-faiss")
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
