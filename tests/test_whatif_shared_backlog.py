@@ -67,3 +67,30 @@ def test_a_queue_named_at_a_span_that_is_no_wait_takes_the_requests_of_calm_stre
     calm = [o for o in result.outcomes if o.key.startswith("queue_as_calm")]
     assert result.measured.p99_ms > 17
     assert calm and calm[0].p99_ms < 10.5, [(o.key, o.p99_ms) for o in result.outcomes]
+
+
+def test_requests_as_calm_composed_with_a_dependency_fix_still_fixes_the_dependency() -> None:
+    """A busy stretch stretches every step 1.8x (the threads share the process); a search call is slow
+    (60 ms instead of 5) in a third of all requests. Both fixed at once: the busy requests take calm
+    ones' times step by step, and their slow searches still take the search's p50 (a calm request's
+    whole time drawn would bring its own slow search back)."""
+    from tailscope.analysis.whatif.engine import evaluate
+
+    rows: list[tuple] = []
+    for k in range(300):
+        stretch = 1.8 if k >= 240 else 1.0
+        search = (60.0 if k % 3 == 0 else 5.0) * stretch
+        t, work = 20.0 * k if k < 240 else 4800.0 + 1.0 * (k - 240), 5.0 * stretch
+        root = len(rows)
+        rows.append((k, -1, "GET /recs", "Server", 0, t, work + search))
+        rows.append((k, root, "search", "Client", 0, t + work, search))
+    f = hand_frame(rows)
+    findings = [{"pattern": "queueing", "confidence": 0.9, "span_name": "GET /recs", "stage": "queue",
+                 "evidence": {"stats": {}}},
+                {"pattern": "slow_dependency", "confidence": 0.9, "span_name": "search",
+                 "evidence": {"stats": {}}}]
+    result = evaluate(f, findings, combine=[("queue_as_calm", "dependency_p50")])
+    both = [o for o in result.outcomes if o.key.startswith("queue_as_calm") and "+dependency_p50" in o.key]
+    assert both, [o.key for o in result.outcomes]
+    assert result.measured.p99_ms > 100
+    assert both[0].p99_ms < 20, both[0].p99_ms  # a calm request with a slow search drawn: 65 ms

@@ -250,8 +250,10 @@ def requests_as_calm(x: Inputs) -> Lever | None:
     """A queueing finding with no wait span of its own and no queue the run shows (no batcher, no
     handler threads seen waiting: a thread pool's global queue, every await's completion waiting in
     it): each request of a stretch whose mean latency is over twice the quieter quarter's takes the
-    time of a request of a calm stretch (drawn from the run), its wait to be accepted (the gap after
-    its caller's call began) included."""
+    time of a request of a calm stretch (drawn from the run, of the same route where one is), its
+    wait to be accepted (the gap after its caller's call began) cut to that one's. Every step of the
+    request shrinks by the same ratio (its critical path with it), so that another fix composed with
+    this one still changes its own spans."""
     reqs, f, lay = x.frame.requests, x.frame, x.lay
     if reqs is None or len(reqs) < 2 * CALM_BINS:
         return None
@@ -260,10 +262,26 @@ def requests_as_calm(x: Inputs) -> Lever | None:
     calm = _calm(reqs.arrival, f.dur[root] + gap, LATENCY_CALM_RATIO)
     if calm is None:
         return None
-    pick = np.nonzero(calm)[0][x.rng(28).integers(0, int(calm.sum()), int((~calm).sum()))]
     rows = np.nonzero(~calm)[0]
+    pick = np.nonzero(calm)[0][x.rng(28).integers(0, int(calm.sum()), len(rows))]
+    route = f.name[root]
+    for code in np.unique(route[rows]).tolist():  # a calm request of the same route where there is one
+        mine = route[rows] == code
+        calm_route = np.nonzero(calm & (route == code))[0]
+        if len(calm_route):
+            pick[mine] = calm_route[x.rng(30).integers(0, len(calm_route), int(mine.sum()))]
     edit = Edit.none(len(f))
-    edit.dur[root[rows]] = np.minimum(f.dur[root[pick]], f.dur[root[rows]])
+    # the request's every step scaled to the drawn calm request's latency (the whole critical path
+    # shrinks by the ratio): another fix composed with this one still finds its spans to change
+    ratio = np.ones(len(reqs))
+    ratio[rows] = np.minimum(f.dur[root[pick]] / np.maximum(f.dur[root[rows]], 1), 1.0)
+    spans = np.nonzero(f.request >= 0)[0]
+    spans = spans[ratio[f.request[spans]] < 1.0]
+    shrink = 1.0 - ratio[f.request[spans]]
+    parent = lay.has_children[spans]
+    edit.cut_after[spans[parent]] = lay.trailing[spans[parent]] * shrink[parent]
+    edit.dur[spans[~parent]] = f.dur[spans[~parent]] * ratio[f.request[spans[~parent]]]
+    edit.cut_before[spans] = lay.gap[spans] * shrink
     edit.cut_before[root[rows]] = np.maximum(gap[rows] - gap[pick], 0)
     name = f.names[f.name[root[0]]]
     return Lever(
