@@ -220,12 +220,14 @@ def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 
 def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """The callee fixed: no attempt times out, and every call takes the median of the calls that
-    answered (a call cut at the timeout did not answer)."""
+    answered (a call cut at the timeout did not answer). Where no call shows its attempts (a proxy
+    retries inside it: the caller's one span covers every try and the back-off), every call at the
+    median."""
     s, group, pos = retried_calls(x, finding)
-    if not (group >= 0).any():
+    if len(s) == 0:
         return None
     f = x.frame
-    edit = _answered_at_once(x, finding, None)
+    edit = _answered_at_once(x, finding, None) or Edit.none(len(f))
     timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms")
     d = f.dur[s].astype(np.float64)
     answered = d[d < 0.97 * timeout * 1e6] if timeout else d
