@@ -82,3 +82,20 @@ def test_a_call_made_once_per_item_is_made_once_for_all() -> None:
     assert fix and fix[0].key == "payload_batched:SELECT prices"
     assert result.measured.p99_ms > 25
     assert fix[0].p99_ms == pytest.approx(2.0 + 0.3 + 1.0 + 0.5, abs=0.05)
+
+
+def test_the_network_to_an_untraced_callee_is_cut_inside_its_calls() -> None:
+    """A managed endpoint is not traced: the wire to it (another zone's, 40 ms more in one call in
+    ten) is inside the CLIENT spans. Network at its p50: each call's time above the median goes."""
+    from tailscope.analysis.whatif.engine import evaluate
+
+    rows: list[tuple] = []
+    for t in range(100):
+        took = 20.0 + t % 3 + (40.0 if t % 10 == 0 else 0.0)
+        rows.append((t, -1, "handler", "Server", 0, 100.0 * t, took + 2.0))
+        rows.append((t, len(rows) - 1, "SageMaker", "Client", 0, 100.0 * t + 1.0, took))
+    finding = {"pattern": "network", "confidence": 0.9, "span_name": "SageMaker", "evidence": {"stats": {}}}
+    result = evaluate(hand_frame(rows), [finding])
+    fix = [o for o in result.outcomes if o.key == "network_p50:SageMaker"]
+    assert result.measured.p99_ms > 60
+    assert fix and fix[0].p99_ms == pytest.approx(23.0, abs=0.05), [o.key for o in result.outcomes]
