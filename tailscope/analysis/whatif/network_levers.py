@@ -206,7 +206,7 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     if len(srv) == 0:  # nothing traced beyond the callers: the node from its calls' times alone
         lossy = lossy_by_calls(f)
         if not lossy:
-            return _untraced_calls(x, finding.get("span_name"))
+            return _untraced_callee(x, finding.get("span_name"))
         return _lossy_nodes(x, finding, srv, cli, np.zeros(0), np.zeros(0), np.zeros(0, np.int64), lossy)
     out_gap = lay.gap[srv].astype(np.float64)
     gap = out_gap + lay.trailing[cli].astype(np.float64)
@@ -222,7 +222,7 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     pair = f.name[cli] == f.names.index(name) if name in f.names else np.ones(len(srv), bool)
     srv, cli, gap, share_out, link = srv[pair], cli[pair], gap[pair], share_out[pair], link[pair]
     if len(srv) == 0:
-        return _untraced_calls(x, name)
+        return _untraced_callee(x, name)
     typical_of = np.zeros(len(gap))
     for code in np.unique(link).tolist():
         sel = link == code
@@ -286,7 +286,7 @@ def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.nd
     )
 
 
-def _untraced_calls(x: Inputs, name: str | None) -> Lever | None:
+def _untraced_callee(x: Inputs, name: str | None) -> Lever | None:
     """The finding's calls go to a callee that is not traced (a managed endpoint): the wire is inside
     each CLIENT span with the callee's time, so each call's time above the calls' median is removed."""
     calls = x.spans_named(name)
