@@ -94,3 +94,36 @@ def test_requests_as_calm_composed_with_a_dependency_fix_still_fixes_the_depende
     assert both, [o.key for o in result.outcomes]
     assert result.measured.p99_ms > 100
     assert both[0].p99_ms < 20, both[0].p99_ms  # a calm request with a slow search drawn: 65 ms
+
+
+def test_the_handler_wait_as_calm_composed_with_a_dependency_fix_still_fixes_the_dependency() -> None:
+    """The backlog of the first test, each call's handler running a search (60 ms in one call in
+    three, else 5 ms; stretched 1.5x in the burst): both fixed at once, a busy call scaled to a calm
+    call's time step by step keeps its search for the dependency fix."""
+    from tailscope.analysis.whatif.engine import evaluate
+
+    rows: list[tuple] = []
+
+    def call(trace: int, sent: float, began: float, worker: int, stretch: float) -> None:
+        search = (60.0 if trace % 3 == 0 else 5.0) * stretch
+        took = search + 5.0 * stretch
+        rows.append((trace, -1, "proxy", "Server", 0, sent, began - sent + took + 0.1))
+        rows.append((trace, len(rows) - 1, "GET /recs", "Server", worker, began, took))
+        rows.append((trace, len(rows) - 1, "search", "Client", worker, began + 5.0 * stretch, search))
+
+    for k in range(240):
+        call(k, 100.0 * k, 100.0 * k + 0.1, 1 + k % 2, 1.0)
+    free = [24000.1, 24000.1]
+    for k in range(60):
+        w = k % 2
+        call(240 + k, 24000.0, free[w], 1 + w, 1.5)
+        free[w] = rows[-2][5] + rows[-2][6] + 0.05
+    f = hand_frame(rows, instances=("proxy", "w1", "w2"))
+    findings = [{"pattern": "queueing", "confidence": 0.9, "span_name": None, "evidence": {"stats": {}}},
+                {"pattern": "slow_dependency", "confidence": 0.9, "span_name": "search",
+                 "evidence": {"stats": {}}}]
+    result = evaluate(f, findings, combine=[("queue_as_calm:handlers", "dependency_p50")])
+    both = [o for o in result.outcomes if "+dependency_p50" in o.key]
+    assert both, [o.key for o in result.outcomes]
+    assert result.measured.p99_ms > 500
+    assert both[0].p99_ms < 20, both[0].p99_ms  # a calm call with a slow search drawn whole: 65 ms

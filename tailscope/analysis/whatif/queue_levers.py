@@ -134,12 +134,16 @@ def handlers_as_calm(x: Inputs) -> Lever | None:
     # served as a calm call of its kind (a drawn one of the same name): a backlog's threads shared
     # the process with more of their kind (an interpreter lock, the cores), its spans stretched
     name = f.name[server]
+    ratio = np.ones(len(f))
     for code in np.unique(name[rows]).tolist():
         kind = rows[name[rows] == code]
         calm_kind = np.nonzero(calm & (name == code))[0]
         if len(calm_kind):
             drawn = calm_kind[x.rng(9).integers(0, len(calm_kind), len(kind))]
-            edit.dur[server[kind]] = f.dur[server[drawn]]
+            # at most its own time: scaled up, a drawn call's slowness from another cause would come
+            # back beside that cause's own fix
+            ratio[server[kind]] = np.minimum(f.dur[server[drawn]] / np.maximum(f.dur[server[kind]], 1), 1.0)
+    scale_subtrees(x, ratio, edit)
     names = sorted({f.names[k] for k in f.name[server].tolist()})
     return Lever(
         "queue_as_calm:handlers",
@@ -273,15 +277,9 @@ def requests_as_calm(x: Inputs) -> Lever | None:
     edit = Edit.none(len(f))
     # the request's every step scaled to the drawn calm request's latency (the whole critical path
     # shrinks by the ratio): another fix composed with this one still finds its spans to change
-    ratio = np.ones(len(reqs))
-    ratio[rows] = np.minimum(f.dur[root[pick]] / np.maximum(f.dur[root[rows]], 1), 1.0)
-    spans = np.nonzero(f.request >= 0)[0]
-    spans = spans[ratio[f.request[spans]] < 1.0]
-    shrink = 1.0 - ratio[f.request[spans]]
-    parent = lay.has_children[spans]
-    edit.cut_after[spans[parent]] = lay.trailing[spans[parent]] * shrink[parent]
-    edit.dur[spans[~parent]] = f.dur[spans[~parent]] * ratio[f.request[spans[~parent]]]
-    edit.cut_before[spans] = lay.gap[spans] * shrink
+    ratio = np.ones(len(f))
+    ratio[root[rows]] = np.minimum(f.dur[root[pick]] / np.maximum(f.dur[root[rows]], 1), 1.0)
+    scale_subtrees(x, ratio, edit)
     edit.cut_before[root[rows]] = np.maximum(gap[rows] - gap[pick], 0)
     name = f.names[f.name[root[0]]]
     return Lever(
@@ -295,3 +293,26 @@ def requests_as_calm(x: Inputs) -> Lever | None:
         pattern="queueing",
         span_name=name,
     )
+
+
+def scale_subtrees(x: Inputs, ratio: np.ndarray, edit: Edit) -> None:
+    """Each span with a ratio other than 1 and everything below it take that multiple of their time:
+    leaves their durations, parents their own time after their children, every child the gap before
+    it (the critical path scales by the ratio). A span's own duration is never set, so another fix composed
+    with this one still changes the spans below it."""
+    f, lay = x.frame, x.lay
+    factor = ratio.astype(np.float64).copy()
+    child = np.nonzero(lay.parent >= 0)[0]
+    depth = f.depth[child]
+    for d in np.unique(depth).tolist():  # top down: a child takes its parent's ratio
+        sel = child[depth == d]
+        up = factor[lay.parent[sel]]
+        factor[sel] = np.where(up != 1.0, up, factor[sel])
+    rows = np.nonzero(factor != 1.0)[0]
+    shrink = 1.0 - factor[rows]  # negative where a drawn calm call took longer: time added
+    parent = lay.has_children[rows]
+    edit.cut_after[rows[parent]] += lay.trailing[rows[parent]] * shrink[parent]
+    edit.dur[rows[~parent]] = np.fmin(edit.dur[rows[~parent]], f.dur[rows[~parent]] * factor[rows[~parent]])
+    inner = rows[lay.parent[rows] >= 0]
+    inner = inner[factor[lay.parent[inner]] != 1.0]  # a top span's own gap: its caller's, not scaled
+    edit.cut_before[inner] += lay.gap[inner] * (1.0 - factor[inner])
