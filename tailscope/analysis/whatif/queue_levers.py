@@ -131,14 +131,16 @@ def handlers_as_calm(x: Inputs) -> Lever | None:
     rows = np.nonzero(~calm)[0]
     edit = Edit.none(len(f))
     edit.cut_before[server[rows]] = np.maximum(wait[rows] - wait[pick], 0)
-    # served as a calm call of its kind (a drawn one of the same name): a backlog's threads shared
-    # the process with more of their kind (an interpreter lock, the cores), its spans stretched
+    # served as a calm call of its kind (a drawn one of the same name) where the busy calls of that
+    # name were themselves slower (a quarter or more): a backlog's threads shared the process with
+    # more of their kind (an interpreter lock, the cores), its spans stretched
     name = f.name[server]
     ratio = np.ones(len(f))
     for code in np.unique(name[rows]).tolist():
         kind = rows[name[rows] == code]
         calm_kind = np.nonzero(calm & (name == code))[0]
-        if len(calm_kind):
+        busy_mean = float(f.dur[server[kind]].mean())
+        if len(calm_kind) and busy_mean > LATENCY_CALM_RATIO * float(f.dur[server[calm_kind]].mean()):
             drawn = calm_kind[x.rng(9).integers(0, len(calm_kind), len(kind))]
             # at most its own time: scaled up, a drawn call's slowness from another cause would come
             # back beside that cause's own fix
