@@ -35,6 +35,7 @@ from ingest.span_json import (
     RECORD_ERRORS,
     UNKNOWN_SERVICE,
     BadRecord,
+    collector_paused,
     hex_id,
     micros,
     read_document,
@@ -58,9 +59,24 @@ REF_TYPES = {"CHILD_OF": "child_of", "FOLLOWS_FROM": "follows_from"}
 def decode(
     stream: BinaryIO, source: str, on_bad: Callable[[DecodeError], None] | None = None
 ) -> Iterator[SpanColumns]:
-    """Decode one Jaeger UI JSON document into batches of at most BATCH_SPANS spans."""
-    traces = _traces(read_document(stream, source), source)
-    spans = _bare_spans(traces) if _is_span_array(traces) else _trace_spans(traces, source, on_bad)
+    """Decode one Jaeger UI JSON document into batches of at most BATCH_SPANS spans (the cyclic
+    collector paused while the document is parsed and each batch made, span_json.collector_paused)."""
+    with collector_paused():
+        traces = _traces(read_document(stream, source), source)
+        spans = _bare_spans(traces) if _is_span_array(traces) else _trace_spans(traces, source, on_bad)
+    while True:
+        with collector_paused():
+            batch = _next_batch(spans, source, on_bad)
+        if len(batch):
+            yield batch
+        if len(batch) < BATCH_SPANS:
+            return
+
+
+def _next_batch(
+    spans: Iterator[Located], source: str, on_bad: Callable[[DecodeError], None] | None
+) -> SpanColumns:
+    """The next spans, up to BATCH_SPANS of them (fewer: the document's last)."""
     batch = SpanColumns()
     for position, span, processes, trace_id in spans:
         try:
@@ -69,10 +85,8 @@ def decode(
             report(DecodeError(source, position, record_message(error)), on_bad)
             continue
         if len(batch) >= BATCH_SPANS:
-            yield batch
-            batch = SpanColumns()
-    if len(batch):
-        yield batch
+            break
+    return batch
 
 
 Located = tuple[str, Any, dict[str, Any], str]  # (position for errors, span, processes, trace id)

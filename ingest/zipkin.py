@@ -46,6 +46,7 @@ from ingest.span_json import (
     RECORD_ERRORS,
     UNKNOWN_SERVICE,
     BadRecord,
+    collector_paused,
     hex_id,
     micros,
     read_document,
@@ -84,20 +85,11 @@ def shared_server_id(trace_id: str, span_id: str) -> str:
 def decode(
     stream: BinaryIO, source: str, on_bad: Callable[[DecodeError], None] | None = None
 ) -> Iterator[SpanColumns]:
-    """Decode one Zipkin v2 JSON document into batches of at most BATCH_SPANS spans."""
-    document = read_document(stream, source)
-    rows: list[list[Any]] = []  # one value per SpanColumns column, in COLUMNS order
-    shared: dict[tuple[str, str], tuple[str, str]] = {}  # (trace, client id) → (server id, service)
-    resources: dict[tuple[str, ...], dict[str, str]] = {}  # one shared dict per distinct endpoint
-    for position, raw in _positions(document, source):
-        try:
-            row, original_id = _normalise(raw, resources)
-        except RECORD_ERRORS as error:
-            report(DecodeError(source, position, record_message(error)), on_bad)
-            continue
-        rows.append(row)
-        if original_id is not None:
-            shared[row[TRACE_ID], original_id] = (row[SPAN_ID], row[SERVICE])
+    """Decode one Zipkin v2 JSON document into batches of at most BATCH_SPANS spans (the cyclic
+    collector paused while the document is parsed and its spans normalised,
+    span_json.collector_paused)."""
+    with collector_paused():
+        rows, shared = _rows(read_document(stream, source), source, on_bad)
 
     batch = SpanColumns()
     columns = [getattr(batch, name) for name, _, _ in COLUMNS]
@@ -114,6 +106,26 @@ def decode(
             columns = [getattr(batch, name) for name, _, _ in COLUMNS]
     if len(batch):
         yield batch
+
+
+def _rows(
+    document: Any, source: str, on_bad: Callable[[DecodeError], None] | None
+) -> tuple[list[list[Any]], dict[tuple[str, str], tuple[str, str]]]:
+    """The document's spans as rows of column values (COLUMNS order), and the shared server halves:
+    (trace, client id) → (server id, service)."""
+    rows: list[list[Any]] = []
+    shared: dict[tuple[str, str], tuple[str, str]] = {}
+    resources: dict[tuple[str, ...], dict[str, str]] = {}  # one shared dict per distinct endpoint
+    for position, raw in _positions(document, source):
+        try:
+            row, original_id = _normalise(raw, resources)
+        except RECORD_ERRORS as error:
+            report(DecodeError(source, position, record_message(error)), on_bad)
+            continue
+        rows.append(row)
+        if original_id is not None:
+            shared[row[TRACE_ID], original_id] = (row[SPAN_ID], row[SERVICE])
+    return rows, shared
 
 
 def _positions(document: Any, source: str) -> Iterator[tuple[str, Any]]:

@@ -3,14 +3,15 @@ format, read by the real loader, its spans read back as dicts."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
 import duckdb
+import orjson
 
 from ingest.loader import load_paths
+from ingest.span_json import collector_paused
 from reference_pipeline.simulate.blind import SUFFIX, write_run
 
 SPAN_COLUMNS = {
@@ -42,7 +43,25 @@ def load_run(
 ) -> tuple[list[dict], dict]:
     """(spans, write_run's summary). Each span: the SPAN_COLUMNS keys, with `end` = start + duration,
     `resource` and `attrs` as dicts, `events` and `links` as the store's JSON text (with `lists`: as
-    lists, [] where none), and, with `instance`, `instance` = instance(resource)."""
+    lists, [] where none), and, with `instance`, `instance` = instance(resource).
+
+    The cyclic collector is paused meanwhile (the run's spans are acyclic): a test module keeps
+    its runs, so each collection that generating, loading and reading a run set off scanned every
+    span of the runs before it (8 recsys runs kept: 14.1 -> 10.6 s of CPU)."""
+    with collector_paused():
+        return _load_run(tmp, family, scenario, requests, seed, instance, lists, **opts)
+
+
+def _load_run(
+    tmp: Path,
+    family: str,
+    scenario: str,
+    requests: int,
+    seed: int,
+    instance: Callable[[dict], str] | None,
+    lists: bool,
+    **opts,
+) -> tuple[list[dict], dict]:
     out = tmp / f"{family}-{scenario}-{requests}-{seed}.tmp"
     written = write_run(out, family, scenario, requests, seed, **opts)
     path = Path(written["out"]).with_suffix(SUFFIX[written["format"]])
@@ -54,12 +73,17 @@ def load_run(
     with duckdb.connect(str(db), read_only=True) as conn:
         rows = conn.execute(f"SELECT {select} FROM otel_traces").fetchall()
     spans = [dict(zip(SPAN_COLUMNS, row, strict=True)) for row in rows]
+    resources: dict[str, dict] = {}  # a run has few distinct resources: each text parsed once, copied
     for span in spans:
         span["end"] = span["start"] + span["duration"]
-        span["resource"], span["attrs"] = json.loads(span["resource"]), json.loads(span["attrs"])
+        text = span["resource"]
+        resource = resources.get(text)
+        if resource is None:
+            resource = resources[text] = orjson.loads(text)
+        span["resource"], span["attrs"] = dict(resource), orjson.loads(span["attrs"])
         if lists:
-            span["events"] = json.loads(span["events"]) if span["events"] else []
-            span["links"] = json.loads(span["links"]) if span["links"] else []
+            span["events"] = orjson.loads(span["events"]) if span["events"] else []
+            span["links"] = orjson.loads(span["links"]) if span["links"] else []
         if instance is not None:
             span["instance"] = instance(span["resource"])
     assert len(spans) == written["spans"]

@@ -169,7 +169,7 @@ def test_pool_exhaustion_waits_for_a_connection_before_the_query(runs) -> None:
         kids = children(spans)
         return [kids[x["id"]][0]["start"] - x["start"] for x in named(spans, SEEN)]
 
-    pool, steady = runs("pool-exhaustion", 1500, 0), runs("steady", 1500, 0)
+    pool, steady = runs("pool-exhaustion", 1500, 0), runs("steady", 2000, 0)
     assert p(gaps(steady), 99) < 1 * MS < 5 * MS < p(gaps(pool), 90)
     jdbc = [x["duration"] for x in named(pool, "SELECT recsys.seen_items")]
     assert p(jdbc, 90) < 3 * MS  # the query itself is as fast as ever
@@ -177,7 +177,7 @@ def test_pool_exhaustion_waits_for_a_connection_before_the_query(runs) -> None:
 
 def test_deadline_cuts_first_attempts_at_the_deadline_and_retries(runs) -> None:
     for seed in (1, 2):  # Jaeger, Zipkin
-        spans, steady = runs("feature-deadline", 1500, seed), runs("steady", 1500, seed)
+        spans, steady = runs("feature-deadline", 1500, seed), runs("steady", 2000, seed)
         calls = named(spans, FEATURE_RPC, "Client")
         failed = [c for c in calls if c["status"] == "Error"]
         assert 0.04 * 1500 < len(failed) < 0.2 * 1500
@@ -273,7 +273,7 @@ def test_network_jitter_adds_client_server_gaps_on_the_lossy_node_only(runs) -> 
 
 
 def test_heavy_model_makes_execution_dominate(runs) -> None:
-    spans, steady = runs("heavy-model", 1500, 0), runs("steady", 1500, 0)
+    spans, steady = runs("heavy-model", 1500, 0), runs("steady", 2000, 0)
     execute = np.median([x["duration"] for x in named(spans, EXECUTE)])
     root = np.median([x["duration"] for x in named(spans, ROOT, "Server")])
     assert execute > 20 * MS and execute > 0.4 * root

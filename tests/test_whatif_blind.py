@@ -119,25 +119,33 @@ def test_a_pool_held_past_the_span_that_takes_it_and_retries_both_fixed(tmp_path
     assert both[0].p99_ms == pytest.approx(healthy, rel=0.12), (both[0].p99_ms, healthy)
 
 
+def consumers(f):
+    """The event-enricher run's consumer population (a unit per message), the largest such."""
+    units = pytest.importorskip("tailscope.analysis.diagnosis.units")
+    kinds = [p.frame for p in units.populations(f) or [] if p.unit == "consumer"]
+    assert kinds
+    return max(kinds, key=lambda g: len(g.requests))
+
+
+@pytest.fixture(scope="module")
+def enricher_healthy(tmp_path_factory):
+    """The p99 of event-enricher's steady run (seed 1, 3,000 requests) by consumer unit, simulated
+    once for the three scenarios that compare with it."""
+    steady = frame(tmp_path_factory.mktemp("h"), "event-enricher", "steady", seed=1, requests=3000)
+    return p99(consumers(steady))
+
+
 @pytest.mark.parametrize("scenario,prefix", [("consumer-backlog", "queue_as_calm:handlers"),
                                              ("worker-gc", "no_gc_stalls"),
                                              ("autoscale-burst", "queue_as_calm:handlers")])
-def test_queue_fed_consumers_units_after_the_fix(tmp_path, scenario, prefix):
+def test_queue_fed_consumers_units_after_the_fix(tmp_path, enricher_healthy, scenario, prefix):
     """event-enricher, seed 1 (a consumer span per message): the units from publish to end of
     processing. A backlog's waits in the broker as in calm stretches; GC pauses removed from the
     workers and the messages behind them replayed through the pool with the re-timed processing.
     A backlog that lasts most of the run (autoscale-burst: the processes that join are backlogged
     all their life) still tells a message that waited from one pulled at once (its gap over three
     times the process's shortest tenth's), so the calm wait is the pull's, not a backlogged one's."""
-    units = pytest.importorskip("tailscope.analysis.diagnosis.units")
-
-    def consumers(f):
-        kinds = [p.frame for p in units.populations(f) or [] if p.unit == "consumer"]
-        assert kinds
-        return max(kinds, key=lambda g: len(g.requests))
-
-    (tmp_path / "h").mkdir()
-    healthy = p99(consumers(frame(tmp_path / "h", "event-enricher", "steady", seed=1, requests=3000)))
+    healthy = enricher_healthy
     whole = frame(tmp_path, "event-enricher", scenario, seed=1, requests=3000)
     findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(whole).findings]
     f = consumers(whole)

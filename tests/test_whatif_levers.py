@@ -29,12 +29,30 @@ def _close_stores():
     OPEN.close()
 
 
-def frame(tmp_path, label: str, scenario: str, **options):
+def frame(tmp_path, label: str, scenario: str, stores: contextlib.ExitStack = OPEN, **options):
     out = tmp_path / f"{label}.jsonl"
     simulate_api.simulate_to_file(out, scenario, REQUESTS, 1, **options)
     db = tmp_path / f"{label}.duckdb"
     assert not loader.load_paths([out], db, "run").failed
-    return load_frame(OPEN.enter_context(reading(open_store(str(db)))), "run")
+    return load_frame(stores.enter_context(reading(open_store(str(db)))), "run")
+
+
+@pytest.fixture(scope="module")
+def faulty_frame(tmp_path_factory):
+    """A run with its cause, each (scenario, options) simulated and loaded once for the module (its
+    store open until the module ends): the lever cases and the two tests after them read the same
+    gc-pressure and cold-start runs."""
+    frames: dict[str, object] = {}
+    with contextlib.ExitStack() as stores:
+
+        def of(scenario: str, **options):
+            key = repr((scenario, sorted(options.items())))
+            if key not in frames:
+                folder = tmp_path_factory.mktemp("faulty")
+                frames[key] = frame(folder, "faulty", scenario, stores=stores, **options)
+            return frames[key]
+
+        yield of
 
 
 def p99(f) -> float:
@@ -100,9 +118,9 @@ def measured_p99(tmp_path_factory):
     ids=[f"{c[0]}-{c[4]}-{i}" for i, c in enumerate(CASES)],
 )
 def test_lever_predicts_the_run_without_its_cause(
-    tmp_path, measured_p99, cause, with_opts, without, without_opts, lever
+    faulty_frame, measured_p99, cause, with_opts, without, without_opts, lever
 ):
-    faulty = frame(tmp_path, "faulty", cause, **with_opts)
+    faulty = faulty_frame(cause, **with_opts)
     guess, before = predicted(faulty, lever)
     truth = measured_p99(without, without_opts)
     assert before > 1.1 * truth  # the cause is material in the faulty run
@@ -121,10 +139,10 @@ def test_forward_speedup_measured_in_another_run(tmp_path):
     assert guess == pytest.approx(p99(int8), rel=0.15)
 
 
-def test_lever_timings_give_the_outcomes_requests_and_stage_times(tmp_path):
+def test_lever_timings_give_the_outcomes_requests_and_stage_times(faulty_frame):
     from tailscope.analysis.whatif.engine import lever_timings
 
-    faulty = frame(tmp_path, "gc", "gc-pressure")
+    faulty = faulty_frame("gc-pressure")
     findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(faulty).findings]
     outcome = next(o for o in evaluate(faulty, findings).outcomes if o.key == "no_gc_stalls")
     latency, dur = lever_timings(faulty, findings, "no_gc_stalls")
@@ -134,10 +152,10 @@ def test_lever_timings_give_the_outcomes_requests_and_stage_times(tmp_path):
     assert lever_timings(faulty, findings, "no_such_lever") is None
 
 
-def test_prewarmed_forwards_cost_a_warm_batch_of_their_own_size(tmp_path):
+def test_prewarmed_forwards_cost_a_warm_batch_of_their_own_size(faulty_frame):
     from tailscope.analysis.whatif.engine import inputs, plan
 
-    cold = frame(tmp_path, "cold", "cold-start")
+    cold = faulty_frame("cold-start")
     findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(cold).findings]
     x = inputs(cold, findings)
     lever = next(lv for lv in plan(x) if lv.key == "prewarmed")

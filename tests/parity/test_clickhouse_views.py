@@ -143,6 +143,28 @@ def test_tail_vs_body_is_the_same(stores: Stores, run: str, max_values: int) -> 
         assert g[column].tolist() == pytest.approx(e[column].tolist(), abs=1e-9)
 
 
+@pytest.mark.parametrize("run", ["lock", "burst"])
+def test_tail_vs_body_of_a_large_selection_samples_the_same_blocks(
+    stores: Stores, run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DuckDB takes a large selection's sample in blocks (tail_sample.py, lowered here to every run):
+    # ClickHouse draws the same blocks (tail_sample_cte.sql), so a sample that covers neither side
+    # (16 of each, a multiple of 8) gives the same attribute rows on both engines
+    from tailscope.store.duckdb import tail_sample
+
+    monkeypatch.setattr(tail_sample, "MIN_REQUESTS", 0)
+    duck, clickhouse = stores
+    kwargs: dict = {"tail_quantile": 0.9, "sample": 16, "limit": 100_000}
+    expected = tail_vs_body(duck, Filter(run=run), **kwargs)
+    got = tail_vs_body(clickhouse, Filter(run=run), **kwargs)
+    assert expected.selected_requests > 16 and expected.rest_requests > 16
+    g, e = _sorted(got.attributes), _sorted(expected.attributes)
+    assert len(e) > 0
+    assert g[list(g.columns[:4])].values.tolist() == e[list(e.columns[:4])].values.tolist()
+    for column in ("selected_pct", "rest_pct"):
+        assert g[column].tolist() == pytest.approx(e[column].tolist(), abs=1e-9)
+
+
 @pytest.mark.parametrize("stage", [None, "model_forward"])
 def test_tail_vs_body_of_a_rectangle_is_the_same(stores: Stores, stage: str | None) -> None:
     duck, clickhouse = stores

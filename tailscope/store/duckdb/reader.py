@@ -16,7 +16,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.ahead import Pending
-from tailscope.store.duckdb import rules, span_histogram, statements
+from tailscope.store.duckdb import rules, span_histogram, statements, tail_sample
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
@@ -103,6 +103,10 @@ class DuckDBReader:
     ) -> DuckDBRows:
         if where is not None:
             weighted = sql.weights_matter(name) and self.weighted(where)
+            if name == "tail_attributes":  # a large selection: its sample in blocks (tail_sample.py)
+                table = tail_sample.tail_attributes(self.conn, where, list(params), weighted)
+                if table is not None:
+                    return DuckDBRows(self.conn.from_arrow(table))
             text, bound = filtered(name, where, *params, weighted=weighted)
             return DuckDBRows(self.conn.execute(text, bound))
         bound_params = dict(params) if isinstance(params, Mapping) else list(params)
