@@ -100,7 +100,7 @@ PATTERN_LEVER = {
     # the run without the cause has the callee at its healthy speed (its slowness is what the deadline
     # cut): the callee fixed; `no_timeouts` (the deadline's attempts gone, the callee as slow) beside it
     "timeout_retry": "callee_p50",
-    "large_payload": "payload_p50",
+    "large_payload": "payload_",  # payload_p50 (its size at the median) or payload_batched (N+1)
     "cpu_throttling": "no_throttling",
     "gc_pause": "no_gc_stalls",
     "queueing": "queue_as_calm",

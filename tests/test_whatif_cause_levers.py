@@ -11,6 +11,7 @@ import pytest
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import evaluate
 from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.payload_levers import payload_at_median
 from tailscope.analysis.whatif.retime import layout, request_latency, retime
 from tailscope.analysis.whatif.stalls import on_period
 from tests.hand_frames import MS, hand_frame
@@ -116,7 +117,7 @@ def test_payload_lever_puts_every_stage_that_follows_the_size_at_the_median() ->
         "evidence": {"stats": {"size_attribute": "items", "size_on": "span", "size_p50": median}},
     }
     x = _inputs(f)
-    lever = cl.payload_at_median(x, finding)
+    lever = payload_at_median(x, finding)
     assert lever is not None and lever.params["stages"] == 2  # dumps and send; render does not follow
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     old = request_latency(f, f.dur, client_side=False) / MS
@@ -131,7 +132,7 @@ def test_payload_lever_needs_the_runs_attributes() -> None:
     f.attribute_source = None
     finding = {"pattern": "large_payload", "span_name": "dumps",
                "evidence": {"stats": {"size_attribute": "items", "size_on": "span"}}}
-    assert cl.payload_at_median(_inputs(f), finding) is None
+    assert payload_at_median(_inputs(f), finding) is None
 
 
 def test_stalls_that_end_on_the_quota_period_are_the_throttling_ones() -> None:
@@ -292,3 +293,19 @@ def test_the_throttling_lever_takes_the_stalls_of_single_stretched_spans(monkeyp
     f = hand_frame([(k, -1, "work", "Server", 0, 25.0 * k + 2, 4) for k in range(12)])
     x = inputs(f, [{"pattern": "cpu_throttling", "confidence": 0.9, "evidence": {"stats": {}}}])
     assert x.throttle_stalls is not None and len(x.throttle_stalls[0]) == 3
+
+
+def test_retries_a_proxy_makes_inside_one_call_are_fixed_to_the_calls_median() -> None:
+    """The sidecar retries a cut try and the app's one span covers both tries and the back-off (no
+    attempt of its own): the callee fixed, every call takes the calls' median."""
+    rows = []
+    for t in range(100):
+        took = 190.0 if t % 10 == 0 else 10.0 + t % 3  # a try cut at 80 ms, the back-off, the retry
+        rows.append((t, -1, "root", "Server", 0, 1000.0 * t, took + 2.0))
+        rows.append((t, 0 if t == 0 else len(rows) - 1, "call", "Client", 0, 1000.0 * t + 1.0, took))
+    f = hand_frame(rows)
+    lever = cl.callee_p50(_inputs(f), RETRY)
+    assert lever is not None
+    x = _inputs(f)
+    new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
+    assert new.max() == pytest.approx(13.0, abs=0.01)

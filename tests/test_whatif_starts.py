@@ -6,6 +6,7 @@ caller's (a proxy's call ends at the response headers while the server sends the
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.levers import Inputs
@@ -142,3 +143,23 @@ def test_a_long_warm_up_whose_slow_calls_thin_out_is_read_to_its_end() -> None:
     assert lever is not None
     new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=False) / MS
     assert new.max() <= 33.0
+
+
+def test_an_init_child_under_the_span_the_finding_names_is_gone_when_prewarmed() -> None:
+    """The cold-start finding names the function's invocation span, which every request runs (one
+    environment per request here, called from a gateway); the start is its first child, `init`
+    (1 s), in one request in ten: pre-warmed, no request runs it."""
+    rows: list[tuple] = []
+    for k in range(60):
+        t, cold = 100.0 * k, k % 10 == 0
+        rows.append((k, -1, "gateway", "Server", 0, t, 1012.0 if cold else 12.0))
+        rows.append((k, len(rows) - 1, "handler", "Server", 1 + k, t + 1.0, 1010.0 if cold else 10.0))
+        handler = len(rows) - 1
+        if cold:
+            rows.append((k, handler, "init", "Internal", 1 + k, t + 1.0, 1000.0))
+        rows.append((k, handler, "work", "Internal", 1 + k, t + (1001.0 if cold else 1.0), 10.0))
+    x = _inputs(rows, instances=tuple(["gw"] + [f"env{k}" for k in range(60)]))
+    lever = prewarmed(x, {"pattern": "cold_start", "span_name": "handler", "evidence": {"stats": {}}})
+    assert lever is not None
+    new = request_latency(x.frame, retime(x.frame, lever.edit, x.lay).dur, client_side=False) / MS
+    assert new.max() == pytest.approx(12.0, abs=0.01)

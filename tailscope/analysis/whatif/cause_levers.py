@@ -1,6 +1,6 @@
-"""Levers for the causes named by timeout_retry, large_payload and cpu_throttling: each built from the
-mechanism and the finding's evidence (the finding is only read: its span name, service, timeout,
-size attribute and fitted time per unit of size)."""
+"""Levers for the causes named by timeout_retry and cpu_throttling (large_payload's: payload_levers.py):
+each built from the mechanism and the finding's evidence (the finding is only read: its span name,
+service, timeout)."""
 
 from __future__ import annotations
 
@@ -220,12 +220,14 @@ def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
 
 def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """The callee fixed: no attempt times out, and every call takes the median of the calls that
-    answered (a call cut at the timeout did not answer)."""
+    answered (a call cut at the timeout did not answer). Where no call shows its attempts (a proxy
+    retries inside it: the caller's one span covers every try and the back-off), every call at the
+    median."""
     s, group, pos = retried_calls(x, finding)
-    if not (group >= 0).any():
+    if len(s) == 0:
         return None
     f = x.frame
-    edit = _answered_at_once(x, finding, None)
+    edit = _answered_at_once(x, finding, None) or Edit.none(len(f))
     timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms")
     d = f.dur[s].astype(np.float64)
     answered = d[d < 0.97 * timeout * 1e6] if timeout else d
@@ -278,107 +280,4 @@ def hedged(x: Inputs, finding: dict[str, Any], hedge_ms: float | None = None) ->
         span_name=name,
         requeue=True,
         params={"hedge_ms": round(hedge_ms, 3)},
-    )
-
-
-# ---- large_payload: the stage's time at the median payload ----------------------------------------
-
-
-def _sizes(x: Inputs, spans: np.ndarray, key: str, on_root: bool) -> np.ndarray | None:
-    """The size attribute per span (nan where a span or its request's root lacks it); None where the
-    run's attributes cannot be read (a frame built without a store)."""
-    f = x.frame
-    if f.attribute_source is None:
-        return None
-    out = np.full(len(f), np.nan)
-    codes = np.unique(f.name[f.requests.root]).tolist() if on_root else [int(f.name[spans[0]])]
-    for code in codes:
-        idx, values = f.attributes(code).get(key, (np.zeros(0, np.int64), []))
-        v = np.array([_number(value) for value in values], np.float64)
-        ok = idx >= 0
-        out[idx[ok]] = v[ok]
-    if on_root:
-        per_request = out[f.requests.root]
-        return per_request[f.request[spans]]
-    return out[spans]
-
-
-def _number(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
-MIN_RHO = 0.5  # a stage's own time follows the size (Spearman), as the large_payload finding asks
-MIN_SPANS = 50
-
-
-def _trace_sizes(x: Inputs, spans: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Per trace: the size its spans of the finding's name handled (their mean; nan where none). A
-    trace, not a request: the payload crosses services (made in one, sent, parsed in another)."""
-    trace = x.frame.trace
-    n = int(trace.max(initial=-1)) + 1
-    ok = np.isfinite(size)
-    total = np.bincount(trace[spans[ok]], weights=size[ok], minlength=n)
-    count = np.bincount(trace[spans[ok]], minlength=n)
-    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
-
-
-def payload_at_median(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    """Every request handling more than the median size handles the median: each stage whose own
-    time follows the trace's payload size (the finding's span, and the transfer and parsing of the same
-    payload along its path) loses its fitted time per unit for the part above the median."""
-    from tailscope.analysis.diagnosis.stats import spearman, theil_sen
-
-    stats = (finding.get("evidence") or {}).get("stats", {})
-    key = stats.get("size_attribute")
-    name = finding.get("span_name")
-    spans = x.spans_named(name, in_requests=False)
-    if not key or len(spans) == 0:
-        return None
-    size = _sizes(x, spans, key, stats.get("size_on") == "request root")
-    if size is None or not np.isfinite(size).any():
-        return None
-    f, lay = x.frame, x.lay
-    per_trace = _trace_sizes(x, spans, size)
-    median = float(stats.get("size_p50") or np.nanmedian(per_trace))
-    inside = np.nonzero(np.isfinite(per_trace[f.trace]))[0]
-    own = lay.trailing.astype(np.float64)  # a leaf: its duration; a parent: its time after its children
-    edit = Edit.none(len(f))
-    rng = x.rng(23)
-    stages = []
-    # one fit per span name, service and kind: a call's CLIENT span holds the transfer, its SERVER
-    # span of the same name does not
-    kinds = len(SPAN_KINDS)
-    stage_key = (f.name[inside] * (len(f.services) + 1) + f.service[inside]) * kinds + f.kind[inside]
-    for key_code in np.unique(stage_key).tolist():
-        sel = inside[stage_key == key_code]
-        code = int(f.name[sel[0]])
-        if len(sel) < MIN_SPANS:
-            continue
-        v, y = per_trace[f.trace[sel]], own[sel]
-        if float(np.ptp(v)) == 0 or not spearman(v, y) >= MIN_RHO:  # nan (a constant time): no
-            continue
-        slope, _ = theil_sen(v, y, rng)
-        if slope <= 0:
-            continue
-        floor = float(np.quantile(y[v <= median], 0.01)) if (v <= median).any() else 0.0
-        cut = np.minimum(slope * np.maximum(v - median, 0.0), np.maximum(y - floor, 0.0))
-        edit.cut_after[sel] = cut
-        stages.append(f.names[code])
-    if not edit.cut_after.any():
-        return None
-    return Lever(
-        f"payload_p50:{name}",
-        f"Payloads at the median {key} ({median:,.0f}), '{name}' and {len(stages) - 1} more stage(s)",
-        SOFTWARE,
-        f"each request handling more than the median {key} handles the median (pagination, streaming, "
-        "fewer fields, a size cap): every stage whose own time follows the size (Spearman >= 0.5: "
-        "serialising, sending, parsing the payload) loses its fitted time per unit above the median",
-        edit,
-        pattern="large_payload",
-        span_name=name,
-        requeue=True,
-        params={"size_p50": median, "stages": len(stages)},
     )

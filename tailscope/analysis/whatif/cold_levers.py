@@ -150,6 +150,7 @@ def _warm_forwards_by_size(x: Inputs, early_span: np.ndarray, edit: Edit, rng) -
 
 
 ONE_OFF_SHARE = 0.5  # a span fewer requests than this share run is an instance's one-time start
+MIN_INITS = 3  # an init child seen fewer times than this is no pattern
 
 
 def cold_requests(x: Inputs, name: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -165,8 +166,11 @@ def cold_requests(x: Inputs, name: str | None) -> tuple[np.ndarray, np.ndarray, 
     if len(spans) == 0:
         return None
     none = np.zeros(0, np.int64)
+    child = _init_child(x, spans)
     if len(np.unique(f.request[spans])) < ONE_OFF_SHARE * len(f.requests):
         init, late = spans, none
+    elif child is not None:  # the span every request runs, its init a child few of them run
+        init, late = child, none
     else:
         parent = lay.parent[spans]
         called = spans[(parent >= 0) & (f.instance[np.maximum(parent, 0)] != f.instance[spans])]
@@ -180,6 +184,29 @@ def cold_requests(x: Inputs, name: str | None) -> tuple[np.ndarray, np.ndarray, 
     cold[f.request[np.r_[init, late]]] = True
     early = (f.request >= 0) & cold[np.maximum(f.request, 0)] & (f.service == f.service[spans[0]])
     return early, init, late
+
+
+def _init_child(x: Inputs, spans: np.ndarray) -> np.ndarray | None:
+    """The init phase inside a span most requests run (a function's `Initialization` under its
+    invocation span): a child name on the span's service that fewer than ONE_OFF_SHARE of the requests
+    run, nearly always its parent's first child (the start comes before the work), the longest in
+    total of those; its spans, or None."""
+    f, lay = x.frame, x.lay
+    kids = np.nonzero(np.isin(lay.parent, spans) & (f.service == f.service[spans[0]]))[0]
+    first_start = np.full(len(f), np.iinfo(np.int64).max)
+    np.minimum.at(first_start, lay.parent[kids], lay.rel_start[kids].astype(np.int64))
+    leads = lay.rel_start[kids] <= first_start[lay.parent[kids]]  # it runs before the handler's work
+    best, most = None, 0.0
+    for code in np.unique(f.name[kids]).tolist():
+        mine = kids[f.name[kids] == code]
+        if len(np.unique(f.request[mine])) >= ONE_OFF_SHARE * len(f.requests) or len(mine) < MIN_INITS:
+            continue
+        if leads[f.name[kids] == code].mean() < 0.9:
+            continue
+        total = float(f.dur[mine].sum())
+        if total > most:
+            best, most = mine, total
+    return best
 
 
 def _started_warm(x: Inputs, init: np.ndarray, late: np.ndarray, edit: Edit, rng) -> None:

@@ -20,6 +20,7 @@ from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
 from tailscope.analysis.whatif.network_levers import network_p50
+from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -32,7 +33,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 9  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 10  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -209,8 +210,8 @@ def plan(
             out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
-        elif p == "large_payload":
-            out.append(cl.payload_at_median(x, fd))
+        elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
+            out.append(batched_calls(x, fd) or payload_at_median(x, fd))
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
         elif p == "queueing" and fd.get("span_name"):
@@ -223,10 +224,12 @@ def plan(
         ql.more_replicas(x, extra_replicas),
         ql.forward_scaled(x, k),
     ]
-    if any(fd.get("pattern") == "queueing" and not fd.get("span_name")
+    if any(fd.get("pattern") == "queueing"
            and (fd.get("confidence") or 0) >= MIN_CONFIDENCE for fd in x.findings) and not any(
             lever is not None and lever.key.startswith("queue_as_calm") for lever in out):
-        out.append(ql.requests_as_calm(x))  # no queue in sight: the requests of busy stretches
+        # no queue in sight (none named, or the named span is no wait: a root whose backlog shows only
+        # in a queue-time attribute): the requests of busy stretches
+        out.append(ql.requests_as_calm(x))
     if speedup is not None:
         label = f"Model forward as measured in '{speedup_from}' (× {speedup:.2f})"
         out.append(ql.forward_scaled(x, speedup, label, key=f"forward_as:{speedup_from}"))

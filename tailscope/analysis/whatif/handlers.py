@@ -30,6 +30,7 @@ PULLED_NS = 2_000_000  # a consumer process pulls the next waiting message once 
 KIND_CONSUMER = SPAN_KINDS.index("Consumer")
 BACKLOG_FACTOR = 3.0  # a consumer's gap over this many times its shortest tenth's is no pull delay
 MIN_WAITED = 0.005  # an instance whose calls waited this rarely has no queue worth replaying
+QUIET_QUANTILE = 0.25  # every_call: a link's network time, the quieter quarter of its gaps
 
 
 @dataclass
@@ -145,6 +146,28 @@ def _link_typical(frame: TraceFrame, kid: np.ndarray, par: np.ndarray, gap: np.n
         if free.any():
             out[sel] = float(np.median(gap[free]))
     return out
+
+
+def every_call(frame: TraceFrame, h: Handlers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(SERVER span, its caller's span, the network part of the gap) for every call into the services
+    whose instances h saw queueing calls, on any instance of them (and h's consumers' messages): a
+    wait for a handler can show only as the gap, with no thread of the instance seen freeing for it
+    (a pod's listening socket shared by its workers: the first worker with a free thread accepts, and
+    the busy ones' queues never form), and a backlog that outlasts half the run leaves few calls
+    seen waiting, so the median gap of the others is a wait too. The network part of a call into a
+    server: the quieter quarter of its link's gaps (at most its own gap)."""
+    kid, par, pool = _calls(frame)
+    services = np.unique(frame.service[h.server[h.instance >= 0]])
+    mine = (pool >= 0) & np.isin(frame.service[kid], services)
+    kid, par = kid[mine], par[mine]
+    gap = (frame.start[kid] - frame.start[par]).astype(np.float64)
+    link = frame.service[par] * (len(frame.services) + 1) + frame.service[kid]
+    net = gap.copy()
+    for code in np.unique(link).tolist():
+        sel = link == code
+        net[sel] = np.minimum(gap[sel], np.quantile(gap[sel], QUIET_QUANTILE))
+    queued = h.instance < 0  # a consumer's messages: as handlers() read them
+    return np.r_[kid, h.server[queued]], np.r_[par, h.client[queued]], np.r_[net, h.net[queued]]
 
 
 def _fcfs(arrival: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:

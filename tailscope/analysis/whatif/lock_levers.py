@@ -49,9 +49,54 @@ def _wait_before_first_child(x: Inputs, spans: np.ndarray, ahead: np.ndarray, ed
     edit.cut_before[child] = cut
 
 
+WAIT_OVER_MEDIAN = 2.0  # a checkout gap over twice the median gap is a wait for the pool
+
+
+def _wait_before_first_use(x: Inputs, spans: np.ndarray, edit: Edit) -> None:
+    """A pooled connection checked out with no span of its own (ActiveRecord's lease at a request's
+    first query, held to its end): the wait shows as the gap before the first span of the name in its
+    parent, not in the spans. Each such gap over twice the median (a wait) is cut to one drawn from
+    the lower half. Only for lock spans with no children (a query: the wait comes before it)."""
+    lay = x.lay
+    leaf = spans[~lay.has_children[spans]]
+    if len(leaf) < 20:
+        return
+    order = np.lexsort((x.frame.start[leaf], lay.parent[leaf]))
+    leaf = leaf[order]
+    first = leaf[np.r_[True, lay.parent[leaf][1:] != lay.parent[leaf][:-1]] & (lay.parent[leaf] >= 0)]
+    if len(first) < 20:
+        return
+    gap = lay.gap[first].astype(np.float64)
+    median = float(np.median(gap))
+    waited = gap > WAIT_OVER_MEDIAN * median
+    if not waited.any():
+        return
+    new = _draw(x.rng(29), gap[gap <= median], int(waited.sum()))
+    edit.cut_before[first[waited]] += np.maximum(gap[waited] - new, 0.0)
+
+
+def _lock_spans(x: Inputs, name: str | None) -> np.ndarray:
+    """The spans a lock finding names; where they are a process's entry spans (SERVER spans called
+    from another instance or from nothing), the lock is the process's (a connection pool, a mutex)
+    and every request it serves waits for it: every entry SERVER span of the same service(s), any
+    route."""
+    from tailscope.analysis.diagnosis.frame import KIND_SERVER
+
+    spans = x.spans_named(name)
+    f = x.frame
+    if len(spans) == 0:
+        return spans
+    par = f.parent
+    entry = (f.kind == KIND_SERVER) & (f.request >= 0)
+    entry &= (par < 0) | (f.instance[np.maximum(par, 0)] != f.instance)
+    if not entry[spans].all():
+        return spans
+    return np.nonzero(entry & np.isin(f.service, np.unique(f.service[spans])))[0]
+
+
 def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     name = finding.get("span_name")
-    spans = x.spans_named(name)
+    spans = _lock_spans(x, name)
     if len(spans) == 0:
         return None
     f = x.frame
@@ -63,6 +108,7 @@ def no_lock_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     busy = spans[ahead > 0]
     edit.dur[busy] = np.minimum(_draw(x.rng(3), free, len(busy)), f.dur[busy])
     _wait_before_first_child(x, spans, ahead, edit)
+    _wait_before_first_use(x, spans, edit)
     return Lever(
         f"no_lock_wait:{name}",
         f"No lock wait ('{name}')",
@@ -109,7 +155,7 @@ def pool_held_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         return None
     f = x.frame
     edit = Edit(base.edit.dur.copy(), base.edit.cut_before.copy(), base.edit.cut_after.copy())
-    spans = x.spans_named(name)
+    spans = _lock_spans(x, name)
     holds = _holds(x, spans)
     rng = x.rng(27)
     redrawn = 0

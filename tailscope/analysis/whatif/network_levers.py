@@ -206,7 +206,7 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     if len(srv) == 0:  # nothing traced beyond the callers: the node from its calls' times alone
         lossy = lossy_by_calls(f)
         if not lossy:
-            return None
+            return _untraced_callee(x, finding.get("span_name"))
         return _lossy_nodes(x, finding, srv, cli, np.zeros(0), np.zeros(0), np.zeros(0, np.int64), lossy)
     out_gap = lay.gap[srv].astype(np.float64)
     gap = out_gap + lay.trailing[cli].astype(np.float64)
@@ -222,7 +222,7 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     pair = f.name[cli] == f.names.index(name) if name in f.names else np.ones(len(srv), bool)
     srv, cli, gap, share_out, link = srv[pair], cli[pair], gap[pair], share_out[pair], link[pair]
     if len(srv) == 0:
-        return None
+        return _untraced_callee(x, name)
     typical_of = np.zeros(len(gap))
     for code in np.unique(link).tolist():
         sel = link == code
@@ -283,4 +283,28 @@ def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.nd
         span_name=name,
         params={"instances": len(lossy), "crossings_redrawn": redrawn, "untraced_calls_redrawn": untraced,
                 "own_times_redrawn": own},
+    )
+
+
+def _untraced_callee(x: Inputs, name: str | None) -> Lever | None:
+    """The finding's calls go to a callee that is not traced (a managed endpoint): the wire is inside
+    each CLIENT span with the callee's time, so each call's time above the calls' median is removed."""
+    calls = x.spans_named(name)
+    calls = calls[(x.frame.kind[calls] == KIND_CLIENT) & ~x.lay.has_children[calls]]
+    if len(calls) < 20:
+        return None
+    d = x.frame.dur[calls].astype(np.float64)
+    median = float(np.median(d))
+    edit = Edit.none(len(x.frame))
+    edit.cut_after[calls] = np.maximum(d - median, 0.0)
+    return Lever(
+        f"network_p50:{name}",
+        f"Network at its p50 ('{name}' at its median, {median / 1e6:.2f} ms: the callee is not traced)",
+        SOFTWARE,
+        "the callee is not traced, so the wire is inside each call: each call's time above the calls' "
+        "median is removed",
+        edit,
+        pattern="network",
+        span_name=name,
+        params={"call_p50_ms": round(median / 1e6, 3)},
     )

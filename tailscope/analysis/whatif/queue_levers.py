@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.whatif.handlers import every_call
 from tailscope.analysis.whatif.levers import CAPACITY, HARDWARE, SOFTWARE, Inputs, Lever
 from tailscope.analysis.whatif.retime import Edit
 from tailscope.analysis.whatif.served import FORWARD
@@ -113,20 +114,39 @@ def forward_scaled(x: Inputs, k: float, label: str | None = None, key: str | Non
 
 def handlers_as_calm(x: Inputs) -> Lever | None:
     """The wait for a handler thread as in calm stretches: each call of a stretch whose mean wait is
-    over twice the typical stretch's waits as a call of a calm stretch on the same instances."""
+    over twice the typical stretch's waits as a call of a calm stretch, over every instance of the
+    services whose calls queued (handlers.every_call: a shared listening socket's waits included)."""
     h = x.handlers
-    if h is None or len(h.server) < 2 * CALM_BINS:
+    if h is None:
         return None
     f = x.frame
-    wait = h.wait(f)
-    calm = _calm(f.start[h.client] + h.net, wait)
+    server, client, net = every_call(f, h)
+    if len(server) < 2 * CALM_BINS:
+        return None
+    wait = np.maximum(f.start[server] - f.start[client] - net, 0).astype(np.float64)
+    calm = _calm(f.start[client] + net, wait)
     if calm is None:
         return None
     pick = np.nonzero(calm)[0][x.rng(8).integers(0, int(calm.sum()), int((~calm).sum()))]
     rows = np.nonzero(~calm)[0]
     edit = Edit.none(len(f))
-    edit.cut_before[h.server[rows]] = wait[rows] - wait[pick]
-    names = sorted({f.names[k] for k in f.name[h.server].tolist()})
+    edit.cut_before[server[rows]] = np.maximum(wait[rows] - wait[pick], 0)
+    # served as a calm call of its kind (a drawn one of the same name) where the busy calls of that
+    # name were themselves slower (a quarter or more): a backlog's threads shared the process with
+    # more of their kind (an interpreter lock, the cores), its spans stretched
+    name = f.name[server]
+    ratio = np.ones(len(f))
+    for code in np.unique(name[rows]).tolist():
+        kind = rows[name[rows] == code]
+        calm_kind = np.nonzero(calm & (name == code))[0]
+        busy_mean = float(f.dur[server[kind]].mean())
+        if len(calm_kind) and busy_mean > LATENCY_CALM_RATIO * float(f.dur[server[calm_kind]].mean()):
+            drawn = calm_kind[x.rng(9).integers(0, len(calm_kind), len(kind))]
+            # at most its own time: scaled up, a drawn call's slowness from another cause would come
+            # back beside that cause's own fix
+            ratio[server[kind]] = np.minimum(f.dur[server[drawn]] / np.maximum(f.dur[server[kind]], 1), 1.0)
+    scale_subtrees(x, ratio, edit)
+    names = sorted({f.names[k] for k in f.name[server].tolist()})
     return Lever(
         "queue_as_calm:handlers",
         "The wait for a handler thread as in calm stretches (peaks absorbed)",
@@ -236,8 +256,10 @@ def requests_as_calm(x: Inputs) -> Lever | None:
     """A queueing finding with no wait span of its own and no queue the run shows (no batcher, no
     handler threads seen waiting: a thread pool's global queue, every await's completion waiting in
     it): each request of a stretch whose mean latency is over twice the quieter quarter's takes the
-    time of a request of a calm stretch (drawn from the run), its wait to be accepted (the gap after
-    its caller's call began) included."""
+    time of a request of a calm stretch (drawn from the run, of the same route where one is), its
+    wait to be accepted (the gap after its caller's call began) cut to that one's. Every step of the
+    request shrinks by the same ratio (its critical path with it), so that another fix composed with
+    this one still changes its own spans."""
     reqs, f, lay = x.frame.requests, x.frame, x.lay
     if reqs is None or len(reqs) < 2 * CALM_BINS:
         return None
@@ -246,10 +268,20 @@ def requests_as_calm(x: Inputs) -> Lever | None:
     calm = _calm(reqs.arrival, f.dur[root] + gap, LATENCY_CALM_RATIO)
     if calm is None:
         return None
-    pick = np.nonzero(calm)[0][x.rng(28).integers(0, int(calm.sum()), int((~calm).sum()))]
     rows = np.nonzero(~calm)[0]
+    pick = np.nonzero(calm)[0][x.rng(28).integers(0, int(calm.sum()), len(rows))]
+    route = f.name[root]
+    for code in np.unique(route[rows]).tolist():  # a calm request of the same route where there is one
+        mine = route[rows] == code
+        calm_route = np.nonzero(calm & (route == code))[0]
+        if len(calm_route):
+            pick[mine] = calm_route[x.rng(30).integers(0, len(calm_route), int(mine.sum()))]
     edit = Edit.none(len(f))
-    edit.dur[root[rows]] = np.minimum(f.dur[root[pick]], f.dur[root[rows]])
+    # the request's every step scaled to the drawn calm request's latency (the whole critical path
+    # shrinks by the ratio): another fix composed with this one still finds its spans to change
+    ratio = np.ones(len(f))
+    ratio[root[rows]] = np.minimum(f.dur[root[pick]] / np.maximum(f.dur[root[rows]], 1), 1.0)
+    scale_subtrees(x, ratio, edit)
     edit.cut_before[root[rows]] = np.maximum(gap[rows] - gap[pick], 0)
     name = f.names[f.name[root[0]]]
     return Lever(
@@ -263,3 +295,26 @@ def requests_as_calm(x: Inputs) -> Lever | None:
         pattern="queueing",
         span_name=name,
     )
+
+
+def scale_subtrees(x: Inputs, ratio: np.ndarray, edit: Edit) -> None:
+    """Each span with a ratio other than 1 and everything below it take that multiple of their time:
+    leaves their durations, parents their own time after their children, every child the gap before
+    it (the critical path scales by the ratio). A span's own duration is never set, so another fix composed
+    with this one still changes the spans below it."""
+    f, lay = x.frame, x.lay
+    factor = ratio.astype(np.float64).copy()
+    child = np.nonzero(lay.parent >= 0)[0]
+    depth = f.depth[child]
+    for d in np.unique(depth).tolist():  # top down: a child takes its parent's ratio
+        sel = child[depth == d]
+        up = factor[lay.parent[sel]]
+        factor[sel] = np.where(up != 1.0, up, factor[sel])
+    rows = np.nonzero(factor != 1.0)[0]
+    shrink = 1.0 - factor[rows]  # negative where a drawn calm call took longer: time added
+    parent = lay.has_children[rows]
+    edit.cut_after[rows[parent]] += lay.trailing[rows[parent]] * shrink[parent]
+    edit.dur[rows[~parent]] = np.fmin(edit.dur[rows[~parent]], f.dur[rows[~parent]] * factor[rows[~parent]])
+    inner = rows[lay.parent[rows] >= 0]
+    inner = inner[factor[lay.parent[inner]] != 1.0]  # a top span's own gap: its caller's, not scaled
+    edit.cut_before[inner] += lay.gap[inner] * (1.0 - factor[inner])

@@ -2,10 +2,10 @@
 path through the changed spans, not a sum of stage means.
 
 The model of a request: each span's children are laid out on the span's own timeline. A child
-*depends on* every sibling that had ended when it started (it waited for them: sequential work),
-and not on siblings still running (parallel work). Between the latest of those and the child's
-start lies a gap: the parent's own work or wait (serialisation, scheduling slack, a queue without a
-span: the unattributed time). When spans change,
+*depends on* every sibling that had ended when it started (within ABUT_NS: clocks' rounding; it
+waited for them: sequential work), and not on siblings still running (parallel work). Between the
+latest of those and the child's start lies a gap: the parent's own work or wait (serialisation,
+scheduling slack, a queue without a span: the unattributed time). When spans change,
 
     new start of a child = max(new end of the siblings it depends on) + its gap (or, with no such
                            sibling, its old offset from the parent's start)
@@ -34,6 +34,9 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import TraceFrame
 
 AWAITED_COVER = 0.5  # a remote child outlasting its parent but covering this share of it was awaited
+# a sibling ending this little after a span starts had ended (back-to-back steps whose times were
+# rounded apart: Triton's QUEUE_END and COMPUTE_START a few hundred ns out of order)
+ABUT_NS = 1_000
 
 
 @dataclass
@@ -161,7 +164,10 @@ def layout(frame: TraceFrame) -> Layout:
         rank = np.cumsum(first) - 1
         starts = np.nonzero(first)[0]
         s_key = 2 * rel_end[kids] + (rel_end[kids] == rel_start[kids])
-        n_before = _count_at_most(grp, s_key, grp, 2 * rel_start[kids])
+        # the rounding's slack only for spans longer than twice it (a shorter sibling never counts
+        # itself, and no two siblings each count the other)
+        slack = np.where(rel_end[kids] - rel_start[kids] > 2 * ABUT_NS, ABUT_NS, 0)
+        n_before = _count_at_most(grp, s_key, grp, 2 * (rel_start[kids] + slack))
         has_pred = n_before > starts[rank]
         pred_idx = np.maximum(n_before - 1, 0)
         old_max = _grouped_cummax(rel_end[kids], rank)

@@ -55,6 +55,17 @@ def _servers(instance: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[i
     return out
 
 
+def _wrapper(frame: TraceFrame, stage: np.ndarray, parent: np.ndarray, fwd: np.ndarray) -> np.ndarray:
+    """Each forward span's parent where that parent wraps the batch's execution (it starts a few
+    steps before the forward: an input copy, within a quarter of the forward's time; not a queue or
+    forward span itself), else the forward span: the queue span may be the wrapper's sibling."""
+    par = np.maximum(parent[fwd], 0)
+    lead = frame.start[fwd] - frame.start[par]
+    wraps = (parent[fwd] >= 0) & (lead <= np.maximum(frame.dur[fwd] // 4, 1000))
+    wraps &= ~np.isin(stage[par], (QUEUE, FORWARD))
+    return np.where(wraps, par, fwd)
+
+
 def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
     """The run's served requests (None where no request has a model_forward span). `stage`: each
     span's stage as the diagnosis infers it (Context.stage)."""
@@ -82,14 +93,16 @@ def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
         row = pos[frame.request[q_cand]]
         ok = row >= 0
         q_cand, row = q_cand[ok], row[ok]
-        f_span = fwd[row]
-        tol = np.maximum(frame.dur[f_span] // 100, 1000)
         q_end = frame.start[q_cand] + frame.dur[q_cand]
-        lead = frame.start[f_span] - q_end
-        steps = (lay.gap[f_span] <= tol) & (lead <= np.maximum(frame.dur[f_span] // 4, tol))
-        near = (p[q_cand] == p[f_span]) & (lead >= -tol) & ((lead <= tol) | steps)
-        order = np.argsort(q_end[near], kind="stable")  # the last-ending one wins
-        queue[row[near][order]] = q_cand[near][order]
+        for level in range(2):  # the forward's own siblings, then its wrapper's (Triton's `compute`)
+            f_span = fwd[row] if level == 0 else _wrapper(frame, stage, p, fwd[row])
+            tol = np.maximum(frame.dur[fwd[row]] // 100, 1000)
+            lead = frame.start[f_span] - q_end
+            steps = (lay.gap[f_span] <= tol) & (lead <= np.maximum(frame.dur[fwd[row]] // 4, tol))
+            near = (p[q_cand] == p[f_span]) & (lead >= -tol) & ((lead <= tol) | steps)
+            near &= queue[row] < 0
+            order = np.argsort(q_end[near], kind="stable")  # the last-ending one wins
+            queue[row[near][order]] = q_cand[near][order]
     hole = queue < 0
     if hole.any():  # no queue span: the gap before the forward is the wait, where it is material
         lat = reqs.latency[request[hole]].astype(np.float64)
