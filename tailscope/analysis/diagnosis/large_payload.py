@@ -58,6 +58,9 @@ NOT_A_SIZE = re.compile(
     r"(^|[._])pid$|(^|[._ ])id$|[._]id$|timestamp|epoch|version|priority|ttl|(^|[._])load|cpu|"
     r"memory|(^|[._])gc"
 )
+# a batch's count (messaging.batch.message_count, batch_size): how many waited when the server took its
+# next batch, set by the backlog, not by what a client sent; it changes when the queue does
+GATHERED = re.compile(r"batch")
 ROOT_PREFIX = "root:"
 BYTES = re.compile(r"size|bytes|length|octets")
 ADVICE = (
@@ -242,7 +245,7 @@ def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Findin
         rho = spearman(v[ok], d[ok])
         if rho >= MIN_RHO and (best is None or rho > best[1]):
             best = (key, rho, v)
-        if with_forward:
+        if with_forward and not GATHERED.search(key.lower()):
             rho_full = spearman(v[ok], full[ok])
             if rho_full >= MIN_RHO and (grown is None or rho_full > grown[1]) and \
                     size_change(v[ok], f.start[spans][ok], ctx.rng)["changed"]:
