@@ -34,12 +34,10 @@ from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.payload_wire import wire_candidates
 from tailscope.analysis.diagnosis.repeated_calls import repeated_calls
-from tailscope.analysis.diagnosis.size_change import size_change
+from tailscope.analysis.diagnosis.size_change import size_change, size_confidence
 from tailscope.analysis.diagnosis.stats import (
     clamp01,
     excess_share,
-    logistic,
-    material_weight,
     ms,
     spearman,
     theil_sen,
@@ -266,8 +264,7 @@ def _judge(ctx: Context, code: int, root_sizes: dict[str, np.ndarray]) -> Findin
     # sizes above the small ones (p10) add to the mean request, over the median latency
     above = np.where(ok, slope * np.maximum(v - float(np.quantile(v[ok], 0.1)), 0.0), 0.0)
     added = float(above.sum()) / ctx.n_requests / max(float(np.median(ctx.frame.requests.latency)), 1.0)
-    weight = max(material_weight(share), 0.9 * logistic(added, 0.1, 0.03))
-    confidence = logistic(rho, 0.65, 0.07) * weight
+    confidence = size_confidence(rho, share, added)
     if confidence < 0.05:
         return None
     finding = _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence, added=added)

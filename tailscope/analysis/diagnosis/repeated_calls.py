@@ -33,11 +33,10 @@ import numpy as np
 from tailscope.analysis.diagnosis.attributes import numeric_attributes
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.size_change import size_confidence
 from tailscope.analysis.diagnosis.stats import (
     clamp01,
     excess_share,
-    logistic,
-    material_weight,
     ms,
     spearman,
     theil_sen,
@@ -158,8 +157,7 @@ def _judge(
         ok, slope * np.maximum(np.nan_to_num(size) - float(np.quantile(size[ok], 0.1)), 0.0), 0.0
     )
     added = float(above.sum()) / n / max(float(np.median(f.requests.latency)), 1.0)
-    weight = max(material_weight(share), 0.9 * logistic(added, 0.1, 0.03))
-    confidence = logistic(rho, 0.65, 0.07) * weight
+    confidence = size_confidence(rho, share, added)
     if confidence < 0.05:
         return None
     return _finding(

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.stats import gmm2
+from tailscope.analysis.diagnosis.stats import gmm2, logistic, material_weight
 
 BINS = 10
 DRIFT = 3.0  # dispersion index above which the sizes are taken to change with time
@@ -81,3 +81,12 @@ def size_change(sizes: np.ndarray, start: np.ndarray, rng: np.random.Generator) 
     changed = drift > DRIFT or second is not None or spread >= OUTSIZED
     return {"drift": round(drift, 2), "second_population": second, "p99_over_median": round(spread, 2),
             "changed": changed}
+
+
+def size_confidence(rho: float, share: float, added: float) -> float:
+    """How sure a size-driven finding is: how closely the time follows the size (Spearman rho) times
+    how much it matters, the larger of its share of the tail excess and what the sizes above the small
+    ones (p10) add to the mean request over the median latency (`added`: slowing many requests beside a
+    rarer, heavier cause that owns the p99)."""
+    weight = max(material_weight(share), 0.9 * logistic(added, 0.1, 0.03))
+    return logistic(rho, 0.65, 0.07) * weight
