@@ -73,7 +73,7 @@ def loaded(tmp_path_factory) -> dict[int, tuple[list[dict], dict]]:
 
 
 def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has(loaded) -> None:
-    assert FAMILY in blind.UNTOUCHED and blind.scenarios(FAMILY) == php_faiss.SCENARIOS
+    assert FAMILY not in blind.UNTOUCHED and blind.scenarios(FAMILY) == php_faiss.SCENARIOS  # open now
     assert sum("+" in sc for sc in php_faiss.SCENARIOS) >= 3 and php_faiss.SCENARIOS[0] == "steady"
     for seed, (spans, summary) in loaded.items():
         s, style = php_faiss.setup(seed), php_faiss.style(seed)

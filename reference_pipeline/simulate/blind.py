@@ -118,8 +118,9 @@ MODULES = {
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores,
-# vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's)
-UNTOUCHED: tuple[str, ...] = ("phoenix-nx", "php-faiss")
+# vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's,
+# mesh-triton and rails-recs after session 9's, phoenix-nx and php-faiss after session 10's)
+UNTOUCHED: tuple[str, ...] = ()
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
