@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, spearman
 
@@ -34,12 +35,15 @@ ADVICE = (
 
 
 def running_at(f, srv: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Per call: how many of the server spans `srv` were running on its server's instance at `at`."""
+    """Per call: how many calls its server's instance was running at `at`: every SERVER span of the
+    server's services there, those with no parent included (a client that is not traced still holds a
+    worker, and its calls are what fills the pool when only its load grew)."""
     horizon = int(max(f.end.max(), at.max(initial=0))) + 2
-    inst = f.instance[srv].astype(np.int64) * horizon
-    starts = np.sort(inst + f.start[srv])
-    ends = np.sort(inst + f.end[srv])
-    key = inst + at
+    held = np.nonzero((f.kind == KIND_SERVER) & np.isin(f.service, np.unique(f.service[srv])))[0]
+    inst = f.instance[held].astype(np.int64) * horizon
+    starts = np.sort(inst + f.start[held])
+    ends = np.sort(inst + f.end[held])
+    key = f.instance[srv].astype(np.int64) * horizon + at
     return (np.searchsorted(starts, key, side="right") - np.searchsorted(ends, key, side="right")).astype(
         np.float64
     )
