@@ -50,13 +50,15 @@ ADVICE = (
 
 
 def call_group(f) -> np.ndarray:
-    """Per span: its parent and the peer that answered it (the service of its SERVER child, where
+    """Per span: its parent and what answered it (the service and operation of its SERVER child, where
     traced) in one key. A retry is the same call to the same peer again; calls of one name to several
-    peers (HTTP clients name a span by its method) under one parent are a fan-out, one per peer."""
+    peers (HTTP clients name a span by its method) under one parent are a fan-out, one per peer, and
+    calls of one name to two operations of one peer (an HTTP client's every call named alike: an embed
+    then a search) are two calls, not an attempt and its retry."""
     peer = np.full(len(f), -1, np.int64)
     child = np.nonzero((f.parent >= 0) & (f.kind == KIND_SERVER))[0]
-    peer[f.parent[child]] = f.service[child]
-    return f.parent.astype(np.int64) * (len(f.services) + 1) + peer + 1
+    peer[f.parent[child]] = f.service[child].astype(np.int64) * len(f.names) + f.name[child]
+    return f.parent.astype(np.int64) * (len(f.services) * len(f.names) + 1) + peer + 1
 
 
 def retry_groups(ctx: Context, code: int) -> dict | None:
