@@ -17,14 +17,7 @@ def shared_gpu_service(seed: int, n: int = 4000, rps: float = 150.0, instances: 
     b.stages.update({"forward": "model_forward", "queue": "queue", "prepare": "preprocessing"})
     free = {m: [0.0] * instances for m in ("model/0", "model/1")}
     for i, t in enumerate(b.arrivals(n, rps)):
-        b.new_trace()
-        pod, model = f"api/{i % 3}", ("model/0", "model/1")[i % 2]
-        root = b.span(None, "POST /rank", "Server", pod, t, 0.0)
-        d = lognormal(b.rng, 3.0, 0.2)
-        b.span(root, "prepare", "Internal", pod, t + 0.05, d)
-        cur = t + d + 0.1
-        call = b.span(root, "Infer", "Client", pod, cur, 0.0)
-        srv = b.span(call, "Infer", "Server", model, cur + 0.2, 0.0)
+        root, call, srv, model, cur = _model_call(b, i, t)
         slots = free[model]
         k = int(np.argmin(slots))
         go = max(cur + 0.25, slots[k])
@@ -48,14 +41,7 @@ def locked_section_service(seed: int, n: int = 4000, rps: float = 150.0):
     b.stages.update({"forward": "model_forward", "rescore": "postprocessing", "prepare": "preprocessing"})
     lock = {"model/0": 0.0, "model/1": 0.0}
     for i, t in enumerate(b.arrivals(n, rps)):
-        b.new_trace()
-        pod, model = f"api/{i % 3}", ("model/0", "model/1")[i % 2]
-        root = b.span(None, "POST /rank", "Server", pod, t, 0.0)
-        d = lognormal(b.rng, 3.0, 0.2)
-        b.span(root, "prepare", "Internal", pod, t + 0.05, d)
-        cur = t + d + 0.1
-        call = b.span(root, "Infer", "Client", pod, cur, 0.0)
-        srv = b.span(call, "Infer", "Server", model, cur + 0.2, 0.0)
+        root, call, srv, model, cur = _model_call(b, i, t)
         work = lognormal(b.rng, 14.0, 0.2)
         b.span(srv, "forward", "Internal", model, cur + 0.25, work)
         at = cur + 0.3 + work
@@ -67,3 +53,18 @@ def locked_section_service(seed: int, n: int = 4000, rps: float = 150.0):
         b.set_end(call, got + hold + 0.3)
         b.set_end(root, got + hold + 0.5)
     return b.frame()
+
+
+def _model_call(b: TraceBuilder, i: int, t: float) -> tuple[int, int, int, str, float]:
+    """Request `i` of both services up to its model call: `POST /rank` on one of three api pods, its
+    `prepare` (~3 ms), then the `Infer` CLIENT span and its SERVER span on one of two model pods (both
+    ended by the caller); returns (root, call, server span, model pod, the call's start in ms)."""
+    b.new_trace()
+    pod, model = f"api/{i % 3}", ("model/0", "model/1")[i % 2]
+    root = b.span(None, "POST /rank", "Server", pod, t, 0.0)
+    d = lognormal(b.rng, 3.0, 0.2)
+    b.span(root, "prepare", "Internal", pod, t + 0.05, d)
+    cur = t + d + 0.1
+    call = b.span(root, "Infer", "Client", pod, cur, 0.0)
+    srv = b.span(call, "Infer", "Server", model, cur + 0.2, 0.0)
+    return root, call, srv, model, cur
