@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timing: what-if repeats; pipeline: runs")
     parser.add_argument("--keep", type=Path, help="pipeline: keep runs here (reused)")
     parser.add_argument("--pairs", default="all", help="pipeline: the pairs to run, by label, ';'-separated")
+    parser.add_argument("--device", default="cpu", help="pipeline: cpu or cuda[:N] (every run on it)")
     parser.add_argument("--own-rate", action="store_true",
                         help="blind: each family's healthy run at its own arrival rate, not the faulty run's")
     parser.add_argument("--sampled", action="store_true",
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.what == "pipeline":
         pairs = None if args.pairs == "all" else args.pairs.split(";")
-        pipeline_report(args.duration, args.rps, args.repeats, pairs, args.keep)
+        pipeline_report(args.duration, args.rps, args.repeats, pairs, args.keep, args.device)
         return 0
     families = list(FAMILIES) if args.families == "all" else args.families.split(",")
     rows = sim_rows(families, args.requests or 4000, args.seeds)

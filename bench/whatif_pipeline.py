@@ -44,6 +44,7 @@ RUNS = {
     "gc-pressure, collector off": ("gc-pressure", ["--gc", "off"]),
     "2 model workers": ("steady", ["--workers", "2"]),
     "int8": ("steady", ["--dtype", "int8"]),
+    "bf16": ("steady", ["--dtype", "bf16"]),
     "3 layers": ("steady", ["--layers", "3"]),
     # the replica pair where one worker queues: a rate near its capacity (the later --rps wins)
     "1 worker, 50 req/s": ("steady", ["--rps", "50"]),
@@ -56,11 +57,14 @@ PAIRS = (
     ("GC pauses vs collector off", "gc-pressure", "gc-pressure, collector off", "no_gc_stalls"),
     ("1 vs 2 model workers", "steady", "2 model workers", "replicas+1"),
     ("fp32 vs int8", "steady", "int8", "forward_as"),
+    ("fp32 vs bf16", "steady", "bf16", "forward_as"),
     ("6 vs 3 layers, forward x 0.5", "steady", "3 layers", "forward_x0.5"),
     ("6 vs 3 layers, speed-up measured", "steady", "3 layers", "forward_as"),
     ("1 vs 2 model workers at 50 req/s", "1 worker, 50 req/s", "2 workers, 50 req/s", "replicas+1"),
 )
 OPT_IN = {"1 vs 2 model workers at 50 req/s"}  # run only when named (--pairs): its own duration
+# int8 is CPU-only dynamic quantization (refused on CUDA); bf16 is emulated on a CPU, a GPU option
+DEVICE_ONLY = {"fp32 vs int8": "cpu", "fp32 vs bf16": "cuda"}
 NICE = -10
 RT_PRIORITY = 10
 BOOTSTRAP = 1000
@@ -73,9 +77,9 @@ class Run:
     load: list[tuple[float, float]] = field(default_factory=list)  # 1-min load average before, after
 
 
-def run_once(out: Path, scenario: str, extra: list[str], duration: float, rps: float) -> None:
+def run_once(out: Path, scenario: str, extra: list[str], duration: float, rps: float, device: str) -> None:
     cmd = [sys.executable, "-c", "from tailscope.cli.main import entrypoint; entrypoint()", "pipeline", "run",
-           "--scenario", scenario, "--device", "cpu", "--duration", str(duration), "--rps", str(rps),
+           "--scenario", scenario, "--device", device, "--duration", str(duration), "--rps", str(rps),
            "--out", str(out), *extra]
     if os.geteuid() == 0:  # above the other work on a shared machine (children inherit it): round-robin
         # real-time priority where the kernel allows it (the service idles between requests, and the
@@ -85,7 +89,9 @@ def run_once(out: Path, scenario: str, extra: list[str], duration: float, rps: f
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
-def run_all(tmp: Path, labels: list[str], duration: float, rps: float, repeats: int) -> dict[str, Run]:
+def run_all(
+    tmp: Path, labels: list[str], duration: float, rps: float, repeats: int, device: str = "cpu"
+) -> dict[str, Run]:
     """Every run `repeats` times, alternating the order. A run whose trace file is already in `tmp`
     (with its load record) is read, not run again: a kept directory can be scored again."""
     runs = {label: Run(label) for label in labels}
@@ -97,7 +103,7 @@ def run_all(tmp: Path, labels: list[str], duration: float, rps: float, repeats: 
             if not record.exists():
                 before = os.getloadavg()[0]
                 started = time.perf_counter()
-                run_once(out, scenario, extra, duration, rps)
+                run_once(out, scenario, extra, duration, rps, device)
                 after = os.getloadavg()[0]
                 record.write_text(json.dumps({"load": [before, after], "at": time.strftime("%H:%M:%S"),
                                               "seconds": time.perf_counter() - started}))
@@ -168,16 +174,21 @@ def gc_evidence(frame) -> str:
 
 
 def pipeline_report(
-    duration: float, rps: float, repeats: int, only: list[str] | None = None, keep: Path | None = None
+    duration: float, rps: float, repeats: int, only: list[str] | None = None, keep: Path | None = None,
+    device: str = "cpu",
 ) -> None:
-    """`keep`: the runs' trace files go (or are already) there, instead of a temporary directory."""
+    """`keep`: the runs' trace files go (or are already) there, instead of a temporary directory.
+    `device`: cpu or cuda[:N], every run on it (the int8 pair on a CPU only, the bf16 pair on CUDA only)."""
+    kind = device.split(":")[0]
     pairs = [p for p in PAIRS if (only is None and p[0] not in OPT_IN) or (only and p[0] in only)]
+    pairs = [p for p in pairs if DEVICE_ONLY.get(p[0], kind) == kind]
     labels = list(dict.fromkeys(run for p in pairs for run in p[1:3]))
-    print(f"runs: {', '.join(labels)}; {repeats} repeats, {duration:.0f} s at {rps:g} req/s each", flush=True)
+    print(f"runs on {device}: {', '.join(labels)}; {repeats} repeats, {duration:.0f} s at {rps:g} req/s each",
+          flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-        runs = run_all(keep or Path(tmp), labels, duration, rps, repeats)
+        runs = run_all(keep or Path(tmp), labels, duration, rps, repeats, device)
         print("\n| run | repeat | requests | p50 ms | p99 ms (bootstrap 5-95 %) | load before / after | GC |")
         print("|---|---:|---:|---:|---:|---:|---|")
         for label, run in runs.items():
