@@ -110,7 +110,8 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
     s, st = setup(seed), style(seed)
     gw = tuple(st.label(sp.GW, k) for k in range(s["gw_pods"]))
     feast = tuple(st.label(sp.FEAST, m) for m in range(s["feast_pods"]))
-    proxies = tuple(st.label(sp.RANKER, -n - 1) for n in range(s["nodes"]))
+    used = range(min(s["gw_pods"], s["nodes"])) if st.transport == "grpc" else range(s["nodes"])
+    proxies = tuple(st.label(sp.RANKER, -n - 1) for n in used)  # a pod's gRPC channel stays on one
     replicas = tuple(st.label(sp.RANKER, j, j) for j in range(s["nodes"]))
     new = tuple(st.label(sp.RANKER, j, j % s["nodes"]) for j in range(s["nodes"], s["nodes"] + 2))
     causes = {

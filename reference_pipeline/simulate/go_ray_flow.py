@@ -49,14 +49,14 @@ def _freezes(rng: random.Random, horizon: float, every_s: tuple[float, float],
 
 def _bursts(s: dict[str, Any], parts: set[str], run_s: float) -> tuple[tuple[float, float, float], ...]:
     out: list[tuple[float, float, float]] = []
+    if "autoscale-cold" in parts:  # first: a peak inside the rise sets the rate (the later burst wins)
+        out.append((0.05 * run_s, 2.0 * run_s, 1.6))
     if "cfs-peaks" in parts:  # at the peak, each pod's demand ~1.25x its quota
         multiple = 1.25 * s["gw_pods"] * QUOTA_MS * 10.0 / (s["rps"] * (BASE_CPU_MS + 1.8))
         t = 0.6
         while t < 1.5 * run_s:
             out.append((t, 0.25, multiple))
             t += 1.5
-    if "autoscale-cold" in parts:
-        out.append((0.05 * run_s, 2.0 * run_s, 2.2))
     return tuple(out)
 
 
@@ -90,7 +90,7 @@ def simulate(rng: random.Random, table: TraceTable, style: sp.Style, s: dict[str
     expired_from = 0.3 * run_ns if "ttl-expiry-wave" in parts else None
 
     # the gateway up to its first ranker try, and Feast, per request in arrival order
-    proxy_of = [rng.randrange(s["nodes"]) for _ in range(s["gw_pods"])]  # a gRPC channel's proxy
+    proxy_of = [k % s["nodes"] for k in range(s["gw_pods"])]  # the proxy a pod's gRPC channel stays on
     front: list[dict[str, Any]] = []
     attempts: list[Attempt] = []
     for i, t0 in enumerate(arrivals):
@@ -106,14 +106,14 @@ def simulate(rng: random.Random, table: TraceTable, style: sp.Style, s: dict[str
         front.append({"root_s": root_s, "parse": (root_s, parse_e), "feast_client": (fc_s, fc_e), "feast": f})
         attempts.append(Attempt(i, 0, send, send + 250.0 * MS, proxy, response_kb(top_k[i]), PAIRS))
     if "router-saturation" in parts:
-        rate = 420.0 * s["nodes"] / 4.0
+        rate = 560.0 * s["nodes"] / 4.0
         for t in poisson_arrivals(rng, rate, int(rate * 0.3 * run_s)):
             proxy = rng.randrange(s["nodes"])
             attempts.append(Attempt(-1, 0, 0.3 * run_ns + t, float("inf"), proxy, 6.0, 1000))
 
     replicas = []
     for j in range(s["nodes"]):
-        hangs = (_freezes(rng, horizon, (1.5, 3.0), (300.0, 1200.0))
+        hangs = (_freezes(rng, horizon, (0.8, 2.0), (300.0, 1000.0))
                  if "flaky-replica-retries" in parts and j == FLAKY_REPLICA else [])
         replicas.append(Replica(j, 0.0, Stalls(hangs), cold=False))
     cfg = ServeConfig(wait_s=0.1 if "batch-wait-timeout" in parts else 0.005,

@@ -126,9 +126,9 @@ class ServeConfig:
     max_ongoing: int = 8
     max_batch: int = 8
     wait_s: float = 0.005
-    target_ongoing: float = 1.0
+    target_ongoing: float = 0.75
     max_replicas: int = 8
-    upscale_delay_s: float = 1.0
+    upscale_delay_s: float = 0.5
     per_try_ms: float = 250.0
     attempts: int = 3
 
@@ -321,7 +321,7 @@ class Serve:
         if self.above * 0.25 >= self.cfg.upscale_delay_s and len(self.replicas) < self.cfg.max_replicas:
             for _k in range(min(desired, self.cfg.max_replicas) - len(self.replicas)):
                 node = len(self.replicas) % max(1, self.nodes)
-                startup = (self.rng.uniform(0.35, 0.6) + self.rng.uniform(0.7, 1.1)) * NS_PER_S  # pull + init
+                startup = (self.rng.uniform(0.25, 0.4) + self.rng.uniform(0.35, 0.5)) * NS_PER_S  # load + init
                 self.replicas.append(Replica(node, t + startup, Stalls([]), cold=True))
                 self.push(t + startup, "ready", len(self.replicas) - 1)
             self.above = 0

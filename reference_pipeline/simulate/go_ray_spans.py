@@ -40,7 +40,8 @@ def ray_node(n: int) -> str:
 
 
 def replica_id(j: int) -> str:
-    return "".join("abcdefghjkmnpqrstuvwxyz23456789"[(j * 7919 + 31 * i * i + 11) % 31] for i in range(8))
+    return "".join("abcdefghjkmnpqrstuvwxyz23456789"[(j * 7919 + 104729 * i + 13 * i * i + 11) % 31]
+                   for i in range(8))
 
 
 @dataclass(frozen=True)
