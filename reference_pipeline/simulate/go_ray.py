@@ -37,16 +37,19 @@ endpoints (ip:port), gRPC, only the proxy and replica spans.
 Mechanisms (scenario: truth):
 - `cfs-peaks`: traffic peaks (~6x for 0.25 s every ~1.5 s); the gateway's demand passes its quota, more
   so in periods where a GC cycle's mark workers run: cpu_throttling at search-gw (side gc_pause).
-- `heap-growth-gc`: an unbounded result cache grows the gateway's live heap from 70 MB to ~590 MB under
-  GOMEMLIMIT=640MiB: cycles come more often and mark longer; allocating work is stretched by assists:
-  gc_pause at search-gw; the mark workers also throttle it (accept cpu_throttling).
-- `router-saturation`: an untraced batch-scoring client sends heavy calls (1000 pairs) for 30 % of the
-  run; replicas sit at max_ongoing_requests and calls wait in the router queue: queueing at the
+- `heap-growth-gc`: an unbounded result cache grows the gateway's live heap from 70 MB (15 % of the run)
+  to ~600 MB (55 %) under GOMEMLIMIT=640MiB: cycles come ~3x as often and mark ~6x longer; allocating
+  work meeting a mark is stretched by assists or parked until it ends: gc_pause at search-gw. The 8
+  dedicated mark workers burn the 2-core quota too (throttled ~20 % of the time, marks stretched by
+  it): accept cpu_throttling, the same process-wide stall seen through the quota.
+- `router-saturation`: an untraced batch-scoring client sends heavy calls (1000 pairs, ~140 per s per
+  replica) for 30 % of the run; replicas sit at max_ongoing_requests and calls wait in the router queue: queueing at the
   ranker's proxy span (side slow_dependency, timeout_retry).
-- `autoscale-cold`: the deployment autoscales (target 2 ongoing per replica, upscale delay 1 s, max +2);
-  a sustained 1.8x rise adds two replicas which load the model (~1.3 s) and then run slow first batches
-  (lazy CUDA modules, cudnn autotune: ~0.85 s, then decaying): cold_start at the new replicas (side
-  queueing, timeout_retry).
+- `autoscale-cold`: the deployment autoscales (target_ongoing_requests 0.75, upscale delay 0.5 s over a
+  1 s look-back, max +2: compressed to the run's length); a sustained 1.6x rise adds two replicas which
+  load the model (~0.75 s) and then run slow first batches (lazy CUDA modules, cudnn autotune: ~0.85 s,
+  then x(1 + 3 e^-n/4)): cold_start at the new replicas (side queueing, timeout_retry: the first
+  batch outlasts the per-try timeout).
 - `batch-wait-timeout`: batch_wait_timeout_s 0.005 -> 0.1: calls wait in the replica for a batch to
   fill: queueing at the replica span.
 - `ttl-expiry-wave`: the nightly materialisation failed: from 30 % of the run user rows are past their
@@ -55,7 +58,7 @@ Mechanisms (scenario: truth):
 - `redis-slow-disk`: one Redis primary's node has a degraded disk: AOF writes block its event loop
   (60-250 ms every ~0.6 s) and it serves 2.5x slower; every request reads from it: slow_dependency at
   Feast's HMGET (side queueing).
-- `flaky-replica-retries`: one replica's GPU hangs (Xid errors, 0.3-1.2 s every ~2.5 s); calls on it pass
+- `flaky-replica-retries`: one replica's GPU hangs (Xid errors, 0.3-1.0 s every ~0.8-2 s); calls on it pass
   their per-try timeout and are retried: timeout_retry at the gateway's ranker client span (side
   slow_dependency).
 - `topk-payload`: clients ask top_k 300 instead of 50: 6x the response (serialisation on the replica,
