@@ -43,8 +43,8 @@ Mechanisms (scenario: truth):
   dedicated mark workers burn the 2-core quota too (throttled ~20 % of the time, marks stretched by
   it): accept cpu_throttling, the same process-wide stall seen through the quota.
 - `router-saturation`: an untraced batch-scoring client sends heavy calls (1000 pairs, ~140 per s per
-  replica) for 30 % of the run; replicas sit at max_ongoing_requests and calls wait in the router queue: queueing at the
-  ranker's proxy span (side slow_dependency, timeout_retry).
+  replica) for 30 % of the run; replicas sit at max_ongoing_requests and calls wait in the router
+  queue: queueing at the ranker's proxy span (side slow_dependency, timeout_retry).
 - `autoscale-cold`: the deployment autoscales (target_ongoing_requests 0.75, upscale delay 0.5 s over a
   1 s look-back, max +2: compressed to the run's length); a sustained 1.6x rise adds two replicas which
   load the model (~0.75 s) and then run slow first batches (lazy CUDA modules, cudnn autotune: ~0.85 s,

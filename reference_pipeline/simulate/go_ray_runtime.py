@@ -19,6 +19,7 @@ PERIOD_MS = 100.0  # cfs_period_us
 QUOTA_MS = 200.0  # cfs_quota_us: a 2-core limit
 GOMAXPROCS = 32
 MARK_WORKERS = GOMAXPROCS // 4  # the pacer's 25 % background utilisation, as dedicated workers
+MARK_BUSY = 0.6  # the share of a mark phase the dedicated workers find work (they idle on an empty queue)
 GOMEMLIMIT_MB = 640.0
 BASE_CPU_MS = 4.2  # a request's CPU on the gateway: TLS, HTTP/2, protobuf + JSON, otel, business rules
 ALLOC_MB = 0.9  # allocated per request at top_k 50 (grows with the ranker's response)
@@ -63,7 +64,7 @@ class GatewayRuntime:
                 inside = min(t + cpu_ns, c.end) - max(t, c.start)
                 cpu_ns += inside * (c.assist - 1.0)
                 if c.assist > 2.0:  # parked on the assist queue: waits for background credit
-                    cpu_ns += (c.end - max(t, c.start)) * min(1.0, (c.assist - 2.0) / 2.0)
+                    cpu_ns += (c.end - max(t, c.start)) * min(0.6, (c.assist - 2.0) / 3.0)
         return self.stalls.run(t, cpu_ns)
 
 
@@ -114,7 +115,7 @@ def throttled_periods(rng: random.Random, arrivals: list[float], cpu_ms: list[fl
         k = int((c.start - offset) // period)
         while k < n and offset + k * period < c.end:
             a, b = offset + k * period, offset + (k + 1) * period
-            demand[max(k, 0)] += MARK_WORKERS * (min(b, c.end) - max(a, c.start)) / NS_PER_MS
+            demand[max(k, 0)] += MARK_WORKERS * MARK_BUSY * (min(b, c.end) - max(a, c.start)) / NS_PER_MS
             k += 1
     out = []
     backlog = 0.0

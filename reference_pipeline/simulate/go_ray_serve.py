@@ -321,7 +321,8 @@ class Serve:
         if self.above * 0.25 >= self.cfg.upscale_delay_s and len(self.replicas) < self.cfg.max_replicas:
             for _k in range(min(desired, self.cfg.max_replicas) - len(self.replicas)):
                 node = len(self.replicas) % max(1, self.nodes)
-                startup = (self.rng.uniform(0.25, 0.4) + self.rng.uniform(0.35, 0.5)) * NS_PER_S  # load + init
+                load, init = self.rng.uniform(0.25, 0.4), self.rng.uniform(0.35, 0.5)  # weights, CUDA context
+                startup = (load + init) * NS_PER_S
                 self.replicas.append(Replica(node, t + startup, Stalls([]), cold=True))
                 self.push(t + startup, "ready", len(self.replicas) - 1)
             self.above = 0
