@@ -25,7 +25,7 @@ dedicated mark workers (GOMAXPROCS/4) burn the same CPU quota. The CFS model is 
 (~4.2 ms each, more with larger responses) + mark workers + a carried-over backlog; over the quota, the
 process stalls until the period's end.
 
-Healthy noise: jitter everywhere; GC cycles every ~1 s on a 70 MB heap; 0.4 % of users and 0.3 % of item
+Healthy noise: jitter everywhere; a GC cycle every ~0.6 s per pod on a 70 MB heap (~9 ms marks); 0.4 % of users and 0.3 % of item
 rows missing from the online store; Redis BGSAVE forks; 0.15 % of tries refused by a draining proxy
 (UNAVAILABLE, retried); the odd Python GC in a replica's batch.
 
@@ -35,7 +35,7 @@ host.name + process.pid, HTTP to Ray's proxy, the batch span exported. 2: Zipkin
 endpoints (ip:port), gRPC, only the proxy and replica spans.
 
 Mechanisms (scenario: truth):
-- `cfs-peaks`: traffic peaks (~6x for 0.25 s every ~1.5 s); the gateway's demand passes its quota, more
+- `cfs-peaks`: traffic peaks (5-7x for 0.25 s every 1.5 s); the gateway's demand passes its quota, more
   so in periods where a GC cycle's mark workers run: cpu_throttling at search-gw (side gc_pause).
 - `heap-growth-gc`: an unbounded result cache grows the gateway's live heap from 70 MB (15 % of the run)
   to ~600 MB (55 %) under GOMEMLIMIT=640MiB: cycles come ~3x as often and mark ~6x longer; allocating
