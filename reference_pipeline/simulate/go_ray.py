@@ -25,9 +25,9 @@ dedicated mark workers (GOMAXPROCS/4) burn the same CPU quota. The CFS model is 
 (~4.2 ms each, more with larger responses) + mark workers + a carried-over backlog; over the quota, the
 process stalls until the period's end.
 
-Healthy noise: jitter everywhere; a GC cycle every ~0.6 s per pod on a 70 MB heap (~9 ms marks); 0.4 % of users and 0.3 % of item
-rows missing from the online store; Redis BGSAVE forks; 0.15 % of tries refused by a draining proxy
-(UNAVAILABLE, retried); the odd Python GC in a replica's batch.
+Healthy noise: jitter everywhere; a GC cycle every ~0.6 s per pod on a 70 MB heap (~9 ms marks); 0.4 %
+of users and 0.3 % of item rows missing from the online store; Redis BGSAVE forks; 0.15 % of tries
+refused by a draining proxy (UNAVAILABLE, retried); the odd Python GC in a replica's batch.
 
 Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv, the OTel operator's `service.instance.id`
 (Ray actors by their names), gRPC, Ray's batch and forward spans exported. 1: Jaeger JSON, old semconv,
