@@ -40,7 +40,7 @@ Mechanisms (scenario: truth):
 - `heap-growth-gc`: an unbounded result cache grows the gateway's live heap from 70 MB (15 % of the run)
   to ~600 MB (55 %) under GOMEMLIMIT=640MiB: cycles come ~3x as often and mark ~6x longer; allocating
   work meeting a mark is stretched by assists or parked until it ends: gc_pause at search-gw. The 8
-  dedicated mark workers burn the 2-core quota too (throttled ~20 % of the time, marks stretched by
+  dedicated mark workers burn the 2-core quota too (throttled 5-10 % of the time, marks stretched by
   it): accept cpu_throttling, the same process-wide stall seen through the quota.
 - `router-saturation`: an untraced batch-scoring client sends heavy calls (1000 pairs, ~140 per s per
   replica) for 30 % of the run; replicas sit at max_ongoing_requests and calls wait in the router
