@@ -76,6 +76,12 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   Redis embedding cache, calling a C++ retrieval service (a worker pool, a memory-mapped Faiss IVF-PQ
   index, a TensorRT encoder with a dynamic batch); OTLP / Jaeger / Zipkin v2. **Untouched**: written
   blind, held out
+- `go-ray` (go_ray.py, go_ray_flow.py, go_ray_runtime.py, go_ray_serve.py, go_ray_spans.py): a Go search
+  gateway (net/http + grpc-go, GOMAXPROCS=32 under a 2-core CFS quota, a concurrent GC with mark assists)
+  calling a Feast feature server over a sharded Redis online store (an offline fallback for missing or
+  expired rows) and a Ray Serve cross-encoder (proxy actors, a router bounded by max_ongoing_requests,
+  `@serve.batch` replicas, an autoscaler with cold replicas; per-try deadlines and retries); OTLP /
+  Jaeger / Zipkin v2. **Untouched**: written blind, held out
 
 Each family marked **Untouched** was held out until its final score was recorded; those in UNTOUCHED
 below still are, the others are open now.
@@ -114,13 +120,14 @@ MODULES = {
     "rails-recs": "rails_recs",
     "phoenix-nx": "phoenix_nx",
     "php-faiss": "php_faiss",
+    "go-ray": "go_ray",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores,
 # vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's,
 # mesh-triton and rails-recs after session 9's, phoenix-nx and php-faiss after session 10's)
-UNTOUCHED: tuple[str, ...] = ()
+UNTOUCHED: tuple[str, ...] = ("go-ray",)
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
