@@ -82,7 +82,9 @@ def test_lock_contention_grows_lock_wait(tmp_path, steady) -> None:
 
 @pytest.mark.slow
 def test_cold_cache_raises_feature_hydration(tmp_path, steady) -> None:
-    run_and_load(tmp_path, "cold-cache", steady)
+    # half the steady run's length: nearly every lookup misses (100 cached of 5,000 entities), so the
+    # misses' p99 and count show in 36 requests as in 72
+    run_and_load(tmp_path, "cold-cache", steady, duration_s=DURATION_S / 2)
     base, cold = quantiles(steady, "steady", sm.HYDRATE), quantiles(steady, "cold-cache", sm.HYDRATE)
     assert cold["p99"] > max(5 * base["p99"], 0.5), (base, cold)
     assert (
@@ -151,7 +153,10 @@ def test_cold_start_makes_the_first_requests_slowest(tmp_path, steady) -> None:
 def test_model_stage_traced_as_triton_becomes_stages_by_phase_rules(tmp_path, steady) -> None:
     """--model-telemetry triton: no queue or forward span, no stage attribute on the model stage; the
     phase rules must find queue / input / infer / output from Triton's events alone."""
-    summary = run_and_load(tmp_path, "steady", steady, label="triton-style", model_telemetry="triton")
+    # half the steady run's length: the checks are span names, attributes and per-request medians
+    summary = run_and_load(
+        tmp_path, "steady", steady, label="triton-style", model_telemetry="triton", duration_s=DURATION_S / 2
+    )
     assert summary["errors"] == 0
     names = dict(
         query(
