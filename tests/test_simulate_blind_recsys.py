@@ -76,15 +76,16 @@ def test_a_seed_gives_the_same_bytes(tmp_path: Path) -> None:
     assert a.read_bytes() == b.read_bytes()
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_every_format_loads_and_the_truth_names_what_the_run_has(runs, seed: int) -> None:
+# seed 3's run is test_autoscaled_pods_start_cold_and_warm_up's (3,000 requests): one run fewer
+@pytest.mark.parametrize("seed,requests", [(0, 1500), (1, 1500), (2, 1500), (3, 3000)])
+def test_every_format_loads_and_the_truth_names_what_the_run_has(runs, seed: int, requests: int) -> None:
     s = setup(seed)
-    spans = runs("autoscale-burst", 1500, seed)
+    spans = runs("autoscale-burst", requests, seed)
     services = {x["service"] for x in spans}
     assert services == {"ranker-api", "feature-svc", "model-server"} | (
         {"envoy-ingress"} if s["ingress_traced"] else set())
     roots = named(spans, ROOT, "Server")
-    assert len(roots) == 1500
+    assert len(roots) == requests
     if s["ingress_traced"]:  # the ingress' CLIENT span is the root; the SERVER span its child
         ingress = {x["id"]: x for x in named(spans, INGRESS, "Client")}
         assert all(r["parent"] in ingress and ingress[r["parent"]]["start"] < r["start"] for r in roots)
@@ -198,13 +199,15 @@ def test_deadline_cuts_first_attempts_at_the_deadline_and_retries(runs) -> None:
 
 
 def test_cache_stampede_sends_misses_to_postgres_after_the_refresh(runs) -> None:
-    spans, steady = runs("cache-stampede", 3000, 0), runs("steady", 3000, 0)
+    # the steady side: the 2,000-request run of the same seed the other tests load (its share of
+    # Postgres reads is a rate, under 1 % of the requests either way)
+    spans, steady = runs("cache-stampede", 3000, 0), runs("steady", 2000, 0)
     fetches = sorted(named(spans, FETCH), key=lambda x: x["start"])
     source = np.array([x["attrs"]["candidates.source"] == "postgres" for x in fetches])
     third = len(fetches) // 3
     before, wave, late = source[: third - 50], source[third + 20: third + 320], source[-300:]
     assert before.mean() < 0.01 and wave.mean() > 0.2 and late.mean() < wave.mean() / 2
-    assert len(named(steady, "SELECT recsys.candidates")) < 0.01 * 3000
+    assert len(named(steady, "SELECT recsys.candidates")) < 0.01 * 2000
     kids = children(spans)
     for x in fetches:  # a Postgres read only after a Redis miss
         names = [k["name"].lower() for k in sorted(kids[x["id"]], key=lambda k: k["start"])]
