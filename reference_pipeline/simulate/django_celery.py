@@ -12,7 +12,7 @@ round trip instead of ~0.2). Per request, the Django view:
 
 1. reads the customer's features from Redis (django-redis `GET`); a miss runs three ORM queries
    (psycopg `SELECT`s, time growing with the customer's transaction history), builds the frame
-   (pandas, ~15 ms) and writes it back with `SETEX` (TTL 10 min). Seeds with manual spans wrap this in
+   (pandas, ~15 ms) and writes it back with `SETEX` (TTL 30 min). Seeds with manual spans wrap this in
    `credit.load_features` (`cache.hit`).
 2. calls the bureau API over HTTPS with `requests` (a keep-alive connection per worker: TCP + TLS 1.2
    when it has none or it idled 4 s; read timeout 0.4 s, then one retry on a new connection).
@@ -130,13 +130,13 @@ LEAK_MOBJ = 0.02
 _SETUPS = (
     {"fmt": "otlp-json", "semconv": "new", "ident": "instance-id", "edge": "alb", "internals": True,
      "linked": True, "gc_events": True, "web_pods": 4, "workers": 8, "celery_pods": 2, "procs": 4,
-     "rps": 120.0, "pool": 20, "left": 4},
+     "rps": 120.0, "pool": 20, "left": 2},
     {"fmt": "jaeger", "semconv": "old", "ident": "host-pid", "edge": "haproxy", "internals": True,
      "linked": False, "gc_events": False, "web_pods": 3, "workers": 10, "celery_pods": 3, "procs": 3,
-     "rps": 110.0, "pool": 16, "left": 3},
+     "rps": 110.0, "pool": 16, "left": 2},
     {"fmt": "zipkin", "semconv": "old", "ident": "endpoint", "edge": "alb", "internals": False,
      "linked": False, "gc_events": True, "web_pods": 6, "workers": 6, "celery_pods": 2, "procs": 5,
-     "rps": 140.0, "pool": 24, "left": 4},
+     "rps": 140.0, "pool": 24, "left": 2},
 )
 
 
@@ -252,11 +252,12 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     capacity = s["web_pods"] * s["workers"] / 0.105  # requests/s the pods serve at ~105 ms each
     arrivals = _arrivals(rng, s, parts, requests, capacity)
     leak = LEAK_MOBJ if "gc-gen2-leak" in parts else 0.0
-    wave = (0.25 * run_ns, 0.6 * NS_PER_S, 0.7) if "redis-ttl-expiry" in parts else None
+    wave = (0.25 * run_ns, 0.6 * NS_PER_S, 0.85) if "redis-ttl-expiry" in parts else None
     batch = (0.25 * run_ns, 0.75 * run_ns, s["left"]) if "pgbouncer-saturation" in parts else None
     deploy = 0.3 * run_ns if "cold-celery-workers" in parts else None
     world = World(st, sp.Resources(table, st), table, Net(loss=0.015 if "cross-az-loss" in parts else 0.0),
-                  _gunicorn(rng, s, leak), ServerPool(s["pool"], batch), {}, Cache(600 * NS_PER_S, wave=wave),
+                  _gunicorn(rng, s, leak), ServerPool(s["pool"], batch), {},
+                  Cache(1800 * NS_PER_S, wave=wave),
                   Celery(_procs(s, deploy), 4), leak, "bureau-timeout-retry" in parts,
                   "history-growth" in parts, st.edge == "haproxy")
     events: list[tuple[float, int, int]] = [(t, 0, k) for k, (t, _c) in enumerate(arrivals)]

@@ -122,7 +122,7 @@ def request(w: World, rng: random.Random, arrival: float, customer: int) -> None
                 ("SELECT status, count(*) FROM credit_repayment WHERE customer_id = %s GROUP BY status",
                  0.8 + 0.01 * hist)):
             t, _ = _db(w, out, feat, web, rng, t + lognormal_ms(rng, 0.15, 0.3), zone, statement, cost)
-        t += lognormal_ms(rng, 10.0 + 0.02 * hist, 0.3)  # pandas: the feature frame
+        t += lognormal_ms(rng, 12.0 + 0.03 * hist, 0.3)  # pandas: the feature frame
         s_s = t
         t += w.net.rtt(rng, zone) + lognormal_ms(rng, 0.05, 0.3)
         w.cache.store(customer, t)

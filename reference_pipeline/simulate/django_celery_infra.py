@@ -20,7 +20,7 @@ from reference_pipeline.simulate.trace_table import NS_PER_MS, lognormal_ms
 RTO_MS = 200.0  # Linux's minimum retransmission timeout: a lost segment on a sub-ms path costs >= 200 ms
 GC_MS_PER_MOBJ = 65.0  # a full collection traverses ~15 M container objects/s
 CUSTOMERS = 200_000
-WARM_RANKS = 150_000  # the nightly job caches the features of the customers seen in the last 90 days
+WARM_RANKS = 190_000  # the nightly job caches the features of the customers seen in the last 90 days
 
 
 @dataclass
@@ -164,11 +164,23 @@ class Proc:
     retire: float
     loaded: bool
     gen: int = 0  # 0: the pods from before the run's deploy, 1: their replacements
-    free_at: float = 0.0
     starts: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
 
     def waiting(self, t: float) -> int:
         return len(self.starts) - bisect.bisect_right(self.starts, t)
+
+    def place(self, t: float, length: float) -> float:
+        """When a task delivered at t and running `length` ns starts: the first idle gap from t
+        (requests are modelled one at a time, so deliveries are not made in time order)."""
+        k = bisect.bisect_right(self.ends, t)
+        start = t
+        while k < len(self.starts) and self.starts[k] < start + length:
+            start = max(start, self.ends[k])
+            k += 1
+        self.starts.insert(k, start)
+        self.ends.insert(k, start + length)
+        return start
 
 
 @dataclass
@@ -204,15 +216,13 @@ class Celery:
             at, i = min(options)
             chosen = self.procs[i]
         delivered = at + lognormal_ms(rng, 0.4, 0.3)
-        start = max(delivered, chosen.free_at) + lognormal_ms(rng, 0.15, 0.3)
-        load_end = start
+        load = 0.0
         if not chosen.loaded:  # import xgboost, unpickle the booster, a warm-up predict
-            load_end = start + lognormal_ms(rng, 2600.0, 0.2)
+            load = lognormal_ms(rng, 2600.0, 0.2)
             chosen.loaded = True
-        end = load_end + work_ns
-        chosen.free_at = end
-        chosen.starts.append(start)
-        return Run(chosen, delivered, start, load_end, end)
+        pickup = lognormal_ms(rng, 0.15, 0.3)
+        start = chosen.place(delivered, pickup + load + work_ns + 0.5 * NS_PER_MS) + pickup
+        return Run(chosen, delivered, start, start + load, start + load + work_ns)
 
 
 def task_work_ms(rng: random.Random, payload_kb: float) -> tuple[float, float]:
