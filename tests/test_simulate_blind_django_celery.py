@@ -196,7 +196,7 @@ def test_prefetched_score_tasks_wait_behind_a_long_task_on_their_child_while_oth
     long = [(x, w) for x, w in waits if w > 100 * MS]
     assert len(long) > 20
     behind = [any(r["instance"] == x["instance"] and r["start"] < x["start"] and r["end"] > x["start"] - w
-                  for r in rescore) for x, w in long]  # a long task ran on its child while it waited
+                  for r in rescore) for x, w in long]  # a long task ran on its child meanwhile
     assert np.mean(behind) > 0.7
     children = {x["instance"] for x in named(spans, RUN)}
     busy_all = 0
@@ -205,8 +205,9 @@ def test_prefetched_score_tasks_wait_behind_a_long_task_on_their_child_while_oth
         busy = {y["instance"] for y in (*rescore, *named(spans, RUN)) if y["start"] <= t < y["end"]}
         busy_all += busy >= children
     assert busy_all < 0.2 * len(long)
-    steady = [x["start"] - parent[x["parent"]]["end"] for x in named(table_spans("steady", 1200, 1), RUN)]
-    assert p(steady, 99) < 40 * MS
+    steady = table_spans("steady", 1200, 1)
+    parent = {x["i"]: x for x in steady}
+    assert p([x["start"] - parent[x["parent"]]["end"] for x in named(steady, RUN)], 99) < 40 * MS
 
 
 def test_new_celery_children_load_the_model_on_their_first_task_and_views_time_out(loaded) -> None:
@@ -219,7 +220,8 @@ def test_new_celery_children_load_the_model_on_their_first_task_and_views_time_o
     timed_out = [x for x in waits if x["status"] == "Error"]
     assert timed_out and all(x["duration"] > 1990 * MS for x in timed_out)
     steady = table_spans("steady", 700, 0)
-    assert not named(steady, sp.MODEL_LOAD) and p([x["duration"] for x in named(steady, sp.WAIT)], 99) < 200 * MS
+    assert not named(steady, sp.MODEL_LOAD)
+    assert p([x["duration"] for x in named(steady, sp.WAIT)], 99) < 200 * MS
 
 
 def test_a_leak_makes_full_collections_rarer_and_longer_and_they_stretch_the_django_span() -> None:
@@ -301,8 +303,9 @@ def _signature(part: str, spans, seed: int) -> bool:
     if part == "redis-ttl-expiry":
         return np.mean([not x["attrs"]["cache.hit"] for x in named(spans, sp.LOAD_FEATURES)]) > 0.3
     if part == "pgbouncer-saturation":  # the job's window: the middle of the run
-        end = max(x["end"] for x in spans)
-        return p([x["duration"] for x in for_update(spans) if 0.3 * end < x["start"] < 0.6 * end], 75) > 20 * MS
+        run = run_ns(900, seed)
+        window = [x["duration"] for x in for_update(spans) if 0.3 * run < x["start"] < 0.7 * run]
+        return p(window, 75) > 20 * MS
     if part == "cold-celery-workers":
         return len(named(spans, sp.MODEL_LOAD)) >= 4
     assert part == "gunicorn-backlog"
