@@ -302,10 +302,11 @@ def _signature(part: str, spans, seed: int) -> bool:
         return sum(x["status"] == "Error" for x in named(spans, style.bureau, "Client", sp.WEB)) > 10
     if part == "redis-ttl-expiry":
         return np.mean([not x["attrs"]["cache.hit"] for x in named(spans, sp.LOAD_FEATURES)]) > 0.3
-    if part == "pgbouncer-saturation":  # the job's window: the middle of the run
-        run = run_ns(900, seed)
-        window = [x["duration"] for x in for_update(spans) if 0.3 * run < x["start"] < 0.7 * run]
-        return p(window, 75) > 20 * MS
+    if part == "cross-az-loss":  # RTOs on zone b's pods only
+        zone_b = set(django_celery.truth("cross-az-loss", seed)[0].instances)
+        gets = named(spans, "GET", "Client", sp.WEB)
+        slow = {x["instance"] in zone_b for x in gets if x["duration"] > 200 * MS}
+        return slow == {True}
     if part == "cold-celery-workers":
         return len(named(spans, sp.MODEL_LOAD)) >= 4
     assert part == "gunicorn-backlog"

@@ -89,9 +89,9 @@ Mechanisms (scenario: truth):
   vector (~0.2 KB per transaction, median ~60 KB): serialising, publishing, decoding and building the
   frame grow with it: large_payload at `run/credit.tasks.score`, stage preprocessing (side: queueing
   on the children).
-- pairs: `gc-gen2-leak+bureau-timeout-retry`, `redis-ttl-expiry+pgbouncer-saturation` (the rebuild job
-  and the expiry wave's misses on one pool), `gunicorn-backlog+cold-celery-workers` (a deploy during a
-  campaign's burst).
+- pairs: `gc-gen2-leak+bureau-timeout-retry`, `redis-ttl-expiry+cross-az-loss` (the wave's misses
+  make more round trips across the lossy link), `gunicorn-backlog+cold-celery-workers` (a deploy during
+  a campaign's burst).
 
 Truth instances: the instances the cause acts on as the store names them; on the host-pid seed, the
 gunicorn worker processes (or Celery children) that exist from the start.
@@ -123,7 +123,7 @@ FAMILY = "django-celery"
 SINGLES = ("gunicorn-backlog", "pgbouncer-saturation", "row-lock-contention", "redis-ttl-expiry",
            "celery-prefetch-hol", "cold-celery-workers", "gc-gen2-leak", "bureau-timeout-retry",
            "cross-az-loss", "history-growth")
-PAIRS = ("gc-gen2-leak+bureau-timeout-retry", "redis-ttl-expiry+pgbouncer-saturation",
+PAIRS = ("gc-gen2-leak+bureau-timeout-retry", "redis-ttl-expiry+cross-az-loss",
          "gunicorn-backlog+cold-celery-workers")
 SCENARIOS = ("steady", *SINGLES, *PAIRS)
 LEAK_MOBJ = 0.02
