@@ -34,10 +34,10 @@ child's first task (~2.6 s) and runs a 400-tree XGBoost model; decoding and buil
 with the payload (the feature vector).
 
 CPython's cyclic GC in each gunicorn worker: a full (generation-2) collection runs when the objects
-promoted since the last exceed 25 % of the long-lived heap and stops the worker for ~55 ms per million
+promoted since the last exceed 25 % of the long-lived heap and stops the worker for ~65 ms per million
 objects (its request is stretched; requests behind it in the backlog wait).
 
-Healthy noise: jitter everywhere; ~2-3 % feature-cache misses (customers outside the warmed set, keys
+Healthy noise: jitter everywhere; ~1.5 % feature-cache misses (customers outside the warmed set, keys
 expiring); 0.8 % of statements hit a cold page or an autovacuum; 0.4 % slow bureau answers (the odd
 timeout and retry); full collections every ~100 requests per worker (~20 ms); workers recycled at
 --max-requests; bureau reconnects after an idle gap; 0.5 % slow predicts.
@@ -54,44 +54,45 @@ Conventions by seed (seed % 3):
   parented; full collections as annotations on the Django span.
 
 Mechanisms (scenario: truth):
-- `gunicorn-backlog`: a burst of 1.5x the pods' worker capacity for 5 % of the run: requests wait in
-  the listen backlog between the caller's (or HAProxy's) span start and the Django span's start:
-  queueing, stage queue, the Django SERVER span.
-- `pgbouncer-saturation`: an untraced `manage.py rebuild_exposures` job takes all but 3 of PgBouncer's
-  server connections with long transactions for half the run; every transaction waits for a server
-  connection inside its first statement (the `SELECT ... FOR UPDATE`, or a miss's SELECTs):
-  lock_contention (a pool others hold) at `SELECT`, stage postprocessing, accept queueing.
-- `row-lock-contention`: a BNPL partner checks every cart item's limit at once: bursts of 4-12
-  concurrent requests for one customer (a third of the traffic); their `SELECT ... FOR UPDATE`s
-  queue on the exposure row, each for the previous transactions' ~10 ms: lock_contention at `SELECT`,
-  stage postprocessing.
-- `redis-ttl-expiry`: the nightly warm-up wrote 70 % of the warm keys in one batch with one TTL; they
-  expire together at 30 % of the run and every request for a new customer misses (hot keys stampede
-  until the first SETEX): cache_miss at `credit.load_features` (no manual spans: the `SELECT`s),
+- `gunicorn-backlog`: a burst of 1.5x the pods' worker capacity for 5 % of the run: requests wait in the
+  listen backlog between the caller's (or HAProxy's) span start and the Django span's start: queueing,
+  stage queue, the Django SERVER span.
+- `pgbouncer-saturation`: an untraced `manage.py rebuild_exposures` job takes all but 2 of PgBouncer's
+  server connections with back-to-back long transactions for the middle half of the run; every transaction
+  waits for a server connection inside its first statement (the `SELECT ... FOR UPDATE`, or a miss's
+  SELECTs): lock_contention (a pool others hold) at `SELECT`, stage postprocessing, accept queueing.
+- `row-lock-contention`: a BNPL partner checks every cart item's limit at once: bursts of 4-14 concurrent
+  requests for one customer (half the traffic); their `SELECT ... FOR UPDATE`s queue on the exposure row,
+  each for the previous transactions' ~15 ms (recompute, velocity check, policy, UPDATE, INSERT, COMMIT):
+  lock_contention at `SELECT`, stage postprocessing.
+- `redis-ttl-expiry`: the nightly warm-up wrote 85 % of the warm keys in one batch with one TTL; they
+  expire together at 25 % of the run (within 0.6 s) and every request for a new customer misses (hot keys
+  stampede until the first SETEX): cache_miss at `credit.load_features` (no manual spans: the `SELECT`s),
   stage feature_hydration (side: queueing at PgBouncer).
-- `celery-prefetch-hol`: celery beat's `rescore_portfolio` tasks (~1 s each, untraced producer) share
-  the queue; score tasks prefetched to a child running one wait behind it though other children are
-  idle: queueing at `run/credit.tasks.score`, stage queue, on credit-worker.
-- `cold-celery-workers`: a deploy replaces the worker pods one by one from 30 % of the run; each new
-  child loads the model on its first task (seconds) while its prefetched tasks wait, and views time
-  out at 2 s: cold_start at `run/credit.tasks.score`, stage model_forward, the new pods (side:
+- `celery-prefetch-hol`: celery beat's `rescore_portfolio` tasks (~1 s each, untraced producer) share the
+  queue; score tasks prefetched to a child running one wait behind it though other children are idle:
+  queueing at `run/credit.tasks.score`, stage queue, on credit-worker.
+- `cold-celery-workers`: a deploy replaces the worker pods one by one (4 s apart) from 30 % of the run;
+  each new child loads the model on its first task (seconds) while its prefetched tasks wait, and views
+  time out at 2 s: cold_start at `run/credit.tasks.score`, stage model_forward, the new pods (side:
   queueing).
-- `gc-gen2-leak`: a module-level memo keeps every response's objects (12 k objects a request): the
-  heap grows with each worker's requests served and full collections stop it for 100-400 ms: gc_pause at
-  the Django span (stage None: the pause falls in whichever phase allocates), side queueing.
-- `bureau-timeout-retry`: the bureau slows (median ~180 ms, 8 % heavy tail); attempts hit the 0.4 s read
-  timeout and are retried: timeout_retry at the bureau CLIENT span, stage downstream (side
-  slow_dependency).
-- `cross-az-loss`: 1.5 % of the round trips between zones lose a segment: TCP waits for the RTO
-  (>= 200 ms) on zone b's pods' Redis, PgBouncer and RabbitMQ calls: network at `GET` (their most
-  frequent call), stage None, zone b's instances.
-- `history-growth`: a new model version sends the customer's per-transaction history in the feature
-  vector (~0.2 KB per transaction, median ~60 KB): serialising, publishing, decoding and building the
-  frame grow with it: large_payload at `run/credit.tasks.score`, stage preprocessing (side: queueing
-  on the children).
-- pairs: `gc-gen2-leak+bureau-timeout-retry`, `redis-ttl-expiry+cross-az-loss` (the wave's misses
-  make more round trips across the lossy link), `gunicorn-backlog+cold-celery-workers` (a deploy during
-  a campaign's burst).
+- `gc-gen2-leak`: a module-level memo keeps every response's objects (20 k objects a request): the heap
+  grows with each worker's requests served (up to --max-requests) and full collections, rarer, stop it for
+  100-500 ms: gc_pause at the Django span (stage None: the pause falls in whichever phase allocates), side
+  queueing.
+- `bureau-timeout-retry`: the bureau slows (median ~60 ms, 5 % of answers + a Pareto tail from 250 ms);
+  attempts hit the 0.4 s read timeout and are retried on a new connection: timeout_retry at the bureau
+  CLIENT span, stage downstream (side slow_dependency).
+- `cross-az-loss`: 1.5 % of the round trips between zones lose a segment: TCP waits for the RTO (>= 200
+  ms) on zone b's pods' Redis, PgBouncer and RabbitMQ calls: network at `GET` (their most frequent call),
+  stage None, zone b's instances.
+- `history-growth`: a new model version sends the customer's per-transaction history in the feature vector
+  (~0.5 KB per transaction, median ~140 KB, `messaging.message.body.size`): serialising, publishing,
+  decoding and building the frame grow with it: large_payload at `run/credit.tasks.score`, stage
+  preprocessing (side: queueing on the children).
+- pairs: `gc-gen2-leak+bureau-timeout-retry`, `redis-ttl-expiry+cross-az-loss` (the wave's misses make
+  more round trips across the lossy link), `gunicorn-backlog+cold-celery-workers` (a deploy during a
+  campaign's burst).
 
 Truth instances: the instances the cause acts on as the store names them; on the host-pid seed, the
 gunicorn worker processes (or Celery children) that exist from the start.
