@@ -140,23 +140,23 @@ def test_a_burst_waits_in_the_gunicorn_backlog_before_the_django_span_starts(loa
 
 
 def test_a_job_holding_pgbouncers_connections_makes_transactions_wait_in_their_first_statement() -> None:
-    spans = table_spans("pgbouncer-saturation", 1000, 0)
-    run = run_ns(1000, 0)
+    spans = table_spans("pgbouncer-saturation", 1000, 1)
+    run = run_ns(1000, 1)
     inside = [x["duration"] for x in for_update(spans) if 0.3 * run < x["start"] < 0.7 * run]
     outside = [x["duration"] for x in for_update(spans)
                if x["start"] < 0.2 * run or x["start"] > 0.85 * run]
     assert p(inside, 90) > 20 * MS and p(outside, 95) < 4 * MS
     updates = [x["duration"] for x in named(spans, "UPDATE")]  # inside the transaction: no wait
     assert p(updates, 99) < 10 * MS
-    steady = [x["duration"] for x in for_update(table_spans("steady", 1000, 0))]
+    steady = [x["duration"] for x in for_update(table_spans("steady", 1000, 1))]
     assert p(steady, 99) < 10 * MS
 
 
 def test_concurrent_requests_for_one_customer_queue_on_its_exposure_row() -> None:
-    spans = table_spans("row-lock-contention", 1000, 2)
+    spans = table_spans("row-lock-contention", 1000, 1)
     parent = {x["i"]: x for x in spans}
     customer = {}
-    for root in named(spans, django_celery.style(2).root, "Server"):
+    for root in named(spans, django_celery.style(1).root, "Server"):
         customer[root["i"]] = root["attrs"]["http.target"]
     locks = [(x, customer[x["parent"]]) for x in for_update(spans)]
     slow = [(x, c) for x, c in locks if x["duration"] > 30 * MS]
@@ -168,13 +168,13 @@ def test_concurrent_requests_for_one_customer_queue_on_its_exposure_row() -> Non
     shared = [any(o is not x and o["end"] < x["end"] and parent[o["parent"]]["end"] > x["start"]
                   for o in others[c]) for x, c in slow]
     assert np.mean(shared) > 0.9
-    steady = [x["duration"] for x in for_update(table_spans("steady", 1000, 2))]
+    steady = [x["duration"] for x in for_update(table_spans("steady", 1000, 1))]
     assert p(steady, 99) < 10 * MS
 
 
 def test_a_ttl_wave_turns_hits_into_orm_queries_and_setex() -> None:
-    spans = table_spans("redis-ttl-expiry", 1200, 1)
-    run = run_ns(1200, 1)
+    spans = table_spans("redis-ttl-expiry", 1000, 1)
+    run = run_ns(1000, 1)
     feats = named(spans, sp.LOAD_FEATURES)
     before = [not x["attrs"]["cache.hit"] for x in feats if x["start"] < 0.22 * run]
     after = [not x["attrs"]["cache.hit"] for x in feats if x["start"] > 0.3 * run]
@@ -188,7 +188,7 @@ def test_a_ttl_wave_turns_hits_into_orm_queries_and_setex() -> None:
 
 
 def test_prefetched_score_tasks_wait_behind_a_long_task_on_their_child_while_others_idle() -> None:
-    spans = table_spans("celery-prefetch-hol", 1200, 1)  # host-pid: every Celery child is an instance
+    spans = table_spans("celery-prefetch-hol", 1000, 1)  # host-pid: every Celery child is an instance
     parent = {x["i"]: x for x in spans}
     rescore = named(spans, f"run/{sp.RESCORE}")
     assert len(rescore) >= 4 and p([x["duration"] for x in rescore], 50) > 500 * MS
@@ -205,7 +205,7 @@ def test_prefetched_score_tasks_wait_behind_a_long_task_on_their_child_while_oth
         busy = {y["instance"] for y in (*rescore, *named(spans, RUN)) if y["start"] <= t < y["end"]}
         busy_all += busy >= children
     assert busy_all < 0.2 * len(long)
-    steady = table_spans("steady", 1200, 1)
+    steady = table_spans("steady", 1000, 1)
     parent = {x["i"]: x for x in steady}
     assert p([x["start"] - parent[x["parent"]]["end"] for x in named(steady, RUN)], 99) < 40 * MS
 
@@ -219,41 +219,41 @@ def test_new_celery_children_load_the_model_on_their_first_task_and_views_time_o
     waits = [x for x in spans if x["name"] == sp.WAIT]
     timed_out = [x for x in waits if x["status"] == "Error"]
     assert timed_out and all(x["duration"] > 1990 * MS for x in timed_out)
-    steady = table_spans("steady", 700, 0)
+    steady = table_spans("steady", 1000, 1)
     assert not named(steady, sp.MODEL_LOAD)
     assert p([x["duration"] for x in named(steady, sp.WAIT)], 99) < 200 * MS
 
 
 def test_a_leak_makes_full_collections_rarer_and_longer_and_they_stretch_the_django_span() -> None:
-    style = django_celery.style(0)
+    style = django_celery.style(2)  # reported as annotations
 
     def pauses(scenario):
-        roots = named(table_spans(scenario, 1000, 0), style.root, "Server")
+        roots = named(table_spans(scenario, 1000, 2), style.root, "Server")
         return [(r, e[2]["gc.duration_ms"]) for r in roots for e in r["events"]]
 
     leak, steady = pauses("gc-gen2-leak"), pauses("steady")
     assert max(d for _, d in leak) > 150 and max(d for _, d in steady) < 40
-    spans = table_spans("gc-gen2-leak", 1000, 0)
+    spans = table_spans("gc-gen2-leak", 1000, 2)
     by_parent = kids(spans)
     for root, d in leak:
         if d > 100:  # the pause is self time of the Django span: no child covers it
             covered = sum(k["duration"] for k in by_parent[root["i"]])
             assert root["duration"] - covered > d * MS * 0.95
-    assert not any(e for r in named(table_spans("steady", 600, 1), style.root) for e in r["events"])
+    assert not any(e for r in named(table_spans("steady", 1000, 1), style.root) for e in r["events"])
 
 
 def test_a_slow_bureau_times_out_at_the_read_timeout_and_is_retried() -> None:
     style = django_celery.style(2)
-    spans = table_spans("bureau-timeout-retry", 800, 2)
+    spans = table_spans("bureau-timeout-retry", 1000, 2)
     calls = named(spans, style.bureau, "Client", sp.WEB)
     failed = [x for x in calls if x["status"] == "Error"]
-    assert len(failed) > 0.02 * 800 and all(400 * MS < x["duration"] < 480 * MS for x in failed)
+    assert len(failed) > 0.02 * 1000 and all(400 * MS < x["duration"] < 480 * MS for x in failed)
     by_parent = kids(spans)
     for x in failed:
         siblings = sorted((k for k in by_parent[x["parent"]] if k["name"] == style.bureau),
                           key=lambda k: k["start"])
         assert len(siblings) == 2 and (siblings[0] is not x or siblings[1]["start"] >= x["end"])
-    steady = named(table_spans("steady", 800, 2), style.bureau, "Client", sp.WEB)
+    steady = named(table_spans("steady", 1000, 2), style.bureau, "Client", sp.WEB)
     assert np.mean([x["status"] == "Error" for x in steady]) < 0.01
 
 
@@ -267,10 +267,10 @@ def test_loss_between_zones_costs_a_retransmission_timeout_on_zone_b_pods_only(l
 
 
 def test_task_time_grows_with_the_feature_payload() -> None:
-    style = django_celery.style(1)
+    style = django_celery.style(2)
     key = "messaging.message_payload_size_bytes"
     for scenario, median_kb in (("history-growth", 50), ("steady", None)):
-        runs = named(table_spans(scenario, 600, 1), RUN)
+        runs = named(table_spans(scenario, 1000, 2), RUN)
         size = np.array([x["attrs"][key] / 1024 for x in runs])
         if median_kb:
             assert np.median(size) > median_kb
@@ -282,7 +282,7 @@ def test_task_time_grows_with_the_feature_payload() -> None:
 
 
 @pytest.mark.parametrize(("seed", "scenarios"),
-                         [(0, django_celery.SINGLES[:5]), (2, django_celery.SINGLES[5:])])
+                         [(1, django_celery.SINGLES[:5]), (2, django_celery.SINGLES[5:])])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tuple[str, ...]) -> None:
     def p99(scenario):
         return p([x["duration"] for x in named(table_spans(scenario, 1000, seed), CALLER_ROOT)], 99)
@@ -300,26 +300,28 @@ def _signature(part: str, spans, seed: int) -> bool:
         return max(durations, default=0) > 150
     if part == "bureau-timeout-retry":
         return sum(x["status"] == "Error" for x in named(spans, style.bureau, "Client", sp.WEB)) > 10
-    if part == "redis-ttl-expiry":
-        return np.mean([not x["attrs"]["cache.hit"] for x in named(spans, sp.LOAD_FEATURES)]) > 0.3
+    if part == "redis-ttl-expiry":  # SETEX: a miss written back
+        return len(named(spans, "SETEX")) > 0.3 * len(named(spans, style.root))
     if part == "cross-az-loss":  # RTOs on zone b's pods only
         zone_b = set(django_celery.truth("cross-az-loss", seed)[0].instances)
         gets = named(spans, "GET", "Client", sp.WEB)
         slow = {x["instance"] in zone_b for x in gets if x["duration"] > 200 * MS}
         return slow == {True}
-    if part == "cold-celery-workers":
-        return len(named(spans, sp.MODEL_LOAD)) >= 4
+    if part == "cold-celery-workers":  # the new pods' first tasks take seconds
+        new = set(django_celery.truth("cold-celery-workers", seed)[0].instances)
+        return sum(x["instance"] in new and x["duration"] > 1000 * MS for x in named(spans, RUN)) >= 4
     assert part == "gunicorn-backlog"
     parent = {x["i"]: x for x in spans}
     roots = named(spans, style.root, "Server")
-    return max(r["start"] - parent[r["parent"]]["start"] for r in roots) > 100 * MS
+    waits = [r["start"] - parent[r["parent"]]["start"] for r in roots]
+    return sum(w > 150 * MS for w in waits) > 0.01 * len(waits)  # a healthy pod's backlog: now and then
 
 
 @pytest.mark.parametrize("pair", django_celery.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")
-    assert [c.pattern for c in django_celery.truth(pair, 0)] == [
-        django_celery.truth(x, 0)[0].pattern for x in parts]
-    both, steady = table_spans(pair, 900, 0), table_spans("steady", 900, 0)
+    assert [c.pattern for c in django_celery.truth(pair, 2)] == [
+        django_celery.truth(x, 2)[0].pattern for x in parts]
+    both, steady = table_spans(pair, 1000, 2), table_spans("steady", 1000, 2)
     for part in parts:
-        assert _signature(part, both, 0) and not _signature(part, steady, 0), part
+        assert _signature(part, both, 2) and not _signature(part, steady, 2), part

@@ -82,7 +82,7 @@ def request(w: World, rng: random.Random, arrival: float, customer: int) -> None
     parent = c_call
     if w.edge_traced:
         parent = out.add(c_call, "frontend credit-api", "Server", res.get(sp.EDGE), sp.SCOPES["haproxy"],
-                         at_lb, attrs={"haproxy.backend": "credit_api", "server.address": f"{k}"})
+                         at_lb, attrs={"haproxy.backend": "credit_api", "haproxy.server": sp.web_pod(k)})
     free_at, slot = heapq.heappop(pod.free)
     wk = pod.workers[slot]
     pickup = max(at_lb + lognormal_ms(rng, 0.25, 0.3), free_at)
