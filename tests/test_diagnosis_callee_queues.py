@@ -84,3 +84,28 @@ def test_workers_restarted_mid_run_behind_a_call_are_a_cold_start():
     assert cold and cold[0].confidence >= 0.5, seen
     assert cold[0].evidence["stats"]["peer"].startswith("rerank/")
     assert findings[0].pattern == "cold_start" and by_pattern(findings)["slow_dependency"] < 0.5, seen
+
+
+def test_a_client_above_the_request_root_calling_two_servers_is_judged_without_error() -> None:
+    """A load generator's CLIENT span at the top of each trace (above the request root, so in no
+    request) calling one of two servers, each a fixed pool that a burst outruns: the calls are
+    judged per server by the request of their SERVER span. Before, the per-server share read the
+    client's request (-1 above the root) and the network detector failed on the run (as on
+    bench_diagnose's 1 M-span gc-pressure run). What the run's tail is named is not asserted here."""
+    b = TraceBuilder(3)
+    arrivals = b.arrivals(N, RPS)
+    t0 = arrivals[N // 3]
+    rate = 1.4 * WORKERS * 1000.0 / WORK_MS
+    arrivals = np.sort(np.r_[arrivals, t0 + np.sort(b.rng.uniform(0, 1500.0, int(rate * 1.5)))])
+    free = {server: [(0.0, k) for k in range(WORKERS)] for server in ("score", "enrich")}
+    for t in arrivals:
+        b.new_trace()
+        server = "score" if b.rng.random() < 0.6 else "enrich"
+        at, slot = heapq.heappop(free[server])
+        begin = max(at, float(t) + 0.3)
+        work = lognormal(b.rng, WORK_MS, 0.2)
+        heapq.heappush(free[server], (begin + work, slot))
+        call = b.span(None, "POST", "Client", "loadgen/0", float(t), begin + work + 0.3 - float(t))
+        b.span(call, f"POST /{server}", "Server", f"{server}/{slot}", begin, work)
+    result = diagnose_frame(b.frame())
+    assert not result.errors, result.errors

@@ -78,7 +78,8 @@ def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray,
         if mine.sum() < 50 or big[mine].sum() < 10:
             continue
         pre = np.maximum(f.start[srv[mine]] - f.start[cli[mine]], 0).astype(np.float64)
-        per_req = np.bincount(f.request[cli[mine]], weights=pre, minlength=ctx.n_requests)
+        # the request of the SERVER span: a client above the request root (a load generator's) is in none
+        per_req = np.bincount(f.request[srv[mine]], weights=pre, minlength=ctx.n_requests)
         got, finding = _accept_wait(ctx, cli[mine], srv[mine], big[mine], excess_share(per_req, ctx.split))
         strength += got * big[mine].sum() / max(big.sum(), 1)
         if finding is not None and (best is None or finding.confidence > best.confidence):
