@@ -131,7 +131,9 @@ class TraceFrame:
     # floats, how many spans carry the key) or None where the key is not numeric): parsed once per name
     _numeric_cache: dict[int, dict[str, Any]] = field(default_factory=dict)
     # `end` as last computed, with the start and dur arrays it came from (see `end`)
-    _end_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    _end_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def attributes(self, name_code: int) -> dict[str, tuple[np.ndarray, list[Any]]]:
         """The attributes of a span name's spans (read once per name: each read is a query)."""
