@@ -79,26 +79,6 @@ def detect(ctx: Context) -> list[Finding]:
     return found
 
 
-def shifted_null(slow_cov: np.ndarray, need: np.ndarray, rng: np.random.Generator, rounds: int) -> list[int]:
-    """Per round, how many (instance, bin) cells hold `need` or more slow names once each name's
-    slow bins (slow_cov: instance x name x bin) are moved around the run by a random shift of its own:
-    what lines up by chance. The bins as 0/1 bytes (added without a cast; at most MAX_NAMES names)
-    laid twice end to end, so a name moved k bins is one slice (from n_bins - k): one add per name."""
-    n_inst, n_names, n_bins = slow_cov.shape
-    acc = np.zeros((n_inst, n_bins), np.uint8)
-    twice = np.concatenate([slow_cov.view(np.uint8)] * 2, axis=2)
-    null = []
-    for _ in range(rounds):
-        acc[:] = 0
-        shifts = rng.integers(0, n_bins, size=(n_inst, n_names))
-        for i in range(n_inst):
-            row_acc, row = acc[i], twice[i]
-            for j, k in enumerate((n_bins - shifts[i]).tolist()):
-                row_acc += row[j, k : k + n_bins]
-        null.append(int((acc >= need).sum()))
-    return null
-
-
 def _stops(ctx: Context) -> list[Finding]:
     f = ctx.frame
     reqs = f.requests
@@ -171,7 +151,19 @@ def _stops(ctx: Context) -> list[Finding]:
 
     observed = slow_cov.sum(axis=1, dtype=np.int16) >= a_need
     obs = int(observed.sum())
-    null = shifted_null(slow_cov, a_need, ctx.rng, SHIFTS)
+    null = []
+    rng = ctx.rng
+    acc = np.zeros((n_inst, n_bins), np.uint8)  # at most MAX_NAMES names slow at once
+    slow_u8 = slow_cov.view(np.uint8)  # bool as 0/1 bytes: added without a cast
+    for _ in range(SHIFTS):
+        acc[:] = 0
+        shifts = rng.integers(0, n_bins, size=(n_inst, n_names))
+        for i in range(n_inst):
+            for j in range(n_names):
+                k = int(shifts[i, j])
+                acc[i, k:] += slow_u8[i, j, : n_bins - k]
+                acc[i, :k] += slow_u8[i, j, n_bins - k :]
+        null.append(int((acc >= a_need).sum()))
     null_mean = float(np.mean(null))
     null_sd = float(np.std(null)) + 1.0
     z = (obs - null_mean) / null_sd
