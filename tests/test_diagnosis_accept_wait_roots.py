@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.accept_queue import accept_wait
+from tailscope.analysis.diagnosis.frame import SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context
 from tests.hand_frames import hand_frame
 
@@ -23,7 +24,7 @@ def _two_services():
         rows.append((k, client, f"handle{k % 2}", "Server", 1, 10.0 * k + gap, 2.0))
         big.append(waited)
     f = hand_frame(rows)
-    srv = np.nonzero(f.kind == f.kind[1])[0]
+    srv = np.nonzero(f.kind == SPAN_KINDS.index("Server"))[0]
     f.service = np.where(np.arange(len(f)) % 4 == 3, 1, 0)  # odd calls' servers: a second service
     f.services = ["a", "b"]
     return f, f.parent[srv], srv, np.array(big)
