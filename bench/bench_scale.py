@@ -15,7 +15,7 @@ child process, so each step's peak RSS is the child's own ru_maxrss (os.wait4):
              keeping them (a store's first edit); --from-spans: every run from its spans as ingest
              derives it, keeping path rows only in the runs that had them (on a store no edit has
              touched: the common derive, whose cost must not move; on main: its rule edit)
-  views      every view of the dashboard on the largest run and on all runs, best of 3 after a warm-up
+  views      each view on the largest run (whole, a route, an instance) and all runs, best of 3 after warm-up
   refresh    +100 requests written at the end of the largest run, refresh_run as a writer calls it
              (touched traces and their time range), rolled back
   ingest     `tailscope ingest` of a 1 M-span OTLP file (bench/gen_otlp.py) as a new run: spans/s
@@ -173,6 +173,15 @@ def step_views(db: Path, spans: int) -> dict:
             "trace gantt (slowest)": lambda: trace_gantt(conn, trace_id, largest),
             f"compare {largest} vs {other}": lambda: compare(conn, largest, other, None, 1.0, 4.0),
         }
+        # one route of 2,000 (0.05 % of the run's requests), one instance of 24 (~4 %): exact reads
+        for label, flt in (("route", Filter(run=largest, route=f"/v1/models/m{ROUTES // 2}/predict")),
+                           ("instance", Filter(run=largest, instance=f"api-{INSTANCES // 2}"))):
+            for view, fn in (("overview", overview), ("heatmap e2e", heatmap), ("tail vs body", tail_vs_body),
+                             ("waterfall p99", lambda c, f: waterfall(c, f, "p99")),
+                             ("slowest traces", lambda c, f: slowest_traces(c, f, 50))):
+                views[f"{view} ({label})"] = lambda fn=fn, flt=flt: fn(conn, flt)
+        wanted = os.environ.get("BENCH_SCALE_VIEWS")  # only the views whose names hold one of these
+        views = {k: v for k, v in views.items() if not wanted or any(w in k for w in wanted.split(","))}
         for name, fn in views.items():
             times[name] = list(_best(fn))  # [wall s, cpu s]
     return times

@@ -78,8 +78,10 @@ def accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray,
         if mine.sum() < 50 or big[mine].sum() < 10:
             continue
         pre = np.maximum(f.start[srv[mine]] - f.start[cli[mine]], 0).astype(np.float64)
-        # the request of the SERVER span: a client above the request root (a load generator's) is in none
-        per_req = np.bincount(f.request[srv[mine]], weights=pre, minlength=ctx.n_requests)
+        req = f.request[cli[mine]]
+        req = np.where(req >= 0, req, f.request[srv[mine]])  # a client around the root: its server's
+        ok = req >= 0
+        per_req = np.bincount(req[ok], weights=pre[ok], minlength=ctx.n_requests)
         got, finding = _accept_wait(ctx, cli[mine], srv[mine], big[mine], excess_share(per_req, ctx.split))
         strength += got * big[mine].sum() / max(big.sum(), 1)
         if finding is not None and (best is None or finding.confidence > best.confidence):

@@ -146,9 +146,12 @@ def held_by_input(ctx: Context, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray
     blocks = loop_blocks.find(ctx)  # a step that held its process: its own work, not a stop
     if blocks is not None and blocks["finding"].confidence >= 0.5:
         explained = np.union1d(explained, blocks["spans"])
+    is_explained = np.zeros(len(f), bool)  # a mask, not an isin per stop (one of ~150 per run)
+    is_explained[explained] = True
+    end = f.end
     for k, spans in enumerate(inside):
-        spans = spans[np.isin(spans, explained)]
-        covered = np.minimum(f.end[spans], t1[k]) - np.maximum(f.start[spans], t0[k])
+        spans = spans[is_explained[spans]]
+        covered = np.minimum(end[spans], t1[k]) - np.maximum(f.start[spans], t0[k])
         out[k] = covered.sum() >= HELD * (t1[k] - t0[k])
     return out
 
