@@ -21,6 +21,7 @@ from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
 from tailscope.analysis.whatif.network_levers import network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
+from tailscope.analysis.whatif.process_levers import no_process_pauses
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -33,7 +34,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 10  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 11  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -214,6 +215,8 @@ def plan(
             out.append(batched_calls(x, fd) or payload_at_median(x, fd))
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
+        elif p == "gc_pause":  # one process's pauses, where no instance's are seen
+            out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
             out.append(ql.wait_span_as_calm(x, fd))
     out += [
@@ -280,12 +283,8 @@ def evaluate(
     started = time.perf_counter()
     reqs = frame.requests
     n = len(reqs) if reqs is not None else 0
-    blank = {
-        "key": "measured",
-        "label": "As measured",
-        "kind": "measured",
-        "model": "the run's own latencies",
-    }
+    blank = {"key": "measured", "label": "As measured", "kind": "measured",
+             "model": "the run's own latencies"}
     if n == 0:
         empty = Outcome(p50_ms=0.0, p95_ms=0.0, p99_ms=0.0, **blank)
         return WhatIf(
