@@ -13,12 +13,12 @@ from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
+from tailscope.analysis.whatif import lock_levers as lk
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
-from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
 from tailscope.analysis.whatif.network_levers import network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.process_levers import no_process_pauses
@@ -202,7 +202,8 @@ def plan(
         if p == "cache_miss":
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
-            out += [no_lock_wait(x, fd), pool_held_as_calm(x, fd)]
+            out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
+                    lk.no_stated_wait(x, fd)]
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
