@@ -19,7 +19,7 @@ from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, 
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
-from tailscope.analysis.whatif.network_levers import network_p50
+from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.process_levers import no_process_pauses
 from tailscope.analysis.whatif.replay import BatchCost, replay
@@ -207,7 +207,7 @@ def plan(
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
-            out.append(network_p50(x, fd))
+            out += [network_p50(x, fd), connects_reused(x, fd)]
         elif p == "cold_start":
             out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
