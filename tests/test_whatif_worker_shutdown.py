@@ -43,3 +43,18 @@ def test_a_backlog_before_workers_that_shut_down_after_their_span_is_seen() -> N
     after = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     assert np.percentile(before, 99) > 200
     assert np.percentile(after, 99) < 11, np.sort(after)[-10:]
+
+
+def test_a_queue_named_at_another_service_than_the_handlers_seen_is_not_in_sight() -> None:
+    """The front's workers queue (seen), but the finding names the backend whose workers an untraced
+    client fills (no traced call seen waiting there): the requests of busy stretches still get their
+    lever (requests_as_calm), the handler queue's lever answering another service's queue."""
+    from tailscope.analysis.whatif.queue_levers import no_queue_in_sight
+
+    f = hand_frame(_rows(), instances=("nginx", "php-fpm"))
+    x = Inputs(f, layout(f), f.stage, None, [], 0)
+    x.handlers = handlers(f)
+    lever = handlers_as_calm(x)
+    for service, expected in (("ann-retrieval", True), ("svc", False)):
+        x.findings = [{"pattern": "queueing", "confidence": 0.9, "evidence": {"stats": {"service": service}}}]
+        assert no_queue_in_sight(x, [lever]) is expected

@@ -229,8 +229,8 @@ def plan(
         ql.forward_scaled(x, k),
     ]
     if any(fd.get("pattern") == "queueing"
-           and (fd.get("confidence") or 0) >= MIN_CONFIDENCE for fd in x.findings) and not any(
-            lever is not None and lever.key.startswith("queue_as_calm") for lever in out):
+           and (fd.get("confidence") or 0) >= MIN_CONFIDENCE for fd in x.findings) and ql.no_queue_in_sight(
+            x, out):
         # no queue in sight (none named, or the named span is no wait: a root whose backlog shows only
         # in a queue-time attribute): the requests of busy stretches
         out.append(ql.requests_as_calm(x))
