@@ -108,7 +108,7 @@ PATTERN_LEVER = {
     "lock_contention": "no_lock_wait",
     "cache_miss": "cache_hits",
     "cold_start": "prewarmed",
-    "network": "network_p50",
+    "network": "network_",  # network_p50 (the wire at its median) or network_connects_reused
 }
 
 

@@ -38,6 +38,8 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         early = cold_spans(x, name)
         starts = cold_requests(x, name)
         if early is None and starts is None:
+            early = cold_after_change(x, name)  # not at its start: an instance gone cold mid-run
+        if early is None and starts is None:
             return None
         if starts is not None:  # and an instance warming up on its first requests beside
             early = starts[0] if early is None else early | starts[0]
@@ -238,3 +240,37 @@ def _peer_span(x: Inputs, name: str | None, peer: str | None) -> str | None:
         return None
     codes, counts = np.unique(f.name[reached], return_counts=True)
     return f.names[int(codes[np.argmax(counts)])]
+
+
+def cold_after_change(x: Inputs, name: str | None) -> np.ndarray | None:
+    """Per span: whether it ran while its instance was cold after a change mid-run (a new index
+    swapped in whose pages are not yet in the page cache, a cache flushed by a deploy): on each
+    instance, from the first window of COLD_WINDOW spans of the name whose running median is over
+    COLD_RATIO times the instance's first quarter's median (after at least MIN_WARM spans), until the
+    spans settle again (`_warm_at` against COLD_RATIO times the later half's median), every span of
+    the instance started in that stretch. None where no instance goes cold so."""
+    f = x.frame
+    spans = x.spans_named(name)
+    if len(spans) < 2 * MIN_WARM:
+        return None
+    out = np.zeros(len(f), bool)
+    for i in np.unique(f.instance[spans]).tolist():
+        own = spans[f.instance[spans] == i]
+        own = own[np.argsort(f.start[own], kind="stable")]
+        if len(own) < 4 * MIN_WARM:
+            continue
+        d = f.dur[own].astype(np.float64)
+        before = COLD_RATIO * float(np.median(d[: len(d) // 4]))
+        running = np.median(np.lib.stride_tricks.sliding_window_view(d, COLD_WINDOW), axis=1)
+        over = np.nonzero(running[MIN_WARM:] > before)[0]
+        if len(over) == 0:
+            continue
+        onset = MIN_WARM + int(over[0])
+        rest = d[onset:]
+        limit = COLD_RATIO * float(np.median(rest[len(rest) // 2:]))
+        warm_at = _warm_at(rest, limit)
+        if warm_at == 0 or warm_at >= len(rest):
+            continue
+        began, until = f.start[own[onset]], f.start[own[onset + warm_at]]
+        out |= (f.instance == i) & (f.start >= began) & (f.start < until) & (f.request >= 0)
+    return out if out.any() else None

@@ -13,14 +13,15 @@ from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
+from tailscope.analysis.whatif import lock_levers as lk
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
-from tailscope.analysis.whatif.lock_levers import no_lock_wait, pool_held_as_calm
-from tailscope.analysis.whatif.network_levers import network_p50
+from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
+from tailscope.analysis.whatif.process_levers import no_process_pauses
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -33,7 +34,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 10  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 11  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -201,11 +202,12 @@ def plan(
         if p == "cache_miss":
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
-            out += [no_lock_wait(x, fd), pool_held_as_calm(x, fd)]
+            out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
+                    lk.no_stated_wait(x, fd)]
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
-            out.append(network_p50(x, fd))
+            out += [network_p50(x, fd), connects_reused(x, fd)]
         elif p == "cold_start":
             out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
@@ -214,6 +216,8 @@ def plan(
             out.append(batched_calls(x, fd) or payload_at_median(x, fd))
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
+        elif p == "gc_pause":  # one process's pauses, where no instance's are seen
+            out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
             out.append(ql.wait_span_as_calm(x, fd))
     out += [
@@ -225,8 +229,8 @@ def plan(
         ql.forward_scaled(x, k),
     ]
     if any(fd.get("pattern") == "queueing"
-           and (fd.get("confidence") or 0) >= MIN_CONFIDENCE for fd in x.findings) and not any(
-            lever is not None and lever.key.startswith("queue_as_calm") for lever in out):
+           and (fd.get("confidence") or 0) >= MIN_CONFIDENCE for fd in x.findings) and ql.no_queue_in_sight(
+            x, out):
         # no queue in sight (none named, or the named span is no wait: a root whose backlog shows only
         # in a queue-time attribute): the requests of busy stretches
         out.append(ql.requests_as_calm(x))
@@ -280,12 +284,8 @@ def evaluate(
     started = time.perf_counter()
     reqs = frame.requests
     n = len(reqs) if reqs is not None else 0
-    blank = {
-        "key": "measured",
-        "label": "As measured",
-        "kind": "measured",
-        "model": "the run's own latencies",
-    }
+    blank = {"key": "measured", "label": "As measured", "kind": "measured",
+             "model": "the run's own latencies"}
     if n == 0:
         empty = Outcome(p50_ms=0.0, p95_ms=0.0, p99_ms=0.0, **blank)
         return WhatIf(

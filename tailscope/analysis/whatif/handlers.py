@@ -78,6 +78,21 @@ def _calls(frame: TraceFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return kid[keep], par[keep], pool[keep]
 
 
+SHUTDOWN_NS = 2_000_000  # a worker's request shutdown after its span ends (span export, teardown)
+
+
+def _taken_as_freed(start: np.ndarray, end: np.ndarray, threads: int, taken: float) -> np.ndarray:
+    """Per call of one instance: it started within `taken` after another call's span ended, with
+    every thread busy just before (as many calls open as the instance has threads)."""
+    ends = np.sort(end)
+    freed = np.searchsorted(ends, start + 1, side="left") - np.searchsorted(ends, start - taken, side="left")
+    before = start - taken - 1
+    open_before = np.searchsorted(np.sort(start), before, side="right") - np.searchsorted(
+        ends, before, side="right"
+    )
+    return (freed > 0) & (open_before >= threads)
+
+
 def handlers(frame: TraceFrame) -> Handlers | None:
     """The handler queues of the run (None where no instance's calls waited for a thread)."""
     kid, par, pool = _calls(frame)
@@ -92,23 +107,17 @@ def handlers(frame: TraceFrame) -> Handlers | None:
     for i in np.unique(inst).tolist():
         sel = np.nonzero(inst == i)[0]
         c = _concurrency(start[sel], end[sel])
-        taken = TAKEN_NS if pool[sel[0]] >= 0 else PULLED_NS
-        ends = np.sort(end[sel])
-        freed = np.searchsorted(ends, start[sel] + 1, side="left") - np.searchsorted(
-            ends, start[sel] - taken, side="left"
-        )
-        # busy just before it started: as many calls open as the instance has threads
-        before = start[sel] - taken - 1
-        open_before = np.searchsorted(np.sort(start[sel]), before, side="right") - np.searchsorted(
-            ends, before, side="right"
-        )
         # and a gap longer than a call that did not wait: the instance's median gap; a consumer
         # process may spend most of the run backlogged (one that joined in a burst: all of it), so
         # for a consumer also any gap over three times its shortest tenth's
         longer = np.median(gap[sel])
         if pool[sel[0]] < 0:
             longer = min(longer, BACKLOG_FACTOR * float(np.quantile(gap[sel], 0.1)))
-        waited[sel] = (freed > 0) & (open_before >= c) & (gap[sel] > longer)
+        taken = TAKEN_NS if pool[sel[0]] >= 0 else PULLED_NS
+        waited[sel] = _taken_as_freed(start[sel], end[sel], c, taken) & (gap[sel] > longer)
+        if pool[sel[0]] >= 0 and waited[sel].mean() < MIN_WAITED:  # a worker that ends its span
+            # before its request's shutdown (PHP-FPM exports its spans then) takes the next later
+            waited[sel] = _taken_as_freed(start[sel], end[sel], c, SHUTDOWN_NS) & (gap[sel] > longer)
         p = int(pool[sel[0]])
         slots[p] = slots.get(p, 0) + max(c, 1)
     keep = np.zeros(len(kid), bool)

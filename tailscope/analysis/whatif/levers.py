@@ -201,8 +201,14 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
             hits = d[~miss]
             if not miss.any() or len(hits) == 0:
                 return None
-            edit.dur[spans[miss]] = _draw(x.rng(2), hits, int(miss.sum()))
             model = f"each miss of '{name}' takes the time of a hit drawn from the run's hits"
+            kept = _base_misses(x, stats, miss)
+            early = miss & (f.start[spans] <= np.quantile(f.start[spans], EARLY_SHARE))
+            if kept.any() and early.sum() >= 5:  # as the misses before the surge took
+                edit.dur[spans[kept]] = _draw(x.rng(36), d[early], int(kept.sum()))
+                model += " (as many misses kept as the run's early miss rate, as slow as its early misses)"
+            miss &= ~kept
+            edit.dur[spans[miss]] = _draw(x.rng(2), hits, int(miss.sum()))
     return Lever(
         f"cache_hits:{name}",
         f"Cache hits instead of misses ('{name}')",
@@ -213,6 +219,21 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         span_name=name,
         requeue=True,
     )
+
+
+SURGE = 2.0  # misses surged mid-run where the late miss rate is this many times the early one
+EARLY_SHARE = 0.2  # the run's first fifth: the misses before the surge
+
+
+def _base_misses(x: Inputs, stats: dict[str, Any], miss: np.ndarray) -> np.ndarray:
+    """Where the misses surged mid-run (evictions, a wave of expiries: the finding's late miss rate
+    over SURGE times its early one), the misses the cache had before the surge stay misses: each miss
+    kept with probability early rate / the run's rate (drawn). Else none kept."""
+    early, late = stats.get("early_miss_rate"), stats.get("late_miss_rate")
+    rate = float(miss.mean())
+    if early is None or late is None or not late >= SURGE * early or rate <= 0:
+        return np.zeros(len(miss), bool)
+    return miss & (x.rng(35).random(len(miss)) < min(float(early) / rate, 1.0))
 
 
 def miss_threshold_ms(dur: np.ndarray) -> float | None:

@@ -188,3 +188,103 @@ def pool_held_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         span_name=name,
         params={"holds_redrawn": redrawn},
     )
+
+
+def waits_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A pool held by a client no trace shows (a job runner's transactions on the same connections):
+    no span of the name is seen ahead of a wait, so `no_lock_wait` keeps the waits, and no traced
+    holder got slow, so `pool_held_as_calm` has nothing to fix; the waits come in the stretches where
+    the other client holds the pool. Each span of a stretch whose mean time is over twice the quieter
+    quarter's takes the time of one in a calm stretch (drawn from the run), on top of `no_lock_wait`.
+    None where the holders' lever applies or every stretch is calm."""
+    from tailscope.analysis.whatif.queue_levers import _calm
+
+    if pool_held_as_calm(x, finding) is not None:
+        return None
+    base = no_lock_wait(x, finding)
+    name = finding.get("span_name")
+    if base is None:
+        return None
+    f = x.frame
+    spans = _lock_spans(x, name)
+    calm = _calm(f.start[spans], f.dur[spans].astype(np.float64))
+    if calm is None:
+        return None
+    edit = Edit(base.edit.dur.copy(), base.edit.cut_before.copy(), base.edit.cut_after.copy())
+    rows = spans[~calm]
+    edit.dur[rows] = np.fmin(edit.dur[rows], np.minimum(
+        _draw(x.rng(32), f.dur[spans[calm]], len(rows)), f.dur[rows]))
+    return Lever(
+        f"no_lock_wait_as_calm:{name}",
+        f"No lock wait, the pool as in calm stretches ('{name}')",
+        SOFTWARE,
+        f"no '{name}' waits (as 'no lock wait'), and each '{name}' of a stretch whose mean time is over "
+        "twice the quieter quarter's takes the time of one in a calm stretch (drawn from the run): the "
+        "pool no longer held by a client the trace does not show",
+        edit,
+        pattern="lock_contention",
+        span_name=name,
+        params={"disturbed_share": round(float((~calm).mean()), 4)},
+    )
+
+
+WAIT_WORDS = ("queue", "wait")  # an attribute naming the time a span spent waiting (Ecto's queue_time)
+UNITS_NS = (1e9, 1e6, 1e3, 1.0)  # s, ms, us, ns: the largest under which the values fit the spans
+FITS = 0.95  # ... for this share of the spans
+
+
+def stated_wait(x: Inputs, spans: np.ndarray) -> np.ndarray | None:
+    """Per span of `spans` (one name): the wait it states in an attribute (a pool's checkout time:
+    Ecto's `queue_time_microseconds`, a client's `wait_time`), in ns, NaN where a span states none;
+    the unit the largest under which the values fit inside the spans' durations. None where no
+    attribute of the name states one."""
+    from tailscope.analysis.diagnosis.attributes import numeric_attributes
+
+    f = x.frame
+    code = int(f.name[spans[0]])
+    best = None
+    for key, (idx, values) in numeric_attributes(f, code, 20).items():
+        if not any(w in key.lower() for w in WAIT_WORDS) or (values < 0).any():
+            continue
+        inside = idx[np.isin(idx, spans)]
+        vals = values[np.isin(idx, spans)]
+        for unit in UNITS_NS:
+            if len(inside) and (vals * unit <= f.dur[inside] * 1.01 + 1000).mean() >= FITS:
+                if best is None or len(inside) > len(best[0]):
+                    best = (inside, vals * unit)
+                break
+    if best is None:
+        return None
+    out = np.full(len(f), np.nan)
+    out[best[0]] = best[1]
+    return out[spans]
+
+
+def no_stated_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A lock span that states its own wait (a pool checkout timed by the client library): the wait
+    it states over the lower half of the stated waits is removed, whoever held the pool (a client the
+    trace does not show included). None where the spans state no wait."""
+    name = finding.get("span_name")
+    spans = _lock_spans(x, name)
+    if len(spans) < 20:
+        return None
+    wait = stated_wait(x, spans)
+    if wait is None:
+        return None
+    f = x.frame
+    has = np.isfinite(wait)
+    calm = wait[has][wait[has] <= np.median(wait[has])]
+    rows = spans[has]
+    drawn = _draw(x.rng(33), calm, len(rows))
+    edit = Edit.none(len(f))
+    edit.dur[rows] = f.dur[rows] - np.clip(wait[has] - drawn, 0.0, f.dur[rows])
+    return Lever(
+        f"no_lock_wait_stated:{name}",
+        f"No lock wait, as the spans state it ('{name}')",
+        SOFTWARE,
+        f"each '{name}' loses the wait its own attribute states, down to one of the lower half of the "
+        "stated waits (drawn from the run): the pool free whoever held it",
+        edit,
+        pattern="lock_contention",
+        span_name=name,
+    )

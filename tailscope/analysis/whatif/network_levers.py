@@ -308,3 +308,43 @@ def _untraced_callee(x: Inputs, name: str | None) -> Lever | None:
         span_name=name,
         params={"call_p50_ms": round(median / 1e6, 3)},
     )
+
+
+CONNECT_WORDS = ("connect", "__construct", "handshake", "dial")  # a span that opens a connection
+ONCE_SHARE = 0.5  # run by at least half the requests, at most once each: a connection per request
+
+
+def connects_reused(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A network finding at a span that opens a connection (its name says so: PDO::__construct,
+    `connect`, a TLS handshake), run once by every request: a connection per request pays the
+    resolver, TCP, TLS and auth round trips each time. With persistent or pooled connections it is
+    paid once per process: each such span takes the time of one that reused a connection (its fast
+    mode, where the run has one; else nothing: a reused connection makes no round trip)."""
+    from tailscope.analysis.whatif.levers import _draw, miss_threshold_ms
+
+    name = finding.get("span_name")
+    if not name or not any(w in name.lower() for w in CONNECT_WORDS):
+        return None
+    spans = x.spans_named(name)
+    spans = spans[~x.lay.has_children[spans]]
+    f = x.frame
+    requests = f.request[spans]
+    if len(spans) < 20 or len(np.unique(requests)) < len(spans) or len(spans) < ONCE_SHARE * len(f.requests):
+        return None
+    d = f.dur[spans].astype(np.float64)
+    edit = Edit.none(len(f))
+    threshold = miss_threshold_ms(d)
+    reused = d[d < threshold * 1e6] if threshold is not None else d[:0]
+    slow = d >= threshold * 1e6 if threshold is not None else np.ones(len(d), bool)
+    edit.dur[spans[slow]] = _draw(x.rng(34), reused, int(slow.sum())) if len(reused) >= 20 else 0.0
+    return Lever(
+        f"network_connects_reused:{name}",
+        f"Connections reused ('{name}' once per process, not per request)",
+        SOFTWARE,
+        f"each '{name}' that opened a connection takes the time of one that reused it (persistent or "
+        "pooled connections: the handshakes' round trips paid once per process)",
+        edit,
+        pattern="network",
+        span_name=name,
+        params={"connects": int(slow.sum())},
+    )

@@ -318,3 +318,23 @@ def scale_subtrees(x: Inputs, ratio: np.ndarray, edit: Edit) -> None:
     inner = rows[lay.parent[rows] >= 0]
     inner = inner[factor[lay.parent[inner]] != 1.0]  # a top span's own gap: its caller's, not scaled
     edit.cut_before[inner] += lay.gap[inner] * (1.0 - factor[inner])
+
+
+def no_queue_in_sight(x: Inputs, levers: list) -> bool:
+    """Whether a queueing finding has no queue lever to answer it (requests_as_calm then): no
+    'queue as calm' lever at all, or only the handler threads' one while the queues it sees are at
+    other services than the findings name (a front's workers held by a backend whose own waits no
+    traced call shows: an untraced client fills its workers)."""
+    keys = [lever.key for lever in levers if lever is not None and lever.key.startswith("queue_as_calm")]
+    if not keys:
+        return True
+    if keys != ["queue_as_calm:handlers"] or x.handlers is None:
+        return False
+    f = x.frame
+    named = set()
+    for fd in x.findings:
+        if fd.get("pattern") == "queueing":
+            stats = (fd.get("evidence") or {}).get("stats") or {}
+            named |= {s.strip() for s in str(stats.get("service") or "").split(",") if s.strip()}
+    seen = {f.services[k] for k in np.unique(f.service[x.handlers.server]).tolist()}
+    return bool(named) and not named & seen

@@ -66,6 +66,29 @@ def _wrapper(frame: TraceFrame, stage: np.ndarray, parent: np.ndarray, fwd: np.n
     return np.where(wraps, par, fwd)
 
 
+SPILL_NS = 1_000  # a forward starting this close to its sibling forward's end ran right after it
+
+
+def _first_of_spill(frame: TraceFrame, lay: Layout, every: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Each request's forward span (`chosen`: its longest) moved back to the first of the chain it ends:
+    a request whose rows spill over several batches runs them back to back (sibling forward spans,
+    each starting as the one before it ends); its wait for the model is before the first, and the
+    later ones' gaps are nothing. `every`: all the outermost forward spans."""
+    order = np.lexsort((frame.start[every], lay.parent[every], frame.request[every]))
+    every = every[order]
+    pos = np.full(len(frame), -1, np.int64)
+    pos[every] = np.arange(len(every))
+    prev = np.r_[-1, every[:-1]]
+    same = np.r_[False, (lay.parent[every][1:] == lay.parent[every][:-1])
+                 & (frame.request[every][1:] == frame.request[every][:-1])]
+    end_prev = np.where(same, frame.start[np.maximum(prev, 0)] + frame.dur[np.maximum(prev, 0)], 0)
+    abuts = same & (np.abs(frame.start[every] - end_prev) <= SPILL_NS)
+    # the chain's first: each span's index walks back over abutting predecessors (a running max of
+    # the positions where a chain starts)
+    head = np.maximum.accumulate(np.where(abuts, 0, np.arange(len(every))))
+    return every[head[pos[chosen]]]
+
+
 def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
     """The run's served requests (None where no request has a model_forward span). `stage`: each
     span's stage as the diagnosis infers it (Context.stage)."""
@@ -80,7 +103,7 @@ def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
     order = np.lexsort((-frame.dur[fwd], frame.request[fwd]))  # one per request: its longest
     fwd = fwd[order]
     keep = np.r_[True, frame.request[fwd][1:] != frame.request[fwd][:-1]]
-    fwd = fwd[keep]
+    fwd = _first_of_spill(frame, lay, np.nonzero(is_fwd)[0], fwd[keep])
     request = frame.request[fwd]
     # a queue span: a sibling in the queue stage ending where the forward starts (within 1 % of it),
     # or where the steps the batch runs before the forward start (an input copy: spans with no gap
