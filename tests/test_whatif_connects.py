@@ -19,16 +19,16 @@ def _rows(reused_share: float) -> list[tuple]:
         connect = 0.03 if rng.random() < reused_share else float(rng.uniform(15, 20))
         root = len(rows)
         rows.append((k, -1, "GET /similar", "Server", 0, t, connect + 3.2))
-        rows.append((k, root, "PDO::__construct", "Client", 0, t + 0.1, connect))
+        rows.append((k, root, "PDO::connect", "Client", 0, t + 0.1, connect))
         rows.append((k, root, "PDOStatement::execute", "Client", 0, t + 0.1 + connect, 3.0))
     return rows
 
 
 def _reused(rows: list[tuple]) -> tuple[float, float]:
-    finding = {"pattern": "network", "confidence": 0.9, "span_name": "PDO::__construct",
+    finding = {"pattern": "network", "confidence": 0.9, "span_name": "PDO::connect",
                "evidence": {"stats": {}}}
     result = evaluate(hand_frame(rows), [finding])
-    hits = [o.p99_ms for o in result.outcomes if o.key == "network_connects_reused:PDO::__construct"]
+    hits = [o.p99_ms for o in result.outcomes if o.key == "network_connects_reused:PDO::connect"]
     assert hits, [o.key for o in result.outcomes]
     return result.measured.p99_ms, hits[0]
 

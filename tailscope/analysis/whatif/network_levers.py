@@ -310,12 +310,12 @@ def _untraced_callee(x: Inputs, name: str | None) -> Lever | None:
     )
 
 
-CONNECT_WORDS = ("connect", "__construct", "handshake", "dial")  # a span that opens a connection
+CONNECT_WORDS = ("connect", "handshake", "dial")  # a span that opens a connection (a generic word)
 ONCE_SHARE = 0.5  # run by at least half the requests, at most once each: a connection per request
 
 
 def connects_reused(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    """A network finding at a span that opens a connection (its name says so: PDO::__construct,
+    """A network finding at a span that opens a connection (its name says so:
     `connect`, a TLS handshake), run once by every request: a connection per request pays the
     resolver, TCP, TLS and auth round trips each time. With persistent or pooled connections it is
     paid once per process: each such span takes the time of one that reused a connection (its fast
