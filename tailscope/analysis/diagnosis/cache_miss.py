@@ -56,6 +56,7 @@ MIN_SPANS = 100
 MAX_FIT = 5_000
 MAX_RATE = 0.95  # a slow mode of up to 95 % of spans: after a flush nearly every lookup misses
 USUAL_MAX_RATE = 0.6  # above it the slow mode is a miss path only where the miss rate changed
+RESPONSE_CACHE_CAP = 0.3  # a steady miss rate of a cache in front of the whole request: which requests work
 MIN_LOG_RATIO = math.log(1.5)  # the slow mode at least 1.5x the fast one
 INTERNAL_KEYS = ("score", "slow_path", "slow_path_labels")  # _explain's, not for the evidence
 
@@ -252,8 +253,8 @@ def detect(ctx: Context) -> list[Finding]:
         # front of a store missing too often
         answers_request = float((f.kind[spans] == KIND_SERVER).mean()) > 0.5
         trickle = not synced and not cold and (rate < WORKING_MISS_RATE or answers_request)
-        if trickle:
-            confidence = min(confidence, 0.45)
+        if trickle:  # (at a response cache's rate: which requests do the work, not why it is slow)
+            confidence = min(confidence, 0.45 if rate < WORKING_MISS_RATE else RESPONSE_CACHE_CAP)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
         explained = (
