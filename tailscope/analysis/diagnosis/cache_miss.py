@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from tailscope.analysis.diagnosis.cache_evidence import (
+    RESPONSE_CACHE_CAP,
     WORKING_MISS_RATE,
     cache_evidence,
     explained_by_request_kind,
@@ -56,7 +57,6 @@ MIN_SPANS = 100
 MAX_FIT = 5_000
 MAX_RATE = 0.95  # a slow mode of up to 95 % of spans: after a flush nearly every lookup misses
 USUAL_MAX_RATE = 0.6  # above it the slow mode is a miss path only where the miss rate changed
-RESPONSE_CACHE_CAP = 0.3  # a steady miss rate of a cache in front of the whole request: which requests work
 MIN_LOG_RATIO = math.log(1.5)  # the slow mode at least 1.5x the fast one
 INTERNAL_KEYS = ("score", "slow_path", "slow_path_labels")  # _explain's, not for the evidence
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.cache_evidence import WORKING_MISS_RATE
+from tailscope.analysis.diagnosis.cache_evidence import RESPONSE_CACHE_CAP, WORKING_MISS_RATE
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms
@@ -154,6 +154,14 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
     normal = timing["pattern"] == "steady" and rate < WORKING_MISS_RATE
     if normal:
         confidence = min(confidence, 0.45)
+    # ... and at any steady rate where the hits answer the whole request (a response or semantic cache
+    # in front of all the work: the requests without the fallback take a fifth of the others' time or
+    # less): its misses are the requests that do the service's work, which ones are slow, not why
+    lat = f.requests.latency
+    answers = 0 < with_fallback.sum() < len(lat) and float(np.median(lat[~with_fallback])) <= 0.2 * float(
+        np.median(lat[with_fallback]))
+    if timing["pattern"] == "steady" and answers:
+        confidence = min(confidence, RESPONSE_CACHE_CAP)
     name, lookup_name = f.names[code], f.names[lookup]
     stage = ctx.stage_of_name(code)
     cost = float(np.median(f.dur[mask]))
