@@ -15,8 +15,10 @@ Statistic, per span name inside requests (not the request root, not a batch or q
 instance: the slow spans (above the name's p90, >= 3 x its median and >= 1 ms over it), ordered by
 end, chained while ends are <= TOL of their median duration apart (at least 0.2 ms); a chain of >= 3
 whose starts spread >= 5 x as long as its ends is a *release*, a *silent* one where no span of the
-name ended on the instance for half the chain's median duration before it. Batched names are left
-out: where the name's other spans end within that tolerance of another beyond 3 x chance + 5 %.
+name ended on the instance for half the chain's median duration before it, while other names' spans
+started or ended there (the rest of the instance ran on: a whole process stopped by its collector or
+a CPU quota starts and ends nothing, and is gc_pause's cross-name stall). Batched names are left out:
+where the name's other spans end within that tolerance of another beyond 3 x chance + 5 %.
 Strength = logistic(silent releases, 3, 0.7) x logistic(share of the slow spans' excess in them, 0.5,
 0.1); weight: the released spans' excess over the name's median as a share of the tail excess. At most
 0.9: without reported collections a lock held for as long reads alike (lock_contention is accepted).
@@ -37,9 +39,11 @@ MIN_SLOW = 10
 CAP = 0.9
 
 
-def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, tol: float) -> list[np.ndarray]:
+def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, others: np.ndarray,
+              tol: float) -> list[np.ndarray]:
     """The silent releases among one instance's slow spans (indices into starts/ends), see the module
-    docstring; all_ends: every end of the name on the instance, sorted."""
+    docstring; all_ends: every end of the name on the instance, sorted; others: the ends of the other
+    names' spans there and their starts, sorted (work that went on while this process was silent)."""
     order = np.argsort(ends)
     e = ends[order]
     out = []
@@ -53,7 +57,12 @@ def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, tol: f
             continue
         k = int(np.searchsorted(all_ends, e[g[0]])) - 1
         before = all_ends[k] if k >= 0 else all_ends[0] - 10**18
-        if e[g[0]] - before >= 0.5 * float(np.median(ends[idx] - starts[idx])):
+        if e[g[0]] - before < 0.5 * float(np.median(ends[idx] - starts[idx])):
+            continue
+        # the rest of the instance ran on: other work started or ended inside the silence (a whole process
+        # stopped by its collector or a CPU quota starts and ends nothing: gc_pause's, cpu_throttling's)
+        lo, hi = before + 0.1 * (e[g[0]] - before), e[g[0]] - 0.1 * (e[g[0]] - before)
+        if np.searchsorted(others, hi) - np.searchsorted(others, lo) >= 1:
             out.append(idx)
     return out
 
@@ -103,7 +112,9 @@ def detect(ctx: Context) -> list[Finding]:
             if len(mine) < 3:
                 continue
             all_ends = np.sort(end[spans[f.instance[spans] == i]])
-            released += [mine[g] for g in _releases(f.start[mine], end[mine], all_ends, tol)]
+            on = (f.instance == i) & (f.request >= 0) & (f.name != code)
+            others = np.sort(np.r_[end[on], f.start[on]])
+            released += [mine[g] for g in _releases(f.start[mine], end[mine], all_ends, others, tol)]
         if not released:
             continue
         out = np.concatenate(released)
