@@ -46,10 +46,12 @@ def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, others
     names' spans there and their starts, sorted (work that went on while this process was silent)."""
     order = np.argsort(ends)
     e = ends[order]
+    chain = np.r_[0, np.cumsum(np.diff(e) > tol)]
+    size = np.bincount(chain)
+    first = np.r_[0, np.cumsum(size)]
     out = []
-    for g in np.split(np.arange(len(e)), np.nonzero(np.diff(e) > tol)[0] + 1):
-        if len(g) < 3:
-            continue
+    for c in np.nonzero(size >= 3)[0].tolist():  # chains are in end order: one slice each
+        g = np.arange(first[c], first[c + 1])
         idx = order[g]
         ends_spread = float(e[g[-1]] - e[g[0]])
         starts_spread = float(starts[idx].max() - starts[idx].min())
