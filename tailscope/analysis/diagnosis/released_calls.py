@@ -30,6 +30,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.gc_pause import ADVICE, PATTERN
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.slow_dependency import stalled_time
 from tailscope.analysis.diagnosis.stats import logistic, material_weight, ms
 
 TOL = 0.02  # ends this close, as a share of the chain's spans' median duration, leave together
@@ -82,6 +83,21 @@ def _batched(ends_by_instance: list[np.ndarray], tol: float, rate: float) -> boo
     return total > 0 and near / total > 3.0 * chance + 0.05
 
 
+def _in_episodes(ctx: Context, released: list[np.ndarray]) -> float:
+    """The share of the releases whose last silent stretch (their calls' latest start to their first
+    end) overlaps a stall episode of the whole process on their instance (notes' gc_episodes)."""
+    episodes = ctx.notes.get("gc_episodes")
+    if episodes is None or not len(episodes[0]) or not released:
+        return 0.0
+    f = ctx.frame
+    inst, t0, t1 = episodes
+    hit = 0
+    for idx in released:
+        i, lo, hi = f.instance[idx[0]], int(f.start[idx].max()), int(f.end[idx].min())
+        hit += bool(((inst == i) & (t0 < hi) & (t1 > lo)).any())
+    return hit / len(released)
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     if len(f.requests) < 100:
@@ -120,11 +136,16 @@ def detect(ctx: Context) -> list[Finding]:
         if not released:
             continue
         out = np.concatenate(released)
+        mask = np.zeros(len(f), bool)
+        mask[out] = True
+        # calls held through the whole process's own stalls (gc_pause's cross-name episodes, a CPU
+        # quota's: every name stopped, the notes' gc_episodes) are that stall's, not one process's
+        if _in_episodes(ctx, released) >= 0.3 or stalled_time(ctx, mask)[out].sum() >= 0.5 * max(
+                float(f.dur[out].sum()), 1.0):
+            continue
         excess = np.maximum(f.dur.astype(np.float64) - med, 0.0)
         slow_excess = float(excess[spans[slow]].sum())
         in_releases = float(excess[out].sum()) / max(slow_excess, 1.0)
-        mask = np.zeros(len(f), bool)
-        mask[out] = True
         share = ctx.share_of(mask, excess)
         strength = logistic(len(released), 3, 0.7) * logistic(in_releases, 0.5, 0.1)
         confidence = min(strength * material_weight(share), CAP)
