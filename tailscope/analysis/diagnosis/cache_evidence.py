@@ -24,6 +24,9 @@ from tailscope.analysis.diagnosis.model import Context
 # a cache that works misses at a steady rate below this (a hit ratio of 90 % or more): its misses are
 # the service's normal cost, not a cause (cache_miss, fallback_path)
 WORKING_MISS_RATE = 0.10
+# a steady miss rate of a cache whose hits answer the whole request (a response or semantic cache):
+# its misses are the requests that do the service's work, which ones are slow, not why (both too)
+RESPONSE_CACHE_CAP = 0.3
 
 
 def cache_evidence(

@@ -26,6 +26,7 @@ import math
 import numpy as np
 
 from tailscope.analysis.diagnosis.cache_evidence import (
+    RESPONSE_CACHE_CAP,
     WORKING_MISS_RATE,
     cache_evidence,
     explained_by_request_kind,
@@ -252,8 +253,8 @@ def detect(ctx: Context) -> list[Finding]:
         # front of a store missing too often
         answers_request = float((f.kind[spans] == KIND_SERVER).mean()) > 0.5
         trickle = not synced and not cold and (rate < WORKING_MISS_RATE or answers_request)
-        if trickle:
-            confidence = min(confidence, 0.45)
+        if trickle:  # (at a response cache's rate: which requests do the work, not why it is slow)
+            confidence = min(confidence, 0.45 if rate < WORKING_MISS_RATE else RESPONSE_CACHE_CAP)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
         explained = (

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.cache_evidence import WORKING_MISS_RATE
+from tailscope.analysis.diagnosis.cache_evidence import RESPONSE_CACHE_CAP, WORKING_MISS_RATE
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms
@@ -133,6 +133,20 @@ def _lookup_before(ctx: Context, inside: np.ndarray, code: int, rates: np.ndarra
     return closest
 
 
+def _hits_answer(ctx: Context, lookup: int, with_fallback: np.ndarray) -> bool:
+    """Whether the requests without the fallback spend <= 5 % as long after the lookup as the others
+    (median time from the lookup's end to the request's end): a hit answers the request."""
+    f, reqs = ctx.frame, ctx.frame.requests
+    spans = np.nonzero((f.name == lookup) & (f.request >= 0))[0]
+    done = np.full(len(reqs), -1, np.int64)
+    np.maximum.at(done, f.request[spans], f.end[spans])
+    after = (reqs.start + reqs.latency - done).astype(np.float64)
+    hit, miss = (done >= 0) & ~with_fallback, (done >= 0) & with_fallback
+    if hit.sum() < 10 or miss.sum() < 10:
+        return False
+    return float(np.median(after[hit])) <= 0.05 * float(np.median(after[miss]))
+
+
 def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) -> Finding | None:
     f, sp = ctx.frame, ctx.split
     in_tail, in_body = float(with_fallback[sp.tail].mean()), float(with_fallback[sp.body].mean())
@@ -154,6 +168,11 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
     normal = timing["pattern"] == "steady" and rate < WORKING_MISS_RATE
     if normal:
         confidence = min(confidence, 0.45)
+    # ... and at any steady rate where a hit answers the request (a response or semantic cache in front
+    # of all the work: after the lookup, a request without the fallback does next to nothing, <= 5 % of
+    # what one with it does): its misses are the requests that do the work, which ones are slow, not why
+    if timing["pattern"] == "steady" and _hits_answer(ctx, lookup, with_fallback):
+        confidence = min(confidence, RESPONSE_CACHE_CAP)
     name, lookup_name = f.names[code], f.names[lookup]
     stage = ctx.stage_of_name(code)
     cost = float(np.median(f.dur[mask]))

@@ -117,9 +117,37 @@ class Context:
             inferred = np.full(len(f.names), NO_STAGE)
             inferred[end_only >= 0.3] = ALL_STAGES.index("queue")
             inferred[both >= 0.3] = ALL_STAGES.index("model_forward")
+            inferred[self._batch_waiters(both >= 0.3)] = ALL_STAGES.index("queue")
             guess = inferred[f.name[unknown]]
             stage[unknown] = np.where(guess >= 0, guess, stage[unknown])
         return stage
+
+    def _batch_waiters(self, batched: np.ndarray) -> np.ndarray:
+        """Span names the mapping knows nothing of whose spans mostly (≥ 50 %) hold a child of batched
+        work (`batching`: one run shared by several requests) and spend most of their own time before
+        it: a request waits there for its batch to run (the batch starts when it is full or its timeout
+        passes, not when this request came), so that time is a batch queue's wait, not work."""
+        f = self.frame
+        out = np.zeros(len(f.names), bool)
+        child = np.nonzero((f.parent >= 0) & batched[f.name] & (f.request >= 0))[0]
+        if len(child) == 0:
+            return out
+        parent = f.parent[child]
+        keep = self.open_stage[parent] & ~batched[f.name[parent]]
+        child, parent = child[keep], parent[keep]
+        if len(child) == 0:
+            return out
+        # each parent's first batched child: the wait is the time from the parent's start to it
+        order = np.lexsort((f.start[child], parent))
+        first = np.r_[True, parent[order][1:] != parent[order][:-1]]
+        child, parent = child[order][first], parent[order][first]
+        before = (f.start[child] - f.start[parent]).astype(np.float64)
+        k = len(f.names)
+        total = np.bincount(f.name[self.open_stage & (f.request >= 0)], minlength=k)
+        held = np.bincount(f.name[parent], minlength=k)
+        wait = np.bincount(f.name[parent], weights=before, minlength=k)
+        own = np.bincount(f.name[parent], weights=f.excl[parent].astype(np.float64), minlength=k)
+        return (held >= 0.5 * np.maximum(total, 1)) & (held > 0) & (wait >= 0.5 * own) & (own > 0)
 
     @cached_property
     def name_stage(self) -> np.ndarray:

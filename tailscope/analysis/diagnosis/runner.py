@@ -14,6 +14,7 @@ from tailscope.analysis.diagnosis import (
     burst_waits,
     cache_miss,
     callee_queue,
+    callee_waits,
     cold_peers,
     cold_start,
     compute_bound,
@@ -29,6 +30,7 @@ from tailscope.analysis.diagnosis import (
     proxy_stalls,
     queueing,
     quota_stalls,
+    released_calls,
     sample,
     shares,
     slow_dependency,
@@ -52,6 +54,7 @@ DETECTORS = (
     gc_pause,
     proxy_stalls,
     quota_stalls,
+    released_calls,
     timeout_retry,
     large_payload,
     cache_miss,
@@ -306,6 +309,7 @@ def _diagnose_units(
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
     findings = burst_waits.settle(ctx, findings)  # before merging: the outer lock span holds the waits
     findings = first_calls.settle(ctx, findings)  # a new instance's init read as another mechanism
+    findings = callee_waits.settle(ctx, findings)  # a call in its callee's accept queue: no lock
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)
