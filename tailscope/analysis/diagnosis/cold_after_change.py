@@ -1,0 +1,191 @@
+"""cold_start on a process that kept running: its data went cold at one moment (an index or model file
+swapped under a memory map, a flushed cache) and its work is slow from then, less and less so as what
+it reads becomes resident again.
+
+Mechanism. After the change the first touches of each piece of data miss (a page fault read from the
+volume, a fetch from the store); popular data is touched first and stays, so the extra time per call is
+highest right after the change and decays, quickly at first, then slowly over the long tail of rarely
+read data. Nothing else about the calls changes: they arrive at the rate they did before. A burst or a
+second client raises the arrivals with the slowdown; a degraded dependency or a saturated pool holds a
+plateau and stops; a growing backlog rises; none of them is front-loaded after an onset with the
+arrivals unchanged.
+
+Statistic, per span name that is not a call (its work runs in the process: a SERVER span, an internal
+step), per instance with >= MIN_SPANS spans: exclusive time in BINS bins of the run; the onset is the bin
+(after the first tenth: a level before it) at which the extra time over the median before it (per call,
+as a share of that median) jumps most above every earlier bin. An instance has an onset where its
+first two bins after it reach >= JUMP of the median and >= 4x the highest bin before, and its calls
+arrived at their rate (<= 1.3x the bins before). The instances' curves after their onsets are aligned
+and pooled (weighted by calls): strength from how front-loaded the pooled curve is (half of its extra
+time by the time nine tenths is: 0.5 at 52 %; a decay is at 30-46 %, a plateau that stops at 55-65 %),
+its peak in the first two bins and its last quarter under the peak (0.5 at 60 % of it). Weight: the
+extra time after the onsets (over the median before and its usual spread) as a share of the tail
+excess. Names a cache miss detector holds as bimodal are left to it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+
+BINS = 20
+FIRST_ONSET = 2  # bins before an onset: a level to compare with
+MIN_AFTER = 4  # bins after it
+MIN_SPANS = 150
+JUMP = 0.3  # the first bins after an onset: extra time >= this share of the median before
+CAP = 0.95
+MECHANISM = "data that went cold at one moment on a running process, decaying as it became resident"
+
+
+def _onset(t: np.ndarray, d: np.ndarray, run0: float, run1: float):
+    """(onset bin, median before it, highest bin before (relative), the curve after it (relative extra
+    time per call per bin), calls per bin after / before, bin of every span) for one instance's spans
+    of one name; None without a clear onset."""
+    b = np.minimum(((t - run0) * BINS // max(run1 - run0, 1.0)).astype(np.int64), BINS - 1)
+    calls = np.bincount(b, minlength=BINS).astype(np.float64)
+    best = None
+    for k in range(FIRST_ONSET, BINS - MIN_AFTER):
+        before = d[b < k]
+        if len(before) < 30:
+            continue
+        base = max(float(np.median(before)), 1.0)
+        over = np.bincount(b, weights=np.maximum(d - base, 0.0), minlength=BINS)
+        curve = over / np.maximum(calls, 1) / base
+        score = float(curve[k:k + 2].max() - curve[:k].max())
+        if best is None or score > best[0]:
+            best = (score, k, base, curve)
+    if best is None:
+        return None
+    _, k, base, curve = best
+    pre = float(curve[:k].max())
+    peak = float(curve[k:k + 2].max())
+    rate = float(calls[k:k + 2].mean() / max(calls[:k].mean(), 1.0))
+    if peak < JUMP or peak < 4.0 * pre or rate > 1.3:
+        return None
+    return k, base, pre, curve[k:], calls[k:], b
+
+
+def _front_loaded(curve: np.ndarray) -> tuple[float, int, float]:
+    """(time to half of the extra time over time to nine tenths, the peak's bin, last quarter / peak)."""
+    total = max(float(curve.sum()), 1e-12)
+    cum = np.cumsum(curve) / total
+    t50, t90 = int(np.searchsorted(cum, 0.5)) + 1, int(np.searchsorted(cum, 0.9)) + 1
+    peak = max(float(curve.max()), 1e-12)
+    late = float(curve[-max(1, len(curve) // 4):].mean()) / peak
+    return t50 / t90, int(np.argmax(curve)), late
+
+
+def detect(ctx: Context, advice: str) -> list[Finding]:
+    """`advice`: cold_start's advice text, with a `{where}` field."""
+    f = ctx.frame
+    if ctx.n_requests < 100:
+        return []
+    run0, run1 = float(f.start.min()), float(f.end.max())
+    skip = set(ctx.notes.get("bimodal_names", {}))
+    work = (f.kind != KIND_CLIENT)
+    counts = np.bincount(f.name[work], minlength=len(f.names))
+    best = None
+    for code in np.nonzero(counts >= MIN_SPANS)[0].tolist():
+        if code in skip:
+            continue
+        spans = np.nonzero(work & (f.name == code))[0]
+        pooled = np.zeros(BINS)
+        weight = np.zeros(BINS)
+        extra = np.zeros(len(f))
+        onsets = []
+        for inst in np.unique(f.instance[spans]).tolist():
+            mine = spans[f.instance[spans] == inst]
+            if len(mine) < MIN_SPANS:
+                continue
+            d = f.excl[mine].astype(np.float64)
+            found = _onset(f.start[mine].astype(np.float64), d, run0, run1)
+            if found is None:
+                continue
+            k, base, pre, curve, calls, b = found
+            pooled[:len(curve)] += curve * calls
+            weight[:len(curve)] += calls
+            after = b >= k
+            extra[mine[after]] = np.maximum(d[after] - base * (1.0 + pre), 0.0)
+            onsets.append((f.instances[inst], k, base))
+        if not onsets:
+            continue
+        used = weight >= 0.5 * weight[0]
+        curve = pooled[used] / weight[used]
+        if len(curve) < MIN_AFTER:
+            continue
+        front, peak_at, late = _front_loaded(curve)
+        strength = (1 - logistic(front, 0.52, 0.025)) * (1 - logistic(late, 0.6, 0.08)) * (peak_at <= 1)
+        per_request = np.bincount(f.request[f.request >= 0], weights=extra[f.request >= 0],
+                                  minlength=ctx.n_requests)
+        share = excess_share(per_request, ctx.split)
+        confidence = CAP * strength * material_weight(share)
+        if best is None or confidence > best[0]:
+            best = (confidence, code, onsets, extra, share, front, late, float(curve[peak_at]))
+    if best is None or best[0] < 0.05:
+        return []
+    return [_finding(ctx, advice, *best)]
+
+
+def _calls_holding(f, spans: np.ndarray) -> list[str]:
+    """The names of the CLIENT calls (the caller's, a sidecar's) that hold most of `spans` above them."""
+    held: dict[int, int] = {}
+    cur = f.parent[spans]
+    for _ in range(8):
+        alive = cur >= 0
+        if not alive.any():
+            break
+        up = cur[alive]
+        client = up[f.kind[up] == KIND_CLIENT]
+        for c, n in zip(*np.unique(f.name[client], return_counts=True), strict=True):
+            held[int(c)] = held.get(int(c), 0) + int(n)
+        cur = np.where(alive, f.parent[np.maximum(cur, 0)], -1)
+    return [f.names[c] for c, n in sorted(held.items(), key=lambda x: -x[1]) if n >= 0.5 * len(spans)]
+
+
+def _finding(ctx: Context, advice: str, confidence: float, code: int, onsets: list, extra: np.ndarray,
+             share: float, front: float, late: float, peak: float) -> Finding:
+    f = ctx.frame
+    name = f.names[code]
+    hit = np.nonzero(extra > 0)[0]
+    service = f.services[int(np.bincount(f.service[hit]).argmax())] if len(hit) else None
+    span_s = (float(f.end.max()) - float(f.start.min())) / 1e9
+    at = [round(k / BINS * span_s, 1) for _, k, _ in onsets]
+    calls = _calls_holding(f, hit) if len(hit) else []
+    # the calls' tail beyond the cold work: the calls holding no extra time of it
+    beyond = 0.0
+    if calls and ((f.name == f.names.index(calls[0])) & (f.kind == KIND_CLIENT) & (f.request >= 0)).any():
+        c = f.names.index(calls[0])
+        mine = np.nonzero((f.name == c) & (f.kind == KIND_CLIENT) & (f.request >= 0))[0]
+        cold = np.zeros(len(f), bool)
+        cur = f.parent[hit]
+        for _ in range(8):
+            cold[cur[cur >= 0]] = True
+            cur = np.where(cur >= 0, f.parent[np.maximum(cur, 0)], -1)
+        d = f.dur[mine].astype(np.float64)
+        over = np.where(cold[mine], 0.0, np.maximum(d - float(np.median(d)), 0.0))
+        beyond = excess_share(np.bincount(f.request[mine], weights=over, minlength=ctx.n_requests), ctx.split)
+    summary = (
+        f"'{name}' became slow at one moment on {len(onsets)} instance(s) that kept running "
+        f"({', '.join(i for i, _, _ in onsets[:4])}, from {', '.join(str(a) for a in at[:4])} s "
+        "into the run) "
+        f"with its calls arriving at their usual rate, then less and less so: its extra time per call "
+        f"peaked at {peak:.1f}x the median before, half of it came in the first {front:.0%} of the time "
+        f"nine tenths did, and the last quarter runs at {late:.0%} of the peak: data that went cold (a "
+        f"swapped index or file read through the page cache, a flushed cache) becoming resident again. "
+        f"It carries {share:.0%} of the tail excess."
+    )
+    stats = {
+        "mechanism": MECHANISM, "onset_instances": [i for i, _, _ in onsets], "onset_s": at,
+        "median_before_ms": [ms(b) for _, _, b in onsets], "peak_extra_over_median": round(peak, 2),
+        "half_over_nine_tenths": round(front, 3), "last_quarter_over_peak": round(late, 3),
+        "tail_excess_share": round(clamp01(share), 3), "call_names": calls or [name],
+        "call_tail_excess_share_beyond_them": round(beyond, 3),
+        "services": [service] if service else [], "instances": [i for i, _, _ in onsets][:4],
+    }
+    return Finding("cold_start", clamp01(confidence), ctx.stage_of_name(code), name,
+                   {"summary": summary, "stats": stats},
+                   advice.format(where=f"'{name}' after a change of the data it reads (warm the new data, "
+                                 "e.g. read the new index or file through before switching traffic to it)"))
