@@ -16,9 +16,12 @@ step), per instance with >= MIN_SPANS spans: exclusive time in BINS bins of the 
 as a share of that median) jumps most above every earlier bin. An instance has an onset where its
 first two bins after it reach >= JUMP of the median and >= 4x the highest bin before, and its calls
 arrived at their rate (<= 1.3x the bins before). The instances' curves after their onsets are aligned
-and pooled (weighted by calls): strength from how front-loaded the pooled curve is (half of its extra
-time by the time nine tenths is: 0.5 at 52 %; a decay is at 30-46 %, a plateau that stops at 55-65 %),
-its peak in the first two bins and its last quarter under the peak (0.5 at 60 % of it). Weight: the
+and pooled (weighted by calls), over the level before: strength from how front-loaded the pooled curve
+is (half of its extra time by the time nine tenths is: 0.5 at 48 %, or at 56 % where its last quarter
+still costs >= 10 % of its peak: a decay is at 30-50 %, a plateau that stops at 55-67 % and ends),
+its peak in the first two bins, its last quarter under the peak (0.5 at 60 % of
+it) and a gradual fall (a quarter of its extra time or more from the third bin after the peak on: an
+episode that stops ends at once). Weight: the
 extra time after the onsets (over the median before and its usual spread) as a share of the tail
 excess. Names a cache miss detector holds as bimodal are left to it.
 """
@@ -36,13 +39,14 @@ FIRST_ONSET = 2  # bins before an onset: a level to compare with
 MIN_AFTER = 4  # bins after it
 MIN_SPANS = 150
 JUMP = 0.3  # the first bins after an onset: extra time >= this share of the median before
+LASTING = 0.25  # a decay's extra time from the third bin after its peak on: 0.5 at this part of it
 CAP = 0.95
 MECHANISM = "data that went cold at one moment on a running process, decaying as it became resident"
 
 
 def _onset(t: np.ndarray, d: np.ndarray, run0: float, run1: float):
-    """(onset bin, median before it, highest bin before (relative), the curve after it (relative extra
-    time per call per bin), calls per bin after / before, bin of every span) for one instance's spans
+    """(onset bin, median before it, highest and mean bin before (relative), the curve after it (relative
+    extra time per call per bin), calls per bin after it, bin of every span) for one instance's spans
     of one name; None without a clear onset."""
     b = np.minimum(((t - run0) * BINS // max(run1 - run0, 1.0)).astype(np.int64), BINS - 1)
     calls = np.bincount(b, minlength=BINS).astype(np.float64)
@@ -65,17 +69,22 @@ def _onset(t: np.ndarray, d: np.ndarray, run0: float, run1: float):
     rate = float(calls[k:k + 2].mean() / max(calls[:k].mean(), 1.0))
     if peak < JUMP or peak < 4.0 * pre or rate > 1.3:
         return None
-    return k, base, pre, curve[k:], calls[k:], b
+    return k, base, pre, float(curve[:k].mean()), curve[k:], calls[k:], b
 
 
-def _front_loaded(curve: np.ndarray) -> tuple[float, int, float]:
-    """(time to half of the extra time over time to nine tenths, the peak's bin, last quarter / peak)."""
+def _front_loaded(curve: np.ndarray) -> tuple[float, int, float, float]:
+    """(time to half of the extra time over time to nine tenths, the peak's bin, last quarter / peak,
+    the part of the extra time from the third bin after the peak on: an episode that stops ends at
+    once, data becoming resident less and less often keeps costing a while). `curve`: over the level
+    before the onset."""
     total = max(float(curve.sum()), 1e-12)
     cum = np.cumsum(curve) / total
     t50, t90 = int(np.searchsorted(cum, 0.5)) + 1, int(np.searchsorted(cum, 0.9)) + 1
-    peak = max(float(curve.max()), 1e-12)
+    top = int(np.argmax(curve))
+    peak = max(float(curve[top]), 1e-12)
     late = float(curve[-max(1, len(curve) // 4):].mean()) / peak
-    return t50 / t90, int(np.argmax(curve)), late
+    lasting = float(curve[top + 3:].sum()) / max(float(curve[top:].sum()), 1e-12)
+    return t50 / t90, top, late, lasting
 
 
 def detect(ctx: Context, advice: str) -> list[Finding]:
@@ -104,8 +113,8 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
             found = _onset(f.start[mine].astype(np.float64), d, run0, run1)
             if found is None:
                 continue
-            k, base, pre, curve, calls, b = found
-            pooled[:len(curve)] += curve * calls
+            k, base, pre, floor, curve, calls, b = found
+            pooled[:len(curve)] += np.maximum(curve - floor, 0.0) * calls
             weight[:len(curve)] += calls
             after = b >= k
             extra[mine[after]] = np.maximum(d[after] - base * (1.0 + pre), 0.0)
@@ -116,8 +125,13 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         curve = pooled[used] / weight[used]
         if len(curve) < MIN_AFTER:
             continue
-        front, peak_at, late = _front_loaded(curve)
-        strength = (1 - logistic(front, 0.52, 0.025)) * (1 - logistic(late, 0.6, 0.08)) * (peak_at <= 1)
+        front, peak_at, late, lasting = _front_loaded(curve)
+        # front-loaded: a decay that ended in the run, or one still costing at its end (a long tail of
+        # rarely read data) a little less so; a plateau that stops is neither
+        shape = max(1 - logistic(front, 0.48, 0.025),
+                    (1 - logistic(front, 0.56, 0.025)) * logistic(late, 0.1, 0.03))
+        strength = shape * (1 - logistic(late, 0.6, 0.08)) * (peak_at <= 1)
+        strength *= logistic(lasting, LASTING, 0.05)  # an episode of a bin or two that stops is not a decay
         per_request = np.bincount(f.request[f.request >= 0], weights=extra[f.request >= 0],
                                   minlength=ctx.n_requests)
         share = excess_share(per_request, ctx.split)
