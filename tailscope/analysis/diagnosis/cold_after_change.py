@@ -11,19 +11,21 @@ plateau and stops; a growing backlog rises; none of them is front-loaded after a
 arrivals unchanged.
 
 Statistic, per span name that is not a call (its work runs in the process: a SERVER span, an internal
-step), per instance with >= MIN_SPANS spans: exclusive time in BINS bins of the run; the onset is the bin
-(after the first tenth: a level before it) at which the extra time over the median before it (per call,
-as a share of that median) jumps most above every earlier bin. An instance has an onset where its
-first two bins after it reach >= JUMP of the median and >= 4x the highest bin before, and its calls
-arrived at their rate (<= 1.3x the bins before). The instances' curves after their onsets are aligned
-and pooled (weighted by calls), over the level before: strength from how front-loaded the pooled curve
-is (half of its extra time by the time nine tenths is: 0.5 at 48 %, or at 56 % where its last quarter
-still costs >= 10 % of its peak: a decay is at 30-50 %, a plateau that stops at 55-67 % and ends),
-its peak in the first two bins, its last quarter under the peak (0.5 at 60 % of
-it) and a gradual fall (a quarter of its extra time or more from the third bin after the peak on: an
-episode that stops ends at once). Weight: the
-extra time after the onsets (over the median before and its usual spread) as a share of the tail
-excess. Names a cache miss detector holds as bimodal are left to it.
+step), per instance with >= MIN_SPANS spans: exclusive time (less the time a stall episode of the
+process held it, gc_pause's: a stopped process is not reading cold data) in BINS bins of the run; the
+onset is the bin (after the first tenth: a level before it) at which the extra time over the median
+before it (per call, as a share of that median) jumps most above every earlier bin. An instance has an
+onset where its first two bins after it reach >= JUMP of the median and >= 4x the highest bin before,
+and its calls arrived at their rate (0.7-1.3x the bins before). The instances' curves after their
+onsets are aligned and pooled (weighted by calls), over the level before: strength from how
+front-loaded the pooled curve is (half of its extra time by the time nine tenths is: 0.5 at 48 %, or
+at 56 % where its last quarter still costs >= 10 % of its peak: a decay is at 30-50 %, a plateau that
+stops at 55-67 % and ends), its peak in the first two bins, its last quarter under the peak (0.5 at
+60 % of it), a gradual fall (a quarter of its extra time or more from the third bin after the peak on:
+an episode that stops ends at once) and a steady one (-Spearman with time from the peak: 0.5 at 0.6;
+pauses come back, a decay does not). Weight: the extra time after the onsets (over the median before
+and its usual spread) as a share of the tail excess. Names a cache miss detector holds as bimodal are
+left to it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+from tailscope.analysis.diagnosis.slow_dependency import stalled_time
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms, spearman
 
 BINS = 20
 FIRST_ONSET = 2  # bins before an onset: a level to compare with
@@ -67,16 +70,17 @@ def _onset(t: np.ndarray, d: np.ndarray, run0: float, run1: float):
     pre = float(curve[:k].max())
     peak = float(curve[k:k + 2].max())
     rate = float(calls[k:k + 2].mean() / max(calls[:k].mean(), 1.0))
-    if peak < JUMP or peak < 4.0 * pre or rate > 1.3:
+    if peak < JUMP or peak < 4.0 * pre or not 0.7 <= rate <= 1.3:  # fewer: a stopped process starts none
         return None
     return k, base, pre, float(curve[:k].mean()), curve[k:], calls[k:], b
 
 
-def _front_loaded(curve: np.ndarray) -> tuple[float, int, float, float]:
+def _front_loaded(curve: np.ndarray) -> tuple[float, int, float, float, float]:
     """(time to half of the extra time over time to nine tenths, the peak's bin, last quarter / peak,
     the part of the extra time from the third bin after the peak on: an episode that stops ends at
-    once, data becoming resident less and less often keeps costing a while). `curve`: over the level
-    before the onset."""
+    once, data becoming resident less and less often keeps costing a while), and how steadily it falls
+    from the peak (-Spearman with time: pauses or episodes come back, a decay does not). `curve`: over
+    the level before the onset."""
     total = max(float(curve.sum()), 1e-12)
     cum = np.cumsum(curve) / total
     t50, t90 = int(np.searchsorted(cum, 0.5)) + 1, int(np.searchsorted(cum, 0.9)) + 1
@@ -84,7 +88,9 @@ def _front_loaded(curve: np.ndarray) -> tuple[float, int, float, float]:
     peak = max(float(curve[top]), 1e-12)
     late = float(curve[-max(1, len(curve) // 4):].mean()) / peak
     lasting = float(curve[top + 3:].sum()) / max(float(curve[top:].sum()), 1e-12)
-    return t50 / t90, top, late, lasting
+    after = curve[top:]
+    falling = -spearman(np.arange(len(after), dtype=np.float64), after) if len(after) > 3 else 0.0
+    return t50 / t90, top, late, lasting, falling
 
 
 def detect(ctx: Context, advice: str) -> list[Finding]:
@@ -101,6 +107,7 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         if code in skip:
             continue
         spans = np.nonzero(work & (f.name == code))[0]
+        stalled = stalled_time(ctx, work & (f.name == code))
         pooled = np.zeros(BINS)
         weight = np.zeros(BINS)
         extra = np.zeros(len(f))
@@ -109,7 +116,8 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
             mine = spans[f.instance[spans] == inst]
             if len(mine) < MIN_SPANS:
                 continue
-            d = f.excl[mine].astype(np.float64)
+            # the time a pause or a CPU quota stopped the process is not its work (gc_pause's episodes)
+            d = np.maximum(f.excl[mine].astype(np.float64) - stalled[mine], 0.0)
             found = _onset(f.start[mine].astype(np.float64), d, run0, run1)
             if found is None:
                 continue
@@ -125,13 +133,14 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         curve = pooled[used] / weight[used]
         if len(curve) < MIN_AFTER:
             continue
-        front, peak_at, late, lasting = _front_loaded(curve)
+        front, peak_at, late, lasting, falling = _front_loaded(curve)
         # front-loaded: a decay that ended in the run, or one still costing at its end (a long tail of
         # rarely read data) a little less so; a plateau that stops is neither
         shape = max(1 - logistic(front, 0.48, 0.025),
                     (1 - logistic(front, 0.56, 0.025)) * logistic(late, 0.1, 0.03))
         strength = shape * (1 - logistic(late, 0.6, 0.08)) * (peak_at <= 1)
         strength *= logistic(lasting, LASTING, 0.05)  # an episode of a bin or two that stops is not a decay
+        strength *= logistic(falling, 0.6, 0.08)  # nor slowdowns that come back (pauses, bursts)
         per_request = np.bincount(f.request[f.request >= 0], weights=extra[f.request >= 0],
                                   minlength=ctx.n_requests)
         share = excess_share(per_request, ctx.split)
