@@ -44,6 +44,7 @@ MIN_SPANS = 150
 JUMP = 0.3  # the first bins after an onset: extra time >= this share of the median before
 LASTING = 0.25  # a decay's extra time from the third bin after its peak on: 0.5 at this part of it
 CAP = 0.95
+SEARCH_SPANS = 1500  # spans of one series the onset is searched on (a stride through the rest)
 MECHANISM = "data that went cold at one moment on a running process, decaying as it became resident"
 
 
@@ -53,20 +54,24 @@ def _onset(t: np.ndarray, d: np.ndarray, run0: float, run1: float):
     of one name; None without a clear onset."""
     b = np.minimum(((t - run0) * BINS // max(run1 - run0, 1.0)).astype(np.int64), BINS - 1)
     calls = np.bincount(b, minlength=BINS).astype(np.float64)
+    step = max(1, len(d) // SEARCH_SPANS)  # the onset searched on every step-th span (in time order)
+    ds, bs = d[::step], b[::step]
+    calls_s = np.maximum(np.bincount(bs, minlength=BINS), 1)
     best = None
     for k in range(FIRST_ONSET, BINS - MIN_AFTER):
-        before = d[b < k]
-        if len(before) < 30:
+        before = ds[bs < k]
+        if len(before) * step < 30:
             continue
         base = max(float(np.median(before)), 1.0)
-        over = np.bincount(b, weights=np.maximum(d - base, 0.0), minlength=BINS)
-        curve = over / np.maximum(calls, 1) / base
+        curve = np.bincount(bs, weights=np.maximum(ds - base, 0.0), minlength=BINS) / calls_s / base
         score = float(curve[k:k + 2].max() - curve[:k].max())
         if best is None or score > best[0]:
-            best = (score, k, base, curve)
+            best = (score, k)
     if best is None:
         return None
-    _, k, base, curve = best
+    k = best[1]
+    base = max(float(np.median(d[b < k])), 1.0)
+    curve = np.bincount(b, weights=np.maximum(d - base, 0.0), minlength=BINS) / np.maximum(calls, 1) / base
     pre = float(curve[:k].max())
     peak = float(curve[k:k + 2].max())
     rate = float(calls[k:k + 2].mean() / max(calls[:k].mean(), 1.0))
@@ -93,42 +98,68 @@ def _front_loaded(curve: np.ndarray) -> tuple[float, int, float, float, float]:
     return t50 / t90, top, late, lasting, falling
 
 
+def _series(ctx: Context, run0: float, run1: float):
+    """(name code, instance code, its spans in start order, their exclusive time less stalls) for every
+    (name, instance) of >= MIN_SPANS spans of work (not calls) whose extra time over its median reaches
+    half of JUMP in some bin where an onset can be (most never do: one pass over them, one sort; the
+    stalls, which only add time, are read for those that do)."""
+    f = ctx.frame
+    work = f.kind != KIND_CLIENT
+    skip = np.zeros(len(f.names), bool)
+    skip[list(ctx.notes.get("bimodal_names", {}))] = True
+    work &= ~skip[f.name]
+    idx = np.nonzero(work)[0]
+    key = f.name[idx].astype(np.int64) * (len(f.instances) + 1) + f.instance[idx]
+    d = f.excl[idx].astype(np.float64)
+    # every series' median at once (sorted by series, then value), its extra time per bin over it
+    by_value = np.lexsort((d, key))
+    groups, first, size = np.unique(key[by_value], return_index=True, return_counts=True)
+    med = np.maximum(d[by_value][first + size // 2], 1.0)
+    g = np.searchsorted(groups, key)
+    b = np.minimum(((f.start[idx] - run0) * BINS // max(run1 - run0, 1.0)).astype(np.int64), BINS - 1)
+    cell = g * BINS + b
+    over = np.bincount(cell, weights=np.maximum(d - med[g], 0.0), minlength=len(groups) * BINS)
+    calls = np.bincount(cell, minlength=len(groups) * BINS)
+    curve = (over / np.maximum(calls, 1)).reshape(len(groups), BINS) / med[:, None]
+    live = (size >= MIN_SPANS) & (curve[:, FIRST_ONSET:BINS - MIN_AFTER + 1].max(axis=1) >= 0.5 * JUMP)
+    kept = []
+    for s in np.nonzero(live)[0].tolist():
+        mine = idx[g == s]
+        kept.append(mine[np.argsort(f.start[mine], kind="stable")])
+    if not kept:
+        return
+    mask = np.zeros(len(f), bool)
+    mask[np.concatenate(kept)] = True
+    # the time a pause or a CPU quota stopped the process is not its work (gc_pause's episodes)
+    stalled = stalled_time(ctx, mask)
+    for mine in kept:
+        d = np.maximum(f.excl[mine].astype(np.float64) - stalled[mine], 0.0)
+        yield int(f.name[mine[0]]), int(f.instance[mine[0]]), mine, d
+
+
 def detect(ctx: Context, advice: str) -> list[Finding]:
     """`advice`: cold_start's advice text, with a `{where}` field."""
     f = ctx.frame
     if ctx.n_requests < 100:
         return []
     run0, run1 = float(f.start.min()), float(f.end.max())
-    skip = set(ctx.notes.get("bimodal_names", {}))
-    work = (f.kind != KIND_CLIENT)
-    counts = np.bincount(f.name[work], minlength=len(f.names))
+    by_name: dict[int, list] = {}
+    for code, inst, mine, d in _series(ctx, run0, run1):
+        found = _onset(f.start[mine].astype(np.float64), d, run0, run1)
+        if found is not None:
+            by_name.setdefault(code, []).append((inst, mine, d, found))
     best = None
-    for code in np.nonzero(counts >= MIN_SPANS)[0].tolist():
-        if code in skip:
-            continue
-        spans = np.nonzero(work & (f.name == code))[0]
-        stalled = stalled_time(ctx, work & (f.name == code))
+    for code, series in by_name.items():
         pooled = np.zeros(BINS)
         weight = np.zeros(BINS)
         extra = np.zeros(len(f))
         onsets = []
-        for inst in np.unique(f.instance[spans]).tolist():
-            mine = spans[f.instance[spans] == inst]
-            if len(mine) < MIN_SPANS:
-                continue
-            # the time a pause or a CPU quota stopped the process is not its work (gc_pause's episodes)
-            d = np.maximum(f.excl[mine].astype(np.float64) - stalled[mine], 0.0)
-            found = _onset(f.start[mine].astype(np.float64), d, run0, run1)
-            if found is None:
-                continue
-            k, base, pre, floor, curve, calls, b = found
+        for inst, mine, d, (k, base, pre, floor, curve, calls, b) in series:
             pooled[:len(curve)] += np.maximum(curve - floor, 0.0) * calls
             weight[:len(curve)] += calls
             after = b >= k
             extra[mine[after]] = np.maximum(d[after] - base * (1.0 + pre), 0.0)
             onsets.append((f.instances[inst], k, base))
-        if not onsets:
-            continue
         used = weight >= 0.5 * weight[0]
         curve = pooled[used] / weight[used]
         if len(curve) < MIN_AFTER:
