@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cold_peers, first_calls
+from tailscope.analysis.diagnosis import cold_after_change, cold_peers, first_calls
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, ranks
 from tailscope.vocabulary import ALL_STAGES
@@ -80,9 +80,11 @@ def _auc(lat: np.ndarray, first: np.ndarray, late: np.ndarray, instance: np.ndar
 
 def detect(ctx: Context) -> list[Finding]:
     """The instances' warm-up (below), a callee that joined mid-run answering its first calls
-    slowly where its own spans are not traced (cold_peers.py), and many short-lived instances each
-    paying its start in its first request (first_calls.py)."""
-    return _instances(ctx) + cold_peers.detect(ctx, ADVICE) + first_calls.detect(ctx, ADVICE)
+    slowly where its own spans are not traced (cold_peers.py), many short-lived instances each
+    paying its start in its first request (first_calls.py), and a running process whose data went
+    cold at one moment (cold_after_change.py)."""
+    return (_instances(ctx) + cold_peers.detect(ctx, ADVICE) + first_calls.detect(ctx, ADVICE)
+            + cold_after_change.detect(ctx, ADVICE))
 
 
 def _instances(ctx: Context) -> list[Finding]:

@@ -21,6 +21,7 @@ CHANGED_DISPERSION = 4.0  # chi-square per degree of freedom of slow calls over 
 UNBOUNDED_RATIO = 2.0  # the slowest 1 % of calls average this many times their p99: no ceiling
 COSTLY_MEAN = 1.3  # the calls' mean (each counted up to 20x the median) over their median
 CALLER_Z = 3.0  # a caller's share of the slowest calls, binomial standard deviations over its share of calls
+SIZE_FOLLOWS = 0.6  # Spearman of a call's time per request with the request's size: the call grows with it
 
 
 def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray, straggler_found: bool) -> str | None:
@@ -85,3 +86,22 @@ def usual_without_callers(f, spans: np.ndarray, d: np.ndarray) -> tuple[list[str
     order = np.argsort(-seen)
     return ([f.instances[i] for i in order if affected[i]], float(seen[affected].sum() / slow.sum()),
             call_share)
+
+
+def grows_with_size(notes: dict, per_request: np.ndarray) -> tuple[str, float, float] | None:
+    """(size key, Spearman, large_payload's confidence on it) where a call's time per request follows
+    the size of the request (>= SIZE_FOLLOWS) that another step's time follows closely (large_payload's
+    notes["request_sizes"]: the candidates re-ranked, the items rendered): a query fetching the rows
+    of those items grows with them, its long calls are the large requests' and not a slow dependency;
+    None otherwise."""
+    from tailscope.analysis.diagnosis.stats import spearman
+
+    best = None
+    for key, (size, confidence) in notes.get("request_sizes", {}).items():
+        ok = np.isfinite(size)
+        if ok.sum() < 100:
+            continue
+        rho = spearman(size[ok], per_request[ok])
+        if rho >= SIZE_FOLLOWS and (best is None or rho > best[1]):
+            best = (key.removeprefix("root:"), rho, confidence)
+    return best

@@ -18,7 +18,9 @@ population, the same spread from start to end) and the largest stay within 8x th
 tokens under a max-token limit, is the service's normal cost, not a cause. A call
 made only on a named cache miss's slow path grows with what the misses fetch: part of that finding
 (runner.arbitrate). A call whose tail is its payload makes slow_dependency on it part of
-this finding. A call whose time on the wire (client - server gap) follows a size is judged the same
+this finding, and so does a call whose time per request follows a size another step's time follows
+closely (notes["request_sizes"]: the rows a hydration query fetches are the candidates re-ranked). A
+call whose time on the wire (client - server gap) follows a size is judged the same
 way in payload_wire.py, and the network detector leaves that part of its gaps to this finding.
 """
 
@@ -49,6 +51,7 @@ SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward", "ingress")}
 CANDIDATES = 4  # span names read (each a query): the ones carrying most of the tail
 MIN_SHARE = 0.08  # a candidate carries at least this share of the tail excess
 MIN_RHO = 0.5
+SIZE_RHO = 0.8  # a size the work follows this closely is the request's size (notes["request_sizes"])
 FORWARD_PART = 0.2  # the model's forward inside a span at least this part of its time: a model call
 NOT_A_SIZE = re.compile(
     r"time|latency|duration|elapsed|(^|[._])ms$|_ms|(^|[._])ns$|_ns|seconds|wait|queue|depth|retry|"
@@ -341,6 +344,10 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
         "sizes_changed": change["changed"],
         "instances": instances,
     }
+    if rho >= SIZE_RHO:  # the request's size, for slow_dependency: a call that grows with it is not slow
+        per_request = np.full(ctx.n_requests, np.nan)
+        per_request[f.request[spans][ok]] = v[ok]
+        ctx.notes.setdefault("request_sizes", {})[key] = (per_request, confidence)
     pick = np.nonzero(ok)[0]
     if len(pick) > 2000:
         pick = np.sort(ctx.rng.choice(pick, 2000, replace=False))

@@ -15,6 +15,7 @@ from tailscope.analysis.diagnosis import (
     cache_miss,
     callee_queue,
     callee_waits,
+    cold_after_change,
     cold_peers,
     cold_start,
     compute_bound,
@@ -71,6 +72,7 @@ DETECTORS = (
 )
 MIN_CONFIDENCE = 0.05
 COLD_PEER, CALLEE_QUEUE = cold_peers.MECHANISM, callee_queue.MECHANISM
+COLD_DATA = cold_after_change.MECHANISM
 NAMED = 0.5  # a finding at or above it names a cause; below it, a possible one
 READ_SHARE = 0.4  # the read's part of a diagnosis' time, for progress bars
 
@@ -134,14 +136,15 @@ def arbitrate(findings: list[Finding]) -> list[Finding]:
 
 def _cold_peer_calls(findings: list[Finding]) -> None:
     """slow_dependency on a call whose tail is mostly a replica's first calls (a cold_start finding
-    >= 0.5 on the same call, from the callee it names: cold_peers.py), or a queue for the untraced
+    >= 0.5 on the same call, from the callee it names: cold_peers.py, or the callee's data gone cold
+    at one moment: cold_after_change.py), or a queue for the untraced
     callee's workers that follows the arrivals (callee_queue.py): the callee is slow because it is
     cold or busy, a possible cause beside it at most; compute_bound on a span inside the queued call
     (a sidecar's span read as the model's forward) is that queue's wait."""
     for cold in findings:
         stats = cold.evidence.get("stats", {})
         if cold.confidence < NAMED or (cold.pattern, stats.get("mechanism")) not in (
-                ("cold_start", COLD_PEER), ("queueing", CALLEE_QUEUE)):
+                ("cold_start", COLD_PEER), ("cold_start", COLD_DATA), ("queueing", CALLEE_QUEUE)):
             continue
         for fd in findings:  # the callee's own part of the call's share, where it is traced
             own = fd.evidence.get("stats", {})

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.dependency_tail import USUAL_TAIL_CAP, abnormal_tail, usual_without_callers
+from tailscope.analysis.diagnosis.dependency_tail import (
+    USUAL_TAIL_CAP,
+    abnormal_tail,
+    grows_with_size,
+    usual_without_callers,
+)
 from tailscope.analysis.diagnosis.extra_calls import extra_mask
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.large_payload import forward_inside
@@ -179,6 +184,11 @@ def detect(ctx: Context) -> list[Finding]:
                 confidence = min(strength * material_weight(max(share - explained, 0.0)), 0.9 * other)
                 stats["part_of"] = pattern
                 summary += f" Its tail is {why} (see {pattern})."
+        # its time per request follows the request's size (the rows of the items another step handles)
+        if "part_of" not in stats and (grows := grows_with_size(ctx.notes, per_req)) is not None:
+            confidence = min(confidence, 0.9 * max(grows[2], USUAL_TAIL_CAP))
+            stats["grows_with_request_size"] = {"size": grows[0], "spearman": round(grows[1], 3)}
+            summary += f" It grows with the request {grows[0]} (Spearman {grows[1]:.2f}): see large_payload."
         # where the callee's SERVER span is traced, the dependency is slow only if its own time makes
         # the call's tail: a gap around it is the wire's or the accept queue's (see network), and time
         # the callee spends waiting before its work starts (a queue span, or before its first child) is
