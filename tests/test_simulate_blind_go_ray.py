@@ -15,8 +15,8 @@ import pytest
 
 from reference_pipeline.simulate import blind, go_ray
 from reference_pipeline.simulate import go_ray_spans as sp
-from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
-from tests.blind_support import load_run
+from tests.blind_support import instance_label as label
+from tests.blind_support import load_run, table_span_dicts
 
 MS = 1e6
 FAMILY = "go-ray"
@@ -28,31 +28,9 @@ def p(values, q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def label(resource: dict) -> str:
-    """The instance the store names: service.instance.id, host.name:process.pid, or Zipkin's ip:port."""
-    if "service.instance.id" in resource:
-        return resource["service.instance.id"]
-    if "process.pid" in resource:
-        return f"{resource['host.name']}:{resource['process.pid']}"
-    return f"{resource['net.host.ip']}:{resource['net.host.port']}"
-
-
 @cache
 def table_spans(scenario: str, requests: int, seed: int) -> tuple[dict, ...]:
-    """The generated table's spans as dicts (times in ns from the run's start), without the loader."""
-    table = go_ray.generate(scenario, requests, seed)
-    zipkin = go_ray.setup(seed)["fmt"] == "zipkin"
-    out = []
-    for i, row in enumerate(table.rows):
-        _t, parent, name, kind, res, _s, start, end, attrs, status, _m, events, _p = row
-        service, ip, port = table.endpoints[res]
-        resource = {"service.name": service, "net.host.ip": ip, "net.host.port": port} if zipkin else (
-            table.resources[res])
-        out.append({"i": i, "parent": parent, "name": name, "kind": kind, "service": service,
-                    "instance": label(resource), "start": start - DEFAULT_START_NS,
-                    "end": end - DEFAULT_START_NS, "duration": end - start, "attrs": attrs, "status": status,
-                    "events": events})
-    return tuple(out)
+    return table_span_dicts(go_ray, scenario, requests, seed)
 
 
 def named(spans, name: str, kind: str | None = None, service: str | None = None) -> list[dict]:
