@@ -8,6 +8,7 @@ from functools import cache
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import orjson
 
 from ingest.loader import load_paths
@@ -135,3 +136,22 @@ def table_span_dicts(family, scenario: str, requests: int, seed: int) -> tuple[d
                     "end": end - DEFAULT_START_NS, "duration": end - start, "attrs": attrs, "status": status,
                     "events": events, "links": table.links.get(i, [])})
     return tuple(out)
+
+
+def p(values, q: float) -> float:
+    """The q-th percentile of values, as a float."""
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def named(spans, name: str, kind: str | None = None, service: str | None = None) -> list[dict]:
+    """The spans of that name (any case), kind and service."""
+    return [s for s in spans if s["name"].lower() == name.lower() and kind in (None, s["kind"])
+            and service in (None, s["service"])]
+
+
+def kids(spans) -> dict:
+    """Each parent index -> its child span dicts."""
+    out: dict = {}
+    for s in spans:
+        out.setdefault(s["parent"], []).append(s)
+    return out

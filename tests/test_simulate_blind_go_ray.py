@@ -16,7 +16,7 @@ import pytest
 from reference_pipeline.simulate import blind, go_ray
 from reference_pipeline.simulate import go_ray_spans as sp
 from tests.blind_support import instance_label as label
-from tests.blind_support import load_run, table_span_dicts
+from tests.blind_support import load_run, named, p, table_span_dicts
 
 MS = 1e6
 FAMILY = "go-ray"
@@ -24,25 +24,9 @@ N = 1000
 STAGES = ("queue", "feature_hydration", "downstream", "postprocessing", "model_forward", None)
 
 
-def p(values, q: float) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), q))
-
-
 @cache
 def table_spans(scenario: str, requests: int, seed: int) -> tuple[dict, ...]:
     return table_span_dicts(go_ray, scenario, requests, seed)
-
-
-def named(spans, name: str, kind: str | None = None, service: str | None = None) -> list[dict]:
-    return [s for s in spans if s["name"].lower() == name.lower() and kind in (None, s["kind"])
-            and service in (None, s["service"])]
-
-
-def kids(spans) -> dict:
-    out: dict = {}
-    for s in spans:
-        out.setdefault(s["parent"], []).append(s)
-    return out
 
 
 def roots(spans, seed: int) -> list[dict]:
