@@ -2,7 +2,86 @@
 (gpu_torch_pod.py: one frontend process as a discrete-event model; gpu_torch_physics.py: the GIL, the
 copy engine, the model's cost, CPython's collector, the I/O; gpu_torch_spans.py: the conventions).
 
-DOCSTRING
+Shape: `catalog-enricher` (a Go service, traced on seeds 0 and 1) calls
+`classify.v1.ProductClassifier/Classify` on `classify-frontend`: a Python gRPC server (grpcio, a
+thread pool of 8-16 workers, one process per pod, 2-4 pods, one NVIDIA L4 each; the GIL shared by
+every thread). An RPC that finds no free pool thread waits in grpc's queue, before its SERVER span
+starts. A pool thread then, in order: decodes the JPEG with Pillow (libjpeg-turbo drops the GIL in the
+decoder: ~22 % of the work keeps it) and converts it to float32 (`image.decode`); copies the full-size
+tensor to the GPU from pageable memory (12 bytes a pixel, ~2.9 GB/s through the driver's staging
+buffer; pageable copies from every thread go through the one copy engine in turn: `image.to_device`);
+tokenises the title (`tokenize`, GIL held); reads merchant features from Redis (`GET`; a miss reads
+Postgres through a psycopg_pool of 4-5 connections, `SELECT`, and writes back with `SET`); enqueues to
+the in-process batcher thread and waits on a Future (`batch.wait`). The batcher takes up to
+`max_batch` requests once the oldest has waited `max_wait` (or the batch is full) and the previous
+batch is done; it collates (GIL), pads the batch to a captured CUDA-graph size and the titles to a
+sequence bucket (32/64/128 compiled and captured at start-up; 256 and 512 not), runs the
+torch.compile'd model (`model.forward`, one span per request over its batch; CUDA-event GPU time as
+`gpu.time_ms` on seeds 0 and 2) and synchronises. A bucket not seen before recompiles (Dynamo traces
+in the batcher thread holding the GIL ~30 % of the time, Inductor compiles in its workers: ~1.8 s); a
+new (padded batch, bucket) shape is captured (~70 ms). The caching allocator, when it finds no block,
+frees its cache (cudaFree synchronises the device: in-flight copies wait) and mallocs again. The
+threads wake, post-process (`postprocess`), resolve the category path at `taxonomy-service`
+(requests over a keep-alive pool, read timeout 300 ms, one retry; the server finishes an abandoned
+call) and hand the result to the Kafka producer (`... send` / `publish ...`: fire and forget, the span
+ends at the delivery callback, often after the response). CPython's collections hold the GIL and stop
+every thread (gen1 ~1.6 ms every ~1 s; gen2 when the long-lived objects pending exceed a quarter of
+the heap, ~48 ns per tracked object).
+
+Healthy noise: jitter everywhere; 2 % Redis misses; 1 % cold Postgres pages; a few slow taxonomy
+calls; gen1 collections and a healthy gen2 every 10-20 s (~22 ms); a rare allocator retry (25 ms);
+0.2 % CMYK uploads.
+
+Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv (`server.address`, `db.query.text`,
+`http.request.method`, messaging `publish`), instances by `service.instance.id`, fine spans, CUDA-event
+times and cumulative `torch.cuda.num_alloc_retries` on the forward span, collections as `gc.collect`
+span events (gc.callbacks), recompiles as `torch.compile.recompile` events, a traced caller.
+1: Jaeger JSON, old semconv (`net.peer.name`, `db.statement`), host.name + process.pid, coarse spans
+(one `preprocess` for decode + copy + tokenise), wall time only, no collections reported, a traced
+caller. 2: Zipkin v2, old semconv, endpoints (ip:port), fine spans, CUDA-event times, collections and
+recompiles as annotations, no traced caller (the SERVER span is the root).
+
+Mechanisms (scenario: truth):
+- `shape-recompiles`: a traffic-mix change from 30 % of the run: 15 % of titles are long (truncated at
+  256 tokens): each pod's first batch with one recompiles for the 256 bucket (~1.8 s: that batch and
+  every request queued behind it wait; grpc's queue fills) and captures graphs for each new padded
+  size; long batches also cost more. cold_start at `model.forward` (side queueing).
+- `gpu-cotenant`: a training job time-slices one pod's card for 45 % of the run in two windows:
+  kernels take twice as long there, batches back up. compute_bound at `model.forward` on that pod
+  (side queueing).
+- `power-capping`: from 30-45 % of the run every card reaches its power limit and lowers its clocks
+  over ~2 s: kernels 34-40 % slower for the rest of the run. compute_bound at `model.forward`, all pods
+  (side queueing).
+- `allocator-fragmentation`: variable image sizes fragment the caching allocator: ~2-4 % of batches
+  (more for bigger ones) free the cache and retry, a ~90 ms synchronising stall in the forward that
+  also holds copies in flight. gc_pause at `model.forward` (the vocabulary's name for a memory-
+  management stop; no runtime event says so), side queueing.
+- `image-growth`: a new seller app uploads full-size photos from 25 % of the run (55 % of requests,
+  median 6 MP instead of 0.55): decode and, most, the pageable copy grow with the pixels (`h2d.bytes`,
+  `image.width`), and the copies queue on the copy engine. large_payload at `image.to_device`
+  (`preprocess` on seed 1).
+- `decode-burst`: a bulk import adds 50 % traffic for 15 % of the run, 40 % of it CMYK / ICC-profiled
+  JPEGs whose colour conversion keeps the GIL (~24 ms a megapixel, 88 % held): every thread's Python
+  waits on the GIL, decodes stretch far past their CPU time, the pool threads run out (grpc queue).
+  lock_contention at `image.decode` (`preprocess` on seed 1), also accepting compute_bound (CPU-bound
+  decode is what holds the lock); side queueing.
+- `cache-leak`: a per-request cache that is never evicted grows the heap 2,500 tracked objects a
+  request: gen2 collections come every quarter of growth and last 25-110 ms, stopping every thread;
+  in-flight forwards (whose end the batcher thread records after the pause) carry most of it.
+  gc_pause at `model.forward` (side queueing). Reported as span events on seeds 0 and 2 only.
+- `redis-evictions`: an eviction wave from 30 % of the run: 75 % of merchant lookups miss (falling to
+  30 % as the cache refills) and read Postgres with cold buffers (~24 ms, heavy tail) through the
+  small pool. cache_miss at the `SELECT` span (side slow_dependency, queueing).
+- `taxonomy-slowdown`: a bad rollout on one of two taxonomy pods for half the run (median 220 ms,
+  heavy tail): calls to it hit the 300 ms read timeout (error, `requests.exceptions.ReadTimeout`) and
+  are made again. timeout_retry at the requests CLIENT span, also accepting slow_dependency (side
+  queueing).
+- `batcher-max-wait`: max_wait configured at 80 ms instead of 3-5: at this traffic a batch never fills,
+  so every request waits ~80 ms for its batch to close. queueing at `batch.wait`.
+- Pairs: `shape-recompiles+allocator-fragmentation` (new shapes fragment the allocator),
+  `image-growth+gpu-cotenant`, `redis-evictions+taxonomy-slowdown`.
+
+Truth instances: the frontend pods as the store names them.
 """
 
 from __future__ import annotations
@@ -64,7 +143,7 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
         "image-growth": Cause("large_payload", "preprocessing", st.copy, sp.FE, fe),
         "decode-burst": Cause("lock_contention", "preprocessing", st.decode, sp.FE, fe,
                               accept=("compute_bound",), side=("queueing",)),
-        "cache-leak": Cause("gc_pause", "preprocessing", st.decode, sp.FE, fe, side=("queueing",)),
+        "cache-leak": Cause("gc_pause", "model_forward", sp.FORWARD, sp.FE, fe, side=("queueing",)),
         "redis-evictions": Cause("cache_miss", "feature_hydration", st.query, sp.FE, fe,
                                  side=("slow_dependency", "queueing")),
         "taxonomy-slowdown": Cause("timeout_retry", "downstream", st.taxonomy, sp.FE, fe,
@@ -111,8 +190,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     reqs = _requests(rng, s, parts, run_ns, requests)
     horizon = reqs[-1].send + 30 * NS_PER_S
     slow = (0.3 * run_ns, 0.8 * run_ns) if "taxonomy-slowdown" in parts else None
-    max_batch, max_wait = (32, 60.0) if "batcher-max-wait" in parts else (s["max_batch"], s["max_wait_ms"])
-    knobs = Knobs(s["threads"], max_batch, max_wait, s["db_pool"], TIMEOUT_MS, TAXONOMY_PODS,
+    max_wait = 80.0 if "batcher-max-wait" in parts else s["max_wait_ms"]
+    knobs = Knobs(s["threads"], s["max_batch"], max_wait, s["db_pool"], TIMEOUT_MS, TAXONOMY_PODS,
                   0.02 if "allocator-fragmentation" in parts else 0.0015,
                   90.0 if "allocator-fragmentation" in parts else 25.0)
     pods = []
