@@ -50,7 +50,7 @@ Mechanisms (scenario: truth):
   kernels take twice as long there, batches back up. compute_bound at `model.forward` on that pod
   (side queueing).
 - `power-capping`: from 30-45 % of the run every card reaches its power limit and lowers its clocks
-  over ~2 s: kernels 34-40 % slower for the rest of the run. compute_bound at `model.forward`, all pods
+  over 8 % of the run: kernels 34-40 % slower for the rest of it. compute_bound at `model.forward`, all pods
   (side queueing).
 - `allocator-fragmentation`: variable image sizes fragment the caching allocator: ~2-4 % of batches
   (more for bigger ones) free the cache and retry, a ~90 ms synchronising stall in the forward that
@@ -65,12 +65,13 @@ Mechanisms (scenario: truth):
   waits on the GIL, decodes stretch far past their CPU time, the pool threads run out (grpc queue).
   lock_contention at `image.decode` (`preprocess` on seed 1), also accepting compute_bound (CPU-bound
   decode is what holds the lock); side queueing.
-- `cache-leak`: a per-request cache that is never evicted grows the heap 2,500 tracked objects a
-  request: gen2 collections come every quarter of growth and last 25-110 ms, stopping every thread;
+- `cache-leak`: a per-request cache that is never evicted (since a deploy hours before: 1.2 M tracked
+  objects at the start) grows the heap 3,000 objects a request: gen2 collections come every quarter
+  of growth and last 60-150 ms, stopping every thread;
   in-flight forwards (whose end the batcher thread records after the pause) carry most of it.
   gc_pause at `model.forward` (side queueing). Reported as span events on seeds 0 and 2 only.
-- `redis-evictions`: an eviction wave from 30 % of the run: 75 % of merchant lookups miss (falling to
-  30 % as the cache refills) and read Postgres with cold buffers (~24 ms, heavy tail) through the
+- `redis-evictions`: an eviction wave from 30 % of the run: 80 % of merchant lookups miss (falling to
+  30 % as the cache refills) and read Postgres with cold buffers (~30 ms, heavy tail) through the
   small pool. cache_miss at the `SELECT` span (side slow_dependency, queueing).
 - `taxonomy-slowdown`: a bad rollout on one of two taxonomy pods for half the run (median 220 ms,
   heavy tail): calls to it hit the 300 ms read timeout (error, `requests.exceptions.ReadTimeout`) and
@@ -171,7 +172,7 @@ def _requests(rng: random.Random, s: dict[str, Any], parts: set[str], run_ns: fl
             tokens = int(min(256, 170 * rng.lognormvariate(0.0, 0.3)))  # long titles (truncated at 256)
         miss_p = 0.02
         if "redis-evictions" in parts and at > 0.3:
-            miss_p = 0.75 - 0.45 * (at - 0.3) / 0.7
+            miss_p = 0.8 - 0.5 * (at - 0.3) / 0.7
         miss = rng.random() < miss_p
         out.append(Request(rng.randrange(s["pods"]), t, mp, heavy, tokens, miss,
                            miss and miss_p > 0.1))
@@ -201,9 +202,10 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         if "gpu-cotenant" in parts and j == cotenant_pod(seed):
             shared = [(0.25 * run_ns, 0.5 * run_ns), (0.65 * run_ns, 0.85 * run_ns)]
         capped = (0.3 + 0.05 * j) * run_ns if "power-capping" in parts else None
-        gpu = Gpu(shared, capped, rng.uniform(1.34, 1.4))
-        leak = 2500.0 if "cache-leak" in parts else 0.0
-        pauses = collections(rng, [r.send for r in mine], horizon, 450_000.0, leak)
+        gpu = Gpu(shared, capped, rng.uniform(1.34, 1.4), 0.08 * run_ns)
+        leaking = "cache-leak" in parts  # leaking since the deploy, hours before: the heap has grown
+        pauses = collections(rng, [r.send for r in mine], horizon, 1_200_000.0 if leaking else 450_000.0,
+                             3000.0 if leaking else 0.0)
         pod = Pod(rng, knobs, gpu, pauses)
         pod.run(mine, [r.send + 0.3e6 * rng.lognormvariate(0.0, 0.3) for r in mine], slow)
         pods.append(pod)

@@ -110,7 +110,7 @@ class Gpu:
     shared: list[tuple[float, float]]
     capped_at: float | None
     cap: float
-    ramp: float = 2.0 * NS_PER_S
+    ramp: float
 
     def slowdown(self, t: float) -> float:
         f = 1.0
@@ -165,7 +165,7 @@ def postgres_ms(rng: random.Random, cold: bool) -> float:
     cold after an eviction wave sent every merchant's read at once (disk reads, a heavier tail); 1 % of
     healthy reads hit cold pages too."""
     if cold:
-        return lognormal_ms(rng, 24.0, 0.55)
+        return lognormal_ms(rng, 30.0, 0.6)
     ms = lognormal_ms(rng, 5.0, 0.35)
     return ms + (lognormal_ms(rng, 18.0, 0.5) if rng.random() < 0.01 else 0.0)
 

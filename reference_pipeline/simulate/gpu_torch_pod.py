@@ -146,7 +146,7 @@ class Pod:
             t += capture_ms(rng)
             self.captured.add((rows, seq))
         stall = 0.0
-        if rng.random() < self.k.alloc_retry_p * (1.0 + rows / 16):
+        if rng.random() < self.k.alloc_retry_p * (1.0 + rows / 16) * max(1.0, seq / 128):  # bigger blocks
             # the caching allocator could not find a block: it frees every cached block (cudaFree
             # synchronises the device) and mallocs again; copies in flight wait for the sync
             stall = lognormal_ms(rng, self.k.alloc_stall_ms, 0.35)
@@ -155,7 +155,8 @@ class Pod:
         kernels = kernel_ms(rows, seq) * NS_PER_MS * self.gpu.slowdown(t) * rng.lognormvariate(0.0, 0.04)
         g0 = t + stall
         end = self.stalls.settle(g0 + kernels + 0.08 * NS_PER_MS)  # synchronize, outputs to the host
-        info = {"size": len(batch), "rows": rows, "seq": seq, "start": t0, "end": end, "recompiled": recompiled,
+        info = {"size": len(batch), "rows": rows, "seq": seq, "start": t0, "end": end,
+                "recompiled": recompiled,
                 "captured": captured, "gpu_ms": (end - g0) / NS_PER_MS - 0.05, "retries": self.retries,
                 "number": self.batches, "max_batch": self.k.max_batch, "max_wait_ms": self.k.max_wait_ms}
         for r in batch:
@@ -168,7 +169,7 @@ class Pod:
         p0 = gil.run(t + lognormal_ms(rng, 0.03, 0.3), 0.03 * NS_PER_MS)  # the Future wakes the thread
         r.post = (p0, gil.run(p0, lognormal_ms(rng, 0.45, 0.3)))  # top-k to lists, label names
         t = r.post[1]
-        for attempt in range(2):  # requests.post(timeout=...), one retry on a read timeout
+        for _attempt in range(2):  # requests.post(timeout=...), one retry on a read timeout
             a0 = t + lognormal_ms(rng, 0.05, 0.3)
             tpod = rng.randrange(self.k.taxonomy_pods)  # a keep-alive connection to either pod
             slow = slow_window is not None and slow_window[0] <= a0 < slow_window[1] and tpod == SLOW_TAXONOMY

@@ -24,10 +24,12 @@ TAX_HOST = "taxonomy-service.catalog.svc.cluster.local"
 MODEL = "prodclass-siglip-l384-v7"
 _SUFFIX = ("x2k4q", "m8r7t", "b5wzn", "q9hcd", "t4vjl")
 FE_PID, TAX_PID, UP_PID = 7, 1, 1
+_OTEL, _SPRING = "opentelemetry.instrumentation", "io.opentelemetry.spring-webmvc-6.0"
 
 
 def pod_name(service: str, j: int) -> str:
-    prefix = {FE: "classify-frontend-6d8f7b9c4", UP: "catalog-enricher-5b7c9d8f6", TAX: "taxonomy-service-7f6d5c4b3"}
+    prefix = {FE: "classify-frontend-6d8f7b9c4", UP: "catalog-enricher-5b7c9d8f6",
+              TAX: "taxonomy-service-7f6d5c4b3"}
     return f"{prefix[service]}-{_SUFFIX[j]}"
 
 
@@ -116,7 +118,8 @@ class Resources:
 
 
 def _rpc(style: Style) -> dict[str, Any]:
-    return {"rpc.system": "grpc", "rpc.service": RPC_SERVICE, "rpc.method": RPC_METHOD, "rpc.grpc.status_code": 0}
+    return {"rpc.system": "grpc", "rpc.service": RPC_SERVICE, "rpc.method": RPC_METHOD,
+            "rpc.grpc.status_code": 0}
 
 
 def _peer(style: Style, host: str, port: int) -> dict[str, Any]:
@@ -146,7 +149,8 @@ def write_request(table: TraceTable, res: Resources, r: Request, up_pod: int, me
     if style.upstream:
         parent = table.span(trace, None, f"{RPC_SERVICE}/{RPC_METHOD}", "Client", res.get(UP, up_pod),
                             "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc",
-                            r.send, r.end + 0.35 * NS_PER_MS, {**_rpc(style), **_peer(style, FE, 50051)}, peer=FE)
+                            r.send, r.end + 0.35 * NS_PER_MS, {**_rpc(style), **_peer(style, FE, 50051)},
+                            peer=FE)
     root = table.span(trace, parent, style.server, "Server", fe, "opentelemetry.instrumentation.grpc",
                       r.start, r.end, {**_rpc(style), "app.merchant_id": merchant}, events=gc)
     scope = "classify.frontend"
@@ -160,7 +164,8 @@ def write_request(table: TraceTable, res: Resources, r: Request, up_pod: int, me
                    {**image, "h2d.bytes": nbytes, "text.tokens": r.tokens})
     else:
         table.span(trace, root, DECODE, "Internal", fe, scope, *r.decode, image)
-        table.span(trace, root, COPY, "Internal", fe, scope, *r.copy, {"h2d.bytes": nbytes, "h2d.pinned": False})
+        table.span(trace, root, COPY, "Internal", fe, scope, *r.copy,
+                   {"h2d.bytes": nbytes, "h2d.pinned": False})
         table.span(trace, root, TOKENIZE, "Internal", fe, scope, *r.tokenize, {"text.tokens": r.tokens})
     key = f"merchant:{merchant}:features"
     op = "db.operation.name" if new else "db.operation"
@@ -184,7 +189,8 @@ def write_request(table: TraceTable, res: Resources, r: Request, up_pod: int, me
     events = []
     if b["recompiled"] and style.gpu_events:
         events.append((b["start"], "torch.compile.recompile",
-                       {"reason": f"tensor 'input_ids' size mismatch at index 1. expected <= 128, actual {b['seq']}"}))
+                       {"reason": "tensor 'input_ids' size mismatch at index 1. "
+                                  f"expected <= 128, actual {b['seq']}"}))
     table.span(trace, root, FORWARD, "Internal", fe, scope, b["start"], b["end"], _forward_attrs(style, b),
                events=events)
     table.span(trace, root, POST, "Internal", fe, scope, *r.post, {"classify.top_k": 5})
@@ -194,18 +200,19 @@ def write_request(table: TraceTable, res: Resources, r: Request, up_pod: int, me
         http.update(_peer(style, TAX_HOST, 8080))
         message, ev = "", []
         if timed_out:
-            message = (f"HTTPConnectionPool(host='{TAX_HOST}', port=8080): Read timed out. (read timeout=0.3)")
+            message = f"HTTPConnectionPool(host='{TAX_HOST}', port=8080): Read timed out. (read timeout=0.3)"
             ev = [(a1, "exception", {"exception.type": "requests.exceptions.ReadTimeout",
                                      "exception.message": message})]
         else:
             http["http.response.status_code" if new else "http.status_code"] = 200
-        client = table.span(trace, root, style.taxonomy, "Client", fe, "opentelemetry.instrumentation.requests",
+        client = table.span(trace, root, style.taxonomy, "Client", fe, f"{_OTEL}.requests",
                             a0, a1, http, "Error" if timed_out else "Unset", message, ev, peer=TAX)
-        table.span(trace, client, TAX_ROUTE, "Server", res.get(TAX, tpod), "io.opentelemetry.spring-webmvc-6.0",
+        table.span(trace, client, TAX_ROUTE, "Server", res.get(TAX, tpod), _SPRING,
                    s0, s1, {("http.request.method" if new else "http.method"): "POST",
                             ("http.route"): "/v2/resolve",
                             ("http.response.status_code" if new else "http.status_code"): 200})
-    msg = ({"messaging.system": "kafka", "messaging.destination.name": TOPIC, "messaging.operation.type": "send"}
+    msg = ({"messaging.system": "kafka", "messaging.destination.name": TOPIC,
+            "messaging.operation.type": "send"}
            if new else {"messaging.system": "kafka", "messaging.destination": TOPIC,
                         "messaging.destination_kind": "topic"})
     table.span(trace, root, style.producer, "Producer", fe, "opentelemetry.instrumentation.confluent_kafka",
@@ -213,7 +220,8 @@ def write_request(table: TraceTable, res: Resources, r: Request, up_pod: int, me
 
 
 def gc_event(start: float, end: float, generation: int, objects: int) -> tuple[float, str, dict[str, Any]]:
-    attrs: dict[str, Any] = {"gc.generation": generation, "gc.duration_ms": round((end - start) / NS_PER_MS, 3)}
+    attrs: dict[str, Any] = {"gc.generation": generation,
+                             "gc.duration_ms": round((end - start) / NS_PER_MS, 3)}
     if generation == 2:
         attrs["gc.objects"] = objects
     return start, "gc.collect", attrs
