@@ -15,9 +15,11 @@ Postgres through a psycopg_pool of 4-5 connections, `SELECT`, and writes back wi
 the in-process batcher thread and waits on a Future (`batch.wait`). The batcher takes up to
 `max_batch` requests once the oldest has waited `max_wait` (or the batch is full) and the previous
 batch is done; it collates (GIL), pads the batch to a captured CUDA-graph size and the titles to a
-sequence bucket (32/64/128 compiled and captured at start-up; 256 and 512 not), runs the
+sequence bucket (32/64/128 compiled and captured at start-up; 256 not: titles are truncated
+there), runs the
 torch.compile'd model (`model.forward`, one span per request over its batch; CUDA-event GPU time as
-`gpu.time_ms` on seeds 0 and 2) and synchronises. A bucket not seen before recompiles (Dynamo traces
+`gpu.time_ms` on seeds 0 and 2: events around the kernels, after any compile or allocator
+retry) and synchronises. A bucket not seen before recompiles (Dynamo traces
 in the batcher thread holding the GIL ~30 % of the time, Inductor compiles in its workers: ~1.8 s); a
 new (padded batch, bucket) shape is captured (~70 ms). The caching allocator, when it finds no block,
 frees its cache (cudaFree synchronises the device: in-flight copies wait) and mallocs again. The
@@ -60,8 +62,9 @@ Mechanisms (scenario: truth):
   median 6 MP instead of 0.55): decode and, most, the pageable copy grow with the pixels (`h2d.bytes`,
   `image.width`), and the copies queue on the copy engine. large_payload at `image.to_device`
   (`preprocess` on seed 1).
-- `decode-burst`: a bulk import adds 50 % traffic for 15 % of the run, 40 % of it CMYK / ICC-profiled
-  JPEGs whose colour conversion keeps the GIL (~24 ms a megapixel, 88 % held): every thread's Python
+- `decode-burst`: a bulk import adds 50 % traffic for 15 % of the run; 40 % of the requests in that
+  window are CMYK / ICC-profiled JPEGs whose colour conversion keeps the GIL (~24 ms a megapixel or
+  more, 88 % held): every thread's Python
   waits on the GIL, decodes stretch far past their CPU time, the pool threads run out (grpc queue).
   lock_contention at `image.decode` (`preprocess` on seed 1), also accepting compute_bound (CPU-bound
   decode is what holds the lock); side queueing.
