@@ -89,6 +89,12 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   (prefetch, cold model loads, a polled result backend) and a bureau API over HTTPS (timeout, one
   retry), pods in two zones; OTLP / Jaeger / Zipkin v2. **Untouched**: written blind, held out until
   session 11's final score
+- `gpu-torch` (gpu_torch.py, gpu_torch_pod.py, gpu_torch_physics.py, gpu_torch_spans.py): a Python gRPC
+  image + text product classifier (grpcio thread pool, one GIL per process, Pillow decode, pageable
+  host-to-device copies through one copy engine, Redis over Postgres, an in-process batcher in front of
+  a torch.compile'd model with sequence buckets and CUDA graphs on one GPU per pod, CPython's
+  collector), a taxonomy service over HTTP (timeout, one retry) and a Kafka producer; OTLP / Jaeger /
+  Zipkin v2. **Untouched**: written blind, held out
 
 Each family marked **Untouched** was held out until its final score was recorded; those in UNTOUCHED
 below still are, the others are open now.
@@ -129,6 +135,7 @@ MODULES = {
     "php-faiss": "php_faiss",
     "go-ray": "go_ray",
     "django-celery": "django_celery",
+    "gpu-torch": "gpu_torch",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
@@ -136,7 +143,7 @@ MODULES = {
 # vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's,
 # mesh-triton and rails-recs after session 9's, phoenix-nx and php-faiss after session 10's, go-ray and
 # django-celery after session 11's)
-UNTOUCHED: tuple[str, ...] = ()
+UNTOUCHED: tuple[str, ...] = ("gpu-torch",)
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
