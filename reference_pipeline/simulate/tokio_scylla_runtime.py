@@ -31,7 +31,7 @@ class Runtime:
     the worker, and tasks queued behind it wait. Another worker steals some of them after a while (its
     search tick), never the LIFO-slot task: `p_steal` of the blocked tasks move."""
 
-    def __init__(self, workers: int, p_steal: float = 0.3) -> None:
+    def __init__(self, workers: int, p_steal: float = 0.2) -> None:
         self.free = [0.0] * workers
         self.p_steal = p_steal
 
