@@ -184,7 +184,8 @@ class _Sim:
         if "hot-partition" in parts:
             ours = s["rps"] * 0.35 * (2 if s["quorum"] else 1) / 3 * 0.0026  # our share of a hot shard
             other = (0.93 - ours) / 0.0026  # the web app's reads of the partition: the shard ~93 % busy
-            self.scylla.hot = {n: Shard(other, 2.6, 0.0, rng.expovariate(other) * NS_PER_S) for n in (0, 1, 2)}
+            self.scylla.hot = {n: Shard(other, 2.6, 0.0, rng.expovariate(other) * NS_PER_S)
+                               for n in (0, 1, 2)}
         self.limit = RateLimit([(0.55 * run_ns, 0.55 * run_ns + 0.9 * NS_PER_S)]
                                if "provider-rate-limit" in parts else [])
         self.race = 0.1 if "dns-conntrack" in parts else 0.002
@@ -335,7 +336,8 @@ class _Sim:
             (req["server"], server_e), req["tokenize"], req["chars"], req["tokens"], req["features"],
             req["cache_get"], req["items"], req["misses"], req["block_miss"], req["user"], req["user_start"],
             req["anonymous"], req["item_read"], req["put"], prov, req["attempts"],
-            (req["rerank_s"], req["ort"][1] if req["inline"] else start), req["ort"], self.model, req["inline"]),
+            (req["rerank_s"], req["ort"][1] if req["inline"] else start), req["ort"], self.model,
+            req["inline"]),
             self.consistency)
 
 

@@ -73,7 +73,8 @@ class Resources:
 
     def get(self, service: str, pod: int) -> int:
         if (service, pod) not in self.made:
-            self.made[(service, pod)] = self.table.resource(self._attrs(service, pod), *endpoint(service, pod))
+            attrs = self._attrs(service, pod)
+            self.made[(service, pod)] = self.table.resource(attrs, *endpoint(service, pod))
         return self.made[(service, pod)]
 
     def _attrs(self, service: str, pod: int) -> dict[str, Any]:
@@ -187,7 +188,8 @@ def write_request(table: TraceTable, res: Resources, tl: Timeline, consistency: 
     feats = table.span(trace, root, FEATURES, "Internal", me, "embed_api", *tl.features,
                        {"items.count": tl.items})
     table.span(trace, feats, CACHE_GET, "Internal", me, "embed_api", *tl.cache_get,
-               {"cache.items": tl.items, "cache.misses": tl.misses, "rocksdb.block_cache_miss": tl.block_miss})
+               {"cache.items": tl.items, "cache.misses": tl.misses,
+                "rocksdb.block_cache_miss": tl.block_miss})
     stmt = "SELECT features FROM features.user_features WHERE user_id = ?"
     _read(table, me, trace, feats, style, USER, stmt, consistency, tl.user, tl.user_start,
           {"user.anonymous": tl.anonymous})
