@@ -11,13 +11,14 @@ the local SSD), the user's features from ScyllaDB (always; `user_features`) and 
 cache lacks (`item_vectors`); the misses are written back inline (`embed_api::cache::put`). ScyllaDB:
 3 or 6 nodes, RF 3, shard-per-core; the driver is token-aware (the coordinator is a replica); LOCAL_ONE
 or QUORUM by seed; `speculative_retry = 99.0PERCENTILE` sends one more read after the table's p99.
-The query embedding (a moka LRU in front, 30 % hits) comes from an external provider over HTTPS
-(`embed_api::provider::embed`, reqwest on hyper: a per-host keep-alive pool; the provider's edge closes
-a connection after ~20 requests, so some calls open a new one: getaddrinfo on the blocking pool under
-ndots:5 (three search domains answer NXDOMAIN before the name itself), TCP, TLS 1.3). Re-ranking: a
-cross-encoder in ONNX Runtime (`ort::session::run`, one intra-op thread) behind `spawn_blocking` (a
-bounded pool: 4x the cores), wrapped by `embed_api::rerank::score`, whose span also covers the wait for
-a blocking thread.
+The speculative threshold is the p99 of the recent reads, so it rises when many reads are slow.
+The query embedding (a moka LRU in front, 12 % hits) comes from an external provider over HTTPS in the
+same cloud region (5 ms RTT; `embed_api::provider::embed`, reqwest on hyper: a per-host keep-alive pool;
+the provider's edge closes a connection after 16-20 requests, so some calls open a new one: getaddrinfo
+on the blocking pool under ndots:5 (three search domains answer NXDOMAIN before the name itself), TCP,
+TLS 1.3). Re-ranking: a cross-encoder in ONNX Runtime (`ort::session::run`, one intra-op thread, 0.4 ms
+per candidate, ~40 candidates) behind `spawn_blocking` (a bounded pool: 4x the cores; its CPU-bound jobs
+share the cores), wrapped by `embed_api::rerank::score`, whose span also covers the wait for a thread.
 
 Healthy noise: jitter everywhere; 4 % block-cache misses; 25 % of requests miss some item vectors;
 1 % of user reads and 25 % of item reads touch an SSTable; speculative reads now and then; connection
@@ -35,7 +36,7 @@ Mechanisms (scenario: truth):
   worker for its whole length and the co-scheduled tasks wait (server spans start late behind the
   gateway's CLIENT span, gaps open between a request's children): queueing at the server span, accept
   compute_bound (the blocking compute is the reason).
-- `blocking-burst`: a traffic burst (5.5x for 7 % of the run); the re-rank jobs share the cores, the
+- `blocking-burst`: a traffic burst (3.5x for 7 % of the run); the re-rank jobs share the cores, the
   blocking pool fills and jobs wait for a thread inside `embed_api::rerank::score` before
   `ort::session::run` starts: queueing (side compute_bound: the runs stretch while the cores are shared).
 - `hot-partition`: a campaign sends 35 % anonymous traffic from 15 % of the run; the anonymous user's
@@ -47,7 +48,7 @@ Mechanisms (scenario: truth):
   up; the inline `cache::put` holds its worker meanwhile (side queueing on that pod):
   slow_dependency at `embed_api::cache::put`, accept lock_contention (writers wait on the stall).
 - `dns-conntrack`: a kube-proxy change sends lookups through conntrack'd DNAT; A/AAAA packets sent
-  together lose the insert race (12 % per pair), each loss waits glibc's 5 s timeout: network at the
+  together lose the insert race (10 % per pair), each loss waits glibc's 5 s timeout: network at the
   provider CLIENT span, accept timeout_retry (side queueing: the lookups hold blocking threads).
 - `provider-rate-limit`: the minute's quota runs out at 55 % of the run; calls until the reset get 429 +
   Retry-After and retry after it: timeout_retry at the provider CLIENT span, accept slow_dependency.
@@ -57,10 +58,14 @@ Mechanisms (scenario: truth):
 - `nagle-delayed-ack`: a client-library upgrade drops TCP_NODELAY; the body, written after the headers,
   waits for the ACK the provider delays ~40 ms on every reused connection: network at the provider
   CLIENT span, accept slow_dependency.
-- `reranker-swap`: bge-reranker-base replaces MiniLM-L6 (4x the work per candidate): compute_bound at
-  `ort::session::run` (side queueing at the blocking pool).
+- `reranker-swap`: MiniLM-L-12 replaces MiniLM-L-6 (twice the layers: 1.8x the time per candidate):
+  compute_bound at `ort::session::run` (side queueing at the blocking pool).
 - Two causes: `scylla-compaction+dns-conntrack`, `hot-partition+nagle-delayed-ack`,
   `rocksdb-write-stall+provider-rate-limit`.
+
+Truth instances: the embed-api pods as the store names them (all of them; the stalled pod alone for
+`rocksdb-write-stall`). Scylla and the provider export no spans: their causes are named where their
+time shows, at the embed-api's spans.
 """
 
 from __future__ import annotations

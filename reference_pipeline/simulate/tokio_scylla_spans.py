@@ -24,7 +24,7 @@ RESOLVE, CONNECT = "resolve", "connect"  # hyper-util's connector spans
 RERANK, ORT = "embed_api::rerank::score", "ort::session::run"
 PROVIDER_HOST = "api.embedprovider.com"
 NODES = tuple(f"10.40.2.{11 + k}" for k in range(6))
-MODELS = ("ms-marco-MiniLM-L-6-v2", "bge-reranker-base")
+MODELS = ("ms-marco-MiniLM-L-6-v2-int8", "ms-marco-MiniLM-L-12-v2-int8")
 _POD = ("7d9c5f8b6-kx2lp", "7d9c5f8b6-q8wzr", "7d9c5f8b6-m4tnd", "7d9c5f8b6-h7vcs", "7d9c5f8b6-b2jfq")
 
 
