@@ -10,8 +10,9 @@ embedding. Features (`embed_api::features::load`): a RocksDB multi-get inline (b
 the local SSD), the user's features from ScyllaDB (always; `user_features`) and the item vectors the
 cache lacks (`item_vectors`); the misses are written back inline (`embed_api::cache::put`). ScyllaDB:
 3 or 6 nodes, RF 3, shard-per-core; the driver is token-aware (the coordinator is a replica); LOCAL_ONE
-or QUORUM by seed; `speculative_retry = 99.0PERCENTILE` sends one more read after the table's p99.
-The speculative threshold is the p99 of the recent reads, so it rises when many reads are slow.
+or QUORUM by seed; the table's `speculative_retry = '99.0PERCENTILE'` (Scylla's default) makes the
+coordinator ask one more replica after the p99 of its recent replica reads (so the threshold rises when
+many reads are slow; the driver sees none of it: one driver attempt per read).
 The query embedding (a moka LRU in front, 12 % hits) comes from an external provider over HTTPS in the
 same cloud region (5 ms RTT; `embed_api::provider::embed`, reqwest on hyper: a per-host keep-alive pool;
 the provider's edge closes a connection after 16-20 requests, so some calls open a new one: getaddrinfo
@@ -40,10 +41,12 @@ Mechanisms (scenario: truth):
   blocking pool fills and jobs wait for a thread inside `embed_api::rerank::score` before
   `ort::session::run` starts: queueing (side compute_bound: the runs stretch while the cores are shared).
 - `hot-partition`: a campaign sends 35 % anonymous traffic from 15 % of the run; the anonymous user's
-  partition is large and read by other clients too, so its shard on each replica queues (speculative
-  reads land on the same hot shard elsewhere): slow_dependency at `user_features`, accept queueing.
+  partition is large and read by other clients too, so its shard on each replica queues (the
+  coordinator's speculative reads land on the same hot shard of another replica): slow_dependency at
+  `user_features`, accept queueing.
 - `scylla-compaction`: a major compaction on one node: its reads are slower and, as coordinator, it
-  relays late; speculative retry rescues some: slow_dependency at `user_features`.
+  relays late; speculative retry rescues some of the reads it does not coordinate: slow_dependency at
+  `user_features`.
 - `rocksdb-write-stall`: on one pod L0 files pile up; writes slow, then stop until compaction catches
   up; the inline `cache::put` holds its worker meanwhile (side queueing on that pod):
   slow_dependency at `embed_api::cache::put`, accept lock_contention (writers wait on the stall).
@@ -228,7 +231,7 @@ class _Sim:
 
     def _flush(self, t: float, req: dict[str, Any]) -> None:
         for pod in self.pods:
-            pod.conns.flush()
+            pod.conns.flush(t)
 
     def _start(self, t: float, req: dict[str, Any]) -> None:
         rng, pod = self.rng, self.pods[req["pod"]]

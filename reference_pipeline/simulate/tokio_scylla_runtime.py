@@ -99,9 +99,10 @@ class Shard:
 
 @dataclass
 class Read:
-    """One CQL read as the driver saw it: attempts (node, start, end, speculative) and the end."""
+    """One CQL read as the driver saw it: its attempts (node, start, end: one, to the coordinator; the
+    coordinator's own speculative reads are invisible to the driver) and the end."""
 
-    attempts: list[tuple[int, float, float, bool]]
+    attempts: list[tuple[int, float, float]]
     end: float
 
 
@@ -109,7 +110,7 @@ class Read:
 class Scylla:
     nodes: int
     quorum: bool
-    spec_ms: float  # speculative_retry = '99.0PERCENTILE': its floor until the histogram has filled
+    spec_ms: float  # speculative_retry's threshold until the table's latency histogram has filled
     compacting: int | None = None
     compaction: tuple[float, float] = (0.0, 0.0)
     hot: dict[int, Shard] = field(default_factory=dict)  # node -> the shard holding the hot partition
@@ -140,8 +141,9 @@ class Scylla:
 
     def read(self, rng: random.Random, t: float, kind: str, big: bool = False) -> Read:
         """A token-aware read: the coordinator is a replica chosen at random; LOCAL_ONE answers with
-        its own read, QUORUM with the second of two; after `spec_ms` without an answer the coordinator
-        asks one more replica. A compacting coordinator delays the answer it relays."""
+        its own read, QUORUM with the second of two; when no answer came within the table's p99
+        (`speculative_retry = '99.0PERCENTILE'`, Scylla's default, on the coordinator) it asks one more
+        replica. A compacting coordinator takes the request and relays the answer late."""
         rtt = lognormal_ms(rng, 0.22, 0.25)
         order = rng.sample(sorted(self.hot) if big else range(self.nodes), 3)  # the key's replicas
         coord = order[0]
@@ -150,7 +152,6 @@ class Scylla:
         if self.compacting == coord and self.compaction[0] <= t < self.compaction[1]:
             backlog = lognormal_ms(rng, 8.0, 0.8)  # the reactor shares its core with compaction
         first = arrive + backlog + self._replica(rng, arrive, coord, kind, big)
-        attempts = [(coord, t, first + rtt / 2, False)]
         answers = [first]
         if self.quorum:
             hop = lognormal_ms(rng, 0.1, 0.3)
@@ -161,13 +162,10 @@ class Scylla:
         if done > threshold:
             hop = lognormal_ms(rng, 0.1, 0.3)
             extra = threshold + hop + self._replica(rng, threshold, order[2 if self.quorum else 1], kind, big)
-            extra += hop
-            answers.append(extra)
-            attempts.append((order[2 if self.quorum else 1], threshold - rtt / 2, extra + rtt / 2, True))
+            answers.append(extra + hop)
             done = sorted(answers)[need - 1]
         end = done + rtt / 2
-        attempts[0] = (coord, t, end, False)
-        return Read(attempts, end)
+        return Read([(coord, t, end)], end)
 
 
 class RocksDb:
@@ -240,6 +238,7 @@ def syn_ms(rng: random.Random, rtt_ms: float, drop: float) -> tuple[float, int]:
 class Conn:
     free_at: float
     uses: int
+    born: float = 0.0
 
 
 class ProviderPool:
@@ -249,6 +248,7 @@ class ProviderPool:
     def __init__(self, rng: random.Random, warm: int, max_uses: int) -> None:
         self.max_uses = max_uses
         self.conns = [Conn(0.0, rng.randrange(max_uses)) for _ in range(warm)]
+        self.closed_before = -1.0  # the peer closed every connection opened before this
 
     def checkout(self, t: float) -> Conn | None:
         idle = [c for c in self.conns if c.free_at <= t]
@@ -259,16 +259,18 @@ class ProviderPool:
         return conn
 
     def new(self, t: float) -> Conn:
-        return Conn(t, 0)
+        return Conn(t, 0, t)
 
     def checkin(self, conn: Conn, t: float) -> None:
         conn.free_at = t
         conn.uses += 1
-        if conn.uses < self.max_uses:
+        if conn.uses < self.max_uses and conn.born >= self.closed_before:
             self.conns.append(conn)
 
-    def flush(self) -> None:
+    def flush(self, t: float) -> None:
+        """The peer closed every connection: idle ones go now, busy ones when their exchange ends."""
         self.conns.clear()
+        self.closed_before = t
 
 
 class RateLimit:

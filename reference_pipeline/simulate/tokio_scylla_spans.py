@@ -144,28 +144,27 @@ def _peer(style: Style, host: str, port: int) -> dict[str, Any]:
 
 def _cql(style: Style, statement: str, consistency: str, read: Read) -> dict[str, Any]:
     new = style.semconv == "new"
-    spec = sum(1 for a in read.attempts if a[3])
     return {("db.system.name" if new else "db.system"): "cassandra",
             ("db.namespace" if new else "db.name"): "features",
             ("db.query.text" if new else "db.statement"): statement,
             ("cassandra.consistency.level" if new else "db.cassandra.consistency_level"): consistency,
             ("cassandra.speculative_execution.count" if new else "db.cassandra.speculative_execution_count"):
-                spec, **_peer(style, NODES[read.attempts[0][0]], 9042)}
+                0, **_peer(style, NODES[read.attempts[0][0]], 9042)}
 
 
 def _read(table: TraceTable, me: int, trace: int, parent: int, style: Style, name: str, statement: str,
           consistency: str, read: Read, start: float, fields: dict[str, Any]) -> None:
     """Our #[instrument] span around a read (a CLIENT span), or, where the driver's spans are exported,
-    an INTERNAL one with the driver's `Request` span per attempt (speculative ones included)."""
+    an INTERNAL one with the driver's `Request` span per attempt."""
     attrs = _cql(style, statement, consistency, read)
     if not style.internals:
         table.span(trace, parent, name, "Client", me, "embed_api", start, read.end, {**attrs, **fields},
                    peer="scylla")
         return
     own = table.span(trace, parent, name, "Internal", me, "embed_api", start, read.end, fields)
-    for node, a, b, speculative in read.attempts:
+    for node, a, b in read.attempts:
         table.span(trace, own, DRIVER, "Client", me, "scylla", a, b,
-                   {**attrs, **_peer(style, NODES[node], 9042), "speculative": speculative}, peer="scylla")
+                   {**attrs, **_peer(style, NODES[node], 9042)}, peer="scylla")
 
 
 def write_request(table: TraceTable, res: Resources, tl: Timeline, consistency: str) -> None:
