@@ -146,6 +146,7 @@ def test_a_compacting_node_slows_the_reads_it_coordinates(loaded) -> None:
     slow = by_node.pop(sp.NODES[tokio_scylla.COMPACTING_NODE])
     assert len(by_node) == 2 and all(p(slow, 75) > 4 * p(v, 75) for v in by_node.values())
     assert all(p(v, 95) < 3 * MS for v in by_node.values()) and p(slow, 95) > 20 * MS
+    assert p([u["duration"] for u in named(spans_of("steady", N, 2), sp.USER)], 99) < 5 * MS
 
 
 def test_rocksdb_write_stalls_on_one_pod_hold_its_writers_and_their_workers() -> None:
@@ -192,6 +193,8 @@ def test_429s_inside_the_spent_window_are_retried_after_retry_after(loaded) -> N
             limited += 1
         assert attempts[-1]["attrs"]["http.status_code"] == "200"
     assert limited > 20
+    steady = named(spans_of("steady", 300, 1), "HTTP POST", "Client", sp.API)
+    assert steady and all(x["attrs"]["http.status_code"] == 200 for x in steady)
 
 
 def test_dropped_syns_after_the_pool_flush_cost_the_1_s_retransmission_timeout() -> None:
@@ -202,6 +205,7 @@ def test_dropped_syns_after_the_pool_flush_cost_the_1_s_retransmission_timeout()
     after = [d for at, d in connects if at >= 0.4]
     before = [d for at, d in connects if at < 0.38]
     assert max(before) < 100 * MS and sum(d > 1e9 for d in after) >= 10
+    assert max(x["duration"] for x in named(spans_of("steady", N, 2), sp.CONNECT)) < 100 * MS
     assert all(abs(d - 1e9) < 40 * MS or d > 2.9e9 for d in after if d > 0.5e9)  # 1 s, or 1 s + 2 s
 
 
