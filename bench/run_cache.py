@@ -3,8 +3,10 @@ over every family costs the diagnosis only, not the simulation and the load agai
 
 A run is kept as a DuckDB file loaded from the file the family writes in the seed's format, plus the
 run's summary (truth, format, sizes) as JSON. Its key is the run (family, scenario, requests, seed) and a
-digest of every source the store's content depends on: the simulator (reference_pipeline/simulate), the
-loaders (ingest) and tailscope outside tailscope/analysis (store, rules, SQL). The diagnosis
+digest of every source the store's content depends on: the simulator (reference_pipeline/simulate: the
+family's own modules and the shared ones, not the other families'; of blind.py the functions that write
+a run, so registering a family or holding one out keeps the others' entries), the loaders (ingest) and
+tailscope outside tailscope/analysis (store, rules, SQL). The diagnosis
 (tailscope/analysis) is not in the digest: changing it is what the cache is for. Each diagnosis reads a
 fresh copy of the cached file made right after the load, so it sees what an uncached run would.
 Entries are written under a temporary name and renamed, so concurrent runs never read half a file.
@@ -13,6 +15,7 @@ Entries are written under a temporary name and renamed, so concurrent runs never
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import shutil
@@ -24,18 +27,39 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = (("reference_pipeline/simulate", ()), ("ingest", ()), ("tailscope", ("tailscope/analysis",)))
+SIMULATE = "reference_pipeline/simulate"
+SOURCES = (("ingest", ()), ("tailscope", ("tailscope/analysis",)))
+RUN_WRITERS = ("family", "truth", "run_format", "write_run")  # blind.py's part in a run's content
+
+
+def _files(root: Path, folder: str, skipped: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
+    for path in sorted((root / folder).rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.suffix in (".py", ".sql") and not any(rel.startswith(s + "/") for s in skipped):
+            yield rel, path
+
+
+def _owned(stem: str, module: str) -> bool:
+    return stem == module or stem.startswith(module + "_")
 
 
 @cache
-def digest(root: Path = ROOT) -> str:
-    """A digest of the sources the loaded store depends on (paths and bytes of .py and .sql files)."""
+def digest(name: str, root: Path = ROOT) -> str:
+    """A digest of the sources family `name`'s loaded store depends on (paths and bytes)."""
+    from reference_pipeline.simulate import blind
+
+    mine = blind.MODULES[name]
+    others = [m for m in blind.MODULES.values() if m != mine and not _owned(mine, m)]
     h = hashlib.sha256()
+    for rel, path in _files(root, SIMULATE, ()):
+        theirs = any(_owned(path.stem, m) and not _owned(path.stem, mine) for m in others)
+        if path.name == "blind.py" or theirs:
+            continue
+        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+    writers = "".join(inspect.getsource(getattr(blind, f)) for f in RUN_WRITERS)
+    h.update(f"{mine}\0{blind.SUFFIX!r}\0{writers}\0".encode())
     for folder, skipped in SOURCES:
-        for path in sorted((root / folder).rglob("*")):
-            rel = path.relative_to(root).as_posix()
-            if path.suffix not in (".py", ".sql") or any(rel.startswith(s + "/") for s in skipped):
-                continue
+        for rel, path in _files(root, folder, skipped):
             h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
@@ -63,7 +87,7 @@ def loaded_run(name: str, scenario: str, requests: int, seed: int,
         if cache_dir is None:
             yield db, _load(name, scenario, requests, seed, db)
             return
-        entry = Path(cache_dir) / digest() / f"{name}--{scenario}--{requests}--{seed}"
+        entry = Path(cache_dir) / digest(name) / f"{name}--{scenario}--{requests}--{seed}"
         stored, meta = entry.with_suffix(".duckdb"), entry.with_suffix(".json")
         if stored.exists() and meta.exists():
             shutil.copyfile(stored, db)

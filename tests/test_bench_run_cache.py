@@ -21,7 +21,7 @@ def test_a_cached_run_is_a_private_copy_of_the_same_store_and_summary(tmp_path: 
         fresh_rows = _rows(db)
     with run_cache.loaded_run("bff-fanout", "healthy", 60, 0, cache) as (db, first):
         assert _rows(db) == fresh_rows > 0
-    kept = sorted(p.name for p in (cache / run_cache.digest()).iterdir())
+    kept = sorted(p.name for p in (cache / run_cache.digest("bff-fanout")).iterdir())
     assert kept == ["bff-fanout--healthy--60--0.duckdb", "bff-fanout--healthy--60--0.json"]
     with run_cache.loaded_run("bff-fanout", "healthy", 60, 0, cache) as (db, again):
         assert _rows(db) == fresh_rows
@@ -32,16 +32,25 @@ def test_a_cached_run_is_a_private_copy_of_the_same_store_and_summary(tmp_path: 
         assert _rows(db) == fresh_rows
 
 
-def test_the_key_covers_simulator_loader_and_store_sources_but_not_the_analysis(tmp_path: Path) -> None:
-    for rel in ("reference_pipeline/simulate/a.py", "ingest/b.py", "tailscope/store/c.sql",
-                "tailscope/analysis/diagnosis/d.py"):
+def test_the_key_covers_the_family_shared_simulator_loader_and_store_only(tmp_path: Path) -> None:
+    files = ("reference_pipeline/simulate/bff_fanout.py", "reference_pipeline/simulate/bff_fanout_spans.py",
+             "reference_pipeline/simulate/trace_table.py", "reference_pipeline/simulate/go_ray_flow.py",
+             "reference_pipeline/simulate/blind.py", "ingest/b.py", "tailscope/store/c.sql",
+             "tailscope/analysis/diagnosis/d.py")
+    for rel in files:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x = 1\n")
-    before = run_cache.digest(tmp_path)
-    (tmp_path / "tailscope/analysis/diagnosis/d.py").write_text("x = 2\n")
-    assert run_cache.digest.__wrapped__(tmp_path) == before
-    for rel in ("reference_pipeline/simulate/a.py", "ingest/b.py", "tailscope/store/c.sql"):
+
+    def key() -> str:
+        return run_cache.digest.__wrapped__("bff-fanout", tmp_path)
+
+    before = key()
+    for unrelated in ("tailscope/analysis/diagnosis/d.py", "reference_pipeline/simulate/go_ray_flow.py",
+                      "reference_pipeline/simulate/blind.py"):  # the diagnosis, another family, registration
+        (tmp_path / unrelated).write_text("x = 2\n")
+        assert key() == before, unrelated
+    for rel in files[:3] + files[5:7]:
         (tmp_path / rel).write_text((tmp_path / rel).read_text() + "# changed\n")
-        changed = run_cache.digest.__wrapped__(tmp_path)
-        assert changed != before
+        changed = key()
+        assert changed != before, rel
         before = changed
