@@ -21,7 +21,7 @@ from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
-from tailscope.analysis.whatif.process_levers import no_process_pauses
+from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -34,7 +34,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 11  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 12  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -220,8 +220,10 @@ def plan(
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
             out.append(ql.wait_span_as_calm(x, fd))
+    paused = [fd for fd in x.findings
+              if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [
-        lv.no_stalls(x),
+        with_stretched_steps(x, lv.no_stalls(x), paused),
         ql.queue_within_window(x),
         ql.queue_as_calm(x),
         ql.handlers_as_calm(x),
