@@ -15,6 +15,7 @@ from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import lock_levers as lk
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.attempts import abandoned_attempts, answered_in_time
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
@@ -257,6 +258,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     x.stalls = stalls_to_remove(frame, findings, seed)
     x.handlers = handlers(frame)
     x.batches = batch_consumers(frame, lay, seed)
+    x.attempts = abandoned_attempts(frame, lay)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed, quota=True)
@@ -342,6 +344,11 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
     first = retime(x.frame, edit, x.lay)
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
         edit = _requeue(x, lever, edit, first)
+        first = retime(x.frame, edit, x.lay)
+    # attempts cut at their deadline whose callee now ends in time: answered, not made again
+    answered = answered_in_time(x.frame, x.lay, x.attempts, edit, first)
+    if answered is not None:
+        edit = answered
         first = retime(x.frame, edit, x.lay)
     # the waits for handler threads follow every change of service times (a slow call's holds)
     if x.handlers is not None and not lever.handlers_set:
