@@ -73,3 +73,25 @@ def test_a_prewarmed_replica_takes_its_calls_at_once_and_none_is_retried() -> No
     assert abs(hits[0].p99_ms - healthy.measured.p99_ms) < 0.15 * healthy.measured.p99_ms, (
         hits[0].p99_ms, healthy.measured.p99_ms)
 
+
+
+def test_calls_made_one_after_another_whose_callee_ends_late_by_a_clocks_skew_are_no_retries() -> None:
+    """Three queries in a row (N+1) whose server spans end 0.3 ms after the client's (another host's
+    clock): no attempt was given up, and none of them is taken for a retry of another."""
+    from tailscope.analysis.whatif.attempts import abandoned_attempts
+    from tailscope.analysis.whatif.retime import layout
+
+    rows: list[tuple] = []
+    for k in range(200):
+        t = 10.0 * k
+        root = len(rows)
+        rows.append((k, -1, "GET /orders", "Server", 0, t, 8.0))
+        for j in range(3):
+            call = len(rows)
+            rows.append((k, root, "SELECT", "Client", 0, t + 0.5 + 2.0 * j, 1.5))
+            rows.append((k, call, "SELECT", "Server", 1, t + 0.6 + 2.0 * j, 1.7))
+    frame = hand_frame(rows)
+    assert abandoned_attempts(frame, layout(frame)) is None
+    cold = hand_frame(_run(True), instances=("a", "b", "c", "d"))
+    found = abandoned_attempts(cold, layout(cold))
+    assert found is not None and len(found.call) >= 10  # the calls given up at 250 ms

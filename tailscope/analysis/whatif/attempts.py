@@ -14,6 +14,9 @@ from tailscope.analysis.diagnosis.frame import TraceFrame
 from tailscope.analysis.whatif.retime import Edit, Layout, Retimed
 
 SHORTER_NS = 1_000_000  # the lever shortened the callee by at least this much
+OUTLASTED_NS = 1_000_000  # a callee that outlasts its call by this much (and this share of it) ...
+OUTLASTED_SHARE = 0.05  # ... ran on after the caller gave up (less: the clocks' skew)
+DEADLINE_SPREAD = 0.05  # the given-up calls of a name within this share of their median: a deadline
 
 
 @dataclass(frozen=True)
@@ -25,14 +28,24 @@ class Attempts:
 
 
 def abandoned_attempts(frame: TraceFrame, lay: Layout) -> Attempts | None:
-    """The attempts cut at a deadline and made again (None where the run has none)."""
+    """The attempts cut at a deadline and made again (None where the run has none): a call whose
+    callee ran on past it (by more than the clocks' skew), the calls of its name given up so alike
+    long (a deadline), and made again by the same caller after it ended."""
     f = frame
     kid = np.nonzero((f.parent >= 0) & (lay.parent != f.parent))[0]
     call = f.parent[kid]
-    outlasted = f.start[kid] + f.dur[kid] > f.start[call] + f.dur[call]
+    over = (f.start[kid] + f.dur[kid] - f.start[call] - f.dur[call]).astype(np.float64)
+    outlasted = over > np.maximum(OUTLASTED_NS, OUTLASTED_SHARE * f.dur[call])  # not a clock's skew
     kid, call = kid[outlasted], call[outlasted]
     if len(kid) == 0:
         return None
+    # a deadline is one value: the given-up calls of a name last about as long as each other
+    keep = np.zeros(len(call), bool)
+    for code in np.unique(f.name[call]).tolist():
+        mine = f.name[call] == code
+        d = f.dur[call[mine]].astype(np.float64)
+        keep[mine] = np.abs(d - np.median(d)) <= DEADLINE_SPREAD * np.median(d)
+    kid, call = kid[keep], call[keep]
     _, first = np.unique(call, return_index=True)
     kid, call = kid[first], call[first]
     caller = f.parent[call]
