@@ -162,12 +162,14 @@ def blind_rows(families: list[str], requests: int, seed: int, same_arrivals: boo
                 healthy = healthy if healthy is not None else run(base)
                 faulty = run(scenario)
                 label = name if seed == 0 else f"{name} s{seed}"
-                rows.append(pair_row(label, scenario, faulty, healthy, lever))
+                spans = tuple(c["span"] for c in planted if c.get("span"))  # measured where they act
+                rows.append(pair_row(label, scenario, faulty, healthy, lever, spans=spans))
                 print(line(rows[-1]), flush=True)
-                applied.append(pair_row(label, scenario, faulty, healthy, lever, planted))
+                applied.append(pair_row(label, scenario, faulty, healthy, lever, planted, spans))
                 print("  applied: " + line(applied[-1]), flush=True)
                 for extra in ALSO.get(patterns[0], ()) if len(patterns) == 1 else ():
-                    applied.append(pair_row(label, f"{scenario} [{extra}]", faulty, healthy, extra, planted))
+                    applied.append(pair_row(label, f"{scenario} [{extra}]", faulty, healthy, extra, planted,
+                                            spans))
                     print("  applied: " + line(applied[-1]), flush=True)
             OPEN.close()
     return rows, applied, unscored

@@ -76,16 +76,22 @@ def unit_frame(frame):
     return units_of(frame).frame
 
 
-def units_of(frame, like: Units | None = None) -> Units:
+def units_of(frame, like: Units | None = None, spans: tuple[str, ...] = ()) -> Units:
     """The population a pair measures. The faulty run (`like` None): its busiest consumer's units, else
     its requests. The run without the cause (`like` the faulty run's): the population of the same kind
     and entry point, its latency taken on the same side (client-observed or server), so that both runs
     of a pair measure the same units: a cause can make a consumer's work outlast its request (a
-    population of its own in one run only), or change which consumer is busiest."""
+    population of its own in one run only), or change which consumer is busiest. `spans`: the planted
+    causes' span names; where the busiest consumer's units hold none of them and another population's
+    do (a request that waits for a consumer working in traces of its own, linked: the cause acts on
+    the request), that population is measured: a cause is scored where it acts."""
     kinds = _kinds(frame)
     if like is None:
         consumers = [p for p in kinds if p.unit == "consumer" and p.frame.requests is not None]
         pick = max(consumers, key=lambda p: len(p.frame.requests)) if consumers else kinds[0]
+        acting = [p for p in kinds if p.frame.requests is not None and _holds(p.frame, spans)]
+        if consumers and spans and not _holds(pick.frame, spans) and acting:
+            pick = acting[0]
         if not consumers:  # no consumer: the run's requests as they are (every root, as the what-if)
             pick = type(pick)(pick.unit, pick.entry, frame)
         client = bool((pick.frame.requests.client_span >= 0).mean() >= CLIENT_SIDE)
@@ -98,6 +104,12 @@ def units_of(frame, like: Units | None = None) -> Units:
         return Units(frame if whole else pick.frame, like.unit, like.entry, like.client)
     fallback = units_of(frame)  # no such population: as the run would be scored alone, flagged
     return Units(fallback.frame, fallback.unit, fallback.entry, like.client, paired=False)
+
+
+def _holds(frame, spans: tuple[str, ...]) -> bool:
+    """Whether the frame's units have a span of one of these names."""
+    codes = [frame.names.index(n) for n in spans if n in frame.names]
+    return bool(codes) and bool(np.isin(frame.name, codes).any())
 
 
 def _bare(entry: str) -> str:
@@ -117,7 +129,7 @@ def measured(frame, units: Units | None = None) -> tuple[float, float]:
 
 
 def predicted(
-    frame, lever: str | tuple[str, ...], other=None, truth: list[dict] | None = None
+    frame, lever: str | tuple[str, ...], other=None, truth: list[dict] | None = None, units=None
 ) -> tuple[float, float, str, float]:
     """(p50, p99, the fix evaluated or 'no lever', seconds) for the faulty run. `truth`: planted causes
     the diagnosis did not name are added as findings (pattern, span, service, instances: no more than
@@ -137,7 +149,8 @@ def predicted(
             findings.append({"pattern": cause["pattern"], "confidence": 1.0, "span_name": cause.get("span"),
                              "evidence": {"stats": stats}})
     speedup = measured_speedup(frame, other) if other is not None else None
-    units = unit_frame(frame)  # the findings name spans and instances, the same in the units' frame
+    # the findings name spans and instances, the same in the units' frame (`units`: those to measure)
+    units = unit_frame(frame) if units is None else units
     started = time.perf_counter()
     both = isinstance(lever, tuple)
     combine = [lever] if both else None
@@ -187,13 +200,17 @@ def _size_attribute(frame, name: str | None) -> dict:
 
 
 def pair_row(
-    family: str, cause: str, faulty, fixed, lever: str | tuple[str, ...], planted: list[dict] | None = None
+    family: str, cause: str, faulty, fixed, lever: str | tuple[str, ...], planted: list[dict] | None = None,
+    spans: tuple[str, ...] = (),
 ) -> dict:
-    units = units_of(faulty)  # the population the what-if evaluates, read in the run without the cause
+    """`planted`: the causes given as findings where the diagnosis missed them; `spans`: the planted
+    causes' span names, to measure the population they act on (units_of)."""
+    units = units_of(faulty, spans=spans)  # what the what-if evaluates, read in the run without the cause
     other = units_of(fixed, like=units)
     before = measured(faulty, units)
     truth = measured(fixed, other)
-    guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted)
+    guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted,
+                      units=units.frame)
     return {
         "family": family,
         "cause": cause,

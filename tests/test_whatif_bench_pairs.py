@@ -110,3 +110,29 @@ def test_a_planted_cause_named_below_the_whatifs_floor_is_given_as_a_finding(mon
     common.predicted(object(), "dependency_p50", truth=truth)
     added = [fd for fd in given if fd["confidence"] == 1.0]
     assert [(fd["pattern"], fd["span_name"]) for fd in added] == [("slow_dependency", "SELECT profiles")]
+
+
+def _named(frame, *names: str):
+    """The stand-in frame with spans of these names (one each)."""
+    frame.names, frame.name = list(names), np.arange(len(names))
+    return frame
+
+
+def test_a_cause_acting_on_the_requests_is_measured_there_not_on_a_linked_consumer(runs) -> None:
+    """A request that waits for a consumer working in traces of its own (linked to the publish): a
+    row lock in the request's transaction is scored on the requests, where it acts; the busiest
+    consumer's units hold none of its spans. A cause in the consumer's spans stays measured there."""
+    faulty, healthy = _frame("faulty", 10, 0.0), _frame("healthy", 10, 0.0)
+    runs.kinds[id(faulty)] = [
+        Population("request", "api POST /limit", _named(_frame("f-req", 400, 300.0), "POST", "SELECT")),
+        Population("consumer", "worker score", _named(_frame("f-score", 400, 13.0), "run/score")),
+    ]
+    runs.kinds[id(healthy)] = [
+        Population("request", "api POST /limit", _named(_frame("h-req", 400, 150.0), "POST", "SELECT")),
+        Population("consumer", "worker score", _named(_frame("h-score", 400, 7.5), "run/score")),
+    ]
+    row = common.pair_row("fam", "row-lock", faulty, healthy, "no_lock_wait", spans=("SELECT",))
+    assert (row["faulty_p50"], row["meas_p50"]) == (pytest.approx(300.0), pytest.approx(150.0))
+    assert row["population"] == "request api POST /limit"
+    row = common.pair_row("fam", "prefetch", faulty, healthy, "queue_as_calm", spans=("run/score",))
+    assert (row["faulty_p50"], row["meas_p50"]) == (pytest.approx(13.0), pytest.approx(7.5))

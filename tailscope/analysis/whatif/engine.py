@@ -15,13 +15,14 @@ from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import lock_levers as lk
 from tailscope.analysis.whatif import queue_levers as ql
+from tailscope.analysis.whatif.attempts import abandoned_attempts, answered_in_time
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
-from tailscope.analysis.whatif.process_levers import no_process_pauses
+from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
     Edit,
@@ -34,7 +35,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 11  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 12  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -220,8 +221,10 @@ def plan(
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
             out.append(ql.wait_span_as_calm(x, fd))
+    paused = [fd for fd in x.findings
+              if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [
-        lv.no_stalls(x),
+        with_stretched_steps(x, lv.no_stalls(x), paused),
         ql.queue_within_window(x),
         ql.queue_as_calm(x),
         ql.handlers_as_calm(x),
@@ -255,6 +258,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     x.stalls = stalls_to_remove(frame, findings, seed)
     x.handlers = handlers(frame)
     x.batches = batch_consumers(frame, lay, seed)
+    x.attempts = abandoned_attempts(frame, lay)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed, quota=True)
@@ -340,6 +344,11 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
     first = retime(x.frame, edit, x.lay)
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
         edit = _requeue(x, lever, edit, first)
+        first = retime(x.frame, edit, x.lay)
+    # attempts cut at their deadline whose callee now ends in time: answered, not made again
+    answered = answered_in_time(x.frame, x.lay, x.attempts, edit, first)
+    if answered is not None:
+        edit = answered
         first = retime(x.frame, edit, x.lay)
     # the waits for handler threads follow every change of service times (a slow call's holds)
     if x.handlers is not None and not lever.handlers_set:

@@ -30,6 +30,7 @@ class Inputs:
     throttle_stalls: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # those on a quota period
     handlers: Handlers | None = None  # the queues before handler threads (handlers.py)
     batches: Batches | None = None  # a batch consumer's messages and processes (batches.py)
+    attempts: Any = None  # calls cut at their deadline and made again (attempts.py)
 
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])

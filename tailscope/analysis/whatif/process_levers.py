@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, _draw, stall_overlap
 from tailscope.analysis.whatif.retime import Edit
 
 PAUSE_MIN_NS = 2_000_000  # a stretch with calls in flight and none ending, at least this long ...
 PAUSE_RATIO = 20.0  # ... and this many times the calls' median time, is the process stopped
 MIN_CALLS = 50  # calls on an instance to judge its process from
+_OUTBOUND = (KIND_CLIENT, SPAN_KINDS.index("Producer"))  # calls out: their time is the callee's
 
 
 def call_pauses(x: Inputs, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,3 +92,83 @@ def no_process_pauses(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         requeue=True,
         params={"stall_ms": round(total, 1), "pauses": len(pauses[0])},
     )
+
+
+# ---- steps stretched by a concurrent collection (mark assists) ------------------------------------
+
+STRETCH_RATIO = 10.0  # a step this many times its name's median on the service ...
+STRETCH_MIN_NS = 2_000_000  # ... and at least this long was stretched by the collection
+MIN_STEPS = 50  # steps of a name on the service to judge its usual time from
+
+
+def stretched_steps(x: Inputs, finding: dict[str, Any]) -> Edit | None:
+    """A concurrent collector (Go's, the JVM's concurrent phases) stops no process: while it marks,
+    a goroutine that allocates is drafted into mark assist, or parked until the mark ends, and the
+    rest run on. No stretch without span boundaries shows it (the stall lever's timing stalls catch a
+    part); the process's own steps that allocate are stretched many times their usual time. Where the
+    run reports no pause with its length, on the service the gc_pause finding names (its instances,
+    else its service's): each step of the process's own work (a span with no children that is no call
+    out) over 10x its name's median there (and over 2 ms) takes the time of one of its name that was
+    not (drawn from the run); a span's own time after its last child likewise, cut to its name's
+    median. None where no step is stretched."""
+    f = x.frame
+    if ((f.gc_instance >= 0) & (f.gc_dur > 0)).any():
+        return None  # the runtime reports its pauses: the stall lever has them whole
+    on = _finding_instances(f, finding)
+    if not on.any():
+        return None
+    lay = x.lay
+    edit = Edit.none(len(f))
+    rng = x.rng(37)
+    own = on & ~lay.has_children & ~np.isin(f.kind, _OUTBOUND)
+    par = on & lay.has_children
+    changed = False
+    for code in np.unique(f.name[own | par]).tolist():
+        steps = np.nonzero(own & (f.name == code))[0]
+        if len(steps) >= MIN_STEPS:
+            d = f.dur[steps].astype(np.float64)
+            long = d > max(STRETCH_MIN_NS, STRETCH_RATIO * float(np.median(d)))
+            if long.any() and (~long).sum() >= MIN_STEPS:
+                edit.dur[steps[long]] = np.minimum(_draw(rng, d[~long], int(long.sum())), d[long])
+                changed = True
+        parents = np.nonzero(par & (f.name == code))[0]
+        if len(parents) >= MIN_STEPS:
+            t = lay.trailing[parents].astype(np.float64)
+            usual = float(np.median(t))
+            long = t > max(STRETCH_MIN_NS, STRETCH_RATIO * usual)
+            if long.any():
+                edit.cut_after[parents[long]] = t[long] - usual
+                changed = True
+    return edit if changed else None
+
+
+def _finding_instances(f, finding: dict[str, Any]) -> np.ndarray:
+    """Per span, whether it runs on an instance the finding names (else on its service's instances)."""
+    stats = (finding.get("evidence") or {}).get("stats", {})
+    named = [n for n in stats.get("instances") or [] if n in f.instances]
+    if named:
+        return np.isin(f.instance, [f.instances.index(n) for n in named])
+    named = stats.get("services") or stats.get("service") or ""
+    services = [s.strip() for s in (named.split(",") if isinstance(named, str) else named)]
+    codes = [f.services.index(s) for s in services if s in f.services]
+    return np.isin(f.service, codes)
+
+
+def with_stretched_steps(x: Inputs, lever: Lever | None, findings: list[dict[str, Any]]) -> Lever | None:
+    """The no-pauses lever with the steps a concurrent collection stretched (`stretched_steps`, per
+    gc_pause finding in `findings`) re-timed too; that alone where no stall was found."""
+    edits = [e for e in (stretched_steps(x, fd) for fd in findings) if e is not None]
+    if not edits:
+        return lever
+    edit = edits[0]
+    for more in edits[1:]:
+        edit = edit.merged(more)
+    model = ("the steps of the collected process stretched far past their usual time (a concurrent "
+             "collector's mark assists: the allocating goroutine drafted or parked until the mark ends) "
+             "take the time of its unstretched steps (drawn from the run)")
+    if lever is None:
+        return Lever("no_gc_stalls", "No GC pauses or process stalls", SOFTWARE, model, edit,
+                     pattern="gc_pause", requeue=True)
+    lever.edit = lever.edit.merged(edit)
+    lever.model += "; " + model
+    return lever
