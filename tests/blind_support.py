@@ -118,9 +118,12 @@ def instance_label(resource: dict) -> str:
     return f"{resource['net.host.ip']}:{resource['net.host.port']}"
 
 
-def table_span_dicts(family, scenario: str, requests: int, seed: int) -> tuple[dict, ...]:
-    """A family module's generated table as span dicts (times in ns from the run's start), without the
-    loader: the tests of a blind family read most mechanisms this way, to stay fast."""
+def table_span_dicts(family, scenario: str, requests: int, seed: int,
+                     instance: Callable[[dict], str] = instance_label) -> tuple[dict, ...]:
+    """A family module's generated table as span dicts (times in ns from the run's start; `parent` the
+    parent's `i`, -1 for a root; `resource` the resource's attributes as the file writes them, Zipkin's
+    the endpoint), without the loader: the tests of a blind family read most mechanisms this way, to
+    stay fast. `instance(resource)`: the instance label (instance_label unless given)."""
     from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 
     table = family.generate(scenario, requests, seed)
@@ -132,9 +135,9 @@ def table_span_dicts(family, scenario: str, requests: int, seed: int) -> tuple[d
         resource = {"service.name": service, "net.host.ip": ip, "net.host.port": port} if zipkin else (
             table.resources[res])
         out.append({"i": i, "trace": trace, "parent": parent, "name": name, "kind": kind, "service": service,
-                    "instance": instance_label(resource), "start": start - DEFAULT_START_NS,
-                    "end": end - DEFAULT_START_NS, "duration": end - start, "attrs": attrs, "status": status,
-                    "events": events, "links": table.links.get(i, [])})
+                    "resource": resource, "instance": instance(resource),
+                    "start": start - DEFAULT_START_NS, "end": end - DEFAULT_START_NS, "duration": end - start,
+                    "attrs": attrs, "status": status, "events": events, "links": table.links.get(i, [])})
     return tuple(out)
 
 

@@ -22,8 +22,11 @@ SIMULATED: dict[str, tuple[str, int, int, dict[str, Any]]] = {
 }
 
 
-# runs derived on ClickHouse in time windows of this many spans (hand: ~6 windows, burst: ~16)
-WINDOWED = {"hand": 50, "burst": 500, "frameworks": 100}
+# runs derived on ClickHouse in time windows of this many spans (hand: 6 windows, burst: 4, frameworks:
+# 2). Each window costs ~0.9 s of CPU (a dozen chdb statements): burst's 16 windows of 500 spans took a
+# third of the store pair's build; its 3 inner edges in a bursty run check the same cut as 15 did, and
+# the hand run's 5 edges fall between traces of every shape.
+WINDOWED = {"hand": 50, "burst": 2000, "frameworks": 100}
 
 
 # runtime GC pauses as span events, durations under the conventions diagnosis_gc_events.sql reads

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from functools import cache
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from reference_pipeline.simulate import blind
+from ingest.span_json import collector_paused
+from reference_pipeline.simulate import blind, feed_ranker
 from reference_pipeline.simulate.feed_ranker import SCENARIOS, lossy, setup
 from reference_pipeline.simulate.feed_ranker_model import labels, pods_of
 from reference_pipeline.simulate.feed_ranker_spans import (
@@ -29,7 +31,8 @@ from reference_pipeline.simulate.feed_ranker_spans import (
     RANK,
     ROOT,
 )
-from tests.blind_support import seed_runs
+from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
+from tests.blind_support import seed_runs, table_span_dicts
 
 MS = 1e6
 FAMILY = "feed-ranker"
@@ -41,11 +44,36 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     return seed_runs(tmp_path_factory.mktemp("feed"), FAMILY, lambda seed: setup(seed)["fmt"])
 
 
-def instance(span: dict) -> str:
-    r = span["resource"]
+@pytest.fixture(scope="module")
+def tables():
+    """`get(scenario, requests, seed)`: the generated table's spans as `runs` gives them (`id`, `parent`
+    "" for a root, epoch ns, the events as the store's JSON text), without the file and the loader
+    (blind_support.table_span_dicts), each run made once for the module. The mechanisms of seed 0 (OTLP)
+    are read this way (the loader's decode and write were most of each run's CPU); the formats and
+    the loader are checked on `runs`."""
+
+    def get(scenario: str, requests: int, seed: int) -> tuple[dict, ...]:
+        with collector_paused():  # the runs kept are acyclic: no collection rescans them (load_run)
+            spans = table_span_dicts(feed_ranker, scenario, requests, seed, instance=host)
+            for x in spans:
+                x["id"], x["parent"] = x["i"], "" if x["parent"] < 0 else x["parent"]
+                x["start"] += DEFAULT_START_NS
+                x["end"] += DEFAULT_START_NS
+                x["events"] = json.dumps([{"Name": name, "Attributes": {k: str(v) for k, v in attrs.items()}}
+                                          for _, name, attrs in x["events"]]) if x["events"] else ""
+        return spans
+
+    return cache(get)
+
+
+def host(r: dict) -> str:
     if "net.host.ip" in r:
         return f"{r['net.host.ip']}:{r['net.host.port']}"
     return r.get("service.instance.id") or r["hostname"]
+
+
+def instance(span: dict) -> str:
+    return host(span["resource"])
 
 
 def named(spans: list[dict], name: str, kind: str | None = None) -> list[dict]:
@@ -111,8 +139,8 @@ def test_every_format_loads_and_the_truth_names_what_the_run_has(runs, seed: int
     assert all(k["name"].lower() == PRODUCE[seed % 3].lower() for k in spans if k["kind"] == "Producer")
 
 
-def test_mixed_collections_stretch_the_spans_in_flight_and_are_reported_by_seed(runs) -> None:
-    steady, gc = runs("steady", 1000, 0), runs("g1-mixed-gc", 1000, 0)  # reported as span events
+def test_mixed_collections_stretch_the_spans_in_flight_and_are_reported_by_seed(runs, tables) -> None:
+    steady, gc = tables("steady", 1000, 0), tables("g1-mixed-gc", 1000, 0)  # reported as span events
     reported = [e for r in named(gc, ROOT, "Server") for e in json.loads(r["events"] or "[]")]
     mixed = [float(e["Attributes"]["jvm.gc.duration"]) for e in reported
              if e["Attributes"]["jvm.gc.cause"] == "G1 Evacuation Pause (Mixed)"]
@@ -133,8 +161,8 @@ def test_mixed_collections_stretch_the_spans_in_flight_and_are_reported_by_seed(
             assert 0 < np.mean([int(d) > 0 for d in deltas]) < 0.3
 
 
-def test_a_slow_coordinator_slows_the_read_a_slow_second_replica_hardly(runs) -> None:
-    spans, steady = runs("cassandra-slow-replica", 1000, 0), runs("steady", 1000, 0)
+def test_a_slow_coordinator_slows_the_read_a_slow_second_replica_hardly(tables) -> None:
+    spans, steady = tables("cassandra-slow-replica", 1000, 0), tables("steady", 1000, 0)
     reads = named(spans, CQL, "Client")
     by_node = defaultdict(list)
     for x in reads:
@@ -147,8 +175,8 @@ def test_a_slow_coordinator_slows_the_read_a_slow_second_replica_hardly(runs) ->
     assert p(latency(spans), 99) > 1.3 * p(latency(steady), 99)
 
 
-def test_the_deploy_warm_expires_at_once_and_misses_call_the_feature_store(runs) -> None:
-    spans, steady = runs("caffeine-expiry-wave", 1000, 0), runs("steady", 1000, 0)
+def test_the_deploy_warm_expires_at_once_and_misses_call_the_feature_store(tables) -> None:
+    spans, steady = tables("caffeine-expiry-wave", 1000, 0), tables("steady", 1000, 0)
     kids = children(spans)
     hydrate = sorted(named(spans, HYDRATE), key=lambda x: x["start"])
     misses = np.array([int(x["attrs"]["feature.cache.misses"]) for x in hydrate])
@@ -163,8 +191,8 @@ def test_the_deploy_warm_expires_at_once_and_misses_call_the_feature_store(runs)
     assert p(latency(spans), 99) > 1.3 * p(latency(steady), 99)
 
 
-def test_a_slow_ads_call_holds_the_threads_and_requests_wait_before_the_handler(runs) -> None:
-    spans, steady = runs("ads-blender-slow", 1000, 0), runs("steady", 1000, 0)
+def test_a_slow_ads_call_holds_the_threads_and_requests_wait_before_the_handler(tables) -> None:
+    spans, steady = tables("ads-blender-slow", 1000, 0), tables("steady", 1000, 0)
 
     def waits(spans):  # Envoy's inbound span start -> Tomcat handler start
         by_id = {x["id"]: x for x in spans}
@@ -176,8 +204,8 @@ def test_a_slow_ads_call_holds_the_threads_and_requests_wait_before_the_handler(
     assert len(named(spans, ADS_CALL[0], "Client")) == 1000
 
 
-def test_more_candidates_grow_the_ranking_with_the_count(runs) -> None:
-    spans, steady = runs("more-candidates", 1000, 0), runs("steady", 1000, 0)
+def test_more_candidates_grow_the_ranking_with_the_count(tables) -> None:
+    spans, steady = tables("more-candidates", 1000, 0), tables("steady", 1000, 0)
     rank = named(spans, RANK)
     count = np.array([int(x["attrs"]["feed.candidates.count"]) for x in rank], dtype=float)
     took = np.array([x["duration"] for x in rank], dtype=float)
@@ -203,9 +231,9 @@ def test_a_fresh_pod_runs_its_first_requests_slowly_and_warms_up(runs) -> None:
     assert first > 3 * early > 3 * 1.3 * late
 
 
-def test_retransmits_open_a_gap_between_the_zone_c_calls_and_their_callees(runs) -> None:
+def test_retransmits_open_a_gap_between_the_zone_c_calls_and_their_callees(tables) -> None:
     seed = 0
-    spans, steady = runs("az-retransmits", 1000, seed), runs("steady", 1000, seed)
+    spans, steady = tables("az-retransmits", 1000, seed), tables("steady", 1000, seed)
     zone_c = {labels(0, pods_of(seed, 3), True)[k] for k in lossy(setup(seed)["pods"])}
 
     def gaps(spans, pods):
@@ -219,9 +247,9 @@ def test_retransmits_open_a_gap_between_the_zone_c_calls_and_their_callees(runs)
     assert p([x["duration"] for x in named(spans, ADS_SERVER)], 99) < 60 * MS
 
 
-def test_the_throttled_sidecar_resumes_on_period_boundaries_and_the_app_does_not_stall(runs) -> None:
+def test_the_throttled_sidecar_resumes_on_period_boundaries_and_the_app_does_not_stall(tables) -> None:
     seed = 0
-    spans, steady = runs("sidecar-throttling+az-retransmits", 700, seed), runs("steady", 1000, seed)
+    spans, steady = tables("sidecar-throttling+az-retransmits", 700, seed), tables("steady", 1000, seed)
     zone_c = {labels(0, pods_of(seed, 3), True)[k] for k in lossy(setup(seed)["pods"])}
 
     def held(spans):  # an Envoy span beyond its child (the app's SERVER span, or the callee's), zones a, b
