@@ -15,7 +15,9 @@ the rest of a call's time is the callee's.
 Statistic: per instance the Rayleigh Z of the stretched spans' end and start phases (one per stall:
 spans one stall releases end together), summed into z as in cpu_throttling.alignment; alignment =
 logistic(z_end, 8, 1.5) x logistic(z_end - z_start, 6, 1.5), a higher bar than gc_pause's quiet
-stretches (one stretched span per stall is weaker evidence). The stretched spans' excess over their
+stretches (one stretched span per stall is weaker evidence), x (0.4 + 0.6 x the ends' tightness, see
+cpu_throttling: a timer-driven pause whose length varies has ends spread over that range, a quota's
+resume within a ms or two of the refill). The stretched spans' excess over their
 name's median, per request, on the instances whose own ends align (Z >= 3), as a share of the tail
 excess weighs it, or, beside a heavier cause, what it adds to the mean request over the median
 latency (0.5 at 3 %), as gc_pause's stalls beside a heavy-tailed dependency. The stretches become stall
@@ -30,7 +32,14 @@ import copy
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.cpu_throttling import ADVICE, MIN_QUIET_NS, MIN_STALLS, PERIOD_NS, _rayleigh
+from tailscope.analysis.diagnosis.cpu_throttling import (
+    ADVICE,
+    MIN_QUIET_NS,
+    MIN_STALLS,
+    PERIOD_NS,
+    _rayleigh,
+    period_tightness,
+)
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.long_stalls import reply_reads, request_stall_overlap, where_stalled
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -133,6 +142,10 @@ def detect(ctx: Context) -> list[Finding]:
     z_end, z_start = (z_end - groups) / np.sqrt(groups), (z_start - groups) / np.sqrt(groups)
     # one stretched span per stall is weaker evidence than gc_pause's quiet stretches: a higher bar
     aligned = logistic(z_end, 8.0, 1.5) * logistic(z_end - z_start, 6.0, 1.5)
+    # the Rayleigh test reads ends spread over 10-20 ms as one phase (a timer-driven collection whose
+    # length varies): a quota's stalls end within a ms or two of the refill (cpu_throttling's tightness)
+    tight = period_tightness(ev_inst, ev_end, ev_start)
+    aligned *= 0.4 + 0.6 * tight["tightness"]
     gc_covered = None
     if len(f.gc_time):  # the runtime reports its pauses: they speak for GC as far as they cover the tail
         gc_covered = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
@@ -176,6 +189,8 @@ def detect(ctx: Context) -> list[Finding]:
         "stall_end_phase_z": round(float(z_end), 2),
         "stall_start_phase_z": round(float(z_start), 2),
         "throttling_evidence": round(aligned, 3),
+        "stall_ends_within_2ms_share": round(float(tight["close_end_share"]), 3),
+        "stall_starts_within_2ms_share": round(float(tight["close_start_share"]), 3),
         "tail_excess_share": round(share, 3),
         "added_over_median": round(added, 4),
     }
