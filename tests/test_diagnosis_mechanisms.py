@@ -131,16 +131,6 @@ def test_a_quota_running_out_at_one_point_of_each_busy_period_is_cpu_throttling(
     assert stats["stall_ends_within_2ms_share"] > 2 * stats["stall_starts_within_2ms_share"], stats
 
 
-def test_a_timer_driven_pause_of_fixed_length_is_not_a_quota() -> None:
-    """Pauses starting at one phase of 100 ms (a timer-driven collection) and lasting 24-36 ms (a
-    collection's length varies with what it finds): their ends spread over the lengths' range, far
-    beyond the 2 ms in which work resumes after a quota's refill, and their starts keep the phase."""
-    result = diagnose_frame(stalled_service(35, throttled=False, lengths=(24.0, 36.0), timer=True))
-    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
-    assert _conf(result, "cpu_throttling") < 0.5, found
-    assert result.findings[0].pattern == "gc_pause", found
-
-
 def test_pauses_at_random_moments_stay_gc_pause() -> None:
     result = diagnose_frame(stalled_service(32, throttled=False))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]

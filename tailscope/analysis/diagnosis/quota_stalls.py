@@ -15,16 +15,13 @@ the rest of a call's time is the callee's.
 Statistic: per instance the Rayleigh Z of the stretched spans' end and start phases (one per stall:
 spans one stall releases end together), summed into z as in cpu_throttling.alignment; alignment =
 logistic(z_end, 8, 1.5) x logistic(z_end - z_start, 6, 1.5), a higher bar than gc_pause's quiet
-stretches (one stretched span per stall is weaker evidence), x (1 - logistic(z_start / z_end, 0.5,
-0.1)): z grows with the count of stalls, so with many of them a timer-driven pause (starts on one
-phase, ends spread by its length) passes the difference; its starts keep most of the ends' phase.
-The stretched spans' excess over their name's median, per request, on the instances whose own ends align
-(Z >= 3), as a share of the tail excess weighs it, or, beside a heavier cause, what it adds to the mean
-request over the median latency (0.5 at 3 %), as gc_pause's stalls beside a heavy-tailed dependency. The
-stretches become stall episodes for the other detectors (compute_bound and network leave their time
-out); a timing-only gc_pause finding of the same stalls keeps (1 - alignment) of its confidence where
-this finding reaches 0.3; where gc_pause's episodes already named cpu_throttling, the higher confidence
-stands.
+stretches (one stretched span per stall is weaker evidence). The stretched spans' excess over their
+name's median, per request, on the instances whose own ends align (Z >= 3), as a share of the tail
+excess weighs it, or, beside a heavier cause, what it adds to the mean request over the median
+latency (0.5 at 3 %), as gc_pause's stalls beside a heavy-tailed dependency. The stretches become stall
+episodes for the other detectors (compute_bound and network leave their time out); a timing-only
+gc_pause finding of the same stalls keeps (1 - alignment) of its confidence where this finding
+reaches 0.3; where gc_pause's episodes already named cpu_throttling, the higher confidence stands.
 """
 
 from __future__ import annotations
@@ -33,13 +30,7 @@ import copy
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.cpu_throttling import (
-    ADVICE,
-    MIN_QUIET_NS,
-    MIN_STALLS,
-    PERIOD_NS,
-    _rayleigh,
-)
+from tailscope.analysis.diagnosis.cpu_throttling import ADVICE, MIN_QUIET_NS, MIN_STALLS, PERIOD_NS, _rayleigh
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.long_stalls import reply_reads, request_stall_overlap, where_stalled
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -142,9 +133,6 @@ def detect(ctx: Context) -> list[Finding]:
     z_end, z_start = (z_end - groups) / np.sqrt(groups), (z_start - groups) / np.sqrt(groups)
     # one stretched span per stall is weaker evidence than gc_pause's quiet stretches: a higher bar
     aligned = logistic(z_end, 8.0, 1.5) * logistic(z_end - z_start, 6.0, 1.5)
-    # z grows with the stalls' count: with many stalls, a timer-driven pause (its starts on one phase,
-    # its ends spread by its length) passes the difference; a quota's starts keep far less phase
-    aligned *= 1 - logistic(z_start / max(z_end, 1e-9), 0.5, 0.1)
     gc_covered = None
     if len(f.gc_time):  # the runtime reports its pauses: they speak for GC as far as they cover the tail
         gc_covered = excess_share(request_stall_overlap(ctx, *ctx.reported_pauses), ctx.split)
