@@ -147,10 +147,12 @@ def payload_service(seed: int, grows: bool):
     return b.frame()
 
 
-def stalled_service(seed: int, throttled: bool, gc_events: bool = False):
+def stalled_service(seed: int, throttled: bool, gc_events: bool = False, lengths: tuple = (10.0, 60.0),
+                    timer: bool = False):
     """Process-wide stalls on three instances. Throttled: a CPU quota runs out in some 100 ms periods
-    and the process sleeps until the next period starts (stalls of 10-60 ms ending on the instance's
-    period boundary). Otherwise GC-like pauses of the same lengths starting at random moments."""
+    and the process sleeps until the next period starts (stalls of `lengths` ms ending on the instance's
+    period boundary). Otherwise GC-like pauses of the same lengths starting at random moments, or with
+    `timer` at one phase of the period (a timer-driven collection: its start and end both keep it)."""
     b = TraceBuilder(seed)
     instances = ["api/0", "api/1", "api/2"]
     until = 40_000.0
@@ -159,12 +161,14 @@ def stalled_service(seed: int, throttled: bool, gc_events: bool = False):
         phase = 100.0 * b.rng.random()
         periods = np.arange(phase, until, 100.0)
         hit = periods[b.rng.random(len(periods)) < 0.06]
-        lengths = b.rng.uniform(10.0, 60.0, len(hit))
+        long = b.rng.uniform(*lengths, len(hit))
         if throttled:
-            stalls[inst] = [(e - length, e) for e, length in zip(hit, lengths, strict=True)]
+            stalls[inst] = [(e - length, e) for e, length in zip(hit, long, strict=True)]
+        elif timer:
+            stalls[inst] = [(e, e + length) for e, length in zip(hit, long, strict=True)]
         else:
             starts = np.sort(b.rng.uniform(0, until, len(hit)))
-            stalls[inst] = [(s, s + length) for s, length in zip(starts, lengths, strict=True)]
+            stalls[inst] = [(s, s + length) for s, length in zip(starts, long, strict=True)]
     pauses = Pauses(stalls)
     for t in b.arrivals(6000, 150):
         b.new_trace()

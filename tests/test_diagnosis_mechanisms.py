@@ -118,6 +118,19 @@ def test_stalls_ending_on_quota_periods_are_cpu_throttling() -> None:
     assert "GC" in top.advice  # advice for both
 
 
+def test_a_quota_running_out_at_one_point_of_each_busy_period_is_cpu_throttling() -> None:
+    """At a sustained peak the quota runs out at about the same point of each throttled period (stalls
+    of 25-40 ms): the starts keep a loose phase as well, so the Rayleigh end-vs-start order cannot tell
+    them apart (before: gc_pause 0.9x); the ends sit on the boundary, the starts spread over 15 ms."""
+    result = diagnose_frame(stalled_service(34, throttled=True, lengths=(25.0, 40.0)))
+    found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
+    top = result.findings[0]
+    assert top.pattern == "cpu_throttling" and top.confidence >= 0.5, found
+    assert _conf(result, "gc_pause") < 0.5, found
+    stats = top.evidence["stats"]
+    assert stats["stall_ends_within_2ms_share"] > 2 * stats["stall_starts_within_2ms_share"], stats
+
+
 def test_pauses_at_random_moments_stay_gc_pause() -> None:
     result = diagnose_frame(stalled_service(32, throttled=False))
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]

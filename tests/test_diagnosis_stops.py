@@ -5,6 +5,9 @@ sent to the stopped worker wait at its door and are let in together when it runs
 
 from __future__ import annotations
 
+import numpy as np
+from hand_frames import hand_frame
+
 from tailscope.analysis.diagnosis import diagnose_frame
 from tailscope.analysis.diagnosis.model import Context
 from tailscope.analysis.diagnosis.stopped_accepts import releases
@@ -60,3 +63,50 @@ def test_large_inputs_parsed_on_the_loop_are_no_pause() -> None:
     assert found is None or found["strength"] < 0.2, found and found["stats"]
     result = diagnose_frame(frame)
     assert all(fd.confidence < 0.5 for fd in result.findings if fd.pattern == "gc_pause"), _found(result)
+
+
+def _pool_behind_a_stopping_store(seed: int = 3, n: int = 3000) -> list[tuple]:
+    """Callers on three web instances call a feature server (two instances, 4 workers each) whose
+    handler reads a store (a CLIENT span, the store untraced) that stops for 100-200 ms every 0.8-1.6 s
+    (a Redis blocked on its disk): the workers all wait on it, new calls wait for a worker, and when
+    the store answers the workers free up together and the queued calls rush in."""
+    rng = np.random.default_rng(seed)
+    arrive = np.cumsum(rng.exponential(1000.0 / 300.0, n))
+    stops, t = [], rng.uniform(0, 500)
+    while t < arrive[-1] + 1000:
+        length = rng.uniform(100.0, 200.0)
+        stops.append((t, t + length))
+        t += length + rng.uniform(800.0, 1600.0)
+    free = {3: [0.0] * 4, 4: [0.0] * 4}
+    rows: list[tuple] = []
+    for j, a in enumerate(arrive.tolist()):
+        web, srv = int(rng.integers(0, 3)), 3 + j % 2
+        sent = a + 0.2
+        k = int(np.argmin(free[srv]))
+        start = max(sent + 0.3 * rng.lognormal(0, 0.2), free[srv][k])
+        read = start + 0.3
+        done = read + 1.0 * rng.lognormal(0, 0.3)
+        for p0, p1 in stops:
+            if p0 <= done and read < p1:  # the store answers nothing while stopped
+                done = p1 + 0.05 * rng.random()
+                break
+        end = done + 1.5 * rng.lognormal(0, 0.2)
+        free[srv][k] = end
+        base = len(rows)
+        rows += [
+            (j, -1, "GET /search", "Server", web, a, end + 0.3 - a + 0.5),
+            (j, base, "POST /features", "Client", web, sent, end + 0.3 - sent),
+            (j, base + 1, "POST /features", "Server", srv, start, end - start),
+            (j, base + 2, "HMGET", "Client", srv, read, done - read),
+        ]
+    return rows
+
+
+def test_workers_freed_together_by_a_stopped_store_are_no_pause_of_the_server() -> None:
+    """Calls wait at the feature server's door and are let in together, as at a stopped process's;
+    but the server ran every worker just before each rush (a stopped process starts nothing, so it
+    holds only what it had begun): the store stopped, not the server. Before: gc_pause 0.9."""
+    frame = hand_frame(_pool_behind_a_stopping_store(),
+                       instances=("web/0", "web/1", "web/2", "features/0", "features/1"))
+    result = diagnose_frame(frame)
+    assert not [f for f in result.findings if f.pattern == "gc_pause" and f.confidence >= 0.5], _found(result)

@@ -10,14 +10,18 @@ within a moment (HANDOFF_NS, or the median) after the end of a *release*: a call
 (spans of the names whose peer attribute is the waiter's) that is the last such call of its parent,
 made for another request. A slow peer makes its calls long whatever the others do; their ends do
 not follow other callers' releases more often than a moment picked at random would (the releases'
-rate x the window). The share is (observed - chance) / (1 - chance).
+rate x the window). The share is (observed - chance) / (1 - chance). Where the long calls' callee
+is traced after all (a SERVER span under most of them) and their extra time is mostly (>= half) the
+callee's own (its span over its median), the callee was slow, not the connection late: no pool wait
+(a callee whose workers wait on a stopped store frees them together, so its answers follow each
+other's ends too).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context
 
 HANDOFF_NS = 500_000
@@ -44,6 +48,25 @@ def pool_sentence(share: float) -> str:
             "not for the peer's work")
 
 
+def callee_own(ctx: Context, spans: np.ndarray, waiters: np.ndarray, median: float) -> float:
+    """The share of the long calls' extra time (over the calls' median) spent in their callee's own
+    SERVER span over its median; 0 where most long calls have no traced callee."""
+    f = ctx.frame
+    servers = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0))[0]
+    servers = servers[np.isin(f.parent[servers], spans)]
+    if not len(servers):
+        return 0.0
+    child = np.full(len(f), -1, np.int64)
+    child[f.parent[servers]] = servers
+    mine = child[waiters]
+    if float((mine >= 0).mean()) < 0.5:
+        return 0.0
+    usual = float(np.median(f.dur[servers]))
+    extra = np.maximum(f.dur[waiters].astype(np.float64) - median, 0.0)
+    far = np.where(mine >= 0, np.maximum(f.dur[np.maximum(mine, 0)].astype(np.float64) - usual, 0.0), 0.0)
+    return float(np.minimum(far, extra).sum() / max(extra.sum(), 1.0))
+
+
 def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
     """Share of the long calls among `spans` (of name `code`, mostly CLIENT spans) that start their own
     round trip right after another request gave a connection to the same peer back; NaN where the peer
@@ -55,7 +78,7 @@ def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
     d = f.dur[spans].astype(np.float64)
     median = float(np.median(d))
     waiters = spans[d > max(LONG * median, 1e6)]
-    if len(waiters) < MIN_WAITS:
+    if len(waiters) < MIN_WAITS or callee_own(ctx, spans, waiters, median) >= 0.5:
         return float("nan")
     client = np.nonzero((f.kind == KIND_CLIENT) & (f.request >= 0) & (f.parent >= 0))[0]
     names = [c for c in np.unique(f.name[client]).tolist() if peer_of(ctx, c) == peer]

@@ -22,12 +22,21 @@ where the name's other spans end within that tolerance of another beyond 3 x cha
 Strength = logistic(silent releases, 3, 0.7) x logistic(share of the slow spans' excess in them, 0.5,
 0.1); weight: the released spans' excess over the name's median as a share of the tail excess. At most
 0.9: without reported collections a lock held for as long reads alike (lock_contention is accepted).
+
+Where the stop is. A release shows at every level above the process that stopped: a caller's calls to
+a server whose workers all wait on a stopped dependency end together too, and so do the server's spans.
+Released spans whose extra time is mostly (>= half) spent in calls out further down (CLIENT spans below
+them, each over its name's median) waited on something below them: the name is not the stopped one.
+The calls to the stopped process itself, where that process is not traced (a CLIENT span with nothing
+below it: a database, a cache, a vendor), show that *it* stops, not why (its collector, a blocking
+command, its disk): at most 0.45, and the call's tail is slow_dependency's to name.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.gc_pause import ADVICE, PATTERN
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
@@ -38,6 +47,8 @@ MIN_TOL_NS = 200_000
 SPREAD = 5.0  # starts spread this many times as long as the ends: sent apart, released together
 MIN_SLOW = 10
 CAP = 0.9
+UNTRACED_CAP = 0.45  # the stopped process is an untraced callee: that it stops, not why
+BELOW = 0.5  # released spans whose extra time is this much in calls further down waited on those
 
 
 def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, others: np.ndarray,
@@ -98,6 +109,32 @@ def _in_episodes(ctx: Context, released: list[np.ndarray]) -> float:
     return hit / len(released)
 
 
+def _below(ctx: Context, released: np.ndarray, med: float) -> float:
+    """The share of the released spans' extra time (over their name's median) spent in calls out of
+    the process below them (CLIENT spans of their request inside them, over their own name's median)."""
+    f = ctx.frame
+    calls = np.nonzero((f.kind == KIND_CLIENT) & (f.request >= 0))[0]
+    if not len(calls) or not len(released):
+        return 0.0
+    d = f.dur[calls].astype(np.float64)
+    order = np.lexsort((d, f.name[calls]))
+    counts = np.bincount(f.name[calls], minlength=len(f.names))
+    first = np.r_[0, np.cumsum(counts)[:-1]]
+    medians = d[order][np.minimum(first + counts // 2, len(d) - 1)]
+    over = np.maximum(d - medians[f.name[calls]], 0.0)
+    by_req = np.argsort(f.request[calls], kind="stable")
+    calls, over, req = calls[by_req], over[by_req], f.request[calls][by_req]
+    lo = np.searchsorted(req, f.request[released], side="left")
+    hi = np.searchsorted(req, f.request[released], side="right")
+    extra = np.maximum(f.dur[released].astype(np.float64) - med, 0.0)
+    inside = np.zeros(len(released))
+    for k, s in enumerate(released.tolist()):
+        c = calls[lo[k]:hi[k]]
+        mine = (c != s) & (f.start[c] >= f.start[s]) & (f.end[c] <= f.end[s])
+        inside[k] = min(float(over[lo[k]:hi[k]][mine].sum()), extra[k])
+    return float(inside.sum() / max(extra.sum(), 1.0))
+
+
 def detect(ctx: Context) -> list[Finding]:
     f = ctx.frame
     if len(f.requests) < 100:
@@ -143,12 +180,16 @@ def detect(ctx: Context) -> list[Finding]:
         if _in_episodes(ctx, released) >= 0.3 or stalled_time(ctx, mask)[out].sum() >= 0.5 * max(
                 float(f.dur[out].sum()), 1.0):
             continue
+        below = _below(ctx, out, med)
+        if below >= BELOW:  # they waited on calls further down: the stop is below this name
+            continue
+        untraced = float(np.mean((f.kind[out] == KIND_CLIENT) & f.leaf[out])) >= 0.5
         excess = np.maximum(f.dur.astype(np.float64) - med, 0.0)
         slow_excess = float(excess[spans[slow]].sum())
         in_releases = float(excess[out].sum()) / max(slow_excess, 1.0)
         share = ctx.share_of(mask, excess)
         strength = logistic(len(released), 3, 0.7) * logistic(in_releases, 0.5, 0.1)
-        confidence = min(strength * material_weight(share), CAP)
+        confidence = min(strength * material_weight(share), UNTRACED_CAP if untraced else CAP)
         if best is not None and confidence <= best.confidence:
             continue
         name = f.names[code]
@@ -161,6 +202,8 @@ def detect(ctx: Context) -> list[Finding]:
             "tail_excess_share": round(share, 3),
             "instances": sorted({f.instances[i] for i in f.instance[out].tolist()}),
             "service": f.services[int(np.bincount(f.service[out]).argmax())],
+            "released_extra_in_calls_below": round(below, 3),
+            "untraced_callee": untraced,
         }
         summary = (
             f"'{name}' waits on one process that stops now and then: {len(released)} times, calls sent "
@@ -169,6 +212,9 @@ def detect(ctx: Context) -> list[Finding]:
             f"calls' extra time); a stopped process answers nothing, then its whole mailbox at once, while "
             f"other work runs on: the pause of that one process (its own heap's collection, no runtime "
             f"report), carrying {share:.0%} of the tail excess."
+            + (" The stopped process is a callee that is not traced: that it stops shows, not why (its "
+               "collector, a blocking command, its disk); see slow_dependency for the call."
+               if untraced else "")
         )
         best = Finding(PATTERN, confidence, ctx.stage_of_name(code), name,
                        {"summary": summary, "stats": stats}, ADVICE)

@@ -16,7 +16,10 @@ MIN_CALLS whose sends spread over at least COMPRESSED times as long as its start
 the stop it ends runs from its first send to its first start. Calls of one caller instance only do
 not count (a paused caller writes the requests it held at once: its stop, not the server's), nor do
 stops mostly filled by work that took as long as its input's size predicts (a long synchronous step
-blocks a single-threaded process's door too: large_payload's, not a pause).
+blocks a single-threaded process's door too: large_payload's, not a pause), nor rushes into an
+instance that ran as many requests halfway through the stop as it ever does (every worker busy:
+workers held by one stopped dependency free up together and let the queued calls in at once; a
+stopped process starts nothing, so it holds only what it had begun).
 Strength = logistic(releases, 3, 0.7) x logistic(share of the large gaps in releases, 0.15, 0.04) x
 logistic(recurrence, 0.45, 0.08), the recurrence being the largest share of the run's tenths that
 hold a stop of one instance: a collector or a quota stops a process all through the run, a process
@@ -84,6 +87,8 @@ def _releases(ctx: Context) -> dict | None:
     released &= np.bincount(pairs[:, 0], minlength=len(size)) >= 2
     held = held_by_input(ctx, inst[new][released], first_sent[released], first_start[released])
     released[released] &= ~held
+    full = at_ceiling(ctx, inst[new][released], (first_sent[released] + first_start[released]) // 2)
+    released[released] &= ~full
     n = int(released.sum())
     if n == 0:
         return None
@@ -105,8 +110,29 @@ def _releases(ctx: Context) -> dict | None:
             "release_started_within_ms": round(float(np.median(spread_start[released])) / 1e6, 3),
             "release_compression": round(float(np.median(ratio)), 1),
             "stops_recur_over_the_run": round(recurring, 2),
+            "rushes_into_a_full_server_left_out": int(full.sum()),
         },
     }
+
+
+def at_ceiling(ctx: Context, inst: np.ndarray, rush: np.ndarray) -> np.ndarray:
+    """Per stop (its middle): whether its server instance ran as many requests then as it ever does
+    (its 99th-percentile concurrency at the starts of its requests, >= 2): every worker was busy, and the
+    calls waited for one; workers held by one stopped dependency free up together and let the queue
+    in at once. A stopped process starts nothing, so it holds only the requests begun before the stop."""
+    from tailscope.analysis.diagnosis.long_stalls import _running
+
+    f = ctx.frame
+    out = np.zeros(len(inst), bool)
+    for i in np.unique(inst).tolist():
+        served = np.nonzero((f.instance == i) & np.isin(f.kind, (KIND_SERVER, KIND_CONSUMER)))[0]
+        if len(served) < 2:
+            continue
+        begun, done = np.sort(f.start[served]), np.sort(f.end[served])
+        ceiling = max(2.0, float(np.percentile(_running(begun, done, begun), 99)))
+        sel = inst == i
+        out[sel] = _running(begun, done, rush[sel]) >= ceiling
+    return out
 
 
 def union(inst: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
