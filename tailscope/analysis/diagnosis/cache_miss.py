@@ -41,6 +41,7 @@ from tailscope.analysis.diagnosis.fallback_path import sets_up_next_call
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.poll_loops import poll_wait
 from tailscope.analysis.diagnosis.stats import clamp01, gmm2, logistic, ms, spearman
 from tailscope.vocabulary import ALL_STAGES
 
@@ -165,6 +166,12 @@ def detect(ctx: Context) -> list[Finding]:
         if slow_mode_in_pauses(ctx, spans, slow):
             continue
         if slow_mode_is_gap(ctx, spans, slow):  # time outside the callee's span: the network's, no miss
+            continue
+        # a slow mode spent idle between the polls of a poll loop waited longer for work done
+        # elsewhere (a task's result, a job's status): more polls are the wait's, no path of a miss
+        polled, poll_name, interval = poll_wait(f, spans, slow)
+        if polled >= 0.5:
+            ctx.notes.setdefault("poll_waits", {})[int(code)] = (poll_name, interval, polled)
             continue
         why = _explain(ctx, code, spans, slow)
         # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss; so is
