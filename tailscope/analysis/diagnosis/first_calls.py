@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import (
     TailSplit,
@@ -44,6 +44,9 @@ from tailscope.analysis.diagnosis.stats import (
 )
 
 PATTERN = "cold_start"
+# a process's entry spans: a request served (SERVER), a message processed (CONSUMER: a task queue's
+# worker that loads its model on its first task)
+ENTRY_KINDS = (KIND_SERVER, SPAN_KINDS.index("Consumer"))
 MECHANISM = "a new instance's first request carries its start"
 MIN_INSTANCES = 8  # new instances with a first and a later request
 FRESH = 0.05  # an instance first seen after this share of the run started then
@@ -61,7 +64,7 @@ def _served(ctx: Context):
     if "first_calls" in ctx.notes:
         return ctx.notes["first_calls"]
     f = ctx.frame
-    srv = np.nonzero((f.kind == KIND_SERVER) & (f.request >= 0))[0]
+    srv = np.nonzero(np.isin(f.kind, ENTRY_KINDS) & (f.request >= 0))[0]
     srv = srv[np.argsort(f.start[srv], kind="stable")]
     parent = f.parent[srv]
     called = (parent >= 0) & (f.kind[np.maximum(parent, 0)] == KIND_CLIENT)
