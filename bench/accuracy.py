@@ -41,6 +41,7 @@ finding in that band is the planted cause (steady's compute_bound is left out: i
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import tempfile
@@ -163,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", action="store_true",
                         help="also the two-cause runs (accuracy_runs.PAIRS) in every topology picked")
     parser.add_argument("--write", action="store_true", help="write the tables into bench/RESULTS.md")
+    parser.add_argument("--cache", type=Path, default=os.environ.get("TAILSCOPE_BENCH_CACHE") or None,
+                        metavar="DIR", help="keep the blind families' loaded stores in DIR and reuse them "
+                        "while the simulator, loaders and store are unchanged (bench/run_cache.py; "
+                        "default: $TAILSCOPE_BENCH_CACHE, else none)")
     args = parser.parse_args(argv)
     topologies = args.topologies.split(",")
     if topologies == ["all"]:
@@ -195,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = family_rows(families, args.requests, args.seeds, options, _line)
         ok &= all(r[5] for r in rows)
         single += rows
-    blind = blind_rows([t for t in topologies if t in BLIND], args.requests, args.seeds, _line)
+    blind = blind_rows([t for t in topologies if t in BLIND], args.requests, args.seeds, _line, args.cache)
     external = [r for directory in args.external for r in external_rows(directory, _line)]
     pairs = []
     if args.pairs:

@@ -110,19 +110,22 @@ def _diagnose_file(path: Path):
         return diagnose(Store(db), "run")
 
 
-def blind_rows(families: list[str], requests: int, seeds: int, line: Callable[[tuple], str]) -> list[Scored]:
-    """Every scenario x seed of each blind family, through a file in the seed's format and the loader."""
-    from reference_pipeline.simulate.blind import SUFFIX, family, run_format, write_run
+def blind_rows(families: list[str], requests: int, seeds: int, line: Callable[[tuple], str],
+               cache_dir: Path | None = None) -> list[Scored]:
+    """Every scenario x seed of each blind family, through a file in the seed's format and the loader
+    (the loaded stores kept in `cache_dir` when given: bench/run_cache.py)."""
+    from bench.run_cache import loaded_run
+    from reference_pipeline.simulate.blind import family
+    from tailscope.analysis.diagnosis import diagnose
+    from tailscope.store.duckdb.store import DuckDBStore as Store
 
     out = []
     for name in families:
         for scenario in family(name).SCENARIOS:
             for seed in range(seeds):
                 started = time.perf_counter()
-                with tempfile.TemporaryDirectory() as tmp:
-                    path = Path(tmp) / f"run{SUFFIX[run_format(name, seed)]}"
-                    summary = write_run(path, name, scenario, requests, seed)
-                    result = _diagnose_file(path)
+                with loaded_run(name, scenario, requests, seed, cache_dir) as (db, summary):
+                    result = diagnose(Store(db), "run")
                 scored = Scored(name, scenario, seed, summary["format"], result.findings, summary["truth"],
                                 time.perf_counter() - started)
                 out.append(scored)
