@@ -32,6 +32,7 @@ from tailscope.analysis.diagnosis import (
     queueing,
     quota_stalls,
     released_calls,
+    retransmits,
     sample,
     shares,
     slow_dependency,
@@ -68,6 +69,7 @@ DETECTORS = (
     callee_queue,
     slow_dependency,
     network,
+    retransmits,
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
@@ -312,6 +314,7 @@ def _diagnose_units(
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
     findings = burst_waits.settle(ctx, findings)  # before merging: the outer lock span holds the waits
     findings = first_calls.settle(ctx, findings)  # a new instance's init read as another mechanism
+    findings = retransmits.settle(ctx, findings)  # a lossy path's timer read as a slow dependency
     findings = callee_waits.settle(ctx, findings)  # a call in its callee's accept queue: no lock
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
