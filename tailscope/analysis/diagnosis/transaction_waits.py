@@ -55,7 +55,9 @@ def detect(ctx: Context) -> list[Finding]:
         spans = np.nonzero((f.name == code) & (f.request >= 0) & (f.kind == KIND_CLIENT))[0]
         if len(np.unique(f.request[spans])) < 0.5 * ctx.n_requests:
             continue
-        share = ctx.share_of(np.isin(np.arange(len(f)), spans), f.dur.astype(np.float64))
+        mask = np.zeros(len(f), bool)
+        mask[spans] = True
+        share = ctx.share_of(mask, f.dur.astype(np.float64))
         if share < MIN_SHARE:
             continue
         last = release_handoff(ctx, int(code), spans)
