@@ -81,3 +81,14 @@ def poll_wait(f, spans: np.ndarray, slow: np.ndarray) -> tuple[float, str | None
         if share > best[0]:
             best = (share, f.names[code], interval)
     return best
+
+
+def waits_on_polls(ctx, code: int, spans: np.ndarray, slow: np.ndarray) -> bool:
+    """Whether the slow mode of a span name (`slow`, a mask over `spans`) is mostly (>= 50 %) idle time
+    between the polls of a poll loop: a longer wait for work done elsewhere (a task's result, a job's
+    status), whose extra polls are no miss path. Noted in ctx.notes["poll_waits"]."""
+    polled, poll_name, interval = poll_wait(ctx.frame, spans, slow)
+    if polled < 0.5:
+        return False
+    ctx.notes.setdefault("poll_waits", {})[code] = (poll_name, interval, polled)
+    return True
