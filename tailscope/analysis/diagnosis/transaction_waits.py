@@ -15,9 +15,10 @@ Statistic. Per CLIENT name most requests call that carries >= 5 % of the tail ex
 lock_contention did not already name a pool wait: the hand-off share to the last calls (observed -
 chance) / (1 - chance); the share of long calls whose nearest earlier release is a last call, p, over
 the last calls' share of all calls, b: specific = (p - b) / (1 - b). Strength = logistic(last, 0.5,
-0.1) x logistic(specific, 0.4, 0.08); confidence = 0.95 x strength x material_weight(share). The name
-goes into `pool_wait_names` (slow_dependency holds it below 0.5) and `transaction_waits`
-(callee_queue.py: such waits are not a worker queue).
+0.1) x logistic(specific, 0.25, 0.06); confidence = 0.95 x strength x material_weight(share). The name
+goes into `transaction_waits` (callee_queue.py keeps 1 - it: such waits are not a worker queue) and,
+at >= 0.5, `pool_wait_names` (slow_dependency holds it below 0.5). burst_waits.py does not fold these
+waits into a queue before the handler: a lock a transaction holds is not the process's capacity.
 """
 
 from __future__ import annotations
@@ -67,13 +68,13 @@ def detect(ctx: Context) -> list[Finding]:
         if np.isnan(nearest):
             continue
         specific = (nearest - base) / max(1.0 - base, 1e-9)
-        strength = logistic(last, 0.5, 0.1) * logistic(specific, 0.4, 0.08)
+        strength = logistic(last, 0.5, 0.1) * logistic(specific, 0.25, 0.06)
         confidence = 0.95 * strength * material_weight(share)
         if confidence < 0.05:
             continue
+        ctx.notes.setdefault("transaction_waits", {})[int(code)] = confidence
         if confidence >= 0.5:
             ctx.notes.setdefault("pool_wait_names", {})[int(code)] = confidence
-            ctx.notes.setdefault("transaction_waits", {})[int(code)] = confidence
         name, peer = f.names[code], peer_of(ctx, int(code)) or "the same peer"
         service = f.services[int(np.bincount(f.service[spans]).argmax())]
         summary = (
