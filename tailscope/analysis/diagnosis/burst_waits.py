@@ -32,6 +32,7 @@ from tailscope.analysis.diagnosis.held_slots import ORDINARY_RATE
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.queueing import MAX_LAG, dispersion, time_bins
 from tailscope.analysis.diagnosis.stats import excess_share, lagged_correlation, logistic, ms
+from tailscope.analysis.diagnosis.transaction_waits import MECHANISM as TRANSACTION_WAITS
 
 LOCKS = ("lock_contention",)
 MIN_CONFIDENCE = 0.3
@@ -113,9 +114,12 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """Mark lock_contention findings whose waits follow a burst of arrivals part of the queueing
     finding, and weigh that finding on the waits inside the handler too."""
     f = ctx.frame
+    # (waits a transaction of another request releases, on any instance, are that transaction's lock,
+    # not the queueing process's capacity run dry: transaction_waits.py)
     locks = [
         fd for fd in findings
         if fd.pattern in LOCKS and fd.span_name in f.names and not fd.evidence.get("stats", {}).get("part_of")
+        and fd.evidence.get("stats", {}).get("mechanism") != TRANSACTION_WAITS
     ]
     picked = _queue(ctx, findings) if locks and ctx.n_requests >= 100 else None
     if picked is None:

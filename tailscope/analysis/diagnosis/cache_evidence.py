@@ -181,3 +181,13 @@ def slow_mode_is_gap(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> bool:
     if not s.any() or not q.any():
         return False
     return float(gap[s].mean() - gap[q].mean()) > 0.5 * float(d[s].mean() - d[q].mean())
+
+
+def name_share(ctx: Context, code: int) -> float:
+    """The tail-excess share of a span name's spans (not counting those nested in the same name)."""
+    f = ctx.frame
+    mask = f.name == code
+    nested = np.zeros(len(f), bool)
+    has_p = f.parent >= 0
+    nested[has_p] = f.name[f.parent[has_p]] == code
+    return ctx.share_of(mask & ~nested, f.dur)

@@ -30,6 +30,7 @@ from tailscope.analysis.diagnosis.cache_evidence import (
     WORKING_MISS_RATE,
     cache_evidence,
     explained_by_request_kind,
+    name_share,
     shows_a_miss_path,
     slow_in_cache_calls,
     slow_mode_in_pauses,
@@ -41,6 +42,7 @@ from tailscope.analysis.diagnosis.fallback_path import sets_up_next_call
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.poll_loops import waits_on_polls
 from tailscope.analysis.diagnosis.stats import clamp01, gmm2, logistic, ms, spearman
 from tailscope.vocabulary import ALL_STAGES
 
@@ -166,6 +168,8 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         if slow_mode_is_gap(ctx, spans, slow):  # time outside the callee's span: the network's, no miss
             continue
+        if waits_on_polls(ctx, int(code), spans, slow):  # a poll loop's longer wait: no miss path
+            continue
         why = _explain(ctx, code, spans, slow)
         # a slow mode that comes with a crowd in the same span is contention (a lock), not a miss; so is
         # one that comes with a crowd in the enclosing section (a lock wait inside it). Unless the slow
@@ -177,7 +181,7 @@ def detect(ctx: Context) -> list[Finding]:
         if crowded and slow_path_cover(ctx, spans, slow, (why or {}).get("slow_path") or []) < 0.5:
             continue
         ratio = math.exp(mix.mu[1] - mix.mu[0])
-        share = _share(ctx, code)
+        share = name_share(ctx, code)
         # two modes are a cache only where something says there is a cache: a cache system, a cache
         # name or a hit/miss attribute on the span or its children, or a call made on the slow path
         # only (the store behind the cache). A deadline and a retry, a payload that varies or a
@@ -389,12 +393,3 @@ def _dedupe(ctx: Context, findings: list[Finding]) -> list[Finding]:
         seen.add(key)
         out.append(fd)
     return out
-
-
-def _share(ctx: Context, code: int) -> float:
-    f = ctx.frame
-    mask = f.name == code
-    nested = np.zeros(len(f), bool)
-    has_p = f.parent >= 0
-    nested[has_p] = f.name[f.parent[has_p]] == code
-    return ctx.share_of(mask & ~nested, f.dur)

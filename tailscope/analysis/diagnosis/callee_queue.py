@@ -21,7 +21,9 @@ calls while a burst lasts, but not by a wait for a worker: each call is made aga
 client's retry policy, with backoff sleeps between the attempts. Where the calls say so (a retry count
 on the span: `retry_attempts`, `aws.retries`, `http.request.resend_count`; or one child span per
 attempt, >= 2 of one name under the call), the part of the extra time in retried calls is not this
-queue's: the confidence keeps (1 - that part).
+queue's: the confidence keeps (1 - that part). Calls whose long waits end right after another
+request's *last* call to the peer (transaction_waits.py: a row lock or a pooler's connection held to
+COMMIT) keep (1 - that finding's confidence): a callee's worker is freed by every call's end.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ def detect(ctx: Context) -> list[Finding]:
         part_retried = float(excess[again].sum() / max(excess.sum(), 1.0))
         confidence = logistic(r, 0.5, 0.08) * logistic(spread, 2.5, 0.5) * logistic(share, 0.3, 0.08)
         confidence *= 1 - part_retried
+        # waits that end as another request's transaction ends (transaction_waits.py) are for a lock
+        # or a pooled connection that transactions hold, not for a worker that any call's end frees
+        confidence *= 1 - ctx.notes.get("transaction_waits", {}).get(int(code), 0.0)
         if best is None or confidence > best[0]:
             best = (confidence, code, r, lag, share, excess, part_retried)
     if best is None or best[0] < 0.05:

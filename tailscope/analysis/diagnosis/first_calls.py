@@ -8,17 +8,20 @@ the platform starts the span only once the init is done, as the time between the
 start and that SERVER span's start. Such instances serve a few requests each, too few for the warm-up
 curve of cold_start.py, and there are tens to hundreds of them.
 
-Statistic. Per instance, the requests it served (its SERVER spans in order of start), each timed as its
-caller saw it (the caller's CLIENT span where there is one, so a wait before the span counts); only
-instances that appear after the first 5 % of the run (they did start then). The first request against
-(a) the same instance's later ones (AUC within instance, ratio of medians) and (b) the other instances'
-non-first requests of the same service that started nearest in time (ratio of medians): a burst that
-slows every request (a queue) makes a new instance's first request no slower than its neighbours', and a
-rare slow path (a cache miss) falls on first requests no more often than on others. Strength =
-logistic(AUC, 0.72, 0.05) x logistic(min ratio, 1.4, 0.15); weight: the first requests' time over their
-instance's later median as a share of the tail excess. New instances started at random moments (their
-starts' index of dispersion over 50 time bins < 3) and rarely (< 2 % of requests) are the platform's
-usual recycling, as a steady miss rate is a cache's normal cost: held at 0.45.
+The same holds for a task queue's worker process that loads its model on its first task: its entry span
+is a CONSUMER span (a message processed), inside the request that waits for the result.
+
+Statistic. Per instance, the requests it served (its SERVER or CONSUMER spans in order of start), each
+timed as its caller saw it (the caller's CLIENT span where there is one, so a wait before the span
+counts); only instances that appear after the first 5 % of the run (they did start then). The first
+request against (a) the same instance's later ones (AUC within instance, ratio of medians) and (b) the
+other instances' non-first requests of the same service that started nearest in time (ratio of medians):
+a burst that slows every request (a queue) makes a new instance's first request no slower than its
+neighbours', and a rare slow path (a cache miss) falls on first requests no more often than on others.
+Strength = logistic(AUC, 0.72, 0.05) x logistic(min ratio, 1.4, 0.15); weight: the first requests' time
+over their instance's later median as a share of the tail excess. New instances started at random
+moments (their starts' index of dispersion over 50 time bins < 3) and rarely (< 2 % of requests) are the
+platform's usual recycling, as a steady miss rate is a cache's normal cost: held at 0.45.
 
 `settle`: a finding on a span name whose time per request over its median, or whose tail excess, is
 mostly (>= 70 %) in the requests that were a new instance's first (a proxy tier's call above the
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import (
     TailSplit,
@@ -44,6 +47,9 @@ from tailscope.analysis.diagnosis.stats import (
 )
 
 PATTERN = "cold_start"
+# a process's entry spans: a request served (SERVER), a message processed (CONSUMER: a task queue's
+# worker that loads its model on its first task)
+ENTRY_KINDS = (KIND_SERVER, SPAN_KINDS.index("Consumer"))
 MECHANISM = "a new instance's first request carries its start"
 MIN_INSTANCES = 8  # new instances with a first and a later request
 FRESH = 0.05  # an instance first seen after this share of the run started then
@@ -61,7 +67,7 @@ def _served(ctx: Context):
     if "first_calls" in ctx.notes:
         return ctx.notes["first_calls"]
     f = ctx.frame
-    srv = np.nonzero((f.kind == KIND_SERVER) & (f.request >= 0))[0]
+    srv = np.nonzero(np.isin(f.kind, ENTRY_KINDS) & (f.request >= 0))[0]
     srv = srv[np.argsort(f.start[srv], kind="stable")]
     parent = f.parent[srv]
     called = (parent >= 0) & (f.kind[np.maximum(parent, 0)] == KIND_CLIENT)

@@ -6,9 +6,11 @@ gc_pause's cross-name test. Yet a stop-the-world pause (or a throttled CPU) on a
 delays everything that instance must do while it lasts: forwarding the requests that arrived,
 reading the responses that came back, replying. Those events all happen at the moment the process
 runs again, so the proxy's own time per request (its SERVER span minus the callee's SERVER span:
-its processing and the wire) is stretched for a set of requests *released together*. The wait of
-calls that a stopped callee let in together (stopped_accepts.py: several callers' calls rushing in at
-its door) is the callee's stop and is left out of the proxy's time, and so is a client's retry loop
+its processing and the wire) is stretched for a set of requests *released together*. The wait from
+the call's send to the callee's handler starting is the callee's door (its listen backlog while its
+workers are busy, a stopped callee letting the held calls in together: stopped_accepts.py) and is left
+out of the proxy's time: a burst queued at the callee's door is let in as workers free up, many calls
+in the same millisecond while the burst lasts, which reads as a release. So is a client's retry loop
 (earlier attempts of the same call under the proxy's span, rejected by a throttling callee, and the
 backoff sleeps between them: attempts retried after the same backoff also come back together).
 
@@ -41,7 +43,6 @@ from tailscope.analysis.diagnosis.stats import (
     ms,
     tail_split,
 )
-from tailscope.analysis.diagnosis.stopped_accepts import releases
 
 PATTERN = "gc_pause"
 BIN_NS = 1_000_000
@@ -75,9 +76,10 @@ def detect(ctx: Context) -> list[Finding]:
         return []
     outer, call, root = found
     own = (f.dur[outer] - f.dur[root]).astype(np.float64)  # the proxy's processing and the wire
-    let_in = releases(ctx)  # calls a stopped callee let in together waited at its door, not here
-    if let_in is not None:
-        own -= np.where(np.isin(root, let_in["calls"]), f.start[root] - f.start[call], 0)
+    # the time from the call's send to the callee's handler starting is the callee's door: its accept
+    # queue while its workers are busy, a stopped callee letting the held calls in together. A stopped
+    # proxy forwards late (before its call) and reads the reply late (after the callee's span), not this
+    own -= np.maximum(f.start[root] - f.start[call], 0)
     own -= _retry_loop(ctx, outer, call)
     inst = f.instance[outer]
     slow = np.zeros(len(outer), bool)

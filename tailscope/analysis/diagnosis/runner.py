@@ -32,10 +32,12 @@ from tailscope.analysis.diagnosis import (
     queueing,
     quota_stalls,
     released_calls,
+    retransmits,
     sample,
     shares,
     slow_dependency,
     timeout_retry,
+    transaction_waits,
     unexplained,
     unit_merge,
     units,
@@ -63,11 +65,13 @@ DETECTORS = (
     cold_start,
     lock_contention,
     pool_checkout,
+    transaction_waits,
     head_of_line,
     queueing,
     callee_queue,
     slow_dependency,
     network,
+    retransmits,
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
@@ -312,6 +316,7 @@ def _diagnose_units(
             errors[detector.PATTERN] = f"{type(error).__name__}: {error}"
     findings = burst_waits.settle(ctx, findings)  # before merging: the outer lock span holds the waits
     findings = first_calls.settle(ctx, findings)  # a new instance's init read as another mechanism
+    findings = retransmits.settle(ctx, findings)  # a lossy path's timer read as a slow dependency
     findings = callee_waits.settle(ctx, findings)  # a call in its callee's accept queue: no lock
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
