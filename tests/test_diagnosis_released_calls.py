@@ -18,20 +18,20 @@ def _requests(n: int, seed: int) -> tuple[np.random.Generator, np.ndarray, np.nd
     return rng, arrive, rng.integers(0, 2, n)
 
 
-def _rows(arrive, inst, call_end, rng, call="Flags.get", kind="Internal") -> list[tuple]:
+def _rows(arrive, inst, call_end, rng, call="Flags.get") -> list[tuple]:
     rows: list[tuple] = []
     for j, (a, i, e) in enumerate(zip(arrive.tolist(), inst.tolist(), call_end, strict=True)):
         work = 6.0 * rng.lognormal(0.0, 0.2)
         base = len(rows)
         rows += [
             (j, -1, "GET /recs", "Server", i, a, e - a + work + 0.4),
-            (j, base, call, kind, i, a + 0.1, e - a - 0.1),
+            (j, base, call, "Internal", i, a + 0.1, e - a - 0.1),
             (j, base, "Ranker.score", "Internal", i, e + 0.1, work),
         ]
     return rows
 
 
-def paused(n: int = 2000, seed: int = 5, kind: str = "Internal") -> list[tuple]:
+def paused(n: int = 2000, seed: int = 5) -> list[tuple]:
     """Each instance's flag process collects for 250-400 ms every 1-2 s; a call answers in 0.05 ms,
     and calls that came during a collection are answered one after another (0.03 ms each) after it."""
     rng, arrive, inst = _requests(n, seed)
@@ -56,7 +56,7 @@ def paused(n: int = 2000, seed: int = 5, kind: str = "Internal") -> list[tuple]:
                 end = p1 + 0.03 * (rank + 1)
                 break
         ends.append(end)
-    return _rows(arrive, inst, ends, rng, kind=kind)
+    return _rows(arrive, inst, ends, rng)
 
 
 def locked(n: int = 2000, seed: int = 5) -> list[tuple]:
@@ -108,11 +108,4 @@ def test_a_lock_handing_on_one_waiter_at_a_time_is_no_pause() -> None:
 
 def test_a_batcher_releasing_every_batch_together_is_no_pause() -> None:
     found = _gc(batched())
-    assert not [f for f in found if f[0] == "gc_pause" and f[2] >= 0.5], found
-
-
-def test_calls_to_another_process_released_together_are_that_peers_stop() -> None:
-    """The same stops, behind CLIENT calls (a datastore whose disk blocks its event loop, a remote
-    service): the process that stops is the peer, not this service's runtime."""
-    found = _gc(paused(kind="Client"))
     assert not [f for f in found if f[0] == "gc_pause" and f[2] >= 0.5], found

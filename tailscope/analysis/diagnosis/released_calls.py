@@ -22,17 +22,12 @@ where the name's other spans end within that tolerance of another beyond 3 x cha
 Strength = logistic(silent releases, 3, 0.7) x logistic(share of the slow spans' excess in them, 0.5,
 0.1); weight: the released spans' excess over the name's median as a share of the tail excess. At most
 0.9: without reported collections a lock held for as long reads alike (lock_contention is accepted).
-Calls to another process (CLIENT spans: a datastore, a remote service) released together say that the
-peer stopped (its disk blocked its event loop, its own collector, a lock), not this service's runtime:
-at most REMOTE_CAP, a possible cause; the peer's stop is its time (slow_dependency names the peer, and
-a traced peer's own spans show its pause).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.gc_pause import ADVICE, PATTERN
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
@@ -43,7 +38,6 @@ MIN_TOL_NS = 200_000
 SPREAD = 5.0  # starts spread this many times as long as the ends: sent apart, released together
 MIN_SLOW = 10
 CAP = 0.9
-REMOTE_CAP = 0.45  # a peer's stop seen from its callers: not this service's pause
 
 
 def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, others: np.ndarray,
@@ -154,8 +148,7 @@ def detect(ctx: Context) -> list[Finding]:
         in_releases = float(excess[out].sum()) / max(slow_excess, 1.0)
         share = ctx.share_of(mask, excess)
         strength = logistic(len(released), 3, 0.7) * logistic(in_releases, 0.5, 0.1)
-        remote = bool((f.kind[out] == KIND_CLIENT).mean() >= 0.5)  # calls to another process
-        confidence = min(strength * material_weight(share), REMOTE_CAP if remote else CAP)
+        confidence = min(strength * material_weight(share), CAP)
         if best is not None and confidence <= best.confidence:
             continue
         name = f.names[code]
@@ -177,10 +170,6 @@ def detect(ctx: Context) -> list[Finding]:
             f"other work runs on: the pause of that one process (its own heap's collection, no runtime "
             f"report), carrying {share:.0%} of the tail excess."
         )
-        if remote:
-            stats["calls_to_another_process"] = True
-            summary += (" The calls go to another process (CLIENT spans): the process that stops is that "
-                        "peer (its disk, its own collector, a lock), not this service's runtime.")
         best = Finding(PATTERN, confidence, ctx.stage_of_name(code), name,
                        {"summary": summary, "stats": stats}, ADVICE)
     return [best] if best is not None and best.confidence >= 0.05 else []
