@@ -59,6 +59,7 @@ from bench.accuracy_runs import CAUSE, FAMILIES, SIDE, family_rows, pair_rows, s
 from bench.blind_runs import Scored, blind_rows, external_rows, family_tables, from_row, misses  # noqa: E402
 from reference_pipeline.simulate.api import simulate_columns, simulate_to_file  # noqa: E402
 from reference_pipeline.simulate.blind import MODULES as BLIND  # noqa: E402
+from reference_pipeline.simulate.blind import UNTOUCHED  # noqa: E402
 from reference_pipeline.simulate.config import SCENARIOS  # noqa: E402
 from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
 from tailscope.analysis.diagnosis.load import load_frame  # noqa: E402
@@ -83,6 +84,7 @@ BEGIN = "<!-- diagnosis-accuracy:begin -->"
 END = "<!-- diagnosis-accuracy:end -->"
 HELD_OUT_BEGIN = "<!-- diagnosis-heldout:begin -->"
 HELD_OUT_END = "<!-- diagnosis-heldout:end -->"
+OPEN = [name for name in BLIND if name not in UNTOUCHED]  # `blind` and `all`: held-out ones only by name
 SUMMARY_BEGIN = "<!-- diagnosis-families:begin -->"
 SUMMARY_END = "<!-- diagnosis-families:end -->"
 
@@ -157,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--topologies", default="pipeline",
                         help="comma-separated: pipeline, gateway, region, readthrough, queue-worker, the "
-                        f"blind families ({', '.join(BLIND)}; `blind`: all of them), or all")
+                        f"blind families ({', '.join(BLIND)}; `blind`: all of them but the held-out ones in "
+                        "blind.UNTOUCHED, which run only when named), or all")
     parser.add_argument("--external", action="append", default=[], type=Path, metavar="DIR",
                         help="also score a directory of trace files with a truth.json (as "
                         "/work/shared/families/scoring_api.py OUT writes), through the loader and diagnose")
@@ -171,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     topologies = args.topologies.split(",")
     if topologies == ["all"]:
-        topologies = ["pipeline", "gateway", *FAMILIES, *BLIND]
+        topologies = ["pipeline", "gateway", *FAMILIES, *OPEN]
     if "blind" in topologies:
-        topologies = [t for t in topologies if t != "blind"] + [b for b in BLIND if b not in topologies]
+        topologies = [t for t in topologies if t != "blind"] + [b for b in OPEN if b not in topologies]
     unknown = set(topologies) - {"pipeline", "gateway", *FAMILIES, *BLIND}
     if unknown:
         parser.error(f"unknown topologies: {', '.join(sorted(unknown))}")

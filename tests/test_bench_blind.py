@@ -80,3 +80,11 @@ def test_external_truth_entries() -> None:
     )
     assert [c["pattern"] for c in two] == ["gc_pause", "slow_dependency"]
     assert two[0]["accept"] == ["cpu_throttling"] and two[1]["accept"] == []
+
+
+def test_blind_and_all_leave_the_held_out_families_out() -> None:
+    from bench import accuracy
+    from reference_pipeline.simulate import blind
+
+    assert set(accuracy.OPEN) | set(blind.UNTOUCHED) == set(blind.MODULES)
+    assert not set(accuracy.OPEN) & set(blind.UNTOUCHED)

@@ -89,6 +89,19 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   (prefetch, cold model loads, a polled result backend) and a bureau API over HTTPS (timeout, one
   retry), pods in two zones; OTLP / Jaeger / Zipkin v2. **Untouched**: written blind, held out until
   session 11's final score
+- `gpu-torch` (gpu_torch.py, gpu_torch_pod.py, gpu_torch_physics.py, gpu_torch_spans.py): a Python gRPC
+  image + text product classifier (grpcio thread pool, one GIL per process, Pillow decode, pageable
+  host-to-device copies through one copy engine, Redis over Postgres, an in-process batcher in front of
+  a torch.compile'd model with sequence buckets and CUDA graphs on one GPU per pod, CPython's
+  collector), a taxonomy service over HTTP (timeout, one retry) and a Kafka producer; OTLP / Jaeger /
+  Zipkin v2. **Untouched**: written blind, held out
+- `tokio-scylla` (tokio_scylla.py, tokio_scylla_runtime.py, tokio_scylla_spans.py): a Rust text-embedding
+  + re-ranking API (axum on a multi-threaded tokio runtime, a bounded spawn_blocking pool running an
+  ONNX Runtime cross-encoder) behind a Go gateway, reading ScyllaDB (shard-per-core, token-aware,
+  LOCAL_ONE or QUORUM, speculative retry) under a pod-local RocksDB cache, and calling an HTTPS
+  embedding provider through hyper's pool (getaddrinfo under ndots:5, TCP + TLS, 429 + Retry-After);
+  `tracing` spans via tracing-opentelemetry, no runtime events; OTLP / Jaeger / Zipkin v2.
+  **Untouched**: written blind in session 12, held out until its first score
 
 Each family marked **Untouched** was held out until its final score was recorded; those in UNTOUCHED
 below still are, the others are open now.
@@ -129,14 +142,17 @@ MODULES = {
     "php-faiss": "php_faiss",
     "go-ray": "go_ray",
     "django-celery": "django_celery",
+    "gpu-torch": "gpu_torch",
+    "tokio-scylla": "tokio_scylla",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
 # recorded in bench/RESULTS.md: open checks since; rag-chat and feed-ranker after session 6's final scores,
 # vision-moderation and search-bff after session 7's, lambda-scorer and loan-pricing after session 8's,
 # mesh-triton and rails-recs after session 9's, phoenix-nx and php-faiss after session 10's, go-ray and
-# django-celery after session 11's)
-UNTOUCHED: tuple[str, ...] = ()
+# django-celery after session 11's; tokio-scylla and gpu-torch, written blind in session 12, are held out
+# until their scores are recorded)
+UNTOUCHED: tuple[str, ...] = ("gpu-torch", "tokio-scylla")
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
