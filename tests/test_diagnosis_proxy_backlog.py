@@ -8,31 +8,31 @@ and read as soon as they are answered: nothing of the tier is late."""
 
 from __future__ import annotations
 
-from tailscope.analysis.diagnosis import proxy_stalls
+from tailscope.analysis.diagnosis import diagnose_frame, proxy_stalls
 from tailscope.analysis.diagnosis.model import Context
-from tests.mechanism_frames import Pauses, TraceBuilder, lognormal
+from tests.mechanism_frames import Pauses, TraceBuilder, by_pattern, lognormal
 
 N = 4000
 
 
-def _bursty_arrivals(b: TraceBuilder) -> list[float]:
-    """80 rps, with a 1 s burst at 600 rps every 5 s (ms)."""
+def _bursty_arrivals(b: TraceBuilder, burst_rps: float) -> list[float]:
+    """80 rps, with a 1 s burst at `burst_rps` every 5 s (ms)."""
     out, t = [], 0.0
     while len(out) < N:
         burst = (t % 5000.0) < 1000.0
-        t += float(b.rng.exponential(1000.0 / (600.0 if burst else 80.0)))
+        t += float(b.rng.exponential(1000.0 / (burst_rps if burst else 80.0)))
         out.append(t)
     return out
 
 
-def _gateway(seed: int, backlog: bool, pauses: Pauses | None = None):
+def _gateway(seed: int, backlog: bool, pauses: Pauses | None = None, burst_rps: float = 600.0):
     """A gateway forwards each request to one of four service instances with eight sync workers each
     (`backlog`: a request waits for a free worker, first come first served; else it is served at once)
     and reads the reply; `pauses` stop the gateway."""
     b = TraceBuilder(seed)
     pauses = pauses or Pauses()
     free = {f"api/{k}": [0.0] * 8 for k in range(4)}  # each worker's next free moment (ms)
-    for t in _bursty_arrivals(b):
+    for t in _bursty_arrivals(b, burst_rps):
         b.new_trace()
         gw = "gw/0"
         outer = b.span(None, "POST /v1/offer", "Server", gw, t, 0.0)
@@ -68,3 +68,14 @@ def test_a_forwarding_tier_that_stops_is_paused() -> None:
     b = TraceBuilder(9)
     stops = [(a, a + float(b.rng.uniform(40.0, 120.0))) for a in sorted(b.rng.uniform(0.0, 20_000.0, 40))]
     assert _confidence(_gateway(5, backlog=False, pauses=Pauses({"gw/0": stops}))) >= 0.5
+
+
+def test_a_paused_tier_in_front_of_a_backlog_keeps_both_causes() -> None:
+    """Two causes on different processes: the gateway stops, and the service behind it queues in its
+    bursts. The queue fills the tail; the stops still hold many requests (what they add to the mean
+    request names them beside it), and the queue stays the queue."""
+    b = TraceBuilder(9)
+    stops = [(a, a + float(b.rng.uniform(40.0, 120.0))) for a in sorted(b.rng.uniform(0.0, 20_000.0, 40))]
+    frame = _gateway(5, backlog=True, pauses=Pauses({"gw/0": stops}), burst_rps=500.0)
+    seen = by_pattern(diagnose_frame(frame).findings)
+    assert seen.get("gc_pause", 0.0) >= 0.5 and seen.get("queueing", 0.0) >= 0.5, seen
