@@ -14,7 +14,10 @@ slot is taken. So where the large gaps are sent almost only while the instance r
 (its 99th percentile of running calls) while most calls are sent below it, the gaps are a wait for a
 slot even when the wait is too rare to move the rank correlation (a healthy service at ordinary load).
 The share of the large gaps so explained (at_ceiling) discounts the network finding, without raising
-a queueing finding of its own.
+a queueing finding of its own. So does the calm test (`calm_gaps`): the wire delays calls sent to a
+calm server instance (at most its 25th percentile of running calls) as often as any; a wait for a
+worker almost never happens there. Large gaps at a small fraction of their overall rate among calls
+sent to a calm instance are a wait for a busy server, not the wire.
 """
 
 from __future__ import annotations
@@ -47,6 +50,24 @@ def running_at(f, srv: np.ndarray, at: np.ndarray) -> np.ndarray:
     return (np.searchsorted(starts, key, side="right") - np.searchsorted(ends, key, side="right")).astype(
         np.float64
     )
+
+
+CALM_EXPECTED = 8.0  # large gaps expected among the calm calls where the wire delays them alike
+
+
+def calm_gaps(f, cli: np.ndarray, srv: np.ndarray, big: np.ndarray) -> float:
+    """0..1, that the large gaps are a wait for a busy server rather than the wire: their rate among
+    the calls sent while the server's instance ran at most its 25th percentile of running calls,
+    against their rate over all calls (about 1 for the wire, about 0 for a wait for a worker). 0 where
+    too few calls are calm to tell (fewer than CALM_EXPECTED large gaps would be expected there)."""
+    if not big.any():
+        return 0.0
+    busy = running_at(f, srv, f.start[cli])
+    calm = busy <= np.quantile(busy, 0.25)
+    rate = float(big.mean())
+    if rate * calm.sum() < CALM_EXPECTED:
+        return 0.0
+    return 1.0 - logistic(float(big[calm].mean()) / rate, 0.35, 0.08)
 
 
 def at_ceiling(f, srv: np.ndarray, busy: np.ndarray, big: np.ndarray, waited: np.ndarray) -> float:

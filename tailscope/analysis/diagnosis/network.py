@@ -20,7 +20,7 @@ import re
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.accept_queue import accept_wait
+from tailscope.analysis.diagnosis.accept_queue import accept_wait, calm_gaps
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split
@@ -131,6 +131,7 @@ def detect(ctx: Context) -> list[Finding]:
         # a gap before the handler that grows with the calls the server is already running is a queue
         # for a worker slot, not the wire
         queued, queue_finding = accept_wait(ctx, cli[sel], srv[sel], big, share)
+        queued = max(queued, calm_gaps(f, cli[sel], srv[sel], big))  # none while the server was calm
         if queue_finding is not None:
             queue_findings.append(queue_finding)
         strength = logistic(ms(p99 - p50), 2.0, 0.7)

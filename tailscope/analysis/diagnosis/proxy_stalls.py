@@ -6,18 +6,20 @@ gc_pause's cross-name test. Yet a stop-the-world pause (or a throttled CPU) on a
 delays everything that instance must do while it lasts: forwarding the requests that arrived,
 reading the responses that came back, replying. Those events all happen at the moment the process
 runs again, so the proxy's own time per request (its SERVER span minus the callee's SERVER span:
-its processing and the wire) is stretched for a set of requests *released together*. The wait from
-the call's send to the callee's handler starting is the callee's door (its listen backlog while its
-workers are busy, a stopped callee letting the held calls in together: stopped_accepts.py) and is left
-out of the proxy's time: a burst queued at the callee's door is let in as workers free up, many calls
-in the same millisecond while the burst lasts, which reads as a release. So is a client's retry loop
+its processing and the reply's way back) is stretched for a set of requests *released together*. The
+time from its call to the callee's handler is the callee's door (its accept backlog, or a stopped
+callee letting calls in together: stopped_accepts.py), left out of the proxy's time, and so is a
+client's retry loop
 (earlier attempts of the same call under the proxy's span, rejected by a throttling callee, and the
 backoff sleeps between them: attempts retried after the same backoff also come back together).
 
 Statistic, per proxy instance: a request's proxy time is slow above its p90 and 1.5x its median; its
 event times (forwarding start, the response read, the reply) are binned by 1 ms; a release bin holds
-events of >= 2 slow requests. The share of slow requests with an event in a release bin is compared
-with the same share after moving each slow request by a random offset (20 draws): a ratio and a z.
+events of >= 2 slow requests, each *held*: late by a bin or more after what it waited for (the
+request's arrival, the callee's answer, the read), as what a paused process does when it runs again
+is (a burst's requests forwarded as they arrive come together too, on time). The share of slow
+requests with an event in a release bin is compared with the same share after moving each slow
+request by a random offset (20 draws): a ratio and a z.
 Weight: the share of the proxy's end-to-end tail excess (its SERVER span's latency) carried by the
 slow requests' proxy time. The finding is gc_pause on the proxy's instances (its runtime's own GC
 events, where reported, confirm); the released stretches are left in the notes so that network does
@@ -75,11 +77,10 @@ def detect(ctx: Context) -> list[Finding]:
     if found is None:
         return []
     outer, call, root = found
-    own = (f.dur[outer] - f.dur[root]).astype(np.float64)  # the proxy's processing and the wire
-    # the time from the call's send to the callee's handler starting is the callee's door: its accept
-    # queue while its workers are busy, a stopped callee letting the held calls in together. A stopped
-    # proxy forwards late (before its call) and reads the reply late (after the callee's span), not this
-    own -= np.maximum(f.start[root] - f.start[call], 0)
+    # the proxy's processing and the wire back: not the time from its call to the callee's handler
+    # (the callee's door: its accept backlog, or a stopped callee letting calls in together)
+    door = np.maximum(f.start[root] - f.start[call], 0)
+    own = (f.dur[outer] - f.dur[root] - door).astype(np.float64)
     own -= _retry_loop(ctx, outer, call)
     inst = f.instance[outer]
     slow = np.zeros(len(outer), bool)
@@ -91,13 +92,15 @@ def detect(ctx: Context) -> list[Finding]:
     if slow.sum() < 20:
         return []
     events = np.stack([f.start[call], f.end[call], f.end[outer]], axis=1)[slow]
+    held = _held(inst, np.stack([f.start[call] - f.start[outer], f.end[call] - f.end[root],
+                                 f.end[outer] - f.end[call]], axis=1))[slow]
     s_inst = inst[slow]
-    released = _released(s_inst, events)
+    released = _released(s_inst, events, held)
     observed = float(released.mean())
     rng = ctx.rng
     span = int(f.end.max()) + 1
     null = [
-        float(_released(s_inst, (events + rng.integers(0, span, len(events))[:, None]) % span).mean())
+        float(_released(s_inst, (events + rng.integers(0, span, len(events))[:, None]) % span, held).mean())
         for _ in range(DRAWS)
     ]
     ratio = observed / max(float(np.mean(null)), 1e-3)
@@ -109,7 +112,10 @@ def detect(ctx: Context) -> list[Finding]:
     stretched[rel] = own[rel] - np.median(own)
     share = clamp01(excess_share(stretched, split))
     strength = logistic(observed, 0.25, 0.06) * logistic(ratio, 3.0, 0.5) * logistic(z, 4.0, 1.0)
-    confidence = strength * material_weight(share)
+    # beside a heavier cause (a queue behind the tier fills its tail) the stops carry little of the
+    # tail excess yet hold many requests: what they add to the mean request over the median latency
+    added = float(stretched.sum()) / len(outer) / max(float(np.median(latency)), 1.0)
+    confidence = strength * max(material_weight(share), 0.9 * logistic(added, 0.03, 0.01))
     if confidence < 0.05:
         return []
     # the released stretches (from the slowest request's last event back by its extra proxy time),
@@ -148,6 +154,7 @@ def detect(ctx: Context) -> list[Finding]:
         "proxy_time_p50_ms": ms(p50),
         "proxy_time_p99_ms": ms(p99),
         "tail_excess_share": round(share, 3),
+        "added_over_median": round(added, 4),
         "tail_of": f"{service} latency",
         "tail_excess_share_in_reported_gc": None if reported is None else round(reported, 3),
     }
@@ -210,11 +217,27 @@ def _retry_loop(ctx: Context, outer: np.ndarray, call: np.ndarray) -> np.ndarray
     return f.start[call] - first
 
 
-def _released(inst: np.ndarray, events: np.ndarray) -> np.ndarray:
+def _held(inst: np.ndarray, segments: np.ndarray) -> np.ndarray:
+    """Per request and event (forwarding, reading the reply, replying): was the event late after what
+    it waited for (the tier's own arrival, the callee's answer, the read), by a bin or more over the
+    instance's median? A paused process runs what it held when it resumes, each event late after its
+    trigger; requests of a burst forwarded as they arrive, or answered late by a busy callee, come
+    together on time (their slowness is at the callee's door, not here)."""
+    held = np.zeros(segments.shape, bool)
+    for i in np.unique(inst):
+        m = inst == i
+        held[m] = segments[m] - np.median(segments[m], axis=0) >= BIN_NS
+    return held
+
+
+def _released(inst: np.ndarray, events: np.ndarray, held: np.ndarray | None = None) -> np.ndarray:
     """Per slow request: does one of its events fall in a 1 ms bin (on its instance) holding events
-    of at least BUNCH slow requests?"""
+    of at least BUNCH slow requests? Only events `held` (where given) take part: each of the others
+    gets a bin of its own."""
     n = len(inst)
     key = inst.astype(np.int64)[:, None] * (1 << 40) + events // BIN_NS
+    if held is not None:
+        key = np.where(held, key, -1 - np.arange(key.size, dtype=np.int64).reshape(key.shape))
     flat = key.reshape(-1)
     owner = np.repeat(np.arange(n), events.shape[1])
     pairs = np.unique(np.c_[flat, owner], axis=0)  # a request counted once per bin
