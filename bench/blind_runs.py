@@ -98,15 +98,13 @@ def from_row(row, causes: Callable[[str], list[dict[str, Any]]]) -> Scored:
 
 
 def _diagnose_file(path: Path):
-    from ingest.loader import load_paths
+    from bench.run_cache import load_file
     from tailscope.analysis.diagnosis import diagnose
     from tailscope.store.duckdb.store import DuckDBStore as Store
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "store.duckdb"
-        result = load_paths([path], db, "run")
-        if result.failed:
-            raise RuntimeError(f"{path}: {result.failed[0].error}")
+        load_file(path, db)
         return diagnose(Store(db), "run")
 
 

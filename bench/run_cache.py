@@ -64,16 +64,22 @@ def digest(name: str, root: Path = ROOT) -> str:
     return h.hexdigest()[:16]
 
 
-def _load(name: str, scenario: str, requests: int, seed: int, db: Path) -> dict[str, Any]:
+def load_file(path: Path, db: Path) -> None:
+    """Load one trace file into the store `db` as run "run" through the real loader (raises on failure)."""
     from ingest.loader import load_paths
+
+    result = load_paths([path], db, "run")
+    if result.failed:
+        raise RuntimeError(f"{path}: {result.failed[0].error}")
+
+
+def _load(name: str, scenario: str, requests: int, seed: int, db: Path) -> dict[str, Any]:
     from reference_pipeline.simulate.blind import SUFFIX, run_format, write_run
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"run{SUFFIX[run_format(name, seed)]}"
         summary = write_run(path, name, scenario, requests, seed)
-        result = load_paths([path], db, "run")
-        if result.failed:
-            raise RuntimeError(f"{path}: {result.failed[0].error}")
+        load_file(path, db)
     return summary
 
 
