@@ -38,15 +38,16 @@ Mechanisms (scenario: truth):
 - `large-json-bodies`: 0.8 % of requests are bulk thread imports (3-14 MB of nested JSON, parsed at
   ~70 MB/s: 40-200 ms on the one thread); the request itself is slow and every callback of its process
   waits: large_payload at the server span, stage parsing, accept compute_bound, side queueing.
-- `gzip-threadpool`: from 30 % of the run a quarter of the requests ask `explain=true` (~1.4 MB of
+- `gzip-threadpool`: from 30 % of the run 30 % of the requests ask `explain=true` (~2 MB of
   token attributions): gzip of those fills the 4 threadpool threads, every response's compression and
   every new socket's dns.lookup waits behind them: queueing at the compress hook (the server span
   where hooks are not exported), stage serialization, accept large_payload, side network.
 - `heap-limit-gc`: one pod's old space near --max-old-space-size from 30 %: mark-compacts of 120-420 ms
   back to back (0.3-0.7 s apart): gc_pause at that pod, side queueing.
-- `model-reload`: a new text_classifier version from the repository (poll mode) at 30 % (staggered per
-  pod), no model_warmup: each batch shape's first run loads its kernels (+120-330 ms), then slower
-  runs for seconds: cold_start at text_classifier (the BFF's client span without Triton spans).
+- `model-reload`: a new text_classifier version from the repository (poll mode) at 30 % (one pod after
+  another, 5 % of the run apart), no model_warmup: the first run creates its context and loads
+  kernels (+250-450 ms), each new shape range loads more (+25-70 ms), then slower runs for seconds:
+  cold_start at text_classifier (the BFF's client span without Triton spans).
 - `batcher-delay`: text_classifier's preferred batch 32 with max_queue_delay 100 ms, for a traffic
   that fills a few per 100 ms: queueing, stage queue, at text_classifier.
 - `shared-gpu`: from 30 % vision_classifier's instance group moves to GPU 0 beside text_classifier:
@@ -191,11 +192,12 @@ def _pod(rng: random.Random, calls: list[tuple[float, int, str, int]], s: dict[s
 def run_triton(rng: random.Random, calls: dict[int, tuple[float, int, str, int]], s: dict[str, Any],
                parts: set[str], change: float) -> dict[int, list[Exec]]:
     """Each call's steps on its Triton pod: key -> [CPU step, GPU step]. calls: key -> (arrival, pod,
-    kind, chars). A new text_classifier version reaches each pod's repository poll 2 s apart."""
+    kind, chars). A new text_classifier version reaches each pod's repository poll in turn (5 % of
+    the run apart)."""
     out: dict[int, list[Exec]] = {}
     for j in range(s["triton_pods"]):
         mine = [(t, key, kind, chars) for key, (t, pod, kind, chars) in calls.items() if pod == j]
-        switch = change + j * 2.0 * NS_PER_S if "model-reload" in parts else None
+        switch = change * (1.0 + j / 6.0) if "model-reload" in parts else None
         out.update(_pod(rng, mine, s, parts, change, switch))
     return out
 

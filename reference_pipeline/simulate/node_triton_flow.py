@@ -39,7 +39,7 @@ class Bff:
         self.gcs = [gc_pauses(rng, horizon, change if "heap-limit-gc" in parts and k == GC_POD else None)
                     for k in range(pods)]
         self.gc_starts = [[a for a, _, _ in g] for g in self.gcs]
-        self.loops = [Lanes(1, [(a, b) for a, b, _ in g]) for g in self.gcs]
+        self.loops = [Lanes(1, [(a, b) for a, b, _ in g], squeeze=True) for g in self.gcs]
         self.threadpools = [Lanes(4) for _ in range(pods)]
         self.pg = [Lanes(10) for _ in range(pods)]
         self.agents = [Agent(24) for _ in range(pods)]
@@ -184,9 +184,9 @@ def _tail(b: Bff, h: _Head, steps: list[Exec] | None) -> sp.Timeline:
     free, _ = b.pg[pod].run(verdict, commit + 0.3 * NS_PER_MS)
     pool_cb, pool_done = loop.run(free, b.cpu(0.06))
     ins_cb, ins_done = loop.run(pool_done + commit, b.cpu(0.08))
-    explain = "gzip-threadpool" in b.parts and h.client_start >= b.change and rng.random() < 0.25
+    explain = "gzip-threadpool" in b.parts and h.client_start >= b.change and rng.random() < 0.3
     if explain:
-        response = int(1.4e6 * rng.lognormvariate(0.0, 0.5))
+        response = int(2.0e6 * rng.lognormvariate(0.0, 0.5))
     else:
         response = int((1400 if h.kind == "text" else 3500) * rng.lognormvariate(0.0, 0.3))
     send_s, send_e = loop.run(ins_done, b.cpu(0.3) + response / 0.3)  # reply.send + JSON.stringify
