@@ -14,16 +14,18 @@ libuv's threadpool (UV_THREADPOOL_SIZE 4) runs dns.lookup (getaddrinfo under ndo
 ~0.6 s apart) and the final pause of a mark-compact (~25 s apart). Per request: ioredis `get` of the
 content hash's verdict (hit ~60 %); on a miss, Triton's `text_moderation` or `image_moderation`
 ensemble (gRPC channel per BFF pod on seed 0, HTTP keep-alive agent otherwise) and `setex` of the
-verdict; in parallel, a reputation API over HTTPS (keep-alive agent, maxSockets 24, sockets closed by
-its LB after 4 s idle or 100 requests: a new socket pays dns.lookup, TCP and TLS; client timeout 250 ms,
-one retry); then a node-postgres audit INSERT through a pool of 10 (`pg-pool.connect` waits for one);
-then the gzipped response.
+verdict; in parallel, for content with links or from a new author (35 %), a reputation API over
+HTTPS (keep-alive agent, maxSockets 24, sockets closed by its LB after 4 s idle or 100 requests: a new
+socket pays dns.lookup, TCP and TLS; client timeout 250 ms from the call's start, one retry); then a
+node-postgres audit INSERT through a pool of 10 (`pg-pool.connect` waits for one); then the gzipped
+response.
 
-Triton (2-3 pods, 2 GPUs each): the ensemble's CPU step (tokenizer: 4 Python instances; image_preprocess:
-2) then its GPU model behind a dynamic batcher (text_classifier on GPU 0: preferred 16, max 32, max queue
-delay 2 ms; vision_classifier on GPU 1: preferred 8, max 16, 4 ms); kernels of models placed on one GPU
-serialize. Triton's OTel spans: InferRequest > ensemble > model spans with QUEUE_START / COMPUTE_*
-as events (seed 1) or a `compute` child span (seed 0); none on seed 2.
+Triton (2 pods, 2 GPUs each: A10G, L40S or L4 by seed): the ensemble's CPU step (tokenizer: 4 Python
+instances; image_preprocess: 2) then its GPU model behind a dynamic batcher (text_classifier on GPU 0:
+preferred 8, max 32, max queue delay 2 ms; vision_classifier on GPU 1: preferred 4, max 16, 4 ms); a
+batch costs about its items (large models saturate the GPU from a few items); two models placed on
+one GPU time-slice its SMs. Triton's OTel spans: InferRequest > ensemble > model spans with
+QUEUE_START / COMPUTE_* as events (seed 1) or a `compute` child span (seed 0); none on seed 2.
 
 Healthy noise: jitter everywhere; 40 % verdict misses; image bodies (base64, ~600 KB) cost ~1-2 ms of
 parse and hash; scavenges and mark-compacts; 0.3 % slow Redis replies, 0.5 % slow commits, the
@@ -58,9 +60,11 @@ Mechanisms (scenario: truth):
 - `audit-pool`: audit commits wait for a remote synchronous standby from 30 % (~60 ms): the pool of 10
   runs out, `pg-pool.connect` waits: queueing, accept slow_dependency.
 - `reputation-timeouts`: the reputation API slows at 30 % (median 150 ms): calls over 250 ms are
-  aborted (socket destroyed) and retried once on a new socket: timeout_retry, accept slow_dependency.
-- `keepalive-skew`: after a rollout one pod holds ~half the keep-alive connections: its event loop
-  runs near saturation and requests wait before its server span starts: queueing at that pod.
+  aborted (socket destroyed) and retried once (another idle socket, or a new connection):
+  timeout_retry, accept slow_dependency.
+- `keepalive-skew`: after a rollout one pod holds most keep-alive connections (a half to four fifths
+  of the requests, by seed, so that its JavaScript thread is ~88 % busy): its event loop runs near
+  saturation and requests wait before its server span starts: queueing at that pod.
 - Pairs: `reputation-timeouts+heap-limit-gc`, `verdict-eviction+batcher-delay`,
   `keepalive-skew+model-reload` (a release day: the BFF rolled out, a model version pushed).
 """

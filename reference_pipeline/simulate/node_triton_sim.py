@@ -1,8 +1,9 @@
 """The physics of the blind family `node-triton` (node_triton.py): a Node.js process' one JavaScript
 thread and its libuv threadpool (both as `Lanes`: work placed in the first idle gap from when it is
 asked for), V8's garbage-collection pauses, the HTTPS agent's sockets to the reputation API, and the
-Triton pods (CPU models on instance lanes, GPU models behind a dynamic batcher on GPUs that
-serialize the kernels of the models placed on them). Times are ns from the run's start.
+Triton pods (CPU models on instance lanes, GPU models behind a dynamic batcher, one instance per
+GPU; two models placed on one GPU time-slice it, which the caller gives as a factor on each run).
+Times are ns from the run's start.
 """
 
 from __future__ import annotations
