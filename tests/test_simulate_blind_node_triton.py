@@ -64,6 +64,9 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         names = {x["name"].lower() for x in spans}
         assert (sp.DNS in names) == style.dns and (sp.COMPRESS.lower() in names) == style.hooks
         assert (sp.COMPUTE in names) == (style.triton == "children")
+        gc = [ev for x in roots(spans, seed) for ev in x["events"] if ev["Name"] == sp.GC_EVENT]
+        assert bool(gc) == style.gc  # OTLP events or Zipkin annotations; never spans
+        assert not any(x["name"].startswith("v8") or "gc" in x["name"] for x in spans)
         insert = named(spans, style.insert)[0]["attrs"]
         assert ("db.query.text" in insert and "server.address" in insert) == (s["semconv"] == "new")
         assert ("db.statement" in insert and "net.peer.name" in insert) == (s["semconv"] == "old")
