@@ -51,7 +51,7 @@ Mechanisms (scenario: truth):
 - `partition-migration`: a member restarts: its partitions' backups are promoted, then partitions
   migrate back when it rejoins (10 at a time); an operation on a migrating partition is retried after
   the client's 1 s retry pause: slow_dependency at the getAll / SERVER span, accept timeout_retry.
-- `breaker-overflow-burst`: a 2.2x burst for 12 % of the run saturates the model servers; Envoy's
+- `breaker-overflow-burst`: a 2.6x burst for 12 % of the run saturates the model servers; Envoy's
   breaker rejects calls at once (503 UO) and the client retries with backoff: timeout_retry at
   `ModelInfer` (CLIENT), accept queueing (side slow_dependency).
 - `outlier-ejection`: one model-server host's GPU fails from 30 % of the run (fast INTERNAL errors);
@@ -117,7 +117,7 @@ _SETUPS = (
         "members": 4,
         "hosts": 3,
         "rps": 290.0,
-        "max_pending": 10,
+        "max_pending": 8,
     },
     {
         "fmt": "zipkin",
@@ -126,7 +126,7 @@ _SETUPS = (
         "cores": 2,
         "members": 5,
         "hosts": 4,
-        "rps": 390.0,
+        "rps": 440.0,
         "max_pending": 6,
     },
 )
@@ -210,7 +210,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     table = TraceTable(seed, 0x24A)
     rps = s["rps"] * (0.3 if "batcher-max-delay" in parts else 1.0)
     run_s = requests / rps
-    bursts = ((0.4 * run_s, 0.12 * run_s, 2.2),) if "breaker-overflow-burst" in parts else ()
+    bursts = ((0.4 * run_s, 0.12 * run_s, 2.6),) if "breaker-overflow-burst" in parts else ()
     arrivals = poisson_arrivals(rng, rps, requests, bursts)
     run_ns = run_s * NS_PER_S
     world = World.build(

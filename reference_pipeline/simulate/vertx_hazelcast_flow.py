@@ -20,7 +20,6 @@ from reference_pipeline.simulate.trace_table import (
     Stalls,
     TraceTable,
     WorkerPool,
-    lognormal_ms,
     merge_intervals,
 )
 from reference_pipeline.simulate.vertx_hazelcast_physics import (
@@ -35,6 +34,8 @@ from reference_pipeline.simulate.vertx_hazelcast_physics import (
     ModelHost,
     NearCache,
     Pod,
+    jitter,
+    lognormal,
     zgc_stalls,
 )
 from reference_pipeline.simulate.vertx_hazelcast_write import write_history, write_request
@@ -99,7 +100,7 @@ class World:
             pauses = []
             t = rng.expovariate(1 / 3.0) * NS_PER_S
             while t < horizon:  # the members' own (G1) young pauses
-                length = lognormal_ms(rng, 12.0, 0.5)
+                length = lognormal(rng, 12.0, 0.5)
                 pauses.append((t, t + length))
                 t += length + rng.expovariate(1 / 3.0) * NS_PER_S
             members.append(Member([0.0] * 8, Stalls(pauses)))
@@ -110,7 +111,7 @@ class World:
         delay = 25.0 if "batcher-max-delay" in parts else 0.3
         hosts = [
             ModelHost(
-                delay * NS_PER_MS, (3.0 if big else 2.0) * NS_PER_MS, (12.2 if big else 9.0) * NS_PER_MS
+                delay * NS_PER_MS, (3.0 if big else 2.0) * NS_PER_MS, (14.2 if big else 10.5) * NS_PER_MS
             )
             for _ in range(s["hosts"])
         ]
@@ -121,7 +122,7 @@ class World:
             update = (0.3 * run_ns, 0.55 * run_ns)
             for key, cache in caches.items():
                 if key[0] == 0:
-                    cache.clear(update[1])
+                    cache.invalidate(*update)
         return cls(table, res, parts, run_ns, pods, swap_at, caches, cluster, envoys, hosts, update)
 
     def pod_at(self, rng: random.Random, t: float) -> tuple[int, int]:
@@ -132,11 +133,11 @@ class World:
 
     def update_jobs(self, rng: random.Random) -> list[float]:
         """The bulk putAll's operations: a chunk of entries per partition, ~4 ms each, keeping the
-        members' partition threads ~85 % busy."""
+        members' partition threads ~60 % busy on average (a thread holding more partitions, more)."""
         if self.update is None:
             return []
         a, b = self.update
-        rate = 0.85 / 0.004 * 8 * len(self.cluster.members)
+        rate = 0.6 / 0.004 * 8 * len(self.cluster.members)
         out, t = [], a
         while t < b:
             t += rng.expovariate(rate / NS_PER_S)
@@ -145,15 +146,15 @@ class World:
 
     def update_job(self, rng: random.Random, t: float) -> None:
         partition = rng.randrange(PARTITIONS)
-        self.cluster.members[self.cluster.owner(partition, t)].op(partition, t, lognormal_ms(rng, 3.6, 0.4))
+        self.cluster.members[self.cluster.owner(partition, t)].op(partition, t, lognormal(rng, 3.6, 0.4))
 
 
 def _cpu(pod: Pod, rng: random.Random, median_ms: float, sigma: float = 0.3) -> float:
-    return lognormal_ms(rng, median_ms, sigma) * pod.jit()
+    return lognormal(rng, median_ms, sigma) * pod.jit()
 
 
 def _jdbc_ms(rng: random.Random, median_ms: float) -> float:
-    ms = median_ms * rng.lognormvariate(0.0, 0.35)
+    ms = median_ms * jitter(rng, 0.35)
     if rng.random() < 0.01:  # a cold page, a lock wait, a plan flip: the odd slow statement
         ms += min(400.0, 15.0 * rng.paretovariate(1.5))
     return ms * NS_PER_MS
@@ -166,7 +167,7 @@ def _blocking(pod: Pod, rng: random.Random, t: float, median_ms: float) -> tuple
     """A job through executeBlocking: it waits for a worker (FIFO), runs the query: (start, end,
     worker thread)."""
     start = pod.stalls.settle(pod.pool.acquire(t))
-    end = pod.stalls.run(start + _jdbc_ms(rng, median_ms), lognormal_ms(rng, 0.05, 0.3))
+    end = pod.stalls.run(start + _jdbc_ms(rng, median_ms), lognormal(rng, 0.05, 0.3))
     pod.pool.release(end)
     return start, end, rng.randrange(WORKER_POOL)
 
@@ -176,11 +177,11 @@ def history(world: World, rng: random.Random, t0: float) -> Steps:
     pod = world.pods[(gen, k)]
     loop_i = rng.randrange(len(pod.loops))
     loop = pod.loops[loop_i]
-    t = yield t0 + lognormal_ms(rng, 0.12, 0.3)
+    t = yield t0 + lognormal(rng, 0.12, 0.3)
     root_s, parsed = loop.run(t, _cpu(pod, rng, 0.1))
-    t = yield parsed + lognormal_ms(rng, 0.02, 0.3)
+    t = yield parsed + lognormal(rng, 0.02, 0.3)
     q_s, q_e, worker = _blocking(pod, rng, t, 60.0)
-    t = yield q_e + lognormal_ms(rng, 0.02, 0.3)
+    t = yield q_e + lognormal(rng, 0.02, 0.3)
     _, root_e = loop.run(t, _cpu(pod, rng, 0.25))
     write_history(
         world.table,
@@ -188,7 +189,7 @@ def history(world: World, rng: random.Random, t0: float) -> Steps:
         gen,
         k,
         loop_i,
-        (t0, root_e + lognormal_ms(rng, 0.08, 0.3)),
+        (t0, root_e + lognormal(rng, 0.08, 0.3)),
         (root_s, root_e),
         (q_s, q_e),
         worker,
@@ -219,27 +220,27 @@ def _score(
     attempts = []
     for n in range(ATTEMPTS):
         start = loop.run(t, _cpu(pod, rng, 0.06))[1]
-        at_envoy = yield start + lognormal_ms(rng, 0.08, 0.3)
+        at_envoy = yield start + lognormal(rng, 0.08, 0.3)
         if not envoy.admit(at_envoy):
-            e_end = at_envoy + lognormal_ms(rng, 0.05, 0.3)
-            t = yield e_end + lognormal_ms(rng, 0.05, 0.3)
+            e_end = at_envoy + lognormal(rng, 0.05, 0.3)
+            t = yield e_end + lognormal(rng, 0.05, 0.3)
             end = loop.run(t, _cpu(pod, rng, 0.03))[1]
             attempts.append(sp.Attempt(start, end, "overflow", envoy=(at_envoy, e_end)))
         else:
             host = envoy.pick(at_envoy)
             envoy.hold(at_envoy)
-            arrive = yield at_envoy + lognormal_ms(rng, 0.35, 0.25)
+            arrive = yield at_envoy + lognormal(rng, 0.35, 0.25)
             batch = world.hosts[host].join(rng, arrive)
             if batch is None:
-                served = Inference(arrive, arrive, arrive + lognormal_ms(rng, 1.5, 0.3), 1, 0, True)
+                served = Inference(arrive, arrive, arrive + lognormal(rng, 1.5, 0.3), 1, 0, True)
             else:
                 yield batch.dispatch
                 served = Inference(arrive, batch.dispatch, batch.end, batch.size, batch.instance)
-            server_e = served.end + lognormal_ms(rng, 0.06, 0.3)
-            e_end = server_e + lognormal_ms(rng, 0.35, 0.25)
+            server_e = served.end + lognormal(rng, 0.06, 0.3)
+            e_end = server_e + lognormal(rng, 0.35, 0.25)
             t = yield e_end
             envoy.done(host, e_end, served.failed)
-            t = yield t + lognormal_ms(rng, 0.05, 0.3)
+            t = yield t + lognormal(rng, 0.05, 0.3)
             end = loop.run(t, _cpu(pod, rng, 0.08))[1]
             outcome = "internal" if served.failed else "ok"
             attempts.append(
@@ -260,36 +261,36 @@ def recommend(world: World, rng: random.Random, t0: float) -> Steps:
         45.0 * NS_PER_MS * math.exp(-pod.served / 6.0) if pod.cold else 0.0
     )  # class loading, lazy init
     pod.served += 1
-    t = yield t0 + lognormal_ms(rng, 0.15, 0.3)
+    t = yield t0 + lognormal(rng, 0.15, 0.3)
     root_s, t = loop.run(t, _cpu(pod, rng, 0.12))
     consent = None
     if "eventloop-blocking-jdbc" in world.parts and rng.random() < 0.04:
-        t = yield t + lognormal_ms(rng, 0.02, 0.3)
-        consent = loop.block(t, _jdbc_ms(rng, 45.0) * rng.lognormvariate(0.0, 0.3))
+        t = yield t + lognormal(rng, 0.02, 0.3)
+        consent = loop.block(t, _jdbc_ms(rng, 45.0) * jitter(rng, 0.3))
         t = consent[1]
-    t = yield t + lognormal_ms(rng, 0.02, 0.3)
+    t = yield t + lognormal(rng, 0.02, 0.3)
     user = rng.randrange(10**7)
     q_s, q_e, worker = _blocking(pod, rng, t, 4.5)  # executeBlocking: the user's recent events
-    u_s = t + lognormal_ms(rng, 0.01, 0.3)
-    u_end, _ = yield from _fetch(world, rng, u_s, [10**6 + user], 0.01)  # the user's features
+    u_s = t + lognormal(rng, 0.01, 0.3)
+    u_end, u_retries = yield from _fetch(world, rng, u_s, [10**6 + user], 0.01)  # the user's features
     done = {}
-    for when, which in sorted(((u_end, "user"), (q_e + lognormal_ms(rng, 0.02, 0.3), "events"))):
+    for when, which in sorted(((u_end, "user"), (q_e + lognormal(rng, 0.02, 0.3), "events"))):
         t = yield when
         done[which] = loop.run(t, _cpu(pod, rng, 0.03))[1]
     user_get, t = (u_s, done["user"]), max(done.values())
-    i_s = yield t + lognormal_ms(rng, 0.02, 0.3)
+    i_s = yield t + lognormal(rng, 0.02, 0.3)
     keys = sorted(set(rng.choices(range(ITEMS), cum_weights=_POPULARITY, k=int(rng.uniform(45, 75)))))
     misses = world.caches[key].lookup(rng, i_s, keys)
-    back, retries = i_s + lognormal_ms(rng, 0.02, 0.3), 0
+    back, retries = i_s + lognormal(rng, 0.02, 0.3), 0
     if misses:
         back, retries = yield from _fetch(world, rng, i_s, misses, 0.004)
     t = yield back
     i_e = loop.run(t, _cpu(pod, rng, 0.002 * (len(keys) - len(misses)) + 0.03 * len(misses) + 0.02))[1]
-    t = yield i_e + lognormal_ms(rng, 0.02, 0.3)
+    t = yield i_e + lognormal(rng, 0.02, 0.3)
     a_s, a_e = loop.run(t, _cpu(pod, rng, 1.1, 0.35) + first_use)
-    t = yield a_e + lognormal_ms(rng, 0.02, 0.3)
+    t = yield a_e + lognormal(rng, 0.02, 0.3)
     attempts = yield from _score(world, rng, key, loop, pod, t)
-    t = yield attempts[-1].end + lognormal_ms(rng, 0.02, 0.3)
+    t = yield attempts[-1].end + lognormal(rng, 0.02, 0.3)
     b_s, b_e = loop.run(t, _cpu(pod, rng, 0.5))
     root_e = loop.run(b_e, _cpu(pod, rng, 0.12))[1]
     stalls = [(a, b) for a, b in pod.stalls.overlapping(root_s, root_e) if b - a > 5 * NS_PER_MS]
@@ -300,7 +301,7 @@ def recommend(world: World, rng: random.Random, t0: float) -> Steps:
             key[0],
             key[1],
             loop_i,
-            (t0, root_e + lognormal_ms(rng, 0.1, 0.3)),
+            (t0, root_e + lognormal(rng, 0.1, 0.3)),
             (root_s, root_e),
             consent,
             user_get,
@@ -317,6 +318,7 @@ def recommend(world: World, rng: random.Random, t0: float) -> Steps:
             user,
             stalls,
             4 if "larger-model" in world.parts else 3,
+            u_retries,
         ),
     )
 

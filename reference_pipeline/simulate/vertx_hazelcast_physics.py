@@ -14,11 +14,21 @@ import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from reference_pipeline.simulate.trace_table import NS_PER_MS, NS_PER_S, Stalls, WorkerPool, lognormal_ms
+from reference_pipeline.simulate.trace_table import NS_PER_MS, NS_PER_S, Stalls, WorkerPool
 
 PARTITIONS = 271
 RETRY_PAUSE_MS = 1000.0  # hazelcast.client.invocation.retry.pause.millis
 WORKER_POOL = 20  # Vert.x's default worker pool size
+
+
+def jitter(rng: random.Random, sigma: float) -> float:
+    """A log-normal factor of median 1 (random.gauss: the same law as lognormvariate, faster)."""
+    return math.exp(rng.gauss(0.0, sigma))
+
+
+def lognormal(rng: random.Random, median_ms: float, sigma: float) -> float:
+    """One log-normal duration in ns from its median (ms) and the sd of its logarithm."""
+    return median_ms * NS_PER_MS * math.exp(rng.gauss(0.0, sigma))
 
 
 class Loop:
@@ -51,14 +61,14 @@ def zgc_stalls(
     out = []
     t = rng.expovariate(1 / 4.0) * NS_PER_S
     while t < horizon:
-        length = lognormal_ms(rng, 1.6, 0.4)
+        length = lognormal(rng, 1.6, 0.4)
         out.append((t, t + length))
         t += length + rng.expovariate(1 / 4.0) * NS_PER_S
     if leak_from is not None:
         t = leak_from
         while t < horizon:
             fill = min(1.0, (t - leak_from) / (0.5 * run_ns))  # the live set's share of the headroom
-            length = min(220.0, lognormal_ms(rng, 25.0 + 45.0 * fill, 0.55) / NS_PER_MS) * NS_PER_MS
+            length = min(220.0, lognormal(rng, 25.0 + 45.0 * fill, 0.55) / NS_PER_MS) * NS_PER_MS
             out.append((t, t + length))
             t += length + rng.expovariate(1.0 / (0.55 - 0.4 * fill)) * NS_PER_S
     return out
@@ -90,17 +100,21 @@ class NearCache:
     def __init__(self, capacity: int, warm: list[int]) -> None:
         self.capacity = capacity
         self.entries: OrderedDict[int, None] = OrderedDict.fromkeys(warm[:capacity])
-        self.invalid_until = -1.0  # while a bulk update streams invalidations, entries do not last
+        self.wave: tuple[float, float] | None = None  # a bulk update's invalidations: (from, to)
+        self.emptied = False
 
     def lookup(self, rng: random.Random, t: float, keys: list[int]) -> list[int]:
         """The keys that miss (and are fetched, then put back)."""
+        if self.wave is not None and not self.emptied and t >= self.wave[0]:
+            self.entries.clear()  # the first invalidation batches empty the whole cache
+            self.emptied = True
         misses = []
         for key in keys:
             if key in self.entries and rng.random() > 0.004:  # TTL / max-idle expiry
                 self.entries.move_to_end(key)
             else:
                 misses.append(key)
-        storm = t < self.invalid_until
+        storm = self.wave is not None and self.wave[0] <= t < self.wave[1]
         for key in misses:
             if storm and rng.random() < 0.8:
                 self.entries.pop(key, None)  # invalidated again by the update still running
@@ -110,9 +124,10 @@ class NearCache:
                 self.entries.popitem(last=False)
         return misses
 
-    def clear(self, until: float) -> None:
-        self.entries.clear()
-        self.invalid_until = until
+    def invalidate(self, start: float, end: float) -> None:
+        """A bulk update from `start` to `end`: its invalidation events empty the cache at once, and
+        entries put back while it runs are mostly invalidated again."""
+        self.wave = (start, end)
 
 
 @dataclass
@@ -142,8 +157,14 @@ class Cluster:
     migrating: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # partition -> (from, to)
     down: tuple[float, float, int] | None = None  # (left, rejoined, member)
 
+    def __post_init__(self) -> None:
+        """The partition table: primaries spread evenly over the members, in no particular order."""
+        owners = [p % len(self.members) for p in range(PARTITIONS)]
+        random.Random(len(self.members)).shuffle(owners)
+        self.owners = owners
+
     def owner(self, partition: int, t: float) -> int:
-        m = partition % len(self.members)
+        m = self.owners[partition]
         if self.down is not None and self.down[0] <= t < self.down[1] and m == self.down[2]:
             return (
                 (m + 1 + partition // len(self.members)) % len(self.members) if len(self.members) > 1 else m
@@ -153,13 +174,13 @@ class Cluster:
     def restart(self, rng: random.Random, member: int, left: float, rejoin: float, parallel: int) -> None:
         """The member leaves at `left` (promotions ~0.4 s), comes back at `rejoin` (migrations back)."""
         self.down = (left, rejoin, member)
-        mine = [p for p in range(PARTITIONS) if p % len(self.members) == member]
+        mine = [p for p in range(PARTITIONS) if self.owners[p] == member]
         for p in mine:
-            self.migrating.setdefault(p, []).append((left, left + lognormal_ms(rng, 380.0, 0.25)))
+            self.migrating.setdefault(p, []).append((left, left + lognormal(rng, 380.0, 0.25)))
         slots = [rejoin] * parallel
         for p in mine:
             start = heapq.heappop(slots)
-            end = start + lognormal_ms(rng, 240.0, 0.3)  # ~40 MB of entries + backups per partition
+            end = start + lognormal(rng, 240.0, 0.3)  # ~40 MB of entries + backups per partition
             self.migrating.setdefault(p, []).append((start, end))
             heapq.heappush(slots, end)
 
@@ -182,12 +203,12 @@ class Cluster:
         end, again = t, []
         half = self.rtt_ms / 2 * NS_PER_MS
         for partition, mine in groups.items():
-            arrive = t + half * rng.lognormvariate(0.0, 0.25)
+            arrive = t + half * jitter(rng, 0.25)
             member = self.members[self.owner(partition, arrive)]
             start, done = member.op(
-                partition, arrive, (0.02 + per_key_ms * len(mine)) * NS_PER_MS * rng.lognormvariate(0.0, 0.3)
+                partition, arrive, (0.02 + per_key_ms * len(mine)) * NS_PER_MS * jitter(rng, 0.3)
             )
-            end = max(end, done + half * rng.lognormvariate(0.0, 0.25))
+            end = max(end, done + half * jitter(rng, 0.25))
             if self.migrating and self.busy(partition, start) is not None:
                 again += mine
         return end, again
@@ -285,5 +306,5 @@ class ModelHost:
             i = min(range(len(self.batches)), key=self._free)
             b = Batch(t, max(t + self.delay_ns, self._free(i)), i)
             self.batches[i] = self.collecting = b
-        b.run_ns = (self.base_ns + self.per_ns * b.size) * rng.lognormvariate(0.0, 0.05)
+        b.run_ns = (self.base_ns + self.per_ns * b.size) * jitter(rng, 0.05)
         return b

@@ -191,3 +191,4 @@ class Request:
     user: int
     stalls: list[tuple[float, float]] = field(default_factory=list)
     version: int = 3
+    user_retries: int = 0

@@ -245,7 +245,11 @@ def write_request(table: TraceTable, res: Resources, r: Request) -> None:
             me,
             scope,
             *r.user_get,
-            {"hazelcast.map": "user-features", "hazelcast.near_cache": False},
+            {
+                "hazelcast.map": "user-features",
+                "hazelcast.near_cache": False,
+                **({"hazelcast.invocation.retries": r.user_retries} if r.user_retries else {}),
+            },
             peer=peer,
         )
         table.span(
