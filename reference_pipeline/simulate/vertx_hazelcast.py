@@ -1,6 +1,8 @@
 """Blind family `vertx-hazelcast`: a JVM product-recommendation scoring service (vertx_hazelcast_flow.py:
 one request's path; vertx_hazelcast_physics.py: event loops, pools, ZGC, JIT, near cache, Hazelcast,
-Envoy, the model server; vertx_hazelcast_spans.py: the conventions).
+Envoy, the model server; vertx_hazelcast_spans.py: the conventions; vertx_hazelcast_write.py: the spans).
+Every request is a sequence of steps run in time order (a generator per request), so each shared
+resource (a loop, a pool, a partition thread, Envoy's counters, the batcher) sees its calls in order.
 
 Shape: `reco-gateway` (Eclipse Vert.x on Java 21, 4-6 pods of 2-4 cores, 2 event loops per core)
 serves `GET /v1/recommendations/:userId` behind an Envoy sidecar (`reco-gateway-envoy`). A connection
@@ -8,8 +10,9 @@ is pinned to one event loop; every piece of a request's handler work (parsing, c
 candidates, blending, writing) runs on that loop, one thing at a time. Per request: the user's
 features from a Hazelcast IMap (no near cache) and, through `executeBlocking` on the 20-thread worker
 pool, the user's recent events from PostgreSQL (JDBC); then ~60 candidate items' features by `getAll`
-through the client's per-pod LRU near cache (misses go to the owning members, one invocation per
-member, in parallel; their deserialisation runs on the loop); `CandidateAssembler.assemble`
+through the client's per-pod LRU near cache (misses go to the owning members: one operation per
+partition, each on its member's partition thread (partition mod 8), all in parallel; their
+deserialisation runs on the loop); `CandidateAssembler.assemble`
 (allocation-heavy CPU on the loop); `ModelInfer` over gRPC through Envoy's egress (a circuit breaker on
 outstanding requests: 503 `UO` at once when full; outlier detection: 5 consecutive 5xx eject a host for
 30 s) to `model-server` (3-4 Triton-like hosts: a dynamic batcher, two model instances per GPU; the
@@ -20,8 +23,8 @@ falls behind) and a tiered JIT (invocation-counted: a new process runs interpret
 
 Healthy noise: jitter everywhere; ~4 % near-cache misses (the Zipf tail of 200 k items, TTL expiry);
 1 % slow PostgreSQL statements; rare 1-3 ms allocation stalls; Hazelcast member GC pauses; the history
-route's trickle on the worker pool; the model server's batching at ~60 % load; an occasional
-breaker overflow and retry.
+route's trickle on the worker pool; the model server's batching at ~60-70 % load (its queue is most of
+a steady request's tail); an occasional breaker overflow and retry.
 
 Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv, the agent's random `service.instance.id`
 per JVM, Envoy spans, Hazelcast as `@WithSpan` INTERNAL spans (`UserFeatureStore.get`,
@@ -44,12 +47,14 @@ Mechanisms (scenario: truth):
 - `rolling-deploy-cold-jit`: a rolling deploy replaces the pods one at a time; each new JVM runs its
   hot paths interpreted, then C1, then C2, and pays first-use costs: cold_start at
   `CandidateAssembler.assemble` on the new pods (side queueing).
-- `near-cache-invalidation`: a bulk `putAll` on the item-features map at 30 % of the run sends
-  invalidations that empty every pod's near cache (and keep emptying it while the update runs); the
-  misses go to members busy with the update: cache_miss, feature_hydration, the items' getAll span
+- `near-cache-invalidation`: a bulk `putAll` on the item-features map from 30 % to 55 % of the run
+  sends invalidations that empty every pod's near cache (and invalidate most entries put back while
+  it runs); the update keeps the partition threads ~60 % busy, and a getAll that misses fans out to
+  ~40 partition threads and waits for the slowest: cache_miss, feature_hydration, the items' getAll span
   (the SERVER span where Hazelcast is not traced) (side slow_dependency).
-- `partition-migration`: a member restarts: its partitions' backups are promoted, then partitions
-  migrate back when it rejoins (10 at a time); an operation on a migrating partition is retried after
+- `partition-migration`: a member restarts (leaves at 20 % of the run, rejoins at 45 %): its
+  partitions' backups are promoted (~0.4 s), then partitions migrate back when it rejoins (10 at a
+  time, ~0.24 s each); an operation on a migrating partition is retried after
   the client's 1 s retry pause: slow_dependency at the getAll / SERVER span, accept timeout_retry.
 - `breaker-overflow-burst`: a 2.6x burst for 12 % of the run saturates the model servers; Envoy's
   breaker rejects calls at once (503 UO) and the client retries with backoff: timeout_retry at
@@ -57,10 +62,11 @@ Mechanisms (scenario: truth):
 - `outlier-ejection`: one model-server host's GPU fails from 30 % of the run (fast INTERNAL errors);
   each Envoy ejects it after 5 consecutive 5xx and the other hosts run near saturation: queueing at the
   model server's SERVER span on the other hosts (side timeout_retry, slow_dependency).
-- `batcher-max-delay`: max_queue_delay raised to 25 ms with traffic at 30 %: batches never fill, every
-  inference waits out the delay: queueing at model-server (side slow_dependency).
-- `larger-model`: model version 4 (1.35x compute per request, 1.5x fixed cost): compute_bound at
-  `compute` (the SERVER span without internals) (side queueing, slow_dependency).
+- `batcher-max-delay`: max_queue_delay raised from 0.3 to 25 ms with traffic at 30 %: batches never
+  fill, the first request of each batch waits out the whole delay: queueing at model-server (side
+  slow_dependency).
+- `larger-model`: model version 4 (10.5 -> 14.2 ms per request in a batch, 2 -> 3 ms per batch):
+  compute_bound at `compute` (the SERVER span without internals) (side queueing, slow_dependency).
 - Two causes: `zgc-allocation-stalls+outlier-ejection`, `rolling-deploy-cold-jit+larger-model` (one
   release of both), `near-cache-invalidation+partition-migration` (one maintenance window).
 
