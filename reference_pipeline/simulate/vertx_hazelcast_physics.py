@@ -68,9 +68,9 @@ def zgc_stalls(
         t = leak_from
         while t < horizon:
             fill = min(1.0, (t - leak_from) / (0.5 * run_ns))  # the live set's share of the headroom
-            length = min(220.0, lognormal(rng, 25.0 + 45.0 * fill, 0.55) / NS_PER_MS) * NS_PER_MS
+            length = min(220.0, lognormal(rng, 30.0 + 70.0 * fill, 0.55) / NS_PER_MS) * NS_PER_MS
             out.append((t, t + length))
-            t += length + rng.expovariate(1.0 / (0.55 - 0.4 * fill)) * NS_PER_S
+            t += length + rng.expovariate(1.0 / (0.5 - 0.35 * fill)) * NS_PER_S
     return out
 
 

@@ -120,11 +120,12 @@ def write_history(
     query: tuple[float, float],
     worker: int,
     user: int,
+    days: int,
 ) -> None:
     """The other route: a user's history, one query through executeBlocking."""
     style = res.style
     trace = table.new_trace()
-    path = f"/v1/users/{user}/history"
+    path = f"/v1/users/{user}/history?days={days}"
     parent = None
     if style.envoy:
         parent = table.span(
