@@ -161,6 +161,10 @@ def test_a_rolling_deploy_brings_new_jvms_that_run_interpreted_first() -> None:
         assert np.median(first) > 4 * np.median(last)
     old = [x["duration"] for x in assemble if x["instance"] not in cause.instances]
     assert p(old, 95) < 3 * MS
+    compiled = [x for x in assemble if x["events"]]  # seed 0: JFR's compilations as span events
+    assert compiled and {x["instance"] for x in compiled} <= set(cause.instances)
+    assert {ev[1] for x in compiled for ev in x["events"]} == {"jvm.jit.compilation"}
+    assert len(compiled) <= 2 * len(cause.instances)  # once per tier per new JVM
 
 
 def test_a_bulk_update_empties_every_near_cache_and_the_misses_wait_on_busy_members(loaded) -> None:

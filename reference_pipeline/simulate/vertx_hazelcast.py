@@ -29,7 +29,8 @@ a steady request's tail); an occasional breaker overflow and retry.
 Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv, the agent's random `service.instance.id`
 per JVM, Envoy spans, Hazelcast as `@WithSpan` INTERNAL spans (`UserFeatureStore.get`,
 `ItemFeatureStore.getAll`), the model server's `compute` span and batcher timestamps, allocation stalls
-as events `jvm.gc.zgc.allocation_stall`, thread details. 1: Jaeger, old semconv, host.name +
+as events `jvm.gc.zgc.allocation_stall`, a new JVM's tier-up compilations of the hot path as events
+`jvm.jit.compilation` on `CandidateAssembler.assemble`, thread details. 1: Jaeger, old semconv, host.name +
 process.pid, Envoy spans, no Hazelcast spans, no model-server internals, no GC events, thread details.
 2: Zipkin v2, old semconv, endpoints (ip:port), no Envoy spans, Hazelcast as manual CLIENT spans
 (`IMap.get`, `IMap.getAll`), model-server internals, stalls as annotations `ZGC Allocation Stall`, no
@@ -108,7 +109,7 @@ BROKEN_HOST = 0
 _SETUPS = (
     {
         "fmt": "otlp-json",
-        "style": sp.Style("new", "uuid", True, "withspan", True, "otlp", True),
+        "style": sp.Style("new", "uuid", True, "withspan", True, "otlp", True, jit_events=True),
         "pods": 4,
         "cores": 2,
         "members": 3,

@@ -290,6 +290,7 @@ def recommend(world: World, rng: random.Random, t0: float) -> Steps:
     t = yield back
     i_e = loop.run(t, _cpu(pod, rng, 0.002 * (len(keys) - len(misses)) + 0.03 * len(misses) + 0.02))[1]
     t = yield i_e + lognormal(rng, 0.02, 0.3)
+    jit = pod.compiled() if pod.cold else None
     a_s, a_e = loop.run(t, _cpu(pod, rng, 1.1, 0.35) + first_use)
     t = yield a_e + lognormal(rng, 0.02, 0.3)
     attempts = yield from _score(world, rng, key, loop, pod, t)
@@ -322,6 +323,7 @@ def recommend(world: World, rng: random.Random, t0: float) -> Steps:
             stalls,
             4 if "larger-model" in world.parts else 3,
             u_retries,
+            jit,
         ),
     )
 

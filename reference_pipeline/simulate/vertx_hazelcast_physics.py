@@ -86,6 +86,17 @@ class Pod:
     cold: bool = False
     served: int = 0
 
+    tier: int = 0  # the hot path's tier: 0 interpreted, 3 C1, 4 C2
+
+    def compiled(self) -> int | None:
+        """The tier the hot path was just compiled to (a JFR compilation event), if it changed."""
+        jit = self.jit()
+        tier = 4 if jit < 1.3 else 3 if jit < 5.0 else 0
+        if tier == self.tier:
+            return None
+        self.tier = tier
+        return tier
+
     def jit(self) -> float:
         """CPU multiplier: interpreted code ~9x slower than C2, C1 ~2.5x; compile thresholds are
         invocation counts, so warm-up follows the requests the pod served."""

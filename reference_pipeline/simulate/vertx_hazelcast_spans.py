@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference_pipeline.simulate.trace_table import TraceTable
+from reference_pipeline.simulate.trace_table import NS_PER_MS, TraceTable
 from reference_pipeline.simulate.vertx_hazelcast_physics import Inference
 
 GATEWAY, ENVOY, MODEL = "reco-gateway", "reco-gateway-envoy", "model-server"
@@ -64,6 +64,7 @@ class Style:
     internals: bool  # the model server's compute span and batcher timestamps
     stall_events: str | None  # otlp | annotation | None
     threads: bool  # the agent's thread.name / thread.id attributes
+    jit_events: bool = False  # tier-up compilations of the hot path as span events (JFR-fed)
 
     def hz_span(self, which: int) -> str | None:
         return HZ_NAMES[self.hz][which] if self.hz else None
@@ -192,3 +193,34 @@ class Request:
     stalls: list[tuple[float, float]] = field(default_factory=list)
     version: int = 3
     user_retries: int = 0
+    jit: int | None = None  # the tier the pod's hot path was compiled to just before (3 C1, 4 C2)
+
+
+def stall_events(style: Style, stalls: list[tuple[float, float]]) -> list[tuple[float, str, dict[str, Any]]]:
+    if style.stall_events is None:
+        return []
+    name = STALL_EVENT[style.stall_events]
+    return [
+        (
+            a,
+            name,
+            {
+                "jvm.gc.name": "ZGC",
+                "jvm.gc.cause": "Allocation Stall",
+                "duration_ms": round((b - a) / NS_PER_MS, 3),
+            },
+        )
+        for a, b in stalls
+    ]
+
+
+def jit_events(style: Style, r: Request) -> list[tuple[float, str, dict[str, Any]]]:
+    """A new JVM compiling its hot path, C1 then C2, as events on the span that ran it (seed 0)."""
+    if not style.jit_events or not r.jit:
+        return []
+    attrs = {
+        "jit.compiler": "C1" if r.jit == 3 else "C2",
+        "jit.tier": r.jit,
+        "jit.method": "com.shop.reco.CandidateAssembler::assemble",
+    }
+    return [(r.assemble[0], "jvm.jit.compilation", attrs)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reference_pipeline.simulate.trace_table import NS_PER_MS, TraceTable
+from reference_pipeline.simulate.trace_table import TraceTable
 from reference_pipeline.simulate.vertx_hazelcast_spans import (
     AGENT,
     ASSEMBLE,
@@ -29,12 +29,13 @@ from reference_pipeline.simulate.vertx_hazelcast_spans import (
     MODEL_HOST,
     ROOT,
     ROUTE,
-    STALL_EVENT,
     Attempt,
     Request,
     Resources,
     Style,
+    jit_events,
     pod_ip,
+    stall_events,
 )
 
 
@@ -89,24 +90,6 @@ def _http(style: Style, path: str, status: int) -> dict[str, Any]:
         "http.status_code": status,
         "http.flavor": "1.1",
     }
-
-
-def _stall_events(style: Style, stalls: list[tuple[float, float]]) -> list[tuple[float, str, dict[str, Any]]]:
-    if style.stall_events is None:
-        return []
-    name = STALL_EVENT[style.stall_events]
-    return [
-        (
-            a,
-            name,
-            {
-                "jvm.gc.name": "ZGC",
-                "jvm.gc.cause": "Allocation Stall",
-                "duration_ms": round((b - a) / NS_PER_MS, 3),
-            },
-        )
-        for a, b in stalls
-    ]
 
 
 def write_history(
@@ -192,7 +175,7 @@ def write_request(table: TraceTable, res: Resources, r: Request) -> None:
             },
         )
     me = res.get(GATEWAY, r.generation, r.pod)
-    events = _stall_events(style, r.stalls)
+    events = stall_events(style, r.stalls)
     root = table.span(
         trace,
         parent,
@@ -279,6 +262,7 @@ def write_request(table: TraceTable, res: Resources, r: Request) -> None:
         f"{AGENT}.opentelemetry-instrumentation-annotations-1.16",
         *r.assemble,
         {"reco.candidates": r.candidates, **loop_thread(style, r.loop)},
+        events=jit_events(style, r),
     )
     for n, a in enumerate(r.attempts):
         _write_attempt(table, res, trace, root, me, r, n, a)
