@@ -1,8 +1,10 @@
 """Per-run pre-aggregates of `requests` on DuckDB, kept in step with every derive.
 
 `request_histogram` (per run × e2e bucket: counts, error weight, weighted sums of Duration and of
-each stage) and `stage_histogram` (per run × stage × bucket: counts and weights), schema.sql. The
-unfiltered views of a large run read them (tailscope.analysis.histogram) instead of every request.
+each stage), `stage_histogram` (per run × stage × bucket: counts and weights) and `heatmap_histogram`
+(per run × stage × second × bucket × heatmap cell: counts and weights), histogram_schema.sql. The
+unfiltered views of a large run read them (tailscope.analysis.histogram, .heatmap_histogram)
+instead of every request.
 
 A whole-run derive rebuilds the run's rows from its requests (its cost is the derive's, which read
 the run already). A refresh of the traces a write touched takes away the histogram rows of their
@@ -25,6 +27,11 @@ WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 TABLES: dict[str, tuple[str, str, str]] = {
     "request_histogram": ("histogram_e2e_rows", "Bucket", "_ts_histogram_e2e_delta"),
     "stage_histogram": ("histogram_stage_rows", "Stage, Bucket", "_ts_histogram_stage_delta"),
+    "heatmap_histogram": (
+        "histogram_heatmap_rows",
+        "Stage, Second, Bucket, Cell",
+        "_ts_histogram_heatmap_delta",
+    ),
 }
 
 # Which `requests` rows a histogram statement reads ({requests}; fixed SQL, values are parameters).
@@ -55,8 +62,9 @@ def forget(conn: WriterConnection, run_label: str | None) -> None:
 
 
 def has_rows(conn: WriterConnection, run_label: str) -> bool:
-    """Whether the run's e2e histogram has rows (built: a run with requests always has some)."""
-    return bool(conn.execute(sql.load("histogram_has_run"), [run_label]).fetchall()[0][0])
+    """Whether the run's e2e and heatmap histograms have rows (built: a run with requests always has
+    some in both; a store derived before heatmap_histogram existed has none there)."""
+    return bool(conn.execute(sql.load("histogram_has_run"), {"run": run_label}).fetchall()[0][0])
 
 
 def rebuild(conn: WriterConnection, run_label: str) -> None:
