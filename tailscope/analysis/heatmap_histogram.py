@@ -51,27 +51,35 @@ def heatmap_rows(
     t0, width = found.first * NS_PER_SECOND, found.width * NS_PER_SECOND
     out: list[tuple[Any, ...]] = []
     lb = np.floor_divide(cell, CELLS_PER_DECADE // bins_per_decade)
-    keys, at = np.unique(np.stack([tb, lb], axis=1), axis=0, return_inverse=True)
-    at = at.reshape(-1)
-    cell_count = np.bincount(at, weights=count, minlength=len(keys))
-    cell_weight = np.bincount(at, weights=weight, minlength=len(keys))
-    for (t, b), n, w in zip(keys.tolist(), cell_count.tolist(), cell_weight.tolist(), strict=True):
+    (times, cells), cell_counts, cell_weights = _sums(tb, lb, count, weight)
+    for t, b, n, w in zip(
+        times.tolist(), cells.tolist(), cell_counts.tolist(), cell_weights.tolist(), strict=True
+    ):
         if n > 0:
             out.append(("cell", t, b, _rounded(w) if weighted else round(n), None, None, t0, width))
-    order = np.lexsort((bucket, tb))
-    tb, bucket, count, weight = tb[order], bucket[order], count[order], weight[order]
-    for t in np.unique(tb).tolist():
-        lo, hi = np.searchsorted(tb, [t, t + 1])
-        buckets, inverse = np.unique(bucket[lo:hi], return_inverse=True)
-        counts = np.bincount(inverse, weights=count[lo:hi], minlength=len(buckets))
-        weights = np.bincount(inverse, weights=weight[lo:hi], minlength=len(buckets))
-        kept = counts > 0
+    (bins, buckets), counts, weights = _sums(tb, bucket, count, weight)
+    edges = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1], True])
+    for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        kept = counts[lo:hi] > 0
         if not kept.any():
             continue
-        p50, p99 = _quantiles(buckets[kept], counts[kept], weights[kept], weighted)
-        n = _rounded(float(weights.sum())) if weighted else round(float(counts.sum()))
-        out.append(("line", t, None, n, p50, p99, t0, width))
+        parts = (buckets[lo:hi][kept], counts[lo:hi][kept], weights[lo:hi][kept])
+        p50, p99 = _quantiles(*parts, weighted)
+        n = _rounded(float(weights[lo:hi].sum())) if weighted else round(float(counts[lo:hi].sum()))
+        out.append(("line", int(bins[lo]), None, n, p50, p99, t0, width))
     return out
+
+
+def _sums(
+    a: np.ndarray, b: np.ndarray, count: np.ndarray, weight: np.ndarray
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray]:
+    """count and weight summed per distinct (a, b), in (a, b) order: ((a, b), counts, weights)."""
+    span = int(b.max() - b.min()) + 1
+    key = a * span + (b - b.min())
+    keys, at = np.unique(key, return_inverse=True)
+    counts = np.bincount(at.reshape(-1), weights=count, minlength=len(keys))
+    weights = np.bincount(at.reshape(-1), weights=weight, minlength=len(keys))
+    return (keys // span, keys % span + b.min()), counts, weights
 
 
 def _quantiles(buckets: np.ndarray, counts: np.ndarray, weights: np.ndarray, weighted: bool) -> list[float]:
