@@ -2,7 +2,8 @@
 -- stage ('' for Duration, else the `_ns` column's stage, unpivoted), second of the request's start,
 -- bucket of the value (floor(100 ln ns), -1 for <= 0) and heatmap cell at 10 per decade
 -- (heatmap_bins.sql's lb: floor(10 log10(max(ns, 1000) / 1e6))), count and weight times $sign.
--- Ordered by stage and second, so a read of one stage skips the others' row groups.
+-- Ordered by second, so a refresh's merge (histogram_merge.sql) skips the row groups of the run's
+-- other seconds.
 SELECT
     RunLabel,
     CASE WHEN Stage = 'Duration' THEN '' ELSE substr(Stage, 1, length(Stage) - 3) END AS Stage,
@@ -19,4 +20,4 @@ FROM (
     ON Duration, COLUMNS('_ns$') INTO NAME Stage VALUE v
 )
 GROUP BY ALL
-ORDER BY Stage, Second
+ORDER BY Second, Stage

@@ -34,6 +34,11 @@ TABLES: dict[str, tuple[str, str, str]] = {
     ),
 }
 
+# A refresh's merge reads these tables' rows only within its window's seconds (histogram_merge.sql's
+# {bound}: the rows are written in Second order, so the row groups of other seconds are skipped and
+# the merge's cost follows the write, not the run's length); the others are a few thousand rows a run.
+BOUNDS: dict[str, str] = {"heatmap_histogram": "AND Second BETWEEN $low_s AND $high_s"}
+
 # Which `requests` rows a histogram statement reads ({requests}; fixed SQL, values are parameters).
 RELATIONS: dict[str, str] = {
     "run": "(SELECT * FROM requests WHERE RunLabel = $run)",
@@ -119,11 +124,13 @@ def around_refresh(
         rebuild(conn, run_label)
         return
     conn.execute(sql.load("histogram_scope_rows"), scope)
+    named = {"run": run_label, "low_s": window[0] // 1_000_000_000, "high_s": window[1] // 1_000_000_000}
     for table, (_, key, delta) in TABLES.items():
         text = sql.load("histogram_delta_insert").replace("{delta}", delta)
         conn.execute(text.replace("{rows}", _rows(table, "scope")), {"sign": 1})
         merge = sql.load("histogram_merge").replace("{table}", table).replace("{key}", key)
-        for statement in _statements(merge.replace("{delta}", delta)):
-            conn.execute(statement, {"run": run_label} if "$run" in statement else {})
+        merge = merge.replace("{bound}", BOUNDS.get(table, "")).replace("{delta}", delta)
+        for statement in _statements(merge):
+            conn.execute(statement, {k: v for k, v in named.items() if f"${k}" in statement})
     for statement in _statements(sql.load("histogram_scope_drop")):
         conn.execute(statement)
