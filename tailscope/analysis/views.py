@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from tailscope.analysis.heatmap_histogram import heatmap_rows
 from tailscope.analysis.histogram import PERCENTILES, RunHistogram, run_histogram, whole_run
 from tailscope.analysis.runs import runs_with_requests, runs_with_spans
 from tailscope.analysis.source import Source, reading
@@ -261,13 +262,17 @@ def heatmap(
     bins_per_decade: int = 10,
 ) -> Heatmap:
     """Counts of requests per (time bin × log-latency bin) of e2e latency (stage None) or of one
-    stage's exclusive time, plus p50/p99 per time bin for the overlay lines."""
+    stage's exclusive time, plus p50/p99 per time bin for the overlay lines. A whole run of at least
+    histogram.MIN_REQUESTS requests is read from its pre-aggregate, on time bins of whole seconds
+    (analysis.heatmap_histogram: cells exact on that grid, lines within 0.5 %)."""
     stage_param = _check_stage(stage)
     cell_cols = ["time", "latency_low_ms", "latency_high_ms", "count"]
     line_cols = ["time", "p50_ms", "p99_ms", "requests"]
     with reading(source) as conn:
         bins = (max(1, int(time_bins)), max(1, int(bins_per_decade)))
-        rows = conn.run("heatmap", [stage_param, *bins], where=flt).fetchall()
+        rows = heatmap_rows(conn, flt, stage_param, *bins)  # a whole large run: its pre-aggregate
+        if rows is None:
+            rows = conn.run("heatmap", [stage_param, *bins], where=flt).fetchall()
         reason = None if rows else _no_requests_reason(conn, flt)
     if not rows:
         return Heatmap(

@@ -42,3 +42,18 @@ CREATE TABLE IF NOT EXISTS span_histogram (
     Bucket INTEGER NOT NULL,
     Spans BIGINT NOT NULL
 );
+-- heatmap_histogram: per run × stage ('' for e2e, else a stage's exclusive time) × second of the
+-- request's start (epoch_ns(Timestamp) // 1e9) × bucket of the value (as request_histogram's, 1.005 %
+-- wide) × the heatmap's latency cell at 10 per decade (heatmap_bins.sql's, values under 1 us in the
+-- 1 us cell), the requests' count and weight: what the latency heatmap of a whole large run reads
+-- (tailscope.analysis.heatmap_histogram) instead of every request. Cells are exact (a bucket that
+-- straddles a cell's edge has a row per cell), the p50 / p99 lines come from the buckets.
+CREATE TABLE IF NOT EXISTS heatmap_histogram (
+    RunLabel VARCHAR NOT NULL,
+    Stage VARCHAR NOT NULL,
+    Second BIGINT NOT NULL,
+    Bucket INTEGER NOT NULL,
+    Cell INTEGER NOT NULL,
+    Requests BIGINT NOT NULL,
+    Weight DOUBLE NOT NULL
+)

@@ -87,6 +87,19 @@ class TraceTree:
     spans: int = 0
 
 
+@dataclass(frozen=True)
+class HeatmapRows:
+    """A run's heatmap pre-aggregate of one stage in time bins of `width` whole seconds from second
+    `first` (epoch): rows (time bin, bucket, cell at 10 per decade, requests, weight), the requests
+    they count and the run's requests (the same when the pre-aggregate is in step)."""
+
+    first: int
+    width: int
+    rows: list[tuple[Any, ...]]
+    counted: int
+    requests: int
+
+
 class Reader(Protocol):
     """One unit of reading. Every analysis function takes a Store or a Reader (both have `reading`)."""
 
@@ -104,6 +117,15 @@ class Reader(Protocol):
         histogram_read_e2e.sql and histogram_read_stages.sql and how many requests the run has
         (the histogram counts them all when it is in step); None where the store keeps none or
         the run has fewer than `min_requests` requests (then nothing else is read)."""
+        ...
+
+    def heatmap_histogram(
+        self, run: str, stage: str, time_bins: int, min_requests: int = 0
+    ) -> HeatmapRows | None:
+        """The run's heatmap pre-aggregate of one stage ('' for e2e; tailscope.analysis.heatmap_histogram
+        reads it) summed into time bins of whole seconds, as few as make at most `time_bins` bins;
+        None where the store keeps none, the run has fewer than `min_requests` requests, or its
+        requests start within fewer seconds than `time_bins` (then the bins would be under a second)."""
         ...
 
     def stage_rules(self) -> list[StageRule]:

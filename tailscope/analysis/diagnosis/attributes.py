@@ -63,37 +63,56 @@ def has_cache_system(frame: TraceFrame, code: int) -> bool:
     return False
 
 
+STATUS_KEYS = frozenset({"otel.status_code", "status.code", "status_code"})
+HTTP_STATUS_KEYS = frozenset({"http.response.status_code", "http.status_code"})
+ERROR_KEYS = STATUS_KEYS | HTTP_STATUS_KEYS | {"error", "rpc.grpc.status_code", "error.type"}
+
+
+def _error_verdict(k: str, s: str) -> bool | None:
+    """Whether the value `s` (stripped, lower case) of the error key `k` (lower case) says error;
+    None where it says nothing (an HTTP status that is not a number)."""
+    if k in STATUS_KEYS:
+        return s in ERROR_STATUS_VALUES
+    if k == "error":
+        return s in ("true", "1")
+    if k in HTTP_STATUS_KEYS:
+        try:
+            code_value = int(float(s))
+        except ValueError:
+            return None
+        return code_value >= 500 or code_value in TIMEOUT_HTTP
+    if k == "rpc.grpc.status_code":
+        return s not in ("0", "ok")
+    return bool(s)  # error.type
+
+
 def error_flags(frame: TraceFrame, code: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(span indices, error?) for the spans of a name that carry any status or error attribute:
     status Error (`otel.status_code`, the loader's status), `error=true`, an HTTP status >= 500 or a
-    timeout status, a gRPC status other than OK. None where no span of the name says anything."""
-    attrs = frame.attributes(code)
-    flagged: dict[int, bool] = {}
-    for key, (idx, values) in attrs.items():
+    timeout status, a gRPC status other than OK. None where no span of the name says anything.
+    Spans in the order they first carry one of these keys (in the attributes' key order), each
+    value judged once per distinct value (a name's statuses repeat), other keys not read."""
+    spans, verdicts = [], []
+    for key, (idx, values) in frame.attributes(code).items():
         k = key.lower()
-        for i, v in zip(idx.tolist(), values, strict=False):
-            s = str(v).strip().lower()
-            if k in ("otel.status_code", "status.code", "status_code"):
-                bad = s in ERROR_STATUS_VALUES
-            elif k == "error":
-                bad = s in ("true", "1")
-            elif k in ("http.response.status_code", "http.status_code"):
-                try:
-                    code_value = int(float(s))
-                except ValueError:
-                    continue
-                bad = code_value >= 500 or code_value in TIMEOUT_HTTP
-            elif k == "rpc.grpc.status_code":
-                bad = s not in ("0", "ok")
-            elif k == "error.type":
-                bad = bool(s)
-            else:
-                continue
-            flagged[i] = flagged.get(i, False) or bad
-    if not flagged:
+        if k not in ERROR_KEYS:
+            continue
+        n = min(len(idx), len(values))
+        if n == 0:
+            continue
+        distinct, inverse = np.unique(np.array([str(v) for v in values[:n]], dtype=str), return_inverse=True)
+        judged = [_error_verdict(k, text.strip().lower()) for text in distinct.tolist()]
+        inverse = inverse.reshape(-1)
+        known = np.array([j is not None for j in judged], bool)[inverse]
+        spans.append(np.asarray(idx[:n], dtype=np.int64)[known])
+        verdicts.append(np.array([bool(j) for j in judged], bool)[inverse][known])
+    if not spans or not sum(len(x) for x in spans):
         return None
-    idx = np.fromiter(flagged.keys(), np.int64, len(flagged))
-    return idx, np.fromiter(flagged.values(), bool, len(flagged))
+    every, bad = np.concatenate(spans), np.concatenate(verdicts)
+    unique, first, at = np.unique(every, return_index=True, return_inverse=True)
+    flagged = np.bincount(at.reshape(-1), weights=bad, minlength=len(unique)) > 0
+    order = np.argsort(first, kind="stable")  # the order in which the spans were first seen
+    return unique[order], flagged[order]
 
 
 def numeric_attributes(

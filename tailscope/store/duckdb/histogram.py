@@ -1,8 +1,10 @@
 """Per-run pre-aggregates of `requests` on DuckDB, kept in step with every derive.
 
 `request_histogram` (per run × e2e bucket: counts, error weight, weighted sums of Duration and of
-each stage) and `stage_histogram` (per run × stage × bucket: counts and weights), schema.sql. The
-unfiltered views of a large run read them (tailscope.analysis.histogram) instead of every request.
+each stage), `stage_histogram` (per run × stage × bucket: counts and weights) and `heatmap_histogram`
+(per run × stage × second × bucket × heatmap cell: counts and weights), histogram_schema.sql. The
+unfiltered views of a large run read them (tailscope.analysis.histogram, .heatmap_histogram)
+instead of every request.
 
 A whole-run derive rebuilds the run's rows from its requests (its cost is the derive's, which read
 the run already). A refresh of the traces a write touched takes away the histogram rows of their
@@ -25,7 +27,17 @@ WriterConnection = Any  # a DuckDB connection inside the writer's transaction
 TABLES: dict[str, tuple[str, str, str]] = {
     "request_histogram": ("histogram_e2e_rows", "Bucket", "_ts_histogram_e2e_delta"),
     "stage_histogram": ("histogram_stage_rows", "Stage, Bucket", "_ts_histogram_stage_delta"),
+    "heatmap_histogram": (
+        "histogram_heatmap_rows",
+        "Stage, Second, Bucket, Cell",
+        "_ts_histogram_heatmap_delta",
+    ),
 }
+
+# A refresh's merge reads these tables' rows only within its window's seconds (histogram_merge.sql's
+# {bound}: the rows are written in Second order, so the row groups of other seconds are skipped and
+# the merge's cost follows the write, not the run's length); the others are a few thousand rows a run.
+BOUNDS: dict[str, str] = {"heatmap_histogram": "AND Second BETWEEN $low_s AND $high_s"}
 
 # Which `requests` rows a histogram statement reads ({requests}; fixed SQL, values are parameters).
 RELATIONS: dict[str, str] = {
@@ -55,8 +67,9 @@ def forget(conn: WriterConnection, run_label: str | None) -> None:
 
 
 def has_rows(conn: WriterConnection, run_label: str) -> bool:
-    """Whether the run's e2e histogram has rows (built: a run with requests always has some)."""
-    return bool(conn.execute(sql.load("histogram_has_run"), [run_label]).fetchall()[0][0])
+    """Whether the run's e2e and heatmap histograms have rows (built: a run with requests always has
+    some in both; a store derived before heatmap_histogram existed has none there)."""
+    return bool(conn.execute(sql.load("histogram_has_run"), {"run": run_label}).fetchall()[0][0])
 
 
 def rebuild(conn: WriterConnection, run_label: str) -> None:
@@ -111,11 +124,13 @@ def around_refresh(
         rebuild(conn, run_label)
         return
     conn.execute(sql.load("histogram_scope_rows"), scope)
+    named = {"run": run_label, "low_s": window[0] // 1_000_000_000, "high_s": window[1] // 1_000_000_000}
     for table, (_, key, delta) in TABLES.items():
         text = sql.load("histogram_delta_insert").replace("{delta}", delta)
         conn.execute(text.replace("{rows}", _rows(table, "scope")), {"sign": 1})
         merge = sql.load("histogram_merge").replace("{table}", table).replace("{key}", key)
-        for statement in _statements(merge.replace("{delta}", delta)):
-            conn.execute(statement, {"run": run_label} if "$run" in statement else {})
+        merge = merge.replace("{bound}", BOUNDS.get(table, "")).replace("{delta}", delta)
+        for statement in _statements(merge):
+            conn.execute(statement, {k: v for k, v in named.items() if f"${k}" in statement})
     for statement in _statements(sql.load("histogram_scope_drop")):
         conn.execute(statement)

@@ -26,7 +26,7 @@ from tailscope.store.duckdb.statements import (
     phase_spans_query,
     span_tree_query,
 )
-from tailscope.store.interface import FILTER_FIELDS, RequestFilter, TraceTree
+from tailscope.store.interface import FILTER_FIELDS, HeatmapRows, RequestFilter, TraceTree
 
 T = TypeVar("T")
 
@@ -124,6 +124,25 @@ class DuckDBReader:
         except duckdb.CatalogException:  # a store no writer of this version has opened yet
             return None
         return e2e, stages, int(requests)
+
+    def heatmap_histogram(
+        self, run: str, stage: str, time_bins: int, min_requests: int = 0
+    ) -> HeatmapRows | None:
+        try:
+            requests = self.conn.execute(sql.load("run_request_count"), [run]).fetchall()[0][0]
+            if requests < min_requests:
+                return None
+            scope = {"run": run, "stage": stage}
+            extent = self.conn.execute(sql.load("histogram_heatmap_extent"), scope).fetchall()
+            first, last, counted = extent[0]
+            if first is None or last - first + 1 < time_bins:
+                return None
+            width = -(-(last - first + 1) // time_bins)
+            text = sql.load("histogram_read_heatmap")
+            rows = self.conn.execute(text, {**scope, "first": first, "width": width}).fetchall()
+        except duckdb.CatalogException:  # a store no writer of this version has opened yet
+            return None
+        return HeatmapRows(first, width, rows, int(counted), int(requests))
 
     def stage_rules(self) -> list[StageRule]:
         return rules.rules_in_force(self.conn)
@@ -240,7 +259,11 @@ class DuckDBReader:
         return self._statement(name, run, windows, **params)
 
     def _statement(
-        self, name: str, run: str, windows: Sequence[tuple[int, int]] | None, spans: str | None = None,
+        self,
+        name: str,
+        run: str,
+        windows: Sequence[tuple[int, int]] | None,
+        spans: str | None = None,
         **params: Any,
     ) -> pa.Table:
         """One named statement over a run as Arrow; `spans`: the fragment its {spans} reads."""
