@@ -43,8 +43,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 # The exhaustive tier: `@pytest.mark.full(covered_by="tests/test_x.py::test_y[case]")` marks a variant
 # (another dtype, format, family or engine pair) of a behaviour that a default test already checks;
-# ./test.sh leaves it out, ./test.sh --full runs it. `covered_by` names that default test: it must be
-# collected wherever its file is, and not be in the full tier itself.
+# ./test.sh leaves it out, ./test.sh --full runs it. `covered_by` names that default test (or a tuple of
+# them, one per part of what it checks): each must be collected wherever its file is, and not be in the
+# full tier itself.
 def full_tier_problems(marked: list[tuple[str, pytest.Mark | None]], whole_files: bool = True) -> list[str]:
     """What is wrong with the `full` marks of these (nodeid, mark) pairs: a mark without `covered_by`,
     a test of the full tier as its cover, or (where the files were collected whole) a `covered_by` that
@@ -56,13 +57,16 @@ def full_tier_problems(marked: list[tuple[str, pytest.Mark | None]], whole_files
     for nodeid, mark in marked:
         if mark is None:
             continue
-        cover = mark.kwargs.get("covered_by")
-        if not isinstance(cover, str) or "::" not in cover:
+        covers = mark.kwargs.get("covered_by")
+        covers = (covers,) if isinstance(covers, str) else tuple(covers or ())
+        if not covers or not all(isinstance(c, str) and "::" in c for c in covers):
             problems.append(f"{nodeid}: no covered_by naming the default test that checks its behaviour")
-        elif cover in tier:
-            problems.append(f"{nodeid}: covered_by {cover} is in the full tier itself")
-        elif whole_files and cover.split("::", 1)[0] in files and cover not in collected:
-            problems.append(f"{nodeid}: covered_by {cover} is not a collected test")
+            continue
+        for cover in covers:
+            if cover in tier:
+                problems.append(f"{nodeid}: covered_by {cover} is in the full tier itself")
+            elif whole_files and cover.split("::", 1)[0] in files and cover not in collected:
+                problems.append(f"{nodeid}: covered_by {cover} is not a collected test")
     return problems
 
 

@@ -19,6 +19,11 @@ def full(cover: object = None) -> pytest.Mark:
 def test_a_variant_that_names_a_default_test_passes() -> None:
     marked = [(f"{FILE}::test_a[fp32]", None), (f"{FILE}::test_a[bf16]", full(f"{FILE}::test_a[fp32]"))]
     assert full_tier_problems(marked) == []
+    both = (f"{FILE}::test_a[fp32]", f"{FILE}::test_b")
+    marked += [(f"{FILE}::test_b", None), (f"{FILE}::test_c", full(both))]
+    assert full_tier_problems(marked) == []
+    marked[-1] = (f"{FILE}::test_c", full((f"{FILE}::test_a[fp32]", f"{FILE}::test_d")))
+    assert ["not a collected test" in p for p in full_tier_problems(marked)] == [True]
 
 
 @pytest.mark.parametrize(
@@ -26,6 +31,7 @@ def test_a_variant_that_names_a_default_test_passes() -> None:
     [
         (None, "no covered_by"),
         ("test_a[fp32]", "no covered_by"),
+        ((), "no covered_by"),
         (f"{FILE}::test_a[fp16]", "not a collected test"),
         (f"{FILE}::test_a[int8]", "in the full tier itself"),
     ],
