@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs tailscope with its pipeline, test and clickhouse extras into ./.venv, then runs the test suite
 # (the clickhouse extra brings chdb, so the ClickHouse parity tests run in process).
-# Extra arguments go to pytest, in both phases (e.g. ./test.sh -k ingest). Browser tests need Debian's chromium:
-# installed here when running as root, skipped with a reason otherwise.
+# Extra arguments go to pytest, in both phases (e.g. ./test.sh -k ingest); --full adds the exhaustive tier.
+# Browser tests need Debian's chromium: installed here when running as root, skipped with a reason otherwise.
 set -euo pipefail
 cd "$(dirname "$0")"
 # Python may be told to write no bytecode (PYTHONDONTWRITEBYTECODE, set in some containers, this VM's
@@ -27,10 +27,17 @@ fi
 # one worker, so its module fixtures are built once), then the timing-sensitive ones alone (the `serial`
 # marker, tests/conftest.py). A phase that selects no test (exit 5) is not a failure unless both do.
 # TEST_WORKERS=1 runs the first phase in one process.
+# The default leaves out the exhaustive tier (the `full` marker: variants of a behaviour a default test already
+# checks, each naming that test, tests/conftest.py); `./test.sh --full` runs it too.
+tier=" and not full"
+args=()
+for arg in "$@"; do
+    if [ "$arg" = --full ]; then tier=""; else args+=("$arg"); fi
+done
 status=0
-.venv/bin/python -m pytest -n "${TEST_WORKERS:-auto}" --dist loadfile -m "not serial" "$@" || status=$?
+.venv/bin/python -m pytest -n "${TEST_WORKERS:-auto}" --dist loadfile -m "not serial$tier" ${args[@]+"${args[@]}"} || status=$?
 serial=0
-.venv/bin/python -m pytest -p no:xdist -m serial "$@" || serial=$?
+.venv/bin/python -m pytest -p no:xdist -m "serial$tier" ${args[@]+"${args[@]}"} || serial=$?
 if [ "$status" = 5 ] && [ "$serial" != 5 ]; then status=0; fi
 if [ "$serial" != 0 ] && [ "$serial" != 5 ]; then status=$serial; fi
 exit "$status"

@@ -30,17 +30,55 @@ SERIAL_FILES = frozenset(
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the tier check sees every collected test
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
+    whole = not any("::" in str(arg) for arg in config.args)  # files collected whole: covers checkable
+    problems = full_tier_problems([(item.nodeid, item.get_closest_marker("full")) for item in items], whole)
+    if problems:
+        raise pytest.UsageError("the full tier (`full` marker):\n  " + "\n  ".join(problems))
+
+
+# The exhaustive tier: `@pytest.mark.full(covered_by="tests/test_x.py::test_y[case]")` marks a variant
+# (another dtype, format, family or engine pair) of a behaviour that a default test already checks;
+# ./test.sh leaves it out, ./test.sh --full runs it. `covered_by` names that default test (or a tuple of
+# them, one per part of what it checks): each must be collected wherever its file is, and not be in the
+# full tier itself.
+def full_tier_problems(marked: list[tuple[str, pytest.Mark | None]], whole_files: bool = True) -> list[str]:
+    """What is wrong with the `full` marks of these (nodeid, mark) pairs: a mark without `covered_by`,
+    a test of the full tier as its cover, or (where the files were collected whole) a `covered_by` that
+    names no collected test of a collected file."""
+    tier = {nodeid for nodeid, mark in marked if mark is not None}
+    collected = {nodeid for nodeid, _ in marked}
+    files = {nodeid.split("::", 1)[0] for nodeid in collected}
+    problems = []
+    for nodeid, mark in marked:
+        if mark is None:
+            continue
+        covers = mark.kwargs.get("covered_by")
+        covers = (covers,) if isinstance(covers, str) else tuple(covers or ())
+        if not covers or not all(isinstance(c, str) and "::" in c for c in covers):
+            problems.append(f"{nodeid}: no covered_by naming the default test that checks its behaviour")
+            continue
+        for cover in covers:
+            if cover in tier:
+                problems.append(f"{nodeid}: covered_by {cover} is in the full tier itself")
+            elif whole_files and cover.split("::", 1)[0] in files and cover not in collected:
+                problems.append(f"{nodeid}: covered_by {cover} is not a collected test")
+    return problems
+
+
+def _only_serial(config: pytest.Config) -> bool:
+    return config.getoption("markexpr", "") in ("serial", "serial and not full")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """With `-m serial` (./test.sh's second phase) only the files that can hold a serial test are
     imported: SERIAL_FILES and those that name the marker. Importing all the others to deselect them
     cost the phase ~12 s of CPU (torch, the simulators, the app)."""
-    if config.getoption("markexpr", "") != "serial" or collection_path.suffix != ".py":
+    if not _only_serial(config) or collection_path.suffix != ".py":
         return None
     if not collection_path.name.startswith("test_") or collection_path.name in SERIAL_FILES:
         return None

@@ -132,7 +132,13 @@ def test_pretrained_forward_pass_embeds_meaning() -> None:
     assert same > 0.5 and same - different > 0.3, (same, different)
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16", "int8"])
+# the other dtypes in the full tier (./test.sh --full): each profiles and optimises every shape again
+AS_FP32 = pytest.mark.full(
+    covered_by="tests/test_pipeline_model.py::test_torchscript_executor_matches_eager_on_every_shape[fp32]"
+)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", *(pytest.param(d, marks=AS_FP32) for d in ("bf16", "int8"))])
 def test_torchscript_executor_matches_eager_on_every_shape(dtype) -> None:
     eager = ModelRunner(build_classifier()[0], dtype=dtype)  # same seed: same weights
     script = ModelRunner(build_classifier()[0], dtype=dtype, script=True)

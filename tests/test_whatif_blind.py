@@ -95,9 +95,11 @@ def test_throttling_lever_takes_the_period_boundary_and_the_calls_it_held(tmp_pa
     it was stopped is accepted on the boundary (its gap cut to the usual), and a crossing span takes
     the time of the same span on a pod not throttled."""
     (tmp_path / "h").mkdir()
-    # 4,000 requests: enough busy periods that the pods' boundaries and held calls show in the p99
-    healthy = p99(frame(tmp_path / "h", "throttled-embedder", "healthy", requests=4000))
-    f = frame(tmp_path, "throttled-embedder", "cpu-throttling", requests=4000)
+    # 2,500 requests (4,000 before: -16.0 % against -9.2 % here; with the boundary at the stall ends'
+    # mean, or without the boundary's accepted or replied calls, the p99 passes at both sizes alike:
+    # bench/RESULTS.md, suite13); without the stalls' edit the guess stays at `before`, > 3x healthy
+    healthy = p99(frame(tmp_path / "h", "throttled-embedder", "healthy"))
+    f = frame(tmp_path, "throttled-embedder", "cpu-throttling")
     guess, before = predicted(f, "no_throttling")
     assert before > 3 * healthy
     assert guess == pytest.approx(healthy, rel=0.2), (guess, healthy, before)
@@ -109,8 +111,10 @@ def test_a_pool_held_past_the_span_that_takes_it_and_retries_both_fixed(tmp_path
     before the first child; composed with the callee fixed, the two-cause run lands on the run
     without either."""
     (tmp_path / "h").mkdir()
-    healthy = p99(frame(tmp_path / "h", "pool-retry", "healthy", requests=4000))
-    f = frame(tmp_path, "pool-retry", "pool-exhaustion+deadline-retry", requests=4000)
+    # 2,500 requests (4,000 before): both fixed -9.3 % (-8.8 % at 4,000); without the cut before the
+    # first child +26.4 % (+21.6 %), failing at both sizes (bench/RESULTS.md, suite13)
+    healthy = p99(frame(tmp_path / "h", "pool-retry", "healthy"))
+    f = frame(tmp_path, "pool-retry", "pool-exhaustion+deadline-retry")
     findings = [fd.to_dict(with_chart=True) for fd in diagnose_frame(f).findings]
     result = evaluate(f, findings, combine=[("no_lock_wait", "callee_p50")])
     both = [o for o in result.outcomes if o.key.startswith("no_lock_wait") and "+callee_p50" in o.key]

@@ -1,0 +1,76 @@
+"""The test suite's tiers: ./test.sh leaves out the `full` tier unless given --full, and every test in that
+tier names a default test that checks the same behaviour (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO_ROOT, full_tier_problems
+
+FILE = "tests/test_x.py"
+
+
+def full(cover: object = None) -> pytest.Mark:
+    return pytest.mark.full(covered_by=cover).mark if cover is not None else pytest.mark.full.mark
+
+
+def test_a_variant_that_names_a_default_test_passes() -> None:
+    marked = [(f"{FILE}::test_a[fp32]", None), (f"{FILE}::test_a[bf16]", full(f"{FILE}::test_a[fp32]"))]
+    assert full_tier_problems(marked) == []
+    both = (f"{FILE}::test_a[fp32]", f"{FILE}::test_b")
+    marked += [(f"{FILE}::test_b", None), (f"{FILE}::test_c", full(both))]
+    assert full_tier_problems(marked) == []
+    marked[-1] = (f"{FILE}::test_c", full((f"{FILE}::test_a[fp32]", f"{FILE}::test_d")))
+    assert ["not a collected test" in p for p in full_tier_problems(marked)] == [True]
+
+
+@pytest.mark.parametrize(
+    "cover,problem",
+    [
+        (None, "no covered_by"),
+        ("test_a[fp32]", "no covered_by"),
+        ((), "no covered_by"),
+        (f"{FILE}::test_a[fp16]", "not a collected test"),
+        (f"{FILE}::test_a[int8]", "in the full tier itself"),
+    ],
+)
+def test_a_variant_without_a_default_test_is_refused(cover: str | None, problem: str) -> None:
+    marked = [(f"{FILE}::test_a[fp32]", None), (f"{FILE}::test_a[bf16]", full(cover)),
+              (f"{FILE}::test_a[int8]", full(f"{FILE}::test_a[fp32]"))]
+    problems = full_tier_problems(marked)
+    assert len(problems) == 1 and problem in problems[0], problems
+
+
+def test_a_cover_in_a_file_not_collected_or_not_collected_whole_is_not_checked() -> None:
+    other = [(f"{FILE}::test_a[bf16]", full("tests/test_y.py::test_b"))]
+    assert full_tier_problems(other) == []
+    one = [(f"{FILE}::test_a[bf16]", full(f"{FILE}::test_a[fp32]"))]  # e.g. `pytest FILE::test_a[bf16]`
+    assert full_tier_problems(one, whole_files=False) == []
+    assert full_tier_problems(one) != []
+
+
+def _pytest_markers(args: str) -> list[str]:
+    """The -m expressions test.sh's two pytest lines get for these arguments (pytest itself replaced by
+    an echo of its arguments)."""
+    script = (REPO_ROOT / "test.sh").read_text()
+    lines = [line for line in script.splitlines() if line.startswith(".venv/bin/python -m pytest")]
+    assert len(lines) == 2
+    setup = script.split("status=0", 1)[0].split("tier=", 1)[1]
+    body = "tier=" + setup + "\n" + "\n".join(
+        line.replace(".venv/bin/python -m pytest", "printf '%s|' ").replace(" || status=$?", "; echo")
+        .replace(" || serial=$?", "; echo") for line in lines)
+    out = subprocess.run(["bash", "-c", f"set -euo pipefail\nset -- {args}\n{body}"], capture_output=True,
+                         text=True, check=True, cwd=Path(REPO_ROOT)).stdout
+    return [row.split("-m|", 1)[1].split("|", 1)[0] + " / " + row.split("-m|", 1)[1].split("|", 1)[1]
+            for row in out.splitlines()]
+
+
+def test_test_sh_leaves_the_full_tier_out_unless_told() -> None:
+    assert _pytest_markers("-k ingest") == [
+        "not serial and not full / -k|ingest|",
+        "serial and not full / -k|ingest|",
+    ]
+    assert _pytest_markers("--full -k ingest") == ["not serial / -k|ingest|", "serial / -k|ingest|"]
+    assert _pytest_markers("") == ["not serial and not full / ", "serial and not full / "]
