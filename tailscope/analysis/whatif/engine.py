@@ -21,6 +21,7 @@ from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
+from tailscope.analysis.whatif.timer_levers import timer_quanta
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
@@ -35,7 +36,7 @@ from tailscope.analysis.whatif.retime import (
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 
-WHATIF_VERSION = 12  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 13  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -208,7 +209,7 @@ def plan(
         elif p == "slow_dependency":
             out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
         elif p == "network":
-            out += [network_p50(x, fd), connects_reused(x, fd)]
+            out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
             out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
