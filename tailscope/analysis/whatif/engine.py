@@ -21,7 +21,6 @@ from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
-from tailscope.analysis.whatif.timer_levers import timer_quanta
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
@@ -35,6 +34,7 @@ from tailscope.analysis.whatif.retime import (
 )
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
+from tailscope.analysis.whatif.timer_levers import timer_quanta
 
 WHATIF_VERSION = 13  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
@@ -207,13 +207,14 @@ def plan(
             out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
                     lk.no_stated_wait(x, fd)]
         elif p == "slow_dependency":
-            out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
+            out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms), timer_quanta(x, fd)]
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
             out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
-            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
+            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd),
+                    timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
             out.append(batched_calls(x, fd) or payload_at_median(x, fd))
         elif p == "cpu_throttling":
