@@ -7,6 +7,7 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
+import pytest
 
 from tailscope.analysis.whatif.engine import evaluate
 from tailscope.analysis.whatif.timer_levers import quantum_cuts, replay_pool
@@ -59,8 +60,11 @@ def _pool_run(lost: float) -> list[tuple]:
     return rows
 
 
-def test_the_pool_jobs_queued_behind_the_quanta_no_longer_wait() -> None:
-    finding = {"pattern": "network", "confidence": 0.9, "span_name": "POST", "evidence": {"stats": {}}}
+@pytest.mark.parametrize("pattern", ["network", "slow_dependency", "timeout_retry"])
+def test_the_pool_jobs_queued_behind_the_quanta_no_longer_wait(pattern: str) -> None:
+    """A call waiting out a resolver's timer is named a network fault, a slow dependency or a retried
+    call: the quanta go whichever it is named."""
+    finding = {"pattern": pattern, "confidence": 0.9, "span_name": "POST", "evidence": {"stats": {}}}
     faulty = evaluate(hand_frame(_pool_run(0.03)), [finding])
     healthy = evaluate(hand_frame(_pool_run(0.0)), [finding])
     fixed = [o for o in faulty.outcomes if o.key == "network_timers:POST"]
