@@ -78,3 +78,34 @@ def test_the_pool_jobs_queued_behind_the_quanta_no_longer_wait(pattern: str) -> 
 def test_the_pool_replay_is_first_come_first_served() -> None:
     wait = replay_pool(np.array([0.0, 1.0, 2.0, 3.0]), np.array([10.0, 10.0, 10.0, 10.0]), 2)
     assert wait.tolist() == [0.0, 0.0, 8.0, 8.0]
+
+
+def _nagle_run(delay_ms: float) -> list[tuple]:
+    """300 requests: a provider call, one in five on a new connection (a `connect` child, 12 ms, then
+    the exchange), the others on a reused one (the exchange alone, `delay_ms` more: Nagle against the
+    peer's delayed ACK)."""
+    rng = np.random.default_rng(5)
+    rows: list[tuple] = []
+    for k in range(300):
+        t = 100.0 * k
+        exchange = float(rng.lognormal(np.log(20), 0.2))
+        new = k % 5 == 0
+        call = exchange + (12.0 if new else delay_ms + float(rng.uniform(0, 4)) * (delay_ms > 0))
+        root = len(rows)
+        rows.append((k, -1, "GET /embed", "Server", 0, t, call + 1.0))
+        rows.append((k, root, "POST", "Client", 0, t + 0.5, call))
+        if new:
+            rows.append((k, root + 1, "connect", "Internal", 0, t + 0.5, 12.0))
+    return rows
+
+
+def test_a_reused_connection_one_delayed_ack_slower_than_a_new_one_loses_it() -> None:
+    finding = {"pattern": "network", "confidence": 0.9, "span_name": "POST", "evidence": {"stats": {}}}
+    faulty = evaluate(hand_frame(_nagle_run(40.0)), [finding])
+    healthy = evaluate(hand_frame(_nagle_run(0.0)), [finding])
+    fixed = [o for o in faulty.outcomes if o.key == "network_timers:POST"]
+    assert fixed, [o.key for o in faulty.outcomes]
+    assert faulty.measured.p50_ms > 55
+    assert abs(fixed[0].p50_ms - healthy.measured.p50_ms) < 0.1 * healthy.measured.p50_ms
+    assert abs(fixed[0].p99_ms - healthy.measured.p99_ms) < 0.1 * healthy.measured.p99_ms
+    assert not [o for o in healthy.outcomes if o.key.startswith("network_timers")]

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever
 from tailscope.analysis.whatif.retime import Edit
 
@@ -34,7 +35,7 @@ MAX_TOL = 0.2  # a carrier is within this share of the quantum of base + n quant
 TAKEN_NS = 200_000  # a job that waited starts as another ends (within the hand-off)
 WAIT_NS = 1 * MS  # a gap before a leaf over this is a wait worth a look
 POOL_SHARE = 0.5  # of a name's waited leaves, this share start as a pool job ends
-MIN_WAITED = 5  # waited leaves a name needs to be a pool's job
+MIN_WAITED = 20  # waited leaves a name needs to be a pool's job
 RELEASE_SHARE = 0.2  # a name whose ends start at least this share of a job name's waited leaves
 
 
@@ -199,6 +200,39 @@ def _earlier_cuts(trace: np.ndarray, start: np.ndarray, cut: np.ndarray) -> np.n
     return out
 
 
+DELAYS_NS = (200 * MS, 40 * MS)  # the minimum RTO; the delayed ACK (Linux's minimum timer)
+SHIFT_TOL = 0.25  # a reused connection's exchange this share of a delay off the new ones' plus it
+MIN_CALLS = 20  # calls of each kind (a new connection, a reused one) to compare
+
+
+def reused_delay(x: Inputs, calls: np.ndarray) -> np.ndarray:
+    """Per call: a timer's delay on a reused connection (ns; 0 elsewhere). A call that opens its
+    connection (a child whose name says connect, a handshake) pays the handshakes, then its exchange;
+    one on a reused connection is the exchange alone and should take no longer than that. Where the
+    reused calls' median is one timer's length (40 ms: a small write held by Nagle until the peer's
+    delayed ACK; 200 ms: the minimum RTO) above the new calls' exchange after their connect, each
+    reused call carries it: the fix (TCP_NODELAY, a write of its own) removes it from each."""
+    from tailscope.analysis.whatif.network_levers import CONNECT_WORDS
+
+    f, lay = x.frame, x.lay
+    out = np.zeros(len(calls))
+    connect = np.array([any(w in n.lower() for w in CONNECT_WORDS) for n in f.names], bool)
+    kids = np.nonzero(lay.parent >= 0)[0]
+    opened = np.zeros(len(f), bool)
+    opened[lay.parent[kids[connect[f.name[kids]]]]] = True
+    new, reused = opened[calls], ~lay.has_children[calls]
+    if new.sum() < MIN_CALLS or reused.sum() < MIN_CALLS:
+        return out
+    exchange = lay.trailing[calls[new]].astype(np.float64)
+    shift = float(np.median(f.dur[calls[reused]])) - float(np.median(exchange))
+    for q in DELAYS_NS:
+        if abs(shift - q) <= SHIFT_TOL * q:
+            floor = float(np.quantile(exchange, 0.01))
+            out[reused] = np.minimum(q, np.maximum(f.dur[calls[reused]] - floor, 0.0))
+            break
+    return out
+
+
 def timer_quanta(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """The whole timer quanta removed from the finding's calls that carry them (and the waits of a
     bounded pool's jobs queued behind the spans that held its slots meanwhile)."""
@@ -212,7 +246,12 @@ def timer_quanta(x: Inputs, finding: dict[str, Any]) -> Lever | None:
             cut = quantum_cuts(f.dur[rows])
             edit.cut_after[rows] += cut
             carriers.append(rows[cut > 0])
-    held = np.concatenate(carriers) if carriers else np.zeros(0, np.int64)
+    calls = x.spans_named(finding.get("span_name"), in_requests=False)
+    calls = calls[f.kind[calls] == KIND_CLIENT]
+    delay = reused_delay(x, calls)
+    edit.cut_after[calls] += np.minimum(delay, np.maximum(f.dur[calls] - edit.cut_after[calls], 0.0))
+    carriers.append(calls[delay > 0])
+    held = np.concatenate(carriers)
     if not len(held):
         return None
     queued = _pool_cuts(x, edit, held)
@@ -222,8 +261,9 @@ def timer_quanta(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         f"Timer waits removed from '{name}' ({len(held)} calls waited out a resolver or TCP timer)",
         SOFTWARE,
         "the calls that took their usual time plus whole quanta of a resolver's or the kernel's timer "
-        "(5 s, 1 s, 200 ms) take it less the quanta; a bounded pool's jobs queued behind them are "
-        "replayed through its slots (a model)",
+        "(5 s, 1 s, 200 ms) take it less the quanta, calls on a reused connection one delay (40 ms "
+        "delayed ACK, 200 ms RTO) longer than a new connection's exchange take it less; a bounded "
+        "pool's jobs queued behind them are replayed through its slots (a model)",
         edit,
         pattern=finding.get("pattern"),
         span_name=name,
