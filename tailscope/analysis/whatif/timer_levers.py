@@ -141,7 +141,7 @@ def _overlaps(a: np.ndarray, b: np.ndarray, start: np.ndarray, end: np.ndarray) 
     return (pos >= 0) & (reach[np.maximum(pos, 0)] >= a)
 
 
-def _backlog_behind(a: np.ndarray, b: np.ndarray, waited: np.ndarray, start: np.ndarray, end: np.ndarray
+def backlog_behind(a: np.ndarray, b: np.ndarray, waited: np.ndarray, start: np.ndarray, end: np.ndarray
                     ) -> np.ndarray:
     """Whether each waited job [a, b] is part of a backlog (waits overlapping one another) that met a
     carrier's interval: the jobs queued after it ended still drain the queue it built."""
@@ -178,7 +178,7 @@ def _pool_cuts(x: Inputs, edit: Edit, carriers: np.ndarray) -> int:
         for inst, c in slots.items():
             on = f.instance[jobs] == inst
             held = carriers[f.instance[carriers] == inst]
-            behind = _backlog_behind(arrive[on], f.start[jobs[on]], waited[on], f.start[held],
+            behind = backlog_behind(arrive[on], f.start[jobs[on]], waited[on], f.start[held],
                                      f.start[held] + f.dur[held])
             if behind.any():
                 new = replay_pool(moved[on], service[on], c)
