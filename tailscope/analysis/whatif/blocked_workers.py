@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.levers import Inputs, Lever
 from tailscope.analysis.whatif.retime import Edit
 from tailscope.analysis.whatif.timer_levers import backlog_behind
 
@@ -76,3 +76,13 @@ def unblocked(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
         edit.cut_before[on] += np.where(behind, lay.gap[on], 0)
         shrank += int(behind.sum())
     return shrank
+
+
+def unblocked_lever(x: Inputs, lever: Lever | None) -> Lever | None:
+    """`lever` (a dependency at its p50) with the waits its calls no longer cause on their workers cut."""
+    if lever is None:
+        return None
+    calls = np.nonzero(~np.isnan(lever.edit.dur))[0]
+    if unblocked(x, lever.edit, calls):
+        lever.model += "; the other tasks' waits inside the time the calls no longer block their worker go"
+    return lever

@@ -303,10 +303,6 @@ def dependency_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         edit.dur[spans[slow]] = _draw(x.rng(4), d[~slow], int(slow.sum()))
         model = ("a third or more of the calls are in a slower mode (a backend behind the balancer got "
                  "slow): each takes the time of a call of the fast mode (drawn from the run)")
-    from tailscope.analysis.whatif.blocked_workers import unblocked
-
-    if unblocked(x, edit, spans):  # the calls blocked their worker: the tasks queued on it wait less
-        model += "; the other tasks' waits inside the time the calls no longer block their worker go"
     return Lever(
         f"dependency_p50:{name}",
         f"'{name}' always at its p50 ({p50 / 1e6:.1f} ms)",
