@@ -17,6 +17,7 @@ from tailscope.analysis.whatif import lock_levers as lk
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.attempts import abandoned_attempts, answered_in_time
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
+from tailscope.analysis.whatif.blocked_workers import unblocked_lever
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
@@ -34,8 +35,9 @@ from tailscope.analysis.whatif.retime import (
 )
 from tailscope.analysis.whatif.served import Served, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
+from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 12  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 13  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -206,13 +208,15 @@ def plan(
             out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
                     lk.no_stated_wait(x, fd)]
         elif p == "slow_dependency":
-            out += [lv.dependency_p50(x, fd), lv.dependency_deadline(x, fd, deadline_ms)]
+            out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
+                    timer_quanta(x, fd)]
         elif p == "network":
-            out += [network_p50(x, fd), connects_reused(x, fd)]
+            out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
             out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
-            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd)]
+            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd),
+                    timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
             out.append(batched_calls(x, fd) or payload_at_median(x, fd))
         elif p == "cpu_throttling":
