@@ -6,7 +6,8 @@ runs once (`Model.run`, one span per member with the batch's interval: batched w
 
 Knobs: the timer (`max_wait`), the arrival rate and a burst, a new kind of input arriving mid-run whose
 first batch on each instance compiles (`compile_ms`), kinds that are slow every time (`kind_cost`), and
-process stops at given times (`stops`: every thread frozen, as a pause is)."""
+process stops at given times (`stops`: every thread frozen, as a pause is), a device shared with a
+co-tenant (`shared_device`)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,15 @@ KINDS = ("s32", "s64", "s128")
 def batcher_service(seed: int = 1, n: int = 3000, rps: float = 120.0, max_wait: float = 4.0,
                     max_batch: int = 16, instances: int = 3, burst: float = 1.0,
                     new_kind_from: float | None = None, compile_ms: float = 0.0, kind_cost: float = 1.0,
-                    stops: dict[str, list[tuple[float, float]]] | None = None):
+                    stops: dict[str, list[tuple[float, float]]] | None = None,
+                    shared_device: dict[str, list[tuple[float, float]]] | None = None,
+                    gc_events: list[tuple[str, float, float]] | None = None):
     """`burst`: arrivals x this over the middle tenth of the run; `new_kind_from`: from this share of
     the run 15 % of the requests are of a new kind ("s256"), whose first batch on an instance takes
-    `compile_ms` more (a compile) and every batch `kind_cost` x the usual (longer inputs)."""
+    `compile_ms` more (a compile) and every batch `kind_cost` x the usual (longer inputs);
+    `shared_device`: windows (ms) in which an instance's device is time-sliced with a co-tenant (its
+    kernels take 3x as long); `gc_events`: (instance, start, end) ms the runtime reports as
+    collections."""
     b = TraceBuilder(seed)
     b.stages.update({"Batcher.wait": "queue", "Model.run": "model_forward"})
     gaps = b.rng.exponential(1000.0 / rps, n)
@@ -61,6 +67,8 @@ def batcher_service(seed: int = 1, n: int = 3000, rps: float = 120.0, max_wait: 
                 if bucket not in built:
                     work += compile_ms * b.rng.lognormal(0.0, 0.1)
                     built.add(bucket)
+            if any(a <= close < z for a, z in (shared_device or {}).get(name, ())):
+                work *= 3.0
             end = pauses.run(name, close, work)
             free = end
             for m in members:
@@ -74,4 +82,4 @@ def batcher_service(seed: int = 1, n: int = 3000, rps: float = 120.0, max_wait: 
                        batch__size=len(members))
                 done = pauses.run(name, end + 0.05, lognormal(b.rng, 0.5, 0.2))
                 b.set_end(root, done)
-    return b.frame()
+    return b.frame(gc=gc_events)
