@@ -29,6 +29,7 @@ from tailscope.analysis.diagnosis import (
     lock_contention,
     network,
     new_kinds,
+    payload_holders,
     pool_checkout,
     proxy_stalls,
     queueing,
@@ -323,6 +324,7 @@ def _diagnose_units(
     findings = callee_waits.settle(ctx, findings)  # a call in its callee's accept queue: no lock
     findings = new_kinds.settle(ctx, findings)  # a compile for a new kind of input read as a pause
     findings = batch_timer.settle(ctx, findings)  # a forward whose batches a batcher's timer grows
+    findings = payload_holders.settle(findings)  # stalls held by work that grew with its payload
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)
