@@ -46,10 +46,8 @@ def within_time(ctx: Context, spans: np.ndarray) -> float:
     at any moment; calls that merely run slower for a while (a bad rollout, a slower replica) are many
     at once because each lasts longer, and within a stretch of time their number says nothing of their
     duration."""
-    from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
-
     f = ctx.frame
-    conc = concurrency_at_start(ctx, spans)
+    conc = _ahead(f.instance[spans], f.start[spans], f.end[spans])
     d = f.dur[spans].astype(np.float64)
     t = f.start[spans].astype(np.float64)
     b = np.minimum(((t - t.min()) * BINS / max(t.max() - t.min(), 1.0)).astype(np.int64), BINS - 1)
@@ -61,6 +59,18 @@ def within_time(ctx: Context, spans: np.ndarray) -> float:
     rc -= (np.bincount(g, weights=rc) / n)[g]
     rd -= (np.bincount(g, weights=rd) / n)[g]
     return pearson(rc, rd) if rc.std() > 0 and rd.std() > 0 else 0.0
+
+
+def _ahead(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per span: the spans of its group (instance) started strictly before it and still running."""
+    horizon = int(end.max(initial=0)) + 2
+    s_key = group.astype(np.int64) * horizon + start
+    e_key = group.astype(np.int64) * horizon + end
+    starts, ends = np.sort(s_key), np.sort(e_key)
+    first = group.astype(np.int64) * horizon
+    before = np.searchsorted(starts, s_key, "left") - np.searchsorted(starts, first, "left")
+    ended = np.searchsorted(ends, s_key, "right") - np.searchsorted(ends, first, "left")
+    return np.maximum(before - ended, 0).astype(np.float64)
 
 
 def where_the_extra_is(ctx: Context, spans: np.ndarray) -> tuple[float, float, int]:
