@@ -37,3 +37,18 @@ def test_reported_collections_keep_their_stalls() -> None:
     findings = _run(40.0, co_tenant=False)
     assert findings[0].pattern == "gc_pause"
     assert _conf(findings, "compute_bound") < 0.5
+
+
+def test_stalls_a_cpu_quota_explains_stay_stops() -> None:
+    """The same unreported silences, where cpu_throttling reads them as a quota's, are stops: kept
+    (throttled-embedder cpu-throttling: compute_bound 0.91 above cpu_throttling 0.96 without this)."""
+    from tailscope.analysis.diagnosis.compute_bound import unreported_stops_left_out
+    from tailscope.analysis.diagnosis.model import Context, Finding
+
+    frame = batcher_service(n=400, gc_events=[("scorer/0", 100.0, 100.0), ("scorer/1", 200.0, 200.0)])
+    ctx = Context(frame)
+    ms = 1_000_000
+    episodes = (np.array([0, 1]), np.array([1000 * ms, 1500 * ms]), np.array([1040 * ms, 1540 * ms]))
+    assert len(unreported_stops_left_out(ctx, episodes)[0]) == 0  # no collection reported in them
+    ctx.notes["stall_findings"] = [Finding("cpu_throttling", 0.9, None, None, {"summary": "", "stats": {}}, "")]
+    assert len(unreported_stops_left_out(ctx, episodes)[0]) == 2

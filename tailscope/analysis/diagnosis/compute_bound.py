@@ -9,8 +9,8 @@ means batching and launch overhead matter, a large per-item part means the arith
 attributes (`*device*`, `*dtype*`).
 
 Time the forward spent inside a process-wide stall (gc_pause's episodes) is the pause's, except where
-the process' runtime reports its collections and none falls in the stall: every thread waiting for a
-slow device is silent as a paused process is (`unreported_stops_left_out`).
+the process' runtime reports its collections, none falls in the stall and no CPU quota explains it:
+every thread waiting for a slow device is silent as a paused process is (`unreported_stops_left_out`).
 
 A forward reached through a call (a CLIENT span above it) delays the request only while the caller
 waits: where the caller gives up at a deadline (and retries), the callee's forward runs on after the
@@ -315,9 +315,13 @@ def unreported_stops_left_out(ctx: Context, episodes):
     on it) with none reported in the episode: such a runtime's silence there is no collection, and a
     process whose every thread waits for a busy device (a co-tenant's time slices, lower clocks) is
     silent as a stopped one is: that time is the forward's. Events without a duration (a Zipkin
-    annotation keeps a name and a time) still say a collection ran then."""
+    annotation keeps a name and a time) still say a collection ran then. Where cpu_throttling reads
+    the stalls as a CPU quota's (>= 0.3), they are stops all the same: kept."""
     f = ctx.frame
     if episodes is None or len(f.gc_time) == 0:
+        return episodes
+    quota = [fd for fd in ctx.notes.get("stall_findings") or [] if fd.pattern == "cpu_throttling"]
+    if max((fd.confidence for fd in quota), default=0.0) >= 0.3:  # a CPU quota stops the process too
         return episodes
     ep_inst, ep_t0, ep_t1 = episodes
     reporting = np.zeros(len(f.instances), bool)
