@@ -50,5 +50,6 @@ def test_stalls_a_cpu_quota_explains_stay_stops() -> None:
     ms = 1_000_000
     episodes = (np.array([0, 1]), np.array([1000 * ms, 1500 * ms]), np.array([1040 * ms, 1540 * ms]))
     assert len(unreported_stops_left_out(ctx, episodes)[0]) == 0  # no collection reported in them
-    ctx.notes["stall_findings"] = [Finding("cpu_throttling", 0.9, None, None, {"summary": "", "stats": {}}, "")]
+    quota = Finding("cpu_throttling", 0.9, None, None, {"summary": "", "stats": {}}, "")
+    ctx.notes["stall_findings"] = [quota]
     assert len(unreported_stops_left_out(ctx, episodes)[0]) == 2
