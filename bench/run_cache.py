@@ -99,7 +99,9 @@ def loaded_run(name: str, scenario: str, requests: int, seed: int,
             shutil.copyfile(stored, db)
             yield db, json.loads(meta.read_text())
             return
-        summary = _load(name, scenario, requests, seed, db)
+        # a family's summary may hold objects of its own (a conventions record): the cache keeps their
+        # repr, and a first run gets the same JSON form a later hit reads back
+        summary = json.loads(json.dumps(_load(name, scenario, requests, seed, db), default=repr))
         entry.parent.mkdir(parents=True, exist_ok=True)
         part = entry.parent / f".{entry.name}.{os.getpid()}"
         shutil.copyfile(db, part.with_suffix(".duckdb"))
