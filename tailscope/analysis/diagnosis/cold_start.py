@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cold_after_change, cold_peers, first_calls
+from tailscope.analysis.diagnosis import cold_after_change, cold_peers, first_calls, new_kinds
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, ranks
 from tailscope.vocabulary import ALL_STAGES
@@ -82,9 +82,10 @@ def detect(ctx: Context) -> list[Finding]:
     """The instances' warm-up (below), a callee that joined mid-run answering its first calls
     slowly where its own spans are not traced (cold_peers.py), many short-lived instances each
     paying its start in its first request (first_calls.py), and a running process whose data went
-    cold at one moment (cold_after_change.py)."""
+    cold at one moment (cold_after_change.py), and the first run of a new kind of input in a running
+    process (new_kinds.py)."""
     return (_instances(ctx) + cold_peers.detect(ctx, ADVICE) + first_calls.detect(ctx, ADVICE)
-            + cold_after_change.detect(ctx, ADVICE))
+            + cold_after_change.detect(ctx, ADVICE) + new_kinds.detect(ctx, ADVICE))
 
 
 def _instances(ctx: Context) -> list[Finding]:

@@ -8,6 +8,10 @@ means batching and launch overhead matter, a large per-item part means the arith
 (quantization, a smaller/distilled model, faster hardware). Device and dtype come from the run's setup
 attributes (`*device*`, `*dtype*`).
 
+Time the forward spent inside a process-wide stall (gc_pause's episodes) is the pause's, except where
+the process' runtime reports its collections, none falls in the stall and no CPU quota explains it:
+every thread waiting for a slow device is silent as a paused process is (`unreported_stops_left_out`).
+
 A forward reached through a call (a CLIENT span above it) delays the request only while the caller
 waits: where the caller gives up at a deadline (and retries), the callee's forward runs on after the
 CLIENT span has ended, and the whole of an attempt the caller abandoned bought nothing: the request
@@ -139,7 +143,7 @@ def detect(ctx: Context) -> list[Finding]:
     share = base = ctx.share_of(fwd, waited)
     # time the forward spent frozen in a process-wide pause is the gc_pause finding's, not compute's
     stalled = 0.0
-    episodes = ctx.notes.get("gc_episodes")
+    episodes = unreported_stops_left_out(ctx, ctx.notes.get("gc_episodes"))
     if episodes is not None:
         from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 
@@ -306,6 +310,32 @@ def _saturated(ctx: Context, fw: np.ndarray) -> tuple[float, float]:
     return float(covered / horizon), float(wait_share)
 
 
+def unreported_stops_left_out(ctx: Context, episodes):
+    """The stall episodes less those on an instance whose runtime reports its collections (GC events
+    on it) with none reported in the episode: such a runtime's silence there is no collection, and a
+    process whose every thread waits for a busy device (a co-tenant's time slices, lower clocks) is
+    silent as a stopped one is: that time is the forward's. Events without a duration (a Zipkin
+    annotation keeps a name and a time) still say a collection ran then. Where cpu_throttling reads
+    the stalls as a CPU quota's (>= 0.3), they are stops all the same: kept."""
+    f = ctx.frame
+    if episodes is None or len(f.gc_time) == 0:
+        return episodes
+    quota = [fd for fd in ctx.notes.get("stall_findings") or [] if fd.pattern == "cpu_throttling"]
+    if max((fd.confidence for fd in quota), default=0.0) >= 0.3:  # a CPU quota stops the process too
+        return episodes
+    ep_inst, ep_t0, ep_t1 = episodes
+    reporting = np.zeros(len(f.instances), bool)
+    reporting[f.gc_instance] = True
+    key = f.gc_instance.astype(np.float64) * 1e18 + f.gc_time
+    order = np.argsort(key)
+    key = key[order]
+    lo = np.searchsorted(key, ep_inst * 1e18 + ep_t0 - SLACK_NS, "left")
+    hi = np.searchsorted(key, ep_inst * 1e18 + ep_t1, "right")
+    keep = ~reporting[ep_inst] | (hi > lo)
+    return ep_inst[keep], ep_t0[keep], ep_t1[keep]
+
+
+SLACK_NS = 5_000_000  # a collection reported a little before the stall it makes is its start
 BUSY = 0.3  # consumers busy at least this share of the time: messages wait for the work in progress
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.diagnosis import (
+    batch_timer,
     burst_waits,
     cache_miss,
     callee_queue,
@@ -27,6 +28,8 @@ from tailscope.analysis.diagnosis import (
     large_payload,
     lock_contention,
     network,
+    new_kinds,
+    payload_holders,
     pool_checkout,
     proxy_stalls,
     queueing,
@@ -68,6 +71,7 @@ DETECTORS = (
     transaction_waits,
     head_of_line,
     queueing,
+    batch_timer,
     callee_queue,
     slow_dependency,
     network,
@@ -318,6 +322,9 @@ def _diagnose_units(
     findings = first_calls.settle(ctx, findings)  # a new instance's init read as another mechanism
     findings = retransmits.settle(ctx, findings)  # a lossy path's timer read as a slow dependency
     findings = callee_waits.settle(ctx, findings)  # a call in its callee's accept queue: no lock
+    findings = new_kinds.settle(ctx, findings)  # a compile for a new kind of input read as a pause
+    findings = batch_timer.settle(ctx, findings)  # a forward whose batches a batcher's timer grows
+    findings = payload_holders.settle(findings)  # stalls held by work that grew with its payload
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)

@@ -13,7 +13,12 @@ Where the extra time sits in the server's other child spans (its work, a lock sp
 finding stays lock_contention: that child, not the server, is where to look.
 
 The named queue is the stronger evidence: with no child span a lock inside the server is not ruled
-out, so the confidence is held at UNTRACED_CAP and the evidence says so.
+out, so the confidence is held at UNTRACED_CAP and the evidence says so. And with no child span the
+crowd itself may be the consequence: calls that run slower for a while (a bad rollout on one replica)
+are many at once because each lasts longer, so their number and duration rise together over time
+without any wait. A queue makes a call wait for the calls ahead at any moment: within (instance, time
+bin) the calls ahead must still rank with the duration (`within_time`, >= WITHIN), else the finding is
+held below 0.5 (HELD_BELOW).
 """
 
 from __future__ import annotations
@@ -25,11 +30,47 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.queueing import ADVICE
-from tailscope.analysis.diagnosis.stats import slow_spans
+from tailscope.analysis.diagnosis.stats import pearson, ranks, slow_spans
 
 PATTERN = "queueing"
 HELD = 0.5  # share of the slow spans' extra time in the server's queue (or its untraced own time)
 UNTRACED_CAP = 0.7  # a server reported as one span: a lock inside it cannot be ruled out
+BINS = 20  # time bins within which calls ahead and duration are compared
+WITHIN = 0.2  # below this correlation within time bins the crowd came with a slower period: no queue
+HELD_BELOW = 0.45
+
+
+def within_time(ctx: Context, spans: np.ndarray) -> float:
+    """Rank correlation of a name's calls ahead at start with its duration, within each (instance, time
+    bin): the ranks less their bin's mean. A queue makes a call that starts with more ahead wait longer
+    at any moment; calls that merely run slower for a while (a bad rollout, a slower replica) are many
+    at once because each lasts longer, and within a stretch of time their number says nothing of their
+    duration."""
+    f = ctx.frame
+    conc = _ahead(f.instance[spans], f.start[spans], f.end[spans])
+    d = f.dur[spans].astype(np.float64)
+    t = f.start[spans].astype(np.float64)
+    b = np.minimum(((t - t.min()) * BINS / max(t.max() - t.min(), 1.0)).astype(np.int64), BINS - 1)
+    group = f.instance[spans].astype(np.int64) * BINS + b
+    _, g = np.unique(group, return_inverse=True)
+    g = g.reshape(-1)
+    n = np.maximum(np.bincount(g), 1)
+    rc, rd = ranks(conc), ranks(d)
+    rc -= (np.bincount(g, weights=rc) / n)[g]
+    rd -= (np.bincount(g, weights=rd) / n)[g]
+    return pearson(rc, rd) if rc.std() > 0 and rd.std() > 0 else 0.0
+
+
+def _ahead(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per span: the spans of its group (instance) started strictly before it and still running."""
+    horizon = int(end.max(initial=0)) + 2
+    s_key = group.astype(np.int64) * horizon + start
+    e_key = group.astype(np.int64) * horizon + end
+    starts, ends = np.sort(s_key), np.sort(e_key)
+    first = group.astype(np.int64) * horizon
+    before = np.searchsorted(starts, s_key, "left") - np.searchsorted(starts, first, "left")
+    ended = np.searchsorted(ends, s_key, "right") - np.searchsorted(ends, first, "left")
+    return np.maximum(before - ended, 0).astype(np.float64)
 
 
 def where_the_extra_is(ctx: Context, spans: np.ndarray) -> tuple[float, float, int]:
@@ -72,7 +113,16 @@ def recast(ctx: Context, findings: list[Finding]) -> list[Finding]:
         if in_queue >= HELD and queue_name >= 0:
             out.append(_as_queue(fd, fd.confidence, f.names[queue_name], in_queue, "its queue span"))
         elif in_own >= HELD and f.leaf[spans].mean() >= 0.5:
-            out.append(_as_queue(fd, min(fd.confidence, UNTRACED_CAP), fd.span_name, in_own, "untraced"))
+            within = within_time(ctx, spans)
+            cap = UNTRACED_CAP if within >= WITHIN else HELD_BELOW
+            queued = _as_queue(fd, min(fd.confidence, cap), fd.span_name, in_own, "untraced")
+            queued.evidence["stats"]["calls_ahead_vs_duration_within_time"] = round(within, 3)
+            if within < WITHIN:
+                queued.evidence["summary"] = queued.evidence["summary"].rstrip(".") + (
+                    f"; but within any stretch of time the calls ahead say little of a call's duration "
+                    f"(rank correlation {within:.2f}): the calls were many because each ran longer for a "
+                    "while (a slower period of the server), not slower because many were ahead.")
+            out.append(queued)
         else:
             out.append(fd)
     return out
