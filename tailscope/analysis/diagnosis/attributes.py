@@ -28,6 +28,7 @@ SYSTEM_KEYS = ("db.system", "db.system.name")
 HIT_MISS_VALUES = frozenset({"hit", "miss", "hits", "misses", "stale", "expired", "refresh_hit"})
 ERROR_STATUS_VALUES = frozenset({"error", "status_code_error", "2"})
 TIMEOUT_HTTP = frozenset({408, 504, 499, 598, 599})
+REFUSED_HTTP = frozenset({429})  # Too Many Requests: a client span's error (OpenTelemetry: 4xx on a client)
 DEADLINE_GRPC = frozenset({"4", "deadline_exceeded"})
 
 
@@ -65,8 +66,9 @@ def has_cache_system(frame: TraceFrame, code: int) -> bool:
 
 def error_flags(frame: TraceFrame, code: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(span indices, error?) for the spans of a name that carry any status or error attribute:
-    status Error (`otel.status_code`, the loader's status), `error=true`, an HTTP status >= 500 or a
-    timeout status, a gRPC status other than OK. None where no span of the name says anything."""
+    status Error (`otel.status_code`, the loader's status), `error=true`, an HTTP status >= 500, a
+    timeout status or 429 (a refusal), a gRPC status other than OK. None where no span of the name says
+    anything."""
     attrs = frame.attributes(code)
     flagged: dict[int, bool] = {}
     for key, (idx, values) in attrs.items():
@@ -82,7 +84,7 @@ def error_flags(frame: TraceFrame, code: int) -> tuple[np.ndarray, np.ndarray] |
                     code_value = int(float(s))
                 except ValueError:
                     continue
-                bad = code_value >= 500 or code_value in TIMEOUT_HTTP
+                bad = code_value >= 500 or code_value in TIMEOUT_HTTP or code_value in REFUSED_HTTP
             elif k == "rpc.grpc.status_code":
                 bad = s not in ("0", "ok")
             elif k == "error.type":

@@ -241,7 +241,7 @@ def detect(ctx: Context) -> list[Finding]:
             "cohorts": fit.cohorts,
             "extra_time_in_conditional_calls": round(called, 3),
             "waits_ended_by_pool_release": None if np.isnan(pooled) else round(pooled, 3),
-            "slots": slots,
+            "slots": slots if confidence > 0.45 or slots >= 3 else None,
         }
         pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)
         chart = {
