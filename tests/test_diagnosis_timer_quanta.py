@@ -49,3 +49,16 @@ def test_a_resolver_timeout_on_one_untraced_call_is_network() -> None:
 def test_a_fixed_wait_that_is_no_timer_value_is_not_network() -> None:
     found = by_pattern(diagnose_frame(provider_calls(3, 700.0, 0.01)).findings)
     assert found.get("network", 0.0) < 0.5, found
+
+
+def test_a_few_calls_at_a_timer_value_are_chance() -> None:
+    """Six calls 1 s late in a run are too few to say a timer (a healthy heavy tail lands there too)."""
+    found = by_pattern(diagnose_frame(provider_calls(4, 1000.0, 0.0015)).findings)
+    assert found.get("network", 0.0) < 0.5, found
+
+
+def test_a_fixed_300_ms_wait_is_no_linux_timer() -> None:
+    """300 ms is Windows' retransmission floor, and three periods of a 100 ms CPU quota: on Linux
+    services, not a timer of the caller's kernel."""
+    found = by_pattern(diagnose_frame(provider_calls(5, 300.0, 0.01)).findings)
+    assert found.get("network", 0.0) < 0.5, found

@@ -16,9 +16,9 @@ excess (the most within ±2 %, >= 20 ms) is the timer; a call is *at the timer* 
 2x, 3x, 7x it (two lost segments; a segment lost twice, three times: 1 + 2 (+ 4)). Names sharing it:
 >= 3 calls at the timer and >= 30 % of their excursions.
 Strength = logistic(share of all excursions at the timer, 0.35, 0.08) x logistic(names sharing it, 1.5,
-0.3) (one name at one extra time may be its peer's own fixed wait), the second term 1 where the extra
-time is one of the kernel's or resolver's fixed quanta (within 3 %: the 40 ms delayed ACK, the 200 ms
-and 300 ms retransmission floors, the 1 s initial SYN timeout and its 3 s sum after a second drop,
+0.3) (one name at one extra time may be its peer's own fixed wait), the second term 1 where >= 10
+calls' extra time is one of the kernel's or resolver's fixed quanta (within 3 %: the 40 ms delayed ACK,
+Linux's 200 ms retransmission floor, the 1 s initial SYN timeout and its 3 s sum after a second drop,
 glibc's 5 s resolver timeout): a peer's own wait has no reason to land on them, a timer's always does,
 whatever the callee and whether it is traced. Weight: the timer calls' extra time
 as a share of the tail excess (material_weight). The callers named are those whose calls hit the timer
@@ -45,9 +45,10 @@ EXCURSION_X, EXCURSION_NS = 3.0, 10_000_000
 MIN_TIMER_NS = 20_000_000
 WIDTH = np.log(1.02)
 HELD = 0.45
-# the fixed waits a caller's own kernel or resolver adds (ns): delayed ACK, RTO floors (Linux, Windows),
-# the initial SYN RTO and 1 + 2 s after a second drop, glibc's resolver timeout
-QUANTA_NS = (40e6, 200e6, 300e6, 1e9, 3e9, 5e9)
+# the fixed waits a caller's own kernel or resolver adds (ns): delayed ACK, Linux's RTO floor, the
+# initial SYN RTO and 1 + 2 s after a second drop, glibc's resolver timeout; seen on at least QUANTUM_CALLS
+QUANTA_NS = (40e6, 200e6, 1e9, 3e9, 5e9)
+QUANTUM_CALLS = 10
 QUANTUM_WIDTH = np.log(1.03)
 MULTIPLES = np.array([1.0, 2.0, 3.0, 7.0])  # the timer after 1, 2 separate, 2 and 3 successive losses
 PART = 0.5
@@ -155,7 +156,7 @@ def detect(ctx: Context) -> list[Finding]:
     share = clamp01(excess_share(per_request, ctx.split))
     # a kernel's timer value on one call name: that name's excursions judged (a slow store's on other
     # names are another cause beside it)
-    quantum = is_quantum(timer)
+    quantum = is_quantum(timer) and len(calls) >= QUANTUM_CALLS
     at_share = max(found["share_at_timer"], found["share_of_names_at_timer"]) if quantum else \
         found["share_at_timer"]
     strength = logistic(at_share, 0.35, 0.08) * (1.0 if quantum else logistic(len(found["names"]), 1.5, 0.3))
