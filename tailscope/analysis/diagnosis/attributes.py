@@ -28,6 +28,7 @@ SYSTEM_KEYS = ("db.system", "db.system.name")
 HIT_MISS_VALUES = frozenset({"hit", "miss", "hits", "misses", "stale", "expired", "refresh_hit"})
 ERROR_STATUS_VALUES = frozenset({"error", "status_code_error", "2"})
 TIMEOUT_HTTP = frozenset({408, 504, 499, 598, 599})
+REFUSED_HTTP = frozenset({429})  # Too Many Requests: a client span's error (OpenTelemetry: 4xx on a client)
 DEADLINE_GRPC = frozenset({"4", "deadline_exceeded"})
 
 
@@ -80,7 +81,7 @@ def _error_verdict(k: str, s: str) -> bool | None:
             code_value = int(float(s))
         except ValueError:
             return None
-        return code_value >= 500 or code_value in TIMEOUT_HTTP
+        return code_value >= 500 or code_value in TIMEOUT_HTTP or code_value in REFUSED_HTTP
     if k == "rpc.grpc.status_code":
         return s not in ("0", "ok")
     return bool(s)  # error.type
@@ -88,9 +89,9 @@ def _error_verdict(k: str, s: str) -> bool | None:
 
 def error_flags(frame: TraceFrame, code: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(span indices, error?) for the spans of a name that carry any status or error attribute:
-    status Error (`otel.status_code`, the loader's status), `error=true`, an HTTP status >= 500 or a
-    timeout status, a gRPC status other than OK. None where no span of the name says anything.
-    Spans in the order they first carry one of these keys (in the attributes' key order), each
+    status Error (`otel.status_code`, the loader's status), `error=true`, an HTTP status >= 500, a
+    timeout status or 429 (a refusal), a gRPC status other than OK. None where no span of the name says
+    anything. Spans in the order they first carry one of these keys (in the attributes' key order), each
     value judged once per distinct value (a name's statuses repeat), other keys not read."""
     spans, verdicts = [], []
     for key, (idx, values) in frame.attributes(code).items():

@@ -31,24 +31,27 @@ RESPONSE_CACHE_CAP = 0.3
 
 def cache_evidence(
     ctx: Context, code: int, spans: np.ndarray, why: dict | None, slow: np.ndarray
-) -> str | None:
-    """What says the two modes of a span name are a cache: a call made on the slow path only (a miss
-    going to the store), as its child or one level further down, or a cache system, cache name or
-    hit/miss attribute on the span or on its children. None where nothing does."""
+) -> tuple[str | None, bool]:
+    """What says the two modes of a span name are a cache, and whether it marks the slow mode as the
+    misses: a call made on the slow path only (a miss going to the store), as its child or one level
+    further down, or a hit/miss attribute that tells the modes apart (marks them), else a cache
+    system, cache name or hit/miss attribute on the span or on its children (says a cache is there,
+    not that its misses are the slow mode: a cache's own writes, a slow store beside it, a call
+    inside the same parent are bimodal with a cache nearby). (None, False) where nothing does."""
     f = ctx.frame
     slow_path = (why or {}).get("slow_path") or []
     if slow_path:
         label = (why or {}).get("slow_path_labels", {}).get(slow_path[0], "")
         if label.startswith("extra "):
-            return f"{label} are made on the slow path only"
-        return f"'{f.names[slow_path[0]]}' is called on the slow path only"
+            return f"{label} are made on the slow path only", True
+        return f"'{f.names[slow_path[0]]}' is called on the slow path only", True
     below = _slow_path_below(ctx, spans, slow)
     if below is not None:
-        return f"'{f.names[below]}' (below it) is called on the slow path only"
+        return f"'{f.names[below]}' (below it) is called on the slow path only", True
     child = np.isin(f.parent, spans)
     kids = np.bincount(f.name[child], minlength=len(f.names))
     order = [int(c) for c in np.argsort(-kids)[:6] if kids[c] > 0]
-    return cache_signs(f, [code, *order])
+    return cache_signs(f, [code, *order]), shows_a_miss_path(why)
 
 
 def explained_by_request_kind(why: dict | None) -> bool:
@@ -107,13 +110,16 @@ def slow_in_cache_calls(ctx: Context, code: int, spans: np.ndarray, slow: np.nda
 
 def _slow_path_below(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> int | None:
     """A span name two levels below that the slow mode has and the fast one lacks (a lookup span
-    whose store call on a miss sits inside it)."""
+    whose store call on a miss sits inside it). Not inside a call out of the process: what a CLIENT
+    span holds is that call's own making (a name lookup, a connect, a handshake on a new connection)
+    or its callee's side, never a store the miss falls back to."""
     f = ctx.frame
     pos = np.full(len(f), -1)
     pos[spans] = np.arange(len(spans))
     up = f.parent
     grand = np.where(up >= 0, up[np.maximum(up, 0)], -1)
     sel = np.nonzero((grand >= 0) & (pos[np.maximum(grand, 0)] >= 0))[0]
+    sel = sel[f.kind[up[sel]] != KIND_CLIENT]
     for c in np.unique(f.name[sel]).tolist():
         present = np.zeros(len(spans), bool)
         present[pos[grand[sel[f.name[sel] == c]]]] = True

@@ -9,9 +9,9 @@ child spans). Then we look for what explains the slow mode: a span attribute val
 cache.hit=false) or a child span name that appears in the slow mode and not in the fast one. Two
 modes are named a cache miss only where something says there is a cache: a call made on the slow
 path only (the store behind it), a cache system (`db.system` redis, memcached, ...), a cache name or
-a hit/miss attribute on the span or its children. A deadline and a retry, a payload whose size
-varies, a heavy-tailed dependency or a pause make two modes too; without a cache sign the name is
-left to those detectors (and to the unexplained-tail accounting). The miss rate is the slow-mode
+a hit/miss attribute on the span or its children; named (>= 0.5) only where a slow-path call or a
+hit/miss value marks the slow mode as the misses. A deadline and a retry, a payload whose size
+varies, a heavy-tailed dependency or a pause make two modes too. The miss rate is the slow-mode
 weight; misses are "synchronised" when their counts per time bin are over-dispersed (keys expiring
 together), and a "cold cache" when the miss rate in the first tenth of the run is far above the
 rest. A miss rate that stays the same all run (none of these) is how the service runs where the
@@ -55,11 +55,11 @@ ADVICE = (
     "expiry or cold start, cause the misses."
 )
 SKIP = {ALL_STAGES.index(s) for s in ("queue", "model_forward")}
-MIN_SPANS = 100
-MAX_FIT = 5_000
+MIN_SPANS, MAX_FIT = 100, 5_000
 MAX_RATE = 0.95  # a slow mode of up to 95 % of spans: after a flush nearly every lookup misses
 USUAL_MAX_RATE = 0.6  # above it the slow mode is a miss path only where the miss rate changed
 MIN_LOG_RATIO = math.log(1.5)  # the slow mode at least 1.5x the fast one
+UNMARKED_CAP = 0.45  # a cache nearby whose misses nothing ties to the slow mode: a possible cause
 INTERNAL_KEYS = ("score", "slow_path", "slow_path_labels")  # _explain's, not for the evidence
 
 
@@ -94,7 +94,8 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
                 "score": score,
             }
 
-    # child spans present only on one path (e.g. a store lookup made on misses)
+    # child spans present only on one path (a store lookup made on misses); a call out's own are its making
+    call = float((f.kind[spans] == KIND_CLIENT).mean()) > 0.5
     child = np.nonzero((f.parent >= 0) & (pos[np.maximum(f.parent, 0)] >= 0))[0]
     for c in np.unique(f.name[child]):
         mine = child[f.name[child] == c]
@@ -103,13 +104,13 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
         # the callee's SERVER span is the same call seen from the peer that answered (one CLIENT name
         # for calls to several peers, as HTTP clients name spans by method): which peer, not a miss path
         callee = float((f.kind[mine] == KIND_SERVER).mean()) > 0.5
-        consider(f"child span '{f.names[int(c)]}'", present, -1 if callee else int(c))
+        consider(f"child span '{f.names[int(c)]}'", present, -1 if callee or call else int(c))
         # a call every span makes, made again on some (a store query per missing key under one
         # database span name): the extra copies are the slow path's (extra_calls.py). Only calls out
         # of the process: more copies of in-process work are more items (a bigger batch), not a miss
         extra = mine[beyond_usual(f.parent, f.start, mine) & ~retries(f, mine, abandoned)]
         out = float((f.kind[mine] == KIND_CLIENT).mean()) > 0.5
-        if len(extra) and out and not callee and not failed_before(f, int(c), mine, extra):
+        if len(extra) and out and not callee and not call and not failed_before(f, int(c), mine, extra):
             present = np.zeros(len(spans), bool)
             present[pos[f.parent[extra]]] = True
             consider(f"extra '{f.names[int(c)]}' calls", present, int(c))
@@ -182,11 +183,8 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         ratio = math.exp(mix.mu[1] - mix.mu[0])
         share = name_share(ctx, code)
-        # two modes are a cache only where something says there is a cache: a cache system, a cache
-        # name or a hit/miss attribute on the span or its children, or a call made on the slow path
-        # only (the store behind the cache). A deadline and a retry, a payload that varies or a
-        # heavy-tailed dependency make two modes too: those are named by their own detectors
-        sign = cache_evidence(ctx, code, spans, why, slow)
+        # two modes are a cache only where something says there is a cache (cache_evidence)
+        sign, marked = cache_evidence(ctx, code, spans, why, slow)
         # no path of the slow mode only, the slow mode inside the cache's own calls: a slow cache, no miss
         cache_slow = not shows_a_miss_path(why) and slow_in_cache_calls(ctx, code, spans, slow) > 0.5
         if sign is None or cache_slow or explained_by_request_kind(why):
@@ -259,6 +257,9 @@ def detect(ctx: Context) -> list[Finding]:
         trickle = not synced and not cold and (rate < WORKING_MISS_RATE or answers_request)
         if trickle:  # (at a response cache's rate: which requests do the work, not why it is slow)
             confidence = min(confidence, 0.45 if rate < WORKING_MISS_RATE else RESPONSE_CACHE_CAP)
+        # a cache nearby, nothing marking the slow mode as its misses (cache_evidence): a possible cause
+        if not marked:
+            confidence = min(confidence, UNMARKED_CAP)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
         explained = (
@@ -291,6 +292,9 @@ def detect(ctx: Context) -> list[Finding]:
                 if cold
                 else ""
             )
+            + ("; but nothing marks the slow mode as the misses (no call made on it only, no hit/miss "
+               "value telling the modes apart): two modes beside a cache, not shown to be its misses"
+               if not marked else "")
             + (f"; a steady miss rate of {rate:.1%} at random moments all run"
                + (" of a cache in front of the whole request (its misses are the requests that do the "
                   "service's work)" if answers_request and rate >= WORKING_MISS_RATE else "")
@@ -317,6 +321,7 @@ def detect(ctx: Context) -> list[Finding]:
             "warm_up_miss_rate": round(warm_rate, 4),
             "settled_miss_rate": round(settled_rate, 4),
             "steady_trickle": trickle,
+            "slow_mode_marked_as_misses": marked,
         }
         if why:
             stats.update({k: v for k, v in why.items() if k not in INTERNAL_KEYS})

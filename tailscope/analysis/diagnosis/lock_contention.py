@@ -5,28 +5,21 @@ span is the number of same-name spans on the same instance that started strictly
 running (spans that start at the same instant, like the members of one batch, do not count). Under a
 mutex each holder in front adds one hold time, so duration ~ own work + concurrency x hold time: a
 strong rank correlation (Spearman rho) and a positive robust slope (Theil-Sen) that is the hold time.
-The name with the strongest correlation, weighted by its share of the tail excess, is reported; the
-slope is the estimated hold time and the intercept the work outside the lock. A span that holds the
-model's forward pass below it is no candidate (it holds the batch queue too, which grows with the crowd
-without any lock), nor is the forward: passes sharing a device slow each other (compute_bound's).
+The slope is the hold time, the intercept the work outside the lock. A span holding the model's
+forward below it is no candidate (it holds the batch queue too), nor is the forward (compute_bound's).
 
-Cohorts. Where the lock is taken after some work inside the span, requests that enter the span
-together (a batch's members, released within microseconds) reach the lock in an order their starts do
-not give, and the start order hides the contention. So the requests ahead are also counted by
-cohort (starts closer than 5 % of the median duration): each cohort is one observation, its requests
-ahead (those running when it began, plus half of its other members) against its mean duration. Both
-counts are fixed when a span starts, so neither correlates with the span's duration without a shared
-resource; the better one is kept. The waits are then sized with the order the members completed in.
+Cohorts. Requests that enter the span together (a batch's members) reach a lock taken after some
+work in an order their starts do not give; so the requests ahead are also counted by cohort (starts
+closer than 5 % of the median duration: one observation each, those running when it began plus half
+of its other members). Both counts are fixed at the start; the better one is kept.
 
 Serialisation. A mutex lets one holder out at a time: a span that was waiting when the one before it
-(same name and instance) completed finishes at least about one hold later. Work done side by side,
-or batched work that grows with the cohort, completes in clumps; the share of back-to-back
-completions closer than a quarter of the hold scales the confidence down.
+completed finishes about one hold later; work side by side completes in clumps (the share of
+completions closer than a quarter of the hold scales the confidence down).
 
-Materiality. The modelled wait of a span is slope x requests ahead. It must be a real part of the
-span's time either on average (share of its mean duration) or in the tail (share of the requests'
-tail excess it accounts for): at a low arrival rate the lock is rarely contended, so waits are a small
-part of the mean, yet the few requests that queue on it are the tail.
+Materiality. The modelled wait (slope x requests ahead) must be a real part of the span's time on
+average or in the tail (a rarely contended lock's few waits can be the tail). Slots (slots.py): a
+duration flat up to S - 1 requests ahead, rising only beyond, is S slots (threads, cores), not a lock.
 """
 
 from __future__ import annotations
@@ -41,6 +34,7 @@ from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.pool_release import pool_sentence, release_handoff
 from tailscope.analysis.diagnosis.server_queue import recast
 from tailscope.analysis.diagnosis.slot_handoff import handoff_share
+from tailscope.analysis.diagnosis.slots import slot_count
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, ms, slow_spans, spearman, theil_sen
 from tailscope.vocabulary import ALL_STAGES
 
@@ -198,19 +192,21 @@ def detect(ctx: Context) -> list[Finding]:
         # requests: what the waits add to the mean request, over the median latency (as gc_pause's)
         added = float(values.sum() / ctx.n_requests / max(np.median(f.requests.latency), 1.0))
         confidence = max(confidence, 0.9 * strength * one_by_one * logistic(added, 0.03, 0.01))
-        # a wait for a lock is time in the span before (or between) its work; where the slow spans'
-        # extra time is a call made only on some of them (a miss going to its store), the crowd is
-        # what those slow calls make, not a lock
+        # where the slow spans' extra time is a call made only on some of them (a miss going to its
+        # store), the crowd is what those slow calls make, not a lock
         called = conditional_call_cover(ctx, spans) if confidence > 0.45 else 0.0
-        # a wait for a lock is the process's own time: where the slow spans' extra time is spent
-        # waiting on calls out of it (their CLIENT calls, or the callee's side of a call), the crowd is
-        # what long calls make (a slow peer, a deadline), as calls that last longer overlap more
+        # a lock's wait is the process's own time: where the slow spans' extra time is in calls out of it
+        # (CLIENT calls, a callee's side), the crowd is what long calls make (a slow peer, a deadline)
         called = max(called, time_in_calls(ctx, spans) if confidence > 0.45 else 0.0)
         pool_wait = (pooled := release_handoff(ctx, int(code), spans) if share >= 0.05 else np.nan) >= 0.5
         if pool_wait:  # a wait for a pooled connection (pool_release.py); slow_dependency reads the note
             confidence = ctx.notes.setdefault("pool_wait_names", {})[int(code)] = max(
                 confidence, 0.95 * logistic(pooled, 0.5, 0.1) * weight)
         elif called >= 0.5:
+            confidence = min(confidence, 0.45)
+        # waits that start only once S >= 3 are in it: S slots (a pool's threads, shared cores), not one
+        slots = slot_count(concurrency_at_start(ctx, spans), d) if confidence > 0.45 and not pool_wait else 1
+        if slots >= 3:
             confidence = min(confidence, 0.45)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage != NO_STAGE else None
@@ -224,6 +220,9 @@ def detect(ctx: Context) -> list[Finding]:
                "call made only on some of them, such as a cache miss's store query, or a slower peer), "
                "not a wait for a lock" if called >= 0.5 and not pool_wait else "")
             + (pool_sentence(pooled) if pool_wait else "")
+            + (f"; but it takes its own time while fewer than {slots} run beside it and stretches only "
+               f"beyond: {slots} slots (a pool's threads, or CPU-bound work sharing {slots} cores), a queue "
+               "for them or compute, not a lock (which makes the second request wait)" if slots >= 3 else "")
             + "."
         )
         stats = {
@@ -242,6 +241,7 @@ def detect(ctx: Context) -> list[Finding]:
             "cohorts": fit.cohorts,
             "extra_time_in_conditional_calls": round(called, 3),
             "waits_ended_by_pool_release": None if np.isnan(pooled) else round(pooled, 3),
+            "slots": slots if confidence > 0.45 or slots >= 3 else None,
         }
         pick = np.linspace(0, len(spans) - 1, min(len(spans), 3000)).astype(np.int64)
         chart = {

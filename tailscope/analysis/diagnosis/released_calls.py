@@ -29,7 +29,9 @@ Released spans whose extra time is mostly (>= half) spent in calls out further d
 them, each over its name's median) waited on something below them: the name is not the stopped one.
 The calls to the stopped process itself, where that process is not traced (a CLIENT span with nothing
 below it: a database, a cache, a vendor), show that *it* stops, not why (its collector, a blocking
-command, its disk): at most 0.45, and the call's tail is slow_dependency's to name.
+command, its disk): at most 0.45, and the call's tail is slow_dependency's to name. So are releases
+all on one instance of three or more serving the name: a collector is the code's, and replicas under
+the same traffic collect alike; one replica's stalls are its own resource's (a store's write stall).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ MIN_SLOW = 10
 CAP = 0.9
 UNTRACED_CAP = 0.45  # the stopped process is an untraced callee: that it stops, not why
 BELOW = 0.5  # released spans whose extra time is this much in calls further down waited on those
+LONE_OF = 3  # releases on one instance of at least this many serving the name: that instance's stall
 
 
 def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, others: np.ndarray,
@@ -184,12 +187,15 @@ def detect(ctx: Context) -> list[Finding]:
         if below >= BELOW:  # they waited on calls further down: the stop is below this name
             continue
         untraced = float(np.mean((f.kind[out] == KIND_CLIENT) & f.leaf[out])) >= 0.5
+        # every release on one replica of the >= 3 serving the name: that replica's own resource stalls
+        # (its embedded store's writes, its disk), not the code's collector, which every replica runs alike
+        lone = len(insts) >= LONE_OF and len(np.unique(f.instance[out])) == 1
         excess = np.maximum(f.dur.astype(np.float64) - med, 0.0)
         slow_excess = float(excess[spans[slow]].sum())
         in_releases = float(excess[out].sum()) / max(slow_excess, 1.0)
         share = ctx.share_of(mask, excess)
         strength = logistic(len(released), 3, 0.7) * logistic(in_releases, 0.5, 0.1)
-        confidence = min(strength * material_weight(share), UNTRACED_CAP if untraced else CAP)
+        confidence = min(strength * material_weight(share), UNTRACED_CAP if untraced or lone else CAP)
         if best is not None and confidence <= best.confidence:
             continue
         name = f.names[code]
@@ -204,6 +210,7 @@ def detect(ctx: Context) -> list[Finding]:
             "service": f.services[int(np.bincount(f.service[out]).argmax())],
             "released_extra_in_calls_below": round(below, 3),
             "untraced_callee": untraced,
+            "one_replica_of": len(insts) if lone else None,
         }
         summary = (
             f"'{name}' waits on one process that stops now and then: {len(released)} times, calls sent "
@@ -215,6 +222,9 @@ def detect(ctx: Context) -> list[Finding]:
             + (" The stopped process is a callee that is not traced: that it stops shows, not why (its "
                "collector, a blocking command, its disk); see slow_dependency for the call."
                if untraced else "")
+            + (f" Every release is on one of the {len(insts)} instances serving it: a stall of that "
+               "instance's own resource (an embedded store's write stall, its disk), not a collector, which "
+               "the same code under the same traffic runs on every replica alike." if lone else "")
         )
         best = Finding(PATTERN, confidence, ctx.stage_of_name(code), name,
                        {"summary": summary, "stats": stats}, ADVICE)

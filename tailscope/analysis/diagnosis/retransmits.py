@@ -13,9 +13,14 @@ delayed ACK against Nagle makes the same kind of fixed extra time (~40 ms).
 Statistic. CLIENT and PRODUCER spans inside requests, not failed, of names with >= 50 calls: the excess
 over the name's median; excursions are excess >= max(3 x median, 10 ms). The pooled excursions' modal
 excess (the most within ±2 %, >= 20 ms) is the timer; a call is *at the timer* within ±2 % of it or of
-3x it (a second loss). Names sharing it: >= 3 calls at the timer and >= 30 % of their excursions.
+2x, 3x, 7x it (two lost segments; a segment lost twice, three times: 1 + 2 (+ 4)). Names sharing it:
+>= 3 calls at the timer and >= 30 % of their excursions.
 Strength = logistic(share of all excursions at the timer, 0.35, 0.08) x logistic(names sharing it, 1.5,
-0.3) (one name at one extra time may be its peer's own fixed wait). Weight: the timer calls' extra time
+0.3) (one name at one extra time may be its peer's own fixed wait), the second term 1 where >= 10
+calls' extra time is one of the kernel's or resolver's fixed quanta (within 3 %: the 40 ms delayed ACK,
+Linux's 200 ms retransmission floor, the 1 s initial SYN timeout and its 3 s sum after a second drop,
+glibc's 5 s resolver timeout): a peer's own wait has no reason to land on them, a timer's always does,
+whatever the callee and whether it is traced. Weight: the timer calls' extra time
 as a share of the tail excess (material_weight). The callers named are those whose calls hit the timer
 >= 2x as often as the others'.
 
@@ -40,6 +45,12 @@ EXCURSION_X, EXCURSION_NS = 3.0, 10_000_000
 MIN_TIMER_NS = 20_000_000
 WIDTH = np.log(1.02)
 HELD = 0.45
+# the fixed waits a caller's own kernel or resolver adds (ns): delayed ACK, Linux's RTO floor, the
+# initial SYN RTO and 1 + 2 s after a second drop, glibc's resolver timeout; seen on at least QUANTUM_CALLS
+QUANTA_NS = (40e6, 200e6, 1e9, 3e9, 5e9)
+QUANTUM_CALLS = 10
+QUANTUM_WIDTH = np.log(1.03)
+MULTIPLES = np.array([1.0, 2.0, 3.0, 7.0])  # the timer after 1, 2 separate, 2 and 3 successive losses
 PART = 0.5
 ADVICE = (
     "Calls from {where} lose packets: their slow calls take a fixed {timer:.0f} ms more than usual, the "
@@ -53,11 +64,18 @@ ADVICE = (
 
 
 def _at_timer(excess: np.ndarray, timer: float) -> np.ndarray:
+    """Within WIDTH of the timer or of what further losses make of it: two lost segments (2x), the
+    doubling back-off after a second and a third loss of one segment (1 + 2, 1 + 2 + 4)."""
     ok = excess > 0
     out = np.zeros(len(excess), bool)
     lg = np.log(np.maximum(excess[ok], 1.0))
-    out[ok] = (np.abs(lg - np.log(timer)) <= WIDTH) | (np.abs(lg - np.log(3.0 * timer)) <= WIDTH)
+    out[ok] = np.min(np.abs(lg[:, None] - np.log(timer * MULTIPLES)[None, :]), axis=1) <= WIDTH
     return out
+
+
+def is_quantum(timer_ns: float) -> bool:
+    """Whether an extra time is one of the kernel's or resolver's fixed timer values (QUANTA_NS)."""
+    return bool(np.min(np.abs(np.log(timer_ns) - np.log(QUANTA_NS))) <= QUANTUM_WIDTH)
 
 
 def _calls(ctx: Context) -> tuple[np.ndarray, np.ndarray] | None:
@@ -117,9 +135,11 @@ def find(ctx: Context) -> dict | None:
         if n_at >= 3 and n_at >= 0.3 * n_big:
             sharing.append(code)
     share_at = float(at.sum() / big.sum())
+    mine = big & np.isin(f.name[calls], sharing)  # the sharing names' own excursions
+    share_named = float((at & mine).sum() / max(int(mine.sum()), 1))
     out = {"calls": calls[at], "excess": excess[at], "timer": timer, "names": sharing,
-           "share_at_timer": share_at, "excursions": int(big.sum()), "all_calls": calls,
-           "all_excess": excess}
+           "share_at_timer": share_at, "share_of_names_at_timer": share_named, "excursions": int(big.sum()),
+           "all_calls": calls, "all_excess": excess}
     ctx.notes["retransmits"] = out
     return out
 
@@ -134,7 +154,12 @@ def detect(ctx: Context) -> list[Finding]:
     calls, extra, timer = found["calls"], found["excess"], found["timer"]
     per_request = np.bincount(f.request[calls], weights=extra.astype(np.float64), minlength=ctx.n_requests)
     share = clamp01(excess_share(per_request, ctx.split))
-    strength = logistic(found["share_at_timer"], 0.35, 0.08) * logistic(len(found["names"]), 1.5, 0.3)
+    # a kernel's timer value on one call name: that name's excursions judged (a slow store's on other
+    # names are another cause beside it)
+    quantum = is_quantum(timer) and len(calls) >= QUANTUM_CALLS
+    at_share = max(found["share_at_timer"], found["share_of_names_at_timer"]) if quantum else \
+        found["share_at_timer"]
+    strength = logistic(at_share, 0.35, 0.08) * (1.0 if quantum else logistic(len(found["names"]), 1.5, 0.3))
     confidence = strength * material_weight(share)
     if confidence < 0.05:
         return []
@@ -156,9 +181,12 @@ def detect(ctx: Context) -> list[Finding]:
     summary = (
         f"Calls from {service} take a fixed {ms(timer):.1f} ms more than usual now and then "
         f"({len(calls)} calls; {found['share_at_timer']:.0%} of all large excursions are within 2 % of it "
-        f"or of 3x it), the same extra time on {len(names)} kinds of call ({', '.join(names[:5])}): a TCP "
-        "retransmission timeout (a lost segment waits for the timer, whatever the call asks and of whom), "
-        f"not a slow dependency. {caller_share:.0%} of them come from {len(instances)} calling instances "
+        f"or of 2x, 3x, 7x it), the same extra time on {len(names)} kinds of call ({', '.join(names[:5])}): "
+        "a TCP retransmission timeout (a lost segment waits for the timer, whatever the call asks and of "
+        "whom), "
+        + ("one of the kernel's or resolver's fixed timer values (a lost SYN or segment, a lost DNS query), "
+           if quantum else "")
+        + f"not a slow dependency. {caller_share:.0%} of them come from {len(instances)} calling instances "
         f"that make {calls_share:.0%} of the calls: their path. They carry {share:.0%} of the tail excess."
     )
     stats = {"service": service, "instances": instances[:8], "timer_ms": ms(timer),
@@ -166,7 +194,7 @@ def detect(ctx: Context) -> list[Finding]:
              "share_of_excursions_at_timer": round(found["share_at_timer"], 3),
              "names_at_timer": names, "lossy_callers_share_of_timer_calls": round(caller_share, 3),
              "lossy_callers_share_of_calls": round(calls_share, 3), "tail_excess_share": round(share, 3),
-             "mechanism": MECHANISM}
+             "mechanism": MECHANISM, "timer_is_a_kernel_quantum": quantum}
     where = f"{service} ({', '.join(instances[:3])}{', ...' if len(instances) > 3 else ''})"
     return [Finding(PATTERN, clamp01(confidence), ctx.stage_of_name(top), f.names[top],
                     {"summary": summary, "stats": stats}, ADVICE.format(where=where, timer=ms(timer)))]

@@ -29,6 +29,7 @@ from tailscope.analysis.diagnosis.attributes import error_flags
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.hidden_retries import hidden_retries
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.refused_retries import refused_retries
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
 
 PATTERN = "timeout_retry"
@@ -187,12 +188,12 @@ def _judge(ctx: Context, code: int) -> Finding | None:
     g["spans"] = g["spans"][caller]
     all_d = f.dur[g["spans"]].astype(np.float64)
     median = float(np.median(all_d))
-    if timeout < ABOVE_MEDIAN * median:
-        return None
+    errors = _error_rates(ctx, code, a1, g["spans"])
+    if timeout < ABOVE_MEDIAN * median:  # no deadline: a refusal answered at once, then a back-off?
+        return refused_retries(ctx, code, g, errors)
     tol = max(TIGHT * timeout, TIGHT_NS)
     tight = float((np.abs(d1 - timeout) <= tol).mean())
     over = float((all_d > timeout + 3 * tol).mean())  # attempts that outlast the deadline
-    errors = _error_rates(ctx, code, a1, g["spans"])
     strength = logistic(tight, 0.7, 0.08) * (1 - logistic(over, 0.02, 0.006))
     if errors is not None:
         first_err, other_err = errors
