@@ -33,7 +33,7 @@ from tailscope.analysis.whatif.retime import (
     unit_latency,
     unit_weight,
 )
-from tailscope.analysis.whatif.served import Served, served
+from tailscope.analysis.whatif.served import replica_routing, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
@@ -102,29 +102,6 @@ class WhatIf:
         }
 
 
-def _routing(s: Served, extra: int, seed: int) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
-    """Which server pool each row queues at, each pool's servers, and which rows moved. One
-    instance: its servers grow. Several: `extra` more instances, each taking an even share of the
-    requests (a request stays where it was with probability instances / (instances + extra), else
-    goes to a new instance picked at random)."""
-    pools = {k: v for k, v in s.servers.items()}
-    moved = np.zeros(len(s.instance), bool)
-    if extra <= 0:
-        return s.instance, pools, moved
-    if len(pools) == 1:
-        only = next(iter(pools))
-        return s.instance, {only: pools[only] + extra}, moved
-    names = sorted(pools)
-    typical = int(np.median([pools[k] for k in names]))
-    new = np.arange(max(names) + 1, max(names) + 1 + extra)
-    pools.update({int(k): typical for k in new})
-    rng = np.random.default_rng([seed, 11])
-    moved = rng.random(len(s.instance)) >= len(names) / (len(names) + extra)
-    pool = s.instance.copy()
-    pool[moved] = new[rng.integers(0, extra, int(moved.sum()))]
-    return pool, pools, moved
-
-
 def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
     """The lever's edit with the queue replayed: new arrivals at the queue (from the first re-timing)
     served by the batcher with the (edited, scaled) forward times."""
@@ -142,7 +119,7 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
     lead = np.unique(s.batch, return_index=True)[1]
     cost = BatchCost.fit(s.size[lead], service[lead])
     residual = service / np.asarray(cost(s.size))
-    pool, servers, moved = _routing(s, lever.extra_servers, x.seed)
+    pool, servers, moved = replica_routing(s, lever.extra_servers, x.seed)
     if moved.any():  # a moved request leaves its instance's pauses and warm-up behind: typical noise
         draw = np.random.default_rng([x.seed, 12]).integers(0, len(residual), int(moved.sum()))
         residual[moved] = residual[draw]

@@ -161,3 +161,26 @@ def _window(frame, lay, fwd, queue, batch, sizes, max_batch: int) -> float:
     lead = order[np.r_[True, batch[order][1:] != batch[order][:-1]]]
     lead = lead[sizes[lead] < max_batch]
     return float(np.quantile(wait[lead], 0.1)) if len(lead) else 0.0
+
+
+def replica_routing(s: Served, extra: int, seed: int) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
+    """Which server pool each row queues at, each pool's servers, and which rows moved. One
+    instance: its servers grow. Several: `extra` more instances, each taking an even share of the
+    requests (a request stays where it was with probability instances / (instances + extra), else
+    goes to a new instance picked at random)."""
+    pools = {k: v for k, v in s.servers.items()}
+    moved = np.zeros(len(s.instance), bool)
+    if extra <= 0:
+        return s.instance, pools, moved
+    if len(pools) == 1:
+        only = next(iter(pools))
+        return s.instance, {only: pools[only] + extra}, moved
+    names = sorted(pools)
+    typical = int(np.median([pools[k] for k in names]))
+    new = np.arange(max(names) + 1, max(names) + 1 + extra)
+    pools.update({int(k): typical for k in new})
+    rng = np.random.default_rng([seed, 11])
+    moved = rng.random(len(s.instance)) >= len(names) / (len(names) + extra)
+    pool = s.instance.copy()
+    pool[moved] = new[rng.integers(0, extra, int(moved.sum()))]
+    return pool, pools, moved
