@@ -95,3 +95,23 @@ def test_calls_made_one_after_another_whose_callee_ends_late_by_a_clocks_skew_ar
     cold = hand_frame(_run(True), instances=("a", "b", "c", "d"))
     found = abandoned_attempts(cold, layout(cold))
     assert found is not None and len(found.call) >= 10  # the calls given up at 250 ms
+
+
+def test_calls_given_up_at_different_times_are_no_deadline_and_no_crash() -> None:
+    """Two calls whose callees ran on after them, one given up at 100 ms and one at 130 ms: no deadline
+    (the given-up calls of a name are not alike long), so no attempts; the what-if does not fail on it
+    (an IndexError on an empty selection before)."""
+    from tailscope.analysis.whatif.attempts import abandoned_attempts
+    from tailscope.analysis.whatif.retime import layout
+
+    rows: list[tuple] = []
+    for k in range(100):
+        t = 1000.0 * k
+        root = len(rows)
+        rows.append((k, -1, "GET /", "Server", 0, t, 500.0))
+        call = len(rows)
+        given_up = {10: 100.0, 20: 130.0}.get(k, 6.0)
+        rows.append((k, root, "rank", "Client", 0, t + 0.1, given_up))
+        rows.append((k, call, "rank", "Server", 1, t + 0.2, 400.0 if k in (10, 20) else 5.0))
+    frame = hand_frame(rows)
+    assert abandoned_attempts(frame, layout(frame)) is None

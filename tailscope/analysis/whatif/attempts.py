@@ -51,6 +51,8 @@ def abandoned_attempts(frame: TraceFrame, lay: Layout) -> Attempts | None:
     caller = f.parent[call]
     keep = caller >= 0
     kid, call, caller = kid[keep], call[keep], caller[keep]
+    if len(call) == 0:  # no calls of a name given up alike (no deadline), or none with a traced caller
+        return None
     siblings = np.nonzero(np.isin(f.parent, np.unique(caller)))[0]
     groups: dict[tuple[int, int], np.ndarray] = {}
     order = siblings[np.lexsort((f.start[siblings], f.name[siblings], f.parent[siblings]))]
