@@ -92,6 +92,28 @@ def _http(style: Style, path: str, status: int) -> dict[str, Any]:
     }
 
 
+def _ingress(table: TraceTable, res: Resources, trace: int, gen: int, pod: int, times: tuple[float, float],
+             path: str) -> int | None:
+    """The Envoy sidecar's inbound span of a request, on the seeds that export Envoy (else None)."""
+    if not res.style.envoy:
+        return None
+    return table.span(
+        trace,
+        None,
+        INGRESS,
+        "Server",
+        res.get(ENVOY, gen, pod),
+        "envoy",
+        *times,
+        {
+            "component": "proxy",
+            "upstream_cluster": "inbound|8080||",
+            "response_flags": "-",
+            **_http(res.style, path, 200),
+        },
+    )
+
+
 def write_history(
     table: TraceTable,
     res: Resources,
@@ -109,23 +131,7 @@ def write_history(
     style = res.style
     trace = table.new_trace()
     path = f"/v1/users/{user}/history?days={days}"
-    parent = None
-    if style.envoy:
-        parent = table.span(
-            trace,
-            None,
-            INGRESS,
-            "Server",
-            res.get(ENVOY, gen, pod),
-            "envoy",
-            *envoy,
-            {
-                "component": "proxy",
-                "upstream_cluster": "inbound|8080||",
-                "response_flags": "-",
-                **_http(style, path, 200),
-            },
-        )
+    parent = _ingress(table, res, trace, gen, pod, envoy, path)
     me = res.get(GATEWAY, gen, pod)
     top = table.span(
         trace,
@@ -157,23 +163,7 @@ def write_request(table: TraceTable, res: Resources, r: Request) -> None:
     style = res.style
     trace = table.new_trace()
     path = f"/v1/recommendations/{r.user}"
-    parent = None
-    if style.envoy:
-        parent = table.span(
-            trace,
-            None,
-            INGRESS,
-            "Server",
-            res.get(ENVOY, r.generation, r.pod),
-            "envoy",
-            *r.envoy,
-            {
-                "component": "proxy",
-                "upstream_cluster": "inbound|8080||",
-                "response_flags": "-",
-                **_http(style, path, 200),
-            },
-        )
+    parent = _ingress(table, res, trace, r.generation, r.pod, r.envoy, path)
     me = res.get(GATEWAY, r.generation, r.pod)
     events = stall_events(style, r.stalls)
     root = table.span(
