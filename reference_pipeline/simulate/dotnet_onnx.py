@@ -45,9 +45,10 @@ Mechanisms (scenario: truth):
 - `redis-large-values`: 8 % of merchants' feature blobs grew to ~1.5 MB: their replies hold the
   multiplexer's socket for tens of ms and every reply behind them waits (head-of-line):
   large_payload at `GET`, accept queueing.
-- `blocking-transaction`: a reconciliation job holds a table lock on the decisions table for ~6 s:
-  the INSERTs block holding their connections, the pool of 100 runs dry and later requests wait for a
-  connection: queueing at the decision write, accept lock_contention (side slow_dependency).
+- `blocking-transaction`: a reconciliation job holds a table lock on the decisions table for 5 s: the
+  INSERTs block holding their connections, the pool of 100 runs dry and later requests wait for a
+  connection: lock_contention at the decision write (a database lock, then a drained pool: this
+  vocabulary's name for both), accept queueing (the pool wait), side slow_dependency.
 - `risk-service-slow`: the risk service slows to ~170 ms with a heavy tail: attempts past 300 ms are
   cancelled and retried after a back-off: timeout_retry, accept slow_dependency.
 - `risk-outage-breaker`: the risk service stops answering from 25 % of the run: every attempt times
@@ -63,6 +64,7 @@ Mechanisms (scenario: truth):
 
 from __future__ import annotations
 
+import bisect
 import random
 from typing import Any
 
@@ -133,8 +135,8 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
                                        side=("compute_bound", "queueing")),
         "redis-large-values": Cause("large_payload", "feature_hydration", sp.REDIS_GET, api, pods,
                                     accept=("queueing",), side=("slow_dependency",)),
-        "blocking-transaction": Cause("queueing", "downstream", sp.DECISION if st.internals else sp.DB, api,
-                                      pods, accept=("lock_contention",), side=("slow_dependency",)),
+        "blocking-transaction": Cause("lock_contention", "downstream", sp.DECISION if st.internals else sp.DB,
+                                      api, pods, accept=("queueing",), side=("slow_dependency",)),
         "risk-service-slow": Cause("timeout_retry", "downstream", st.http_client, api, pods,
                                    accept=("slow_dependency",)),
         "risk-outage-breaker": Cause("timeout_retry", "downstream", st.http_client, api, pods,
@@ -263,11 +265,21 @@ def request(rng: random.Random, pod: Pod, st: sp.Style, parts: set[str], run_ns:
 
 
 def _events(pod: Pod, rec: sp.Rec) -> list[tuple[float, str, dict[str, Any]]]:
-    out: list[tuple[float, str, dict[str, Any]]] = [
-        (t, "dotnet.gc", {"gc.generation": gen, "gc.pause.ms": round(ms, 2), "gc.compacting": compacting})
-        for t, gen, ms, compacting in pod.gcs if rec.start <= t < rec.end]
-    out += [(t, "dotnet.threadpool.adjustment", {"threadpool.thread.count": n, "reason": "Starvation"})
-            for t, n in pod.pool.adjustments if rec.start <= t < rec.end]
+    """The runtime events inside a server span: each GC that began in it, each thread injection."""
+    gcs, adjust = pod.gcs, pod.pool.adjustments
+    k = bisect.bisect_left(gcs, (rec.start,))
+    out: list[tuple[float, str, dict[str, Any]]] = []
+    while k < len(gcs) and gcs[k][0] < rec.end:
+        t, gen, ms, compacting = gcs[k]
+        out.append((t, "dotnet.gc",
+                    {"gc.generation": gen, "gc.pause.ms": round(ms, 2), "gc.compacting": compacting}))
+        k += 1
+    k = bisect.bisect_left(adjust, (rec.start,))
+    while k < len(adjust) and adjust[k][0] < rec.end:
+        t, n = adjust[k]
+        out.append((t, "dotnet.threadpool.adjustment",
+                    {"threadpool.thread.count": n, "reason": "Starvation"}))
+        k += 1
     return sorted(out, key=lambda e: e[0])
 
 
@@ -299,7 +311,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     if "hpa-scale-out" in parts:
         pods += [Pod(sim, rng, k, horizon, False, quota, ready, server)
                  for k in range(s["pods"], s["pods"] + NEW_PODS)]
-    blocked = (0.3 * run_ns, 0.3 * run_ns + 6 * NS_PER_S) if "blocking-transaction" in parts else None
+    blocked = (0.3 * run_ns, 0.3 * run_ns + 5 * NS_PER_S) if "blocking-transaction" in parts else None
     done: list[tuple[int, int, float, list[sp.Rec]]] = []
     for sent in arrivals:
         live = [p for p in pods if p.born is None or p.born <= sent]
