@@ -130,7 +130,7 @@ _SETUPS = (
         "gc": "events",
         "pods": 4,
         "workers": 3,
-        "replicas": 2,
+        "replicas": 3,
         "rps": 110.0,
         "eject_after": 5,
     },
@@ -143,7 +143,7 @@ _SETUPS = (
         "gc": "none",
         "pods": 3,
         "workers": 4,
-        "replicas": 2,
+        "replicas": 3,
         "rps": 100.0,
         "eject_after": 5,
     },
@@ -156,7 +156,7 @@ _SETUPS = (
         "gc": "attribute",
         "pods": 5,
         "workers": 2,
-        "replicas": 3,
+        "replicas": 4,
         "rps": 125.0,
         "eject_after": 5,
     },
@@ -236,7 +236,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     st = sp.Style(s["semconv"], s["ident"], s["envoy"], s["internals"], s["gc"])
     res = sp.Resources(table, st)
     run_s = requests / s["rps"]
-    bursts = ((0.1 * run_s, 10 * run_s, 1.6),) if "embedder-burst" in parts else ()
+    burst = "embedder-burst" in parts  # a partner integration's new queries, on top of the usual ones
+    bursts = ((0.1 * run_s, 10 * run_s, 1.6),) if burst else ()
     arrivals = poisson_arrivals(rng, s["rps"], requests, bursts)
     run_ns = arrivals[-1]
     horizon = run_ns + 30 * NS_PER_S
@@ -255,7 +256,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     replicas = []
     for r in range(s["replicas"] + NEW_REPLICAS):
         busy = (
-            external_batches(rng, 0.1 * run_ns, horizon, 0.6)
+            external_batches(rng, 0.1 * run_ns, horizon, 0.8)
             if "overloaded-replica" in parts and r == 0
             else []
         )
@@ -269,7 +270,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         replicas.append(Replica(Busy(busy), ready, 16, wait, cold=r >= s["replicas"]))
     slow = merges(rng, horizon, 0.12 * run_ns, 0.8, 10.0) if "segment-merge" in parts else []
     search = OpenSearch(rng, horizon, slow, SLOW_NODE)
-    cache = ResultCache(rng, 600.0, 4000, 0.3 * run_ns if "ttl-expiry-wave" in parts else None)
+    cache = ResultCache(rng, 600.0, 12000, 0.3 * run_ns if "ttl-expiry-wave" in parts else None)
     facets = poisson_arrivals(rng, 0.12 * s["rps"], int(0.12 * requests))
     events = sorted([(t, 0) for t in arrivals] + [(t, 1) for t in facets if t < run_ns])
     slow_facets = "slow-metadata-query" in parts
@@ -295,9 +296,9 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
             continue
         sync = None
         if "sync-db-call" in parts and rng.random() < 0.08:
-            sync = proc.span_step(rng, t, 0.0)
             dur = lognormal_ms(rng, 70.0, 0.45)
-            sync = (sync[0], proc.loop.run(sync[0], dur))
+            block = proc.loop.place(t, dur)  # the driver's socket read never yields to the loop
+            sync = (block, block + dur)
             t = sync[1]
         doc = rng.random() < 0.2
         tokens = (
@@ -319,7 +320,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         tokenize = (t, tok_e, tokens, "python" if python_tok else "rust")
         get_s = proc.step(rng, tok_e, 0.05)
         get_e = proc.step(rng, get_s + lognormal_ms(rng, 0.35, 0.3), 0.04)
-        key = cache.query(rng)
+        novel = burst and t0 >= 0.1 * run_s * NS_PER_S and rng.random() < 0.6 / 1.6
+        key = 30_000 + rng.randrange(1_000_000) if novel else cache.query(rng)
         hit = cache.hit(key, get_s)
         embed = knn = cache_set = None
         t = get_e

@@ -99,6 +99,8 @@ class Resources:
                 "telemetry.sdk.language": "nodejs",
                 "k8s.namespace.name": "web",
                 "k8s.pod.name": "search-frontend-6f8d7c9b5-qz4lm",
+                "host.name": "search-frontend-6f8d7c9b5-qz4lm",
+                "process.pid": 1,
             }
         base = API if service == MESH[API] else EMB if service == MESH[EMB] else service
         pod = pod_name(base, k)
