@@ -1,70 +1,77 @@
 """Blind family `python-istio`: a semantic-search API in Python behind an Istio mesh
-(python_istio_sim.py: the physics; python_istio_spans.py: the conventions).
+(python_istio_sim.py: the physics; python_istio_spans.py: the conventions; python_istio_write.py: a
+request's spans).
 
 Shape: every pod has an Envoy sidecar (inbound and outbound hops of ~0.2-1 ms, mTLS, HTTP/2 to the
 embedder). `search-api` (FastAPI on uvicorn: 2-4 worker processes per pod, 3-5 pods) serves
 `POST /v1/search` with async handlers on one asyncio loop per process: the loop runs one callback at a
-time, so a callback that does not yield (a synchronous call, a pure-Python re-rank) holds every other
-request of that process, and a CPython collection stops the whole process. Per request: parse;
+time, so a callback that does not yield (a synchronous call, the pure-Python re-rank) holds every
+other request of that process, and a CPython collection (it runs inside whichever callback allocates
+when it falls due) stops the whole process. A request the loop cannot take yet waits before its
+FastAPI span starts: only Envoy's inbound span (or the caller's) covers that wait. Per request: parse;
 `tokenize` in a ThreadPoolExecutor (4 threads; the Rust tokenizer releases the GIL, a pure-Python one
 holds it and the loop gets it back only at the 5 ms switch interval); Redis `GET` of the result cache
 by query hash (Zipf popularity, TTL 600 s); on a miss the embedder over httpx through Envoy
-(VirtualService: `retries: attempts 2, perTryTimeout 200ms, retryOn 5xx,reset,connect-failure`;
-least-request with two choices per sidecar; previous-hosts predicate on a retry; outlier detection:
-consecutive gateway errors eject a host), then an OpenSearch kNN query (3 data nodes, one shard each:
-the query waits for the slowest shard; refresh each second) and a Redis `SET`; document metadata
-from Postgres via asyncpg (a pool of max 10 per process, shared with `GET /v1/facets`, whose two
-aggregate queries run concurrently); the re-rank on the loop; the response; then a BackgroundTask
-publishes a click/audit event to Kafka (linger.ms 5, acks=all, waits for the delivery report) in
-anyio's thread pool: its PRODUCER span starts after the response was sent. `embedder` (a Ray
-Serve-like Python server: replicas with max_ongoing_requests 64 and `@serve.batch(max_batch_size=16,
-batch_wait_timeout_s=0.005)` in front of one GPU each; autoscaled replicas start cold).
+(VirtualService: `retries: attempts 2, perTryTimeout 200ms, retryOn 5xx,reset,connect-failure`, a
+jittered 25 ms back-off; least-request with two choices, per sidecar; previous-hosts on a retry;
+outlier detection: 5 consecutive gateway errors eject a host), then an OpenSearch kNN query (3 data
+nodes, one shard each: the query waits for the slowest shard; refresh each second) and a Redis `SET`;
+document metadata from Postgres via asyncpg (a pool of max 10 per process, shared with
+`GET /v1/facets`, whose two aggregates run concurrently); the re-rank; the response; then a
+BackgroundTask publishes a click/audit event to Kafka (linger.ms 5, acks=all, waits for the delivery
+report) in anyio's thread pool: its PRODUCER span starts after the response was sent. `embedder` (a
+Ray Serve-like Python server, 3-4 replicas on 4 vCPUs each: max_ongoing_requests 64 and
+`@serve.batch(max_batch_size=16, batch_wait_timeout_s=0.005)`, ~16 ms + 0.13 ms a token per input; a
+timed-out attempt's handler keeps running; autoscaled replicas start cold).
 
-Healthy noise: jitter; ~35 % result-cache misses (the Zipf tail); young collections every few hundred
-ms and a ~30 ms full collection every 6-20 s per worker; OpenSearch refreshes and small merges;
-query-by-document requests (20 %: 300-1500 tokens); the facets endpoint's own queries.
+Healthy noise: jitter; ~6 % result-cache misses (the Zipf tail); young collections every few hundred
+ms and a ~30 ms full collection every 6-20 s per worker; OpenSearch refreshes and small merges; 1 %
+of metadata queries on a cold plan; query-by-document requests (20 %: 300-1500 tokens); the facets
+endpoint's own queries.
 
 Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv, Envoy spans, manual spans exported, the
 OTel operator's service.instance.id (one per pod container: all workers alike), collections as `gc`
-span events on the request. 1: Jaeger JSON, old semconv, no Envoy spans, manual spans exported,
-host.name + process.pid (each worker its own instance), no GC reporting. 2: Zipkin v2, old semconv,
-Envoy spans, only auto-instrumentation spans, instances are ip:port, collections as a
-`process.runtime.cpython.gc.pause_ms` attribute on the request.
+span events on the request whose callback ran them. 1: Jaeger JSON, old semconv, no Envoy spans (the
+trace's root is `search-frontend`'s fetch), manual spans exported, host.name + process.pid (each worker
+its own instance), no GC reporting. 2: Zipkin v2, old semconv, Envoy spans, only auto-instrumentation
+spans, instances are ip:port, collections as a `process.runtime.cpython.gc.pause_ms` attribute.
 
 Mechanisms (scenario: truth):
 - `sync-db-call`: 8 % of searches (synonym expansion) call psycopg2 synchronously inside the async
   handler (~70 ms): the loop is held, every other request of that process waits: queueing, stage
-  queue, the FastAPI SERVER span, all workers (side slow_dependency: their spans end late).
-- `worker-heap-growth`: one worker's in-process LRU never evicts; its tracked objects grow 1.5 M -> 6 M;
-  each time the long-lived objects grew by a quarter a full collection stops it for 130-500 ms:
+  queue, the FastAPI SERVER span, all workers (side slow_dependency: spans in flight end late).
+- `worker-heap-growth`: one worker's in-process LRU never evicts; its tracked objects grow 2 M -> 10 M;
+  each time the long-lived objects grew by a quarter a full collection stops it, 0.2 -> 0.85 s:
   gc_pause, no stage, the SERVER span, that worker (side queueing).
-- `python-tokenizer`: the fast tokenizer is gone (pure-Python fallback holding the GIL: ~0.06 ms a
+- `python-tokenizer`: the fast tokenizer is gone (a pure-Python fallback holding the GIL: ~0.06 ms a
   token); long inputs hold the GIL for tens of ms, concurrent tokenizations take turns and the loop
-  waits for the GIL at every step: lock_contention, stage preprocessing, `tokenize` (the SERVER span
+  waits for the GIL at its steps: lock_contention, stage preprocessing, `tokenize` (the SERVER span
   where manual spans are not exported), accept compute_bound (side queueing).
 - `overloaded-replica`: an untraced bulk re-index job sends long-document batches straight to one
-  embedder replica (its GPU ~85 % busy): attempts there exceed the 200 ms per-try timeout and Envoy
+  embedder replica (~80 % of it busy): attempts there exceed the 200 ms per-try timeout and Envoy
   retries on another replica: timeout_retry, stage downstream, httpx's `POST` to the embedder
   (side queueing, slow_dependency).
-- `segment-merge`: big segment merges on one OpenSearch node for most of the run slow its shard ~6x;
+- `segment-merge`: big segment merges on one OpenSearch node for ~80 % of the run slow its shard ~10x;
   every kNN query waits for it: slow_dependency, stage downstream, `opensearch.knn_search`.
-- `ttl-expiry-wave`: the cache was warmed in one go: the popular keys expire together at 30 % of the
-  run; hits fall, recomputes (embedder + kNN) rise until they are written back: cache_miss, stage
+- `ttl-expiry-wave`: a warm-up job wrote the 2,500 most popular keys in one go: they expire together
+  at 30 % of the run; misses go 6 % -> ~45 % and fall back as keys are written again: cache_miss, stage
   feature_hydration, Redis `GET` (side queueing, slow_dependency).
 - `slow-metadata-query`: a migration dropped the GIN index on `documents.tags`: the facets endpoint's
-  aggregates take ~3 s and hold the asyncpg pool; searches wait for a connection: lock_contention,
+  aggregates take ~2 s and hold the asyncpg pool; searches wait for a connection: lock_contention,
   stage feature_hydration, `metadata.fetch` (the SERVER span without manual spans), accept queueing
   (side slow_dependency).
-- `embedder-burst`: traffic x1.6 from 10 % of the run; the autoscaler (target 1 ongoing request,
-  look-back 2 s, upscale delay 1 s) adds two replicas that are ready ~5 s later and whose first
-  batches pay the warm-up: cold_start, stage model_forward, `model.forward` (the embedder's SERVER
-  span without manual spans), the new replicas (side queueing, timeout_retry).
-- `batch-wait-100ms`: batch_wait_timeout_s 0.005 -> 0.1 at ~15 requests/s per replica: a batch never
-  fills and each miss waits up to 100 ms: queueing, stage queue, `batch.wait` (the SERVER span), the
-  embedder replicas.
+- `embedder-burst`: a partner integration adds 60 % more traffic of new (uncached) queries from 10 %
+  of the run; the autoscaler adds two replicas ~5 s later; their first batches pay a warm-up
+  (~350 ms, decaying batch by batch), attempts landing there pass the per-try timeout and are
+  retried: cold_start, stage model_forward, `model.forward` (the embedder's SERVER span without
+  manual spans), the new replicas (side queueing, timeout_retry).
+- `batch-wait-100ms`: batch_wait_timeout_s 0.005 -> 0.1 at a few misses a second per replica: a batch
+  never fills and each miss waits up to 100 ms: queueing, stage queue, `batch.wait` (the SERVER span),
+  the embedder replicas.
 - `slow-kafka-broker`: the broker leading the events topic is slow (acks ~0.7 s): the PRODUCER spans
-  last most of a second, but they start after the response was sent and run in anyio's thread pool
-  (40 threads, ~20 busy): the searches' latency does not move. Truth: no cause.
+  last most of a second, but they start after the response was sent, in anyio's thread pool (40
+  threads, a handful busy): no search's latency moves. Truth: no cause (a finding on it is a false
+  alarm).
 - Two causes: `worker-heap-growth+segment-merge`, `ttl-expiry-wave+batch-wait-100ms`,
   `python-tokenizer+slow-metadata-query`.
 """
