@@ -118,13 +118,13 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   gRPC through Envoy (a circuit breaker, outlier ejection) on a Triton-like model server (a dynamic
   batcher, two instances per GPU); OTLP / Jaeger / Zipkin v2. **Untouched**: written blind in session
   13, held out until session 13's final score
-- `python-istio` (python_istio.py, python_istio_sim.py, python_istio_spans.py): a semantic-search API in
-  Python behind an Istio mesh: FastAPI on uvicorn workers (one asyncio loop each, a tokenizer thread
-  pool under the GIL, CPython's full collections), a Redis result cache by query hash, an embedder with
-  batching replicas (autoscaled, cold) behind Envoy's per-try timeout and retries, an OpenSearch kNN
-  cluster (the slowest shard), Postgres through asyncpg's pool and a fire-and-forget Kafka producer;
-  Envoy's spans on some seeds; OTLP / Jaeger / Zipkin v2. **Untouched**: written blind in session 14,
-  held out until its first score
+- `python-istio` (python_istio.py, python_istio_sim.py, python_istio_spans.py, python_istio_write.py): a
+  semantic-search API in Python behind an Istio mesh: FastAPI on uvicorn workers (one asyncio loop each,
+  a tokenizer thread pool under the GIL, CPython's full collections), a Redis result cache by query hash,
+  a Ray Serve-like embedder with batching replicas (autoscaled, cold) behind Envoy's per-try timeout,
+  retries and outlier detection, an OpenSearch kNN cluster (the slowest shard), Postgres through
+  asyncpg's pool and a Kafka producer after the response; Envoy's spans on some seeds; OTLP / Jaeger /
+  Zipkin v2. **Untouched**: written blind in session 14, held out until its first score
 
 Each family marked **Untouched** was held out until its final score was recorded; those in UNTOUCHED
 below still are, the others are open now.
