@@ -175,7 +175,7 @@ def _has_cuda() -> bool:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _has_cuda(), reason="needs a CUDA device")
+@pytest.mark.skipif("not _has_cuda()", reason="needs a CUDA device")  # at set-up: no torch to collect
 def test_a_gpu_sweep_runs_each_executor_on_cuda(tmp_path, capsys) -> None:
     """On a GPU: TorchScript (new on CUDA) and CUDA graphs each serve at saturation through a front end,
     and each run records the executor it ran; int8 is set aside (CPU only)."""
