@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,28 @@ def full_tier_problems(marked: list[tuple[str, pytest.Mark | None]], whole_files
             elif whole_files and cover.split("::", 1)[0] in files and cover not in collected:
                 problems.append(f"{nodeid}: covered_by {cover} is not a collected test")
     return problems
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Where the collected test files use Streamlit's AppTest: its scan of every installed package for
+    Streamlit's v2 components is done once for the process rather than at each AppTest's first run."""
+    if "streamlit.testing.v1" in sys.modules:
+        scan_streamlit_components_once()
+
+
+def scan_streamlit_components_once() -> None:
+    """Each AppTest's first run asks streamlit.components.v2 for the installed components: it reads and
+    parses the metadata of every installed distribution (~470 here), 0.3-0.8 s of CPU per AppTest,
+    most of an empty page's run (bench/RESULTS.md, suite14). The installed packages do not change
+    during a test session, so the first scan's answer (an empty list for this project, which ships no
+    v2 component) stands for the rest; each AppTest still registers what it lists."""
+    try:
+        from streamlit.components.v2 import manifest_scanner
+    except ImportError:  # a Streamlit without v2 components scans nothing
+        return
+    scan = manifest_scanner.scan_component_manifests
+    if not hasattr(scan, "cache_info"):
+        manifest_scanner.scan_component_manifests = functools.cache(scan)  # type: ignore[assignment]
 
 
 def _only_serial(config: pytest.Config) -> bool:

@@ -15,7 +15,13 @@ pytestmark = [
     ),
 ]
 
-if importlib.util.find_spec("torch") is not None:
+# torch and the model's modules are imported when this file's first test runs, not when it is collected:
+# a pytest-xdist worker that runs none of its tests then never imports torch (3-4 s of CPU, at each
+# worker's collection of the whole suite; bench/RESULTS.md, suite14). Autouse: set up before the rest.
+@pytest.fixture(scope="module", autouse=True)
+def _torch_and_the_model() -> None:
+    global torch, MAX_SEQ_LEN, N_FEATURES, ModelRunner, batch_bucket, build_classifier, pretrained_dir
+    global seq_bucket, read_safetensors, write_safetensors
     import torch
 
     from reference_pipeline.model import (
@@ -29,9 +35,15 @@ if importlib.util.find_spec("torch") is not None:
     )
     from reference_pipeline.weights import read_safetensors, write_safetensors
 
-cuda = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None or not torch.cuda.is_available(), reason="needs a CUDA device"
-)
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# a condition string: evaluated at the test's set-up, not at collection
+cuda = pytest.mark.skipif("not _cuda()", reason="needs a CUDA device")
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,9 @@ NAME_CASES = {
 }
 
 
-@pytest.fixture
-def mapped(db_path):
+@pytest.fixture(scope="module")  # a plain dict the tests below only read: loaded and mapped once
+def mapped(tmp_path_factory):
+    db_path = tmp_path_factory.mktemp("stages") / "store.duckdb"
     cols = SpanColumns()
     children = [S(name, i, i + 1) for i, name in enumerate(NAME_CASES)]
     children += [

@@ -21,8 +21,9 @@ from tailscope.analysis import (
 from tailscope.store.duckdb.store import DuckDBStore as Store
 
 
-@pytest.fixture
-def store(db_path):
+@pytest.fixture(scope="module")  # the tests below only read it: built once for the file
+def store(tmp_path_factory):
+    db_path = tmp_path_factory.mktemp("waterfall") / "store.duckdb"
     rnd = random.Random(7)
     cols = SpanColumns()
     for i in range(400):

@@ -74,8 +74,23 @@ def test_quantile_definition_is_duckdbs_bit_for_bit() -> None:
         assert from_order_statistics(pairs, len(values), levels) == expected
 
 
-@pytest.mark.parametrize("band", ["p50", "p90", "p99", "p99.9"])
-@pytest.mark.parametrize("run", ["hand", *SIMULATED])
+WATERFALL = "tests/parity/test_clickhouse_parity.py::test_waterfall_is_the_same"
+
+
+def _waterfall_case(run: str, band: str) -> Any:
+    """Every band on the hand-built run (every path of the span tree; its p99.9 band is one request)
+    and p99 on each simulated run; the simulated runs' other bands in the full tier (./test.sh --full):
+    the same statements with another quantile, checked on the hand-built run."""
+    if run == "hand" or band == "p99":
+        return (run, band)
+    covers = (f"{WATERFALL}[hand-{band}]", f"{WATERFALL}[{run}-p99]")
+    return pytest.param(run, band, marks=pytest.mark.full(covered_by=covers))
+
+
+@pytest.mark.parametrize(
+    ("run", "band"),
+    [_waterfall_case(run, band) for run in ["hand", *SIMULATED] for band in ["p50", "p90", "p99", "p99.9"]],
+)
 def test_waterfall_is_the_same(stores: tuple[Store, ClickHouseStore], run: str, band: str) -> None:
     from tailscope.analysis import views
     from tailscope.analysis.types import Filter
@@ -240,7 +255,17 @@ def test_span_links_are_read_alike(stores: tuple[Store, ClickHouseStore]) -> Non
     assert len(links[0]) > 500
 
 
-@pytest.mark.parametrize("run", ["steady", "lock"])
+# the sampled read of the steady run in the full tier (./test.sh --full): the same windows and statements
+# as the lock run's, whose findings also compare; steady's unsampled diagnosis stays in the default
+SAMPLED_AS_LOCK = pytest.mark.full(
+    covered_by=(
+        "tests/parity/test_clickhouse_parity.py::test_sampled_diagnosis_is_identical_on_both_engines[lock]",
+        "tests/parity/test_clickhouse_parity.py::test_diagnosis_is_identical_on_both_engines[steady]",
+    )
+)
+
+
+@pytest.mark.parametrize("run", [pytest.param("steady", marks=SAMPLED_AS_LOCK), "lock"])
 def test_sampled_diagnosis_is_identical_on_both_engines(
     stores: tuple[Store, ClickHouseStore], run: str
 ) -> None:
