@@ -151,19 +151,7 @@ def _stops(ctx: Context) -> list[Finding]:
 
     observed = slow_cov.sum(axis=1, dtype=np.int16) >= a_need
     obs = int(observed.sum())
-    null = []
-    rng = ctx.rng
-    acc = np.zeros((n_inst, n_bins), np.uint8)  # at most MAX_NAMES names slow at once
-    slow_u8 = slow_cov.view(np.uint8)  # bool as 0/1 bytes: added without a cast
-    for _ in range(SHIFTS):
-        acc[:] = 0
-        shifts = rng.integers(0, n_bins, size=(n_inst, n_names))
-        for i in range(n_inst):
-            for j in range(n_names):
-                k = int(shifts[i, j])
-                acc[i, k:] += slow_u8[i, j, : n_bins - k]
-                acc[i, :k] += slow_u8[i, j, n_bins - k :]
-        null.append(int((acc >= a_need).sum()))
+    null = shifted_null(slow_cov, a_need, ctx.rng)
     null_mean = float(np.mean(null))
     null_sd = float(np.std(null)) + 1.0
     z = (obs - null_mean) / null_sd
@@ -363,3 +351,27 @@ def _stops(ctx: Context) -> list[Finding]:
 
 def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
     return lone_pauses.finding(ctx, warm, PATTERN, ADVICE)
+
+
+def shifted_null(slow_cov: np.ndarray, a_need: np.ndarray, rng: np.random.Generator) -> list[int]:
+    """Per shift (SHIFTS of them), the (instance, bin) cells in which >= a_need names are slow once
+    each (instance, name) row of `slow_cov` (inst, names, bins) is rotated by its own random number of
+    bins. Only rows with a slow bin add anything, and only an instance with two of them can reach a
+    need (>= 2): the others are drawn for and left out (the same counts; most rows are never slow)."""
+    n_inst, n_names, n_bins = slow_cov.shape
+    slow_u8 = slow_cov.view(np.uint8)  # bool as 0/1 bytes: added without a cast
+    live = slow_cov.any(axis=2)
+    insts = np.nonzero(live.sum(axis=1) >= 2)[0]
+    rows = [(int(insts[r]), r, int(j)) for r, j in zip(*np.nonzero(live[insts]), strict=True)]
+    acc = np.zeros((len(insts), n_bins), np.uint8)  # at most MAX_NAMES names slow at once
+    need = a_need[insts]
+    null = []
+    for _ in range(SHIFTS):
+        acc[:] = 0
+        shifts = rng.integers(0, n_bins, size=(n_inst, n_names))
+        for i, r, j in rows:
+            k = int(shifts[i, j])
+            acc[r, k:] += slow_u8[i, j, : n_bins - k]
+            acc[r, :k] += slow_u8[i, j, n_bins - k :]
+        null.append(int((acc >= need).sum()))
+    return null

@@ -72,8 +72,14 @@ def _steps(f, code: int) -> np.ndarray:
     """One span per step of a name (spans of one instance sharing start and duration are one), in
     start order."""
     spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
-    key = np.stack([f.instance[spans], f.start[spans], f.dur[spans]], axis=1)
-    _, first = np.unique(key, axis=0, return_index=True)
+    inst, start, dur = f.instance[spans], f.start[spans], f.dur[spans]
+    # each distinct (instance, start, duration)'s first span: a lexsort and the lowest position of each
+    # run of equal keys (what np.unique(axis=0, return_index=True) gives, at a tenth of its time)
+    order = np.lexsort((dur, start, inst))
+    a, s, d = inst[order], start[order], dur[order]
+    new = np.ones(len(order), bool)
+    new[1:] = (a[1:] != a[:-1]) | (s[1:] != s[:-1]) | (d[1:] != d[:-1])
+    first = np.minimum.reduceat(order, np.nonzero(new)[0]) if len(order) else order
     steps = spans[np.sort(first)]
     return steps[np.argsort(f.start[steps], kind="stable")]
 
@@ -90,7 +96,10 @@ def _kind_values(f, code: int, steps: np.ndarray) -> list[tuple[str, np.ndarray]
         ok = at >= 0
         if ok.sum() < 0.8 * len(steps):
             continue
-        vals = np.asarray([str(v) for v in np.asarray(values, dtype=object)[ok]])
+        raw = np.asarray(values, dtype=object)[ok]
+        if _kinds_out_of_range(raw):  # told from the raw values, before a str() of each
+            continue
+        vals = np.asarray([str(v) for v in raw])
         uniq, inv = np.unique(vals, return_inverse=True)
         if not 2 <= len(uniq) <= MAX_KINDS:
             continue
@@ -98,6 +107,19 @@ def _kind_values(f, code: int, steps: np.ndarray) -> list[tuple[str, np.ndarray]
         codes[at[ok]] = inv
         out.append((key, codes))
     return out
+
+
+def _kinds_out_of_range(raw: np.ndarray) -> bool:
+    """Whether the values' text surely has fewer than 2 or more than MAX_KINDS distinct values: raw
+    strings (and None, whose text 'None' a string may share) have at most one distinct text fewer
+    than distinct values; other values are left to the text."""
+    try:
+        distinct = set(raw.tolist())
+    except TypeError:  # an unhashable value
+        return False
+    if not all(v is None or type(v) is str for v in distinct):
+        return False
+    return len(distinct) < 2 or len(distinct) > MAX_KINDS + 1
 
 
 def _firsts(inst: np.ndarray, kind: np.ndarray, dur: np.ndarray, index: np.ndarray):

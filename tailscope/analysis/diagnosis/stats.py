@@ -101,7 +101,9 @@ def per_request_sum(request: np.ndarray, values: np.ndarray, mask: np.ndarray, n
 
 
 def ranks(x: np.ndarray) -> np.ndarray:
-    order = np.argsort(x, kind="stable")
+    """Ranks from 0, ties averaged. Every tie gets its group's average whatever order the sort left
+    its members in, so an unstable sort gives the same ranks (a quicksort: 2-4x a stable sort's speed)."""
+    order = np.argsort(x)
     r = np.empty(len(x), np.float64)
     r[order] = np.arange(len(x), dtype=np.float64)
     # average ties so constant stretches do not fake a correlation
