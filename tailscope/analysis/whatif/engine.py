@@ -24,6 +24,7 @@ from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
+from tailscope.analysis.whatif.peer_levers import no_pauses_as_peers
 from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
@@ -208,6 +209,7 @@ def plan(
               if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [
         with_stretched_steps(x, lv.no_stalls(x), paused),
+        no_pauses_as_peers(x) if paused else None,
         ql.queue_within_window(x),
         ql.queue_no_window(x),
         ql.queue_as_calm(x),
