@@ -67,3 +67,22 @@ def test_a_queue_at_a_pool_whose_holders_got_slow_goes_with_their_slowness() -> 
     # the checkouts as calm leave the slow INSERTs (43 ms); the holders as calm take them back to 5 ms
     assert hits["queue_as_calm:pool.connect"].p99_ms > 40
     assert hits["queue_as_calm_held:pool.connect"].p99_ms < 5.3, hits["queue_as_calm_held:pool.connect"]
+
+
+def test_a_pool_lever_on_the_entry_span_leaves_the_requests_as_calm() -> None:
+    """A queueing finding at the request's own span (a backlog with no wait span): the pool lever on
+    an entry span redraws its steps (one of them over twice as slow in a stretch), but it sees no
+    queue; "requests as calm" (the requests half as slow again there) still answers it."""
+    rows: list[tuple] = []
+    for k in range(500):
+        t = 10.0 * k
+        work = 9.0 + (k % 4) * 0.1 if 2000 <= t < 2600 else 4.0 + (k % 3) * 0.1
+        root = len(rows)
+        rows.append((k, -1, "GET /recs", "Server", k % 2, t, 1.0 + work + 5.0))
+        rows.append((k, root, "work", "Internal", k % 2, t + 1.0, work))
+        rows.append((k, root, "render", "Internal", k % 2, t + 1.0 + work, 5.0))
+    finding = {"pattern": "queueing", "confidence": 0.9, "span_name": "GET /recs", "evidence": {}}
+    result = evaluate(hand_frame(rows), [finding])
+    keys = {o.key for o in result.outcomes}
+    assert "queue_as_calm_held:GET /recs" in keys, keys
+    assert "queue_as_calm:GET /recs" in keys, keys
