@@ -86,3 +86,22 @@ def test_a_pool_lever_on_the_entry_span_leaves_the_requests_as_calm() -> None:
     keys = {o.key for o in result.outcomes}
     assert "queue_as_calm_held:GET /recs" in keys, keys
     assert "queue_as_calm:GET /recs" in keys, keys
+
+
+def test_gaps_cut_before_calm_spans_leave_the_requests_as_calm() -> None:
+    """The finding names a service's entry span below a proxy: its own times are never twice the
+    calm ones (no wait in it), only the gaps before some grew; the lever that cuts those gaps sees no
+    queue, so "requests as calm" (the requests half as slow again in a stretch) is offered beside it."""
+    rows: list[tuple] = []
+    for k in range(500):
+        t = 10.0 * k
+        busy = 2000 <= t < 2600
+        work, gap = (9.0 + (k % 4) * 0.1, 3.0) if busy else (6.0 + (k % 3) * 0.1, 0.2)
+        root = len(rows)
+        rows.append((k, -1, "proxy", "Server", 1, t, gap + work + 0.2))
+        rows.append((k, root, "GET /recs", "Server", 0, t + gap, work))
+    finding = {"pattern": "queueing", "confidence": 0.9, "span_name": "GET /recs", "evidence": {}}
+    result = evaluate(hand_frame(rows), [finding])
+    keys = {o.key for o in result.outcomes}
+    assert "queue_as_calm:GET /recs" in keys, keys
+    assert "queue_as_calm:proxy" in keys, keys

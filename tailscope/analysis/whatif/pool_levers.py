@@ -27,7 +27,7 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
     f, lay = x.frame, x.lay
     edit = Edit.none(len(f))
     caller = np.where(lay.parent[spans] >= 0, f.name[np.maximum(lay.parent[spans], 0)], -1)
-    rng, changed = x.rng(26), 0
+    rng, changed = x.rng(26), [0, 0]
     for kind in (_CALM_DURATION, _CALM_GAP):
         value = (f.dur[spans] if kind == _CALM_DURATION else lay.gap[spans]).astype(np.float64)
         calm = _calm(f.start[spans], value)
@@ -39,8 +39,8 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
             edit.dur[spans[rows]] = np.minimum(drawn, f.dur[spans[rows]])
         else:
             edit.cut_before[spans[rows]] = np.maximum(value[rows] - drawn, 0.0)
-        changed += len(rows)
-    if changed == 0:
+        changed[kind] = len(rows)
+    if sum(changed) == 0:
         return None
     return Lever(
         f"queue_as_calm:{name}",
@@ -54,6 +54,7 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
         edit,
         pattern="queueing",
         span_name=name,
+        params={"waits_redrawn": changed[_CALM_DURATION], "gaps_cut": changed[_CALM_GAP]},
     )
 
 

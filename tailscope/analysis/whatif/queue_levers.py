@@ -333,9 +333,10 @@ def no_queue_in_sight(x: Inputs, levers: list) -> bool:
     'queue as calm' lever at all, or only the handler threads' one while the queues it sees are at
     other services than the findings name (a front's workers held by a backend whose own waits no
     traced call shows: an untraced client fills its workers)."""
-    # a pool's holders as calm (pool_levers.pool_as_calm) fixes the holders, not a queue it sees
+    # a pool's holders as calm (pool_levers.pool_as_calm) fixes the holders, not a queue it sees; a
+    # named span whose own times are calm throughout and only the gaps before it were cut shows none
     keys = [lever.key for lever in levers if lever is not None and lever.key.startswith("queue_as_calm")
-            and not lever.key.startswith("queue_as_calm_held")]
+            and not lever.key.startswith("queue_as_calm_held") and lever.params.get("waits_redrawn") != 0]
     if not keys:
         return True
     if keys != ["queue_as_calm:handlers"] or x.handlers is None:
