@@ -38,6 +38,8 @@ def paused_instances(x: Inputs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for svc in np.unique(f.service[np.isin(f.instance, np.nonzero(stalled > 0)[0])]).tolist():
         rows = in_req & (f.service == svc)
         mine = np.unique(f.instance[rows])
+        if len(mine) <= MIN_PEERS:
+            continue
         typical = float(np.median(stalled[mine]))
         hot = mine[(stalled[mine] >= PAUSED_RATIO * typical) & (stalled[mine] > 0.01 * span)]
         rest = np.setdiff1d(mine, hot)
