@@ -33,7 +33,7 @@ def queue_within_window(x: Inputs) -> Lever | None:
 
 
 WINDOW_SPENT = 0.8  # a batch's first member that waited this share of the window waited it out
-WINDOW_MATERIAL = 0.1  # ... where the window is at least this share of the median latency
+WINDOW_MATERIAL = 0.25  # ... where the window is at least a quarter of the median latency
 
 
 def queue_no_window(x: Inputs) -> Lever | None:
@@ -41,7 +41,7 @@ def queue_no_window(x: Inputs) -> Lever | None:
     first member having waited out the window (a max queue delay set for a traffic that never fills a
     batch in it). The fix: no window (a batch leaves as soon as a server is free, with what has
     arrived), the run's arrivals replayed through the queue with the measured batch costs. None where
-    the window is small against the latency or the batches fill before it closes."""
+    the window is under a quarter of the latency or the batches fill before it closes."""
     s, f = x.served, x.frame
     if s is None or s.max_batch <= 1 or s.window_ns <= 0:
         return None
