@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.whatif_common import OPEN, frame_of, line, pair_row, simulated, table  # noqa: E402
+from bench.whatif_common import OPEN, frame_of, line, pair_row, simulated, source_key, table  # noqa: E402
 from bench.whatif_pipeline import pipeline_report  # noqa: E402
 from tailscope.analysis.diagnosis import diagnose_frame  # noqa: E402
 from tailscope.analysis.whatif import evaluate  # noqa: E402
@@ -103,7 +103,9 @@ PATTERN_LEVER = {
     "large_payload": "payload_",  # payload_p50 (its size at the median) or payload_batched (N+1)
     "cpu_throttling": "no_throttling",
     "gc_pause": "no_gc_stalls",
-    "queueing": "queue_as_calm",
+    # the queue as in calm stretches (a burst met with capacity), or, where the batcher's window is
+    # what the requests wait for (a max queue delay the traffic never fills a batch in), no window
+    "queueing": "queue_as_calm|queue_no_window",
     "slow_dependency": "dependency_p50",
     "lock_contention": "no_lock_wait",
     "cache_miss": "cache_hits",
@@ -122,11 +124,12 @@ def blind_families() -> list[str]:
     return [name for name in blind.available() if name not in blind.UNTOUCHED]
 
 
-def blind_rows(families: list[str], requests: int, seed: int, same_arrivals: bool = True
-               ) -> tuple[list[dict], list[dict], list[str]]:
+def blind_rows(families: list[str], requests: int, seed: int, same_arrivals: bool = True,
+               cache: Path | None = None) -> tuple[list[dict], list[dict], list[str]]:
     """Each blind family's one-cause scenarios against its healthy run, same seed: end to end (the
     fix for what the diagnosis names), and with the lever applied (a planted cause the diagnosis
-    missed added as a finding from the truth)."""
+    missed added as a finding from the truth). `cache`: runs written and loaded there, reused while
+    the simulator, loader and store code is the same (whatif_common.source_key)."""
     from reference_pipeline.simulate import blind
 
     rows, applied, unscored = [], [], []
@@ -134,13 +137,15 @@ def blind_rows(families: list[str], requests: int, seed: int, same_arrivals: boo
         if name in blind.UNTOUCHED:
             raise SystemExit(f"bench_whatif: {name} is a held-out blind family: not run here")
         with tempfile.TemporaryDirectory() as tmp:
-            t = Path(tmp)
+            t = Path(tmp) if cache is None else cache / source_key() / f"{name}-s{seed}-r{requests}"
+            t.mkdir(parents=True, exist_ok=True)
 
             def run(scenario: str, t=t, name=name, **opts):
                 tag = "".join(f"@{value}" for value in opts.values())  # one file (and store) per run
                 out = t / f"{scenario}{tag}{blind.SUFFIX[blind.run_format(name, seed)]}"
-                blind.write_run(out, name, scenario, requests, seed, **opts)
-                return frame_of(out)
+                if cache is None or not out.with_suffix(".loaded").exists():
+                    blind.write_run(out, name, scenario, requests, seed, **opts)
+                return frame_of(out, reuse=cache is not None)
 
             healthy = None
             base = blind.scenarios(name)[0]  # the family's run with nothing planted
@@ -212,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rps", type=float, default=20.0)
     parser.add_argument("--repeats", type=int, default=3, help="timing: what-if repeats; pipeline: runs")
     parser.add_argument("--keep", type=Path, help="pipeline: keep runs here (reused)")
+    parser.add_argument("--cache", type=Path,
+                        help="blind: write and load the runs here, reused while the simulator, loader "
+                             "and store code is unchanged")
     parser.add_argument("--pairs", default="all", help="pipeline: the pairs to run, by label, ';'-separated")
     parser.add_argument("--device", default="cpu", help="pipeline: cpu or cuda[:N] (every run on it)")
     parser.add_argument("--own-rate", action="store_true",
@@ -226,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         families = blind_families() if args.families == "all" else args.families.split(",")
         rows, applied, unscored = [], [], []
         for seed in range(args.seeds):  # seed 1: other formats and settings (a consumer per message)
-            r, a, u = blind_rows(families, args.requests or 4000, seed, same_arrivals=not args.own_rate)
+            r, a, u = blind_rows(families, args.requests or 4000, seed, same_arrivals=not args.own_rate,
+                                 cache=args.cache)
             rows, applied, unscored = rows + r, applied + a, unscored + [f"{x} seed {seed}" for x in u]
         print("\nend to end (the fix for what the diagnosis names):")
         print(table(rows))

@@ -22,19 +22,39 @@ from tailscope.analysis.whatif.retime import unit_latency
 OPEN = contextlib.ExitStack()
 
 
-def frame_of(path: Path, run: str = "run", whole: bool = False):
-    """The run's frame (`whole`: every span, never the loader's sample of a large run)."""
+def frame_of(path: Path, run: str = "run", whole: bool = False, reuse: bool = False):
+    """The run's frame (`whole`: every span, never the loader's sample of a large run; `reuse`: the
+    store loaded from `path` before, where one is marked complete, is read again)."""
     from ingest.loader import load_paths
     from tailscope.analysis.diagnosis.load import load_frame
     from tailscope.analysis.source import reading
     from tailscope.store.engine import open_store
 
     db = path.with_suffix(".duckdb")
-    loaded = load_paths([path], db, run)
-    if loaded.failed:
-        raise SystemExit(f"bench_whatif: {path}: {loaded.failed[0].error}")
+    done = path.with_suffix(".loaded")
+    if not (reuse and done.exists() and db.exists()):
+        db.unlink(missing_ok=True)
+        loaded = load_paths([path], db, run)
+        if loaded.failed:
+            raise SystemExit(f"bench_whatif: {path}: {loaded.failed[0].error}")
+        done.touch()
     conn = OPEN.enter_context(reading(open_store(str(db))))
     return load_frame(conn, run, max_spans=None) if whole else load_frame(conn, run)
+
+
+def source_key() -> str:
+    """A digest of the code that writes and loads a run (the simulator, the loader, the store): a
+    cached run is reused only while that code is the same."""
+    import hashlib
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for folder in ("reference_pipeline/simulate", "ingest", "tailscope/store"):
+        for file in sorted((root / folder).rglob("*")):
+            if file.suffix in (".py", ".sql") and file.is_file():
+                digest.update(str(file.relative_to(root)).encode())
+                digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def simulated(tmp: Path, label: str, scenario: str, seed: int, requests: int, whole: bool = False,
@@ -161,7 +181,7 @@ def predicted(
         full = [o for o in hits if len(o.key.split("+")) == len(lever)]
         hits = full or [o for o in hits if len(o.key.split("+")) == max(len(h.key.split("+")) for h in hits)]
     else:
-        hits = [o for o in result.outcomes if o.key.startswith(lever)]
+        hits = [o for o in result.outcomes if _starts(o.key, lever)]
     if not hits:
         return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
     best = min(hits, key=lambda o: o.p99_ms)
@@ -172,12 +192,17 @@ def _composed_of(key: str, prefixes: tuple[str, ...]) -> bool:
     """The fix for all the prefixes (composed), or for those of them the run has levers for."""
     parts, rest = key.split("+"), list(prefixes)
     for part in parts:
-        while rest and not part.startswith(rest[0]):
+        while rest and not _starts(part, rest[0]):
             rest.pop(0)
         if not rest:
             return False
         rest.pop(0)
     return True
+
+
+def _starts(key: str, prefix: str) -> bool:
+    """Whether a lever's key answers a pattern's prefix ('a|b': either)."""
+    return key.startswith(tuple(prefix.split("|")))
 
 
 def _size_attribute(frame, name: str | None) -> dict:

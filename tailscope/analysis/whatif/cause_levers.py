@@ -11,7 +11,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, accepted_late, stall_edit
 from tailscope.analysis.whatif.retime import Edit
-from tailscope.analysis.whatif.retries import abandoned_work_left, retried_calls
+from tailscope.analysis.whatif.retries import abandoned_work_left, back_off_after_last, retried_calls
 from tailscope.analysis.whatif.stalls import PERIOD_NS
 
 # ---- cpu_throttling: the stalls that end on the quota's period ------------------------------------
@@ -182,6 +182,7 @@ def _answered_at_once(x: Inputs, finding: dict[str, Any], hedge_ns: float | None
     edit.dur[later] = 0.0  # no longer made: no time, and no back-off before it
     edit.cut_before[later] = x.lay.gap[later]
     took = answer[group[is_first]]
+    edit = back_off_after_last(x, edit, s, group, pos)  # no give-up back-off once answered at once
     if hedge_ns is None:
         edit.dur[head] = took
         return abandoned_work_left(x, edit, s)

@@ -14,6 +14,7 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import levers as lv
 from tailscope.analysis.whatif import lock_levers as lk
+from tailscope.analysis.whatif import pool_levers as pl
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.attempts import abandoned_attempts, answered_in_time
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
@@ -23,6 +24,7 @@ from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
+from tailscope.analysis.whatif.peer_levers import no_pauses_as_peers
 from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import (
@@ -37,7 +39,7 @@ from tailscope.analysis.whatif.served import replica_routing, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 13  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 14  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -129,7 +131,8 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
         sel = np.nonzero(pool == p)[0]
         if len(sel) == 0:
             continue
-        r = replay(arrival[sel], residual[sel], cost, c, s.max_batch, s.window_ns, lever.scale)
+        window = s.window_ns if lever.window_ns is None else lever.window_ns
+        r = replay(arrival[sel], residual[sel], cost, c, s.max_batch, window, lever.scale)
         wait[sel], took[sel] = r.start - arrival[sel], r.end - r.start
     out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
     out.dur[s.queue[~hole]] = wait[~hole]
@@ -201,12 +204,14 @@ def plan(
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
-            out.append(ql.wait_span_as_calm(x, fd))
+            out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd)]
     paused = [fd for fd in x.findings
               if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [
         with_stretched_steps(x, lv.no_stalls(x), paused),
+        no_pauses_as_peers(x) if paused else None,
         ql.queue_within_window(x),
+        ql.queue_no_window(x),
         ql.queue_as_calm(x),
         ql.handlers_as_calm(x),
         ql.more_replicas(x, extra_replicas),

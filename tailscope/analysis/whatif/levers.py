@@ -58,6 +58,7 @@ class Lever:
     span_name: str | None = None
     requeue: bool = False  # replay the queue in front of the model afterwards
     scale: float = 1.0  # forward service time factor in the replay
+    window_ns: float | None = None  # the batching window in the replay (None: the run's)
     extra_servers: int = 0
     arrival_shift: np.ndarray | None = None  # per request: how much earlier it reaches the queue (ns)
     handler_shift: np.ndarray | None = None  # per handler call: how much earlier it arrives (ns)

@@ -32,6 +32,43 @@ def queue_within_window(x: Inputs) -> Lever | None:
     )
 
 
+WINDOW_SPENT = 0.8  # a batch's first member that waited this share of the window waited it out
+WINDOW_MATERIAL = 0.25  # ... where the window is at least a quarter of the median latency
+
+
+def queue_no_window(x: Inputs) -> Lever | None:
+    """A batcher whose window is what its requests wait for: most batches leave before filling, their
+    first member having waited out the window (a max queue delay set for a traffic that never fills a
+    batch in it). The fix: no window (a batch leaves as soon as a server is free, with what has
+    arrived), the run's arrivals replayed through the queue with the measured batch costs. None where
+    the window is under a quarter of the latency or the batches fill before it closes."""
+    s, f = x.served, x.frame
+    if s is None or s.max_batch <= 1 or s.window_ns <= 0:
+        return None
+    latency = np.median(f.requests.latency[s.request].astype(np.float64))
+    if s.window_ns < WINDOW_MATERIAL * latency:
+        return None
+    wait = s.wait(f, x.lay)
+    order = np.lexsort((f.start[s.forward] - wait, s.batch))
+    lead = order[np.r_[True, s.batch[order][1:] != s.batch[order][:-1]]]
+    spent = (s.size[lead] < s.max_batch) & (wait[lead] >= WINDOW_SPENT * s.window_ns)
+    if spent.mean() < 0.5:
+        return None
+    return Lever(
+        "queue_no_window",
+        f"No batching delay (the {s.window_ns / 1e6:.1f} ms window most batches waited out)",
+        SOFTWARE,
+        "a batch leaves as soon as a server is free, with the requests that have arrived; the run's "
+        "arrivals are replayed through the queue with the measured batch costs (a model)",
+        Edit.none(len(f)),
+        pattern="queueing",
+        requeue=True,
+        window_ns=0.0,
+        params={"window_ms": round(s.window_ns / 1e6, 3),
+                "batches_waited_out": round(float(spent.mean()), 3)},
+    )
+
+
 CALM_BINS = 100
 CALM_RATIO = 2.0  # a stretch of time whose mean wait is over twice the typical stretch's is disturbed
 LATENCY_CALM_RATIO = 1.25  # a latency is mostly service: a stretch a quarter slower is disturbed
@@ -208,35 +245,6 @@ def scaled_out_early(x: Inputs, finding: dict) -> Lever | None:
     )
 
 
-def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
-    """A queueing finding that names a wait span of its own (a scheduler's wait for memory or a slot,
-    an admission queue: not the model's batcher, served.py): each wait of a stretch whose mean wait is
-    over twice the quieter quarter's takes the time of a wait in a calm stretch (drawn from the run)."""
-    name = finding.get("span_name")
-    spans = x.spans_named(name)
-    if len(spans) < 2 * CALM_BINS or (x.served is not None and np.isin(spans, x.served.queue).any()):
-        return None
-    f = x.frame
-    wait = f.dur[spans].astype(np.float64)
-    calm = _calm(f.start[spans], wait)
-    if calm is None:
-        return None
-    edit = Edit.none(len(f))
-    rows = spans[~calm]
-    edit.dur[rows] = np.minimum(wait[calm][x.rng(26).integers(0, int(calm.sum()), len(rows))], f.dur[rows])
-    return Lever(
-        f"queue_as_calm:{name}",
-        f"'{name}' as in calm stretches (peaks absorbed)",
-        CAPACITY,
-        f"each '{name}' of a stretch whose mean wait is over twice the quieter quarter's takes the time of "
-        "a wait in a calm stretch (drawn from the run): the peaks met with capacity or admission; what the "
-        "added work does to the service times (a larger batch's slower steps) is not modelled",
-        edit,
-        pattern="queueing",
-        span_name=name,
-    )
-
-
 def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO) -> np.ndarray | None:
     """Per wait, whether it falls in a calm stretch of the run (CALM_BINS stretches by `when`): one whose
     mean wait is at most CALM_RATIO times the typical stretch's, the typical being the quieter
@@ -325,7 +333,10 @@ def no_queue_in_sight(x: Inputs, levers: list) -> bool:
     'queue as calm' lever at all, or only the handler threads' one while the queues it sees are at
     other services than the findings name (a front's workers held by a backend whose own waits no
     traced call shows: an untraced client fills its workers)."""
-    keys = [lever.key for lever in levers if lever is not None and lever.key.startswith("queue_as_calm")]
+    # a pool's holders as calm (pool_levers.pool_as_calm) fixes the holders, not a queue it sees; a
+    # named span whose own times are calm throughout and only the gaps before it were cut shows none
+    keys = [lever.key for lever in levers if lever is not None and lever.key.startswith("queue_as_calm")
+            and not lever.key.startswith("queue_as_calm_held") and lever.params.get("waits_redrawn") != 0]
     if not keys:
         return True
     if keys != ["queue_as_calm:handlers"] or x.handlers is None:

@@ -80,3 +80,53 @@ def abandoned_work_left(x: Inputs, edit: Edit, calls: np.ndarray) -> Edit:
     gone = child[mark[f.parent[child]]]
     edit.dur[gone] = 0.0
     return edit
+
+
+def back_off_after_last(x: Inputs, edit: Edit, s: np.ndarray, group: np.ndarray, pos: np.ndarray) -> Edit:
+    """A client that gives up after its last attempt waits out one more back-off before its fallback
+    (a retry loop that sleeps after every failure): the step after a retried call's last attempt
+    starts a back-off later than the step after a call answered at once. Once the call is answered
+    at its first attempt, that step follows as it does after an answered call: its gap is cut to the
+    median gap after the single calls (`group` -1) of the name."""
+    lay = x.lay
+    rep = group >= 0
+    if not rep.any():
+        return edit
+    last_pos = np.zeros(int(group.max()) + 1, np.int64)
+    np.maximum.at(last_pos, group[rep], pos[rep])
+    last = s[rep & (pos == last_pos[np.maximum(group, 0)])]
+    single = s[~rep]
+    nxt_last, nxt_single = _next_step(x, last), _next_step(x, single)
+    ok = nxt_single >= 0
+    if not ok.any():
+        return edit
+    typical = float(np.median(lay.gap[nxt_single[ok]]))
+    has = nxt_last >= 0
+    step = nxt_last[has]
+    edit.cut_before[step] = np.maximum(edit.cut_before[step], lay.gap[step] - typical)
+    return edit
+
+
+def _next_step(x: Inputs, calls: np.ndarray) -> np.ndarray:
+    """Per call, the first sibling that starts after it ends (-1 where none): the step that waited for
+    it."""
+    lay = x.lay
+    out = np.full(len(calls), -1, np.int64)
+    if len(calls) == 0:
+        return out
+    parents, rank = np.unique(lay.parent[calls], return_inverse=True)
+    kid = np.nonzero(np.isin(lay.parent, parents))[0]
+    kid_rank = np.searchsorted(parents, lay.parent[kid])
+    big = int(max(lay.rel_end[kid].max(initial=0), lay.rel_end[calls].max(initial=0))) + 2
+    key = kid_rank.astype(np.int64) * big + lay.rel_start[kid].astype(np.int64)
+    order = np.argsort(key, kind="stable")
+    key, kid = key[order], kid[order]
+    after = np.maximum(lay.rel_end[calls].astype(np.int64) - SEQUENTIAL_TOLERANCE_NS,
+                       lay.rel_start[calls].astype(np.int64) + 1)  # not the call itself
+    want = rank.astype(np.int64) * big + after
+    at = np.searchsorted(key, want, side="left")
+    inside = at < len(kid)
+    found = np.where(inside, kid[np.minimum(at, len(kid) - 1)], -1)
+    same = inside & (lay.parent[np.maximum(found, 0)] == lay.parent[calls]) & (found != calls)
+    out[same] = found[same]
+    return out
