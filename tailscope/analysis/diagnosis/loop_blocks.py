@@ -38,6 +38,7 @@ LONG = 10.0
 MIN_LONG_NS = 20_000_000
 MIN_LONG = 5
 MIN_RELEASED = 3
+MAX_STEPS = 200  # long steps read for the spans they held (_stretched_over)
 RELEASE_NS = 1_000_000
 CAP = 0.9
 KINDS = (SPAN_KINDS.index("Internal"), SPAN_KINDS.index("Unspecified"))
@@ -69,9 +70,16 @@ def _count(e_inst, e_end, inst, lo, hi) -> np.ndarray:
 
 def _by_input(ctx: Context, code: int, spans: np.ndarray, long: np.ndarray, d: np.ndarray) -> float:
     """How surely the long spans' inputs make them long: the share of them above the name's 90th
-    percentile of a size-like attribute, times how well that size orders their durations."""
+    percentile of a size-like attribute (the span's, or its parent's: the server span that received
+    the body a handler's span parses), times how well that size orders their durations."""
+    f = ctx.frame
     best = 0.0
-    for _, v in span_sizes(ctx, code, spans):
+    sizes = list(span_sizes(ctx, code, spans))
+    up = f.parent[spans]
+    if (up >= 0).all() and len(spans):
+        parent = int(np.bincount(f.name[up]).argmax())
+        sizes += list(span_sizes(ctx, parent, up)) if (f.name[up] == parent).all() else []
+    for _, v in sizes:
         ok = np.isfinite(v)
         if ok[long].mean() < 0.8 or ok.mean() < 0.5:
             continue
@@ -123,6 +131,30 @@ def _find(ctx: Context) -> dict | None:
     return {"finding": _finding(ctx, best), "episodes": best["episodes"], "spans": best["spans"]}
 
 
+def _stretched_over(ctx: Context, steps: np.ndarray, inst: np.ndarray, start: np.ndarray,
+                    end: np.ndarray) -> float:
+    """Over the steps (at most MAX_STEPS of them): the mean share of the other requests' spans in flight
+    on the step's instance when it started that end only once it ended (within a millisecond): held
+    by it, as everything on a process one step holds is. Where threads serve requests side by side,
+    the others end through it at their usual pace."""
+    f = ctx.frame
+    if "loop_blocks:by_start" not in ctx.notes:  # request spans by instance then start; a horizon
+        spans = np.nonzero(f.request >= 0)[0]
+        spans = spans[np.lexsort((f.start[spans], f.instance[spans]))]
+        horizon = int(f.end.max()) + 2
+        key = f.instance[spans].astype(np.int64) * horizon + f.start[spans]
+        ctx.notes["loop_blocks:by_start"] = (spans, key, horizon, float(np.quantile(f.dur[spans], 0.999)))
+    spans, key, horizon, longest = ctx.notes["loop_blocks:by_start"]
+    shares = []
+    for k in range(min(len(steps), MAX_STEPS)):
+        at = int(inst[k]) * horizon + start[k]
+        near = spans[np.searchsorted(key, at - longest):np.searchsorted(key, at)]  # started before it
+        flying = near[(f.end[near] > start[k] + RELEASE_NS) & (f.request[near] != f.request[steps[k]])]
+        if len(flying):
+            shares.append(float((f.end[flying] >= end[k] - RELEASE_NS).mean()))
+    return float(np.mean(shares)) if shares else 0.0
+
+
 def _outermost(inst: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per stretch: False where a stretch of the same instance that started earlier (at least 1 ms)
     is still running when it starts: requests that arrived while a step held the process, their own
@@ -159,7 +191,10 @@ def _judge(ctx: Context, code: int, spans: np.ndarray, start: np.ndarray, end: n
     telling = rate[inst] * (d[long] / RELEASE_NS) >= 3  # long enough that something would have ended
     silent_from_start = float((ended_inside[telling] == 0).mean()) if telling.any() else 0.0
     by_input = _by_input(ctx, code, spans, long, d)
-    own = max(by_input, logistic(silent_from_start, 0.8, 0.05))
+    silent = logistic(silent_from_start, 0.8, 0.05)
+    own = max(by_input, silent)
+    if stretch:  # a stretch with no span of its own: its input must make it long, the others held
+        held, own = max(held, logistic(_stretched_over(ctx, b, inst, b_start, b_end), 0.8, 0.05)), by_input
     # or: the process's stalls (gc_pause's episodes: other requests' spans stretched together) are these
     # long steps, each one's time ordered by its own input: the request's own work holds the process
     stalls = ctx.notes.get("gc_episodes")
