@@ -44,8 +44,7 @@ ADVICE = (
     "(about {hold} ms per request ahead). Shrink the critical section (move work out of the lock, copy "
     "then release), shard the lock or the shared resource, or give each worker its own instance (per-worker "
     "tokenizer/model/client, thread-local buffers). More hardware will not help while one lock serialises. "
-    "A wait for a connection from a bounded pool (a database pool, an HTTP client's sockets) is named here "
-    "too: size the pool to the threads that use it and hold a connection only for its queries."
+    "A wait for a connection from a bounded pool (DB, HTTP client sockets) is one: size it to its threads."
 )
 SKIP_STAGES = {ALL_STAGES.index("queue"), ALL_STAGES.index("model_forward")}
 MIN_SPANS = 60
