@@ -23,14 +23,17 @@ def batcher_service(seed: int = 1, n: int = 3000, rps: float = 120.0, max_wait: 
                     new_kind_from: float | None = None, compile_ms: float = 0.0, kind_cost: float = 1.0,
                     stops: dict[str, list[tuple[float, float]]] | None = None,
                     shared_device: dict[str, list[tuple[float, float]]] | None = None,
-                    gc_events: list[tuple[str, float, float]] | None = None):
+                    gc_events: list[tuple[str, float, float]] | None = None, model: str | None = None,
+                    into: TraceBuilder | None = None):
     """`burst`: arrivals x this over the middle tenth of the run; `new_kind_from`: from this share of
     the run 15 % of the requests are of a new kind ("s256"), whose first batch on an instance takes
     `compile_ms` more (a compile) and every batch `kind_cost` x the usual (longer inputs);
     `shared_device`: windows (ms) in which an instance's device is time-sliced with a co-tenant (its
     kernels take 3x as long); `gc_events`: (instance, start, end) ms the runtime reports as
-    collections."""
-    b = TraceBuilder(seed)
+    collections. `model`: the queue and the run sit in a span of that name (a server's model, whose
+    batcher it is); `into`: add the requests to that builder and return it (several models' batchers
+    on one server) instead of the frame."""
+    b = into or TraceBuilder(seed)
     b.stages.update({"Batcher.wait": "queue", "Model.run": "model_forward"})
     gaps = b.rng.exponential(1000.0 / rps, n)
     t = np.cumsum(gaps)
@@ -77,9 +80,11 @@ def batcher_service(seed: int = 1, n: int = 3000, rps: float = 120.0, max_wait: 
                 a = float(arrive[j])
                 root = b.span(None, "POST /score", "Server", name, a, 0.0)
                 b.span(root, "Features.build", "Internal", name, a + 0.1, ready[m] - a - 0.1)
-                b.span(root, "Batcher.wait", "Internal", name, ready[m], close - ready[m])
-                b.span(root, "Model.run", "Internal", name, close, end - close, seq__bucket=bucket,
+                inner = root if model is None else b.span(root, model, "Internal", name, ready[m],
+                                                          end - ready[m])
+                b.span(inner, "Batcher.wait", "Internal", name, ready[m], close - ready[m])
+                b.span(inner, "Model.run", "Internal", name, close, end - close, seq__bucket=bucket,
                        batch__size=len(members))
                 done = pauses.run(name, end + 0.05, lognormal(b.rng, 0.5, 0.2))
                 b.set_end(root, done)
-    return b.frame(gc=gc_events)
+    return b if into is not None else b.frame(gc=gc_events)

@@ -10,6 +10,7 @@ from batcher_frames import batcher_service
 from tailscope.analysis.diagnosis import batch_timer
 from tailscope.analysis.diagnosis.model import Context
 from tailscope.analysis.diagnosis.runner import diagnose_frame
+from tests.mechanism_frames import TraceBuilder
 
 
 def _timer(frame) -> float:
@@ -32,3 +33,14 @@ def test_a_burst_that_saturates_the_batcher_is_a_queue_not_the_timer() -> None:
     frame = batcher_service(max_wait=4.0, rps=240.0, burst=6.0, max_batch=4)
     assert _timer(frame) < 0.5
     assert diagnose_frame(frame).findings[0].pattern == "queueing"
+
+
+def test_each_models_batcher_has_its_own_timer() -> None:
+    """Two models on one server, each queue span named alike under its model's span: the text model's
+    100 ms timer at low traffic is found although the image model's 2 ms batches are the more common
+    (before: the timer read as 2 ms, the 100 ms waits missed, 0.00)."""
+    b = batcher_service(n=1500, rps=30.0, max_wait=100.0, model="text_model", into=TraceBuilder(3))
+    frame = batcher_service(n=3000, rps=240.0, max_wait=2.0, model="image_model", into=b).frame()
+    found = batch_timer.detect(Context(frame))
+    assert found and found[0].confidence >= 0.5, [(f.confidence, f.evidence["summary"]) for f in found]
+    assert found[0].evidence["stats"]["timer_ms"] == 100.0

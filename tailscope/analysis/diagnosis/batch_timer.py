@@ -46,10 +46,19 @@ ADVICE = (
 )
 
 
-def _groups(ctx: Context, code: int):
-    """(per batch: its oldest member's wait, its members' span indices as a group code per span)."""
+def _feeds(ctx: Context, code: int) -> list[np.ndarray]:
+    """The spans of queue name `code`, one set per name of the span they sit in (the model each batcher
+    feeds): servers name every model's queue alike (`queue`), and each model's batcher has its own
+    timer."""
     f = ctx.frame
     spans = np.nonzero((f.name == code) & (f.request >= 0))[0]
+    above = np.where(f.parent[spans] >= 0, f.name[np.maximum(f.parent[spans], 0)], -1)
+    return [spans[above == a] for a in np.unique(above).tolist()]
+
+
+def _groups(ctx: Context, spans: np.ndarray):
+    """(per batch: its oldest member's wait, its members' span indices as a group code per span)."""
+    f = ctx.frame
     key = np.stack([f.instance[spans], f.end[spans]], axis=1)
     _, group = np.unique(key, axis=0, return_inverse=True)
     group = group.reshape(-1)
@@ -79,17 +88,26 @@ def detect(ctx: Context) -> list[Finding]:
     queue = ctx.span_stage_mask("queue") & (f.request >= 0)
     best = None
     for code in np.unique(f.name[queue]).tolist():
-        spans, group, oldest = _groups(ctx, code)
-        if len(spans) < 50:
-            continue
-        timer, closed = _timer(oldest)
-        if timer <= 0.0:
-            continue
-        if best is None or closed > best[2]:
-            best = (code, timer, closed, spans, group, oldest)
+        for fed in _feeds(ctx, code):
+            if len(fed) < 50:
+                continue
+            spans, group, oldest = _groups(ctx, fed)
+            timer, closed = _timer(oldest)
+            if timer <= 0.0:
+                continue
+            found = _judge(ctx, code, timer, closed, spans, group, oldest)
+            if best is None or found.confidence > best.confidence:
+                best = found
     if best is None:
         return []
-    code, timer, closed, spans, group, oldest = best
+    ctx.notes["batch_timer_name"] = f.names.index(best.span_name)
+    return [best]
+
+
+def _judge(ctx: Context, code: int, timer: float, closed: float, spans: np.ndarray, group: np.ndarray,
+           oldest: np.ndarray) -> Finding:
+    """The finding for one batcher's queue (its spans, batches and their oldest waits)."""
+    f, reqs = ctx.frame, ctx.frame.requests
     on_timer = np.abs(oldest - timer) <= WIDTH * timer
     held = on_timer[group]
     wait = np.bincount(f.request[spans[held]], weights=f.dur[spans[held]].astype(np.float64),
@@ -127,13 +145,12 @@ def detect(ctx: Context) -> list[Finding]:
         "tail_excess_share": round(share, 3),
         "wait_vs_arrivals_spearman": round(rho, 3),
     }
-    ctx.notes["batch_timer_name"] = code
     step = max(1, len(oldest) // 2000)
     chart = {"kind": "batch_oldest_wait", "oldest_wait_ms": [ms(v) for v in np.sort(oldest)[::step]],
              "timer_ms": ms(timer)}
-    return [Finding(PATTERN, clamp01(confidence), "queue", name,
-                    {"summary": summary, "stats": stats, "chart": chart},
-                    ADVICE.format(where=f"'{name}'", timer=ms(timer)))]
+    evidence = {"summary": summary, "stats": stats, "chart": chart}
+    return Finding(PATTERN, clamp01(confidence), "queue", name, evidence, ADVICE.format(where=f"'{name}'",
+                                                                                        timer=ms(timer)))
 
 
 def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:

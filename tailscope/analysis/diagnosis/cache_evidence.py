@@ -20,6 +20,7 @@ from tailscope.analysis.diagnosis.attributes import (
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context
+from tailscope.analysis.diagnosis.stats import spearman
 
 # a cache that works misses at a steady rate below this (a hit ratio of 90 % or more): its misses are
 # the service's normal cost, not a cause (cache_miss, fallback_path)
@@ -27,6 +28,7 @@ WORKING_MISS_RATE = 0.10
 # a steady miss rate of a cache whose hits answer the whole request (a response or semantic cache):
 # its misses are the requests that do the service's work, which ones are slow, not why (both too)
 RESPONSE_CACHE_CAP = 0.3
+NAMED = 0.5  # a finding at or above it names a cause (runner.NAMED)
 
 
 def cache_evidence(
@@ -197,3 +199,40 @@ def name_share(ctx: Context, code: int) -> float:
     has_p = f.parent >= 0
     nested[has_p] = f.name[f.parent[has_p]] == code
     return ctx.share_of(mask & ~nested, f.dur)
+
+
+def cut_by_deadline(ctx: Context, why: dict | None) -> str | None:
+    """The name of the call on the slow path (what tells the slow mode apart: a child made on it only,
+    or its extra copies) that timeout_retry named (>= 0.5) as cut by a client deadline and made again;
+    None where the slow mode is told apart otherwise (a hit/miss value) or no deadline cuts it."""
+    retried = ctx.notes.get("retried_names") or {}
+    if not why or not why.get("slow_path"):
+        return None
+    if not why["explained_by"].removeprefix("not ").startswith(("child span ", "extra ")):
+        return None
+    cut = [c for c in why["slow_path"] if retried.get(c, 0.0) >= NAMED]
+    return ctx.frame.names[cut[0]] if cut else None
+
+
+def section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
+    """Spearman of the slow mode with how many other spans named like the parent were running on the
+    same instance when each span started. A lock wait is slow exactly when someone else is inside the
+    section that holds it. Only for spans below the request root: everything is inside the root."""
+    f = ctx.frame
+    par = f.parent[spans]
+    root_depth = f.depth[f.requests.root][np.maximum(f.request[spans], 0)]
+    ok = (par >= 0) & (f.depth[np.maximum(par, 0)] > root_depth)
+    if ok.mean() < 0.9 or len(np.unique(f.name[par[ok]])) != 1:
+        return 0.0
+    section = np.nonzero((f.name == f.name[par[ok][0]]) & (f.request >= 0))[0]
+    horizon = int(f.end.max()) + 2
+
+    def key(inst: np.ndarray, t: np.ndarray) -> np.ndarray:  # instance-major time, one sortable key
+        return inst.astype(np.int64) * horizon + t
+
+    starts = np.sort(key(f.instance[section], f.start[section]))
+    ends = np.sort(key(f.instance[section], f.end[section]))
+    at = key(f.instance[spans[ok]], f.start[spans[ok]])
+    running = np.searchsorted(starts, at, side="left") - np.searchsorted(ends, at, side="right")
+    others = np.maximum(running - 1, 0).astype(np.float64)  # the span's own section is running
+    return spearman(others, slow[ok].astype(np.float64))

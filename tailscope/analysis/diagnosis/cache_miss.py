@@ -29,8 +29,10 @@ from tailscope.analysis.diagnosis.cache_evidence import (
     RESPONSE_CACHE_CAP,
     WORKING_MISS_RATE,
     cache_evidence,
+    cut_by_deadline,
     explained_by_request_kind,
     name_share,
+    section_crowd,
     shows_a_miss_path,
     slow_in_cache_calls,
     slow_mode_in_pauses,
@@ -178,7 +180,7 @@ def detect(ctx: Context) -> list[Finding]:
         # miss going to the store. Misses that come together (a stampede) hold their spans longer,
         # so they overlap more: the crowd is then what the misses make, not what makes them slow
         crowd = spearman(concurrency_at_start(ctx, spans).astype(np.float64), slow.astype(np.float64))
-        crowded = crowd > 0.3 or _section_crowd(ctx, spans, slow) > 0.5
+        crowded = crowd > 0.3 or section_crowd(ctx, spans, slow) > 0.5
         if crowded and slow_path_cover(ctx, spans, slow, (why or {}).get("slow_path") or []) < 0.5:
             continue
         ratio = math.exp(mix.mu[1] - mix.mu[0])
@@ -260,6 +262,12 @@ def detect(ctx: Context) -> list[Finding]:
         # a cache nearby, nothing marking the slow mode as its misses (cache_evidence): a possible cause
         if not marked:
             confidence = min(confidence, UNMARKED_CAP)
+        # the call that marks the slow path is one a client deadline cuts and makes again
+        # (timeout_retry): its first attempts end at one duration in error and a second call follows,
+        # which makes the two modes on its own; a miss path is not shown beside it
+        deadline = cut_by_deadline(ctx, why)
+        if deadline is not None:
+            confidence = min(confidence, UNMARKED_CAP)
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
         explained = (
@@ -292,6 +300,9 @@ def detect(ctx: Context) -> list[Finding]:
                 if cold
                 else ""
             )
+            + (f"; but '{deadline}', the call on the slow path, is cut by a client deadline and made again "
+               "(see timeout_retry): the deadline and the retry make the two modes, not shown to be misses"
+               if deadline is not None else "")
             + ("; but nothing marks the slow mode as the misses (no call made on it only, no hit/miss "
                "value telling the modes apart): two modes beside a cache, not shown to be its misses"
                if not marked else "")
@@ -322,6 +333,7 @@ def detect(ctx: Context) -> list[Finding]:
             "settled_miss_rate": round(settled_rate, 4),
             "steady_trickle": trickle,
             "slow_mode_marked_as_misses": marked,
+            "slow_path_cut_by_deadline": deadline,
         }
         if why:
             stats.update({k: v for k, v in why.items() if k not in INTERNAL_KEYS})
@@ -362,30 +374,6 @@ def detect(ctx: Context) -> list[Finding]:
         )
     findings.sort(key=lambda x: -x.confidence)
     return _dedupe(ctx, findings)[:2]
-
-
-def _section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
-    """Spearman of the slow mode with how many other spans named like the parent were running on the
-    same instance when each span started. A lock wait is slow exactly when someone else is inside the
-    section that holds it. Only for spans below the request root: everything is inside the root."""
-    f = ctx.frame
-    par = f.parent[spans]
-    root_depth = f.depth[f.requests.root][np.maximum(f.request[spans], 0)]
-    ok = (par >= 0) & (f.depth[np.maximum(par, 0)] > root_depth)
-    if ok.mean() < 0.9 or len(np.unique(f.name[par[ok]])) != 1:
-        return 0.0
-    section = np.nonzero((f.name == f.name[par[ok][0]]) & (f.request >= 0))[0]
-    horizon = int(f.end.max()) + 2
-
-    def key(inst: np.ndarray, t: np.ndarray) -> np.ndarray:  # instance-major time, one sortable key
-        return inst.astype(np.int64) * horizon + t
-
-    starts = np.sort(key(f.instance[section], f.start[section]))
-    ends = np.sort(key(f.instance[section], f.end[section]))
-    at = key(f.instance[spans[ok]], f.start[spans[ok]])
-    running = np.searchsorted(starts, at, side="left") - np.searchsorted(ends, at, side="right")
-    others = np.maximum(running - 1, 0).astype(np.float64)  # the span's own section is running
-    return spearman(others, slow[ok].astype(np.float64))
 
 
 def _dedupe(ctx: Context, findings: list[Finding]) -> list[Finding]:

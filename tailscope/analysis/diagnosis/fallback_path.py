@@ -173,6 +173,11 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
     # what one with it does): its misses are the requests that do the work, which ones are slow, not why
     if timing["pattern"] == "steady" and _hits_answer(ctx, lookup, with_fallback):
         confidence = min(confidence, RESPONSE_CACHE_CAP)
+    # a call made on a steady share of requests that a client deadline cuts and makes again
+    # (timeout_retry): its tail is the deadline's attempts, the requests that make it a kind of request
+    cut = timing["pattern"] == "steady" and (ctx.notes.get("retried_names") or {}).get(code, 0.0) >= 0.5
+    if cut:
+        confidence = min(confidence, 0.45)
     name, lookup_name = f.names[code], f.names[lookup]
     stage = ctx.stage_of_name(code)
     cost = float(np.median(f.dur[mask]))
@@ -183,6 +188,8 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
         f"for the lookup); it is in {in_tail:.0%} of the slow requests and {in_body:.0%} of the others "
         f"and carries {share:.0%} of the tail excess; misses over time: {when}"
         + (f" at {rate:.1%}, as a working cache misses: the normal cost, not a change" if normal else "")
+        + ("; but a client deadline cuts it and it is made again (see timeout_retry): made at a steady "
+           "rate, its tail is the deadline's, not shown to be misses" if cut else "")
         + "."
     )
     advice = (ADVICE_STEADY if timing["pattern"] == "steady" else ADVICE_CLUSTERED).format(
@@ -197,6 +204,7 @@ def _finding(ctx: Context, code: int, lookup: int, with_fallback: np.ndarray) ->
         "present_in_body": round(in_body, 3),
         "tail_excess_share": round(share, 3),
         "normal_rate": normal,
+        "cut_by_deadline": cut,
         **{k: v for k, v in timing.items() if k != "chart"},
     }
     evidence = {"summary": summary, "stats": stats, "chart": timing["chart"]}

@@ -43,7 +43,8 @@ ADVICE = (
     "Requests serialise on a shared critical section in {where}: each request waits for the others in it "
     "(about {hold} ms per request ahead). Shrink the critical section (move work out of the lock, copy "
     "then release), shard the lock or the shared resource, or give each worker its own instance (per-worker "
-    "tokenizer/model/client, thread-local buffers). More hardware will not help while one lock serialises."
+    "tokenizer/model/client, thread-local buffers). More hardware will not help while one lock serialises. "
+    "A wait for a connection from a bounded pool (DB, HTTP client sockets) is one: size it to its threads."
 )
 SKIP_STAGES = {ALL_STAGES.index("queue"), ALL_STAGES.index("model_forward")}
 MIN_SPANS = 60

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import SPAN_KINDS
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS, self_segments
 from tailscope.analysis.diagnosis.large_payload import span_sizes
-from tailscope.analysis.diagnosis.long_stalls import request_stall_overlap
+from tailscope.analysis.diagnosis.long_stalls import request_stall_overlap, stall_overlap
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, spearman
 from tailscope.vocabulary import ALL_STAGES
@@ -38,6 +38,7 @@ LONG = 10.0
 MIN_LONG_NS = 20_000_000
 MIN_LONG = 5
 MIN_RELEASED = 3
+MAX_STEPS = 200  # long steps read for the spans they held (_stretched_over)
 RELEASE_NS = 1_000_000
 CAP = 0.9
 KINDS = (SPAN_KINDS.index("Internal"), SPAN_KINDS.index("Unspecified"))
@@ -67,18 +68,24 @@ def _count(e_inst, e_end, inst, lo, hi) -> np.ndarray:
     return (np.searchsorted(key, inst * span + hi, "left") - np.searchsorted(key, inst * span + lo, "left"))
 
 
-def _by_input(ctx: Context, code: int, spans: np.ndarray, long: np.ndarray) -> float:
+def _by_input(ctx: Context, code: int, spans: np.ndarray, long: np.ndarray, d: np.ndarray) -> float:
     """How surely the long spans' inputs make them long: the share of them above the name's 90th
-    percentile of a size-like attribute, times how well that size orders their durations."""
+    percentile of a size-like attribute (the span's, or its parent's: the server span that received
+    the body a handler's span parses), times how well that size orders their durations."""
     f = ctx.frame
     best = 0.0
-    for _, v in span_sizes(ctx, code, spans):
+    sizes = list(span_sizes(ctx, code, spans))
+    up = f.parent[spans]
+    if (up >= 0).all() and len(spans):
+        parent = int(np.bincount(f.name[up]).argmax())
+        sizes += list(span_sizes(ctx, parent, up)) if (f.name[up] == parent).all() else []
+    for _, v in sizes:
         ok = np.isfinite(v)
         if ok[long].mean() < 0.8 or ok.mean() < 0.5:
             continue
         high = float((v[long & ok] > np.quantile(v[ok], 0.9)).mean())
         sel = long & ok
-        rho = spearman(v[sel], f.dur[spans[sel]].astype(np.float64)) if sel.sum() >= 5 else 0.0
+        rho = spearman(v[sel], d[sel].astype(np.float64)) if sel.sum() >= 5 else 0.0
         best = max(best, logistic(high, 0.7, 0.07) * logistic(rho, 0.4, 0.1))
     return best
 
@@ -86,8 +93,10 @@ def _by_input(ctx: Context, code: int, spans: np.ndarray, long: np.ndarray) -> f
 def find(ctx: Context) -> dict | None:
     """The blocking step (see the module docstring), computed once per run (ctx.notes["loop_blocks"]):
     {"finding", "episodes" (instance, start, end of the long spans), "spans"}, or None."""
-    if "loop_blocks" not in ctx.notes:
+    stalls = ctx.notes.get("gc_episodes")  # found again once gc_pause has its stalls (see _judge)
+    if ctx.notes.get("loop_blocks:stalls", False) is not stalls or "loop_blocks" not in ctx.notes:
         ctx.notes["loop_blocks"] = _find(ctx)
+        ctx.notes["loop_blocks:stalls"] = stalls
     return ctx.notes["loop_blocks"]
 
 
@@ -95,45 +104,119 @@ def _find(ctx: Context) -> dict | None:
     f = ctx.frame
     skip = np.isin(ctx.stage, [ALL_STAGES.index("queue"), ALL_STAGES.index("model_forward")])
     work = f.leaf & (f.request >= 0) & np.isin(f.kind, KINDS) & ~skip
-    if not work.any():
-        return None
     e_inst, e_end = _ends(ctx)
+    if len(e_end) == 0:
+        return None
     run_ns = max(int(f.end.max() - f.start.min()), 1)
     rate = np.bincount(e_inst, minlength=len(f.instances)) / run_ns * RELEASE_NS  # ends per window
     best = None
     for code in np.unique(f.name[work]).tolist():
         spans = np.nonzero(work & (f.name == code))[0]
-        d = f.dur[spans]
-        long = (d >= LONG * np.median(d)) & (d >= MIN_LONG_NS)
-        if long.sum() < MIN_LONG:
-            continue
-        b = spans[long]
-        inst, end = f.instance[b], f.end[b]
-        released = _count(e_inst, e_end, inst, end, end + RELEASE_NS)
-        expected = float(rate[inst].mean())
-        held = logistic(float(np.median(released)), MIN_RELEASED, 0.7) * logistic(
-            float(released.mean()) / max(expected, 1e-6), 10.0, 2.0)
-        # the silence starts with the span: nothing else on the instance ends inside it
-        ended_inside = _count(e_inst, e_end, inst, f.start[b] + RELEASE_NS, end)
-        telling = rate[inst] * (d[long] / RELEASE_NS) >= 3  # long enough that something would have ended
-        silent_from_start = float((ended_inside[telling] == 0).mean()) if telling.any() else 0.0
-        own = max(_by_input(ctx, code, spans, long), logistic(silent_from_start, 0.8, 0.05))
-        episodes = (inst, f.start[b], end)
-        order = np.lexsort((episodes[1], episodes[0]))
-        episodes = tuple(x[order] for x in episodes)
-        share = excess_share(request_stall_overlap(ctx, *episodes), ctx.split)
-        confidence = CAP * held * own * material_weight(share)
-        if best is not None and confidence <= best["confidence"]:
-            continue
-        best = {"confidence": confidence, "code": code, "episodes": episodes, "spans": b, "stats": {
-            "long_spans": int(long.sum()), "median_ms": round(float(np.median(d)) / 1e6, 3),
-            "long_median_ms": round(float(np.median(d[long])) / 1e6, 3),
-            "released_after_median": float(np.median(released)), "released_expected": round(expected, 3),
-            "silent_from_start": round(silent_from_start, 3), "own_work": round(own, 3),
-            "tail_excess_share": round(share, 3)}}
+        best = _judge(ctx, code, spans, f.start[spans], f.end[spans], (e_inst, e_end, rate), best)
+    # a step with no span of its own: the longest stretch of a server's or an in-process span's time
+    # that no child covers (a body parsed before the handler's first span), its outermost long ones
+    owners = np.nonzero(~f.leaf & (f.request >= 0) & (f.kind != KIND_CLIENT) & ~skip)[0]
+    owner, seg_s, seg_e = self_segments(f.excl_parent, f.start, f.dur, owners)
+    if len(owner):
+        order = np.lexsort((seg_e - seg_s, owner))
+        pick = order[np.r_[owner[order][1:] != owner[order][:-1], True]]  # each owner's longest
+        owner, seg_s, seg_e = owner[pick], seg_s[pick], seg_e[pick]
+        for code in np.unique(f.name[owner]).tolist():
+            sel = f.name[owner] == code
+            keep = _outermost(f.instance[owner[sel]], seg_s[sel], seg_e[sel])
+            best = _judge(ctx, code, owner[sel][keep], seg_s[sel][keep], seg_e[sel][keep],
+                          (e_inst, e_end, rate), best, stretch=True)
     if best is None or best["confidence"] < 0.05:
         return None
     return {"finding": _finding(ctx, best), "episodes": best["episodes"], "spans": best["spans"]}
+
+
+def _stretched_over(ctx: Context, steps: np.ndarray, inst: np.ndarray, start: np.ndarray,
+                    end: np.ndarray) -> float:
+    """Over the steps (at most MAX_STEPS of them): the mean share of the other requests' spans in flight
+    on the step's instance when it started that end only once it ended (within a millisecond): held
+    by it, as everything on a process one step holds is. Where threads serve requests side by side,
+    the others end through it at their usual pace."""
+    f = ctx.frame
+    if "loop_blocks:by_start" not in ctx.notes:  # request spans by instance then start; a horizon
+        spans = np.nonzero(f.request >= 0)[0]
+        spans = spans[np.lexsort((f.start[spans], f.instance[spans]))]
+        horizon = int(f.end.max()) + 2
+        key = f.instance[spans].astype(np.int64) * horizon + f.start[spans]
+        ctx.notes["loop_blocks:by_start"] = (spans, key, horizon, float(np.quantile(f.dur[spans], 0.999)))
+    spans, key, horizon, longest = ctx.notes["loop_blocks:by_start"]
+    shares = []
+    for k in range(min(len(steps), MAX_STEPS)):
+        at = int(inst[k]) * horizon + start[k]
+        near = spans[np.searchsorted(key, at - longest):np.searchsorted(key, at)]  # started before it
+        flying = near[(f.end[near] > start[k] + RELEASE_NS) & (f.request[near] != f.request[steps[k]])]
+        if len(flying):
+            shares.append(float((f.end[flying] >= end[k] - RELEASE_NS).mean()))
+    return float(np.mean(shares)) if shares else 0.0
+
+
+def _outermost(inst: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per stretch: False where a stretch of the same instance that started earlier (at least 1 ms)
+    is still running when it starts: requests that arrived while a step held the process, their own
+    stretch the wait for it, not the step."""
+    out = np.ones(len(inst), bool)
+    for i in np.unique(inst).tolist():
+        mine = np.nonzero(inst == i)[0]
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        reach = np.maximum.accumulate(end[mine])  # the latest end of the stretches started so far
+        out[mine[1:]] = ~(reach[:-1] > start[mine[1:]] + RELEASE_NS)
+    return out
+
+
+def _judge(ctx: Context, code: int, spans: np.ndarray, start: np.ndarray, end: np.ndarray, ends: tuple,
+           best: dict | None, stretch: bool = False) -> dict | None:
+    """The step `code` (spans `spans`, its time [start, end) each) as a blocker of its process, kept
+    where it beats `best` (see the module docstring)."""
+    f = ctx.frame
+    e_inst, e_end, rate = ends
+    d = end - start
+    if len(d) == 0:
+        return best
+    long = (d >= LONG * np.median(d)) & (d >= MIN_LONG_NS)
+    if long.sum() < MIN_LONG:
+        return best
+    b = spans[long]
+    inst, b_end, b_start = f.instance[b], end[long], start[long]
+    released = _count(e_inst, e_end, inst, b_end, b_end + RELEASE_NS)
+    expected = float(rate[inst].mean())
+    held = logistic(float(np.median(released)), MIN_RELEASED, 0.7) * logistic(
+        float(released.mean()) / max(expected, 1e-6), 10.0, 2.0)
+    # the silence starts with the span: nothing else on the instance ends inside it
+    ended_inside = _count(e_inst, e_end, inst, b_start + RELEASE_NS, b_end)
+    telling = rate[inst] * (d[long] / RELEASE_NS) >= 3  # long enough that something would have ended
+    silent_from_start = float((ended_inside[telling] == 0).mean()) if telling.any() else 0.0
+    by_input = _by_input(ctx, code, spans, long, d)
+    silent = logistic(silent_from_start, 0.8, 0.05)
+    own = max(by_input, silent)
+    if stretch:  # a stretch with no span of its own: its input must make it long, the others held
+        held, own = max(held, logistic(_stretched_over(ctx, b, inst, b_start, b_end), 0.8, 0.05)), by_input
+    # or: the process's stalls (gc_pause's episodes: other requests' spans stretched together) are these
+    # long steps, each one's time ordered by its own input: the request's own work holds the process
+    stalls = ctx.notes.get("gc_episodes")
+    in_stalls = 0.0
+    if stalls is not None and len(stalls[0]):
+        covered = stall_overlap(inst, b_start, b_end, *stalls) / np.maximum(d[long], 1)
+        in_stalls = float((covered >= 0.5).mean())
+    held_own = max(held * own, logistic(in_stalls, 0.6, 0.1) * by_input)
+    episodes = (inst, b_start, b_end)
+    order = np.lexsort((episodes[1], episodes[0]))
+    episodes = tuple(x[order] for x in episodes)
+    share = excess_share(request_stall_overlap(ctx, *episodes), ctx.split)
+    confidence = CAP * held_own * material_weight(share)
+    if best is not None and confidence <= best["confidence"]:
+        return best
+    return {"confidence": confidence, "code": code, "episodes": episodes, "spans": b, "stats": {
+        "long_spans": int(long.sum()), "median_ms": round(float(np.median(d)) / 1e6, 3),
+        "long_median_ms": round(float(np.median(d[long])) / 1e6, 3),
+        "released_after_median": float(np.median(released)), "released_expected": round(expected, 3),
+        "silent_from_start": round(silent_from_start, 3), "own_work": round(own, 3),
+        "long_steps_in_process_stalls": round(in_stalls, 3),
+        "own_time_without_span": stretch, "tail_excess_share": round(share, 3)}}
 
 
 def _finding(ctx: Context, found: dict) -> Finding:

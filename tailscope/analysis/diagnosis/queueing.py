@@ -35,7 +35,9 @@ ADVICE = (
     "Requests wait in a queue when arrivals outrun capacity and the queue drains only after the burst. "
     "Scale on queue depth or wait time rather than CPU/GPU utilisation (autoscaling trigger), keep warm "
     "spare capacity (pre-warming) for known bursts, bound the queue and shed or degrade load beyond it, "
-    "and alert on queue depth. A faster model shortens the drain but does not remove the queue."
+    "and alert on queue depth. A faster model shortens the drain but does not remove the queue. (A wait "
+    "for a worker thread, an executor or a server slot to start the work is a queue; a wait for a "
+    "connection from a bounded pool is named lock_contention.)"
 )
 OVERLOAD_ADVICE = (
     "Arrivals exceed what the service can serve, so the queue grows for as long as the load lasts: add "

@@ -28,6 +28,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.attributes import error_flags
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.hidden_retries import hidden_retries
+from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.refused_retries import refused_retries
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
@@ -62,13 +63,35 @@ def call_group(f) -> np.ndarray:
     return f.parent.astype(np.int64) * (len(f.services) * len(f.names) + 1) + peer + 1
 
 
+PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "rpc.service", "http.host")
+
+
+def _same_call(ctx: Context, code: int, spans: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per span of `spans`: its call group (call_group) refined by the peer its own attributes name
+    (the first of PEER_KEYS it carries): a cache read and an HTTP call that one client convention
+    names alike (`get`) under one parent are two calls to two peers, not an attempt and its retry."""
+    pos = np.full(len(ctx.frame), -1, np.int64)
+    pos[spans] = np.arange(len(spans))
+    label = np.full(len(spans), "", dtype=object)
+    for key in reversed(PEER_KEYS):  # the first key a span carries wins
+        idx, values = ctx.frame.attributes(code).get(key, (np.zeros(0, np.int64), []))
+        at = pos[np.asarray(idx, np.int64)]
+        ok = at >= 0
+        if ok.any():
+            label[at[ok]] = [f"{key}={v}" for v, keep in zip(values, ok, strict=True) if keep]
+    peer = np.unique(label.astype(str), return_inverse=True)[1].reshape(-1).astype(np.int64)
+    dense = np.unique(group, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return dense * (int(peer.max()) + 1) + peer
+
+
 def retry_groups(ctx: Context, code: int) -> dict | None:
     """The repeated calls of a span name under one parent: first and second attempt per parent."""
     f = ctx.frame
     spans = np.nonzero((f.name == code) & (f.request >= 0) & (f.parent >= 0))[0]
     if len(spans) < 50:
         return None
-    key = call_group(f)
+    key = np.zeros(len(f), np.int64)
+    key[spans] = _same_call(ctx, code, spans, call_group(f)[spans])
     order = np.lexsort((f.start[spans], key[spans]))
     s = spans[order]
     p = key[s]
@@ -193,7 +216,7 @@ def _judge(ctx: Context, code: int) -> Finding | None:
         return refused_retries(ctx, code, g, errors)
     tol = max(TIGHT * timeout, TIGHT_NS)
     tight = float((np.abs(d1 - timeout) <= tol).mean())
-    over = float((all_d > timeout + 3 * tol).mean())  # attempts that outlast the deadline
+    over = _outlasting(ctx, g["spans"], timeout + 3 * tol)  # attempts that outlast the deadline
     strength = logistic(tight, 0.7, 0.08) * (1 - logistic(over, 0.02, 0.006))
     if errors is not None:
         first_err, other_err = errors
@@ -282,6 +305,28 @@ def _judge(ctx: Context, code: int) -> Finding | None:
     advice = ADVICE.format(where=f"'{name}'", timeout=ms(timeout), rate=rate, p95=ms(p95))
     evidence = {"summary": summary, "stats": stats, "chart": chart}
     return Finding(PATTERN, clamp01(confidence), stage or "downstream", name, evidence, advice)
+
+
+def _outlasting(ctx: Context, spans: np.ndarray, limit: float) -> float:
+    """The share of `spans` that last longer than `limit`, but for those whose time past it sits in a
+    process pause on their instance (gc_pause's stall episodes or the runtime's reported pauses) and
+    those that end in error all the same: a deadline's timer cannot fire while the process is stopped
+    or its one thread busy, so the attempt is cut when it runs again; a call with no deadline that
+    outlasts it ends when the callee answers."""
+    f = ctx.frame
+    late = spans[f.dur[spans] > limit]
+    flags = error_flags(f, int(f.name[spans[0]])) if len(late) else None
+    if flags is not None:
+        late = late[~np.isin(late, flags[0][flags[1]])]
+    if len(late) == 0:
+        return 0.0
+    paused = np.zeros(len(late))
+    for pauses in (ctx.notes.get("gc_episodes"), ctx.reported_pauses if len(f.gc_time) else None):
+        if pauses is not None:
+            overlap = stall_overlap(f.instance[late], f.start[late], f.end[late], *pauses)
+            paused = np.maximum(paused, overlap)
+    past = f.dur[late].astype(np.float64) - limit
+    return float((paused < past).sum()) / len(spans)
 
 
 def _error_rates(ctx: Context, code: int, first: np.ndarray, spans: np.ndarray) -> tuple[float, float] | None:
