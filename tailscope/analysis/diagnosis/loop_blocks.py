@@ -242,3 +242,26 @@ def _finding(ctx: Context, found: dict) -> Finding:
              **st}
     return Finding("compute_bound", clamp01(found["confidence"]), ctx.stage_of_name(code), name,
                    {"summary": summary, "stats": stats}, ADVICE)
+
+
+def cap_stops_held(ctx: Context, found: list[Finding], blocks: dict, pattern: str) -> None:
+    """Stalls that are mostly one request's own steps holding the process (loop_blocks: the long steps,
+    ordered by their input) are that work's, not a collector's, where the runtime's reported pauses
+    do not cover them: the stop finding keeps the share of its stall time the steps leave."""
+    stalls = ctx.notes.get("gc_episodes")
+    if stalls is None or not len(stalls[0]):
+        return
+    length = np.maximum(stalls[2] - stalls[1], 1).astype(np.float64)
+    held = float(stall_overlap(*stalls, *blocks["episodes"]).sum() / length.sum())
+    if held < 0.5:
+        return
+    for fd in found:
+        stats = fd.evidence.get("stats", {})
+        if fd.pattern != pattern or (stats.get("tail_excess_share_in_reported_gc") or 0.0) >= 0.3:
+            continue
+        fd.confidence = min(fd.confidence, 0.45)
+        stats["part_of"] = "compute_bound"
+        fd.evidence["summary"] += (
+            f" {held:.0%} of the stall time is one request's own step holding the process (see "
+            f"compute_bound on '{blocks['finding'].span_name}'): its work, not a collector."
+        )
