@@ -146,15 +146,15 @@ SHARED_FIXTURE_GROUPS = {
 
 # The units of work that take longest in the parallel phase, longest first (CPU of each, one process,
 # bench/RESULTS.md "Test suite time" suite9): handed out before the rest, so that the phase does not end
-# with one worker alone on a long file while the other has nothing left.
+# with one worker alone on a long file while the other has nothing left. The blind families recsys and
+# enricher left the list with their physics tests (the full tier): their default runs ~20 and ~8 s of loaded
+# CPU (suite15).
 HEAVY_FIRST = (
     "tests/parity/",  # ~60 s (suite8: 86 s with the chdb demo files)
-    "tests/test_simulate_blind_recsys.py",  # 38 s (suite10; 61-65 s before)
     "tests/test_whatif_blind.py",  # 32 s
     "tests/test_pipeline_model.py",  # 28 s
     "tests/test_whatif_levers.py",  # 27 s
     "tests/test_sample_weights.py",  # 24 s
-    "tests/test_simulate_blind_enricher.py",  # 16 s (suite10; 20-21 s before)
     "tests/test_pipeline_frontends.py",  # 21 s (58 s of wall: it waits on the pipeline's processes)
     "tests/test_serve_access.py",  # 14 s (47 s of wall)
     # few tests each (xdist's order would hand them out among the last), ~8 s and 22-25 s of wall each
