@@ -28,7 +28,8 @@ fi
 # marker, tests/conftest.py). A phase that selects no test (exit 5) is not a failure unless both do.
 # TEST_WORKERS=1 runs the first phase in one process.
 # The default leaves out the exhaustive tier (the `full` marker: variants of a behaviour a default test already
-# checks, each naming that test, tests/conftest.py); `./test.sh --full` runs it too.
+# checks, each naming that test, and the blind families' simulator-physics tests, each naming its family's
+# contract test, tests/conftest.py); `./test.sh --full` runs it too (after editing a family's generator).
 tier=" and not full"
 args=()
 for arg in "$@"; do

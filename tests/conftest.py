@@ -48,10 +48,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ./test.sh leaves it out, ./test.sh --full runs it. `covered_by` names that default test (or a tuple of
 # them, one per part of what it checks): each must be collected wherever its file is, and not be in the
 # full tier itself.
+# A second class, `full(covered_by=..., reason="simulator physics")`: a blind family's test of its
+# simulator's fidelity to the physics of its system (a mechanism's timing signature against steady, each
+# cause's p99 against steady's, both causes of a pair in the tail). What it checks changes only when that
+# family's generator is edited, which `./test.sh --full` is for. Its `covered_by` names the family's
+# contract test in the same file, which stays in the default tier: each seed's format through the real
+# loader with its conventions, the truth naming what the run has, registration, one seed's same bytes.
+# Only a test of tests/test_simulate*.py can be of this class.
+FULL_REASONS = {"simulator physics": "tests/test_simulate"}
+
+
 def full_tier_problems(marked: list[tuple[str, pytest.Mark | None]], whole_files: bool = True) -> list[str]:
     """What is wrong with the `full` marks of these (nodeid, mark) pairs: a mark without `covered_by`,
-    a test of the full tier as its cover, or (where the files were collected whole) a `covered_by` that
-    names no collected test of a collected file."""
+    a test of the full tier as its cover, (where the files were collected whole) a `covered_by` that
+    names no collected test of a collected file, a `reason` that is not a class of FULL_REASONS, or a
+    "simulator physics" test outside tests/test_simulate*.py or covered from another file."""
     tier = {nodeid for nodeid, mark in marked if mark is not None}
     collected = {nodeid for nodeid, _ in marked}
     files = {nodeid.split("::", 1)[0] for nodeid in collected}
@@ -64,6 +75,19 @@ def full_tier_problems(marked: list[tuple[str, pytest.Mark | None]], whole_files
         if not covers or not all(isinstance(c, str) and "::" in c for c in covers):
             problems.append(f"{nodeid}: no covered_by naming the default test that checks its behaviour")
             continue
+        reason = mark.kwargs.get("reason")
+        if reason is not None:
+            prefix = FULL_REASONS.get(reason)
+            if prefix is None:
+                known = ", ".join(FULL_REASONS)
+                problems.append(f"{nodeid}: reason {reason!r} is not a class of the full tier ({known})")
+                continue
+            if not nodeid.startswith(prefix):
+                problems.append(f"{nodeid}: reason {reason!r} is for the tests of {prefix}*.py only")
+                continue
+            if any(cover.split("::", 1)[0] != nodeid.split("::", 1)[0] for cover in covers):
+                problems.append(f"{nodeid}: reason {reason!r} needs covered_by in its own file")
+                continue
         for cover in covers:
             if cover in tier:
                 problems.append(f"{nodeid}: covered_by {cover} is in the full tier itself")
@@ -122,15 +146,15 @@ SHARED_FIXTURE_GROUPS = {
 
 # The units of work that take longest in the parallel phase, longest first (CPU of each, one process,
 # bench/RESULTS.md "Test suite time" suite9): handed out before the rest, so that the phase does not end
-# with one worker alone on a long file while the other has nothing left.
+# with one worker alone on a long file while the other has nothing left. The blind families recsys and
+# enricher left the list with their physics tests (the full tier): their default runs ~20 and ~8 s of loaded
+# CPU (suite15).
 HEAVY_FIRST = (
     "tests/parity/",  # ~60 s (suite8: 86 s with the chdb demo files)
-    "tests/test_simulate_blind_recsys.py",  # 38 s (suite10; 61-65 s before)
     "tests/test_whatif_blind.py",  # 32 s
     "tests/test_pipeline_model.py",  # 28 s
     "tests/test_whatif_levers.py",  # 27 s
     "tests/test_sample_weights.py",  # 24 s
-    "tests/test_simulate_blind_enricher.py",  # 16 s (suite10; 20-21 s before)
     "tests/test_pipeline_frontends.py",  # 21 s (58 s of wall: it waits on the pipeline's processes)
     "tests/test_serve_access.py",  # 14 s (47 s of wall)
     # few tests each (xdist's order would hand them out among the last), ~8 s and 22-25 s of wall each

@@ -22,6 +22,14 @@ from reference_pipeline.simulate.trace_table import TraceTable
 from tailscope.vocabulary import PATTERNS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_ads_auction.py::test_each_format_loads_and_the_truth_names_what_the_run_has[0]",
+    "tests/test_simulate_blind_ads_auction.py::test_each_format_loads_and_the_truth_names_what_the_run_has[1]",
+    "tests/test_simulate_blind_ads_auction.py::test_each_format_loads_and_the_truth_names_what_the_run_has[2]",
+)
+
 MS = 1e6
 FAMILY = "ads-auction"
 
@@ -105,6 +113,7 @@ def test_each_format_loads_and_the_truth_names_what_the_run_has(tmp_path: Path, 
     assert all(e["Attributes"]["go.gc.mark_ms"] > 0 for e in gc)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_straggler_pod_is_slow_and_its_shard_holds_the_requests_back() -> None:
     slow, steady = run("straggler-shard", 1), run("steady", 1)
     (pod,) = blind.truth(FAMILY, "straggler-shard", 1)[0]["instances"]
@@ -116,6 +125,7 @@ def test_the_straggler_pod_is_slow_and_its_shard_holds_the_requests_back() -> No
     assert p([x["duration"] for x in roots(slow)], 99) > 1.3 * p([x["duration"] for x in roots(steady)], 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gc_marks_stretch_the_cpu_spans_and_are_reported_on_seed_0_only() -> None:
     gc, steady = run("gc-assist", 0, 1000), run("steady", 0)
     marks = [e[2]["go.gc.mark_ms"] for x in gc for e in x["events"]]
@@ -135,6 +145,7 @@ def test_gc_marks_stretch_the_cpu_spans_and_are_reported_on_seed_0_only() -> Non
     assert not any(x["events"] for x in run("gc-assist", 2, 200))  # Zipkin seed: no GC reporting
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_cold_cache_sends_budget_reads_to_the_primary_and_refills() -> None:
     spans = run("budget-cache-cold", 0, 1000)
     budget = sorted(named(spans, "budget.lookup"), key=lambda x: x["start"])
@@ -153,6 +164,7 @@ def test_the_cold_cache_sends_budget_reads_to_the_primary_and_refills() -> None:
     assert np.median(duration[flush : flush + 100]) > 10 * np.median(duration[: flush - 20])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("seed", [0, 1])  # TorchServe (the wait is the gap before `inference`), TF Serving
 def test_the_batcher_queue_grows_in_the_burst_and_the_batches_fill(seed: int) -> None:
     waits, runs = {}, {}
@@ -172,6 +184,7 @@ def test_the_batcher_queue_grows_in_the_burst_and_the_batches_fill(seed: int) ->
     assert runs["ctr-batcher-saturation"][1] > runs["steady"][1]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_jitter_sits_between_the_flaky_pods_calls_and_the_shards() -> None:
     spans = run("zone-jitter", 2)  # Zipkin: instances are ip:port
     flaky = set(blind.truth(FAMILY, "zone-jitter", 2)[0]["instances"])
@@ -188,6 +201,7 @@ def test_jitter_sits_between_the_flaky_pods_calls_and_the_shards() -> None:
     assert np.mean(cut[True]) > 0.005 > 0.0005 > np.mean(cut[False])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_throttled_pods_resume_on_their_period_boundaries() -> None:
     """A shard's reply that reaches a throttled pod is read when the pod's period ends: the CLIENT
     spans that outlast their SERVER span by more than the network's ms end on the pod's boundaries."""
@@ -208,6 +222,7 @@ def test_throttled_pods_resume_on_their_period_boundaries() -> None:
     assert max((e[2]["go.gc.mark_ms"] for x in spans for e in x["events"]), default=0) < 100  # no GC storm
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_encoding_grows_with_the_response_and_feed_requests_reach_megabytes() -> None:
     spans, steady = run("many-slots", 0), run("steady", 0)
     encode = named(spans, "encode_bid_response")
@@ -217,6 +232,7 @@ def test_encoding_grows_with_the_response_and_feed_requests_reach_megabytes() ->
         [x["duration"] for x in named(steady, "encode_bid_response")], 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_deadline_cuts_an_attempt_and_the_other_replica_is_called() -> None:
     for scenario, requests in (("shard-deadline-retry", 1000), ("many-slots+shard-deadline-retry", 600)):
         spans = run(scenario, 1, requests)

@@ -18,6 +18,12 @@ from reference_pipeline.simulate import django_celery_spans as sp
 from tests.blind_support import instance_label as label
 from tests.blind_support import kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_django_celery.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "django-celery"
 CALLER_ROOT = "POST /v1/applications/{id}/offer"
@@ -87,6 +93,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         django_celery.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_waits_in_the_gunicorn_backlog_before_the_django_span_starts(loaded) -> None:
     spans, _ = loaded[1]  # HAProxy traced: the wait is between its span and Django's
     by_id = {x["id"]: x for x in spans}
@@ -101,6 +108,7 @@ def test_a_burst_waits_in_the_gunicorn_backlog_before_the_django_span_starts(loa
     assert p(inside, 75) > 30 * MS and max(inside) > 100 * MS and p(before, 95) < 3 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_job_holding_pgbouncers_connections_makes_transactions_wait_in_their_first_statement() -> None:
     spans = table_spans("pgbouncer-saturation", 1000, 1)
     run = run_ns(1000, 1)
@@ -114,6 +122,7 @@ def test_a_job_holding_pgbouncers_connections_makes_transactions_wait_in_their_f
     assert p(steady, 99) < 10 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_concurrent_requests_for_one_customer_queue_on_its_exposure_row() -> None:
     spans = table_spans("row-lock-contention", 1000, 1)
     parent = {x["i"]: x for x in spans}
@@ -134,6 +143,7 @@ def test_concurrent_requests_for_one_customer_queue_on_its_exposure_row() -> Non
     assert p(steady, 99) < 10 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_ttl_wave_turns_hits_into_orm_queries_and_setex() -> None:
     spans = table_spans("redis-ttl-expiry", 1000, 1)
     run = run_ns(1000, 1)
@@ -149,6 +159,7 @@ def test_a_ttl_wave_turns_hits_into_orm_queries_and_setex() -> None:
     assert p([x["duration"] for x in misses], 50) > 10 * p(hits, 50)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_prefetched_score_tasks_wait_behind_a_long_task_on_their_child_while_others_idle() -> None:
     spans = table_spans("celery-prefetch-hol", 1000, 1)  # host-pid: every Celery child is an instance
     parent = {x["i"]: x for x in spans}
@@ -172,6 +183,7 @@ def test_prefetched_score_tasks_wait_behind_a_long_task_on_their_child_while_oth
     assert p([x["start"] - parent[x["parent"]]["end"] for x in named(steady, RUN)], 99) < 40 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_new_celery_children_load_the_model_on_their_first_task_and_views_time_out(loaded) -> None:
     spans, _ = loaded[0]
     (cause,) = django_celery.truth("cold-celery-workers", 0)
@@ -186,6 +198,7 @@ def test_new_celery_children_load_the_model_on_their_first_task_and_views_time_o
     assert p([x["duration"] for x in named(steady, sp.WAIT)], 99) < 200 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_leak_makes_full_collections_rarer_and_longer_and_they_stretch_the_django_span() -> None:
     style = django_celery.style(2)  # reported as annotations
 
@@ -204,6 +217,7 @@ def test_a_leak_makes_full_collections_rarer_and_longer_and_they_stretch_the_dja
     assert not any(e for r in named(table_spans("steady", 1000, 1), style.root) for e in r["events"])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_slow_bureau_times_out_at_the_read_timeout_and_is_retried() -> None:
     style = django_celery.style(2)
     spans = table_spans("bureau-timeout-retry", 1000, 2)
@@ -219,6 +233,7 @@ def test_a_slow_bureau_times_out_at_the_read_timeout_and_is_retried() -> None:
     assert np.mean([x["status"] == "Error" for x in steady]) < 0.01
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_loss_between_zones_costs_a_retransmission_timeout_on_zone_b_pods_only(loaded) -> None:
     spans, _ = loaded[2]
     zone_b = set(django_celery.truth("cross-az-loss", 2)[0].instances)
@@ -228,6 +243,7 @@ def test_loss_between_zones_costs_a_retransmission_timeout_on_zone_b_pods_only(l
     assert sum(d > 200 * MS for d in b) >= 4 and max(a) < 50 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_task_time_grows_with_the_feature_payload() -> None:
     style = django_celery.style(2)
     key = "messaging.message_payload_size_bytes"
@@ -243,6 +259,7 @@ def test_task_time_grows_with_the_feature_payload() -> None:
     assert style.semconv == "old"
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize(("seed", "scenarios"),
                          [(1, django_celery.SINGLES[:5]), (2, django_celery.SINGLES[5:])])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tuple[str, ...]) -> None:
@@ -279,6 +296,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return sum(w > 150 * MS for w in waits) > 0.01 * len(waits)  # a healthy pod's backlog: now and then
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", django_celery.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

@@ -17,6 +17,12 @@ from reference_pipeline.simulate import blind, dotnet_onnx
 from reference_pipeline.simulate import dotnet_onnx_spans as sp
 from tests.blind_support import instance_label, kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_dotnet_onnx.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "dotnet-onnx"
 
@@ -87,6 +93,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         dotnet_onnx.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_blocking_gen2_pauses_stop_one_pod_and_are_reported_as_span_events(loaded) -> None:
     spans, _ = loaded[0]
     (cause,) = dotnet_onnx.truth("gen2-loh-compaction", 0)
@@ -104,6 +111,7 @@ def test_blocking_gen2_pauses_stop_one_pod_and_are_reported_as_span_events(loade
     assert not any(e[2]["gc.generation"] == 2 for r in steady for e in r["events"])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_slow_risk_attempts_are_cancelled_at_300_ms_and_retried_after_a_back_off(loaded) -> None:
     spans, _ = loaded[1]
     st = dotnet_onnx.style(1)
@@ -124,6 +132,7 @@ def test_slow_risk_attempts_are_cancelled_at_300_ms_and_retried_after_a_back_off
     assert p([x["duration"] for x in steady], 99) < 120 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_large_redis_replies_delay_the_replies_queued_behind_them_on_the_same_pod(loaded) -> None:
     spans, _ = loaded[2]
     gets = [x for x in spans if x["name"].lower() == "get"]
@@ -142,6 +151,7 @@ def test_large_redis_replies_delay_the_replies_queued_behind_them_on_the_same_po
     assert p(steady, 99) < 10 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_sync_over_async_under_a_burst_starves_the_pool_then_recovers() -> None:
     spans = spans_of("sync-over-async-burst", 2000, 0)
     parent = {x["i"]: x for x in spans}
@@ -165,6 +175,7 @@ def test_sync_over_async_under_a_burst_starves_the_pool_then_recovers() -> None:
     assert not any(e[1] == "dotnet.threadpool.adjustment" for r in roots(steady, 0) for e in r["events"])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_lowered_cpu_limit_stalls_work_until_a_period_boundary() -> None:
     spans = spans_of("cpu-limit-lowered", 2000, 1)
     onnx = named(spans, sp.ONNX)
@@ -176,6 +187,7 @@ def test_a_lowered_cpu_limit_stalls_work_until_a_period_boundary() -> None:
     assert p(steady, 99) < 12 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_longer_merchant_texts_hold_the_tokenizer_lock_and_requests_wait_for_it() -> None:
     spans = spans_of("longer-merchant-texts", 2000, 2)
     tok = named(spans, sp.TOKENIZE)
@@ -189,6 +201,7 @@ def test_longer_merchant_texts_hold_the_tokenizer_lock_and_requests_wait_for_it(
     assert p([x["duration"] for x in steady], 99) < 5 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_blocking_transaction_holds_the_pool_and_later_requests_wait_for_a_connection() -> None:
     spans = spans_of("blocking-transaction", 2000, 0)
     inserts = [x for x in named(spans, sp.DB) if "INSERT" in x["attrs"]["db.query.text"]]
@@ -204,6 +217,7 @@ def test_a_blocking_transaction_holds_the_pool_and_later_requests_wait_for_a_con
     assert p([x["duration"] for x in steady], 99) < 30 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_an_open_breaker_answers_the_default_score_at_once_after_the_retries_that_opened_it() -> None:
     spans = spans_of("risk-outage-breaker", 2000, 2)
     st = dotnet_onnx.style(2)
@@ -220,6 +234,7 @@ def test_an_open_breaker_answers_the_default_score_at_once_after_the_retries_tha
     assert min(r["duration"] for r in tried) > 900 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_new_pods_after_a_scale_out_are_slow_at_first_and_warm_up() -> None:
     spans = spans_of("hpa-scale-out", 2000, 1)
     (cause,) = dotnet_onnx.truth("hpa-scale-out", 1)
@@ -233,6 +248,7 @@ def test_new_pods_after_a_scale_out_are_slow_at_first_and_warm_up() -> None:
     assert p([r["duration"] for r in new], 99) > 2 * p(old, 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_larger_model_makes_every_inference_slower() -> None:
     v2 = named(spans_of("model-v2-larger", 2000, 0), sp.ONNX)
     v1 = named(spans_of("steady", 2000, 0), sp.ONNX)
@@ -251,6 +267,7 @@ def test_the_p99_seeds_cover_every_single() -> None:
     assert sorted(sc for group in P99_SEEDS.values() for sc in group) == sorted(dotnet_onnx.SINGLES)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("seed", sorted(P99_SEEDS))
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int) -> None:
     base = p99("steady", seed)
@@ -278,6 +295,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return max(r["start"] - parent[r["parent"]]["start"] for r in rs) > 200 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", dotnet_onnx.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

@@ -14,6 +14,15 @@ from reference_pipeline.simulate.blind import scenarios, truth
 from reference_pipeline.simulate.event_enricher import BROKERS, SCENARIOS, setup
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_enricher.py::test_every_format_and_consumer_mode_loads_and_the_truth_names_what_the_run_has[0]",
+    "tests/test_simulate_blind_enricher.py::test_every_format_and_consumer_mode_loads_and_the_truth_names_what_the_run_has[1]",
+    "tests/test_simulate_blind_enricher.py::test_every_format_and_consumer_mode_loads_and_the_truth_names_what_the_run_has[2]",
+    "tests/test_simulate_blind_enricher.py::test_every_format_and_consumer_mode_loads_and_the_truth_names_what_the_run_has[4]",
+)
+
 MS = 1e6
 FAMILY = "event-enricher"
 
@@ -92,6 +101,7 @@ def test_every_format_and_consumer_mode_loads_and_the_truth_names_what_the_run_h
             assert cause["instances"] and set(cause["accept"]) | set(cause["side"]) <= {"queueing"}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_backlog_grows_the_broker_wait_in_the_burst_and_leaves_the_work_alone(tmp_path: Path) -> None:
     for seed in (1, 0):  # single-message consumers (Jaeger), then batches with links (OTLP)
         spans, summary = load(tmp_path, "consumer-backlog", 1500, seed)
@@ -114,6 +124,7 @@ def test_backlog_grows_the_broker_wait_in_the_burst_and_leaves_the_work_alone(tm
             p([x["duration"] for x in named(steady, work)], 90), rel=0.2)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gc_pauses_stretch_the_message_in_flight_and_are_reported_on_seed_1_only(tmp_path: Path) -> None:
     paused, summary = load(tmp_path, "worker-gc", 1200, 1)
     steady, _ = load(tmp_path, "steady", 1200, 1)
@@ -131,6 +142,7 @@ def test_gc_pauses_stretch_the_message_in_flight_and_are_reported_on_seed_1_only
     assert not any(x["events"] for x in quiet)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_autoscaled_workers_start_cold_and_the_old_ones_stay_warm(tmp_path: Path) -> None:
     spans, summary = load(tmp_path, "autoscale-burst", 2000, 2)
     causes = {c["pattern"]: c for c in summary["truth"]}
@@ -145,6 +157,7 @@ def test_autoscaled_workers_start_cold_and_the_old_ones_stay_warm(tmp_path: Path
     assert max(w for _, w in broker_waits(spans, 2)) > 300 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_slow_writes_are_the_peers_tail(tmp_path: Path) -> None:
     spans, summary = load(tmp_path, "slow-write", 1200, 2)  # the peer traced (Zipkin)
     steady, _ = load(tmp_path, "steady", 1200, 2)
@@ -157,6 +170,7 @@ def test_slow_writes_are_the_peers_tail(tmp_path: Path) -> None:
     assert p([x["duration"] for x in named(spans, "predict")], 99) < 30 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_key_expiry_sends_lookups_to_the_postgres_fallback(tmp_path: Path) -> None:
     spans, summary = load(tmp_path, "key-expiry", 1500, 0)
     assert summary["truth"][0]["pattern"] == "cache_miss"
@@ -173,6 +187,7 @@ def test_key_expiry_sends_lookups_to_the_postgres_fallback(tmp_path: Path) -> No
     assert np.median(duration[missed]) > 5 * MS + np.median(duration[~missed])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_steady_runs_tail_is_no_planted_mechanism(tmp_path: Path) -> None:
     """Steady's truth says nothing is planted: its few misses (keys newer than the bulk load) are not
     what its slowest messages are made of."""
@@ -187,6 +202,7 @@ def test_a_steady_runs_tail_is_no_planted_mechanism(tmp_path: Path) -> None:
         assert sum(x["id"] in fallback for x in slowest) < 0.3 * len(slowest)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_heavy_model_dominates_and_grows_with_the_features(tmp_path: Path) -> None:
     spans, summary = load(tmp_path, "heavy-model", 600, 1)
     assert summary["truth"][0]["pattern"] == "compute_bound"

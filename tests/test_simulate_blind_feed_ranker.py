@@ -34,6 +34,14 @@ from reference_pipeline.simulate.feed_ranker_spans import (
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import seed_runs, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_feed_ranker.py::test_every_format_loads_and_the_truth_names_what_the_run_has[0]",
+    "tests/test_simulate_blind_feed_ranker.py::test_every_format_loads_and_the_truth_names_what_the_run_has[1]",
+    "tests/test_simulate_blind_feed_ranker.py::test_every_format_loads_and_the_truth_names_what_the_run_has[2]",
+)
+
 MS = 1e6
 FAMILY = "feed-ranker"
 
@@ -139,6 +147,7 @@ def test_every_format_loads_and_the_truth_names_what_the_run_has(runs, seed: int
     assert all(k["name"].lower() == PRODUCE[seed % 3].lower() for k in spans if k["kind"] == "Producer")
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_mixed_collections_stretch_the_spans_in_flight_and_are_reported_by_seed(runs, tables) -> None:
     steady, gc = tables("steady", 1000, 0), tables("g1-mixed-gc", 1000, 0)  # reported as span events
     reported = [e for r in named(gc, ROOT, "Server") for e in json.loads(r["events"] or "[]")]
@@ -161,6 +170,7 @@ def test_mixed_collections_stretch_the_spans_in_flight_and_are_reported_by_seed(
             assert 0 < np.mean([int(d) > 0 for d in deltas]) < 0.3
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_slow_coordinator_slows_the_read_a_slow_second_replica_hardly(tables) -> None:
     spans, steady = tables("cassandra-slow-replica", 1000, 0), tables("steady", 1000, 0)
     reads = named(spans, CQL, "Client")
@@ -175,6 +185,7 @@ def test_a_slow_coordinator_slows_the_read_a_slow_second_replica_hardly(tables) 
     assert p(latency(spans), 99) > 1.3 * p(latency(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_deploy_warm_expires_at_once_and_misses_call_the_feature_store(tables) -> None:
     spans, steady = tables("caffeine-expiry-wave", 1000, 0), tables("steady", 1000, 0)
     kids = children(spans)
@@ -191,6 +202,7 @@ def test_the_deploy_warm_expires_at_once_and_misses_call_the_feature_store(table
     assert p(latency(spans), 99) > 1.3 * p(latency(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_slow_ads_call_holds_the_threads_and_requests_wait_before_the_handler(tables) -> None:
     spans, steady = tables("ads-blender-slow", 1000, 0), tables("steady", 1000, 0)
 
@@ -204,6 +216,7 @@ def test_a_slow_ads_call_holds_the_threads_and_requests_wait_before_the_handler(
     assert len(named(spans, ADS_CALL[0], "Client")) == 1000
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_more_candidates_grow_the_ranking_with_the_count(tables) -> None:
     spans, steady = tables("more-candidates", 1000, 0), tables("steady", 1000, 0)
     rank = named(spans, RANK)
@@ -216,6 +229,7 @@ def test_more_candidates_grow_the_ranking_with_the_count(tables) -> None:
     assert p(latency(spans), 99) > 1.3 * p(latency(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_fresh_pod_runs_its_first_requests_slowly_and_warms_up(runs) -> None:
     seed = 0
     spans = runs("g1-mixed-gc+fresh-pod-jit", 700, seed)
@@ -231,6 +245,7 @@ def test_a_fresh_pod_runs_its_first_requests_slowly_and_warms_up(runs) -> None:
     assert first > 3 * early > 3 * 1.3 * late
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_retransmits_open_a_gap_between_the_zone_c_calls_and_their_callees(tables) -> None:
     seed = 0
     spans, steady = tables("az-retransmits", 1000, seed), tables("steady", 1000, seed)
@@ -247,6 +262,7 @@ def test_retransmits_open_a_gap_between_the_zone_c_calls_and_their_callees(table
     assert p([x["duration"] for x in named(spans, ADS_SERVER)], 99) < 60 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_throttled_sidecar_resumes_on_period_boundaries_and_the_app_does_not_stall(tables) -> None:
     seed = 0
     spans, steady = tables("sidecar-throttling+az-retransmits", 700, seed), tables("steady", 1000, seed)

@@ -18,6 +18,14 @@ from reference_pipeline.simulate.fraud_check_spans import names
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_fraud_check.py::test_each_format_loads_and_the_truth_names_what_the_run_has[0-worker-gc]",
+    "tests/test_simulate_blind_fraud_check.py::test_each_format_loads_and_the_truth_names_what_the_run_has[1-worker-recycle]",
+    "tests/test_simulate_blind_fraud_check.py::test_each_format_loads_and_the_truth_names_what_the_run_has[2-worker-gc+vendor-timeouts]",
+)
+
 MS = 1e6
 FAMILY = "fraud-check"
 def instance(resource: dict) -> str:
@@ -145,6 +153,7 @@ def test_each_format_loads_and_the_truth_names_what_the_run_has(
     assert bool(gc) == s["gc_events"] and all(e["Attributes"].get("gc.generation", "2") == "2" for e in gc)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_leaking_worker_collects_for_long_and_stretches_everything_in_flight_there() -> None:
     spans, steady = table("worker-gc", 0), table("steady", 0)
     (where,) = blind.truth(FAMILY, "worker-gc", 0)[0]["instances"]
@@ -174,6 +183,7 @@ def test_a_leaking_worker_collects_for_long_and_stretches_everything_in_flight_t
     assert p(latencies(spans), 99) > 2 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_vendor_attempts_are_cut_at_the_timeout_with_an_error_and_retried() -> None:
     spans, steady = table("vendor-timeouts", 1), table("steady", 1)
     attempt = names(setup(1))["attempt"]  # "HTTP POST": the Go caller's CLIENT spans too
@@ -209,6 +219,7 @@ def _checkout_waits(spans: list[dict], seed: int) -> list[tuple[float, float]]:
     return out
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_pool_of_one_makes_requests_wait_for_a_connection_before_the_query() -> None:
     spans, steady = table("pool-exhaustion", 2), table("steady", 2)
     waits = [w for _, w in _checkout_waits(spans, 2)]
@@ -220,6 +231,7 @@ def test_a_pool_of_one_makes_requests_wait_for_a_connection_before_the_query() -
     assert p(latencies(spans), 99) > 1.5 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_on_single_worker_pods_waits_before_the_handler() -> None:
     spans, steady = table("request-burst", 0), table("steady", 0)
     assert len({x["instance"] for x in spans if x["service"] == "fraud-scorer"}) == setup(0)["pods"]
@@ -244,6 +256,7 @@ def test_a_burst_on_single_worker_pods_waits_before_the_handler() -> None:
     assert p(latencies(spans), 99) > 2 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_an_eviction_wave_sends_profiles_to_the_postgres_aggregates() -> None:
     spans, steady = table("redis-eviction", 1), table("steady", 1)
     fetch = sorted(named(spans, names(setup(1))["fetch"]), key=lambda x: x["start"])
@@ -258,6 +271,7 @@ def test_an_eviction_wave_sends_profiles_to_the_postgres_aggregates() -> None:
     assert p(latencies(spans), 99) > 1.4 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_validation_and_aggregation_grow_with_the_history_carried() -> None:
     spans, steady = table("large-histories", 0), table("steady", 0)
     n = names(setup(0))
@@ -271,6 +285,7 @@ def test_validation_and_aggregation_grow_with_the_history_carried() -> None:
     assert p(latencies(spans), 99) > 1.5 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_throttled_pods_resume_on_their_period_boundaries() -> None:
     spans, steady = table("cpu-throttle", 2), table("steady", 2)
     predict = named(spans, names(setup(2))["predict"])
@@ -288,6 +303,7 @@ def test_throttled_pods_resume_on_their_period_boundaries() -> None:
     assert p(latencies(spans), 99) > 1.4 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_recycled_workers_start_cold_and_open_their_connections() -> None:
     spans, steady = table("worker-recycle", 0), table("steady", 0)
     (cause,) = blind.truth(FAMILY, "worker-recycle", 0)
@@ -332,6 +348,7 @@ def _marked(spans: list[dict], part: str) -> dict:
     return out
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if "+" in s])
 def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
     """Each cause of a pair is over-represented among the slowest 2 % of requests (the CFS quota

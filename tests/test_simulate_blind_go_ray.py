@@ -18,6 +18,12 @@ from reference_pipeline.simulate import go_ray_spans as sp
 from tests.blind_support import instance_label as label
 from tests.blind_support import load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_go_ray.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "go-ray"
 N = 1000
@@ -94,6 +100,7 @@ def _stretched(spans, seed: int, floor_ms: float) -> list[dict]:
     return out
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_throttled_gateway_work_resumes_on_a_period_boundary_during_peaks() -> None:
     spans = table_spans("cfs-peaks", N, 0)
     first = min(x["start"] for x in spans)
@@ -114,6 +121,7 @@ def test_throttled_gateway_work_resumes_on_a_period_boundary_during_peaks() -> N
     assert len(_stretched(table_spans("steady", N, 0), 0, 8.0)) <= 2
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_growing_heap_stretches_allocating_work_more_and_more_as_it_grows() -> None:
     spans, steady = table_spans("heap-growth-gc", N, 0), table_spans("steady", N, 0)
     run = run_ns(N, 0)
@@ -128,6 +136,7 @@ def test_a_growing_heap_stretches_allocating_work_more_and_more_as_it_grows() ->
     assert late > 0.02 and median < 1.5 * calm  # only the work that meets a mark phase
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_saturating_batch_client_makes_the_gateways_calls_wait_in_the_router(loaded) -> None:
     spans, _ = loaded[2]  # Zipkin: only the proxy and replica spans on the ranker
     by_parent = {}
@@ -150,6 +159,7 @@ def test_a_saturating_batch_client_makes_the_gateways_calls_wait_in_the_router(l
     assert p(inside, 75) > 12 * MS and p(outside, 75) < 4 * MS  # outside: a running batch at most
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_autoscaled_replicas_start_cold_and_warm_up() -> None:
     spans = table_spans("autoscale-cold", N, 0)
     (cause,) = go_ray.truth("autoscale-cold", 0)
@@ -170,6 +180,7 @@ def test_autoscaled_replicas_start_cold_and_warm_up() -> None:
     assert len(steady) == go_ray.setup(0)["nodes"]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_long_batch_wait_timeout_holds_calls_in_the_replica_before_their_batch() -> None:
     def waits(scenario):
         spans = table_spans(scenario, N, 0)
@@ -183,6 +194,7 @@ def test_a_long_batch_wait_timeout_holds_calls_in_the_replica_before_their_batch
     assert max(slow) < 110 * MS  # never longer than the timeout (+ a running batch)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_expired_rows_fall_back_to_the_offline_call_after_the_wave() -> None:
     def share(scenario, a, b):
         spans = table_spans(scenario, N, 0)
@@ -198,6 +210,7 @@ def test_expired_rows_fall_back_to_the_offline_call_after_the_wave() -> None:
     assert len(named(spans, sp.HSET)) == len(named(spans, sp.FALLBACK))  # written back
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_redis_primary_on_a_slow_disk_stalls_every_read_it_serves() -> None:
     def by_shard(scenario):
         out: dict[str, list[float]] = {}
@@ -212,6 +225,7 @@ def test_a_redis_primary_on_a_slow_disk_stalls_every_read_it_serves() -> None:
     assert max(max(v) for v in steady.values()) < 20 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_tries_on_a_hanging_replica_end_at_the_per_try_deadline_and_are_retried(loaded) -> None:
     spans, _ = loaded[1]  # Jaeger, HTTP to Ray's proxy
     by_parent: dict[str, list[dict]] = {}
@@ -233,6 +247,7 @@ def test_tries_on_a_hanging_replica_end_at_the_per_try_deadline_and_are_retried(
     assert {label(r[0]["resource"]) for r in served if r} == {flaky}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_decode_time_grows_with_the_response_size() -> None:
     for scenario in ("topk-payload", "steady"):
         decode = named(table_spans(scenario, N, 2), sp.DECODE)
@@ -242,6 +257,7 @@ def test_decode_time_grows_with_the_response_size() -> None:
         assert (np.median(size) > 200) == (scenario == "topk-payload")
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_cross_zone_pod_pays_more_rtt_and_retransmission_timeouts_on_its_calls() -> None:
     spans = table_spans("cross-zone-pod", N, 0)
     (cause,) = go_ray.truth("cross-zone-pod", 0)
@@ -255,6 +271,7 @@ def test_the_cross_zone_pod_pays_more_rtt_and_retransmission_timeouts_on_its_cal
     assert np.mean(np.array(gap[True]) > 190 * MS) > 0.02 > 5 * np.mean(np.array(gap[False]) > 190 * MS)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("seed", [0])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int) -> None:
     def p99(scenario):
@@ -285,6 +302,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return sum(x["duration"] > 200 * MS for x in named(spans, sp.GRPC, "Client") if x["instance"] in zone) > 5
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", go_ray.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

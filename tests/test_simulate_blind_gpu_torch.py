@@ -18,6 +18,12 @@ from reference_pipeline.simulate import blind, gpu_torch
 from reference_pipeline.simulate import gpu_torch_spans as sp
 from tests.blind_support import instance_label, kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_gpu_torch.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "gpu-torch"
 
@@ -78,6 +84,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         gpu_torch.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_producer_span_is_fire_and_forget(loaded) -> None:
     spans, _ = loaded[1]
     style = gpu_torch.style(1)
@@ -87,6 +94,7 @@ def test_the_producer_span_is_fire_and_forget(loaded) -> None:
     assert len(producers) == 500 and np.mean(late) > 0.5
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_new_sequence_bucket_recompiles_and_the_requests_behind_it_wait(loaded) -> None:
     spans, _ = loaded[2]  # Zipkin: the SERVER span is the root, annotations for the recompiles
     first = min(x["start"] for x in spans)
@@ -111,6 +119,7 @@ def test_a_new_sequence_bucket_recompiles_and_the_requests_behind_it_wait(loaded
     assert p([x["duration"] for x in named(steady, sp.WAIT)], 99) < 60 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gen2_collections_of_a_leaking_heap_grow_and_stop_the_forwards_in_flight(loaded) -> None:
     spans, _ = loaded[0]
     gen2 = [e for x in spans for e in x["events"]
@@ -131,6 +140,7 @@ def test_gen2_collections_of_a_leaking_heap_grow_and_stop_the_forwards_in_flight
     assert hit and np.median(hit) > np.median(rest) + 20 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_read_timeouts_end_at_300_ms_in_error_and_are_made_again(loaded) -> None:
     spans, _ = loaded[1]  # Jaeger, old semconv
     style = gpu_torch.style(1)
@@ -155,6 +165,7 @@ def test_read_timeouts_end_at_300_ms_in_error_and_are_made_again(loaded) -> None
     assert len(steady) <= 1
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_co_tenant_doubles_one_cards_kernel_time_in_its_windows() -> None:
     spans = spans_of("gpu-cotenant", 1000, 0)
     (cause,) = gpu_torch.truth("gpu-cotenant", 0)
@@ -172,6 +183,7 @@ def test_a_co_tenant_doubles_one_cards_kernel_time_in_its_windows() -> None:
         assert (1.7 < ratio < 2.3) if pod in cause.instances else (0.85 < ratio < 1.15), (pod, ratio)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_power_cap_slows_every_cards_kernels_for_the_rest_of_the_run() -> None:
     for scenario, low, high in (("power-capping", 1.25, 1.5), ("steady", 0.9, 1.1)):
         spans = spans_of(scenario, 1000, 0)
@@ -186,6 +198,7 @@ def test_a_power_cap_slows_every_cards_kernels_for_the_rest_of_the_run() -> None
             assert low < np.median(late) / np.median(early) < high, (scenario, pod)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_allocator_retries_are_synchronising_stalls_in_the_forward() -> None:
     def stalls(scenario):
         seen = sorted(batches(spans_of(scenario, 1000, 0)).values(),
@@ -202,6 +215,7 @@ def test_allocator_retries_are_synchronising_stalls_in_the_forward() -> None:
     assert len(stalls("steady")[0]) <= 4
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_bigger_images_make_the_pageable_copy_grow_with_its_bytes() -> None:
     for scenario in ("image-growth", "steady"):
         copies = named(spans_of(scenario, 1000, 0), sp.COPY)
@@ -215,6 +229,7 @@ def test_bigger_images_make_the_pageable_copy_grow_with_its_bytes() -> None:
             assert np.percentile(mb, 99) < 40 and p(ms, 99) < 25
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_of_cpu_heavy_decodes_makes_every_decode_wait_for_the_gil() -> None:
     def per_megapixel(scenario):
         spans = spans_of(scenario, 1000, 0)
@@ -234,6 +249,7 @@ def test_a_burst_of_cpu_heavy_decodes_makes_every_decode_wait_for_the_gil() -> N
     assert len(heavy) > 30
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_an_eviction_wave_sends_merchant_reads_to_postgres() -> None:
     def misses(scenario):
         spans = spans_of(scenario, 1000, 0)
@@ -249,6 +265,7 @@ def test_an_eviction_wave_sends_merchant_reads_to_postgres() -> None:
     assert wave > 0.5 and base < 0.06 and np.median(slow) > 2.5 * np.median(fast)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_long_max_wait_makes_every_request_wait_for_its_batch_to_close() -> None:
     spans = spans_of("batcher-max-wait", 1000, 0)
     waits = [x["duration"] for x in named(spans, sp.WAIT)]
@@ -258,6 +275,7 @@ def test_a_long_max_wait_makes_every_request_wait_for_its_batch_to_close() -> No
     assert p(steady, 50) < 8 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("scenario", gpu_torch.SINGLES)
 def test_every_planted_cause_moves_the_p99(scenario: str) -> None:
     def p99(name):
@@ -290,6 +308,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return sum(x["status"] == "Error" for x in named(spans, style.taxonomy)) > 10
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", gpu_torch.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

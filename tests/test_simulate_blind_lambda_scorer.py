@@ -18,6 +18,12 @@ from reference_pipeline.simulate.lambda_scorer_sim import CLIENT_DEADLINE_MS
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_lambda_scorer.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "lambda-scorer"
 
@@ -86,6 +92,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
             assert set(cause["instances"]) <= where, cause
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_starts_environments_whose_init_runs_before_their_first_invoke(loaded) -> None:
     spans, summary = loaded[0]  # X-Ray segments: the init is its own span
     (cause,) = summary["truth"]
@@ -105,6 +112,7 @@ def test_a_burst_starts_environments_whose_init_runs_before_their_first_invoke(l
     assert len(named(steady, "Initialization")) <= 2 and p(roots(steady), 99) < 200 * MS < p(loaded_roots, 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gc_pauses_hit_the_explain_requests_and_are_reported_as_events(loaded) -> None:
     spans, summary = loaded[1]  # Jaeger: gc events, the model container traced
     assert summary["truth"][0]["pattern"] == "gc_pause"
@@ -117,6 +125,7 @@ def test_gc_pauses_hit_the_explain_requests_and_are_reported_as_events(loaded) -
     assert named(spans, "xgboost.predict") and named(spans, "POST /invocations")
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_degraded_subnet_retransmits_and_bigger_bodies_lose_more(loaded) -> None:
     spans, summary = loaded[2]  # Zipkin: names lower-cased, environments are endpoint addresses
     network = next(c for c in summary["truth"] if c["pattern"] == "network")
@@ -135,6 +144,7 @@ def test_the_degraded_subnet_retransmits_and_bigger_bodies_lose_more(loaded) -> 
     assert np.corrcoef(size, took)[0, 1] > 0.3
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_concurrency_limit_throttles_and_the_caller_backs_off() -> None:
     spans = table_spans("concurrency-limit", 500, 2)
     limit = lambda_scorer.plan("concurrency-limit", 500, lambda_scorer.setup(2)).limit
@@ -156,6 +166,7 @@ def test_the_concurrency_limit_throttles_and_the_caller_backs_off() -> None:
     assert not [x for x in table_spans("steady", 400, 2) if x["name"] == "POST" and x["status"] == "Error"]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_throttled_reads_are_retried_with_growing_backoff_inside_one_sdk_span() -> None:
     spans = table_spans("dynamodb-throttle", 500, 1)
     calls = named(spans, "DynamoDB.BatchGetItem")
@@ -180,6 +191,7 @@ def test_throttled_reads_are_retried_with_growing_backoff_inside_one_sdk_span() 
     assert p(durations(spans, "DynamoDB.BatchGetItem"), 99) > 80 * MS > p(calm, 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_slow_variant_is_slow_on_its_instances_and_its_workers_queue() -> None:
     spans = table_spans("slow-variant", 500, 1)
     (cause,) = lambda_scorer.truth("slow-variant", 1)
@@ -194,6 +206,7 @@ def test_the_slow_variant_is_slow_on_its_instances_and_its_workers_queue() -> No
     assert p(roots(spans), 99) > 2 * p(roots(table_spans("steady", 400, 1)), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_less_memory_slows_every_cpu_step_by_the_share() -> None:
     low, steady = table_spans("low-memory", 300, 0), table_spans("steady", 400, 0)
     ratio = np.median(durations(low, "build_features")) / np.median(durations(steady, "build_features"))
@@ -203,6 +216,7 @@ def test_less_memory_slows_every_cpu_step_by_the_share() -> None:
     assert p(roots(low), 99) > 1.3 * p(roots(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_flush_started_by_one_invoke_finishes_when_the_environment_thaws_for_the_next() -> None:
     spans = table_spans("steady", 400, 2)
     flushes = named(spans, "flush_metrics")
@@ -218,6 +232,7 @@ def test_a_flush_started_by_one_invoke_finishes_when_the_environment_thaws_for_t
         assert nxt["start"] - 60 * MS < f["end"] < nxt["end"]  # ... and ends in the next invoke
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_large_payloads_grow_the_model_call_and_the_cold_start_shows_only_as_a_gap_on_seed_two() -> None:
     spans = table_spans("large-payload", 300, 2)
     steady = table_spans("steady", 300, 2)
@@ -232,6 +247,7 @@ def test_large_payloads_grow_the_model_call_and_the_cold_start_shows_only_as_a_g
     assert CLIENT_DEADLINE_MS > 3000
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_slow_variant_fits_the_limit_alone_and_a_tighter_limit_throttles_its_longer_invokes() -> None:
     both = table_spans("slow-variant+concurrency-limit", 400, 0)
     alone = table_spans("slow-variant", 400, 0)

@@ -28,6 +28,14 @@ from reference_pipeline.simulate.loan_pricing_spans import instance_label, names
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_loan_pricing.py::test_each_format_loads_and_the_truth_names_what_the_run_has[0-gen2-blocking-gc+bureau-timeout-retry]",
+    "tests/test_simulate_blind_loan_pricing.py::test_each_format_loads_and_the_truth_names_what_the_run_has[1-cold-jit-scale-out]",
+    "tests/test_simulate_blind_loan_pricing.py::test_each_format_loads_and_the_truth_names_what_the_run_has[2-redis-head-of-line]",
+)
+
 MS = 1e6
 FAMILY = "loan-pricing"
 N = 1500
@@ -114,6 +122,7 @@ def test_each_format_loads_and_the_truth_names_what_the_run_has(
         assert redis_events == {"Enqueued", "Sent", "ResponseReceived"}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_starved_pool_delays_each_start_and_await_during_the_burst_and_steady_does_not() -> None:
     spans, steady = table("threadpool-starvation", 0), table("steady", 0)
     ids = {x["id"]: x for x in spans}
@@ -134,6 +143,7 @@ def test_starved_pool_delays_each_start_and_await_during_the_burst_and_steady_do
     assert p(list(requests(spans).values()), 99) > 5 * p(list(requests(steady).values()), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_blocking_gen2_pauses_stop_one_pod_and_are_reported() -> None:
     spans, steady = table("gen2-blocking-gc", 0), table("steady", 0)
     (victim,) = blind.truth(FAMILY, "gen2-blocking-gc", 0)[0]["instances"]
@@ -153,6 +163,7 @@ def test_blocking_gen2_pauses_stop_one_pod_and_are_reported() -> None:
     assert p(list(requests(spans).values()), 99) > 1.8 * p(list(requests(steady).values()), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_exhausted_sql_pool_makes_open_wait_before_the_query_during_the_slow_window() -> None:
     spans, steady = table("sql-pool-exhaustion", 0), table("steady", 0)
 
@@ -178,6 +189,7 @@ def test_exhausted_sql_pool_makes_open_wait_before_the_query_during_the_slow_win
         assert max(np.cumsum([d for _, d in edges])) == setup(0)["max_pool"]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_large_replies_on_the_multiplexer_hold_the_commands_queued_behind_them() -> None:
     spans, steady = table("redis-head-of-line", 0), table("steady", 0)
     gets = named(spans, "redis")
@@ -196,6 +208,7 @@ def test_large_replies_on_the_multiplexer_hold_the_commands_queued_behind_them()
     assert p(list(requests(spans).values()), 99) > 1.5 * p(list(requests(steady).values()), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_bureau_attempts_are_cut_at_the_attempt_timeout_and_retried() -> None:
     spans, steady = table("bureau-timeout-retry", 0), table("steady", 0)
     calls = defaultdict(list)
@@ -215,6 +228,7 @@ def test_bureau_attempts_are_cut_at_the_attempt_timeout_and_retried() -> None:
     assert p(list(requests(spans).values()), 99) > 4 * p(list(requests(steady).values()), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_throttled_writes_wait_for_the_next_seconds_request_units() -> None:
     spans, steady = table("cosmos-throttling", 0), table("steady", 0)
     writes = named(spans, "cosmos")
@@ -232,6 +246,7 @@ def test_throttled_writes_wait_for_the_next_seconds_request_units() -> None:
     assert p(list(requests(spans).values()), 99) > 3 * p(list(requests(steady).values()), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_scaled_out_pods_are_slow_for_their_first_requests() -> None:
     spans = table("cold-jit-scale-out", 0)
     new = set(blind.truth(FAMILY, "cold-jit-scale-out", 0)[0]["instances"])
@@ -249,6 +264,7 @@ def test_scaled_out_pods_are_slow_for_their_first_requests() -> None:
     assert p(old, 99.9) < 30 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_serialisation_grows_with_the_quote_payload() -> None:
     spans, steady = table("rate-table-growth", 0), table("steady", 0)
     ser = named(spans, "serialize")
@@ -285,6 +301,7 @@ def _marked(scenario: str, spans: list[dict], part: str) -> dict[int, bool]:
     return {x["trace"]: sql[x["id"]]["start"] - x["start"] > 200 * MS for x in named(spans, "repo")}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if "+" in s])
 def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
     """Each cause of a pair is over-represented among the slowest 10 % of requests."""
@@ -299,6 +316,7 @@ def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
         assert share > max(0.15, 1.5 * base), (part, share, base)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_runtime_models_queue_inject_and_throttle_as_their_systems_do() -> None:
     rng = random.Random(5)
     threads = ThreadPool(2, rng)

@@ -23,6 +23,14 @@ from reference_pipeline.simulate.mesh_triton_spans import SCORE, TRITON, names
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_mesh_triton.py::test_each_format_loads_and_the_truth_names_what_the_run_has[0-triton-cold-scaleout]",
+    "tests/test_simulate_blind_mesh_triton.py::test_each_format_loads_and_the_truth_names_what_the_run_has[1-noisy-neighbour]",
+    "tests/test_simulate_blind_mesh_triton.py::test_each_format_loads_and_the_truth_names_what_the_run_has[2-candidate-growth+mtls-handshake-churn]",
+)
+
 MS = 1e6
 FAMILY = "mesh-triton"
 N = 1000
@@ -123,6 +131,7 @@ def test_each_format_loads_and_the_truth_names_what_the_run_has(
     assert bool(proxies) == s["proxies"]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_fills_the_batcher_queue_while_arrivals_outrun_the_gpus() -> None:
     spans, steady = table("triton-queue-burst"), table("steady")
 
@@ -143,6 +152,7 @@ def test_a_burst_fills_the_batcher_queue_while_arrivals_outrun_the_gpus() -> Non
     assert p99_ratio("triton-queue-burst") > 2
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_resharding_blocks_the_source_shard_and_redirects_moved_keys() -> None:
     spans, steady = table("redis-resharding"), table("steady")
     by_peer = defaultdict(list)
@@ -158,6 +168,7 @@ def test_resharding_blocks_the_source_shard_and_redirects_moved_keys() -> None:
     assert redirected or [x for x in spans if x["status"] == "Error" and x["name"] in ("HMGET", "LRANGE")]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_scaled_out_triton_pod_joins_mid_run_and_its_first_batches_are_slow() -> None:
     spans = table("triton-cold-scaleout")
     (new,) = blind.truth(FAMILY, "triton-cold-scaleout", 0)[0]["instances"]
@@ -177,6 +188,7 @@ def _handshake_gaps(run: list[dict]) -> list[float]:
     return [x["start"] - out[x["parent"]]["start"] for x in named(run, "proxy_triton", "triton-ranker.ml")]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_every_hop_pays_an_mtls_handshake_when_connections_are_not_reused() -> None:
     steady, churn = _handshake_gaps(table("steady")), _handshake_gaps(table("mtls-handshake-churn"))
     assert np.mean(np.array(steady) > 5 * MS) < 0.02 and np.median(steady) < 1 * MS
@@ -184,6 +196,7 @@ def test_every_hop_pays_an_mtls_handshake_when_connections_are_not_reused() -> N
     assert p99_ratio("mtls-handshake-churn") > 1.25
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_tries_to_the_slow_policy_pod_are_cut_at_the_per_try_timeout_and_retried_elsewhere() -> None:
     spans, steady = table("policy-per-try-timeout"), table("steady")
     inbound = named(spans, "proxy_policy", "policy.ml")
@@ -207,6 +220,7 @@ def test_tries_to_the_slow_policy_pod_are_cut_at_the_per_try_timeout_and_retried
     assert p99_ratio("policy-per-try-timeout") > 1.5
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_low_cpu_limit_stalls_the_score_pods_until_period_boundaries() -> None:
     spans, steady = table("cfs-throttling"), table("steady")
     builds = [x for x in named(spans, "build") if x["duration"] > 10 * MS]
@@ -217,6 +231,7 @@ def test_a_low_cpu_limit_stalls_the_score_pods_until_period_boundaries() -> None
     assert p99_ratio("cfs-throttling") > 1.5
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_work_grows_with_the_candidates_after_the_client_change() -> None:
     spans, steady = table("candidate-growth"), table("steady")
     builds = named(spans, "build")
@@ -231,6 +246,7 @@ def test_work_grows_with_the_candidates_after_the_client_change() -> None:
     assert p99_ratio("candidate-growth") > 1.5
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_noisy_neighbours_pod_is_slower_at_every_step() -> None:
     spans = table("noisy-neighbour")
     (victim,) = blind.truth(FAMILY, "noisy-neighbour", 0)[0]["instances"]
@@ -277,6 +293,7 @@ def _marked(scenario: str, spans: list[dict], part: str) -> dict[int, bool]:
     return {t: g > 5 * MS for t, g in gaps.items()}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if "+" in s])
 def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
     spans = table(scenario)
@@ -290,6 +307,7 @@ def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
         assert share > max(0.15, min(0.9, 1.5 * base)) or share > 0.95, (part, share, base)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_physics_helpers_follow_their_systems() -> None:
     assert key_slot("123456789") == 0x31C3 % 16384 and key_slot("foo") == 12182
     assert key_slot("{user1000}.following") == key_slot("{user1000}.followers") == key_slot("user1000")

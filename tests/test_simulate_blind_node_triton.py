@@ -18,6 +18,12 @@ from reference_pipeline.simulate import blind, node_triton
 from reference_pipeline.simulate import node_triton_spans as sp
 from tests.blind_support import instance_label, kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_node_triton.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "node-triton"
 STAGES = ("queue", "parsing", "serialization", "downstream", "model_forward", None)
@@ -87,6 +93,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         node_triton.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_back_to_back_major_gcs_stall_one_pod_and_are_reported_as_span_events(loaded) -> None:
     spans, _ = loaded[0]
     (cause,) = node_triton.truth("heap-limit-gc", 0)
@@ -108,6 +115,7 @@ def test_back_to_back_major_gcs_stall_one_pod_and_are_reported_as_span_events(lo
     assert gcs and max(gcs) < 80
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_long_max_queue_delay_holds_every_text_request_in_the_batcher(loaded) -> None:
     spans, _ = loaded[1]
 
@@ -125,6 +133,7 @@ def test_a_long_max_queue_delay_holds_every_text_request_in_the_batcher(loaded) 
     assert p(vision, 50) < 10  # only text_classifier's batcher changed
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_timed_out_reputation_calls_end_at_the_timeout_in_error_and_are_retried(loaded) -> None:
     spans, _ = loaded[2]
     by_parent: dict[str, list[dict]] = {}
@@ -143,6 +152,7 @@ def test_timed_out_reputation_calls_end_at_the_timeout_in_error_and_are_retried(
     assert lookups > 0.5 * len(failed) and lookups > 3 * sum(x["name"] == sp.DNS for x in steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_bulk_json_body_blocks_its_process_event_loop_for_every_request_in_flight() -> None:
     spans = spans_of("large-json-bodies", 0)
     handler = {x["parent"]: x for x in named(spans, sp.HANDLER)}
@@ -164,6 +174,7 @@ def test_a_bulk_json_body_blocks_its_process_event_loop_for_every_request_in_fli
     assert p([r["start"] - first[r["parent"]]["start"] for r in roots(steady, 0)], 95) < 8 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gzip_of_large_responses_fills_the_threadpool_and_small_responses_wait_for_a_thread() -> None:
     spans = spans_of("gzip-threadpool", 0)
     start = min(x["start"] for x in spans)
@@ -177,6 +188,7 @@ def test_gzip_of_large_responses_fills_the_threadpool_and_small_responses_wait_f
     assert max(sizes) > 1_000_000 > max(steady_sizes)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_reloaded_model_runs_its_first_batches_cold_then_warms() -> None:
     spans = spans_of("model-reload", 0)
     kids_of = kids(spans)
@@ -197,6 +209,7 @@ def test_a_reloaded_model_runs_its_first_batches_cold_then_warms() -> None:
     assert max(steady) < 100 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_second_model_on_the_same_gpu_slows_every_text_batch_after_the_move() -> None:
     def ratio(scenario):
         spans = spans_of(scenario, 0)
@@ -211,6 +224,7 @@ def test_a_second_model_on_the_same_gpu_slows_every_text_batch_after_the_move() 
     assert ratio("shared-gpu") > 1.5 and 0.75 < ratio("steady") < 1.3
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_an_evicted_verdict_cache_sends_nearly_every_request_to_the_model() -> None:
     def miss_share(scenario, a, b):
         spans = spans_of(scenario, 2)
@@ -225,6 +239,7 @@ def test_an_evicted_verdict_cache_sends_nearly_every_request_to_the_model() -> N
     assert 0.3 < miss_share("steady", 0.3, 0.45) < 0.5
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_slow_audit_commits_exhaust_the_pg_pool_and_requests_wait_for_a_connection() -> None:
     spans = spans_of("audit-pool", 2)
     start = min(x["start"] for x in spans)
@@ -235,6 +250,7 @@ def test_slow_audit_commits_exhaust_the_pg_pool_and_requests_wait_for_a_connecti
     assert p(steady, 95) < 1 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_after_a_rollout_one_pod_holds_most_connections_and_requests_wait_before_its_server_span() -> None:
     spans = spans_of("keepalive-skew", 2)
     (cause,) = node_triton.truth("keepalive-skew", 2)
@@ -253,6 +269,7 @@ _ON_SEED_0 = ("large-json-bodies", "gzip-threadpool", "model-reload", "batcher-d
 _ON_SEED_2 = tuple(x for x in node_triton.SINGLES if x not in _ON_SEED_0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize(("seed", "scenarios"), [(0, _ON_SEED_0), (2, _ON_SEED_2)])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tuple[str, ...]) -> None:
     def p99(scenario):
@@ -283,6 +300,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return any(x["attrs"]["triton.model_version"] == "2" for x in named(spans, "text_classifier"))
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", node_triton.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

@@ -28,6 +28,12 @@ from reference_pipeline.simulate.phoenix_nx_spans import (
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_phoenix_nx.py::test_each_seed_loads_in_its_format_with_its_conventions",
+)
+
 MS = 1e6
 FAMILY = "phoenix-nx"
 N = 700
@@ -122,6 +128,7 @@ def test_every_scenario_moves_the_tail_and_names_its_instances() -> None:
     assert FAMILY not in blind.UNTOUCHED and not blind.truth(FAMILY, "steady", 0)  # open since its scores
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_pool_waits_are_ecto_queue_time_for_connections_others_hold(loaded) -> None:
     rows, _ = loaded[0]
     ecto = [s for s in rows if s["name"] == ECTO]
@@ -142,6 +149,7 @@ def test_pool_waits_are_ecto_queue_time_for_connections_others_hold(loaded) -> N
              50) < 12_000
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_pricing_timeouts_end_at_receive_timeout_in_error_and_retry_the_same_peer(loaded) -> None:
     rows, _ = loaded[0]
     calls = [s for s in rows if s["name"] == PRICES and s["kind"] == "Client"]
@@ -161,6 +169,7 @@ def test_pricing_timeouts_end_at_receive_timeout_in_error_and_retry_the_same_pee
     assert sum(s["status"] == "Error" for s in steady) < 3
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_cold_node_joins_mid_run_compiles_on_its_first_batch_and_misses_its_cache(loaded) -> None:
     rows, written = loaded[1]
     (new_pod,) = written["truth"][0]["instances"]
@@ -184,6 +193,7 @@ def _local_rate(starts: np.ndarray, window: int = 41) -> np.ndarray:
     return 1e9 / np.maximum(np.convolve(gaps, np.ones(window) / window, mode="same"), 1.0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_hot_rate_limiter_waits_grow_with_the_cluster_arrival_rate() -> None:
     rows = spans("hot-rate-limiter", 0)
     rl = sorted(named(rows, RATE_LIMIT), key=lambda s: s["start"])
@@ -200,6 +210,7 @@ def test_hot_rate_limiter_waits_grow_with_the_cluster_arrival_rate() -> None:
     assert all(p(v, 90) > 10 * MS for v in by_pod.values())
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_flag_server_gc_stalls_only_its_callers_and_releases_them_together() -> None:
     rows, steady = spans("flag-server-gc", 1), spans("steady", 1)
     flags = named(rows, FLAGS)
@@ -217,6 +228,7 @@ def test_flag_server_gc_stalls_only_its_callers_and_releases_them_together() -> 
         [s["attrs"]["query_time_microseconds"] for s in named(steady0, ECTO)], 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_ttl_wave_makes_misses_that_queue_at_the_feature_service() -> None:
     rows, steady = spans("cachex-ttl-stampede", 2), spans("steady", 2)
     fetches = sorted(named(rows, FEATURES), key=lambda s: s["start"])
@@ -234,6 +246,7 @@ def test_ttl_wave_makes_misses_that_queue_at_the_feature_service() -> None:
     assert all(k.get(s["i"]) for s in fetches if not s["attrs"]["cache.hit"])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_serving_burst_backs_up_batches_before_they_run() -> None:
     rows, steady = spans("serving-burst", 0), spans("steady", 0)
 
@@ -247,6 +260,7 @@ def test_serving_burst_backs_up_batches_before_they_run() -> None:
     assert p([b["dur"] for b in batches], 99) < 1.5 * p([b["dur"] for b in named(steady, BATCH)], 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_candidate_growth_grows_render_ecto_decode_and_batches_with_the_list() -> None:
     rows, steady = spans("candidate-growth", 2), spans("steady", 2)
     render = named(rows, RENDER)

@@ -17,6 +17,12 @@ from reference_pipeline.simulate import php_faiss_spans as sp
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_php_faiss.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "php-faiss"
 
@@ -107,6 +113,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         php_faiss.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_over_the_worker_capacity_waits_in_the_fpm_backlog_before_php_starts(loaded) -> None:
     spans, _ = loaded[0]
     by_id = {x["id"]: x for x in spans}
@@ -124,6 +131,7 @@ def test_a_burst_over_the_worker_capacity_waits_in_the_fpm_backlog_before_php_st
     assert p(waits, 99.9) < 3 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_without_persistent_connections_every_request_pays_a_tls_connect(loaded) -> None:
     spans, _ = loaded[1]
     connects = [x["duration"] for x in spans if x["name"] == sp.CONNECT]
@@ -132,6 +140,7 @@ def test_without_persistent_connections_every_request_pays_a_tls_connect(loaded)
     assert p(steady, 90) < 0.2 * MS  # reused per worker: only a fresh worker's first use connects
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_thp_freezes_stretch_every_call_in_flight_on_one_retrieval_pod_only() -> None:
     spans = table_spans("thp-stalls", 1200, 0)
     (cause,) = php_faiss.truth("thp-stalls", 0)
@@ -149,6 +158,7 @@ def test_thp_freezes_stretch_every_call_in_flight_on_one_retrieval_pod_only() ->
     assert p(steady, 99.5) < 12 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_one_slow_replica_makes_a_third_of_the_statements_slow() -> None:
     spans = table_spans("slow-replica", 900, 0)
     by_host: dict[str, list[float]] = {}
@@ -161,6 +171,7 @@ def test_one_slow_replica_makes_a_third_of_the_statements_slow() -> None:
     assert all(p(by_host[slow], 95) > 8 * p(v, 95) for h, v in by_host.items() if h != slow)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_redis_evictions_turn_hits_into_gpu_encodes_in_bigger_batches() -> None:
     def misses(scenario):
         spans = table_spans(scenario, 1500, 0)
@@ -176,6 +187,7 @@ def test_redis_evictions_turn_hits_into_gpu_encodes_in_bigger_batches() -> None:
     assert storm[0] > 0.5 and steady[0] < 0.08 and storm[1] > steady[1] and storm[2] and steady[2]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_after_an_index_swap_searches_fault_lists_in_and_speed_up_as_they_become_resident() -> None:
     spans = table_spans("index-swap", 1500, 0)
     scans = named(spans, sp.FAISS)
@@ -191,6 +203,7 @@ def test_after_an_index_swap_searches_fault_lists_in_and_speed_up_as_they_become
     assert p(steady, 99) < 8 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_an_untraced_batch_client_saturates_the_worker_pool_and_storefront_calls_wait(loaded) -> None:
     spans, _ = loaded[2]  # Zipkin: only the SERVER spans at ann-retrieval
     by_parent: dict[str, list[dict]] = {}
@@ -208,6 +221,7 @@ def test_an_untraced_batch_client_saturates_the_worker_pool_and_storefront_calls
     assert p(inside, 90) > 10 * MS and p(outside, 99) < 1 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_raised_nprobe_makes_every_scan_slower() -> None:
     raised = named(table_spans("nprobe-raise", 600, 1), sp.FAISS)
     steady = named(table_spans("steady", 600, 1), sp.FAISS)
@@ -216,6 +230,7 @@ def test_a_raised_nprobe_makes_every_scan_slower() -> None:
     assert p([x["duration"] for x in raised], 5) > 3 * p([x["duration"] for x in steady], 95)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_rerank_and_render_grow_with_the_candidate_count() -> None:
     for scenario, slope_at_least in (("candidate-growth", 0.03), ("steady", 0.03)):
         spans = table_spans(scenario, 500, 2)
@@ -231,6 +246,7 @@ def test_rerank_and_render_grow_with_the_candidate_count() -> None:
             assert np.median(counts) < 80
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_recycled_workers_come_back_as_new_processes_with_a_slow_first_request() -> None:
     spans = table_spans("steady", 2000, 1)  # host.name + process.pid: a worker is an instance
     roots = sorted(named(spans, php_faiss.style(1).root), key=lambda x: x["start"])
@@ -243,6 +259,7 @@ def test_recycled_workers_come_back_as_new_processes_with_a_slow_first_request()
     assert np.median([r["duration"] for r in fresh]) > np.median([r["duration"] for r in roots]) + 5 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize(("seed", "scenarios"), [(0, php_faiss.SINGLES[:5]), (2, php_faiss.SINGLES[5:])])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tuple[str, ...]) -> None:
     style = php_faiss.style(seed)
@@ -280,6 +297,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return min(x["duration"] for x in named(spans, sp.CONNECT)) > 5 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", php_faiss.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

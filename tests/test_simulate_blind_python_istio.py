@@ -17,6 +17,12 @@ from reference_pipeline.simulate import blind, python_istio
 from reference_pipeline.simulate import python_istio_spans as sp
 from tests.blind_support import instance_label, kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_python_istio.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "python-istio"
 N = 1000
@@ -98,6 +104,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         python_istio.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_synchronous_call_in_an_async_handler_holds_every_request_of_its_worker(loaded) -> None:
     run, _ = loaded[1]  # host.name + process.pid: one instance per uvicorn worker
     by_id = {x["id"]: x for x in run}
@@ -114,6 +121,7 @@ def test_a_synchronous_call_in_an_async_handler_holds_every_request_of_its_worke
     assert not [x for x in named(spans("steady", 1), sp.SELECT) if x["attrs"].get("db.name") == "synonyms"]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_growing_heap_makes_one_workers_full_collections_longer_and_longer(loaded) -> None:
     run, _ = loaded[0]  # gc span events, Envoy's inbound span before the loop takes the request
     (cause,) = python_istio.truth("worker-heap-growth", 0)
@@ -138,6 +146,7 @@ def test_a_growing_heap_makes_one_workers_full_collections_longer_and_longer(loa
     assert waited == set(cause.instances)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_pure_python_tokenizer_holds_the_gil_and_the_loop_waits_for_it() -> None:
     slow, steady = spans("python-tokenizer", 0), spans("steady", 0)
     toks = named(slow, sp.TOKENIZE)
@@ -153,6 +162,7 @@ def test_a_pure_python_tokenizer_holds_the_gil_and_the_loop_waits_for_it() -> No
     )
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_per_try_timeouts_against_an_overloaded_replica_are_retried_elsewhere() -> None:
     run = spans("overloaded-replica", 2)  # Envoy's spans
     inbound = [x for x in run if x["service"] == sp.MESH[sp.EMB] and x["kind"] == "Server"]
@@ -175,6 +185,7 @@ def test_per_try_timeouts_against_an_overloaded_replica_are_retried_elsewhere() 
     assert not [x for x in spans("steady", 2) if x["attrs"].get("response_flags") == "DR"]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_merging_node_slows_its_shard_and_every_knn_query_waits_for_it() -> None:
     def took(scenario):
         return [x["attrs"]["opensearch.took_ms"] for x in named(spans(scenario, 1), sp.KNN)]
@@ -183,6 +194,7 @@ def test_a_merging_node_slows_its_shard_and_every_knn_query_waits_for_it() -> No
     assert p(merged, 75) > 3 * p(steady, 75) and p(steady, 99) < 30
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_ttl_wave_turns_hits_into_recomputes_until_keys_are_written_back() -> None:
     run = spans("ttl-expiry-wave", 2)
     roots = sorted(named(run, sp.ROOT, "Server"), key=lambda x: x["start"])
@@ -200,6 +212,7 @@ def test_a_ttl_wave_turns_hits_into_recomputes_until_keys_are_written_back() -> 
         )
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_slow_facet_aggregates_hold_the_asyncpg_pool_and_searches_wait_for_a_connection() -> None:
     def waits(scenario):
         run = spans(scenario, 0)
@@ -213,6 +226,7 @@ def test_slow_facet_aggregates_hold_the_asyncpg_pool_and_searches_wait_for_a_con
     assert p(facets, 50) > 1000 * MS and p(steady_facets, 50) < 100 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_autoscaled_replicas_start_cold_and_their_slow_first_batches_time_out() -> None:
     run, steady = spans("embedder-burst", 0, 2000), spans("steady", 0, 2000)
     (cause,) = python_istio.truth("embedder-burst", 0)
@@ -233,6 +247,7 @@ def test_autoscaled_replicas_start_cold_and_their_slow_first_batches_time_out() 
     assert len(retried) >= 10
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_long_batch_wait_holds_each_miss_until_the_timeout_at_this_arrival_rate() -> None:
     slow = [x["duration"] for x in named(spans("batch-wait-100ms", 1), sp.WAIT)]
     steady = [x["duration"] for x in named(spans("steady", 1), sp.WAIT)]
@@ -241,6 +256,7 @@ def test_a_long_batch_wait_holds_each_miss_until_the_timeout_at_this_arrival_rat
     assert max(sizes) < 16  # the batch never fills: the timeout sets the wait
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_slow_kafka_broker_stretches_producer_spans_after_the_response_and_no_search() -> None:
     run, steady = spans("slow-kafka-broker", 2), spans("steady", 2)
     by_i = {x["i"]: x for x in run}
@@ -265,6 +281,7 @@ SEED_OF = {
 }
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_every_planted_cause_moves_the_p99_of_its_seed() -> None:
     for scenario, seed in SEED_OF.items():
         assert p99(scenario, seed) > 1.3 * p99("steady", seed), scenario
@@ -291,6 +308,7 @@ def _signature(part: str, run) -> bool:
     )
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", python_istio.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

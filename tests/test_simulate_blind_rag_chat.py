@@ -16,6 +16,14 @@ from reference_pipeline.simulate.config import DEFAULT_START_NS
 from reference_pipeline.simulate.rag_chat import SCENARIOS, setup
 from tests.blind_support import cached, load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_rag_chat.py::test_each_format_loads_and_the_truth_names_what_the_run_has[0]",
+    "tests/test_simulate_blind_rag_chat.py::test_each_format_loads_and_the_truth_names_what_the_run_has[1]",
+    "tests/test_simulate_blind_rag_chat.py::test_each_format_loads_and_the_truth_names_what_the_run_has[2]",
+)
+
 MS = 1e6
 FAMILY = "rag-chat"
 
@@ -166,6 +174,7 @@ def test_each_format_loads_and_the_truth_names_what_the_run_has(loaded, runs, se
             }
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_kv_pressure_queues_prompts_for_cache_blocks_not_compute(runs) -> None:
     spans, summary = runs("kv-pressure", 800, 0)  # the engine's phases as spans
     steady, _ = runs("steady", 800, 0)
@@ -198,6 +207,7 @@ def _per_token_decode(spans: list[dict]) -> list[float]:
     return [took[t] / tokens[t] for t in took if tokens[t] > 20]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_long_prompts_grow_prefill_with_the_prompt_tokens(runs) -> None:
     spans, summary = runs("long-prompts", 800, 0)
     steady, _ = runs("steady", 800, 0)
@@ -214,6 +224,7 @@ def test_long_prompts_grow_prefill_with_the_prompt_tokens(runs) -> None:
     assert request_p99(spans) > 1.5 * request_p99(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_compaction_slows_one_query_node_only_in_its_window(runs) -> None:
     spans, summary = runs("shard-compaction", 800, 2)  # Zipkin: instances are ip:port
     steady, _ = runs("steady", 800, 2)
@@ -229,6 +240,7 @@ def test_compaction_slows_one_query_node_only_in_its_window(runs) -> None:
     assert request_p99(spans) > 1.3 * request_p99(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_cache_flush_turns_hits_into_full_generations(runs) -> None:
     spans, summary = runs("cache-flush", 800, 0)
     assert summary["truth"][0]["pattern"] == "cache_miss"
@@ -243,6 +255,7 @@ def test_a_cache_flush_turns_hits_into_full_generations(runs) -> None:
     assert request_p99(spans) > 1.15 * request_p99(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gen2_collections_stop_the_orchestrator_and_are_reported_on_seed_1_only(runs) -> None:
     spans, summary = runs("orchestrator-gc", 800, 1)
     steady, _ = runs("steady", 800, 1)
@@ -259,6 +272,7 @@ def test_gen2_collections_stop_the_orchestrator_and_are_reported_on_seed_1_only(
     assert request_p99(spans) > 1.2 * request_p99(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_rolled_out_llm_pods_are_slow_at_first_and_warm_up(runs) -> None:
     spans, summary = runs("llm-rollout", 800, 0)
     (cause,) = summary["truth"]
@@ -284,6 +298,7 @@ def test_rolled_out_llm_pods_are_slow_at_first_and_warm_up(runs) -> None:
     assert request_p99(spans) > 1.15 * request_p99(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_moderation_attempts_are_cut_at_the_deadline_and_retried(runs) -> None:
     spans, summary = runs("moderation-timeout", 800, 1)  # Jaeger, old semconv
     steady, _ = runs("steady", 800, 1)
@@ -305,6 +320,7 @@ def test_moderation_attempts_are_cut_at_the_deadline_and_retried(runs) -> None:
     assert request_p99(spans) > 1.15 * request_p99(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_throttled_pods_resume_on_cfs_period_boundaries(runs) -> None:
     spans, summary = runs("cpu-throttle", 800, 2)  # Zipkin, no GC events anywhere
     steady, _ = runs("steady", 800, 2)
@@ -317,6 +333,7 @@ def test_throttled_pods_resume_on_cfs_period_boundaries(runs) -> None:
     assert request_p99(spans) > 1.2 * request_p99(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_steady_plants_nothing(runs) -> None:
     for seed in (0, 2):
         spans, summary = runs("steady", 800, seed)

@@ -17,6 +17,12 @@ from reference_pipeline.simulate.rails_recs_spans import MODEL_RPC, RENDER, ROOT
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_rails_recs.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "rails-recs"
 
@@ -114,6 +120,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         rails_recs.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_small_pool_makes_threads_wait_for_a_connection_before_their_first_query(loaded) -> None:
     spans, _ = loaded[0]
     children = kids(spans)
@@ -139,6 +146,7 @@ def test_a_small_pool_makes_threads_wait_for_a_connection_before_their_first_que
     assert p(waits, 99) < 10 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_one_pods_resolver_makes_the_model_call_wait_five_seconds_while_the_server_is_fast(loaded) -> None:
     spans, summary = loaded[1]
     children = kids(spans)
@@ -153,6 +161,7 @@ def test_one_pods_resolver_makes_the_model_call_wait_five_seconds_while_the_serv
     assert p([c["duration"] for c in calls], 50) < 40 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_evicted_fragments_are_re_rendered_and_written_back(loaded) -> None:
     spans, _ = loaded[2]
     steady = table_spans("steady", 300, 2)
@@ -169,6 +178,7 @@ def test_evicted_fragments_are_re_rendered_and_written_back(loaded) -> None:
     assert len([x for x in spans if x["name"] == "set_multi"]) > 0.8 * len(renders)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_fills_the_backlog_and_the_queue_time_grows_with_it() -> None:
     spans = table_spans("puma-backlog", 900, 0)
     roots = sorted(recs_roots(spans, 0), key=lambda x: x["start"])
@@ -181,6 +191,7 @@ def test_a_burst_fills_the_backlog_and_the_queue_time_grows_with_it() -> None:
     assert p(steady, 99) < 40
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_cpu_heavy_export_stretches_the_io_spans_of_its_worker_only() -> None:
     spans = table_spans("gvl-contention", 1200, 0)
     exports = [
@@ -199,6 +210,7 @@ def test_a_cpu_heavy_export_stretches_the_io_spans_of_its_worker_only() -> None:
     assert len(same) >= 8 and p(same, 50) > 3 * p(other, 50) and p(other, 90) < 30 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_canary_pods_leaking_workers_pause_longer_and_longer() -> None:
     spans = table_spans("gc-leak", 900, 2)
     (cause,) = rails_recs.truth("gc-leak", 2)
@@ -212,6 +224,7 @@ def test_the_canary_pods_leaking_workers_pause_longer_and_longer() -> None:
     assert all(ms < 100 for inst, xs in majors.items() if inst not in cause.instances for _, ms in xs)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_n_plus_one_queries_grow_with_the_items_on_the_page() -> None:
     for scenario, per_item in (("n-plus-one", True), ("steady", False)):
         spans = table_spans(scenario, 200, 1)
@@ -227,6 +240,7 @@ def test_n_plus_one_queries_grow_with_the_items_on_the_page() -> None:
         assert slope > 0.5 if per_item else slope < 0.1
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_slow_replica_makes_searches_bimodal() -> None:
     slow = [x["end"] - x["start"] for x in table_spans("slow-shard", 400, 1) if x["name"] == "search"]
     fast = [x["end"] - x["start"] for x in table_spans("steady", 400, 1) if x["name"] == "search"]
@@ -234,6 +248,7 @@ def test_a_slow_replica_makes_searches_bimodal() -> None:
     assert 0.3 < share < 0.6 and np.mean(np.asarray(fast) > 50 * MS) < 0.03
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize(("scenario", "seed"), [("worker-restarts", 0), ("gc-leak+worker-killer", 1)])
 def test_killed_workers_come_back_as_new_processes_that_serve_cold(scenario: str, seed: int) -> None:
     spans = table_spans(scenario, 1500, seed)

@@ -29,6 +29,15 @@ from reference_pipeline.simulate.recsys_calls import (
 from reference_pipeline.simulate.recsys_ranker import SCENARIOS, lossy_pods, setup
 from tests.blind_support import seed_runs, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_recsys.py::test_every_format_loads_and_the_truth_names_what_the_run_has[0-1500]",
+    "tests/test_simulate_blind_recsys.py::test_every_format_loads_and_the_truth_names_what_the_run_has[1-1500]",
+    "tests/test_simulate_blind_recsys.py::test_every_format_loads_and_the_truth_names_what_the_run_has[2-1500]",
+    "tests/test_simulate_blind_recsys.py::test_every_format_loads_and_the_truth_names_what_the_run_has[3-3000]",
+)
+
 MS = 1e6
 FAMILY = "recsys-ranker"
 INGRESS = "router ranker-api egress"
@@ -126,6 +135,7 @@ def test_every_format_loads_and_the_truth_names_what_the_run_has(runs, seed: int
                                                                      "lock_contention"}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gc_pauses_stretch_every_ranker_span_in_flight_and_leave_the_backends_alone(tables) -> None:
     for seed in (0, 1, 2):  # GC reported as span events, as MXBean deltas, not at all
         steady, paused = tables("steady", 2000, seed), tables("ranker-gc", 2000, seed)
@@ -169,6 +179,7 @@ def stretched_together(spans: list[dict]) -> int:
     return best
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_thread_pool_burst_grows_the_wait_before_the_handler_with_the_arrival_rate(tables) -> None:
     spans = tables("thread-pool-burst", 2000, 0)
     steady = tables("steady", 2000, 0)
@@ -187,6 +198,7 @@ def test_thread_pool_burst_grows_the_wait_before_the_handler_with_the_arrival_ra
     assert p(wait, 95) > 20 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_pool_exhaustion_waits_for_a_connection_before_the_query(tables) -> None:
     def gaps(spans):
         kids = children(spans)
@@ -198,6 +210,7 @@ def test_pool_exhaustion_waits_for_a_connection_before_the_query(tables) -> None
     assert p(jdbc, 90) < 3 * MS  # the query itself is as fast as ever
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_deadline_cuts_first_attempts_at_the_deadline_and_retries(tables) -> None:
     for seed in (1, 2):  # Jaeger, Zipkin
         spans, steady = tables("feature-deadline", 1500, seed), tables("steady", 2000, seed)
@@ -220,6 +233,7 @@ def test_deadline_cuts_first_attempts_at_the_deadline_and_retries(tables) -> Non
         assert not [x for x in steady if x["status"] == "Error"]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_cache_stampede_sends_misses_to_postgres_after_the_refresh(tables) -> None:
     # the steady side: the 2,000-request run of the same seed the other tests load (its share of
     # Postgres reads is a rate, under 1 % of the requests either way)
@@ -237,6 +251,7 @@ def test_cache_stampede_sends_misses_to_postgres_after_the_refresh(tables) -> No
                          ["get", "select recsys.candidates", "set"]}[x["attrs"]["candidates.source"]]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_batcher_queue_grows_inside_the_model_server(tables) -> None:
     for seed in (0, 1):  # the queue as its own span, then as an attribute
         spans, steady = tables("batcher-queue", 2000, seed), tables("steady", 2000, seed)
@@ -256,6 +271,7 @@ def test_batcher_queue_grows_inside_the_model_server(tables) -> None:
         assert p(feature, 99) < 30 * MS  # nothing else slowed
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_autoscaled_pods_start_cold_and_warm_up(runs) -> None:
     seed = 3
     spans = runs("autoscale-burst", 3000, seed)
@@ -269,6 +285,7 @@ def test_autoscaled_pods_start_cold_and_warm_up(runs) -> None:
         assert first > 5 * last and roots[0]["duration"] > 300 * MS and last < 25 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_large_responses_grow_serialisation_with_the_item_count(tables) -> None:
     spans = tables("large-responses", 2000, 4)
     ser = sorted(named(spans, SERIALIZE), key=lambda x: x["start"])
@@ -281,6 +298,7 @@ def test_large_responses_grow_serialisation_with_the_item_count(tables) -> None:
     assert sizes.max() > 250_000 and np.median(sizes) < 100_000
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_network_jitter_adds_client_server_gaps_on_the_lossy_node_only(tables) -> None:
     seed = 4
     spans, steady = tables("network-jitter", 2000, seed), tables("steady", 2000, seed)
@@ -297,6 +315,7 @@ def test_network_jitter_adds_client_server_gaps_on_the_lossy_node_only(tables) -
     assert p(gaps(steady, lossy), 99) < 2 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_heavy_model_makes_execution_dominate(tables) -> None:
     spans, steady = tables("heavy-model", 1500, 0), tables("steady", 2000, 0)
     execute = np.median([x["duration"] for x in named(spans, EXECUTE)])

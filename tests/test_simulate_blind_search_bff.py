@@ -16,6 +16,12 @@ from reference_pipeline.simulate.blind import UNTOUCHED, scenarios
 from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_search_bff.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "search-bff"
 
@@ -79,6 +85,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
                 assert cause.instances and set(cause.side) <= {"queueing", "timeout_retry", "slow_dependency"}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_mark_compact_pauses_stretch_the_canary_processes_and_are_reported_as_gc_events(loaded) -> None:
     spans, summary = loaded[0]
     gc_cause = next(c for c in summary["truth"] if c["pattern"] == "gc_pause")
@@ -90,6 +97,7 @@ def test_mark_compact_pauses_stretch_the_canary_processes_and_are_reported_as_gc
     assert any(e["Attributes"].get("v8js.gc.type") == "minor" for r in roots for e in r["events"])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_search_waits_for_its_slowest_shard_and_the_merging_node_is_slow(loaded) -> None:
     spans, summary = loaded[0]
     slow = next(c for c in summary["truth"] if c["pattern"] == "slow_dependency")["instances"]
@@ -104,6 +112,7 @@ def test_the_search_waits_for_its_slowest_shard_and_the_merging_node_is_slow(loa
     assert all(coords[c]["end"] > max(q["end"] for q in qs) for c, qs in kids.items())
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_loop_block_stalls_every_request_of_the_scrapers_process(loaded) -> None:
     spans, summary = loaded[1]  # Jaeger, pod-level instances, no HTTP CLIENT spans
     (cause,) = summary["truth"]
@@ -118,6 +127,7 @@ def test_loop_block_stalls_every_request_of_the_scrapers_process(loaded) -> None
     assert all(x["parent"] in root_ids for x in pers)  # no CLIENT span between
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_timed_out_calls_end_at_the_deadline_in_error_and_are_retried_once(loaded) -> None:
     spans, summary = loaded[2]  # Zipkin: names lower-case, instances are ip:port endpoints
     assert summary["truth"][0]["pattern"] == "timeout_retry"
@@ -141,6 +151,7 @@ def _gap(spans: list[dict], client: str, server: str) -> list[tuple[dict, float]
             if c["name"] == client and c["i"] in by_parent]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_blocked_loop_stretches_the_requests_in_flight_on_that_process_only() -> None:
     spans = table_spans("loop-block", 500, 0)
     blocks = [x for x in spans if x["name"] == search_bff.NORMALIZE and x["end"] - x["start"] > 30 * MS]
@@ -157,6 +168,7 @@ def test_a_blocked_loop_stretches_the_requests_in_flight_on_that_process_only() 
     assert np.mean([r["end"] - r["start"] > max(straddled(r)) for r in others]) < 0.5
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_gunicorn_backlog_grows_in_the_burst_and_not_in_steady() -> None:
     burst = _gap(table_spans("rerank-burst", 600, 0), "POST", spans_mod.RERANK_SERVER)
     steady = _gap(table_spans("steady", 400, 0), "POST", spans_mod.RERANK_SERVER)
@@ -165,6 +177,7 @@ def test_gunicorn_backlog_grows_in_the_burst_and_not_in_steady() -> None:
     assert np.median(waits[: len(waits) // 6]) < 3 * MS  # before the burst
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_recycled_workers_load_the_model_on_their_first_request_then_warm_up() -> None:
     spans = table_spans("worker-recycle", 600, 1, max_requests=30)
     predict = [x for x in spans if x["name"] == "lightgbm.predict"]
@@ -182,6 +195,7 @@ def test_recycled_workers_load_the_model_on_their_first_request_then_warm_up() -
     assert np.median(early) > 80 * MS > 2 * np.median(steady) and np.median(late) < 1.5 * np.median(steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_memcached_restart_sends_its_key_range_to_the_database() -> None:
     spans = table_spans("memcached-restart", 700, 2)
     db = sorted((x for x in spans if x["name"] == "SELECT catalog.products"), key=lambda x: x["start"])
@@ -196,6 +210,7 @@ def test_a_memcached_restart_sends_its_key_range_to_the_database() -> None:
     assert np.corrcoef(ids, durations)[0, 1] > 0.6
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_socket_pool_waits_are_for_sockets_other_calls_of_the_process_hold() -> None:
     spans = table_spans("socket-pool", 500, 0)
     gaps = _gap(spans, "GET", spans_mod.PERS_SERVER)
@@ -208,6 +223,7 @@ def test_socket_pool_waits_are_for_sockets_other_calls_of_the_process_hold() -> 
         assert any(o["res"] == c["res"] and o["start"] < c["start"] < o["end"] for o in calls if o is not c)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_large_pages_grow_the_serialisation_with_the_body() -> None:
     spans = table_spans("large-pages", 400, 1)
     ser = [x for x in spans if x["name"] == search_bff.SERIALIZE]

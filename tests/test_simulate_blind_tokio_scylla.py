@@ -18,6 +18,12 @@ from reference_pipeline.simulate import blind, tokio_scylla
 from reference_pipeline.simulate import tokio_scylla_spans as sp
 from tests.blind_support import instance_label, kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_tokio_scylla.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "tokio-scylla"
 N = 1000  # requests per generated run (each run is generated once per module)
@@ -81,6 +87,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         tokio_scylla.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_an_inline_reranker_holds_its_worker_and_the_co_scheduled_requests_start_late(loaded) -> None:
     spans, _ = loaded[0]
     by_parent: dict[str, list[dict]] = {}
@@ -99,6 +106,7 @@ def test_an_inline_reranker_holds_its_worker_and_the_co_scheduled_requests_start
     assert min(ort_wait) > 0  # spawn_blocking: the run starts on a blocking thread, after the hand-off
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_burst_fills_the_blocking_pool_and_reranks_wait_for_a_thread() -> None:
     spans = spans_of("blocking-burst", N, 0)
     children = kids(spans)
@@ -115,6 +123,7 @@ def test_a_burst_fills_the_blocking_pool_and_reranks_wait_for_a_thread() -> None
     assert p(per_item, 95) > 2 * p(steady, 95)  # the runs share the cores meanwhile
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_hot_anonymous_partition_queues_on_its_shard_on_every_replica() -> None:
     spans = spans_of("hot-partition", N, 0)
     users = named(spans, sp.USER)
@@ -134,6 +143,7 @@ def test_the_hot_anonymous_partition_queues_on_its_shard_on_every_replica() -> N
     assert len(by_node) == 3 and all(p(v, 50) > 5 * MS for v in by_node.values())
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_compacting_node_slows_the_reads_it_coordinates(loaded) -> None:
     spans, _ = loaded[2]
     by_node: dict[str, list[float]] = {}
@@ -149,6 +159,7 @@ def test_a_compacting_node_slows_the_reads_it_coordinates(loaded) -> None:
     assert p([u["duration"] for u in named(spans_of("steady", N, 2), sp.USER)], 99) < 5 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_rocksdb_write_stalls_on_one_pod_hold_its_writers_and_their_workers() -> None:
     spans = spans_of("rocksdb-write-stall", N, 0)
     (cause,) = tokio_scylla.truth("rocksdb-write-stall", 0)
@@ -165,6 +176,7 @@ def test_rocksdb_write_stalls_on_one_pod_hold_its_writers_and_their_workers() ->
     assert p(waits.pop(stalled), 99) > 20 * MS and all(p(v, 99) < 3 * MS for v in waits.values())
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_raced_dns_packets_cost_the_resolvers_5_s_timeout_on_new_connections() -> None:
     def resolves(scenario):
         return [x["duration"] for x in named(spans_of(scenario, N, 0), sp.RESOLVE)]
@@ -176,6 +188,7 @@ def test_raced_dns_packets_cost_the_resolvers_5_s_timeout_on_new_connections() -
     assert sum(d > 4e9 for d in steady) / len(steady) < 0.05 and p(steady, 50) < 5 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_429s_inside_the_spent_window_are_retried_after_retry_after(loaded) -> None:
     spans, _ = loaded[1]
     children: dict[str, list[dict]] = {}
@@ -197,6 +210,7 @@ def test_429s_inside_the_spent_window_are_retried_after_retry_after(loaded) -> N
     assert steady and all(x["attrs"]["http.status_code"] == 200 for x in steady)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_dropped_syns_after_the_pool_flush_cost_the_1_s_retransmission_timeout() -> None:
     spans = spans_of("syn-retransmit", N, 2)
     run = run_ns(N, 2)
@@ -209,6 +223,7 @@ def test_dropped_syns_after_the_pool_flush_cost_the_1_s_retransmission_timeout()
     assert all(abs(d - 1e9) < 40 * MS or d > 2.9e9 for d in after if d > 0.5e9)  # 1 s, or 1 s + 2 s
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_nagle_against_delayed_ack_adds_40_ms_to_every_call_on_a_reused_connection() -> None:
     def calls(scenario):
         spans = spans_of(scenario, N, 0)
@@ -224,6 +239,7 @@ def test_nagle_against_delayed_ack_adds_40_ms_to_every_call_on_a_reused_connecti
     assert p(nagle["new"], 50) < p(steady["new"], 50) + 10 * MS  # a new connection starts in quickack
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_heavier_reranker_costs_more_per_candidate() -> None:
     def per_item(scenario):
         runs = named(spans_of(scenario, N, 2), sp.ORT)
@@ -235,6 +251,7 @@ def test_a_heavier_reranker_costs_more_per_candidate() -> None:
     assert 1.6 < p(swap, 25) / p(steady, 25) < 2.2
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize(("seed", "scenarios"),
                          [(0, tokio_scylla.SINGLES[:5]), (2, tokio_scylla.SINGLES[5:])])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tuple[str, ...]) -> None:
@@ -270,6 +287,7 @@ def _signature(part: str, spans) -> bool:
     return any(x["status"] == "Error" for x in named(spans, "POST", "Client", sp.API))
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", tokio_scylla.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

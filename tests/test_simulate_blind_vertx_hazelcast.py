@@ -17,6 +17,12 @@ from reference_pipeline.simulate import blind, vertx_hazelcast
 from reference_pipeline.simulate import vertx_hazelcast_spans as sp
 from tests.blind_support import instance_label, kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_vertx_hazelcast.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+
 MS = 1e6
 FAMILY = "vertx-hazelcast"
 N = 800
@@ -84,6 +90,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         vertx_hazelcast.truth("healthy", 0)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_blocking_call_on_an_event_loop_holds_every_request_pinned_to_that_loop(loaded) -> None:
     spans, _ = loaded[0]  # OTLP: Envoy's ingress span, thread details
     by_id = {x["id"]: x for x in spans}
@@ -106,6 +113,7 @@ def test_a_blocking_call_on_an_event_loop_holds_every_request_pinned_to_that_loo
     assert p([r["start"] - parent[r["parent"]]["start"] for r in roots(steady)], 99) < 3 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_history_burst_fills_the_worker_pool_and_the_jdbc_job_waits_for_a_thread() -> None:
     def waits(scenario):
         spans = table(scenario, 0)
@@ -124,6 +132,7 @@ def test_a_history_burst_fills_the_worker_pool_and_the_jdbc_job_waits_for_a_thre
     assert flood > 4 * waits("steady")[2]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_zgc_allocation_stalls_grow_on_the_leaking_pod_only_and_seed_0_reports_them() -> None:
     spans = table("zgc-allocation-stalls", 0)
     (cause,) = vertx_hazelcast.truth("zgc-allocation-stalls", 0)
@@ -147,6 +156,7 @@ def test_zgc_allocation_stalls_grow_on_the_leaking_pod_only_and_seed_0_reports_t
     assert not [r for r in roots(table("steady", 0)) if any(ev[2]["duration_ms"] > 8 for ev in r["events"])]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_rolling_deploy_brings_new_jvms_that_run_interpreted_first() -> None:
     spans = table("rolling-deploy-cold-jit", 0)
     (cause,) = vertx_hazelcast.truth("rolling-deploy-cold-jit", 0)
@@ -167,6 +177,7 @@ def test_a_rolling_deploy_brings_new_jvms_that_run_interpreted_first() -> None:
     assert len(compiled) <= 2 * len(cause.instances)  # once per tier per new JVM
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_bulk_update_empties_every_near_cache_and_the_misses_wait_on_busy_members(loaded) -> None:
     spans, _ = loaded[2]  # Zipkin: manual IMap spans, string tags
     first = min(x["start"] for x in spans)
@@ -185,6 +196,7 @@ def test_a_bulk_update_empties_every_near_cache_and_the_misses_wait_on_busy_memb
     )
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_operations_on_migrating_partitions_are_retried_after_the_pause() -> None:
     spans = table("partition-migration", 2)
     retried = [
@@ -200,6 +212,7 @@ def test_operations_on_migrating_partitions_are_retried_after_the_pause() -> Non
     assert not [x for x in named(steady, "IMap.getAll") if "hazelcast.invocation.retries" in x["attrs"]]
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_breaker_rejects_at_once_with_uo_and_the_client_backs_off_before_retrying(loaded) -> None:
     spans, _ = loaded[1]  # Jaeger: Envoy's egress spans
     by_parent: dict[str, list[dict]] = {}
@@ -235,6 +248,7 @@ def _queue_ms(spans, after: float = 0.0) -> dict[str, list[float]]:
     return out
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_outlier_ejection_fails_fast_on_one_host_then_the_others_queue() -> None:
     spans = table("outlier-ejection", 2)
     (cause,) = vertx_hazelcast.truth("outlier-ejection", 2)
@@ -250,6 +264,7 @@ def test_outlier_ejection_fails_fast_on_one_host_then_the_others_queue() -> None
         assert len(queued[host]) > 1.2 * len(steady[host])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_long_max_queue_delay_at_low_traffic_makes_every_inference_wait_it_out() -> None:
     spans = table("batcher-max-delay", 2)
     waits = [w for v in _queue_ms(spans).values() for w in v]
@@ -259,6 +274,7 @@ def test_a_long_max_queue_delay_at_low_traffic_makes_every_inference_wait_it_out
     assert np.median([w for v in _queue_ms(table("steady", 2)).values() for w in v]) < 3
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_larger_model_computes_longer_at_every_batch_size() -> None:
     def by_size(scenario):
         out: dict[int, list[float]] = {}
@@ -281,6 +297,7 @@ _ON_SEED_0 = (
 )
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize(
     ("seed", "scenarios"),
     [(0, _ON_SEED_0), (2, tuple(x for x in vertx_hazelcast.SINGLES if x not in _ON_SEED_0))],
@@ -313,6 +330,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return any("hazelcast.invocation.retries" in x["attrs"] for x in named(spans, sp.HZ_NAMES["withspan"][1]))
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("pair", vertx_hazelcast.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")

@@ -20,6 +20,14 @@ from reference_pipeline.simulate.vision_moderation import SCENARIOS, generate, s
 from reference_pipeline.simulate.vision_moderation_spans import instance_label, names
 from tests.blind_support import load_run
 
+# The family's contract test (each seed's format through the real loader, the truth): its physics
+# tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_vision_moderation.py::test_each_format_loads_and_the_truth_names_what_the_run_has[0-gc-assist+triton-cold]",
+    "tests/test_simulate_blind_vision_moderation.py::test_each_format_loads_and_the_truth_names_what_the_run_has[1-pgbouncer-exhaustion]",
+    "tests/test_simulate_blind_vision_moderation.py::test_each_format_loads_and_the_truth_names_what_the_run_has[2-triton-cold]",
+)
+
 MS = 1e6
 FAMILY = "vision-moderation"
 N = 1200
@@ -120,6 +128,7 @@ def _per_mp(span: dict) -> float:
     return span["duration"] / (span["attrs"]["image.width"] * span["attrs"]["image.height"] / 1e6)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_an_allocation_spike_makes_decodes_assist_during_marks_with_short_stop_the_world() -> None:
     spans, steady = table("gc-assist", 0), table("steady", 0)
     stw = [ea[k] for x in spans for _, ev, ea in x["events"] if ev == "go.gc"
@@ -138,6 +147,7 @@ def test_an_allocation_spike_makes_decodes_assist_during_marks_with_short_stop_t
     assert p(latencies(table("gc-assist", 1)), 99) > 1.4 * p(latencies(table("steady", 1)), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_throttled_pods_stall_until_their_period_boundaries() -> None:
     spans, steady = table("cpu-throttle", 2), table("steady", 2)
     work = named(spans, "image.Decode") + named(spans, "image.Resize")
@@ -161,6 +171,7 @@ def _surge(spans: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return t, np.array([x["trace"] for x in roots])
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_surge_past_the_batchers_capacity_grows_the_queue_span() -> None:
     spans, steady = table("triton-queueing", 0), table("steady", 0)
     ids = by_id(spans)
@@ -183,6 +194,7 @@ def test_a_surge_past_the_batchers_capacity_grows_the_queue_span() -> None:
     assert p([x["duration"] for x in calls], 99) > 150 * MS
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_replica_added_mid_run_is_slow_for_its_first_batches() -> None:
     spans, steady = table("triton-cold", 2), table("steady", 2)
     (cause,) = blind.truth(FAMILY, "triton-cold", 2)
@@ -196,6 +208,7 @@ def test_a_replica_added_mid_run_is_slow_for_its_first_batches() -> None:
     assert p(latencies(spans), 99) > 2 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_slow_commits_hold_pgbouncer_connections_and_the_next_transactions_wait_at_begin() -> None:
     spans, steady = table("pgbouncer-exhaustion", 1), table("steady", 1)
     kids: dict = defaultdict(dict)
@@ -215,6 +228,7 @@ def test_slow_commits_hold_pgbouncer_connections_and_the_next_transactions_wait_
     assert p(latencies(spans), 99) > 3 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_decode_and_transfer_grow_with_the_new_clients_originals() -> None:
     spans, steady = table("large-images", 0), table("steady", 0)
     decode = named(spans, "image.Decode")
@@ -230,6 +244,7 @@ def test_decode_and_transfer_grow_with_the_new_clients_originals() -> None:
     assert p(latencies(spans), 99) > 1.8 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_one_regions_bucket_has_the_first_byte_tail() -> None:
     spans, steady = table("s3-region-tail", 1), table("steady", 1)
 
@@ -246,6 +261,7 @@ def test_one_regions_bucket_has_the_first_byte_tail() -> None:
     assert p(latencies(spans), 99) > 2 * p(latencies(steady), 99)
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_lossy_node_opens_rto_gaps_between_client_and_server() -> None:
     spans, steady = table("node-packet-loss", 0), table("steady", 0)
     (cause,) = blind.truth(FAMILY, "node-packet-loss", 0)
@@ -295,6 +311,7 @@ def _marked(scenario: str, spans: list[dict], part: str) -> dict[int, bool]:
             for x in named(spans, "image.Decode")}
 
 
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 @pytest.mark.parametrize("scenario", [s for s in SCENARIOS if "+" in s])
 def test_both_causes_of_a_pair_are_in_the_tail(scenario: str) -> None:
     """Each cause of a pair is over-represented among the slowest 2 % of requests; a cause that

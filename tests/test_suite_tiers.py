@@ -43,6 +43,38 @@ def test_a_variant_without_a_default_test_is_refused(cover: str | None, problem:
     assert len(problems) == 1 and problem in problems[0], problems
 
 
+SIM = "tests/test_simulate_blind_x.py"
+CONTRACT = f"{SIM}::test_each_format_loads[0]"
+
+
+def physics(cover: object, reason: str = "simulator physics") -> pytest.Mark:
+    return pytest.mark.full(covered_by=cover, reason=reason).mark
+
+
+def test_a_family_physics_test_covered_by_its_contract_test_passes() -> None:
+    marked = [(CONTRACT, None), (f"{SIM}::test_gc_pauses_stretch_the_spans", physics(CONTRACT))]
+    assert full_tier_problems(marked) == []
+
+
+@pytest.mark.parametrize(
+    "nodeid,cover,reason,problem",
+    [
+        (f"{SIM}::test_gc", CONTRACT, "slow", "not a class of the full tier"),
+        (f"{FILE}::test_gc", CONTRACT, "simulator physics", "tests/test_simulate*.py only"),
+        (f"{SIM}::test_gc", f"{FILE}::test_a[fp32]", "simulator physics", "in its own file"),
+        (f"{SIM}::test_gc", None, "simulator physics", "no covered_by"),
+        (f"{SIM}::test_gc", f"{SIM}::test_each_format_loads[9]", "simulator physics", "not a collected test"),
+        (f"{SIM}::test_gc", f"{SIM}::test_pair", "simulator physics", "in the full tier itself"),
+    ],
+)
+def test_a_physics_mark_outside_its_class_is_refused(nodeid: str, cover: str | None, reason: str,
+                                                     problem: str) -> None:
+    marked = [(CONTRACT, None), (f"{FILE}::test_a[fp32]", None), (f"{SIM}::test_pair", physics(CONTRACT)),
+              (nodeid, physics(cover, reason) if cover else pytest.mark.full(reason=reason).mark)]
+    problems = full_tier_problems(marked)
+    assert len(problems) == 1 and problem in problems[0], problems
+
+
 def test_a_cover_in_a_file_not_collected_or_not_collected_whole_is_not_checked() -> None:
     other = [(f"{FILE}::test_a[bf16]", full("tests/test_y.py::test_b"))]
     assert full_tier_problems(other) == []
