@@ -17,10 +17,8 @@ The signature each mechanism leaves, and who tests it:
   and go over the run), one callee instance (a straggler), or a slow mode the calls take often (their
   mean pulled well above their median). A ceiling-less top 1 % alone is the shape of every heavy-tailed
   call (dependency_tail.py records which test held; this gate caps UNBOUNDED alone).
-- cache_miss: the slow mode marked as the misses (a call made on it only, a hit/miss value) and a miss
-  rate that is not the cache's normal: misses clustered in time, from one moment on, or after a
-  start. A steady rate all run is how that cache works (cache_miss.py caps steady rates under 10 % and
-  response caches; this gate caps the rest of the steady rates).
+- cache_miss: the slow mode marked as the misses (a call made on it only, a hit/miss value), the rate
+  not that of a working cache or of a response cache (cache_miss.py gates on both).
 - queueing: waits that grow with the arrivals and drain after (queueing.py, burst_waits.py,
   accept_queue.py, callee_queue.py).
 - lock_contention: a span's time growing with the number ahead of it on one instance, released one
@@ -58,22 +56,8 @@ def slow_dependency_absent(stats: Stats) -> str | None:
     return None
 
 
-def cache_miss_absent(stats: Stats) -> str | None:
-    """Why a cache_miss finding lacks its signature, or None: a marked miss path whose rate stays the
-    same all run (not clustered in time, no onset, no cold start) is the cache's normal."""
-    if "steady_trickle" not in stats or "synchronised_expiry" not in stats:
-        return None  # another test of the detector's (no miss-rate reading to judge)
-    if bool(stats.get("synchronised_expiry")) or bool(stats.get("cold_cache")):
-        return None
-    rate = stats.get("miss_rate")
-    return (f"its miss rate ({rate:.0%}) stays the same from the run's start to its end, at random "
-            "moments: how this cache works, not a change in it" if rate is not None else
-            "its miss rate stays the same all run: how this cache works, not a change in it")
-
-
 SIGNATURES: dict[str, Callable[[Stats], str | None]] = {
     "slow_dependency": slow_dependency_absent,
-    "cache_miss": cache_miss_absent,
 }
 
 
