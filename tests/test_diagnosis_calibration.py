@@ -14,7 +14,8 @@ from tailscope.analysis.diagnosis.model import Finding
 
 
 def _finding(pattern: str, confidence: float, **stats) -> Finding:
-    return Finding(pattern, confidence, "downstream", "GET profile", {"summary": "A tail.", "stats": stats}, "")
+    evidence = {"summary": "A tail.", "stats": stats}
+    return Finding(pattern, confidence, "downstream", "GET profile", evidence, "")
 
 
 @pytest.mark.parametrize("kind", [EPISODE, STRAGGLER, COSTLY])
@@ -48,3 +49,28 @@ def test_signature_tests_are_pure() -> None:
     assert stats == {"unusual_kind": UNBOUNDED}
     assert calibration.slow_dependency_absent({"unusual_kind": EPISODE}) is None
     assert calibration.slow_dependency_absent({}) is None
+
+
+def _gaps(confidence: float, stalled: float, queued: float) -> Finding:
+    return _finding("network", confidence, large_gaps_in_server_stalls=stalled,
+                    large_gaps_queued_for_a_worker=queued, shifted_fraction=0.03)
+
+
+def test_gaps_the_servers_state_does_not_explain_are_kept() -> None:
+    """Jitter or a lost segment delays calls whatever the server does: few large gaps in its stalls."""
+    fd = calibration.gate([_gaps(0.92, 0.03, 0.01)])[0]
+    assert fd.confidence == 0.92 and "signature_absent" not in fd.evidence["stats"]
+
+
+def test_gaps_of_the_same_size_that_follow_server_stalls_and_a_worker_queue_are_capped() -> None:
+    """The same gap shape where a sixth of the large gaps fall in server stalls and a third wait for a
+    worker (search-bff's mark-compact + slow shard, network 0.57 before the gate)."""
+    fd = calibration.gate([_gaps(0.57, 0.17, 0.31)])[0]
+    assert fd.confidence == calibration.CAP
+    assert "server stalls" in fd.evidence["stats"]["signature_absent"]
+
+
+def test_a_retransmission_timer_finding_has_its_own_test() -> None:
+    """retransmits.py's finding (a timer's quanta, callees untraced) carries no gap split: kept."""
+    fd = calibration.gate([_finding("network", 0.9, timer_ms=200.0)])[0]
+    assert fd.confidence == 0.9

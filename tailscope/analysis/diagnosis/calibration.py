@@ -27,8 +27,10 @@ The signature each mechanism leaves, and who tests it:
 - timeout_retry: attempts cut at one elapsed time and made again (timeout_retry.py).
 - large_payload: time following a size that changed during the run or beyond its usual range
   (large_payload.py, size_change.py).
-- network: gaps between the client's and the server's view, not in stalls or a worker queue, of fixed
-  timer quanta or shifted for a path (network.py, retransmits.py).
+- network: gaps between the client's and the server's view that do not follow the server's state (the
+  wire delays a call whatever the server does: jitter, a retransmission timer's fixed quanta, a
+  path-wide shift): network.py discounts the gaps in stalls and worker queues; this gate caps a finding
+  where SERVER_SIDE_GAPS or more of its large gaps are such (retransmits.py tests the quanta).
 - compute_bound: allowed anywhere (the model's own time is every inference run's); not gated.
 
 A finding judged part of another (`stats.part_of`) is left as the arbitration set it.
@@ -43,6 +45,9 @@ from tailscope.analysis.diagnosis.dependency_tail import UNBOUNDED
 from tailscope.analysis.diagnosis.model import Finding
 
 CAP = 0.45  # a finding without its mechanism's signature: a possible cause at most
+# network: the share of its large client - server gaps in server stalls or queued for a worker beyond
+# which the gaps follow the server's state (the wire's are independent of it: a few per cent at most)
+SERVER_SIDE_GAPS = 0.25
 
 Stats = dict[str, Any]
 
@@ -56,8 +61,28 @@ def slow_dependency_absent(stats: Stats) -> str | None:
     return None
 
 
+def network_absent(stats: Stats) -> str | None:
+    """Why a network finding on client - server gaps lacks its signature, or None: the wire delays a call
+    whatever the server is doing, so its large gaps fall in server stalls or in a wait for a worker
+    about as often as such moments occur (rarely); where SERVER_SIDE_GAPS or more of them do (gaps the
+    detector already discounts as stalls, calls released or drained together, replies read together,
+    or a queue for a worker slot), the gaps follow the server's state and are not shown to be the
+    wire's."""
+    if "large_gaps_in_server_stalls" not in stats or "large_gaps_queued_for_a_worker" not in stats:
+        return None  # another of the detector's tests (a retransmission timer's quanta)
+    stalled = float(stats["large_gaps_in_server_stalls"] or 0.0)
+    queued = float(stats["large_gaps_queued_for_a_worker"] or 0.0)
+    server_side = 1.0 - (1.0 - stalled) * (1.0 - queued)
+    if server_side < SERVER_SIDE_GAPS:
+        return None
+    return (f"{server_side:.0%} of its large gaps fall in server stalls or in a wait for a worker "
+            f"({stalled:.0%} stalled, {queued:.0%} queued): they follow the server's state, as the wire's "
+            "delays do not")
+
+
 SIGNATURES: dict[str, Callable[[Stats], str | None]] = {
     "slow_dependency": slow_dependency_absent,
+    "network": network_absent,
 }
 
 
