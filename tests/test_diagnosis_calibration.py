@@ -51,9 +51,9 @@ def test_signature_tests_are_pure() -> None:
     assert calibration.slow_dependency_absent({}) is None
 
 
-def _gaps(confidence: float, stalled: float, queued: float) -> Finding:
+def _gaps(confidence: float, stalled: float, queued: float, delayed: float = 0.03) -> Finding:
     return _finding("network", confidence, large_gaps_in_server_stalls=stalled,
-                    large_gaps_queued_for_a_worker=queued, shifted_fraction=0.03)
+                    large_gaps_queued_for_a_worker=queued, shifted_fraction=delayed)
 
 
 def test_gaps_the_servers_state_does_not_explain_are_kept() -> None:
@@ -74,3 +74,11 @@ def test_a_retransmission_timer_finding_has_its_own_test() -> None:
     """retransmits.py's finding (a timer's quanta, callees untraced) carries no gap split: kept."""
     fd = calibration.gate([_finding("network", 0.9, timer_ms=200.0)])[0]
     assert fd.confidence == 0.9
+
+
+def test_a_gap_spread_with_no_call_delayed_beyond_it_is_capped() -> None:
+    """A listen backlog: the gap is 1.3 s at the median and 3.1 s at p99, no call far beyond the usual
+    spread, nothing in stalls (django-celery's gunicorn backlog, network 0.73 before the gate)."""
+    fd = calibration.gate([_gaps(0.73, 0.0, 0.0, delayed=0.0)])[0]
+    assert fd.confidence == calibration.CAP
+    assert "stands out" in fd.evidence["stats"]["signature_absent"]
