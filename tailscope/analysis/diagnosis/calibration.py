@@ -102,8 +102,10 @@ def gate(findings: list[Finding]) -> list[Finding]:
     same list is returned)."""
     for fd in findings:
         test = SIGNATURES.get(fd.pattern)
+        if test is None or fd.confidence <= CAP:
+            continue
         stats = fd.evidence.setdefault("stats", {})
-        if test is None or fd.confidence <= CAP or stats.get("part_of"):
+        if stats.get("part_of"):
             continue
         why = test(stats)
         if why is None:
