@@ -62,12 +62,12 @@ def test_gaps_the_servers_state_does_not_explain_are_kept() -> None:
     assert fd.confidence == 0.92 and "signature_absent" not in fd.evidence["stats"]
 
 
-def test_gaps_of_the_same_size_that_follow_server_stalls_and_a_worker_queue_are_capped() -> None:
-    """The same gap shape where a sixth of the large gaps fall in server stalls and a third wait for a
-    worker (search-bff's mark-compact + slow shard, network 0.57 before the gate)."""
-    fd = calibration.gate([_gaps(0.57, 0.17, 0.31)])[0]
-    assert fd.confidence == calibration.CAP
-    assert "server stalls" in fd.evidence["stats"]["signature_absent"]
+def test_gaps_in_the_stalls_of_a_pause_beside_a_lossy_wire_are_kept() -> None:
+    """A lossy wire beside a planted GC pause (the own families' network-jitter + gc-pressure pair): 37 %
+    of the large gaps fall in the pauses, as many of any gaps would; network.py discounts them, the gate
+    does not take them for the server's (a cap at >= 35 % server-side gaps failed that pair)."""
+    fd = calibration.gate([_gaps(0.63, 0.365, 0.002, delayed=0.35)])[0]
+    assert fd.confidence == 0.63 and "signature_absent" not in fd.evidence["stats"]
 
 
 def test_a_retransmission_timer_finding_has_its_own_test() -> None:

@@ -27,10 +27,10 @@ The signature each mechanism leaves, and who tests it:
 - timeout_retry: attempts cut at one elapsed time and made again (timeout_retry.py).
 - large_payload: time following a size that changed during the run or beyond its usual range
   (large_payload.py, size_change.py).
-- network: gaps between the client's and the server's view that do not follow the server's state (the
-  wire delays a call whatever the server does: jitter, a retransmission timer's fixed quanta, a
-  path-wide shift): network.py discounts the gaps in stalls and worker queues; this gate caps a finding
-  where SERVER_SIDE_GAPS or more of its large gaps are such (retransmits.py tests the quanta).
+- network: some calls' client - server gaps far beyond the gaps' usual spread (jitter, a lost segment's
+  retransmission timer, with fixed quanta: retransmits.py) that do not follow the server's state
+  (network.py discounts gaps in stalls and worker queues); this gate caps a gap finding where fewer
+  than DELAYED_CALLS of the calls are delayed so (a spread every call has: a backlog).
 - compute_bound: allowed anywhere (the model's own time is every inference run's); not gated.
 
 A finding judged part of another (`stats.part_of`) is left as the arbitration set it.
@@ -45,11 +45,6 @@ from tailscope.analysis.diagnosis.dependency_tail import UNBOUNDED
 from tailscope.analysis.diagnosis.model import Finding
 
 CAP = 0.45  # a finding without its mechanism's signature: a possible cause at most
-# network: the share of its large client - server gaps in server stalls or queued for a worker beyond
-# which the gaps follow the server's state (the wire's are independent of it: a few per cent at most)
-# (the 23 open families' right network findings: <= 5 %; a wire's gaps beside a 3-worker pool at high
-# load: 29 %, as a full pool is common then; the wrong ones on stalls and a socket pool: 41-43 %)
-SERVER_SIDE_GAPS = 0.35
 DELAYED_CALLS = 0.005  # network: calls with a gap far beyond its usual spread (1 in 200), the least a
 # wire trouble leaves (the 23 open families' named network findings: 2.5 % and more)
 
@@ -69,11 +64,9 @@ def network_absent(stats: Stats) -> str | None:
     """Why a network finding on client - server gaps lacks its signature, or None. A lost segment or a
     jitter spike delays some calls far beyond the gap's usual spread: where fewer than DELAYED_CALLS of
     them are (shifted_fraction), the gap's spread is a wait every call has (a listen backlog), not the
-    wire. And the wire delays a call whatever the server is doing, so its large gaps fall in server
-    stalls or in a wait for a worker about as often as such moments occur (rarely); where
-    SERVER_SIDE_GAPS or more of them do (gaps the detector already discounts as stalls, calls released
-    or drained together, replies read together, or a queue for a worker slot), the gaps follow the
-    server's state and are not shown to be the wire's."""
+    wire. (Large gaps that fall in server stalls or a worker queue are not a test here: network.py
+    discounts them, and where a pause is a cause of its own beside a lossy wire, many of the wire's
+    gaps fall in its stalls too.)"""
     if "large_gaps_in_server_stalls" not in stats or "large_gaps_queued_for_a_worker" not in stats:
         return None  # another of the detector's tests (a retransmission timer's quanta)
     delayed = stats.get("shifted_fraction")
@@ -81,14 +74,7 @@ def network_absent(stats: Stats) -> str | None:
         return (f"no call's gap stands out from the gaps' usual spread ({float(delayed):.1%} of the calls "
                 "beyond it): nothing was delayed on the wire, the gap is a wait that varies for every call "
                 "(a backlog before the server)")
-    stalled = float(stats["large_gaps_in_server_stalls"] or 0.0)
-    queued = float(stats["large_gaps_queued_for_a_worker"] or 0.0)
-    server_side = 1.0 - (1.0 - stalled) * (1.0 - queued)
-    if server_side < SERVER_SIDE_GAPS:
-        return None
-    return (f"{server_side:.0%} of its large gaps fall in server stalls or in a wait for a worker "
-            f"({stalled:.0%} stalled, {queued:.0%} queued): they follow the server's state, as the wire's "
-            "delays do not")
+    return None
 
 
 SIGNATURES: dict[str, Callable[[Stats], str | None]] = {
