@@ -27,10 +27,11 @@ The signature each mechanism leaves, and who tests it:
 - timeout_retry: attempts cut at one elapsed time and made again (timeout_retry.py).
 - large_payload: time following a size that changed during the run or beyond its usual range
   (large_payload.py, size_change.py).
-- network: some calls' client - server gaps far beyond the gaps' usual spread (jitter, a lost segment's
-  retransmission timer, with fixed quanta: retransmits.py) that do not follow the server's state
-  (network.py discounts gaps in stalls and worker queues); this gate caps a gap finding where fewer
-  than DELAYED_CALLS of the calls are delayed so (a spread every call has: a backlog).
+- network: client - server gaps that do not follow the server's state: jitter, a lost segment's
+  retransmission timer with fixed quanta (retransmits.py), a long path's shift and spread (network.py
+  discounts gaps in stalls and worker queues). Not gated here: two caps were tried (gaps in server
+  stalls, no call delayed beyond the usual spread) and each capped a right finding of the own
+  families (a lossy wire beside a pause; a long path to another region whose jitter is a spread).
 - compute_bound: allowed anywhere (the model's own time is every inference run's); not gated.
 
 A finding judged part of another (`stats.part_of`) is left as the arbitration set it.
@@ -45,8 +46,6 @@ from tailscope.analysis.diagnosis.dependency_tail import UNBOUNDED
 from tailscope.analysis.diagnosis.model import Finding
 
 CAP = 0.45  # a finding without its mechanism's signature: a possible cause at most
-DELAYED_CALLS = 0.005  # network: calls with a gap far beyond its usual spread (1 in 200), the least a
-# wire trouble leaves (the 23 open families' named network findings: 2.5 % and more)
 
 Stats = dict[str, Any]
 
@@ -60,26 +59,8 @@ def slow_dependency_absent(stats: Stats) -> str | None:
     return None
 
 
-def network_absent(stats: Stats) -> str | None:
-    """Why a network finding on client - server gaps lacks its signature, or None. A lost segment or a
-    jitter spike delays some calls far beyond the gap's usual spread: where fewer than DELAYED_CALLS of
-    them are (shifted_fraction), the gap's spread is a wait every call has (a listen backlog), not the
-    wire. (Large gaps that fall in server stalls or a worker queue are not a test here: network.py
-    discounts them, and where a pause is a cause of its own beside a lossy wire, many of the wire's
-    gaps fall in its stalls too.)"""
-    if "large_gaps_in_server_stalls" not in stats or "large_gaps_queued_for_a_worker" not in stats:
-        return None  # another of the detector's tests (a retransmission timer's quanta)
-    delayed = stats.get("shifted_fraction")
-    if delayed is not None and float(delayed) < DELAYED_CALLS:
-        return (f"no call's gap stands out from the gaps' usual spread ({float(delayed):.1%} of the calls "
-                "beyond it): nothing was delayed on the wire, the gap is a wait that varies for every call "
-                "(a backlog before the server)")
-    return None
-
-
 SIGNATURES: dict[str, Callable[[Stats], str | None]] = {
     "slow_dependency": slow_dependency_absent,
-    "network": network_absent,
 }
 
 
