@@ -1,5 +1,6 @@
 """A dependency's tail: its usual one (a rare slow path of bounded cost, the same all run) names no
-cause; a tail with no ceiling, or one that comes and goes over the run, does. A client deadline that a
+cause, nor does a tail with no ceiling alone (the shape of any heavy-tailed call); one that comes and
+goes over the run does. A client deadline that a
 slowed callee's calls reach is a timeout and a retry even where the deadline is only twice the call's
 median. Traces built from the mechanism (tests/mechanism_frames.py)."""
 
@@ -87,11 +88,18 @@ def test_a_dependencys_usual_bounded_tail_is_a_possible_cause_at_most() -> None:
     assert all(f.confidence < 0.5 for f in result.findings if f.pattern != "compute_bound"), _found(result)
 
 
-def test_a_dependency_tail_with_no_ceiling_is_named() -> None:
+def test_a_dependency_tail_with_no_ceiling_alone_is_a_possible_cause() -> None:
+    """Every call may add a Pareto delay, the same all run, on every callee instance: a ceiling-less top
+    1 % is the shape of any heavy-tailed call, not a dependency slower than its normal (no episode, no
+    straggler, no slow mode taken often). It stays the top finding, under 0.5 (calibration.py; it was
+    named at 0.8 before the gate)."""
     result = diagnose_frame(profile_service(2, "unbounded"))
     top = result.findings[0]
-    assert top.pattern == "slow_dependency" and top.confidence >= 0.8, _found(result)
+    assert top.pattern == "slow_dependency" and top.confidence < 0.5, _found(result)
     assert "no ceiling" in top.evidence["stats"]["unusual_tail"]
+    assert top.evidence["stats"]["unusual_kind"] == "unbounded"
+    assert top.evidence["stats"]["confidence_before_gate"] >= 0.8
+    assert "signature is absent" in top.evidence["summary"]
 
 
 def test_a_dependency_tail_that_comes_in_an_episode_is_named() -> None:

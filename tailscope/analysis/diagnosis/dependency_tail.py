@@ -23,18 +23,23 @@ COSTLY_MEAN = 1.3  # the calls' mean (each counted up to 20x the median) over th
 CALLER_Z = 3.0  # a caller's share of the slowest calls, binomial standard deviations over its share of calls
 SIZE_FOLLOWS = 0.6  # Spearman of a call's time per request with the request's size: the call grows with it
 
+STRAGGLER, EPISODE, COSTLY, UNBOUNDED = "straggler", "episode", "costly", "unbounded"  # abnormal_tail's kinds
 
-def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray, straggler_found: bool) -> str | None:
-    """Why a call's heavy tail is not its usual one, or None: the share of slow calls (over the call's
-    p95) changes over the run (a chi-square over eighths of it, >= CHANGED_DISPERSION per degree of
-    freedom); the slow calls cost the calls a material part of their time (the far side's mean, each
-    call counted up to 20x the median, >= COSTLY_MEAN times its median: a slow path taken often or
-    long, where a usual tail - a rare slow path - leaves the mean near the median); the tail has no
-    ceiling (the far side's slowest 1 % average >= UNBOUNDED_RATIO times its p99, each counted up to
-    10x: a queue or a struggling callee, not a fixed slow path); or one callee instance is a
-    straggler."""
+
+def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray,
+                  straggler_found: bool) -> tuple[str, str] | None:
+    """Why a call's heavy tail is not its usual one, as (kind, sentence), or None: the share of slow
+    calls (over the call's p95) changes over the run (a chi-square over eighths of it, >=
+    CHANGED_DISPERSION per degree of freedom); the slow calls cost the calls a material part of their
+    time (the far side's mean, each call counted up to 20x the median, >= COSTLY_MEAN times its median:
+    a slow path taken often or long, where a usual tail - a rare slow path - leaves the mean near the
+    median); the tail has no ceiling (the far side's slowest 1 % average >= UNBOUNDED_RATIO times its
+    p99, each counted up to 10x: a queue or a struggling callee, or any heavy-tailed call); or one
+    callee instance is a straggler. The kind (STRAGGLER, EPISODE, COSTLY, UNBOUNDED) says which test
+    held: a ceiling-less top 1 % alone is the shape of any heavy-tailed call (calibration.py does not
+    take it for a changed dependency)."""
     if straggler_found:
-        return "one callee instance is a straggler"
+        return STRAGGLER, "one callee instance is a straggler"
     if len(d) >= 20 * WINDOWS:
         slow = d > np.quantile(d, 0.95)
         span = max(int(start.max() - start.min()), 1)
@@ -47,19 +52,19 @@ def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray, straggler
             dispersion = float(((seen - expected)[used] ** 2 / expected[used]).sum() / (used.sum() - 1))
             if dispersion >= CHANGED_DISPERSION:
                 rate = seen[used] / calls[used]
-                return (f"its slow calls come and go over the run ({rate.min():.0%} to {rate.max():.0%} of "
-                        "the calls over its p95 between eighths of it)")
+                return EPISODE, (f"its slow calls come and go over the run ({rate.min():.0%} to "
+                                 f"{rate.max():.0%} of the calls over its p95 between eighths of it)")
     if len(far_d) >= 200:
         median = max(float(np.median(far_d)), 1.0)
         costly = float(np.minimum(far_d, 20 * median).mean()) / median
         if costly >= COSTLY_MEAN:
-            return (f"its slow calls are no rare excursion: they bring its mean call to {costly:.1f}x its "
-                    "median")
+            return COSTLY, ("its slow calls are no rare excursion: they bring its mean call to "
+                            f"{costly:.1f}x its median")
         p99 = float(np.quantile(far_d, 0.99))
         top = far_d[far_d >= p99]
         ratio = float(np.minimum(top, 10 * p99).mean() / max(p99, 1.0))
         if ratio >= UNBOUNDED_RATIO:
-            return f"its tail has no ceiling (its slowest 1 % average {ratio:.1f}x its p99)"
+            return UNBOUNDED, f"its tail has no ceiling (its slowest 1 % average {ratio:.1f}x its p99)"
     return None
 
 

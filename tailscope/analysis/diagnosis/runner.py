@@ -14,6 +14,7 @@ from tailscope.analysis.diagnosis import (
     batch_timer,
     burst_waits,
     cache_miss,
+    calibration,
     callee_queue,
     callee_waits,
     cold_after_change,
@@ -326,6 +327,7 @@ def _diagnose_units(
     findings = batch_timer.settle(ctx, findings)  # a forward whose batches a batcher's timer grows
     findings = payload_holders.settle(findings)  # stalls held by work that grew with its payload
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
+    findings = calibration.gate(findings)  # a finding without its mechanism's own signature: < 0.5
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)
     findings = shares.rank(findings)  # the named causes by their share of the tail excess
