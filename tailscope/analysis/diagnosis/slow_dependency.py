@@ -101,11 +101,9 @@ def detect(ctx: Context) -> list[Finding]:
         strength = logistic(np.log10(max(heaviness, 1.0)), 0.45, 0.1)
         weight = material_weight(share)  # a heavy-tailed call is present; is it material?
         confidence = strength * weight
-        # a heavy tail alone is every dependency's: a cause needs its tail to be out of the ordinary
-        # (see abnormal_tail); without that, a possible cause at most
+        # a heavy tail alone is every dependency's: a cause needs it out of the ordinary (abnormal_tail)
         far_d = f.dur[far[0]].astype(np.float64) if far is not None else d
-        abnormal = abnormal_tail(f.start[top], d, far_d, slow_one is not None)
-        unusual = abnormal[1] if abnormal else None
+        kind, unusual = abnormal_tail(f.start[top], d, far_d, slow_one is not None) or (None, None)
         confidence = confidence if unusual else min(confidence, USUAL_TAIL_CAP)
         # its long calls wait for a pooled connection others hold (lock_contention's pool_release test)
         if pool_wait := ctx.notes.get("pool_wait_names", {}).get(code, 0.0) >= 0.5:
@@ -146,7 +144,7 @@ def detect(ctx: Context) -> list[Finding]:
             "callee_share": None if server_share is None else round(float(server_share), 3),
             "straggler_instance": slow_one[0] if slow_one else None,
             "unusual_tail": unusual,
-            "unusual_kind": abnormal[0] if abnormal else None,  # which test held (calibration.py reads it)
+            "unusual_kind": kind,  # which test held (calibration.py reads it)
         }
         if pool_wait:
             summary += (" Its long calls wait for a pooled connection others hold (see lock_contention), "
