@@ -335,8 +335,10 @@ def render() -> None:
     st.caption(
         "The causes of the run's latency tail, named from trace timing (overlaps, co-occurring stalls, "
         "arrival rates, duration modes, request order) and confirmed by runtime signals where present. "
-        "Confidence is calibrated on simulated runs with a planted cause: findings at 0.5 or more named "
-        "the planted cause; a healthy run shows none except possibly compute_bound."
+        "Confidence is calibrated on the simulated services it was built on (findings at 0.5 or more named "
+        "the planted cause; a healthy run shows none but compute_bound); on services of a new shape it is "
+        "right far less often (README, \"How far to trust the diagnosis\"): read a finding's evidence "
+        "before acting on it."
     )
     flt = filters.current()
     run = flt.run
