@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ingest.columns import SpanColumns
 from reference_pipeline import span_model as sm
+from tailscope.store.duckdb import histogram as store_histogram
 from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.writer import store_batches
 from tailscope.vocabulary import STAGE_ATTRIBUTE
@@ -215,3 +216,18 @@ def split_in_two_parts(path: Path) -> tuple[Path, Path]:
     first.write_bytes(b"".join(lines[:cut]))
     second.write_bytes(b"".join(lines[cut:]))
     return first, second
+
+
+def weighted_copy(source: Path, target: Path, run: str) -> Path:
+    """A copy of the store at `source` in which the faster half of `run`'s requests stands for four
+    requests each (a head-sampled run's weights), its pre-aggregates rebuilt: the weighted case of the
+    pre-aggregate tests (histograms, heatmap)."""
+    target.write_bytes(source.read_bytes())
+    with connect_writer(target) as conn:
+        conn.execute(
+            "UPDATE requests SET Weight = 4 WHERE RunLabel = $run "
+            "AND Duration < (SELECT median(Duration) FROM requests WHERE RunLabel = $run)",
+            {"run": run},
+        )
+        store_histogram.rebuild(conn, run)
+    return target

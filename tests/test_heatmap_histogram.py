@@ -27,7 +27,7 @@ from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
-from tests.app_data import split_in_two_parts
+from tests.app_data import split_in_two_parts, weighted_copy
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 SECONDS = 120  # the run stretched over two minutes from a whole second
@@ -154,14 +154,7 @@ def test_the_picture_is_the_raw_reads(
 def test_a_weighted_run_is_the_raw_reads(
     store: DuckDBStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "weighted.duckdb"
-    path.write_bytes(store.path.read_bytes())
-    with connect_writer(path) as conn:  # the faster half stands for four requests each (head-sampled)
-        conn.execute(
-            "UPDATE requests SET Weight = 4 WHERE RunLabel = 'a' "
-            "AND Duration < (SELECT median(Duration) FROM requests WHERE RunLabel = 'a')"
-        )
-        store_histogram.rebuild(conn, "a")
+    path = weighted_copy(store.path, tmp_path / "weighted.duckdb", "a")  # the faster half weighs 4
     raw, got = _both(DuckDBStore(path), monkeypatch, stage=None, time_bins=60)
     assert got.lines["requests"].sum() > 1500 * 2  # counted by weight
     _same_picture(raw, got)

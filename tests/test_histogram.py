@@ -24,7 +24,7 @@ from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
-from tests.app_data import split_in_two_parts
+from tests.app_data import split_in_two_parts, weighted_copy
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 
@@ -238,14 +238,7 @@ def test_weighted_quantiles_are_the_smallest_bucket_reaching_q() -> None:
 def test_a_weighted_run_from_the_histogram_is_within_the_bound(
     store: DuckDBStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "weighted.duckdb"
-    path.write_bytes(store.path.read_bytes())
-    with connect_writer(path) as conn:  # the faster half stands for four requests each (head-sampled)
-        conn.execute(
-            "UPDATE requests SET Weight = 4 WHERE RunLabel = 'b' "
-            "AND Duration < (SELECT median(Duration) FROM requests WHERE RunLabel = 'b')"
-        )
-        store_histogram.rebuild(conn, "b")
+    path = weighted_copy(store.path, tmp_path / "weighted.duckdb", "b")  # the faster half weighs 4
     weighted = DuckDBStore(path)
     _exact(monkeypatch)
     exact, exact_tail = overview(weighted, Filter(run="b")).runs[0], tail_vs_body(weighted, Filter(run="b"))
