@@ -124,7 +124,8 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   a CFS quota per pod, tiered JIT on new pods), Azure Cache for Redis through one multiplexed
   connection, SQL Server through SqlClient's pool, a SemaphoreSlim-guarded tokenizer and ONNX Runtime
   in process, a card-network risk service under Polly (attempt timeout, retries, a breaker);
-  OTLP / Jaeger / Zipkin v2. **Untouched**: written blind in session 14, held out until session 14's final score
+  OTLP / Jaeger / Zipkin v2. **Untouched**: written blind in session 14, held out until session 14's
+  final score
 - `python-istio` (python_istio.py, python_istio_sim.py, python_istio_spans.py, python_istio_write.py): a
   semantic-search API in Python behind an Istio mesh: FastAPI on uvicorn workers (one asyncio loop each,
   a tokenizer thread pool under the GIL, CPython's full collections), a Redis result cache by query hash,
