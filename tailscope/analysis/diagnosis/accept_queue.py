@@ -27,6 +27,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, spearman
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 ADVICE = (
     "Calls to {server} wait before its handler starts, and the wait grows with the number of calls "
@@ -126,9 +127,8 @@ def _accept_wait(ctx: Context, cli: np.ndarray, srv: np.ndarray, big: np.ndarray
     full = at_ceiling(f, srv, busy, big, pre > post)
     if strength < 0.05:
         return max(strength, full), None
-    server = f.services[int(np.bincount(f.service[srv]).argmax())]
-    counts = np.bincount(f.instance[srv[big]], minlength=len(f.instances))
-    instances = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    server = main_service(f, srv)
+    instances = busiest(f, f.instance[srv[big]])
     p50, p99 = np.quantile(pre, [0.5, 0.99])
     calm, crowded = np.quantile(busy, [0.25, 0.9])
     summary = (

@@ -33,6 +33,7 @@ from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.queueing import MAX_LAG, dispersion, time_bins
 from tailscope.analysis.diagnosis.stats import excess_share, lagged_correlation, logistic, ms
 from tailscope.analysis.diagnosis.transaction_waits import MECHANISM as TRANSACTION_WAITS
+from tailscope.analysis.diagnosis.where import main_service
 
 LOCKS = ("lock_contention",)
 MIN_CONFIDENCE = 0.3
@@ -73,7 +74,7 @@ def _unrelated_waits(ctx: Context, marked: set[int], service: str | None, arriva
         if code in marked or code in roots or any(_inside(f, code, m) or _inside(f, m, code) for m in marked):
             continue
         spans = f.name == code
-        if service is not None and f.services[int(np.bincount(f.service[spans]).argmax())] != service:
+        if service is not None and main_service(f, spans) != service:
             continue
         r, _, share = follows_arrivals(ctx, code, arrivals, b)
         if r >= 0.5 and share >= MATERIAL_WAIT:
@@ -136,7 +137,7 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
             continue
         code = f.names.index(lock.span_name)
         spans = f.name == code
-        if service is not None and f.services[int(np.bincount(f.service[spans]).argmax())] != service:
+        if service is not None and main_service(f, spans) != service:
             continue  # a lock in another service than the one that queues
         r, lag, share = follows_arrivals(ctx, code, arrivals, b)
         burst = logistic(r, 0.5, 0.08) * bursty

@@ -37,6 +37,7 @@ from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.queueing import MAX_LAG, dispersion, time_bins
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, lagged_correlation, logistic, ms
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PATTERN = "queueing"
 MECHANISM = "a queue at an untraced callee"
@@ -114,9 +115,8 @@ def detect(ctx: Context) -> list[Finding]:
     callee = _callee(ctx, code)
     name = f.names[code]
     calls = np.nonzero((f.name == code) & (f.request >= 0))[0]
-    service = f.services[int(np.bincount(f.service[calls]).argmax())]
-    counts = np.bincount(f.instance[calls], minlength=len(f.instances))
-    where = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    service = main_service(f, calls)
+    where = busiest(f, f.instance[calls])
     peak = float(arrivals[1:-1].max()) / (width / 1e9)
     mean_rate = float(arrivals[1:-1].mean()) / (width / 1e9)
     summary = (

@@ -36,6 +36,7 @@ from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms, spearman
+from tailscope.analysis.diagnosis.where import main_service
 
 BINS = 20
 FIRST_ONSET = 2  # bins before an onset: a level to compare with
@@ -204,7 +205,7 @@ def _finding(ctx: Context, advice: str, confidence: float, code: int, onsets: li
     f = ctx.frame
     name = f.names[code]
     hit = np.nonzero(extra > 0)[0]
-    service = f.services[int(np.bincount(f.service[hit]).argmax())] if len(hit) else None
+    service = main_service(f, hit) if len(hit) else None
     span_s = (float(f.end.max()) - float(f.start.min())) / 1e9
     at = [round(k / BINS * span_s, 1) for _, k, _ in onsets]
     calls = _calls_holding(f, hit) if len(hit) else []

@@ -24,6 +24,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ranks
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PEER_KEYS = ("server.address", "net.peer.name", "net.peer.ip", "server.socket.address", "net.sock.peer.addr")
 MIN_CALLS = 30
@@ -154,9 +155,8 @@ def _finding(ctx: Context, advice: str, confidence: float, code: int, spans: np.
              peer_name: str, st: dict) -> Finding:
     f = ctx.frame
     callers = f.parent[spans[mine]] if f.kind[spans[0]] == KIND_SERVER else spans[mine]
-    counts = np.bincount(f.instance[callers], minlength=len(f.instances))
-    where = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
-    service = f.services[int(np.bincount(f.service[callers]).argmax())]
+    where = busiest(f, f.instance[callers])
+    service = main_service(f, callers)
     callee = f.services[int(np.bincount(f.service[spans[mine]]).argmax())]
     name = f.names[code]
     summary = (

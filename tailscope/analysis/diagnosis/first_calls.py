@@ -45,6 +45,7 @@ from tailscope.analysis.diagnosis.stats import (
     ranks,
     tail_split,
 )
+from tailscope.analysis.diagnosis.where import busiest
 
 PATTERN = "cold_start"
 # a process's entry spans: a request served (SERVER), a message processed (CONSUMER: a task queue's
@@ -185,8 +186,7 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         ctx.notes["first_call_requests"] = requests
         warm = ctx.notes.get("warm_up_requests")
         ctx.notes["warm_up_requests"] = requests if warm is None else warm | requests
-    counts = np.bincount(inst[first], weights=seen[first], minlength=len(f.instances))
-    where = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    where = busiest(f, inst[first], seen[first])
     service = f.services[svc]
     span = int(np.bincount(f.name[srv[first]]).argmax())
     summary = (

@@ -28,6 +28,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PATTERN = "timeout_retry"
 MIN_RETRIED = 20
@@ -114,12 +115,11 @@ def _judge(
         return None
     calls_total = int((f.name == code).sum())
     rate = len(a2) / max(calls_total, 1)
-    caller = f.services[int(np.bincount(f.service[call]).argmax())]
-    callee = f.services[int(np.bincount(f.service[a1]).argmax())]
+    caller = main_service(f, call)
+    callee = main_service(f, a1)
     inst = np.bincount(f.instance[a1], minlength=len(f.instances))
     slow = [f.instances[i] for i in np.argsort(-inst)[:2] if inst[i] > 0]
-    callers = np.bincount(f.instance[call], minlength=len(f.instances))
-    instances = [f.instances[i] for i in np.argsort(-callers)[:4] if callers[i] > 0]
+    instances = busiest(f, f.instance[call])
     name = f.names[code]
     summary = (
         f"'{name}' from {caller} to {callee}: {len(a2)} calls ({rate:.1%}) hold two or more attempts of "

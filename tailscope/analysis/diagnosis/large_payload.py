@@ -44,6 +44,7 @@ from tailscope.analysis.diagnosis.stats import (
     spearman,
     theil_sen,
 )
+from tailscope.analysis.diagnosis.where import busiest, main_service
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "large_payload"
@@ -186,7 +187,7 @@ def _sizes(ctx: Context, code: int, spans: np.ndarray, root_sizes: dict[str, np.
 def _callee_service(f, spans: np.ndarray) -> str | None:
     """The service answering the calls (their SERVER children's): the far end of the wire."""
     child = np.nonzero((f.parent >= 0) & np.isin(f.parent, spans) & (f.service != f.service[spans[0]]))[0]
-    return f.services[int(np.bincount(f.service[child]).argmax())] if len(child) else None
+    return main_service(f, child) if len(child) else None
 
 
 def forward_inside(ctx: Context) -> np.ndarray:
@@ -298,14 +299,13 @@ def _finding(ctx, code, spans, key, rho, slope, intercept, v, share, confidence,
     q10, q50, q90, q99 = np.quantile(v[ok], [0.1, 0.5, 0.9, 0.99])
     tail = ctx.split.tail[f.request[spans]]
     tail_size = float(np.median(v[ok & tail])) if (ok & tail).any() else float("nan")
-    service = f.services[int(np.bincount(f.service[spans]).argmax())]
+    service = main_service(f, spans)
     # sizes the service always handles (one population, the same spread all run) make its slowest
     # requests in every run: the normal physics of the work, a possible cause and not a named one
     change = size_change(v[ok], f.start[spans][ok], ctx.rng)
     if not change["changed"]:
         confidence = min(confidence, 0.45)
-    inst_counts = np.bincount(f.instance[spans], minlength=len(f.instances))
-    instances = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
+    instances = busiest(f, f.instance[spans])
     what = "takes longer" if wire is None else "spends longer on the wire (outside the callee's span)"
     summary = (
         f"'{name}' (in {service}) {what} the larger {label} is: strength {rho:.2f}, about "

@@ -8,6 +8,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context
 from tailscope.analysis.diagnosis.stats import excess_share
+from tailscope.analysis.diagnosis.where import main_service
 
 
 def _stall_time(t: np.ndarray, s0: np.ndarray, s1: np.ndarray, cum: np.ndarray) -> np.ndarray:
@@ -314,7 +315,7 @@ def where_stalled(ctx: Context, ep_inst, ep_t0, ep_t1, top: int = 4) -> tuple[li
     f = ctx.frame
     time = np.bincount(ep_inst, weights=(ep_t1 - ep_t0).astype(np.float64), minlength=len(f.instances))
     order = [int(i) for i in np.argsort(-time)[:top] if time[i] > 0]
-    services = sorted({f.services[int(np.bincount(f.service[f.instance == i]).argmax())] for i in order})
+    services = sorted({main_service(f, f.instance == i) for i in order})
     return [f.instances[i] for i in order], services
 
 

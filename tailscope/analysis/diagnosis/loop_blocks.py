@@ -32,6 +32,7 @@ from tailscope.analysis.diagnosis.large_payload import span_sizes
 from tailscope.analysis.diagnosis.long_stalls import request_stall_overlap, stall_overlap
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, spearman
+from tailscope.analysis.diagnosis.where import busiest
 from tailscope.vocabulary import ALL_STAGES
 
 LONG = 10.0
@@ -223,8 +224,7 @@ def _finding(ctx: Context, found: dict) -> Finding:
     f = ctx.frame
     code, st = found["code"], found["stats"]
     inst = found["episodes"][0]
-    counts = np.bincount(inst, minlength=len(f.instances))
-    where = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    where = busiest(f, inst)
     service = f.services[int(np.bincount(f.service[found["spans"]]).argmax())]
     name = f.names[code]
     summary = (

@@ -31,6 +31,7 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PATTERN = "lock_contention"
 LONG = 5.0
@@ -141,9 +142,8 @@ def _judge(ctx: Context, code: int, first: np.ndarray) -> Finding | None:
     if confidence < 0.05:
         return None
     name = f.names[code]
-    service = f.services[int(np.bincount(f.service[first]).argmax())]
-    counts = np.bincount(f.instance[first[wait]], minlength=len(f.instances))
-    instances = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    service = main_service(f, first)
+    instances = busiest(f, f.instance[first[wait]])
     summary = (
         f"{int(wait.sum())} requests ({wait.mean():.1%}) wait before their first '{name}' (p50 of those "
         f"waits {ms(float(np.median(gap[wait]))):.1f} ms, against {ms(median):.2f} ms usually), in "

@@ -45,6 +45,7 @@ from tailscope.analysis.diagnosis.stats import (
     ms,
     tail_split,
 )
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PATTERN = "gc_pause"
 BIN_NS = 1_000_000
@@ -124,9 +125,8 @@ def detect(ctx: Context) -> list[Finding]:
     extra = own[rel] - np.median(own)
     if confidence >= 0.3:
         ctx.notes["proxy_stalls"] = (inst[rel], (end - extra).astype(np.int64), end.astype(np.int64))
-    service = f.services[int(np.bincount(f.service[outer]).argmax())]
-    counts = np.bincount(inst[rel], minlength=len(f.instances))
-    instances = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    service = main_service(f, outer)
+    instances = busiest(f, inst[rel])
     reported = None
     if len(f.gc_time):
         ev = stall_overlap(inst, f.start[outer], f.end[outer], *ctx.reported_pauses)
@@ -134,7 +134,7 @@ def detect(ctx: Context) -> list[Finding]:
     p50, p99 = np.quantile(own, [0.5, 0.99])
     summary = (
         f"The {service} tier only forwards (its requests are handed on to "
-        f"{f.services[int(np.bincount(f.service[root]).argmax())]}), yet its own time per request (p50 "
+        f"{main_service(f, root)}), yet its own time per request (p50 "
         f"{ms(p50):.2f} ms, p99 {ms(p99):.1f} ms) is stretched for requests released together: "
         f"{observed:.0%} of its slow requests resume in the same millisecond as another one or more on "
         f"the same instance ({ratio:.1f}x chance, z {z:.1f}), as after a pause of the whole process; "

@@ -24,6 +24,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PATTERN = "timeout_retry"
 MIN_WAIT_NS = 1_000_000
@@ -58,9 +59,8 @@ def refused_retries(ctx: Context, code: int, g: dict, errors: tuple[float, float
         return None
     name = f.names[code]
     rate = g["retried_parents"] / max(g["parents"], 1)
-    service = f.services[int(np.bincount(f.service[a1]).argmax())]
-    counts = np.bincount(f.instance[a1], minlength=len(f.instances))
-    top = [f.instances[i] for i in np.argsort(-counts)[:4] if counts[i] > 0]
+    service = main_service(f, a1)
+    top = busiest(f, f.instance[a1])
     summary = (
         f"'{name}' (from {service}) is made again after a first attempt in {rate:.1%} of the calls that make "
         f"it; {errors[0]:.0%} of the first attempts end in error vs {errors[1]:.0%} of the other calls, "

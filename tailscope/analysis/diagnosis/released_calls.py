@@ -43,6 +43,7 @@ from tailscope.analysis.diagnosis.gc_pause import ADVICE, PATTERN
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
 from tailscope.analysis.diagnosis.stats import logistic, material_weight, ms
+from tailscope.analysis.diagnosis.where import main_service
 
 TOL = 0.02  # ends this close, as a share of the chain's spans' median duration, leave together
 MIN_TOL_NS = 200_000
@@ -207,7 +208,7 @@ def detect(ctx: Context) -> list[Finding]:
             "name_median_ms": ms(med),
             "tail_excess_share": round(share, 3),
             "instances": sorted({f.instances[i] for i in f.instance[out].tolist()}),
-            "service": f.services[int(np.bincount(f.service[out]).argmax())],
+            "service": main_service(f, out),
             "released_extra_in_calls_below": round(below, 3),
             "untraced_callee": untraced,
             "one_replica_of": len(insts) if lone else None,

@@ -41,6 +41,7 @@ from tailscope.analysis.diagnosis.stats import (
     spearman,
     theil_sen,
 )
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PATTERN = "large_payload"
 MIN_CALLS = 4  # median calls per request (of those making any) for a call repeated per item
@@ -201,9 +202,8 @@ def _finding(
     stage = ctx.stage_of_name(code)
     label = key.removeprefix("root:").removeprefix(HANDLER_PREFIX)
     on = "the request's root" if key.startswith("root:") else "the span that handles the request"
-    service = f.services[int(np.bincount(f.service[spans]).argmax())]
-    inst_counts = np.bincount(f.instance[spans], minlength=len(f.instances))
-    instances = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
+    service = main_service(f, spans)
+    instances = busiest(f, f.instance[spans])
     c10, c50, c90 = np.quantile(count[ok], [0.1, 0.5, 0.9])
     s50, s90 = np.quantile(size[ok], [0.5, 0.9])
     one_call = float(np.median(f.dur[spans])) / 1e6

@@ -36,6 +36,7 @@ from tailscope.analysis.diagnosis.attributes import error_flags
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+from tailscope.analysis.diagnosis.where import main_service
 
 PATTERN = "network"
 MECHANISM = "a retransmission timer"
@@ -175,7 +176,7 @@ def detect(ctx: Context) -> list[Finding]:
     instances = [f.instances[i] for i in lossy]
     caller_share = float(hit[lossy].sum() / max(hit.sum(), 1.0))
     calls_share = float(made[lossy].sum() / max(made.sum(), 1.0))
-    service = f.services[int(np.bincount(f.service[calls]).argmax())]
+    service = main_service(f, calls)
     names = [f.names[c] for c in found["names"]]
     top = int(np.bincount(f.name[calls]).argmax())
     summary = (

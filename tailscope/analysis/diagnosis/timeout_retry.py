@@ -32,6 +32,7 @@ from tailscope.analysis.diagnosis.long_stalls import stall_overlap
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.refused_retries import refused_retries
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms
+from tailscope.analysis.diagnosis.where import busiest, main_service
 
 PATTERN = "timeout_retry"
 MIN_RETRIED = 20
@@ -245,9 +246,8 @@ def _judge(ctx: Context, code: int) -> Finding | None:
         return None
     name = f.names[code]
     rate = g["retried_parents"] / max(g["parents"], 1)
-    service = f.services[int(np.bincount(f.service[a1]).argmax())]
-    inst_counts = np.bincount(f.instance[a1], minlength=len(f.instances))
-    top_inst = [f.instances[i] for i in np.argsort(-inst_counts)[:4] if inst_counts[i] > 0]
+    service = main_service(f, a1)
+    top_inst = busiest(f, f.instance[a1])
     peer = _peer(ctx, code, a1)
     p95 = float(np.quantile(all_d, 0.95))
     stage = ctx.stage_of_name(code)

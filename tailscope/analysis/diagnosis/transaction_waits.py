@@ -29,6 +29,7 @@ from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.pool_release import HANDOFF_NS, LONG, peer_of, release_handoff
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight
+from tailscope.analysis.diagnosis.where import main_service
 
 PATTERN = "lock_contention"
 MECHANISM = "waits released by other transactions' ends"
@@ -76,7 +77,7 @@ def detect(ctx: Context) -> list[Finding]:
         if confidence >= 0.5:
             ctx.notes.setdefault("pool_wait_names", {})[int(code)] = confidence
         name, peer = f.names[code], peer_of(ctx, int(code)) or "the same peer"
-        service = f.services[int(np.bincount(f.service[spans]).argmax())]
+        service = main_service(f, spans)
         summary = (
             f"The long calls '{name}' from {service} to {peer} end right after another request's last call "
             f"to {peer} ended ({last:.0%} of them beyond chance; the nearest call to end before a long call "

@@ -10,6 +10,8 @@ the instances that do the requests' work.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -62,3 +64,15 @@ def _place(ctx: Context, code: int) -> tuple[list[str], list[str]]:
     order = [int(i) for i in np.argsort(-score)[:TOP] if score[i] > 0]
     names = sorted({f.services[int(s)] for s in np.unique(service)})
     return names, [f.instances[i] for i in order]
+
+
+def busiest(frame: Any, instance_codes: np.ndarray, weights: np.ndarray | None = None) -> list[str]:
+    """The (at most TOP) instances that carry most of a finding's spans (or of `weights` per span),
+    most first: where a detector says its mechanism acts."""
+    counts = np.bincount(instance_codes, weights=weights, minlength=len(frame.instances))
+    return [frame.instances[i] for i in np.argsort(-counts)[:TOP] if counts[i] > 0]
+
+
+def main_service(frame: Any, spans: np.ndarray) -> str:
+    """The service that runs most of `spans`."""
+    return frame.services[int(np.bincount(frame.service[spans]).argmax())]
