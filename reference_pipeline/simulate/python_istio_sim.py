@@ -3,8 +3,7 @@
 call), its tokenizer threads under the GIL, the embedder's replicas (a batch queue in front of one
 GPU each, cold replicas that warm up), Envoy's choice of replica (least request, per sidecar,
 previous-hosts on a retry, consecutive-5xx ejection), the OpenSearch kNN fan-out over three shards and
-the Redis result cache keyed by query hash.
-"""
+the Redis result cache keyed by query hash."""
 
 from __future__ import annotations
 
@@ -39,10 +38,9 @@ class Busy:
     def place(self, t: float, work: float) -> float:
         """Run `work` ns ready at t; returns when it starts (it ends at start + work)."""
         s, e = self.starts, self.ends
-        i = bisect.bisect_right(s, t) - 1
-        if i >= 0 and e[i] > t:
-            t = e[i]
-        i += 1
+        i = bisect.bisect_right(s, t)
+        if i > 0:
+            t = max(t, e[i - 1])
         while i < len(s) and s[i] < t + work:
             t = max(t, e[i])
             i += 1
@@ -104,8 +102,7 @@ class Worker:
             due.append(self.pending[self._next][1:])
             self._next += 1
         pause = sum(d[0] for d in due)
-        start = self.loop.place(t, work + pause)
-        at = start
+        start = at = self.loop.place(t, work + pause)
         for length, gen, collected in due:  # the callback's first allocation sets them off
             self.gc.append((at, at + length, gen, collected))
             at += length
