@@ -12,6 +12,22 @@ from tests.mechanism_frames import TraceBuilder, lognormal
 DEADLINE = 250.0
 
 
+def _cache_read(b: TraceBuilder, root: int, pod: str, cur: float) -> float:
+    """The handler's cache read (`get` to a Redis-like store, a hit, ~0.6 ms) from `cur`: when the
+    handler goes on."""
+    d = lognormal(b.rng, 0.6, 0.2)
+    b.span(root, "get", "Client", pod, cur, d, db__system="redis", net__peer__name="redis.svc",
+           peer__service="redis")
+    return cur + d + 0.2
+
+
+def _render(b: TraceBuilder, root: int, pod: str, cur: float) -> None:
+    """The handler's last step (`render`, ~8 ms) from `cur`, and the request's end after it."""
+    d = lognormal(b.rng, 8.0, 0.2)
+    b.span(root, "render", "Internal", pod, cur, d)
+    b.set_end(root, cur + d + 0.2)
+
+
 def deadline_beside_cache(seed: int, same_name: bool, late_timers: float = 0.0, late_errors: bool = True,
                           n: int = 3000, rps: float = 40.0):
     """`mod` (3 pods) serves `POST /moderate`: a cache read (`get`, Redis, ~0.6 ms), then for 35 % of
@@ -29,11 +45,7 @@ def deadline_beside_cache(seed: int, same_name: bool, late_timers: float = 0.0, 
         b.new_trace()
         pod = f"mod/{i % 3}"
         root = b.span(None, "POST /moderate", "Server", pod, t, 0.0)
-        cur = t + 0.3
-        d = lognormal(b.rng, 0.6, 0.2)
-        b.span(root, "get", "Client", pod, cur, d, db__system="redis", net__peer__name="redis.svc",
-               peer__service="redis")
-        cur += d + 0.2
+        cur = _cache_read(b, root, pod, t + 0.3)
         if b.rng.random() < 0.35:
             for _attempt in range(2):
                 d = lognormal(b.rng, 120.0, 0.7) if t >= change else lognormal(b.rng, 25.0, 0.3)
@@ -46,9 +58,7 @@ def deadline_beside_cache(seed: int, same_name: bool, late_timers: float = 0.0, 
                 cur += d + 0.3
                 if not cut:
                     break
-        d = lognormal(b.rng, 8.0, 0.2)
-        b.span(root, "render", "Internal", pod, cur, d)
-        b.set_end(root, cur + d + 0.2)
+        _render(b, root, pod, cur)
     return b.frame()
 
 
@@ -64,16 +74,10 @@ def cache_starts_missing(seed: int, n: int = 3000, rps: float = 40.0):
         b.new_trace()
         pod = f"mod/{i % 3}"
         root = b.span(None, "POST /moderate", "Server", pod, t, 0.0)
-        cur = t + 0.3
-        d = lognormal(b.rng, 0.6, 0.2)
-        b.span(root, "get", "Client", pod, cur, d, db__system="redis", net__peer__name="redis.svc",
-               peer__service="redis")
-        cur += d + 0.2
+        cur = _cache_read(b, root, pod, t + 0.3)
         if t >= change and b.rng.random() < 0.25:
             d = lognormal(b.rng, 150.0, 0.3)
             b.span(root, "GET", "Client", pod, cur, d, net__peer__name="store.example", http__method="GET")
             cur += d + 0.3
-        d = lognormal(b.rng, 8.0, 0.2)
-        b.span(root, "render", "Internal", pod, cur, d)
-        b.set_end(root, cur + d + 0.2)
+        _render(b, root, pod, cur)
     return b.frame()
