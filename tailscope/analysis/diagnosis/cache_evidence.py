@@ -19,7 +19,7 @@ from tailscope.analysis.diagnosis.attributes import (
 )
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
-from tailscope.analysis.diagnosis.model import Context
+from tailscope.analysis.diagnosis.model import NAMED, Context
 from tailscope.analysis.diagnosis.stats import spearman
 
 # a cache that works misses at a steady rate below this (a hit ratio of 90 % or more): its misses are
@@ -28,7 +28,6 @@ WORKING_MISS_RATE = 0.10
 # a steady miss rate of a cache whose hits answer the whole request (a response or semantic cache):
 # its misses are the requests that do the service's work, which ones are slow, not why (both too)
 RESPONSE_CACHE_CAP = 0.3
-NAMED = 0.5  # a finding at or above it names a cause (runner.NAMED)
 
 
 def cache_evidence(

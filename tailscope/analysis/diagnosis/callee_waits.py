@@ -23,11 +23,10 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.accept_queue import running_at
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
-from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.model import NAMED, Context, Finding
 from tailscope.analysis.diagnosis.stats import slow_spans
 
 CAP = 0.45
-NAMED = 0.5
 
 
 def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:

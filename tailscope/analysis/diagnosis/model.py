@@ -12,6 +12,8 @@ from tailscope.analysis.diagnosis.frame import KIND_CLIENT, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.stats import TailSplit, excess_share, per_request_sum, tail_split
 from tailscope.vocabulary import ALL_STAGES
 
+NAMED = 0.5  # a finding at or above it names a cause; below it, a possible one
+
 
 @dataclass
 class Finding:

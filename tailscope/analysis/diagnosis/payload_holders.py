@@ -15,9 +15,8 @@ stops every thread whatever runs, a lock's stall comes with its holder.
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis.interpreter_lock import MECHANISM as HELD_LOCK
-from tailscope.analysis.diagnosis.model import Finding
+from tailscope.analysis.diagnosis.model import NAMED, Finding
 
-NAMED = 0.5
 REPORTED = 0.3  # reported collections covering this share of the tail excess: the stalls are GC's
 
 

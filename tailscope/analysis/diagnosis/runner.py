@@ -48,7 +48,7 @@ from tailscope.analysis.diagnosis import (
     where,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
-from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.model import NAMED, Context, Finding
 from tailscope.analysis.diagnosis.stats import MATERIAL_SHARE as MATERIAL
 from tailscope.analysis.diagnosis.stats import weighted_quantile
 
@@ -82,7 +82,6 @@ DETECTORS = (
 MIN_CONFIDENCE = 0.05
 COLD_PEER, CALLEE_QUEUE = cold_peers.MECHANISM, callee_queue.MECHANISM
 COLD_DATA = cold_after_change.MECHANISM
-NAMED = 0.5  # a finding at or above it names a cause; below it, a possible one
 READ_SHARE = 0.4  # the read's part of a diagnosis' time, for progress bars
 
 

@@ -15,9 +15,8 @@ named causes leave).
 
 from __future__ import annotations
 
-from tailscope.analysis.diagnosis.model import Finding
+from tailscope.analysis.diagnosis.model import NAMED, Finding
 
-NAMED = 0.5
 UNEXPLAINED = "unexplained_tail"
 
 

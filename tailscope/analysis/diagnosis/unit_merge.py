@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tailscope.analysis.diagnosis.model import Finding
-from tailscope.analysis.diagnosis.shares import NAMED, UNEXPLAINED, part_of
+from tailscope.analysis.diagnosis.model import NAMED, Finding
+from tailscope.analysis.diagnosis.shares import UNEXPLAINED, part_of
 
 MIN_UNITS = 50
 
