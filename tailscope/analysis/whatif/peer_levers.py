@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, stall_edit
-from tailscope.analysis.whatif.queue_levers import CALM_BINS, LATENCY_CALM_RATIO, scale_subtrees
+from tailscope.analysis.whatif.queue_levers import CALM_BINS, LATENCY_CALM_RATIO, scale_subtrees, stretches
 
 PAUSED_RATIO = 5.0  # an instance pausing this many times as long as its service's median instance
 MIN_PEERS = 2  # instances of the service that did not pause, to take times from
@@ -65,9 +65,7 @@ def no_pauses_as_peers(x: Inputs) -> Lever | None:
     root = reqs.root
     gap = np.where(reqs.client_span >= 0, lay.gap[root], 0).astype(np.float64)
     lat = f.dur[root] + gap
-    t = reqs.arrival.astype(np.float64)
-    b = np.minimum(((t - t.min()) / (float(t.max() - t.min()) or 1.0) * CALM_BINS).astype(np.int64),
-                   CALM_BINS - 1)
+    b = stretches(reqs.arrival)
     on_paused = np.isin(served_by, paused)
     on_peer = np.isin(served_by, peers)
 

@@ -82,8 +82,7 @@ def queue_as_calm(x: Inputs) -> Lever | None:
     f = x.frame
     wait = s.wait(f, x.lay)
     arrival = f.start[s.forward] - wait
-    span = float(arrival.max() - arrival.min()) or 1.0
-    b = np.minimum(((arrival - arrival.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
+    b = stretches(arrival)
     count = np.bincount(b, minlength=CALM_BINS)
     mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
     typical = float(np.median(mean[count > 0]))
@@ -245,14 +244,19 @@ def scaled_out_early(x: Inputs, finding: dict) -> Lever | None:
     )
 
 
+def stretches(when: np.ndarray) -> np.ndarray:
+    """Per value, which of the run's CALM_BINS equal stretches of `when` (arrival, start) it falls in."""
+    t = when.astype(np.float64)
+    span = float(t.max() - t.min()) or 1.0
+    return np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
+
+
 def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO) -> np.ndarray | None:
     """Per wait, whether it falls in a calm stretch of the run (CALM_BINS stretches by `when`): one whose
     mean wait is at most CALM_RATIO times the typical stretch's, the typical being the quieter
     quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one). None
     where every wait is calm or fewer than 20 are."""
-    t = when.astype(np.float64)
-    span = float(t.max() - t.min()) or 1.0
-    b = np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
+    b = stretches(when)
     count = np.bincount(b, minlength=CALM_BINS)
     mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
     typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
