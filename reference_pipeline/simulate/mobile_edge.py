@@ -63,8 +63,9 @@ Mechanisms (scenario: truth):
 - `dynamodb-hot-partition`: a viral shared album takes 30 % of the tag writes from 15 % of the run; its
   partition throttles (ProvisionedThroughputExceeded) and the SDK backs off the same way:
   timeout_retry at DynamoDB.PutItem, accept slow_dependency.
-- Two causes: `cellular-loss+dns-resolver-timeout` (one carrier's bad day), `cfs-gomaxprocs+gomemlimit-gc`
-  (one deployment's runtime settings), `model-rollout+s3-slowdown`.
+- Two causes: `cellular-loss+dns-resolver-timeout` (one carrier's bad day: its radio network and its
+  resolvers), `cfs-gomaxprocs+model-rollout` (the ML team rolls a model out while the API runs the new
+  base image), `gomemlimit-gc+s3-slowdown` (a memory setting in one region, S3 throttling in another).
 
 Truth instances: the tagging-api pods the cause acts on as the store names them; for the phones'
 causes none (every phone of the platform or carrier: a population, not a set of instances).
@@ -91,7 +92,7 @@ from reference_pipeline.simulate.trace_table import NS_PER_MS, NS_PER_S, Cause, 
 FAMILY = "mobile-edge"
 SINGLES = ("cellular-loss", "background-reconnect", "dns-resolver-timeout", "cfs-gomaxprocs", "gomemlimit-gc",
            "camera-upgrade", "batch-timeout-raise", "model-rollout", "s3-slowdown", "dynamodb-hot-partition")
-PAIRS = ("cellular-loss+dns-resolver-timeout", "cfs-gomaxprocs+gomemlimit-gc", "model-rollout+s3-slowdown")
+PAIRS = ("cellular-loss+dns-resolver-timeout", "cfs-gomaxprocs+model-rollout", "gomemlimit-gc+s3-slowdown")
 SCENARIOS = ("steady", *SINGLES, *PAIRS)
 LOSS_CARRIER, DNS_CARRIER = 0, 1
 GC_REGION, S3_REGION = 0, 1
