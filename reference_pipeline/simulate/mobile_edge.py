@@ -207,7 +207,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
             t = connect[1] + lognormal_ms(r_net, 0.2, 0.3)
         # a warm iOS connection keeps its congestion window; Android's kernel (Linux) restarts slow start
         # after idle, and a new connection always starts from 10 segments
-        up, rto = upload_ns(r_up, ph, nbytes, loss, warm=connect is None and ph.platform == "ios")
+        up, _timeouts = upload_ns(r_up, ph, nbytes, loss, warm=connect is None and ph.platform == "ios")
         edge_s = t + ph.rtt_ms / 2 * NS_PER_MS * r_app.lognormvariate(0.0, 0.1)
         server_s = t + up + lognormal_ms(r_app, 0.4, 0.3)  # the edge buffered the body, then forwards it
         region = ph.region
@@ -218,7 +218,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
                   16.0 * pixels * r_app.lognormvariate(0.0, 0.1))
         pre.append({"a": a, "ph": ph, "loss": loss, "nbytes": nbytes, "w": width, "h": height, "dns": dns,
                     "connect": connect, "http_s": t, "edge_s": edge_s, "server_s": server_s, "read": read,
-                    "region": region, "pod": pod, "edge": r_app.randrange(2), "job": job, "rto": rto})
+                    "region": region, "pod": pod, "edge": r_app.randrange(2), "job": job})
         ph.conn_until = t0 + IDLE_TIMEOUT_NS  # the next action (seconds later) finds it open unless suspended
     # --- the pods' CPU: decode + resize under GOMAXPROCS, the CFS quota and the GC ----------------------
     stalls = {}
@@ -257,7 +257,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     for n, p in enumerate(pre):
         ph, region, st = p["ph"], p["region"], stalls[p["region"], p["pod"]]
         rng, r_aws = _stream(seed, n, 4), _stream(seed, n, 5)
-        _b_start, b_end, batch, version = served[n]
+        _start, b_end, _size, version = served[n]
         predict_e = st.settle(b_end + lognormal_ms(rng, 0.4, 0.3))
         s3_fail = 0.002
         if "s3-slowdown" in parts and region == S3_REGION and p["read"] > 0.2 * run_ns:
@@ -283,6 +283,6 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         sp.write_action(table, res, sp.Timeline(
             ph, region, p["edge"], p["pod"], (p["a"].at, parse_e + lognormal_ms(rng, 1.0, 0.4)), p["dns"],
             p["connect"], (p["http_s"], http_e), (p["edge_s"], edge_e), (p["server_s"], server_e),
-            (job.start, job.decoded), (job.decoded, job.end), s3, (p["predict_s"], predict_e), batch, version,
-            ddb, (parse_s, parse_e), p["nbytes"], p["w"], p["h"], tags, status, p["rto"]))
+            (job.start, job.decoded), (job.decoded, job.end), s3, (p["predict_s"], predict_e), version,
+            ddb, (parse_s, parse_e), p["nbytes"], p["w"], p["h"], tags, status))
     return table

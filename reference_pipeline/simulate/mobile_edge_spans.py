@@ -151,8 +151,7 @@ class Timeline:
     resize: tuple[float, float]
     s3: list[Attempt]
     predict: tuple[float, float]
-    batch: int
-    version: int
+    version: int  # the model version that served the Predict (the API records the response's)
     ddb: list[Attempt] | None  # None: the S3 write failed, no tags written
     parse: tuple[float, float]
     nbytes: int
@@ -160,7 +159,6 @@ class Timeline:
     height: int
     tags: int
     status: int  # the API's HTTP status
-    rto: int  # retransmission timeouts the upload waited
 
 
 def _peer(style: Style, host: str, port: int) -> dict[str, Any]:
