@@ -41,12 +41,15 @@ Mechanisms (scenario: truth):
   Android's Private DNS (opportunistic) sends it; each waits Android's 5 s timeout and is sent again:
   timeout_retry at the Android dns span, accept network.
 - `cfs-gomaxprocs`: a base-image change drops the GOMAXPROCS setting: the Go runtime sizes itself to the
-  node's cores (16 or 32) under a 2-core limit; a resize's goroutines run on all of them, the period's
-  quota is gone within milliseconds and every goroutine of the pod waits for the next period:
+  node's cores (16 or 32) under a 2-core limit; a resize's goroutines run on all of them, idle Ps'
+  threads spin for work at every wake-up (CPU the quota counts, ~0.3-0.45 of the work's), the GC's
+  workers take every idle P; the period's quota is gone early and every goroutine of the pod waits
+  for the next period:
   cpu_throttling at tagging-api's SERVER span (side: queueing, gc_pause: the GC's idle workers burn
   quota too).
-- `gomemlimit-gc`: one region's pods get GOMEMLIMIT a few MB above the live heap: the GC runs almost
-  continuously (capped near half the CPU), and the decoding goroutines pay mark assists: gc_pause at
+- `gomemlimit-gc`: one region's pods get GOMEMLIMIT a few MB above the live heap (8 MB of headroom
+  instead of GOGC's 60): under load a cycle starts as soon as the last one ends, its workers take a
+  quarter of the Ps and the decoding goroutines give a third of their CPU to mark assists: gc_pause at
   tagging-api's SERVER span, that region's pods (side: queueing, compute_bound).
 - `camera-upgrade`: an iOS camera update saves ~3x larger photos, uploaded as they are: the iOS upload
   grows (large_payload at the iOS HTTP client span, side network), and so do decode and resize on the
