@@ -135,7 +135,7 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   Zipkin v2. **Untouched**: written blind in session 14, held out until session 14's final score
 - `cpp-thrift` (cpp_thrift.py, cpp_thrift_flow.py, cpp_thrift_host.py, cpp_thrift_spans.py): a C++
   feed-ranking service on fbthrift (IO threads handing requests to a fixed CPU worker pool behind a
-  bounded queue, 6-10 hosts behind a power-of-two-choices client balancer, jemalloc with THP `always`,
+  bounded queue, 6-8 hosts behind a power-of-two-choices client balancer, jemalloc with THP `always`,
   a process-wide metrics mutex, two NUMA sockets), memcached through mcrouter over a Java feature
   service, an in-process embedding LRU, libtorch models in process and an ads-blending call with a
   timeout and a hedged retry; OTLP / Jaeger / Zipkin v2. **Untouched**: written blind in session 15,

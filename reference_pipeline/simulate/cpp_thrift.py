@@ -6,7 +6,7 @@ Shape: `feed-api` (4 instances) serves `FeedService/getFeed` and calls `ranker.R
 Thrift; its client-side load balancer picks a ranker host by power of two choices (the one of two
 random healthy hosts with fewer calls outstanding). Traces are head-sampled at the feed-api (1 in 4-6
 requests); every request, sampled or not, goes through the model, so the traced ones see the load of
-all. `ranker` (6-10 hosts, C++): IO threads (epoll loops) read a request and put it on the bounded
+all. `ranker` (6-8 hosts, C++): IO threads (epoll loops) read a request and put it on the bounded
 queue of a fixed CPU worker pool (24-32 threads on 16 cores); a request waits there until a worker is
 free (its `ranker.Rank` SERVER span starts when the handler runs; a full queue sheds the request with a
 loadshedding error and the feed-api retries once on another host). The handler is synchronous (the
@@ -101,7 +101,7 @@ _SETUPS = (
      "stall_events": True, "transport": "framed", "hosts": 6, "workers": 24,
      "rps": 80.0, "sample": 6, "feeds": 8},
     {"fmt": "zipkin", "semconv": "old", "ident": "endpoint", "internals": False, "count_on": sp.RANK,
-     "stall_events": False, "transport": "http2", "hosts": 10, "workers": 32,
+     "stall_events": False, "transport": "http2", "hosts": 6, "workers": 32,
      "rps": 110.0, "sample": 4, "feeds": 16},
 )
 

@@ -58,7 +58,7 @@ class Run:
                           else stall_windows(rng, horizon, 8.0, 6.0, 0.5, 2.0, 25.0))
             self.hosts.append(Host(
                 k, s["workers"], 4 * s["workers"],
-                1.35 if "numa-remote" in parts and k == special["numa-remote"] else 1.0,
+                1.4 if "numa-remote" in parts and k == special["numa-remote"] else 1.0,
                 0.45 if "cpu-steal" in parts and k == special["cpu-steal"] else 0.0,
                 Windows(compaction), _scrapes(rng, horizon, "slow-metrics-scrape" in parts),
                 cores=CORES // 2 if "numa-remote" in parts and k == special["numa-remote"] else CORES))
@@ -79,7 +79,9 @@ class Run:
         run_s = self.run_ns / NS_PER_S
         bursts: tuple[tuple[float, float, float], ...] = ()
         if "worker-burst" in self.parts:
-            bursts = ((0.4 * run_s, 0.06 * run_s, 4.0),)
+            # ~1.3x what the fleet's cores serve (4 intra-op threads x ~22 ms per inference each)
+            capacity = s["hosts"] * CORES * 1.15 / (4 * 0.022)
+            bursts = ((0.4 * run_s, 0.06 * run_s, 1.3 * capacity / (s["rps"] * s["sample"])),)
         arrivals = poisson_arrivals(rng, s["rps"] * s["sample"], n_real, bursts)
         traced = set(rng.sample(range(n_real), self.traced))
         for n, t in enumerate(arrivals):
@@ -147,7 +149,7 @@ class Run:
         share = 0.0
         if "memcached-evictions" in parts and t >= 0.2 * run:
             share = min(1.0, (t - 0.2 * run) / (0.1 * run))
-            miss_p += 0.15 * share
+            miss_p += 0.18 * share
         missing = sum(rng.random() < miss_p for _ in keys)
         features = None
         if missing:

@@ -198,7 +198,8 @@ class JavaService:
     def serve(self, rng: random.Random, t: float, median_ms: float, per_key_ms: float, keys: int
               ) -> tuple[float, float]:
         start = t + lognormal_ms(rng, 0.05, 0.3)
-        work = (median_ms * rng.lognormvariate(0.0, 0.35) + per_key_ms * keys) * self.load * NS_PER_MS
+        sigma = 0.35 + 0.2 * (self.load - 1.0)  # a busier service queues: a longer tail
+        work = (median_ms * rng.lognormvariate(0.0, sigma) + per_key_ms * keys) * self.load * NS_PER_MS
         end = start + work
         for a, b in self.pauses.beginning(start - 1.0, end):
             end += b - a
