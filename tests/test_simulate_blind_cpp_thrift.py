@@ -47,7 +47,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
     assert cpp_thrift.SCENARIOS[0] == "steady" and len(cpp_thrift.PAIRS) == 3
     assert 9 <= len(cpp_thrift.SINGLES) <= 10
     for seed, (spans, summary) in loaded.items():
-        s, st = cpp_thrift.setup(seed), cpp_thrift.style(seed)
+        s = cpp_thrift.setup(seed)
         assert summary["format"] == s["fmt"] and summary["requests"] > 0
         assert {x["service"] for x in spans} == {sp.FEED, sp.RANKER, sp.FEATURES, sp.ADS}
         roots = [x for x in spans if not x["parent"]]
@@ -93,12 +93,6 @@ def _forward_by_host(spans) -> dict[str, list[dict]]:
 def test_compaction_stalls_the_faulting_threads_of_one_host_not_every_thread(loaded) -> None:
     spans, _ = loaded[1]  # Jaeger, long page-fault stalls reported as span events
     (cause,) = cpp_thrift.truth("thp-compaction", 1)
-    per_candidate = {}
-    for host, fwd in _forward_by_host(spans).items():
-        parent = {x["id"]: x for x in spans}
-        ratio = [x["duration"] / int(parent[x["parent"]]["attrs"].get("app.candidates.count", 1) or 1)
-                 for x in fwd]
-        per_candidate[host] = ratio
     stretched = {x["instance"] for x in named(spans, sp.FORWARD) if x["duration"] > 150 * MS}
     assert stretched == set(cause.instances)
     thp = [x for x in named(spans, sp.FORWARD) if x["instance"] in cause.instances]
@@ -124,21 +118,22 @@ def test_a_slow_scrape_holds_the_metrics_mutex_on_every_host_every_15_seconds() 
 
 
 @pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
-def test_a_burst_fills_the_worker_queues_before_the_handlers_start(loaded) -> None:
-    spans, _ = loaded[2]  # Zipkin: the handler's SERVER span starts when a worker takes it
-    by_parent: dict[str, list[dict]] = {}
-    for x in spans:
-        by_parent.setdefault(x["parent"], []).append(x)
-    first = min(x["start"] for x in spans)
-    run = run_ns(600, 2)
-    inside, before = [], []
+def test_a_burst_fills_the_worker_queues_before_the_handlers_start() -> None:
+    spans = spans_of("worker-burst", 2000, 2)  # the handler's SERVER span starts when a worker takes it
+    by_parent = kids(spans)
+    waits = []
     for call in named(spans, sp.RANK_CLIENT, "Client"):
-        server = [x for x in by_parent.get(call["id"], []) if x["kind"] == "Server"]
-        if not server:
-            continue
-        at = (call["start"] - first) / run
-        (inside if 0.36 < at < 0.5 else before if at < 0.3 else []).append(server[0]["start"] - call["start"])
-    assert p(inside, 90) > 20 * MS and p(before, 99) < 1 * MS
+        server = [x for x in by_parent.get(call["i"], []) if x["kind"] == "Server"]
+        if server:
+            waits.append((call["start"], server[0]["start"] - call["start"]))
+    waits.sort()
+    long = [t for t, w in waits if w > 20 * MS]
+    assert len(long) > 40 and max(long) - min(long) < 0.3 * waits[-1][0]  # together: the burst
+    assert p([w for t, w in waits if t < min(long) - 1e9], 99) < 1 * MS
+    shed = [x for x in named(spans, sp.RANK_CLIENT, "Client") if x["status"] == "Error"]
+    assert all(len(by_parent.get(x["i"], [])) == 0 for x in shed)  # shed before a handler ran
+    steady = named(spans_of("steady", 2000, 2), sp.RANK_CLIENT, "Client")
+    assert not [c for c in steady if c["status"] == "Error"]
 
 
 @pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
@@ -150,7 +145,8 @@ def test_the_numa_remote_host_computes_slower_per_candidate() -> None:
     slow = rate.pop(cause.instances[0])
     assert all(slow > 1.3 * r for r in rate.values())
     steady = _forward_by_host(spans_of("steady", 1500, 0))
-    rates = [np.median([x["duration"] / x["attrs"]["app.candidates.count"] for x in v]) for v in steady.values()]
+    rates = [np.median([x["duration"] / x["attrs"]["app.candidates.count"] for x in v])
+             for v in steady.values()]
     assert max(rates) < 1.15 * min(rates)
 
 
@@ -180,8 +176,8 @@ def test_restarted_processes_miss_the_embedding_lru_and_run_cold_graphs(loaded) 
     spans, _ = loaded[0]
     restarted = set(cpp_thrift.truth("rolling-restart", 0)[0].instances)
     lookups = named(spans, sp.LOOKUP)
-    new = [x["attrs"]["cache.hit"] for x in lookups if x["instance"] in restarted]
-    old = [x["attrs"]["cache.hit"] for x in lookups if x["instance"] not in restarted]
+    new = [x["attrs"]["cache.hit"] in (True, "true") for x in lookups if x["instance"] in restarted]
+    old = [x["attrs"]["cache.hit"] in (True, "true") for x in lookups if x["instance"] not in restarted]
     assert len(new) > 50 and np.mean(new) < 0.5 < 0.85 < np.mean(old)
     fwd_new = [x["duration"] for x in named(spans, sp.FORWARD) if x["instance"] in restarted]
     fwd_old = [x["duration"] for x in named(spans, sp.FORWARD) if x["instance"] not in restarted]
@@ -202,10 +198,12 @@ def test_a_slow_ads_service_fires_hedges_at_40_ms_and_timeouts_at_80_ms() -> Non
                 if b["status"] == "Error" and abs(b["duration"] - 80 * MS) < 0.01 * MS:
                     timeouts += 1
             ok = [b for b in blends if b["status"] != "Error"]
-            cancelled += sum(b["status"] == "Error" and ok and b["end"] == ok[0]["end"] for b in blends)
+            cancelled += sum(bool(ok) and b["status"] == "Error" and b["end"] == ok[0]["end"] for b in blends)
     assert hedged > 300 and timeouts > 30 and cancelled > 100
-    steady = sum(len([x for x in by_parent[h["i"]] if x["name"] == sp.BLEND]) == 2
-                 for h in named(spans_of("steady", 1000, 1), sp.RANK, "Server"))
+    calm = spans_of("steady", 1000, 1)
+    calm_kids = kids(calm)
+    steady = sum(len([x for x in calm_kids[h["i"]] if x["name"] == sp.BLEND]) == 2
+                 for h in named(calm, sp.RANK, "Server"))
     assert steady < 30
 
 
@@ -267,7 +265,8 @@ def _signature(part: str, spans, seed: int) -> bool:
 @pytest.mark.parametrize("pair", cpp_thrift.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")
-    assert [c.pattern for c in cpp_thrift.truth(pair, 0)] == [cpp_thrift.truth(x, 0)[0].pattern for x in parts]
+    singles = [cpp_thrift.truth(x, 0)[0].pattern for x in parts]
+    assert [c.pattern for c in cpp_thrift.truth(pair, 0)] == singles
     both, steady = spans_of(pair, 1500, 0), spans_of("steady", 1500, 0)
     for part in parts:
         assert _signature(part, both, 0) and not _signature(part, steady, 0), part
