@@ -235,7 +235,7 @@ def test_cpu_steal_slows_everything_on_one_host_all_the_time() -> None:
                                                  (2, cpp_thrift.SINGLES[::3])])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tuple[str, ...]) -> None:
     def p99(scenario):
-        return p([x["duration"] for x in named(spans_of(scenario, 2000, seed), sp.ROOT)], 99)
+        return p([x["duration"] for x in named(spans_of(scenario, 1000, seed), sp.ROOT)], 99)
 
     base = p99("steady")
     for scenario in scenarios:

@@ -2,26 +2,26 @@
 (cpp_thrift_host.py: the physics of a ranker host and of its backends; cpp_thrift_spans.py: the
 conventions). No garbage collector anywhere in the serving path.
 
-Shape: `feed-api` (4 instances) serves `FeedService/getFeed` and calls `ranker.Ranker/rank` over
-Thrift; its client-side load balancer picks a ranker host by power of two choices (the one of two
-random healthy hosts with fewer calls outstanding). Traces are head-sampled at the feed-api (1 in 4-6
-requests); every request, sampled or not, goes through the model, so the traced ones see the load of
-all. `ranker` (6-8 hosts, C++): IO threads (epoll loops) read a request and put it on the bounded
-queue of a fixed CPU worker pool (24-32 threads on 16 cores); a request waits there until a worker is
-free (its `ranker.Rank` SERVER span starts when the handler runs; a full queue sheds the request with a
-loadshedding error and the feed-api retries once on another host). The handler is synchronous (the
-worker blocks on each call's future): a multiget through the host's mcrouter (consistent hashing over
-16 memcached boxes, per-shard requests in parallel; a box marked down is served by the failover route
-to the other region, +30-60 ms), on a miss `FeatureService.getFeatures` on the Java feature service;
-the user's embedding from an in-process LRU (a miss calls `getUserEmbedding`); the TorchScript ranking
-model in process (4 intra-op threads; its work grows with the candidate count, 200-2000; when more
-intra-op threads are running than cores, each inference gets a share); the re-ranking model on the top
-50; `AdsBlender.blend` on the ads-blending service (80 ms client timeout; a hedged retry to another
-host after 40 ms, first answer wins, the loser cancelled; both failed: no ads); the counter bumps under
-the process-wide metrics std::mutex; the reply. Memory: jemalloc, THP `always`: a host whose memory
-fragmented enters direct compaction when it faults, and the faulting thread stalls 50-500 ms, with any
-other thread that faults meanwhile (not every thread). NUMA: a process on one socket with its memory on
-the other computes 20-40 % slower.
+Shape: `feed-api` (8-16 processes) serves `FeedService/getFeed` and calls `ranker.Ranker/rank` over
+Thrift; its client-side load balancer picks a ranker host by power of two choices (the one of two random
+healthy hosts with fewer of its own calls outstanding: each process counts only its own). Traces are
+head-sampled at the feed-api (1 in 4-6 requests); every request, sampled or not, goes through the model,
+so the traced ones see the load of all. `ranker` (6-8 hosts, C++): IO threads (epoll loops) read a
+request and put it on the bounded queue of a fixed CPU worker pool (24-32 threads on 16 cores); a
+request waits there until a worker is free (its `ranker.Rank` SERVER span starts when the handler runs;
+a full queue sheds the request with a loadshedding error and the feed-api retries once on another host).
+The handler is synchronous (the worker blocks on each call's future): a multiget through the host's
+mcrouter (consistent hashing over 16 memcached boxes, per-shard requests in parallel; a box marked down
+is served by the failover route to the other region, +30-60 ms), on a miss `FeatureService.getFeatures`
+on the Java feature service; the user's embedding from an in-process LRU (a miss calls
+`getUserEmbedding`); the TorchScript ranking model in process (4 intra-op threads; its work grows with
+the candidate count, 200-2000; when more intra-op threads are running than cores, each inference gets a
+share); the re-ranking model on the top 50; `AdsBlender.blend` on the ads-blending service (80 ms client
+timeout; a hedged retry to another host after 40 ms, first answer wins, the loser cancelled; both
+failed: no ads); the counter bumps under the process-wide metrics std::mutex; the reply. Memory:
+jemalloc, THP `always`: a host whose memory fragmented enters direct compaction when it faults, and the
+faulting thread stalls 50-500 ms, with any other thread that faults meanwhile (not every thread). NUMA:
+a process on one socket with its memory on the other computes 20-40 % slower.
 
 Healthy noise: jitter; 0.4 % of memcached keys miss; 8 % of embedding lookups miss; brief THP stalls
 (a few ms) now and then on every host; the metrics exporter scrape every 15 s holds the mutex a few ms;
@@ -38,22 +38,26 @@ on the SERVER span, no runtime events.
 
 Mechanisms (scenario: truth):
 - `thp-compaction`: one host's memory is fragmented after a long uptime: direct compaction windows
-  (median 140 ms, 50-500) every ~1 s; threads that fault in one (inferences allocate most) stall to its
-  end, others run on: gc_pause (the vocabulary's name for a memory-management pause of a process's
-  threads; no collector here, but it is the allocator's pause), accept cpu_throttling (the kernel
-  holding the process's threads off useful work); stage model_forward, the forward span (the SERVER
-  span where manual spans are not exported); side queueing.
-- `slow-metrics-scrape`: the exporter's scrape holds the metrics mutex 200-700 ms every 15 s on every
-  host; handlers finishing meanwhile block on the counter bump, the pool fills: lock_contention,
-  stage postprocessing, `ServiceStats::record` (or the SERVER span); side queueing.
-- `worker-burst`: a burst of ~8x for 6 % of the run: the cores and then the worker pools saturate;
-  requests wait in the bounded queue (some are shed and retried): queueing, stage queue, the SERVER
-  span; side compute_bound (inferences share the cores).
-- `numa-remote`: one host moved to a cgroup on the other socket, its memory left behind: all its
-  compute 1.4x slower: compute_bound at the forward span on that host (side queueing).
-- `memcached-evictions`: the key space grew past the tier's memory: key misses 0.4 % -> 9 % from 20 %
-  of the run; misses go to the feature service (busier, slower): cache_miss, stage feature_hydration,
-  `Thrift/Client/getFeatures` (side slow_dependency).
+  (median 170 ms, 50-500) every ~0.5 s; a thread that faults in one (an inference, allocating most,
+  80 % of the time; other steps less) stalls to its end, others run on: gc_pause (the vocabulary's
+  name for a memory-management pause of a process's threads; no collector here, but it is the memory
+  manager's pause), accept cpu_throttling (the kernel holding the process's threads off useful work);
+  stage model_forward, the forward span (the SERVER span where manual spans are not exported); side
+  queueing.
+- `slow-metrics-scrape`: the exporter's scrape holds the metrics mutex 250-1200 ms (median 600) every
+  15 s on every host; handlers finishing meanwhile block on the counter bump, the pool fills:
+  lock_contention, stage postprocessing, `ServiceStats::record` (or the SERVER span); side queueing.
+- `worker-burst`: a burst to ~1.3x what the fleet's cores serve, for 6 % of the run: the cores and
+  then the worker pools saturate; requests wait in the bounded queue (a full queue sheds, the
+  feed-api retries): queueing, stage queue, the SERVER span; side compute_bound (inferences share
+  the cores).
+- `numa-remote`: one host moved to a cgroup on one socket (8 cores) with its memory left on the
+  other: its compute 1.4x slower on half the cores: compute_bound at the forward span on that host
+  (side queueing).
+- `memcached-evictions`: the key space grew past the tier's memory: key misses 0.4 % -> 18 % from 20 %
+  of the run (ramping over a tenth of it); misses go to the feature service, busier (2.5x the work,
+  a longer tail): cache_miss, stage feature_hydration, `Thrift/Client/getFeatures` (side
+  slow_dependency).
 - `mcrouter-failover`: one memcached box marked down from 25 % of the run: its shard's keys are served
   from the other region (+30-60 ms) and a multiget waits for its slowest shard: network, stage
   feature_hydration, `Memcache/Client/multiget`, accept slow_dependency.
@@ -65,10 +69,10 @@ Mechanisms (scenario: truth):
 - `slow-ads-blender`: the ads-blending service slows (median 16 -> 58 ms, heavy tail) from 20 % of the
   run: hedges fire at 40 ms, attempts time out at 80 ms, some requests lose their ads: timeout_retry,
   stage downstream, `Thrift/Client/blendAds`, accept slow_dependency (side queueing).
-- `candidate-growth`: a product change sends ~3x the candidates (600-6000): the ranking model's work
+- `candidate-growth`: a product change sends ~2.5x the candidates (500-6000): the ranking model's work
   grows with the count: compute_bound at the forward span, accept large_payload (the request's
   candidate list is what grew); side queueing.
-- `cpu-steal`: a noisy neighbour on one host's hypervisor steals 40 % of its CPU: everything it runs
+- `cpu-steal`: a noisy neighbour on one host's hypervisor steals 45 % of its CPU: everything it runs
   is slower, continuously (no pause, no period boundary): cpu_throttling (the process gets less CPU
   than it asks for), accept compute_bound; stage model_forward, that host.
 - Two causes: `thp-compaction+slow-metrics-scrape`, `memcached-evictions+slow-ads-blender`,
