@@ -78,6 +78,8 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
     assert not any(x["events"] and x["events"] != "[]" for x in loaded[0][0] + loaded[2][0])
     restarted = set(cpp_thrift.truth("rolling-restart", 1)[0].instances)
     assert restarted <= {x["instance"] for x in spans_of("rolling-restart", 300, 1)}
+    again = [cpp_thrift.generate("thp-compaction", 60, 1) for _ in range(2)]  # a seed: the same run
+    assert again[0].rows == again[1].rows and again[0].span_ids == again[1].span_ids
     with pytest.raises(ValueError, match="unknown cpp-thrift scenario"):
         cpp_thrift.truth("healthy", 0)
 
