@@ -139,6 +139,23 @@ def test_a_burst_fills_the_worker_queues_before_the_handlers_start() -> None:
 
 
 @pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
+def test_a_full_queue_sheds_before_a_handler_runs_and_the_feed_api_retries_another_host() -> None:
+    spans = spans_of("candidate-growth+worker-burst", 2000, 2)  # the burst on a busier fleet
+    by_parent = kids(spans)
+    shed = 0
+    for root in named(spans, sp.ROOT):
+        calls = sorted((x for x in by_parent[root["i"]] if x["name"] == sp.RANK_CLIENT),
+                       key=lambda x: x["start"])
+        if calls[0]["status"] != "Error":
+            assert len(calls) == 1
+            continue
+        shed += 1
+        assert not by_parent.get(calls[0]["i"]) and calls[0]["duration"] < 2 * MS  # no handler ran
+        assert len(calls) == 2 and calls[1]["attrs"]["net.peer.name"] != calls[0]["attrs"]["net.peer.name"]
+    assert shed > 50
+
+
+@pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_the_numa_remote_host_computes_slower_per_candidate() -> None:
     spans = spans_of("numa-remote", 1000, 0)  # the candidate count is on the forward span
     (cause,) = cpp_thrift.truth("numa-remote", 0)
