@@ -48,9 +48,10 @@ Mechanisms (scenario: truth):
   15 s on every host; handlers finishing meanwhile block on the counter bump, the pool fills:
   lock_contention, stage postprocessing, `ServiceStats::record` (or the SERVER span); side queueing.
 - `worker-burst`: a burst to ~1.3x what the fleet's cores serve, for 6 % of the run: the cores and
-  then the worker pools saturate; requests wait in the bounded queue (a full queue sheds, the
-  feed-api retries): queueing, stage queue, the SERVER span; side compute_bound (inferences share
-  the cores).
+  then the worker pools saturate; requests wait in the bounded queue (for up to ~0.5 s; alone the
+  burst does not reach the bound of 4x the workers, with `candidate-growth` it does: ~9 % of the
+  first attempts shed at 2,000 requests, each retried on another host): queueing, stage queue, the
+  SERVER span; side compute_bound (inferences share the cores).
 - `numa-remote`: one host moved to a cgroup on one socket (8 cores) with its memory left on the
   other: its compute 1.4x slower on half the cores: compute_bound at the forward span on that host
   (side queueing).
