@@ -1,4 +1,4 @@
-"""Schema version 1 -> 6 (2, 3, 4, 5, 6): a store made by the version-1 code is converted in place, losing
+"""Schema version 1 -> 6 (2, 3, 4, 5, then 6): a store made by the version-1 code is converted in place, losing
 nothing. (Version 2 -> 3 with a sampled run's weights: tests/test_sample_weights.py; 3 -> 4:
 tests/test_span_times.py; 4 -> 5: tests/test_rule_remap.py; 5 -> 6 from a store written by the
 version-5 code: tests/test_span_starts.py.)
