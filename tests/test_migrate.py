@@ -1,7 +1,6 @@
-"""Schema version 1 -> 6 (2, 3, 4, 5, then 6): a store made by the version-1 code is converted in place, losing
+"""Schema version 1 -> 5 (2, 3, 4, then 5): a store made by the version-1 code is converted in place, losing
 nothing. (Version 2 -> 3 with a sampled run's weights: tests/test_sample_weights.py; 3 -> 4:
-tests/test_span_times.py; 4 -> 5: tests/test_rule_remap.py; 5 -> 6 from a store written by the
-version-5 code: tests/test_span_starts.py.)
+tests/test_span_times.py; 4 -> 5: tests/test_rule_remap.py.)
 
 tests/fixtures/store_v1.duckdb.gz was written by tailscope at commit 477d030 (schema version 1,
 attributes as MAP columns, events and links as lists of structs):
@@ -87,8 +86,8 @@ UNCHANGED_TABLES = (
     "SELECT * EXCLUDE (ResourceAttributes, SpanAttributes, Events, Links) FROM otel_traces ORDER BY ALL",
     "SELECT * FROM runs ORDER BY RunLabel",
     "SELECT * FROM stage_rules ORDER BY position",
-    # version 3 adds Weight, version 4 SpanTimes, version 6 SpanStarts
-    "SELECT COLUMNS(lambda c: c NOT IN ('Weight', 'SpanTimes', 'SpanStarts')) FROM requests ORDER BY ALL",
+    # version 3 adds Weight, version 4 SpanTimes
+    "SELECT COLUMNS(lambda c: c NOT IN ('Weight', 'SpanTimes')) FROM requests ORDER BY ALL",
     # version 5 adds PathsKept (NULL: the next rule edit derives from the spans)
     "SELECT COLUMNS(lambda c: c <> 'PathsKept') FROM derive_state ORDER BY RunLabel",
 )
@@ -129,8 +128,8 @@ def test_migrate_converts_in_place_and_loses_nothing(
     content, unchanged = v1_content(v1_store), snapshot(v1_store)
     assert main(["migrate", "--db", str(v1_store)]) == 0
     out = capsys.readouterr().out
-    assert "schema version 1 -> 6, 3,957 spans converted" in out, out
-    assert table(v1_store, "SELECT version FROM schema_version") == [(6,)]
+    assert "schema version 1 -> 5, 3,957 spans converted" in out, out
+    assert table(v1_store, "SELECT version FROM schema_version") == [(5,)]
     # version 5: the kept span paths, empty (a store's first rule edit derives from the spans)
     assert table(v1_store, "SELECT count(*) FROM request_paths") == [(0,)]
     assert table(v1_store, "SELECT count(PathsKept) FROM derive_state") == [(0,)]
@@ -143,7 +142,7 @@ def test_migrate_converts_in_place_and_loses_nothing(
     assert snapshot(v1_store) == unchanged
     assert table(v1_store, "SELECT DISTINCT Weight FROM requests") == [(1.0,)]  # nothing was sampled
     assert main(["migrate", "--db", str(v1_store)]) == 0
-    assert "already at schema version 6" in capsys.readouterr().out
+    assert "already at schema version 5" in capsys.readouterr().out
 
 
 def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: Path) -> None:
@@ -154,15 +153,13 @@ def test_the_migrated_spans_derive_the_same_requests_as_version_1_did(v1_store: 
     before = [(*row, 1.0) for row in table(v1_store, "SELECT * FROM requests ORDER BY ALL")]  # + Weight
     with connect_writer(v1_store) as conn:  # a writer migrates on open
         refresh_all(conn)
-    assert table(v1_store, "SELECT * EXCLUDE (SpanTimes, SpanStarts) FROM requests ORDER BY ALL") == before
+    assert table(v1_store, "SELECT * EXCLUDE (SpanTimes) FROM requests ORDER BY ALL") == before
     assert len(before) == 150 + 231
     # version 4: SpanTimes for the requests of the lowest 1/16 of trace-id hashes (tests/test_span_times.py)
     [(kept, low)] = table(
         v1_store, "SELECT count(SpanTimes), count(*) FILTER (WHERE hash(TraceId) <= 2**60 - 1) FROM requests"
     )
     assert kept == low > 0
-    # version 6: SpanStarts for every request
-    assert table(v1_store, "SELECT count(*) FILTER (WHERE SpanStarts IS NULL) FROM requests") == [(0,)]
 
 
 def test_the_migrated_store_answers_reports_and_the_diagnosis(v1_store: Path) -> None:

@@ -183,8 +183,7 @@ def test_an_edit_from_kept_paths_writes_what_a_derive_from_the_spans_writes(
     remapped, derived = snapshot(store), snapshot(copy)
     assert remapped["requests"] != before["requests"]  # the edit moved time between stages
     assert len(remapped["requests"]) == 2 * 120 + 1 + 80 + 40
-    assert all(row[-2] for row in remapped["requests"])  # SpanTimes kept and compared
-    assert all(row[-1] for row in remapped["requests"])  # SpanStarts kept (a re-map leaves them) and compared
+    assert all(row[-1] for row in remapped["requests"])  # SpanTimes kept and compared
     for table in derived:
         assert remapped[table] == derived[table], table
 
@@ -231,16 +230,13 @@ def test_a_version_4_store_migrates_and_its_first_edit_derives_from_the_spans(
     con.execute("DROP TABLE request_paths")
     con.execute("DROP TABLE span_paths")
     con.execute("ALTER TABLE derive_state DROP COLUMN PathsKept")
-    con.execute("ALTER TABLE requests DROP COLUMN SpanStarts")  # version 6's
     con.execute("UPDATE schema_version SET version = 4")
     requests = con.execute("SELECT * FROM requests ORDER BY RunLabel, TraceId").fetchall()
     con.close()
     with connect_writer(store) as conn:  # a writer's open migrates
-        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 6
+        assert conn.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 5
         assert conn.execute("SELECT count(*) FROM request_paths").fetchone()[0] == 0
-        assert conn.execute(
-            "SELECT * EXCLUDE (SpanStarts) FROM requests ORDER BY RunLabel, TraceId"
-        ).fetchall() == requests
+        assert conn.execute("SELECT * FROM requests ORDER BY RunLabel, TraceId").fetchall() == requests
     derived_runs: list[str] = []
     counting(monkeypatch, derived_runs)
     edit(store, reordered(), from_spans=False)

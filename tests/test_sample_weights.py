@@ -168,7 +168,7 @@ def test_weighted_quantile_is_the_smallest_value_reaching_q_of_the_weight(tmp_pa
         conn.execute(
             "INSERT INTO requests SELECT 'r', 't' || i, 's' || i, TIMESTAMP_NS '2026-01-01', 'svc', '/', '',"
             " i * 1000000, false, NULL, 1, 'queue', 0, i * 1000000, 0, 0, 0, 0, 0, 0, 0, 0,"
-            " CASE WHEN i = 10 THEN 11 ELSE 1 END, NULL, NULL FROM range(1, 11) AS t(i)"
+            " CASE WHEN i = 10 THEN 11 ELSE 1 END, NULL FROM range(1, 11) AS t(i)"
         )
         reader = DuckDBReader(conn)
         assert reader.weighted(Filter(run="r"))
@@ -282,7 +282,6 @@ def test_a_version_2_store_is_migrated_with_its_sampled_runs_weights(
         expected = old.execute("SELECT RunLabel, TraceId, Weight FROM requests ORDER BY ALL").fetchall()
         old.execute("ALTER TABLE requests DROP COLUMN Weight")
         old.execute("ALTER TABLE requests DROP COLUMN SpanTimes")  # version 4's
-        old.execute("ALTER TABLE requests DROP COLUMN SpanStarts")  # version 6's
         old.execute("UPDATE schema_version SET version = 2")
     with pytest.raises(StoreVersionError, match="migrate"), connect_reader(path):
         pass

@@ -49,6 +49,5 @@ SELECT
     model_forward_ns, postprocessing_ns, downstream_ns, serialization_ns, unattributed_ns,
     -- how many requests it stands for (a head-sampled run's weight; 1 without one or when unreadable)
     coalesce(try_cast(SpanAttributes->>'tailscope.sample.weight' AS DOUBLE), 1) AS Weight,
-    SpanTimes,  -- attributed ns per (stage, span name): what the stage breakdown sums (schema.sql)
-    SpanStarts  -- its spans' start times: where tail vs body finds them (schema.sql)
+    SpanTimes  -- attributed ns per (stage, span name): what the stage breakdown sums (schema.sql)
 FROM roots

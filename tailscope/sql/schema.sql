@@ -79,11 +79,6 @@ CREATE TABLE IF NOT EXISTS phase_rules (
 -- root's own time under 'unattributed' (span_tree_requests.sql): what the stage breakdown sums over
 -- its sample of requests instead of reading their spans again. NULL in rows derived before version 4
 -- (their run's next derive fills it, and until then the breakdown reads those requests' spans).
--- SpanStarts: the distinct start times (ns) of the trace's spans the derive read (phase spans not
--- included): where tail vs body finds a sampled trace's spans (tail_attributes.sql: a bloom filter
--- of these times on otel_traces.Timestamp, not a probe of every span's TraceId of the run). NULL in
--- rows derived before version 6 (their run's next derive fills it, and until then their spans are found
--- by their TraceId).
 CREATE TABLE IF NOT EXISTS requests (
     RunLabel VARCHAR NOT NULL,
     TraceId VARCHAR NOT NULL,
@@ -108,8 +103,7 @@ CREATE TABLE IF NOT EXISTS requests (
     serialization_ns BIGINT NOT NULL,
     unattributed_ns BIGINT NOT NULL,
     Weight DOUBLE NOT NULL DEFAULT 1,
-    SpanTimes STRUCT(stage VARCHAR, span_name VARCHAR, ns DOUBLE)[],
-    SpanStarts BIGINT[]
+    SpanTimes STRUCT(stage VARCHAR, span_name VARCHAR, ns DOUBLE)[]
 );
 -- derive_state: how many of a run's spans its derived rows reflect, so a writer that names the traces
 -- it touched gets only those recomputed (the receiver flushes often). MaxRowid is unused (-1).

@@ -5,8 +5,7 @@
 --   'node'    one per distinct Sig (duplicates possible where span ids repeat): what the path's stage
 --             depends on under any stage rules (rule_remap.py re-maps nodes, not spans), kept in
 --             span_paths
---   'request' one per request: the root's ids and start, the client-observed duration, RootNs and
---             SpanStarts (span_tree_requests.sql)
+--   'request' one per request: the root's ids and start, the client-observed duration, RootNs
 , path_rows AS (
     SELECT 'path' AS Part, TK, Sig,
            any_value(CASE WHEN Depth = 0 OR RuleNo = 10002 THEN 'unattributed' ELSE Stage END) AS Bucket,
@@ -29,10 +28,6 @@ SELECT * FROM path_rows
 UNION ALL BY NAME
 SELECT * FROM node_rows
 UNION ALL BY NAME
-SELECT 'request' AS Part, r.TK, s.TraceId, s.SpanId, r.ClientDuration, s.StartNs, s.EndNs - s.StartNs AS RootNs,
-       t.SpanStarts
+SELECT 'request' AS Part, r.TK, s.TraceId, s.SpanId, r.ClientDuration, s.StartNs, s.EndNs - s.StartNs AS RootNs
 FROM request_root AS r
 JOIN spans AS s ON s.TK = r.TK AND s.SK = r.RootSK
-LEFT JOIN (
-    SELECT TK, list_sort(list(DISTINCT StartNs)) AS SpanStarts FROM spans WHERE coalesce(RuleNo, 0) < 20000 GROUP BY TK
-) AS t ON t.TK = r.TK

@@ -9,9 +9,7 @@
 -- (a scan of the run's TraceIds: 2.2 s of CPU for a 50 M-span run). Only for requests whose
 -- hash(TraceId) (TK) is at most the last parameter (statements.SPAN_TIMES_MAX_HASH: the lowest 1/16,
 -- where a seeded sample of a large band lies), NULL for the others.
--- SpanStarts: the distinct start times (ns) of the trace's spans (phase spans not included): where
--- tail vs body's sample finds them (tail_attributes.sql), not by a scan of the run's TraceIds.
-SELECT s.TraceId, s.SpanId, r.ClientDuration, p.* EXCLUDE (TK), n.SpanTimes, t.SpanStarts
+SELECT s.TraceId, s.SpanId, r.ClientDuration, p.* EXCLUDE (TK), n.SpanTimes
 FROM (
     SELECT TK,
            count(*) FILTER (WHERE RuleNo < 20000) AS SpanCount,  -- phase spans are not spans
@@ -51,6 +49,3 @@ LEFT JOIN (
     )
     GROUP BY TK
 ) AS n ON n.TK = p.TK
-LEFT JOIN (
-    SELECT TK, list_sort(list(DISTINCT StartNs)) AS SpanStarts FROM spans WHERE coalesce(RuleNo, 0) < 20000 GROUP BY TK
-) AS t ON t.TK = p.TK

@@ -1,7 +1,6 @@
 -- Tail vs body, BubbleUp: attribute values over-represented among the selected requests.
--- A seeded sample of up to N selected and N other requests (ordered by hash(TraceId)) keeps the read of
--- otel_traces to the sampled traces' spans, found by their start times (below). Dimensions: span
--- attributes of every span of the trace (with
+-- A seeded sample of up to N selected and N other requests (ordered by hash(TraceId)) keeps the scan of
+-- otel_traces to the sampled traces. Dimensions: span attributes of every span of the trace (with
 -- the span name), resource attributes of the request root, and the request's dominant stage. Keys
 -- with more distinct values in the sample than the limit given are binned when their values are
 -- numbers (token counts, payload sizes: bins at the sample's 20/40/60/80/90th percentiles, e.g.
@@ -12,39 +11,21 @@
 -- number of distinct values per key.
 {include:tail_selection},
 sample AS MATERIALIZED (
-    SELECT RunLabel, TraceId, SpanId AS RootSpanId, DominantStage, selected, SpanStarts
+    SELECT RunLabel, TraceId, SpanId AS RootSpanId, DominantStage, selected
     FROM m
     QUALIFY row_number() OVER (PARTITION BY selected ORDER BY hash(TraceId)) <= ?
 ),
 limits AS (
     SELECT ? AS max_values
 ),
--- The sampled traces' spans, found by their start times (requests.SpanStarts, kept by the derive):
--- DuckDB filters the scan of otel_traces with a bloom filter of the sample's start times on
--- Timestamp, so only the spans that start at one of them are read (the sampled ones, and another
--- trace's span that starts in the same nanosecond, which the join below drops), not every span's
--- TraceId of the run, nor the attributes of every vector a sampled span lies in (a route's sample at
--- 10 M spans: ~0.09 against ~0.26 s of CPU; bench/RESULTS.md "Scale: a sampled trace's spans found by
--- their start times"). Materialized, so that the join's own filter on TraceId is not pushed into
--- that scan too (a second probe of every row). Requests derived before version 6 (SpanStarts NULL)
--- are found by their TraceId as before: a one-key semi join DuckDB filters the scan with (a bloom
--- filter of their ids), skipped when there are none.
-starts AS MATERIALIZED (
-    SELECT DISTINCT make_timestamp_ns(unnest(SpanStarts)) AS Timestamp FROM sample
-),
-at_starts AS MATERIALIZED (
-    SELECT RunLabel, TraceId, SpanId, SpanName, SpanAttributes, ResourceAttributes
-    FROM otel_traces WHERE Timestamp IN (SELECT Timestamp FROM starts)
-),
-sampled_spans AS MATERIALIZED (
-    SELECT s.TraceId, s.selected, o.SpanName, o.SpanAttributes,
-           CASE WHEN o.SpanId = s.RootSpanId THEN o.ResourceAttributes END AS RootResource
-    FROM at_starts AS o JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId
-    WHERE s.SpanStarts IS NOT NULL
-    UNION ALL
+sampled_spans AS MATERIALIZED (  -- one scan of otel_traces for both kinds of attributes
+
     SELECT s.TraceId, s.selected, o.SpanName, o.SpanAttributes,
            CASE WHEN o.SpanId = s.RootSpanId THEN o.ResourceAttributes END AS RootResource
     FROM otel_traces AS o JOIN sample AS s ON o.RunLabel = s.RunLabel AND o.TraceId = s.TraceId
-    WHERE s.SpanStarts IS NULL AND o.TraceId IN (SELECT TraceId FROM sample WHERE SpanStarts IS NULL)
+    -- the same rows: a one-key semi join DuckDB filters the scan with (a bloom filter of the sample's
+    -- ids), so only the sampled spans' attributes are read, not every span's of the run before the
+    -- join (10 M spans, 2,000 sampled traces: 0.095 against 0.125-0.17 s of CPU)
+    WHERE o.TraceId IN (SELECT TraceId FROM sample)
 ),
 {include:tail_attribute_counts}

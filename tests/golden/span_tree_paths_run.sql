@@ -413,8 +413,7 @@ span_rows AS NOT MATERIALIZED (
 --   'node'    one per distinct Sig (duplicates possible where span ids repeat): what the path's stage
 --             depends on under any stage rules (rule_remap.py re-maps nodes, not spans), kept in
 --             span_paths
---   'request' one per request: the root's ids and start, the client-observed duration, RootNs and
---             SpanStarts (span_tree_requests.sql)
+--   'request' one per request: the root's ids and start, the client-observed duration, RootNs
 , path_rows AS (
     SELECT 'path' AS Part, TK, Sig,
            any_value(CASE WHEN Depth = 0 OR RuleNo = 10002 THEN 'unattributed' ELSE Stage END) AS Bucket,
@@ -437,11 +436,7 @@ SELECT * FROM path_rows
 UNION ALL BY NAME
 SELECT * FROM node_rows
 UNION ALL BY NAME
-SELECT 'request' AS Part, r.TK, s.TraceId, s.SpanId, r.ClientDuration, s.StartNs, s.EndNs - s.StartNs AS RootNs,
-       t.SpanStarts
+SELECT 'request' AS Part, r.TK, s.TraceId, s.SpanId, r.ClientDuration, s.StartNs, s.EndNs - s.StartNs AS RootNs
 FROM request_root AS r
 JOIN spans AS s ON s.TK = r.TK AND s.SK = r.RootSK
-LEFT JOIN (
-    SELECT TK, list_sort(list(DISTINCT StartNs)) AS SpanStarts FROM spans WHERE coalesce(RuleNo, 0) < 20000 GROUP BY TK
-) AS t ON t.TK = r.TK
 -- params: ["r1", "forward", "Consumer", "Client", "(?m)^http\\.", "r1", ["$.\"fw.queue_time\""], "r1", "\"fw\\.queue_time\":", [{"pos": 1, "grp": "fw", "phase": "queue", "stage": "queue", "source": "attribute", "start_key": "fw.queue_time", "end_key": null, "factor": 1000000.0, "name_regex": null, "start_at": 1, "end_at": null}], "r1", [], 7721236210711049765, ["queue", "model_forward", "downstream"]]

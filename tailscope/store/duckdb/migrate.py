@@ -8,9 +8,6 @@ stage breakdown sums), NULL in the rows derived before it: nothing is recomputed
 derive fills it, and the breakdown reads their spans until then.
 Version 5 adds the kept path rows a stage-rule edit re-maps (span_paths, request_paths,
 derive_state.PathsKept), empty: the next rule edit derives every run from its spans and fills them.
-Version 6 adds `requests.SpanStarts` (the start times of each request's spans, where tail vs body
-finds a sampled trace's spans), NULL in the rows derived before it: nothing is recomputed; a run's
-next derive fills it, and tail vs body finds those requests' spans by their TraceId until then.
 `migrate(conn)` runs every step from the store's version to the current one inside one
 transaction: an interrupted or failed migration leaves the store exactly as it was. Writers call it
 when they open a store (tailscope.store.duckdb.connection.ensure_schema); `tailscope migrate` calls
@@ -29,14 +26,13 @@ from tailscope.store.duckdb.threads import fit_threads
 from tailscope.store.errors import StoreVersionError
 from tailscope.store.interface import Migration
 
-CURRENT_VERSION = 6
+CURRENT_VERSION = 5
 # version -> the SQL file that takes a store from it to the next version
 STEPS: dict[int, str] = {
     1: "migrate_v1_to_v2",
     2: "migrate_v2_to_v3",
     3: "migrate_v3_to_v4",
     4: "migrate_v4_to_v5",
-    5: "migrate_v5_to_v6",
 }
 
 
