@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope.analysis import heatmap, histogram
 from tailscope.analysis.heatmap_histogram import heatmap_rows
 from tailscope.analysis.types import Filter, Heatmap
@@ -28,6 +27,7 @@ from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
 from tests.app_data import split_in_two_parts, weighted_copy
+from tests.run_cache import simulated_copy
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 SECONDS = 120  # the run stretched over two minutes from a whole second
@@ -62,7 +62,7 @@ def _same(got: list[tuple], expected: list[tuple]) -> None:
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("heatmap_histogram")
     out = {"a": folder / "a.json"}
-    simulate_to_file(out["a"], "lock-contention", 1500, seed=3)
+    simulated_copy(tmp_path_factory, out["a"], "lock-contention", 1500, 3)
     out["a1"], out["a2"] = split_in_two_parts(out["a"])  # written in two parts, the last 10 %
     return out
 

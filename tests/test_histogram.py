@@ -15,7 +15,6 @@ import duckdb
 import numpy as np
 import pytest
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope.analysis import compare, histogram, overview, tail_vs_body, waterfall
 from tailscope.analysis.types import Filter
 from tailscope.cli.main import main
@@ -25,6 +24,7 @@ from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
 from tests.app_data import split_in_two_parts, weighted_copy
+from tests.run_cache import simulated_copy
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 
@@ -63,8 +63,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("histogram")
     out = {}
     for name, scenario, seed in (("a", "lock-contention", 3), ("b", "slow-downstream", 5)):
-        out[name] = folder / f"{name}.json"
-        simulate_to_file(out[name], scenario, 1500, seed=seed)
+        out[name] = simulated_copy(tmp_path_factory, folder / f"{name}.json", scenario, 1500, seed)
     out["a1"], out["a2"] = split_in_two_parts(out["a"])  # a: written in two parts, the last 10 %
     return out
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope import sql
 from tailscope.analysis import slowest_traces, trace_gantt
 from tailscope.analysis.types import Filter
@@ -21,6 +20,7 @@ from tailscope.store.duckdb import span_histogram
 from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.store import DuckDBStore
 from tests.app_data import split_in_two_parts
+from tests.run_cache import simulated_copy
 
 
 def _stored(conn: duckdb.DuckDBPyConnection, run: str) -> list[tuple]:
@@ -41,8 +41,8 @@ def _from_spans(conn: duckdb.DuckDBPyConnection, run: str) -> list[tuple]:
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("span_ranks")
     out = {"a": folder / "a.json", "b": folder / "b.json"}
-    simulate_to_file(out["a"], "lock-contention", 1500, seed=3)
-    simulate_to_file(out["b"], "slow-downstream", 800, seed=5)
+    simulated_copy(tmp_path_factory, out["a"], "lock-contention", 1500, 3)
+    simulated_copy(tmp_path_factory, out["b"], "slow-downstream", 800, 5)
     out["a1"], out["a2"] = split_in_two_parts(out["a"])  # a: written in two parts, the last 10 %
     return out
 
