@@ -101,3 +101,17 @@ def simulated_copy(factory: pytest.TempPathFactory, dest: Path, scenario: str, r
     session's cached one (simulated_file): the same bytes, the simulation made once per session."""
     source = simulated_file(factory, scenario, requests, seed, **options)
     return copy_file(source.parent, source.name, dest)
+
+
+def ingested_copy(factory: pytest.TempPathFactory, dest: Path, file: Path, run: str) -> Path:
+    """The store `tailscope ingest FILE --db DEST --run RUN` makes in an empty store, at `dest`: a copy of
+    the session's one for these bytes and run label (the same rows, but the time it was loaded and the
+    source file's path in `runs`)."""
+    from tailscope.cli.main import main
+
+    digest = hashlib.blake2b(file.read_bytes(), digest_size=16).hexdigest()
+
+    def build(folder: Path) -> None:
+        assert main(["ingest", str(file), "--db", str(folder / "store.duckdb"), "--run", run]) == 0
+
+    return copy_store(cached(factory, "ingested", (digest, file.suffix, run), build), "store.duckdb", dest)

@@ -24,7 +24,7 @@ from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
 from tests.app_data import split_in_two_parts, weighted_copy
-from tests.run_cache import simulated_copy
+from tests.run_cache import ingested_copy, simulated_copy
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 
@@ -76,9 +76,10 @@ def store(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> D
     return DuckDBStore(path)
 
 
-def test_every_derive_keeps_the_histograms_equal_to_a_rebuild(files: dict[str, Path], tmp_path: Path) -> None:
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+def test_every_derive_keeps_the_histograms_equal_to_a_rebuild(
+    files: dict[str, Path], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     with connect_writer(path) as conn:
         before = _stored(conn, "a")
         _same(before, _rebuilt(conn, "a"))
@@ -175,10 +176,9 @@ def test_compare_from_the_histogram_is_within_a_bucket(
 
 
 def test_a_store_without_the_tables_is_read_exactly_and_gets_them_at_its_next_derive(
-    files: dict[str, Path], tmp_path: Path, from_histogram: None
+    files: dict[str, Path], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, from_histogram: None
 ) -> None:
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     with connect_writer(path) as conn:  # as an older tailscope left it
         conn.execute("DROP TABLE request_histogram")
         conn.execute("DROP TABLE stage_histogram")
