@@ -70,8 +70,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def store(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> DuckDBStore:
-    path = tmp_path_factory.mktemp("duck") / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path_factory.mktemp("duck") / "store.duckdb", files["a1"], "a")
     assert main(["ingest", str(files["b"]), "--db", str(path), "--run", "b"]) == 0
     return DuckDBStore(path)
 
