@@ -107,15 +107,22 @@ def _key(f: Path) -> str:
     return str(f).replace("/", "__")
 
 
-def _run(f: Path, out: Path, nice: int) -> None:
-    dest = out / f"{_key(f)}.json"
+def _run(f: Path | list[Path], out: Path, nice: int, marks: str | None = None, calls: bool = False,
+         key: str | None = None) -> None:
+    """One pytest process for a file (or, with `key`, for a slice of files)."""
+    files = f if isinstance(f, list) else [f]
+    dest = out / f"{key or _key(files[0])}.json"
     env = dict(os.environ, SUITE_PROFILE_OUT=str(dest.with_suffix(".plugin.json")))
+    if calls:
+        env["SUITE_CALLS_OUT"] = str(dest.with_suffix(".calls"))
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as ./test.sh
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "bench"), env.get("PYTHONPATH", "")])
     cmd = ["nice", "-n", str(nice), sys.executable, "-m", "pytest", "-p", "no:xdist", "--durations=0",
-           "-q", "-p", "suite_profile", str(f)]
+           "-q", "-p", "suite_profile", *map(str, files)]
+    cmd += ["-p", "suite_calls"] if calls else []
+    cmd += ["-m", marks] if marks else []
     w = time.perf_counter()
-    with open(out / f"{_key(f)}.log", "w") as log:
+    with open(dest.with_suffix(".log"), "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - w
@@ -126,10 +133,30 @@ def _run(f: Path, out: Path, nice: int) -> None:
         plugin = json.loads(pj.read_text())
         pj.unlink()
     rc = os.waitstatus_to_exitcode(status)
-    record = {"file": str(f), "wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rc": rc, "load_end": load}
+    name = key or str(files[0])
+    record = {"file": name, "files": [str(x) for x in files], "wall": wall, "cpu": ru.ru_utime + ru.ru_stime,
+              "rc": rc, "load_end": load}
     dest.write_text(json.dumps({**record, **plugin}, indent=1))
-    print(f"{f}: rc {os.waitstatus_to_exitcode(status)} wall {wall:.1f} cpu {ru.ru_utime + ru.ru_stime:.1f} "
-          f"load {load:.1f}", flush=True)
+    print(f"{name}: rc {rc} wall {wall:.1f} cpu {ru.ru_utime + ru.ru_stime:.1f} load {load:.1f}", flush=True)
+
+
+def slices(files: list[Path], n: int) -> list[list[Path]]:
+    """`n` slices of about the same size (the files' bytes as the guess), a SHARED_FIXTURE_GROUPS group
+    kept in one slice (it shares its fixture in the suite too), each slice in collection order."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from conftest import SHARED_FIXTURE_GROUPS
+
+    units: dict[str, list[Path]] = {}
+    for f in files:
+        units.setdefault(next((g for p, g in SHARED_FIXTURE_GROUPS.items() if str(f).startswith(p)), str(f)),
+                         []).append(f)
+    out: list[list[Path]] = [[] for _ in range(n)]
+    size = [0] * n
+    for unit in sorted(units.values(), key=lambda u: -sum((REPO / f).stat().st_size for f in u)):
+        i = size.index(min(size))
+        out[i] += unit
+        size[i] += sum((REPO / f).stat().st_size for f in unit)
+    return [sorted(s) for s in out if s]
 
 
 def table(out: Path) -> str:
@@ -178,6 +205,12 @@ def main() -> None:
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--skip-done", action="store_true", help="leave out files OUT already holds")
+    ap.add_argument("-m", dest="marks", help="pytest's -m for each file (e.g. the default tier's phase 1)")
+    ap.add_argument("--slices", type=int, default=0,
+                    help="N pytest processes over slices of the files instead of one per file (a slice keeps "
+                         "what a worker shares: module fixtures, process-wide caches)")
+    ap.add_argument("--calls", action="store_true",
+                    help="also record each test's simulations, loads and diagnoses (bench/suite_calls.py)")
     ap.add_argument("files", nargs="*")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +219,12 @@ def main() -> None:
         if a.skip_done:
             files = [f for f in files if not (a.out / f"{_key(f)}.json").exists()]
         with ThreadPoolExecutor(a.jobs) as pool:
-            list(pool.map(lambda f: _run(f, a.out, a.nice), files))
+            if a.slices:
+                parts = slices(files, a.slices)
+                list(pool.map(lambda i: _run(parts[i], a.out, a.nice, a.marks, a.calls, f"slice{i:02d}"),
+                              range(len(parts))))
+            else:
+                list(pool.map(lambda f: _run(f, a.out, a.nice, a.marks, a.calls), files))
     print(table(a.out))
 
 

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from analysis_spans import S, SpanColumns, add_trace, insert
+from run_cache import cached, copy_store
 
 from tailscope.analysis import compare
 from tailscope.analysis.compare import bootstrap_quantile
@@ -33,8 +34,7 @@ def test_cost_per_thousand_inferences():
     assert cost_per_1k(1.0, 0.0) is None
 
 
-@pytest.fixture
-def store(db_path):
+def _build(db_path) -> None:
     with connect_writer(db_path) as conn:
         for run, forward in (("a", 20.0), ("b", 30.0)):
             cols = SpanColumns()
@@ -51,7 +51,13 @@ def store(db_path):
                 "INSERT INTO runs VALUES (?, [], now(), 0, 0, MAP {'device': ?})", [run, run.upper()]
             )
             refresh_run(conn, run)
-    return Store(db_path)
+
+
+@pytest.fixture
+def store(db_path, tmp_path_factory):
+    """Runs a and b, built once per session (tests/run_cache.py), a copy of the store per test."""
+    entry = cached(tmp_path_factory, "compare", (), lambda folder: _build(folder / "store.duckdb"))
+    return Store(copy_store(entry, "store.duckdb", db_path))
 
 
 def test_compare_finds_the_slower_stage_with_intervals(store):

@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope.analysis import heatmap, histogram
 from tailscope.analysis.heatmap_histogram import heatmap_rows
 from tailscope.analysis.types import Filter, Heatmap
@@ -28,6 +27,7 @@ from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
 from tests.app_data import split_in_two_parts, weighted_copy
+from tests.run_cache import ingested_copy, simulated_copy
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 SECONDS = 120  # the run stretched over two minutes from a whole second
@@ -62,7 +62,7 @@ def _same(got: list[tuple], expected: list[tuple]) -> None:
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("heatmap_histogram")
     out = {"a": folder / "a.json"}
-    simulate_to_file(out["a"], "lock-contention", 1500, seed=3)
+    simulated_copy(tmp_path_factory, out["a"], "lock-contention", 1500, 3)
     out["a1"], out["a2"] = split_in_two_parts(out["a"])  # written in two parts, the last 10 %
     return out
 
@@ -82,8 +82,7 @@ def _stretch(conn: duckdb.DuckDBPyConnection, run: str) -> None:
 
 @pytest.fixture(scope="module")
 def store(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> DuckDBStore:
-    path = tmp_path_factory.mktemp("duck") / "store.duckdb"
-    assert main(["ingest", str(files["a"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path_factory.mktemp("duck") / "store.duckdb", files["a"], "a")
     with connect_writer(path) as conn:
         _stretch(conn, "a")
     return DuckDBStore(path)
@@ -116,10 +115,9 @@ def _same_picture(raw: Heatmap, got: Heatmap) -> None:
 
 
 def test_every_derive_keeps_the_heatmap_histogram_equal_to_a_rebuild(
-    files: dict[str, Path], tmp_path: Path
+    files: dict[str, Path], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     with connect_writer(path) as conn:
         before = _stored(conn, "a")
         _same(before, _rebuilt(conn, "a"))
@@ -192,10 +190,13 @@ def test_a_pre_aggregate_out_of_step_with_the_requests_is_not_read(
 
 
 def test_an_older_store_is_read_from_the_requests_and_gets_the_table(
-    files: dict[str, Path], tmp_path: Path, from_histogram: None, capsys: pytest.CaptureFixture[str]
+    files: dict[str, Path],
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    from_histogram: None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     with connect_writer(path) as conn:  # as the tailscope before heatmap_histogram left it
         expected = _stored(conn, "a")
         conn.execute("DROP TABLE heatmap_histogram")

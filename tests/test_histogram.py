@@ -15,7 +15,6 @@ import duckdb
 import numpy as np
 import pytest
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope.analysis import compare, histogram, overview, tail_vs_body, waterfall
 from tailscope.analysis.types import Filter
 from tailscope.cli.main import main
@@ -25,6 +24,7 @@ from tailscope.store.duckdb.rule_remap import replace_rules
 from tailscope.store.duckdb.rules import rules_in_force
 from tailscope.store.duckdb.store import DuckDBStore
 from tests.app_data import split_in_two_parts, weighted_copy
+from tests.run_cache import ingested_copy, simulated_copy
 
 BOUND = histogram.RELATIVE_ERROR * (1 + 1e-9)
 
@@ -63,23 +63,22 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("histogram")
     out = {}
     for name, scenario, seed in (("a", "lock-contention", 3), ("b", "slow-downstream", 5)):
-        out[name] = folder / f"{name}.json"
-        simulate_to_file(out[name], scenario, 1500, seed=seed)
+        out[name] = simulated_copy(tmp_path_factory, folder / f"{name}.json", scenario, 1500, seed)
     out["a1"], out["a2"] = split_in_two_parts(out["a"])  # a: written in two parts, the last 10 %
     return out
 
 
 @pytest.fixture(scope="module")
 def store(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> DuckDBStore:
-    path = tmp_path_factory.mktemp("duck") / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path_factory.mktemp("duck") / "store.duckdb", files["a1"], "a")
     assert main(["ingest", str(files["b"]), "--db", str(path), "--run", "b"]) == 0
     return DuckDBStore(path)
 
 
-def test_every_derive_keeps_the_histograms_equal_to_a_rebuild(files: dict[str, Path], tmp_path: Path) -> None:
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+def test_every_derive_keeps_the_histograms_equal_to_a_rebuild(
+    files: dict[str, Path], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     with connect_writer(path) as conn:
         before = _stored(conn, "a")
         _same(before, _rebuilt(conn, "a"))
@@ -176,10 +175,9 @@ def test_compare_from_the_histogram_is_within_a_bucket(
 
 
 def test_a_store_without_the_tables_is_read_exactly_and_gets_them_at_its_next_derive(
-    files: dict[str, Path], tmp_path: Path, from_histogram: None
+    files: dict[str, Path], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, from_histogram: None
 ) -> None:
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     with connect_writer(path) as conn:  # as an older tailscope left it
         conn.execute("DROP TABLE request_histogram")
         conn.execute("DROP TABLE stage_histogram")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from run_cache import cached, copy_store, simulated_file
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope.analysis import list_rules, save_rules
 from tailscope.cli.main import main
 from tailscope.rules import StageRule
@@ -17,13 +17,17 @@ from tailscope.store.duckdb.store import DuckDBStore
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> DuckDBStore:
-    path = tmp_path / "store.duckdb"
-    for run, seed in (("first", 1), ("second", 2)):
-        file = tmp_path / f"{run}.json"
-        simulate_to_file(file, "steady", 400, seed=seed)
-        assert main(["ingest", str(file), "--db", str(path), "--run", run]) == 0
-    return DuckDBStore(path)
+def store(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> DuckDBStore:
+    """Two steady runs (seeds 1 and 2) ingested, built once per session (tests/run_cache.py), a copy of
+    the store per test (each edits its rules)."""
+
+    def build(folder: Path) -> None:
+        for run, seed in (("first", 1), ("second", 2)):
+            file = simulated_file(tmp_path_factory, "steady", 400, seed)
+            assert main(["ingest", str(file), "--db", str(folder / "store.duckdb"), "--run", run]) == 0
+
+    entry = cached(tmp_path_factory, "rule_edit_progress", (), build)
+    return DuckDBStore(copy_store(entry, "store.duckdb", tmp_path / "store.duckdb"))
 
 
 def test_a_rule_edit_reports_its_progress_run_by_run_and_part_by_part(

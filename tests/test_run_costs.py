@@ -4,8 +4,11 @@ the same on both engines (test_clickhouse_views)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from analysis_spans import S, SpanColumns, add_trace, insert
+from run_cache import cached, copy_store
 
 from tailscope.analysis import compare, run_costs
 from tailscope.analysis.costs import recorded_price
@@ -19,8 +22,7 @@ from tailscope.vocabulary import PRICE_ATTRIBUTE
 RUNS = {"gpu-b1": (2.0, 200, 10, "3.6"), "gpu-b32": (1.0, 400, 5, "3.6"), "cpu": (40.0, 100, 50, None)}
 
 
-@pytest.fixture
-def store(db_path):
+def _build(db_path: Path) -> None:
     with connect_writer(db_path) as conn:
         for n, (run, (forward, requests, gap_ms, price)) in enumerate(RUNS.items()):
             cols = SpanColumns()
@@ -41,7 +43,13 @@ def store(db_path):
                 [run, list(setup), list(setup.values())],
             )
             refresh_run(conn, run)
-    return Store(db_path)
+
+
+@pytest.fixture
+def store(db_path, tmp_path_factory):
+    """The three runs' store, built once per session (tests/run_cache.py), a copy of it per test."""
+    entry = cached(tmp_path_factory, "run_costs", RUNS, lambda folder: _build(folder / "store.duckdb"))
+    return Store(copy_store(entry, "store.duckdb", db_path))
 
 
 def test_each_run_gets_its_throughput_p99_and_cost(store) -> None:

@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope.analysis import histogram, slowest_traces
 from tailscope.analysis.histogram import Buckets
 from tailscope.analysis.types import Filter
 from tailscope.analysis.views import NO_FLOOR_NS, slowest_floor_ns
 from tailscope.cli.main import main
 from tailscope.store.duckdb.store import DuckDBStore
+from tests.run_cache import simulated_copy
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> DuckDBStore:
     folder = tmp_path_factory.mktemp("slowest")
     path = folder / "store.duckdb"
     for run, scenario, seed in (("a", "lock-contention", 3), ("b", "slow-downstream", 5)):
-        traces = folder / f"{run}.json"
-        simulate_to_file(traces, scenario, 1500, seed=seed)
+        traces = simulated_copy(tmp_path_factory, folder / f"{run}.json", scenario, 1500, seed)
         assert main(["ingest", str(traces), "--db", str(path), "--run", run]) == 0
     return DuckDBStore(path)
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from reference_pipeline.simulate import simulate_to_file
 from tailscope import sql
 from tailscope.analysis import slowest_traces, trace_gantt
 from tailscope.analysis.types import Filter
@@ -21,6 +20,7 @@ from tailscope.store.duckdb import span_histogram
 from tailscope.store.duckdb.connection import connect_writer
 from tailscope.store.duckdb.store import DuckDBStore
 from tests.app_data import split_in_two_parts
+from tests.run_cache import ingested_copy, simulated_copy
 
 
 def _stored(conn: duckdb.DuckDBPyConnection, run: str) -> list[tuple]:
@@ -41,23 +41,23 @@ def _from_spans(conn: duckdb.DuckDBPyConnection, run: str) -> list[tuple]:
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("span_ranks")
     out = {"a": folder / "a.json", "b": folder / "b.json"}
-    simulate_to_file(out["a"], "lock-contention", 1500, seed=3)
-    simulate_to_file(out["b"], "slow-downstream", 800, seed=5)
+    simulated_copy(tmp_path_factory, out["a"], "lock-contention", 1500, 3)
+    simulated_copy(tmp_path_factory, out["b"], "slow-downstream", 800, 5)
     out["a1"], out["a2"] = split_in_two_parts(out["a"])  # a: written in two parts, the last 10 %
     return out
 
 
 @pytest.fixture(scope="module")
 def store(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> DuckDBStore:
-    path = tmp_path_factory.mktemp("duck") / "store.duckdb"
-    assert main(["ingest", str(files["a"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path_factory.mktemp("duck") / "store.duckdb", files["a"], "a")
     assert main(["ingest", str(files["b"]), "--db", str(path), "--run", "b"]) == 0
     return DuckDBStore(path)
 
 
-def test_every_write_keeps_the_span_counts_equal_to_a_rebuild(files: dict[str, Path], tmp_path: Path) -> None:
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+def test_every_write_keeps_the_span_counts_equal_to_a_rebuild(
+    files: dict[str, Path], tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     with connect_writer(path) as conn:
         first = _stored(conn, "a")
         assert first == _from_spans(conn, "a") and first
@@ -131,12 +131,12 @@ def test_the_gantt_of_a_large_run_ranks_by_buckets_and_a_small_one_exactly(
 def test_a_run_the_counts_do_not_count_is_ranked_exactly_until_a_write_or_migrate_builds_them(
     files: dict[str, Path],
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setattr(span_ranks, "MIN_SPANS", 0)
-    path = tmp_path / "store.duckdb"
-    assert main(["ingest", str(files["a1"]), "--db", str(path), "--run", "a"]) == 0
+    path = ingested_copy(tmp_path_factory, tmp_path / "store.duckdb", files["a1"], "a")
     assert main(["ingest", str(files["b"]), "--db", str(path), "--run", "b"]) == 0
     with connect_writer(path) as conn:  # as an older tailscope left it
         conn.execute("DELETE FROM span_histogram")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from analysis_spans import S, SpanColumns, add_trace, load
+from run_cache import cached, copy_store
 
 from tailscope.analysis import Filter, stage_mapping, waterfall
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
@@ -44,13 +45,18 @@ def request_row(db, trace_no: int) -> dict[str, float]:
     return {"duration": row[0] / 1e6} | {c: v / 1e6 for c, v in zip(STAGE_COLUMNS, row[1:], strict=True)}
 
 
-@pytest.fixture
-def two_tier(db_path):
+def _two_tier(db_path) -> None:
     cols = SpanColumns()
     for i in range(200):
         add_trace(cols, gateway_trace(45.0 + (i % 10)), i + 1, offset_ms=i * 200)
     load(db_path, "tiers", cols)
-    return db_path
+
+
+@pytest.fixture
+def two_tier(db_path, tmp_path_factory):
+    """200 gateway traces, built once per session (tests/run_cache.py), a copy of the store per test."""
+    entry = cached(tmp_path_factory, "two_tier", (), lambda folder: _two_tier(folder / "store.duckdb"))
+    return copy_store(entry, "store.duckdb", db_path)
 
 
 def test_the_model_servers_own_time_is_unattributed_not_model_forward(two_tier):
