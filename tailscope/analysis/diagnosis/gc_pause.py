@@ -207,8 +207,8 @@ def _stops(ctx: Context) -> list[Finding]:
     co_slow = max(logistic(z, 3.0, 1.0) * logistic(ratio, 2.0, 0.2), logistic(int(long_wait.sum()), 2.0, 0.7))
     waits = [w for w in [worker_waits.finding(ctx, ep_inst[ran], ep_t0[ran], ep_t1[ran], co_slow, told)] if w]
     ep_inst, ep_t0, ep_t1, stopped = ep_inst[~ran], ep_t0[~ran], ep_t1[~ran], stopped[~ran]
-    if not len(ep_inst):  # every stretch was a wait for a worker: a stop read alone is held under 0.5
-        return [worker_waits.not_a_stop(x, waits) for x in _lone(ctx, warm)] + waits
+    if not len(ep_inst):  # every co-slow stretch a wait for a worker: no stop to read, alone or not
+        return waits if ran.any() else _lone(ctx, warm)
     # silences longer than a request through which requests sent to the process waited: a stop
     kept_waiting = int(((stopped == 2) & (ep_t1 - ep_t0 > np.median(reqs.latency))).sum())
     episodes = len(ep_inst)

@@ -27,7 +27,7 @@ import itertools
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS
-from tailscope.analysis.diagnosis.model import NAMED, Context, Finding
+from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic
 
 PATTERN = "queueing"
@@ -133,16 +133,3 @@ def finding(ctx: Context, ep_inst, ep_t0, ep_t1, strength: float, told: dict) ->
     }
     return Finding(PATTERN, clamp01(confidence), "queue", None, {"summary": summary, "stats": stats}, ADVICE)
 
-
-def not_a_stop(stop: Finding, waits: list[Finding]) -> Finding:
-    """A stop found from its requests alone (lone_pauses) in a run whose every co-slow stretch ran its
-    work through (`waits`): the same stretches, read as a stop without a stop's signature: under 0.5."""
-    if not waits or stop.pattern != "gc_pause" or stop.confidence < NAMED:
-        return stop
-    stop.confidence = min(stop.confidence, 0.45)
-    stop.evidence.setdefault("stats", {})["running_work_went_on"] = True
-    stop.evidence["summary"] = stop.evidence.get("summary", "") + (
-        " Yet the work running in those stretches went on through them (see queueing): its workers were "
-        "held, not stopped."
-    )
-    return stop
