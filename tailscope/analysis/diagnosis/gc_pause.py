@@ -27,7 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import cpu_throttling, gc_assists, lone_pauses, loop_blocks, stopped_accepts
+from tailscope.analysis.diagnosis import (
+    cpu_throttling,
+    gc_assists,
+    lone_pauses,
+    loop_blocks,
+    stopped_accepts,
+    worker_waits,
+)
 from tailscope.analysis.diagnosis.frame import root_waits
 from tailscope.analysis.diagnosis.gc_reports import REPORTED_CAP, reported_weight
 from tailscope.analysis.diagnosis.interpreter_lock import split as lock_turns
@@ -194,8 +201,14 @@ def _stops(ctx: Context) -> list[Finding]:
     # a silence filled by work as long as its input predicts is that work's (a long parse), not a stop
     kept = ~stopped_accepts.held_by_input(ctx, ep_inst, ep_t0, ep_t1)
     ep_inst, ep_t0, ep_t1, stopped = ep_inst[kept], ep_t0[kept], ep_t1[kept], stopped[kept]
-    if not len(ep_inst):
-        return _lone(ctx, warm)
+    # stretches through which the running work went on: held workers, not a stop (worker_waits.py)
+    ran, told = worker_waits.ran_through(ctx, ep_inst, ep_t0, ep_t1)
+    long_wait = (stopped[ran] == 2) & (ep_t1[ran] - ep_t0[ran] > np.median(reqs.latency))  # as kept_waiting
+    co_slow = max(logistic(z, 3.0, 1.0) * logistic(ratio, 2.0, 0.2), logistic(int(long_wait.sum()), 2.0, 0.7))
+    waits = [w for w in [worker_waits.finding(ctx, ep_inst[ran], ep_t0[ran], ep_t1[ran], co_slow, told)] if w]
+    ep_inst, ep_t0, ep_t1, stopped = ep_inst[~ran], ep_t0[~ran], ep_t1[~ran], stopped[~ran]
+    if not len(ep_inst):  # every co-slow stretch a wait for a worker: no stop to read, alone or not
+        return waits if ran.any() else _lone(ctx, warm)
     # silences longer than a request through which requests sent to the process waited: a stop
     kept_waiting = int(((stopped == 2) & (ep_t1 - ep_t0 > np.median(reqs.latency))).sum())
     episodes = len(ep_inst)
@@ -344,10 +357,10 @@ def _stops(ctx: Context) -> list[Finding]:
         notes = dict(ctx.notes)
         lone = _lone(ctx, warm_up_mask(ctx))  # `warm` is a weight by now
         if max((x.confidence for x in lone), default=0.0) > max(x.confidence for x in found):
-            return lone
+            return lone + waits
         ctx.notes.clear()
         ctx.notes.update(notes)
-    return found
+    return found + waits
 
 
 def _lone(ctx: Context, warm: np.ndarray) -> list[Finding]:
