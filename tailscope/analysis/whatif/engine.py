@@ -22,6 +22,7 @@ from tailscope.analysis.whatif.blocked_workers import unblocked_lever
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
+from tailscope.analysis.whatif.in_order import payload_in_order
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.peer_levers import no_pauses_as_peers
@@ -39,7 +40,7 @@ from tailscope.analysis.whatif.served import replica_routing, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 14  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 15  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -198,7 +199,7 @@ def plan(
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd),
                     timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
-            out.append(batched_calls(x, fd) or payload_at_median(x, fd))
+            out += [batched_calls(x, fd) or payload_at_median(x, fd), payload_in_order(x, fd)]
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
