@@ -104,8 +104,9 @@ PATTERN_LEVER = {
     "cpu_throttling": "no_throttling",
     "gc_pause": "no_gc_stalls",
     # the queue as in calm stretches (a burst met with capacity), or, where the batcher's window is
-    # what the requests wait for (a max queue delay the traffic never fills a batch in), no window
-    "queueing": "queue_as_calm|queue_no_window",
+    # what the requests wait for (a max queue delay the traffic never fills a batch in), no window, or,
+    # where a call blocks the worker (a synchronous call in an async handler), the call non-blocking
+    "queueing": "queue_as_calm|queue_no_window|queue_unblocked",
     "slow_dependency": "dependency_p50",
     "lock_contention": "no_lock_wait",
     "cache_miss": "cache_hits",

@@ -18,7 +18,7 @@ from tailscope.analysis.whatif import pool_levers as pl
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.attempts import abandoned_attempts, answered_in_time
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
-from tailscope.analysis.whatif.blocked_workers import unblocked_lever
+from tailscope.analysis.whatif.blocked_workers import loop_unblocked, unblocked_lever
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
@@ -205,7 +205,7 @@ def plan(
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
-            out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd)]
+            out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd), loop_unblocked(x, fd)]
     paused = [fd for fd in x.findings
               if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [
