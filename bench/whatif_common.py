@@ -159,8 +159,10 @@ def predicted(
     if diagnosis.errors:
         print(f"  (diagnosis errors: {diagnosis.errors})", flush=True)
     findings = [fd.to_dict(with_chart=True) for fd in diagnosis.findings]
-    # a cause named below the what-if's floor gets no lever (engine.MIN_CONFIDENCE): missed, as unnamed
-    named = {fd["pattern"] for fd in findings if (fd.get("confidence") or 0) >= MIN_CONFIDENCE}
+    # a cause named below the what-if's floor gets no lever (engine.MIN_CONFIDENCE): missed, as unnamed;
+    # so is one named without the span its lever acts on (LOCATED) where the truth names one
+    named = {fd["pattern"] for fd in findings if (fd.get("confidence") or 0) >= MIN_CONFIDENCE
+             and (fd.get("span_name") or fd["pattern"] not in LOCATED)}
     for cause in truth or []:
         if cause["pattern"] not in named:
             stats = {"service": cause.get("service"), "instances": cause.get("instances") or []}
@@ -186,6 +188,12 @@ def predicted(
         return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
     best = min(hits, key=lambda o: o.p99_ms)
     return best.p50_ms, best.p99_ms, best.key, seconds
+
+
+# the patterns whose lever acts on the finding's span (engine.plan): a finding of one without a span
+# gets no lever: the cause counts as missed, and the truth's finding is added beside it
+LOCATED = frozenset({"lock_contention", "cache_miss", "slow_dependency", "queueing", "large_payload",
+                     "timeout_retry", "network"})
 
 
 def _composed_of(key: str, prefixes: tuple[str, ...]) -> bool:

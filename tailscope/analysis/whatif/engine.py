@@ -187,7 +187,7 @@ def plan(
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
             out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
-                    lk.no_stated_wait(x, fd)]
+                    lk.no_stated_wait(x, fd), lk.slow_holders(x, fd)]
         elif p == "slow_dependency":
             out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
                     timer_quanta(x, fd)]
