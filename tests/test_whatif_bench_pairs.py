@@ -159,3 +159,20 @@ def test_a_cause_acting_on_the_requests_is_measured_there_not_on_a_linked_consum
     assert row["population"] == "request api POST /limit"
     row = common.pair_row("fam", "prefetch", faulty, healthy, "queue_as_calm", spans=("run/score",))
     assert (row["faulty_p50"], row["meas_p50"]) == (pytest.approx(13.0), pytest.approx(7.5))
+
+
+def test_a_lock_lever_answers_a_queueing_truth_only_at_the_truths_own_span() -> None:
+    """ARCHITECTURE's vocabulary of waits: a wait for a connection from a bounded pool is
+    lock_contention, for a worker queueing. A queueing truth at a pool's checkout span (node-triton
+    audit-pool: `pg-pool.connect`) is answered by the lock lever there; the lock lever at another
+    span (the burst's route of a worker-pool burst) is not that wait's fix."""
+    from bench.bench_whatif import PATTERN_LEVER
+
+    queueing = PATTERN_LEVER["queueing"]
+    at = ("pg-pool.connect",)
+    assert common._starts("no_lock_wait_held_as_calm:pg-pool.connect", queueing, at)
+    assert not common._starts("no_lock_wait_held_as_calm:GET /v1/history", queueing, at)
+    assert common._starts("queue_as_calm:GET /v1/history", queueing, at)
+    assert not common._starts("no_lock_wait:SELECT", PATTERN_LEVER["slow_dependency"], ("SELECT",))
+    assert common._composed_of("no_gc_stalls+no_lock_wait:pg-pool.connect",
+                               (PATTERN_LEVER["gc_pause"], queueing), at)
