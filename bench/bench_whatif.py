@@ -111,7 +111,8 @@ PATTERN_LEVER = {
     # families' truths predate it); at another span (the route of a burst at a worker pool: a wait
     # for a worker, queueing) it does not
     "queueing": "queue_as_calm|queue_no_window|queue_unblocked|no_lock_wait@",
-    "slow_dependency": "dependency_p50",
+    # the dependency at its p50, or where it is slow in episodes (its p50 then a slow one), as between them
+    "slow_dependency": "dependency_p50|dependency_as_calm",
     "lock_contention": "no_lock_wait",
     "cache_miss": "cache_hits",
     "cold_start": "prewarmed",

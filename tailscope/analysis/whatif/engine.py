@@ -21,6 +21,7 @@ from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, 
 from tailscope.analysis.whatif.blocked_workers import loop_unblocked, unblocked_lever
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
+from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.in_order import payload_in_order
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
@@ -190,7 +191,7 @@ def plan(
                     lk.no_stated_wait(x, fd), lk.slow_holders(x, fd)]
         elif p == "slow_dependency":
             out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
-                    timer_quanta(x, fd)]
+                    timer_quanta(x, fd), dependency_as_calm(x, fd)]
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
