@@ -309,3 +309,20 @@ def test_retries_a_proxy_makes_inside_one_call_are_fixed_to_the_calls_median() -
     x = _inputs(f)
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     assert new.max() == pytest.approx(13.0, abs=0.01)
+
+
+def test_a_call_out_longer_than_the_period_keeps_its_length_less_the_stall() -> None:
+    """A call out that waited for its callee across several period boundaries (the callee's own slow
+    answer, off the CPU): only the stall it ended in goes (its reply read when the quota came back),
+    it is not redrawn from the calls that crossed no boundary (the short ones)."""
+    rows = []
+    for k in range(30):  # short calls out that crossed nothing: 2 ms each, every 30 ms
+        rows.append((k, -1, "POST", "Client", 0, 30.0 * k + 2, 2))
+    rows.append((40, -1, "POST", "Client", 0, 1020, 280))  # 1020-1300: the callee's 250 ms + the stall
+    f = hand_frame(rows)
+    x = _inputs(f)
+    x.throttle_stalls = (np.array([0]), np.array([1270]) * MS, np.array([1300]) * MS)
+    lever = cl.no_throttling(x, {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}})
+    assert lever is not None
+    new = retime(f, lever.edit, x.lay).dur / MS
+    assert new[-1] == 250.0, new[-1]
