@@ -316,13 +316,14 @@ def test_a_call_out_longer_than_the_period_keeps_its_length_less_the_stall() -> 
     answer, off the CPU): only the stall it ended in goes (its reply read when the quota came back),
     it is not redrawn from the calls that crossed no boundary (the short ones)."""
     rows = []
-    for k in range(30):  # short calls out that crossed nothing: 2 ms each, every 30 ms
-        rows.append((k, -1, "POST", "Client", 0, 30.0 * k + 2, 2))
-    rows.append((40, -1, "POST", "Client", 0, 1020, 280))  # 1020-1300: the callee's 250 ms + the stall
+    for k in range(30):  # short calls out that crossed nothing: 2 ms each, at 10 and 60 ms of a period
+        rows.append((k, -1, "POST", "Client", 0, 50.0 * k + 10, 2))
+    rows.append((40, -1, "POST", "Client", 0, 1520, 280))  # 1520-1800: the callee's 250 ms + the stall
     f = hand_frame(rows)
     x = _inputs(f)
-    x.throttle_stalls = (np.array([0]), np.array([1270]) * MS, np.array([1300]) * MS)
+    ends = np.arange(1, 19) * 100.0  # a 30 ms stall before every period boundary
+    x.throttle_stalls = (np.zeros(18, np.int64), (ends - 30) * MS, ends * MS)
     lever = cl.no_throttling(x, {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}})
-    assert lever is not None
+    assert lever is not None and lever.params["instances"] == 1
     new = retime(f, lever.edit, x.lay).dur / MS
-    assert new[-1] == 250.0, new[-1]
+    assert new[-1] > 150.0, new[-1]
