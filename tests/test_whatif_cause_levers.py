@@ -327,3 +327,30 @@ def test_a_call_out_longer_than_the_period_keeps_its_length_less_the_stall() -> 
     assert lever is not None and lever.params["instances"] == 1
     new = retime(f, lever.edit, x.lay).dur / MS
     assert new[-1] > 150.0, new[-1]
+
+
+def test_every_instance_throttled_the_uncrossed_calls_are_weighted_by_their_chance_to_cross_none() -> None:
+    """A quota that lets 30 ms of every 100 ms run: a call started in that part crosses the boundary
+    with a chance of its length over 30 ms, so the calls that crossed none are the short ones. A
+    crossed call takes the time of an uncrossed one weighted by the inverse of that chance: their
+    times come out as the calls' own, not shorter."""
+    rng = np.random.default_rng(8)
+    rows, true, crossed = [], [], []
+    for k in range(3000):
+        period = 100.0 * (k // 3)
+        start = period + float(rng.uniform(0, 30))
+        d = float(rng.uniform(2, 25))
+        over = start + d > period + 30
+        rows.append((k, -1, "POST", "Client", 0, start, d + (70 if over else 0)))
+        true.append(d)
+        crossed.append(over)
+    f = hand_frame(rows)
+    x = _inputs(f)
+    ends = np.arange(1, 1001) * 100.0
+    x.throttle_stalls = (np.zeros(1000, np.int64), (ends - 70) * MS, ends * MS)
+    lever = cl.no_throttling(x, {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}})
+    assert lever is not None
+    new = retime(f, lever.edit, x.lay).dur / MS
+    crossed = np.array(crossed)
+    own = float(np.mean(np.array(true)[crossed]))
+    assert abs(float(np.mean(new[crossed])) - own) < 0.1 * own, (np.mean(new[crossed]), own)

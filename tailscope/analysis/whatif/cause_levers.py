@@ -112,6 +112,9 @@ def _crossing_leaves(x: Inputs, phases: dict[int, float], period_ns: int) -> np.
     return out
 
 
+MIN_UNCROSSED = 0.1  # a span's chance to cross no period boundary, floored (its weight at most 10)
+
+
 def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     stalls = x.throttle_stalls
     if stalls is None or len(stalls[0]) == 0:
@@ -133,16 +136,25 @@ def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     _replied_at_boundary(x, phases, PERIOD_NS, edit)
     rng = x.rng(22)
     leaf = ~x.lay.has_children
+    running = max(PERIOD_NS - float(np.median(stalls[2] - stalls[1])), 0.1 * PERIOD_NS)
     # drawn from the instances not throttled (on a throttled one, the spans that did not cross a
     # boundary are the short ones: a span crosses with a chance of its length over the period)
     free = ~np.isin(f.instance, list(phases))
     for code in np.unique(f.name[crossing]).tolist():
         pool = f.dur[leaf & free & (f.name == code)]
+        weight = None
         if len(pool) < 20:
+            # every instance throttled: the spans that crossed no boundary, weighted so that they
+            # stand for those that crossed one: a span of length d started at random in the part of
+            # the period the quota lets run (W) crosses with chance d/W and crosses none with 1 - d/W,
+            # so the crossed ones are the uncrossed ones weighted by (d/W) / (1 - d/W)
             pool = f.dur[leaf & ~crossing & (f.name == code)]
+            share = np.minimum(pool / running, 1.0)
+            weight = np.maximum(share, 1e-3) / np.maximum(1.0 - share, MIN_UNCROSSED)
         spans = np.nonzero(crossing & (f.name == code))[0]
         if len(pool):
-            edit.dur[spans] = np.minimum(pool[rng.integers(0, len(pool), len(spans))], f.dur[spans])
+            p = None if weight is None else weight / weight.sum()
+            edit.dur[spans] = np.minimum(pool[rng.choice(len(pool), len(spans), p=p)], f.dur[spans])
             edit.cut_after[spans] = 0.0
     total = float((stalls[2] - stalls[1]).sum()) / 1e6
     return Lever(
