@@ -354,3 +354,23 @@ def test_every_instance_throttled_the_uncrossed_calls_are_weighted_by_their_chan
     crossed = np.array(crossed)
     own = float(np.mean(np.array(true)[crossed]))
     assert abs(float(np.mean(new[crossed])) - own) < 0.1 * own, (np.mean(new[crossed]), own)
+
+
+def test_callee_p50_reads_the_deadline_from_the_attempts_where_the_finding_gives_none() -> None:
+    """A cause given with no timeout (a callee down half the run: half the attempts cut at 300 ms,
+    then made again): the cut attempts sit at one ceiling, the deadline; the p50 is taken over the
+    attempts that answered (10-14 ms), not over all of them (a cut one's 300 ms)."""
+    rows = []
+    for k in range(40):
+        t, base = 1000.0 * k, len(rows)
+        if k % 2:  # cut at 300 ms, made again after a 25 ms back-off, cut again: the fallback
+            rows += [(k, -1, "root", "Server", 0, t, 650), (k, base, "call", "Client", 0, t + 1, 300.0),
+                     (k, base, "call", "Client", 0, t + 326, 300.0),
+                     (k, base, "fallback", "Internal", 0, t + 640, 5)]
+        else:
+            rows += [(k, -1, "root", "Server", 0, t, 17),
+                     (k, base, "call", "Client", 0, t + 1, 10.0 + 0.1 * k)]
+    f = hand_frame(rows)
+    finding = {**RETRY, "evidence": {"stats": {"service": "svc"}}}
+    lever = cl.callee_p50(_inputs(f), finding)
+    assert lever is not None and lever.params["p50_ms"] < 15.0, lever.params

@@ -234,6 +234,19 @@ def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     )
 
 
+AT_DEADLINE = 0.97  # an attempt within 3 % of the longest was cut at the deadline
+DEADLINE_SHARE = 0.1  # ... where at least this share of the attempts were: the deadline shows
+
+
+def deadline_ms(d: np.ndarray) -> float | None:
+    """The attempts' deadline where the finding does not give it: the ceiling the cut attempts sit at
+    (at least DEADLINE_SHARE of them within 3 % of the longest); None where they sit at none."""
+    if len(d) < 20 or d.max() <= 0:
+        return None
+    top = d >= AT_DEADLINE * d.max()
+    return float(np.median(d[top])) / 1e6 if top.mean() >= DEADLINE_SHARE else None
+
+
 def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """The callee fixed: no attempt times out, and every call takes the median of the calls that
     answered (a call cut at the timeout did not answer). Where no call shows its attempts (a proxy
@@ -244,8 +257,8 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         return None
     f = x.frame
     edit = _answered_at_once(x, finding, None) or Edit.none(len(f))
-    timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms")
     d = f.dur[s].astype(np.float64)
+    timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms") or deadline_ms(d)
     answered = d[d < 0.97 * timeout * 1e6] if timeout else d
     if len(answered) == 0:
         return None
@@ -276,7 +289,7 @@ def hedged(x: Inputs, finding: dict[str, Any], hedge_ms: float | None = None) ->
         return None
     if hedge_ms is None:  # the call's own p95, as the finding's advice says
         d = x.frame.dur[s].astype(np.float64)
-        timeout = stats.get("timeout_ms")
+        timeout = stats.get("timeout_ms") or deadline_ms(d)
         under = d[d < 0.97 * timeout * 1e6] if timeout else d
         hedge_ms = float(np.quantile(under if len(under) else d, 0.95)) / 1e6
     edit = _answered_at_once(x, finding, hedge_ms * 1e6)
