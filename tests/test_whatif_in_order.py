@@ -53,3 +53,12 @@ def test_no_ordered_pipe_no_lever() -> None:
     the calls are no ordered pipe (the large replies delay nobody)."""
     fixed, _ = _fixed(_frame(True, ordered=False))
     assert "payload_in_order" not in fixed
+
+
+def test_a_lock_named_at_an_ordered_pipe_gets_the_large_replies_lever() -> None:
+    """The diagnosis can read head-of-line on one connection as a lock at its calls (dotnet-onnx
+    redis-large-values: lock_contention 0.77 at `GET`): the pipe's holders are its large replies."""
+    finding = {"pattern": "lock_contention", "confidence": 0.8, "span_name": "GET", "evidence": {"stats": {}}}
+    healthy = evaluate(_frame(False), []).measured.p99_ms
+    fixed = {o.key.split(":")[0]: o.p99_ms for o in evaluate(_frame(True), [finding]).outcomes}
+    assert abs(fixed["payload_in_order"] - healthy) < 0.1 * healthy, (fixed, healthy)
