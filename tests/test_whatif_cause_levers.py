@@ -311,24 +311,6 @@ def test_retries_a_proxy_makes_inside_one_call_are_fixed_to_the_calls_median() -
     assert new.max() == pytest.approx(13.0, abs=0.01)
 
 
-def test_a_call_out_longer_than_the_period_keeps_its_length_less_the_stall() -> None:
-    """A call out that waited for its callee across several period boundaries (the callee's own slow
-    answer, off the CPU): only the stall it ended in goes (its reply read when the quota came back),
-    it is not redrawn from the calls that crossed no boundary (the short ones)."""
-    rows = []
-    for k in range(30):  # short calls out that crossed nothing: 2 ms each, at 10 and 60 ms of a period
-        rows.append((k, -1, "POST", "Client", 0, 50.0 * k + 10, 2))
-    rows.append((40, -1, "POST", "Client", 0, 1520, 280))  # 1520-1800: the callee's 250 ms + the stall
-    f = hand_frame(rows)
-    x = _inputs(f)
-    ends = np.arange(1, 19) * 100.0  # a 30 ms stall before every period boundary
-    x.throttle_stalls = (np.zeros(18, np.int64), (ends - 30) * MS, ends * MS)
-    lever = cl.no_throttling(x, {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}})
-    assert lever is not None and lever.params["instances"] == 1
-    new = retime(f, lever.edit, x.lay).dur / MS
-    assert new[-1] > 150.0, new[-1]
-
-
 def test_every_instance_throttled_the_uncrossed_calls_are_weighted_by_their_chance_to_cross_none() -> None:
     """A quota that lets 30 ms of every 100 ms run: a call started in that part crosses the boundary
     with a chance of its length over 30 ms, so the calls that crossed none are the short ones. A

@@ -129,9 +129,6 @@ def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     phases = {i: p for i, p in _phases(stalls, PERIOD_NS).items() if not codes or i in codes}
     edit = stall_edit(x, stalls)
     crossing = _crossing_leaves(x, phases, PERIOD_NS)
-    # a call out longer than the period waited off the CPU across its boundaries (the callee's own
-    # time, its tail included): the stall it ended in is stall_edit's, its length is not redrawn
-    crossing &= ~(np.isin(f.kind, OUTBOUND) & (f.dur > PERIOD_NS))
     _accepted_at_boundary(x, phases, PERIOD_NS, edit)
     _replied_at_boundary(x, phases, PERIOD_NS, edit)
     rng = x.rng(22)
