@@ -104,9 +104,15 @@ PATTERN_LEVER = {
     "cpu_throttling": "no_throttling",
     "gc_pause": "no_gc_stalls",
     # the queue as in calm stretches (a burst met with capacity), or, where the batcher's window is
-    # what the requests wait for (a max queue delay the traffic never fills a batch in), no window
-    "queueing": "queue_as_calm|queue_no_window",
-    "slow_dependency": "dependency_p50",
+    # what the requests wait for (a max queue delay the traffic never fills a batch in), no window, or,
+    # where a call blocks the worker (a synchronous call in an async handler), the call non-blocking.
+    # A lock lever at the truth's own span answers it too: a queue at a bounded pool's checkout is a
+    # wait for a connection, which ARCHITECTURE's vocabulary of waits names lock_contention (the
+    # families' truths predate it); at another span (the route of a burst at a worker pool: a wait
+    # for a worker, queueing) it does not
+    "queueing": "queue_as_calm|queue_no_window|queue_unblocked|no_lock_wait@",
+    # the dependency at its p50, or where it is slow in episodes (its p50 then a slow one), as between them
+    "slow_dependency": "dependency_p50|dependency_as_calm",
     "lock_contention": "no_lock_wait",
     "cache_miss": "cache_hits",
     "cold_start": "prewarmed",

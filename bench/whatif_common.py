@@ -149,18 +149,21 @@ def measured(frame, units: Units | None = None) -> tuple[float, float]:
 
 
 def predicted(
-    frame, lever: str | tuple[str, ...], other=None, truth: list[dict] | None = None, units=None
+    frame, lever: str | tuple[str, ...], other=None, truth: list[dict] | None = None, units=None,
+    at: tuple[str, ...] = (),
 ) -> tuple[float, float, str, float]:
     """(p50, p99, the fix evaluated or 'no lever', seconds) for the faulty run. `truth`: planted causes
     the diagnosis did not name are added as findings (pattern, span, service, instances: no more than
     the truth says), to measure the lever where it is applied. `lever` a tuple: the fixes at once
-    (a run with two causes)."""
+    (a run with two causes). `at`: the planted causes' spans (a prefix 'p@' answers only there)."""
     diagnosis = diagnose_frame(frame)
     if diagnosis.errors:
         print(f"  (diagnosis errors: {diagnosis.errors})", flush=True)
     findings = [fd.to_dict(with_chart=True) for fd in diagnosis.findings]
-    # a cause named below the what-if's floor gets no lever (engine.MIN_CONFIDENCE): missed, as unnamed
-    named = {fd["pattern"] for fd in findings if (fd.get("confidence") or 0) >= MIN_CONFIDENCE}
+    # a cause named below the what-if's floor gets no lever (engine.MIN_CONFIDENCE): missed, as unnamed;
+    # so is one named without the span its lever acts on (LOCATED) where the truth names one
+    named = {fd["pattern"] for fd in findings if (fd.get("confidence") or 0) >= MIN_CONFIDENCE
+             and (fd.get("span_name") or fd["pattern"] not in LOCATED)}
     for cause in truth or []:
         if cause["pattern"] not in named:
             stats = {"service": cause.get("service"), "instances": cause.get("instances") or []}
@@ -177,22 +180,28 @@ def predicted(
     result = evaluate(units, findings, speedup=speedup, speedup_from="other", combine=combine)
     seconds = time.perf_counter() - started
     if both:  # all the fixes at once where the run has a lever for each, else those it has
-        hits = [o for o in result.outcomes if _composed_of(o.key, lever)]
+        hits = [o for o in result.outcomes if _composed_of(o.key, lever, at)]
         full = [o for o in hits if len(o.key.split("+")) == len(lever)]
         hits = full or [o for o in hits if len(o.key.split("+")) == max(len(h.key.split("+")) for h in hits)]
     else:
-        hits = [o for o in result.outcomes if _starts(o.key, lever)]
+        hits = [o for o in result.outcomes if _starts(o.key, lever, at)]
     if not hits:
         return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
     best = min(hits, key=lambda o: o.p99_ms)
     return best.p50_ms, best.p99_ms, best.key, seconds
 
 
-def _composed_of(key: str, prefixes: tuple[str, ...]) -> bool:
+# the patterns whose lever acts on the finding's span (engine.plan): a finding of one without a span
+# gets no lever: the cause counts as missed, and the truth's finding is added beside it
+LOCATED = frozenset({"lock_contention", "cache_miss", "slow_dependency", "queueing", "large_payload",
+                     "timeout_retry", "network"})
+
+
+def _composed_of(key: str, prefixes: tuple[str, ...], at: tuple[str, ...] = ()) -> bool:
     """The fix for all the prefixes (composed), or for those of them the run has levers for."""
     parts, rest = key.split("+"), list(prefixes)
     for part in parts:
-        while rest and not _starts(part, rest[0]):
+        while rest and not _starts(part, rest[0], at):
             rest.pop(0)
         if not rest:
             return False
@@ -200,9 +209,16 @@ def _composed_of(key: str, prefixes: tuple[str, ...]) -> bool:
     return True
 
 
-def _starts(key: str, prefix: str) -> bool:
-    """Whether a lever's key answers a pattern's prefix ('a|b': either)."""
-    return key.startswith(tuple(prefix.split("|")))
+def _starts(key: str, prefix: str, at: tuple[str, ...] = ()) -> bool:
+    """Whether a lever's key answers a pattern's prefix ('a|b': either; 'a@': a only where the lever
+    acts on one of the planted causes' spans `at`, the part of its key after ':')."""
+    for alt in prefix.split("|"):
+        if alt.endswith("@"):
+            if key.startswith(alt[:-1]) and key.partition(":")[2] in at:
+                return True
+        elif key.startswith(alt):
+            return True
+    return False
 
 
 def _size_attribute(frame, name: str | None) -> dict:
@@ -235,7 +251,7 @@ def pair_row(
     before = measured(faulty, units)
     truth = measured(fixed, other)
     guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted,
-                      units=units.frame)
+                      units=units.frame, at=spans)
     return {
         "family": family,
         "cause": cause,

@@ -55,3 +55,36 @@ def test_batches_that_fill_before_the_window_closes_keep_it() -> None:
     assert x.served is not None
     x.served.max_batch = 2  # every batch full: the window is not what they wait for
     assert queue_no_window(x) is None
+
+
+def _alone(window: float | None) -> lv.Inputs:
+    """A request every 300 ms (Poisson-free, so never two in a window): each waits out a 100 ms
+    window alone (`window` None: no window, it waits 0-3 ms for the server), then a 16 ms forward."""
+    rows: list[tuple] = []
+    rng = np.random.default_rng(2)
+    for k in range(200):
+        arrival = 300.0 * k
+        wait = window - float(rng.uniform(0, 0.05)) if window else float(rng.uniform(0, 3))
+        root = len(rows)
+        rows.append((k, -1, "POST /embed", "Server", 0, arrival, wait + 16.0))
+        rows.append((k, root, "queue", "Internal", 0, arrival, wait))
+        rows.append((k, root, "forward", "Internal", 0, arrival + wait, 16.0))
+    f = hand_frame(rows)
+    stage = np.full(len(f), -1)
+    stage[f.name == f.names.index("queue")] = QUEUE
+    stage[f.name == f.names.index("forward")] = FORWARD
+    lay = layout(f)
+    return lv.Inputs(f, lay, stage, served(f, stage, lay), [])
+
+
+def test_a_window_every_request_waits_out_alone_is_read_from_the_waits_ceiling() -> None:
+    """No batch ever has two members (the batch size tells nothing of a window), yet every wait sits
+    at the same ceiling: a timer, the window; the fix replays the arrivals with none."""
+    x = _alone(100.0)
+    assert x.served is not None and x.served.max_batch == 1
+    assert abs(x.served.window_ns - 100 * MS) < 0.1 * MS
+    lever = queue_no_window(x)
+    assert lever is not None
+    assert np.percentile(_latency(x, lever, False), 99) / MS < 17.0
+    spread = _alone(None)  # waits spread under no ceiling: a queue, no window
+    assert spread.served is not None and spread.served.window_ns == 0.0

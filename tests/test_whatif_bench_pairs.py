@@ -112,6 +112,29 @@ def test_a_planted_cause_named_below_the_whatifs_floor_is_given_as_a_finding(mon
     assert [(fd["pattern"], fd["span_name"]) for fd in added] == [("slow_dependency", "SELECT profiles")]
 
 
+
+def test_a_planted_cause_named_without_the_span_its_lever_needs_is_given_as_a_finding(monkeypatch) -> None:
+    """A lock finding with no span has no lever (engine.plan acts on the finding's span), so the
+    truth's finding, which names the span, is added beside it (python-istio slow-metadata-query:
+    lock_contention at 0.32 without a span); a spanless GC finding still counts as named."""
+    spanless = [SimpleNamespace(to_dict=lambda with_chart, p=p: {"pattern": p, "confidence": 0.32,
+                                                                  "span_name": None})
+                for p in ("lock_contention", "gc_pause")]
+    monkeypatch.setattr(common, "diagnose_frame", lambda frame: SimpleNamespace(errors=[], findings=spanless))
+    monkeypatch.setattr(common, "unit_frame", lambda frame: frame)
+    given = []
+
+    def evaluate(frame, findings, **_):
+        given.extend(findings)
+        return SimpleNamespace(outcomes=[], measured=SimpleNamespace(p50_ms=1.0, p99_ms=2.0))
+
+    monkeypatch.setattr(common, "evaluate", evaluate)
+    truth = [{"pattern": "lock_contention", "span": "metadata.fetch", "service": "api", "instances": []},
+             {"pattern": "gc_pause", "span": "POST /v1/search", "service": "api", "instances": []}]
+    common.predicted(object(), ("no_lock_wait", "no_gc_stalls"), truth=truth)
+    added = [fd for fd in given if fd["confidence"] == 1.0]
+    assert [(fd["pattern"], fd["span_name"]) for fd in added] == [("lock_contention", "metadata.fetch")]
+
 def _named(frame, *names: str):
     """The stand-in frame with spans of these names (one each)."""
     frame.names, frame.name = list(names), np.arange(len(names))
@@ -136,3 +159,20 @@ def test_a_cause_acting_on_the_requests_is_measured_there_not_on_a_linked_consum
     assert row["population"] == "request api POST /limit"
     row = common.pair_row("fam", "prefetch", faulty, healthy, "queue_as_calm", spans=("run/score",))
     assert (row["faulty_p50"], row["meas_p50"]) == (pytest.approx(13.0), pytest.approx(7.5))
+
+
+def test_a_lock_lever_answers_a_queueing_truth_only_at_the_truths_own_span() -> None:
+    """ARCHITECTURE's vocabulary of waits: a wait for a connection from a bounded pool is
+    lock_contention, for a worker queueing. A queueing truth at a pool's checkout span (node-triton
+    audit-pool: `pg-pool.connect`) is answered by the lock lever there; the lock lever at another
+    span (the burst's route of a worker-pool burst) is not that wait's fix."""
+    from bench.bench_whatif import PATTERN_LEVER
+
+    queueing = PATTERN_LEVER["queueing"]
+    at = ("pg-pool.connect",)
+    assert common._starts("no_lock_wait_held_as_calm:pg-pool.connect", queueing, at)
+    assert not common._starts("no_lock_wait_held_as_calm:GET /v1/history", queueing, at)
+    assert common._starts("queue_as_calm:GET /v1/history", queueing, at)
+    assert not common._starts("no_lock_wait:SELECT", PATTERN_LEVER["slow_dependency"], ("SELECT",))
+    assert common._composed_of("no_gc_stalls+no_lock_wait:pg-pool.connect",
+                               (PATTERN_LEVER["gc_pause"], queueing), at)

@@ -309,3 +309,50 @@ def test_retries_a_proxy_makes_inside_one_call_are_fixed_to_the_calls_median() -
     x = _inputs(f)
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     assert new.max() == pytest.approx(13.0, abs=0.01)
+
+
+def test_every_instance_throttled_the_uncrossed_calls_are_weighted_by_their_chance_to_cross_none() -> None:
+    """A quota that lets 30 ms of every 100 ms run: a call started in that part crosses the boundary
+    with a chance of its length over 30 ms, so the calls that crossed none are the short ones. A
+    crossed call takes the time of an uncrossed one weighted by the inverse of that chance: their
+    times come out as the calls' own, not shorter."""
+    rng = np.random.default_rng(8)
+    rows, true, crossed = [], [], []
+    for k in range(3000):
+        period = 100.0 * (k // 3)
+        start = period + float(rng.uniform(0, 30))
+        d = float(rng.uniform(2, 25))
+        over = start + d > period + 30
+        rows.append((k, -1, "POST", "Client", 0, start, d + (70 if over else 0)))
+        true.append(d)
+        crossed.append(over)
+    f = hand_frame(rows)
+    x = _inputs(f)
+    ends = np.arange(1, 1001) * 100.0
+    x.throttle_stalls = (np.zeros(1000, np.int64), (ends - 70) * MS, ends * MS)
+    lever = cl.no_throttling(x, {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}})
+    assert lever is not None
+    new = retime(f, lever.edit, x.lay).dur / MS
+    crossed = np.array(crossed)
+    own = float(np.mean(np.array(true)[crossed]))
+    assert abs(float(np.mean(new[crossed])) - own) < 0.1 * own, (np.mean(new[crossed]), own)
+
+
+def test_callee_p50_reads_the_deadline_from_the_attempts_where_the_finding_gives_none() -> None:
+    """A cause given with no timeout (a callee down half the run: half the attempts cut at 300 ms,
+    then made again): the cut attempts sit at one ceiling, the deadline; the p50 is taken over the
+    attempts that answered (10-14 ms), not over all of them (a cut one's 300 ms)."""
+    rows = []
+    for k in range(40):
+        t, base = 1000.0 * k, len(rows)
+        if k % 2:  # cut at 300 ms, made again after a 25 ms back-off, cut again: the fallback
+            rows += [(k, -1, "root", "Server", 0, t, 650), (k, base, "call", "Client", 0, t + 1, 300.0),
+                     (k, base, "call", "Client", 0, t + 326, 300.0),
+                     (k, base, "fallback", "Internal", 0, t + 640, 5)]
+        else:
+            rows += [(k, -1, "root", "Server", 0, t, 17),
+                     (k, base, "call", "Client", 0, t + 1, 10.0 + 0.1 * k)]
+    f = hand_frame(rows)
+    finding = {**RETRY, "evidence": {"stats": {"service": "svc"}}}
+    lever = cl.callee_p50(_inputs(f), finding)
+    assert lever is not None and lever.params["p50_ms"] < 15.0, lever.params

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.whatif.levers import Inputs, Lever
+from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever
 from tailscope.analysis.whatif.retime import Edit
 from tailscope.analysis.whatif.timer_levers import backlog_behind
 
@@ -44,10 +44,11 @@ def _covered(t: np.ndarray, starts: np.ndarray, ends: np.ndarray, before: np.nda
     return np.where(i >= 0, before[j] + np.clip(t - starts[j], 0.0, ends[j] - starts[j]), 0.0)
 
 
-def unblocked(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
+def unblocked(x: Inputs, edit: Edit, calls: np.ndarray, own: bool = True) -> int:
     """Cut the co-scheduled waits inside the time the edit no longer spends in `calls` (whose new
     durations it sets), instance by instance where the waits show the worker blocked. Returns how
-    many waits shrank."""
+    many waits shrank. `own` False: the waits of the calls' own traces are counted too (a call every
+    request makes, of which a few block: its traces are every request's)."""
     f, lay = x.frame, x.lay
     new = np.where(np.isnan(edit.dur[calls]), f.dur[calls], edit.dur[calls])
     shorter = calls[new < f.dur[calls]]
@@ -55,7 +56,7 @@ def unblocked(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
         return 0
     cut_from = f.start[shorter] + new[new < f.dur[calls]]
     cut_to = (f.start + f.dur)[shorter]
-    own_traces = np.unique(f.trace[shorter])
+    own_traces = np.unique(f.trace[shorter]) if own else np.zeros(0, np.int64)
     waits = np.nonzero((lay.gap > WAIT_NS) & ~np.isin(f.trace, own_traces))[0]
     shrank = 0
     for inst in np.unique(f.instance[shorter]).tolist():
@@ -86,3 +87,53 @@ def unblocked_lever(x: Inputs, lever: Lever | None) -> Lever | None:
     if unblocked(x, lever.edit, calls):
         lever.model += "; the other tasks' waits inside the time the calls no longer block their worker go"
     return lever
+
+
+LONG_OVER_MEDIAN = 2.0
+
+
+def loop_unblocked(x: Inputs, finding: dict) -> Lever | None:
+    """A queueing finding whose waits are a blocked worker's (a synchronous call inside an async
+    handler: the loop runs nothing else while it lasts): the calls of the finding's service that block
+    their worker (`unblocked`'s test, per call name: the instance's waits fall inside them BLOCK_RATIO
+    times more than their share of its time) made non-blocking: each keeps its own time for its own
+    request, and the other tasks' waits inside it, and those queued behind them, go. None where no
+    call blocks so. Only a name's long calls (over LONG_OVER_MEDIAN x its median) are tried: a query
+    every request awaits and a few block share a name, and the short ones would dilute the test."""
+    from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+
+    f, lay = x.frame, x.lay
+    spans = x.spans_named(finding.get("span_name"))
+    if len(spans) == 0:
+        return None
+    service = np.unique(f.service[spans])
+    leaf = (~lay.has_children) & (f.request >= 0) & (f.kind == KIND_CLIENT) & np.isin(f.service, service)
+    edit = Edit.none(len(f))
+    names, shrank = [], 0
+    for code in np.unique(f.name[leaf]).tolist():
+        calls = np.nonzero(leaf & (f.name == code))[0]
+        calls = calls[f.dur[calls] > LONG_OVER_MEDIAN * np.median(f.dur[calls])]  # the long ones only
+        if len(calls) == 0:
+            continue
+        trial = Edit.none(len(f))
+        trial.dur[calls] = 0.0  # the whole call no longer holds the worker
+        n = unblocked(x, trial, calls, own=False)
+        if n:
+            edit.cut_before = np.maximum(edit.cut_before, trial.cut_before)
+            names.append(f.names[code])
+            shrank += n
+    if not shrank:
+        return None
+    name = finding.get("span_name")
+    return Lever(
+        f"queue_unblocked:{name}",
+        f"The worker no longer blocked by {', '.join(repr(n) for n in names)}",
+        SOFTWARE,
+        "the calls that hold their worker (waits of other requests fall inside them far more than their "
+        "share of time) made non-blocking (awaited, or off the loop): each keeps its own time, and the "
+        "waits of the other requests inside it and queued behind it go",
+        edit,
+        pattern="queueing",
+        span_name=name,
+        params={"waits_cut": shrank},
+    )

@@ -112,6 +112,9 @@ def _crossing_leaves(x: Inputs, phases: dict[int, float], period_ns: int) -> np.
     return out
 
 
+MIN_UNCROSSED = 0.1  # a span's chance to cross no period boundary, floored (its weight at most 10)
+
+
 def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     stalls = x.throttle_stalls
     if stalls is None or len(stalls[0]) == 0:
@@ -130,16 +133,25 @@ def no_throttling(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     _replied_at_boundary(x, phases, PERIOD_NS, edit)
     rng = x.rng(22)
     leaf = ~x.lay.has_children
+    running = max(PERIOD_NS - float(np.median(stalls[2] - stalls[1])), 0.1 * PERIOD_NS)
     # drawn from the instances not throttled (on a throttled one, the spans that did not cross a
     # boundary are the short ones: a span crosses with a chance of its length over the period)
     free = ~np.isin(f.instance, list(phases))
     for code in np.unique(f.name[crossing]).tolist():
         pool = f.dur[leaf & free & (f.name == code)]
+        weight = None
         if len(pool) < 20:
+            # every instance throttled: the spans that crossed no boundary, weighted so that they
+            # stand for those that crossed one: a span of length d started at random in the part of
+            # the period the quota lets run (W) crosses with chance d/W and crosses none with 1 - d/W,
+            # so the crossed ones are the uncrossed ones weighted by (d/W) / (1 - d/W)
             pool = f.dur[leaf & ~crossing & (f.name == code)]
+            share = np.minimum(pool / running, 1.0)
+            weight = np.maximum(share, 1e-3) / np.maximum(1.0 - share, MIN_UNCROSSED)
         spans = np.nonzero(crossing & (f.name == code))[0]
         if len(pool):
-            edit.dur[spans] = np.minimum(pool[rng.integers(0, len(pool), len(spans))], f.dur[spans])
+            p = None if weight is None else weight / weight.sum()
+            edit.dur[spans] = np.minimum(pool[rng.choice(len(pool), len(spans), p=p)], f.dur[spans])
             edit.cut_after[spans] = 0.0
     total = float((stalls[2] - stalls[1]).sum()) / 1e6
     return Lever(
@@ -219,6 +231,19 @@ def no_timeouts(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     )
 
 
+AT_DEADLINE = 0.97  # an attempt within 3 % of the longest was cut at the deadline
+DEADLINE_SHARE = 0.1  # ... where at least this share of the attempts were: the deadline shows
+
+
+def deadline_ms(d: np.ndarray) -> float | None:
+    """The attempts' deadline where the finding does not give it: the ceiling the cut attempts sit at
+    (at least DEADLINE_SHARE of them within 3 % of the longest); None where they sit at none."""
+    if len(d) < 20 or d.max() <= 0:
+        return None
+    top = d >= AT_DEADLINE * d.max()
+    return float(np.median(d[top])) / 1e6 if top.mean() >= DEADLINE_SHARE else None
+
+
 def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """The callee fixed: no attempt times out, and every call takes the median of the calls that
     answered (a call cut at the timeout did not answer). Where no call shows its attempts (a proxy
@@ -229,8 +254,8 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         return None
     f = x.frame
     edit = _answered_at_once(x, finding, None) or Edit.none(len(f))
-    timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms")
     d = f.dur[s].astype(np.float64)
+    timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms") or deadline_ms(d)
     answered = d[d < 0.97 * timeout * 1e6] if timeout else d
     if len(answered) == 0:
         return None
@@ -261,7 +286,7 @@ def hedged(x: Inputs, finding: dict[str, Any], hedge_ms: float | None = None) ->
         return None
     if hedge_ms is None:  # the call's own p95, as the finding's advice says
         d = x.frame.dur[s].astype(np.float64)
-        timeout = stats.get("timeout_ms")
+        timeout = stats.get("timeout_ms") or deadline_ms(d)
         under = d[d < 0.97 * timeout * 1e6] if timeout else d
         hedge_ms = float(np.quantile(under if len(under) else d, 0.95)) / 1e6
     edit = _answered_at_once(x, finding, hedge_ms * 1e6)

@@ -33,6 +33,13 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         early_req = f.requests.index_on_instance < warm
         early = (f.request >= 0) & early_req[np.maximum(f.request, 0)]
         what = f"first {warm} requests per instance"
+        # and the calls that waited for an instance to take them (a new pod's first connections:
+        # the caller's gap before the callee span), read from the span as without the count
+        starts = cold_requests(x, stats.get("warmup_span") or finding.get("span_name"))
+        if starts is not None and len(starts[2]) == 0:
+            starts = None
+        if starts is not None:
+            early = early | starts[0]
     else:
         name = _peer_span(x, finding.get("span_name"), stats.get("peer")) or finding.get("span_name")
         early = cold_spans(x, name)

@@ -28,6 +28,7 @@ def combined(levers: list[Lever]) -> Lever:
         pattern="+".join(lever.pattern or "?" for lever in levers),
         requeue=any(lever.requeue for lever in levers),
         scale=math.prod(lever.scale for lever in levers),
+        window_ns=_first(lever.window_ns for lever in levers),
         extra_servers=max(lever.extra_servers for lever in levers),
         arrival_shift=_first(lever.arrival_shift for lever in levers),
         handler_shift=_first(lever.handler_shift for lever in levers),
@@ -40,10 +41,15 @@ def combined(levers: list[Lever]) -> Lever:
 def combinations(levers: list[Lever], combine: list[tuple[str, ...]]) -> list[Lever]:
     """For each tuple of key prefixes: every choice of one lever per prefix, composed; a prefix that
     matches no lever of the run is left out (the fixes the run has levers for), and where one is
-    left, it is among the levers already."""
+    left, it is among the levers already. A prefix 'a|b' matches either ('a@': as 'a', the caller
+    judges where it acts)."""
     out = []
     for prefixes in combine:
-        choices = [c for c in ([lv for lv in levers if lv.key.startswith(p)] for p in prefixes) if c]
+        choices = [c for c in ([lv for lv in levers if _matches(lv.key, p)] for p in prefixes) if c]
         if len(choices) >= 2:
             out += [combined(list(pick)) for pick in itertools.product(*choices)]
     return out
+
+
+def _matches(key: str, prefix: str) -> bool:
+    return key.startswith(tuple(alt.rstrip("@") for alt in prefix.split("|")))

@@ -18,10 +18,12 @@ from tailscope.analysis.whatif import pool_levers as pl
 from tailscope.analysis.whatif import queue_levers as ql
 from tailscope.analysis.whatif.attempts import abandoned_attempts, answered_in_time
 from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, replay_batches
-from tailscope.analysis.whatif.blocked_workers import unblocked_lever
+from tailscope.analysis.whatif.blocked_workers import loop_unblocked, unblocked_lever
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
+from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
+from tailscope.analysis.whatif.in_order import payload_in_order
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.peer_levers import no_pauses_as_peers
@@ -39,7 +41,7 @@ from tailscope.analysis.whatif.served import replica_routing, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 14  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 15  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -185,11 +187,12 @@ def plan(
         if p == "cache_miss":
             out.append(lv.cache_hits(x, fd))
         elif p == "lock_contention":
+            # (a lock at calls that finish in order on one connection: its holders are large replies)
             out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
-                    lk.no_stated_wait(x, fd)]
+                    lk.no_stated_wait(x, fd), lk.slow_holders(x, fd), payload_in_order(x, fd)]
         elif p == "slow_dependency":
             out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
-                    timer_quanta(x, fd)]
+                    timer_quanta(x, fd), dependency_as_calm(x, fd)]
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
@@ -198,13 +201,13 @@ def plan(
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd),
                     timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
-            out.append(batched_calls(x, fd) or payload_at_median(x, fd))
+            out += [batched_calls(x, fd) or payload_at_median(x, fd), payload_in_order(x, fd)]
         elif p == "cpu_throttling":
             out.append(cl.no_throttling(x, fd))
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
-            out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd)]
+            out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd), loop_unblocked(x, fd)]
     paused = [fd for fd in x.findings
               if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [

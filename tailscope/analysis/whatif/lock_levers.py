@@ -288,3 +288,88 @@ def no_stated_wait(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         pattern="lock_contention",
         span_name=name,
     )
+
+
+HOLDER_LONG = 2.0  # a holder's query over this many times its name's median held the pool long
+HOLDERS_COVER = 0.5  # ... and the long holders cover at least this share of the waited time
+
+
+def _first_children(x: Inputs, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the lock spans that have a child, the earliest child of each)."""
+    first = np.full(len(x.frame), -1, np.int64)
+    kid = np.nonzero(np.isin(x.lay.parent, spans))[0]
+    kid = kid[np.argsort(-x.lay.rel_start[kid], kind="stable")]
+    first[x.lay.parent[kid]] = kid  # the earliest child written last
+    has = spans[first[spans] >= 0]
+    return has, first[has]
+
+
+def slow_holders(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A pool drained by slow holders in other requests (another endpoint's queries that hold the
+    process' connections for seconds): the lock span waits for a connection (the gap before its
+    first child, the query it runs on it), and the connections are held by the queries of that
+    child's name on the same instance, any request. Where the long ones (over HOLDER_LONG x the
+    name's median) cover at least HOLDERS_COVER of the waited time, each takes the time of a usual
+    query of the name (drawn from the run: the run shows no calm time for the slow statement
+    itself), and the waits go as with `no_lock_wait`, the holders' own waits for the pool too (a
+    gap before one over WAIT_OVER_MEDIAN x its caller's median gap, cut to a usual one). None where
+    no long holder covers the waits."""
+    from tailscope.analysis.whatif.blocked_workers import _covered, _merged
+
+    base = no_lock_wait(x, finding)
+    name = finding.get("span_name")
+    if base is None:
+        return None
+    f, lay = x.frame, x.lay
+    spans = _lock_spans(x, name)
+    has, child = _first_children(x, spans)
+    if len(has) < 20:
+        return None
+    codes = np.unique(f.name[child])
+    insts = np.unique(f.instance[spans])
+    holders = np.nonzero(np.isin(f.name, codes) & np.isin(f.instance, insts))[0]
+    long = holders[f.dur[holders] > HOLDER_LONG * np.median(f.dur[holders])]
+    if len(long) == 0:
+        return None
+    gap = lay.rel_start[child].astype(np.float64)
+    waited = gap > WAIT_OVER_MEDIAN * np.median(gap)
+    if not waited.any():
+        return None
+    b = (f.start[child[waited]]).astype(np.float64)
+    a = b - gap[waited]
+    inside = 0.0
+    for i in np.unique(f.instance[has[waited]]).tolist():
+        mine = long[f.instance[long] == i]
+        on = f.instance[has[waited]] == i
+        if len(mine) == 0:
+            continue
+        starts, ends, before = _merged(f.start[mine], f.start[mine] + f.dur[mine])
+        inside += float((_covered(b[on], starts, ends, before) - _covered(a[on], starts, ends, before)).sum())
+    if inside < HOLDERS_COVER * float((b - a).sum()):
+        return None
+    usual = f.dur[holders[f.dur[holders] <= HOLDER_LONG * np.median(f.dur[holders])]]
+    edit = Edit(base.edit.dur.copy(), base.edit.cut_before.copy(), base.edit.cut_after.copy())
+    edit.dur[long] = np.fmin(edit.dur[long], _draw(x.rng(43), usual, len(long)))
+    # the holders waited for the pool too (another endpoint's queries): per caller (the parent's
+    # name), a gap before a query over WAIT_OVER_MEDIAN x the caller's median is cut to a usual one
+    other = holders[~np.isin(lay.parent[holders], spans) & (lay.parent[holders] >= 0)]
+    for code in np.unique(f.name[lay.parent[other]]).tolist():
+        mine = other[f.name[lay.parent[other]] == code]
+        g = lay.gap[mine].astype(np.float64)
+        median = float(np.median(g))
+        over = g > WAIT_OVER_MEDIAN * median
+        if over.any() and (~over).sum() >= 20:
+            drawn = _draw(x.rng(44), g[g <= median], int(over.sum()))
+            edit.cut_before[mine[over]] += np.maximum(g[over] - drawn, 0.0)
+    return Lever(
+        f"no_lock_wait_holders:{name}",
+        f"No lock wait, the pool's slow holders at a usual query's time ('{name}')",
+        SOFTWARE,
+        f"'{name}' waits for a connection while long queries of the same pool (any request, the same "
+        "process) hold it: each long one takes a usual query's time (drawn from the run), and the waits "
+        "go (as 'no lock wait')",
+        edit,
+        pattern="lock_contention",
+        span_name=name,
+        params={"long_holders": len(long)},
+    )

@@ -43,7 +43,7 @@ def queue_no_window(x: Inputs) -> Lever | None:
     arrived), the run's arrivals replayed through the queue with the measured batch costs. None where
     the window is under a quarter of the latency or the batches fill before it closes."""
     s, f = x.served, x.frame
-    if s is None or s.max_batch <= 1 or s.window_ns <= 0:
+    if s is None or s.window_ns <= 0:  # (a batch of one: a window every request waited out alone)
         return None
     latency = np.median(f.requests.latency[s.request].astype(np.float64))
     if s.window_ns < WINDOW_MATERIAL * latency:
@@ -51,7 +51,8 @@ def queue_no_window(x: Inputs) -> Lever | None:
     wait = s.wait(f, x.lay)
     order = np.lexsort((f.start[s.forward] - wait, s.batch))
     lead = order[np.r_[True, s.batch[order][1:] != s.batch[order][:-1]]]
-    spent = (s.size[lead] < s.max_batch) & (wait[lead] >= WINDOW_SPENT * s.window_ns)
+    unfilled = (s.size[lead] < s.max_batch) | (s.max_batch <= 1)
+    spent = unfilled & (wait[lead] >= WINDOW_SPENT * s.window_ns)
     if spent.mean() < 0.5:
         return None
     return Lever(

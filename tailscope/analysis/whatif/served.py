@@ -153,14 +153,28 @@ def served(frame: TraceFrame, stage: np.ndarray, lay: Layout) -> Served | None:
 def _window(frame, lay, fwd, queue, batch, sizes, max_batch: int) -> float:
     """The batching window where the setup does not say: the first member's wait in batches that left
     before filling up, at its lower decile (an idle server sends a batch when the window closes)."""
-    if max_batch <= 1:
-        return 0.0
     wait = np.where(queue < 0, lay.gap[fwd], frame.dur[np.maximum(queue, 0)]).astype(np.float64)
+    if max_batch <= 1:  # no batch seen with two: a window still shows where the waits sit at a ceiling
+        return _ceiling(wait[queue >= 0])
     arrival = frame.start[fwd] - wait
     order = np.lexsort((arrival, batch))
     lead = order[np.r_[True, batch[order][1:] != batch[order][:-1]]]
     lead = lead[sizes[lead] < max_batch]
     return float(np.quantile(wait[lead], 0.1)) if len(lead) else 0.0
+
+
+AT_CEILING = 0.98  # a wait within 2 % of the longest sits at the ceiling
+CEILING_SHARE = 0.5  # ... and at least this share of a queue span's waits do: a timer, the window
+
+
+def _ceiling(wait: np.ndarray) -> float:
+    """A batcher's window read from its queue spans where no batch had two members (a window the
+    traffic never fills: every request waits it out alone): the waits' ceiling, where at least half of
+    them sit within 2 % of the longest; 0 where they do not (a queue, not a timer)."""
+    if len(wait) < 20 or wait.max() <= 0:
+        return 0.0
+    top = wait >= AT_CEILING * wait.max()
+    return float(np.median(wait[top])) if top.mean() >= CEILING_SHARE else 0.0
 
 
 def replica_routing(s: Served, extra: int, seed: int) -> tuple[np.ndarray, dict[int, int], np.ndarray]:
