@@ -133,6 +133,33 @@ def usual_without_callers(f, spans: np.ndarray, d: np.ndarray) -> tuple[list[str
             call_share)
 
 
+def queued_below(f, server: np.ndarray, queue: np.ndarray, depth: int = 8) -> np.ndarray:
+    """The queue-stage spans (`queue`: a mask over the frame) inside the callee's process under the
+    SERVER spans `server`: their nearest SERVER or CLIENT ancestor is one of them (a call out of the
+    callee starts another process's time), the outermost of nested ones only."""
+    from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+
+    is_server = np.zeros(len(f), bool)
+    is_server[server] = True
+    spans = np.nonzero(queue & (f.parent >= 0))[0]
+    found = np.zeros(len(spans), bool)
+    inner = np.zeros(len(spans), bool)  # under another queue span below the SERVER span
+    alive = np.ones(len(spans), bool)
+    cur = f.parent[spans]
+    for _ in range(depth):
+        alive &= cur >= 0
+        if not alive.any():
+            break
+        at = np.maximum(cur, 0)
+        hit = alive & is_server[at]
+        found |= hit
+        boundary = alive & ~hit & ((f.kind[at] == KIND_SERVER) | (f.kind[at] == KIND_CLIENT))
+        inner |= alive & ~hit & queue[at]
+        alive &= ~hit & ~boundary
+        cur = np.where(alive, f.parent[at], -1)
+    return spans[found & ~inner]
+
+
 def grows_with_size(notes: dict, per_request: np.ndarray) -> tuple[str, float, float] | None:
     """(size key, Spearman, large_payload's confidence on it) where a call's time per request follows
     the size of the request (>= SIZE_FOLLOWS) that another step's time follows closely (large_payload's

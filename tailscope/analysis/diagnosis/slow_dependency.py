@@ -20,6 +20,7 @@ from tailscope.analysis.diagnosis.dependency_tail import (
     abnormal_tail,
     caller_side,
     grows_with_size,
+    queued_below,
     signature_absent,
     usual_without_callers,
 )
@@ -290,8 +291,9 @@ def far_side(f, spans: np.ndarray, server: np.ndarray) -> tuple[np.ndarray, floa
 
 def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
     """The share of the tail excess carried by the callee's wait before its work: per SERVER span, its
-    queue-stage descendants (direct children) plus the time from its start to its first child's start
-    where it has children."""
+    queue-stage descendants inside the callee's process (a model server's queue span sits under the
+    model's span, not only directly under the SERVER span: dependency_tail.queued_below) plus the time
+    from its start to its first child's start where it has children."""
     f = ctx.frame
     queue = ctx.span_stage_mask("queue")
     is_server = np.zeros(len(f), bool)
@@ -302,7 +304,7 @@ def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
     lead = np.where(first[server] < np.iinfo(np.int64).max, first[server] - f.start[server], 0)
     values = np.zeros(len(f))
     values[server] = np.maximum(lead, 0)
-    q = kids[queue[kids]]
+    q = queued_below(f, server, queue)
     values[q] = f.dur[q]
     mask = np.zeros(len(f), bool)
     mask[server] = True
