@@ -16,12 +16,19 @@ The signature each mechanism leaves, and who tests it:
   and go over the run), one callee instance (a straggler), or a slow mode the calls take often (their
   mean pulled well above their median). A ceiling-less top 1 % alone is the shape of every heavy-tailed
   call (dependency_tail.signature_absent: the one test; slow_dependency caps on it and records why).
+  A callee's time that is its own queue (queue-stage spans anywhere in its process under its SERVER
+  span: dependency_tail.queued_below) is queueing's, not the dependency's work.
 - cache_miss: the slow mode marked as the misses (a call made on it only, a hit/miss value), the rate
-  not that of a working cache or of a response cache (cache_miss.py gates on both).
+  not that of a working cache or of a response cache (cache_miss.py gates on both), and a steady rate
+  only where its misses carry the tail (cache_evidence.steady_misses_off_the_tail: a rate the same
+  all run whose misses carry under MATERIAL_SHARE of the tail excess is the service's normal cost;
+  cache_miss caps on it and records why).
 - queueing: waits that grow with the arrivals and drain after (queueing.py, burst_waits.py,
   accept_queue.py, callee_queue.py).
 - lock_contention: a span's time growing with the number ahead of it on one instance, released one
-  holder at a time (lock_contention.py: serialisation, hand-off, slots, time in calls out).
+  holder at a time (lock_contention.py: serialisation, hand-off, slots, time in calls out). A pool's or
+  a transaction's hand-off (pool_release.release_handoff) reads nothing where the waiters end together
+  (pool_release.released_together: a stalled server draining its queue).
 - cold_start: latency decaying with each instance's request index after it starts (cold_start.py).
 - timeout_retry: attempts cut at one elapsed time and made again (timeout_retry.py).
 - large_payload: time following a size that changed during the run or beyond its usual range
