@@ -20,7 +20,7 @@ from tailscope.analysis.diagnosis.attributes import (
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import NAMED, Context
-from tailscope.analysis.diagnosis.stats import MATERIAL_SHARE, spearman
+from tailscope.analysis.diagnosis.stats import spearman
 
 # a cache that works misses at a steady rate below this (a hit ratio of 90 % or more): its misses are
 # the service's normal cost, not a cause (cache_miss, fallback_path)
@@ -235,17 +235,3 @@ def section_crowd(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> float:
     running = np.searchsorted(starts, at, side="left") - np.searchsorted(ends, at, side="right")
     others = np.maximum(running - 1, 0).astype(np.float64)  # the span's own section is running
     return spearman(others, slow[ok].astype(np.float64))
-
-
-def steady_misses_off_the_tail(changed: bool, share: float) -> str | None:
-    """Why a cache's misses are not the tail's cause, or None: a miss rate that stayed the same all run
-    (no storm of keys expiring together, no onset, no cold start: `changed` False) whose misses carry
-    under MATERIAL_SHARE of the tail excess. They are how every request runs, in the body as often as
-    in the tail: what they add to the mean request is the service's normal cost, and the tail's time is
-    elsewhere (a new pod's warm-up beside a cache missing 60 % all run: 3 % of the tail excess, named
-    at 0.90 for what the misses add to the mean). cache_miss caps on it (model.SIGNATURE_CAP)."""
-    if changed or share >= MATERIAL_SHARE:
-        return None
-    return (f"a miss rate the same all run whose misses carry {max(share, 0.0):.0%} of the tail excess: "
-            "they are in the body as often as in the tail")
-

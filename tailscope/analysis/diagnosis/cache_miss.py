@@ -38,13 +38,12 @@ from tailscope.analysis.diagnosis.cache_evidence import (
     slow_mode_in_pauses,
     slow_mode_is_gap,
     slow_path_cover,
-    steady_misses_off_the_tail,
 )
 from tailscope.analysis.diagnosis.extra_calls import beyond_usual, failed_before, retries
 from tailscope.analysis.diagnosis.fallback_path import sets_up_next_call
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
-from tailscope.analysis.diagnosis.model import SIGNATURE_CAP, Context, Finding
+from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.poll_loops import waits_on_polls
 from tailscope.analysis.diagnosis.stats import clamp01, gmm2, logistic, ms, spearman
 from tailscope.vocabulary import ALL_STAGES
@@ -269,10 +268,6 @@ def detect(ctx: Context) -> list[Finding]:
         deadline = cut_by_deadline(ctx, why)
         if deadline is not None:
             confidence = min(confidence, UNMARKED_CAP)
-        # a steady rate's misses that carry little of the tail: the service's normal, not the tail's cause
-        absent, before = steady_misses_off_the_tail(synced or cold, share), None
-        if absent and confidence > SIGNATURE_CAP:
-            before, confidence = confidence, SIGNATURE_CAP
         name = f.names[code]
         stage_name = ALL_STAGES[stage] if stage >= 0 else None
         explained = (
@@ -315,7 +310,6 @@ def detect(ctx: Context) -> list[Finding]:
                + (" of a cache in front of the whole request (its misses are the requests that do the "
                   "service's work)" if answers_request and rate >= WORKING_MISS_RATE else "")
                + ": what the service's normal misses cost, not a change" if trickle else "")
-            + (f"; but {absent} (not the tail's cause)" if before is not None else "")
             + "."
         )
         stats = {
@@ -341,8 +335,6 @@ def detect(ctx: Context) -> list[Finding]:
             "slow_mode_marked_as_misses": marked,
             "slow_path_cut_by_deadline": deadline,
         }
-        if before is not None:
-            stats.update(signature_absent=absent, confidence_before_cap=round(before, 3))
         if why:
             stats.update({k: v for k, v in why.items() if k not in INTERNAL_KEYS})
             stats["slow_path_spans"] = [f.names[c] for c in why["slow_path"]]
