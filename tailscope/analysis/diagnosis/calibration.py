@@ -19,10 +19,7 @@ The signature each mechanism leaves, and who tests it:
   A callee's time that is its own queue (queue-stage spans anywhere in its process under its SERVER
   span: dependency_tail.queued_below) is queueing's, not the dependency's work.
 - cache_miss: the slow mode marked as the misses (a call made on it only, a hit/miss value), the rate
-  not that of a working cache or of a response cache (cache_miss.py gates on both), and a steady rate
-  only where its misses carry the tail (cache_evidence.steady_misses_off_the_tail: a rate the same
-  all run whose misses carry under MATERIAL_SHARE of the tail excess is the service's normal cost;
-  cache_miss caps on it and records why).
+  not that of a working cache or of a response cache (cache_miss.py gates on both).
 - queueing: waits that grow with the arrivals and drain after (queueing.py, burst_waits.py,
   accept_queue.py, callee_queue.py).
 - lock_contention: a span's time growing with the number ahead of it on one instance, released one
