@@ -98,8 +98,26 @@ def test_a_dependency_tail_with_no_ceiling_alone_is_a_possible_cause() -> None:
     assert top.pattern == "slow_dependency" and top.confidence < 0.5, _found(result)
     assert "no ceiling" in top.evidence["stats"]["unusual_tail"]
     assert top.evidence["stats"]["unusual_kind"] == "unbounded"
-    assert top.evidence["stats"]["confidence_before_gate"] >= 0.8
+    assert top.evidence["stats"]["confidence_before_cap"] >= 0.8
+    assert "ceiling-less" in top.evidence["stats"]["signature_absent"]
     assert "signature is absent" in top.evidence["summary"]
+
+
+def test_the_detector_caps_a_ceiling_less_tail_itself() -> None:
+    """The signature is tested once, where the mechanism is (dependency_tail.signature_absent), and
+    slow_dependency caps on it before the merge and arbitration steps see the finding: a finding
+    without its signature ranks and arbitrates as a possible cause (the gate used to test it again
+    after them, with its own threshold)."""
+    from tailscope.analysis.diagnosis import slow_dependency
+    from tailscope.analysis.diagnosis.model import SIGNATURE_CAP, Context
+
+    found = slow_dependency.detect(Context(profile_service(2, "unbounded")))
+    top = max(found, key=lambda f: f.confidence)
+    assert top.confidence == SIGNATURE_CAP, [(f.span_name, f.confidence) for f in found]
+    assert top.evidence["stats"]["confidence_before_cap"] >= 0.8
+    episode = slow_dependency.detect(Context(profile_service(3, "episode")))
+    assert max(f.confidence for f in episode) >= 0.5
+    assert all("signature_absent" not in f.evidence["stats"] for f in episode if f.confidence >= 0.5)
 
 
 def test_a_dependency_tail_that_comes_in_an_episode_is_named() -> None:

@@ -101,3 +101,70 @@ def test_waits_for_a_callees_workers_are_no_transaction_lock() -> None:
              == "waits released by other transactions' ends"]
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert not waits or waits[0].confidence < 0.5, found
+
+
+def stalled_store_service(seed: int, n: int = 4000, rps: float = 150.0):
+    """Three feature-server pods; per request `parse` (~3 ms) then three `HMGET`s at once (one per
+    feature view) to one single-threaded Redis (~0.05 ms a command, answered in the order they
+    arrive), then `respond` when the last answer is in. Every ~1.5 s the Redis stops for 40-160 ms
+    (an fsync on a slow disk): the commands sent meanwhile wait in its queue and are answered one
+    after the other when it resumes."""
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(n, rps)
+    stalls, t = [], 500.0
+    while t < float(arrivals[-1]):
+        stalls.append((t, t + float(b.rng.uniform(40.0, 160.0))))
+        t += float(b.rng.exponential(1500.0))
+    rtt, free = 0.3, 0.0
+    events: list[tuple[float, int, int]] = []
+    roots, insts, done = [], [], []
+    for r, t in enumerate(arrivals):
+        b.new_trace()
+        inst = f"features/{r % 3}"
+        root = b.span(None, "POST /get-online-features", "Server", inst, t, 0.0)
+        d = lognormal(b.rng, 3.0, 0.3)
+        b.span(root, "parse", "Internal", inst, t + 0.1, d)
+        roots.append(root)
+        insts.append(inst)
+        done.append([])
+        for k in range(3):
+            heapq.heappush(events, (t + 0.2 + d + 0.01 * k, r, k))
+    while events:  # in the order the commands reach the server
+        sent, r, k = heapq.heappop(events)
+        served = max(sent + rtt / 2, free)
+        for s0, s1 in stalls:
+            if s0 <= served < s1:
+                served = s1
+        free = served + lognormal(b.rng, 0.05, 0.2)
+        end = free + rtt / 2
+        b.trace = r
+        b.span(roots[r], "HMGET", "Client", insts[r], sent, end - sent, db__system="redis",
+               server__address="redis-online-0")
+        done[r].append(end)
+        if len(done[r]) == 3:
+            out = lognormal(b.rng, 1.0, 0.2)
+            b.span(roots[r], "respond", "Internal", insts[r], max(done[r]) + 0.1, out)
+            b.set_end(roots[r], max(done[r]) + out + 0.2)
+    return b.frame()
+
+
+def test_a_stalled_single_threaded_store_draining_its_queue_is_no_lock() -> None:
+    """The calls queued behind a Redis stall end one after the other when it resumes, each right after
+    another request's call ended (often its last): pool_release.release_handoff read a hand-off
+    (lock_contention 0.94, a pool run dry; go-ray redis-slow-disk: transaction_waits 0.94). A pool or a
+    lock passes to one waiter at a time; these end together (within the call's median of each other)."""
+    result = diagnose_frame(stalled_store_service(3))
+    seen = by_pattern(result.findings)
+    assert seen.get("lock_contention", 0.0) < 0.5, seen
+    assert all(f.evidence["stats"].get("waits_ended_by_pool_release") is None
+               for f in result.findings if f.pattern == "lock_contention")
+
+
+def test_row_lock_waiters_are_released_one_at_a_time() -> None:
+    from tailscope.analysis.diagnosis.model import Context
+    from tailscope.analysis.diagnosis.pool_release import released_together
+
+    ctx = Context(exposure_service(1, row_locks=True))
+    f = ctx.frame
+    select = f.names.index("SELECT")
+    assert released_together(f, (f.name == select).nonzero()[0]) is None

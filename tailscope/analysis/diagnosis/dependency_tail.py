@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.model import SIGNATURE_CAP
+
 # A heavy tail that is the dependency's usual one - the same over the run, on every callee instance,
 # ending near its p99 (a rare slow path of bounded cost: a rebuilt profile, a cold read) - is where
 # every run's tail goes and names no cause: a possible one at most.
-USUAL_TAIL_CAP = 0.45
+USUAL_TAIL_CAP = SIGNATURE_CAP
 WINDOWS = 8  # eighths of the run, for a tail that changes over it
 CHANGED_DISPERSION = 4.0  # chi-square per degree of freedom of slow calls over the windows (p ~ 1e-4)
 UNBOUNDED_RATIO = 2.0  # the slowest 1 % of calls average this many times their p99: no ceiling
@@ -24,6 +26,22 @@ CALLER_Z = 3.0  # a caller's share of the slowest calls, binomial standard devia
 SIZE_FOLLOWS = 0.6  # Spearman of a call's time per request with the request's size: the call grows with it
 
 STRAGGLER, EPISODE, COSTLY, UNBOUNDED = "straggler", "episode", "costly", "unbounded"  # abnormal_tail's kinds
+# the kinds that say the dependency is slower than its own normal (slow_dependency's signature); a
+# ceiling-less top 1 % alone (UNBOUNDED) is the shape of any heavy-tailed call
+SIGNATURE_KINDS = (STRAGGLER, EPISODE, COSTLY)
+
+
+def signature_absent(kind: str | None) -> str | None:
+    """Why a call's tail lacks slow_dependency's signature (the dependency slower than its own normal:
+    an episode, a straggler, a slow mode taken often), or None where it has it: the one test, read by
+    slow_dependency (which caps at SIGNATURE_CAP) and applied again by calibration.gate."""
+    if kind in SIGNATURE_KINDS:
+        return None
+    if kind == UNBOUNDED:
+        return ("its only unusual trait is a ceiling-less top 1 %, the shape of any heavy-tailed call: no "
+                "episode in time, no straggler instance, no slow mode the calls take often")
+    return ("its tail looks like its usual one: as heavy over the whole run, on every callee instance, and "
+            "ending near its p99 (a rare slow path of bounded cost)")
 
 
 def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray,
@@ -36,7 +54,7 @@ def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray,
     median); the tail has no ceiling (the far side's slowest 1 % average >= UNBOUNDED_RATIO times its
     p99, each counted up to 10x: a queue or a struggling callee, or any heavy-tailed call); or one
     callee instance is a straggler. The kind (STRAGGLER, EPISODE, COSTLY, UNBOUNDED) says which test
-    held: a ceiling-less top 1 % alone is the shape of any heavy-tailed call (calibration.py does not
+    held: a ceiling-less top 1 % alone is the shape of any heavy-tailed call (signature_absent does not
     take it for a changed dependency)."""
     if straggler_found:
         return STRAGGLER, "one callee instance is a straggler"
@@ -68,6 +86,28 @@ def abnormal_tail(start: np.ndarray, d: np.ndarray, far_d: np.ndarray,
     return None
 
 
+def caller_side(f, spans: np.ndarray, d: np.ndarray) -> tuple[float, float, list[str]] | None:
+    """(share of the slowest 1 % of calls made by the callers that make them most often, those callers'
+    share of all calls, their instances) where the slowest calls (>= 10) come mostly (>= 75 %, and
+    3 binomial standard deviations above their share of the calls) from callers that make at most
+    60 % of the calls; None otherwise."""
+    slow = d >= np.quantile(d, 0.99)
+    if slow.sum() < 10:
+        return None
+    inst = f.instance[spans]
+    calls = np.bincount(inst, minlength=len(f.instances))
+    slow_calls = np.bincount(inst[slow], minlength=len(f.instances))
+    affected = (calls > 0) & (slow_calls > 1.5 * float(slow.mean()) * calls)
+    concentration = float(slow_calls[affected].sum() / slow.sum())
+    call_share = float(calls[affected].sum() / len(spans))
+    # beyond chance: as many of the slowest calls from those callers as their share of the calls gives
+    z = (concentration - call_share) * np.sqrt(slow.sum() / max(call_share * (1 - call_share), 1e-9))
+    if concentration < 0.75 or call_share > 0.6 or z < 3.0:
+        return None
+    order = np.argsort(-slow_calls)
+    return concentration, call_share, [f.instances[i] for i in order if affected[i]]
+
+
 def usual_without_callers(f, spans: np.ndarray, d: np.ndarray) -> tuple[list[str], float, float] | None:
     """(the callers, their share of the slowest 1 % of calls, their share of the calls) where the
     slowest calls come from some calling instances beyond chance (each >= CALLER_Z binomial standard
@@ -91,6 +131,33 @@ def usual_without_callers(f, spans: np.ndarray, d: np.ndarray) -> tuple[list[str
     order = np.argsort(-seen)
     return ([f.instances[i] for i in order if affected[i]], float(seen[affected].sum() / slow.sum()),
             call_share)
+
+
+def queued_below(f, server: np.ndarray, queue: np.ndarray, depth: int = 8) -> np.ndarray:
+    """The queue-stage spans (`queue`: a mask over the frame) inside the callee's process under the
+    SERVER spans `server`: their nearest SERVER or CLIENT ancestor is one of them (a call out of the
+    callee starts another process's time), the outermost of nested ones only."""
+    from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
+
+    is_server = np.zeros(len(f), bool)
+    is_server[server] = True
+    spans = np.nonzero(queue & (f.parent >= 0))[0]
+    found = np.zeros(len(spans), bool)
+    inner = np.zeros(len(spans), bool)  # under another queue span below the SERVER span
+    alive = np.ones(len(spans), bool)
+    cur = f.parent[spans]
+    for _ in range(depth):
+        alive &= cur >= 0
+        if not alive.any():
+            break
+        at = np.maximum(cur, 0)
+        hit = alive & is_server[at]
+        found |= hit
+        boundary = alive & ~hit & ((f.kind[at] == KIND_SERVER) | (f.kind[at] == KIND_CLIENT))
+        inner |= alive & ~hit & queue[at]
+        alive &= ~hit & ~boundary
+        cur = np.where(alive, f.parent[at], -1)
+    return spans[found & ~inner]
 
 
 def grows_with_size(notes: dict, per_request: np.ndarray) -> tuple[str, float, float] | None:

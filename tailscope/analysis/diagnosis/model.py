@@ -13,6 +13,9 @@ from tailscope.analysis.diagnosis.stats import TailSplit, excess_share, per_requ
 from tailscope.vocabulary import ALL_STAGES
 
 NAMED = 0.5  # a finding at or above it names a cause; below it, a possible one
+# a finding whose mechanism's own signature its detector found absent: a possible cause at most
+# (the detector caps at it and records why in stats["signature_absent"]; calibration.gate holds it there)
+SIGNATURE_CAP = 0.45
 
 
 @dataclass

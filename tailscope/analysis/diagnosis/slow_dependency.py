@@ -18,7 +18,10 @@ import numpy as np
 from tailscope.analysis.diagnosis.dependency_tail import (
     USUAL_TAIL_CAP,
     abnormal_tail,
+    caller_side,
     grows_with_size,
+    queued_below,
+    signature_absent,
     usual_without_callers,
 )
 from tailscope.analysis.diagnosis.extra_calls import extra_mask
@@ -104,7 +107,8 @@ def detect(ctx: Context) -> list[Finding]:
         # a heavy tail alone is every dependency's: a cause needs it out of the ordinary (abnormal_tail)
         far_d = f.dur[far[0]].astype(np.float64) if far is not None else d
         kind, unusual = abnormal_tail(f.start[top], d, far_d, slow_one is not None) or (None, None)
-        confidence = confidence if unusual else min(confidence, USUAL_TAIL_CAP)
+        absent = signature_absent(kind)  # no episode, straggler or slow mode: its usual tail, or any call's
+        confidence = confidence if absent is None else min(confidence, USUAL_TAIL_CAP)
         # its long calls wait for a pooled connection others hold (lock_contention's pool_release test)
         if pool_wait := ctx.notes.get("pool_wait_names", {}).get(code, 0.0) >= 0.5:
             confidence = min(confidence, USUAL_TAIL_CAP)
@@ -144,20 +148,22 @@ def detect(ctx: Context) -> list[Finding]:
             "callee_share": None if server_share is None else round(float(server_share), 3),
             "straggler_instance": slow_one[0] if slow_one else None,
             "unusual_tail": unusual,
-            "unusual_kind": kind,  # which test held (calibration.py reads it)
+            "unusual_kind": kind,  # which test held (dependency_tail.signature_absent reads it)
         }
+        if absent is not None and strength * weight > USUAL_TAIL_CAP:  # the cap acted (calibration.gate)
+            stats["signature_absent"] = absent
+            stats["confidence_before_cap"] = round(float(strength * weight), 3)
         if pool_wait:
             summary += (" Its long calls wait for a pooled connection others hold (see lock_contention), "
                         "not for the dependency's work.")
         elif behind:
             summary += (" Its long calls wait behind an earlier reply on their process's shared connection "
                         "(see lock_contention), not for the dependency's work.")
-        elif unusual:
+        elif absent is None:
             summary += f" Its tail is out of the ordinary: {unusual}."
         elif strength * weight > USUAL_TAIL_CAP:
-            summary += (" Its tail looks like its usual one: as heavy over the whole run, on every callee "
-                        "instance, and ending near its p99 (a rare slow path of bounded cost); nothing says "
-                        "the dependency changed, so it is a possible cause at most.")
+            summary += (f" {absent[0].upper()}{absent[1:]}{f' ({unusual})' if unusual else ''}; nothing says "
+                        "the dependency changed (its mechanism's own signature is absent): a possible cause.")
         split = ctx.split
         chart = {
             "kind": "dependency_tail_share",
@@ -213,7 +219,7 @@ def detect(ctx: Context) -> list[Finding]:
         # a dependency serves every caller alike: slow calls from only some calling instances are
         # their path (the network from their node) or their host, not the dependency
         # (looked for too where only the usual-tail cap holds the call under 0.45: where it acts)
-        capped = not unusual and strength * weight > USUAL_TAIL_CAP
+        capped = absent is not None and strength * weight > USUAL_TAIL_CAP
         callers = caller_side(f, spans, d) if confidence > 0.45 or capped else None
         if callers is not None:
             confidence = min(confidence, 0.45)
@@ -224,7 +230,7 @@ def detect(ctx: Context) -> list[Finding]:
                 "of the calls: those callers' path or host, not the dependency (see network)."
             )
         # the tail is out of the ordinary only in some callers' calls: theirs (their node's network)
-        elif confidence > 0.45 and unusual and slow_one is None and far is None and (
+        elif (confidence > 0.45 or capped) and unusual and slow_one is None and far is None and (
                 few := usual_without_callers(f, spans, d)) is not None:
             confidence = min(confidence, 0.45)
             stats["slow_calls_from_callers"] = few[0]
@@ -285,8 +291,9 @@ def far_side(f, spans: np.ndarray, server: np.ndarray) -> tuple[np.ndarray, floa
 
 def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
     """The share of the tail excess carried by the callee's wait before its work: per SERVER span, its
-    queue-stage descendants (direct children) plus the time from its start to its first child's start
-    where it has children."""
+    queue-stage descendants inside the callee's process (a model server's queue span sits under the
+    model's span, not only directly under the SERVER span: dependency_tail.queued_below) plus the time
+    from its start to its first child's start where it has children."""
     f = ctx.frame
     queue = ctx.span_stage_mask("queue")
     is_server = np.zeros(len(f), bool)
@@ -297,34 +304,12 @@ def _callee_wait_share(ctx: Context, server: np.ndarray) -> float:
     lead = np.where(first[server] < np.iinfo(np.int64).max, first[server] - f.start[server], 0)
     values = np.zeros(len(f))
     values[server] = np.maximum(lead, 0)
-    q = kids[queue[kids]]
+    q = queued_below(f, server, queue)
     values[q] = f.dur[q]
     mask = np.zeros(len(f), bool)
     mask[server] = True
     mask[q] = True
     return ctx.share_of(mask, values)
-
-
-def caller_side(f, spans: np.ndarray, d: np.ndarray) -> tuple[float, float, list[str]] | None:
-    """(share of the slowest 1 % of calls made by the callers that make them most often, those callers'
-    share of all calls, their instances) where the slowest calls (>= 10) come mostly (>= 75 %, and
-    3 binomial standard deviations above their share of the calls) from callers that make at most
-    60 % of the calls; None otherwise."""
-    slow = d >= np.quantile(d, 0.99)
-    if slow.sum() < 10:
-        return None
-    inst = f.instance[spans]
-    calls = np.bincount(inst, minlength=len(f.instances))
-    slow_calls = np.bincount(inst[slow], minlength=len(f.instances))
-    affected = (calls > 0) & (slow_calls > 1.5 * float(slow.mean()) * calls)
-    concentration = float(slow_calls[affected].sum() / slow.sum())
-    call_share = float(calls[affected].sum() / len(spans))
-    # beyond chance: as many of the slowest calls from those callers as their share of the calls gives
-    z = (concentration - call_share) * np.sqrt(slow.sum() / max(call_share * (1 - call_share), 1e-9))
-    if concentration < 0.75 or call_share > 0.6 or z < 3.0:
-        return None
-    order = np.argsort(-slow_calls)
-    return concentration, call_share, [f.instances[i] for i in order if affected[i]]
 
 
 def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
