@@ -70,8 +70,7 @@ def callee_own(ctx: Context, spans: np.ndarray, waiters: np.ndarray, median: flo
 def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
     """Share of the long calls among `spans` (of name `code`, mostly CLIENT spans) that start their own
     round trip right after another request gave a connection to the same peer back; NaN where the peer
-    is unknown, the spans are no calls, the long calls are too few or they end together
-    (released_together: no hand-off to judge)."""
+    is unknown, the spans are no calls or the long calls are too few."""
     f = ctx.frame
     peer = peer_of(ctx, code)
     if peer is None or len(spans) < MIN_WAITS or float((f.kind[spans] == KIND_CLIENT).mean()) < 0.5:
@@ -80,10 +79,6 @@ def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
     median = float(np.median(d))
     waiters = spans[d > max(LONG * median, 1e6)]
     if len(waiters) < MIN_WAITS or callee_own(ctx, spans, waiters, median) >= 0.5:
-        return float("nan")
-    # a pool or a lock passes to one waiter at a time: waiters that end together are a queue a stalled
-    # server drains, whose order reads as hand-offs too
-    if released_together(f, spans) is not None:
         return float("nan")
     client = np.nonzero((f.kind == KIND_CLIENT) & (f.request >= 0) & (f.parent >= 0))[0]
     names = [c for c in np.unique(f.name[client]).tolist() if peer_of(ctx, c) == peer]
@@ -161,31 +156,3 @@ def _own_releases(f, last: np.ndarray, waiters: np.ndarray, before: float, after
     key = f.request[waiters].astype(np.int64) * horizon + f.end[waiters]
     return np.searchsorted(mine, key + int(after), side="right") - np.searchsorted(mine, key - int(before),
                                                                                    side="left")
-
-
-TOGETHER = 0.5  # the share of long calls ending within a call's median of another long call's end
-
-
-def released_together(f, spans: np.ndarray) -> tuple[float, str] | None:
-    """(share, sentence) where the long calls (over LONG x the median and 1 ms) end together: most
-    (>= TOGETHER, and twice what their number over the time they span gives by chance) within the
-    call's median of another long call's end. A lock or a pooled connection passes to one waiter at a
-    time, and each holds it for its transaction: the waiters' ends are spaced by hold times (a row
-    lock's waiters: 11 % within the median). A single-threaded server that stalled (its disk) answers
-    its queued calls one after the other in a burst when it resumes (96 % within the median: go-ray's
-    Redis), which release_handoff reads as hand-offs. None otherwise."""
-    d = f.dur[spans].astype(np.float64)
-    median = float(np.median(d))
-    waiters = spans[d > max(LONG * median, 1e6)]
-    if len(waiters) < 20:
-        return None
-    ends = np.sort(f.end[waiters]).astype(np.float64)
-    gaps = np.diff(ends)
-    close = np.r_[gaps < median, False] | np.r_[False, gaps < median]  # near the one before or after
-    share = float(close.mean())
-    chance = 1.0 - float(np.exp(-2.0 * len(waiters) * median / max(ends[-1] - ends[0], 1.0)))
-    if share < TOGETHER or share < 2.0 * chance:
-        return None
-    return share, (f"{share:.0%} of the long calls end within the call's median ({median / 1e6:.2f} ms) "
-                   "of another long call's end: released together, not one holder at a time")
-
