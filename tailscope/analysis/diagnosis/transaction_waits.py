@@ -27,12 +27,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.pool_release import (
-    HANDOFF_NS,
-    LONG,
-    peer_of,
-    release_handoff,
-)
+from tailscope.analysis.diagnosis.pool_release import HANDOFF_NS, LONG, peer_of, release_handoff
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight
 from tailscope.analysis.diagnosis.where import main_service
 
