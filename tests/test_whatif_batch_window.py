@@ -14,6 +14,16 @@ from tailscope.analysis.whatif.served import FORWARD, QUEUE, served
 from tests.hand_frames import MS, hand_frame
 
 
+def _served_inputs(rows: list[tuple]) -> lv.Inputs:
+    """The lever inputs of hand-built rows whose `queue` and `forward` spans are the batcher's stages."""
+    f = hand_frame(rows)
+    stage = np.full(len(f), -1)
+    stage[f.name == f.names.index("queue")] = QUEUE
+    stage[f.name == f.names.index("forward")] = FORWARD
+    lay = layout(f)
+    return lv.Inputs(f, lay, stage, served(f, stage, lay), [])
+
+
 def _inputs() -> lv.Inputs:
     rows: list[tuple] = []
     trace = 0
@@ -27,12 +37,7 @@ def _inputs() -> lv.Inputs:
             rows.append((trace, root, "queue", "Internal", 0, arrival, dispatch - arrival))
             rows.append((trace, root, "forward", "Internal", 0, dispatch, cost))
             trace += 1
-    f = hand_frame(rows)
-    stage = np.full(len(f), -1)
-    stage[f.name == f.names.index("queue")] = QUEUE
-    stage[f.name == f.names.index("forward")] = FORWARD
-    lay = layout(f)
-    return lv.Inputs(f, lay, stage, served(f, stage, lay), [])
+    return _served_inputs(rows)
 
 
 def test_a_window_the_batches_wait_out_goes_with_no_batching_delay() -> None:
@@ -69,12 +74,7 @@ def _alone(window: float | None) -> lv.Inputs:
         rows.append((k, -1, "POST /embed", "Server", 0, arrival, wait + 16.0))
         rows.append((k, root, "queue", "Internal", 0, arrival, wait))
         rows.append((k, root, "forward", "Internal", 0, arrival + wait, 16.0))
-    f = hand_frame(rows)
-    stage = np.full(len(f), -1)
-    stage[f.name == f.names.index("queue")] = QUEUE
-    stage[f.name == f.names.index("forward")] = FORWARD
-    lay = layout(f)
-    return lv.Inputs(f, lay, stage, served(f, stage, lay), [])
+    return _served_inputs(rows)
 
 
 def test_a_window_every_request_waits_out_alone_is_read_from_the_waits_ceiling() -> None:

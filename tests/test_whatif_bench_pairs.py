@@ -92,25 +92,30 @@ def test_the_latency_side_follows_the_faulty_run_and_a_missing_population_is_fla
     assert not row["paired"] and "no consumer scorer score" in common.line(row)
 
 
-def test_a_planted_cause_named_below_the_whatifs_floor_is_given_as_a_finding(monkeypatch) -> None:
-    """The lever applied: a cause the diagnosis named under engine.MIN_CONFIDENCE gets no lever, so it
-    is added from the truth as a missed one is (kafka-scorer gc+slow-store: slow_dependency at 0.12)."""
-    low = SimpleNamespace(to_dict=lambda with_chart: {"pattern": "slow_dependency", "confidence": 0.12,
-                                                      "span_name": "SELECT profiles"})
-    monkeypatch.setattr(common, "diagnose_frame", lambda frame: SimpleNamespace(errors=[], findings=[low]))
+def _findings_given(monkeypatch, named: list) -> list[dict]:
+    """The diagnosis stubbed to name `named`; the list the evaluation is given the findings in."""
+    monkeypatch.setattr(common, "diagnose_frame", lambda frame: SimpleNamespace(errors=[], findings=named))
     monkeypatch.setattr(common, "unit_frame", lambda frame: frame)
-    given = []
+    given: list[dict] = []
 
     def evaluate(frame, findings, **_):
         given.extend(findings)
         return SimpleNamespace(outcomes=[], measured=SimpleNamespace(p50_ms=1.0, p99_ms=2.0))
 
     monkeypatch.setattr(common, "evaluate", evaluate)
+    return given
+
+
+def test_a_planted_cause_named_below_the_whatifs_floor_is_given_as_a_finding(monkeypatch) -> None:
+    """The lever applied: a cause the diagnosis named under engine.MIN_CONFIDENCE gets no lever, so it
+    is added from the truth as a missed one is (kafka-scorer gc+slow-store: slow_dependency at 0.12)."""
+    low = SimpleNamespace(to_dict=lambda with_chart: {"pattern": "slow_dependency", "confidence": 0.12,
+                                                      "span_name": "SELECT profiles"})
+    given = _findings_given(monkeypatch, [low])
     truth = [{"pattern": "slow_dependency", "span": "SELECT profiles", "service": "db", "instances": ["db"]}]
     common.predicted(object(), "dependency_p50", truth=truth)
     added = [fd for fd in given if fd["confidence"] == 1.0]
     assert [(fd["pattern"], fd["span_name"]) for fd in added] == [("slow_dependency", "SELECT profiles")]
-
 
 
 def test_a_planted_cause_named_without_the_span_its_lever_needs_is_given_as_a_finding(monkeypatch) -> None:
@@ -120,20 +125,13 @@ def test_a_planted_cause_named_without_the_span_its_lever_needs_is_given_as_a_fi
     spanless = [SimpleNamespace(to_dict=lambda with_chart, p=p: {"pattern": p, "confidence": 0.32,
                                                                   "span_name": None})
                 for p in ("lock_contention", "gc_pause")]
-    monkeypatch.setattr(common, "diagnose_frame", lambda frame: SimpleNamespace(errors=[], findings=spanless))
-    monkeypatch.setattr(common, "unit_frame", lambda frame: frame)
-    given = []
-
-    def evaluate(frame, findings, **_):
-        given.extend(findings)
-        return SimpleNamespace(outcomes=[], measured=SimpleNamespace(p50_ms=1.0, p99_ms=2.0))
-
-    monkeypatch.setattr(common, "evaluate", evaluate)
+    given = _findings_given(monkeypatch, spanless)
     truth = [{"pattern": "lock_contention", "span": "metadata.fetch", "service": "api", "instances": []},
              {"pattern": "gc_pause", "span": "POST /v1/search", "service": "api", "instances": []}]
     common.predicted(object(), ("no_lock_wait", "no_gc_stalls"), truth=truth)
     added = [fd for fd in given if fd["confidence"] == 1.0]
     assert [(fd["pattern"], fd["span_name"]) for fd in added] == [("lock_contention", "metadata.fetch")]
+
 
 def _named(frame, *names: str):
     """The stand-in frame with spans of these names (one each)."""
