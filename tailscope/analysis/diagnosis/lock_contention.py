@@ -30,7 +30,6 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
-from tailscope.analysis.diagnosis.head_of_line import behind_earlier_reply
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.pool_release import pool_sentence, release_handoff
 from tailscope.analysis.diagnosis.server_queue import recast
@@ -169,9 +168,8 @@ def detect(ctx: Context) -> list[Finding]:
         conc, d, rho, slope, intercept = fit.conc, fit.d, fit.rho, fit.slope, fit.intercept
         share = _inclusive_share(ctx, code) if rho >= 0.2 and slope > 0 else 0.0
         pooled = release_handoff(ctx, int(code), spans) if share >= 0.05 else np.nan  # pool_release.py
-        if rho < 0.2 or slope <= 0 or (fit.serial < 0.05 and not (pooled >= 0.5 and behind_earlier_reply(
-                ctx, int(code), spans) < 0.5)):  # clumps: batched work, unless the clumped waiters then hand
-            continue  # pooled connections on (a lock, then a pool), not replies queued behind one (a socket)
+        if rho < 0.2 or slope <= 0 or (fit.serial < 0.05 and not pooled >= 0.5):  # clumps: batched work,
+            continue  # unless the clumped waiters then hand pooled connections on (a lock's, then a pool's)
         explained = slope * fit.ahead.mean() / max(d.mean(), 1.0)
         wait = np.minimum(slope * fit.ahead, d)  # the modelled wait, never more than the span itself
         in_span, values = np.zeros(len(f), bool), np.zeros(len(f))
