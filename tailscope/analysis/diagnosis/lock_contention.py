@@ -103,8 +103,10 @@ def _ahead(
 ) -> np.ndarray:
     """concurrency_at_start on arrays; `member`: cohort ids, or None to count by start order."""
     horizon = int(end.max(initial=0)) + 2
-    s_key, e_key = group * horizon + start, group * horizon + end
-    starts, ends = np.sort(s_key), np.sort(e_key)
+    s_key = group * horizon + start
+    e_key = group * horizon + end
+    starts = np.sort(s_key)
+    ends = np.sort(e_key)
     at_key, extra = s_key, np.zeros(len(start))
     if member is not None and len(start):
         size = np.bincount(member)
@@ -166,14 +168,15 @@ def detect(ctx: Context) -> list[Finding]:
     findings = []
     for code, stage, spans, fit in results:
         conc, d, rho, slope, intercept = fit.conc, fit.d, fit.rho, fit.slope, fit.intercept
-        share = _inclusive_share(ctx, code) if rho >= 0.2 and slope > 0 else 0.0
-        pooled = release_handoff(ctx, int(code), spans) if share >= 0.05 else np.nan  # pool_release.py
-        if rho < 0.2 or slope <= 0 or (fit.serial < 0.05 and not pooled >= 0.5):  # clumps: batched work,
-            continue  # unless the clumped waiters then hand pooled connections on (a lock's, then a pool's)
+        if rho < 0.2 or slope <= 0 or fit.serial < 0.05:  # completions in clumps: batched work
+            continue
+        share = _inclusive_share(ctx, code)
         explained = slope * fit.ahead.mean() / max(d.mean(), 1.0)
         wait = np.minimum(slope * fit.ahead, d)  # the modelled wait, never more than the span itself
-        in_span, values = np.zeros(len(f), bool), np.zeros(len(f))
-        in_span[spans], values[spans] = True, wait
+        in_span = np.zeros(len(f), bool)
+        in_span[spans] = True
+        values = np.zeros(len(f))
+        values[spans] = wait
         tail_wait = ctx.share_of(in_span, values)
         strength = logistic(rho, 0.45, 0.08)
         weight = logistic(share, 0.08, 0.03)
@@ -196,7 +199,7 @@ def detect(ctx: Context) -> list[Finding]:
         # a lock's wait is the process's own time: where the slow spans' extra time is in calls out of it
         # (CLIENT calls, a callee's side), the crowd is what long calls make (a slow peer, a deadline)
         called = max(called, time_in_calls(ctx, spans) if confidence > 0.45 else 0.0)
-        pool_wait = pooled >= 0.5
+        pool_wait = (pooled := release_handoff(ctx, int(code), spans) if share >= 0.05 else np.nan) >= 0.5
         if pool_wait:  # a wait for a pooled connection (pool_release.py); slow_dependency reads the note
             confidence = ctx.notes.setdefault("pool_wait_names", {})[int(code)] = max(
                 confidence, 0.95 * logistic(pooled, 0.5, 0.1) * weight)
