@@ -23,8 +23,8 @@ The signature each mechanism leaves, and who tests it:
 - queueing: waits that grow with the arrivals and drain after (queueing.py, burst_waits.py,
   accept_queue.py, callee_queue.py).
 - lock_contention: a span's time growing with the number ahead of it on one instance, released one
-  holder at a time (lock_contention.py: serialisation, hand-off, slots, time in calls out), or released
-  in clumps and then handing pooled connections on (pool_release.release_handoff).
+  holder at a time (lock_contention.py: serialisation, hand-off, slots, time in calls out;
+  pool_release.release_handoff for a pool's or a transaction's hand-off).
 - cold_start: latency decaying with each instance's request index after it starts (cold_start.py).
 - timeout_retry: attempts cut at one elapsed time and made again (timeout_retry.py).
 - large_payload: time following a size that changed during the run or beyond its usual range
