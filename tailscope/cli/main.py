@@ -119,6 +119,9 @@ def entrypoint() -> None:
         if not stdout_flushed():
             sys.exit(output_closed())
         raise
+    if Outcome.signum is None and signals.received() is not None:  # a Stopped a finaliser swallowed
+        Outcome.signum = signals.received()
+        print(f"tailscope: stopped by {signal.Signals(Outcome.signum).name}", file=sys.stderr)
     if Outcome.signum is not None:
         signals.exit_by_signal(Outcome.signum)
     if not stdout_flushed():

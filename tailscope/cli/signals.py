@@ -30,8 +30,19 @@ class Stopped(KeyboardInterrupt):
         self.signum = signum
 
 
+_received: list[int] = []  # every signal raised as Stopped in this process, in order
+
+
 def _raise_stopped(signum: int, frame: FrameType | None) -> None:
+    _received.append(signum)
     raise Stopped(signum)
+
+
+def received() -> int | None:
+    """The first SIGTERM / SIGHUP raised as Stopped in this process, also where that Stopped was
+    swallowed: a signal landing inside a finaliser (multiprocessing's, a weakref callback) is printed
+    as "Exception ignored" and the command would otherwise go on to a normal exit."""
+    return _received[0] if _received else None
 
 
 def install() -> None:
