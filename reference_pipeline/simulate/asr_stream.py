@@ -45,7 +45,7 @@ Mechanisms (scenario: truth):
 - `slow-readers`: one customer's CRM connector reads results once every 0.3-1.2 s; its streams' windows
   are shut and the final write waits for the next read: network (a slow reader is transport back-
   pressure) at `EndOfUtterance`, stage serialization.
-- `hash-skew`: one decoder host holds 2x the ring's share: its batches are bigger and later and, at
+- `hash-skew`: one decoder host holds 2.15x the ring's share: its batches are bigger and later and, at
   the peaks, back to back: queueing at `decoder.flush` on that host.
 - `cudafree-sync`: one GPU's caching allocator, fragmented, frees its cache and re-allocates: a
   device-wide sync (90-320 ms) every ~1 s stalls every stream's batches and punctuation on that GPU,
@@ -58,7 +58,7 @@ Mechanisms (scenario: truth):
 - `noisy-lines`: one customer's lines are noisy: beams 24-32 wide: beam search and rescoring CPU grow
   3x on its streams: compute_bound at `lm.rescore` (side queueing).
 - `hint-cache-expiry`: the large customers' hints were loaded together at the last deploy and expire
-  together at 30 % of the run on every decoder: every finalization until a reload lands misses, each
+  together at 45 % of the run on every decoder: every finalization until a reload lands misses, each
   with a 30-48k-phrase HGETALL queued on the one Redis and its own compile: cache_miss at
   `PhraseHints::Lookup` (side slow_dependency, queueing).
 - `wal-fsync-stalls`: a base backup reads the shared disk (15-85 % of the run): WAL fsyncs take ~18 ms

@@ -145,7 +145,8 @@ def gc_pauses(rng: random.Random, horizon: float, humongous: bool) -> list[tuple
     t = rng.expovariate(0.5) * NS_PER_S
     while t < horizon:
         if humongous and rng.random() < 0.8:
-            length, cause = min(260.0, max(55.0, 110.0 * rng.lognormvariate(0.0, 0.35))), "G1 Humongous Allocation"
+            length = min(260.0, max(55.0, 110.0 * rng.lognormvariate(0.0, 0.35)))
+            cause = "G1 Humongous Allocation"
             gap = rng.expovariate(1.0 / 0.9)
         else:
             length, cause = 4.0 + 6.0 * rng.random(), "G1 Evacuation Pause"

@@ -29,8 +29,9 @@ from reference_pipeline.simulate.trace_table import (
 )
 
 # customer, share of the streams, phrase hints in its custom vocabulary
-CUSTOMERS = (("acme-insurance", 0.20, 48_000), ("northwind-bank", 0.18, 36_000), ("globex-retail", 0.15, 30_000),
-             ("bluepeak-logistics", 0.12, 3_500), ("ledgerline-crm", 0.10, 2_500), ("tenant-0417", 0.07, 1_500),
+CUSTOMERS = (("acme-insurance", 0.20, 48_000), ("northwind-bank", 0.18, 36_000),
+             ("globex-retail", 0.15, 30_000), ("bluepeak-logistics", 0.12, 3_500),
+             ("ledgerline-crm", 0.10, 2_500), ("tenant-0417", 0.07, 1_500),
              ("tenant-0862", 0.06, 900), ("tenant-1290", 0.06, 1_200), ("tenant-2051", 0.06, 600))
 LARGE_HINTS = 20_000
 NOISY, SLOW_READER = "bluepeak-logistics", "ledgerline-crm"
@@ -97,7 +98,7 @@ class Run:
 def _ring(rng: random.Random, n: int, hot: int | None) -> list[float]:
     weights = [1.0 + rng.uniform(-0.12, 0.12) for _ in range(n)]
     if hot is not None:
-        weights[hot] *= 2.0  # the hot host's virtual nodes counted twice over on the ring
+        weights[hot] *= 2.15  # the hot host's virtual nodes counted twice over on the ring
     total = sum(weights)
     return [w / total for w in weights]
 
@@ -120,7 +121,8 @@ def simulate(s: dict[str, Any], parts: set[str], requests: int, seed: int, hot: 
     run_ns = requests / rps * NS_PER_S
     horizon = starts[-1] + 60 * NS_PER_S
     shares = _ring(rng, n_hosts, hot if "hash-skew" in parts else None)
-    drains = {h: (0.12 + 0.75 * h / n_hosts) * run_ns for h in range(n_hosts)} if "rolling-deploy" in parts else {}
+    drains = ({h: (0.12 + 0.75 * h / n_hosts) * run_ns for h in range(n_hosts)}
+              if "rolling-deploy" in parts else {})
     hosts = []
     for h in range(n_hosts):
         syncs = device_syncs(rng, horizon, 40.0, 100.0)  # the odd allocator retry
@@ -243,7 +245,7 @@ def _finalize(rng: random.Random, utts: list[Utterance], hosts: list[GpuHost], p
         for name, _, phrases in CUSTOMERS:
             loaded = -rng.uniform(0.0, TTL)
             if "hint-cache-expiry" in parts and phrases >= LARGE_HINTS:
-                loaded = 0.3 * run_ns - TTL  # loaded together at the last deploy: they expire together
+                loaded = 0.45 * run_ns - TTL  # loaded together at the last deploy: they expire together
             cache[name] = (loaded, loaded + TTL)
         caches.append(cache)
     for u in sorted(utts, key=lambda x: x.fin_start):
@@ -266,7 +268,7 @@ def _finalize(rng: random.Random, utts: list[Utterance], hosts: list[GpuHost], p
                 cache[u.customer] = (t, t + TTL)
         u.hints = (h0, t)
         r_s = t + lognormal_ms(rng, 0.02, 0.3)
-        cost = (6.0 + 3.4 * u.duration) * (u.beam / 8.0) ** 0.8 * NS_PER_MS * rng.lognormvariate(0.0, 0.15)
+        cost = (6.0 + 3.4 * u.duration) * (u.beam / 8.0) * NS_PER_MS * rng.lognormvariate(0.0, 0.15)
         u.rescore = (r_s, host.cpu_stalls.run(r_s, cost))
         p_s = u.rescore[1] + lognormal_ms(rng, 0.03, 0.3)
         p_cost = (2.0 + 0.08 * u.words) * NS_PER_MS * rng.lognormvariate(0.0, 0.15)

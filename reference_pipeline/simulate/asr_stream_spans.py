@@ -18,7 +18,8 @@ ROOT = "asr.v1.Recognizer/StreamingRecognize"
 DECODE = "asr.decoder.v1.Decoder/Decode"
 EOU, INSERT = "EndOfUtterance", "INSERT asr.transcripts"
 FINALIZE, FLUSH, HINTS, HGETALL = "Finalize", "decoder.flush", "PhraseHints::Lookup", "HGETALL"
-RESCORE, PUNCT, CHUNK, REBUILD, BATCH = "lm.rescore", "punctuate", "decode_chunk", "StateRebuild", "am.forward"
+RESCORE, PUNCT, CHUNK = "lm.rescore", "punctuate", "decode_chunk"
+REBUILD, BATCH = "StateRebuild", "am.forward"
 PG_HOST, REDIS_HOST = "pg-asr-primary.db.internal", "redis-hints.cache.internal"
 _SUFFIX = ("k2x9p", "7vq4m", "c8n2w", "r5t7h")
 _JAVA, _CPP = "io.opentelemetry.grpc-1.6", "asr_decoder"
@@ -82,7 +83,8 @@ class Resources:
             return attrs
         attrs["service.version"] = VERSION_NEW if gen else VERSION_OLD
         if service == GW:
-            attrs.update({"k8s.namespace.name": "asr", "k8s.pod.name": gateway_pod(idx), "host.name": gateway_pod(idx),
+            attrs.update({"k8s.namespace.name": "asr", "k8s.pod.name": gateway_pod(idx),
+                          "host.name": gateway_pod(idx),
                           "process.pid": 1, "process.runtime.name": "OpenJDK Runtime Environment",
                           "process.runtime.version": "21.0.5+11-LTS"})
         else:
@@ -161,10 +163,12 @@ def _segment(table: TraceTable, res: Resources, run: Run, u: Utterance, seg: Seg
     if style.chunks == "events":
         events = [(c.done, "chunk.decoded", {"asr.chunk.index": c.index, "asr.batch.size": c.batch_size,
                                              "asr.chunk.wait_us": int((c.batch_start - c.ready) / 1000),
-                                             "asr.beam.width": c.beam}) for c in seg.chunks[:EVENT_LIMIT] if c.done <= end]
+                                             "asr.beam.width": c.beam})
+                  for c in seg.chunks[:EVENT_LIMIT] if c.done <= end]
     if style.gpu_events and last:
         for a, b in run.hosts[seg.host].gpu_stalls.overlapping(u.half_close_dec - 1e9, u.fin_end):
-            events.append((b, "gpu.alloc.retry", {"gpu.device": 0, "gpu.sync_ms": round((b - a) / NS_PER_MS, 1)}))
+            events.append((b, "gpu.alloc.retry",
+                           {"gpu.device": 0, "gpu.sync_ms": round((b - a) / NS_PER_MS, 1)}))
     server = table.span(trace, client, DECODE, "Server", me, _CPP, seg.opened + 0.2 * NS_PER_MS, end,
                         {**_rpc("asr.decoder.v1.Decoder", "Decode", code), "asr.customer": u.customer},
                         "Unset" if last else "Error", message, events=sorted(events, key=lambda e: e[0]))
@@ -177,7 +181,8 @@ def _segment(table: TraceTable, res: Resources, run: Run, u: Utterance, seg: Seg
         for c in seg.chunks:
             if c.done <= end:
                 table.span(trace, server, CHUNK, "Internal", me, _CPP, c.ready, c.done,
-                           {"asr.chunk.index": c.index, "asr.batch.size": c.batch_size, "asr.beam.width": c.beam})
+                           {"asr.chunk.index": c.index, "asr.batch.size": c.batch_size,
+                            "asr.beam.width": c.beam})
     if last:
         _finalize(table, res, u, seg, trace, server, me)
 
