@@ -21,9 +21,10 @@ compile of the hints, no single flight), LM rescoring of the n-best (`lm.rescore
 the words and the beam) and a punctuation model on the GPU (`punctuate`). Back at the gateway the
 transcript is INSERTed into Postgres (synchronous commit: WAL group commit, one disk) and the final
 message written to the client under HTTP/2 flow control (a client that reads slowly leaves the
-window shut: the write waits for its next read). A drained decoder's streams move to the next host on
-the ring, which re-decodes the audio so far (`StateRebuild`); a fresh decoder process loads its CUDA
-modules lazily on its first batch and grows its allocator's pool for a while.
+window shut: the write waits for its next read). A drained decoder's streams move to the hosts of the
+ring's next virtual nodes (spread over the others), which re-decode the audio so far (`StateRebuild`);
+a fresh decoder process loads its CUDA modules lazily on its first batch and grows its allocator's pool
+for a while.
 
 Healthy noise: network jitter; 5 % of streams with a wider beam (background noise); G1 young pauses
 (4-10 ms every ~2 s); the odd cudaFree retry (a device-wide stall every ~40 s per GPU); rare CFS
@@ -51,12 +52,12 @@ Mechanisms (scenario: truth):
   device-wide sync (90-320 ms) every ~1 s stalls every stream's batches and punctuation on that GPU,
   no span for it: gc_pause (a memory manager's stop-the-world, of a device), accept lock_contention
   (cudaFree holds the context's lock and every other call waits on it), at `decoder.flush` on that host.
-- `rolling-deploy`: decoders drained one after another: their streams re-decode on the next host (a
-  burst of work there), and each fresh process pays lazy CUDA module loads (~1.8 s on its first batch)
-  and allocator growth (batches up to 2.2x slower for 20 s): cold_start at `decoder.flush` on the fresh
+- `rolling-deploy`: decoders drained one after another: their streams re-decode on the other hosts (a
+  burst of work there), and each fresh process pays lazy CUDA module loads (~1.2 s on its first batch)
+  and allocator growth (batches up to 1.6x slower for 15 s): cold_start at `decoder.flush` on the fresh
   processes (side queueing).
 - `noisy-lines`: one customer's lines are noisy: beams 24-32 wide: beam search and rescoring CPU grow
-  3x on its streams: compute_bound at `lm.rescore` (side queueing).
+  3-4x on its streams: compute_bound at `lm.rescore` (side queueing).
 - `hint-cache-expiry`: the large customers' hints were loaded together at the last deploy and expire
   together at 45 % of the run on every decoder: every finalization until a reload lands misses, each
   with a 30-48k-phrase HGETALL queued on the one Redis and its own compile: cache_miss at
