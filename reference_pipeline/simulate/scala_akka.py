@@ -31,7 +31,7 @@ ask spans exported, G1 pauses as span events (a JFR bridge). 1: Jaeger JSON, old
 
 Mechanisms (scenario: truth):
 - `hot-restaurant-lunch`: a lunch rush (1.4x arrivals in the middle 40 % of the run) with one chain
-  restaurant's share rising so that its entity runs at ~90 % of one mailbox's capacity (each message
+  restaurant's share rising until its entity is asked ~10 % more than one mailbox serves (each message
   ~8 ms with its open orders): asks to it wait in its mailbox, asks to every other entity do not.
   lock_contention (one message at a time: a serialized critical section), accept queueing, stage
   feature_hydration, the restaurant ask span (the server span where asks are not exported), every pod
@@ -49,7 +49,7 @@ Mechanisms (scenario: truth):
 - `sparse-geo-radius`: 40 % of orders from a sparse suburb where most couriers are busy: the radius
   doubles to 8-16 km, hundreds of couriers come back and are scored: large_payload, accept
   compute_bound, stage model_forward, `EtaModel.predict` (`eta.candidates.count`), every pod.
-- `g1-old-gen`: one pod's old generation near full: G1 mixed collections every ~0.35 s (40-160 ms) and
+- `g1-old-gen`: one pod's old generation near full: G1 mixed collections every ~0.3 s (60-200 ms) and
   an occasional full collection: gc_pause, stage None, the server span, that pod (side queueing).
 - `cfs-throttling`: two pods' CPU limit lowered below the JIT + GC threads' bursts: in over half of
   their 100 ms periods the quota runs out 20-70 ms before the period ends: cpu_throttling, stage None,

@@ -20,37 +20,58 @@ PERIOD_NS = 100 * NS_PER_MS  # the CFS period
 class Pool:
     """Threads that run one task at a time; a task takes the earliest gap, on any thread, that starts
     at or after it is ready (requests are modelled in arrival order, so a thread's busy intervals are
-    kept, not just its last end: a later request's step may fit before an earlier one's later step)."""
+    kept, not just its last end: a later request's step may fit before an earlier one's later step).
+    A blocking call holds its thread for its whole length: such holds are kept apart and taken by the
+    earliest thread not already held (the short tasks around them wait for a thread that is not)."""
 
     def __init__(self, threads: int) -> None:
-        self.starts: list[list[float]] = [[] for _ in range(threads)]
-        self.ends: list[list[float]] = [[] for _ in range(threads)]
+        self.busy: list[tuple[list[float], list[float]]] = [([], []) for _ in range(threads)]
+        self.held: list[tuple[list[float], list[float]]] = [([], []) for _ in range(threads)]
 
-    def _fit(self, k: int, t: float, length: float) -> tuple[float, int]:
-        starts, ends = self.starts[k], self.ends[k]
+    @staticmethod
+    def _clear(lists: tuple[list[float], list[float]], t: float, length: float) -> float:
+        """The first t' >= t such that [t', t' + length) overlaps none of these intervals."""
+        starts, ends = lists
         i = bisect.bisect_right(starts, t) - 1
         if i >= 0 and ends[i] > t:
             t = ends[i]
-        i += 1
+        i = max(i + 1, 0)
         while i < len(starts) and starts[i] < t + length:
             t = max(t, ends[i])
             i += 1
-        return t, i
+        return t
 
-    def take(self, t: float, length: float) -> tuple[float, int, int]:
-        """(start, thread, position) of the earliest gap for a task of `length` ready at t."""
-        best = (float("inf"), 0, 0)
-        for k in range(len(self.starts)):
-            start, i = self._fit(k, t, length)
+    def _fit(self, k: int, t: float, length: float) -> float:
+        while True:
+            moved = self._clear(self.held[k], self._clear(self.busy[k], t, length), length)
+            if moved == t:
+                return t
+            t = moved
+
+    def take(self, t: float, length: float) -> tuple[float, int]:
+        """(start, thread) of the earliest gap for a task of `length` ready at t."""
+        best = (float("inf"), 0)
+        for k in range(len(self.busy)):
+            start = self._fit(k, t, length)
             if start < best[0]:
-                best = (start, k, i)
+                best = (start, k)
                 if start <= t:
                     break
         return best
 
-    def hold(self, k: int, i: int, start: float, end: float) -> None:
-        self.starts[k].insert(i, start)
-        self.ends[k].insert(i, end)
+    def take_held(self, t: float, length: float) -> tuple[float, int]:
+        best = (float("inf"), 0)
+        for k in range(len(self.held)):
+            start = self._clear(self.held[k], t, length)
+            if start < best[0]:
+                best = (start, k)
+        return best
+
+    def hold(self, k: int, start: float, end: float, blocking: bool = False) -> None:
+        starts, ends = (self.held if blocking else self.busy)[k]
+        i = bisect.bisect_right(starts, start)
+        starts.insert(i, start)
+        ends.insert(i, end)
 
 
 @dataclass
@@ -61,7 +82,7 @@ class Node:
     cores: int
     stalls: Stalls
     pauses: list[tuple[float, float, str]]  # (start, end, G1 cause) for the JFR bridge's events
-    served: int = 100_000  # requests its JIT has seen (a fresh JVM starts at 0)
+    served: int = 100_000  # requests and entity messages its JIT has seen (a fresh JVM starts at 0)
     born: float = 0.0
     jdbc_on_dispatcher: bool = False
     dispatcher: Pool = field(init=False)
@@ -74,36 +95,36 @@ class Node:
     def jit(self) -> float:
         """How much slower JVM code runs than when warm: interpreted, then C1, then C2 code."""
         n = self.served
-        return 1.0 + 9.0 * 2.718 ** (-n / 60.0) + 1.5 * 2.718 ** (-n / 500.0)
+        return 1.0 + 12.0 * 2.718 ** (-n / 60.0) + 2.0 * 2.718 ** (-n / 400.0)
 
     def run(self, t: float, work: float) -> tuple[float, float]:
         """A task of `work` ns of CPU on the default dispatcher: (start, end)."""
-        start, k, i = self.dispatcher.take(self.stalls.settle(t), work)
+        start, k = self.dispatcher.take(self.stalls.settle(t), work)
         start = self.stalls.settle(start)
         end = self.stalls.run(start, work)
-        self.dispatcher.hold(k, i, start, end)
+        self.dispatcher.hold(k, start, end)
         return start, end
 
     def block(self, t: float, wait: float) -> tuple[float, float]:
         """A blocking call on a dispatcher thread: it holds the thread for the call's `wait` ns."""
-        start, k, i = self.dispatcher.take(self.stalls.settle(t), wait)
+        start, k = self.dispatcher.take_held(self.stalls.settle(t), wait)
         start = self.stalls.settle(start)
         end = self.stalls.settle(start + wait)
-        self.dispatcher.hold(k, i, start, end)
+        self.dispatcher.hold(k, start, end, blocking=True)
         return start, end
 
     def predict(self, t: float, work: float) -> tuple[float, float]:
         """XGBoost4J's predict: native threads (a G1 pause does not stop them, but the JNI call
         returns into Java only after the pause); CFS throttling stops every thread of the cgroup."""
-        start, k, i = self.native.take(t, work)
+        start, k = self.native.take(t, work)
         end = self.stalls.settle(self.stalls.run(start, work))
-        self.native.hold(k, i, start, end)
+        self.native.hold(k, start, end)
         return start, end
 
 
 def g1_pauses(rng: random.Random, horizon: float, old_pressure: bool) -> list[tuple[float, float, str]]:
-    """G1's young pauses every ~1.5 s (4-12 ms); near a full heap, mixed collections every ~0.35 s
-    (40-160 ms) and now and then an evacuation failure's full collection (0.4-0.9 s)."""
+    """G1's young pauses every ~1.5 s (4-12 ms); near a full heap, mixed collections every ~0.3 s
+    (60-200 ms) and now and then an evacuation failure's full collection (0.4-0.9 s)."""
     out = []
     t = rng.uniform(0.0, 1.5) * NS_PER_S
     while t < horizon:
@@ -113,10 +134,10 @@ def g1_pauses(rng: random.Random, horizon: float, old_pressure: bool) -> list[tu
     if old_pressure:
         t = rng.uniform(0.1, 0.4) * NS_PER_S
         while t < horizon:
-            full = rng.random() < 0.08
-            length = (rng.uniform(400.0, 900.0) * NS_PER_MS if full else lognormal_ms(rng, 80.0, 0.45))
+            full = rng.random() < 0.1
+            length = (rng.uniform(400.0, 900.0) * NS_PER_MS if full else lognormal_ms(rng, 110.0, 0.4))
             out.append((t, t + length, "Allocation Failure" if full else "G1 Evacuation Pause (mixed)"))
-            t += length + rng.uniform(0.2, 0.5) * NS_PER_S
+            t += length + rng.uniform(0.15, 0.4) * NS_PER_S
     return out
 
 
@@ -159,7 +180,7 @@ class Shards:
         self.shards = shards
         self.home = {s: nodes[s % len(nodes)] for s in range(shards)}
         self.entities: dict[tuple[str, int], Entity] = {}
-        self.handoff: dict[int, float] = {}  # shard -> when its hand-off ends
+        self.handoff: dict[int, float] = {}  # shard -> when its hand-off ends (a moved shard)
 
     def shard(self, kind: str, eid: int) -> int:
         return (eid * 2654435761 + (17 if kind == "Courier" else 0)) % self.shards
@@ -168,7 +189,9 @@ class Shards:
         key = (kind, eid)
         if key not in self.entities:
             every = 1000 if kind == "Restaurant" else 300
-            self.entities[key] = Entity(kind, eid, self.rng.randrange(every), self.rng.random() > 0.015)
+            moved = self.shard(kind, eid) in self.handoff  # alive on the old node: not in memory here
+            self.entities[key] = Entity(kind, eid, self.rng.randrange(every),
+                                        not moved and self.rng.random() > 0.012)
         return self.entities[key]
 
     def move(self, to: int, frm: set[int] | None, count: int, at: float, handoff: float) -> list[int]:
@@ -195,7 +218,7 @@ def recover(rng: random.Random, node: Node, ent: Entity, t: float) -> Recovery:
         n = min(100, left)
         page_e = at + lognormal_ms(rng, 2.2, 0.3) + 0.03 * n * NS_PER_MS
         pages.append((at, page_e, n))
-        _, at = node.run(page_e, 0.012 * n * NS_PER_MS * node.jit())
+        _, at = node.run(page_e, 0.012 * n * NS_PER_MS * node.jit() ** 0.5)  # one handler, hot at once
         left -= n
         if left <= 0:
             break

@@ -62,6 +62,26 @@ def _hop(rng: random.Random, a: int, b: int, lossy: set[int]) -> float:
     return t
 
 
+def _query(rng: random.Random) -> float:
+    query = lognormal_ms(rng, 16.0, 0.45)
+    if rng.random() < 0.004:  # the odd slow query (a cold page, autovacuum)
+        query += rng.uniform(10.0, 30.0) * NS_PER_MS
+    return query
+
+
+def _held_queries(nodes: dict[int, Node], arrivals: list[float], pick: list[float],
+                  queries: list[float]) -> dict[int, tuple[float, float]]:
+    """The queries a pod runs on its default dispatcher, each holding a thread: placed before the
+    requests are (in arrival order, a thread for each when one is not held), so that every callback,
+    route and entity message on that pod, whichever request it serves, waits for a thread not held."""
+    out = {}
+    for r, t0 in enumerate(arrivals):
+        node = nodes[int(pick[r] * len(nodes))]
+        if node.jdbc_on_dispatcher:
+            out[r] = node.block(t0 + 0.5 * NS_PER_MS, queries[r])
+    return out
+
+
 def _traffic_latency(rng: random.Random, t: float, run_ns: float, degraded: bool) -> float:
     if degraded and t > 0.25 * run_ns:
         ramp = min(1.0, (t - 0.25 * run_ns) / (0.25 * run_ns))
@@ -100,8 +120,11 @@ def simulate(rng: random.Random, table: TraceTable, st: sp.Style, s: dict[str, A
     move = (0.4 * run_ns, 0.58 * run_ns) if "kafka-leader-move" in parts else None
     hot_share = 0.0
     if lunch:  # the chain restaurant's asks at lunch: a little over what its one mailbox serves
-        hot_share = 1.05 / (1.4 * s["rps"] * 8.3e-3)
-    for t0 in arrivals:
+        hot_share = 1.1 / (1.4 * s["rps"] * 8.3e-3)
+    pick = [rng.random() for _ in arrivals]  # the ALB's choice among the pods in service
+    queries = [_query(rng) for _ in arrivals]
+    held = _held_queries(nodes, arrivals, pick, queries)
+    for r, t0 in enumerate(arrivals):
         while changes and changes[0][0] <= t0:
             at, what, k, old = changes.pop(0)
             if what == "leave":
@@ -115,7 +138,7 @@ def simulate(rng: random.Random, table: TraceTable, st: sp.Style, s: dict[str, A
             else:  # the leaving pod hands all its shards over
                 shards.move(k, {old}, SHARDS, at, 0.25 * NS_PER_S)
         targets = [k for k, (a, b) in live.items() if a <= t0 < b]
-        k = rng.choice(targets)
+        k = targets[int(pick[r] * len(targets))]
         node = nodes[k]
         jit = node.jit()
         node.served += 1
@@ -147,16 +170,16 @@ def simulate(rng: random.Random, table: TraceTable, st: sp.Style, s: dict[str, A
             else:
                 work = lognormal_ms(rng, 0.15, 0.3)
             _ps, pe = home.run(t, work * home.jit())
+            home.served += 1
             ent.free = pe
             ent.events_since_snapshot += 1
             back = pe + _hop(rng, h, k, lossy)
             timed_out = back - send > ASK_TIMEOUT
             asks.append(sp.Ask(kind, eid, h, send, send + ASK_TIMEOUT if timed_out else back, timed_out, rec))
-        query = lognormal_ms(rng, 16.0, 0.45)
-        if rng.random() < 0.004:  # the odd slow query (a cold page, autovacuum)
-            query += rng.uniform(10.0, 30.0) * NS_PER_MS
-        if node.jdbc_on_dispatcher:
-            jdbc = node.block(route_e, query)
+        query = queries[r]
+        if r in held:
+            js = max(held[r][0], route_e)
+            jdbc = (js, max(held[r][1], js + 0.5 * query))
         else:
             js = route_e + lognormal_ms(rng, 0.04, 0.3)
             jdbc = (js, js + query)
