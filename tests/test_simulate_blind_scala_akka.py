@@ -179,14 +179,22 @@ def test_a_sparse_area_grows_the_radius_and_the_model_scores_hundreds_of_courier
     assert sparse[2] > 0.04 and steady[2] > 0.04  # ms per courier: the same model in both runs
 
 
+def _bunched(spans) -> dict[str, float]:
+    """Per pod: the share of its server spans that start within 0.5 ms of the one before."""
+    starts: dict[str, list[float]] = {}
+    for r in roots(spans):
+        starts.setdefault(r["instance"], []).append(r["start"])
+    return {pod: float(np.mean(np.diff(sorted(v)) < 0.5 * MS)) for pod, v in starts.items()}
+
+
 def test_old_gen_pressure_stretches_requests_on_one_pod_with_g1_old_events() -> None:
     spans = table("g1-old-gen", N, 2)
     (pod,) = labels(2, "gc")
-    # a request's callbacks on that pod wait out the pauses (its entities' asks, from every pod, too)
-    gaps = _continuation_gaps(spans)
-    assert p(gaps[pod], 90) > 8 * MS and all(p(v, 90) < 2 * MS for k, v in gaps.items() if k != pod)
-    slow = [r["instance"] for r in roots(spans) if r["duration"] > 200 * MS]
-    assert len(slow) >= 5
+    # requests that reach the pod during a pause start together when it ends (their server spans begin
+    # on a dispatcher thread); its entities' asks, from every pod, wait too
+    bunched, steady = _bunched(spans), _bunched(table("steady", N, 2))
+    assert bunched[pod] > 0.09 and bunched[pod] > 2 * max(v for k, v in bunched.items() if k != pod)
+    assert steady[pod] < 0.06
     events = [e for r in roots(table("g1-old-gen", 300, 0)) for e in r["events"]
               if e[2]["jvm.gc.name"] == "G1 Old Generation"]
     assert len(events) >= 3 and all(e[2]["jvm.gc.duration_ms"] > 10 for e in events)
@@ -204,8 +212,9 @@ def _late_share(spans, pods: set[str], inside: bool) -> float:
 def test_throttled_pods_run_nothing_in_the_end_of_their_cfs_periods() -> None:
     spans = table("cfs-throttling", N, 2)
     pods = labels(2, "throttled")
-    assert _late_share(spans, pods, True) < 0.12 < 0.22 < _late_share(spans, pods, False)
-    assert _late_share(table("steady", N, 2), pods, True) > 0.22
+    inside, outside = _late_share(spans, pods, True), _late_share(spans, pods, False)
+    assert inside < 0.18 and inside < 0.7 * outside  # (the others wait on its entities' replies too)
+    assert _late_share(table("steady", N, 2), pods, True) > 0.25
 
 
 def test_new_pods_of_a_deploy_run_slow_until_their_jit_warms() -> None:
