@@ -187,7 +187,7 @@ def _bunched(spans) -> dict[str, float]:
     return {pod: float(np.mean(np.diff(sorted(v)) < 0.5 * MS)) for pod, v in starts.items()}
 
 
-def test_old_gen_pressure_stretches_requests_on_one_pod_with_g1_old_events() -> None:
+def test_old_gen_pressure_pauses_one_pod_with_mixed_and_full_collections() -> None:
     spans = table("g1-old-gen", N, 2)
     (pod,) = labels(2, "gc")
     # requests that reach the pod during a pause start together when it ends (their server spans begin
@@ -195,8 +195,8 @@ def test_old_gen_pressure_stretches_requests_on_one_pod_with_g1_old_events() -> 
     bunched, steady = _bunched(spans), _bunched(table("steady", N, 2))
     assert bunched[pod] > 0.09 and bunched[pod] > 2 * max(v for k, v in bunched.items() if k != pod)
     assert steady[pod] < 0.06
-    events = [e for r in roots(table("g1-old-gen", 300, 0)) for e in r["events"]
-              if e[2]["jvm.gc.name"] == "G1 Old Generation"]
+    events = [e for r in roots(table("g1-old-gen", 600, 0)) for e in r["events"]
+              if e[2]["jvm.gc.type"] in ("Mixed", "Full")]
     assert len(events) >= 3 and all(e[2]["jvm.gc.duration_ms"] > 10 for e in events)
 
 
@@ -286,7 +286,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     if part == "artery-noisy-link":
         return _slow_plain_asks(spans, labels(seed, "link"), True) > 0.02
     assert part == "g1-old-gen"
-    return sum(e[2]["jvm.gc.name"] == "G1 Old Generation" for r in roots(spans) for e in r["events"]) >= 3
+    return sum(e[2]["jvm.gc.type"] in ("Mixed", "Full") for r in roots(spans) for e in r["events"]) >= 3
 
 
 @pytest.mark.parametrize("pair", scala_akka.PAIRS)

@@ -81,7 +81,7 @@ class Node:
     index: int
     cores: int
     stalls: Stalls
-    pauses: list[tuple[float, float, str]]  # (start, end, G1 cause) for the JFR bridge's events
+    pauses: list[tuple[float, float, str]]  # (start, end, G1 type: Normal | Mixed | Full), for JFR
     served: int = 100_000  # requests and entity messages its JIT has seen (a fresh JVM starts at 0)
     born: float = 0.0
     jdbc_on_dispatcher: bool = False
@@ -129,14 +129,14 @@ def g1_pauses(rng: random.Random, horizon: float, old_pressure: bool) -> list[tu
     t = rng.uniform(0.0, 1.5) * NS_PER_S
     while t < horizon:
         length = lognormal_ms(rng, 7.0, 0.35)
-        out.append((t, t + length, "G1 Evacuation Pause"))
+        out.append((t, t + length, "Normal"))
         t += length + rng.uniform(0.8, 2.2) * NS_PER_S
     if old_pressure:
         t = rng.uniform(0.1, 0.4) * NS_PER_S
         while t < horizon:
             full = rng.random() < 0.1
             length = (rng.uniform(400.0, 900.0) * NS_PER_MS if full else lognormal_ms(rng, 110.0, 0.4))
-            out.append((t, t + length, "Allocation Failure" if full else "G1 Evacuation Pause (mixed)"))
+            out.append((t, t + length, "Full" if full else "Mixed"))
             t += length + rng.uniform(0.15, 0.4) * NS_PER_S
     return out
 

@@ -158,9 +158,9 @@ def write_request(table: TraceTable, res: Resources, tl: Timeline) -> None:
     events = []
     if st.gc_events:
         events = [(s, "jdk.GarbageCollection",
-                   {"jvm.gc.name": "G1 Old Generation" if "mixed" in c or "Failure" in c
-                    else "G1 Young Generation",
-                    "jvm.gc.cause": c, "jvm.gc.duration_ms": round((e - s) / NS_PER_MS, 3)})
+                   {"jvm.gc.name": "G1Full" if c == "Full" else "G1New", "jvm.gc.type": c,
+                    "jvm.gc.cause": "G1 Compaction Pause" if c == "Full" else "G1 Evacuation Pause",
+                    "jvm.gc.duration_ms": round((e - s) / NS_PER_MS, 3)})
                   for s, e, c in tl.pauses]
     root = table.span(trace, None, st.root, "Server", me, f"{_AGENT}akka-http-10.0", *tl.root, attrs,
                       events=events)
