@@ -18,6 +18,12 @@ from reference_pipeline.simulate import scala_akka_spans as sp
 from reference_pipeline.simulate.scala_akka_flow import HOT, PARTITIONS
 from tests.blind_support import instance_label, kids, load_run, named, p, table_span_dicts
 
+# The family's contract test (each seed's format through the real loader, the truth, same bytes): its
+# physics tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
+CONTRACT = (
+    "tests/test_simulate_blind_scala_akka.py::test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has",
+)
+PHYSICS = pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 MS = 1e6
 FAMILY = "scala-akka"
 N = 1000  # requests per table run
@@ -81,6 +87,8 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
     assert joined <= {x["instance"] for x in loaded[1][0]}  # the rebalance's new pod
     with pytest.raises(ValueError, match="unknown scala-akka scenario"):
         scala_akka.truth("healthy", 0)
+    once, again = scala_akka.generate("g1-old-gen", 60, 0), scala_akka.generate("g1-old-gen", 60, 0)
+    assert once.rows == again.rows and once.span_ids == again.span_ids  # a seed gives the same bytes
 
 
 def test_a_deploy_brings_new_pods_and_the_truth_names_them() -> None:
@@ -91,6 +99,7 @@ def test_a_deploy_brings_new_pods_and_the_truth_names_them() -> None:
         assert set(cause.instances) <= seen and set(cause.instances) == labels(seed, "deployed", 1)
 
 
+@PHYSICS
 def test_a_hot_restaurants_asks_wait_in_its_mailbox_and_no_other_entitys_do() -> None:
     spans = table("hot-restaurant-lunch", N, 0)
     lunch = (0.35 * run_ns(N, 0), 0.7 * run_ns(N, 0))  # its queue builds from 30 %
@@ -122,6 +131,7 @@ def _continuation_gaps(spans) -> dict[str, list[float]]:
     return out
 
 
+@PHYSICS
 def test_a_blocking_query_on_the_default_dispatcher_starves_one_pods_callbacks() -> None:
     spans = table("jdbc-on-dispatcher", N, 0)
     (canary,) = labels(0, "jdbc")
@@ -136,6 +146,7 @@ def test_a_blocking_query_on_the_default_dispatcher_starves_one_pods_callbacks()
     assert p(steady[canary], 90) < 1.5 * MS
 
 
+@PHYSICS
 def test_a_joining_pod_takes_shards_and_replays_their_entities_journals() -> None:
     spans = table("shard-rebalance", N, 0)
     (joined,) = labels(0, "joined")
@@ -148,6 +159,7 @@ def test_a_joining_pod_takes_shards_and_replays_their_entities_journals() -> Non
     assert max(rows) == 100 and min(rows) < 100  # pages of 100 events, the last one shorter
 
 
+@PHYSICS
 def test_the_traffic_service_slows_then_the_breaker_opens_and_requests_fall_back() -> None:
     spans = table("traffic-breaker", N, 0)
     st, run = scala_akka.style(0), run_ns(N, 0)
@@ -164,6 +176,7 @@ def test_the_traffic_service_slows_then_the_breaker_opens_and_requests_fall_back
     assert p([r["duration"] for r in fallback], 50) < 45 * MS  # fast: the in-process table
 
 
+@PHYSICS
 def test_a_sparse_area_grows_the_radius_and_the_model_scores_hundreds_of_couriers() -> None:
     def shape(scenario):
         spans = table(scenario, N, 0)
@@ -187,6 +200,7 @@ def _bunched(spans) -> dict[str, float]:
     return {pod: float(np.mean(np.diff(sorted(v)) < 0.5 * MS)) for pod, v in starts.items()}
 
 
+@PHYSICS
 def test_old_gen_pressure_pauses_one_pod_with_mixed_and_full_collections() -> None:
     spans = table("g1-old-gen", N, 2)
     (pod,) = labels(2, "gc")
@@ -209,6 +223,7 @@ def _late_share(spans, pods: set[str], inside: bool) -> float:
     return float(np.mean(np.asarray(starts) > 70 * MS))
 
 
+@PHYSICS
 def test_throttled_pods_run_nothing_in_the_end_of_their_cfs_periods() -> None:
     spans = table("cfs-throttling", N, 2)
     pods = labels(2, "throttled")
@@ -217,6 +232,7 @@ def test_throttled_pods_run_nothing_in_the_end_of_their_cfs_periods() -> None:
     assert _late_share(table("steady", N, 2), pods, True) > 0.25
 
 
+@PHYSICS
 def test_new_pods_of_a_deploy_run_slow_until_their_jit_warms() -> None:
     spans = table("deploy-cold-jit", N, 2)
     new = labels(2, "deployed", 1)
@@ -235,6 +251,7 @@ def test_new_pods_of_a_deploy_run_slow_until_their_jit_warms() -> None:
     assert 0.6 < ratio < 1.6
 
 
+@PHYSICS
 def test_a_leader_move_holds_the_sends_to_its_partitions_only() -> None:
     spans = table("kafka-leader-move", N, 2)
     st, run = scala_akka.style(2), run_ns(N, 2)
@@ -253,6 +270,7 @@ def _slow_plain_asks(spans, pods: set[str], inside: bool) -> float:
     return float(np.mean([12 * MS < x["duration"] < 200 * MS for x in asks]))
 
 
+@PHYSICS
 def test_a_lossy_link_slows_the_asks_between_its_two_pods() -> None:
     spans = table("artery-noisy-link", N, 2)
     pods = labels(2, "link")
@@ -260,6 +278,7 @@ def test_a_lossy_link_slows_the_asks_between_its_two_pods() -> None:
     assert _slow_plain_asks(table("steady", N, 2), pods, True) < 0.008
 
 
+@PHYSICS
 @pytest.mark.parametrize(("seed", "scenarios"), [(0, scala_akka.SINGLES[:5]), (2, scala_akka.SINGLES[5:])])
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int, scenarios: tuple[str, ...]) -> None:
     def p99(scenario):
@@ -289,6 +308,7 @@ def _signature(part: str, spans, seed: int) -> bool:
     return sum(e[2]["jvm.gc.type"] in ("Mixed", "Full") for r in roots(spans) for e in r["events"]) >= 3
 
 
+@PHYSICS
 @pytest.mark.parametrize("pair", scala_akka.PAIRS)
 def test_a_two_cause_run_has_both_mechanisms_and_steady_has_neither(pair: str) -> None:
     parts = pair.split("+")
