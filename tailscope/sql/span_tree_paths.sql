@@ -6,16 +6,7 @@
 --             depends on under any stage rules (rule_remap.py re-maps nodes, not spans), kept in
 --             span_paths
 --   'request' one per request: the root's ids and start, the client-observed duration, RootNs
--- node_reps: one span of each distinct Sig (any: what a node row holds is what its Sig hashes), its
--- spans row found by a semi join (the 'node' rows' join built its hash table on the 20 k
--- representatives, not on every span with its names: bench/RESULTS.md "Scale: the span tree's cost")
-, node_reps AS MATERIALIZED (
-    SELECT Sig, PSig, Depth, R.tk AS TK, R.sk AS SK, R.pk AS PK
-    FROM (SELECT Sig, any_value(PSig) AS PSig, min(Depth) AS Depth,
-                 any_value({'tk': TK, 'sk': SK, 'pk': PK}) AS R
-          FROM exclusive GROUP BY Sig)
-),
-path_rows AS (
+, path_rows AS (
     SELECT 'path' AS Part, TK, Sig,
            any_value(CASE WHEN Depth = 0 OR RuleNo = 10002 THEN 'unattributed' ELSE Stage END) AS Bucket,
            sum(AttributedNs) AS Ns,
@@ -27,9 +18,10 @@ node_rows AS (
     SELECT 'node' AS Part, n.Sig, n.PSig, n.Depth = 0 AS IsRoot, s.SpanName, s.SpanKind, s.AttrStage,
            CASE WHEN s.RuleNo = -1 OR s.RuleNo >= 20000 THEN s.RuleNo END AS FixedRule,
            s.AttrMask, tr.SK IS NOT NULL AS ServerParent
-    FROM node_reps AS n
-    JOIN (SELECT * FROM spans AS s SEMI JOIN node_reps AS r ON s.TK = r.TK AND s.SK = r.SK AND s.PK = r.PK) AS s
-        ON s.TK = n.TK AND s.SK = n.SK AND s.PK = n.PK
+    FROM (SELECT Sig, any_value(PSig) AS PSig, min(Depth) AS Depth,
+                 any_value({'tk': TK, 'sk': SK, 'pk': PK}) AS R
+          FROM exclusive GROUP BY Sig) AS n
+    JOIN spans AS s ON s.TK = n.R.tk AND s.SK = n.R.sk AND s.PK = n.R.pk
     LEFT JOIN tier_roots AS tr ON tr.TK = s.TK AND tr.SK = s.SK
 )
 SELECT * FROM path_rows
