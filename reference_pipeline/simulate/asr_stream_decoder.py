@@ -165,7 +165,7 @@ class Redis:
     def call(self, rng: random.Random, t: float, phrases: int) -> float:
         arrive = t + 0.2 * NS_PER_MS
         start = max(arrive, self.free)
-        self.free = start + (0.03 + phrases * 0.0005) * NS_PER_MS * rng.lognormvariate(0.0, 0.15)
+        self.free = start + (0.03 + phrases * 0.0008) * NS_PER_MS * rng.lognormvariate(0.0, 0.15)
         transfer = phrases * 60 / 1.2e9 * NS_PER_S  # ~60 bytes a phrase over ~10 Gbit/s
         return self.free + transfer + 0.2 * NS_PER_MS * rng.lognormvariate(0.0, 0.2)
 

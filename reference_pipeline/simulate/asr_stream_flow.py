@@ -263,7 +263,7 @@ def _finalize(rng: random.Random, utts: list[Utterance], hosts: list[GpuHost], p
             r0 = t + lognormal_ms(rng, 0.02, 0.3)
             r1 = redis.call(rng, r0, u.phrases)
             u.hint_hit, u.redis = False, (r0, r1)
-            t = host.cpu_stalls.run(r1, 0.0035 * u.phrases * NS_PER_MS * rng.lognormvariate(0.0, 0.2))
+            t = host.cpu_stalls.run(r1, 0.012 * u.phrases * NS_PER_MS * rng.lognormvariate(0.0, 0.2))
             if not valid_from <= t < expires:
                 cache[u.customer] = (t, t + TTL)
         u.hints = (h0, t)
