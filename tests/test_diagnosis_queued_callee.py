@@ -16,7 +16,7 @@ def _found(result) -> list:
     return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
 
 
-@seed_variants(1, 2)
+@seed_variants(2, 1)  # seed 2's figure lies nearer its bound (bench/RESULTS.md, suite17)
 def test_a_queue_inside_the_call_is_not_the_models_compute(seed: int) -> None:
     result = diagnose_frame(queued_model(seed, bursts=True))
     found = by_pattern(result.findings)

@@ -26,7 +26,7 @@ def test_replicas_warming_up_are_a_cold_start_not_a_collectors_marks(seed: int) 
     assert found.get("gc_pause", 0.0) < 0.3, _found(result)
 
 
-@seed_variants(1, 2)
+@seed_variants(2, 1)  # seed 2's figure lies nearer its bound (bench/RESULTS.md, suite17)
 def test_marks_that_recur_all_run_long_keep_their_gc_pause(seed: int) -> None:
     frame = model_replicas(seed, cause="marks")
     ctx = Context(frame)
