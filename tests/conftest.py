@@ -96,6 +96,19 @@ def full_tier_problems(marked: list[tuple[str, pytest.Mark | None]], whole_files
     return problems
 
 
+def seed_variants(kept: int, *others: int):  # type: ignore[no-untyped-def]
+    """`@pytest.mark.parametrize("seed", [kept, *others])` with each of `others` in the full tier, naming
+    the test's `[kept]` case as its `covered_by`: the same builder and the same assertions on another seed
+    of the same mechanism (another draw of the same input, not another kind of input)."""
+
+    def parametrize(fn):  # type: ignore[no-untyped-def]
+        path = Path(fn.__code__.co_filename).resolve().relative_to(REPO_ROOT).as_posix()
+        cover = pytest.mark.full(covered_by=f"{path}::{fn.__name__}[{kept}]")
+        return pytest.mark.parametrize("seed", [kept, *(pytest.param(s, marks=cover) for s in others)])(fn)
+
+    return parametrize
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Where the collected test files use Streamlit's AppTest: its scan of every installed package for
     Streamlit's v2 components is done once for the process rather than at each AppTest's first run."""

@@ -3,7 +3,7 @@ whose reads start missing stays cache_miss (tests/deadline_cache_services.py).""
 
 from __future__ import annotations
 
-import pytest
+from conftest import seed_variants
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.deadline_cache_services import cache_starts_missing, deadline_beside_cache
@@ -17,7 +17,7 @@ def _best(result, pattern: str) -> float:
     return max((f.confidence for f in result.findings if f.pattern == pattern), default=0.0)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_deadline_beside_a_cache_is_no_miss(seed: int) -> None:
     """The API call made on a third of requests after the cache read is cut at 250 ms and made again
     (before: cache_miss 0.95 on it as the cache's fallback, above timeout_retry 0.89)."""
@@ -46,7 +46,7 @@ def test_attempts_cut_late_in_error_are_the_deadline() -> None:
     assert _best(answered, "timeout_retry") < 0.5, _found(answered)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_cache_that_starts_missing_stays_cache_miss(seed: int) -> None:
     """The twin: the store call is made only on misses, from one moment on, with no deadline and no
     retry."""

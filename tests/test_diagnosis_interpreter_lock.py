@@ -4,7 +4,7 @@ the same long CPU requests running at the same rate, stay gc_pause (tests/mechan
 
 from __future__ import annotations
 
-import pytest
+from conftest import seed_variants
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.mechanism_frames import by_pattern
@@ -15,7 +15,7 @@ def _found(result) -> list:
     return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_stalls_held_by_one_requests_turns_on_the_lock_are_lock_contention(seed: int) -> None:
     result = diagnose_frame(threaded_service(seed, holder="lock"))
     top = result.findings[0]
@@ -27,7 +27,7 @@ def test_stalls_held_by_one_requests_turns_on_the_lock_are_lock_contention(seed:
     assert by_pattern(result.findings).get("gc_pause", 0.0) < 0.5, _found(result)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_collectors_pauses_beside_long_cpu_requests_stay_gc_pause(seed: int) -> None:
     result = diagnose_frame(threaded_service(seed, holder="gc"))
     found = by_pattern(result.findings)

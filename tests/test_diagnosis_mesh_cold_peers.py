@@ -5,7 +5,7 @@ is part of it; a replica joining warm while every replica is slow for a while is
 
 from __future__ import annotations
 
-import pytest
+from conftest import seed_variants
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.mechanism_frames import by_pattern
@@ -16,7 +16,7 @@ def _found(result) -> list:
     return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_cold_replica_behind_a_sidecar_is_a_cold_start(seed: int) -> None:
     result = diagnose_frame(mesh_scorer(seed, joins="cold"))
     top = result.findings[0]
@@ -26,7 +26,7 @@ def test_a_cold_replica_behind_a_sidecar_is_a_cold_start(seed: int) -> None:
     assert by_pattern(result.findings).get("slow_dependency", 0.0) < 0.5, _found(result)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_replica_joining_warm_while_all_are_slow_is_no_cold_start(seed: int) -> None:
     result = diagnose_frame(mesh_scorer(seed, joins="warm"))
     assert by_pattern(result.findings).get("cold_start", 0.0) < 0.5, _found(result)

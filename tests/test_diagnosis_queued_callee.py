@@ -5,7 +5,7 @@ compute_bound / slow_dependency (tests/mechanism_mesh_calls.py)."""
 
 from __future__ import annotations
 
-import pytest
+from conftest import seed_variants
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.mechanism_frames import by_pattern
@@ -16,7 +16,7 @@ def _found(result) -> list:
     return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(2, 1)  # seed 2's figure lies nearer its bound (bench/RESULTS.md, suite17)
 def test_a_queue_inside_the_call_is_not_the_models_compute(seed: int) -> None:
     result = diagnose_frame(queued_model(seed, bursts=True))
     found = by_pattern(result.findings)
@@ -26,7 +26,7 @@ def test_a_queue_inside_the_call_is_not_the_models_compute(seed: int) -> None:
     assert parts and parts[0].evidence["stats"]["part_of"] == "queueing"
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_model_slow_on_its_own_under_steady_load_stays_compute_bound(seed: int) -> None:
     found = by_pattern(diagnose_frame(queued_model(seed, bursts=False)).findings)
     assert found.get("compute_bound", 0.0) >= 0.8 and found.get("queueing", 0.0) < 0.5, found

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import pytest
+from conftest import seed_variants
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.same_name_calls import same_name_calls
@@ -13,7 +13,7 @@ def _found(result) -> list:
     return [(f.pattern, round(f.confidence, 2)) for f in result.findings]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_an_embed_call_before_the_search_is_no_retry(seed: int) -> None:
     """The embed call ends at one steady duration and the search follows it, both named `HTTP POST`:
     the peer's SERVER spans name two operations (before: timeout_retry 0.90 on a healthy service)."""
@@ -21,7 +21,7 @@ def test_an_embed_call_before_the_search_is_no_retry(seed: int) -> None:
     assert all(f.confidence < 0.5 for f in result.findings if f.pattern == "timeout_retry"), _found(result)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_search_cut_at_the_deadline_and_sent_again_stays_timeout_retry(seed: int) -> None:
     """The twin: the first attempt reaches the same operation as the one that answers."""
     result = diagnose_frame(same_name_calls(seed, retries=True))

@@ -3,7 +3,7 @@ not the wire (tests/shared_pool_services.py)."""
 
 from __future__ import annotations
 
-import pytest
+from conftest import seed_variants
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.shared_pool_services import shared_pool_service
@@ -13,7 +13,7 @@ def _found(result) -> list:
     return [(f.pattern, round(f.confidence, 2)) for f in result.findings]
 
 
-@pytest.mark.parametrize("seed", [3, 4])
+@seed_variants(3, 4)
 def test_calls_waiting_for_workers_an_untraced_client_holds_are_queueing(seed: int) -> None:
     """The untraced client's SERVER spans (no parent) hold the pod's workers too: counted with the
     traced calls, the wait before the handler grows with the calls running (before: network 0.74)."""
@@ -22,7 +22,7 @@ def test_calls_waiting_for_workers_an_untraced_client_holds_are_queueing(seed: i
     assert all(f.confidence < 0.5 for f in result.findings if f.pattern == "network"), _found(result)
 
 
-@pytest.mark.parametrize("seed", [3, 4])
+@seed_variants(3, 4)
 def test_late_packets_beside_the_same_untraced_client_stay_network(seed: int) -> None:
     """The twin: a few calls lose a packet on the way whatever the pool is doing; the untraced client's
     light load is counted the same way and explains none of it."""

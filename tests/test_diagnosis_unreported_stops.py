@@ -4,7 +4,7 @@ throttled CPU stops a process too); where the reports are the stops, they are (t
 
 from __future__ import annotations
 
-import pytest
+from conftest import seed_variants
 
 from tailscope.analysis.diagnosis import diagnose_frame
 from tests.mechanism_frames import by_pattern
@@ -15,7 +15,7 @@ def _found(result) -> list:
     return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_stops_the_reported_gc_pauses_miss_are_no_confident_gc_pause(seed: int) -> None:
     result = diagnose_frame(starved_scorer(seed, gc="elsewhere"))
     gc = [f for f in result.findings if f.pattern == "gc_pause"]
@@ -24,14 +24,14 @@ def test_stops_the_reported_gc_pauses_miss_are_no_confident_gc_pause(seed: int) 
     assert "not the favoured reading" in gc[0].evidence["summary"]
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_stops_the_runtime_reports_stay_gc_pause(seed: int) -> None:
     result = diagnose_frame(starved_scorer(seed, gc="stops"))
     assert by_pattern(result.findings)["gc_pause"] >= 0.9, _found(result)
     assert result.findings[0].pattern == "gc_pause", _found(result)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_quota_stalls_with_aligned_starts_that_reported_gc_misses_are_throttling(seed: int) -> None:
     """A quota used up at the same point of each busy period aligns the stalls' starts as well as
     their ends; a timer-driven collection of fixed length would too, but the runtime reports its
@@ -42,7 +42,7 @@ def test_quota_stalls_with_aligned_starts_that_reported_gc_misses_are_throttling
     assert found.get("gc_pause", 0.0) < 0.5, _found(result)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@seed_variants(1, 2)
 def test_a_fixed_length_collection_the_runtime_reports_stays_gc_pause(seed: int) -> None:
     result = diagnose_frame(steady_quota_service(seed, gc="stops"))
     found = by_pattern(result.findings)

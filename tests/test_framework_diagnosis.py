@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from analysis_spans import load
+from conftest import seed_variants
 
 from reference_pipeline.simulate.llm_server import LlmServerConfig, simulate_llm_server
 from tailscope.analysis.diagnosis import diagnose
@@ -23,7 +24,7 @@ def test_a_queue_bound_vllm_run_is_queueing(db_path):
     assert not [f for f in others if f.confidence >= 0.5]
 
 
-@pytest.mark.parametrize("seed", [0, 1, 3, 4])
+@seed_variants(0, 1, 3, 4)
 def test_a_vllm_burst_raises_no_pause_alarm(tmp_path, seed):
     # the queue drains for seconds after a burst while decode steps slow down: requests stay co-slow
     # for longer than the median request, as in a pause, but the model keeps finishing work (it read

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, full_tier_problems
+from conftest import REPO_ROOT, full_tier_problems, seed_variants
 
 FILE = "tests/test_x.py"
 
@@ -81,6 +81,20 @@ def test_a_cover_in_a_file_not_collected_or_not_collected_whole_is_not_checked()
     one = [(f"{FILE}::test_a[bf16]", full(f"{FILE}::test_a[fp32]"))]  # e.g. `pytest FILE::test_a[bf16]`
     assert full_tier_problems(one, whole_files=False) == []
     assert full_tier_problems(one) != []
+
+
+def test_seed_variants_keep_one_seed_and_put_the_others_in_the_full_tier_naming_it() -> None:
+    @seed_variants(3, 1, 4)
+    def test_x(seed: int) -> None: ...
+
+    (mark,) = test_x.pytestmark
+    kept, *others = mark.args[1]
+    assert (mark.args[0], kept, [p.values for p in others]) == ("seed", 3, [(1,), (4,)])
+    cover = "tests/test_suite_tiers.py::test_x[3]"
+    assert [p.marks[0].mark.kwargs for p in others] == [{"covered_by": cover}] * 2
+    marked = [(cover, None)] + [(f"{cover[:-3]}[{p.values[0]}]", p.marks[0].mark) for p in others]
+    assert full_tier_problems(marked) == []
+    assert full_tier_problems(marked[1:]) != []  # the kept seed's case is what the others name
 
 
 def _pytest_markers(args: str) -> list[str]:
