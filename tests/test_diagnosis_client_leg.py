@@ -7,8 +7,6 @@ network finding naming that path; a server-side cause is named in the API's own 
 
 from __future__ import annotations
 
-import numpy as np
-
 from tailscope.analysis.diagnosis import client_leg, network
 from tailscope.analysis.diagnosis.model import Context
 from tailscope.analysis.diagnosis.runner import diagnose_frame
