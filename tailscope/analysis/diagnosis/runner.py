@@ -290,7 +290,7 @@ def diagnose_frame(
     enough = [d.reason for _, d in parts if d.requests >= unit_merge.MIN_UNITS]
     return Diagnosis(
         frame.run,
-        sum(d.requests for _, d in parts),
+        parts[0][1].requests if client_rooted else sum(d.requests for _, d in parts),  # the same requests
         len(frame),
         findings,
         time.perf_counter() - started,
