@@ -105,3 +105,5 @@ def test_a_run_traced_from_the_service_or_a_load_generator_is_as_before() -> Non
     gap = (gen.dur[cli] - gen.dur[gen.requests.root]).astype(float)
     assert client_leg.end_user(gen).all()
     assert client_leg.hold(gen, cli, gen.requests.root, gap) == (1.0, {})
+    # ... nor is a relay in front of the service such a generator calls a client's leg: one population
+    assert client_leg.entries(_phones(4, edge=True, loadgen=True)) is None

@@ -15,12 +15,12 @@ its span starts before the body has arrived) is part of the client's leg: its ti
 is the body's transfer from the client. The service's entry is the SERVER span it hands the request to
 (`entries`).
 
-Populations (`populations`, runner.py). Where the clients are end users and a relay stands in front of
-the service, the run is diagnosed twice, as units.py does for a queue's consumers: the requests as the
-first server sees them (the client's leg and the relay: their findings on spans outside the service's
-entry, `outside`), and the service's own requests (the entry's subtree, as its own population: its
-latency distribution, its tail vs body). unit_merge.py names each finding's entry point and ranks the
-named causes of both by their ms of tail excess.
+Populations (`populations`, runner.py). Where the clients are end users whose leg is in the ordinary
+request (as above) and a relay stands in front of the service, the run is diagnosed twice, as units.py
+does for a queue's consumers: the requests as the first server sees them (the client's leg and the
+relay: their findings on spans outside the service's entry, `outside`), and the service's own requests
+(the entry's subtree, as its own population: its latency distribution, its tail vs body). unit_merge.py
+names each finding's entry point and ranks the named causes of both by their ms of tail excess.
 
 The client's leg and network (`hold`, network.py). Its gap (the client's span minus the service entry's)
 is the link's. A lossy or slow path (packet loss on one carrier's radio network, one ISP, one region's
@@ -68,7 +68,8 @@ def end_user(frame: TraceFrame) -> np.ndarray:
 
 def entries(frame: TraceFrame) -> np.ndarray | None:
     """Per request: the service's entry (span index): the request root, below the relays in front of
-    it (module docstring); None where the run has no end-user clients or no relay."""
+    it (module docstring); None where the run has no end-user clients, no relay, or a client's leg
+    shorter than the service's own time in the ordinary request."""
     f = frame
     users = end_user(f)
     if users.mean() < END_USER_SHARE if len(users) else True:
@@ -92,7 +93,13 @@ def entries(frame: TraceFrame) -> np.ndarray | None:
             break
         entry[ok] = hop[ok]
         moved |= ok
-    return entry if moved.any() else None
+    if not moved.any():
+        return None
+    # the client's leg (its span less the service's) is in the ordinary request: a last mile, not a
+    # load generator's wire in the service's own zone (whose relays' time is the service's side)
+    cli = f.requests.client_span[users & moved]
+    leg = np.median(f.dur[cli] - f.dur[entry[users & moved]])
+    return entry if leg >= LEG_AT_MEDIAN * np.median(f.dur[entry[users & moved]]) else None
 
 
 def populations(frame: TraceFrame) -> list[Any] | None:
@@ -105,12 +112,12 @@ def populations(frame: TraceFrame) -> list[Any] | None:
         return None
     is_head = np.zeros(len(frame), bool)
     is_head[entry] = True
-    spans = np.nonzero(units.unit_of(frame.parent, is_head) >= 0)[0]
-    sub = units.subframe(frame, spans, np.sort(entry), frame.start[np.sort(entry)], roots_given=True)
+    spans = np.nonzero(units._unit_of(frame.parent, is_head) >= 0)[0]
+    sub = units._subframe(frame, spans, np.sort(entry), frame.start[np.sort(entry)], roots_given=True)
     if sub.requests is None or len(sub.requests) == 0:
         return None
-    return [units.Population("request", units.entry_of(frame), frame),
-            units.Population("request", units.entry_of(sub), sub)]
+    return [units.Population("request", units._entry(frame), frame),
+            units.Population("request", units._entry(sub), sub)]
 
 
 def outside(frame: TraceFrame, service_frame: TraceFrame, findings: list) -> list:
@@ -124,7 +131,7 @@ def outside(frame: TraceFrame, service_frame: TraceFrame, findings: list) -> lis
 
         is_head = np.zeros(len(frame), bool)
         is_head[entry] = True
-        mine = units.unit_of(frame.parent, is_head) >= 0
+        mine = units._unit_of(frame.parent, is_head) >= 0
     beyond = set(frame.names[c] for c in np.unique(frame.name[~mine]).tolist())
     return [fd for fd in findings
             if fd.span_name is not None and (fd.span_name in beyond or fd.span_name not in inside)]

@@ -96,7 +96,7 @@ def sent_at(frame: TraceFrame, head: np.ndarray) -> np.ndarray:
     return out
 
 
-def unit_of(parent: np.ndarray, is_head: np.ndarray) -> np.ndarray:
+def _unit_of(parent: np.ndarray, is_head: np.ndarray) -> np.ndarray:
     """Per span: the nearest head at or above it (-1 where none)."""
     out = np.where(is_head, np.arange(len(parent)), -1)
     todo = np.nonzero(~is_head)[0]
@@ -121,27 +121,27 @@ def populations(frame: TraceFrame) -> list[Population] | None:
         return None
     is_head = np.zeros(len(f), bool)
     is_head[head] = True
-    unit = unit_of(f.parent, is_head)
+    unit = _unit_of(f.parent, is_head)
     sent = sent_at(f, head)
     out = []
     rest = np.nonzero(unit < 0)[0]
     if len(rest):
-        built = subframe(f, rest, np.zeros(0, np.int64), np.zeros(0, np.int64), roots_given=False)
+        built = _subframe(f, rest, np.zeros(0, np.int64), np.zeros(0, np.int64), roots_given=False)
         if built.requests is not None and len(built.requests):
-            out.append(Population("request", entry_of(built), built))
+            out.append(Population("request", _entry(built), built))
     group = f.service[head] * (len(f.names) + 1) + f.name[head]
     for code in np.unique(group).tolist():
         mine = head[group == code]
         spans = np.nonzero(np.isin(unit, mine))[0]
         wait_from = sent[group == code]
-        built = subframe(f, spans, mine, wait_from, roots_given=True)
-        out.append(Population("consumer", entry_of(built), built))
+        built = _subframe(f, spans, mine, wait_from, roots_given=True)
+        out.append(Population("consumer", _entry(built), built))
     if len(out) == 1 and not (sent < f.start[head]).any():
         return None  # one kind of unit, no wait to add: the run's requests as they are
     return out
 
 
-def entry_of(frame: TraceFrame) -> str:
+def _entry(frame: TraceFrame) -> str:
     """The service and name of a population's most common unit root (the consumer's, below a wait)."""
     roots = frame.requests.root
     below = frame.names[int(frame.name[roots[0]])].endswith(WAIT_SUFFIX) if len(roots) else False
@@ -153,7 +153,7 @@ def entry_of(frame: TraceFrame) -> str:
     return f"{frame.services[top // (len(frame.names) + 1)]} {frame.names[top % (len(frame.names) + 1)]}"
 
 
-def subframe(f: TraceFrame, spans: np.ndarray, head: np.ndarray, sent: np.ndarray,
+def _subframe(f: TraceFrame, spans: np.ndarray, head: np.ndarray, sent: np.ndarray,
               roots_given: bool) -> TraceFrame:
     """The frame of `spans` (sorted span indices of `f`); for a consumer population (`roots_given`),
     its heads are the unit roots, each below a span for its wait where `sent` is before its start."""
