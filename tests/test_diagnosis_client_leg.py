@@ -107,3 +107,18 @@ def test_a_run_traced_from_the_service_or_a_load_generator_is_as_before() -> Non
     assert client_leg.hold(gen, cli, gen.requests.root, gap) == (1.0, {})
     # ... nor is a relay in front of the service such a generator calls a client's leg: one population
     assert client_leg.entries(_phones(4, edge=True, loadgen=True)) is None
+
+
+def test_an_end_users_link_ranks_after_the_services_possible_causes() -> None:
+    from tailscope.analysis.diagnosis import shares, unit_merge
+    from tailscope.analysis.diagnosis.model import Finding
+
+    def finding(pattern: str, confidence: float, leg: bool) -> Finding:
+        stats = {"tail_excess_share": 0.9, **({"client_leg_median_ms": 450.0} if leg else {})}
+        return Finding(pattern, confidence, None, "x", {"summary": "", "stats": stats}, "")
+
+    link, db = finding("network", 0.45, True), finding("slow_dependency", 0.45, False)
+    assert shares.rank([link, db]) == [db, link]  # [link, db] before: a tie kept the detectors' order
+    assert unit_merge.order([[link], [db]]) == [db, link]
+    lossy = finding("network", 0.9, True)  # a slow path named: a cause like any other
+    assert shares.rank([db, lossy])[0] is lossy
