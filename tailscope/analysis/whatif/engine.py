@@ -23,6 +23,7 @@ from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
+from tailscope.analysis.whatif.host_levers import host_as_peers
 from tailscope.analysis.whatif.in_order import payload_in_order
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
@@ -202,8 +203,8 @@ def plan(
                     timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
             out += [batched_calls(x, fd) or payload_at_median(x, fd), payload_in_order(x, fd)]
-        elif p == "cpu_throttling":
-            out.append(cl.no_throttling(x, fd))
+        elif p == "cpu_throttling":  # no quota period seen: a host slower than its peers (CPU stolen)
+            out.append(cl.no_throttling(x, fd) or host_as_peers(x, fd))
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
