@@ -46,19 +46,16 @@ HEDGE_SHARE = 0.5  # ... for at least this share of them (a fan-out's calls star
 
 def hedged_pairs(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """The calls a hedge doubled: (first attempt, copy) span pairs, a copy being the second call of one
-    caller to one peer sent while the first is in flight, at the hedge's delay (most copies start at
-    one offset from their first: a timer, not a fan-out's side-by-side calls). Empty where the run
-    shows no hedge."""
+    caller sent while the first is in flight, at the hedge's delay (most copies start at one offset
+    from their first: a timer, not a fan-out's side-by-side calls; to any peer: a hedge goes to
+    another replica). Empty where the run shows no hedge."""
     f = x.frame
     none = np.zeros(0, np.int64)
-    s, group, pos = retried_calls(x, finding)
+    s = retried_calls(x, finding)[0]
     if len(s) < 2:
         return none, none
-    name = finding.get("span_name")
-    order = np.lexsort((f.start[s], _peers(x, name, s), f.parent[s]))
-    s = s[order]
-    peer = _peers(x, name, s)
-    same = (f.parent[s[1:]] == f.parent[s[:-1]]) & (peer[1:] == peer[:-1])
+    s = s[np.lexsort((f.start[s], f.parent[s]))]
+    same = f.parent[s[1:]] == f.parent[s[:-1]]
     first_of_call = np.r_[True, ~same]
     second = np.r_[False, same & first_of_call[:-1]]  # the second call of its caller and peer
     idx = np.nonzero(second)[0]
