@@ -49,3 +49,15 @@ def test_no_slow_host_no_lever() -> None:
     finding = {"pattern": "cpu_throttling", "confidence": 0.8, "span_name": "forward",
                "evidence": {"stats": {}}}
     assert not [o for o in evaluate(f, [finding]).outcomes if o.key == "host_as_peers"]
+
+
+def test_compute_bound_on_one_host_of_three_takes_its_peers_speed() -> None:
+    """The diagnosis reads the stolen host as compute-bound there (its forward slow, nothing waiting):
+    named on one of the service's hosts, its peers' speed is the fix; named on every host, none."""
+    f = hand_frame(_rows(True), instances=("svc/h0", "svc/h1", "svc/h2"))
+    finding = {"pattern": "compute_bound", "confidence": 0.99, "span_name": "forward",
+               "evidence": {"stats": {"instances": ["svc/h2"]}}}
+    fixed = [o for o in evaluate(f, [finding]).outcomes if o.key == "host_as_peers"]
+    assert fixed and fixed[0].params["hosts"] == 1  # before: no lever for compute_bound but forward_x
+    every = dict(finding, evidence={"stats": {"instances": ["svc/h0", "svc/h1", "svc/h2"]}})
+    assert not [o for o in evaluate(f, [every]).outcomes if o.key == "host_as_peers"]

@@ -291,6 +291,14 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     )
 
 
+def hedged_callee_fixed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A slow dependency whose calls a hedge doubles: fixed, it answers at its median before the
+    hedge's delay and no copy is sent (callee_p50; dependency_p50 leaves the copies in)."""
+    if len(hedged_pairs(x, finding)[0]) == 0:
+        return None
+    return callee_p50(x, finding)
+
+
 def hedged(x: Inputs, finding: dict[str, Any], hedge_ms: float | None = None) -> Lever | None:
     stats = (finding.get("evidence") or {}).get("stats", {})
     s = retried_calls(x, finding)[0]

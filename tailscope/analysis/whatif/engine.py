@@ -193,7 +193,7 @@ def plan(
                     lk.no_stated_wait(x, fd), lk.slow_holders(x, fd), payload_in_order(x, fd)]
         elif p == "slow_dependency":
             out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
-                    timer_quanta(x, fd), dependency_as_calm(x, fd)]
+                    timer_quanta(x, fd), dependency_as_calm(x, fd), cl.hedged_callee_fixed(x, fd)]
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
@@ -203,8 +203,9 @@ def plan(
                     timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
             out += [batched_calls(x, fd) or payload_at_median(x, fd), payload_in_order(x, fd)]
-        elif p == "cpu_throttling":  # no quota period seen: a host slower than its peers (CPU stolen)
-            out.append(cl.no_throttling(x, fd) or host_as_peers(x, fd))
+        elif p in ("cpu_throttling", "compute_bound"):  # no quota period seen / on some hosts only:
+            # a host slower than its peers at the same work (CPU stolen), at their speed
+            out.append((p == "cpu_throttling" and cl.no_throttling(x, fd)) or host_as_peers(x, fd))
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):

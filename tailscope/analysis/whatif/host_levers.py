@@ -31,7 +31,8 @@ def slow_hosts(x: Inputs, finding: dict[str, Any]) -> list[int]:
     every instance slow leaves no speed to take)."""
     f = x.frame
     named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
-    codes = sorted({f.instances.index(n) for n in named if n in f.instances})
+    named = {str(n) for n in named}  # as the run writes them ('service/id') or the id alone
+    codes = sorted(i for i, n in enumerate(f.instances) if n in named or n.rpartition("/")[2] in named)
     if not codes:
         spans = x.spans_named(finding.get("span_name"))
         inst = f.instance[spans]
@@ -53,7 +54,8 @@ def slow_hosts(x: Inputs, finding: dict[str, Any]) -> list[int]:
 
 
 def host_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    """A cpu_throttling finding with no quota period (no_throttling has no stall to remove): on the
+    """A cpu_throttling finding with no quota period (no_throttling has no stall to remove), or a
+    compute_bound one on some of a service's hosts (their peers do the same work faster): on the
     slow hosts, each span's own time takes its quantile among the same span name's own times on the
     other hosts of its service (a host's slowest calls become the peers' slowest, its usual ones their
     usual ones; never longer than it was). A parent's own time (gaps before its children, time after
