@@ -97,5 +97,5 @@ def host_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         "the others is not modelled",
         edit,
         pattern="cpu_throttling",
-        params={"hosts": len(hosts), "spans_retimed": int(len(rows))},
+        params={"hosts": len(hosts), "spans_retimed": len(rows)},
     )
