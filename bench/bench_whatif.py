@@ -101,7 +101,7 @@ PATTERN_LEVER = {
     # cut): the callee fixed; `no_timeouts` (the deadline's attempts gone, the callee as slow) beside it
     "timeout_retry": "callee_p50",
     "large_payload": "payload_",  # payload_p50 (its size at the median) or payload_batched (N+1)
-    "cpu_throttling": "no_throttling",
+    "cpu_throttling": "no_throttling|host_as_peers",  # no quota period seen: the slow host as its peers
     "gc_pause": "no_gc_stalls",
     # the queue as in calm stretches (a burst met with capacity), or, where the batcher's window is
     # what the requests wait for (a max queue delay the traffic never fills a batch in), no window, or,

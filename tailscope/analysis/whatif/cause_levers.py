@@ -11,7 +11,12 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, accepted_late, stall_edit
 from tailscope.analysis.whatif.retime import Edit
-from tailscope.analysis.whatif.retries import abandoned_work_left, back_off_after_last, retried_calls
+from tailscope.analysis.whatif.retries import (
+    abandoned_work_left,
+    back_off_after_last,
+    hedged_pairs,
+    retried_calls,
+)
 from tailscope.analysis.whatif.stalls import PERIOD_NS
 
 # ---- cpu_throttling: the stalls that end on the quota's period ------------------------------------
@@ -246,9 +251,10 @@ def deadline_ms(d: np.ndarray) -> float | None:
 
 def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """The callee fixed: no attempt times out, and every call takes the median of the calls that
-    answered (a call cut at the timeout did not answer). Where no call shows its attempts (a proxy
-    retries inside it: the caller's one span covers every try and the back-off), every call at the
-    median."""
+    answered (a call cut at the timeout did not answer, nor a hedged call's first attempt cancelled
+    when its copy answered). Where no call shows its attempts (a proxy retries inside it: the caller's
+    one span covers every try and the back-off), every call at the median. A hedge's copies are not
+    sent where that median is under the hedge's delay."""
     s, group, pos = retried_calls(x, finding)
     if len(s) == 0:
         return None
@@ -256,12 +262,18 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     edit = _answered_at_once(x, finding, None) or Edit.none(len(f))
     d = f.dur[s].astype(np.float64)
     timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms") or deadline_ms(d)
-    answered = d[d < 0.97 * timeout * 1e6] if timeout else d
+    # a hedged call's first attempt ends when its copy answers (cancelled): no answer of its own
+    first, copy = hedged_pairs(x, finding)
+    answered = d[~np.isin(s, first)]
+    answered = answered[answered < 0.97 * timeout * 1e6] if timeout else answered
     if len(answered) == 0:
         return None
     p50 = float(np.median(answered))
-    calls = s[(group < 0) | (pos == 0)]  # singles, and each retried call's first attempt (its answer)
+    calls = s[((group < 0) | (pos == 0)) & ~np.isin(s, copy)]  # singles, each retried call's first attempt
     edit.dur[calls] = p50
+    if len(copy) and p50 < float(np.median(f.start[copy] - f.start[first])):
+        edit.dur[copy] = 0.0  # answered before the hedge's delay: no copy sent
+        edit.cut_before[copy] = x.lay.gap[copy]
     edit = abandoned_work_left(x, edit, calls)
     name = finding.get("span_name")
     return Lever(
@@ -277,6 +289,14 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         requeue=True,
         params={"p50_ms": round(p50 / 1e6, 3)},
     )
+
+
+def hedged_callee_fixed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A slow dependency whose calls a hedge doubles: fixed, it answers at its median before the
+    hedge's delay and no copy is sent (callee_p50; dependency_p50 leaves the copies in)."""
+    if len(hedged_pairs(x, finding)[0]) == 0:
+        return None
+    return callee_p50(x, finding)
 
 
 def hedged(x: Inputs, finding: dict[str, Any], hedge_ms: float | None = None) -> Lever | None:

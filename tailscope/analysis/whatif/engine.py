@@ -23,6 +23,7 @@ from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
+from tailscope.analysis.whatif.host_levers import host_as_peers
 from tailscope.analysis.whatif.in_order import payload_in_order
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
@@ -41,7 +42,7 @@ from tailscope.analysis.whatif.served import replica_routing, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 15  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 16  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -192,7 +193,7 @@ def plan(
                     lk.no_stated_wait(x, fd), lk.slow_holders(x, fd), payload_in_order(x, fd)]
         elif p == "slow_dependency":
             out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
-                    timer_quanta(x, fd), dependency_as_calm(x, fd)]
+                    timer_quanta(x, fd), dependency_as_calm(x, fd), cl.hedged_callee_fixed(x, fd)]
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
@@ -202,8 +203,9 @@ def plan(
                     timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
             out += [batched_calls(x, fd) or payload_at_median(x, fd), payload_in_order(x, fd)]
-        elif p == "cpu_throttling":
-            out.append(cl.no_throttling(x, fd))
+        elif p in ("cpu_throttling", "compute_bound"):  # no quota period seen / on some hosts only:
+            # a host slower than its peers at the same work (CPU stolen), at their speed
+            out.append((p == "cpu_throttling" and cl.no_throttling(x, fd)) or host_as_peers(x, fd))
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):

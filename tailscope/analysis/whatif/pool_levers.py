@@ -19,10 +19,15 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
     thread pool's queue): the gap before the span is the wait, the span its hold of a worker; so the
     gap before each span of a stretch whose mean gap is over twice the quieter quarter's is cut to a
     calm one's, per caller (the parent's name: another route's steps before it are its own). The
-    spans' draws are per caller too (a burst's route holds the pool longer than the others')."""
+    spans' draws are per caller too (a burst's route holds the pool longer than the others').
+    Not where the spans are the requests' roots: a root is the whole request, its work included, no
+    wait of its own (a worker pool's queue behind IO threads shows only inside it: requests_as_calm)."""
     name = finding.get("span_name")
     spans = x.spans_named(name)
     if len(spans) < 2 * CALM_BINS or (x.served is not None and np.isin(spans, x.served.queue).any()):
+        return None
+    reqs = x.frame.requests
+    if reqs is not None and np.isin(spans, reqs.root).mean() >= 0.5:
         return None
     f, lay = x.frame, x.lay
     edit = Edit.none(len(f))

@@ -40,6 +40,36 @@ def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.nd
     return s, np.where(repeated, group, -1), pos
 
 
+HEDGE_AT = 0.02  # copies sent at a fixed delay: their offsets within 2 % of the median offset
+HEDGE_SHARE = 0.5  # ... for at least this share of them (a fan-out's calls start side by side)
+
+
+def hedged_pairs(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The calls a hedge doubled: (first attempt, copy) span pairs, a copy being the second call of one
+    caller sent while the first is in flight, at the hedge's delay (most copies start at one offset
+    from their first: a timer, not a fan-out's side-by-side calls; to any peer: a hedge goes to
+    another replica). Empty where the run shows no hedge."""
+    f = x.frame
+    none = np.zeros(0, np.int64)
+    s = retried_calls(x, finding)[0]
+    if len(s) < 2:
+        return none, none
+    s = s[np.lexsort((f.start[s], f.parent[s]))]
+    same = f.parent[s[1:]] == f.parent[s[:-1]]
+    first_of_call = np.r_[True, ~same]
+    second = np.r_[False, same & first_of_call[:-1]]  # the second call of its caller and peer
+    idx = np.nonzero(second)[0]
+    overlap = f.start[s[idx]] < f.end[s[idx - 1]] - SEQUENTIAL_TOLERANCE_NS
+    idx = idx[overlap]
+    if len(idx) < 20:
+        return none, none
+    offset = (f.start[s[idx]] - f.start[s[idx - 1]]).astype(np.float64)
+    delay = float(np.median(offset))
+    if delay <= 0 or (np.abs(offset - delay) <= HEDGE_AT * delay).mean() < HEDGE_SHARE:
+        return none, none
+    return s[idx - 1], s[idx]
+
+
 PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "rpc.service", "http.host")
 
 

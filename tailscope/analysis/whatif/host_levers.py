@@ -1,0 +1,101 @@
+"""A host slower than its peers at the same work, with no pause and no quota period to remove: CPU
+stolen by the hypervisor (a noisy neighbour), a throttled host without a period the run shows. Every
+span's own time on that host is stretched, none stops. The fix: that host's spans at the other hosts'
+speed (see levers.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever
+from tailscope.analysis.whatif.retime import Edit
+
+SLOW_HOST = 1.2  # a host whose median time at the finding's span is this much over its peers' is slow
+MIN_SPANS = 20  # per span name, on the host and on its peers, to map one onto the other
+
+
+def own_times(x: Inputs) -> np.ndarray:
+    """Each span's own time (ns): a leaf its duration; a parent the gaps before its children and its
+    trailing time after the last (the time no child covers)."""
+    lay = x.lay
+    child = np.nonzero(lay.parent >= 0)[0]
+    gaps = np.bincount(lay.parent[child], weights=lay.gap[child].astype(np.float64), minlength=len(x.frame))
+    return np.where(lay.has_children, gaps + lay.trailing, x.frame.dur).astype(np.float64)
+
+
+def slow_hosts(x: Inputs, finding: dict[str, Any]) -> list[int]:
+    """The instances the finding names, else those whose median time at the finding's span is over
+    SLOW_HOST times the median of the other instances' medians (only hosts with peers: a service's
+    every instance slow leaves no speed to take)."""
+    f = x.frame
+    named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
+    named = {str(n) for n in named}  # as the run writes them ('service/id') or the id alone
+    codes = sorted(i for i, n in enumerate(f.instances) if n in named or n.rpartition("/")[2] in named)
+    if not codes:
+        spans = x.spans_named(finding.get("span_name"))
+        inst = f.instance[spans]
+        med = {int(i): float(np.median(f.dur[spans[inst == i]])) for i in np.unique(inst).tolist()
+               if (inst == i).sum() >= MIN_SPANS}
+        for i, m in med.items():
+            peers = [v for j, v in med.items() if j != i]
+            if peers and m > SLOW_HOST * float(np.median(peers)):
+                codes.append(i)
+    out = []
+    for c in codes:
+        service = f.service[f.instance == c]
+        if len(service) == 0:
+            continue
+        peers = np.unique(f.instance[(f.service == service[0]) & ~np.isin(f.instance, codes)])
+        if len(peers):
+            out.append(c)
+    return out
+
+
+def host_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A cpu_throttling finding with no quota period (no_throttling has no stall to remove), or a
+    compute_bound one on some of a service's hosts (their peers do the same work faster): on the
+    slow hosts, each span's own time takes its quantile among the same span name's own times on the
+    other hosts of its service (a host's slowest calls become the peers' slowest, its usual ones their
+    usual ones; never longer than it was). A parent's own time (gaps before its children, time after
+    the last) shrinks by its factor; children keep their own name's."""
+    hosts = slow_hosts(x, finding)
+    if not hosts:
+        return None
+    f, lay = x.frame, x.lay
+    own = own_times(x)
+    factor = np.ones(len(f))
+    on = np.isin(f.instance, hosts)
+    for code in np.unique(f.name[on]).tolist():
+        mine = np.nonzero(on & (f.name == code))[0]
+        service = f.service[mine[0]]
+        peers = own[(f.name == code) & ~on & (f.service == service)]
+        if len(mine) < MIN_SPANS or len(peers) < MIN_SPANS:
+            continue
+        rank = np.argsort(np.argsort(own[mine], kind="stable"), kind="stable")
+        mapped = np.quantile(peers, (rank + 0.5) / len(mine))
+        factor[mine] = np.where(own[mine] > 0, np.minimum(mapped / np.maximum(own[mine], 1.0), 1.0), 1.0)
+    rows = np.nonzero(factor < 1.0)[0]
+    if len(rows) == 0:
+        return None
+    edit = Edit.none(len(f))
+    leaf = ~lay.has_children[rows]
+    edit.dur[rows[leaf]] = f.dur[rows[leaf]] * factor[rows[leaf]]
+    parent = rows[~leaf]
+    edit.cut_after[parent] = lay.trailing[parent] * (1.0 - factor[parent])
+    child = np.nonzero((lay.parent >= 0) & np.isin(lay.parent, parent))[0]
+    edit.cut_before[child] = lay.gap[child] * (1.0 - factor[lay.parent[child]])
+    names = ", ".join(f.instances[h] for h in hosts[:3]) + ("…" if len(hosts) > 3 else "")
+    return Lever(
+        "host_as_peers",
+        f"The slow host{'s' if len(hosts) > 1 else ''} at the peers' speed ({names})",
+        SOFTWARE,
+        "on the hosts slower than their peers at the same work (CPU stolen, no pause or quota period "
+        "seen), each span's own time takes its quantile among the same span's own times on the other "
+        "hosts of its service: the host moved or its neighbour quietened; what its extra load did to "
+        "the others is not modelled",
+        edit,
+        pattern="cpu_throttling",
+        params={"hosts": len(hosts), "spans_retimed": len(rows)},
+    )
