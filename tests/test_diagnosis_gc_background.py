@@ -15,7 +15,8 @@ from mechanism_frames import Pauses, TraceBuilder
 from tailscope.analysis.diagnosis import diagnose_frame
 
 
-def _orchestrator(seed: int, pause_ms: tuple[float, float], every_ms: float, n: int = 3000):
+def _orchestrator(seed: int, pause_ms: tuple[float, float], every_ms: float, n: int = 3000,
+                  traced: bool = True):
     b = TraceBuilder(seed)
     pods = ["orch/0", "orch/1"]
     until = n / 20.0 * 1000.0 + 5000.0
@@ -38,7 +39,8 @@ def _orchestrator(seed: int, pause_ms: tuple[float, float], every_ms: float, n: 
         if b.rng.random() < 0.33:
             answer = float(b.rng.uniform(500.0, 3000.0))
             call = b.span(root, "llm.chat", "Client", pod, end + 0.1, 0.0)
-            b.span(call, "generate", "Server", "llm/0", end + 0.5, answer)
+            if traced:  # else a callee with no span of its own (a database, a vendor)
+                b.span(call, "generate", "Server", "llm/0", end + 0.5, answer)
             read = pauses.run(pod, end + answer + 1.0, 0.2)
             b.set_end(call, read)
             end = read
@@ -79,3 +81,16 @@ def test_a_pause_while_calls_side_by_side_are_awaited_counts_once():
     waited = awaited(ctx, *ctx.reported_pauses)
     assert round(waited[10] / 1e6, 3) == 5.0  # inside the three calls' common window: once
     assert waited[20] == 0  # after the replies came: a delay, not awaited time
+
+
+def test_minor_collections_under_long_waits_on_an_untraced_callee_are_not_a_cause():
+    """The same long waits on a callee that is not traced (a database row held by another
+    transaction, a vendor): the caller only awaits the reply, as it does a traced callee's. Before:
+    gc_pause 0.9 (only a traced callee's SERVER span counted as awaited)."""
+    result = _orchestrator(2, (2.0, 3.0), 250.0, traced=False)
+    assert _gc(result) < 0.5, result.findings
+
+
+def test_a_runtime_paused_a_tenth_of_its_time_is_a_cause_beside_an_untraced_callee():
+    result = _orchestrator(3, (20.0, 40.0), 300.0, traced=False)
+    assert _gc(result) >= 0.5, result.findings

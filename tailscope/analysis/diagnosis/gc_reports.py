@@ -33,7 +33,8 @@ def reported_weight(ctx: Context, overlap: np.ndarray, share: float) -> float:
 def awaited(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     """Per request: the pause time on its own instance while a call it made was being served by a
     callee in another process (the callee's SERVER span, under a CLIENT span of the request's
-    instance): the caller had nothing to run then."""
+    instance; or, for a callee with no span, the CLIENT span less its last pause-length): the caller
+    had nothing to run then."""
     f, reqs = ctx.frame, ctx.frame.requests
     srv = np.nonzero((f.kind == KIND_SERVER) & (f.parent >= 0) & (f.request >= 0))[0]
     cli = f.parent[srv]
@@ -41,12 +42,23 @@ def awaited(ctx: Context, ep_inst, ep_t0, ep_t1) -> np.ndarray:
     keep &= f.instance[srv] != f.instance[cli]
     srv, cli = srv[keep], cli[keep]
     out = np.zeros(len(reqs))
-    if len(srv) == 0 or len(ep_inst) == 0:
+    if len(ep_inst) == 0:
+        return out
+    # a call out to a callee that is not traced (a database, a cache, a vendor: a CLIENT span with
+    # nothing below it) is awaited too, up to its end less the longest pause: its reply came at some
+    # moment of the call, and a pause holding its read (the last pause-length of it) may have delayed
+    # the request; the pauses before that fell while the request waited for the reply
+    lone = np.nonzero((f.kind == KIND_CLIENT) & f.leaf & (f.request >= 0))[0]
+    lone = lone[f.instance[lone] == reqs.instance[f.request[lone]]]
+    hold = int((ep_t1 - ep_t0).max())
+    lone = lone[f.end[lone] - hold > f.start[lone]]
+    if len(srv) == 0 and len(lone) == 0:
         return out
     # calls side by side (a fan-out) await at once: their windows merged per request, counted once
-    req = f.request[srv]
-    order = np.lexsort((f.start[srv], req))
-    req, t0, t1, inst = req[order], f.start[srv][order], f.end[srv][order], f.instance[cli][order]
+    req = np.r_[f.request[srv], f.request[lone]]
+    t0, t1 = np.r_[f.start[srv], f.start[lone]], np.r_[f.end[srv], f.end[lone] - hold]
+    order = np.lexsort((t0, req))
+    req, t0, t1, inst = req[order], t0[order], t1[order], np.r_[f.instance[cli], f.instance[lone]][order]
     span = int(t1.max()) + 1
     reach = np.maximum.accumulate(req.astype(np.int64) * span + t1) - req.astype(np.int64) * span
     new = np.r_[True, (req[1:] != req[:-1]) | (t0[1:] > reach[:-1])]
