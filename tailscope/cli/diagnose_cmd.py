@@ -40,9 +40,9 @@ def render_text(result: dict) -> str:
     """The readable report of `Diagnosis.to_dict()`."""
     read = " read (a sample, below)" if result.get("sampling") else ""
     populations = result.get("populations") or []
-    units = " units of work" if any(p["unit"] != "request" for p in populations) else " requests"
+    units = " units of work" if populations else " requests"
     lines = [f"run {result['run']}: {result['requests']}{units}{read}"]
-    for pop in populations:  # asynchronous work, or a client's requests and the service's own below its relay
+    for pop in populations:  # asynchronous work: each kind of unit diagnosed apart
         what = "requests" if pop["unit"] == "request" else "consumer units (publish to end of processing)"
         ptail = pop.get("tail") or {}
         lines.append(

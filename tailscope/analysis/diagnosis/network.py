@@ -20,7 +20,6 @@ import re
 
 import numpy as np
 
-from tailscope.analysis.diagnosis import client_leg
 from tailscope.analysis.diagnosis.accept_queue import accept_wait, calm_gaps
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -55,11 +54,6 @@ def detect(ctx: Context) -> list[Finding]:
     findings: list[Finding] = []
     queue_findings: list[Finding] = []
     at_root = f.request[cli] < 0  # the client wraps the request root
-    # an end user's client in front of a relay (client_leg.py): the relay's wait for the body is the
-    # client's leg too, up to the service's entry
-    entry = client_leg.server_side(f, srv)
-    relayed = at_root & (entry != srv)
-    gap[relayed] = np.maximum(f.dur[cli[relayed]] - f.dur[entry[relayed]], 0)
     for label, sel in (("root", at_root), ("inner", ~at_root)):
         if sel.sum() < 50:
             continue
@@ -143,8 +137,6 @@ def detect(ctx: Context) -> list[Finding]:
         strength = logistic(ms(p99 - p50), 2.0, 0.7)
         weight = logistic(share, 0.3, 0.08)
         confidence = strength * weight * (1 - in_stall) * (1 - queued)
-        cap, leg = client_leg.hold(f, cli[sel], entry[sel], g) if label == "root" else (1.0, {})
-        confidence = min(confidence, cap)
         c_name = f.names[int(np.bincount(f.name[cli[sel]]).argmax())]
         client_service = f.services[int(np.bincount(f.service[cli[sel]]).argmax())]
         server_service = f.services[int(np.bincount(f.service[srv[sel]]).argmax())]
@@ -204,17 +196,9 @@ def detect(ctx: Context) -> list[Finding]:
                 if big.any() and 35.0 <= ms(np.median(g[big])) <= 48.0
                 else ""
             )
-            + (
-                f"; the client's own leg is in every request (median {leg['client_leg_median_ms']:.0f} ms, "
-                "at least the service's own time): its spread is the client's link"
-                + (f", and the calls through {leg['slow_path']} take {leg['slow_path_ratio']:.1f}x their "
-                   "peers' on the same kind of link (a lossy or slow path)" if cap > client_leg.HELD
-                   else ", no path slower than its peers (no lossy path: not the service's tail)")
-                if leg else ""
-            )
             + "."
         )
-        stats = {**leg,
+        stats = {
             "gap_p50_ms": ms(p50),
             "gap_p99_ms": ms(p99),
             "shifted_fraction": round(shifted, 4),

@@ -17,7 +17,6 @@ from tailscope.analysis.diagnosis import (
     calibration,
     callee_queue,
     callee_waits,
-    client_leg,
     cold_after_change,
     cold_peers,
     cold_start,
@@ -271,7 +270,6 @@ def diagnose_frame(
     with asynchronous work (units.py) is diagnosed per kind of unit of work, the findings merged
     (unit_merge.py)."""
     groups = units.populations(frame)
-    client_rooted = groups is None and (groups := client_leg.populations(frame)) is not None
     if groups is None:
         return _diagnose_units(frame, seed, progress)
     started = time.perf_counter()
@@ -282,15 +280,13 @@ def diagnose_frame(
             def part_progress(x: float, step: str, i: int = i, unit: str = group.entry) -> None:
                 progress(READ_SHARE + (x - READ_SHARE) * (i + 1) / len(groups), f"{unit}: {step}")
         parts.append((group, _diagnose_units(group.frame, seed, part_progress)))
-    if client_rooted:  # the client's leg and the relay in the first; the service's own in the second
-        parts[0][1].findings = client_leg.outside(frame, groups[1].frame, parts[0][1].findings)
     findings, summaries, primary = unit_merge.merge(parts)
     main = parts[primary][1]
     errors = {f"{p.entry}: {k}": v for p, d in parts for k, v in d.errors.items()}
     enough = [d.reason for _, d in parts if d.requests >= unit_merge.MIN_UNITS]
     return Diagnosis(
         frame.run,
-        parts[0][1].requests if client_rooted else sum(d.requests for _, d in parts),  # the same requests
+        sum(d.requests for _, d in parts),
         len(frame),
         findings,
         time.perf_counter() - started,

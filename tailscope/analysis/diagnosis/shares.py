@@ -63,16 +63,9 @@ def rank(findings: list[Finding]) -> list[Finding]:
     placed = {id(fd) for fd in ordered}
     possible = sorted(
         (fd for fd in findings if id(fd) not in placed and fd.pattern != UNEXPLAINED),
-        key=lambda fd: (client_link(fd), -round(fd.confidence, 2), -measured_share(fd)),
+        key=lambda fd: (-round(fd.confidence, 2), -measured_share(fd)),
     )
     return ordered + possible + [fd for fd in findings if fd.pattern == UNEXPLAINED]
-
-
-def client_link(finding: Finding) -> bool:
-    """A possible cause that is an end user's own link (client_leg.py: its leg's ordinary spread, no
-    path slower than its peers): where the end-to-end tail goes, not the service's tail; the service's
-    possible causes rank before it."""
-    return finding.confidence < NAMED and "client_leg_median_ms" in finding.evidence.get("stats", {})
 
 
 def _named(finding: Finding) -> bool:

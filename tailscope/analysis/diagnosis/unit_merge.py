@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from tailscope.analysis.diagnosis.model import NAMED, Finding
-from tailscope.analysis.diagnosis.shares import UNEXPLAINED, client_link, part_of
+from tailscope.analysis.diagnosis.shares import UNEXPLAINED, part_of
 
 MIN_UNITS = 50
 
@@ -60,7 +60,7 @@ def order(groups: list[list[Finding]]) -> list[Finding]:
         out += [fd] + [c for cg, c in children if cg == g and part_of(c) == fd.pattern]
     placed = {id(fd) for fd in out}
     out += [c for _, c in children if id(c) not in placed]
-    out += sorted(possible, key=lambda fd: (client_link(fd), -round(fd.confidence, 2)))
+    out += sorted(possible, key=lambda fd: -round(fd.confidence, 2))
     out += sorted(rest, key=lambda fd: -fd.evidence["stats"]["tail_excess_ms"])
     return out
 
