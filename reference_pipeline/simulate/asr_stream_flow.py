@@ -25,6 +25,7 @@ from reference_pipeline.simulate.trace_table import (
     NS_PER_S,
     Stalls,
     lognormal_ms,
+    merge_intervals,
     poisson_arrivals,
 )
 
@@ -131,8 +132,8 @@ def simulate(s: dict[str, Any], parts: set[str], requests: int, seed: int, hot: 
         throttle = cfs_throttles(rng, horizon, 0.55, (20.0, 70.0)) if "cfs-throttling" in parts else (
             cfs_throttles(rng, horizon, 0.02, (2.0, 10.0)))
         cold = drains[h] + DOWN_S * NS_PER_S if h in drains else None
-        hosts.append(GpuHost(s["interval_ms"] * NS_PER_MS, Stalls(_merge(syncs)), Stalls(_merge(throttle)),
-                             s["threads"], cold))
+        hosts.append(GpuHost(s["interval_ms"] * NS_PER_MS, Stalls(merge_intervals(syncs)),
+                             Stalls(merge_intervals(throttle)), s["threads"], cold))
     gc = [gc_pauses(rng, horizon, "humongous-gc" in parts) for _ in range(s["gateways"])]
     gc_stalls = [Stalls([(a, b) for a, b, _ in pauses]) for pauses in gc]
     weights = [w for _, w, _ in CUSTOMERS]
@@ -163,16 +164,6 @@ def simulate(s: dict[str, Any], parts: set[str], requests: int, seed: int, hot: 
     _gateway(rng, utts, gc_stalls, parts, run_ns)
     fresh = tuple(sorted(drains))
     return Run(utts, hosts, gc, fresh, run_ns)
-
-
-def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(intervals):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def _settle(stalls: Stalls, t: np.ndarray) -> np.ndarray:
