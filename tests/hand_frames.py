@@ -7,6 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
+from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.retime import layout
 
 MS = 1_000_000
 
@@ -32,3 +34,8 @@ def hand_frame(rows: list[tuple], instances: Sequence[str] = ("a", "b")) -> Trac
             stage=np.full(len(rows), -1),
         )
     )
+
+
+def lever_inputs(frame: TraceFrame) -> Inputs:
+    """A lever's inputs for a hand-built frame: its own stages, no queue model, no arrivals, no stalls."""
+    return Inputs(frame, layout(frame), frame.stage, None, [], 0, None)

@@ -10,11 +10,10 @@ import pytest
 
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import evaluate
-from tailscope.analysis.whatif.levers import Inputs
 from tailscope.analysis.whatif.payload_levers import payload_at_median
-from tailscope.analysis.whatif.retime import layout, request_latency, retime
+from tailscope.analysis.whatif.retime import request_latency, retime
 from tailscope.analysis.whatif.stalls import on_period
-from tests.hand_frames import MS, hand_frame
+from tests.hand_frames import MS, hand_frame, lever_inputs
 
 RETRY = {
     "pattern": "timeout_retry",
@@ -22,10 +21,6 @@ RETRY = {
     "span_name": "call",
     "evidence": {"stats": {"service": "svc", "timeout_ms": 250.0}},
 }
-
-
-def _inputs(f) -> Inputs:
-    return Inputs(f, layout(f), f.stage, None, [], 0, None)
 
 
 def _retry_rows() -> list[tuple]:
@@ -49,7 +44,7 @@ def _retry_rows() -> list[tuple]:
 
 def test_no_timeouts_answers_at_the_first_attempt_and_keeps_the_parallel_branch() -> None:
     f = hand_frame(_retry_rows())
-    x = _inputs(f)
+    x = lever_inputs(f)
     lever = cl.no_timeouts(x, RETRY)
     assert lever is not None and lever.key == "no_timeouts:call" and lever.pattern == "timeout_retry"
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
@@ -61,7 +56,7 @@ def test_no_timeouts_answers_at_the_first_attempt_and_keeps_the_parallel_branch(
 
 def test_hedged_call_answers_at_the_hedge_plus_the_copy() -> None:
     f = hand_frame(_retry_rows())
-    x = _inputs(f)
+    x = lever_inputs(f)
     lever = cl.hedged(x, RETRY, hedge_ms=30.0)
     assert lever is not None and lever.params["hedge_ms"] == 30.0
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
@@ -76,7 +71,7 @@ def test_calls_side_by_side_are_a_fan_out_not_a_retry() -> None:
         (0, 0, "call", "Client", 0, 2, 60),  # started while the first ran
     ]
     f = hand_frame(rows)
-    assert cl.no_timeouts(_inputs(f), RETRY) is None
+    assert cl.no_timeouts(lever_inputs(f), RETRY) is None
 
 
 def test_the_engine_names_the_retry_fix_for_the_finding_card() -> None:
@@ -116,7 +111,7 @@ def test_payload_lever_puts_every_stage_that_follows_the_size_at_the_median() ->
         "span_name": "dumps",
         "evidence": {"stats": {"size_attribute": "items", "size_on": "span", "size_p50": median}},
     }
-    x = _inputs(f)
+    x = lever_inputs(f)
     lever = payload_at_median(x, finding)
     assert lever is not None and lever.params["stages"] == 2  # dumps and send; render does not follow
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
@@ -132,7 +127,7 @@ def test_payload_lever_needs_the_runs_attributes() -> None:
     f.attribute_source = None
     finding = {"pattern": "large_payload", "span_name": "dumps",
                "evidence": {"stats": {"size_attribute": "items", "size_on": "span"}}}
-    assert payload_at_median(_inputs(f), finding) is None
+    assert payload_at_median(lever_inputs(f), finding) is None
 
 
 def test_stalls_that_end_on_the_quota_period_are_the_throttling_ones() -> None:
@@ -149,7 +144,7 @@ def test_no_throttling_removes_the_stalls_and_redraws_the_spans_across_a_boundar
     rows.append((20, -1, "work", "Server", 0, 290, 14))  # stalled 290-300: ends on the boundary
     rows.append((21, -1, "other", "Server", 1, 290, 14))  # across it on an unthrottled instance
     f = hand_frame(rows)
-    x = _inputs(f)
+    x = lever_inputs(f)
     x.throttle_stalls = (np.array([0, 0, 0]), np.array([92, 192, 292]) * MS, np.array([100, 200, 300]) * MS)
     finding = {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}}
     lever = cl.no_throttling(x, finding)
@@ -171,7 +166,7 @@ def test_a_fan_out_to_several_peers_keeps_the_retry_of_one() -> None:
     peers = {"server.address": (np.array([1, 2, 3]), ["pricing", "inventory", "pricing"])}
     f.attribute_source = lambda name: peers if name == "GET" else {}
     finding = {**RETRY, "span_name": "GET"}
-    x = _inputs(f)
+    x = lever_inputs(f)
     lever = cl.no_timeouts(x, finding)
     assert lever is not None
     new = retime(f, lever.edit, x.lay).dur / MS
@@ -181,7 +176,7 @@ def test_a_fan_out_to_several_peers_keeps_the_retry_of_one() -> None:
 
 def test_callee_at_its_p50_sets_every_call_to_the_median_of_those_that_answered() -> None:
     f = hand_frame(_retry_rows())
-    x = _inputs(f)
+    x = lever_inputs(f)
     lever = cl.callee_p50(x, RETRY)
     assert lever is not None and lever.params["p50_ms"] == 25.0  # 40 and 10: the 250 ms one cut
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
@@ -199,7 +194,7 @@ def test_a_dependency_named_only_on_the_requests_client_wrappers_is_still_found(
         rows.append((k, 2 * k, "backend", "Server", 1, 100 * k + 1, took))
     f = hand_frame(rows)
     assert (f.requests.client_span >= 0).all()
-    x = _inputs(f)
+    x = lever_inputs(f)
     lever = dependency_p50(x, {"pattern": "slow_dependency", "span_name": "GET"})
     assert lever is not None and lever.params["p50_ms"] == 12.0
     assert (request_latency(f, retime(f, lever.edit, x.lay).dur, True) / MS).tolist() == [12.0] * 4
@@ -221,7 +216,7 @@ def test_the_callee_work_a_timed_out_attempt_abandoned_does_not_hold_the_caller(
     ]
     f = hand_frame(rows)
     assert f.excl_parent[2] == 0  # detached from the attempt, laid out in the root
-    x = _inputs(f)
+    x = lever_inputs(f)
     for lever in (cl.no_timeouts(x, RETRY), cl.callee_p50(x, RETRY)):
         assert lever is not None
         new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
@@ -265,7 +260,7 @@ def test_a_throttled_proxys_held_calls_sends_and_replies_take_their_usual_time()
     f = hand_frame(rows, instances=("proxy", "app", "ads"))
     f.service = np.array([r[4] for r in rows])
     f.services = ["proxy", "app", "ads"]
-    x = _inputs(f)
+    x = lever_inputs(f)
     x.throttle_stalls = (np.zeros(5, np.int64), np.array([95, 195, 295, 395, 495]) * MS,
                          np.array([100, 200, 300, 400, 500]) * MS)
     finding = {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["proxy"]}}}
@@ -304,9 +299,9 @@ def test_retries_a_proxy_makes_inside_one_call_are_fixed_to_the_calls_median() -
         rows.append((t, -1, "root", "Server", 0, 1000.0 * t, took + 2.0))
         rows.append((t, 0 if t == 0 else len(rows) - 1, "call", "Client", 0, 1000.0 * t + 1.0, took))
     f = hand_frame(rows)
-    lever = cl.callee_p50(_inputs(f), RETRY)
+    lever = cl.callee_p50(lever_inputs(f), RETRY)
     assert lever is not None
-    x = _inputs(f)
+    x = lever_inputs(f)
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
     assert new.max() == pytest.approx(13.0, abs=0.01)
 
@@ -327,7 +322,7 @@ def test_every_instance_throttled_the_uncrossed_calls_are_weighted_by_their_chan
         true.append(d)
         crossed.append(over)
     f = hand_frame(rows)
-    x = _inputs(f)
+    x = lever_inputs(f)
     ends = np.arange(1, 1001) * 100.0
     x.throttle_stalls = (np.zeros(1000, np.int64), (ends - 70) * MS, ends * MS)
     lever = cl.no_throttling(x, {"pattern": "cpu_throttling", "evidence": {"stats": {"instances": ["a"]}}})
@@ -354,5 +349,5 @@ def test_callee_p50_reads_the_deadline_from_the_attempts_where_the_finding_gives
                      (k, base, "call", "Client", 0, t + 1, 10.0 + 0.1 * k)]
     f = hand_frame(rows)
     finding = {**RETRY, "evidence": {"stats": {"service": "svc"}}}
-    lever = cl.callee_p50(_inputs(f), finding)
+    lever = cl.callee_p50(lever_inputs(f), finding)
     assert lever is not None and lever.params["p50_ms"] < 15.0, lever.params

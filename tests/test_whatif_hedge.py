@@ -9,20 +9,8 @@ import pytest
 
 from tailscope.analysis.whatif import cause_levers as cl
 from tailscope.analysis.whatif import evaluate
-from tailscope.analysis.whatif.levers import Inputs
-from tailscope.analysis.whatif.retime import layout, request_latency, retime
-from tests.hand_frames import MS, hand_frame
-
-RETRY = {
-    "pattern": "timeout_retry",
-    "confidence": 0.9,
-    "span_name": "call",
-    "evidence": {"stats": {"service": "svc", "timeout_ms": 250.0}},
-}
-
-
-def _inputs(f) -> Inputs:
-    return Inputs(f, layout(f), f.stage, None, [], 0, None)
+from tailscope.analysis.whatif.retime import request_latency, retime
+from tests.hand_frames import MS, hand_frame, lever_inputs
 
 
 def _hedged_rows(hedge: bool = True) -> list[tuple]:
@@ -53,8 +41,9 @@ def test_callee_p50_sends_no_hedge_copy_once_the_callee_answers_before_the_hedge
     40 ms delay sends no copy. Before: the copies stayed, 40 ms + the median after each hedged call's
     start (a request of 65 ms, p50 worse than measured)."""
     f = hand_frame(_hedged_rows())
-    x = _inputs(f)
-    finding = {**RETRY, "span_name": "blend", "evidence": {"stats": {"service": "svc"}}}
+    x = lever_inputs(f)
+    finding = {"pattern": "timeout_retry", "confidence": 0.9, "span_name": "blend",
+               "evidence": {"stats": {"service": "svc"}}}
     lever = cl.callee_p50(x, finding)
     assert lever is not None
     new = request_latency(f, retime(f, lever.edit, x.lay).dur, client_side=False) / MS
