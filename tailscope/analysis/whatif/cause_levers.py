@@ -263,7 +263,7 @@ def callee_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     d = f.dur[s].astype(np.float64)
     timeout = (finding.get("evidence") or {}).get("stats", {}).get("timeout_ms") or deadline_ms(d)
     # a hedged call's first attempt ends when its copy answers (cancelled): no answer of its own
-    first, copy = hedged_pairs(x, finding)
+    first, copy = hedged_pairs(x, finding, s)
     answered = d[~np.isin(s, first)]
     answered = answered[answered < 0.97 * timeout * 1e6] if timeout else answered
     if len(answered) == 0:

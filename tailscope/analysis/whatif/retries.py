@@ -26,8 +26,9 @@ def retried_calls(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.nd
         spans = spans[f.service[spans] == f.services.index(service)]
     if len(spans) == 0:
         return spans, spans, spans
-    order = np.lexsort((f.start[spans], _peers(x, name, spans), f.parent[spans]))
-    s, peer = spans[order], _peers(x, name, spans)[order]
+    peers = _peers(x, name, spans)
+    order = np.lexsort((f.start[spans], peers, f.parent[spans]))
+    s, peer = spans[order], peers[order]
     p = f.parent[s]
     first = np.r_[True, (p[1:] != p[:-1]) | (peer[1:] != peer[:-1])]  # one call: a caller and a peer
     group = np.cumsum(first) - 1
@@ -44,14 +45,16 @@ HEDGE_AT = 0.02  # copies sent at a fixed delay: their offsets within 2 % of the
 HEDGE_SHARE = 0.5  # ... for at least this share of them (a fan-out's calls start side by side)
 
 
-def hedged_pairs(x: Inputs, finding: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def hedged_pairs(x: Inputs, finding: dict[str, Any], calls: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """The calls a hedge doubled: (first attempt, copy) span pairs, a copy being the second call of one
     caller sent while the first is in flight, at the hedge's delay (most copies start at one offset
     from their first: a timer, not a fan-out's side-by-side calls; to any peer: a hedge goes to
-    another replica). Empty where the run shows no hedge."""
+    another replica). Empty where the run shows no hedge. `calls`: retried_calls' spans where the
+    caller has them already."""
     f = x.frame
     none = np.zeros(0, np.int64)
-    s = retried_calls(x, finding)[0]
+    s = retried_calls(x, finding)[0] if calls is None else calls
     if len(s) < 2:
         return none, none
     s = s[np.lexsort((f.start[s], f.parent[s]))]
