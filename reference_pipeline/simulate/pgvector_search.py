@@ -84,7 +84,6 @@ from reference_pipeline.simulate.pgvector_search_db import (
     commit_ns,
 )
 from reference_pipeline.simulate.trace_table import (
-    NS_PER_MS,
     NS_PER_S,
     Cause,
     TraceTable,
@@ -143,7 +142,8 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
         "reembed-job": (Cause("queueing", "queue", sp.TS_SERVER, sp.EMB, emb, side=("slow_dependency",))
                         if traced else Cause("queueing", db, st.embed_client, sp.API, api,
                                              side=("slow_dependency",))),
-        "heap-near-memlimit": Cause("gc_pause", None, st.root, sp.API, (api[GC_POD],), side=("compute_bound",)),
+        "heap-near-memlimit": Cause("gc_pause", None, st.root, sp.API, (api[GC_POD],),
+                                    side=("compute_bound",)),
         "replica-lag": Cause("slow_dependency", db, sp.QUERY, sp.API, api, side=("queueing",)),
     }
     return tuple(causes[part] for part in scenario.split("+") if part != "steady")

@@ -47,7 +47,8 @@ class GoRuntime:
             if near_limit:
                 mark, gap = lognormal_ms(rng, 350.0, 0.3), lognormal_ms(rng, 40.0, 0.5)
                 stw = (lognormal_ms(rng, 0.5, 0.5), lognormal_ms(rng, 0.7, 0.5))
-                slow, assist, goal = 3.0 * rng.lognormvariate(0.0, 0.15), 0.04 * rng.lognormvariate(0.0, 0.4), 921
+                slow = 3.0 * rng.lognormvariate(0.0, 0.15)
+                assist, goal = 0.04 * rng.lognormvariate(0.0, 0.4), 921
             else:
                 mark, gap = lognormal_ms(rng, 15.0, 0.3), 5.0 * NS_PER_S * rng.lognormvariate(0.0, 0.3)
                 stw = (lognormal_ms(rng, 0.08, 0.4), lognormal_ms(rng, 0.15, 0.4))

@@ -148,7 +148,8 @@ class Bouncer:
         heapq.heappush(self.free, t)
 
 
-def checkpoints(rng: random.Random, horizon: float, every_s: float, sync_s: float) -> list[tuple[float, float]]:
+def checkpoints(rng: random.Random, horizon: float, every_s: float,
+                sync_s: float) -> list[tuple[float, float]]:
     """The sync phases of checkpoints (the fsync of a checkpoint's dirty data files, when WAL flushes
     queue behind them), one every ~`every_s`, each ~`sync_s` long."""
     out = []

@@ -19,7 +19,8 @@ SERVERS = ("pg-primary", "pg-replica-1", "pg-replica-2")
 PRIMARY, REPLICA_1, REPLICA_2 = 0, 1, 2
 EMB_HOST = "embedder.ml.svc.cluster.local"
 TS_SERVER, TS_INFER = "POST /predictions/minilm-l6", "minilm-l6.inference"
-BEGIN, EXEC, QUERY, ROWS, COMMIT = "sql.conn.begin_tx", "sql.conn.exec", "sql.conn.query", "sql.rows", "sql.tx.commit"
+BEGIN, EXEC, QUERY = "sql.conn.begin_tx", "sql.conn.exec", "sql.conn.query"
+ROWS, COMMIT = "sql.rows", "sql.tx.commit"
 RERANK = "rerank"
 SET_SQL = "SET LOCAL hnsw.ef_search = 40"
 SELECT_SQL = ("SELECT id, title, snippet, embedding FROM articles WHERE tenant_id = $1 "
@@ -160,7 +161,8 @@ def write_ask(table: TraceTable, res: Resources, a: Ask, question: int) -> None:
     if style.gc_events:
         for c in a.cycles:
             assist = (c.mark_end - c.start) / NS_PER_MS * (0.45 if c.slow > 2.0 else 0.03)
-            events.append((c.end, "go.gc", {"go.gc.cycle": c.number, "go.gc.stw_ms": round(c.stw_ns / NS_PER_MS, 3),
+            events.append((c.end, "go.gc", {"go.gc.cycle": c.number,
+                                             "go.gc.stw_ms": round(c.stw_ns / NS_PER_MS, 3),
                                              "go.gc.assist_ms": round(assist, 1),
                                              "go.memory.heap_goal_mb": c.heap_goal_mb}))
     root = table.span(trace, None, style.root, "Server", me, _HTTP, *a.root,
@@ -172,12 +174,11 @@ def write_ask(table: TraceTable, res: Resources, a: Ask, question: int) -> None:
                       {("http.request.method" if new else "http.method"): "POST", **url, **status,
                        **_peer(style, EMB_HOST, 8080)}, peer=EMB)
     write_embed(table, res, trace, call, a.embed, 12 + question % 20)
-    sv = a.server
-    table.span(trace, root, BEGIN, "Client", me, _SQL, *a.begin, _db(style, sv, None), peer="postgresql")
-    table.span(trace, root, EXEC, "Client", me, _SQL, *a.set_local, _db(style, sv, SET_SQL), peer="postgresql")
-    table.span(trace, root, QUERY, "Client", me, _SQL, *a.query, _db(style, sv, SELECT_SQL), peer="postgresql")
-    table.span(trace, root, ROWS, "Client", me, _SQL, *a.rows, _db(style, sv, None), peer="postgresql")
-    table.span(trace, root, COMMIT, "Client", me, _SQL, *a.commit, _db(style, sv, None), peer="postgresql")
+    sql = ((BEGIN, a.begin, None), (EXEC, a.set_local, SET_SQL), (QUERY, a.query, SELECT_SQL),
+           (ROWS, a.rows, None), (COMMIT, a.commit, None))
+    for name, times, statement in sql:
+        table.span(trace, root, name, "Client", me, _SQL, *times, _db(style, a.server, statement),
+                   peer="postgresql")
     table.span(trace, root, RERANK, "Internal", me, "ask-api", *a.rerank, {"rerank.candidates": 20})
     table.span(trace, root, EXEC, "Client", me, _SQL, *a.insert, _db(style, PRIMARY, INSERT_SQL),
                peer="postgresql")
