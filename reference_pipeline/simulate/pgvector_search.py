@@ -164,14 +164,14 @@ def _servers(parts: set[str], run_ns: float) -> list[Server]:
 
 
 def _embedder(rng: random.Random, s: dict[str, Any], parts: set[str], reqs: list[dict], run_ns: float,
-              horizon: float, table: TraceTable, res: sp.Resources) -> None:
+              table: TraceTable, res: sp.Resources) -> None:
     """Every call's batch on its TorchServe pod (the re-embedding job's passages beside them)."""
     for j in range(s["emb_pods"]):
         items = [(r["arrive"], lognormal_ms(rng, 0.7, 0.25), i) for i, r in enumerate(reqs) if r["emb"] == j]
         if "reembed-job" in parts:
             rate = 0.85 * s["emb_workers"] * 8 / (0.002 + 8 * 0.0055)
-            t = 0.15 * run_ns
-            while t < horizon - 20 * NS_PER_S:
+            t, stop = 0.15 * run_ns, max(r["arrive"] for r in reqs) + 0.5 * NS_PER_S
+            while t < stop:
                 t += rng.expovariate(rate) * NS_PER_S
                 items.append((t, lognormal_ms(rng, 5.5, 0.15), -1))
         items.sort()
@@ -209,7 +209,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         t = go[pod].run(rng, go[pod].run(rng, root_s, 0.12, 20), 0.05, 8)
         reqs.append({"pod": pod, "tenant": rng.choices(names, weights)[0], "root_s": root_s, "call_s": t,
                      "emb": rng.randrange(s["emb_pods"]), "arrive": t + lognormal_ms(rng, 0.25, 0.3)})
-    _embedder(rng, s, parts, reqs, run_ns, horizon, table, res)
+    _embedder(rng, s, parts, reqs, run_ns, table, res)
     servers = _servers(parts, run_ns)
     readers = [Bouncer(POOL) for _ in servers]
     down = (0.12 * run_ns, 0.12 * run_ns + 1.5 * NS_PER_S) if "replica-restart" in parts else None
