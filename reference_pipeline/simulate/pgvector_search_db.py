@@ -13,7 +13,8 @@ costs on one server, and PgBouncer's transaction pool in front of it.
   (with probability rho, exponential with mean S/(1-rho)). `slow` scales reads under competing writes.
 - `Server`: CPU (`cores`, plus `busy_cores` of background work such as a bulk import) shared by the
   transactions that hold a server connection; a statement's CPU is stretched by the connections
-  running beside it (processor sharing, ~0.8 of a held connection on CPU).
+  running beside it (processor sharing: each held connection counts by the share of recent statements'
+  time on CPU, up to 0.8; one waiting on disk reads leaves its core to the others).
 - `Bouncer`: one pool (database/user pair) of `size` server connections in transaction mode: a
   transaction takes a connection at its BEGIN (the client waits in PgBouncer's queue, cl_waiting,
   first come first served: no span for the wait, it shows inside the BEGIN statement's span) and
@@ -111,9 +112,16 @@ class Server:
     cache: PageCache
     disk: Disk
     busy_cores: float = 0.0  # background CPU (a bulk import's index inserts)
+    on_cpu: float = 0.8  # the share of a held connection's statement time on CPU (recent statements)
 
     def stretch(self, held: int) -> float:
-        return max(1.0, (0.8 * held + self.busy_cores) / self.cores)
+        return max(1.0, (self.on_cpu * held + self.busy_cores) / self.cores)
+
+    def _done(self, cpu: float, io: float) -> float:
+        """A statement of `cpu` + `io` ns ran: the share of held connections on CPU follows it (a
+        connection waiting on a disk read leaves its core to the others)."""
+        self.on_cpu = 0.9 * self.on_cpu + 0.1 * min(0.8, cpu / (cpu + io))
+        return cpu + io
 
     def walk(self, rng: np.random.Generator, t: float, fraction: float, held: int) -> tuple[float, int, int]:
         """(ns, pages read from disk, tuples visited) for the HNSW query of a tenant with `fraction`
@@ -122,7 +130,7 @@ class Server:
         far = tuples > 400
         misses = self.cache.misses(rng, t, walk_touches(tuples), far)
         cpu = walk_cpu_ms(tuples) * float(rng.lognormal(0.0, 0.2)) * NS_PER_MS * self.stretch(held)
-        return cpu + self.disk.reads(rng, misses), misses, tuples
+        return self._done(cpu, self.disk.reads(rng, misses)), misses, tuples
 
     def exact(self, rng: np.random.Generator, t: float, rows: int, held: int) -> tuple[float, int, int]:
         """(ns, pages read, rows) for an exact scan of `rows` rows: ~5 rows a heap page, distance
@@ -130,7 +138,7 @@ class Server:
         heap_pages = rows // 5
         misses = int(rng.binomial(heap_pages, 0.02 * self.cache.miss_scale))
         cpu = (1.0 + 0.0006 * rows) * float(rng.lognormal(0.0, 0.12)) * NS_PER_MS * self.stretch(held)
-        return cpu + self.disk.reads(rng, misses, parallel=16), misses, rows
+        return self._done(cpu, self.disk.reads(rng, misses, parallel=16)), misses, rows
 
 
 class Bouncer:
