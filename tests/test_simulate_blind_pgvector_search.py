@@ -124,7 +124,7 @@ def test_a_burst_fills_the_pgbouncer_pools_and_transactions_wait_inside_begin(lo
     run = run_ns(600, 0)
     begins = named(spans, sp.BEGIN)
     late = [x["duration"] for x in begins if x["duration"] > 20 * MS]
-    assert len(late) > 30
+    assert len(late) > 15 and max(late) > 40 * MS
     at = np.array([x["at"] for x in begins if x["duration"] > 20 * MS]) / run
     assert np.percentile(at, 5) > 0.35 and np.percentile(at, 95) < 0.6  # only in and just after the burst
     outside = [x["duration"] for x in begins if x["at"] < 0.3 * run or x["at"] > 0.7 * run]
