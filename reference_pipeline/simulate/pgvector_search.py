@@ -41,8 +41,8 @@ Mechanisms (scenario: truth):
   back, each ending in a ~1.2 s sync phase during which the primary's WAL flushes queue behind the
   data-file writes: every INSERT's commit waits (tens of ms): slow_dependency at `sql.conn.exec` (the
   writer pool of 20 holds ~7 such commits at a time: no wait for a connection).
-- `selective-tenant`: two newly onboarded tenants with 0.4 % and 1.2 % of the rows: their walks visit
-  ~20/s tuples (5,000 and 1,700) over colder pages: only their queries slow, in proportion to the
+- `selective-tenant`: two newly onboarded tenants with 0.5 % and 1.5 % of the rows: their walks visit
+  ~20/s tuples (4,000 and 1,300) over colder pages: only their queries slow, in proportion to the
   selectivity: slow_dependency at `sql.conn.query`, accept compute_bound (the query's own work
   grows), side cache_miss.
 - `plan-flip`: northwind's bulk import lands at 30 % of the run (180k rows) after the last ANALYZE: the
