@@ -84,7 +84,7 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         assert event in {e["Name"] for x in roots(loaded[seed][0]) for e in x["events"]}
     with pytest.raises(ValueError, match="unknown spring-loom scenario"):
         spring_loom.truth("healthy", 0)
-    once, again = spring_loom.generate("carrier-pinning", 60, 0), spring_loom.generate("carrier-pinning", 60, 0)
+    once, again = (spring_loom.generate("carrier-pinning", 60, 0) for _ in range(2))
     assert once.rows == again.rows and once.span_ids == again.span_ids  # a seed gives the same bytes
 
 
@@ -229,7 +229,8 @@ def test_throttled_pods_resume_on_their_period_boundaries() -> None:
         p(v, 95) for k, v in by_pod.items() if k not in throttled)
     # a model run cut by a throttle resumes at its pod's period boundary: the slow ones' ends bunch
     for pod in throttled:
-        ends = np.array([x["end"] for x in named(spans, sp.RERANK) if x["instance"] == pod and x["duration"] > 40 * MS])
+        ends = np.array([x["end"] for x in named(spans, sp.RERANK)
+                         if x["instance"] == pod and x["duration"] > 40 * MS])
         phase = (ends % 100_000_000) / 1e6
         assert len(ends) > 10 and np.ptp(np.sort(phase)[len(phase) // 10: -len(phase) // 10 or None]) < 60
 
@@ -262,7 +263,8 @@ def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int) -> None:
     st = spring_loom.style(seed)
 
     def p99(scenario):
-        return p([x["duration"] for x in table(scenario, 2000, seed) if x["parent"] == -1 and x["name"] == st.top], 99)
+        top = [x for x in table(scenario, 2000, seed) if x["parent"] == -1 and x["name"] == st.top]
+        return p([x["duration"] for x in top], 99)
 
     base = p99("steady")
     for scenario in spring_loom.SINGLES:

@@ -40,8 +40,8 @@ Mechanisms (scenario: truth):
   of the run; the heap fills faster than ZGC frees it and allocating threads stall 5-80 ms: gc_pause
   (side large_payload, queueing).
 - `es-segment-merge`: data node 1 merges segments (HNSW graphs) for half the run: its shard copies
-  answer ~6x slower and it coordinates slowly; ARS moves some traffic away once its EWMA has risen: slow_dependency at the ES
-  span.
+  answer ~6x slower and it coordinates slowly; ARS moves some traffic away once its EWMA has risen:
+  slow_dependency at the ES span.
 - `caffeine-expiry-wave`: a bulk preload wrote the hot items at one moment; 60 s later (at 30 % of the
   run) they expire together: misses surge, feature calls carry ~100+ keys: cache_miss (side
   slow_dependency, queueing).
@@ -54,8 +54,9 @@ Mechanisms (scenario: truth):
   in 30-70 ms for 2-4 periods a GC cycle: every thread waits to the period's end: cpu_throttling.
 - `deploy-cold-jit`: a rolling deploy from 25 %; new pods run interpreted / C1 code (~4.5x CPU time,
   decaying over ~300 requests) and grow ONNX's arena: cold_start on the new pods.
-- `grpc-bad-backend`: feature-service backend 3 is slow (~30 ms more a call, and its 2 cores queue): every fifth call of each
-  round-robin channel: slow_dependency at feature-service's GetFeatures on that backend.
+- `grpc-bad-backend`: feature-service backend 3 is slow (~36 ms more a call, and its 2 cores queue):
+  every fifth call of each round-robin channel: slow_dependency at feature-service's GetFeatures on
+  that backend.
 - Two causes: `carrier-pinning+hikari-slow-plan`, `caffeine-expiry-wave+grpc-bad-backend`,
   `es-segment-merge+kafka-buffer-full`.
 """
@@ -68,7 +69,14 @@ from typing import Any
 
 from reference_pipeline.simulate import spring_loom_jvm as jvm
 from reference_pipeline.simulate import spring_loom_spans as sp
-from reference_pipeline.simulate.trace_table import NS_PER_MS, NS_PER_S, Cause, TraceTable, lognormal_ms, poisson_arrivals
+from reference_pipeline.simulate.trace_table import (
+    NS_PER_MS,
+    NS_PER_S,
+    Cause,
+    TraceTable,
+    lognormal_ms,
+    poisson_arrivals,
+)
 
 FAMILY = "spring-loom"
 SINGLES = ("carrier-pinning", "zgc-allocation-stalls", "es-segment-merge", "caffeine-expiry-wave",
@@ -117,16 +125,19 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
         "carrier-pinning": Cause("lock_contention", "model_forward", st.rerank_span(), sp.API,
                                  tuple(api[k] for k in special["canary"]), accept=("queueing",),
                                  side=("compute_bound", "slow_dependency")),
-        "zgc-allocation-stalls": Cause("gc_pause", None, sp.ROOT, sp.API, api, side=("large_payload", "queueing")),
+        "zgc-allocation-stalls": Cause("gc_pause", None, sp.ROOT, sp.API, api,
+                                       side=("large_payload", "queueing")),
         "es-segment-merge": Cause("slow_dependency", "downstream", st.es, sp.API, api),
         "caffeine-expiry-wave": Cause("cache_miss", "feature_hydration", st.features_span(), sp.API, api,
                                       side=("slow_dependency", "queueing")),
         "hikari-slow-plan": Cause("slow_dependency", "feature_hydration", st.jdbc, sp.API, api,
                                   accept=("queueing",)),
-        "kafka-buffer-full": Cause("slow_dependency", "downstream", st.kafka, sp.API, api, accept=("queueing",)),
+        "kafka-buffer-full": Cause("slow_dependency", "downstream", st.kafka, sp.API, api,
+                                   accept=("queueing",)),
         "cfs-throttling": Cause("cpu_throttling", None, sp.ROOT, sp.API,
                                 tuple(api[k] for k in special["throttled"]), side=("queueing",)),
-        "deploy-cold-jit": Cause("cold_start", None, sp.ROOT, sp.API, new, side=("compute_bound", "queueing")),
+        "deploy-cold-jit": Cause("cold_start", None, sp.ROOT, sp.API, new,
+                                 side=("compute_bound", "queueing")),
         "grpc-bad-backend": Cause("slow_dependency", "feature_hydration", sp.GRPC, sp.FEATURES,
                                   (st.label(sp.FEATURES, BAD_BACKEND),)),
     }
@@ -204,7 +215,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         root_s, t = pod.cpu_step(t0 + hop, _ms(rng, 0.35) * jit, False)
         # HikariCP: the JDBC span starts once a connection is had; the result is read on the thread
         query = jvm.purchases_ms(rng, t >= flip)
-        conn_s, conn_e = pod.hikari.book(t, lambda a, q=query: a + q + 0.25 * NS_PER_MS)
+        conn_s, _ = pod.hikari.book(t, lambda a, q=query: a + q + 0.25 * NS_PER_MS)
         jdbc_s = conn_s + _ms(rng, 0.05)
         _, jdbc_e = pod.cpu_step(pod.cpu.settle(jdbc_s + query), _ms(rng, 0.12) * jit, False)
         # Elasticsearch: the reactor thread ends the span; parsing the hits allocates

@@ -93,7 +93,8 @@ def zgc_pauses(rng: random.Random, horizon: float) -> list[tuple[float, float]]:
     return out
 
 
-def throttled_periods(rng: random.Random, horizon: float, phase: float, busy: bool) -> list[tuple[float, float]]:
+def throttled_periods(rng: random.Random, horizon: float, phase: float,
+                      busy: bool) -> list[tuple[float, float]]:
     """CFS throttling of one pod (quota 4 CPUs a 100 ms period): when the pod's threads have spent the
     quota, every thread waits for the next period. Healthy: a JIT compile or a GC cycle overlapping a
     busy moment empties the quota in ~1 % of periods by a few ms. `busy`: each ZGC cycle (every ~0.9 s)
@@ -144,8 +145,8 @@ class Pod:
     jit: Callable[[int], float]  # CPU time multiple for the n-th request the pod serves
     served: int = 0
     rr: int = 0  # the gRPC channel's round-robin position
-    kafka_level: float = 0.0  # bytes in the producer's buffer or waiting for room
-    kafka_t: float = 0.0
+    drain: Slots = field(default_factory=lambda: Slots(1))  # the producer's sender, a record at a time
+    kafka: list[tuple[float, float]] = field(default_factory=list)  # (admitted, drained) per record
     model_factor: float = 1.0
     sessions: int = 0  # ONNX sessions run (the first few grow its arena)
 
@@ -155,8 +156,9 @@ class Pod:
         return self.carriers.book(t, lambda s: stalls.run(s, work))
 
     def prune(self, t: float) -> None:
-        for slots in (self.carriers, self.monitor, self.hikari):
+        for slots in (self.carriers, self.monitor, self.hikari, self.drain):
             slots.prune(t)
+        self.kafka = [x for x in self.kafka if x[1] >= t]
 
     def rerank(self, t: float, tokenize: float, onnx: float) -> tuple[float, float, float]:
         """Tokenize on a carrier, then enter the session wrapper's monitor and run the model: the
@@ -218,7 +220,7 @@ class Elastic:
             if merging and node == 1:
                 ms *= 6.0 * rng.lognormvariate(0.0, 0.4)  # HNSW graph merge: CPU and I/O on node 1
             if rng.random() < 0.008:
-                ms += 25.0 * rng.paretovariate(2.0)  # a refresh or a cold segment
+                ms += min(400.0, 25.0 * rng.paretovariate(2.0))  # a refresh or a cold segment
             self.pending.append((t + ms * NS_PER_MS + 1.5 * NS_PER_S, node, ms))
             worst = max(worst, ms)
         coordinate = 1.2 * rng.lognormvariate(0.0, 0.3) + (3.0 if heavy else 0.0)
@@ -280,9 +282,9 @@ class FeatureService:
     bad: int | None
 
     def serve(self, rng: random.Random, backend: int, t: float, keys: int) -> tuple[float, float]:
-        work = (1.2 + 0.5 * keys) * NS_PER_MS * rng.lognormvariate(0.0, 0.25)
+        work = (1.2 + 0.6 * keys) * NS_PER_MS * rng.lognormvariate(0.0, 0.25)
         if backend == self.bad:
-            work += lognormal_ms(rng, 30.0, 0.45)  # its feature store's replica is swapping
+            work += lognormal_ms(rng, 36.0, 0.45)  # its feature store's replica is swapping
         elif rng.random() < 0.005:
             work += lognormal_ms(rng, 15.0, 0.5)
         return self.backends[backend].book(t, lambda s: s + work)
@@ -304,13 +306,14 @@ BUFFER = 2_000_000  # buffer.memory (lowered to bound the heap)
 
 
 def kafka_send(pod: Pod, t: float, slow: tuple[float, float] | None, fill_rate: float) -> float:
-    """When `send()` returns for a record handed over at t. The sender drains the buffer at the
-    brokers' pace: ~10x the pod's fill rate, or, while a slow follower still in the ISR holds up every
-    acks=all produce request, 0.9x. A record that does not fit in buffer.memory blocks the caller
-    until enough batches are acknowledged (the buffer as a fluid: the bytes in it or waiting for it)."""
+    """When `send()` returns for a record handed over at t. The sender drains the buffer a record at a
+    time at the brokers' pace: ~10x the pod's fill rate, or, while a slow follower still in the ISR
+    holds up every acks=all produce request, 0.9x. A record that does not fit in buffer.memory blocks
+    the caller until enough records ahead of it are acknowledged."""
     rate = fill_rate * (0.9 if slow and slow[0] <= t < slow[1] else 10.0)  # bytes per ns
-    now = max(t, pod.kafka_t)
-    pod.kafka_level = max(0.0, pod.kafka_level - rate * (now - pod.kafka_t)) + RECORD
-    pod.kafka_t = now
-    over = pod.kafka_level - BUFFER
-    return t if over <= 0 else now + over / rate
+    held = sorted(e for a, e in pod.kafka if a <= t < e)  # the records in the buffer at t
+    room = BUFFER // RECORD
+    back = t if len(held) < room else held[len(held) - room]
+    _, drained = pod.drain.book(back, lambda a: a + RECORD / rate)
+    pod.kafka.append((back, drained))
+    return back

@@ -98,10 +98,12 @@ class Resources:
         attrs: dict[str, Any] = {"service.name": service, "telemetry.sdk.language": lang}
         if self.style.ident == "endpoint":
             return attrs
-        attrs.update({"k8s.pod.name": pod_name(service, k, gen), "service.instance.id": self.style.label(service, k, gen)})
+        attrs.update({"k8s.pod.name": pod_name(service, k, gen),
+                      "service.instance.id": self.style.label(service, k, gen)})
         if service == API:
             attrs.update({"process.runtime.name": "OpenJDK Runtime Environment",
-                          "process.runtime.version": "21.0.5+11-LTS", "service.version": f"2026.11.{27 + gen}"})
+                          "process.runtime.version": "21.0.5+11-LTS",
+                          "service.version": f"2026.11.{27 + gen}"})
         return attrs
 
 
