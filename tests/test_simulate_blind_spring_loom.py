@@ -118,14 +118,16 @@ def test_a_slow_model_under_the_monitor_pins_the_carriers_and_every_request_on_t
     rerank = {}
     for x in named(spans, sp.RERANK):
         rerank.setdefault(x["instance"], []).append(x["duration"])
-    assert p(rerank[canary], 90) > 3 * max(p(v, 90) for k, v in rerank.items() if k != canary)
+    assert p(rerank[canary], 90) > 2 * max(p(v, 90) for k, v in rerank.items() if k != canary)
     gaps = _mount_gaps(spans)  # work that needs no model waits for a carrier on the canary only
-    assert p(gaps[canary], 95) > 10 * MS + max(p(v, 95) for k, v in gaps.items() if k != canary)
+    others = [v for k, v in gaps.items() if k != canary]
+    assert p(gaps[canary], 99) > 1.8 * max(p(v, 99) for v in others)
+    assert np.mean(np.array(gaps[canary]) > 10 * MS) > 3 * max(np.mean(np.array(v) > 10 * MS) for v in others)
     pinned = [e for x in roots(spans) if x["instance"] == canary for e in x["events"]
               if e[1] == "jdk.VirtualThreadPinned"]
     assert len(pinned) > 30
     steady = _mount_gaps(table("steady", N, 0))
-    assert max(p(v, 95) for v in steady.values()) < 6 * MS
+    assert max(p(v, 99) for v in steady.values()) < 12 * MS
 
 
 @PHYSICS
@@ -150,18 +152,24 @@ def test_allocation_stalls_hold_allocating_threads_during_the_large_query_burst(
 
 
 @PHYSICS
-def test_a_merging_node_slows_the_queries_it_serves_and_coordinates() -> None:
+def test_a_merging_node_slows_the_queries_it_serves_and_coordinates_until_ars_moves_away() -> None:
     spans = table("es-segment-merge", N, 0)
     st = spring_loom.style(0)
     run = run_ns(N, 0)
-    during: dict[str, list[float]] = {}
-    for x in named(spans, st.es):
-        if 0.2 * run < x["start"] < 0.7 * run:
-            during.setdefault(x["attrs"]["server.address"], []).append(x["duration"])
-    merging = during.pop(sp.ES_NODES[1])
-    assert all(p(merging, 50) > 3 * p(v, 50) for v in during.values())
-    before = [x["duration"] for x in named(spans, st.es) if x["start"] < 0.14 * run]
-    assert all(p(v, 90) > 1.5 * p(before, 90) for v in during.values())  # their shard copies on node 1
+
+    def by_coordinator(lo: float, hi: float) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for x in named(spans, st.es):
+            if lo * run <= x["start"] < hi * run:
+                out.setdefault(x["attrs"]["server.address"], []).append(x["duration"])
+        return out
+
+    before = [d for v in by_coordinator(0.0, 0.14).values() for d in v]
+    learning = by_coordinator(0.16, 0.27)  # ARS has not seen node 1 slow yet: every query waits on it
+    learnt = by_coordinator(0.5, 0.75)  # its EWMA has risen: only what node 1 coordinates stays slow
+    assert all(p(v, 50) > 2.5 * p(before, 50) for v in learning.values())
+    merging = learnt.pop(sp.ES_NODES[1])
+    assert all(p(merging, 50) > 1.8 * p(v, 50) and p(v, 50) < 1.3 * p(before, 50) for v in learnt.values())
     steady = [x["duration"] for x in named(table("steady", N, 0), st.es)]
     assert p(steady, 50) < 12 * MS
 
@@ -252,7 +260,8 @@ def test_every_fifth_feature_call_of_a_channel_goes_to_the_slow_backend() -> Non
     servers: dict[str, list[float]] = {}
     for x in named(spans, sp.GRPC, "Server"):
         servers.setdefault(x["instance"], []).append(x["duration"])
-    assert p(servers[bad], 50) > 20 * MS and all(p(v, 90) < 12 * MS for k, v in servers.items() if k != bad)
+    assert p(servers[bad], 50) > 20 * MS
+    assert all(p(v, 90) < 0.4 * p(servers[bad], 50) for k, v in servers.items() if k != bad)
     share = len(servers[bad]) / sum(map(len, servers.values()))
     assert 0.17 < share < 0.23
 
@@ -262,9 +271,9 @@ def test_every_fifth_feature_call_of_a_channel_goes_to_the_slow_backend() -> Non
 def test_every_planted_cause_moves_the_p99_of_its_seed(seed: int) -> None:
     st = spring_loom.style(seed)
 
-    def p99(scenario):
-        top = [x for x in table(scenario, 2000, seed) if x["parent"] == -1 and x["name"] == st.top]
-        return p([x["duration"] for x in top], 99)
+    def p99(scenario):  # from the table's rows: 2,000 requests as span dicts would take longer
+        rows = spring_loom.generate(scenario, 2000, seed).rows
+        return p([r[7] - r[6] for r in rows if r[1] == -1 and r[2] == st.top], 99)
 
     base = p99("steady")
     for scenario in spring_loom.SINGLES:
@@ -292,7 +301,8 @@ def test_a_two_cause_run_has_both_mechanisms(pair: str) -> None:
         srv: dict[str, list[float]] = {}
         for x in named(spans, sp.GRPC, "Server"):
             srv.setdefault(x["instance"], []).append(x["duration"])
-        if max(p(v, 50) for v in srv.values()) > 3 * min(p(v, 50) for v in srv.values()):
+        medians = sorted(p(v, 50) for v in srv.values())
+        if medians[-1] > medians[len(medians) // 2] + 20 * MS:
             out.add("grpc-bad-backend")
         es: dict[str, list[float]] = {}
         for x in named(spans, st.es):

@@ -31,7 +31,7 @@ server span. 1: Jaeger, old semconv, instances as pod ip:port, no ingress spans,
 events. 2: Zipkin v2, old semconv, endpoints, ingress spans, manual spans, no JFR events.
 
 Mechanisms (scenario: truth):
-- `carrier-pinning`: a canary pod runs a larger cross-encoder (~1.9x); the wrapper's monitor queue
+- `carrier-pinning`: a canary pod runs a larger cross-encoder (~2.2x); the wrapper's monitor queue
   grows and its waiters are pinned, so all 4 carriers are often held and every request on that pod,
   model or not, waits to be mounted: lock_contention at the rerank span on the canary (accept
   queueing: ready virtual threads wait for a carrier; side compute_bound, slow_dependency: client spans
@@ -54,7 +54,7 @@ Mechanisms (scenario: truth):
   in 30-70 ms for 2-4 periods a GC cycle: every thread waits to the period's end: cpu_throttling.
 - `deploy-cold-jit`: a rolling deploy from 25 %; new pods run interpreted / C1 code (~4.5x CPU time,
   decaying over ~300 requests) and grow ONNX's arena: cold_start on the new pods.
-- `grpc-bad-backend`: feature-service backend 3 is slow (~36 ms more a call, and its 2 cores queue):
+- `grpc-bad-backend`: feature-service backend 3 waits ~36 ms more a call on its store:
   every fifth call of each round-robin channel: slow_dependency at feature-service's GetFeatures on
   that backend.
 - Two causes: `carrier-pinning+hikari-slow-plan`, `caffeine-expiry-wave+grpc-bad-backend`,
@@ -87,11 +87,11 @@ SCENARIOS = ("steady", *SINGLES, *PAIRS)
 BACKENDS, BAD_BACKEND = 5, 3
 _SETUPS = (
     {"fmt": "otlp-json", "semconv": "new", "ident": "pod", "ingress": True, "manual": True, "jfr": True,
-     "pods": 4, "rps": 170.0},
+     "pods": 4, "rps": 170.0, "feature_cores": 3},
     {"fmt": "jaeger", "semconv": "old", "ident": "ipport", "ingress": False, "manual": False, "jfr": True,
-     "pods": 3, "rps": 130.0},
+     "pods": 3, "rps": 130.0, "feature_cores": 2},
     {"fmt": "zipkin", "semconv": "old", "ident": "endpoint", "ingress": True, "manual": True, "jfr": False,
-     "pods": 5, "rps": 210.0},
+     "pods": 5, "rps": 210.0, "feature_cores": 4},
 )
 
 
@@ -182,7 +182,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         pods[(k, 0)] = jvm.make_pod(rng, horizon, 4, "cfs-throttling" in parts and k in special["throttled"],
                                     alloc, _warm)
         if "carrier-pinning" in parts and k in special["canary"]:
-            pods[(k, 0)].model_factor = 1.9
+            pods[(k, 0)].model_factor = 2.2
         pods[(k, 0)].sessions = 10_000
         if "deploy-cold-jit" in parts:
             pods[(k, 1)] = jvm.make_pod(rng, horizon, 4, False, alloc, _cold)
@@ -193,7 +193,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     wave = 0.3 * run if "caffeine-expiry-wave" in parts else None
     caches = {key: jvm.Caffeine(catalog, per_pod * 200, wave) for key in pods}
     es = jvm.Elastic((0.15 * run, 0.75 * run) if "es-segment-merge" in parts else None)
-    features = jvm.FeatureService([jvm.Slots(2) for _ in range(BACKENDS)],
+    features = jvm.FeatureService([jvm.Slots(s["feature_cores"]) for _ in range(BACKENDS)],
                                   BAD_BACKEND if "grpc-bad-backend" in parts else None)
     flip = 0.25 * run if "hikari-slow-plan" in parts else math.inf
     slow_isr = (0.15 * run, 0.5 * run) if "kafka-buffer-full" in parts else None

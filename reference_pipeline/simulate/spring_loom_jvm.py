@@ -274,20 +274,24 @@ class Caffeine:
 
 @dataclass
 class FeatureService:
-    """Backends behind the pods' round-robin channels, each 2 cores (a batch holds one); a batch costs
-    per key (reads from the service's own store).
+    """Backends behind the pods' round-robin channels, each a few cores (a batch holds one); a batch
+    costs per key (decoding and assembling rows from the service's own store).
     `bad`: one backend whose every call is slow."""
 
     backends: list[Slots]
     bad: int | None
 
     def serve(self, rng: random.Random, backend: int, t: float, keys: int) -> tuple[float, float]:
+        """(start, end) of the server span: the batch's work holds a core; waiting on the backend's
+        store (a swapping replica behind the bad backend, the odd slow read) holds none."""
         work = (1.2 + 0.6 * keys) * NS_PER_MS * rng.lognormvariate(0.0, 0.25)
+        wait = 0.0
         if backend == self.bad:
-            work += lognormal_ms(rng, 36.0, 0.45)  # its feature store's replica is swapping
+            wait = lognormal_ms(rng, 36.0, 0.45)
         elif rng.random() < 0.005:
-            work += lognormal_ms(rng, 15.0, 0.5)
-        return self.backends[backend].book(t, lambda s: s + work)
+            wait = lognormal_ms(rng, 15.0, 0.5)
+        start, done = self.backends[backend].book(t, lambda s: s + work)
+        return start, done + wait
 
 
 # --- PostgreSQL, Kafka -------------------------------------------------------------------------------------
