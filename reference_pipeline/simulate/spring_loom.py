@@ -21,9 +21,10 @@ writes the response. Every stretch of Java code needs a carrier: a request ready
 Runtime: ZGC's sub-millisecond safepoints (every thread), allocation stalls (only threads that
 allocate, and they hold their carrier), CFS periods of 100 ms (quota 4 CPUs), a tiered JIT.
 
-Healthy noise: jitter everywhere; a few % Caffeine misses from the cache's steady state; 1 % large
-queries; 0.5 % slow purchases queries and feature calls; ES refreshes and cold segments; ZGC pauses;
-throttling in ~1 % of periods; the synchronized wrapper's queue on bursts.
+Healthy noise: jitter everywhere; 2 % of requests open a new upstream connection at the ingress; a
+few % Caffeine misses from the cache's steady state; 1 % large queries; 0.5 % slow purchases queries
+and feature calls; ES refreshes and cold segments; ZGC pauses; throttling in ~1 % of periods; the
+synchronized wrapper's queue on bursts.
 
 Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv, instances by pod name, ingress spans, manual
 `features` / `rerank` spans, JFR events (jdk.VirtualThreadPinned over 20 ms, jdk.ZAllocationStall) on the
@@ -196,7 +197,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     features = jvm.FeatureService([jvm.Slots(s["feature_cores"]) for _ in range(BACKENDS)],
                                   BAD_BACKEND if "grpc-bad-backend" in parts else None)
     flip = 0.25 * run if "hikari-slow-plan" in parts else math.inf
-    slow_isr = (0.15 * run, 0.5 * run) if "kafka-buffer-full" in parts else None
+    slow_isr = (0.1 * run, 0.6 * run) if "kafka-buffer-full" in parts else None
     fill = per_pod * jvm.RECORD / NS_PER_S  # bytes per ns a pod's producer takes in
     for n, (t0, heavy) in enumerate(arrivals):
         if n % 64 == 0:
@@ -210,7 +211,9 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         heavy = heavy or rng.random() < 0.01
         jit = pod.jit(pod.served)
         pod.served += 1
-        hop = _ms(rng, 0.25)
+        # the ingress reuses an upstream keep-alive connection, or (2 %: the pool's churn) opens one
+        connect = _ms(rng, 1.6, 0.4) if rng.random() < 0.02 else 0.0
+        hop = _ms(rng, 0.25) + connect
         # Tomcat's poller hands the request to a new virtual thread: the span starts once it is mounted
         root_s, t = pod.cpu_step(t0 + hop, _ms(rng, 0.35) * jit, False)
         # HikariCP: the JDBC span starts once a connection is had; the result is read on the thread
@@ -260,8 +263,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         stalled += pod.alloc_only.overlapping(a, t)
         root_e = t + _ms(rng, 0.05)
         sp.write_request(table, res, sp.Timeline(
-            k, gen, (t0, root_e + _ms(rng, 0.2)), 0.0, (root_s, root_e), (jdbc_s, jdbc_e), (es_s, es_e),
-            (feat_s, feat_e), grpc, (rr_s, rr_e), (entered, left), (k_s, k_e), len(keys), len(misses), heavy,
-            coordinator,
-            sorted(set(stalled)), rng.randrange(1, 5_000_000)))
+            k, gen, (t0, root_e + _ms(rng, 0.2)), connect / NS_PER_MS, (root_s, root_e), (jdbc_s, jdbc_e),
+            (es_s, es_e), (feat_s, feat_e), grpc, (rr_s, rr_e), (entered, left), (k_s, k_e), len(keys),
+            len(misses), heavy, coordinator, sorted(set(stalled)), rng.randrange(1, 5_000_000)))
     return table

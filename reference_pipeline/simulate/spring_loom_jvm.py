@@ -312,9 +312,9 @@ BUFFER = 2_000_000  # buffer.memory (lowered to bound the heap)
 def kafka_send(pod: Pod, t: float, slow: tuple[float, float] | None, fill_rate: float) -> float:
     """When `send()` returns for a record handed over at t. The sender drains the buffer a record at a
     time at the brokers' pace: ~10x the pod's fill rate, or, while a slow follower still in the ISR
-    holds up every acks=all produce request, 0.9x. A record that does not fit in buffer.memory blocks
+    holds up every acks=all produce request, 0.85x. A record that does not fit in buffer.memory blocks
     the caller until enough records ahead of it are acknowledged."""
-    rate = fill_rate * (0.9 if slow and slow[0] <= t < slow[1] else 10.0)  # bytes per ns
+    rate = fill_rate * (0.85 if slow and slow[0] <= t < slow[1] else 10.0)  # bytes per ns
     held = sorted(e for a, e in pod.kafka if a <= t < e)  # the records in the buffer at t
     room = BUFFER // RECORD
     back = t if len(held) < room else held[len(held) - room]
