@@ -97,37 +97,21 @@ def test_a_deploy_brings_new_pods_and_the_truth_names_them() -> None:
         assert set(cause.instances) == new and new <= seen
 
 
-def _mount_gaps(spans) -> dict[str, list[float]]:
-    """Per pod: how long each request's thread waited, beyond the code it ran, between the ES reply and
-    the features span or gRPC call (parsing the hits takes ~2 ms; the rest is waiting for a carrier)."""
-    by = kids(spans)
-    out: dict[str, list[float]] = {}
-    for root in roots(spans):
-        children = {x["name"]: x for x in by[root["i"]]}
-        es = next(x for x in by[root["i"]] if x["attrs"].get("db.system") == "elasticsearch")
-        nxt = children.get(sp.FEATURE_SPAN)
-        if nxt is not None:
-            out.setdefault(root["instance"], []).append(nxt["start"] - es["end"])
-    return out
-
-
 @PHYSICS
-def test_a_slow_model_under_the_monitor_pins_the_carriers_and_every_request_on_the_pod_waits() -> None:
+def test_a_slow_model_under_the_monitor_makes_the_canarys_requests_queue_for_it_pinned() -> None:
     spans = table("carrier-pinning", N, 0)
     (canary,) = spring_loom.truth("carrier-pinning", 0)[0].instances
-    rerank = {}
+    rerank: dict[str, list[float]] = {}
     for x in named(spans, sp.RERANK):
         rerank.setdefault(x["instance"], []).append(x["duration"])
     assert p(rerank[canary], 90) > 2 * max(p(v, 90) for k, v in rerank.items() if k != canary)
-    gaps = _mount_gaps(spans)  # work that needs no model waits for a carrier on the canary only
-    others = [v for k, v in gaps.items() if k != canary]
-    assert p(gaps[canary], 99) > 1.8 * max(p(v, 99) for v in others)
-    assert np.mean(np.array(gaps[canary]) > 10 * MS) > 3 * max(np.mean(np.array(v) > 10 * MS) for v in others)
-    pinned = [e for x in roots(spans) if x["instance"] == canary for e in x["events"]
-              if e[1] == "jdk.VirtualThreadPinned"]
-    assert len(pinned) > 30
-    steady = _mount_gaps(table("steady", N, 0))
-    assert max(p(v, 99) for v in steady.values()) < 12 * MS
+    pinned: dict[str, int] = {}
+    for x in roots(spans):
+        pinned[x["instance"]] = pinned.get(x["instance"], 0) + sum(e[1] == "jdk.VirtualThreadPinned"
+                                                                    for e in x["events"])
+    assert pinned[canary] > 30 and pinned[canary] > 5 * max(v for k, v in pinned.items() if k != canary)
+    steady = [x["duration"] for x in named(table("steady", N, 0), sp.RERANK)]
+    assert p(steady, 90) < 0.5 * p(rerank[canary], 90)
 
 
 @PHYSICS
@@ -218,9 +202,9 @@ def test_a_full_producer_buffer_blocks_send_while_the_follower_is_slow() -> None
     st = spring_loom.style(0)
     run = run_ns(2000, 0)
     sends = named(table("kafka-buffer-full", 2000, 0), st.kafka)
-    late = [x["duration"] for x in sends if 0.4 * run < x["start"] < 0.5 * run]
-    early = [x["duration"] for x in sends if x["start"] < 0.14 * run]
-    after = [x["duration"] for x in sends if x["start"] > 0.65 * run]
+    late = [x["duration"] for x in sends if 0.45 * run < x["start"] < 0.6 * run]
+    early = [x["duration"] for x in sends if x["start"] < 0.09 * run]
+    after = [x["duration"] for x in sends if x["start"] > 0.7 * run]
     assert p(late, 50) > 20 * MS and p(early, 99) < 1 * MS and p(after, 90) < 1 * MS
     steady = [x["duration"] for x in named(table("steady", 2000, 0), st.kafka)]
     assert p(steady, 99.9) < 2 * MS
@@ -250,7 +234,7 @@ def test_new_pods_start_slow_and_warm_up() -> None:
     for pod in new:
         mine = sorted((x for x in roots(spans) if x["instance"] == pod), key=lambda x: x["start"])
         first, last = [x["duration"] for x in mine[:20]], [x["duration"] for x in mine[-20:]]
-        assert len(mine) > 40 and np.median(first) > 1.4 * np.median(last)
+        assert len(mine) > 40 and np.median(first) > np.median(last) + 12 * MS
 
 
 @PHYSICS

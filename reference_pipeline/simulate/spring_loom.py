@@ -33,10 +33,12 @@ events. 2: Zipkin v2, old semconv, endpoints, ingress spans, manual spans, no JF
 
 Mechanisms (scenario: truth):
 - `carrier-pinning`: a canary pod runs a larger cross-encoder (~2.2x); the wrapper's monitor queue
-  grows and its waiters are pinned, so all 4 carriers are often held and every request on that pod,
-  model or not, waits to be mounted: lock_contention at the rerank span on the canary (accept
-  queueing: ready virtual threads wait for a carrier; side compute_bound, slow_dependency: client spans
-  end late).
+  grows (JFR: jdk.VirtualThreadPinned) and its waiters stay pinned on their carriers, so other work on
+  that pod waits to be mounted when all 4 are held: lock_contention at the rerank span on the canary
+  (accept queueing: virtual threads wait for the monitor and for a carrier; side compute_bound,
+  slow_dependency: client spans end late). Limit: requests are booked in arrival order and a pinned
+  stretch needs a carrier gap free of steps booked before it, so all four carriers are seldom pinned
+  at once here: the non-model steps' waits on the canary are only a little longer than elsewhere.
 - `zgc-allocation-stalls`: a burst of large queries (big ES responses parsed into objects) for a quarter
   of the run; the heap fills faster than ZGC frees it and allocating threads stall 5-80 ms: gc_pause
   (side large_payload, queueing).
