@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import io
 import sys
 from pathlib import Path
@@ -111,9 +112,30 @@ def seed_variants(kept: int, *others: int):  # type: ignore[no-untyped-def]
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Where the collected test files use Streamlit's AppTest: its scan of every installed package for
-    Streamlit's v2 components is done once for the process rather than at each AppTest's first run."""
+    Streamlit's v2 components is done once for the process rather than at each AppTest's first run.
+    Then the collector is settled for the tests (settle_collector)."""
     if "streamlit.testing.v1" in sys.modules:
         scan_streamlit_components_once()
+    settle_collector()
+
+
+# CPython's thresholds but the oldest generation's: a full collection waits for 100 collections of the
+# middle one (10 by default), as well as for the long-lived objects to grow by a quarter (which stays)
+GC_THRESHOLD = (700, 10, 100)
+
+
+def settle_collector() -> None:
+    """The cyclic collector in each test process (an xdist worker, the serial phase), after collection.
+    What collection built (the imported packages, the test modules, their parameters) lives until the
+    process ends: its garbage collected, it is moved out of the collector's reach (`gc.freeze()`), so a
+    full collection during the tests scans what the tests made, not all of it again; and full
+    collections come less often (GC_THRESHOLD). Full collections were most of the collector's CPU:
+    3.9 s of test_whatif_blind's 47 s, 1.4 s of test_diagnosis_mechanisms' 18 s (bench/RESULTS.md,
+    suite18). The young generations are collected as CPython's defaults have them, so tests that count
+    young collections (test_json_decoders_gc) count what they did before."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 def scan_streamlit_components_once() -> None:

@@ -1,14 +1,19 @@
 """What tests/conftest.py does for the suite's speed without changing what a test sees: Streamlit's scan
 for v2 components, done at each AppTest's first run, is done once per process; the module-level skip
-checks ask whether a package is installed without importing it."""
+checks ask whether a package is installed without importing it; the cyclic collector leaves what
+collection built alone and runs its full collections less often; the hand-built traces' lognormal draws
+what it drew before, faster."""
 
 from __future__ import annotations
 
+import gc
 import sys
 
+import numpy as np
 import pytest
 from browser_support import installed
-from conftest import scan_streamlit_components_once
+from conftest import GC_THRESHOLD, scan_streamlit_components_once
+from mechanism_frames import lognormal
 
 
 def test_apptests_scan_the_installed_components_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -34,3 +39,22 @@ def test_installed_asks_without_importing() -> None:
     assert "this" not in sys.modules  # the standard library's Zen, which nothing here imports
     assert installed("this") and "this" not in sys.modules
     assert not installed("no_such_package_here") and not installed("no_such_package_here.sub")
+
+
+def test_the_tests_run_with_what_collection_built_frozen_and_fewer_full_collections() -> None:
+    """conftest.settle_collector, run after collection in every test process: the modules and parameters
+    frozen, the oldest generation's threshold raised and the young ones' as CPython has them."""
+    assert gc.get_freeze_count() > 10_000  # the packages and the test modules collection imported
+    assert gc.get_threshold() == GC_THRESHOLD
+    assert GC_THRESHOLD[:2] == (700, 10) and GC_THRESHOLD[2] > 10
+
+
+def test_lognormal_draws_what_the_generators_normal_drew() -> None:
+    """The same values from the same seeds as `float(median * np.exp(rng.normal(0.0, sigma)))`, with the
+    stream left where it left it (other draws of the builders come between)."""
+    old, new = np.random.default_rng(7), np.random.default_rng(7)
+    for i in range(20_000):
+        median, sigma = (0.5, 3.0, 40.0)[i % 3], (0.0, 0.05, 0.3, 1.2)[i % 4]
+        assert lognormal(new, median, sigma) == float(median * np.exp(old.normal(0.0, sigma)))
+        if i % 5 == 0:
+            assert new.integers(10) == old.integers(10)
