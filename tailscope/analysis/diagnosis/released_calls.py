@@ -41,7 +41,9 @@ one resource there was held and every piece of work that needed it waited, the r
 a lock's signature whoever held it (a mutex held by a periodic task without a span, such as a metrics
 scrape; a single-mailbox process stopped by its own collection is the same wait in the spans): named
 lock_contention, with the release as its evidence. Calls out to a process of their own stay a pause of
-that process (the whole callee stopped), capped as above where it is not traced.
+that process (the whole callee stopped), capped as above where it is not traced. Where the runtime
+reports collections (events on the instance) inside the releases' silences, the process did stop there
+(work that starts at arrival, a request's root or queue span, can still start in the stop): gc_pause.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ CAP = 0.9
 UNTRACED_CAP = 0.45  # the stopped process is an untraced callee: that it stops, not why
 BELOW = 0.5  # released spans whose extra time is this much in calls further down waited on those
 LONE_OF = 3  # releases on one instance of at least this many serving the name: that instance's stall
+HELD_IF = 0.3  # fewer releases than this share with a reported collection in them: no stop reported
 _OUTBOUND = (KIND_CLIENT, SPAN_KINDS.index("Producer"))  # calls out: their wait is another process's
 HELD = "lock_contention"
 HELD_ADVICE = (
@@ -131,6 +134,24 @@ def _in_episodes(ctx: Context, released: list[np.ndarray]) -> float:
     for idx in released:
         i, lo, hi = f.instance[idx[0]], int(f.start[idx].max()), int(f.end[idx].min())
         hit += bool(((inst == i) & (t0 < hi) & (t1 > lo)).any())
+    return hit / len(released)
+
+
+def _reported_in(ctx: Context, released: list[np.ndarray], spans: np.ndarray) -> float:
+    """The share of the releases whose silence (from the name's last end on the instance before them to
+    their first end) holds a collection the runtime reported on their instance: the process itself
+    stopped there (work that starts at arrival can start inside a stop). spans: the released name's."""
+    f = ctx.frame
+    if not len(f.gc_time) or not released:
+        return 0.0
+    g0, g1 = f.gc_time, f.gc_time + f.gc_dur
+    end = f.start[spans] + f.dur[spans]
+    hit = 0
+    for idx in released:
+        i, hi = f.instance[idx[0]], int(f.end[idx].min())
+        prior = end[(f.instance[spans] == i) & (end < hi)]
+        lo = int(prior.max()) if len(prior) else int(f.start[idx].min())
+        hit += bool(((f.gc_instance == i) & (g0 <= hi) & (g1 >= lo)).any())
     return hit / len(released)
 
 
@@ -210,7 +231,9 @@ def detect(ctx: Context) -> list[Finding]:
             continue
         untraced = float(np.mean((f.kind[out] == KIND_CLIENT) & f.leaf[out])) >= 0.5
         # the released spans are the instance's own work, and the instance ran on: a resource held
-        held = float(np.mean(~np.isin(f.kind[out], _OUTBOUND))) >= 0.5
+        # unless the runtime reported its own collections inside the silences: then it did stop there
+        held = (float(np.mean(~np.isin(f.kind[out], _OUTBOUND))) >= 0.5
+                and _reported_in(ctx, released, spans) < HELD_IF)
         # every release on one replica of the >= 3 serving the name: that replica's own resource stalls
         # (its embedded store's writes, its disk), not the code's collector, which every replica runs alike
         lone = len(insts) >= LONE_OF and len(np.unique(f.instance[out])) == 1
