@@ -71,3 +71,19 @@ def test_a_tenant_with_bigger_work_is_no_chain() -> None:
     ends come at any spacing, not one service time apart: no wait for each other."""
     found = _found(quotes("tenant"))
     assert not [f for f in found if f[0] in ("lock_contention", "queueing") and f[2] >= 0.5], found
+
+
+def test_numbers_that_follow_the_durations_are_a_size_not_a_key() -> None:
+    """A batch's message count concentrates on the slow spans as a key does (event-enricher
+    consumer-backlog: lock_contention 0.29 at `messaging.batch.message_count` before): its order
+    follows the durations, an id's does not."""
+    import numpy as np
+
+    from tailscope.analysis.diagnosis.key_serial import _size_like
+
+    rng = np.random.default_rng(2)
+    count = rng.integers(1, 100, 500)
+    took = count * rng.lognormal(0.0, 0.3, 500)
+    assert _size_like(count.tolist(), took)
+    assert not _size_like(rng.permutation(count).tolist(), took)  # ids: no order in the durations
+    assert not _size_like([f"r-{c}" for c in count], took)  # labels are never a size

@@ -11,7 +11,8 @@ workers or replicas do not shorten it, a finer key or less work per request unde
 
 Statistic. Per span name inside requests that carries >= MIN_SHARE of the tail excess with a heavy
 tail (its slow spans: over its p90, 3x its median and 1 ms more), every attribute key with at least
-MIN_VALUES distinct values (a key, whatever its name) is read: the value most common among the slow
+MIN_VALUES distinct values (a key, whatever its name; not numbers whose order follows the
+durations, SIZE_RHO: a batch's size, a count) is read: the value most common among the slow
 spans, its share there (`slow_share`) and among all spans (`all_share`). A key value the slow spans
 share far more than the fast ones (slow_share >= 0.4, lift >= 3) is a candidate, and its spans,
 sorted by end, are read as one server's: each span's own part is its end less the later of its start
@@ -34,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, spearman
 from tailscope.analysis.diagnosis.where import main_service
 
 PATTERN = "lock_contention"
@@ -45,6 +46,7 @@ MIN_SPANS = 100
 MIN_SLOW = 20
 MIN_VALUES = 5
 MIN_KEY_SPANS = 20
+SIZE_RHO = 0.3  # numeric values this rank-correlated with the durations are a size, not a key
 MIN_ALONE = 5  # spans of the key that did not wait: enough to read one service from
 LIFT = 3.0
 ADVICE = (
@@ -71,16 +73,28 @@ def _chain(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return e - np.maximum(s, prev), s < prev
 
 
-def _candidate(spans: np.ndarray, slow: np.ndarray, idx: np.ndarray, values: list) -> tuple | None:
+def _size_like(values: list, durations: np.ndarray) -> bool:
+    """Numbers whose order follows the spans' durations (a batch's size, a count): the work's size,
+    not a key (an id's order says nothing of its duration)."""
+    try:
+        x = np.array([float(v) for v in values])
+    except (TypeError, ValueError):
+        return False
+    return bool(np.isfinite(x).all()) and abs(spearman(x, durations)) >= SIZE_RHO
+
+
+def _candidate(spans: np.ndarray, slow: np.ndarray, idx: np.ndarray, values: list,
+               durations: np.ndarray) -> tuple | None:
     """(the key value the slow spans share, its spans (frame indices), slow_share, all_share) or None."""
     pos = np.searchsorted(spans, idx)
     ok = (pos < len(spans)) & (spans[np.minimum(pos, len(spans) - 1)] == idx)
     if ok.sum() < MIN_SPANS:
         return None
     pos = pos[ok]
-    v = np.array([str(x) for x, keep in zip(values, ok, strict=True) if keep], dtype=object)
+    kept = [x for x, keep in zip(values, ok, strict=True) if keep]
+    v = np.array([str(x) for x in kept], dtype=object)
     uniq, code = np.unique(v, return_inverse=True)
-    if len(uniq) < MIN_VALUES:
+    if len(uniq) < MIN_VALUES or _size_like(kept, durations[pos]):
         return None
     sl = slow[pos]
     if sl.sum() < MIN_SLOW:
@@ -112,7 +126,7 @@ def detect(ctx: Context) -> list[Finding]:
         if ctx.share_of(mask, f.dur.astype(np.float64) - float(np.median(d))) < MIN_SHARE:
             continue
         for key, (idx, values) in f.attributes(code).items():
-            found = _candidate(spans, slow, np.asarray(idx), values)
+            found = _candidate(spans, slow, np.asarray(idx), values, d)
             if found is None:
                 continue
             value, keyed, slow_share, all_share = found
