@@ -2,7 +2,9 @@
 heap stops for its collection; the calls sent to it meanwhile wait and end together when it runs
 again, after a stretch in which none ended. No runtime GC report, and nothing else on the instance
 stops, so the cross-name stall test sees one slow name. Hand-built frames: the pause, and the shapes
-whose slow calls also wait (a lock handed on one waiter at a time, a batcher releasing its members)."""
+whose slow calls also wait (a lock handed on one waiter at a time, a batcher releasing its members).
+Where the released calls are the instance's own work (INTERNAL) the instance ran on through the pause:
+that is named lock_contention (a resource held), see tests/test_diagnosis_held_wait.py."""
 
 from __future__ import annotations
 
@@ -100,9 +102,13 @@ def _gc(rows: list[tuple]) -> list[tuple[str, str | None, float]]:
 
 
 def test_calls_to_a_paused_process_released_together_are_its_pause() -> None:
+    """The flag process's calls are INTERNAL spans of an instance that runs on through each pause: in
+    the spans a resource of that instance held for the pause (a mutex held as long reads the same), so
+    the release is named lock_contention (diag28; gc_pause 0.9 before it), never a stop of the process."""
     found = _gc(paused())
-    # before: nothing named (the stall test sees one slow name; no runtime report)
-    assert found and found[0][:2] == ("gc_pause", "Flags.get") and found[0][2] >= 0.8, found
+    # before released_calls: nothing named (the stall test sees one slow name; no runtime report)
+    assert found and found[0][:2] == ("lock_contention", "Flags.get") and found[0][2] >= 0.8, found
+    assert not [f for f in found if f[0] == "gc_pause" and f[2] >= 0.5], found
 
 
 def test_a_lock_handing_on_one_waiter_at_a_time_is_no_pause() -> None:

@@ -32,13 +32,25 @@ below it: a database, a cache, a vendor), show that *it* stops, not why (its col
 command, its disk): at most 0.45, and the call's tail is slow_dependency's to name. So are releases
 all on one instance of three or more serving the name: a collector is the code's, and replicas under
 the same traffic collect alike; one replica's stalls are its own resource's (a store's write stall).
+
+Who held the wait. A stop of a whole process (gc_pause's reading) stretches every piece of its work
+in flight; a release is only read where the instance's other work started or ended inside the silence
+(above), so that stop is ruled out by construction. Where the released spans are the instance's own
+work (not calls out: INTERNAL, SERVER, CONSUMER spans), the wait sat inside an instance that ran on:
+one resource there was held and every piece of work that needed it waited, the rest did not. That is
+a lock's signature whoever held it (a mutex held by a periodic task without a span, such as a metrics
+scrape; a single-mailbox process stopped by its own collection is the same wait in the spans): named
+lock_contention, with the release as its evidence. Calls out to a process of their own stay a pause of
+that process (the whole callee stopped), capped as above where it is not traced. Where the runtime
+reports collections (events on the instance) inside the releases' silences, the process did stop there
+(work that starts at arrival, a request's root or queue span, can still start in the stop): gc_pause.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.diagnosis.gc_pause import ADVICE, PATTERN
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
@@ -53,6 +65,18 @@ CAP = 0.9
 UNTRACED_CAP = 0.45  # the stopped process is an untraced callee: that it stops, not why
 BELOW = 0.5  # released spans whose extra time is this much in calls further down waited on those
 LONE_OF = 3  # releases on one instance of at least this many serving the name: that instance's stall
+HELD_IF = 0.3  # fewer releases than this share with a reported collection in them: no stop reported
+_OUTBOUND = (KIND_CLIENT, SPAN_KINDS.index("Producer"))  # calls out: their wait is another process's
+HELD = "lock_contention"
+HELD_ADVICE = (
+    "Work on one process waits for a resource inside it that something holds for hundreds of "
+    "milliseconds at a time, while the rest of the process runs on: not a pause of the process. Find "
+    "the holder: a periodic task that takes the lock (a metrics scrape or exporter walking every series "
+    "under the registry mutex, a cron, a cache rebuild), or a single process every caller needs (an "
+    "actor or GenServer) stopped by its own work or collection. Keep the critical section short (copy "
+    "under the lock, serialise outside it), shard the lock or use lock-free counters, or give the "
+    "single process's state to an ETS table or a pool of workers."
+)
 
 
 def _releases(starts: np.ndarray, ends: np.ndarray, all_ends: np.ndarray, others: np.ndarray,
@@ -110,6 +134,24 @@ def _in_episodes(ctx: Context, released: list[np.ndarray]) -> float:
     for idx in released:
         i, lo, hi = f.instance[idx[0]], int(f.start[idx].max()), int(f.end[idx].min())
         hit += bool(((inst == i) & (t0 < hi) & (t1 > lo)).any())
+    return hit / len(released)
+
+
+def _reported_in(ctx: Context, released: list[np.ndarray], spans: np.ndarray) -> float:
+    """The share of the releases whose silence (from the name's last end on the instance before them to
+    their first end) holds a collection the runtime reported on their instance: the process itself
+    stopped there (work that starts at arrival can start inside a stop). spans: the released name's."""
+    f = ctx.frame
+    if not len(f.gc_time) or not released:
+        return 0.0
+    g0, g1 = f.gc_time, f.gc_time + f.gc_dur
+    end = f.start[spans] + f.dur[spans]
+    hit = 0
+    for idx in released:
+        i, hi = f.instance[idx[0]], int(f.end[idx].min())
+        prior = end[(f.instance[spans] == i) & (end < hi)]
+        lo = int(prior.max()) if len(prior) else int(f.start[idx].min())
+        hit += bool(((f.gc_instance == i) & (g0 <= hi) & (g1 >= lo)).any())
     return hit / len(released)
 
 
@@ -188,6 +230,10 @@ def detect(ctx: Context) -> list[Finding]:
         if below >= BELOW:  # they waited on calls further down: the stop is below this name
             continue
         untraced = float(np.mean((f.kind[out] == KIND_CLIENT) & f.leaf[out])) >= 0.5
+        # the released spans are the instance's own work, and the instance ran on: a resource held
+        # unless the runtime reported its own collections inside the silences: then it did stop there
+        held = (float(np.mean(~np.isin(f.kind[out], _OUTBOUND))) >= 0.5
+                and _reported_in(ctx, released, spans) < HELD_IF)
         # every release on one replica of the >= 3 serving the name: that replica's own resource stalls
         # (its embedded store's writes, its disk), not the code's collector, which every replica runs alike
         lone = len(insts) >= LONE_OF and len(np.unique(f.instance[out])) == 1
@@ -212,6 +258,7 @@ def detect(ctx: Context) -> list[Finding]:
             "released_extra_in_calls_below": round(below, 3),
             "untraced_callee": untraced,
             "one_replica_of": len(insts) if lone else None,
+            "held_in_process": held,
         }
         summary = (
             f"'{name}' waits on one process that stops now and then: {len(released)} times, calls sent "
@@ -227,6 +274,22 @@ def detect(ctx: Context) -> list[Finding]:
                "instance's own resource (an embedded store's write stall, its disk), not a collector, which "
                "the same code under the same traffic runs on every replica alike." if lone else "")
         )
-        best = Finding(PATTERN, confidence, ctx.stage_of_name(code), name,
-                       {"summary": summary, "stats": stats}, ADVICE)
+        if held:
+            summary = _held_summary(name, stats, in_releases)
+        best = Finding(HELD if held else PATTERN, confidence, ctx.stage_of_name(code), name,
+                       {"summary": summary, "stats": stats}, HELD_ADVICE if held else ADVICE)
     return [best] if best is not None and best.confidence >= 0.05 else []
+
+
+def _held_summary(name: str, stats: dict, in_releases: float) -> str:
+    """The release read as a resource held inside an instance that ran on (see the module docstring)."""
+    return (
+        f"'{name}' waits for something its own process holds: {stats['releases']} times, spans started "
+        f"over up to {stats['median_release_wait_ms']} ms (usually {stats['name_median_ms']} ms) all ended "
+        f"together after a stretch in which none of them ended on the instance ({in_releases:.0%} of its "
+        "slow spans' extra time), while the instance's other work started and ended through it: the "
+        "process did not stop (a stop stretches all of its work in flight), one resource in it was held "
+        "and only the work that needs it waited, until the holder let go (a lock held by a task without "
+        "a span, such as a metrics scrape, or a single process every caller needs, stopped by its own "
+        f"collection); carrying {stats['tail_excess_share']:.0%} of the tail excess."
+    )

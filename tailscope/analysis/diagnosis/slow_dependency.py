@@ -2,7 +2,8 @@
 
 Statistic. Candidates are span names that are mostly CLIENT spans inside requests, or that the stage
 mapping puts in `downstream`, and that most requests make (a call made only on some requests, like a
-store lookup on a cache miss, is the cache_miss detector's; so is a call the fallback_path detector
+store lookup on a cache miss, is the cache_miss detector's, unless a circuit breaker stopped every
+request's call after its failures: breaker.py; so is a call the fallback_path detector
 found running only after a lookup, whatever its rate, and the child call that explains a bimodal
 lookup's slow mode). A call whose tail is a client deadline and a retry (timeout_retry at >= 0.5) or its
 payload (large_payload at >= 0.5) is reported as part of that finding. Each gets its share of the tail excess
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.breaker import presence_before_open
 from tailscope.analysis.diagnosis.dependency_tail import (
     USUAL_TAIL_CAP,
     abnormal_tail,
@@ -76,7 +78,9 @@ def detect(ctx: Context) -> list[Finding]:
         top = mask & ~nested & ~extra_mask(f, code)
         per_req = ctx.per_request(top, f.dur)
         presence = float((np.bincount(f.request[top], minlength=n) > 0).mean())
-        if presence < 0.4:
+        # a conditional path's call, unless a breaker stopped every request's call
+        opened = presence_before_open(ctx, code, top) if presence < 0.4 else None
+        if presence < 0.4 and opened is None:
             continue
         # time the caller sat in a process stall (a pause, a CPU quota, a blocked event loop: gc_pause's
         # and cpu_throttling's episodes) while the call ran: the reply is read late, not the callee's
@@ -150,6 +154,10 @@ def detect(ctx: Context) -> list[Finding]:
             "unusual_tail": unusual,
             "unusual_kind": kind,  # which test held (dependency_tail.signature_absent reads it)
         }
+        if opened is not None:
+            stats["presence_before_breaker_opened"] = round(opened, 3)
+            summary += (f" Every request made it ({opened:.0%}) until its calls failed and it stopped being "
+                        "made at one moment: a circuit breaker opened and the requests took its fallback.")
         if absent is not None and strength * weight > USUAL_TAIL_CAP:  # the cap acted (calibration.gate)
             stats["signature_absent"] = absent
             stats["confidence_before_cap"] = round(float(strength * weight), 3)

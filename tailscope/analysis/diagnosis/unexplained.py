@@ -8,8 +8,10 @@ time, tail requests minus the others, over the latency excess) become findings o
 first, as long as each carries a material share and the shares of all findings stay within 100 %.
 
 Each names the span and its stage, how much of the excess it carries and what is known of it without
-a mechanism: whether it is a conditional path (present in the slow requests more often than in the
-others: a fallback after a miss, a retry, a recompute, a lazy load), heavy-tailed (its own p99 far
+a mechanism: whether it is cut by a deadline (its slow calls end at one duration, its longest, in
+error: the expiry shows, and what held them past it is the cause), a conditional path (present in
+the slow requests more often than in the others: a fallback after a miss, a retry, a recompute, a
+lazy load), heavy-tailed (its own p99 far
 above its p50), or simply slower in the tail. Confidence is that of a measurement, not of a cause:
 the share times how severe the tail is ((p99/p50 - 1) / 3, at most 1), kept below 0.5 and listed
 after the named causes: an accounting, never a cause that outranks one. A span that a finding names,
@@ -22,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.attributes import error_flags
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.shares import apportion
 from tailscope.analysis.diagnosis.stats import ms
@@ -33,6 +36,8 @@ MATERIAL_EXCESS_NS = 3_000_000  # or a tail excess above 3 ms
 MIN_SHARE = 0.15  # a span name must carry this much of the excess to be reported
 MAX_CONFIDENCE = 0.45
 MAX_FINDINGS = 3
+CUT_TIGHT, CUT_TIGHT_NS = 0.03, 500_000  # spans ending within 3 % (0.5 ms) of the longest: at the deadline
+CUT_MIN, CUT_SHARE = 20, 0.2  # at least this many, and this share of the slow spans
 ADVICE = (
     "No recognised mechanism (GC pause, lock, queue, cache miss, cold start, slow dependency, network, "
     "the forward pass) explains this part of the tail. Look at what the slow requests do in '{span}' that "
@@ -50,6 +55,10 @@ HINTS = {
     "inputs (size, tenant, key), and bound it with a deadline",
     "slower": "it takes longer in the slow requests, so compare their inputs and attributes with the "
     "others' (the Tail vs body page ranks them)",
+    "deadline": "its slow calls end at its deadline in error and the request goes on without them (a "
+    "fallback or an error answer), so the tail is the deadline's value: find what held those calls past "
+    "it (what else was slow over the same moments: a pause, a queue, a cold instance, a slow callee "
+    "behind it) and fix that, or lower the deadline where the fallback is good enough",
 }
 
 
@@ -93,11 +102,41 @@ def _describe(ctx: Context, name: int) -> tuple[str, dict]:
         "tail_ms_per_request": round(ms(per_request[ctx.split.tail].mean()), 3),
         "body_ms_per_request": round(ms(per_request[ctx.split.body].mean()), 3),
     }
+    if (cut := deadline_cut(f, name)) is not None:
+        stats |= cut
+        return "deadline", stats
     if in_body < 0.9 and in_tail >= max(1.5 * in_body, in_body + 0.1):
         return "conditional", stats
     if p99 >= 5 * max(p50, 1):
         return "heavy_tailed", stats
     return "slower", stats
+
+
+def deadline_cut(f, name: int) -> dict | None:
+    """Whether the slow spans of `name` are cut by a deadline whose expiry shows: many of them end at
+    one duration, the name's longest (nothing lasts longer), in error, where its fast spans do not
+    fail. The calls waited the deadline and an error or a fallback answered; what held them past it
+    is the cause, not this span. Their deadline, share and error rate, or None."""
+    spans = np.nonzero((f.name == name) & (f.request >= 0))[0]
+    if len(spans) < 100:
+        return None
+    d = f.dur[spans].astype(np.float64)
+    p50 = float(np.median(d))
+    slow = (d > np.quantile(d, 0.9)) & (d >= 3 * p50)
+    top = float(d.max())
+    at = np.abs(d - top) <= max(CUT_TIGHT * top, CUT_TIGHT_NS)
+    if at.sum() < CUT_MIN or not slow.any() or at[slow].mean() < CUT_SHARE:
+        return None
+    flags = error_flags(f, name)
+    if flags is None:
+        return None
+    err = np.zeros(len(f), bool)
+    err[np.asarray(flags[0])[np.asarray(flags[1], bool)]] = True
+    cut_err, fast_err = float(err[spans[at]].mean()), float(err[spans[~slow]].mean())
+    if cut_err < 0.5 or fast_err > 0.1:
+        return None
+    return {"deadline_ms": round(ms(top), 3), "slow_at_deadline": round(float(at[slow].mean()), 3),
+            "at_deadline_in_error": round(cut_err, 3)}
 
 
 def _chart(ctx: Context, reported: set[int], shares: np.ndarray) -> dict:
@@ -162,6 +201,12 @@ def account(
             "slower": (
                 f"{stats['tail_ms_per_request']:g} ms per slow request vs "
                 f"{stats['body_ms_per_request']:g} ms per other request"
+            ),
+            "deadline": (
+                f"cut by a deadline: {stats.get('slow_at_deadline', 0):.0%} of its slow calls end at "
+                f"{stats.get('deadline_ms', 0):g} ms, its longest, "
+                f"{stats.get('at_deadline_in_error', 0):.0%} of those in error (the expiry; what held them "
+                "past it is the cause)"
             ),
         }[kind]
         stats |= {

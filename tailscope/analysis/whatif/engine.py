@@ -191,6 +191,8 @@ def plan(
             # (a lock at calls that finish in order on one connection: its holders are large replies)
             out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
                     lk.no_stated_wait(x, fd), lk.slow_holders(x, fd), payload_in_order(x, fd)]
+            if ((fd.get("evidence") or {}).get("stats") or {}).get("held_in_process"):
+                out.append(no_process_pauses(x, fd))  # a resource held through released stretches
         elif p == "slow_dependency":
             out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
                     timer_quanta(x, fd), dependency_as_calm(x, fd), cl.hedged_callee_fixed(x, fd)]
