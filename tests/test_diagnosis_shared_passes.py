@@ -106,3 +106,27 @@ def test_worker_waits_expected_and_seen_match_the_per_group_pass():
             got = worker_waits._expected_and_seen(ctx, *ep)
             want = _expected_and_seen_per_group(ctx, *ep)
             assert got == want and len(want) > 0
+
+
+def test_stopped_accepts_overlapping_spans_match_a_mask_per_stop():
+    """_overlapping (sorted spans, two binary searches a stop) finds per stop the spans that one mask
+    over every span per stop found, boundaries included (a span ending at a stop's start, or starting
+    at its end, is not in it)."""
+    from tailscope.analysis.diagnosis.stopped_accepts import _overlapping
+
+    frame = _service(4, True).frame()
+    work = np.nonzero(frame.leaf & (frame.request >= 0))[0]
+    w_inst, w_start, w_end = frame.instance[work], frame.start[work], frame.end[work]
+    rng = np.random.default_rng(7)
+    for n in (1, 30, 200):
+        inst, t0, t1 = _stalls(frame, n, n)
+        edge = rng.choice(work, n)  # stops that begin where a span ends, or end where one begins
+        third = n // 3
+        t0[:third], t1[third : 2 * third] = frame.end[edge[:third]], frame.start[edge[third : 2 * third]]
+        inst[: 2 * third] = frame.instance[edge[: 2 * third]]
+        t1 = np.maximum(t1, t0 + 1)
+        got = _overlapping(frame, work, inst, t0, t1)
+        want = [work[(w_inst == i) & (w_start < b) & (w_end > a)]
+                for i, a, b in zip(inst, t0, t1, strict=True)]
+        assert [sorted(x.tolist()) for x in got] == [sorted(x.tolist()) for x in want]
+        assert sum(len(x) for x in want) > 0
