@@ -130,3 +130,28 @@ def test_stopped_accepts_overlapping_spans_match_a_mask_per_stop():
                 for i, a, b in zip(inst, t0, t1, strict=True)]
         assert [sorted(x.tolist()) for x in got] == [sorted(x.tolist()) for x in want]
         assert sum(len(x) for x in want) > 0
+
+
+def test_pool_release_peer_of_reads_each_name_once_and_answers_as_before(monkeypatch):
+    """peer_of is asked for the same names by head_of_line, transaction_waits and pool_release: the
+    answer is read once per name and run, and is the most common peer named on the name's spans."""
+    from tailscope.analysis.diagnosis import pool_release
+    from tests.mechanism_frames import TraceBuilder
+
+    b = TraceBuilder(1)
+    for k in range(60):
+        b.new_trace()
+        root = b.span(None, "GET /", "Server", "api/0", 10.0 * k, 5.0)
+        db = "db-1" if k % 3 else "db-2"
+        b.span(root, "SELECT", "Client", "api/0", 10.0 * k + 1, 2.0, server__address=db)
+        b.span(root, "GET cache", "Client", "api/0", 10.0 * k + 3, 1.0, net__peer__name="cache")
+        b.span(root, "render", "Internal", "api/0", 10.0 * k + 4, 1.0)
+    frame = b.frame()
+    read, peer = [], pool_release._peer_of
+    monkeypatch.setattr(pool_release, "_peer_of", lambda ctx, code: read.append(code) or peer(ctx, code))
+    ctx = Context(frame)
+    codes = [frame.names.index(n) for n in ("SELECT", "GET cache", "render")]
+    first = [pool_release.peer_of(ctx, c) for c in codes]
+    assert first == ["db-1", "cache", None]
+    assert [pool_release.peer_of(ctx, c) for c in codes * 2] == first * 2
+    assert sorted(read) == sorted(codes)
