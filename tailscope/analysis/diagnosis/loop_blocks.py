@@ -94,7 +94,7 @@ def _by_input(ctx: Context, code: int, spans: np.ndarray, long: np.ndarray, d: n
 def find(ctx: Context) -> dict | None:
     """The blocking step (see the module docstring), computed once per run (ctx.notes["loop_blocks"]):
     {"finding", "episodes" (instance, start, end of the long spans), "spans"}, or None."""
-    stalls = ctx.notes.get("gc_episodes")  # found again once gc_pause has its stalls (see _judge)
+    stalls = ctx.notes.get("gc_episodes")  # scored again once gc_pause has its stalls (_scored)
     if ctx.notes.get("loop_blocks:stalls", False) is not stalls or "loop_blocks" not in ctx.notes:
         ctx.notes["loop_blocks"] = _find(ctx)
         ctx.notes["loop_blocks:stalls"] = stalls
@@ -102,18 +102,30 @@ def find(ctx: Context) -> dict | None:
 
 
 def _find(ctx: Context) -> dict | None:
+    if "loop_blocks:steps" not in ctx.notes:  # what does not depend on gc_pause's stalls: measured once
+        ctx.notes["loop_blocks:steps"] = _steps(ctx)
+    best = None
+    for step in ctx.notes["loop_blocks:steps"]:
+        best = _scored(ctx, step, best)
+    if best is None or best["confidence"] < 0.05:
+        return None
+    return {"finding": _finding(ctx, best), "episodes": best["episodes"], "spans": best["spans"]}
+
+
+def _steps(ctx: Context) -> list[dict]:
+    """Every candidate step's stall-free measures (_measure), in the order they are judged."""
     f = ctx.frame
     skip = np.isin(ctx.stage, [ALL_STAGES.index("queue"), ALL_STAGES.index("model_forward")])
     work = f.leaf & (f.request >= 0) & np.isin(f.kind, KINDS) & ~skip
     e_inst, e_end = _ends(ctx)
     if len(e_end) == 0:
-        return None
+        return []
     run_ns = max(int(f.end.max() - f.start.min()), 1)
     rate = np.bincount(e_inst, minlength=len(f.instances)) / run_ns * RELEASE_NS  # ends per window
-    best = None
+    steps = []
     for code in np.unique(f.name[work]).tolist():
         spans = np.nonzero(work & (f.name == code))[0]
-        best = _judge(ctx, code, spans, f.start[spans], f.end[spans], (e_inst, e_end, rate), best)
+        steps.append(_measure(ctx, code, spans, f.start[spans], f.end[spans], (e_inst, e_end, rate)))
     # a step with no span of its own: the longest stretch of a server's or an in-process span's time
     # that no child covers (a body parsed before the handler's first span), its outermost long ones
     owners = np.nonzero(~f.leaf & (f.request >= 0) & (f.kind != KIND_CLIENT) & ~skip)[0]
@@ -125,11 +137,9 @@ def _find(ctx: Context) -> dict | None:
         for code in np.unique(f.name[owner]).tolist():
             sel = f.name[owner] == code
             keep = _outermost(f.instance[owner[sel]], seg_s[sel], seg_e[sel])
-            best = _judge(ctx, code, owner[sel][keep], seg_s[sel][keep], seg_e[sel][keep],
-                          (e_inst, e_end, rate), best, stretch=True)
-    if best is None or best["confidence"] < 0.05:
-        return None
-    return {"finding": _finding(ctx, best), "episodes": best["episodes"], "spans": best["spans"]}
+            steps.append(_measure(ctx, code, owner[sel][keep], seg_s[sel][keep], seg_e[sel][keep],
+                                  (e_inst, e_end, rate), stretch=True))
+    return [step for step in steps if step is not None]
 
 
 def _stretched_over(ctx: Context, steps: np.ndarray, inst: np.ndarray, start: np.ndarray,
@@ -169,18 +179,18 @@ def _outermost(inst: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     return out
 
 
-def _judge(ctx: Context, code: int, spans: np.ndarray, start: np.ndarray, end: np.ndarray, ends: tuple,
-           best: dict | None, stretch: bool = False) -> dict | None:
-    """The step `code` (spans `spans`, its time [start, end) each) as a blocker of its process, kept
-    where it beats `best` (see the module docstring)."""
+def _measure(ctx: Context, code: int, spans: np.ndarray, start: np.ndarray, end: np.ndarray, ends: tuple,
+             stretch: bool = False) -> dict | None:
+    """The step `code` (spans `spans`, its time [start, end) each) as a blocker of its process (see the
+    module docstring): all but its overlap with gc_pause's stalls (_scored), None without long spans."""
     f = ctx.frame
     e_inst, e_end, rate = ends
     d = end - start
     if len(d) == 0:
-        return best
+        return None
     long = (d >= LONG * np.median(d)) & (d >= MIN_LONG_NS)
     if long.sum() < MIN_LONG:
-        return best
+        return None
     b = spans[long]
     inst, b_end, b_start = f.instance[b], end[long], start[long]
     released = _count(e_inst, e_end, inst, b_end, b_end + RELEASE_NS)
@@ -196,28 +206,36 @@ def _judge(ctx: Context, code: int, spans: np.ndarray, start: np.ndarray, end: n
     own = max(by_input, silent)
     if stretch:  # a stretch with no span of its own: its input must make it long, the others held
         held, own = max(held, logistic(_stretched_over(ctx, b, inst, b_start, b_end), 0.8, 0.05)), by_input
-    # or: the process's stalls (gc_pause's episodes: other requests' spans stretched together) are these
-    # long steps, each one's time ordered by its own input: the request's own work holds the process
-    stalls = ctx.notes.get("gc_episodes")
-    in_stalls = 0.0
-    if stalls is not None and len(stalls[0]):
-        covered = stall_overlap(inst, b_start, b_end, *stalls) / np.maximum(d[long], 1)
-        in_stalls = float((covered >= 0.5).mean())
-    held_own = max(held * own, logistic(in_stalls, 0.6, 0.1) * by_input)
     episodes = (inst, b_start, b_end)
     order = np.lexsort((episodes[1], episodes[0]))
     episodes = tuple(x[order] for x in episodes)
     share = excess_share(request_stall_overlap(ctx, *episodes), ctx.split)
-    confidence = CAP * held_own * material_weight(share)
+    return {"code": code, "spans": b, "episodes": episodes, "at": (inst, b_start, b_end),
+            "long_time": d[long], "held": held, "own": own, "by_input": by_input, "share": share, "stats": {
+                "long_spans": int(long.sum()), "median_ms": round(float(np.median(d)) / 1e6, 3),
+                "long_median_ms": round(float(np.median(d[long])) / 1e6, 3),
+                "released_after_median": float(np.median(released)), "released_expected": round(expected, 3),
+                "silent_from_start": round(silent_from_start, 3), "own_work": round(own, 3)},
+            "stretch": stretch}
+
+
+def _scored(ctx: Context, step: dict, best: dict | None) -> dict | None:
+    """A measured step (_measure) kept where it beats `best`: or the process's stalls (gc_pause's
+    episodes: other requests' spans stretched together) are these long steps, each one's time ordered
+    by its own input: the request's own work holds the process."""
+    stalls = ctx.notes.get("gc_episodes")
+    in_stalls = 0.0
+    if stalls is not None and len(stalls[0]):
+        covered = stall_overlap(*step["at"], *stalls) / np.maximum(step["long_time"], 1)
+        in_stalls = float((covered >= 0.5).mean())
+    held_own = max(step["held"] * step["own"], logistic(in_stalls, 0.6, 0.1) * step["by_input"])
+    confidence = CAP * held_own * material_weight(step["share"])
     if best is not None and confidence <= best["confidence"]:
         return best
-    return {"confidence": confidence, "code": code, "episodes": episodes, "spans": b, "stats": {
-        "long_spans": int(long.sum()), "median_ms": round(float(np.median(d)) / 1e6, 3),
-        "long_median_ms": round(float(np.median(d[long])) / 1e6, 3),
-        "released_after_median": float(np.median(released)), "released_expected": round(expected, 3),
-        "silent_from_start": round(silent_from_start, 3), "own_work": round(own, 3),
-        "long_steps_in_process_stalls": round(in_stalls, 3),
-        "own_time_without_span": stretch, "tail_excess_share": round(share, 3)}}
+    stats = {**step["stats"], "long_steps_in_process_stalls": round(in_stalls, 3),
+             "own_time_without_span": step["stretch"], "tail_excess_share": round(step["share"], 3)}
+    return {"confidence": confidence, "code": step["code"], "episodes": step["episodes"],
+            "spans": step["spans"], "stats": stats}
 
 
 def _finding(ctx: Context, found: dict) -> Finding:

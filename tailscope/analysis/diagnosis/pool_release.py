@@ -32,7 +32,15 @@ PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "db.instance", "
 
 
 def peer_of(ctx: Context, code: int) -> str | None:
-    """The most common peer named on the spans of a name (server.address or an older convention)."""
+    """The most common peer named on the spans of a name (server.address or an older convention); once
+    per name and run (head_of_line, transaction_waits and pool_release each ask for the same names)."""
+    peers = ctx.notes.setdefault("pool_release:peers", {})
+    if code not in peers:
+        peers[code] = _peer_of(ctx, code)
+    return peers[code]
+
+
+def _peer_of(ctx: Context, code: int) -> str | None:
     for key in PEER_KEYS:
         idx, values = ctx.frame.attributes(code).get(key, (np.zeros(0, np.int64), []))
         if len(idx):

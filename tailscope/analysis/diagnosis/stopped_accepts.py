@@ -160,8 +160,7 @@ def held_by_input(ctx: Context, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray
     work = np.nonzero(f.leaf & (f.request >= 0) & own & np.isin(f.instance, inst))[0]
     if len(work) == 0:
         return out
-    w_inst, w_start, w_end = f.instance[work], f.start[work], f.end[work]  # once, not per stop
-    inside = [work[(w_inst == i) & (w_start < b) & (w_end > a)] for i, a, b in zip(inst, t0, t1, strict=True)]
+    inside = _overlapping(f, work, inst, t0, t1)
     held = np.unique(np.concatenate(inside))
     if len(held) == 0:
         return out
@@ -179,6 +178,27 @@ def held_by_input(ctx: Context, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray
         spans = spans[is_explained[spans]]
         covered = np.minimum(end[spans], t1[k]) - np.maximum(f.start[spans], t0[k])
         out[k] = covered.sum() >= HELD * (t1[k] - t0[k])
+    return out
+
+
+def _overlapping(f, work: np.ndarray, inst: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> list[np.ndarray]:
+    """Per stop: the spans of `work` on its instance that overlap it (start < its end, end > its
+    start), in no particular order. The spans sorted by (instance, start) once: a stop's lie between
+    its start less the longest span and its end (one mask over every span per stop was 20 ms a call)."""
+    w_inst, w_start = f.instance[work].astype(np.int64), f.start[work].astype(np.int64)
+    base = int(min(w_start.min(), t0.min())) - 1
+    longest = int(f.dur[work].max())
+    horizon = int(max(f.end[work].max(), t1.max())) - base + longest + 2
+    order = np.lexsort((w_start, w_inst))
+    spans, key = work[order], w_inst[order] * horizon + (w_start[order] - base)
+    at = inst.astype(np.int64) * horizon
+    lo = np.searchsorted(key, at + np.maximum(t0 - longest - base, 0), "right").tolist()
+    hi = np.searchsorted(key, at + (t1 - base), "left").tolist()
+    end = f.end
+    out = []
+    for a, i, j in zip(t0.tolist(), lo, hi, strict=True):
+        near = spans[i:j]
+        out.append(near[end[near] > a])
     return out
 
 

@@ -60,21 +60,23 @@ def _expected_and_seen(ctx: Context, ep_inst, ep_t0, ep_t1) -> dict[tuple[int, i
     key = f.instance[spans].astype(np.int64) * len(f.names) + f.name[spans]
     cuts = np.r_[0, np.nonzero(np.diff(key))[0] + 1, len(spans)]
     mid = ep_t0 + (ep_t1 - ep_t0) // 2
+    lives: dict[int, float] = {}  # per instance, once (a pass over every span per group was most of it)
     for a, b in itertools.pairwise(cuts.tolist()):
         if b - a < MIN_SPANS:
             continue
         group = spans[a:b]
         inst = int(f.instance[group[0]])
         here = ep_inst == inst
-        on = f.instance == inst
-        life = float(f.end[on].max() - f.start[on].min())
-        concurrency = len(group) * float(np.median(f.dur[group])) / max(life, 1.0)
+        if inst not in lives:
+            on = f.instance == inst
+            lives[inst] = float(f.end[on].max() - f.start[on].min())
+        concurrency = len(group) * float(np.median(f.dur[group])) / max(lives[inst], 1.0)
         start, end = f.start[group], f.end[group]
         longest = int(f.dur[group].max())
-        seen = 0
-        for m, t1 in zip(mid[here], ep_t1[here], strict=True):
-            lo, hi = np.searchsorted(start, m - longest), np.searchsorted(start, m, side="right")
-            seen += int((end[lo:hi] >= t1).sum())
+        m, t1 = mid[here], ep_t1[here]  # each stretch's spans begun within `longest` before its middle
+        lo = np.searchsorted(start, m - longest).tolist()
+        hi = np.searchsorted(start, m, side="right").tolist()
+        seen = sum(int((end[i:j] >= t).sum()) for i, j, t in zip(lo, hi, t1.tolist(), strict=True))
         out[(inst, int(f.name[group[0]]))] = (concurrency * int(here.sum()), seen)
     return out
 

@@ -1,0 +1,157 @@
+"""Passes the diagnosis shares or computes once instead of again (issue 29: diagnose's speed) give what
+each caller's own pass gave: the same arrays and values, bit for bit, on hand-built runs."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from tailscope.analysis.diagnosis import loop_blocks, worker_waits
+from tailscope.analysis.diagnosis.frame import SPAN_KINDS
+from tailscope.analysis.diagnosis.model import Context
+from tests.test_diagnosis_loop_blocks import _loop_service
+from tests.test_diagnosis_worker_waits import _service
+
+
+def _stalls(frame, seed: int, n: int = 40) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`n` random stretches of 20-400 ms on the frame's instances, sorted as gc_pause keeps them."""
+    rng = np.random.default_rng(seed)
+    inst = rng.integers(0, len(frame.instances), n).astype(np.int64)
+    t0 = rng.integers(0, int(frame.end.max()), n).astype(np.int64)
+    t1 = t0 + rng.integers(20_000_000, 400_000_000, n).astype(np.int64)
+    order = np.lexsort((t0, inst))
+    return inst[order], t0[order], t1[order]
+
+
+def _same(a: dict | None, b: dict | None) -> None:
+    assert (a is None) == (b is None)
+    if a is None or b is None:
+        return
+    assert a["finding"].to_dict(True) == b["finding"].to_dict(True)
+    for x, y in zip(a["episodes"], b["episodes"], strict=True):
+        assert np.array_equal(x, y)
+    assert np.array_equal(a["spans"], b["spans"])
+
+
+def test_loop_blocks_measures_its_steps_once_and_scores_them_again_per_stalls(monkeypatch):
+    """find() is asked before gc_pause has its stalls and again after: the second answer equals a
+    fresh computation that knew the stalls from the start, and the steps are measured only once."""
+    measure, calls = loop_blocks._measure, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return measure(*args, **kwargs)
+
+    for seed, blocker, own_span in ((2, True, True), (3, True, False), (2, False, True)):
+        frame = _loop_service(seed, blocker, own_span).frame()
+        stalls = _stalls(frame, seed)
+        calls.clear()
+        monkeypatch.setattr(loop_blocks, "_measure", counted)
+        ctx = Context(frame)
+        first = loop_blocks.find(ctx)
+        measured = len(calls)
+        ctx.notes["gc_episodes"] = stalls
+        again = loop_blocks.find(ctx)
+        assert len(calls) == measured > 0  # the stall-free measures were not taken again
+        monkeypatch.setattr(loop_blocks, "_measure", measure)
+        fresh = Context(frame)
+        fresh.notes["gc_episodes"] = stalls
+        _same(again, loop_blocks.find(fresh))
+        _same(first, loop_blocks.find(Context(frame)))
+        if blocker:
+            assert again is not None and first is not None
+
+
+def _expected_and_seen_per_group(ctx, ep_inst, ep_t0, ep_t1):
+    """worker_waits._expected_and_seen as it was: every span's instance compared per group, and one
+    binary search pair per stretch."""
+    f = ctx.frame
+    work = np.isin(f.kind, (SPAN_KINDS.index("Unspecified"), SPAN_KINDS.index("Internal")))
+    work &= f.leaf & (f.request >= 0) & np.isin(f.instance, np.unique(ep_inst))
+    spans = np.nonzero(work)[0]
+    out = {}
+    if len(spans) == 0:
+        return out
+    order = np.lexsort((f.start[spans], f.name[spans], f.instance[spans]))
+    spans = spans[order]
+    key = f.instance[spans].astype(np.int64) * len(f.names) + f.name[spans]
+    cuts = np.r_[0, np.nonzero(np.diff(key))[0] + 1, len(spans)]
+    mid = ep_t0 + (ep_t1 - ep_t0) // 2
+    for a, b in itertools.pairwise(cuts.tolist()):
+        if b - a < worker_waits.MIN_SPANS:
+            continue
+        group = spans[a:b]
+        inst = int(f.instance[group[0]])
+        here = ep_inst == inst
+        on = f.instance == inst
+        life = float(f.end[on].max() - f.start[on].min())
+        concurrency = len(group) * float(np.median(f.dur[group])) / max(life, 1.0)
+        start, end = f.start[group], f.end[group]
+        longest = int(f.dur[group].max())
+        seen = 0
+        for m, t1 in zip(mid[here], ep_t1[here], strict=True):
+            lo, hi = np.searchsorted(start, m - longest), np.searchsorted(start, m, side="right")
+            seen += int((end[lo:hi] >= t1).sum())
+        out[(inst, int(f.name[group[0]]))] = (concurrency * int(here.sum()), seen)
+    return out
+
+
+def test_worker_waits_expected_and_seen_match_the_per_group_pass():
+    for seed, starved in ((4, True), (4, False), (5, True)):
+        frame = _service(seed, starved).frame()
+        for k in range(3):
+            ep = _stalls(frame, 10 * seed + k, n=25 + 10 * k)
+            ctx = Context(frame)
+            got = worker_waits._expected_and_seen(ctx, *ep)
+            want = _expected_and_seen_per_group(ctx, *ep)
+            assert got == want and len(want) > 0
+
+
+def test_stopped_accepts_overlapping_spans_match_a_mask_per_stop():
+    """_overlapping (sorted spans, two binary searches a stop) finds per stop the spans that one mask
+    over every span per stop found, boundaries included (a span ending at a stop's start, or starting
+    at its end, is not in it)."""
+    from tailscope.analysis.diagnosis.stopped_accepts import _overlapping
+
+    frame = _service(4, True).frame()
+    work = np.nonzero(frame.leaf & (frame.request >= 0))[0]
+    w_inst, w_start, w_end = frame.instance[work], frame.start[work], frame.end[work]
+    rng = np.random.default_rng(7)
+    for n in (1, 30, 200):
+        inst, t0, t1 = _stalls(frame, n, n)
+        edge = rng.choice(work, n)  # stops that begin where a span ends, or end where one begins
+        third = n // 3
+        t0[:third], t1[third : 2 * third] = frame.end[edge[:third]], frame.start[edge[third : 2 * third]]
+        inst[: 2 * third] = frame.instance[edge[: 2 * third]]
+        t1 = np.maximum(t1, t0 + 1)
+        got = _overlapping(frame, work, inst, t0, t1)
+        want = [work[(w_inst == i) & (w_start < b) & (w_end > a)]
+                for i, a, b in zip(inst, t0, t1, strict=True)]
+        assert [sorted(x.tolist()) for x in got] == [sorted(x.tolist()) for x in want]
+        assert sum(len(x) for x in want) > 0
+
+
+def test_pool_release_peer_of_reads_each_name_once_and_answers_as_before(monkeypatch):
+    """peer_of is asked for the same names by head_of_line, transaction_waits and pool_release: the
+    answer is read once per name and run, and is the most common peer named on the name's spans."""
+    from tailscope.analysis.diagnosis import pool_release
+    from tests.mechanism_frames import TraceBuilder
+
+    b = TraceBuilder(1)
+    for k in range(60):
+        b.new_trace()
+        root = b.span(None, "GET /", "Server", "api/0", 10.0 * k, 5.0)
+        db = "db-1" if k % 3 else "db-2"
+        b.span(root, "SELECT", "Client", "api/0", 10.0 * k + 1, 2.0, server__address=db)
+        b.span(root, "GET cache", "Client", "api/0", 10.0 * k + 3, 1.0, net__peer__name="cache")
+        b.span(root, "render", "Internal", "api/0", 10.0 * k + 4, 1.0)
+    frame = b.frame()
+    read, peer = [], pool_release._peer_of
+    monkeypatch.setattr(pool_release, "_peer_of", lambda ctx, code: read.append(code) or peer(ctx, code))
+    ctx = Context(frame)
+    codes = [frame.names.index(n) for n in ("SELECT", "GET cache", "render")]
+    first = [pool_release.peer_of(ctx, c) for c in codes]
+    assert first == ["db-1", "cache", None]
+    assert [pool_release.peer_of(ctx, c) for c in codes * 2] == first * 2
+    assert sorted(read) == sorted(codes)
