@@ -1,0 +1,155 @@
+"""Calls that end at a deadline, re-timed when a fix removes what held them past it.
+
+A call made with a deadline (an ask timeout, a request timeout) ends when its answer comes or when the
+deadline expires, whichever is first; at the expiry the caller goes on (a fallback, an error). The
+trace shows the expired calls as a spike of durations at one value D: the model reads a span name as
+deadline-capped where, among its calls far above its median (over 4x), at least `MIN_CAPPED` lie within
+`SPREAD` of one value D at the name's top, at 3x the density of the band just below it, and hardly any
+outlast it.
+Their true work is not seen (censored at D); the callee's work may have no span at all (an actor's
+mailbox, an untraced store), so a lever that removes a stall in the callee cannot shorten them.
+
+The model of the fix: a call of a capped name that was in flight while the lever removed a material
+stall somewhere in the run (a span, not the call itself nor a span enclosing such calls, shortened by
+at least `max(MIN_CUT_NS, CUT_SHARE x D)`: a collection, a cold process, a recovery) was held by what
+the fix removes; it takes the time of a call of its name that was in flight during no such stall
+(drawn from the run, seeded): answered calls end when their work ends, expired ones no longer wait
+for the deadline, and the parent's steps after it move up (the re-timing's critical path). Assumptions:
+the calls in flight during a stall are a sample of the name's calls (the stalled callee is not known:
+the calls that did not wait on it take calm times too, as they had); the undisturbed calls are how the
+name behaves without the cause; a deadline with no stall removed under it stays (the deadline still
+cuts calls that are slow for another reason). Where the run has too few undisturbed calls of the name
+(under `MIN_CALM`) nothing is re-timed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tailscope.analysis.diagnosis.frame import TraceFrame
+from tailscope.analysis.whatif.retime import Edit
+
+SPREAD = 0.02  # the expired calls of a name within this share of D
+FAR = 4.0  # only durations this many times the name's median can be a deadline's
+MIN_CAPPED = 5  # this many calls at one value: a deadline
+SPIKE = 3.0  # ... at this many times the density (per unit of duration) of the band of 4 spreads below
+OUTLAST_SHARE = 0.1  # at most this many (a share of those at D) outlast D by more than the spread
+MIN_CUT_NS = 2_000_000  # a stall the lever removed: a span shortened by at least this much ...
+CUT_SHARE = 0.05  # ... and this share of the deadline
+MIN_CALM = 20  # undisturbed calls of the name needed to draw from
+
+
+@dataclass(frozen=True)
+class Capped:
+    call: np.ndarray  # every call of a deadline-capped name (inside requests or not)
+    deadline: np.ndarray  # per call: its name's deadline D (ns)
+    expired: np.ndarray  # per call: ended at the deadline
+    encloses: np.ndarray  # per span: contains a capped call (its ancestors): no evidence of a stall
+
+
+def capped_names(frame: TraceFrame) -> dict[int, float]:
+    """Per name code read as deadline-capped: its deadline D (ns)."""
+    f = frame
+    out: dict[int, float] = {}
+    order = np.argsort(f.name, kind="stable")
+    cuts = np.r_[0, np.nonzero(np.diff(f.name[order]))[0] + 1, len(order)]
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        if b - a < MIN_CAPPED * 4:
+            continue
+        d = f.dur[order[a:b]].astype(np.float64)
+        hi = np.sort(d[d > FAR * np.median(d)])
+        if len(hi) < MIN_CAPPED:
+            continue
+        # a deadline is the name's top: the calls within two spreads below the longest (or below
+        # the 5th longest: a few calls its timer let run late) give the candidate D
+        for top in (hi[-1], hi[-MIN_CAPPED]):
+            deadline = float(np.median(hi[hi >= top * (1 - 2 * SPREAD)]))
+            lo, up = deadline * (1 - SPREAD), deadline * (1 + SPREAD)
+            n_at = int(((d >= lo) & (d <= up)).sum())
+            below = int(((d >= deadline * (1 - 5 * SPREAD)) & (d < lo)).sum())
+            over = int((d > up).sum())
+            # the band at D is 2 spreads wide, the band below 4: densities compared
+            if n_at >= MIN_CAPPED and n_at >= SPIKE * below / 2 and over <= OUTLAST_SHARE * n_at:
+                out[int(f.name[order[a]])] = deadline
+                break
+    return out
+
+
+def capped_calls(frame: TraceFrame) -> Capped | None:
+    """The calls of the run's deadline-capped names (None where no name is capped). A name whose
+    calls at its D mostly hold an expired call of another capped name (the parent that waited for
+    it, a spike only by inheritance) is not capped itself: the deadline is the innermost."""
+    f = frame
+    names = capped_names(f)
+    while names:
+        codes = np.array(list(names), np.int64)
+        call = np.nonzero(np.isin(f.name, codes))[0]
+        deadline = np.array([names[c] for c in f.name[call].tolist()])
+        expired = np.abs(f.dur[call] - deadline) <= SPREAD * deadline
+        encloses = _ancestors(f, call[expired])
+        inherited = [c for c in names if encloses[call[expired & (f.name[call] == c)]].mean() >= 0.5]
+        if not inherited:
+            return Capped(call, deadline, expired, _ancestors(f, call))
+        names = {c: d for c, d in names.items() if c not in inherited}
+    return None
+
+
+def _ancestors(frame: TraceFrame, spans: np.ndarray) -> np.ndarray:
+    """Per span: an ancestor of one of `spans`."""
+    out = np.zeros(len(frame), bool)
+    up = frame.parent[spans]
+    while len(up):
+        up = up[up >= 0]
+        up = up[~out[up]]
+        out[up] = True
+        up = frame.parent[up]
+    return out
+
+
+def _disturbed(frame: TraceFrame, capped: Capped, edit: Edit, skip: np.ndarray) -> np.ndarray:
+    """Per capped call: in flight while the lever removed a material stall elsewhere in the run (the
+    lever's own cuts: time cut from a span's gap or own time, or a span set shorter that encloses no
+    capped call; not what its cuts moved)."""
+    f = frame
+    need = np.maximum(MIN_CUT_NS, CUT_SHARE * capped.deadline.min())
+    shorter = np.where(np.isnan(edit.dur) | capped.encloses, 0.0, f.dur - np.nan_to_num(edit.dur))
+    removed = np.maximum(edit.cut_before, 0) + np.maximum(edit.cut_after, 0) + np.maximum(shorter, 0)
+    ev = np.nonzero((removed >= need) & ~skip)[0]
+    if len(ev) == 0:
+        return np.zeros(len(capped.call), bool)
+    first = f.start[ev] - np.maximum(edit.cut_before[ev], 0).astype(np.int64)
+    order = np.argsort(first, kind="stable")
+    starts = first[order]
+    ends = np.maximum.accumulate((f.start[ev] + f.dur[ev])[order])
+    a = f.start[capped.call]
+    b = a + f.dur[capped.call]
+    idx = np.searchsorted(starts, b, side="left") - 1
+    return (idx >= 0) & (ends[np.maximum(idx, 0)] > a)
+
+
+def expiry_retimed(frame: TraceFrame, capped: Capped | None, edit: Edit, rng: np.random.Generator,
+                   attempts: np.ndarray | None = None) -> Edit | None:
+    """The edit with the capped calls held by what the lever removed (`edit`'s own cuts) taking
+    undisturbed calls' times; None where the lever removed no stall under an expired call."""
+    if capped is None:
+        return None
+    f, c = frame, capped
+    skip = np.zeros(len(f), bool)
+    skip[c.call] = True  # the capped calls themselves are no evidence of a stall elsewhere
+    held = _disturbed(f, c, edit, skip)
+    free = np.isnan(edit.dur[c.call])  # a lever that set the call's time has the last word
+    if attempts is not None and len(attempts):
+        free &= ~np.isin(c.call, attempts)
+    out = None
+    for code in np.unique(f.name[c.call]).tolist():
+        mine = (f.name[c.call] == code) & free
+        moved = mine & held
+        calm = mine & ~held
+        if not (moved & c.expired).any() or calm.sum() < MIN_CALM:
+            continue
+        if out is None:
+            out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
+        pool = f.dur[c.call[calm]].astype(np.float64)
+        out.dur[c.call[moved]] = pool[rng.integers(0, len(pool), int(moved.sum()))]
+    return out
