@@ -10,23 +10,24 @@ import numpy as np
 from tailscope.analysis.whatif import engine as en
 from tailscope.analysis.whatif.deadlines import capped_calls, capped_names
 from tailscope.analysis.whatif.levers import Lever
-from tailscope.analysis.whatif.retime import Edit
+from tailscope.analysis.whatif.retime import Edit, layout
 from tests.hand_frames import MS, hand_frame
 
 EXPIRED = range(0, 200, 20)  # the requests whose ask expired at 300 ms
 
 
-def _rows(stall_shift_ms: float = 0.0) -> list[tuple]:
+def _rows(stall_shift_ms: float = 0.0, traced: bool = True) -> list[tuple]:
     """200 requests on instance a: the route asks an entity (no span for the entity's work: it runs
-    elsewhere), then finishes. Ten asks expire at the 300 ms deadline: while each was in flight, a job
+    elsewhere), then finishes (`traced` False: the ask has no span, only the wait before the finish).
+    Ten asks expire at the 300 ms deadline: while each was in flight, a job
     on instance b was stalled (its one step 150-270 ms instead of ~5). The other asks take 2-4 ms."""
     rows: list[tuple] = []
     for k in range(200):
         t, base = 1000.0 * k, len(rows)
         ask = 300.0 if k in EXPIRED else 2.0 + (k % 7) * 0.3
-        rows += [(2 * k, -1, "route", "Server", 0, t, 1 + ask + 0.5 + 3 + 0.5),
-                 (2 * k, base, "ask", "Internal", 0, t + 1, ask),
-                 (2 * k, base, "finish", "Internal", 0, t + 1 + ask + 0.5, 3.0)]
+        rows += [(2 * k, -1, "route", "Server", 0, t, 1 + ask + 0.5 + 3 + 0.5)]
+        rows += [(2 * k, base, "ask", "Internal", 0, t + 1, ask)] if traced else []
+        rows += [(2 * k, base, "finish", "Internal", 0, t + 1 + ask + 0.5, 3.0)]
         step = 150.0 + 0.6 * k if k in EXPIRED else 5.0
         s = t + 20 + (stall_shift_ms if k in EXPIRED else 0.0)
         base = len(rows)
@@ -54,9 +55,9 @@ def test_a_spike_of_durations_at_the_top_is_a_deadline() -> None:
     holds the expired calls: the deadline is the innermost."""
     f = hand_frame(_rows())
     assert {f.names[k]: v / MS for k, v in capped_names(f).items()} == {"ask": 300.0, "route": 305.0}
-    capped = capped_calls(f)
+    capped = capped_calls(f, layout(f))
     assert capped is not None
-    assert {f.names[k] for k in f.name[capped.call].tolist()} == {"ask"}
+    assert {f.names[k] for k in f.name[capped.span].tolist()} == {"ask"}
     assert capped.expired.sum() == len(EXPIRED)
 
 
@@ -89,4 +90,19 @@ def test_a_deadline_with_no_stall_removed_under_it_stays() -> None:
     """The same stalls removed, but each 500 ms after its expired ask ended: nothing held those asks
     that the fix removes, they still expire."""
     lat = _route_latency(hand_frame(_rows(stall_shift_ms=500.0)))
+    assert (lat > 300).sum() == len(EXPIRED)
+
+
+def test_an_untraced_call_s_expiry_is_its_parent_s_wait_and_goes_with_the_stall() -> None:
+    """No span for the ask: the finish starts 301.5 ms after the route's start where the ask expired
+    (a spike of offsets at one value), 3.5-5.3 ms otherwise. The stall removed, those waits take calm
+    waits' gaps: p99 under 10 ms (before: 305 ms); with the stalls elsewhere in time, they stay."""
+    f = hand_frame(_rows(traced=False))
+    capped = capped_calls(f, layout(f))
+    assert capped is not None and capped.gap.all()
+    assert {f.names[k] for k in f.name[capped.span[capped.expired]].tolist()} == {"finish"}
+    assert capped.expired.sum() == len(EXPIRED)
+    lat = _route_latency(f)
+    assert np.percentile(lat, 99) < 10.0, np.sort(lat)[-12:]
+    lat = _route_latency(hand_frame(_rows(stall_shift_ms=500.0, traced=False)))
     assert (lat > 300).sum() == len(EXPIRED)

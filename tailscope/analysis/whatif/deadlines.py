@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import TraceFrame
-from tailscope.analysis.whatif.retime import Edit
+from tailscope.analysis.whatif.retime import Edit, Layout
 
 SPREAD = 0.02  # the expired calls of a name within this share of D
 FAR = 4.0  # only durations this many times the name's median can be a deadline's
@@ -40,59 +40,55 @@ CUT_SHARE = 0.05  # ... and this share of the deadline
 MIN_CALM = 20  # undisturbed calls of the name needed to draw from
 
 
+
 @dataclass(frozen=True)
 class Capped:
-    call: np.ndarray  # every call of a deadline-capped name (inside requests or not)
-    deadline: np.ndarray  # per call: its name's deadline D (ns)
-    expired: np.ndarray  # per call: ended at the deadline
-    encloses: np.ndarray  # per span: contains a capped call (its ancestors): no evidence of a stall
+    span: np.ndarray  # a call of a deadline-capped name, or the step after an untraced call's wait
+    gap: np.ndarray  # per entry: the wait is the step's gap (an untraced call), not the span itself
+    deadline: np.ndarray  # per entry: its name's deadline D (ns)
+    expired: np.ndarray  # per entry: ended at the deadline
+    value: np.ndarray  # per entry: what the fix re-times (the call's duration, the step's gap), ns
+    window: tuple[np.ndarray, np.ndarray]  # per entry: when the call was in flight
+    encloses: np.ndarray  # per span: contains an entry (its ancestors): no evidence of a stall
 
 
-def capped_names(frame: TraceFrame) -> dict[int, float]:
-    """Per name code read as deadline-capped: its deadline D (ns)."""
-    f = frame
+def _deadline(d: np.ndarray) -> float | None:
+    """The deadline D that caps the values `d` (one name's), None where none does."""
+    if len(d) < MIN_CAPPED * 4:
+        return None
+    hi = np.sort(d[d > FAR * np.median(d)])
+    if len(hi) < MIN_CAPPED:
+        return None
+    # a deadline is the name's top: the values within two spreads below the longest (or below the
+    # 5th longest: a few calls its timer let run late) give the candidate D
+    for top in (hi[-1], hi[-MIN_CAPPED]):
+        deadline = float(np.median(hi[hi >= top * (1 - 2 * SPREAD)]))
+        lo, up = deadline * (1 - SPREAD), deadline * (1 + SPREAD)
+        n_at = int(((d >= lo) & (d <= up)).sum())
+        below = int(((d >= deadline * (1 - 5 * SPREAD)) & (d < lo)).sum())
+        over = int((d > up).sum())
+        # the band at D is 2 spreads wide, the band below 4: densities compared
+        if n_at >= MIN_CAPPED and n_at >= SPIKE * below / 2 and over <= OUTLAST_SHARE * n_at:
+            return deadline
+    return None
+
+
+def _by_name(frame: TraceFrame, spans: np.ndarray, values: np.ndarray) -> dict[int, float]:
+    """Per name code of `spans` whose `values` a deadline caps: D (ns)."""
     out: dict[int, float] = {}
-    order = np.argsort(f.name, kind="stable")
-    cuts = np.r_[0, np.nonzero(np.diff(f.name[order]))[0] + 1, len(order)]
+    order = np.argsort(frame.name[spans], kind="stable")
+    names = frame.name[spans][order]
+    cuts = np.r_[0, np.nonzero(np.diff(names))[0] + 1, len(order)]
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-        if b - a < MIN_CAPPED * 4:
-            continue
-        d = f.dur[order[a:b]].astype(np.float64)
-        hi = np.sort(d[d > FAR * np.median(d)])
-        if len(hi) < MIN_CAPPED:
-            continue
-        # a deadline is the name's top: the calls within two spreads below the longest (or below
-        # the 5th longest: a few calls its timer let run late) give the candidate D
-        for top in (hi[-1], hi[-MIN_CAPPED]):
-            deadline = float(np.median(hi[hi >= top * (1 - 2 * SPREAD)]))
-            lo, up = deadline * (1 - SPREAD), deadline * (1 + SPREAD)
-            n_at = int(((d >= lo) & (d <= up)).sum())
-            below = int(((d >= deadline * (1 - 5 * SPREAD)) & (d < lo)).sum())
-            over = int((d > up).sum())
-            # the band at D is 2 spreads wide, the band below 4: densities compared
-            if n_at >= MIN_CAPPED and n_at >= SPIKE * below / 2 and over <= OUTLAST_SHARE * n_at:
-                out[int(f.name[order[a]])] = deadline
-                break
+        deadline = _deadline(values[order[a:b]].astype(np.float64))
+        if deadline is not None:
+            out[int(names[a])] = deadline
     return out
 
 
-def capped_calls(frame: TraceFrame) -> Capped | None:
-    """The calls of the run's deadline-capped names (None where no name is capped). A name whose
-    calls at its D mostly hold an expired call of another capped name (the parent that waited for
-    it, a spike only by inheritance) is not capped itself: the deadline is the innermost."""
-    f = frame
-    names = capped_names(f)
-    while names:
-        codes = np.array(list(names), np.int64)
-        call = np.nonzero(np.isin(f.name, codes))[0]
-        deadline = np.array([names[c] for c in f.name[call].tolist()])
-        expired = np.abs(f.dur[call] - deadline) <= SPREAD * deadline
-        encloses = _ancestors(f, call[expired])
-        inherited = [c for c in names if encloses[call[expired & (f.name[call] == c)]].mean() >= 0.5]
-        if not inherited:
-            return Capped(call, deadline, expired, _ancestors(f, call))
-        names = {c: d for c, d in names.items() if c not in inherited}
-    return None
+def capped_names(frame: TraceFrame) -> dict[int, float]:
+    """Per name code whose calls are read as deadline-capped: its deadline D (ns)."""
+    return _by_name(frame, np.arange(len(frame)), frame.dur)
 
 
 def _ancestors(frame: TraceFrame, spans: np.ndarray) -> np.ndarray:
@@ -107,49 +103,116 @@ def _ancestors(frame: TraceFrame, spans: np.ndarray) -> np.ndarray:
     return out
 
 
+def _capped_spans(frame: TraceFrame, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The calls of the capped names and their D. A name whose calls at its D mostly hold an expired
+    call of another capped name or an untraced call's expired wait (`waits`: the steps after them; the
+    parent that waited, a spike only by inheritance) is not capped itself: the deadline is the
+    innermost."""
+    f = frame
+    names = capped_names(f)
+    while names:
+        call = np.nonzero(np.isin(f.name, np.array(list(names), np.int64)))[0]
+        deadline = np.array([names[c] for c in f.name[call].tolist()])
+        expired = np.abs(f.dur[call] - deadline) <= SPREAD * deadline
+        encloses = _ancestors(f, np.r_[call[expired], waits])
+        inherited = [c for c in names if encloses[call[expired & (f.name[call] == c)]].mean() >= 0.5]
+        if not inherited:
+            return call, deadline
+        names = {c: d for c, d in names.items() if c not in inherited}
+    return np.zeros(0, np.int64), np.zeros(0)
+
+
+def _waits(frame: TraceFrame, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """The steps (spans laid out in a parent) of the names whose offsets from their parent's start a
+    deadline caps, and their D."""
+    f = frame
+    kid = np.nonzero(lay.parent >= 0)[0]
+    names = _by_name(f, kid, lay.rel_start[kid])
+    if not names:
+        return np.zeros(0, np.int64), np.zeros(0)
+    step = kid[np.isin(f.name[kid], np.array(list(names), np.int64))]
+    deadline = np.array([names[c] for c in f.name[step].tolist()])
+    return step, deadline
+
+
+def capped_calls(frame: TraceFrame, lay: Layout) -> Capped | None:
+    """The run's deadline-capped calls and untraced calls' waits (None where there are none). A
+    wait whose step's own gap is under half its offset was a traced sibling's (an expired call
+    above), not an untraced call's."""
+    f = frame
+    step, d_step = _waits(f, lay)
+    if len(step):
+        at = np.abs(lay.rel_start[step] - d_step) <= SPREAD * d_step
+        mine = ~at | (lay.gap[step] >= 0.5 * d_step)
+        # a name whose waits at D are mostly a traced sibling's is no untraced call's
+        keep = np.ones(len(step), bool)
+        for code in np.unique(f.name[step]).tolist():
+            named = f.name[step] == code
+            if (mine[named & at]).mean() < 0.5:
+                keep[named] = False
+        step, d_step = step[keep], d_step[keep]
+    waited = (np.abs(lay.rel_start[step] - d_step) <= SPREAD * d_step) & (lay.gap[step] >= 0.5 * d_step)
+    call, d_call = _capped_spans(f, step[waited])
+    if len(call) == 0 and len(step) == 0:
+        return None
+    span = np.r_[call, step]
+    gap = np.r_[np.zeros(len(call), bool), np.ones(len(step), bool)]
+    deadline = np.r_[d_call, d_step]
+    parent_start = f.start[np.maximum(lay.parent[step], 0)]
+    offset = lay.rel_start[step]
+    expired = np.r_[np.abs(f.dur[call] - d_call) <= SPREAD * d_call, waited]
+    value = np.r_[f.dur[call], lay.gap[step]].astype(np.float64)
+    a = np.r_[f.start[call], parent_start]
+    b = np.r_[f.start[call] + f.dur[call], parent_start + offset]
+    return Capped(span, gap, deadline, expired, value, (a, b), _ancestors(f, span))
+
+
 def _disturbed(frame: TraceFrame, capped: Capped, edit: Edit, skip: np.ndarray) -> np.ndarray:
-    """Per capped call: in flight while the lever removed a material stall elsewhere in the run (the
-    lever's own cuts: time cut from a span's gap or own time, or a span set shorter that encloses no
-    capped call; not what its cuts moved)."""
+    """Per entry: in flight while the lever removed a material stall elsewhere in the run (the lever's
+    own cuts: time cut from a span's gap or own time, or a span set shorter that encloses no entry;
+    not what its cuts moved)."""
     f = frame
     need = np.maximum(MIN_CUT_NS, CUT_SHARE * capped.deadline.min())
     shorter = np.where(np.isnan(edit.dur) | capped.encloses, 0.0, f.dur - np.nan_to_num(edit.dur))
     removed = np.maximum(edit.cut_before, 0) + np.maximum(edit.cut_after, 0) + np.maximum(shorter, 0)
     ev = np.nonzero((removed >= need) & ~skip)[0]
     if len(ev) == 0:
-        return np.zeros(len(capped.call), bool)
+        return np.zeros(len(capped.span), bool)
     first = f.start[ev] - np.maximum(edit.cut_before[ev], 0).astype(np.int64)
     order = np.argsort(first, kind="stable")
     starts = first[order]
     ends = np.maximum.accumulate((f.start[ev] + f.dur[ev])[order])
-    a = f.start[capped.call]
-    b = a + f.dur[capped.call]
+    a, b = capped.window
     idx = np.searchsorted(starts, b, side="left") - 1
     return (idx >= 0) & (ends[np.maximum(idx, 0)] > a)
 
 
 def expiry_retimed(frame: TraceFrame, capped: Capped | None, edit: Edit, rng: np.random.Generator,
                    attempts: np.ndarray | None = None) -> Edit | None:
-    """The edit with the capped calls held by what the lever removed (`edit`'s own cuts) taking
-    undisturbed calls' times; None where the lever removed no stall under an expired call."""
+    """The edit with the capped calls and waits held by what the lever removed (`edit`'s own cuts)
+    taking undisturbed ones' times; None where the lever removed no stall under an expired one."""
     if capped is None:
         return None
     f, c = frame, capped
     skip = np.zeros(len(f), bool)
-    skip[c.call] = True  # the capped calls themselves are no evidence of a stall elsewhere
+    skip[c.span[~c.gap]] = True  # the capped calls themselves are no evidence of a stall elsewhere
     held = _disturbed(f, c, edit, skip)
-    free = np.isnan(edit.dur[c.call])  # a lever that set the call's time has the last word
+    # a lever that set the call's time (or cut the step's gap) has the last word
+    free = np.where(c.gap, edit.cut_before[c.span] <= 0, np.isnan(edit.dur[c.span]))
     if attempts is not None and len(attempts):
-        free &= ~np.isin(c.call, attempts)
+        free &= ~np.isin(c.span, attempts)
     out = None
-    for code in np.unique(f.name[c.call]).tolist():
-        mine = (f.name[c.call] == code) & free
-        moved = mine & held
-        calm = mine & ~held
+    for code, gap in sorted({(int(n), bool(g)) for n, g in zip(f.name[c.span], c.gap, strict=True)}):
+        mine = (f.name[c.span] == code) & (c.gap == gap) & free
+        moved, calm = mine & held, mine & ~held
         if not (moved & c.expired).any() or calm.sum() < MIN_CALM:
             continue
         if out is None:
             out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
-        pool = f.dur[c.call[calm]].astype(np.float64)
-        out.dur[c.call[moved]] = pool[rng.integers(0, len(pool), int(moved.sum()))]
+        pool = c.value[calm]
+        draw = pool[rng.integers(0, len(pool), int(moved.sum()))]
+        if gap:
+            out.cut_before[c.span[moved]] = np.maximum(c.value[moved] - draw, 0)
+        else:
+            out.dur[c.span[moved]] = draw
     return out

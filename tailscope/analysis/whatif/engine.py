@@ -244,7 +244,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     x.handlers = handlers(frame)
     x.batches = batch_consumers(frame, lay, seed)
     x.attempts = abandoned_attempts(frame, lay)
-    x.capped = capped_calls(frame)
+    x.capped = capped_calls(frame, lay)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed, quota=True)
