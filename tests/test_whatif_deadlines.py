@@ -106,3 +106,18 @@ def test_an_untraced_call_s_expiry_is_its_parent_s_wait_and_goes_with_the_stall(
     assert np.percentile(lat, 99) < 10.0, np.sort(lat)[-12:]
     lat = _route_latency(hand_frame(_rows(stall_shift_ms=500.0, traced=False)))
     assert (lat > 300).sum() == len(EXPIRED)
+
+
+def test_a_call_another_lever_set_to_an_expired_time_still_ends_with_the_stall_gone() -> None:
+    """Two fixes at once: one lever set the asks' times (another instance's calls at that moment,
+    themselves expired: 300 ms), the other removed the stall under them. With both removed an ask is
+    no longer than either fix leaves it (as Edit.merged): calm. Before: the set time had the last word
+    (305 ms routes)."""
+    f = hand_frame(_rows())
+    lever = _stall_removed(f)
+    asks = np.nonzero((f.name == f.names.index("ask")) & (f.dur >= 300 * MS))[0]
+    lever.edit.dur[asks] = 300 * MS
+    x = en.inputs(f, [])
+    lat = en._latency(x, lever, client_side=False) / MS
+    lat = lat[f.name[f.requests.root] == f.names.index("route")]
+    assert np.percentile(lat, 99) < 10.0, np.sort(lat)[-12:]

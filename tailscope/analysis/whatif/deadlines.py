@@ -197,8 +197,10 @@ def expiry_retimed(frame: TraceFrame, capped: Capped | None, edit: Edit, rng: np
     skip = np.zeros(len(f), bool)
     skip[c.span[~c.gap]] = True  # the capped calls themselves are no evidence of a stall elsewhere
     held = _disturbed(f, c, edit, skip)
-    # a lever that set the call's time (or cut the step's gap) has the last word
-    free = np.where(c.gap, edit.cut_before[c.span] <= 0, np.isnan(edit.dur[c.span]))
+    # a lever that set a call's time keeps it where it is shorter (each removed its own cause: with
+    # both removed the call is no longer than either, as Edit.merged); calls cut at a deadline and
+    # made again are attempts.py's
+    free = np.ones(len(c.span), bool)
     if attempts is not None and len(attempts):
         free &= ~np.isin(c.span, attempts)
     out = None
@@ -212,7 +214,8 @@ def expiry_retimed(frame: TraceFrame, capped: Capped | None, edit: Edit, rng: np
         pool = c.value[calm]
         draw = pool[rng.integers(0, len(pool), int(moved.sum()))]
         if gap:
-            out.cut_before[c.span[moved]] = np.maximum(c.value[moved] - draw, 0)
+            at = c.span[moved]
+            out.cut_before[at] = np.maximum(out.cut_before[at], c.value[moved] - draw)
         else:
-            out.dur[c.span[moved]] = draw
+            out.dur[c.span[moved]] = np.fmin(out.dur[c.span[moved]], draw)
     return out
