@@ -121,3 +121,25 @@ def test_a_call_another_lever_set_to_an_expired_time_still_ends_with_the_stall_g
     lat = en._latency(x, lever, client_side=False) / MS
     lat = lat[f.name[f.requests.root] == f.names.index("route")]
     assert np.percentile(lat, 99) < 10.0, np.sort(lat)[-12:]
+
+
+def test_a_deadline_that_cuts_calls_as_often_in_calm_stretches_is_not_the_stall_s() -> None:
+    """400 requests: 20 asks expire, ten of them while a job on b stalled, ten in calm stretches; the
+    stalls also lie under 150 asks that answered in 2-4 ms. The disturbed asks expire no more often
+    than the calm ones: the deadline is not the stall's, every expiry stays. Before: the ten under a
+    stall took calm times."""
+    rows: list[tuple] = []
+    for k in range(400):
+        t, base = 1000.0 * k, len(rows)
+        expired = k % 20 == 0
+        ask = 300.0 if expired else 2.0 + (k % 7) * 0.3
+        rows += [(2 * k, -1, "route", "Server", 0, t, 1 + ask + 0.5 + 3 + 0.5),
+                 (2 * k, base, "ask", "Internal", 0, t + 1, ask),
+                 (2 * k, base, "finish", "Internal", 0, t + 1 + ask + 0.5, 3.0)]
+        stalled = (expired and k % 40 == 0) or (not expired and k % 20 < 8)
+        step = 150.0 + 0.1 * k if stalled else 5.0
+        base = len(rows)
+        rows += [(2 * k + 1, -1, "job", "Server", 1, t + 0.5, step + 1),
+                 (2 * k + 1, base, "work", "Internal", 1, t + 1, step)]
+    lat = _route_latency(hand_frame(rows))
+    assert (lat > 300).sum() == 20

@@ -11,10 +11,13 @@ mailbox, an untraced store), so a lever that removes a stall in the callee canno
 
 The model of the fix: a call of a capped name that was in flight while the lever removed a material
 stall somewhere in the run (a span, not the call itself nor a span enclosing such calls, shortened by
-at least `max(MIN_CUT_NS, CUT_SHARE x D)`: a collection, a cold process, a recovery) was held by what
-the fix removes; it takes the time of a call of its name that was in flight during no such stall
-(drawn from the run, seeded): answered calls end when their work ends, expired ones no longer wait
-for the deadline, and the parent's steps after it move up (the re-timing's critical path). Assumptions:
+at least `max(MIN_CUT_NS, CUT_SHARE x D)`: a collection, a cold process, a recovery; work inside a
+capped call is that call's own, which the lever re-times itself) was held by what the fix removes,
+where the disturbed calls expired at least 3x as often as the undisturbed ones (a deadline that cuts
+calls as often in calm stretches is not the stall's); it takes the time of a call of its name that
+was in flight during no such stall (drawn from the run, seeded): answered calls end when their work
+ends, expired ones no longer wait for the deadline, and the parent's steps after it move up (the
+re-timing's critical path). Assumptions:
 the calls in flight during a stall are a sample of the name's calls (the stalled callee is not known:
 the calls that did not wait on it take calm times too, as they had); the undisturbed calls are how the
 name behaves without the cause; a deadline with no stall removed under it stays (the deadline still
@@ -38,6 +41,7 @@ OUTLAST_SHARE = 0.1  # at most this many (a share of those at D) outlast D by mo
 MIN_CUT_NS = 2_000_000  # a stall the lever removed: a span shortened by at least this much ...
 CUT_SHARE = 0.05  # ... and this share of the deadline
 MIN_CALM = 20  # undisturbed calls of the name needed to draw from
+CONCENTRATED = 3.0  # the disturbed calls expire this many times as often as the undisturbed
 
 
 
@@ -50,6 +54,7 @@ class Capped:
     value: np.ndarray  # per entry: what the fix re-times (the call's duration, the step's gap), ns
     window: tuple[np.ndarray, np.ndarray]  # per entry: when the call was in flight
     encloses: np.ndarray  # per span: contains an entry (its ancestors): no evidence of a stall
+    inside: np.ndarray  # per span: inside a capped call (its own work, re-timed by the lever itself)
 
 
 def _deadline(d: np.ndarray) -> float | None:
@@ -164,7 +169,20 @@ def capped_calls(frame: TraceFrame, lay: Layout) -> Capped | None:
     value = np.r_[f.dur[call], lay.gap[step]].astype(np.float64)
     a = np.r_[f.start[call], parent_start]
     b = np.r_[f.start[call] + f.dur[call], parent_start + offset]
-    return Capped(span, gap, deadline, expired, value, (a, b), _ancestors(f, span))
+    return Capped(span, gap, deadline, expired, value, (a, b), _ancestors(f, span), _inside(f, call))
+
+
+def _inside(frame: TraceFrame, calls: np.ndarray) -> np.ndarray:
+    """Per span: a descendant of one of `calls`."""
+    f = frame
+    top = np.zeros(len(f), bool)
+    top[calls] = True
+    out = np.zeros(len(f), bool)
+    for d in range(1, int(f.depth.max(initial=0)) + 1):
+        sel = np.nonzero((f.depth == d) & (f.parent >= 0))[0]
+        up = f.parent[sel]
+        out[sel] = top[up] | out[up]
+    return out
 
 
 def _disturbed(frame: TraceFrame, capped: Capped, edit: Edit, skip: np.ndarray) -> np.ndarray:
@@ -175,7 +193,7 @@ def _disturbed(frame: TraceFrame, capped: Capped, edit: Edit, skip: np.ndarray) 
     need = np.maximum(MIN_CUT_NS, CUT_SHARE * capped.deadline.min())
     shorter = np.where(np.isnan(edit.dur) | capped.encloses, 0.0, f.dur - np.nan_to_num(edit.dur))
     removed = np.maximum(edit.cut_before, 0) + np.maximum(edit.cut_after, 0) + np.maximum(shorter, 0)
-    ev = np.nonzero((removed >= need) & ~skip)[0]
+    ev = np.nonzero((removed >= need) & ~skip & ~capped.inside)[0]
     if len(ev) == 0:
         return np.zeros(len(capped.span), bool)
     first = f.start[ev] - np.maximum(edit.cut_before[ev], 0).astype(np.int64)
@@ -185,6 +203,16 @@ def _disturbed(frame: TraceFrame, capped: Capped, edit: Edit, skip: np.ndarray) 
     a, b = capped.window
     idx = np.searchsorted(starts, b, side="left") - 1
     return (idx >= 0) & (ends[np.maximum(idx, 0)] > a)
+
+
+def _concentrated(expired: np.ndarray, moved: np.ndarray, calm: np.ndarray) -> bool:
+    """The expiries sit under the removed stalls: the disturbed calls expired at least `CONCENTRATED`
+    times as often as the undisturbed ones (their rate taken with one more expiry: a small calm
+    set proves little). A deadline that cuts calls at the same rate in calm stretches is not the
+    stall's."""
+    rate = (expired & moved).sum() / max(moved.sum(), 1)
+    calm_rate = ((expired & calm).sum() + 1) / (calm.sum() + 1)
+    return bool((expired & moved).any() and rate >= CONCENTRATED * calm_rate)
 
 
 def expiry_retimed(frame: TraceFrame, capped: Capped | None, edit: Edit, rng: np.random.Generator,
@@ -207,7 +235,7 @@ def expiry_retimed(frame: TraceFrame, capped: Capped | None, edit: Edit, rng: np
     for code, gap in sorted({(int(n), bool(g)) for n, g in zip(f.name[c.span], c.gap, strict=True)}):
         mine = (f.name[c.span] == code) & (c.gap == gap) & free
         moved, calm = mine & held, mine & ~held
-        if not (moved & c.expired).any() or calm.sum() < MIN_CALM:
+        if calm.sum() < MIN_CALM or not _concentrated(c.expired, moved, calm):
             continue
         if out is None:
             out = Edit(edit.dur.copy(), edit.cut_before.copy(), edit.cut_after.copy())
