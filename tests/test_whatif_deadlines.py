@@ -14,6 +14,7 @@ from tailscope.analysis.whatif.retime import Edit, layout
 from tests.hand_frames import MS, hand_frame
 
 EXPIRED = range(0, 200, 20)  # the requests whose ask expired at 300 ms
+LONG = range(7, 200, 20)  # asks answered late (48-265 ms) with no stall under them: the tail up to D
 
 
 def _rows(stall_shift_ms: float = 0.0, traced: bool = True) -> list[tuple]:
@@ -25,6 +26,7 @@ def _rows(stall_shift_ms: float = 0.0, traced: bool = True) -> list[tuple]:
     for k in range(200):
         t, base = 1000.0 * k, len(rows)
         ask = 300.0 if k in EXPIRED else 2.0 + (k % 7) * 0.3
+        ask = 40.0 + 1.2 * k if k in LONG else ask
         rows += [(2 * k, -1, "route", "Server", 0, t, 1 + ask + 0.5 + 3 + 0.5)]
         rows += [(2 * k, base, "ask", "Internal", 0, t + 1, ask)] if traced else []
         rows += [(2 * k, base, "finish", "Internal", 0, t + 1 + ask + 0.5, 3.0)]
@@ -79,11 +81,11 @@ def test_a_smooth_tail_or_calls_that_outlast_the_value_are_no_deadline() -> None
 
 def test_expired_calls_under_a_removed_stall_end_as_calm_calls_do() -> None:
     """The stall removed on instance b, the asks that expired while it lasted take calm asks' times and
-    the route's finish moves up: p99 ~ 1 + 3.8 + 4 ms. Before: the lever shortened only the jobs and
+    the route's finish moves up (1 + 2-3.8 + 4 ms). Before: the lever shortened only the jobs and
     the routes stayed at 305 ms."""
     lat = _route_latency(hand_frame(_rows()))
-    assert np.percentile(lat, 99) < 10.0, np.sort(lat)[-12:]
-    assert np.median(lat) == np.median([1 + 2.0 + (k % 7) * 0.3 + 4 for k in range(200)])
+    # none waits for the deadline; the ten answered late stay (a calm draw may be one of them)
+    assert (lat > 300).sum() == 0 and (lat > 10).sum() <= len(LONG) + 3, np.sort(lat)[-15:]
 
 
 def test_a_deadline_with_no_stall_removed_under_it_stays() -> None:
@@ -96,14 +98,14 @@ def test_a_deadline_with_no_stall_removed_under_it_stays() -> None:
 def test_an_untraced_call_s_expiry_is_its_parent_s_wait_and_goes_with_the_stall() -> None:
     """No span for the ask: the finish starts 301.5 ms after the route's start where the ask expired
     (a spike of offsets at one value), 3.5-5.3 ms otherwise. The stall removed, those waits take calm
-    waits' gaps: p99 under 10 ms (before: 305 ms); with the stalls elsewhere in time, they stay."""
+    waits' gaps: none over 300 ms (before: 305 ms); with the stalls elsewhere in time, they stay."""
     f = hand_frame(_rows(traced=False))
     capped = capped_calls(f, layout(f))
     assert capped is not None and capped.gap.all()
     assert {f.names[k] for k in f.name[capped.span[capped.expired]].tolist()} == {"finish"}
     assert capped.expired.sum() == len(EXPIRED)
     lat = _route_latency(f)
-    assert np.percentile(lat, 99) < 10.0, np.sort(lat)[-12:]
+    assert (lat > 300).sum() == 0 and (lat > 10).sum() <= len(LONG) + 3, np.sort(lat)[-15:]
     lat = _route_latency(hand_frame(_rows(stall_shift_ms=500.0, traced=False)))
     assert (lat > 300).sum() == len(EXPIRED)
 
@@ -120,7 +122,7 @@ def test_a_call_another_lever_set_to_an_expired_time_still_ends_with_the_stall_g
     x = en.inputs(f, [])
     lat = en._latency(x, lever, client_side=False) / MS
     lat = lat[f.name[f.requests.root] == f.names.index("route")]
-    assert np.percentile(lat, 99) < 10.0, np.sort(lat)[-12:]
+    assert (lat > 300).sum() == 0 and (lat > 10).sum() <= len(LONG) + 3, np.sort(lat)[-15:]
 
 
 def test_a_deadline_that_cuts_calls_as_often_in_calm_stretches_is_not_the_stall_s() -> None:
@@ -132,7 +134,7 @@ def test_a_deadline_that_cuts_calls_as_often_in_calm_stretches_is_not_the_stall_
     for k in range(400):
         t, base = 1000.0 * k, len(rows)
         expired = k % 20 == 0
-        ask = 300.0 if expired else 2.0 + (k % 7) * 0.3
+        ask = 300.0 if expired else 40.0 + k * 0.5 if k % 20 == 11 else 2.0 + (k % 7) * 0.3
         rows += [(2 * k, -1, "route", "Server", 0, t, 1 + ask + 0.5 + 3 + 0.5),
                  (2 * k, base, "ask", "Internal", 0, t + 1, ask),
                  (2 * k, base, "finish", "Internal", 0, t + 1 + ask + 0.5, 3.0)]

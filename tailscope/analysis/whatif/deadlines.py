@@ -4,8 +4,9 @@ A call made with a deadline (an ask timeout, a request timeout) ends when its an
 deadline expires, whichever is first; at the expiry the caller goes on (a fallback, an error). The
 trace shows the expired calls as a spike of durations at one value D: the model reads a span name as
 deadline-capped where, among its calls far above its median (over 4x), at least `MIN_CAPPED` lie within
-`SPREAD` of one value D at the name's top, at 3x the density of the band just below it, and hardly any
-outlast it.
+`SPREAD` of one value D at the name's top, at 3x the density of the band just below it, hardly any
+outlast it, and answered calls lead up to it (at least `MIN_CAPPED` between 4x the median and D: a
+deadline cuts work of every length; a fixed slow path at one value is none).
 Their true work is not seen (censored at D); the callee's work may have no span at all (an actor's
 mailbox, an untraced store), so a lever that removes a stall in the callee cannot shorten them.
 
@@ -72,8 +73,12 @@ def _deadline(d: np.ndarray) -> float | None:
         n_at = int(((d >= lo) & (d <= up)).sum())
         below = int(((d >= deadline * (1 - 5 * SPREAD)) & (d < lo)).sum())
         over = int((d > up).sum())
+        # a deadline cuts calls of every length of work: answered calls lead up to it from the body
+        # (a fixed slow path at one value, nothing between, is no deadline)
+        lead = int(((d > FAR * np.median(d)) & (d < deadline * (1 - 5 * SPREAD))).sum())
         # the band at D is 2 spreads wide, the band below 4: densities compared
-        if n_at >= MIN_CAPPED and n_at >= SPIKE * below / 2 and over <= OUTLAST_SHARE * n_at:
+        if (n_at >= MIN_CAPPED and n_at >= SPIKE * below / 2 and over <= OUTLAST_SHARE * n_at
+                and lead >= MIN_CAPPED):
             return deadline
     return None
 
@@ -186,7 +191,7 @@ def _inside(frame: TraceFrame, calls: np.ndarray) -> np.ndarray:
 
 
 def _disturbed(frame: TraceFrame, capped: Capped, edit: Edit, skip: np.ndarray) -> np.ndarray:
-    """Per entry: in flight while the lever removed a material stall elsewhere in the run (the lever's
+    """Per entry: in flight while the lever removed a material stall on another instance (the lever's
     own cuts: time cut from a span's gap or own time, or a span set shorter that encloses no entry;
     not what its cuts moved)."""
     f = frame
@@ -197,12 +202,21 @@ def _disturbed(frame: TraceFrame, capped: Capped, edit: Edit, skip: np.ndarray) 
     if len(ev) == 0:
         return np.zeros(len(capped.span), bool)
     first = f.start[ev] - np.maximum(edit.cut_before[ev], 0).astype(np.int64)
-    order = np.argsort(first, kind="stable")
-    starts = first[order]
-    ends = np.maximum.accumulate((f.start[ev] + f.dur[ev])[order])
     a, b = capped.window
-    idx = np.searchsorted(starts, b, side="left") - 1
-    return (idx >= 0) & (ends[np.maximum(idx, 0)] > a)
+    out = np.zeros(len(capped.span), bool)
+    # a stall on another process: one on the call's own instance may be one the call caused (a call
+    # that blocks its event loop holds the loop's other work; it is no victim of that wait)
+    for inst in np.unique(f.instance[capped.span]).tolist():
+        mine = f.instance[capped.span] == inst
+        other = f.instance[ev] != inst
+        if not other.any():
+            continue
+        order = np.argsort(first[other], kind="stable")
+        starts = first[other][order]
+        ends = np.maximum.accumulate((f.start[ev] + f.dur[ev])[other][order])
+        idx = np.searchsorted(starts, b[mine], side="left") - 1
+        out[mine] = (idx >= 0) & (ends[np.maximum(idx, 0)] > a[mine])
+    return out
 
 
 def _concentrated(expired: np.ndarray, moved: np.ndarray, calm: np.ndarray) -> bool:
