@@ -21,6 +21,7 @@ from tailscope.analysis.whatif.batches import as_calm_batches, batch_consumers, 
 from tailscope.analysis.whatif.blocked_workers import loop_unblocked, unblocked_lever
 from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
+from tailscope.analysis.whatif.deadlines import capped_calls, expiry_retimed
 from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.host_levers import host_as_peers
@@ -30,19 +31,12 @@ from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_m
 from tailscope.analysis.whatif.peer_levers import no_pauses_as_peers
 from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
-from tailscope.analysis.whatif.retime import (
-    Edit,
-    Retimed,
-    layout,
-    retime,
-    unit_latency,
-    unit_weight,
-)
+from tailscope.analysis.whatif.retime import Edit, Retimed, layout, retime, unit_latency, unit_weight
 from tailscope.analysis.whatif.served import replica_routing, served
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 16  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 17  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -252,6 +246,7 @@ def inputs(frame: TraceFrame, findings: list[dict[str, Any]], seed: int = 0) -> 
     x.handlers = handlers(frame)
     x.batches = batch_consumers(frame, lay, seed)
     x.attempts = abandoned_attempts(frame, lay)
+    x.capped = capped_calls(frame, lay)
     if any(fd.get("pattern") == "cpu_throttling" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE
            for fd in findings):
         timed = timing_stalls(frame, seed, quota=True)
@@ -341,8 +336,11 @@ def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
     # attempts cut at their deadline whose callee now ends in time: answered, not made again
     answered = answered_in_time(x.frame, x.lay, x.attempts, edit, first)
     if answered is not None:
-        edit = answered
-        first = retime(x.frame, edit, x.lay)
+        edit, first = answered, retime(x.frame, answered, x.lay)
+    # calls that expired at a deadline while the lever removed a stall: as the undisturbed calls
+    rescued = expiry_retimed(x.frame, x.capped, edit, x.rng(46), x.attempts and x.attempts.call)
+    if rescued is not None:
+        edit, first = rescued, retime(x.frame, rescued, x.lay)
     # the waits for handler threads follow every change of service times (a slow call's holds)
     if x.handlers is not None and not lever.handlers_set:
         first = retime(x.frame, _rehandle(x, lever, edit, first), x.lay)

@@ -31,6 +31,7 @@ class Inputs:
     handlers: Handlers | None = None  # the queues before handler threads (handlers.py)
     batches: Batches | None = None  # a batch consumer's messages and processes (batches.py)
     attempts: Any = None  # calls cut at their deadline and made again (attempts.py)
+    capped: Any = None  # the calls of deadline-capped names (deadlines.py)
 
     def rng(self, salt: int) -> np.random.Generator:
         return np.random.default_rng([self.seed, salt])

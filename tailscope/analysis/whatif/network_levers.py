@@ -206,7 +206,7 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     if len(srv) == 0:  # nothing traced beyond the callers: the node from its calls' times alone
         lossy = lossy_by_calls(f)
         if not lossy:
-            return _untraced_callee(x, finding.get("span_name"))
+            return _untraced_callee(x, finding.get("span_name")) or _named_nodes(x, finding)
         return _lossy_nodes(x, finding, srv, cli, np.zeros(0), np.zeros(0), np.zeros(0, np.int64), lossy)
     out_gap = lay.gap[srv].astype(np.float64)
     gap = out_gap + lay.trailing[cli].astype(np.float64)
@@ -222,7 +222,7 @@ def network_p50(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     pair = f.name[cli] == f.names.index(name) if name in f.names else np.ones(len(srv), bool)
     srv, cli, gap, share_out, link = srv[pair], cli[pair], gap[pair], share_out[pair], link[pair]
     if len(srv) == 0:
-        return _untraced_callee(x, name)
+        return _untraced_callee(x, name) or _named_nodes(x, finding)
     typical_of = np.zeros(len(gap))
     for code in np.unique(link).tolist():
         sel = link == code
@@ -283,6 +283,36 @@ def _lossy_nodes(x: Inputs, finding: dict[str, Any], srv: np.ndarray, cli: np.nd
         span_name=name,
         params={"instances": len(lossy), "crossings_redrawn": redrawn, "untraced_calls_redrawn": untraced,
                 "own_times_redrawn": own},
+    )
+
+
+def _named_nodes(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """The finding names the instances on a faulty link, and its span is a call with no span below it
+    and no CLIENT/SERVER pair to read a wire gap from (an actor's ask over a cluster's remoting): each
+    such call made on those instances takes the time of the same call from the service's other
+    instances at about that moment (nearby_draw): the link's delays go, the callee's own spread stays."""
+    f, name = x.frame, finding.get("span_name")
+    named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
+    codes = [i for i, n in enumerate(f.instances) if n in named or n.rpartition("/")[2] in named]
+    calls = x.spans_named(name)
+    calls = calls[~x.lay.has_children[calls]]
+    on = np.isin(f.instance[calls], codes)
+    others = calls[~on & (f.service[calls] == (f.service[calls[on][0]] if on.any() else -1))]
+    if not on.any() or len(others) < MIN_POOL:
+        return None
+    edit = Edit.none(len(f))
+    edit.dur[calls[on]] = nearby_draw(x.rng(47), f.start[others], f.dur[others], f.start[calls[on]])
+    return Lever(
+        f"network_p50:{name}",
+        f"Network fixed on {', '.join(f.instances[i] for i in codes)} ('{name}' as from the other instances)",
+        SOFTWARE,
+        "the finding names the instances on the faulty link and its calls show no wire gap (no span "
+        "below them): each call made there takes the time of the same call from another instance at "
+        "about that moment (drawn from the run)",
+        edit,
+        pattern="network",
+        span_name=name,
+        params={"calls_redrawn": int(on.sum())},
     )
 
 
