@@ -38,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 POPULATION_WORDS = {
     "request": "requests",
-    "stream": "streamed requests, diagnosed from the end of their input to the final result (the stream's "
-    "length is the input's, not latency)",
+    "stream": "streamed requests, from the end of their input to the final result (a stream's length is "
+    "its input's, not latency)",
 }
 
 

@@ -21,7 +21,8 @@ The signature (spans' kinds, parents, timing and attributes only; never names):
     first and its calls end before its reply is written;
   - *cadence*: spans of one name repeat in the stream (at least MIN_REPEATS per request) at a steady
     cadence (the CV of their start intervals <= MAX_CADENCE_CV at the median) with idle time between
-    them (together at most BUSY_SHARE of the stream): chunks handled as they arrive. A fan-out's
+    them (each starts after the last ended; together at most BUSY_SHARE of the stream): chunks
+    handled as they arrive. A fan-out's
     calls start together; a batch's items run back to back.
 
 Where the run is streams, its requests are diagnosed from the stream's end: each request's spans are
@@ -203,7 +204,8 @@ def _by_cadence(f: TraceFrame, roots: np.ndarray, end_of_input: np.ndarray, stre
     for code, lo in zip(many.tolist(), bounds.tolist(), strict=True):  # a few names per stream
         mine = spans[lo:lo + int(counts[np.searchsorted(codes, code)])]
         gaps = np.diff(np.sort(f.start[mine]).astype(float))
-        cvs.append(gaps.std() / gaps.mean() if gaps.mean() > 0 else np.inf)
+        idle = gaps.mean() > 0 and np.median(gaps) > np.median(f.dur[mine])  # each after the last ended
+        cvs.append(gaps.std() / gaps.mean() if idle else np.inf)
         busy.append(f.dur[mine].sum() / max(stream[code // (len(f.names) + 1)], 1.0))
     return float(np.median(cvs)) <= MAX_CADENCE_CV and float(np.median(busy)) <= BUSY_SHARE
 
