@@ -32,10 +32,9 @@ its own.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from tailscope.analysis.diagnosis import units
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
 
 LEG_AT_MEDIAN = 1.0  # the client's leg is at least the service's time in the ordinary request
@@ -93,11 +92,9 @@ def entries(frame: TraceFrame) -> np.ndarray | None:
     return entry if leg >= LEG_AT_MEDIAN * np.median(f.dur[entry[users & moved]]) else None
 
 
-def populations(frame: TraceFrame) -> list[Any] | None:
+def populations(frame: TraceFrame) -> list[units.Population] | None:
     """The requests as the first server sees them and the service's own requests (below the relays),
     each a units.Population; None where the run is not rooted at end users behind a relay."""
-    from tailscope.analysis.diagnosis import units
-
     entry = entries(frame)
     if entry is None:
         return None
@@ -118,8 +115,6 @@ def outside(frame: TraceFrame, service_frame: TraceFrame, findings: list) -> lis
     entry = entries(frame)
     mine = np.zeros(len(frame), bool)
     if entry is not None:
-        from tailscope.analysis.diagnosis import units
-
         is_head = np.zeros(len(frame), bool)
         is_head[entry] = True
         mine = units._unit_of(frame.parent, is_head) >= 0

@@ -41,11 +41,11 @@ from tailscope.analysis.diagnosis import (
     sample,
     shares,
     slow_dependency,
+    splits,
     timeout_retry,
     transaction_waits,
     unexplained,
     unit_merge,
-    units,
     where,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
@@ -270,7 +270,7 @@ def diagnose_frame(
     `progress(fraction, step)` hears of each detector (after the read, which is the first 40 %). A run
     with asynchronous work (units.py) is diagnosed per kind of unit of work, the findings merged
     (unit_merge.py)."""
-    groups, why = units.split(frame)
+    groups, why = splits.split(frame)
     client_rooted = why == "client"
     if groups is None:
         return _diagnose_units(frame, seed, progress)

@@ -36,6 +36,7 @@ import dataclasses
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import units
 from tailscope.analysis.diagnosis.attributes import numeric_attributes
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, TraceFrame
 from tailscope.analysis.diagnosis.stats import spearman
@@ -210,12 +211,10 @@ def _by_cadence(f: TraceFrame, roots: np.ndarray, end_of_input: np.ndarray, stre
     return float(np.median(cvs)) <= MAX_CADENCE_CV and float(np.median(busy)) <= BUSY_SHARE
 
 
-def populations(frame: TraceFrame) -> list | None:
+def populations(frame: TraceFrame) -> list[units.Population] | None:
     """The run's streams from their input's end (one units.Population of unit UNIT: each stream's
     spans cut to [its input's end, its root's end], its root the unit's; the run's other requests
     as they are) where its requests are streams; None otherwise."""
-    from tailscope.analysis.diagnosis import units
-
     found = cut(frame)
     if found is None:
         return None

@@ -141,21 +141,6 @@ def populations(frame: TraceFrame) -> list[Population] | None:
     return out
 
 
-def split(frame: TraceFrame) -> tuple[list[Population] | None, str]:
-    """The populations a run is diagnosed as, and why: "async" (queue consumers' work, above),
-    "client" (an end user's requests and the service's own below a relay, client_leg.py), "stream"
-    (streamed requests from their input's end, streams.py); (None, "") for the run's requests as they
-    are."""
-    from tailscope.analysis.diagnosis import client_leg, streams
-
-    for kind, find in (("async", populations), ("client", client_leg.populations),
-                       ("stream", streams.populations)):
-        groups = find(frame)
-        if groups is not None:
-            return groups, kind
-    return None, ""
-
-
 def _entry(frame: TraceFrame) -> str:
     """The service and name of a population's most common unit root (the consumer's, below a wait)."""
     roots = frame.requests.root
