@@ -15,7 +15,7 @@ from app.components import charts, data, filters, fmt, notice
 from app.components.palette import BODY, NEUTRAL, P99_LINE, TAIL, TOTAL
 from app.views import diagnosis_mechanisms as mechanisms
 from app.views import whatif_section
-from app.views.diagnosis_shares import share_rows, shares_figure
+from app.views.diagnosis_shares import population_note, share_rows, shares_figure
 from tailscope.analysis.diagnosis import Diagnosis, diagnose, list_runs, run_version
 
 TITLES = {
@@ -363,6 +363,8 @@ def render() -> None:
     )
     if result.get("sampling"):
         st.caption(sampling_note(result["sampling"]))
+    if population_note(result):
+        st.markdown(population_note(result))
     if not result["findings"]:
         st.success("No cause of a latency tail stands out in this run.", icon=":material/check_circle:")
         return

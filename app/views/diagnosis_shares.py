@@ -64,3 +64,26 @@ def shares_figure(rows: list[tuple[str, float, str]]) -> go.Figure:
     fig.update_yaxes(showticklabels=False)
     fig.update_layout(legend_traceorder="normal")  # in the order of the cards, not reversed
     return fig
+
+
+POPULATION_WORDS = {
+    "request": "requests",
+    "consumer": "consumer units (publish to end of processing)",
+    "stream": "streamed requests, from the end of their input to the final result (a stream's length is "
+    "its input's, not latency)",
+}
+
+
+def population_note(result: dict[str, Any]) -> str:
+    """What the diagnosis took as its units where it split the run (queue consumers' work, an end user's
+    requests and the service's own below a relay, streamed requests): one line per population, its
+    entry point and its p50/p99; "" where the run's requests were diagnosed as they are."""
+    lines = []
+    for pop in result.get("populations") or []:
+        tail = pop.get("tail") or {}
+        what = POPULATION_WORDS.get(pop["unit"], pop["unit"])
+        figures = f": p50 {tail['p50_ms']:.1f} ms, p99 {tail['p99_ms']:.1f} ms" if tail else ""
+        lines.append(f"- {pop['units']:,} {what} of **{pop['entry_point']}**{figures}")
+    if not lines:
+        return ""
+    return "Diagnosed as (each finding names its entry point):\n" + "\n".join(lines)

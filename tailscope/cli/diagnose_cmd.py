@@ -36,14 +36,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+POPULATION_WORDS = {
+    "request": "requests",
+    "stream": "streamed requests, from the end of their input to the final result (a stream's length is "
+    "its input's, not latency)",
+}
+
+
 def render_text(result: dict) -> str:
     """The readable report of `Diagnosis.to_dict()`."""
     read = " read (a sample, below)" if result.get("sampling") else ""
     populations = result.get("populations") or []
-    units = " units of work" if populations else " requests"
+    units = " units of work" if any(p["unit"] == "consumer" for p in populations) else " requests"
     lines = [f"run {result['run']}: {result['requests']}{units}{read}"]
-    for pop in populations:  # asynchronous work: each kind of unit diagnosed apart
-        what = "requests" if pop["unit"] == "request" else "consumer units (publish to end of processing)"
+    for pop in populations:  # asynchronous work, a client's requests and the service's own, or streams
+        what = POPULATION_WORDS.get(pop["unit"], "consumer units (publish to end of processing)")
         ptail = pop.get("tail") or {}
         lines.append(
             f"  {pop['units']} {what} of {pop['entry_point']}"

@@ -17,6 +17,7 @@ from tailscope.analysis.diagnosis import (
     calibration,
     callee_queue,
     callee_waits,
+    client_leg,
     cold_after_change,
     cold_peers,
     cold_start,
@@ -41,11 +42,11 @@ from tailscope.analysis.diagnosis import (
     sample,
     shares,
     slow_dependency,
+    splits,
     timeout_retry,
     transaction_waits,
     unexplained,
     unit_merge,
-    units,
     where,
 )
 from tailscope.analysis.diagnosis.frame import TraceFrame
@@ -271,7 +272,8 @@ def diagnose_frame(
     `progress(fraction, step)` hears of each detector (after the read, which is the first 40 %). A run
     with asynchronous work (units.py) is diagnosed per kind of unit of work, the findings merged
     (unit_merge.py)."""
-    groups = units.populations(frame)
+    groups, why = splits.split(frame)
+    client_rooted = why == "client"
     if groups is None:
         return _diagnose_units(frame, seed, progress)
     started = time.perf_counter()
@@ -282,13 +284,15 @@ def diagnose_frame(
             def part_progress(x: float, step: str, i: int = i, unit: str = group.entry) -> None:
                 progress(READ_SHARE + (x - READ_SHARE) * (i + 1) / len(groups), f"{unit}: {step}")
         parts.append((group, _diagnose_units(group.frame, seed, part_progress)))
+    if client_rooted:  # the client's leg and the relay in the first; the service's own in the second
+        parts[0][1].findings = client_leg.outside(frame, groups[1].frame, parts[0][1].findings)
     findings, summaries, primary = unit_merge.merge(parts)
     main = parts[primary][1]
     errors = {f"{p.entry}: {k}": v for p, d in parts for k, v in d.errors.items()}
     enough = [d.reason for _, d in parts if d.requests >= unit_merge.MIN_UNITS]
     return Diagnosis(
         frame.run,
-        sum(d.requests for _, d in parts),
+        parts[0][1].requests if client_rooted else sum(d.requests for _, d in parts),  # the same requests
         len(frame),
         findings,
         time.perf_counter() - started,

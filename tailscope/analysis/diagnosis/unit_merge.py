@@ -19,6 +19,8 @@ from tailscope.analysis.diagnosis.model import NAMED, Finding
 from tailscope.analysis.diagnosis.shares import UNEXPLAINED, part_of
 
 MIN_UNITS = 50
+UNIT_WORDS = {"request": "requests",
+              "stream": "streams, from the end of their input to the final result (not the stream's length),"}
 
 
 def tag(population: Any, diagnosis: Any) -> list[Finding]:
@@ -29,7 +31,7 @@ def tag(population: Any, diagnosis: Any) -> list[Finding]:
         stats["unit"] = population.unit
         stats["entry_point"] = population.entry
         stats["tail_excess_ms"] = round((fd.share or 0.0) * excess, 3)
-        what = "requests" if population.unit == "request" else "consumer work"
+        what = UNIT_WORDS.get(population.unit, "consumer work")
         fd.evidence["summary"] = f"In the {what} of {population.entry}: " + fd.evidence.get("summary", "")
     return diagnosis.findings
 

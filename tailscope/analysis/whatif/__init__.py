@@ -58,9 +58,9 @@ def unit_population(frame, findings: list[dict[str, Any]], entry: str | None = N
     (diagnosis/units.py), the population the diagnosis reports (the top finding's entry point, or
     `entry`) and the findings made in it; else the run's requests and all the findings (None, None).
     ValueError where `entry` names no population of the run."""
-    from tailscope.analysis.diagnosis.units import populations
+    from tailscope.analysis.diagnosis.splits import split
 
-    groups = populations(frame) if frame.requests is not None else None
+    groups = split(frame)[0] if frame.requests is not None else None
     if not groups:
         if entry is not None:
             raise ValueError(f"run {frame.run!r} has one population of units: no entry point {entry!r}")
