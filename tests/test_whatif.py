@@ -1,5 +1,4 @@
-"""What-if engine: re-timing through the critical path (hand-built traces), the queue replay against
-Erlang C, and each lever's prediction on a planted simulator run against the same run without it."""
+"""What-if: critical-path re-timing (hand-built traces), queue replay vs Erlang C, planted runs' levers."""
 
 from __future__ import annotations
 

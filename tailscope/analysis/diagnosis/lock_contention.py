@@ -4,9 +4,8 @@ Statistic. For every span name outside the queue and the request root, the *conc
 span is the number of same-name spans on the same instance that started strictly earlier and are still
 running (spans that start at the same instant, like the members of one batch, do not count). Under a
 mutex each holder in front adds one hold time, so duration ~ own work + concurrency x hold time: a
-strong rank correlation (Spearman rho) and a positive robust slope (Theil-Sen) that is the hold time.
-The slope is the hold time, the intercept the work outside the lock. A span holding the model's
-forward below it is no candidate (it holds the batch queue too), nor is the forward (compute_bound's).
+strong rank correlation (Spearman rho) and a positive robust slope (Theil-Sen): the hold time. A span
+holding the model's forward is no candidate (it holds the batch queue too), nor the forward itself.
 
 Cohorts. Requests that enter the span together (a batch's members) reach a lock taken after some
 work in an order their starts do not give; so the requests ahead are also counted by cohort (starts
