@@ -86,8 +86,10 @@ def _deadline(d: np.ndarray) -> float | None:
 def _by_name(frame: TraceFrame, spans: np.ndarray, values: np.ndarray) -> dict[int, float]:
     """Per name code of `spans` whose `values` a deadline caps: D (ns)."""
     out: dict[int, float] = {}
-    order = np.argsort(frame.name[spans], kind="stable")
-    names = frame.name[spans][order]
+    codes = frame.name[spans]
+    # small integer codes sort by radix (a few times faster on a million spans)
+    order = np.argsort(codes.astype(np.int16 if len(frame.names) < 2**15 else np.int64), kind="stable")
+    names = codes[order]
     cuts = np.r_[0, np.nonzero(np.diff(names))[0] + 1, len(order)]
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
         deadline = _deadline(values[order[a:b]].astype(np.float64))
