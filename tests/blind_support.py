@@ -124,10 +124,15 @@ def table_span_dicts(family, scenario: str, requests: int, seed: int,
     parent's `i`, -1 for a root; `resource` the resource's attributes as the file writes them, Zipkin's
     the endpoint), without the loader: the tests of a blind family read most mechanisms this way, to
     stay fast. `instance(resource)`: the instance label (instance_label unless given)."""
+    return span_dicts(family.generate(scenario, requests, seed), family.setup(seed)["fmt"] == "zipkin",
+                      instance)
+
+
+def span_dicts(table, zipkin: bool, instance: Callable[[dict], str] = instance_label) -> tuple[dict, ...]:
+    """table_span_dicts of a table already generated (a test that keeps its tables uses it directly);
+    `zipkin`: whether the seed writes Zipkin v2, whose resource is the endpoint."""
     from reference_pipeline.simulate.trace_table import DEFAULT_START_NS
 
-    table = family.generate(scenario, requests, seed)
-    zipkin = family.setup(seed)["fmt"] == "zipkin"
     out = []
     for i, (trace, parent, name, kind, res, _s, start, end, attrs, status, _m, events, _p) in enumerate(
             table.rows):

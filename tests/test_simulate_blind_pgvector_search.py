@@ -15,8 +15,8 @@ import pytest
 
 from reference_pipeline.simulate import blind, pgvector_search
 from reference_pipeline.simulate import pgvector_search_spans as sp
-from reference_pipeline.simulate.trace_table import DEFAULT_START_NS, TraceTable
-from tests.blind_support import instance_label, load_run, named, p
+from reference_pipeline.simulate.trace_table import TraceTable
+from tests.blind_support import instance_label, load_run, named, p, span_dicts
 
 # The family's contract test (each seed's format through the real loader, the truth): its physics
 # tests below are in the full tier, covered by it (`reason="simulator physics"`, tests/conftest.py).
@@ -38,18 +38,7 @@ def table_of(scenario: str, requests: int, seed: int) -> TraceTable:
 def spans_of(scenario: str, requests: int, seed: int) -> tuple[dict, ...]:
     """The generated table's spans as dicts (tests/blind_support.table_span_dicts' shape, times from
     the run's start), from the table the p99 test made too."""
-    table = table_of(scenario, requests, seed)
-    zipkin = pgvector_search.setup(seed)["fmt"] == "zipkin"
-    out = []
-    for i, (trace, parent, name, kind, res, _s, start, end, attrs, status, _m, events, _p) in enumerate(
-            table.rows):
-        service, ip, port = table.endpoints[res]
-        resource = {"service.name": service, "net.host.ip": ip, "net.host.port": port} if zipkin else (
-            table.resources[res])
-        out.append({"i": i, "trace": trace, "parent": parent, "name": name, "kind": kind, "service": service,
-                    "instance": instance_label(resource), "start": start - DEFAULT_START_NS,
-                    "duration": end - start, "attrs": attrs, "status": status, "events": events})
-    return tuple(out)
+    return span_dicts(table_of(scenario, requests, seed), pgvector_search.setup(seed)["fmt"] == "zipkin")
 
 
 def run_ns(requests: int, seed: int) -> float:
