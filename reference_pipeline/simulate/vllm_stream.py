@@ -11,8 +11,8 @@ prompt (the tenant's 3.2k-token system prompt + articles + history + message) an
 through the OpenAI SDK, streaming (`chat support-assistant-8b`, or `openai.chat` with the old `llm.*`
 names), relaying every token to the browser as a server-sent event; the server span lasts until the
 last token, then the turn is saved (`SET`). `vllm`: 2 replicas, one GPU each, behind a
-least-outstanding-requests router (vllm_stream_engine.py describes the engine). 8 tenants; 3 of them
-use their own LoRA adapter. The user feels the time to first token (TTFT) and the gaps between tokens.
+least-outstanding-requests router (vllm_stream_engine.py describes the engine). 16 tenants (each its
+own system prompt); 3 of them use their own LoRA adapter. The user feels the time to first token (TTFT) and the gaps between tokens.
 
 Healthy noise: jitter everywhere; 3 % Redis misses (rebuilt from Postgres, time growing with the
 history); a moderation call over 2 s now and then (a GC on the classifier: a retry); Qdrant segment
@@ -31,23 +31,23 @@ only, no GC events, no chunked prefill.
 
 Mechanisms (scenario: truth; where vLLM exports nothing, a vLLM cause is named at the gateway's LLM
 CLIENT span, service chat-gateway, its instances):
-- `long-conversation-burst`: from 30 % to 55 % of the run a fifth of the conversations are long (6-12k
-  history tokens); the KV cache fills, decode steps preempt the youngest sequences (recompute): their
+- `long-conversation-burst`: from 30 % to 55 % of the run 12 % of the conversations are long (8-14k
+  history tokens, longer answers: median 320 tokens); the KV cache fills, decode steps preempt the youngest sequences (recompute): their
   streams stall mid-answer and they prefill again; new requests wait for KV blocks. TTFT and the
   whole stream. queueing, stage queue, llm_request (side compute_bound: the recompute; large_payload).
 - `long-prompt-prefill`: from 30 % of the run 5 % of the prompts are 14-28k tokens (pasted logs):
   each prefill takes a whole step of ~0.5-1.2 s (chunked: 30-55 steps 2-3x longer) and every other
   stream's next token waits; prompts behind it wait to start. Gaps and TTFT. queueing, stage queue,
   llm_request, accept large_payload (side compute_bound).
-- `prefix-cache-eviction`: from 30 % to 65 % of the run an internal summarizer (untraced) holds 55k
+- `prefix-cache-eviction`: from 30 % to 65 % of the run an internal summarizer (untraced) holds 30k
   KV tokens and churns the free pool with long transcripts: the tenants' system prompts are evicted
   between uses and every request prefills its 3.2k-token system prompt again; the engine spends that
   much more time in prefill. TTFT first, the stream's gaps too. cache_miss, stage model_forward,
   llm_request (side queueing, compute_bound).
-- `lora-adapter-thrash`: from 25 % of the run all 8 tenants use adapters with 4 GPU slots: a request
+- `lora-adapter-thrash`: from 25 % of the run 8 tenants use adapters with 4 GPU slots: a request
   for a non-resident adapter waits in the scheduler until a slot's adapter has no running sequence,
   then for its load. TTFT. cache_miss, stage queue, llm_request, accept queueing and cold_start.
-- `replica-restart`: vllm-1 restarts at 40 % of the run (drained, ~30 s of weights load and CUDA graph
+- `replica-restart`: vllm-1 restarts at 40 % of the run (drained, ~20 s of weights load and CUDA graph
   capture); the other replica carries everything meanwhile; the router keeps sending for 2.5 s on
   seed 1 (refused, the SDK retries) and the replica rejoins at once (it has no outstanding requests:
   it takes every new call), or slow-starts over 30 s (seeds 0, 2); back cold: an empty prefix cache,
@@ -58,7 +58,7 @@ CLIENT span, service chat-gateway, its instances):
   timeout_retry, stage downstream, the moderation CLIENT span `POST` (side slow_dependency).
 - `vector-slow-shard`: one Qdrant shard answers in ~800 ms (heavy tail): every search waits for it.
   slow_dependency, stage downstream, `/qdrant.Points/Search`.
-- `detokenizer-lag`: a campaign's surge (2x the arrivals from 35 % to 70 % of the run): so many
+- `detokenizer-lag`: a campaign's surge (1.7x the arrivals from 35 % to 70 % of the run): so many
   concurrent streams that the API server's event loop (detokenize + SSE, per token) falls behind the
   engine; tokens leave late and in clumps, the lag building while the surge lasts. Gaps and TTFT.
   compute_bound (one Python thread's CPU), stage postprocessing, llm_request, accept queueing.
@@ -104,16 +104,17 @@ SCENARIOS = ("steady", *SINGLES, *PAIRS)
 PODS, WORKERS, REPLICAS, MOD_REPLICAS, SHARDS = 3, 2, 2, 3, 4
 SLOW_MOD, SLOW_SHARD, RESTARTED = 2, 3, 1
 SYSTEM_TOKENS = 3200
-TENANT_SHARE = (0.24, 0.18, 0.15, 0.12, 0.1, 0.09, 0.07, 0.05)
-ADAPTERS = (0, 2, 5)
+TENANT_SHARE = tuple(1.0 / (k + 2) ** 0.8 for k in range(16))
+ADAPTERS = (0, 3, 6)
+THRASH = 8  # tenants with an adapter in lora-adapter-thrash
 MOD_TIMEOUT_MS = 2000.0
 _SETUPS = (
     {"fmt": "otlp-json", "semconv": "new", "ident": "pod", "engine_spans": True, "token_every": 32,
-     "gc_events": True, "chunked": False, "rps": 8.0, "detect_s": 0.0, "ramp_s": 30.0},
+     "gc_events": True, "chunked": False, "rps": 14.0, "detect_s": 0.0, "ramp_s": 30.0},
     {"fmt": "jaeger", "semconv": "old", "ident": "host-pid", "engine_spans": True, "token_every": 0,
-     "gc_events": False, "chunked": True, "rps": 7.0, "detect_s": 2.5, "ramp_s": 0.0},
+     "gc_events": False, "chunked": True, "rps": 12.0, "detect_s": 2.5, "ramp_s": 0.0},
     {"fmt": "zipkin", "semconv": "new", "ident": "endpoint", "engine_spans": False, "token_every": -1,
-     "gc_events": False, "chunked": False, "rps": 9.0, "detect_s": 0.0, "ramp_s": 30.0},
+     "gc_events": False, "chunked": False, "rps": 15.0, "detect_s": 0.0, "ramp_s": 30.0},
 )
 
 
@@ -206,12 +207,12 @@ def _search(rng: random.Random, t: float, slow: bool, stalls: Stalls) -> tuple[f
 def _replicas(rng: random.Random, s: dict[str, Any], parts: set[str], run_ns: float) -> list[Replica]:
     out = []
     for j in range(REPLICAS):
-        cfg = EngineConfig(s["chunked"], 110_000, 0.2, 0.0012)
+        cfg = EngineConfig(s["chunked"], 80_000, 0.4, 0.0008)
         r = Replica(j, cfg, random.Random(rng.getrandbits(32)))
         r.host = dict.fromkeys(ADAPTERS, 0.0)  # loaded since the process started
         if "prefix-cache-eviction" in parts:
             window = (0.3 * run_ns, 0.65 * run_ns)
-            r.extra_churn.append((*window, 400_000.0, 55_000))
+            r.extra_churn.append((*window, 400_000.0, 30_000))
             r.overhead.append((*window, 1.5))
         out.append(r)
     return out
@@ -233,7 +234,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     res = sp.Resources(table, style(seed))
     run_s = requests / s["rps"]
     run_ns = run_s * NS_PER_S
-    bursts = ((0.35 * run_s, 0.35 * run_s, 2.0),) if "detokenizer-lag" in parts else ()
+    bursts = ((0.35 * run_s, 0.35 * run_s, 1.7),) if "detokenizer-lag" in parts else ()
     arrivals = poisson_arrivals(rng, s["rps"], requests, bursts)
     horizon = arrivals[-1] + 120 * NS_PER_S
     pauses = [[_pauses(rng, horizon, "gateway-gen2-gc" in parts) for _ in range(WORKERS)] for _ in range(PODS)]
@@ -247,9 +248,9 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         at = t0 / run_ns
         tenant = rng.choices(range(len(TENANT_SHARE)), TENANT_SHARE)[0]
         thrash = "lora-adapter-thrash" in parts and at >= 0.25
-        adapter = tenant if tenant in ADAPTERS or thrash else None
-        long_conv = "long-conversation-burst" in parts and 0.3 <= at < 0.55 and rng.random() < 0.2
-        history = int(rng.uniform(6000, 12000)) if long_conv else int(min(7000, 600 * rng.lognormvariate(0, 0.9)))
+        adapter = tenant if tenant in ADAPTERS or (thrash and tenant < THRASH) else None
+        long_conv = "long-conversation-burst" in parts and 0.3 <= at < 0.55 and rng.random() < 0.12
+        history = int(rng.uniform(8000, 14000)) if long_conv else int(min(7000, 600 * rng.lognormvariate(0, 0.9)))
         if "long-prompt-prefill" in parts and at >= 0.3 and rng.random() < 0.05:
             history = int(rng.uniform(14000, 28000)) - SYSTEM_TOKENS
         root_s = st.settle(t0 + lognormal_ms(rng, 0.3, 0.3))
@@ -269,7 +270,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         build = (b0, st.run(b0, (1.0 + 0.0006 * history) * NS_PER_MS * rng.lognormvariate(0, 0.2)))
         send = build[1] + lognormal_ms(rng, 0.2, 0.3)
         prompt = SYSTEM_TOKENS + int(rng.uniform(800, 1200)) + history + int(rng.uniform(20, 120))
-        out = int(min(512, max(8, 110 * rng.lognormvariate(0, 0.6))))
+        out = int(min(512, max(8, (320 if long_conv else 110) * rng.lognormvariate(0, 0.6))))
         seq = Seq(i, 0.0, prompt, SYSTEM_TOKENS, out, tenant, adapter)
         calls.append(Call(seq, send))
         turns.append({"pod": pod, "worker": worker, "tenant": tenant, "root_s": root_s, "get": get,
@@ -278,7 +279,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     restart = None
     if "replica-restart" in parts:
         down = 0.4 * run_ns
-        restart = Restart(RESTARTED, down, down + 30 * NS_PER_S, s["detect_s"], s["ramp_s"])
+        restart = Restart(RESTARTED, down, down + 20 * NS_PER_S, s["detect_s"], s["ramp_s"])
     serve(calls, replicas, random.Random(rng.getrandbits(32)), 5.0 if "router-stale-load" in parts else 0.0,
           restart)
     delivered = [r.delivered() for r in replicas]

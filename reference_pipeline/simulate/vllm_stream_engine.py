@@ -9,8 +9,8 @@ left of a 512-token budget on prompt chunks, oldest first. A request is admitted
 has room for its prompt; when a decode step finds no room for the batch's next tokens, the youngest
 running sequences are preempted (recompute: their KV is dropped, they go back to the head of the
 waiting queue and prefill prompt + output so far again). Per-tenant system prompts are prefix-cached:
-a hit skips their prefill; a cached prefix is evicted once the free pool's turnover outruns the
-tenant's request interval. LoRA adapters: at most 4 on the GPU; a request for another adapter waits
+a hit skips their prefill; a prefix no running sequence holds is evicted once the free pool's
+turnover (free tokens / tokens freed per second) is shorter than the time since its tenant's last use. LoRA adapters: at most 4 on the GPU; a request for another adapter waits
 until a slot's adapter has no running sequence, then for its load (from host memory, or from disk
 when the host-memory LRU of 4 evicted it too); the load runs inside the step: every stream waits.
 
@@ -73,7 +73,7 @@ class EngineConfig:
 
 def prefill_ms(chunks: list[tuple[int, int]]) -> float:
     """(tokens computed, context before them) per sequence: linear in tokens + attention over context."""
-    return 4.0 + sum(0.028 * n + 0.4e-6 * n * (ctx + n) for n, ctx in chunks)
+    return 4.0 + sum(0.015 * n + 0.4e-6 * n * (ctx + n) for n, ctx in chunks)
 
 
 def decode_ms(batch: int, kv: int) -> float:
@@ -99,6 +99,7 @@ class Replica:
         self.overhead: list[tuple[float, float, float]] = []  # (from, to, extra ms per step)
         self.extra_churn: list[tuple[float, float, float, int]] = []  # (from, to, tok/s, kv held)
         self.outstanding = 0
+        self.tenant_running: dict[int, int] = {}
         self.dec_sum = 0  # sum of (gen - seg) over the decoding sequences: output length at a tick
         self.done: list[Seq] = []
 
@@ -119,6 +120,8 @@ class Replica:
         return ms * NS_PER_MS * self.rng.lognormvariate(0.0, 0.04)
 
     def _prefix_hit(self, seq: Seq, t: float) -> bool:
+        if self.tenant_running.get(seq.tenant):
+            return True  # a running sequence holds the prefix's blocks: not evictable
         last = self.prefix_touch.get(seq.tenant)
         if last is None:
             return False
@@ -167,8 +170,8 @@ class Replica:
                 seq.need = seq.prompt - seq.shared + seq.gen + (0 if hit else seq.shared)
                 if seq.first_sched is None:
                     seq.cached = seq.shared if hit else 0
-            if self.used + seq.prompt - seq.shared + seq.gen + 16 * (len(self.running) + len(out) + 1) > cap:
-                break  # no KV room: everything behind it waits too
+            if self.used + seq.prompt - seq.shared + seq.gen + 64 > cap:
+                break  # no KV blocks for its prompt: everything behind it waits too
             if not self.cfg.chunked and seq.need > budget and out:
                 break
             ok, load = self._adapter_ok(seq, t, admitted)
@@ -182,6 +185,7 @@ class Replica:
             seq.kv = seq.prompt - seq.shared + seq.gen
             self.used += seq.kv
             self.prefix_touch[seq.tenant] = t
+            self.tenant_running[seq.tenant] = self.tenant_running.get(seq.tenant, 0) + 1
             if seq.first_sched is None:
                 seq.first_sched = t
             seq.prefilling = True
@@ -288,6 +292,8 @@ class Replica:
             victim.kv, victim.need, victim.prefilling = 0, 0, False
             victim.version += 1
             victim.preemptions += 1
+            self.tenant_running[victim.tenant] -= 1
+            self.prefix_touch[victim.tenant] = t
             self.waiting.appendleft(victim)
         return decoders
 
@@ -301,6 +307,8 @@ class Replica:
         seq.done_step = k
         self.running.remove(seq)
         self.used -= seq.kv
+        self.tenant_running[seq.tenant] -= 1
+        self.prefix_touch[seq.tenant] = self.step_end[k]
         self.outstanding -= 1
         self.done.append(seq)
 
