@@ -11,7 +11,7 @@ prompt (the tenant's 3.2k-token system prompt + articles + history + message) an
 through the OpenAI SDK, streaming (`chat support-assistant-8b`, or `openai.chat` with the old `llm.*`
 names), relaying every token to the browser as a server-sent event; the server span lasts until the
 last token, then the turn is saved (`SET`). `vllm`: 2 replicas, one GPU each, behind a
-least-outstanding-requests router (vllm_stream_engine.py describes the engine). 16 tenants (each its
+least-outstanding-requests router (vllm_stream_engine.py describes the engine). 24 tenants (each its
 own system prompt); 3 of them use their own LoRA adapter. The user feels the time to first token (TTFT) and the gaps between tokens.
 
 Healthy noise: jitter everywhere; 3 % Redis misses (rebuilt from Postgres, time growing with the
@@ -40,8 +40,9 @@ CLIENT span, service chat-gateway, its instances):
   stream's next token waits; prompts behind it wait to start. Gaps and TTFT. queueing, stage queue,
   llm_request, accept large_payload (side compute_bound).
 - `prefix-cache-eviction`: from 30 % to 65 % of the run an internal summarizer (untraced) holds 30k
-  KV tokens and churns the free pool with long transcripts: the tenants' system prompts are evicted
-  between uses and every request prefills its 3.2k-token system prompt again; the engine spends that
+  KV tokens and churns the free pool with long transcripts: a tenant's system prompt that no running
+  request holds is evicted between uses, and about half the requests prefill their 3.2k-token system
+  prompt again; the engine spends that
   much more time in prefill. TTFT first, the stream's gaps too. cache_miss, stage model_forward,
   llm_request (side queueing, compute_bound).
 - `lora-adapter-thrash`: from 25 % of the run 8 tenants use adapters with 4 GPU slots: a request
@@ -56,7 +57,7 @@ CLIENT span, service chat-gateway, its instances):
 - `moderation-slow-replica`: one of 3 classifier replicas answers in ~2.4 s: calls to it time out at
   2 s and are retried (a second unlucky pick fails open after 4 s). TTFT and whole stream alike.
   timeout_retry, stage downstream, the moderation CLIENT span `POST` (side slow_dependency).
-- `vector-slow-shard`: one Qdrant shard answers in ~800 ms (heavy tail): every search waits for it.
+- `vector-slow-shard`: one Qdrant shard answers in ~1.2 s (heavy tail): every search waits for it.
   slow_dependency, stage downstream, `/qdrant.Points/Search`.
 - `detokenizer-lag`: a campaign's surge (1.7x the arrivals from 35 % to 70 % of the run): so many
   concurrent streams that the API server's event loop (detokenize + SSE, per token) falls behind the
@@ -66,7 +67,7 @@ CLIENT span, service chat-gateway, its instances):
   instead of its own counts: each interval's calls herd onto one replica (bigger batches, KV
   waits) while the other idles. queueing, stage queue, llm_request, both replicas.
 - `gateway-gen2-gc`: an in-process conversation cache of millions of small objects: CPython's full
-  collections every 6-12 s stop each gateway process for 1.2-2.6 s: its loop relays nothing
+  collections every 7-14 s stop each gateway process for 1.8-3.6 s (a heap of several GB): its loop relays nothing
   meanwhile (tokens arrive in a clump after), its spans stretch. gc_pause, the gateway's server span,
   every gateway instance.
 - Two causes: `long-conversation-burst+gateway-gen2-gc` (long conversations are the big objects),
@@ -104,10 +105,11 @@ SCENARIOS = ("steady", *SINGLES, *PAIRS)
 PODS, WORKERS, REPLICAS, MOD_REPLICAS, SHARDS = 3, 2, 2, 3, 4
 SLOW_MOD, SLOW_SHARD, RESTARTED = 2, 3, 1
 SYSTEM_TOKENS = 3200
-TENANT_SHARE = tuple(1.0 / (k + 2) ** 0.8 for k in range(16))
+TENANT_SHARE = tuple(1.0 / (k + 3) ** 0.7 for k in range(24))
 ADAPTERS = (0, 3, 6)
 THRASH = 8  # tenants with an adapter in lora-adapter-thrash
 MOD_TIMEOUT_MS = 2000.0
+MAX_TOKENS = 400
 _SETUPS = (
     {"fmt": "otlp-json", "semconv": "new", "ident": "pod", "engine_spans": True, "token_every": 32,
      "gc_events": True, "chunked": False, "rps": 14.0, "detect_s": 0.0, "ramp_s": 30.0},
@@ -173,8 +175,8 @@ def _pauses(rng: random.Random, horizon: float, full_gc: bool) -> list[tuple[flo
     if full_gc:
         t = rng.uniform(1.0, 8.0) * NS_PER_S
         while t < horizon:
-            out.append((t, t + rng.uniform(1200.0, 2600.0) * NS_PER_MS, 2))
-            t += rng.uniform(6.0, 12.0) * NS_PER_S
+            out.append((t, t + rng.uniform(1800.0, 3600.0) * NS_PER_MS, 2))
+            t += rng.uniform(7.0, 14.0) * NS_PER_S
     return sorted(out)
 
 
@@ -199,7 +201,7 @@ def _moderation(rng: random.Random, t: float, slow: bool, stalls: Stalls) -> tup
 def _search(rng: random.Random, t: float, slow: bool, stalls: Stalls) -> tuple[float, float]:
     shards = []
     for k in range(SHARDS):
-        ms = lognormal_ms(rng, 800.0, 0.5) if slow and k == SLOW_SHARD else lognormal_ms(rng, 6.0, 0.35)
+        ms = lognormal_ms(rng, 1200.0, 0.5) if slow and k == SLOW_SHARD else lognormal_ms(rng, 6.0, 0.35)
         shards.append(ms + (lognormal_ms(rng, 40.0, 0.3) if rng.random() < 0.01 else 0.0))
     return t, stalls.settle(t + max(shards) + lognormal_ms(rng, 1.2, 0.3))
 
@@ -207,9 +209,10 @@ def _search(rng: random.Random, t: float, slow: bool, stalls: Stalls) -> tuple[f
 def _replicas(rng: random.Random, s: dict[str, Any], parts: set[str], run_ns: float) -> list[Replica]:
     out = []
     for j in range(REPLICAS):
-        cfg = EngineConfig(s["chunked"], 80_000, 0.4, 0.0008)
+        cfg = EngineConfig(s["chunked"], 80_000, 0.3, 0.002, 6_000.0)
         r = Replica(j, cfg, random.Random(rng.getrandbits(32)))
         r.host = dict.fromkeys(ADAPTERS, 0.0)  # loaded since the process started
+        r.prefix_touch = dict.fromkeys(range(len(TENANT_SHARE)), 0.0)  # a process running for a while
         if "prefix-cache-eviction" in parts:
             window = (0.3 * run_ns, 0.65 * run_ns)
             r.extra_churn.append((*window, 400_000.0, 30_000))
@@ -270,7 +273,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         build = (b0, st.run(b0, (1.0 + 0.0006 * history) * NS_PER_MS * rng.lognormvariate(0, 0.2)))
         send = build[1] + lognormal_ms(rng, 0.2, 0.3)
         prompt = SYSTEM_TOKENS + int(rng.uniform(800, 1200)) + history + int(rng.uniform(20, 120))
-        out = int(min(512, max(8, (320 if long_conv else 110) * rng.lognormvariate(0, 0.6))))
+        out = int(min(MAX_TOKENS, max(8, (320 if long_conv else 90) * rng.lognormvariate(0, 0.55))))
         seq = Seq(i, 0.0, prompt, SYSTEM_TOKENS, out, tenant, adapter)
         calls.append(Call(seq, send))
         turns.append({"pod": pod, "worker": worker, "tenant": tenant, "root_s": root_s, "get": get,

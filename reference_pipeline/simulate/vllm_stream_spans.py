@@ -207,7 +207,7 @@ def _llm(st: Style, tl: Turn, me: int) -> tuple:
     model = MODEL if tl.adapter is None else f"{MODEL}:tenant-{tl.adapter}"
     if new:
         attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
-                                 "gen_ai.request.model": model, "gen_ai.request.max_tokens": 512,
+                                 "gen_ai.request.model": model, "gen_ai.request.max_tokens": 400,
                                  "gen_ai.usage.input_tokens": tl.prompt, **_peer(st, "vllm-router.support.svc", 8000)}
         if not tl.failed:
             attrs["gen_ai.usage.output_tokens"] = tl.out
@@ -228,7 +228,7 @@ def write_engine(table: TraceTable, res: Resources, trace: int, parent: int, tl:
         return
     st = res.style
     attrs = {"gen_ai.request.id": f"chatcmpl-{trace:08x}", "gen_ai.response.model": MODEL,
-             "gen_ai.request.max_tokens": 512, "gen_ai.usage.prompt_tokens": tl.prompt,
+             "gen_ai.request.max_tokens": 400, "gen_ai.usage.prompt_tokens": tl.prompt,
              "gen_ai.usage.completion_tokens": tl.out, "gen_ai.latency.time_in_queue": round(tl.queue_s, 4),
              "gen_ai.latency.time_to_first_token": round(tl.ttft_s, 4),
              "gen_ai.latency.e2e": round((tl.engine[1] - tl.engine[0]) / NS_PER_S, 4)}
