@@ -2,74 +2,72 @@
 (vllm_stream_engine.py: vLLM's continuous batching; vllm_stream_serve.py: the router and restarts;
 vllm_stream_spans.py: the conventions).
 
-Shape: `chat-gateway` (FastAPI on uvicorn, 2 worker processes per pod, 3 pods; one asyncio loop per
-process) receives `POST /v1/chat/stream`, loads the conversation from Redis (`GET`; a miss rebuilds it
-from Postgres, `SELECT chat`, and writes it back), asks `moderation` (a small classifier over HTTP, 3
-replicas, a 2 s timeout and one retry; after two timeouts it fails open), retrieves 3 help articles
-from Qdrant over gRPC (`/qdrant.Points/Search`: 4 shards, the call waits for the slowest), builds the
-prompt (the tenant's 3.2k-token system prompt + articles + history + message) and calls the model
-through the OpenAI SDK, streaming (`chat support-assistant-8b`, or `openai.chat` with the old `llm.*`
-names), relaying every token to the browser as a server-sent event; the server span lasts until the
-last token, then the turn is saved (`SET`). `vllm`: 2 replicas, one GPU each, behind a
-least-outstanding-requests router (vllm_stream_engine.py describes the engine). 24 tenants (each its
-own system prompt); 3 of them use their own LoRA adapter. The user feels the time to first token (TTFT) and the gaps between tokens.
+Shape: `chat-gateway` (FastAPI on uvicorn, 2 worker processes per pod, 3 pods; one asyncio loop per process)
+receives `POST /v1/chat/stream`, loads the conversation from Redis (`GET`; a miss rebuilds it from Postgres,
+`SELECT chat`, and writes it back), asks `moderation` (a small classifier over HTTP, 3 replicas, a 2 s
+timeout and one retry; after two timeouts it fails open), retrieves 3 help articles from Qdrant over gRPC
+(`/qdrant.Points/Search`: 4 shards, the call waits for the slowest), builds the prompt (the tenant's
+3.2k-token system prompt + articles + history + message) and calls the model through the OpenAI SDK,
+streaming (`chat support-assistant-8b`, or `openai.chat` with the old `llm.*` names), relaying every token
+to the browser as a server-sent event; the server span lasts until the last token, then the turn is saved
+(`SET`). `vllm`: 2 replicas, one GPU each, behind a least-outstanding-requests router (vllm_stream_engine.py
+describes the engine). 24 tenants (each its own system prompt); 3 of them use their own LoRA adapter. The
+user feels the time to first token (TTFT) and the gaps between tokens.
 
-Healthy noise: jitter everywhere; 3 % Redis misses (rebuilt from Postgres, time growing with the
-history); a moderation call over 2 s now and then (a GC on the classifier: a retry); Qdrant segment
-optimisations (1 % of shard replies ~40 ms); CPython's young collections every fraction of a second
-and a full one every minute or two per gateway process; prefill steps interleaved with decodes (TTFT
-and token gaps vary with the neighbours); a rare tenant's system prompt evicted from the prefix cache.
+Healthy noise: jitter everywhere; 3 % Redis misses (rebuilt from Postgres, time growing with the history); a
+moderation call over 2 s now and then (a GC on the classifier: a retry); Qdrant segment optimisations (1 %
+of shard replies ~40 ms); CPython's young collections every fraction of a second and a full one every minute
+or two per gateway process; prefill steps interleaved with decodes (TTFT and token gaps vary with the
+neighbours); a rare tenant's system prompt evicted from the prefix cache.
 
 Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv (`gen_ai.*`, `server.address`), instances by
-`k8s.pod.name`, vLLM's `llm_request` spans exported (time in queue, TTFT, prefill time, cached tokens),
-an event on the gateway span at the first token and every 32 tokens, the gateway's collections as
-`gc.collect` events; no chunked prefill. 1: Jaeger, old names (`llm.usage.*`, `db.statement`,
-`net.peer.name`), host.name + process.pid (each uvicorn worker is its own instance), `llm_request`
-(time in queue, in the scheduler, TTFT), no token or GC events, chunked prefill (512 tokens a step).
-2: Zipkin v2, new names, instances are endpoints (ip:port), nothing from vLLM, a first-token annotation
-only, no GC events, no chunked prefill.
+`k8s.pod.name`, vLLM's `llm_request` spans exported (time in queue, TTFT, prefill time, cached tokens), an
+event on the gateway span at the first token and every 32 tokens, the gateway's collections as `gc.collect`
+events; no chunked prefill. 1: Jaeger, old names (`llm.usage.*`, `db.statement`, `net.peer.name`), host.name
++ process.pid (each uvicorn worker is its own instance), `llm_request` (time in queue, in the scheduler,
+TTFT), no token or GC events, chunked prefill (512 tokens a step). 2: Zipkin v2, new names, instances are
+endpoints (ip:port), nothing from vLLM, a first-token annotation only, no GC events, no chunked prefill.
 
-Mechanisms (scenario: truth; where vLLM exports nothing, a vLLM cause is named at the gateway's LLM
-CLIENT span, service chat-gateway, its instances):
-- `long-conversation-burst`: from 30 % to 55 % of the run 12 % of the conversations are long (8-14k
-  history tokens, longer answers: median 320 tokens); the KV cache fills, decode steps preempt the youngest sequences (recompute): their
-  streams stall mid-answer and they prefill again; new requests wait for KV blocks. TTFT and the
-  whole stream. queueing, stage queue, llm_request (side compute_bound: the recompute; large_payload).
-- `long-prompt-prefill`: from 30 % of the run 5 % of the prompts are 14-28k tokens (pasted logs):
-  each prefill takes a whole step of ~0.5-1.2 s (chunked: 30-55 steps 2-3x longer) and every other
-  stream's next token waits; prompts behind it wait to start. Gaps and TTFT. queueing, stage queue,
-  llm_request, accept large_payload (side compute_bound).
-- `prefix-cache-eviction`: from 30 % to 65 % of the run an internal summarizer (untraced) holds 30k
-  KV tokens and churns the free pool with long transcripts: a tenant's system prompt that no running
-  request holds is evicted between uses, and about half the requests prefill their 3.2k-token system
-  prompt again; the engine spends that
-  much more time in prefill. TTFT first, the stream's gaps too. cache_miss, stage model_forward,
-  llm_request (side queueing, compute_bound).
-- `lora-adapter-thrash`: from 25 % of the run 8 tenants use adapters with 4 GPU slots: a request
-  for a non-resident adapter waits in the scheduler until a slot's adapter has no running sequence,
-  then for its load. TTFT. cache_miss, stage queue, llm_request, accept queueing and cold_start.
+Mechanisms (scenario: truth; where vLLM exports nothing, a vLLM cause is named at the gateway's LLM CLIENT
+span, service chat-gateway, its instances):
+- `long-conversation-burst`: from 30 % to 55 % of the run 12 % of the conversations are long (8-14k history
+  tokens, longer answers: median 320 tokens); the KV cache fills, decode steps preempt the youngest
+  sequences (recompute): their streams stall mid-answer and they prefill again; new requests wait for KV
+  blocks. TTFT and the whole stream. queueing, stage queue, llm_request (side compute_bound: the recompute;
+  large_payload).
+- `long-prompt-prefill`: from 30 % of the run 5 % of the prompts are 14-28k tokens (pasted logs): each
+  prefill takes a whole step of ~0.25-0.75 s (chunked: 30-55 steps 2-3x longer) and every other stream's next
+  token waits; prompts behind it wait to start. Gaps and TTFT. queueing, stage queue, llm_request, accept
+  large_payload (side compute_bound).
+- `prefix-cache-eviction`: from 30 % to 65 % of the run an internal summarizer (untraced) holds 30k KV
+  tokens and churns the free pool with long transcripts: a tenant's system prompt that no running request
+  holds is evicted between uses, and about half the requests prefill their 3.2k-token system prompt again;
+  the engine spends that much more time in prefill. TTFT first, the stream's gaps too. cache_miss, stage
+  model_forward, llm_request (side queueing, compute_bound).
+- `lora-adapter-thrash`: from 25 % of the run 8 tenants use adapters with 4 GPU slots: a request for a
+  non-resident adapter waits in the scheduler until a slot's adapter has no running sequence, then for its
+  load. TTFT. cache_miss, stage queue, llm_request, accept queueing and cold_start.
 - `replica-restart`: vllm-1 restarts at 40 % of the run (drained, ~20 s of weights load and CUDA graph
-  capture); the other replica carries everything meanwhile; the router keeps sending for 2.5 s on
-  seed 1 (refused, the SDK retries) and the replica rejoins at once (it has no outstanding requests:
-  it takes every new call), or slow-starts over 30 s (seeds 0, 2); back cold: an empty prefix cache,
-  slow first steps. cold_start, stage model_forward, llm_request at vllm-1 (side queueing,
-  timeout_retry, cache_miss).
-- `moderation-slow-replica`: one of 3 classifier replicas answers in ~2.4 s: calls to it time out at
-  2 s and are retried (a second unlucky pick fails open after 4 s). TTFT and whole stream alike.
-  timeout_retry, stage downstream, the moderation CLIENT span `POST` (side slow_dependency).
+  capture); the other replica carries everything meanwhile; the router keeps sending for 2.5 s on seed 1
+  (refused, the SDK retries) and the replica rejoins at once (it has no outstanding requests: it takes every
+  new call), or slow-starts over 30 s (seeds 0, 2); back cold: an empty prefix cache, slow first steps.
+  cold_start, stage model_forward, llm_request at vllm-1 (side queueing, timeout_retry, cache_miss).
+- `moderation-slow-replica`: one of 3 classifier replicas answers in ~2.4 s: calls to it time out at 2 s and
+  are retried (a second unlucky pick fails open after 4 s). TTFT and whole stream alike. timeout_retry,
+  stage downstream, the moderation CLIENT span `POST` (side slow_dependency).
 - `vector-slow-shard`: one Qdrant shard answers in ~1.2 s (heavy tail): every search waits for it.
   slow_dependency, stage downstream, `/qdrant.Points/Search`.
-- `detokenizer-lag`: a campaign's surge (1.7x the arrivals from 35 % to 70 % of the run): so many
-  concurrent streams that the API server's event loop (detokenize + SSE, per token) falls behind the
-  engine; tokens leave late and in clumps, the lag building while the surge lasts. Gaps and TTFT.
-  compute_bound (one Python thread's CPU), stage postprocessing, llm_request, accept queueing.
-- `router-stale-load`: the router balances on the replicas' scraped `running + waiting` every 5 s
-  instead of its own counts: each interval's calls herd onto one replica (bigger batches, KV
-  waits) while the other idles. queueing, stage queue, llm_request, both replicas.
+- `detokenizer-lag`: a campaign's surge (1.7x the arrivals from 35 % to 70 % of the run): so many concurrent
+  streams that the API server's event loop (detokenize + SSE, per token) falls behind the engine; tokens
+  leave late and in clumps, the lag building while the surge lasts. Gaps and TTFT. compute_bound (one Python
+  thread's CPU), stage postprocessing, llm_request, accept queueing.
+- `router-stale-load`: the router balances on the replicas' scraped `running + waiting` every 5 s instead of
+  its own counts: each interval's calls herd onto one replica (bigger batches, KV waits) while the other
+  idles. queueing, stage queue, llm_request, both replicas.
 - `gateway-gen2-gc`: an in-process conversation cache of millions of small objects: CPython's full
-  collections every 7-14 s stop each gateway process for 1.8-3.6 s (a heap of several GB): its loop relays nothing
-  meanwhile (tokens arrive in a clump after), its spans stretch. gc_pause, the gateway's server span,
-  every gateway instance.
+  collections every 5-10 s stop each gateway process for 1.8-3.6 s (a heap of several GB): its loop relays
+  nothing meanwhile (tokens arrive in a clump after), its spans stretch. gc_pause, the gateway's server
+  span, every gateway instance.
 - Two causes: `long-conversation-burst+gateway-gen2-gc` (long conversations are the big objects),
   `lora-adapter-thrash+vector-slow-shard`, `router-stale-load+moderation-slow-replica`.
 """
@@ -148,7 +146,8 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
 
     causes = {
         "long-conversation-burst": engine("queueing", "queue", side=("compute_bound", "large_payload")),
-        "long-prompt-prefill": engine("queueing", "queue", accept=("large_payload",), side=("compute_bound",)),
+        "long-prompt-prefill": engine("queueing", "queue", accept=("large_payload",),
+                                      side=("compute_bound",)),
         "prefix-cache-eviction": engine("cache_miss", "model_forward", side=("queueing", "compute_bound")),
         "lora-adapter-thrash": engine("cache_miss", "queue", accept=("queueing", "cold_start")),
         "replica-restart": engine("cold_start", "model_forward", (RESTARTED,),
@@ -176,7 +175,7 @@ def _pauses(rng: random.Random, horizon: float, full_gc: bool) -> list[tuple[flo
         t = rng.uniform(1.0, 8.0) * NS_PER_S
         while t < horizon:
             out.append((t, t + rng.uniform(1800.0, 3600.0) * NS_PER_MS, 2))
-            t += rng.uniform(7.0, 14.0) * NS_PER_S
+            t += rng.uniform(5.0, 10.0) * NS_PER_S
     return sorted(out)
 
 
@@ -240,7 +239,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     bursts = ((0.35 * run_s, 0.35 * run_s, 1.7),) if "detokenizer-lag" in parts else ()
     arrivals = poisson_arrivals(rng, s["rps"], requests, bursts)
     horizon = arrivals[-1] + 120 * NS_PER_S
-    pauses = [[_pauses(rng, horizon, "gateway-gen2-gc" in parts) for _ in range(WORKERS)] for _ in range(PODS)]
+    full_gc = "gateway-gen2-gc" in parts
+    pauses = [[_pauses(rng, horizon, full_gc) for _ in range(WORKERS)] for _ in range(PODS)]
     stalls = [[Stalls(merge_intervals([(a, b) for a, b, _ in ps])) for ps in pod] for pod in pauses]
     replicas = _replicas(rng, s, parts, run_ns)
     turns: list[dict[str, Any]] = []
@@ -253,7 +253,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         thrash = "lora-adapter-thrash" in parts and at >= 0.25
         adapter = tenant if tenant in ADAPTERS or (thrash and tenant < THRASH) else None
         long_conv = "long-conversation-burst" in parts and 0.3 <= at < 0.55 and rng.random() < 0.12
-        history = int(rng.uniform(8000, 14000)) if long_conv else int(min(7000, 600 * rng.lognormvariate(0, 0.9)))
+        history = (int(rng.uniform(8000, 14000)) if long_conv
+                   else int(min(7000, 600 * rng.lognormvariate(0, 0.9))))
         if "long-prompt-prefill" in parts and at >= 0.3 and rng.random() < 0.05:
             history = int(rng.uniform(14000, 28000)) - SYSTEM_TOKENS
         root_s = st.settle(t0 + lognormal_ms(rng, 0.3, 0.3))

@@ -1,22 +1,22 @@
-"""The vLLM side of the blind family `vllm-stream` (vllm_stream.py): continuous-batching engines, one per
-GPU replica, behind a least-outstanding-requests router.
+"""The vLLM side of the blind family `vllm-stream` (vllm_stream.py): continuous-batching engines, one per GPU
+replica, behind a least-outstanding-requests router.
 
-An engine runs one step at a time. Without chunked prefill a step is either a prefill (the waiting
-requests admitted together, cost growing with their uncached prompt tokens and quadratically with
-their length) or a decode step (one token for every running sequence; time growing with the batch and
-its total KV length). With chunked prefill every step decodes all running sequences and spends what is
-left of a 512-token budget on prompt chunks, oldest first. A request is admitted only when the KV cache
-has room for its prompt; when a decode step finds no room for the batch's next tokens, the youngest
-running sequences are preempted (recompute: their KV is dropped, they go back to the head of the
-waiting queue and prefill prompt + output so far again). Per-tenant system prompts are prefix-cached:
-a hit skips their prefill; a prefix no running sequence holds is evicted once the free pool's
-turnover (free tokens / tokens freed per second) is shorter than the time since its tenant's last use. LoRA adapters: at most 4 on the GPU; a request for another adapter waits
-until a slot's adapter has no running sequence, then for its load (from host memory, or from disk
-when the host-memory LRU of 4 evicted it too); the load runs inside the step: every stream waits.
+An engine runs one step at a time. Without chunked prefill a step is either a prefill (the waiting requests
+admitted together, cost growing with their uncached prompt tokens and quadratically with their length) or a
+decode step (one token for every running sequence; time growing with the batch and its total KV length).
+With chunked prefill every step decodes all running sequences and spends what is left of a 512-token budget
+on prompt chunks, oldest first. A request is admitted only when the KV cache has room for its prompt; when a
+decode step finds no room for the batch's next tokens, the youngest running sequences are preempted
+(recompute: their KV is dropped, they go back to the head of the waiting queue and prefill prompt + output
+so far again). Per-tenant system prompts are prefix-cached: a hit skips their prefill; a prefix no running
+sequence holds is evicted once the free pool's turnover (free tokens / tokens freed per second) is shorter
+than the time since its tenant's last use. LoRA adapters: at most 4 on the GPU; a request for another
+adapter waits until a slot's adapter has no running sequence, then for its load (from host memory, or from
+disk when the host-memory LRU of 4 evicted it too); the load runs inside the step: every stream waits.
 
-Tokens leave the engine at the end of each step and reach the client through the API server's event
-loop (detokenization + the SSE write, CPU per token growing with the output's length): when the loop
-is slower than the engine, delivery lags behind the steps.
+Tokens leave the engine at the end of each step and reach the client through the API server's event loop
+(detokenization + the SSE write, CPU per token growing with the output's length): when the loop is slower
+than the engine, delivery lags behind the steps.
 """
 
 from __future__ import annotations

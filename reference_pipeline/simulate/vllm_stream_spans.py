@@ -25,6 +25,7 @@ ENGINE = "llm_request"
 FIRST_TOKEN, TOKENS, GC = "first_token", "tokens", "gc.collect"
 _SUFFIX = ("7xk2p", "q4m9d", "h8v3n")
 _GW_PIDS = (7, 8)
+ROUTER = "vllm-router.support.svc"
 
 
 def gw_pod(k: int) -> str:
@@ -208,18 +209,20 @@ def _llm(st: Style, tl: Turn, me: int) -> tuple:
     if new:
         attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
                                  "gen_ai.request.model": model, "gen_ai.request.max_tokens": 400,
-                                 "gen_ai.usage.input_tokens": tl.prompt, **_peer(st, "vllm-router.support.svc", 8000)}
+                                 "gen_ai.usage.input_tokens": tl.prompt, **_peer(st, ROUTER, 8000)}
         if not tl.failed:
             attrs["gen_ai.usage.output_tokens"] = tl.out
     else:
         attrs = {"llm.request.type": "chat", "llm.request.model": model, "llm.is_streaming": True,
-                 "llm.usage.prompt_tokens": tl.prompt, **_peer(st, "vllm-router.support.svc", 8000)}
+                 "llm.usage.prompt_tokens": tl.prompt, **_peer(st, ROUTER, 8000)}
         if not tl.failed:
-            attrs.update({"llm.usage.completion_tokens": tl.out, "llm.usage.total_tokens": tl.prompt + tl.out})
+            attrs.update({"llm.usage.completion_tokens": tl.out,
+                          "llm.usage.total_tokens": tl.prompt + tl.out})
     events = [(a, "exception", {"exception.type": "openai.APIConnectionError",
                                 "exception.message": "Connection error."}) for a, _, _ in tl.refused]
     status = ("Error", "APIConnectionError: Connection error.") if tl.failed else ("Unset", "")
-    return (st.llm, "Client", me, "opentelemetry.instrumentation.openai", *tl.llm, attrs, *status, events, VLLM)
+    return (st.llm, "Client", me, "opentelemetry.instrumentation.openai", *tl.llm, attrs, *status, events,
+            VLLM)
 
 
 def write_engine(table: TraceTable, res: Resources, trace: int, parent: int, tl: Turn) -> None:
