@@ -171,25 +171,25 @@ def kids_by_id(spans) -> dict:
 
 @pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_kv_full_burst_preempts_running_streams_mid_answer_and_new_ones_wait() -> None:
-    run = run_ns(1200, 0)
-    spans = spans_of("long-conversation-burst", 1200, 0)
+    run = run_ns(1000, 0)
+    spans = spans_of("long-conversation-burst", 1000, 0)
     burst = [g for t, g in token_gaps(spans) if 0.3 * run < t < 0.55 * run]
-    steady = [g for _, g in token_gaps(spans_of("steady", 1200, 0))]
+    steady = [g for _, g in token_gaps(spans_of("steady", 1000, 0))]
     assert sum(g > 1100 * MS for g in burst) >= 20 and max(steady) < 900 * MS  # stalled mid-answer
     queue = [float(x["gen_ai.latency.time_in_queue"]) for x in engine_attrs(spans)]
-    calm = [float(x["gen_ai.latency.time_in_queue"]) for x in engine_attrs(spans_of("steady", 1200, 0))]
+    calm = [float(x["gen_ai.latency.time_in_queue"]) for x in engine_attrs(spans_of("steady", 1000, 0))]
     assert p(queue, 95) > 5 * p(calm, 95) and p(queue, 99) > 1.0
 
 
 @pytest.mark.full(covered_by=CONTRACT, reason="simulator physics")
 def test_a_long_prompt_prefill_stalls_every_stream_on_its_replica() -> None:
-    spans = spans_of("long-prompt-prefill", 1200, 0)
+    spans = spans_of("long-prompt-prefill", 1000, 0)
     engine = engine_attrs(spans)
     long = [x for x in engine if int(x["gen_ai.usage.prompt_tokens"]) >= 14000]
     assert len(long) >= 15
     assert min(float(x["gen_ai.latency.time_in_model_prefill"]) for x in long) > 0.2
     stalled = sum(g > 1100 * MS for _, g in token_gaps(spans))
-    steady = [g for _, g in token_gaps(spans_of("steady", 1200, 0))]
+    steady = [g for _, g in token_gaps(spans_of("steady", 1000, 0))]
     assert stalled >= 30 and max(steady) < 900 * MS  # 32 tokens take ~0.4 s
 
 
@@ -224,7 +224,7 @@ def test_a_saturated_api_event_loop_delivers_tokens_late_though_the_engine_made_
     def lag(scenario: str) -> list[float]:
         return [float(x["gen_ai.latency.time_to_first_token"]) - float(x["gen_ai.latency.time_in_queue"])
                 - float(x["gen_ai.latency.time_in_model_prefill"])
-                for x in engine_attrs(spans_of(scenario, 1200, 0))]
+                for x in engine_attrs(spans_of(scenario, 1000, 0))]
 
     surge, steady = lag("detokenizer-lag"), lag("steady")  # TTFT beyond the queue and the prefill
     assert p(surge, 99) > 0.02 and p(steady, 99) < 0.005
