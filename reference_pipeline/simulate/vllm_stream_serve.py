@@ -90,6 +90,7 @@ def serve(calls: list[Call], replicas: list[Replica], rng: random.Random, report
             r.slow = (restart.up, 8.0 * NS_PER_S)  # a fresh process: cold caches, slow first steps
             r.prefix_touch.clear()
             r.loaded.clear()
+            r.host.clear()
 
 
 def _choose(replicas: list[Replica], t: float, rng: random.Random, snapshot: list[int] | None,
