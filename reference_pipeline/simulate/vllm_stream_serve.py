@@ -4,7 +4,7 @@ gateway.
 
 The router sends each call to the replica with the fewest outstanding requests: its own live count
 (dispatched, not yet finished), or, with `report_s`, the replicas' own `running + waiting` as its last
-scrape of their metrics saw it (every requests in between goes to the same replica). A restart: at
+scrape of their metrics saw it (every request in between goes to the same replica). A restart: at
 `down` the replica's server closes its listener and finishes the streams it has (graceful), the
 process then loads its weights and captures its CUDA graphs and is back at `up` (cold: an empty prefix
 cache, no adapters, slow first steps). A router that is told (a preStop hook) stops sending at once; one
