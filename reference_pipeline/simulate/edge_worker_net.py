@@ -208,8 +208,9 @@ class RankerHost:
 
 
 def ranker_hosts(per_region: int, workers: int) -> list[RankerHost]:
-    return [RankerHost(r, k, Servers(workers), 0.022, "gbdt-ranker-v12")
-            for r in range(len(REGIONS)) for k in range(per_region)]
+    """Host i is host i // 2 of region i % 2."""
+    return [RankerHost(i % len(REGIONS), i // len(REGIONS), Servers(workers), 0.022, "gbdt-ranker-v12")
+            for i in range(per_region * len(REGIONS))]
 
 
 @dataclass
