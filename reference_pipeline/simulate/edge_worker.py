@@ -76,7 +76,7 @@ Mechanisms (scenario: truth):
   built without tree pruning (~15-20x the time per candidate: ~87 % busy with its share of the
   calls), its calls queue for its workers: slow_dependency (accept compute_bound), downstream; the
   host's SERVER span where the ranker's spans are exported, else the worker's ranker call at the PoPs
-  served by us-east4.
+  served by us-east4 (side queueing).
 - `noisy-isolate-json`: a partner's sync client sends 4-12.5 MB JSON bodies to one PoP (20 a second for
   15-90 % of the run); each `JSON.parse` holds that PoP's only isolate for 16-50 ms and every other
   request's callbacks wait: large_payload (accept compute_bound), parsing, `parse request` (the batch
@@ -151,10 +151,10 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
     kv = st.kv("CANDIDATES")
     if st.ranker:
         slow = Cause("slow_dependency", "downstream", st.rank_server, sp.RANKER,
-                     (st.label(sp.RANKER, SLOW_HOST),), accept=("compute_bound",))
+                     (st.label(sp.RANKER, SLOW_HOST),), accept=("compute_bound",), side=("queueing",))
     else:
         slow = Cause("slow_dependency", "downstream", st.rank_client, sp.WORKER, served_by_us,
-                     accept=("compute_bound",))
+                     accept=("compute_bound",), side=("queueing",))
     causes = {
         "deploy-cold-isolates": Cause("cold_start", "ingress", st.root(), sp.WORKER, edge,
                                       side=("network", "queueing")),
