@@ -181,7 +181,15 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   service (round-robin over 5 backends) and a Kafka producer whose full buffer blocks `send()`; JFR
   events on some seeds; OTLP / Jaeger / Zipkin v2. **Untouched**: written blind in session 17, held out
   until its first try and final score (open now)
-
+- `edge-worker` (edge_worker.py, edge_worker_flow.py, edge_worker_net.py, edge_worker_spans.py):
+  real-time personalisation at the edge: a JavaScript worker in V8 isolates at 12 PoPs (a script
+  compile on each new isolate, one event loop per isolate, a 50 ms CPU limit whose kills the page
+  retries), an edge KV store cached per PoP over one central store, a single-threaded session object
+  per user in one location worldwide, a Python ONNX ranker in two regions behind a global load
+  balancer over each isolate's HTTP/2 connection (a 5xx falls back to a popularity list); browser RUM
+  roots or server-rooted traces, the ranker's spans from another collector on some seeds; OTLP /
+  Jaeger / Zipkin v2. **Untouched**: written blind in session 18, held out until its first try and
+  final score
 - `vllm-stream` (vllm_stream.py, vllm_stream_engine.py, vllm_stream_serve.py, vllm_stream_spans.py): a
   customer-support chat assistant streaming its answers token by token: a FastAPI gateway (uvicorn, 2
   worker processes per pod, CPython's collector) loading the conversation from Redis (a miss rebuilds
@@ -244,6 +252,7 @@ MODULES = {
     "pgvector-search": "pgvector_search",
     "spring-loom": "spring_loom",
     "vllm-stream": "vllm_stream",
+    "edge-worker": "edge_worker",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
@@ -254,7 +263,7 @@ MODULES = {
 # vertx-hazelcast after session 13's, dotnet-onnx and python-istio after session 14's, cpp-thrift and
 # mobile-edge after session 15's, asr-stream and scala-akka after session 16's, pgvector-search and
 # spring-loom after session 17's (first try and final recorded in bench/RESULTS.md))
-UNTOUCHED: tuple[str, ...] = ("vllm-stream",)
+UNTOUCHED: tuple[str, ...] = ("vllm-stream", "edge-worker")
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
