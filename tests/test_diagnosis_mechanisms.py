@@ -3,11 +3,8 @@ test plants one physical cause and checks the diagnosis names it, and does not n
 
 from __future__ import annotations
 
-import copy
-import functools
-
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import TraceBuilder, diagnosed, lognormal
 from tests.mechanism_services import (
     BASE,
     autoscaled_service,
@@ -20,19 +17,6 @@ from tests.mechanism_services import (
     two_mode_service,
     worker_pool_service,
 )
-
-
-@functools.cache
-def _diagnosis(builder, *args, **kwargs):
-    return diagnose_frame(builder(*args, **kwargs))
-
-
-def diagnosed(builder, *args, **kwargs):
-    """diagnose_frame(builder(*args, **kwargs)), built and diagnosed once for the module (a deep copy
-    each call): the builders are seeded, so the same arguments give the same frame, and
-    test_every_finding_names_its_service_and_instances reads the findings of four frames that their
-    own tests diagnose (bench/RESULTS.md, suite19)."""
-    return copy.deepcopy(_diagnosis(builder, *args, **kwargs))
 
 
 def _conf(result, pattern: str) -> float:
