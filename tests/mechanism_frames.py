@@ -11,6 +11,8 @@ simulator: each test states its mechanism in a few lines and gets a built TraceF
 
 from __future__ import annotations
 
+import copy
+import functools
 from math import exp as _exp
 from typing import Any
 
@@ -162,3 +164,18 @@ def by_pattern(findings) -> dict[str, float]:
     for f in findings:
         out[f.pattern] = max(out.get(f.pattern, 0.0), f.confidence)
     return out
+
+
+@functools.cache
+def _diagnosis(builder: Any, *args: Any, **kwargs: Any) -> Any:
+    from tailscope.analysis.diagnosis import diagnose_frame
+
+    return diagnose_frame(builder(*args, **kwargs))
+
+
+def diagnosed(builder: Any, *args: Any, **kwargs: Any) -> Any:
+    """`diagnose_frame(builder(*args, **kwargs))`, built and diagnosed once per test process (a deep copy
+    each call): the builders are seeded, so the same arguments give the same frame, and several tests
+    assert different things of one frame's diagnosis (test_diagnosis_mechanisms, _changes, _paths;
+    bench/RESULTS.md, suite19). Only for a builder whose frame nothing changes after it is built."""
+    return copy.deepcopy(_diagnosis(builder, *args, **kwargs))

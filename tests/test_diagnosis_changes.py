@@ -13,6 +13,7 @@ from tests.mechanism_changes import (
     sized_work_service,
     two_services_one_client_name,
 )
+from tests.mechanism_frames import diagnosed
 
 
 def _found(result) -> list[tuple[str, float, str | None]]:
@@ -39,7 +40,7 @@ def test_sizes_that_grew_during_the_run_are_large_payload() -> None:
 
 
 def test_a_response_cache_missing_new_questions_at_a_steady_rate_is_not_named() -> None:
-    result = diagnose_frame(response_cache_service(43))
+    result = diagnosed(response_cache_service, 43)
     assert _conf(result, "cache_miss") < 0.5, _found(result)
 
 
@@ -47,7 +48,7 @@ def test_a_response_cache_steady_misses_rank_below_other_possible_causes() -> No
     # its misses are the requests that do the work: they say which requests are slow, not why; at
     # 0.45 they tied with (and, carrying the whole tail, ranked over) a possible cause of that work's
     # time (rag-chat's longer prompts, large_payload 0.45)
-    result = diagnose_frame(response_cache_service(43))
+    result = diagnosed(response_cache_service, 43)
     assert 0.05 <= _conf(result, "cache_miss") <= 0.3, _found(result)
 
 

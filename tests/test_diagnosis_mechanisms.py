@@ -4,7 +4,7 @@ test plants one physical cause and checks the diagnosis names it, and does not n
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.mechanism_frames import TraceBuilder, lognormal
+from tests.mechanism_frames import TraceBuilder, diagnosed, lognormal
 from tests.mechanism_services import (
     BASE,
     autoscaled_service,
@@ -29,7 +29,7 @@ def test_two_modes_without_a_cache_are_not_a_cache_miss() -> None:
 
 
 def test_two_modes_with_a_store_call_on_the_slow_path_are_a_cache_miss() -> None:
-    result = diagnose_frame(two_mode_service(2, child_on_slow=True))
+    result = diagnosed(two_mode_service, 2, child_on_slow=True)
     assert result.findings[0].pattern == "cache_miss"
     assert result.findings[0].confidence >= 0.5
     assert "slow path" in result.findings[0].evidence["stats"]["cache_evidence"]
@@ -89,7 +89,7 @@ def test_repeated_calls_without_a_deadline_are_not_a_timeout() -> None:
 
 
 def test_time_that_grows_with_the_payload_is_large_payload() -> None:
-    result = diagnose_frame(payload_service(21, grows=True))
+    result = diagnosed(payload_service, 21, grows=True)
     top = result.findings[0]
     assert top.pattern == "large_payload" and top.confidence >= 0.5, [
         (f.pattern, round(f.confidence, 2)) for f in result.findings
@@ -147,7 +147,7 @@ def test_reported_gc_pauses_outweigh_period_alignment() -> None:
 
 
 def test_a_wait_for_a_worker_slot_is_queueing_not_network() -> None:
-    result = diagnose_frame(worker_pool_service(41, workers=3))
+    result = diagnosed(worker_pool_service, 41, workers=3)
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert _conf(result, "queueing") >= 0.5, found
     assert _conf(result, "network") < 0.5, found
@@ -172,7 +172,7 @@ def test_slow_wire_beside_a_worker_pool_stays_network() -> None:
 
 
 def test_instances_started_cold_in_a_burst_are_cold_start_not_gc() -> None:
-    result = diagnose_frame(autoscaled_service(51))
+    result = diagnosed(autoscaled_service, 51)
     found = [(f.pattern, round(f.confidence, 2)) for f in result.findings]
     assert result.findings[0].pattern == "cold_start" and result.findings[0].confidence >= 0.5, found
     assert _conf(result, "gc_pause") < 0.5 and _conf(result, "cpu_throttling") < 0.5, found
@@ -194,13 +194,13 @@ def test_a_healthy_gateway_raises_no_pause() -> None:
 
 
 def test_every_finding_names_its_service_and_instances() -> None:
-    for frame in (
-        two_mode_service(2, child_on_slow=True),
-        worker_pool_service(41, workers=3),
-        autoscaled_service(51),
-        payload_service(21, grows=True),
+    for result in (
+        diagnosed(two_mode_service, 2, child_on_slow=True),
+        diagnosed(worker_pool_service, 41, workers=3),
+        diagnosed(autoscaled_service, 51),
+        diagnosed(payload_service, 21, grows=True),
     ):
-        for finding in diagnose_frame(frame).findings:
+        for finding in result.findings:
             if finding.pattern == "unexplained_tail":
                 continue
             stats = finding.evidence["stats"]

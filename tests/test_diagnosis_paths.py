@@ -6,6 +6,7 @@ what the side effects are judged part of."""
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis import diagnose_frame
+from tests.mechanism_frames import diagnosed
 from tests.path_services import (
     batched_model_service,
     cached_service,
@@ -31,7 +32,7 @@ def _conf(result, pattern: str) -> float:
 def test_keys_expiring_together_are_a_cache_miss_though_the_misses_crowd() -> None:
     """A stampede's misses overlap (they come together and each holds its span for the store's round
     trip): the crowd is what the misses make; the extra time is in the store call made on misses only."""
-    result = diagnose_frame(cached_service(1, workers=3, rate=400.0))
+    result = diagnosed(cached_service, 1, workers=3, rate=400.0)
     assert result.findings[0].pattern == "cache_miss" and result.findings[0].confidence >= 0.8, _found(result)
     assert result.findings[0].evidence["stats"]["synchronised_expiry"], _found(result)
 
@@ -39,7 +40,7 @@ def test_keys_expiring_together_are_a_cache_miss_though_the_misses_crowd() -> No
 def test_a_queue_behind_a_stampede_is_part_of_the_cache_miss() -> None:
     """The calls wait for a worker slot at an ordinary arrival rate while the slots are held by
     requests on the miss path: the queue is the misses' consequence, ranked after them."""
-    result = diagnose_frame(cached_service(1, workers=3, rate=400.0))
+    result = diagnosed(cached_service, 1, workers=3, rate=400.0)
     queue = [f for f in result.findings if f.pattern == "queueing"]
     assert queue and queue[0].evidence["stats"]["part_of"] == "cache_miss", _found(result)
     assert queue[0].confidence <= 0.9 * result.findings[0].confidence

@@ -127,27 +127,57 @@ def test_slow_downstream_moves_the_downstream_stage(tmp_path, steady) -> None:
     assert slow_enrich["p99"] > max(10 * base_enrich["p99"], 100), (base_enrich, slow_enrich)
 
 
+def cold_start_problems(db: Path, run: str) -> list[str]:
+    """What a run lacks of a model loaded on the request path (empty: it has it all). The first batch's
+    `model.forward` carries the load (build, weights, the warm-up over every shape): per request of its
+    batch it is >= 10x the run's other forwards' median (a forward is CPU work like the load, so the
+    machine's load scales both; per request, because later batches fill up under load). The first three
+    requests arrived before the load ended and were answered after it, and every request that arrived
+    meanwhile waited in the queue until it ended: what makes them the slowest at a steady load. Whether
+    they are the slowest of the run is not checked: a machine too loaded for 12 requests/s keeps the
+    later ones waiting longer (at load ~20 the later median was 60 s, the first three 49-52 s)."""
+    batches = query(
+        db,
+        """
+        SELECT DISTINCT epoch_ns(Timestamp), Duration, CAST(SpanAttributes->>'batch.size' AS INT)
+        FROM otel_traces WHERE RunLabel = ? AND ServiceName = ? AND SpanName = ? ORDER BY 1""",
+        [run, sm.SERVICE_NAME, sm.FORWARD],
+    )  # every request of a batch has a forward span with the batch's start and end
+    (load_start, load_ns, size), *later = batches
+    load_end = load_start + load_ns
+    per_request = sorted(ns / n for _, ns, n in later)
+    usual = per_request[len(per_request) // 2] if per_request else 0.0
+    roots = query(
+        db,
+        """
+        SELECT epoch_ns(r.Timestamp), r.Duration, epoch_ns(q.Timestamp) + q.Duration
+        FROM otel_traces r JOIN otel_traces q ON q.TraceId = r.TraceId AND q.RunLabel = r.RunLabel
+        WHERE r.RunLabel = ? AND r.ServiceName = ? AND r.SpanName = ? AND q.SpanName = ?
+        ORDER BY 1""",
+        [run, sm.SERVICE_NAME, sm.ROOT_SPAN, sm.QUEUE_WAIT],
+    )
+    problems = []
+    if not per_request or load_ns / size < 10 * usual:
+        problems.append(f"no load on the first forward: {load_ns / 1e6:.0f} ms for {size}, the others' "
+                        f"median per request {usual / 1e6:.0f} ms")
+    waited = [start < load_end <= start + ns for start, ns, _ in roots[:3]]
+    if not all(waited):
+        problems.append(f"the first three requests did not wait out the load: {waited}")
+    # a request of the first batch leaves the queue as the load starts; none may leave it during the load
+    served = [s for s, _, queued in roots if s < load_end and load_start + 1e6 < queued < load_end - 1e6]
+    if served:
+        problems.append(f"{len(served)} requests that arrived during the load left the queue before it ended")
+    return problems
+
+
 @pytest.mark.slow
 def test_cold_start_makes_the_first_requests_slowest(tmp_path, steady) -> None:
-    run_and_load(tmp_path, "cold-start", steady)
-    roots = [
-        row[0]
-        for row in query(
-            steady,
-            """
-        SELECT Duration / 1e6 FROM otel_traces
-        WHERE RunLabel = 'cold-start' AND ServiceName = ? AND SpanName = ?
-        ORDER BY Timestamp""",
-            [sm.SERVICE_NAME, sm.ROOT_SPAN],
-        )
-    ]
-    later = sorted(roots[len(roots) // 2 :])
-    first = roots[:3]
     # the model loads on the first batch (readiness is not gated on it): the first requests wait for
-    # the whole load, those behind them less and less as the backlog drains
-    assert sum(first) / 3 > 5 * later[len(later) // 2], (first, later[len(later) // 2])
-    assert max(roots) == max(first), (first, sorted(roots)[-5:])
-    assert min(roots[:5]) >= sorted(roots)[int(0.9 * len(roots))], (roots[:5], sorted(roots)[-8:])
+    # the whole load, those behind them queue until it ends (cold_start_problems)
+    run_and_load(tmp_path, "cold-start", steady)
+    assert cold_start_problems(steady, "cold-start") == []
+    # and the same checks fail on the module's steady run (its model loaded and warmed before it was ready)
+    assert [p for p in cold_start_problems(steady, "steady") if p.startswith("no load on the first forward")]
 
 
 def test_model_stage_traced_as_triton_becomes_stages_by_phase_rules(tmp_path, steady) -> None:

@@ -16,16 +16,19 @@ from tailscope.analysis.types import Filter
 from tailscope.analysis.views import NO_FLOOR_NS, slowest_floor_ns
 from tailscope.cli.main import main
 from tailscope.store.duckdb.store import DuckDBStore
-from tests.run_cache import simulated_copy
+from tests.run_cache import ingested_copy, simulated_copy
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> DuckDBStore:
     folder = tmp_path_factory.mktemp("slowest")
     path = folder / "store.duckdb"
-    for run, scenario, seed in (("a", "lock-contention", 3), ("b", "slow-downstream", 5)):
-        traces = simulated_copy(tmp_path_factory, folder / f"{run}.json", scenario, 1500, seed)
-        assert main(["ingest", str(traces), "--db", str(path), "--run", run]) == 0
+    # run "a" into the empty store is test_heatmap_histogram's store (the same bytes and label): a copy of
+    # the session's one (run_cache.ingested_copy); "b" goes on top of it
+    a = simulated_copy(tmp_path_factory, folder / "a.json", "lock-contention", 1500, 3)
+    ingested_copy(tmp_path_factory, path, a, "a")
+    b = simulated_copy(tmp_path_factory, folder / "b.json", "slow-downstream", 1500, 5)
+    assert main(["ingest", str(b), "--db", str(path), "--run", "b"]) == 0
     return DuckDBStore(path)
 
 

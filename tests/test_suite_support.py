@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from browser_support import installed
 from conftest import GC_THRESHOLD, scan_streamlit_components_once
-from mechanism_frames import lognormal
+from mechanism_frames import TraceBuilder, diagnosed, lognormal
 
 
 def test_apptests_scan_the_installed_components_once(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -58,3 +58,23 @@ def test_lognormal_draws_what_the_generators_normal_drew() -> None:
         assert lognormal(new, median, sigma) == float(median * np.exp(old.normal(0.0, sigma)))
         if i % 5 == 0:
             assert new.integers(10) == old.integers(10)
+
+
+def test_diagnosed_builds_and_diagnoses_a_frame_once_and_hands_out_copies() -> None:
+    built: list[int] = []
+
+    def service(seed: int):  # a server whose tail is a few slow requests
+        built.append(seed)
+        b = TraceBuilder(seed)
+        for t in b.arrivals(300, rps=100.0):
+            b.new_trace()
+            b.span(None, "GET /x", "Server", "api/0", float(t), lognormal(b.rng, 5.0, 0.6))
+        return b.frame()
+
+    first = diagnosed(service, 1)
+    first.findings.append("changed by a test")
+    again = diagnosed(service, 1)
+    assert built == [1] and "changed by a test" not in again.findings
+    assert again.requests == 300
+    diagnosed(service, 2)  # other arguments: another frame
+    assert built == [1, 2]
