@@ -23,6 +23,8 @@ def dependency_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     f = x.frame
     calm = _calm(f.start[spans], f.dur[spans].astype("float64"))
     if calm is None:
+        calm = _calm(f.start[spans], f.dur[spans].astype("float64"), quantile=0.1)
+    if calm is None:
         return None
     edit = Edit.none(len(f))
     rows = spans[~calm]

@@ -99,3 +99,28 @@ def host_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         pattern="cpu_throttling",
         params={"hosts": len(hosts), "spans_retimed": len(rows)},
     )
+
+
+def lock_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A lock_contention finding that names some of its service's instances: a lock of each process
+    (a `synchronized` wrapper, a per-process mutex) held longer there than on the peers (a canary's
+    larger model inside it). Where the lock pins the threads that run everything else (carriers of
+    virtual threads pinned while waiting at a monitor: a small pool of workers held by a slow section),
+    every task on that process waits to be scheduled, not only those that take the lock; so with the
+    holders as fast as the peers', every span's own time on those instances takes its quantile among
+    the peers' (`host_as_peers`), the lock's waits and the schedule waits together. Assumption: the
+    peers get the same traffic and run the same work. None where the finding names no instance or
+    every instance of the service."""
+    named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
+    if not named:
+        return None
+    lever = host_as_peers(x, finding)
+    if lever is None:
+        return None
+    name = finding.get("span_name")
+    lever.key = f"no_lock_wait_as_peers:{name}"
+    lever.label = f"'{name}' held on {lever.label.partition('(')[2].rstrip(')')} as on its peers"
+    lever.pattern, lever.span_name = "lock_contention", name
+    lever.model = ("the lock held on the named instances as briefly as on their peers (a per-process lock "
+                   "whose waiters hold the threads everything else runs on): " + lever.model)
+    return lever

@@ -252,7 +252,8 @@ def stretches(when: np.ndarray) -> np.ndarray:
     return np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
 
 
-def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO) -> np.ndarray | None:
+def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO,
+          quantile: float = CALM_QUANTILE) -> np.ndarray | None:
     """Per wait, whether it falls in a calm stretch of the run (CALM_BINS stretches by `when`): one whose
     mean wait is at most CALM_RATIO times the typical stretch's, the typical being the quieter
     quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one). None
@@ -260,7 +261,7 @@ def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO) -> np.n
     b = stretches(when)
     count = np.bincount(b, minlength=CALM_BINS)
     mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
-    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
+    typical = float(np.quantile(mean[count > 0], quantile))
     calm = mean[b] <= ratio * max(typical, 1.0)
     return None if calm.all() or calm.sum() < 20 else calm
 
