@@ -327,8 +327,7 @@ def _describe(lever: lv.Lever) -> dict[str, Any]:
 
 
 def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
-    """Each span's duration (ns) after the lever: re-timed, and the queues replayed where it asks
-    (the model's, then the handler threads')."""
+    """Each span's duration (ns) after the lever: re-timed, the model's and handlers' queues replayed."""
     edit = lever.edit
     first = retime(x.frame, edit, x.lay)
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
