@@ -24,7 +24,7 @@ from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.deadlines import capped_calls, expiry_retimed
 from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
-from tailscope.analysis.whatif.host_levers import host_as_peers, lock_as_peers
+from tailscope.analysis.whatif.host_levers import host_as_peers, lock_as_peers, stalls_as_peers
 from tailscope.analysis.whatif.in_order import payload_in_order
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
@@ -34,6 +34,7 @@ from tailscope.analysis.whatif.process_levers import no_process_pauses, with_str
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, retime, unit_latency, unit_weight
 from tailscope.analysis.whatif.served import replica_routing, served
+from tailscope.analysis.whatif.stall_levers import stalled_own_time_as_calm
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
@@ -203,8 +204,8 @@ def plan(
         elif p in ("cpu_throttling", "compute_bound"):  # no quota period seen / on some hosts only:
             # a host slower than its peers at the same work (CPU stolen), at their speed
             out.append((p == "cpu_throttling" and cl.no_throttling(x, fd)) or host_as_peers(x, fd))
-        elif p == "gc_pause":  # one process's pauses, where no instance's are seen
-            out.append(no_process_pauses(x, fd))
+        elif p == "gc_pause":  # one process's pauses, where no instance's are seen; allocating threads'
+            out += [no_process_pauses(x, fd), stalled_own_time_as_calm(x, fd), stalls_as_peers(x, fd)]
         elif p == "queueing" and fd.get("span_name"):
             out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd), loop_unblocked(x, fd)]
     paused = [fd for fd in x.findings
@@ -385,8 +386,7 @@ def lever_timings(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """One lever's re-timed run: (each request's latency, each span's duration), ns, as evaluate()
     computes its percentiles; None where the run has no lever of that key. `options`: plan()'s
-    keywords (k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms). For checking a
-    prediction stage by stage against a run made without the cause."""
+    keywords. For checking a prediction stage by stage against a run made without the cause."""
     reqs = frame.requests
     if reqs is None or len(reqs) == 0:
         return None
