@@ -34,8 +34,8 @@ def _run(slow_from: float, handed: bool = True, pool: int = 2, bursts: int = 300
                 heapq.heappush(free, got + query + RELEASE)
             else:
                 got = ready + (query + RELEASE if k == 2 else 0.0)
-            root = len(rows)
-            rows.append((trace, -1, "GET /search", "Server", 0, t + 0.01 * k, got - t - 0.01 * k + query + AFTER))
+            root, at = len(rows), t + 0.01 * k
+            rows.append((trace, -1, "GET /search", "Server", 0, at, got - at + query + AFTER))
             rows.append((trace, root, "SELECT purchases", "Client", 0, got, query))
             trace += 1
     return rows
