@@ -204,15 +204,16 @@ def plan(
         elif p in ("cpu_throttling", "compute_bound"):  # no quota period seen / on some hosts only:
             # a host slower than its peers at the same work (CPU stolen), at their speed
             out.append((p == "cpu_throttling" and cl.no_throttling(x, fd)) or host_as_peers(x, fd))
-        elif p == "gc_pause":  # one process's pauses, where no instance's are seen; allocating threads'
-            out += [no_process_pauses(x, fd), stalled_own_time_as_calm(x, fd), stalls_as_peers(x, fd)]
+        elif p == "gc_pause":  # one process's pauses, where no instance's are seen
+            out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
             out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd), loop_unblocked(x, fd)]
     paused = [fd for fd in x.findings
               if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [
         with_stretched_steps(x, lv.no_stalls(x), paused),
-        no_pauses_as_peers(x) if paused else None,
+        no_pauses_as_peers(x) if paused else None,  # (then: only allocating threads stall; one heap)
+        *[lever(x, fd) for fd in paused for lever in (stalled_own_time_as_calm, stalls_as_peers)],
         ql.queue_within_window(x),
         ql.queue_no_window(x),
         ql.queue_as_calm(x),
@@ -385,8 +386,7 @@ def lever_timings(
     frame: TraceFrame, findings: list[dict[str, Any]], key: str, *, seed: int = 0, **options: Any
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """One lever's re-timed run: (each request's latency, each span's duration), ns, as evaluate()
-    computes its percentiles; None where the run has no lever of that key. `options`: plan()'s
-    keywords. For checking a prediction stage by stage against a run made without the cause."""
+    computes its percentiles (None: no lever of that key); `options`: plan()'s keywords."""
     reqs = frame.requests
     if reqs is None or len(reqs) == 0:
         return None

@@ -72,11 +72,12 @@ def _disturbed(x: Inputs, rows: np.ndarray, value: np.ndarray, key: np.ndarray) 
 
 
 def stalled_own_time_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
-    """A gc_pause finding (see the module docstring); None where it names no instance or no step of
-    theirs had a disturbed stretch."""
+    """A gc_pause finding (see the module docstring); None where it names no instance, the run reports
+    collector pauses on them (a process-wide pause: `no_gc_stalls` removes it), or no step of theirs
+    had a disturbed stretch."""
     inst = _instances(x, finding)
-    if not len(inst):
-        return None
+    if not len(inst) or np.isin(x.frame.gc_instance, inst).any():
+        return None  # (the run reports the collector's pauses there: the process's, no_gc_stalls')
     f, lay = x.frame, x.lay
     on = np.isin(f.instance, inst) & (f.request >= 0)
     edit = Edit.none(len(f))
@@ -87,6 +88,8 @@ def stalled_own_time_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None
     leaf = np.nonzero(on & ~lay.has_children)[0]
     n = len(f.names)
     rows = np.r_[child, parent, leaf]
+    if len(rows) < MIN_STEPS:
+        return None
     key = np.r_[f.name[lay.parent[child]].astype(np.int64) * n + f.name[child],
                 n * n + f.name[parent].astype(np.int64), 2 * n * n + f.name[leaf].astype(np.int64)]
     value = np.r_[lay.gap[child], lay.trailing[parent], f.dur[leaf]].astype(np.float64)
