@@ -253,20 +253,20 @@ def stretches(when: np.ndarray) -> np.ndarray:
     return np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
 
 
-def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO,
-          quantile: float = CALM_QUANTILE) -> np.ndarray | None:
+def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO, deep: bool = False
+          ) -> np.ndarray | None:
     """Per wait, whether it falls in a calm stretch of the run (CALM_BINS stretches by `when`): one whose
     mean wait is at most CALM_RATIO times the typical stretch's, the typical being the quieter
-    quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one), or
+    quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one); `deep`:
     the quieter tenth's where the quarter's is over `ratio` times it (a plan flipped, a job started
-    early and ran on: over three quarters of the run disturbed). None where every wait is calm or
-    fewer than 20 are."""
+    early and ran on: over three quarters of the run disturbed; for the waits a lever redraws, not
+    the steps it reads as held). None where every wait is calm or fewer than 20 are."""
     b = stretches(when)
     count = np.bincount(b, minlength=CALM_BINS)
     mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
-    typical = float(np.quantile(mean[count > 0], quantile))
+    typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
     quieter = float(np.quantile(mean[count > 0], QUIETER_QUANTILE))
-    if typical > ratio * max(quieter, 1.0):  # the quieter quarter disturbed too (over 3/4 of the run is)
+    if deep and typical > ratio * max(quieter, 1.0):  # the quieter quarter disturbed too
         typical = quieter
     calm = mean[b] <= ratio * max(typical, 1.0)
     return None if calm.all() or calm.sum() < 20 else calm
