@@ -112,8 +112,13 @@ def units_of(frame, like: Units | None = None, spans: tuple[str, ...] = ()) -> U
         acting = [p for p in kinds if p.frame.requests is not None and _holds(p.frame, spans)]
         if consumers and spans and not _holds(pick.frame, spans) and acting:
             pick = acting[0]
-        if not consumers:  # no consumer: the run's requests as they are (every root, as the what-if)
-            pick = type(pick)(pick.unit, pick.entry, frame)
+        if not consumers:  # no consumer: the run's requests as they are (every root, as the what-if),
+            # less a traced callee's work for a caller the trace does not show
+            from tailscope.analysis.diagnosis.units import _entry
+
+            entry = entry_requests(frame)
+            pick = type(pick)(pick.unit, pick.entry if entry is None else _entry(entry),
+                              frame if entry is None else entry)
         client = bool((pick.frame.requests.client_span >= 0).mean() >= CLIENT_SIDE)
         return Units(pick.frame, pick.unit, pick.entry, client)
     same = [p for p in kinds if (p.unit, _bare(p.entry)) == (like.unit, _bare(like.entry))]
@@ -124,6 +129,29 @@ def units_of(frame, like: Units | None = None, spans: tuple[str, ...] = ()) -> U
         return Units(frame if whole else pick.frame, like.unit, like.entry, like.client)
     fallback = units_of(frame)  # no such population: as the run would be scored alone, flagged
     return Units(fallback.frame, fallback.unit, fallback.entry, like.client, paired=False)
+
+
+def entry_requests(frame):
+    """The run's requests at its entry points, as a frame of their own, where some of its roots are
+    a callee's work for a caller the trace does not show (an untraced batch job filling a model
+    server: its calls are roots of the callee's SERVER span, a span that other traces show called by
+    a traced CLIENT span): those are work added to the system, not its requests; None where no root is
+    such a callee's, or every root is (the callee is what the run serves)."""
+    from tailscope.analysis.diagnosis.frame import KIND_CLIENT
+    from tailscope.analysis.diagnosis.units import _subframe
+
+    f, reqs = frame, frame.requests
+    if getattr(reqs, "root", None) is None or len(reqs.root) == 0:  # (a test's stand-in: no roots)
+        return None
+    child = np.nonzero(f.parent >= 0)[0]
+    called = child[f.kind[f.parent[child]] == KIND_CLIENT]
+    key = f.service.astype(np.int64) * (len(f.names) + 1) + f.name
+    callee = np.isin(key[reqs.root], np.unique(key[called]))
+    if not callee.any() or callee.all():
+        return None
+    spans = np.nonzero(np.isin(f.request, np.nonzero(~callee)[0]))[0]
+    built = _subframe(f, spans, np.zeros(0, np.int64), np.zeros(0, np.int64), roots_given=False)
+    return built if built.requests is not None and len(built.requests) else None
 
 
 def _holds(frame, spans: tuple[str, ...]) -> bool:

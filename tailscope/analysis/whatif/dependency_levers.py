@@ -21,7 +21,7 @@ def dependency_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     if len(spans) < 40:
         return None
     f = x.frame
-    calm = _calm(f.start[spans], f.dur[spans].astype("float64"))
+    calm = _calm(f.start[spans], f.dur[spans].astype("float64"), deep=True)
     if calm is None:
         return None
     edit = Edit.none(len(f))

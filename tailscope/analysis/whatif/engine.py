@@ -24,19 +24,21 @@ from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.deadlines import capped_calls, expiry_retimed
 from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
-from tailscope.analysis.whatif.host_levers import host_as_peers
+from tailscope.analysis.whatif.host_levers import host_as_peers, lock_as_peers, stalls_as_peers
 from tailscope.analysis.whatif.in_order import payload_in_order
 from tailscope.analysis.whatif.network_levers import connects_reused, network_p50
 from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_median
 from tailscope.analysis.whatif.peer_levers import no_pauses_as_peers
+from tailscope.analysis.whatif.pool_waits import requeued_lever
 from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, retime, unit_latency, unit_weight
 from tailscope.analysis.whatif.served import replica_routing, served
+from tailscope.analysis.whatif.stall_levers import stalled_own_time_as_calm
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 17  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 18  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -102,8 +104,7 @@ class WhatIf:
 
 
 def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
-    """The lever's edit with the queue replayed: new arrivals at the queue (from the first re-timing)
-    served by the batcher with the (edited, scaled) forward times."""
+    """The edit with the queue replayed: new arrivals (first re-timing), the edited forward times."""
     s, f, lay = x.served, x.frame, x.lay
     assert s is not None
     new_start = first.absolute_start(f, lay)
@@ -139,8 +140,7 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
 
 
 def _percentiles(latency: np.ndarray, weight: np.ndarray | None, percents: tuple[int, ...]) -> list[float]:
-    """Percentiles of the requests' latencies; weighted where the requests stand for others (a
-    head-sampled run: the population's, as the views give them)."""
+    """The latencies' percentiles, weighted where requests stand for others (a head-sampled run)."""
     if weight is None:
         return [float(v) for v in np.percentile(latency, list(percents))]
     return [weighted_quantile(latency, weight, p / 100) for p in percents]
@@ -184,12 +184,14 @@ def plan(
         elif p == "lock_contention":
             # (a lock at calls that finish in order on one connection: its holders are large replies)
             out += [lk.no_lock_wait(x, fd), lk.pool_held_as_calm(x, fd), lk.waits_as_calm(x, fd),
-                    lk.no_stated_wait(x, fd), lk.slow_holders(x, fd), payload_in_order(x, fd)]
+                    lk.no_stated_wait(x, fd), lk.slow_holders(x, fd), payload_in_order(x, fd),
+                    lock_as_peers(x, fd)]
             if ((fd.get("evidence") or {}).get("stats") or {}).get("held_in_process"):
                 out.append(no_process_pauses(x, fd))  # a resource held through released stretches
         elif p == "slow_dependency":
-            out += [unblocked_lever(x, lv.dependency_p50(x, fd)), lv.dependency_deadline(x, fd, deadline_ms),
-                    timer_quanta(x, fd), dependency_as_calm(x, fd), cl.hedged_callee_fixed(x, fd)]
+            out += [unblocked_lever(x, requeued_lever(x, lv.dependency_p50(x, fd))),
+                    lv.dependency_deadline(x, fd, deadline_ms), timer_quanta(x, fd),
+                    requeued_lever(x, dependency_as_calm(x, fd)), cl.hedged_callee_fixed(x, fd)]
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
@@ -210,7 +212,8 @@ def plan(
               if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [
         with_stretched_steps(x, lv.no_stalls(x), paused),
-        no_pauses_as_peers(x) if paused else None,
+        no_pauses_as_peers(x) if paused else None,  # (then: only allocating threads stall; one heap)
+        *[lever(x, fd) for fd in paused for lever in (stalled_own_time_as_calm, stalls_as_peers)],
         ql.queue_within_window(x),
         ql.queue_no_window(x),
         ql.queue_as_calm(x),
@@ -326,8 +329,7 @@ def _describe(lever: lv.Lever) -> dict[str, Any]:
 
 
 def _retimed(x: lv.Inputs, lever: lv.Lever) -> Retimed:
-    """Each span's duration (ns) after the lever: re-timed, and the queues replayed where it asks
-    (the model's, then the handler threads')."""
+    """Each span's duration (ns) after the lever: re-timed, the model's and handlers' queues replayed."""
     edit = lever.edit
     first = retime(x.frame, edit, x.lay)
     if (lever.requeue or lever.key == "model_check") and x.served is not None:
@@ -384,9 +386,7 @@ def lever_timings(
     frame: TraceFrame, findings: list[dict[str, Any]], key: str, *, seed: int = 0, **options: Any
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """One lever's re-timed run: (each request's latency, each span's duration), ns, as evaluate()
-    computes its percentiles; None where the run has no lever of that key. `options`: plan()'s
-    keywords (k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms). For checking a
-    prediction stage by stage against a run made without the cause."""
+    computes its percentiles (None: no lever of that key); `options`: plan()'s keywords."""
     reqs = frame.requests
     if reqs is None or len(reqs) == 0:
         return None

@@ -99,3 +99,40 @@ def host_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         pattern="cpu_throttling",
         params={"hosts": len(hosts), "spans_retimed": len(rows)},
     )
+
+
+def lock_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A lock_contention finding that names some of its service's instances: a lock of each process
+    (a `synchronized` wrapper, a per-process mutex) held longer there than on the peers (a canary's
+    larger model inside it). Where the lock pins the threads that run everything else (carriers of
+    virtual threads pinned while waiting at a monitor: a small pool of workers held by a slow section),
+    every task on that process waits to be scheduled, not only those that take the lock; so with the
+    holders as fast as the peers', every span's own time on those instances takes its quantile among
+    the peers' (`host_as_peers`), the lock's waits and the schedule waits together. Assumption: the
+    peers get the same traffic and run the same work. None where the finding names no instance or
+    every instance of the service."""
+    name = finding.get("span_name")
+    return _named_as_peers(x, finding, f"no_lock_wait_as_peers:{name}", "lock_contention",
+                           "the lock held on the named instances as briefly as on their peers (a "
+                           "per-process lock whose waiters hold the threads everything else runs on): ")
+
+
+def stalls_as_peers(x: Inputs, finding: dict[str, Any]) -> Lever | None:
+    """A gc_pause finding that names some of its service's instances (one process's heap near its
+    limit: its allocating threads stall, assist the collector, all run long): those instances' spans'
+    own times at their peers' (`host_as_peers`). None where it names none, or every instance."""
+    return _named_as_peers(x, finding, "no_gc_stalls_host_as_peers", "gc_pause",
+                           "the named instances' collector keeping up as their peers' does: ")
+
+
+def _named_as_peers(x: Inputs, finding: dict[str, Any], key: str, pattern: str, why: str) -> Lever | None:
+    named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
+    if not named:
+        return None
+    lever = host_as_peers(x, finding)
+    if lever is None:
+        return None
+    lever.key, lever.pattern, lever.span_name = key, pattern, finding.get("span_name")
+    lever.label = f"{lever.label.partition('(')[2].rstrip(')')} as its peers"
+    lever.model = why + lever.model
+    return lever

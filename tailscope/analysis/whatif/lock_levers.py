@@ -171,7 +171,7 @@ def pool_held_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         return None
     # and the waits of those stretches: a caller alone on its instance waited too (the pool is
     # shared by every instance: PgBouncer's, a database's connection limit)
-    calm = _calm(f.start[spans], f.dur[spans].astype(np.float64))
+    calm = _calm(f.start[spans], f.dur[spans].astype(np.float64), deep=True)
     if calm is not None:
         rows = spans[~calm]
         edit.dur[rows] = np.fmin(edit.dur[rows], np.minimum(
@@ -207,7 +207,7 @@ def waits_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         return None
     f = x.frame
     spans = _lock_spans(x, name)
-    calm = _calm(f.start[spans], f.dur[spans].astype(np.float64))
+    calm = _calm(f.start[spans], f.dur[spans].astype(np.float64), deep=True)
     if calm is None:
         return None
     edit = Edit(base.edit.dur.copy(), base.edit.cut_before.copy(), base.edit.cut_after.copy())

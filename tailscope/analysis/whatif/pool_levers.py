@@ -35,7 +35,7 @@ def wait_span_as_calm(x: Inputs, finding: dict) -> Lever | None:
     rng, changed = x.rng(26), [0, 0]
     for kind in (_CALM_DURATION, _CALM_GAP):
         value = (f.dur[spans] if kind == _CALM_DURATION else lay.gap[spans]).astype(np.float64)
-        calm = _calm(f.start[spans], value)
+        calm = _calm(f.start[spans], value, deep=True)
         if calm is None:
             continue
         rows = np.nonzero(~calm)[0]

@@ -74,6 +74,7 @@ CALM_BINS = 100
 CALM_RATIO = 2.0  # a stretch of time whose mean wait is over twice the typical stretch's is disturbed
 LATENCY_CALM_RATIO = 1.25  # a latency is mostly service: a stretch a quarter slower is disturbed
 CALM_QUANTILE = 0.25  # handler queues: the typical stretch's wait
+QUIETER_QUANTILE = 0.1  # the typical stretch where the quieter quarter is itself disturbed
 
 
 def queue_as_calm(x: Inputs) -> Lever | None:
@@ -252,15 +253,21 @@ def stretches(when: np.ndarray) -> np.ndarray:
     return np.minimum(((t - t.min()) / span * CALM_BINS).astype(np.int64), CALM_BINS - 1)
 
 
-def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO) -> np.ndarray | None:
+def _calm(when: np.ndarray, wait: np.ndarray, ratio: float = CALM_RATIO, deep: bool = False
+          ) -> np.ndarray | None:
     """Per wait, whether it falls in a calm stretch of the run (CALM_BINS stretches by `when`): one whose
     mean wait is at most CALM_RATIO times the typical stretch's, the typical being the quieter
-    quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one). None
-    where every wait is calm or fewer than 20 are."""
+    quarter's (a backlog can outlast half the run: the median stretch is then a backlogged one); `deep`:
+    the quieter tenth's where the quarter's is over `ratio` times it (a plan flipped, a job started
+    early and ran on: over three quarters of the run disturbed; for the waits a lever redraws, not
+    the steps it reads as held). None where every wait is calm or fewer than 20 are."""
     b = stretches(when)
     count = np.bincount(b, minlength=CALM_BINS)
     mean = np.bincount(b, weights=wait, minlength=CALM_BINS) / np.maximum(count, 1)
     typical = float(np.quantile(mean[count > 0], CALM_QUANTILE))
+    quieter = float(np.quantile(mean[count > 0], QUIETER_QUANTILE))
+    if deep and typical > ratio * max(quieter, 1.0):  # the quieter quarter disturbed too
+        typical = quieter
     calm = mean[b] <= ratio * max(typical, 1.0)
     return None if calm.all() or calm.sum() < 20 else calm
 
