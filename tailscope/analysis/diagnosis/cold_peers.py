@@ -143,6 +143,9 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
             first, late = mine[:FIRST], mine[len(mine) // 3:]
             t0, t1 = f.start[spans[first[0]]], f.start[spans[first[-1]]]
             others = (peer != p) & (f.start[spans] >= t0) & (f.start[spans] <= t1)
+            if others.sum() < 5:  # its first calls came close together: the others over its first few dozen
+                t1 = f.start[spans[mine[min(3 * FIRST, len(mine)) - 1]]]
+                others = (peer != p) & (f.start[spans] >= t0) & (f.start[spans] <= t1)
             if others.sum() < 5:
                 continue
             plateau = float(np.median(dur[late]))
