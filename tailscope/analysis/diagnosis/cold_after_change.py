@@ -25,7 +25,9 @@ stops at 55-67 % and ends), its peak in the first two bins, its last quarter und
 an episode that stops ends at once) and a steady one (-Spearman with time from the peak: 0.5 at 0.6;
 pauses come back, a decay does not). Weight: the extra time after the onsets (over the median before
 and its usual spread) as a share of the tail excess. Names a cache miss detector holds as bimodal are
-left to it.
+left to it. Work that grew with what it was handed is the same work on more, not cold data: times
+(1 - logistic(x, 0.5, 0.1)), x the share of the extra time after the onsets that a size-like attribute
+of the span or of the span holding it (the caller's call: a batch of keys fetched) predicts.
 """
 
 from __future__ import annotations

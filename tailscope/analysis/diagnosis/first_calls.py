@@ -27,7 +27,9 @@ platform's usual recycling, as a steady miss rate is a cache's normal cost: held
 mostly (>= 70 %) in the requests that were a new instance's first (a proxy tier's call above the
 request counts for it) is that cold start: a bimodal 'cache' span whose slow mode is the init, a client
 span whose gap is the wait for an environment to start, a fallback that every first request runs. It is
-held below 0.5 and marked part of the cold start.
+held below 0.5 and marked part of the cold start. So is a lock_contention finding whose tail excess is
+mostly the warm-up requests of cold_start.py's curve (>= 0.5): a cold process's slow first requests
+overlap more, and a span's time rises with the requests in it without a lock.
 """
 
 from __future__ import annotations
