@@ -49,3 +49,47 @@ def test_a_replica_that_joins_cold_behind_untraced_calls_is_a_cold_start():
 
 def test_a_replica_that_joins_warm_is_not_a_cold_start():
     assert by_pattern(diagnose_frame(_gateway(4, cold=False).frame()).findings).get("cold_start", 0.0) < 0.5
+
+
+def _replicas(seed: int, mode: str) -> TraceBuilder:
+    """An API reads from two untraced database replicas (`server.address`), round-robin; replica 1 is
+    out for 1.5 s from 20 % of the run (its calls go to replica 2). `mode`: `restart` (it comes back with
+    empty caches: every read from disk at first, ~10x, fewer as its hot pages are read back in),
+    `warm` (back as fast as before: a network blip), `ejected` (it was slow before it left, ~6x, and is
+    as slow after: an outlier let back, no restart)."""
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(N, RPS)
+    out = float(arrivals[int(0.2 * N)])
+    back = out + 1500.0
+    for turn, t in enumerate(arrivals):
+        b.new_trace()
+        inst = f"api/{int(b.rng.integers(3))}"
+        root = b.span(None, "POST /ask", "Server", inst, t, 0.0)
+        cur = t + lognormal(b.rng, 2.0, 0.3)
+        peer = 1 if out <= t < back else turn % 2
+        call = lognormal(b.rng, 12.0, 0.25)
+        if peer == 0 and mode == "restart" and t >= back:
+            call *= 1.0 + 9.0 * np.exp(-(t - back) / 4000.0)
+        if peer == 0 and mode == "ejected":
+            call *= 6.0
+        b.span(root, "query", "Client", inst, cur, call, server__address=f"pg-replica-{peer}.db")
+        b.set_end(root, cur + call + 0.5)
+    return b
+
+
+def test_a_replica_back_from_a_restart_with_cold_caches_is_a_cold_start():
+    findings = diagnose_frame(_replicas(6, "restart").frame()).findings
+    cold = [f for f in findings if f.pattern == "cold_start"]
+    assert cold and cold[0].confidence >= 0.8, [(f.pattern, round(f.confidence, 2)) for f in findings]
+    assert findings[0] is cold[0] and cold[0].evidence["stats"]["peer"] == "server.address=pg-replica-0.db"
+    assert cold[0].evidence["stats"]["silent_before_s"] >= 1.0
+    assert by_pattern(findings).get("slow_dependency", 0.0) < 0.5  # the slow calls are the cold replica's
+
+
+def test_a_replica_back_warm_from_a_silence_is_not_a_cold_start():
+    assert by_pattern(diagnose_frame(_replicas(6, "warm").frame()).findings).get("cold_start", 0.0) < 0.5
+
+
+def test_a_slow_replica_let_back_after_a_silence_is_not_a_cold_start():
+    findings = diagnose_frame(_replicas(6, "ejected").frame()).findings
+    assert by_pattern(findings).get("cold_start", 0.0) < 0.5, [(f.pattern, f.confidence) for f in findings]

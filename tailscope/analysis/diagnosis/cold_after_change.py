@@ -25,7 +25,9 @@ stops at 55-67 % and ends), its peak in the first two bins, its last quarter und
 an episode that stops ends at once) and a steady one (-Spearman with time from the peak: 0.5 at 0.6;
 pauses come back, a decay does not). Weight: the extra time after the onsets (over the median before
 and its usual spread) as a share of the tail excess. Names a cache miss detector holds as bimodal are
-left to it.
+left to it. Work that grew with what it was handed is the same work on more, not cold data: times
+(1 - logistic(x, 0.5, 0.1)), x the share of the extra time after the onsets that a size-like attribute
+of the span or of the span holding it (the caller's call: a batch of keys fetched) predicts.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ import numpy as np
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.slow_dependency import stalled_time
-from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, material_weight, ms, spearman
+from tailscope.analysis.diagnosis.stats import (
+    clamp01,
+    excess_share,
+    logistic,
+    material_weight,
+    ms,
+    spearman,
+    theil_sen,
+)
 from tailscope.analysis.diagnosis.where import main_service
 
 BINS = 20
@@ -49,7 +59,7 @@ SEARCH_SPANS = 1500  # spans of one series the onset is searched on (a stride th
 MECHANISM = "data that went cold at one moment on a running process, decaying as it became resident"
 
 
-def _onset(t: np.ndarray, d: np.ndarray, run0: float, run1: float):
+def onset(t: np.ndarray, d: np.ndarray, run0: float, run1: float):
     """(onset bin, median before it, highest and mean bin before (relative), the curve after it (relative
     extra time per call per bin), calls per bin after it, bin of every span) for one instance's spans
     of one name; None without a clear onset."""
@@ -99,6 +109,20 @@ def _front_loaded(curve: np.ndarray) -> tuple[float, int, float, float, float]:
     return t50 / t90, top, late, lasting, falling
 
 
+def decay_strength(curve: np.ndarray) -> tuple[float, float, int, float]:
+    """(strength, half over nine tenths, the peak's bin, last quarter over the peak) of a pooled curve
+    after an onset (over the level before it): how surely it is a decay from a peak at the onset."""
+    front, peak_at, late, lasting, falling = _front_loaded(curve)
+    # front-loaded: a decay that ended in the run, or one still costing at its end (a long tail of
+    # rarely read data) a little less so; a plateau that stops is neither
+    shape = max(1 - logistic(front, 0.48, 0.025),
+                (1 - logistic(front, 0.56, 0.025)) * logistic(late, 0.1, 0.03))
+    strength = shape * (1 - logistic(late, 0.6, 0.08)) * (peak_at <= 1)
+    strength *= logistic(lasting, LASTING, 0.05)  # an episode of a bin or two that stops is not a decay
+    strength *= logistic(falling, 0.6, 0.08)  # nor slowdowns that come back (pauses, bursts)
+    return strength, front, peak_at, late
+
+
 def _series(ctx: Context, run0: float, run1: float):
     """(name code, instance code, its spans in start order, their exclusive time less stalls) for every
     (name, instance) of >= MIN_SPANS spans of work (not calls) whose extra time over its median reaches
@@ -146,7 +170,7 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
     run0, run1 = float(f.start.min()), float(f.end.max())
     by_name: dict[int, list] = {}
     for code, inst, mine, d in _series(ctx, run0, run1):
-        found = _onset(f.start[mine].astype(np.float64), d, run0, run1)
+        found = onset(f.start[mine].astype(np.float64), d, run0, run1)
         if found is not None:
             by_name.setdefault(code, []).append((inst, mine, d, found))
     best = None
@@ -165,23 +189,45 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         curve = pooled[used] / weight[used]
         if len(curve) < MIN_AFTER:
             continue
-        front, peak_at, late, lasting, falling = _front_loaded(curve)
-        # front-loaded: a decay that ended in the run, or one still costing at its end (a long tail of
-        # rarely read data) a little less so; a plateau that stops is neither
-        shape = max(1 - logistic(front, 0.48, 0.025),
-                    (1 - logistic(front, 0.56, 0.025)) * logistic(late, 0.1, 0.03))
-        strength = shape * (1 - logistic(late, 0.6, 0.08)) * (peak_at <= 1)
-        strength *= logistic(lasting, LASTING, 0.05)  # an episode of a bin or two that stops is not a decay
-        strength *= logistic(falling, 0.6, 0.08)  # nor slowdowns that come back (pauses, bursts)
+        strength, front, peak_at, late = decay_strength(curve)
         per_request = np.bincount(f.request[f.request >= 0], weights=extra[f.request >= 0],
                                   minlength=ctx.n_requests)
         share = excess_share(per_request, ctx.split)
         confidence = CAP * strength * material_weight(share)
+        grown = _input_grown(ctx, code, series) if confidence >= 0.05 else (0.0, None)
+        confidence *= 1 - logistic(grown[0], 0.5, 0.1)  # the calls grew: no data went cold
         if best is None or confidence > best[0]:
-            best = (confidence, code, onsets, extra, share, front, late, float(curve[peak_at]))
+            best = (confidence, code, onsets, extra, share, front, late, float(curve[peak_at]), grown)
     if best is None or best[0] < 0.05:
         return []
     return [_finding(ctx, advice, *best)]
+
+
+def _input_grown(ctx: Context, code: int, series: list) -> tuple[float, str | None]:
+    """How much of the extra time after the onsets a size of the work's input predicts (the share of
+    it that the Theil-Sen line of time on the size, from the size before the onsets, accounts for), and
+    that size's key: a size-like attribute of the span or of the span holding it (the call that sent
+    it) that the time follows (Spearman >= 0.5). Work that grew with what it was handed (a caller
+    fetching more items at once, larger requests) is the same work on more, not data gone cold."""
+    from tailscope.analysis.diagnosis.size_explained import input_sizes
+
+    spans = np.concatenate([mine for _, mine, _, _ in series])
+    d = np.concatenate([dd for _, _, dd, _ in series])
+    after = np.concatenate([found[6] >= found[0] for _, _, _, found in series])
+    extra = np.concatenate([np.maximum(dd - found[1] * (1.0 + found[2]), 0.0) for _, _, dd, found in series])
+    best: tuple[float, str | None] = (0.0, None)
+    for key, v in input_sizes(ctx, code, spans):
+        ok = np.isfinite(v)
+        if ok.mean() < 0.5 or len(np.unique(v[ok])) < 10 or not (ok & ~after).any() or \
+                spearman(v[ok], d[ok]) < 0.5:
+            continue
+        slope, _ = theil_sen(v[ok], d[ok], ctx.rng)
+        grown = np.maximum(v - float(np.median(v[ok & ~after])), 0.0) * max(slope, 0.0)
+        sel = ok & after
+        explained = float(grown[sel].sum()) / max(float(extra[sel].sum()), 1.0)
+        if min(explained, 1.0) > best[0]:
+            best = (min(explained, 1.0), key)
+    return best
 
 
 def _calls_holding(f, spans: np.ndarray) -> list[str]:
@@ -201,7 +247,8 @@ def _calls_holding(f, spans: np.ndarray) -> list[str]:
 
 
 def _finding(ctx: Context, advice: str, confidence: float, code: int, onsets: list, extra: np.ndarray,
-             share: float, front: float, late: float, peak: float) -> Finding:
+             share: float, front: float, late: float, peak: float,
+             grown: tuple[float, str | None]) -> Finding:
     f = ctx.frame
     name = f.names[code]
     hit = np.nonzero(extra > 0)[0]
@@ -231,6 +278,9 @@ def _finding(ctx: Context, advice: str, confidence: float, code: int, onsets: li
         f"nine tenths did, and the last quarter runs at {late:.0%} of the peak: data that went cold (a "
         f"swapped index or file read through the page cache, a flushed cache) becoming resident again. "
         f"It carries {share:.0%} of the tail excess."
+        + (f" But {grown[1]}, the size of what it was handed, grew with it and predicts {grown[0]:.0%} of "
+           "the extra time: the same work on more items (a caller fetching more at once), not data gone cold."
+           if grown[0] >= 0.3 else "")
     )
     stats = {
         "mechanism": MECHANISM, "onset_instances": [i for i, _, _ in onsets], "onset_s": at,
@@ -238,6 +288,7 @@ def _finding(ctx: Context, advice: str, confidence: float, code: int, onsets: li
         "half_over_nine_tenths": round(front, 3), "last_quarter_over_peak": round(late, 3),
         "tail_excess_share": round(clamp01(share), 3), "call_names": calls or [name],
         "call_tail_excess_share_beyond_them": round(beyond, 3),
+        "input_growth_explains": round(grown[0], 3), "input_size": grown[1],
         "services": [service] if service else [], "instances": [i for i, _, _ in onsets][:4],
     }
     return Finding("cold_start", clamp01(confidence), ctx.stage_of_name(code), name,

@@ -7,7 +7,13 @@ the calls from the moment it is ready, so those calls are slow, then settle. Whe
 spans are traced, its own request index shows the warm-up (cold_start.py); where they are not, the
 callers' CLIENT spans still name the peer that answered (`server.address`, `net.peer.name`, ...): a
 peer first seen mid-run whose first calls are slower than its later ones, and slower than the calls
-to the other peers at the same time (a burst would slow every peer), is a cold replica.
+to the other peers at the same time (a burst would slow every peer), is a cold replica. So is a peer
+called from the start that went silent (its longest gap between calls >= SILENT x its median gap,
+while the other peers took >= 10 calls: it was out, not the callers) and came back so, where its
+calls before the silence ran at the other peers' level (a restarted database replica reads its pages
+from disk until its buffer pool and page cache are warm again; a peer ejected for being slow and let
+back is no restart): its calls after the silence are judged as a new peer's, their weight what they
+add over its own level before it.
 
 Statistic, per CLIENT span name whose callee is untraced and that names its peer (2-64 peers): for
 each peer first called after the first tenth of the run with >= MIN_CALLS calls, its first FIRST
@@ -30,6 +36,7 @@ PEER_KEYS = ("server.address", "net.peer.name", "net.peer.ip", "server.socket.ad
 MIN_CALLS = 30
 FIRST = 10
 FRESH = 0.1  # a peer first called after this share of the run joined mid-run
+SILENT = 30.0  # a peer silent for this many of its median gaps between calls was out (restarted)
 CAP = 0.95
 MECHANISM = "a replica that joined mid-run, cold"
 
@@ -51,6 +58,31 @@ def _peers(ctx: Context, code: int, spans: np.ndarray) -> tuple[np.ndarray, list
         if (peer >= 0).mean() >= 0.8:
             return peer, [f"{key}={n}" for n in names]
     return None
+
+
+def _back_after_silence(f, spans: np.ndarray, peer: np.ndarray, dur: np.ndarray, mine: np.ndarray):
+    """A peer called from the start that went silent and came back (a restart, a failover and back):
+    (its calls after the silence, its median before it, the silence in ns), where the silence is its
+    longest gap between calls, >= SILENT x its median gap, while the other peers took >= 10 calls (the
+    callers kept calling: the peer was out), and its calls before it ran at the others' level (a peer
+    ejected for being slow and let back is no restart); None otherwise."""
+    starts = f.start[spans[mine]].astype(np.float64)
+    gaps = np.diff(starts)
+    if len(gaps) < MIN_CALLS:
+        return None
+    j = int(np.argmax(gaps))
+    typical = max(float(np.median(gaps)), 1.0)
+    if gaps[j] < SILENT * typical or j + 1 < MIN_CALLS // 3:
+        return None
+    t = f.start[spans]
+    others = peer != peer[mine[0]]
+    if int((others & (t > starts[j]) & (t < starts[j + 1])).sum()) < 10:
+        return None
+    warm = float(np.median(dur[mine[: j + 1]]))
+    alongside = others & (t <= starts[j])
+    if not alongside.any() or warm > 1.5 * float(np.median(dur[alongside])):
+        return None
+    return mine[j + 1:], warm, float(gaps[j])
 
 
 def _auc(early: np.ndarray, late: np.ndarray) -> float:
@@ -100,11 +132,20 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
         for p in np.unique(peer[peer >= 0]).tolist():
             mine = np.nonzero(peer == p)[0]
             mine = mine[np.argsort(f.start[spans[mine]], kind="stable")]
-            if len(mine) < MIN_CALLS or f.start[spans[mine[0]]] < run0 + FRESH * (run1 - run0):
+            warm, silence = None, 0.0
+            if len(mine) >= MIN_CALLS and f.start[spans[mine[0]]] < run0 + FRESH * (run1 - run0):
+                back = _back_after_silence(f, spans, peer, dur, mine)
+                if back is None:
+                    continue
+                mine, warm, silence = back
+            if len(mine) < MIN_CALLS:
                 continue
             first, late = mine[:FIRST], mine[len(mine) // 3:]
             t0, t1 = f.start[spans[first[0]]], f.start[spans[first[-1]]]
             others = (peer != p) & (f.start[spans] >= t0) & (f.start[spans] <= t1)
+            if others.sum() < 5:  # its first calls came close together: the others over its first few dozen
+                t1 = f.start[spans[mine[min(3 * FIRST, len(mine)) - 1]]]
+                others = (peer != p) & (f.start[spans] >= t0) & (f.start[spans] <= t1)
             if others.sum() < 5:
                 continue
             plateau = float(np.median(dur[late]))
@@ -114,14 +155,16 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
             strength = logistic(auc, 0.72, 0.05) * logistic(min(ratio, ratio_others), 1.4, 0.15)
             if strength < 0.5:
                 continue
-            # each peer that joined cold: what its first third of calls add over its plateau
-            young = mine[: len(mine) // 3]
-            extra += np.bincount(f.request[spans[young]], weights=np.maximum(dur[young] - plateau, 0.0),
+            # each peer that joined cold: what its first third of calls add over its plateau; one back
+            # from a restart: what its calls since add over its own level before it (warm, as the others)
+            young = mine[: len(mine) // 3] if warm is None else mine
+            level = plateau if warm is None else warm
+            extra += np.bincount(f.request[spans[young]], weights=np.maximum(dur[young] - level, 0.0),
                                  minlength=ctx.n_requests)
             strengths.append(strength)
             group = np.r_[group, young]
             cold.append((labels[p], (t0 - run0) / 1e9, float(np.median(dur[first])), plateau, ratio,
-                         ratio_others, auc, len(mine)))
+                         ratio_others, auc, len(mine), silence))
         if not cold:
             continue
         share = excess_share(extra, ctx.split)
@@ -134,9 +177,10 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
                                   ctx.split)
         if best is None or confidence > best[0]:
             k = int(np.argmax(strengths))
-            label, seen, first_ms, plateau, ratio, ratio_others, auc, calls = cold[k]
+            label, seen, first_ms, plateau, ratio, ratio_others, auc, calls, silence = cold[k]
             best = (confidence, code, spans, group, label, {
-                "peer_first_seen_s": round(seen, 2), "first_calls_median_ms": round(first_ms / 1e6, 3),
+                "peer_first_seen_s": round(seen, 2), "silent_before_s": round(silence / 1e9, 3),
+                "first_calls_median_ms": round(first_ms / 1e6, 3),
                 "settled_median_ms": round(plateau / 1e6, 3), "ratio": round(ratio, 2),
                 "ratio_to_other_peers": round(ratio_others, 2), "auc": round(auc, 3), "calls": calls,
                 "cold_peers": len(cold), "tail_excess_share": round(share, 3),
@@ -162,8 +206,13 @@ def _finding(ctx: Context, advice: str, confidence: float, code: int, spans: np.
     summary = (
         f"The calls '{name}' from {service} to {peer_name}"
         + (f" (and {st['cold_peers'] - 1} more that joined later)" if st["cold_peers"] > 1 else "")
-        + ", a peer first called "
-        f"{st['peer_first_seen_s']} s into the run (a replica that joined), were slow at first: median "
+        + (f", a peer back {st['peer_first_seen_s']} s into the run after {st['silent_before_s']} s "
+           "without a call while the others took them (a replica restarted: its caches empty), were slow at "
+           "first: "
+           if st["silent_before_s"] else
+           f", a peer first called {st['peer_first_seen_s']} s into the run (a replica that joined), were "
+           "slow at first: ")
+        + "median "
         f"{st['first_calls_median_ms']} ms for its first {FIRST} vs {st['settled_median_ms']} ms once "
         f"settled ({st['ratio']}x, AUC {st['auc']}) and {st['ratio_to_other_peers']}x the calls to the "
         f"other peers meanwhile; its first calls carry {st['tail_excess_share']:.0%} of the tail excess. "

@@ -27,7 +27,9 @@ platform's usual recycling, as a steady miss rate is a cache's normal cost: held
 mostly (>= 70 %) in the requests that were a new instance's first (a proxy tier's call above the
 request counts for it) is that cold start: a bimodal 'cache' span whose slow mode is the init, a client
 span whose gap is the wait for an environment to start, a fallback that every first request runs. It is
-held below 0.5 and marked part of the cold start.
+held below 0.5 and marked part of the cold start. So is a lock_contention finding whose tail excess is
+mostly the warm-up requests of cold_start.py's curve (>= 0.5): a cold process's slow first requests
+overlap more, and a span's time rises with the requests in it without a lock.
 """
 
 from __future__ import annotations
@@ -209,12 +211,26 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
 
 def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """Findings on a span name whose tail excess is mostly the first requests of new instances (with a
-    cold_start finding of this mechanism at >= 0.5) are that cold start: held at HELD, marked part of it."""
-    requests = ctx.notes.get("first_call_requests")
+    cold_start finding of this mechanism at >= 0.5) are that cold start: held at HELD, marked part of it.
+    So is a lock_contention finding whose tail excess is mostly the warm-up requests of a cold_start
+    finding of cold_start.py's (>= 0.5, its warm-up curve): a process's first requests run slow (JIT,
+    empty caches), so more of them overlap on it, and the span's time rises with the requests in it
+    without a lock."""
     cold = [fd for fd in findings if fd.pattern == PATTERN and fd.confidence >= 0.5
             and fd.evidence.get("stats", {}).get("mechanism") == MECHANISM]
-    if requests is None or not cold:
-        return findings
+    requests = ctx.notes.get("first_call_requests")
+    if requests is not None and cold:
+        _hold(ctx, findings, requests, None)
+    warm_up = ctx.notes.get("warm_up_requests")
+    if warm_up is not None and any(fd.pattern == PATTERN and fd.confidence >= 0.5 and "warmup_requests_per_"
+                                   "instance" in fd.evidence.get("stats", {}) for fd in findings):
+        _hold(ctx, findings, warm_up, "lock_contention")
+    return findings
+
+
+def _hold(ctx: Context, findings: list[Finding], requests: np.ndarray, pattern: str | None) -> None:
+    """Hold at HELD the findings (of `pattern`, or any but cold_start) whose span name's extra time per
+    request, or tail excess, is mostly (>= PART) in `requests`."""
     f = ctx.frame
     reqs = f.requests
     # a request's client wrapper (the proxy tier's call above its root) counts for that request
@@ -223,6 +239,8 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
     owner[reqs.client_span[wrapped]] = np.nonzero(wrapped)[0]
     for fd in findings:
         if fd.pattern == PATTERN or fd.confidence < 0.5 or not fd.span_name or fd.span_name not in f.names:
+            continue
+        if pattern is not None and fd.pattern != pattern:
             continue
         spans = np.nonzero((f.name == f.names.index(fd.span_name)) & (owner >= 0))[0]
         if len(spans) == 0:
@@ -245,4 +263,3 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
             f" {min(part, 1.0):.0%} of what '{fd.span_name}' adds to slow requests is in the requests that "
             "were a new instance's first: part of the cold start."
         )
-    return findings

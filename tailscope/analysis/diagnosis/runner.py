@@ -30,6 +30,7 @@ from tailscope.analysis.diagnosis import (
     key_serial,
     large_payload,
     lock_contention,
+    miss_wave,
     network,
     new_kinds,
     payload_holders,
@@ -67,6 +68,7 @@ DETECTORS = (
     timeout_retry,
     large_payload,
     cache_miss,
+    miss_wave,
     fallback_path,
     cold_start,
     lock_contention,
@@ -332,6 +334,7 @@ def _diagnose_units(
     findings = batch_timer.settle(ctx, findings)  # a forward whose batches a batcher's timer grows
     findings = payload_holders.settle(findings)  # stalls held by work that grew with its payload
     findings = held_slots.settle(ctx, arbitrate(merge_nested(findings, frame)))
+    findings = miss_wave.settle(findings)  # a wave's miss count read as a payload
     findings = calibration.gate(findings)  # a finding without its mechanism's own signature: < 0.5
     findings = [fd for fd in findings if fd.confidence >= MIN_CONFIDENCE]
     shares.apportion(findings)

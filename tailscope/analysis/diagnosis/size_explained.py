@@ -24,20 +24,22 @@ NAMES = 3  # span names read (each an attribute query): the ones slow most often
 MIN_SLOW = 20
 
 
-def _sizes(ctx: Context, code: int, spans: np.ndarray) -> Iterator[np.ndarray]:
+def input_sizes(ctx: Context, code: int, spans: np.ndarray) -> Iterator[tuple[str, np.ndarray]]:
+    """(key, value per span) of the size-like attributes of `spans` (of name `code`) and of the spans
+    holding them (their most common parent name: a server span recording its input, the call that sent
+    it); nan where absent."""
     f = ctx.frame
-    for _, v in span_sizes(ctx, code, spans):
-        yield v
+    yield from span_sizes(ctx, code, spans)
     parents = f.parent[spans]
     has = parents >= 0
     if has.mean() < 0.5:
         return
     p_code = int(np.bincount(f.name[parents[has]]).argmax())
     mine = has & (f.name[np.maximum(parents, 0)] == p_code)
-    for _, pv in span_sizes(ctx, p_code, parents[mine]):
+    for key, pv in span_sizes(ctx, p_code, parents[mine]):
         v = np.full(len(spans), np.nan)
         v[mine] = pv
-        yield v
+        yield key, v
 
 
 def size_explained(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> np.ndarray:
@@ -55,7 +57,7 @@ def size_explained(ctx: Context, spans: np.ndarray, slow: np.ndarray) -> np.ndar
         sel = np.nonzero(codes == code)[0]
         d = f.dur[spans[sel]].astype(np.float64)
         best, best_rho = None, MIN_RHO
-        for v in _sizes(ctx, code, spans[sel]):
+        for _, v in input_sizes(ctx, code, spans[sel]):
             ok = np.isfinite(v)
             if ok.mean() < 0.5 or len(np.unique(v[ok])) < 10:
                 continue
