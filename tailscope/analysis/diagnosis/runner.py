@@ -25,6 +25,7 @@ from tailscope.analysis.diagnosis import (
     fallback_path,
     first_calls,
     gc_pause,
+    gc_straggler,
     head_of_line,
     held_slots,
     key_serial,
@@ -61,6 +62,7 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 # for a connection before slow_dependency reads them.
 DETECTORS = (
     gc_pause,
+    gc_straggler,
     proxy_stalls,
     quota_stalls,
     released_calls,
