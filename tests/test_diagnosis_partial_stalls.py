@@ -1,0 +1,64 @@
+"""Issue 25: who is stalled, and by what (tests/stall_services.py). A send blocked on a full producer
+buffer waits on its broker (a call out), not on a lock or a stop of its process; one instance whose
+collector runs back to back slows its allocating steps and not its calls: gc_pause where its runtime's
+reported cycles say so, a possible cause only where nothing is reported, none where its cycles are no
+more frequent than its peers'."""
+
+from __future__ import annotations
+
+from tailscope.analysis.diagnosis import diagnose_frame
+from tests.stall_services import memlimit_service, producer_service
+
+
+def _found(result) -> list:
+    return [(f.pattern, round(f.confidence, 2), f.span_name) for f in result.findings]
+
+
+def _straggler(result):
+    return next((f for f in result.findings
+                 if f.evidence.get("stats", {}).get("mechanism") == "collector back to back on one instance"), None)
+
+
+def test_a_send_blocked_on_a_full_producer_buffer_is_the_brokers_latency() -> None:
+    """The PRODUCER span the request waited for is a call out to the broker: judged as a dependency
+    (before: unexplained_tail 0.45 on top; on spring-loom lock_contention 0.90 on the handler, its send
+    below it not counted as a call out)."""
+    result = diagnose_frame(producer_service(1))
+    top = result.findings[0]
+    assert top.pattern == "slow_dependency" and top.span_name == "impressions send", _found(result)
+    assert all(f.confidence < 0.5 for f in result.findings
+               if f.pattern in ("lock_contention", "gc_pause")), _found(result)
+
+
+def test_the_same_wait_inside_the_process_stays_a_lock() -> None:
+    """The twin: the same waits on an INTERNAL span (a wait inside the process, no call out): released
+    together while the process runs on, a resource held in it: lock_contention."""
+    result = diagnose_frame(producer_service(1, kind="Internal"))
+    assert result.findings[0].pattern == "lock_contention", _found(result)
+    assert result.findings[0].confidence >= 0.5, _found(result)
+
+
+def test_one_instance_whose_collector_runs_back_to_back_is_gc_pause() -> None:
+    """api/3's allocating steps ~8x slower all along, its 16 ms query not, its runtime reporting ~25x its
+    peers' GC cycles (before: slow_dependency 0.45 on sql.rows on top, nothing named)."""
+    result = diagnose_frame(memlimit_service(1))
+    top = result.findings[0]
+    assert top.pattern == "gc_pause" and top.confidence >= 0.7, _found(result)
+    assert top.evidence["stats"]["instances"] == ["api/3"], top.evidence["stats"]
+
+
+def test_the_same_slowdown_with_no_more_gc_cycles_there_is_no_gc_pause() -> None:
+    """The twin: every pod reports its cycles alike: the collector is not what slows api/3 (a CPU shared
+    with a neighbour): no finding from this mechanism, nothing at >= 0.5 named gc_pause."""
+    result = diagnose_frame(memlimit_service(1, gc="even"))
+    assert _straggler(result) is None, _found(result)
+    assert all(f.confidence < 0.5 for f in result.findings if f.pattern == "gc_pause"), _found(result)
+
+
+def test_the_same_slowdown_with_no_gc_reported_stays_a_possible_cause() -> None:
+    """No cycles reported anywhere: a collector's assists and a CPU shared with a neighbour read alike:
+    under 0.5, and the evidence says how to tell them apart."""
+    result = diagnose_frame(memlimit_service(1, gc="none"))
+    found = _straggler(result)
+    assert found is not None and found.confidence < 0.5, _found(result)
+    assert "GC CPU fraction" in found.evidence["summary"]
