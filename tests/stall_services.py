@@ -89,3 +89,53 @@ def memlimit_service(seed: int, gc: str = "hot", n: int = 4000, rps: float = 150
             events.append((pod, at, at + 0.3))
             at += float(b.rng.exponential(1000.0 / rate))
     return b.frame(gc=events or None)
+
+
+def dispatcher_service(seed: int, starved: bool = True, n: int = 4000, rps: float = 360.0, threads: int = 4):
+    """Four pods running each request as tasks on a dispatcher of `threads` threads: the handler asks two
+    entities (INTERNAL spans, ~2 ms) and queries a database (~15 ms) side by side, then its continuation
+    (a thread for ~0.3 ms) predicts (~3 ms) and publishes (~1 ms). On api/1, with `starved`, a canary build
+    runs the query on the dispatcher itself: each holds a thread for the query's whole duration, and when
+    they hold all of them every continuation on that pod waits for a thread (the steps run as fast as
+    anywhere once they start). Without `starved`, api/1 instead stops for ~40 ms about every 400 ms (a
+    collector's pauses): every step in flight there is stretched."""
+    from tests.mechanism_frames import Pauses
+
+    b = TraceBuilder(seed)
+    arrivals = b.arrivals(n, rps)
+    horizon = float(arrivals[-1])
+    canary = PODS[1]
+    stops = Pauses() if starved else Pauses({canary: [(a, a + lognormal(b.rng, 40.0, 0.2))
+                                                       for a in range(300, int(horizon), 400)]})
+    free = {p: [0.0] * threads for p in PODS}
+    for t in arrivals:
+        b.new_trace()
+        pod = PODS[int(b.rng.integers(len(PODS)))]
+        pool = free[pod]
+        root = b.span(None, "GET /eta", "Server", pod, t, 0.0)
+        ends = []
+        for name, median in (("ask Restaurant", 2.0), ("ask Courier", 1.5)):
+            s = t + 0.1
+            e = stops.run(pod, s, lognormal(b.rng, median, 0.3))
+            b.span(root, name, "Internal", pod, s, e - s)
+            ends.append(e)
+        q = lognormal(b.rng, 15.0, 0.4)
+        qs = t + 0.15
+        if starved and pod == canary:  # the query blocks a dispatcher thread while it runs
+            got = max(qs, heapq.heappop(pool))
+            heapq.heappush(pool, got + q)
+            qs = got
+        qe = stops.run(pod, qs + q, 0.0)
+        b.span(root, "SELECT prep_time", "Client", pod, qs, qe - qs, **{"db.system": "postgresql"})
+        ends.append(qe)
+        ready = max(ends)
+        got = max(ready, heapq.heappop(pool))  # the continuation waits for a dispatcher thread
+        cont = stops.run(pod, got, lognormal(b.rng, 0.3, 0.2))
+        heapq.heappush(pool, cont)
+        cur = cont
+        for name, kind, median in (("EtaModel.predict", "Internal", 3.0), ("quotes publish", "Internal", 1.0)):
+            e = stops.run(pod, cur, lognormal(b.rng, median, 0.25))
+            b.span(root, name, kind, pod, cur, e - cur)
+            cur = e + 0.02
+        b.set_end(root, cur + 0.05)
+    return b.frame()

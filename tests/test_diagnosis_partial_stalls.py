@@ -7,7 +7,7 @@ more frequent than its peers'."""
 from __future__ import annotations
 
 from tailscope.analysis.diagnosis import diagnose_frame
-from tests.stall_services import memlimit_service, producer_service
+from tests.stall_services import dispatcher_service, memlimit_service, producer_service
 
 
 def _found(result) -> list:
@@ -62,3 +62,22 @@ def test_the_same_slowdown_with_no_gc_reported_stays_a_possible_cause() -> None:
     found = _straggler(result)
     assert found is not None and found.confidence < 0.5, _found(result)
     assert "GC CPU fraction" in found.evidence["summary"]
+
+
+def test_continuations_waiting_for_a_dispatcher_thread_are_queueing() -> None:
+    """api/1's blocking queries hold its dispatcher's threads: every continuation there waits between the
+    steps, which run no slower: queueing on that instance; at one join, a possible cause only (a lock
+    taken there reads alike) (before: unexplained_tail on top, no queueing)."""
+    result = diagnose_frame(dispatcher_service(1))
+    top = result.findings[0]
+    assert top.pattern == "queueing" and 0.3 <= top.confidence < 0.5, _found(result)
+    assert top.evidence["stats"]["mechanism"] == "starved executor"
+    assert top.evidence["stats"]["instances"] == ["api/1"], top.evidence["stats"]
+
+
+def test_a_process_that_stops_stretches_its_steps_and_is_no_starved_executor() -> None:
+    """The twin: api/1 stops for ~40 ms every 400 ms: the steps in flight stretch with the gaps, so the
+    wait is the stop's, not an executor's."""
+    result = diagnose_frame(dispatcher_service(1, starved=False))
+    assert all(f.evidence.get("stats", {}).get("mechanism") != "starved executor" for f in result.findings), \
+        _found(result)
