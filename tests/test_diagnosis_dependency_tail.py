@@ -138,20 +138,18 @@ def test_a_deadline_twice_a_slowed_calls_median_is_a_timeout_and_retry() -> None
     assert dep is None or dep.confidence < top.confidence, _found(result)
 
 
-def pooled_transactions(seed: int, pooled: bool = True, n: int = 4000, rate: float = 150.0, slots: int = 14,
-                        per_pod: bool = False):
+def pooled_transactions(seed: int, pooled: bool = True, n: int = 4000, rate: float = 150.0, slots: int = 14):
     """Three pods save each request in a transaction (BEGIN, INSERT, COMMIT CLIENT spans to an untraced
     pooler, `server.address` pgbouncer). With `pooled`, the pooler's `slots` server connections are
     shared by every caller and held from BEGIN to the end of COMMIT; in the middle third of the run the
     commits slow to ~85 ms, the connections run out and BEGIN waits for one (FIFO). Without it the
-    peer itself answers BEGIN slowly then (~85 ms on half of them), no connection held. With `per_pod`, each
-    pod has a pool of its own (`slots` // 3 connections, in its process: HikariCP, a driver's pool)."""
+    peer itself answers BEGIN slowly then (~85 ms on half of them), no connection held."""
     import heapq
 
     b = TraceBuilder(seed)
     arrivals = b.arrivals(n, rate)
     slow = (arrivals[-1] / 3, 2 * arrivals[-1] / 3)
-    pools = {pod: [0.0] * (slots // 3 if per_pod else slots) for pod in PODS}
+    free = [0.0] * slots
     peer = {"server.address": "pgbouncer", "db.system": "postgresql"}
     for i, t in enumerate(arrivals):
         b.new_trace()
@@ -162,7 +160,6 @@ def pooled_transactions(seed: int, pooled: bool = True, n: int = 4000, rate: flo
         begin_s = t + work + 0.2
         in_slow = slow[0] <= begin_s < slow[1]
         if pooled:
-            free = pools[pod if per_pod else PODS[0]]
             got = max(begin_s + 0.2, heapq.heappop(free))
             begin_e = got + lognormal(b.rng, 0.35, 0.2)
         else:
@@ -181,29 +178,16 @@ def pooled_transactions(seed: int, pooled: bool = True, n: int = 4000, rate: flo
     return b.frame()
 
 
-def test_begin_waiting_for_a_connection_every_caller_shares_is_queueing() -> None:
-    """The long BEGINs start their round trip as another request's COMMIT gives a connection back, and
-    the COMMITs that free them are the other pods' as often as their own: the pooler's server connections
-    are shared by every caller outside their processes, a queue for N servers that any of them ends, not
-    a lock in the caller (before: lock_contention 0.95; pgvector-search's PgBouncer read the same)."""
+def test_begin_waiting_for_a_pooled_connection_is_lock_contention() -> None:
+    """The long BEGINs start their round trip as another request's COMMIT gives a connection back:
+    a pool run dry (the slow commits hold it), named at BEGIN; BEGIN is no slow dependency."""
     result = diagnose_frame(pooled_transactions(5))
-    top = result.findings[0]
-    assert top.pattern == "queueing" and top.confidence >= 0.8 and top.span_name == "BEGIN", _found(result)
-    assert top.evidence["stats"]["waits_ended_by_pool_release"] >= 0.8
-    assert top.evidence["stats"]["server_queue_from"] == "a pool shared by every caller"
-    assert all(f.confidence < 0.5 for f in result.findings if f.pattern == "lock_contention"), _found(result)
-    begin = [f for f in result.findings if f.pattern == "slow_dependency" and f.span_name == "BEGIN"]
-    assert not begin or begin[0].confidence < 0.5, _found(result)
-
-
-def test_begin_waiting_for_a_connection_of_its_own_process_pool_is_lock_contention() -> None:
-    """The twin: each pod's own pool (in its process); its waits end as its own COMMITs give a connection
-    back, not the other pods': a bounded pool in the process, named lock_contention at BEGIN."""
-    result = diagnose_frame(pooled_transactions(5, per_pod=True))
     lock = next((f for f in result.findings if f.pattern == "lock_contention"), None)
     assert lock is not None and lock.confidence >= 0.8 and lock.span_name == "BEGIN", _found(result)
     assert lock.evidence["stats"]["waits_ended_by_pool_release"] >= 0.8
     assert result.findings[0].pattern == "lock_contention", _found(result)
+    begin = [f for f in result.findings if f.pattern == "slow_dependency" and f.span_name == "BEGIN"]
+    assert not begin or begin[0].confidence < 0.5, _found(result)
 
 
 def test_a_peer_slow_to_answer_begin_is_no_pool() -> None:

@@ -81,3 +81,32 @@ def test_a_process_that_stops_stretches_its_steps_and_is_no_starved_executor() -
     result = diagnose_frame(dispatcher_service(1, starved=False))
     assert all(f.evidence.get("stats", {}).get("mechanism") != "starved executor" for f in result.findings), \
         _found(result)
+
+
+def _family_run(family: str, scenario: str):
+    from bench.run_cache import loaded_run
+    from tailscope.analysis.diagnosis import diagnose
+    from tailscope.store.duckdb.store import DuckDBStore as Store
+
+    with loaded_run(family, scenario, 2000, 0, None) as (db, _summary):
+        return diagnose(Store(db), "run")
+
+
+def test_a_pooler_every_caller_shares_run_dry_by_a_burst_is_queueing() -> None:
+    """pgvector-search (its own file, loader and all): PgBouncer's pool of server connections, shared by
+    every ask-api pod, runs dry under a 10x burst while a cold replica's walks hold connections: BEGIN's
+    waits end as the other pods' transactions give a connection back (not their own pod's) and follow the
+    arrivals: a queue for N servers, not a lock in the caller (before: lock_contention 0.94 on top)."""
+    result = _family_run("pgvector-search", "replica-restart+pgbouncer-burst")
+    top = result.findings[0]
+    assert top.pattern == "queueing" and top.confidence >= 0.8, _found(result)
+    assert top.evidence["stats"].get("server_queue_from") == "a pool shared by every caller", top.evidence
+    assert all(f.confidence < 0.5 for f in result.findings if f.pattern == "lock_contention"), _found(result)
+
+
+def test_a_pooler_every_caller_shares_held_by_slow_commits_stays_lock_contention() -> None:
+    """The twin, vision-moderation: its PgBouncer pool runs dry because commits slow to ~85 ms (the
+    holders hold longer) at an ordinary arrival rate: the held resource's finding, lock_contention."""
+    result = _family_run("vision-moderation", "pgbouncer-exhaustion")
+    assert result.findings[0].pattern == "lock_contention" and result.findings[0].confidence >= 0.8, \
+        _found(result)

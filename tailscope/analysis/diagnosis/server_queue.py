@@ -31,7 +31,7 @@ from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.pool_release import shared_pool
 from tailscope.analysis.diagnosis.queueing import ADVICE
-from tailscope.analysis.diagnosis.stats import pearson, ranks, slow_spans
+from tailscope.analysis.diagnosis.stats import logistic, pearson, ranks, slow_spans
 
 PATTERN = "queueing"
 HELD = 0.5  # share of the slow spans' extra time in the server's queue (or its untraced own time)
@@ -107,9 +107,12 @@ def recast(ctx: Context, findings: list[Finding]) -> list[Finding]:
     for fd in findings:
         code = f.names.index(fd.span_name) if fd.span_name in f.names else -1
         spans = np.nonzero((f.name == code) & (f.request >= 0))[0] if code >= 0 else np.zeros(0, np.int64)
-        if (fd.evidence["stats"].get("waits_ended_by_pool_release") or 0.0) >= 0.5 and shared_pool(ctx, code):
+        if (fd.evidence["stats"].get("waits_ended_by_pool_release") or 0.0) >= 0.5 and shared_pool(ctx, code) \
+                and (surge := _arrival_surge(ctx, code)) >= 0.5:
             shared = fd.evidence["stats"]["waits_ended_by_pool_release"]
-            out.append(_as_queue(fd, fd.confidence, fd.span_name, shared, "a pool shared by every caller"))
+            queued = _as_queue(fd, fd.confidence, fd.span_name, shared, "a pool shared by every caller")
+            queued.evidence["stats"]["waits_follow_arrival_surge"] = round(surge, 3)
+            out.append(queued)
             continue
         if len(spans) == 0 or np.mean(f.kind[spans] == KIND_SERVER) < 0.5:
             out.append(fd)
@@ -131,6 +134,21 @@ def recast(ctx: Context, findings: list[Finding]) -> list[Finding]:
         else:
             out.append(fd)
     return out
+
+
+def _arrival_surge(ctx: Context, code: int) -> float:
+    """How surely the waits in span name `code` rise and fall with a surge of arrivals: the lagged
+    correlation of its time per request with the arrivals per time bin (burst_waits.follows_arrivals),
+    in a run whose arrivals come in bursts (index of dispersion >> 1). A pool every caller shares runs
+    dry either way: more calls than its N connections serve (a queue: more capacity, or fewer calls) or
+    holders that hold each connection longer (its holders' slow work, lock_contention's to name)."""
+    from tailscope.analysis.diagnosis.burst_waits import follows_arrivals
+    from tailscope.analysis.diagnosis.queueing import dispersion, time_bins
+
+    b, bins, _ = time_bins(ctx.frame.requests.arrival)
+    arrivals = np.bincount(b, minlength=bins).astype(np.float64)
+    r, _, _ = follows_arrivals(ctx, code, arrivals, b)
+    return logistic(r, 0.5, 0.08) * logistic(dispersion(arrivals), 2.5, 0.5)
 
 
 def _as_queue(fd: Finding, confidence: float, span: str, held: float, where: str) -> Finding:
