@@ -27,8 +27,9 @@ def producer_service(seed: int, kind: str = "Producer", n: int = 4000, rps: floa
     per_pod_ms = 1000.0 / (rps / len(PODS))
     drained = {p: [] for p in PODS}  # per pod: the drain times of the records in its buffer (a heap)
     last = {p: 0.0 for p in PODS}
-    attrs = {"messaging.system": "kafka", "messaging.destination.name": "impressions"} if kind == "Producer" else {}
-    for i, t in enumerate(arrivals):
+    attrs = {"messaging.system": "kafka", "messaging.destination.name": "impressions"}
+    attrs = attrs if kind == "Producer" else {}
+    for t in arrivals:
         b.new_trace()
         pod = PODS[int(b.rng.integers(len(PODS)))]
         root = b.span(None, "GET /search", "Server", pod, t, 0.0)
@@ -133,9 +134,9 @@ def dispatcher_service(seed: int, starved: bool = True, n: int = 4000, rps: floa
         cont = stops.run(pod, got, lognormal(b.rng, 0.3, 0.2))
         heapq.heappush(pool, cont)
         cur = cont
-        for name, kind, median in (("EtaModel.predict", "Internal", 3.0), ("quotes publish", "Internal", 1.0)):
+        for name, median in (("EtaModel.predict", 3.0), ("quotes publish", 1.0)):
             e = stops.run(pod, cur, lognormal(b.rng, median, 0.25))
-            b.span(root, name, kind, pod, cur, e - cur)
+            b.span(root, name, "Internal", pod, cur, e - cur)
             cur = e + 0.02
         b.set_end(root, cur + 0.05)
     return b.frame()

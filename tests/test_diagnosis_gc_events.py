@@ -72,7 +72,8 @@ def test_allocation_stalls_are_read_as_collector_waits(tmp_path: Path) -> None:
         spans.append({"traceId": f"{i:032x}", "spanId": f"{i + 1:016x}", "name": "GET /", "kind": 2,
                       "startTimeUnixNano": str(t), "endTimeUnixNano": str(t + 50_000_000), "events": [event]})
     resource = {"attributes": [_kv("service.name", "svc"), _kv("service.instance.id", "a")]}
-    record = {"resourceSpans": [{"resource": resource, "scopeSpans": [{"scope": {"name": "s"}, "spans": spans}]}]}
+    scope = {"scope": {"name": "s"}, "spans": spans}
+    record = {"resourceSpans": [{"resource": resource, "scopeSpans": [scope]}]}
     path = tmp_path / "run.jsonl"
     path.write_text(json.dumps(record) + "\n", encoding="utf-8")
     db = tmp_path / "store.duckdb"

@@ -15,8 +15,8 @@ def _found(result) -> list:
 
 
 def _straggler(result):
-    return next((f for f in result.findings
-                 if f.evidence.get("stats", {}).get("mechanism") == "collector back to back on one instance"), None)
+    mine = "collector back to back on one instance"
+    return next((f for f in result.findings if f.evidence.get("stats", {}).get("mechanism") == mine), None)
 
 
 def test_a_send_blocked_on_a_full_producer_buffer_is_the_brokers_latency() -> None:

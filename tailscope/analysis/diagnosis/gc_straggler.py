@@ -35,7 +35,7 @@ from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.gc_pause import PATTERN
 from tailscope.analysis.diagnosis.long_stalls import warm_up_mask
 from tailscope.analysis.diagnosis.model import Context, Finding
-from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
+from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight
 from tailscope.vocabulary import ALL_STAGES
 
 SLOW = 2.0  # a name this many times its peers' median on one instance is slowed there
@@ -170,13 +170,13 @@ def detect(ctx: Context) -> list[Finding]:
             summary = (
                 f"On {f.instances[inst]} ({f.services[svc]}) the process's own steps run slower than on its "
                 f"other instances all along ({steps} their median there), while "
-                f"{', '.join(repr(f.names[c]) for c in steady[:3])}, as long or longer, take what they take "
-                "elsewhere: not a stop or a CPU quota (those stretch everything in flight, long calls "
-                "included), not a slow dependency (it slows every caller's calls); the allocating work of one "
-                f"process slowed, carrying {share:.0%} of the tail excess."
-                + (f" Its runtime reports {rates[0]:.1f} GC cycles a second against {rates[1]:.1f} on its peers: "
-                   "its collector runs back to back (a live heap near its limit), and allocating work helps it "
-                   "mark or waits for memory." if rates is not None else UNCONFIRMED)
+                f"{', '.join(repr(f.names[c]) for c in steady[:3])}, as long or longer, take what they "
+                "take elsewhere: not a stop or a CPU quota (those stretch everything in flight, long calls "
+                "included), not a slow dependency (it slows every caller's calls); the allocating work of "
+                f"one process slowed, carrying {share:.0%} of the tail excess."
+                + (f" Its runtime reports {rates[0]:.1f} GC cycles a second against {rates[1]:.1f} on its "
+                   "peers: its collector runs back to back (a live heap near its limit), and allocating work "
+                   "helps it mark or waits for memory." if rates is not None else UNCONFIRMED)
             )
             best = Finding(PATTERN, confidence, None, None, {"summary": summary, "stats": stats}, ADVICE)
     return [best] if best is not None and best.confidence >= 0.05 else []

@@ -107,8 +107,8 @@ def recast(ctx: Context, findings: list[Finding]) -> list[Finding]:
     for fd in findings:
         code = f.names.index(fd.span_name) if fd.span_name in f.names else -1
         spans = np.nonzero((f.name == code) & (f.request >= 0))[0] if code >= 0 else np.zeros(0, np.int64)
-        if (fd.evidence["stats"].get("waits_ended_by_pool_release") or 0.0) >= 0.5 and shared_pool(ctx, code) \
-                and (surge := _arrival_surge(ctx, code)) >= 0.5:
+        pooled = (fd.evidence["stats"].get("waits_ended_by_pool_release") or 0.0) >= 0.5
+        if pooled and shared_pool(ctx, code) and (surge := _arrival_surge(ctx, code)) >= 0.5:
             shared = fd.evidence["stats"]["waits_ended_by_pool_release"]
             queued = _as_queue(fd, fd.confidence, fd.span_name, shared, "a pool shared by every caller")
             queued.evidence["stats"]["waits_follow_arrival_surge"] = round(surge, 3)

@@ -17,9 +17,9 @@ peers' (and >= MIN_GAP_NS over it), while its children's durations are no slower
 time of its slow requests must be spread over the step boundaries (the largest boundary holds at most
 SPREAD of it) for more than ONE_BOUNDARY_CAP: one untraced step or one lock taken at one point in the
 handler puts it all at one boundary (and so does a request whose steps run side by side and join once:
-its one continuation waits). Weight: the gaps' time over the peers' median as a share of the tail excess. At most CAP:
-which blocking work holds the threads is not traced (look for calls on that instance that run on the
-request's own executor).
+its one continuation waits). Weight: the gaps' time over the peers' median as a share of the tail
+excess. At most CAP: which blocking work holds the threads is not traced (look for calls on that
+instance that run on the request's own executor).
 """
 
 from __future__ import annotations
@@ -140,11 +140,11 @@ def detect(ctx: Context) -> list[Finding]:
                 f"On {f.instances[i]} ({f.services[s]}) requests wait between their steps: the request's own "
                 f"time outside its steps is {ms(p90[i]):.1f} ms at the p90 against {ms(base):.1f} ms on its "
                 f"other instances, while the steps themselves run no slower there (p90 {slowed:.2f}x its "
-                f"peers'; the largest step boundary holds {at_one:.0%} of the wait): the continuations waited for "
-                "a thread of the process's executor, held by blocking work (a call run on the shared pool); not "
-                "a stop or a CPU quota (those stretch the steps in flight)"
-                + ("" if at_one < SPREAD else ", though with the wait at one boundary a lock taken there is not "
-                   "ruled out")
+                f"peers'; the largest step boundary holds {at_one:.0%} of the wait): the continuations "
+                "waited for a thread of the process's executor, held by blocking work (a call run on the shared "
+                "pool); not a stop or a CPU quota (those stretch the steps in flight)"
+                + ("" if at_one < SPREAD else ", though with the wait at one boundary a lock taken there is "
+                   "not ruled out")
                 + f"; carrying {share:.0%} of the tail excess. What holds the threads is not traced."
             )
             stats["request_span"] = f.names[int(f.name[reqs.root[here][0]])]
