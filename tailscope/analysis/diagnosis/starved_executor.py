@@ -141,8 +141,8 @@ def detect(ctx: Context) -> list[Finding]:
                 f"time outside its steps is {ms(p90[i]):.1f} ms at the p90 against {ms(base):.1f} ms on its "
                 f"other instances, while the steps themselves run no slower there (p90 {slowed:.2f}x its "
                 f"peers'; the largest step boundary holds {at_one:.0%} of the wait): the continuations "
-                "waited for a thread of the process's executor, held by blocking work (a call run on the shared "
-                "pool); not a stop or a CPU quota (those stretch the steps in flight)"
+                "waited for a thread of the process's executor, held by blocking work (a call run on the "
+                "shared pool); not a stop or a CPU quota (those stretch the steps in flight)"
                 + ("" if at_one < SPREAD else ", though with the wait at one boundary a lock taken there is "
                    "not ruled out")
                 + f"; carrying {share:.0%} of the tail excess. What holds the threads is not traced."
