@@ -110,3 +110,17 @@ def test_a_pooler_every_caller_shares_held_by_slow_commits_stays_lock_contention
     result = _family_run("vision-moderation", "pgbouncer-exhaustion")
     assert result.findings[0].pattern == "lock_contention" and result.findings[0].confidence >= 0.8, \
         _found(result)
+
+
+def test_requests_without_child_spans_give_no_starved_executor() -> None:
+    """Roots with no children at all (a service traced as one span per request): no gaps to read, no
+    finding and no error."""
+    from tailscope.analysis.diagnosis import starved_executor
+    from tailscope.analysis.diagnosis.model import Context
+    from tests.mechanism_frames import TraceBuilder
+
+    b = TraceBuilder(2)
+    for i, t in enumerate(b.arrivals(300, 50.0)):
+        b.new_trace()
+        b.span(None, "GET /", "Server", f"api/{i % 2}", t, 5.0)
+    assert starved_executor.detect(Context(b.frame())) == []

@@ -61,6 +61,8 @@ def _gaps(ctx: Context) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     kids = kids[is_root[f.parent[kids]] >= 0]
     kids = kids[f.instance[kids] == f.instance[f.parent[kids]]]
     r = is_root[f.parent[kids]]
+    if not len(kids):
+        return np.zeros(n), np.zeros(n), np.zeros(n, np.int64)
     order = np.lexsort((f.start[kids], r))
     kids, r = kids[order], r[order]
     s, e = f.start[kids].astype(np.int64), (f.start[kids] + f.dur[kids]).astype(np.int64)
