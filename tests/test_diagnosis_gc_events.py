@@ -56,3 +56,28 @@ def test_gc_event_durations_in_seconds_are_read(tmp_path: Path) -> None:
     # one)
     assert sorted(frame.gc_dur.tolist()) == [1_500_000, 3_500_000, 4_000_000, 12_500_000, 62_500_000,
                                              200_000_000]
+
+
+def test_allocation_stalls_are_read_as_collector_waits(tmp_path: Path) -> None:
+    """A thread's allocation stall (JFR's jdk.ZAllocationStall: it waited for the collector to free
+    memory) is the collector's, with its duration; a pinned virtual thread's event is not (before: the
+    stall was not read: its name says no `gc`)."""
+    start = 1_700_000_000_000_000_000
+    events = [("jdk.ZAllocationStall", "31.5"), ("jdk.VirtualThreadPinned", "25.0")]
+    spans = []
+    for i, (name, value) in enumerate(events):
+        t = start + i * 10_000_000
+        event = {"timeUnixNano": str(t + 1000), "name": name,
+                 "attributes": [_kv("jfr.duration_ms", value), _kv("jfr.thread", "virtual-41")]}
+        spans.append({"traceId": f"{i:032x}", "spanId": f"{i + 1:016x}", "name": "GET /", "kind": 2,
+                      "startTimeUnixNano": str(t), "endTimeUnixNano": str(t + 50_000_000), "events": [event]})
+    resource = {"attributes": [_kv("service.name", "svc"), _kv("service.instance.id", "a")]}
+    scope = {"scope": {"name": "s"}, "spans": spans}
+    record = {"resourceSpans": [{"resource": resource, "scopeSpans": [scope]}]}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    db = tmp_path / "store.duckdb"
+    assert not load_paths([path], db, "run").failed
+    with reading(DuckDBStore(db)) as conn:
+        frame = load_frame(conn, "run")
+    assert frame.gc_dur.tolist() == [31_500_000]

@@ -1,4 +1,5 @@
--- Diagnosis: runtime GC pauses reported as span events (e.g. `python.gc` with gc.duration_ns), used
+-- Diagnosis: runtime GC pauses reported as span events (e.g. `python.gc` with gc.duration_ns, or an
+-- allocation stall such as JFR's `jdk.ZAllocationStall`), used
 -- only to confirm a timing-based gc_pause finding. One pause is copied onto every span in flight, so
 -- rows are deduplicated per instance and timestamp. The duration: the known keys first, else the first
 -- attribute whose key names a pause, a duration or the time elapsed (`...pause`, `...duration`,
@@ -43,7 +44,9 @@ FROM (
                unnest(from_json(Events, '[{"Timestamp": "BIGINT", "Name": "VARCHAR", "Attributes": "JSON"}]')) AS ev
         FROM otel_traces
         WHERE RunLabel = $run AND {windows}
-          AND Events <> '[]' AND regexp_matches(Events, 'gc|garbage', 'i')
+          AND Events <> '[]' AND regexp_matches(Events, 'gc|garbage|stall', 'i')
     )
 )
-WHERE regexp_matches(lower(ev.Name), '(^|[._ ])gc([._ ]|$)|garbage')
+-- a collection, or a thread's allocation stall (it waited for the collector to free memory: JFR's
+-- jdk.ZAllocationStall and the like)
+WHERE regexp_matches(lower(ev.Name), '(^|[._ ])gc([._ ]|$)|garbage|alloc(ation)?[._ ]?stall')

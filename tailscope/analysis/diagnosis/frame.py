@@ -34,6 +34,7 @@ from tailscope.vocabulary import ALL_STAGES
 SPAN_KINDS = ("Unspecified", "Internal", "Server", "Client", "Producer", "Consumer")
 KIND_SERVER = SPAN_KINDS.index("Server")
 KIND_CLIENT = SPAN_KINDS.index("Client")
+KIND_PRODUCER = SPAN_KINDS.index("Producer")
 NO_STAGE = -1
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, NO_STAGE, TraceFrame
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_PRODUCER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.stats import TailSplit, excess_share, per_request_sum, tail_split
 from tailscope.vocabulary import ALL_STAGES
 
@@ -205,3 +205,18 @@ class Context:
         total = np.bincount(f.name[inside], minlength=len(f.names))
         client = np.bincount(f.name[inside & (f.kind == KIND_CLIENT)], minlength=len(f.names))
         return np.nonzero((total > 0) & (client * 2 > total))[0]
+
+    @cached_property
+    def send_names(self) -> np.ndarray:
+        """Span names that are mostly PRODUCER spans inside requests, ended inside their parent: a send
+        to a broker that the request waited for (an async producer's send() returns once the record is in
+        its buffer; a full buffer blocks it until the broker acknowledges enough: the broker's latency,
+        reaching the caller). A send that ends after its parent was not waited for (fire and forget)."""
+        f = self.frame
+        sent = (f.request >= 0) & (f.kind == KIND_PRODUCER) & (f.parent >= 0)
+        total = np.bincount(f.name[f.request >= 0], minlength=len(f.names))
+        p = f.parent[sent]
+        inside = np.zeros(len(f), bool)
+        inside[np.nonzero(sent)[0]] = f.start[sent] + f.dur[sent] <= f.start[p] + f.dur[p]
+        held = np.bincount(f.name[inside], minlength=len(f.names))
+        return np.nonzero((total > 0) & (held * 2 > total))[0]

@@ -28,6 +28,7 @@ HANDOFF_NS = 500_000
 LONG = 5.0
 MIN_WAITS = 20
 MAX_CHANCE = 0.5  # a window that some release covers half the time by chance tells nothing
+SHARED = "pool_release:by_grouping"  # notes: per name, {per caller instance?: hand-off share}
 PEER_KEYS = ("server.address", "net.peer.name", "peer.service", "db.instance", "http.host")
 
 
@@ -73,6 +74,18 @@ def callee_own(ctx: Context, spans: np.ndarray, waiters: np.ndarray, median: flo
     extra = np.maximum(f.dur[waiters].astype(np.float64) - median, 0.0)
     far = np.where(mine >= 0, np.maximum(f.dur[np.maximum(mine, 0)].astype(np.float64) - usual, 0.0), 0.0)
     return float(np.minimum(far, extra).sum() / max(extra.sum(), 1.0))
+
+
+def shared_pool(ctx: Context, code: int) -> bool:
+    """Whether release_handoff found the waits of `code` ended by releases of the callers on *other*
+    instances, not of their own: counted over every caller the hand-off holds (>= 0.5), counted per
+    caller instance it does not (< 0.5). A pool inside a process (HikariCP, a socket pool) is given back
+    by that process's own calls; one that the callers' own releases do not explain is shared by all of
+    them outside their processes (a pooler such as PgBouncer in front of a database, a proxy's upstream
+    connections): a queue for its N server connections, which any of the N ends, growing with every
+    caller's arrivals; not a lock held inside the caller."""
+    got = ctx.notes.get(SHARED, {}).get(code, {})
+    return got.get(False, 0.0) >= 0.5 and got.get(True, 0.0) < 0.5
 
 
 def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
@@ -128,6 +141,7 @@ def release_handoff(ctx: Context, code: int, spans: np.ndarray) -> float:
         if chance > MAX_CHANCE:
             continue  # releases too dense for the window: the test has no power
         share = max(0.0, (observed - chance) / max(1.0 - chance, 1e-9))
+        ctx.notes.setdefault(SHARED, {}).setdefault(code, {})[per_instance] = share
         best = share if np.isnan(best) else max(best, share)
     return best
 

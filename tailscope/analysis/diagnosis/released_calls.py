@@ -159,7 +159,7 @@ def _below(ctx: Context, released: np.ndarray, med: float) -> float:
     """The share of the released spans' extra time (over their name's median) spent in calls out of
     the process below them (CLIENT spans of their request inside them, over their own name's median)."""
     f = ctx.frame
-    calls = np.nonzero((f.kind == KIND_CLIENT) & (f.request >= 0))[0]
+    calls = np.nonzero(np.isin(f.kind, _OUTBOUND) & (f.request >= 0))[0]
     if not len(calls) or not len(released):
         return 0.0
     d = f.dur[calls].astype(np.float64)
@@ -229,7 +229,7 @@ def detect(ctx: Context) -> list[Finding]:
         below = _below(ctx, out, med)
         if below >= BELOW:  # they waited on calls further down: the stop is below this name
             continue
-        untraced = float(np.mean((f.kind[out] == KIND_CLIENT) & f.leaf[out])) >= 0.5
+        untraced = float(np.mean(np.isin(f.kind[out], _OUTBOUND) & f.leaf[out])) >= 0.5
         # the released spans are the instance's own work, and the instance ran on: a resource held
         # unless the runtime reported its own collections inside the silences: then it did stop there
         held = (float(np.mean(~np.isin(f.kind[out], _OUTBOUND))) >= 0.5

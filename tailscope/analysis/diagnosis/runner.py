@@ -25,6 +25,7 @@ from tailscope.analysis.diagnosis import (
     fallback_path,
     first_calls,
     gc_pause,
+    gc_straggler,
     head_of_line,
     held_slots,
     key_serial,
@@ -44,6 +45,7 @@ from tailscope.analysis.diagnosis import (
     shares,
     slow_dependency,
     splits,
+    starved_executor,
     timeout_retry,
     transaction_waits,
     unexplained,
@@ -62,6 +64,7 @@ from tailscope.analysis.diagnosis.stats import weighted_quantile
 # for a connection before slow_dependency reads them.
 DETECTORS = (
     gc_pause,
+    gc_straggler,
     proxy_stalls,
     quota_stalls,
     released_calls,
@@ -77,6 +80,7 @@ DETECTORS = (
     transaction_waits,
     head_of_line,
     queueing,
+    starved_executor,
     batch_timer,
     callee_queue,
     slow_dependency,

@@ -29,8 +29,9 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.pool_release import shared_pool
 from tailscope.analysis.diagnosis.queueing import ADVICE
-from tailscope.analysis.diagnosis.stats import pearson, ranks, slow_spans
+from tailscope.analysis.diagnosis.stats import logistic, pearson, ranks, slow_spans
 
 PATTERN = "queueing"
 HELD = 0.5  # share of the slow spans' extra time in the server's queue (or its untraced own time)
@@ -106,6 +107,13 @@ def recast(ctx: Context, findings: list[Finding]) -> list[Finding]:
     for fd in findings:
         code = f.names.index(fd.span_name) if fd.span_name in f.names else -1
         spans = np.nonzero((f.name == code) & (f.request >= 0))[0] if code >= 0 else np.zeros(0, np.int64)
+        pooled = (fd.evidence["stats"].get("waits_ended_by_pool_release") or 0.0) >= 0.5
+        if pooled and shared_pool(ctx, code) and (surge := _arrival_surge(ctx, code)) >= 0.5:
+            shared = fd.evidence["stats"]["waits_ended_by_pool_release"]
+            queued = _as_queue(fd, fd.confidence, fd.span_name, shared, "a pool shared by every caller")
+            queued.evidence["stats"]["waits_follow_arrival_surge"] = round(surge, 3)
+            out.append(queued)
+            continue
         if len(spans) == 0 or np.mean(f.kind[spans] == KIND_SERVER) < 0.5:
             out.append(fd)
             continue
@@ -128,9 +136,29 @@ def recast(ctx: Context, findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _arrival_surge(ctx: Context, code: int) -> float:
+    """How surely the waits in span name `code` rise and fall with a surge of arrivals: the lagged
+    correlation of its time per request with the arrivals per time bin (burst_waits.follows_arrivals),
+    in a run whose arrivals come in bursts (index of dispersion >> 1). A pool every caller shares runs
+    dry either way: more calls than its N connections serve (a queue: more capacity, or fewer calls) or
+    holders that hold each connection longer (its holders' slow work, lock_contention's to name)."""
+    from tailscope.analysis.diagnosis.burst_waits import follows_arrivals
+    from tailscope.analysis.diagnosis.queueing import dispersion, time_bins
+
+    b, bins, _ = time_bins(ctx.frame.requests.arrival)
+    arrivals = np.bincount(b, minlength=bins).astype(np.float64)
+    r, _, _ = follows_arrivals(ctx, code, arrivals, b)
+    return logistic(r, 0.5, 0.08) * logistic(dispersion(arrivals), 2.5, 0.5)
+
+
 def _as_queue(fd: Finding, confidence: float, span: str, held: float, where: str) -> Finding:
     stats = {**fd.evidence["stats"], "server_queue_share": round(held, 3), "server_queue_from": where}
-    if where == "untraced":
+    if where == "a pool shared by every caller":
+        why = ("; the waits end as calls of the callers on other instances give their connection back, "
+               "not as their own instance's do: a pool shared by every caller outside their processes (a "
+               "pooler such as PgBouncer in front of the peer, a proxy's upstream connections), a queue for "
+               "its N server connections that grows with every caller's arrivals, not a lock in the caller")
+    elif where == "untraced":
         why = (f"; {held:.0%} of the slow calls' extra time is the server's own, untraced time: calls "
                "waiting for the server's capacity (a scheduler's or batcher's queue, a worker pool), "
                "as a server's whole call shows it; a lock inside it is not ruled out")
@@ -139,5 +167,6 @@ def _as_queue(fd: Finding, confidence: float, span: str, held: float, where: str
                "calls waiting for the server's capacity, not for a lock")
     summary = fd.evidence["summary"].rstrip(".") + why + "."
     evidence = {**fd.evidence, "summary": summary, "stats": stats}
-    return replace(fd, pattern=PATTERN, confidence=confidence, stage="queue", span_name=span,
+    return replace(fd, pattern=PATTERN, confidence=confidence, stage=fd.stage if where.startswith("a pool")
+                   else "queue", span_name=span,
                    evidence=evidence, advice=ADVICE)

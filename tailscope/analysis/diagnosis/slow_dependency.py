@@ -61,7 +61,9 @@ def detect(ctx: Context) -> list[Finding]:
     # alike) is a call too: its SERVER spans sit inside its CLIENT spans and are left out below
     client = np.bincount(f.name[inside & (f.kind == KIND_CLIENT)], minlength=len(f.names))
     both_sides = np.nonzero((client > 0) & (client * 2 >= total))[0].tolist()
+    # and a send to a broker the request waited for (a blocked producer: the broker's latency)
     cands = set(int(c) for c in ctx.client_names) | set(stage_named) | set(both_sides)
+    cands |= set(int(c) for c in ctx.send_names)
     cands -= ctx.notes.get("fallback_names", set())  # a miss path after a lookup: cache_miss's
     cands -= ctx.notes.get("miss_path_names", set())  # the call a bimodal lookup makes on its misses
     cands -= attempts_of_calls(f, inside)  # an SDK call's HTTP attempts: the call is the candidate

@@ -37,5 +37,6 @@ FROM {scope}
 ARRAY JOIN `Events.Timestamp` AS ev_time, `Events.Name` AS ev_name, `Events.Attributes` AS ev_attributes
 ARRAY JOIN [arrayFirst(k -> match(lower(k), '(^|[._])(pause|duration|elapsed)([._]?(ns|us|ms|s|sec|seconds))?$'),
                        mapKeys(ev_attributes))] AS dur_key
-WHERE match(lower(toString(ev_name)), '(^|[._ ])gc([._ ]|$)|garbage')
+-- a collection, or a thread's allocation stall (it waited for the collector: JFR's jdk.ZAllocationStall)
+WHERE match(lower(toString(ev_name)), '(^|[._ ])gc([._ ]|$)|garbage|alloc(ation)?[._ ]?stall')
 ORDER BY Instance, TimeNs
