@@ -7,8 +7,10 @@ digest of every source the store's content depends on: the simulator (reference_
 family's own modules and the shared ones, not the other families'; of blind.py the functions that write
 a run, so registering a family or holding one out keeps the others' entries), the loaders (ingest) and
 tailscope outside tailscope/analysis (store, rules, SQL). The diagnosis
-(tailscope/analysis) is not in the digest: changing it is what the cache is for. Each diagnosis reads a
-fresh copy of the cached file made right after the load, so it sees what an uncached run would.
+(tailscope/analysis, and the statements only it reads with: sql/diagnosis_*.sql and their ClickHouse
+twins, run at diagnosis time, never at load) is not in the digest: changing it is what the cache is
+for. Each diagnosis reads a fresh copy of the cached file made right after the load, so it sees what
+an uncached run would.
 Entries are written under a temporary name and renamed, so concurrent runs never read half a file.
 """
 
@@ -32,10 +34,15 @@ SOURCES = (("ingest", ()), ("tailscope", ("tailscope/analysis",)))
 RUN_WRITERS = ("family", "truth", "run_format", "write_run")  # blind.py's part in a run's content
 
 
+def _diagnosis_statement(path: Path) -> bool:
+    return path.suffix == ".sql" and path.name.startswith("diagnosis_")
+
+
 def _files(root: Path, folder: str, skipped: tuple[str, ...]) -> Iterator[tuple[str, Path]]:
     for path in sorted((root / folder).rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.suffix in (".py", ".sql") and not any(rel.startswith(s + "/") for s in skipped):
+        kept = path.suffix in (".py", ".sql") and not _diagnosis_statement(path)
+        if kept and not any(rel.startswith(s + "/") for s in skipped):
             yield rel, path
 
 

@@ -36,7 +36,7 @@ def test_the_key_covers_the_family_shared_simulator_loader_and_store_only(tmp_pa
     files = ("reference_pipeline/simulate/bff_fanout.py", "reference_pipeline/simulate/bff_fanout_spans.py",
              "reference_pipeline/simulate/trace_table.py", "reference_pipeline/simulate/go_ray_flow.py",
              "reference_pipeline/simulate/blind.py", "ingest/b.py", "tailscope/store/c.sql",
-             "tailscope/analysis/diagnosis/d.py")
+             "tailscope/analysis/diagnosis/d.py", "tailscope/sql/diagnosis_gc_events.sql")
     for rel in files:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("x = 1\n")
@@ -46,7 +46,8 @@ def test_the_key_covers_the_family_shared_simulator_loader_and_store_only(tmp_pa
 
     before = key()
     for unrelated in ("tailscope/analysis/diagnosis/d.py", "reference_pipeline/simulate/go_ray_flow.py",
-                      "reference_pipeline/simulate/blind.py"):  # the diagnosis, another family, registration
+                      "reference_pipeline/simulate/blind.py",  # the diagnosis, another family, registration
+                      "tailscope/sql/diagnosis_gc_events.sql"):  # a statement read at diagnosis time only
         (tmp_path / unrelated).write_text("x = 2\n")
         assert key() == before, unrelated
     for rel in files[:3] + files[5:7]:
