@@ -224,6 +224,7 @@ def test_text_codes_match_unique_of_the_values_as_text():
     ]
     for values in cases:
         uniq, code = text_codes(values)
-        want_uniq, want_code = np.unique(np.array([str(v) for v in values], dtype=object), return_inverse=True)
+        text = np.array([str(v) for v in values], dtype=object)
+        want_uniq, want_code = np.unique(text, return_inverse=True)
         assert list(uniq) == list(want_uniq)
         assert np.array_equal(code, want_code.reshape(-1))

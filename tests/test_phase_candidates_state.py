@@ -142,7 +142,7 @@ def test_a_phase_rule_edit_derives_the_record_again(db_path):
 
     rules = [*default_phase_rules()]
     rules.append(
-        PhaseRule(len(rules) + 1, "custom", "wait", "queue", "attribute", "model.wait_ms", None, "ms", None, "")
+        PhaseRule(len(rules) + 1, "custom", "wait", "queue", "attribute", "model.wait_ms", None, "ms", None)
     )
     with connect_writer(db_path) as conn:
         replace_phase_rules(conn, rules)
