@@ -155,3 +155,76 @@ def test_pool_release_peer_of_reads_each_name_once_and_answers_as_before(monkeyp
     assert first == ["db-1", "cache", None]
     assert [pool_release.peer_of(ctx, c) for c in codes * 2] == first * 2
     assert sorted(read) == sorted(codes)
+
+
+def _gmm2_every_round(x: np.ndarray, iters: int = 60):
+    """gmm2's EM as it was before it stopped at its fixed point: all `iters` rounds (the reference)."""
+    import math
+
+    from tailscope.analysis.diagnosis.stats import _resp, _weighted_square
+
+    n, sd_all = len(x), float(x.std())
+    floor = max(sd_all * 0.02, 1e-3)
+    mu = [float(np.quantile(x, 0.25)), float(np.quantile(x, 0.9))]
+    sd, w = [sd_all / 2, sd_all / 2], [0.7, 0.3]
+    r, q, work = np.empty(n), np.empty(n), np.empty(n)
+    for _ in range(iters):
+        _resp(x, w, mu, sd, r, work)
+        n1 = float(r.sum())
+        n0 = n - n1
+        if n1 < 1 or n0 < 1:
+            return None
+        np.subtract(1, r, out=q)
+        mu = [float(np.multiply(q, x, out=work).sum() / n0), float(np.multiply(r, x, out=work).sum() / n1)]
+        sd = [max(math.sqrt(float(_weighted_square(q, x, mu[0], work).sum() / n0)), floor),
+              max(math.sqrt(float(_weighted_square(r, x, mu[1], work).sum() / n1)), floor)]
+        w = [n0 / n, n1 / n]
+    return (w, mu, sd) if mu[1] >= mu[0] else (w[::-1], mu[::-1], sd[::-1])
+
+
+def test_gmm2_stops_at_its_fixed_point_with_the_same_fit(monkeypatch):
+    """EM rounds after the parameters repeat to the bit give them again: gmm2 stops there, with the
+    fit all 60 rounds gave (clean modes converge in a few rounds; overlapping ones may run them all)."""
+    from tailscope.analysis.diagnosis import stats
+
+    rng = np.random.default_rng(7)
+    sets = [
+        np.r_[rng.normal(10, 1, 900), rng.normal(40, 2, 100)],  # two clean modes
+        np.r_[rng.normal(10, 3, 500), rng.normal(14, 3, 500)],  # overlapping
+        rng.lognormal(2.0, 0.6, 2000),  # one skewed mode
+        np.r_[np.full(200, 5.0), rng.normal(30, 1, 50)],  # a constant mode: the sd floor
+    ]
+    rounds: list[int] = []
+    resp = stats._resp
+    monkeypatch.setattr(stats, "_resp", lambda *a, **k: (rounds.append(len(a)), resp(*a, **k))[1])
+    for x in sets:
+        rounds.clear()
+        mix = stats.gmm2(x)
+        reference = _gmm2_every_round(x)
+        assert (mix is None) == (reference is None)
+        if mix is not None:
+            w, mu, sd = reference
+            assert (mix.w, mix.mu, mix.sd) == (tuple(w), tuple(mu), tuple(sd))  # to the bit
+    rounds.clear()
+    stats.gmm2(sets[0])
+    assert sum(1 for r in rounds if r == 6) < 60  # fails before: every fit ran all 60 rounds
+
+
+def test_text_codes_match_unique_of_the_values_as_text():
+    from tailscope.analysis.diagnosis.attributes import text_codes
+
+    rng = np.random.default_rng(3)
+    ids = [f"user-{k}" for k in rng.integers(0, 500, 5000)]
+    cases = [
+        ids,
+        [str(k) for k in rng.integers(0, 40, 3000)],  # numbers as text: sorted as text
+        [1, "1", None, "None", 2.5, "b", "a", "", "é", "a"],  # not text: as str() makes it
+        ["x"],
+        [],
+    ]
+    for values in cases:
+        uniq, code = text_codes(values)
+        text = np.array([str(v) for v in values], dtype=object)
+        want_uniq, want_code = np.unique(text, return_inverse=True)
+        assert list(uniq) == list(want_uniq)
+        assert np.array_equal(code, want_code.reshape(-1))

@@ -120,6 +120,13 @@ ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS LongestNs BIGINT;
 -- stage-rule edit, then kept current by its derives, derive.py), false for a run loaded since, NULL
 -- in a store migrated from version 4: a stage-rule edit derives such a run from its spans, keeping them.
 ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS PathsKept BOOLEAN;
+-- PhaseCandidates: whether any of the run's spans is one the phase rules in force could read (an
+-- attribute key or event name a rule names: phase_candidates.sql), found by each derive on the way
+-- (derive.py: a phase-rule edit derives every run again). False lets the diagnosis skip the phase
+-- spans' statement, which finds nothing then (reader.py). NULL: not known (a run derived before the
+-- column existed, added to such a store by the writer's schema step, as LongestNs was, until its next
+-- whole derive): the statement runs.
+ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS PhaseCandidates BOOLEAN;
 -- What a stage-rule edit re-maps instead of walking every trace again (tailscope.store.duckdb.rule_remap):
 -- a span's stage depends on the rules only through its path, the chain of (span name, kind,
 -- tailscope.stage or phase rule, attribute-regex hits, SERVER span with children) from its request

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis.attributes import text_codes
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, spearman
 from tailscope.analysis.diagnosis.where import main_service
@@ -91,9 +92,10 @@ def _candidate(spans: np.ndarray, slow: np.ndarray, idx: np.ndarray, values: lis
     if ok.sum() < MIN_SPANS:
         return None
     pos = pos[ok]
-    kept = [x for x, keep in zip(values, ok, strict=True) if keep]
-    v = np.array([str(x) for x in kept], dtype=object)
-    uniq, code = np.unique(v, return_inverse=True)
+    kept = np.empty(len(values), dtype=object)
+    kept[:] = values
+    kept = kept[ok]
+    uniq, code = text_codes(kept)
     if len(uniq) < MIN_VALUES or _size_like(kept, durations[pos]):
         return None
     sl = slow[pos]

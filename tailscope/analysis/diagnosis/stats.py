@@ -207,6 +207,7 @@ def gmm2(x: np.ndarray, iters: int = 60) -> Mixture | None:
     w = [0.7, 0.3]
     r, q, work = np.empty(n), np.empty(n), np.empty(n)  # buffers: 60 rounds allocate nothing
     for _ in range(iters):
+        before = (w, mu, sd)
         _resp(x, w, mu, sd, r, work)
         n1 = float(r.sum())
         n0 = n - n1
@@ -217,6 +218,8 @@ def gmm2(x: np.ndarray, iters: int = 60) -> Mixture | None:
         sd = [max(math.sqrt(float(_weighted_square(q, x, mu[0], work).sum() / n0)), floor),
               max(math.sqrt(float(_weighted_square(r, x, mu[1], work).sum() / n1)), floor)]
         w = [n0 / n, n1 / n]
+        if (w, mu, sd) == before:  # a fixed point, to the bit: every later round gives these again
+            break
     if mu[1] < mu[0]:
         mu, sd, w = mu[::-1], sd[::-1], w[::-1]
 

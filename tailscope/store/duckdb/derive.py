@@ -51,6 +51,7 @@ from tailscope.store.duckdb.statements import (
     ALL_TIME,
     MASK_BITS,
     attribute_patterns,
+    derive_candidates_query,
     derive_requests_from_paths,
     span_tree_query,
 )
@@ -71,6 +72,7 @@ CLOCK_SKEW_NS = 10 * 10**9
 def _drop_temp(conn: WriterConnection) -> None:
     conn.execute(sql.load("derive_drop_rows"))
     conn.execute(sql.load("derive_drop_tree"))
+    conn.execute(sql.load("derive_drop_candidates"))
     conn.execute(sql.load("derive_drop_scope"))
 
 
@@ -135,13 +137,18 @@ def refresh_run(
         known = longest_request(conn, run_label, state)
         window = trace_window(conn, run_label, span_range, known)
 
+        found: list[bool] = []
+
         def replace() -> None:
             conn.execute(sql.load("derive_delete_scope"), [run_label, *window])
             if kept:
                 conn.execute(sql.load("derive_paths_delete_scope"), [run_label, *window])
-            _derive(conn, run_label, "traces", window, keep_paths=kept)
+            found.append(_derive(conn, run_label, "traces", window, keep_paths=kept))
 
         histogram.around_refresh(conn, run_label, window, replace)
+        # every span written since the last derive is in the touched traces' scope: the run has phase
+        # candidates if it had before or the scope has; unknown stays unknown unless the scope has
+        candidates = True if any(found) else state[3]
         written = conn.execute(sql.load("derive_longest_in_window"), [run_label, *window]).fetchone()[0]
         longest = max(known, int(written or 0))  # an upper bound: a request derived shorter may remain
         paths_kept = kept  # the touched traces' rows replaced: as complete as before
@@ -150,12 +157,12 @@ def refresh_run(
         paths_kept = kept if keep_paths is None else keep_paths
         parts = -(-count // PART_SPANS)
         if parts == 1:
-            _derive(conn, run_label, "run", keep_paths=paths_kept)
+            candidates = _derive(conn, run_label, "run", keep_paths=paths_kept)
         else:
-            _derive_in_parts(conn, run_label, parts, progress, paths_kept)
+            candidates = _derive_in_parts(conn, run_label, parts, progress, paths_kept)
         histogram.rebuild(conn, run_label)
         longest = int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)
-    conn.execute(sql.load("derive_state_write"), [run_label, count, longest, paths_kept])
+    conn.execute(sql.load("derive_state_write"), [run_label, count, longest, paths_kept, candidates])
 
 
 def _derive_in_parts(
@@ -164,21 +171,24 @@ def _derive_in_parts(
     parts: int,
     progress: Callable[[float], None] | None = None,
     keep_paths: bool = False,
-) -> None:
+) -> bool:
     """A whole run derived in `parts` time windows of about equal span counts, each trace in the
     window of its first span. Each part reads the spans of its window (plus the reach of a trace
     on either side), so the cost per span stays flat as the run grows; hash partitions each read
-    the whole run (50 M spans: 50 parts × 50 M rows, 2.5× the cost per span of a 5 M-span run)."""
+    the whole run (50 M spans: 50 parts × 50 M rows, 2.5× the cost per span of a 5 M-span run).
+    Whether any part's scope held phase candidates (see `_derive`)."""
     quantiles = [part / parts for part in range(1, parts)]
     bounds_row = conn.execute(sql.load("derive_part_bounds"), [quantiles, run_label]).fetchone()
     first, last, longest, cuts = bounds_row
     reach = max(int(longest), 0) + 2 * CLOCK_SKEW_NS
     bounds = [first, *sorted(set(cuts) - {first}), last + 1]
+    candidates = False
     for done, (low, high) in enumerate(pairwise(bounds), start=1):
         conn.execute(sql.load("derive_scope_part"), [run_label, low, high, reach])
-        _derive(conn, run_label, "traces", (low, high + reach), keep_paths)
+        candidates |= _derive(conn, run_label, "traces", (low, high + reach), keep_paths)
         if progress is not None:
             progress(done / (len(bounds) - 1))
+    return candidates
 
 
 def longest_request(conn: Connection, run_label: str, state: tuple[Any, ...] | None = None) -> int:
@@ -223,29 +233,34 @@ def _derive(
     scope: str,
     window: tuple[int, int] = ALL_TIME,
     keep_paths: bool = False,
-) -> None:
+) -> bool:
     """Derive the requests of one scope (the run, or the traces in _ts_scope) into `requests`; with
-    `keep_paths` from per-path rows, kept in span_paths and request_paths (+25-45 % CPU)."""
+    `keep_paths` from per-path rows, kept in span_paths and request_paths (+25-45 % CPU). Whether
+    the scope holds any span the phase rules could read (a phase candidate, phase_candidates.sql):
+    staged first, which span_tree.sql's phase spans then read, so the answer costs no extra scan."""
     # (not staged as the readers' span trees are, scope.staged_scope: the window already bounds what
     # each read scans, and the copy cost more than the reads it saved: 6.5 vs 6.1 s CPU for 2 M spans)
     rules = rules_in_force(conn)
+    phase_rules = phase_rules_in_force(conn)
+    staging, staging_params = derive_candidates_query(phase_rules, scope, run_label, window)
+    conn.execute(staging, staging_params)
+    candidates = bool(conn.execute(sql.load("derive_candidates_count")).fetchone()[0])
+    output = "paths" if keep_paths else "requests"
+    text, params = span_tree_query(
+        rules, scope, run_label, output=output, phase_rules=phase_rules, window=window, staged_candidates=True
+    )
     if not keep_paths:
-        text, params = span_tree_query(
-            rules, scope, run_label, output="requests", phase_rules=phase_rules_in_force(conn), window=window
-        )
         conn.execute(f"CREATE TEMP TABLE _ts_request_rows AS {text}", params)
         conn.execute(sql.load("derive_requests"), [run_label, *window])
         _drop_temp(conn)
-        return
-    text, params = span_tree_query(
-        rules, scope, run_label, output="paths", phase_rules=phase_rules_in_force(conn), window=window
-    )
+        return candidates
     conn.execute(f"CREATE TEMP TABLE _ts_tree_rows AS {text}", params)
     conn.execute(sql.load("derive_paths_nodes"), [attribute_patterns(rules)[:MASK_BITS]])
     conn.execute(derive_requests_from_paths(), [statements.SPAN_TIMES_MAX_HASH])
     conn.execute(sql.load("derive_requests"), [run_label, *window])
     conn.execute(sql.load("derive_paths_keep"), [run_label])
     _drop_temp(conn)
+    return candidates
 
 
 def rederive_after(

@@ -145,13 +145,37 @@ def phase_spans_query(
     sample: int | None = None,
     window: tuple[int, int] | None = None,
     windows: Sequence[tuple[int, int]] | None = None,
+    staged: bool = False,
 ) -> tuple[str, list[Any]]:
-    """phase_spans.sql for one scope of one run: the phase spans the rules make there."""
+    """phase_spans.sql for one scope of one run: the phase spans the rules make there. `staged`: its
+    candidates are the rows a derive staged in temp._ts_phase_candidates (derive_candidates_query
+    over the same scope), not read from the scope again."""
     scope_params = _scope_params(scope, run, trace_id, sample, window, windows)
+    if staged:
+        rows, rows_params = sql.load("phase_candidates_staged"), []
+    else:
+        rows, rows_params = phase_candidate_rows(phase_rules, scope, scope_params)
+    text = sql.load("phase_spans").replace("{candidate_rows}", rows).replace("{scope}", SCOPES[scope])
+    return text, [*rows_params, phase_rules_param(phase_rules), *scope_params]
+
+
+def phase_candidate_rows(
+    phase_rules: list[PhaseRule], scope: str, scope_params: list[Any]
+) -> tuple[str, list[Any]]:
+    """phase_candidates.sql over one scope (its parameters `scope_params`) and its parameters."""
     candidates_sql, candidate_params = phase_candidates(phase_rules)
-    text = sql.load("phase_spans").replace("{scope}", SCOPES[scope]).replace("{candidates}", candidates_sql)
-    paths = attribute_paths(phase_rules)
-    return text, [paths, *scope_params, *candidate_params, phase_rules_param(phase_rules), *scope_params]
+    text = sql.load("phase_candidates").replace("{scope}", SCOPES[scope])
+    text = text.replace("{candidates}", candidates_sql)
+    return text, [attribute_paths(phase_rules), *scope_params, *candidate_params]
+
+
+def derive_candidates_query(
+    phase_rules: list[PhaseRule], scope: str, run: str, window: tuple[int, int] | None = None
+) -> tuple[str, list[Any]]:
+    """derive_stage_candidates.sql: a derive's scope's phase candidates into temp._ts_phase_candidates
+    (what span_tree_query's `staged_candidates` reads)."""
+    rows, params = phase_candidate_rows(phase_rules, scope, _scope_params(scope, run, None, None, window))
+    return sql.load("derive_stage_candidates").replace("{candidate_rows}", rows), params
 
 
 def span_tree_query(
@@ -163,14 +187,18 @@ def span_tree_query(
     output: str = "spans",
     phase_rules: list[PhaseRule] | None = None,
     window: tuple[int, int] | None = None,
+    staged_candidates: bool = False,
 ) -> tuple[str, list[Any]]:
     """span_tree.sql for one scope of one run (see SCOPES), ending in one of OUTPUTS, with the phase
     spans of `phase_rules` (none when not given). `window`: (first, last) span start in ns for the
-    "traces" scope (every time when not given)."""
+    "traces" scope (every time when not given). `staged_candidates`: the phase spans' candidates are
+    in temp._ts_phase_candidates (derive_candidates_query over the same scope, a derive's)."""
     if output not in OUTPUTS:
         raise ValueError(f"unknown output {output!r}")
     scope_params = _scope_params(scope, run, trace_id, sample, window)
-    phases_sql, phase_params = phase_spans_query(phase_rules or [], scope, run, trace_id, sample, window)
+    phases_sql, phase_params = phase_spans_query(
+        phase_rules or [], scope, run, trace_id, sample, window, staged=staged_candidates
+    )
     paths = output == "paths"
     names_sql, case_sql, rule_params = stage_case(rules, hit_columns=paths)
     n_name = sum(1 for r in rules if r.name_regex is not None)
