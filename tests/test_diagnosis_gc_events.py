@@ -32,6 +32,19 @@ def _kv(key: str, value: str) -> dict:
     return {"key": key, "value": {"stringValue": value}}
 
 
+def _loaded_frame(tmp_path: Path, spans: list[dict]):
+    """The diagnosis' frame of one service's OTLP spans, written to a file and loaded by the real loader."""
+    resource = {"attributes": [_kv("service.name", "svc"), _kv("service.instance.id", "a")]}
+    scope = {"scope": {"name": "s"}, "spans": spans}
+    record = {"resourceSpans": [{"resource": resource, "scopeSpans": [scope]}]}
+    path = tmp_path / "run.jsonl"
+    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    db = tmp_path / "store.duckdb"
+    assert not load_paths([path], db, "run").failed
+    with reading(DuckDBStore(db)) as conn:
+        return load_frame(conn, "run")
+
+
 def test_gc_event_durations_in_seconds_are_read(tmp_path: Path) -> None:
     start = 1_700_000_000_000_000_000
     events = [("v8js.gc", "v8js.gc.duration", "0.0125"), ("jvm.gc", "jvm.gc.duration", "0.2"),
@@ -43,15 +56,7 @@ def test_gc_event_durations_in_seconds_are_read(tmp_path: Path) -> None:
         event = {"timeUnixNano": str(t + 1000), "name": name, "attributes": [_kv(key, value)]}
         spans.append({"traceId": f"{i:032x}", "spanId": f"{i + 1:016x}", "name": "GET /", "kind": 2,
                       "startTimeUnixNano": str(t), "endTimeUnixNano": str(t + 5_000_000), "events": [event]})
-    resource = {"attributes": [_kv("service.name", "svc"), _kv("service.instance.id", "a")]}
-    scope = {"scope": {"name": "s"}, "spans": spans}
-    record = {"resourceSpans": [{"resource": resource, "scopeSpans": [scope]}]}
-    path = tmp_path / "run.jsonl"
-    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
-    db = tmp_path / "store.duckdb"
-    assert not load_paths([path], db, "run").failed
-    with reading(DuckDBStore(db)) as conn:
-        frame = load_frame(conn, "run")
+    frame = _loaded_frame(tmp_path, spans)
     # any key naming a pause, a duration or the time elapsed, its unit from its suffix (seconds without
     # one)
     assert sorted(frame.gc_dur.tolist()) == [1_500_000, 3_500_000, 4_000_000, 12_500_000, 62_500_000,
@@ -71,13 +76,5 @@ def test_allocation_stalls_are_read_as_collector_waits(tmp_path: Path) -> None:
                  "attributes": [_kv("jfr.duration_ms", value), _kv("jfr.thread", "virtual-41")]}
         spans.append({"traceId": f"{i:032x}", "spanId": f"{i + 1:016x}", "name": "GET /", "kind": 2,
                       "startTimeUnixNano": str(t), "endTimeUnixNano": str(t + 50_000_000), "events": [event]})
-    resource = {"attributes": [_kv("service.name", "svc"), _kv("service.instance.id", "a")]}
-    scope = {"scope": {"name": "s"}, "spans": spans}
-    record = {"resourceSpans": [{"resource": resource, "scopeSpans": [scope]}]}
-    path = tmp_path / "run.jsonl"
-    path.write_text(json.dumps(record) + "\n", encoding="utf-8")
-    db = tmp_path / "store.duckdb"
-    assert not load_paths([path], db, "run").failed
-    with reading(DuckDBStore(db)) as conn:
-        frame = load_frame(conn, "run")
+    frame = _loaded_frame(tmp_path, spans)
     assert frame.gc_dur.tolist() == [31_500_000]
