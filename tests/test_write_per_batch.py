@@ -136,7 +136,7 @@ def test_a_whole_run_derived_in_time_windows_keeps_every_trace_once(db_path: Pat
     def counting(conn, run_label, scope, window=derive.ALL_TIME, keep_paths=False):
         scopes.append(conn.execute("SELECT count(*) FROM _ts_scope").fetchone()[0])
         windows.append(window)
-        original(conn, run_label, scope, window, keep_paths)
+        return original(conn, run_label, scope, window, keep_paths)
 
     monkeypatch.setattr(derive, "PART_SPANS", 12)  # 120 spans → 10 parts
     monkeypatch.setattr(derive, "_derive", counting)

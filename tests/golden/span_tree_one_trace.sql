@@ -97,14 +97,14 @@ phase_rows AS (
 -- span_tree.sql walks them like any child span, so the waterfall, the percentiles and the diagnosis
 -- see a vLLM request's queue / prefill / decode or a Triton request's queue / input / infer / output
 -- as stages; what the framework does not account for stays with the span itself.
--- Placeholders filled by tailscope.query.builders.phase_spans_query with fixed SQL (never values):
+-- Placeholders filled by tailscope.store.duckdb.statements.phase_spans_query with fixed SQL (never values):
+--   candidate_rows  the spans the rules could read: phase_candidates.sql over the scope (its own
+--               placeholders: scope, candidates), or phase_candidates_staged.sql, the rows a derive
+--               staged first (derive.py: it records whether the run has any, derive_state.PhaseCandidates)
 --   scope       which otel_traces rows, as a relation (read twice: candidates, carriers' children)
---   candidates  an OR of contains() tests (keys and event names are bound parameters): only spans
---               that carry one of the rules' attribute keys or event names are looked at, so a run
---               without framework phases pays one substring scan
--- Bound parameters besides the scope's: the JSON paths of every attribute the rules read (before the
--- candidate filter's), and the rules, as a list of structs (factor: ns per unit, NULL for 'text';
--- start_at / end_at: the positions of their keys in that path list).
+-- Bound parameters besides the scope's: phase_candidates.sql's (unless staged), and the rules, as a
+-- list of structs (factor: ns per unit, NULL for 'text'; start_at / end_at: the positions of their
+-- keys in the path list phase_candidates.sql reads).
 -- Attribute phases of one framework on one span are laid end to end in rule order from the span's
 -- start, or placed so that the phase with an end_key ends at that offset from the span's start.
 -- Event phases run from the span's first start event to the first end event after it, on the span
@@ -113,12 +113,21 @@ phase_rows AS (
 -- pieces: ids '<carrier>/phase<n>', then '.<gap start ns>' for pieces after a child's end).
 -- RuleNo = 20000 + rule position.
 WITH phase_candidates AS MATERIALIZED (
-    SELECT TraceId, SpanId, hash(TraceId, SpanId) AS CK, ParentSpanId, SpanName, ServiceName,
-           ResourceAttributes, SpanAttributes, Events, epoch_ns(Timestamp) AS StartNs,
-           -- every attribute the rules read, with one parse of the span's attributes
-           json_extract_string(SpanAttributes, ?::VARCHAR[]) AS RuleValues
-    FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)
-    WHERE regexp_matches(SpanAttributes, ?) OR (Events <> '[]' AND regexp_matches(Events, ?))
+    -- phase_spans.sql's candidates: the spans of a scope the phase rules could read, with every attribute
+-- the rules read. Placeholders (fixed SQL, statements.phase_candidates):
+--   scope       which otel_traces rows, as a relation
+--   candidates  an OR of regexes of literal alternatives (keys and event names are bound parameters):
+--               only spans that carry one of the rules' attribute keys or event names are looked at,
+--               so a run without framework phases pays one scan
+-- Bound parameters: the JSON paths of every attribute the rules read, the scope's, the candidate
+-- filter's.
+SELECT TraceId, SpanId, hash(TraceId, SpanId) AS CK, ParentSpanId, SpanName, ServiceName,
+       ResourceAttributes, SpanAttributes, Events, epoch_ns(Timestamp) AS StartNs,
+       -- every attribute the rules read, with one parse of the span's attributes
+       json_extract_string(SpanAttributes, ?::VARCHAR[]) AS RuleValues
+FROM (SELECT * FROM otel_traces WHERE RunLabel = ? AND TraceId = ?)
+WHERE regexp_matches(SpanAttributes, ?) OR (Events <> '[]' AND regexp_matches(Events, ?))
+
 ),
 phase_rules_given AS MATERIALIZED (
     SELECT r.pos, r.grp, r.phase, r.stage, r.source, r.start_key, r.end_key, r.factor, r.name_regex,
