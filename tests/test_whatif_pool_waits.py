@@ -10,7 +10,8 @@ import heapq
 import numpy as np
 
 from tailscope.analysis.whatif.engine import evaluate
-from tailscope.analysis.whatif.pool_waits import pool_size, replayed_starts
+from tailscope.analysis.whatif.pool_waits import pool_size
+from tailscope.analysis.whatif.replay import fifo_starts
 from tests.hand_frames import hand_frame
 
 PRE, AFTER, RELEASE = 0.5, 1.0, 0.1  # ms: code before the query, after it; the connection's release
@@ -89,5 +90,5 @@ def test_pool_size_is_read_from_the_hand_overs() -> None:
 
 
 def test_replay_through_n_connections() -> None:
-    got = replayed_starts(np.array([0.0, 0.0, 0.0, 5.0]), np.array([10.0, 10.0, 10.0, 1.0]), 2)
+    got = fifo_starts(np.array([0.0, 0.0, 0.0, 5.0]), np.array([10.0, 10.0, 10.0, 1.0]), 2)
     assert got.tolist() == [0.0, 0.0, 10.0, 10.0]

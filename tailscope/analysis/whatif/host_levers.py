@@ -25,14 +25,19 @@ def own_times(x: Inputs) -> np.ndarray:
     return np.where(lay.has_children, gaps + lay.trailing, x.frame.dur).astype(np.float64)
 
 
+def named_instances(instances: list[str], finding: dict[str, Any]) -> list[int]:
+    """The codes of the instances the finding names, as the run writes them ('service/id') or the id
+    alone, in code order."""
+    named = {str(n) for n in ((finding.get("evidence") or {}).get("stats") or {}).get("instances") or []}
+    return [i for i, n in enumerate(instances) if n in named or n.rpartition("/")[2] in named]
+
+
 def slow_hosts(x: Inputs, finding: dict[str, Any]) -> list[int]:
     """The instances the finding names, else those whose median time at the finding's span is over
     SLOW_HOST times the median of the other instances' medians (only hosts with peers: a service's
     every instance slow leaves no speed to take)."""
     f = x.frame
-    named = (finding.get("evidence") or {}).get("stats", {}).get("instances") or []
-    named = {str(n) for n in named}  # as the run writes them ('service/id') or the id alone
-    codes = sorted(i for i, n in enumerate(f.instances) if n in named or n.rpartition("/")[2] in named)
+    codes = named_instances(f.instances, finding)
     if not codes:
         spans = x.spans_named(finding.get("span_name"))
         inst = f.instance[spans]

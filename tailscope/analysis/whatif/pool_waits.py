@@ -20,11 +20,10 @@ arrivals as in the run (a faster request does not come back sooner)."""
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 from tailscope.analysis.whatif.levers import Inputs, Lever
+from tailscope.analysis.whatif.replay import fifo_starts
 from tailscope.analysis.whatif.retime import Edit
 
 WAIT_NS = 1_000_000  # a gap before a call over this is a wait
@@ -60,18 +59,6 @@ def pool_size(start: np.ndarray, end: np.ndarray, waited: np.ndarray) -> tuple[i
     return n, float(np.median(dist[handed]))
 
 
-def replayed_starts(ready: np.ndarray, hold: np.ndarray, servers: int) -> np.ndarray:
-    """First come first served through `servers` connections: when each asker gets one."""
-    order = np.argsort(ready, kind="stable")
-    free = [0.0] * servers
-    out = np.empty(len(ready))
-    for k in order.tolist():
-        got = max(float(ready[k]), heapq.heappop(free))
-        out[k] = got
-        heapq.heappush(free, got + float(hold[k]))
-    return out
-
-
 def requeued(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
     """Cut the gaps before `calls` (one name, their new durations set in `edit`) to the waits a pool
     of their instance would give with those durations (module docstring), where their waits are a
@@ -94,7 +81,7 @@ def requeued(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
         n, delay = pool
         calm_gap = float(np.median(gap[~waited]))
         ready = start - gap + np.minimum(gap, calm_gap)
-        got = replayed_starts(ready, new[on] + delay, n)
+        got = fifo_starts(ready, new[on] + delay, n)
         cut = np.clip(start - got, 0.0, gap - np.minimum(gap, calm_gap))
         edit.cut_before[m] += cut
         shrank += int((cut > 0).sum())

@@ -139,6 +139,19 @@ def _one_server(queued, res, order, start, end, size, costs, max_batch, window) 
     size[order] = np.repeat(counts, counts)
 
 
+def fifo_starts(arrive: np.ndarray, service: np.ndarray, servers: int) -> np.ndarray:
+    """First come first served through `servers` servers (a pool's connections, a worker's slots), each
+    busy for its job's `service`: when each job (in `arrive`'s order) gets one."""
+    order = np.argsort(arrive, kind="stable")
+    free = [0.0] * servers
+    out = np.empty(len(arrive))
+    for k in order.tolist():
+        got = max(float(arrive[k]), heapq.heappop(free))
+        out[k] = got
+        heapq.heappush(free, got + float(service[k]))
+    return out
+
+
 def erlang_c_wait(arrival_rate: float, service_rate: float, servers: int) -> float:
     """Mean wait in queue of an M/M/c queue (Erlang C): P(wait) / (c·mu − lambda)."""
     a = arrival_rate / service_rate

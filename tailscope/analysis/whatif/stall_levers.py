@@ -21,17 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from tailscope.analysis.whatif.host_levers import named_instances
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever
 from tailscope.analysis.whatif.retime import Edit
 
 MIN_STEPS = 40  # calls of a step needed to tell its calm stretches
-
-
-def _instances(x: Inputs, finding: dict[str, Any]) -> np.ndarray:
-    """The instance codes the finding names (as the run writes them, or the id alone)."""
-    named = {str(n) for n in ((finding.get("evidence") or {}).get("stats") or {}).get("instances") or []}
-    return np.array([i for i, n in enumerate(x.frame.instances)
-                     if n in named or n.rpartition("/")[2] in named], dtype=np.int64)
 
 
 def _as_calm(x: Inputs, rows: np.ndarray, value: np.ndarray, key: np.ndarray, seed: int,
@@ -75,7 +69,7 @@ def stalled_own_time_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None
     """A gc_pause finding (see the module docstring); None where it names no instance, the run reports
     collector pauses on them (a process-wide pause: `no_gc_stalls` removes it), or no step of theirs
     had a disturbed stretch."""
-    inst = _instances(x, finding)
+    inst = np.array(named_instances(x.frame.instances, finding), dtype=np.int64)
     if not len(inst) or np.isin(x.frame.gc_instance, inst).any():
         return None  # (the run reports the collector's pauses there: the process's, no_gc_stalls')
     f, lay = x.frame, x.lay

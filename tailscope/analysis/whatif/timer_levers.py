@@ -17,13 +17,13 @@ such."""
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever
+from tailscope.analysis.whatif.replay import fifo_starts
 from tailscope.analysis.whatif.retime import Edit
 
 MS = 1_000_000
@@ -120,15 +120,7 @@ def pool_jobs(x: Inputs) -> tuple[np.ndarray, np.ndarray, dict[int, int]]:
 
 def replay_pool(arrive: np.ndarray, service: np.ndarray, slots: int) -> np.ndarray:
     """First come first served through `slots` servers: each job's wait (ns)."""
-    order = np.argsort(arrive, kind="stable")
-    free = [0.0] * max(slots, 1)
-    wait = np.zeros(len(arrive))
-    for i in order.tolist():
-        t = heapq.heappop(free)
-        begin = max(float(arrive[i]), t)
-        wait[i] = begin - arrive[i]
-        heapq.heappush(free, begin + float(service[i]))
-    return wait
+    return fifo_starts(arrive, service, max(slots, 1)) - arrive
 
 
 def _overlaps(a: np.ndarray, b: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
