@@ -41,7 +41,7 @@ Mechanisms (scenario: truth):
   answered by a second round (ASKING + HMGET) to the new shard after the first: slow_dependency,
   accept network (the redirect round trips).
 - `hot-key`: one advertiser's big hash, read by 80 % of requests, keeps shard 5 near saturation
-  (utilisation ~1 with the traffic's waves: queues build): slow_dependency, accept queueing.
+  (utilisation ~0.98 with the traffic's waves: queues build and drain): slow_dependency, accept queueing.
 - `ndots-dns`: a client library upgrade keeps one idle connection per shard (most pipelines dial) and
   re-resolves the shard's hostname per dial under ndots:5 (4 search domains' NXDOMAINs first):
   network at `redis.dial`.
@@ -61,8 +61,8 @@ Mechanisms (scenario: truth):
   the producer's shared buffer and `Produce` blocks until it recovers: slow_dependency at the
   producer span (downstream), accept queueing (waiting for buffer space).
 - Two causes: `ndots-dns+conntrack-full` (the per-dial connections are what meets the full table),
-  `bgsave-fork+gc-leak`, `hot-key+tf-batch-burst` (a big brand's campaign: its advertiser key and the
-  traffic surge).
+  `bgsave-fork+gc-leak` (two slow growths: a shard's memory and a pod's heap), `kafka-buffer+tf-batch-burst`
+  (a traffic surge while a broker is slow: each at its own tier).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def _shards(rng: random.Random, parts: set[str], horizon: float, run_ns: float, 
         if s == SOURCE_SHARD and "slot-migration" in parts:
             blocked += blocked_intervals(rng, horizon, 0.010, 6.0, 0.6, start_s=0.15 * run_ns / NS_PER_S)
         if s == HOT_SHARD and "hot-key" in parts:
-            mean = 0.992
+            mean = 0.98
         out.append(Shard(load_profile(rng, buckets, mean, bursts, run_ns), merge_intervals(blocked)))
     return out
 
