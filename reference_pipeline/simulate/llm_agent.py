@@ -15,7 +15,7 @@ connection, and the LLM span starts when the call is made: the wait has no span 
 provider enforces a tokens-per-minute (prompt + max_tokens) and a requests-per-minute limit on the
 key; a call over either gets a 429 with a Retry-After (1-20 s), the client sleeps that long and
 retries, up to 3 times (a fourth 429 fails the request). A streamed answer takes the time to first
-token (the provider's queue + prefill, ~0.065 ms a prompt token) then ~65 tokens/s; the connection is
+token (the provider's queue + prefill, ~0.1 ms a prompt token) then ~65 tokens/s; the connection is
 held until the stream ends. A step that is not the last runs the tool the model asked for:
 `sql_query` (a Postgres read replica through asyncpg; a consistency check first: a replica more than
 1 s behind is retried after 0.5, 1, 2 s, then the primary is read), `search_docs` (a Qdrant collection
@@ -44,20 +44,21 @@ on the root spans they overlap. 2: Zipkin v2, older GenAI names (`gen_ai.system`
 span), cache spans, nothing of the boot, instances the pods' endpoints.
 
 Mechanisms (scenario: truth):
-- `provider-429-burst`: arrivals 3x for a tenth of the run: the key's tokens per minute run out, calls
-  get 429s and sleep their Retry-After (seconds) before retrying: timeout_retry at the chat span,
-  accept queueing (a Retry-After is the provider metering admission: waiting for budget).
+- `provider-429-burst`: arrivals 3.5x for 15 % of the run (from 5 s into a provider window): the key's
+  tokens per minute run out, calls get 429s and sleep their Retry-After (seconds) before retrying:
+  timeout_retry at the chat span, accept queueing (a Retry-After is the provider metering admission:
+  waiting for budget).
 - `long-streams-pool`: for the middle of the run over half the final answers are long (700-1,100
   tokens, ~15 s streams) and hold their connections; each worker's 20 are all busy and calls wait inside
   the client, inside the chat span, with nothing to show for it: queueing at the chat span (side
   large_payload: the long answers themselves).
-- `sandbox-pool-drain`: an "analyse this CSV" campaign (40 % of requests for a quarter of the run, each
+- `sandbox-pool-drain`: an "analyse this CSV" campaign (50 % of requests for a quarter of the run, each
   running code 2-4 times) drains every node's warm pool; calls boot their own VMs behind the refills in
   2 boot slots and import cold: cold_start at code-sandbox's server span (side queueing).
-- `huge-tool-result`: from a tenth of the run 6 % of fetched documents are whole exports (1.5-4 MB);
+- `huge-tool-result`: from a tenth of the run 15 % of fetched documents are whole exports (2-5 MB);
   counting one blocks the worker's event loop for seconds, stalling every request on it: large_payload
   at the tokenizer span, accept compute_bound (side queueing).
-- `cache-flush-deploy`: a deploy flushes the semantic cache at 30 % of the run; every step goes to the
+- `cache-flush-deploy`: a deploy flushes the semantic cache at 25 % of the run; every step goes to the
   provider, hit rates recover as it refills: cache_miss at the chat span (side timeout_retry, the extra
   tokens can meet the limit; queueing).
 - `replica-lag`: one of the two replicas falls 3-12 s behind from 20 % of the run; the SQL tool's check
@@ -65,14 +66,14 @@ Mechanisms (scenario: truth):
   span, accept slow_dependency.
 - `provider-region-ttft`: from a quarter of the run the provider's region serving gpt-4.1 is degraded:
   time to first token doubles with a heavier tail: slow_dependency at the chat span.
-- `runaway-loops`: a prompt change from 20 % of the run makes 35 % of requests re-verify in 7-12 steps;
+- `runaway-loops`: a prompt change from 20 % of the run makes 12 % of requests re-verify in 7-10 steps;
   no call is slower than its prompt makes it, each request does more of them and its prompt grows:
   compute_bound at the step span (the request's own work grew), accept large_payload (the prompts
-  grow), side slow_dependency.
-- `vector-shard-slow`: one Qdrant shard compacting on a busy node, ~20x slower with a heavy tail; every
-  search waits for it: slow_dependency at the vector search's CLIENT span.
+  grow), side slow_dependency and timeout_retry (the extra tokens can meet the limit).
+- `vector-shard-slow`: one Qdrant shard compacting on a busy node, answering in ~1.5 s with a heavy
+  tail; every search waits for it: slow_dependency at the vector search's CLIENT span.
 - `conversation-heap-gc`: one pod's workers keep every conversation's state (an unbounded cache): the
-  tracked objects grow ~250 k/s, CPython's gen-2 collections walk them all, pauses grow to seconds and
+  tracked objects grow ~600 k/s, CPython's gen-2 collections walk them all, pauses grow to seconds and
   freeze the worker's loop: gc_pause at the root span on that pod's workers (side queueing).
 - Two causes: `cache-flush-deploy+provider-429-burst`, `huge-tool-result+vector-shard-slow` (a bulk
   import of big documents: huge results, and a shard compacting), `conversation-heap-gc+replica-lag`.
@@ -89,7 +90,15 @@ from typing import Any
 
 from reference_pipeline.simulate import llm_agent_spans as sp
 from reference_pipeline.simulate.llm_agent_flow import Req, World, agent, hit_curve
-from reference_pipeline.simulate.llm_agent_sim import Loop, Pool, RateLimit, Replica, Sandbox, Scheduler, gc_pauses
+from reference_pipeline.simulate.llm_agent_sim import (
+    Loop,
+    Pool,
+    RateLimit,
+    Replica,
+    Sandbox,
+    Scheduler,
+    gc_pauses,
+)
 from reference_pipeline.simulate.trace_table import NS_PER_S, Cause, TraceTable, poisson_arrivals
 
 FAMILY = "llm-agent"
@@ -106,10 +115,12 @@ _TOOL_WEIGHTS = (0.36, 0.30, 0.27, 0.07)
 _STEPS = (1, 2, 3, 4, 5, 6)
 _STEP_WEIGHTS = (0.08, 0.37, 0.33, 0.13, 0.06, 0.03)
 _SETUPS = (
-    {"fmt": "otlp-json", "telemetry": "genai", "ident": "instance-id", "retries": "spans", "cache_spans": True,
+    {"fmt": "otlp-json", "telemetry": "genai", "ident": "instance-id", "retries": "spans",
+     "cache_spans": True,
      "boot": "span", "gc_events": False, "rps": 14.0, "tpm": 6_900_000.0, "rpm": 2_600.0},
     {"fmt": "jaeger", "telemetry": "openinference", "ident": "host-pid", "retries": "events",
-     "cache_spans": False, "boot": "attr", "gc_events": True, "rps": 12.0, "tpm": 6_200_000.0, "rpm": 2_350.0},
+     "cache_spans": False, "boot": "attr", "gc_events": True, "rps": 12.0, "tpm": 6_200_000.0,
+     "rpm": 2_350.0},
     {"fmt": "zipkin", "telemetry": "genai-old", "ident": "endpoint", "retries": "none", "cache_spans": True,
      "boot": "none", "gc_events": False, "rps": 16.0, "tpm": 8_400_000.0, "rpm": 3_050.0},
 )
@@ -136,8 +147,10 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
     every = agent_instances(seed)
     nodes = tuple(st.label(sp.SANDBOX, j) for j in range(PODS))
     causes = {
-        "provider-429-burst": Cause("timeout_retry", "downstream", st.llm, sp.AGENT, every, accept=("queueing",)),
-        "long-streams-pool": Cause("queueing", "downstream", st.llm, sp.AGENT, every, side=("large_payload",)),
+        "provider-429-burst": Cause("timeout_retry", "downstream", st.llm, sp.AGENT, every,
+                                    accept=("queueing",)),
+        "long-streams-pool": Cause("queueing", "downstream", st.llm, sp.AGENT, every,
+                                   side=("large_payload",)),
         "sandbox-pool-drain": Cause("cold_start", "downstream", sp.SANDBOX_SERVER, sp.SANDBOX, nodes,
                                     side=("queueing",)),
         "huge-tool-result": Cause("large_payload", "preprocessing", st.tokenizer, sp.AGENT, every,
@@ -147,7 +160,8 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
         "replica-lag": Cause("timeout_retry", "downstream", st.tool("sql_query"), sp.AGENT, every,
                              accept=("slow_dependency",)),
         "provider-region-ttft": Cause("slow_dependency", "downstream", st.llm, sp.AGENT, every),
-        "runaway-loops": Cause("compute_bound", "downstream", st.step, sp.AGENT, every, accept=("large_payload",),
+        "runaway-loops": Cause("compute_bound", "downstream", st.step, sp.AGENT, every,
+                               accept=("large_payload",),
                                side=("slow_dependency", "timeout_retry")),
         "vector-shard-slow": Cause("slow_dependency", "downstream", st.vdb, sp.AGENT, every),
         "conversation-heap-gc": Cause("gc_pause", None, sp.ROOT, sp.AGENT, agent_instances(seed, (GC_POD,)),
@@ -198,7 +212,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
             loop.block(a, b)
     sched = Scheduler()
     world = World(
-        rng, sched, loops, [Pool(MAX_CONNECTIONS) for _ in loops], RateLimit(s["tpm"], s["rpm"], window * NS_PER_S),
+        rng, sched, loops, [Pool(MAX_CONNECTIONS) for _ in loops],
+        RateLimit(s["tpm"], s["rpm"], window * NS_PER_S),
         [Sandbox() for _ in range(PODS)],
         [Replica(rng, horizon, 0.2 * run_ns if "replica-lag" in parts and j == LAG_REPLICA else None)
          for j in range(2)],
@@ -213,7 +228,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
         for k, tool in enumerate(tools):
             if tool != "http_fetch":
                 continue
-            if "huge-tool-result" in parts and frac >= 0.1 and rng.random() < 0.12:
+            if "huge-tool-result" in parts and frac >= 0.1 and rng.random() < 0.15:
                 huge[k] = int(2.0e6 + 3.0e6 * rng.random())
             elif rng.random() < 0.03:
                 huge[k] = int(1.5e5 + 4.5e5 * rng.random())

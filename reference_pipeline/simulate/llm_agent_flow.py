@@ -83,7 +83,7 @@ def tokenize_ns(chars: int) -> float:
 
 
 def agent(w: World, q: Req) -> Proc:
-    rng, sched = w.rng, w.sched
+    rng = w.rng
     proc = q.proc
     assert proc is not None
     slot = q.pod * 4 + q.worker
@@ -170,7 +170,7 @@ def _tool(w: World, q: Req, step: int, k: int, now: float):
     name = q.tools[k]
     tool = q.add("tool", step, now, name=name)
     if name == "sql_query":
-        result = int((1200 + 4500 * rng.random()))
+        result = int(1200 + 4500 * rng.random())
         replica = rng.randrange(len(w.replicas))
         retries = 0
         for attempt in range(4):
@@ -197,7 +197,8 @@ def _tool(w: World, q: Req, step: int, k: int, now: float):
     elif name == "search_docs":
         result = int(6000 + 8000 * rng.random())
         v0 = now
-        now = yield now + max(shard_ms(rng, s, w.slow_shard) for s in range(SHARDS)) + lognormal_ms(rng, 3.0, 0.3)
+        slowest = max(shard_ms(rng, s, w.slow_shard) for s in range(SHARDS))
+        now = yield now + slowest + lognormal_ms(rng, 3.0, 0.3)
         q.add("vdb", tool, v0, top_k=8)
         q.recs[-1].end = now
     elif name == "http_fetch":

@@ -125,10 +125,10 @@ def ttft_ms(rng: random.Random, prompt_tokens: int, degraded: bool) -> float:
     queue = lognormal_ms(rng, 280.0, 0.35)
     if rng.random() < 0.012:  # the odd provider hiccup
         queue *= 2.0 + 3.0 * rng.random()
-    prefill = 0.065 * prompt_tokens * NS_PER_MS * rng.lognormvariate(0.0, 0.12)
+    prefill = 0.1 * prompt_tokens * NS_PER_MS * rng.lognormvariate(0.0, 0.12)
     out = queue + prefill
     if degraded:  # the region serving the model is degraded: twice the time, a heavier tail
-        out *= 2.0 * rng.lognormvariate(0.0, 0.35) * (1.0 + 3.0 * rng.random() if rng.random() < 0.15 else 1.0)
+        out *= 2.0 * rng.lognormvariate(0.0, 0.4) * (1.0 + 3.0 * rng.random() if rng.random() < 0.2 else 1.0)
     return out
 
 
@@ -191,7 +191,7 @@ def shard_ms(rng: random.Random, shard: int, slow: int | None) -> float:
     with a heavy tail. A query waits for its slowest shard."""
     base = lognormal_ms(rng, 14.0, 0.35)
     if shard == slow:
-        base = lognormal_ms(rng, 1100.0, 0.6)
+        base = lognormal_ms(rng, 1400.0, 0.6)
         if rng.random() < 0.25:
             base += min(10000.0, 1500.0 * rng.paretovariate(1.3)) * NS_PER_MS
     elif rng.random() < 0.004:

@@ -146,7 +146,8 @@ def _tool_attrs(style: Style, name: str, info: dict[str, Any]) -> dict[str, Any]
         kind = "RETRIEVER" if name == "search_docs" else "TOOL"
         attrs: dict[str, Any] = {"openinference.span.kind": kind, "tool.name": name}
     elif style.telemetry == "genai":
-        attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.type": "function"}
+        attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                 "gen_ai.tool.type": "function"}
     else:
         attrs = {"tool.name": name}
     attrs["tool.output.bytes"] = info["bytes"]
@@ -204,10 +205,11 @@ def write_request(table: TraceTable, res: Resources, q: Req, gcs: list[tuple[flo
             _write_llm(table, style, trace, parent, me, r, q.failed and i == len(q.recs) - 1)
         elif r.role == "tool":
             index[i] = table.span(trace, parent, style.tool(info["name"]), "Internal", me,
-                                  "support_agent.tools", r.start, r.end, _tool_attrs(style, info["name"], info))
+                                  "support_agent.tools", r.start, r.end,
+                                  _tool_attrs(style, info["name"], info))
         elif r.role == "db":
-            table.span(trace, parent, style.db, "Client", me, "opentelemetry.instrumentation.asyncpg", r.start,
-                       r.end, _db_attrs(style, info), peer="postgres")
+            table.span(trace, parent, style.db, "Client", me, "opentelemetry.instrumentation.asyncpg",
+                       r.start, r.end, _db_attrs(style, info), peer="postgres")
         elif r.role == "vdb":
             table.span(trace, parent, style.vdb, "Client", me, "qdrant_client", r.start, r.end,
                        {"db.system" if style.telemetry != "genai" else "db.system.name": "qdrant",
@@ -228,10 +230,10 @@ def _write_llm(table: TraceTable, style: Style, trace: int, parent: int | None, 
     if style.retries == "events" and retried:
         events = [(b, "retry", {"http.status_code": 429, "retry.after_s": ra, "retry.attempt": k + 1})
                   for k, (_a, b, _c, ra) in enumerate(retried)]
-    span = table.span(trace, parent, style.llm, "Client", me, "openai.chat" if style.telemetry != "openinference"
-                      else "openinference.instrumentation.langchain", r.start, r.end, attrs,
-                      "Error" if failed else "Unset", "429 Too Many Requests" if failed else "", events=events,
-                      peer="openai")
+    scope = "openinference.instrumentation.langchain" if style.telemetry == "openinference" else "openai.chat"
+    span = table.span(trace, parent, style.llm, "Client", me, scope, r.start, r.end, attrs,
+                      "Error" if failed else "Unset", "429 Too Many Requests" if failed else "",
+                      events=events, peer="openai")
     if style.retries == "spans":
         for a, b, code, ra in info["attempts"]:
             http = {"http.request.method": "POST", "url.full": f"https://{PROVIDER_HOST}/v1/chat/completions",
@@ -250,11 +252,12 @@ def _write_http(table: TraceTable, res: Resources, trace: int, parent: int | Non
               "http.response.body.size": info["size"]} if style.telemetry == "genai" else
              {"http.method": "GET", "http.url": url + "doc", "http.status_code": 200,
               "http.response_content_length": info["size"]})
-    client = table.span(trace, parent, "GET", "Client", me, "opentelemetry.instrumentation.httpx", r.start, r.end,
-                        attrs, peer=RECORDS)
+    client = table.span(trace, parent, "GET", "Client", me, "opentelemetry.instrumentation.httpx", r.start,
+                        r.end, attrs, peer=RECORDS)
     server = res.get(RECORDS, (pod + trace) % 2)
     table.span(trace, client, RECORDS_SERVER, "Server", server, "go.opentelemetry.io/otel/net/http",
-               r.start + info["net"], r.end - info["net"], {"http.route": "/v1/records/{id}", "http.status_code": 200})
+               r.start + info["net"], r.end - info["net"],
+               {"http.route": "/v1/records/{id}", "http.status_code": 200})
 
 
 def _write_sandbox(table: TraceTable, res: Resources, trace: int, parent: int | None, me: int, r: Any,
@@ -270,8 +273,8 @@ def _write_sandbox(table: TraceTable, res: Resources, trace: int, parent: int | 
     if style.boot == "attr":
         attrs.update({"sandbox.cold": boot is not None,
                       "sandbox.vm.boot_ms": 0.0 if boot is None else round((boot[1] - boot[0]) / 1e6, 1)})
-    server = table.span(trace, client, SANDBOX_SERVER, "Server", node, "sandboxd", info["arrive"], info["done"],
-                        attrs, "Error" if info["timeout"] else "Unset",
+    server = table.span(trace, client, SANDBOX_SERVER, "Server", node, "sandboxd", info["arrive"],
+                        info["done"], attrs, "Error" if info["timeout"] else "Unset",
                         "execution timed out after 10s" if info["timeout"] else "")
     if style.boot == "span" and boot is not None:
         table.span(trace, server, BOOT, "Internal", node, "sandboxd", boot[0], boot[1],
