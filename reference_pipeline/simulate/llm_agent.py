@@ -48,10 +48,10 @@ Mechanisms (scenario: truth):
   tokens per minute run out, calls get 429s and sleep their Retry-After (seconds) before retrying:
   timeout_retry at the chat span, accept queueing (a Retry-After is the provider metering admission:
   waiting for budget).
-- `long-streams-pool`: for the middle of the run over half the final answers are long (700-1,100
-  tokens, ~15 s streams) and hold their connections; each worker's 20 are all busy and calls wait inside
-  the client, inside the chat span, with nothing to show for it: queueing at the chat span (side
-  large_payload: the long answers themselves).
+- `long-streams-pool`: for the middle 40 % of the run a "detailed report" answer (14 requests/s, 88 %
+  to all of them; the semantic cache answers some) streams 2,400-3,200 tokens (~43 s) and holds its connection; each worker's 20 are all
+  busy and calls wait inside the client, inside the chat span, with nothing to show for it: queueing at
+  the chat span, accept large_payload (the long answers are themselves a large part of the tail).
 - `sandbox-pool-drain`: an "analyse this CSV" campaign (50 % of requests for a quarter of the run, each
   running code 2-4 times) drains every node's warm pool; calls boot their own VMs behind the refills in
   2 boot slots and import cold: cold_start at code-sandbox's server span (side queueing).
@@ -150,7 +150,7 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
         "provider-429-burst": Cause("timeout_retry", "downstream", st.llm, sp.AGENT, every,
                                     accept=("queueing",)),
         "long-streams-pool": Cause("queueing", "downstream", st.llm, sp.AGENT, every,
-                                   side=("large_payload",)),
+                                   accept=("large_payload",)),
         "sandbox-pool-drain": Cause("cold_start", "downstream", sp.SANDBOX_SERVER, sp.SANDBOX, nodes,
                                     side=("queueing",)),
         "huge-tool-result": Cause("large_payload", "preprocessing", st.tokenizer, sp.AGENT, every,
@@ -170,7 +170,8 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
     return tuple(causes[part] for part in scenario.split("+") if part != "steady")
 
 
-def _plan(rng: random.Random, parts: set[str], frac: float) -> tuple[int, list[str], int, bool]:
+def _plan(rng: random.Random, parts: set[str], frac: float, long_share: float
+          ) -> tuple[int, list[str], int, bool]:
     """(steps, the tool of each step but the last, the final answer's tokens, a code request)."""
     steps = rng.choices(_STEPS, _STEP_WEIGHTS)[0]
     if "runaway-loops" in parts and frac >= 0.2 and rng.random() < 0.12:
@@ -182,8 +183,8 @@ def _plan(rng: random.Random, parts: set[str], frac: float) -> tuple[int, list[s
     else:
         tools = rng.choices(TOOLS, _TOOL_WEIGHTS, k=steps - 1)
     final = int(150 + 300 * rng.random())
-    if "long-streams-pool" in parts and 0.3 <= frac < 0.7 and rng.random() < 0.55:
-        final = int(700 + 400 * rng.random())
+    if "long-streams-pool" in parts and 0.3 <= frac < 0.7 and rng.random() < long_share:
+        final = int(2400 + 800 * rng.random())
     return steps, tools, final, code
 
 
@@ -223,7 +224,7 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     reqs = []
     for i, t0 in enumerate(arrivals):
         frac = t0 / run_ns
-        steps, tools, final, _code = _plan(rng, parts, frac)
+        steps, tools, final, _code = _plan(rng, parts, frac, min(1.0, 14.0 / s["rps"]))
         huge: dict[int, int] = {}
         for k, tool in enumerate(tools):
             if tool != "http_fetch":

@@ -171,11 +171,11 @@ class Replica:
 
     def __init__(self, rng: random.Random, horizon: float, lag_from: float | None) -> None:
         self.spikes: list[tuple[float, float]] = []
-        t = rng.expovariate(1 / 45.0) * NS_PER_S
+        t = rng.expovariate(1 / 120.0) * NS_PER_S
         while t < horizon:
             length = (1.5 + 3.0 * rng.random()) * NS_PER_S
             self.spikes.append((t, t + length))
-            t += length + rng.expovariate(1 / 45.0) * NS_PER_S
+            t += length + rng.expovariate(1 / 120.0) * NS_PER_S
         self.lag_from = lag_from
 
     def lag_s(self, rng: random.Random, t: float) -> float:
@@ -206,9 +206,9 @@ def gc_pauses(rng: random.Random, horizon: float, objects0: float, growth: float
     more as a big one misses the caches and the TLB). `growth`:
     objects added per second (conversation states kept forever) on top of the churn."""
     out = []
-    t = rng.uniform(5.0, 40.0) * NS_PER_S
-    objects = objects0
     churn = 12_000.0  # survivors per second in a healthy worker (most are freed before gen 2)
+    t = rng.uniform(0.0, 0.25 * objects0 / (churn + growth)) * NS_PER_S  # the process started earlier
+    objects = objects0
     while t < horizon:
         pause = objects * 110.0 * (1.0 + objects / 2.0e7) * rng.lognormvariate(0.0, 0.1)
         out.append((t, t + pause, int(objects)))

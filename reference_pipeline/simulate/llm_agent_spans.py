@@ -202,6 +202,8 @@ def write_request(table: TraceTable, res: Resources, q: Req, gcs: list[tuple[flo
                 table.span(trace, parent, style.cache, "Internal", me, "support_agent.cache", r.start, r.end,
                            {"cache.hit": info["hit"], "cache.backend": "redis", "cache.kind": "semantic"})
         elif r.role == "llm":
+            if info["hit"] and style.telemetry != "openinference":
+                continue  # the client library's instrumentation: a hit never calls it (LangChain's does)
             _write_llm(table, style, trace, parent, me, r, q.failed and i == len(q.recs) - 1)
         elif r.role == "tool":
             index[i] = table.span(trace, parent, style.tool(info["name"]), "Internal", me,
