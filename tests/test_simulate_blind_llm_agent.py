@@ -9,6 +9,7 @@ other mechanisms are read from the generated table, to keep the file fast."""
 from __future__ import annotations
 
 from functools import cache
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -67,7 +68,8 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
             assert "gen_ai.usage.prompt_tokens" in chat and chat["gen_ai.system"] == "openai"
         assert (st.cache.lower() in names) == s["cache_spans"]
         assert (sp.BOOT in names) == (s["boot"] == "span")
-        sandbox = [x for x in spans if x["name"].lower() == sp.SANDBOX_SERVER.lower() and x["kind"] == "Server"]
+        sandbox = [x for x in spans if x["name"].lower() == sp.SANDBOX_SERVER.lower()
+                   and x["kind"] == "Server"]
         assert any("sandbox.cold" in x["attrs"] for x in sandbox) == (s["boot"] == "attr")
         agents = {x["instance"] for x in spans if x["service"] == sp.AGENT}
         assert agents == set(llm_agent.agent_instances(seed))
@@ -78,7 +80,8 @@ def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_t
         for scenario in llm_agent.SCENARIOS:
             for cause in llm_agent.truth(scenario, seed):
                 assert cause.span.lower() in names, (scenario, cause)
-                assert set(cause.instances) <= (nodes if cause.service == sp.SANDBOX else agents), (scenario, cause)
+                where = nodes if cause.service == sp.SANDBOX else agents
+                assert set(cause.instances) <= where, (scenario, cause)
                 assert cause.stage in (None, "downstream", "preprocessing")
     with pytest.raises(ValueError, match="unknown llm-agent scenario"):
         llm_agent.truth("healthy", 0)
@@ -92,7 +95,7 @@ def test_a_burst_over_the_tokens_per_minute_gets_429s_and_retries_after_the_retr
     for chat in named(spans, llm_agent.style(0).llm):
         tries = sorted(attempts[chat["i"]], key=lambda x: x["start"])  # a cache hit has no chat span
         assert tries[0]["start"] == chat["start"] or tries[0]["start"] > chat["start"]
-        for a, b in zip(tries, tries[1:], strict=False):
+        for a, b in pairwise(tries):
             assert a["attrs"]["http.response.status_code"] == 429 and a["status"] == "Error"
             wait = int(a["attrs"]["http.response.header.retry-after"][0])
             assert 1 <= wait <= 20 and wait * S <= b["start"] - a["end"]
@@ -173,7 +176,8 @@ def test_a_flushed_semantic_cache_misses_everything_then_refills() -> None:
         spans = spans_of(scenario, 1500, 0)
         out = []
         for a, b in ((0.05, 0.24), (0.26, 0.32), (0.8, 1.0)):
-            looks = [x["attrs"]["cache.hit"] for x in named(spans, st.cache) if a * run <= x["start"] < b * run]
+            looks = [x["attrs"]["cache.hit"] for x in named(spans, st.cache)
+                     if a * run <= x["start"] < b * run]
             out.append(np.mean(looks))
         return out
 
@@ -192,7 +196,7 @@ def test_a_lagging_replica_fails_the_consistency_check_and_the_tool_backs_off() 
         out = []
         for tool in named(spans, st.tool("sql_query")):
             mine = sorted(by_parent[tool["i"]], key=lambda x: x["start"])
-            gaps = [b["start"] - a["end"] for a, b in zip(mine, mine[1:], strict=False)]
+            gaps = [b["start"] - a["end"] for a, b in pairwise(mine)]
             out.append((len(mine), gaps, tool["duration"]))
         return out
 
@@ -232,8 +236,8 @@ def test_runaway_loops_add_steps_and_grow_the_prompt_not_any_calls_speed() -> No
         chats = named(spans, st.llm)
         per_token = [x["duration"] / int(x["attrs"]["gen_ai.usage.prompt_tokens"]) for x in chats
                      if x["duration"] > 50 * MS and int(x["attrs"]["gen_ai.usage.completion_tokens"]) < 200]
-        return np.mean(np.array(steps) >= 7), max(int(x["attrs"]["gen_ai.usage.prompt_tokens"]) for x in chats), \
-            np.median(per_token)
+        prompts = [int(x["attrs"]["gen_ai.usage.prompt_tokens"]) for x in chats]
+        return np.mean(np.array(steps) >= 7), max(prompts), np.median(per_token)
 
     loops, steady = shape("runaway-loops"), shape("steady")
     assert loops[0] > 0.07 and steady[0] == 0 and loops[1] > 1.3 * steady[1]
@@ -292,7 +296,8 @@ def _signature(part: str, spans, seed: int) -> bool:
     if part == "vector-shard-slow":
         return p([x["duration"] for x in named(spans, st.vdb)], 50) > 300 * MS
     if part == "replica-lag":
-        return sum(int(x["attrs"]["sql.consistency_retries"]) >= 3 for x in named(spans, st.tool("sql_query"))) > 30
+        tools = named(spans, st.tool("sql_query"))
+        return sum(int(x["attrs"]["sql.consistency_retries"]) >= 3 for x in tools) > 30
     assert part == "conversation-heap-gc"
     top = roots(spans)
     by = {}

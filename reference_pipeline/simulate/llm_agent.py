@@ -48,10 +48,11 @@ Mechanisms (scenario: truth):
   tokens per minute run out, calls get 429s and sleep their Retry-After (seconds) before retrying:
   timeout_retry at the chat span, accept queueing (a Retry-After is the provider metering admission:
   waiting for budget).
-- `long-streams-pool`: for the middle 40 % of the run a "detailed report" answer (14 requests/s, 88 %
-  to all of them; the semantic cache answers some) streams 2,400-3,200 tokens (~43 s) and holds its connection; each worker's 20 are all
-  busy and calls wait inside the client, inside the chat span, with nothing to show for it: queueing at
-  the chat span, accept large_payload (the long answers are themselves a large part of the tail).
+- `long-streams-pool`: for the middle 40 % of the run a "detailed report" answer (14 requests/s: 88 %
+  to all of them; the semantic cache answers some) streams 2,400-3,200 tokens (~43 s) holding its
+  connection; each worker's 20 are all busy (40 % of calls wait, p90 9-17 s) and calls wait inside the
+  client, inside the chat span, with nothing to show for it: queueing at the chat span, accept
+  large_payload (the long answers are themselves a large part of the tail).
 - `sandbox-pool-drain`: an "analyse this CSV" campaign (50 % of requests for a quarter of the run, each
   running code 2-4 times) drains every node's warm pool; calls boot their own VMs behind the refills in
   2 boot slots and import cold: cold_start at code-sandbox's server span (side queueing).
