@@ -44,18 +44,19 @@ on the root spans they overlap. 2: Zipkin v2, older GenAI names (`gen_ai.system`
 span), cache spans, nothing of the boot, instances the pods' endpoints.
 
 Mechanisms (scenario: truth):
-- `provider-429-burst`: arrivals 3.5x for 15 % of the run (from 5 s into a provider window): the key's
-  tokens per minute run out, calls get 429s and sleep their Retry-After (seconds) before retrying:
-  timeout_retry at the chat span, accept queueing (a Retry-After is the provider metering admission:
-  waiting for budget).
+- `provider-429-burst`: arrivals 3.5x for 15 % of the run (from a quarter of it, 5 s into a provider
+  window): the key's tokens per minute run out, calls get 429s and sleep their Retry-After (seconds)
+  before retrying: timeout_retry at the chat span, accept queueing (a Retry-After is the provider
+  metering admission: waiting for budget).
 - `long-streams-pool`: for the middle 40 % of the run a "detailed report" answer (14 requests/s: 88 %
   to all of them; the semantic cache answers some) streams 2,400-3,200 tokens (~43 s) holding its
   connection; each worker's 20 are all busy (40 % of calls wait, p90 9-17 s) and calls wait inside the
   client, inside the chat span, with nothing to show for it: queueing at the chat span, accept
   large_payload (the long answers are themselves a large part of the tail).
-- `sandbox-pool-drain`: an "analyse this CSV" campaign (50 % of requests for a quarter of the run, each
-  running code 2-4 times) drains every node's warm pool; calls boot their own VMs behind the refills in
-  2 boot slots and import cold: cold_start at code-sandbox's server span (side queueing).
+- `sandbox-pool-drain`: an "analyse this CSV" campaign (8 requests/s, half or more, for a quarter of
+  the run, each running code 1-3 times) drains every node's warm pool; calls boot their own VMs
+  behind the refills in 2 boot slots and import cold: cold_start at code-sandbox's server span (side
+  queueing).
 - `huge-tool-result`: from a tenth of the run 15 % of fetched documents are whole exports (2-5 MB);
   counting one blocks the worker's event loop for seconds, stalling every request on it: large_payload
   at the tokenizer span, accept compute_bound (side queueing).
@@ -85,7 +86,6 @@ seeds, worker processes on the host-pid seed); the sandbox's nodes.
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
@@ -171,13 +171,13 @@ def truth(scenario: str, seed: int) -> tuple[Cause, ...]:
     return tuple(causes[part] for part in scenario.split("+") if part != "steady")
 
 
-def _plan(rng: random.Random, parts: set[str], frac: float, long_share: float
+def _plan(rng: random.Random, parts: set[str], frac: float, long_share: float, code_share: float
           ) -> tuple[int, list[str], int, bool]:
     """(steps, the tool of each step but the last, the final answer's tokens, a code request)."""
     steps = rng.choices(_STEPS, _STEP_WEIGHTS)[0]
     if "runaway-loops" in parts and frac >= 0.2 and rng.random() < 0.12:
         steps = rng.randint(7, 10)
-    code = "sandbox-pool-drain" in parts and 0.3 <= frac < 0.55 and rng.random() < 0.5
+    code = "sandbox-pool-drain" in parts and 0.3 <= frac < 0.55 and rng.random() < code_share
     if code:
         steps = rng.randint(3, 5)
         tools = ["sql_query"] + ["run_python"] * (steps - 2)
@@ -199,10 +199,9 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     res = sp.Resources(table, st)
     run_s = requests / s["rps"]
     run_ns = run_s * NS_PER_S
-    window = rng.uniform(0.0, 60.0)  # where the provider's one-minute windows fall in the run
-    bursts = ()
-    if "provider-429-burst" in parts:  # from 5 s into the first window after 15 % of the run
-        bursts = ((math.ceil((0.15 * run_s + window) / 60.0) * 60.0 - window + 5.0, 0.15 * run_s, 3.5),)
+    # where the provider's one-minute windows fall in the run: one starts 5 s before a quarter of it
+    window = (60.0 - (0.25 * run_s - 5.0) % 60.0) % 60.0
+    bursts = ((0.25 * run_s, 0.15 * run_s, 3.5),) if "provider-429-burst" in parts else ()
     arrivals = poisson_arrivals(rng, s["rps"], requests, bursts)
     horizon = arrivals[-1] + 900 * NS_PER_S
     loops = [Loop() for _ in range(PODS * WORKERS)]
@@ -225,7 +224,8 @@ def generate(scenario: str, requests: int, seed: int, **opts: Any) -> TraceTable
     reqs = []
     for i, t0 in enumerate(arrivals):
         frac = t0 / run_ns
-        steps, tools, final, _code = _plan(rng, parts, frac, min(1.0, 14.0 / s["rps"]))
+        steps, tools, final, _code = _plan(rng, parts, frac, min(1.0, 14.0 / s["rps"]),
+                                           min(0.9, 8.0 / s["rps"]))
         huge: dict[int, int] = {}
         for k, tool in enumerate(tools):
             if tool != "http_fetch":
