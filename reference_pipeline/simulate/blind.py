@@ -208,6 +208,15 @@ writer who had not read the diagnosis, to measure the diagnosis on shapes it was
   and a fire-and-forget Kafka producer whose full buffer blocks; redisotel spans per shard or one span
   per read, TF Serving's spans and Go GC events or counters on some seeds; OTLP / Jaeger / Zipkin v2.
   **Untouched**: written blind in session 19, held out until its first try and final score
+- `llm-agent` (llm_agent.py, llm_agent_sim.py, llm_agent_flow.py, llm_agent_spans.py): a
+  customer-operations agent in Python (asyncio, 4 worker processes per pod, a LangGraph-like loop of 1-6
+  steps): each step counts its growing prompt with a synchronous tokenizer on the event loop, asks a
+  semantic cache (Redis vectors), calls a hosted LLM provider (streamed, through httpx's pool of 20,
+  tokens- and requests-per-minute limits with 429 + Retry-After), then a tool: SQL on a Postgres read
+  replica behind a consistency check, a 4-shard Qdrant search, a Go REST service, or code in
+  Firecracker microVMs from a per-node warm pool; GenAI semconv or OpenInference spans, 429s as spans,
+  events or nothing; OTLP / Jaeger / Zipkin v2. **Untouched**: written blind in session 19, held out
+  until its first try and final score
 
 Each family marked **Untouched** was held out until its final score was recorded; those in UNTOUCHED
 below still are, the others are open now.
@@ -263,6 +272,7 @@ MODULES = {
     "vllm-stream": "vllm_stream",
     "edge-worker": "edge_worker",
     "feast-redis": "feast_redis",
+    "llm-agent": "llm_agent",
 }
 # the held-out blind families: nothing is tuned on them (kafka-scorer and recsys-ranker were, until the
 # scores of session 4; ads-auction and fraud-check until their diagnosis and what-if first tries were
@@ -274,7 +284,7 @@ MODULES = {
 # mobile-edge after session 15's, asr-stream and scala-akka after session 16's, pgvector-search and
 # spring-loom after session 17's, vllm-stream and edge-worker after session 18's (first try and final
 # recorded in bench/RESULTS.md))
-UNTOUCHED: tuple[str, ...] = ("feast-redis",)  # written blind in session 19, held out until scored
+UNTOUCHED: tuple[str, ...] = ("feast-redis", "llm-agent")  # written blind in session 19, held out until scored
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
