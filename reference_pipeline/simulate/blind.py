@@ -284,7 +284,7 @@ MODULES = {
 # mobile-edge after session 15's, asr-stream and scala-akka after session 16's, pgvector-search and
 # spring-loom after session 17's, vllm-stream and edge-worker after session 18's (first try and final
 # recorded in bench/RESULTS.md))
-UNTOUCHED: tuple[str, ...] = ("feast-redis", "llm-agent")  # written blind in session 19, held out until scored
+UNTOUCHED: tuple[str, ...] = ("feast-redis", "llm-agent")  # session 19: held out until scored
 SUFFIX = {"otlp-json": ".jsonl", "jaeger": ".jaeger.json", "zipkin": ".zipkin.json"}
 
 
