@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -163,8 +164,11 @@ def test_reader_sees_whole_requests_while_collect_writes(tmp_path: Path) -> None
     finally:
         assert collector.stop() == STOPPED, collector.output()
     stats = check_reads(reader_out, unit)
-    print(f"\ncollect: {sent[0]} spans sent; reads: {stats}")
-    assert stats["max_wait"] < MAX_READ_WAIT_SECONDS
+    (longest_ms,) = re.findall(r"longest commit (\d+) ms", collector.output())
+    print(f"\ncollect: {sent[0]} spans sent, longest commit {longest_ms} ms; reads: {stats}")
+    # the flush in progress, and at most one more: a writer already marked waiting goes before a reader
+    # (tailscope/store/duckdb/connection.py); the commits stretch with the machine's load as the reads do
+    assert stats["max_wait"] < MAX_READ_WAIT_SECONDS + 2 * int(longest_ms) / 1000
 
 
 def test_waiting_markers_of_dead_processes_are_ignored_and_removed(tmp_path: Path) -> None:
