@@ -47,7 +47,8 @@ def burst_queue_growth(db: Path, run: str, duration_s: float = DURATION_S) -> tu
         """
         WITH sent AS (SELECT TraceId, epoch_ns(Timestamp) AS sent_ns FROM otel_traces
                       WHERE RunLabel = ? AND ServiceName = ? AND ParentSpanId = '')
-        SELECT (s.sent_ns - (SELECT min(sent_ns) FROM sent)) / 1e9, CAST(q.SpanAttributes->>'batch.queue_depth' AS INT)
+        SELECT (s.sent_ns - (SELECT min(sent_ns) FROM sent)) / 1e9,
+               CAST(q.SpanAttributes->>'batch.queue_depth' AS INT)
         FROM sent s JOIN otel_traces q ON q.TraceId = s.TraceId
         WHERE q.RunLabel = ? AND q.SpanName = ?""",
         [run, sm.LOADGEN_SERVICE_NAME, run, sm.QUEUE_WAIT],
