@@ -164,16 +164,18 @@ def test_torchscript_executor_matches_eager_on_every_shape(dtype) -> None:
 
 
 def _forward_beside_busy_python(runner: ModelRunner) -> tuple[int, int]:
-    """One batch-8 forward on a thread while another runs Python non-stop. Returns what the forward
-    did, not how long it took: (its calls from Python into torch: each releases the GIL and, when it
-    returns to Python, has to take it back from the busy thread, up to a switch interval each; the
-    busy thread's steps while the model's own call was running: it can step only while the forward
-    has let the GIL go). The same at any machine load."""
+    """One batch-8 forward on a thread while another runs Python. Returns what the forward did, not how
+    long it took: (its calls from Python into torch: each releases the GIL and, back in Python, has to
+    take it back from whoever holds it; the other thread's steps while the model's own call was running).
+    The switch interval is set past the run's length meanwhile, so the GIL changes hands only where a
+    thread lets it go (the other thread at each step, the forward in a torch call): that thread can step
+    during the model's call only if the call let the GIL go. The same at any machine load."""
     import sys
     import threading
+    import time
 
     ids, features = [_request(64, offset=i) for i in range(8)], [[0.0] * N_FEATURES] * 8
-    torch_threads = torch.get_num_threads()
+    torch_threads, interval = torch.get_num_threads(), sys.getswitchinterval()
     torch.set_num_threads(1)
     runner.run(ids, features)  # warm
     steps, into_torch, during_model = [0], [0], []
@@ -203,9 +205,11 @@ def _forward_beside_busy_python(runner: ModelRunner) -> tuple[int, int]:
 
     def busy() -> None:
         while not stop.is_set():
-            steps[0] += 1  # pure Python: holds the GIL until the interpreter makes it switch
+            steps[0] += 1
+            time.sleep(0)  # lets the GIL go: the only way the forward gets it back
 
     runner.model = model_call
+    sys.setswitchinterval(100.0)
     spinner = threading.Thread(target=busy)
     spinner.start()
     try:
@@ -215,6 +219,7 @@ def _forward_beside_busy_python(runner: ModelRunner) -> tuple[int, int]:
     finally:
         stop.set()
         spinner.join()
+        sys.setswitchinterval(interval)
         runner.model = model
         torch.set_num_threads(torch_threads)
     return into_torch[0], during_model[0]
@@ -234,7 +239,7 @@ def test_torchscript_forward_runs_without_the_gil() -> None:
     # the graph: the collation's three tensors, the graph's call, the copy back (6 with torch 2.13);
     # eager: every op (~230)
     assert calls["torchscript"] <= 12 and calls["eager"] >= 10 * calls["torchscript"], calls
-    assert steps["torchscript"] > 0, steps  # the busy thread ran while the graph did
+    assert steps["torchscript"] > 0, steps  # the other thread ran while the graph did (0 if it held the GIL)
 
 
 def test_service_config_picks_the_executor() -> None:
