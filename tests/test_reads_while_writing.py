@@ -127,7 +127,10 @@ def test_reader_sees_whole_files_while_ingest_writes(tmp_path: Path) -> None:
     file_times = json.loads(writer_out.read_text())
     print(f"\ningest: {len(file_times)} files, longest {max(file_times):.3f} s; reads: {stats}")
     assert len(file_times) >= 2
-    assert stats["max_wait"] < MAX_READ_WAIT_SECONDS + max(file_times)
+    # the file in progress and at most one more (the reader polls into the gap between them, and a writer
+    # that is in before the reader marks itself waiting goes first), as the collect test counts commits:
+    # at load ~24 a read waited 15.6 s with files of up to 10.0 s (bench/RESULTS.md, suite20)
+    assert stats["max_wait"] < MAX_READ_WAIT_SECONDS + 2 * max(file_times)
 
 
 def test_reader_sees_whole_requests_while_collect_writes(tmp_path: Path) -> None:
