@@ -26,20 +26,12 @@ def batch(n: int) -> SpanColumns:
 
 
 def gaps_between_transactions(
-    db: Path,
-    reader_waiting: bool,
-    interval_ms: int = INTERVAL_MS,
-    ack_waits: bool = False,
-    writer_starts: list[float] | None = None,
+    db: Path, reader_waiting: bool, interval_ms: int = INTERVAL_MS
 ) -> tuple[list[float], list[float]]:
-    """Submit a request whenever the previous one is committed; (idle gaps, transaction lengths).
-    `writer_starts` gets the moment the writer began each transaction (its pacing clock), which a
-    loaded machine can put tens of ms before the store's own work starts."""
+    """Submit a request whenever the previous one is committed; (idle gaps, transaction lengths)."""
     spans: list[tuple[float, float]] = []
 
     def slow_store(conn, run_label, batches, sources):  # real work: a transaction of ~0.2 s or more
-        if writer_starts is not None:
-            writer_starts.append(writer._last_start)
         started = time.monotonic()
         conn.execute("SELECT sum(hash(i)) FROM range(80000000) AS r(i)").fetchall()
         spans.append((started, time.monotonic()))
@@ -51,7 +43,6 @@ def gaps_between_transactions(
     writer = BatchWriter(
         DuckDBSink(db, "r", "test", store=slow_store),
         Limits(flush_interval_ms=interval_ms),
-        ack_waits=ack_waits,
     )
     writer.start()
     try:
