@@ -9,9 +9,10 @@ compared with a steady run made under the same settings; thresholds are wide, be
 from __future__ import annotations
 
 from pathlib import Path
+from statistics import median
 
 import pytest
-from pipeline_runs import DURATION_S, NEEDS_PIPELINE, quantiles, query, run_and_load
+from pipeline_runs import DURATION_S, NEEDS_PIPELINE, RPS, quantiles, query, run_and_load
 
 from reference_pipeline import span_model as sm
 
@@ -33,10 +34,47 @@ def steady(tmp_path_factory, store) -> Path:
     return store
 
 
+def burst_queue_growth(db: Path, run: str, duration_s: float = DURATION_S) -> tuple[float, float, int, int]:
+    """How fast the batch queue grew while the burst was sent against before it, from what the service
+    recorded: each request's `batch.queue_depth` (the queue it found on arrival), placed in the load
+    generator's schedule by its client span's start (the burst's window, scenarios.configure, counts
+    from the first request). Returns (depth reached per second before the burst, depth gained per
+    second of the burst, the deepest before, the deepest within). Within one run, so a machine that
+    stretches every forward stretches both sides: on a run whose steady rate already outruns the
+    model both grow, and only a burst makes the second the faster."""
+    rows = query(
+        db,
+        """
+        WITH sent AS (SELECT TraceId, epoch_ns(Timestamp) AS sent_ns FROM otel_traces
+                      WHERE RunLabel = ? AND ServiceName = ? AND ParentSpanId = '')
+        SELECT (s.sent_ns - (SELECT min(sent_ns) FROM sent)) / 1e9,
+               CAST(q.SpanAttributes->>'batch.queue_depth' AS INT)
+        FROM sent s JOIN otel_traces q ON q.TraceId = s.TraceId
+        WHERE q.RunLabel = ? AND q.SpanName = ?""",
+        [run, sm.LOADGEN_SERVICE_NAME, run, sm.QUEUE_WAIT],
+    )
+    start, length = 0.35 * duration_s, max(1.0, min(3.0, duration_s * 0.3))  # scenarios.configure
+    before = max((depth for sent, depth in rows if sent < start), default=0)
+    within = max((depth for sent, depth in rows if start <= sent < start + length), default=0)
+    return before / start, (within - before) / length, before, within
+
+
+def grew_with_the_burst(growth: tuple[float, float, int, int], duration_s: float = DURATION_S) -> bool:
+    """The queue gained more during the burst's window than the steady rate sends in that time (RPS a
+    second: without a burst, no more can arrive to queue up, however slow the model), and a batch at
+    least."""
+    _, rate_within, before, within = growth
+    return rate_within > RPS and within >= before + 8
+
+
 def test_burst_grows_the_batch_queue(tmp_path, steady) -> None:
     run_and_load(tmp_path, "burst", steady)
-    base, burst = quantiles(steady, "steady", sm.QUEUE_WAIT), quantiles(steady, "burst", sm.QUEUE_WAIT)
-    assert burst["p99"] > max(3 * base["p99"], 100), (base, burst)
+    # measured beside two burners at load ~20, where the steady run outran the model too (and lost 22
+    # of 64 requests): 13.9 a second during the burst, deepest 12 -> 37; without a burst 5.6 (steady) and
+    # 10.6 (slow-downstream) a second (bench/RESULTS.md, suite20)
+    assert grew_with_the_burst(burst_queue_growth(steady, "burst")), burst_queue_growth(steady, "burst")
+    # and the check fails on the module's steady run (no burst in its schedule)
+    assert not grew_with_the_burst(burst_queue_growth(steady, "steady")), burst_queue_growth(steady, "steady")
     ((biggest,),) = query(
         steady,
         """
@@ -112,19 +150,37 @@ def test_key_expiry_misses_arrive_together(tmp_path, steady) -> None:
     assert right_after.count(False) >= 0.5 * len(right_after), "then most lookups miss at once"
 
 
+def downstream_delays(db: Path, run: str) -> list[tuple[float, float, float]]:
+    """Each downstream call of a run: (the client's `downstream.call` ms, the dependency's own server
+    span ms, the delay it injected ms, 0 when none)."""
+    return query(
+        db,
+        """
+        SELECT c.Duration / 1e6, s.Duration / 1e6,
+               coalesce(CAST(s.SpanAttributes->>'tailscope.injected_delay_ms' AS DOUBLE), 0)
+        FROM otel_traces c JOIN otel_traces s
+          ON s.TraceId = c.TraceId AND s.RunLabel = c.RunLabel AND s.ParentSpanId = c.SpanId
+        WHERE c.RunLabel = ? AND c.SpanName = ? AND s.ServiceName = ?""",
+        [run, sm.DOWNSTREAM, sm.DOWNSTREAM_SERVICE_NAME],
+    )
+
+
 @pytest.mark.slow
 def test_slow_downstream_moves_the_downstream_stage(tmp_path, steady) -> None:
+    """The injected delay is the dependency's own time (inside its server span, inside the caller's
+    stage) and it is what makes the calls that drew a heavy-tail one slow: they outlast the run's
+    other calls by at least half their delay. Within the run, not against the steady run's p99: at
+    load ~20 every /enrich span was stretched (steady p99 141-190 ms against ~2 ms idle), so the slow
+    run's p99 was no 10x (bench/RESULTS.md, suite19/suite20)."""
     run_and_load(tmp_path, "slow-downstream", steady)
-    base, slow = (
-        quantiles(steady, "steady", sm.DOWNSTREAM),
-        quantiles(steady, "slow-downstream", sm.DOWNSTREAM),
-    )
-    assert slow["p99"] > max(base["p99"], 100), (base, slow)
-    # and the time is the dependency's own: its server span, not the hop to it
-    route = f"POST {sm.DOWNSTREAM_ROUTE}"
-    base_enrich = quantiles(steady, "steady", route, sm.DOWNSTREAM_SERVICE_NAME)
-    slow_enrich = quantiles(steady, "slow-downstream", route, sm.DOWNSTREAM_SERVICE_NAME)
-    assert slow_enrich["p99"] > max(10 * base_enrich["p99"], 100), (base_enrich, slow_enrich)
+    calls = downstream_delays(steady, "slow-downstream")
+    assert calls and all(server >= delay and client >= server - 1 for client, server, delay in calls), calls
+    drew = [call for call in calls if call[2] >= 100]  # the heavy tail's draws (seeded: ~5 in 64 calls)
+    others = [server for _, server, delay in calls if delay < 100]
+    assert len(drew) >= 2 and others, calls
+    lasted, delay = median([server for _, server, _ in drew]), median([d for _, _, d in drew])
+    assert lasted >= median(others) + 0.5 * delay, (lasted, median(others), delay)
+    assert not [delay for _, _, delay in downstream_delays(steady, "steady") if delay > 0]
 
 
 def cold_start_problems(db: Path, run: str) -> list[str]:

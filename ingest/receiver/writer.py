@@ -156,12 +156,7 @@ class BatchWriter:
             # while a reader is waiting for the file, at least as long as the last transaction took
             # (the reader's turn). A full queue or shutdown flushes at once.
             while not self._closing and not self.is_full():
-                not_before = self._last_end + interval
-                if self.ack_waits and len(self._items) >= self._clients:
-                    not_before = self._last_start + interval  # every waiting client is back
-                if self._reader_waiting():
-                    not_before = max(not_before, self._last_end + self.counters.last_tx_seconds)
-                remaining = not_before - time.monotonic()
+                remaining = self._not_before(interval) - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(min(remaining, READER_POLL_SECONDS))
@@ -169,6 +164,18 @@ class BatchWriter:
             self._items.clear()
             self._queued_spans = 0
             return items
+
+    def _not_before(self, interval: float) -> float:
+        """The pacing decision (monotonic seconds; called with the lock held): the flush interval
+        after the last transaction's end, or after its start once every client waiting at the last
+        commit is back (`--ack committed`), and while a reader is waiting, no sooner than the last
+        transaction's length after its end."""
+        not_before = self._last_end + interval
+        if self.ack_waits and len(self._items) >= self._clients:
+            not_before = self._last_start + interval  # every waiting client is back
+        if self._reader_waiting():
+            not_before = max(not_before, self._last_end + self.counters.last_tx_seconds)
+        return not_before
 
     def _reader_waiting(self) -> bool:
         return self.sink.reader_waiting()
@@ -179,14 +186,13 @@ class BatchWriter:
             if not items:
                 return  # closing and drained
             self._last_start = time.monotonic()
-            self._write(items)
+            self._write(items, count_clients=True)
             self._last_end = time.monotonic()
-            with self._cond:  # the clients waiting when it committed: one request each in flight
-                self._clients = len(items) + len(self._items)
-                if self.store_full is not None:  # the disk is full: try again a while later
+            if self.store_full is not None:  # the disk is full: try again a while later
+                with self._cond:
                     self._cond.wait(FULL_RETRY_SECONDS)
 
-    def _write(self, items: list[_Item]) -> None:
+    def _write(self, items: list[_Item], count_clients: bool = False) -> None:
         started = time.monotonic()
         try:
             self.sink.write([item.columns for item in items])
@@ -232,6 +238,12 @@ class BatchWriter:
                 file=self.log,
                 flush=True,
             )
+        if count_clients:
+            # the clients waiting at the commit, one request each in flight: counted before any is
+            # answered (one answered and back before the count was counted twice, and the writer then
+            # waited for a client that was not there, the interval after the end)
+            with self._cond:
+                self._clients = len(items) + len(self._items)
         counters = self.counters
         counters.transactions += 1
         counters.last_tx_seconds = elapsed
