@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.whatif.down_peers import peers_while_down
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever, _draw, miss_threshold_ms
 from tailscope.analysis.whatif.retime import Edit
 
@@ -66,21 +65,17 @@ def prewarmed(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     _warm_own_time(x, early, edit, rng)
     if starts is not None:
         _started_warm(x, starts[1], starts[2], edit, rng)
-    moved = peers_while_down(x, finding, edit)  # a restart: the peers' queue while it was down
-    down = ("; where a named instance was down first (restarted), its peers' spans in that stretch and "
-            "its drain take their calm times at their own rank") if moved else ""
     return Lever(
         "prewarmed",
         f"Cold starts pre-warmed ({what})",
         SOFTWARE,
         "each span of an instance's first requests takes the time of the same span once warm, and its "
         "own time around its children (lazy initialisation, interpreted code) a warm one's (drawn from "
-        "the run); the queue is replayed" + down,
+        "the run); the queue is replayed",
         edit,
         pattern="cold_start",
         requeue=True,
-        params={**({"warmup_requests": warm} if warm > 0 else {"cold_spans": int(early.sum())}),
-                "peer_spans_retimed": moved},
+        params={"warmup_requests": warm} if warm > 0 else {"cold_spans": int(early.sum())},
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tailscope.analysis.whatif.host_levers import named_instances
-from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.levers import Inputs, Lever
 from tailscope.analysis.whatif.retime import Edit
 
 DOWN_GAP = 20.0  # an instance's longest pause between span starts over this many times its median
@@ -74,3 +74,15 @@ def peers_while_down(x: Inputs, finding: dict[str, Any], edit: Edit) -> int:
             edit.dur[rows] = np.fmin(edit.dur[rows], np.minimum(new, dur[near]))
             changed += int(near.sum())
     return changed
+
+
+def with_restart_peers(x: Inputs, lever: Lever | None, finding: dict[str, Any]) -> Lever | None:
+    """`prewarmed` with the peers' spans re-timed where a named instance was down first (restarted)."""
+    if lever is None:
+        return None
+    moved = peers_while_down(x, finding, lever.edit)
+    if moved:
+        lever.model += ("; where a named instance was down first (restarted), its peers' spans in that "
+                        "stretch and its drain take their calm times at their own rank")
+    lever.params = {**lever.params, "peer_spans_retimed": moved}
+    return lever

@@ -23,6 +23,7 @@ from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.deadlines import capped_calls, expiry_retimed
 from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
+from tailscope.analysis.whatif.down_peers import with_restart_peers
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.host_levers import host_as_peers, lock_as_peers, stalls_as_peers
 from tailscope.analysis.whatif.in_order import payload_in_order
@@ -188,7 +189,7 @@ def plan(
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
-            out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
+            out += [with_restart_peers(x, prewarmed(x, fd), fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd),
                     timer_quanta(x, fd)]
