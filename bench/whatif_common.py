@@ -147,6 +147,7 @@ def entry_requests(frame):
     called = child[f.kind[f.parent[child]] == KIND_CLIENT]
     key = f.service.astype(np.int64) * (len(f.names) + 1) + f.name
     callee = np.isin(key[reqs.root], np.unique(key[called]))
+    callee &= f.parent[reqs.root] < 0  # a root its own trace shows called (a browser's fetch) has its caller
     if not callee.any() or callee.all():
         return None
     spans = np.nonzero(np.isin(f.request, np.nonzero(~callee)[0]))[0]
@@ -168,10 +169,30 @@ def _bare(entry: str) -> str:
     return entry.removesuffix(WAIT_SUFFIX)
 
 
-def measured(frame, units: Units | None = None) -> tuple[float, float]:
-    """(p50, p99) in ms of the run's units (`units`: those of this run to measure; else units_of)."""
+def shared(units: Units, other: Units) -> np.ndarray | None:
+    """The units of `units` whose entry (root service and name) the other run's units have too, where
+    some have an entry the other run has none of (a partner's requests a fix removes with its cause:
+    the pair compares the units both runs serve); None where all are shared, or none is."""
+    f, g = units.frame, other.frame
+    if getattr(f.requests, "root", None) is None or getattr(g.requests, "root", None) is None or getattr(
+            f.requests, "message_span", None) is not None:  # (a test's stand-in: no roots)
+        return None
+    def entries(h) -> list[tuple[str, str]]:
+        roots = h.requests.root
+        pairs = zip(h.service[roots], h.name[roots], strict=True)
+        return [(h.services[int(a)], h.names[int(b)]) for a, b in pairs]
+
+    theirs = set(entries(g))
+    mine = np.array([e in theirs for e in entries(f)], bool)
+    return None if mine.all() or not mine.any() else mine
+
+
+def measured(frame, units: Units | None = None, scored: np.ndarray | None = None) -> tuple[float, float]:
+    """(p50, p99) in ms of the run's units (`units`: those of this run to measure; else units_of;
+    `scored`: only these of them)."""
     units = units or units_of(frame)
     lat = unit_latency(units.frame, None, None, units.client)  # a batch consumer's: per message
+    lat = lat if scored is None else lat[scored]
     p50, p99 = np.percentile(lat, [50, 99]) / 1e6
     return float(p50), float(p99)
 
@@ -179,6 +200,7 @@ def measured(frame, units: Units | None = None) -> tuple[float, float]:
 def predicted(
     frame, lever: str | tuple[str, ...], other=None, truth: list[dict] | None = None, units=None,
     at: tuple[str, ...] = (),
+    scored: np.ndarray | None = None,
 ) -> tuple[float, float, str, float]:
     """(p50, p99, the fix evaluated or 'no lever', seconds) for the faulty run. `truth`: planted causes
     the diagnosis did not name are added as findings (pattern, span, service, instances: no more than
@@ -205,7 +227,7 @@ def predicted(
     started = time.perf_counter()
     both = isinstance(lever, tuple)
     combine = [lever] if both else None
-    result = evaluate(units, findings, speedup=speedup, speedup_from="other", combine=combine)
+    result = evaluate(units, findings, speedup=speedup, speedup_from="other", combine=combine, scored=scored)
     seconds = time.perf_counter() - started
     if both:  # all the fixes at once where the run has a lever for each, else those it has
         hits = [o for o in result.outcomes if _composed_of(o.key, lever, at)]
@@ -276,10 +298,11 @@ def pair_row(
     causes' span names, to measure the population they act on (units_of)."""
     units = units_of(faulty, spans=spans)  # what the what-if evaluates, read in the run without the cause
     other = units_of(fixed, like=units)
-    before = measured(faulty, units)
+    scored = shared(units, other) if other.paired else None
+    before = measured(faulty, units, scored)
     truth = measured(fixed, other)
     guess = predicted(faulty, lever, other=fixed if lever == "forward_as" else None, truth=planted,
-                      units=units.frame, at=spans)
+                      units=units.frame, at=spans, scored=scored)
     return {
         "family": family,
         "cause": cause,

@@ -51,3 +51,29 @@ def test_entry_requests_leave_out_a_callees_roots_for_an_untraced_caller() -> No
     assert {entry.names[c] for c in entry.name[entry.requests.root]} == {"POST /ask"}
     # a run whose every root is the served span (no entry calls it): as it is
     assert entry_requests(hand_frame(rows[300:])) is None
+
+
+def _pages_and_partner(partner: bool) -> list[tuple]:
+    """Pages fetched by a browser (its traced CLIENT span calls the service); with `partner`, a
+    partner's batch route beside them, no traced caller."""
+    rows: list[tuple] = []
+    for k in range(100):
+        root = len(rows)
+        rows.append((k, -1, "GET", "Client", 1, 10.0 * k, 12.0))
+        rows.append((k, root, "GET /page", "Server", 0, 10.0 * k + 1.0, 10.0))
+    for k in range(40 if partner else 0):
+        rows.append((100 + k, -1, "POST /batch", "Server", 0, 25.0 * k, 30.0))
+    return rows
+
+
+def test_a_root_its_own_trace_shows_called_is_a_request_and_a_partners_route_is_not_scored() -> None:
+    from bench.whatif_common import shared, units_of
+
+    faulty, fixed = hand_frame(_pages_and_partner(True)), hand_frame(_pages_and_partner(False))
+    # the browser's fetch is traced: the pages are the service's requests, not a callee's work
+    assert entry_requests(faulty) is None
+    units = units_of(faulty)
+    scored = shared(units, units_of(fixed, like=units))
+    assert scored is not None and scored.sum() == 100 and len(scored) == len(units.frame.requests)
+    names = {units.frame.names[c] for c in units.frame.name[units.frame.requests.root[scored]]}
+    assert names == {"GET /page"}

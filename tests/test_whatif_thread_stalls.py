@@ -92,3 +92,19 @@ def test_a_process_near_its_heap_limit_takes_its_peers_times() -> None:
     before, after = _outcome(rows, _gc(["a"]), "no_gc_stalls_host_as_peers", ("a", "b"))
     assert before > 35
     assert after is not None and after < 12.5, after
+
+
+def test_no_allocation_stall_lever_where_the_timing_shows_the_whole_process_paused() -> None:
+    """Go's collector near its memory limit: the spans' timing shows process-wide pauses on the named
+    instances (every span in flight stretched at once, no runtime report): `no_gc_stalls` removes
+    them; redrawing every step's own time from calm stretches beside it would take the process's
+    ordinary spread too (go-ray heap-growth-gc: 38 ms predicted vs 89 ms measured)."""
+    from tailscope.analysis.whatif.stall_levers import stalled_own_time_as_calm
+    from tests.hand_frames import MS, lever_inputs
+
+    f = hand_frame(_stalled_run(), ("a", "b"))
+    x = lever_inputs(f)
+    assert stalled_own_time_as_calm(x, _gc(["a", "b"])) is not None  # no pause seen: the threads' stalls
+    x.stalls = (np.array([0, 1], np.int64), np.array([2400 * MS, 3000 * MS], np.int64),
+                np.array([2430 * MS, 3030 * MS], np.int64))
+    assert stalled_own_time_as_calm(x, _gc(["a", "b"])) is None

@@ -23,6 +23,7 @@ from tailscope.analysis.whatif.cold_levers import prewarmed
 from tailscope.analysis.whatif.compose import combinations
 from tailscope.analysis.whatif.deadlines import capped_calls, expiry_retimed
 from tailscope.analysis.whatif.dependency_levers import dependency_as_calm
+from tailscope.analysis.whatif.down_peers import with_restart_peers
 from tailscope.analysis.whatif.handlers import handlers, replay_handlers
 from tailscope.analysis.whatif.host_levers import host_as_peers, lock_as_peers, stalls_as_peers
 from tailscope.analysis.whatif.in_order import payload_in_order
@@ -38,7 +39,7 @@ from tailscope.analysis.whatif.stall_levers import stalled_own_time_as_calm
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 18  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 19  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -110,9 +111,8 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
     new_start = first.absolute_start(f, lay)
     hole = s.queue < 0
     gap_now = np.maximum(lay.gap[s.forward] - edit.cut_before[s.forward], 0)
-    arrival = np.where(hole, new_start[s.forward] - gap_now, new_start[np.maximum(s.queue, 0)]).astype(
-        np.float64
-    )
+    arrival = np.where(hole, new_start[s.forward] - gap_now, new_start[np.maximum(s.queue, 0)])
+    arrival = arrival.astype(np.float64)
     if lever.arrival_shift is not None:
         arrival = arrival - lever.arrival_shift[s.request]
     service = first.dur[s.forward].astype(np.float64)
@@ -123,8 +123,7 @@ def _requeue(x: lv.Inputs, lever: lv.Lever, edit: Edit, first: Retimed) -> Edit:
     if moved.any():  # a moved request leaves its instance's pauses and warm-up behind: typical noise
         draw = np.random.default_rng([x.seed, 12]).integers(0, len(residual), int(moved.sum()))
         residual[moved] = residual[draw]
-    wait = np.zeros(len(arrival))
-    took = np.zeros(len(arrival))
+    wait, took = np.zeros(len(arrival)), np.zeros(len(arrival))
     for p, c in servers.items():
         sel = np.nonzero(pool == p)[0]
         if len(sel) == 0:
@@ -146,13 +145,8 @@ def _percentiles(latency: np.ndarray, weight: np.ndarray | None, percents: tuple
     return [weighted_quantile(latency, weight, p / 100) for p in percents]
 
 
-def _outcome(
-    lever_like: dict[str, Any],
-    latency: np.ndarray,
-    measured_p99: float,
-    slo_ms: float | None,
-    weight: np.ndarray | None = None,
-) -> Outcome:
+def _outcome(lever_like: dict[str, Any], latency: np.ndarray, measured_p99: float, slo_ms: float | None,
+             weight: np.ndarray | None = None) -> Outcome:
     p50, p95, p99 = (v / 1e6 for v in _percentiles(latency, weight, (50, 95, 99)))
     return Outcome(
         p50_ms=round(p50, 3),
@@ -195,7 +189,7 @@ def plan(
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
-            out += [prewarmed(x, fd), ql.scaled_out_early(x, fd)]
+            out += [with_restart_peers(x, prewarmed(x, fd), fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":
             out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd),
                     timer_quanta(x, fd)]
@@ -271,11 +265,13 @@ def evaluate(
     hedge_ms: float | None = None,
     only: set[str] | None = None,
     combine: list[tuple[str, ...]] | None = None,
+    scored: np.ndarray | None = None,
 ) -> WhatIf:
     """Every lever's p50/p95/p99 on one built frame. `findings`: the diagnosis' findings as dicts
     (Finding.to_dict(), with charts). `only`: evaluate just the levers whose key starts with one of
     these. `hedge_ms`: the hedge delay of a retried call's lever (default: the call's p95).
-    `combine`: also fixes at once, each a tuple of key prefixes (every choice of one lever each)."""
+    `combine`: also fixes at once, each a tuple of key prefixes (every choice of one lever each).
+    `scored`: the units counted (a bool each; None: all); every lever still re-times the whole run."""
     started = time.perf_counter()
     reqs = frame.requests
     n = len(reqs) if reqs is not None else 0
@@ -283,12 +279,13 @@ def evaluate(
              "model": "the run's own latencies"}
     if n == 0:
         empty = Outcome(p50_ms=0.0, p95_ms=0.0, p99_ms=0.0, **blank)
-        return WhatIf(
-            frame.run, 0, "server", empty, None, [], slo_ms, reason="no request root spans in this run"
-        )
+        reason = "no request root spans in this run"
+        return WhatIf(frame.run, 0, "server", empty, None, [], slo_ms, reason=reason)
     client_side = bool((reqs.client_span >= 0).mean() >= CLIENT_SIDE)
     base = unit_latency(frame, None, None, client_side)
     weight = unit_weight(frame)
+    keep = np.asarray(scored, bool) if scored is not None and len(scored) == len(base) else slice(None)
+    base, weight = base[keep], weight if weight is None else weight[keep]
     measured_p99 = _percentiles(base, weight, (99,))[0]
     measured = _outcome(blank, base, measured_p99, slo_ms, weight)
     x = inputs(frame, findings, seed)
@@ -301,14 +298,14 @@ def evaluate(
             "the queue replayed with the run's own arrivals and service times",
             Edit.none(len(frame)),
         )
-        lat = _latency(x, noop, client_side)
+        lat = _latency(x, noop, client_side)[keep]
         check = _outcome(_describe(noop), lat, measured_p99, slo_ms, weight)
     outcomes = []
     levers = plan(x, k, extra_replicas, deadline_ms, speedup, speedup_from, hedge_ms)
     for lever in levers + combinations(levers, combine or []):
         if only is not None and not any(lever.key.startswith(o) for o in only):
             continue
-        latency = _latency(x, lever, client_side)
+        latency = _latency(x, lever, client_side)[keep]
         outcomes.append(_outcome(_describe(lever), latency, measured_p99, slo_ms, weight))
     latency = "client-observed" if client_side else "server"
     if reqs.message_span is not None:

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import SPAN_KINDS
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
 from tailscope.analysis.whatif.levers import SOFTWARE, Inputs, Lever
+from tailscope.analysis.whatif.loop_blockers import loop_waits
 from tailscope.analysis.whatif.retime import Edit
 
 
@@ -132,18 +133,24 @@ def payload_at_median(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         stages.append(f.names[code])
     if not edit.cut_after.any():
         return None
+    # the steps cut that hold a loop (CPU, not a CLIENT call's wait): the other requests' waits behind
+    # them on a single-threaded loop go with the time they no longer hold it
+    blockers = np.nonzero((edit.cut_after > 0) & (f.kind != KIND_CLIENT) & (f.request >= 0))[0]
+    busy = (f.start + f.dur - lay.trailing)[blockers].astype(np.float64)
+    waits = loop_waits(x, edit, blockers, busy, lay.trailing[blockers] - edit.cut_after[blockers])
+    loop = "; on a single-threaded loop the other requests' waits behind them replayed" if waits else ""
     return Lever(
         f"payload_p50:{name}",
         f"Payloads at the median {key} ({median:,.0f}), '{name}' and {len(stages) - 1} more stage(s)",
         SOFTWARE,
         f"each request handling more than the median {key} handles the median (pagination, streaming, "
         "fewer fields, a size cap): every stage whose own time follows the size (Spearman >= 0.5: "
-        "serialising, sending, parsing the payload) loses its fitted time per unit above the median",
+        "serialising, sending, parsing the payload) loses its fitted time per unit above the median" + loop,
         edit,
         pattern="large_payload",
         span_name=name,
         requeue=True,
-        params={"size_p50": median, "stages": len(stages)},
+        params={"size_p50": median, "stages": len(stages), "loop_waits_cut": waits},
     )
 
 

@@ -67,11 +67,14 @@ def _disturbed(x: Inputs, rows: np.ndarray, value: np.ndarray, key: np.ndarray) 
 
 def stalled_own_time_as_calm(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """A gc_pause finding (see the module docstring); None where it names no instance, the run reports
-    collector pauses on them (a process-wide pause: `no_gc_stalls` removes it), or no step of theirs
-    had a disturbed stretch."""
+    collector pauses on them or the spans' timing shows the process paused there (a process-wide
+    pause: `no_gc_stalls` removes it), or no step of theirs had a disturbed stretch."""
     inst = np.array(named_instances(x.frame.instances, finding), dtype=np.int64)
     if not len(inst) or np.isin(x.frame.gc_instance, inst).any():
         return None  # (the run reports the collector's pauses there: the process's, no_gc_stalls')
+    if x.stalls is not None and np.isin(x.stalls[0], inst).any():
+        return None  # (the spans' timing shows the whole process paused there: no_gc_stalls removes
+        # that; redrawing every step's own time beside it removes the process's ordinary spread too)
     f, lay = x.frame, x.lay
     on = np.isin(f.instance, inst) & (f.request >= 0)
     edit = Edit.none(len(f))
