@@ -24,7 +24,8 @@ SELECT s.SpanName, s.SpanKey, kv.key AS AttrKey, kv.value ->> '$' AS AttrValue
 FROM s, json_each(s.SpanAttributes) AS kv
 WHERE length(kv.value ->> '$') <= 64
 UNION ALL
-SELECT SpanName, SpanKey, 'otel.status_code' AS AttrKey, 'Error' AS AttrValue FROM s WHERE StatusCode = 'Error'
+SELECT SpanName, SpanKey, 'otel.status_code' AS AttrKey, 'Error' AS AttrValue
+FROM s WHERE StatusCode = 'Error'
 """
 
 # two texts of a simulated run whose DuckDB hash(...) is the same (a join by hash would swap them)
