@@ -16,10 +16,11 @@ RPS = 60.0
 TRIP = {"edge/a": 2.0, "edge/b": 4.0, "edge/c": 45.0, "edge/d": 90.0}
 
 
-def _geo(seed: int, failover: bool = False, loss: bool = False):
+def _geo(seed: int, failover: bool = False, loss: bool = False, jitter: bool = False):
     """Four front ends call two model hosts in one region; the reply costs the same trip back.
     `failover`: for the middle half of the run the near front ends' calls go to a far region (80 ms
-    each way); `loss`: 6 % of the near front ends' calls lose a packet (a 200 ms retransmit timer)."""
+    each way); `loss`: 6 % of the near front ends' calls lose a packet (a 200 ms retransmit timer);
+    `jitter`: one near front end's uplink saturates all run (each way ~25 ms of queueing, exponential)."""
     b = TraceBuilder(seed)
     times = b.arrivals(N, RPS)
     end = float(times[-1])
@@ -34,12 +35,15 @@ def _geo(seed: int, failover: bool = False, loss: bool = False):
         root = b.span(None, "GET /recommend", "Server", edge, t, 0.0)
         cur = t + lognormal(b.rng, 1.0, 0.3)
         out = trip * float(b.rng.uniform(0.97, 1.05))
+        back = trip * float(b.rng.uniform(0.97, 1.05))
+        if jitter and edge == "edge/a":
+            out, back = out + float(b.rng.exponential(25.0)), back + float(b.rng.exponential(25.0))
         if loss and near and b.rng.random() < 0.06:
             out += 200.0
         work = lognormal(b.rng, 6.0, 0.3)
         call = b.span(root, "POST /rank", "Client", edge, cur, 0.0)
         b.span(call, "POST /rank", "Server", host, cur + out, work)
-        cur = cur + out + work + trip * float(b.rng.uniform(0.97, 1.05))
+        cur = cur + out + work + back
         b.set_end(call, cur)
         b.set_end(root, cur + lognormal(b.rng, 0.5, 0.3))
     return b.frame()
@@ -60,3 +64,8 @@ def test_a_failover_sending_near_callers_far_for_a_while_stays_the_network() -> 
 
 def test_retransmits_on_some_of_a_paths_calls_stay_the_network() -> None:
     assert _network(_geo(1, loss=True)) >= 0.5
+
+
+def test_a_jittery_link_all_run_is_no_distance_and_stays_the_network() -> None:
+    """As steady as the far callers' trips, but its calls spread far apart around their usual gap."""
+    assert _network(_geo(1, jitter=True)) >= 0.5

@@ -9,7 +9,8 @@ of the path's calls far beyond its own usual gap (retransmit timers, handshakes,
 sent farther). `usual_path_share` is the share of the large gaps' excess (over the run's median gap)
 that their path's usual gap accounts for, counting only paths whose usual gap holds in every part of
 the run they called in and that called in most of it (a path that appears for a while, as one to the
-region a failover sends calls to, is a change, not the topology)."""
+region a failover sends calls to, is a change, not the topology), and whose calls sit close to that
+usual gap (a distance; a link whose jitter spreads its calls far apart is a cause, however steady)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ MIN_PER_BIN = 4  # a part of the run judged from at least this many of the path'
 PRESENT = 0.75  # a path that called in at least this share of the parts its caller called in
 TOLERANCE = 0.25  # a part's median gap within this share of the path's usual gap (or ...)
 TOLERANCE_NS = 3_000_000  # ... within 3 ms of it
+TIGHT = 0.5  # a distance: the path's interquartile range under half its usual gap's excess over the run's
 
 
 def usual_path_share(f, cli: np.ndarray, srv: np.ndarray, g: np.ndarray, big: np.ndarray,
@@ -52,7 +54,10 @@ def usual_path_share(f, cli: np.ndarray, srv: np.ndarray, g: np.ndarray, big: np
         if len(set(pk.tolist())) < PRESENT * len(called) or len(judged) < 2:
             continue
         tol = max(TOLERANCE * m, TOLERANCE_NS)
-        if all(abs(float(np.median(gk[pk == b])) - m) <= tol for b in judged):
+        q25, q75 = np.quantile(gk, [0.25, 0.75])
+        # a distance: the path's calls close to its usual gap (a jittery link spreads them: a cause)
+        tight = float(q75 - q25) <= TIGHT * max(m - p50, 0.0)
+        if tight and all(abs(float(np.median(gk[pk == b])) - m) <= tol for b in judged):
             usual[k] = m
     own = usual[inverse[big]]
     part_usual = np.where(np.isnan(own), 0.0, np.clip(own - p50, 0.0, excess))
