@@ -20,7 +20,7 @@ def _geo(seed: int, failover: bool = False, loss: bool = False, jitter: bool = F
     """Four front ends call two model hosts in one region; the reply costs the same trip back.
     `failover`: for the middle half of the run the near front ends' calls go to a far region (80 ms
     each way); `loss`: 6 % of the near front ends' calls lose a packet (a 200 ms retransmit timer);
-    `jitter`: one near front end's uplink saturates all run (each way ~25 ms of queueing, exponential)."""
+    `jitter`: one far front end's uplink saturates all run (each way ~60 ms of queueing, exponential)."""
     b = TraceBuilder(seed)
     times = b.arrivals(N, RPS)
     end = float(times[-1])
@@ -36,8 +36,8 @@ def _geo(seed: int, failover: bool = False, loss: bool = False, jitter: bool = F
         cur = t + lognormal(b.rng, 1.0, 0.3)
         out = trip * float(b.rng.uniform(0.97, 1.05))
         back = trip * float(b.rng.uniform(0.97, 1.05))
-        if jitter and edge == "edge/a":
-            out, back = out + float(b.rng.exponential(25.0)), back + float(b.rng.exponential(25.0))
+        if jitter and edge == "edge/c":
+            out, back = out + float(b.rng.exponential(60.0)), back + float(b.rng.exponential(60.0))
         if loss and near and b.rng.random() < 0.06:
             out += 200.0
         work = lognormal(b.rng, 6.0, 0.3)

@@ -22,7 +22,7 @@ MIN_PER_BIN = 4  # a part of the run judged from at least this many of the path'
 PRESENT = 0.75  # a path that called in at least this share of the parts its caller called in
 TOLERANCE = 0.25  # a part's median gap within this share of the path's usual gap (or ...)
 TOLERANCE_NS = 3_000_000  # ... within 3 ms of it
-TIGHT = 0.5  # a distance: the path's interquartile range under half its usual gap's excess over the run's
+TIGHT = 0.25  # a distance: the path's interquartile range within a quarter of its usual gap
 
 
 def usual_path_share(f, cli: np.ndarray, srv: np.ndarray, g: np.ndarray, big: np.ndarray,
@@ -56,7 +56,7 @@ def usual_path_share(f, cli: np.ndarray, srv: np.ndarray, g: np.ndarray, big: np
         tol = max(TOLERANCE * m, TOLERANCE_NS)
         q25, q75 = np.quantile(gk, [0.25, 0.75])
         # a distance: the path's calls close to its usual gap (a jittery link spreads them: a cause)
-        tight = float(q75 - q25) <= TIGHT * max(m - p50, 0.0)
+        tight = float(q75 - q25) <= TIGHT * m
         if tight and all(abs(float(np.median(gk[pk == b])) - m) <= tol for b in judged):
             usual[k] = m
     own = usual[inverse[big]]
