@@ -41,17 +41,22 @@ def usual_path_share(f, cli: np.ndarray, srv: np.ndarray, g: np.ndarray, big: np
     t = f.start[cli]
     t0, span = int(t.min()), max(int(t.max() - t.min()), 1)
     part = np.minimum((t - t0) * BINS // span, BINS - 1).astype(np.int64)
-    caller_parts = {int(c): set(np.unique(part[caller == c]).tolist()) for c in np.unique(caller)}
+    # the parts each caller called in, as a bit mask per caller (BINS bits)
+    bits = np.zeros(int(caller.max()) + 1, np.int64)
+    np.bitwise_or.at(bits, caller, np.left_shift(1, part))
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(len(paths) + 1))
     usual = np.full(len(paths), np.nan)
-    for k in range(len(paths)):
-        mine = inverse == k
-        if mine.sum() < MIN_CALLS:
+    for k in np.unique(inverse[big]).tolist():  # only the paths that hold large gaps matter
+        mine = order[bounds[k]:bounds[k + 1]]
+        if len(mine) < MIN_CALLS:
             continue
         gk, pk = g[mine], part[mine]
         m = float(np.median(gk))
-        judged = [b for b in np.unique(pk).tolist() if (pk == b).sum() >= MIN_PER_BIN]
-        called = caller_parts[int(caller[mine][0])]
-        if len(set(pk.tolist())) < PRESENT * len(called) or len(judged) < 2:
+        per_part = np.bincount(pk, minlength=BINS)
+        judged = np.nonzero(per_part >= MIN_PER_BIN)[0].tolist()
+        called = bin(int(bits[caller[mine[0]]])).count("1")
+        if int((per_part > 0).sum()) < PRESENT * called or len(judged) < 2:
             continue
         tol = max(TOLERANCE * m, TOLERANCE_NS)
         q25, q75 = np.quantile(gk, [0.25, 0.75])
