@@ -261,7 +261,10 @@ def detect(ctx: Context) -> list[Finding]:
         # cache in front of a store missing often on the tail's requests
         answers_request = float((f.kind[spans] == KIND_SERVER).mean()) > 0.5
         rewarmed = warm_rate > 3 * max(settled_rate, 1e-3) and warm_rate > 0.2
-        stationary = not synced and not cold and not rewarmed
+        n_early = max(int(early.sum()), 1)  # ... nor falling from the start far beyond chance (warming)
+        warming = early_rate > 1.25 * late_rate and early_rate - late_rate > 4 * math.sqrt(
+            late_rate * (1 - late_rate) / n_early)
+        stationary = not synced and not cold and not rewarmed and not warming
         trickle = stationary and (rate < WORKING_MISS_RATE or answers_request or share < STEADY_TAIL_SHARE)
         if trickle:  # (at a response cache's rate: which requests do the work, not why it is slow)
             confidence = min(confidence, RESPONSE_CACHE_CAP if answers_request and rate >= WORKING_MISS_RATE
