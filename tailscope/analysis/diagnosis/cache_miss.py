@@ -14,9 +14,12 @@ hit/miss value marks the slow mode as the misses. A deadline and a retry, a payl
 varies, a heavy-tailed dependency or a pause make two modes too. The miss rate is the slow-mode
 weight; misses are "synchronised" when their counts per time bin are over-dispersed (keys expiring
 together), and a "cold cache" when the miss rate in the first tenth of the run is far above the
-rest. A miss rate that stays the same all run (none of these) is how the service runs where the
-cache works (misses below 10 %) or where its hits answer the whole request (a semantic cache in front
-of an LLM misses most questions by design): a possible cause, below 0.5.
+rest. A miss rate that stays the same all run (none of these, nor a higher rate on instances' first
+requests) is how the service runs: a cache that works (misses below 10 %), one whose hits answer the
+whole request (a semantic cache in front of an LLM misses most questions by design), or, at any rate,
+misses that carry little of the tail excess (a per-location cache's ordinary expiries: two modes as
+stationary as the service, costing every request alike): a possible cause, below 0.5. A
+cache's cause changes the miss rate: keys expiring together, a flush, a cold start, an eviction.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ MIN_SPANS, MAX_FIT = 100, 5_000
 MAX_RATE = 0.95  # a slow mode of up to 95 % of spans: after a flush nearly every lookup misses
 USUAL_MAX_RATE = 0.6  # above it the slow mode is a miss path only where the miss rate changed
 MIN_LOG_RATIO = math.log(1.5)  # the slow mode at least 1.5x the fast one
+STEADY_CAP = 0.45  # misses at one rate all run: the cache's ordinary cost, a possible cause
+STEADY_TAIL_SHARE = 0.15  # ... at any rate where they carry less of the tail excess than this
 UNMARKED_CAP = 0.45  # a cache nearby whose misses nothing ties to the slow mode: a possible cause
 INTERNAL_KEYS = ("score", "slow_path", "slow_path_labels")  # _explain's, not for the evidence
 
@@ -246,19 +251,24 @@ def detect(ctx: Context) -> list[Finding]:
         if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
             weight = max(weight, 0.85 * sync_strength)
         confidence = strength * weight * (1.0 if why else 0.85)
-        # a steady miss rate (at random moments, the same from the run's start to its end) a working
-        # cache has (a hit ratio of 90 % or more) is how the service runs: its misses make some of the
-        # slowest requests, but nothing changed and no policy change is owed; a possible cause, not a
-        # named one. So is a steady rate at any level where the hits answer the whole request (the
-        # two modes are a service's handler: a response or semantic cache in front of all its work):
-        # its misses are the requests that do the work the service exists for, as many as the traffic
-        # brings new questions (a semantic cache answering 60 % misses 40 % by design). A cause is a
-        # rate that changes (misses clustered in time, from one moment on, after start) or a cache in
-        # front of a store missing too often
+        # a steady miss rate (at random moments, the same from the run's start to its end, and on
+        # instances' first requests as on later ones) is how the service runs where the cache works
+        # (a hit ratio of 90 % or more), where the hits answer the whole request (a response or
+        # semantic cache: its misses are the requests doing the service's work), or, at any rate,
+        # where the misses carry little of the tail excess (a per-location cache's ordinary expiries:
+        # what misses cost every request alike, not what makes the tail): a possible cause. A cause
+        # is a rate that changes (misses clustered in time, from one moment on, after a start) or a
+        # cache in front of a store missing often on the tail's requests
         answers_request = float((f.kind[spans] == KIND_SERVER).mean()) > 0.5
-        trickle = not synced and not cold and (rate < WORKING_MISS_RATE or answers_request)
+        rewarmed = warm_rate > 3 * max(settled_rate, 1e-3) and warm_rate > 0.2
+        n_early = max(int(early.sum()), 1)  # ... nor falling from the start far beyond chance (warming)
+        warming = early_rate > 1.25 * late_rate and early_rate - late_rate > 4 * math.sqrt(
+            late_rate * (1 - late_rate) / n_early)
+        stationary = not synced and not cold and not rewarmed and not warming
+        trickle = stationary and (rate < WORKING_MISS_RATE or answers_request or share < STEADY_TAIL_SHARE)
         if trickle:  # (at a response cache's rate: which requests do the work, not why it is slow)
-            confidence = min(confidence, 0.45 if rate < WORKING_MISS_RATE else RESPONSE_CACHE_CAP)
+            confidence = min(confidence, RESPONSE_CACHE_CAP if answers_request and rate >= WORKING_MISS_RATE
+                             else STEADY_CAP)
         # a cache nearby, nothing marking the slow mode as its misses (cache_evidence): a possible cause
         if not marked:
             confidence = min(confidence, UNMARKED_CAP)
@@ -309,6 +319,8 @@ def detect(ctx: Context) -> list[Finding]:
             + (f"; a steady miss rate of {rate:.1%} at random moments all run"
                + (" of a cache in front of the whole request (its misses are the requests that do the "
                   "service's work)" if answers_request and rate >= WORKING_MISS_RATE else "")
+               + (f", its misses carrying {share:.0%} of the tail excess"
+                  if share < STEADY_TAIL_SHARE else "")
                + ": what the service's normal misses cost, not a change" if trickle else "")
             + "."
         )

@@ -24,6 +24,7 @@ from tailscope.analysis.diagnosis.accept_queue import accept_wait, calm_gaps
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split
+from tailscope.analysis.diagnosis.usual_paths import usual_path_share
 
 PATTERN = "network"
 ADVICE = (
@@ -134,9 +135,11 @@ def detect(ctx: Context) -> list[Finding]:
         queued = max(queued, calm_gaps(f, cli[sel], srv[sel], big))  # none while the server was calm
         if queue_finding is not None:
             queue_findings.append(queue_finding)
+        # a far caller's every call crosses the same distance in every part of the run: the topology
+        usual = usual_path_share(f, cli[sel], srv[sel], g, big, p50)
         strength = logistic(ms(p99 - p50), 2.0, 0.7)
         weight = logistic(share, 0.3, 0.08)
-        confidence = strength * weight * (1 - in_stall) * (1 - queued)
+        confidence = strength * weight * (1 - in_stall) * (1 - queued) * (1 - usual)
         c_name = f.names[int(np.bincount(f.name[cli[sel]]).argmax())]
         client_service = f.services[int(np.bincount(f.service[cli[sel]]).argmax())]
         server_service = f.services[int(np.bincount(f.service[srv[sel]]).argmax())]
@@ -191,6 +194,8 @@ def detect(ctx: Context) -> list[Finding]:
                 if queued > 0.3
                 else ""
             )
+            + (f"; {usual:.0%} of the large gaps' excess is their path's usual gap, the same in every part "
+               "of the run (far callers' every call: the topology, not a change)" if usual > 0.3 else "")
             + (
                 "; the large gaps sit near 40 ms, the signature of Nagle's algorithm meeting delayed ACKs"
                 if big.any() and 35.0 <= ms(np.median(g[big])) <= 48.0
@@ -211,6 +216,7 @@ def detect(ctx: Context) -> list[Finding]:
             "large_gaps_read_together": round(read, 3),
             "large_gaps_queued_for_a_worker": round(queued, 3),
             "large_gaps_before_a_first_call_left_out": int(first_calls.sum()),
+            "large_gaps_usual_for_their_path": round(usual, 3),
             "client_service": client_service,
             "server_service": server_service,
         }
