@@ -67,7 +67,7 @@ def test_a_queue_time_reported_on_the_server_span_is_queueing():
     assert findings[0].pattern == "queueing" and findings[0].confidence >= 0.5, by_pattern(findings)
     assert findings[0].span_name == "generate"
     assert findings[0].evidence["stats"]["attribute"] == "engine.pending_time"
-    assert by_pattern(findings).get("slow_dependency", 0.0) < 0.5  # the callee queued; its work was not slower
+    assert by_pattern(findings).get("slow_dependency", 0.0) < 0.5  # the callee queued, its work no slower
 
 
 def test_the_same_number_as_a_pools_wait_is_not_a_server_queue():
@@ -92,7 +92,8 @@ def test_components_read_their_unit_by_suffix_or_in_seconds():
         d = lognormal(b.rng, 40.0, 0.5)
         part = d * b.rng.uniform(0.1, 0.9)
         b.span(None, "op", "Server", "svc/0", float(t), d, **{
-            "svc.queue_ms": round(part, 3), "svc.queue": round(part / 1e3, 6), "svc.wait_us": round(part * 1e3),
+            "svc.queue_ms": round(part, 3), "svc.queue": round(part / 1e3, 6),
+            "svc.wait_us": round(part * 1e3),
             "svc.max_wait_ms": 500.0, "svc.items": int(b.rng.integers(1, 50))})
     frame = b.frame()
     ctx = Context(frame)

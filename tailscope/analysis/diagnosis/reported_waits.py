@@ -48,7 +48,8 @@ UNITS = {  # a key's last word -> ns per unit
     **dict.fromkeys(("us", "usec", "micros", "microsecond", "microseconds"), 1e3),
     **dict.fromkeys(("ns", "nanos", "nanosecond", "nanoseconds"), 1.0),
 }
-TIME_WORDS = frozenset({"time", "latency", "duration", "wait", "waiting", "waited", "delay", "elapsed", "took"})
+TIME_WORDS = frozenset({"time", "latency", "duration", "wait", "waiting", "waited", "delay", "elapsed",
+                        "took"})
 SETTING_WORDS = frozenset({"timeout", "max", "min", "limit", "budget", "deadline", "interval", "ttl",
                            "target", "configured", "threshold"})
 WAIT_WORDS = frozenset({"queue", "queued", "queueing", "queuing", "enqueued", "wait", "waiting", "waited",
