@@ -41,6 +41,7 @@ PATTERN = "queueing"
 MECHANISM = "a wait the server reports on its span"
 KIND_CONSUMER = SPAN_KINDS.index("Consumer")
 MIN_SPANS = 100
+MIN_SHARE = 0.1  # of the tail excess, that a span name must carry for its attributes to be read
 CAP = 0.9
 UNITS = {  # a key's last word -> ns per unit
     **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), 1e9),
@@ -136,7 +137,7 @@ def detect(ctx: Context) -> list[Finding]:
         spans = served & (f.name == code)
         held = ctx.per_request(spans, f.dur.astype(np.float64))
         span_excess = ctx.split.mean(held, ctx.split.tail) - ctx.split.mean(held, ctx.split.body)
-        if span_excess <= 0:
+        if span_excess <= MIN_SHARE * ctx.split.excess_ns:  # a wait inside it could carry little: unread
             continue
         for key, (idx, ns) in components(ctx, code).items():
             if not is_wait(key):
