@@ -13,7 +13,8 @@ Test, over WINDOWS slices of the run by the calls' send time (slices with >= MIN
 share of slow calls (over the call's p95) per slice against each measure of demand per slice: the calls
 sent in it (their rate), the mean of each numeric attribute of the call that names a size or a count
 (tokens, bytes, rows, items; not a time) and the share of each value of each attribute with 2..64 values
-(an operation, a model). A measure follows the episode where its mean over the slowest quarter of the
+(an operation, a model; not the peer the call went to: an address, host, port or URL says who answered,
+not what was asked). A measure follows the episode where its mean over the slowest quarter of the
 slices (by slow share) stands >= Z standard deviations of the calm slices above their mean, and
 materially so (>= RISE x for rates and sizes; >= SHIFT more of the calls and 1.5 x for a value's share).
 The calm slices are the run's first quarter, those of them at or under the median slow share (>= 3):
@@ -36,6 +37,8 @@ Z = 3.0
 RISE = 1.1
 SHIFT = 0.03
 SIZE = re.compile(r"token|size|bytes|length|count|rows|items|chars|batch", re.IGNORECASE)
+# who answered, not what was asked: a call routed to another peer (a replica out, a fallback host)
+PEER = re.compile(r"peer|address|host|port|url|server\.|endpoint|instance", re.IGNORECASE)
 TIME = re.compile(r"time|latency|duration|wait|delay|elapsed|(^|[._])(ms|us|ns|s)$", re.IGNORECASE)
 
 
@@ -69,6 +72,8 @@ def follows_demand(f, code: int, spans: np.ndarray, d: np.ndarray) -> tuple[str,
     at = np.full(len(f), -1, np.int64)
     at[spans] = np.arange(len(spans))
     for key, (idx, values) in f.attributes(code).items():
+        if PEER.search(key):
+            continue
         n = min(len(idx), len(values))
         mine = at[np.asarray(idx, np.int64)[:n]]
         keep = mine >= 0
