@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import held_arrivals
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.request_start import header_arrivals
 from tailscope.analysis.diagnosis.stats import (
@@ -97,6 +98,7 @@ def detect(ctx: Context) -> list[Finding]:
         if stamped.mean() >= 0.5:  # the tail as the proxy sees it: the wait is part of the latency
             split = tail_split(reqs.latency + before, reqs.weight)
     share = excess_share(w, split)
+    arrival = held_arrivals.spread(ctx, arrival)  # a stopped sender's held requests, let go at once
     span_ns = int(arrival.max() - arrival.min()) + 1
     b, bins, width = time_bins(arrival)
     units = np.bincount(b, minlength=bins).astype(np.float64)

@@ -40,6 +40,7 @@ from tailscope.analysis.diagnosis import (
     queueing,
     quota_stalls,
     released_calls,
+    reported_waits,
     retransmits,
     sample,
     shares,
@@ -80,6 +81,7 @@ DETECTORS = (
     transaction_waits,
     head_of_line,
     queueing,
+    reported_waits,
     starved_executor,
     batch_timer,
     callee_queue,
@@ -334,6 +336,7 @@ def _diagnose_units(
     findings = first_calls.settle(ctx, findings)  # a new instance's init read as another mechanism
     findings = retransmits.settle(ctx, findings)  # a lossy path's timer read as a slow dependency
     findings = callee_waits.settle(ctx, findings)  # a call in its callee's accept queue: no lock
+    findings = reported_waits.settle(ctx, findings)  # a callee's reported queue read as a slow callee
     findings = new_kinds.settle(ctx, findings)  # a compile for a new kind of input read as a pause
     findings = batch_timer.settle(ctx, findings)  # a forward whose batches a batcher's timer grows
     findings = payload_holders.settle(findings)  # stalls held by work that grew with its payload

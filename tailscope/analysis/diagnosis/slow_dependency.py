@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.breaker import presence_before_open
+from tailscope.analysis.diagnosis.callee_demand import asked_more, sentence
 from tailscope.analysis.diagnosis.dependency_tail import (
     USUAL_TAIL_CAP,
     abnormal_tail,
@@ -115,6 +116,8 @@ def detect(ctx: Context) -> list[Finding]:
         kind, unusual = abnormal_tail(f.start[top], d, far_d, slow_one is not None) or (None, None)
         absent = signature_absent(kind)  # no episode, straggler or slow mode: its usual tail, or any call's
         confidence = confidence if absent is None else min(confidence, USUAL_TAIL_CAP)
+        # an untraced callee slow while its callers ask more of it: its capacity, not its speed
+        asked = asked_more(f, code, spans, d, kind, far is not None)
         # its long calls wait for a pooled connection others hold (lock_contention's pool_release test)
         if pool_wait := ctx.notes.get("pool_wait_names", {}).get(code, 0.0) >= 0.5:
             confidence = min(confidence, USUAL_TAIL_CAP)
@@ -170,7 +173,8 @@ def detect(ctx: Context) -> list[Finding]:
             summary += (" Its long calls wait behind an earlier reply on their process's shared connection "
                         "(see lock_contention), not for the dependency's work.")
         elif absent is None:
-            summary += f" Its tail is out of the ordinary: {unusual}."
+            summary += f" Its tail is out of the ordinary: {unusual}." + (sentence(asked) if asked else "")
+            stats["episode_follows_demand"] = list(asked) if asked else None
         elif strength * weight > USUAL_TAIL_CAP:
             summary += (f" {absent[0].upper()}{absent[1:]}{f' ({unusual})' if unusual else ''}; nothing says "
                         "the dependency changed (its mechanism's own signature is absent): a possible cause.")
@@ -205,6 +209,7 @@ def detect(ctx: Context) -> list[Finding]:
             confidence = min(confidence, 0.9 * max(grows[2], USUAL_TAIL_CAP))
             stats["grows_with_request_size"] = {"size": grows[0], "spearman": round(grows[1], 3)}
             summary += f" It grows with the request {grows[0]} (Spearman {grows[1]:.2f}): see large_payload."
+        confidence = confidence if asked is None else min(confidence, USUAL_TAIL_CAP)
         # where the callee's SERVER span is traced, the dependency is slow only if its own time makes
         # the call's tail: a gap around it is the wire's or the accept queue's (see network), and time
         # the callee spends waiting before its work starts (a queue span, or before its first child) is
