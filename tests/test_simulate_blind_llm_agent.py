@@ -48,7 +48,7 @@ def loaded(tmp_path_factory) -> dict[int, tuple[list[dict], dict]]:
 
 
 def test_each_format_loads_with_its_seeds_conventions_and_the_truth_names_what_the_run_has(loaded) -> None:
-    assert FAMILY in blind.UNTOUCHED and blind.scenarios(FAMILY) == llm_agent.SCENARIOS  # held out
+    assert FAMILY not in blind.UNTOUCHED and blind.scenarios(FAMILY) == llm_agent.SCENARIOS  # open now
     assert blind.MODULES[FAMILY] == "llm_agent" and FAMILY in blind.available()
     assert sum("+" in sc for sc in llm_agent.SCENARIOS) == 3 and llm_agent.SCENARIOS[0] == "steady"
     assert 9 <= len(llm_agent.SINGLES) <= 10
