@@ -18,8 +18,7 @@ rest. A miss rate that stays the same all run (none of these, nor a higher rate 
 requests) is how the service runs: a cache that works (misses below 10 %), one whose hits answer the
 whole request (a semantic cache in front of an LLM misses most questions by design), or, at any rate,
 misses that carry little of the tail excess (a per-location cache's ordinary expiries: two modes as
-stationary as the service, costing every request alike): a possible cause, below 0.5. A
-cache's cause changes the miss rate: keys expiring together, a flush, a cold start, an eviction.
+stationary as the service, costing every request alike): a possible cause, below 0.5.
 """
 
 from __future__ import annotations
