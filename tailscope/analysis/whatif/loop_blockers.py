@@ -26,6 +26,7 @@ import numpy as np
 
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT
 from tailscope.analysis.whatif.levers import Inputs
+from tailscope.analysis.whatif.replay import fifo_starts
 from tailscope.analysis.whatif.retime import Edit
 from tailscope.analysis.whatif.timer_levers import backlog_behind
 
@@ -37,17 +38,15 @@ MIN_WAITS = 10
 def _replayed(ready: np.ndarray, start: np.ndarray, end: np.ndarray, new: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
     """Each blocker's busy stretch (start, end) with the loop replayed: blockers in ready order, each
-    served for its new work from when it was ready and the loop free. `start`/`end`: the old busy
-    stretch, whose part before the previous blocker's end was a wait, not work; `new`: its new length."""
-    starts, ends = np.empty(len(ready)), np.empty(len(ready))
-    free = prev_end = -np.inf
-    for k in range(len(ready)):
-        work = float(end[k] - max(start[k], prev_end))
-        cut = float(end[k] - start[k]) - float(new[k])  # the lever's cut from the stretch
-        starts[k] = max(float(ready[k]), free)
-        free = ends[k] = starts[k] + max(work - cut, 0.0)
-        prev_end = max(prev_end, float(end[k]))
-    return starts, ends
+    served for its new work from when it was ready and the loop free (replay.fifo_starts through one
+    server). `start`/`end`: the old busy stretch, whose part before the previous blocker's end was a
+    wait, not work; `new`: its new length."""
+    prev_end = np.r_[-np.inf, np.maximum.accumulate(end)[:-1]]
+    work = end - np.maximum(start, prev_end)
+    cut = (end - start) - new  # the lever's cut from the stretch
+    service = np.maximum(work - cut, 0.0)
+    starts = fifo_starts(ready, service, 1)
+    return starts, starts + service
 
 
 def loop_waits(x: Inputs, edit: Edit, blockers: np.ndarray, busy_start: np.ndarray,
