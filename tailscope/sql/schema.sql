@@ -127,6 +127,24 @@ ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS PathsKept BOOLEAN;
 -- column existed, added to such a store by the writer's schema step, as LongestNs was, until its next
 -- whole derive): the statement runs.
 ALTER TABLE derive_state ADD COLUMN IF NOT EXISTS PhaseCandidates BOOLEAN;
+-- stage_mapping_kept: the stage mapping a diagnosis of the run reads (its first read window's traces,
+-- or the run's), recorded by each whole derive with what it was computed for (the run's span count,
+-- traces, window, a digest of the rules in force), one row per (span name, kind, stage, rule): the
+-- reader answers from it only where all of them match (store/duckdb/kept_mapping.py). Added to an
+-- existing store by the writer's schema step (a store without it: the mapping computed live).
+CREATE TABLE IF NOT EXISTS stage_mapping_kept (
+    RunLabel VARCHAR NOT NULL,
+    SpanRows BIGINT NOT NULL,
+    Traces BIGINT NOT NULL,
+    WindowFirst BIGINT,
+    WindowEnd BIGINT,
+    Rules VARCHAR NOT NULL,
+    SpanName VARCHAR,
+    SpanKind VARCHAR,
+    Stage VARCHAR,
+    RuleNo INTEGER,
+    Spans BIGINT
+);
 -- What a stage-rule edit re-maps instead of walking every trace again (tailscope.store.duckdb.rule_remap):
 -- a span's stage depends on the rules only through its path, the chain of (span name, kind,
 -- tailscope.stage or phase rule, attribute-regex hits, SERVER span with children) from its request

@@ -18,6 +18,7 @@ from tailscope.analysis.diagnosis.gc_stamps import pause_starts
 from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS, SamplePlan
 from tailscope.store.ahead import ahead as _ahead
 from tailscope.store.interface import Reader
+from tailscope.store.sample_plan import MAPPING_TRACES
 from tailscope.vocabulary import ALL_STAGES
 
 
@@ -140,7 +141,8 @@ def _stage_mapping(conn: Reader, run: str, plan: SamplePlan | None) -> pd.DataFr
         from tailscope.analysis.stages import stage_mapping
 
         window = plan.read_windows()[0] if plan is not None else None  # a sample: its first window
-        return stage_mapping(conn, run, sample_traces=300, window=window)  # a row per (name, kind) suffices
+        # (the scope sample_plan.mapping_scope names: the one a whole derive records, kept_mapping.py)
+        return stage_mapping(conn, run, sample_traces=MAPPING_TRACES, window=window)
     except Exception:
         return None
 

@@ -26,102 +26,33 @@ reported beside the figures (`Diagnosis.sampling`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tailscope.analysis.diagnosis.stats import tail_split
-from tailscope.store.interface import SPAN_WINDOWS
+from tailscope.store.sample_plan import (  # the windows' arithmetic, shared with the store's derive
+    DEFAULT_MAX_SPANS,
+    GRID_NS,
+    MARGIN,
+    MIN_MARGIN_NS,
+    MIN_WINDOW_NS,
+    MIN_WINDOWS,
+    WINDOW_NS,
+    WINDOWS,
+    SamplePlan,
+    plan,
+)
 
 if TYPE_CHECKING:
     from tailscope.analysis.diagnosis.frame import TraceFrame
 
-# Runs above this many spans are diagnosed from a sample of about this many (`diagnose --max-spans`).
-DEFAULT_MAX_SPANS = 150_000
-WINDOWS = SPAN_WINDOWS  # the most windows a sample is spread over
-# windows last WINDOW_NS or more (each touches a row group or two of the store, a fixed cost: 10 M spans,
-# 32 windows of 0.9 s -> 14 of 2 s: CPU 2.3 -> 1.5 s); a short run gets MIN_WINDOWS of >= MIN_WINDOW_NS
-WINDOW_NS = 2_000_000_000
-MIN_WINDOWS = 8
-MIN_WINDOW_NS = 500_000_000
-MIN_MARGIN_NS = 1_000_000_000  # a request is read whole when it lasts less than its window's margin:
-MARGIN = 0.25  # this share of the window's length, at least MIN_MARGIN_NS
-GRID_NS = 100_000_000  # windows start and last whole multiples of this (a CFS period keeps its phase)
+__all__ = [  # the windows' arithmetic lives in tailscope.store.sample_plan; its names are still found here
+    "BOOTSTRAP", "DEFAULT_MAX_SPANS", "GRID_NS", "MARGIN", "MIN_MARGIN_NS", "MIN_WINDOWS", "MIN_WINDOW_NS",
+    "WINDOWS", "WINDOW_NS", "SamplePlan", "describe", "plan", "sampling_error", "window_of",
+]
+
 BOOTSTRAP = 100
-
-
-@dataclass(frozen=True)
-class SamplePlan:
-    """Which requests a sampled read takes: those starting in [start, start + length) of each window,
-    their spans read up to `margin_ns` past the window's end."""
-
-    starts: tuple[int, ...]  # absolute ns of each window's start
-    length_ns: int
-    margin_ns: int
-    spans_total: int
-    run_start_ns: int
-    run_end_ns: int
-
-    @property
-    def fraction(self) -> float:
-        """The share of the run's time the windows cover."""
-        return min(1.0, len(self.starts) * self.length_ns / max(self.run_end_ns - self.run_start_ns, 1))
-
-    def shifts(self) -> np.ndarray:
-        """How far each window moves back so that the windows lie end to end from the run's start."""
-        starts = np.asarray(self.starts, np.int64)
-        return starts - (self.run_start_ns + np.arange(len(starts), dtype=np.int64) * self.length_ns)
-
-    def windows(self) -> list[tuple[int, int]]:
-        """(first, end) ns of each window: the requests starting there are read."""
-        return [(a, a + self.length_ns) for a in self.starts]
-
-    def read_windows(self) -> list[tuple[int, int]]:
-        """The windows with their margins: where the spans of those requests are read."""
-        return [(a, a + self.length_ns + self.margin_ns) for a in self.starts]
-
-    def window_at(self, times: np.ndarray) -> np.ndarray:
-        """The window each absolute time lies in, -1 where none."""
-        starts = np.asarray(self.starts, np.int64)
-        k = np.searchsorted(starts, times, side="right") - 1
-        inside = (k >= 0) & (times < starts[np.maximum(k, 0)] + self.length_ns)
-        return np.where(inside, k, -1)
-
-    def read_windows_to(self, starts: np.ndarray) -> list[tuple[int, int]]:
-        """The read windows, each cut just after the last of `starts` (absolute ns) inside it: where
-        spans starting at those times lie (a window holding none is left out)."""
-        ordered = np.sort(starts)
-        out = []
-        for first, end in self.read_windows():
-            k = int(np.searchsorted(ordered, end, side="left")) - 1
-            if k >= 0 and ordered[k] >= first:
-                out.append((first, int(ordered[k]) + 1))
-        return out
-
-    def read_end(self, window: np.ndarray) -> np.ndarray:
-        """Where the read of each window's spans ends (absolute ns)."""
-        return np.asarray(self.starts, np.int64)[window] + self.length_ns + self.margin_ns
-
-
-def plan(spans_total: int, run_start_ns: int, run_end_ns: int, max_spans: int | None) -> SamplePlan | None:
-    """The windows for a run of `spans_total` spans between the two times, or None where the run is read
-    whole (`max_spans` None or 0, or the run no larger than it, or too short to split)."""
-    duration = run_end_ns - run_start_ns
-    if not max_spans or spans_total <= max_spans or duration <= 0:
-        return None
-    covered = duration * max_spans / spans_total
-    grid = GRID_NS if covered >= WINDOWS * GRID_NS else 1_000_000
-    count = int(max(1, min(WINDOWS, max(covered // WINDOW_NS, min(MIN_WINDOWS, covered // MIN_WINDOW_NS)))))
-    length = int(covered // count // grid * grid)
-    if length < grid or count * length >= duration:
-        return None
-    # evenly spread: the first at the run's start, the last ending at its end (on the grid)
-    last_start = (run_start_ns + (duration - length) // grid * grid) if count > 1 else run_start_ns
-    stride = (last_start - run_start_ns) // max(count - 1, 1) // grid * grid
-    starts = tuple(run_start_ns + i * stride for i in range(count))
-    margin = max(int(length * MARGIN), MIN_MARGIN_NS)
-    return SamplePlan(starts, length, margin, spans_total, run_start_ns, run_end_ns)
 
 
 def window_of(plan: SamplePlan, remapped_start: np.ndarray) -> np.ndarray:

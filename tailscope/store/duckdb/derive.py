@@ -38,7 +38,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule
 from tailscope.rules.phases import phase_rule_problems
-from tailscope.store.duckdb import histogram, statements
+from tailscope.store.duckdb import histogram, kept_mapping, statements
 from tailscope.store.duckdb.rules import (
     phase_rules_in_force,
     regex_error,
@@ -117,6 +117,7 @@ def refresh_run(
         _delete_run(conn, run_label, paths=kept)
         histogram.forget(conn, run_label)
         conn.execute(sql.load("derive_state_forget"), [run_label])
+        kept_mapping.forget(conn, run_label)
         return
     if not whole and state is not None and count == state[0] and (touched is None or added == 0):
         return  # nothing new
@@ -152,6 +153,7 @@ def refresh_run(
         written = conn.execute(sql.load("derive_longest_in_window"), [run_label, *window]).fetchone()[0]
         longest = max(known, int(written or 0))  # an upper bound: a request derived shorter may remain
         paths_kept = kept  # the touched traces' rows replaced: as complete as before
+        kept_mapping.forget(conn, run_label)  # the run's spans moved on: a diagnosis maps them live
     else:
         _delete_run(conn, run_label, paths=kept)
         paths_kept = kept if keep_paths is None else keep_paths
@@ -162,6 +164,7 @@ def refresh_run(
             candidates = _derive_in_parts(conn, run_label, parts, progress, paths_kept)
         histogram.rebuild(conn, run_label)
         longest = int(conn.execute(sql.load("derive_longest_request"), [run_label]).fetchone()[0] or 0)
+        kept_mapping.record(conn, run_label, count)  # the stage mapping a diagnosis of the run reads
     conn.execute(sql.load("derive_state_write"), [run_label, count, longest, paths_kept, candidates])
 
 

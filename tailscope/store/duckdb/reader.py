@@ -16,7 +16,7 @@ import pyarrow as pa
 from tailscope import sql
 from tailscope.rules import PhaseRule, StageRule
 from tailscope.store.ahead import Pending
-from tailscope.store.duckdb import rules, span_histogram, statements, tail_sample
+from tailscope.store.duckdb import kept_mapping, rules, span_histogram, statements, tail_sample
 from tailscope.store.duckdb.derive import CLOCK_SKEW_NS
 from tailscope.store.duckdb.scope import staged_scope
 from tailscope.store.duckdb.statements import (
@@ -156,21 +156,10 @@ class DuckDBReader:
     def stage_mapping(
         self, run: str, sample_traces: int, window: tuple[int, int] | None = None
     ) -> list[tuple[Any, ...]]:
-        conn = self.conn
-        conn.execute(sql.load("derive_drop_scope"))
-        if window is None:
-            conn.execute(sql.load("stage_mapping_scope"), [run, int(sample_traces)])
-        else:
-            conn.execute(sql.load("stage_mapping_scope_window"), [run, *window, int(sample_traces)])
-        try:
-            with staged_scope(conn, "traces", run, window=window) as staged:
-                text, params = span_tree_query(
-                    self.stage_rules(), scope=staged, run=run, phase_rules=self.phase_rules()
-                )
-                summary = sql.load("stage_mapping_summary").replace("{span_tree}", text)
-                return conn.execute(summary, params).fetchall()
-        finally:
-            conn.execute(sql.load("derive_drop_scope"))
+        """The mapping's rows: the one a whole derive recorded for this scope where it still speaks
+        for the run (a diagnosis' scope: kept_mapping.py), else computed now."""
+        found = kept_mapping.kept(self.conn, run, sample_traces, window)
+        return found if found is not None else kept_mapping.live(self.conn, run, sample_traces, window)
 
     def band_breakdown(
         self, where: RequestFilter, lo: float, hi: float, sample: int
