@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tailscope.analysis.diagnosis import ahead_counts
 from tailscope.analysis.diagnosis.extra_calls import on_slow_path
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, NO_STAGE, TraceFrame
 from tailscope.analysis.diagnosis.model import Context, Finding
@@ -94,37 +95,7 @@ def concurrency_at_start(
     f = ctx.frame
     start, group = f.start[spans], _group(ctx, spans)
     member = cohorts(start, group, together_ns) if together_ns > 0 else None
-    return _ahead(start, start + f.dur[spans], group, member, by_end)
-
-
-def _ahead(
-    start: np.ndarray, end: np.ndarray, group: np.ndarray, member: np.ndarray | None, by_end: bool
-) -> np.ndarray:
-    """concurrency_at_start on arrays; `member`: cohort ids, or None to count by start order."""
-    horizon = int(end.max(initial=0)) + 2
-    s_key = group * horizon + start
-    e_key = group * horizon + end
-    starts = np.sort(s_key)
-    ends = np.sort(e_key)
-    at_key, extra = s_key, np.zeros(len(start))
-    if member is not None and len(start):
-        size = np.bincount(member)
-        at_key = np.full(len(size), np.iinfo(np.int64).max)
-        np.minimum.at(at_key, member, s_key)
-        at_key = at_key[member]
-        extra = (size[member] - 1) / 2.0
-        if by_end:
-            order = np.lexsort((end, member))
-            extra = np.empty(len(start))
-            extra[order] = np.arange(len(start)) - np.searchsorted(member[order], member[order])
-    started_before = np.searchsorted(starts, at_key, side="left")
-    ended_by = np.searchsorted(ends, at_key, side="right")
-    # zero-length spans that start exactly at s ended "by s" without having started before it
-    zero = np.sort(s_key[end == start])
-    ended_by -= np.searchsorted(zero, at_key, side="right") - np.searchsorted(zero, at_key, side="left")
-    group_first = np.searchsorted(starts, group * horizon, side="left")
-    group_first_end = np.searchsorted(ends, group * horizon, side="left")
-    return np.maximum((started_before - group_first) - (ended_by - group_first_end), 0) + extra
+    return ahead_counts.ahead(start, start + f.dur[spans], group, member, by_end)
 
 
 def _group(ctx: Context, spans: np.ndarray) -> np.ndarray:
@@ -292,15 +263,16 @@ def _fit(ctx: Context, spans: np.ndarray) -> Fit | None:
     d = f.dur[spans].astype(np.float64)
     start, group = f.start[spans], _group(ctx, spans)
     end = start + f.dur[spans]
+    keys = ahead_counts.keys(start, end, group)  # the same for every count below
     best = None
     for together in (0.0, TOGETHER * float(np.median(d))):
         member = cohorts(start, group, together) if together > 0 else None
-        conc = _ahead(start, end, group, member, by_end=False)
+        conc = ahead_counts.ahead(start, end, group, member, False, keys)
         if conc.max(initial=0) < 2 or np.mean(conc > 0) < 0.05:
             continue
         rho = spearman(conc, d) if member is None else _cohort_rho(member, conc, d)
         slope, intercept = theil_sen(conc, d, ctx.rng)
-        ahead = conc if member is None else _ahead(start, end, group, member, by_end=True)
+        ahead = conc if member is None else ahead_counts.ahead(start, end, group, member, True, keys)
         close = close_completions(start, end, group, slope)
         fit = Fit(conc, ahead, d, rho, slope, intercept, close, member is not None)
         if best is None or fit.rho * fit.serial > best.rho * best.serial:
