@@ -57,8 +57,11 @@ def live(conn: Any, run: str, traces: int, window: Window) -> list[tuple[Any, ..
 
 
 def kept(conn: Any, run: str, traces: int, window: Window) -> list[tuple[Any, ...]] | None:
-    """The recorded mapping of that scope, None where there is none that speaks for the run now."""
-    first, end = window if window is not None else (None, None)
+    """The recorded mapping of that scope, None where there is none that speaks for the run now (a
+    whole run's scope never has one: `record` keeps a sample's only, so it is not looked up)."""
+    if window is None:
+        return None
+    first, end = window
     params = {"run": run, "traces": int(traces), "first": first, "end": end, "rules": rules_digest(conn)}
     try:
         rows = conn.execute(sql.load("stage_mapping_kept_read"), params).fetchall()
