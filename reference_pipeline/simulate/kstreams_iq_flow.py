@@ -51,7 +51,7 @@ def _l0_flushes(rng: random.Random, inst: ph.StreamsInstance, horizon: float, co
         files, compacting = inst.l0_files(t)
         length = lognormal_ms(rng, 0.3, 0.5)
         if files >= 20.0:
-            length += lognormal_ms(rng, 6.0, 0.5) * (files - 18.0) / 6.0
+            length += lognormal_ms(rng, 12.0, 0.5) * (files - 18.0) / 6.0
         if compacting and files >= 34.0:  # writes stopped until the compaction brings L0 down
             k = max(i for i, c in enumerate(inst.l0_cycles) if c[0] <= t)
             length = max(length, inst.l0_cycles[k][1] - t)
@@ -211,7 +211,7 @@ class World:
             loop, zone = stalls[(pods[r], loops[r])], pods[r] % 3
             root_s = loop.settle(t0)
             ready = max(loop.run(root_s, lognormal_ms(rng, 0.25, 0.3)), own.get(r, 0.0))
-            hot = rng.random() < HOT_SHARE
+            hot = "hot-card" in self.parts and rng.random() < HOT_SHARE  # the pooled card's own checks
             card = rng.randrange(10**9) * TASKS + HOT_TASK if hot else rng.randrange(10**10)
             attempts = []
             t = ready + lognormal_ms(rng, 0.02, 0.3)

@@ -200,7 +200,7 @@ def l0_cycles(rng: random.Random, horizon: float) -> list[tuple[float, float, fl
     t = rng.uniform(0.1, 0.6) * NS_PER_S
     while t < horizon:
         length = rng.uniform(1.6, 2.8) * NS_PER_S
-        out.append((t, t + length, rng.uniform(26.0, 42.0)))
+        out.append((t, t + length, rng.uniform(28.0, 40.0)))
         t += length + rng.uniform(0.1, 0.4) * NS_PER_S
     return out
 
