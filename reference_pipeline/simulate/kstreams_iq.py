@@ -10,7 +10,7 @@ instance, windowed RocksDB stores behind the caching layer, EOS with commits eve
 instance receives the query (the Kubernetes Service), finds the key's active task in the streams
 metadata and answers it locally or forwards it over HTTP to the owner (`/internal/aggregates`, one
 hop, within or across zones). A store unavailable (InvalidStateStoreException while restoring, or
-the owner's host gone) is answered 503; the API retries (Retry.backoff(3, 100 ms), jitter 0.5), then
+the owner's host gone) is answered 503; the API retries (Retry.backoff(3, 50 ms), jitter 0.5), then
 scores without the aggregates. Then it calls `fraud-scorer` (BentoML 1.2, 2 pods: an API server and
 one runner process `fraud_gbm` behind the adaptive batching dispatcher) and writes the decision to
 Postgres through R2DBC's pool (max-size 4 per pod). Traces are a 12.5 % head sample: the other
@@ -52,7 +52,7 @@ Mechanisms (scenario: truth):
 - `loop-blocked`: a token-vault SDK's synchronous HTTP call (~12 ms, 20 % of cards) runs on the Netty
   event loop: every request and client response pinned to that loop waits (no span of its own):
   queueing at the root span on every API pod, accept slow_dependency.
-- `r2dbc-pool`: a card network's stand-in replay (6.5x the traffic for a fifth of the run) meets the
+- `r2dbc-pool`: a card network's stand-in replay (6x the traffic for 15 % of the run) meets the
   pool of 4: the insert waits for a connection before its span starts: queueing at the root span.
 - `batch-wait`: the runner's batching was retuned for a backfill's throughput (max_batch_size 64,
   max_latency_ms 150): at the live rate the dispatcher waits ~25 ms for batches to fill: queueing,
