@@ -6,21 +6,25 @@ Shape: `payments-api` (Kotlin, Ktor on Netty with coroutines, G1; 4 pods) serves
 `POST /v1/payments/authorize`: it calls the `fraud-xgb` InferenceService through the Istio ingress
 gateway (2 pods; retries a refused or reset attempt on another pod, up to 2 retries, a jittered
 25 ms-based backoff), then inserts the authorization into Postgres. The InferenceService's
-**transformer** (the KServe Python model server: uvicorn, one asyncio loop per worker process; 3
-pods behind a queue-proxy with containerConcurrency 0) parses the request (pydantic, V2 or V1
-protocol), preprocesses (a gRPC `GetOnlineFeatures` to a Go feature service over Redis: a missing
-key is read from the slow offline history table; then feature assembly, on the loop or in a
-2-process ProcessPool), calls the **predictor** and postprocesses. The predictor revision (an
-XGBoost model with TreeSHAP reason codes, the KServe model server: 2 worker processes per pod,
-containerConcurrency 4, target 2, min-scale 2, max-scale 10) is reached through Knative's activator
+**transformer** (the KServe Python model server: uvicorn, one asyncio loop per worker process, 1
+per pod, 2 on seed 1; 3 pods behind a queue-proxy with containerConcurrency 0) parses the request
+(pydantic, V2 or V1 protocol), preprocesses (a gRPC `GetOnlineFeatures` to a Go feature service over
+Redis: a missing key is read from the slow offline history table; then feature assembly, on the loop
+or in a 2-process ProcessPool), calls the **predictor** and postprocesses. The predictor revision
+(an XGBoost model with TreeSHAP reason codes, ~17 ms a request, the KServe model server: 2 worker
+processes per pod, containerConcurrency 4, target 2 at 70 %, min-scale 2, max-scale 10) is reached
+through Knative's activator
 (target-burst-capacity 200 keeps it in the path): its throttler holds a request until a ready pod
 has a free slot. The KPA samples concurrency (in flight plus held in the activator) every 0.5 s,
 decides every 2 s on a 60 s stable and a 6 s panic window, panics at twice the ready pods; a new pod
 is scheduled, pulls the image (cached on some nodes), downloads the model from S3, loads it and
-passes its probe (6-15 s), and its first requests are cold.
+passes its probe (6-15 s), and its first requests are cold (scale-down is not modelled: the run ends
+before a stable window passes). The payments API head-samples 30-40 % of its traces (by seed): the
+untraced requests load every tier all the same (65 requests/s or so in all).
 
-Healthy noise: jitter; Poisson arrivals in slow waves; cross-zone hops; 0.2 % of Redis keys missing;
-G1 young pauses; the transformer's small full collections; the odd slow fallback read.
+Healthy noise: jitter; Poisson arrivals in slow waves (1.15-1.35x); cross-zone hops; 0.2 % of Redis
+keys missing (a ~22 ms history read); G1 young pauses (3-12 ms); the transformer's small full
+collections (~12 ms every ~8 s).
 
 Conventions by seed (seed % 3): 0: OTLP/JSON, new semconv, pods as `service.instance.id`, KServe's
 `preprocess`/`predict`/`postprocess`, Knative's `activator_proxy`/`throttler_try`/`queue_proxy`
@@ -32,7 +36,7 @@ the feature service's span, V1 protocol, collections as gen2 counters, G1 pauses
 no gateway or feature-service spans, V2, preprocessing in a ProcessPool, no runtime data.
 
 Mechanisms (scenario: truth):
-- `panic-scale-up`: a merchant's flash sale: 3.6x arrivals for a quarter of the run: the predictor's
+- `panic-scale-up`: a merchant's flash sale: ~180 requests/s for a quarter of the run: the predictor's
   slots fill, requests wait in the activator, the KPA panics and adds pods that become ready 6-15 s
   later and serve their first requests cold: cold_start, stage queue, at `throttler_try` (Knative
   spans) or the transformer's call; accept queueing.
@@ -45,21 +49,24 @@ Mechanisms (scenario: truth):
   transformer's event loop; every coroutine of that process waits behind them (in a ProcessPool on
   seed 2: its 2 workers queue): compute_bound at `preprocess`, accept queueing, side slow_dependency.
 - `redis-evictions`: the feature Redis at maxmemory evicts (allkeys-lru after a new feature view):
-  35 % of keys miss and are read from the history table: cache_miss at `GetOnlineFeatures` (the
+  20 % of keys miss and are read from the history table: cache_miss at `GetOnlineFeatures` (the
   feature service's span, else the transformer's client span); accept slow_dependency.
 - `omp-throttling`: one predictor pod lands on a 32-vCPU node: XGBoost's OpenMP uses 32 threads that
   spin under the pod's 2-CPU quota: periods spent in ms, then throttled: cpu_throttling at the
   predictor's `predict`, that pod.
 - `python-gc`: an unbounded per-merchant cache in transformer pods 0 and 1: full collections of
   ~120 ms every ~1.2 s stop their loops: gc_pause at the transformer's server span, those pods.
-- `jvm-gc`: an idempotency-key cache leak on payments-api pods 1 and 2: G1 full collections of
-  ~180 ms every ~2.5 s: gc_pause at the root span, those pods.
-- `large-batch`: a rescoring job sends 150-600-row batches (2 % of requests) as JSON: their parse
+- `jvm-gc`: an idempotency-key cache leak on payments-api pods 1 and 2: a full old generation makes
+  evacuation failures (35-90 ms young pauses every 0.25-0.6 s) and full collections (280-520 ms every
+  3-5 s): gc_pause at the root span, those pods.
+- `large-batch`: a rescoring job sends 100-400-row batches (1.2 % of requests) as JSON: their parse
   blocks the transformer's loop and their SHAP holds a predictor process: large_payload at the
   transformer's server span; accept compute_bound; side queueing.
-- `termination-retry`: node consolidation evicts transformer pods 0 and 2; the model server exits at
-  SIGTERM while the gateway still routes there for ~2.5 s (refused, then unanswered SYNs waiting out
-  the 1 s connect timeout; in-flight requests reset): retries: timeout_retry at the gateway's span
+- `termination-retry`: node consolidation evicts the 3 transformer pods one at a time (replacements
+  ready 7-11 s later); the model server exits at SIGTERM while the gateway still routes there:
+  refused for 1.6-2.2 s, then the pod's IP is gone and SYNs go unanswered for 0.9-1.5 s more (the
+  mesh's 250 ms connect timeout); in-flight requests are reset (their spans die unexported); the
+  gateway retries on another pod after a jittered backoff: timeout_retry at the gateway's span
   (seed 1) or the payments API's call; accept network.
 - Two causes: `panic-scale-up+redis-evictions`, `jvm-gc+loop-blocking`,
   `canary-slow-model+termination-retry`: each at its own service.
