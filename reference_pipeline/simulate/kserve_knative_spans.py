@@ -142,7 +142,7 @@ def _gc_events(st: Style, kind: str, pauses: list[tuple[float, float]]) -> Event
         return [(a, PY_GC_EVENT, {"gc.generation": 2, "gc.duration_ms": round((b - a) / 1e6, 3)})
                 for a, b in pauses]
     if kind == "jvm" and st.jvm_gc == "events":
-        return [(a, JVM_GC_EVENT, {"jvm.gc.name": "G1 Young Generation" if b - a < 60e6 else "G1 Full",
+        return [(a, JVM_GC_EVENT, {"jvm.gc.name": "G1 Full" if b - a > 250e6 else "G1 Young Generation",
                                    "jvm.gc.duration_ms": round((b - a) / 1e6, 3)}) for a, b in pauses]
     return None
 
