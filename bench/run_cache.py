@@ -110,7 +110,7 @@ def loaded_run(name: str, scenario: str, requests: int, seed: int,
         # repr, and a first run gets the same JSON form a later hit reads back
         summary = json.loads(json.dumps(_load(name, scenario, requests, seed, db), default=repr))
         entry.parent.mkdir(parents=True, exist_ok=True)
-        part = entry.parent / f".{entry.name}.{os.getpid()}"
+        part = entry.parent / f".{entry.name}.{os.getpid()}.part"  # with_suffix replaces ".part"
         shutil.copyfile(db, part.with_suffix(".duckdb"))
         part.with_suffix(".json").write_text(json.dumps(summary))
         os.replace(part.with_suffix(".duckdb"), stored)
