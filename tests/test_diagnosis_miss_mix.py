@@ -1,9 +1,9 @@
 """A cache's stationary mix through a request's many lookups is the request's shape (miss_mix.py).
 An agent loops 1-6 steps; each step asks a semantic cache (a lookup span with a hit/miss attribute):
 a hit answers in ~5 ms, a miss calls the model provider (a second or more, heavy-tailed). Every lookup
-misses half the time at random all run, so the requests of many steps meet many misses and make the
+misses 40 % of the time at random all run, so the requests of many steps meet many misses and make the
 tail: the misses carry all of the tail excess, yet the tail's lookups miss no more often than lookups
-dealt at random would. A possible cause, not named. The same cache where a tenth of the requests
+dealt at random would. A possible cause, not named. The same cache where 15 % of the requests
 (a key space the cache cannot hold) miss on every lookup, all run: the tail's lookups miss far more
 often than chance deals them: named."""
 
@@ -16,23 +16,23 @@ N = 2500
 
 
 def _agent(seed: int, evicted: float = 0.0):
-    """Requests of 1-6 steps (most 2-3), each a tokenizer, a cache lookup (hit ~5 ms; a miss then a
+    """Requests of 1-6 steps (half of them 1-2), each a tokenizer, a cache lookup (hit ~5 ms; a miss then a
     ~1.2 s provider call, 2 % of them 3-6x longer) and a tool call (~40 ms). `evicted`: the share of
-    requests whose every lookup misses (their keys never stay cached); the others miss half the time."""
+    requests whose every lookup misses (their keys never stay cached); the others miss 40 % of the time."""
     b = TraceBuilder(seed)
     for t in b.arrivals(N, 6):
         b.new_trace()
         inst = f"agent/{int(b.rng.integers(6))}"
         root = b.span(None, "POST /ask", "Server", inst, t, 0.0)
         cur = t + 0.5
-        steps = int(b.rng.choice([1, 2, 3, 4, 5, 6], p=[0.1, 0.35, 0.3, 0.13, 0.08, 0.04]))
+        steps = int(b.rng.choice([1, 2, 3, 4, 5, 6], p=[0.15, 0.3, 0.2, 0.15, 0.12, 0.08]))
         always = b.rng.random() < evicted
         for _k in range(steps):
             step = b.span(root, "agent.step", "Internal", inst, cur, 0.0)
             tok = lognormal(b.rng, 3.0, 0.3)
             b.span(step, "tokenize", "Internal", inst, cur, tok)
             cur += tok
-            miss = always or b.rng.random() < 0.5
+            miss = always or b.rng.random() < 0.4
             look = lognormal(b.rng, 5.0, 0.3)
             b.span(step, "semantic_cache lookup", "Client", inst, cur, look, cache__hit=not miss)
             cur += look
@@ -67,7 +67,7 @@ def test_a_stationary_mix_met_by_requests_of_many_lookups_is_not_named() -> None
 
 
 def test_misses_falling_on_the_tails_requests_beyond_chance_are_named() -> None:
-    result = diagnose_frame(_agent(3, evicted=0.1))
+    result = diagnose_frame(_agent(3, evicted=0.15))
     cache = _cache(result)
     assert cache is not None and cache.confidence >= 0.5, _lines(result)
     stats = cache.evidence["stats"]

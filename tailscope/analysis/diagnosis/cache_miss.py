@@ -265,8 +265,8 @@ def detect(ctx: Context) -> list[Finding]:
         warming = early_rate > 1.25 * late_rate and early_rate - late_rate > 4 * math.sqrt(
             late_rate * (1 - late_rate) / n_early)
         stationary = not synced and not cold and not rewarmed and not warming
-        tail_rate, null_rate, null_sd = tail_miss_shares(ctx, spans, slow) if stationary else (0.0,) * 3
-        mixed = stationary and mix_explains_tail(tail_rate, null_rate, null_sd)
+        tail_rate, null_rate, null_sd, more = tail_miss_shares(ctx, spans, slow) if stationary else (0,) * 4
+        mixed = stationary and mix_explains_tail(tail_rate, null_rate, null_sd, more)
         trickle = stationary and (rate < WORKING_MISS_RATE or answers_request or share < STEADY_TAIL_SHARE
                                   or mixed)
         if trickle:  # (at a response cache's rate: which requests do the work, not why it is slow)
@@ -324,8 +324,8 @@ def detect(ctx: Context) -> list[Finding]:
                   "service's work)" if answers_request and rate >= WORKING_MISS_RATE else "")
                + (f", its misses carrying {share:.0%} of the tail excess"
                   if share < STEADY_TAIL_SHARE else "")
-               + (f", the tail's lookups missing {tail_rate:.0%} (by chance and their number of lookups "
-                  f"{null_rate:.0%} ± {null_sd:.0%})" if mixed else "")
+               + (f", the tail's requests making {more:.1f}x the body's lookups, which miss {tail_rate:.0%} "
+                  f"(by chance and their number {null_rate:.0%} ± {null_sd:.0%})" if mixed else "")
                + ": what the service's normal misses cost, not a change" if trickle else "")
             + "."
         )
@@ -351,6 +351,7 @@ def detect(ctx: Context) -> list[Finding]:
             "steady_trickle": trickle,
             "tail_lookup_miss_rate": round(tail_rate, 4),
             "tail_lookup_miss_rate_by_chance": [round(null_rate, 4), round(null_sd, 4)],
+            "tail_lookups_over_body": round(more, 2),
             "slow_mode_marked_as_misses": marked,
             "slow_path_cut_by_deadline": deadline,
         }
