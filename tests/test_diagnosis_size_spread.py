@@ -3,7 +3,8 @@ service asks a hosted model for an answer streamed token by token: each call tak
 first token then ~65 tokens a second, and the answers asked for are heavy-tailed in length (most a
 hundred tokens, a few over a thousand). The calls are as heavy-tailed as the answers and carry the
 request's tail (a cache in the client answers some questions at once, so the calls have a fast mode
-too, and no size predicts the calls' time over all of them), yet each token takes the same time all run: a possible cause, not a slow dependency.
+too, and no size predicts the calls' time over all of them), yet each token takes the same time all
+run: a possible cause, not a slow dependency.
 The same provider with a degraded region for a third of the run (each token takes 2.5x as long)
 is slow beyond what the calls ask: named."""
 
