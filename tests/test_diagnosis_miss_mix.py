@@ -15,21 +15,25 @@ from tests.mechanism_frames import TraceBuilder, lognormal
 N = 2500
 
 
-def _agent(seed: int, evicted: float = 0.0):
+def _agent(seed: int, evicted: float = 0.0, steps_of: int = 0, stalls: bool = False):
     """Requests of 1-6 steps (half of them 1-2), each a tokenizer, a cache lookup (hit ~5 ms; a miss then a
     ~1.2 s provider call, 2 % of them 3-6x longer) and a tool call (~40 ms). `evicted`: the share of
-    requests whose every lookup misses (their keys never stay cached); the others miss 40 % of the time."""
+    requests whose every lookup misses (their keys never stay cached); the others miss 40 % of the time.
+    `steps_of`: every request makes that many steps. `stalls`: one worker's loop freezes for 3-6 s in
+    each step it runs during a fifth of the run (long pauses), inside the step spans."""
     b = TraceBuilder(seed)
     for t in b.arrivals(N, 6):
         b.new_trace()
         inst = f"agent/{int(b.rng.integers(6))}"
         root = b.span(None, "POST /ask", "Server", inst, t, 0.0)
         cur = t + 0.5
-        steps = int(b.rng.choice([1, 2, 3, 4, 5, 6], p=[0.15, 0.3, 0.2, 0.15, 0.12, 0.08]))
+        steps = steps_of or int(b.rng.choice([1, 2, 3, 4, 5, 6], p=[0.15, 0.3, 0.2, 0.15, 0.12, 0.08]))
         always = b.rng.random() < evicted
         for _k in range(steps):
             step = b.span(root, "agent.step", "Internal", inst, cur, 0.0)
             tok = lognormal(b.rng, 3.0, 0.3)
+            if stalls and inst == "agent/0" and (cur // 20_000) % 5 == 0:  # its loop frozen (long pauses)
+                tok += float(b.rng.uniform(3000.0, 6000.0))
             b.span(step, "tokenize", "Internal", inst, cur, tok)
             cur += tok
             miss = always or b.rng.random() < 0.4
@@ -73,3 +77,12 @@ def test_misses_falling_on_the_tails_requests_beyond_chance_are_named() -> None:
     stats = cache.evidence["stats"]
     rate, (chance, sd) = stats["tail_lookup_miss_rate"], stats["tail_lookup_miss_rate_by_chance"]
     assert rate > chance + 2 * sd, cache.evidence["stats"]
+
+
+def test_a_stationary_mix_beside_pauses_inside_the_steps_is_not_named() -> None:
+    """Every request makes two steps; one worker's pauses (inside the steps) make the tail. The step
+    spans carry the tail excess, the misses' own cost little of it: the cache's normal cost."""
+    result = diagnose_frame(_agent(3, steps_of=2, stalls=True))
+    cache = _cache(result)
+    assert cache is not None and cache.confidence < 0.5, _lines(result)
+    assert cache.evidence["stats"]["misses_cost_tail_share"] < 0.15, cache.evidence["stats"]
