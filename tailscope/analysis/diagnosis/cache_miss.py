@@ -18,7 +18,9 @@ rest. A miss rate that stays the same all run (none of these, nor a higher rate 
 requests) is how the service runs: a cache that works (misses below 10 %), one whose hits answer the
 whole request (a semantic cache in front of an LLM misses most questions by design), or, at any rate,
 misses that carry little of the tail excess (a per-location cache's ordinary expiries: two modes as
-stationary as the service, costing every request alike): a possible cause, below 0.5.
+stationary as the service, costing every request alike) or that fall on the tail's requests no more
+often than their number of lookups and chance make them (miss_mix.py: a loop of many steps meets many
+misses; the request's shape, not the cache): a possible cause, below 0.5.
 """
 
 from __future__ import annotations
@@ -41,13 +43,14 @@ from tailscope.analysis.diagnosis.cache_evidence import (
     slow_mode_is_gap,
     slow_path_cover,
 )
-from tailscope.analysis.diagnosis.extra_calls import beyond_usual, failed_before, retries
+from tailscope.analysis.diagnosis.extra_calls import beyond_usual, failed_before, retries, waited_before
 from tailscope.analysis.diagnosis.fallback_path import sets_up_next_call
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.lock_contention import concurrency_at_start
+from tailscope.analysis.diagnosis.miss_mix import mix_explains_tail, tail_miss_shares
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.poll_loops import waits_on_polls
-from tailscope.analysis.diagnosis.stats import clamp01, gmm2, logistic, ms, spearman
+from tailscope.analysis.diagnosis.stats import clamp01, excess_share, gmm2, logistic, ms, spearman
 from tailscope.vocabulary import ALL_STAGES
 
 PATTERN = "cache_miss"
@@ -116,7 +119,8 @@ def _explain(ctx: Context, code: int, spans: np.ndarray, slow: np.ndarray) -> di
         # of the process: more copies of in-process work are more items (a bigger batch), not a miss
         extra = mine[beyond_usual(f.parent, f.start, mine) & ~retries(f, mine, abandoned)]
         out = float((f.kind[mine] == KIND_CLIENT).mean()) > 0.5
-        if len(extra) and out and not callee and not call and not failed_before(f, int(c), mine, extra):
+        if len(extra) and out and not callee and not call and not failed_before(f, int(c), mine, extra) \
+                and not waited_before(f, mine, extra):
             present = np.zeros(len(spans), bool)
             present[pos[f.parent[extra]]] = True
             consider(f"extra '{f.names[int(c)]}' calls", present, int(c))
@@ -250,21 +254,26 @@ def detect(ctx: Context) -> list[Finding]:
         if synced:  # a miss storm (keys expiring together) stampedes the store even when cheap on average
             weight = max(weight, 0.85 * sync_strength)
         confidence = strength * weight * (1.0 if why else 0.85)
-        # a steady miss rate (at random moments, the same from the run's start to its end, and on
-        # instances' first requests as on later ones) is how the service runs where the cache works
-        # (a hit ratio of 90 % or more), where the hits answer the whole request (a response or
-        # semantic cache: its misses are the requests doing the service's work), or, at any rate,
-        # where the misses carry little of the tail excess (a per-location cache's ordinary expiries:
-        # what misses cost every request alike, not what makes the tail): a possible cause. A cause
-        # is a rate that changes (misses clustered in time, from one moment on, after a start) or a
-        # cache in front of a store missing often on the tail's requests
+        # a steady miss rate (at random moments, the same all run and on instances' first requests) is how
+        # the service runs where the cache works (misses < 10 %), where its hits answer the whole request
+        # (a response or semantic cache), where the misses carry little of the tail excess, or where they
+        # fall on the tail's requests no more often than the requests' number of lookups and chance make
+        # them (miss_mix.py: more lookups meet more misses; the request's shape): a possible cause
         answers_request = float((f.kind[spans] == KIND_SERVER).mean()) > 0.5
         rewarmed = warm_rate > 3 * max(settled_rate, 1e-3) and warm_rate > 0.2
         n_early = max(int(early.sum()), 1)  # ... nor falling from the start far beyond chance (warming)
         warming = early_rate > 1.25 * late_rate and early_rate - late_rate > 4 * math.sqrt(
             late_rate * (1 - late_rate) / n_early)
         stationary = not synced and not cold and not rewarmed and not warming
-        trickle = stationary and (rate < WORKING_MISS_RATE or answers_request or share < STEADY_TAIL_SHARE)
+        # the tail excess the misses' own cost carries (their count per request x the modes' gap), not
+        # all the time of the span holding them (a pause inside it lands there whatever the cache did)
+        per_req = np.bincount(f.request[spans], weights=slow * (math.exp(mix.mu[1]) - math.exp(mix.mu[0])),
+                              minlength=len(reqs))
+        miss_share = excess_share(per_req, ctx.split)
+        tail_rate, null_rate, null_sd, more = tail_miss_shares(ctx, spans, slow) if stationary else (0,) * 4
+        mixed = stationary and mix_explains_tail(tail_rate, null_rate, null_sd, more)
+        trickle = stationary and (rate < WORKING_MISS_RATE or answers_request or mixed
+                                  or min(share, miss_share) < STEADY_TAIL_SHARE)
         if trickle:  # (at a response cache's rate: which requests do the work, not why it is slow)
             confidence = min(confidence, RESPONSE_CACHE_CAP if answers_request and rate >= WORKING_MISS_RATE
                              else STEADY_CAP)
@@ -318,8 +327,10 @@ def detect(ctx: Context) -> list[Finding]:
             + (f"; a steady miss rate of {rate:.1%} at random moments all run"
                + (" of a cache in front of the whole request (its misses are the requests that do the "
                   "service's work)" if answers_request and rate >= WORKING_MISS_RATE else "")
-               + (f", its misses carrying {share:.0%} of the tail excess"
-                  if share < STEADY_TAIL_SHARE else "")
+               + (f", its misses' cost carrying {min(share, miss_share):.0%} of the tail excess"
+                  if min(share, miss_share) < STEADY_TAIL_SHARE else "")
+               + (f", the tail's requests making {more:.1f}x the body's lookups, which miss {tail_rate:.0%} "
+                  f"(by chance and their number {null_rate:.0%} ± {null_sd:.0%})" if mixed else "")
                + ": what the service's normal misses cost, not a change" if trickle else "")
             + "."
         )
@@ -343,6 +354,10 @@ def detect(ctx: Context) -> list[Finding]:
             "warm_up_miss_rate": round(warm_rate, 4),
             "settled_miss_rate": round(settled_rate, 4),
             "steady_trickle": trickle,
+            "tail_lookup_miss_rate": round(tail_rate, 4),
+            "tail_lookup_miss_rate_by_chance": [round(null_rate, 4), round(null_sd, 4)],
+            "tail_lookups_over_body": round(more, 2),
+            "misses_cost_tail_share": round(miss_share, 3),
             "slow_mode_marked_as_misses": marked,
             "slow_path_cut_by_deadline": deadline,
         }
@@ -362,27 +377,12 @@ def detect(ctx: Context) -> list[Finding]:
             "miss_per_bin": miss_bin.tolist(),
             "spans_per_bin": per_bin.tolist(),
         }
-        specific = ""
-        if synced:
-            specific = "misses arrive together, so jitter the TTLs first; "
-        elif cold:
-            specific = "misses are concentrated after start, so warm the cache before taking traffic; "
-        advice = ADVICE.format(
-            where=f"'{name}'" + (f" ({stage_name})" if stage_name else ""),
-            rate=rate,
-            explained=f" ({why['explained_by']})" if why else "",
-            specific=specific,
-        )
-        findings.append(
-            Finding(
-                PATTERN,
-                clamp01(confidence),
-                stage_name,
-                name,
-                {"summary": summary, "stats": stats, "chart": chart},
-                advice,
-            )
-        )
+        specific = ("misses arrive together, so jitter the TTLs first; " if synced else "misses are "
+                    "concentrated after start, so warm the cache before taking traffic; " if cold else "")
+        advice = ADVICE.format(where=f"'{name}'" + (f" ({stage_name})" if stage_name else ""), rate=rate,
+                               explained=f" ({why['explained_by']})" if why else "", specific=specific)
+        findings.append(Finding(PATTERN, clamp01(confidence), stage_name, name,
+                                {"summary": summary, "stats": stats, "chart": chart}, advice))
     findings.sort(key=lambda x: -x.confidence)
     return _dedupe(ctx, findings)[:2]
 

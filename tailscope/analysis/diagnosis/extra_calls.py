@@ -18,6 +18,8 @@ import numpy as np
 from tailscope.analysis.diagnosis.attributes import error_flags
 
 ALWAYS = 0.9  # the usual number of calls: as many as this share of the parents make at least
+WAIT_RATIO = 4.0  # an idle wait before the extra copies this many times the usual one and the call's
+MIN_WAIT_NS = 1e6  # ... and at least 1 ms: a sleep the caller chose (waited_before)
 
 def beyond_usual(
     parent: np.ndarray, start: np.ndarray, spans: np.ndarray, group: np.ndarray | None = None
@@ -114,3 +116,35 @@ def failed_before(f, code: int, mine: np.ndarray, extra: np.ndarray) -> bool:
         return False
     rate, base = float(err[before].mean()), float(err[others].mean()) if len(others) else 0.0
     return rate >= 0.5 and rate >= 2.0 * base
+
+
+
+def waited_before(f, mine: np.ndarray, extra: np.ndarray) -> bool:
+    """Whether, under the parents making extra copies of a call (`mine`: its spans, one name), the
+    caller sat idle (no child of the parent running) before a copy far longer than the parents making
+    the usual number do, and than the call itself takes: the call made again after a back-off sleep
+    (a check that found the data stale, a rate limit), not a store queried on a miss, whose queries
+    follow the lookup and each other at once."""
+    if len(extra) == 0 or len(mine) == 0:
+        return False
+    kids = np.nonzero(np.isin(f.parent, np.unique(f.parent[mine])))[0]
+    kids = kids[np.lexsort((f.start[kids], f.parent[kids]))]
+    first = np.r_[True, f.parent[kids][1:] != f.parent[kids][:-1]]
+    group = np.cumsum(first) - 1
+    t0 = int(min(f.start[kids].min(), f.end[kids].min()))
+    width = int(f.end[kids].max()) - t0 + 1
+    # the latest end among the earlier children of the same parent (a running maximum per parent)
+    ends = np.maximum.accumulate((f.end[kids] - t0).astype(np.int64) + group.astype(np.int64) * width)
+    idle = np.zeros(len(kids))
+    idle[1:] = np.maximum(f.start[kids][1:] - t0 + group[1:].astype(np.int64) * width - ends[:-1], 0)
+    idle[first] = 0.0
+    copy = np.isin(kids, mine) & ~first
+    longest = np.zeros(group[-1] + 1)
+    np.maximum.at(longest, group[copy], idle[copy])
+    with_extra = np.zeros(group[-1] + 1, bool)
+    with_extra[group[np.isin(kids, extra)]] = True
+    made = np.zeros(group[-1] + 1, bool)
+    made[group[copy]] = True
+    usual = float(np.median(longest[made & ~with_extra])) if (made & ~with_extra).any() else 0.0
+    waited = float(np.median(longest[with_extra]))
+    return waited > max(WAIT_RATIO * max(usual, float(np.median(f.dur[mine]))), MIN_WAIT_NS)

@@ -31,6 +31,8 @@ from tailscope.analysis.diagnosis.extra_calls import extra_mask
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.large_payload import forward_inside
 from tailscope.analysis.diagnosis.model import Context, Finding
+from tailscope.analysis.diagnosis.size_spread import sentence as size_sentence
+from tailscope.analysis.diagnosis.size_spread import tail_of_size
 from tailscope.analysis.diagnosis.stats import clamp01, logistic, material_weight, ms
 from tailscope.vocabulary import ALL_STAGES
 
@@ -210,6 +212,10 @@ def detect(ctx: Context) -> list[Finding]:
             stats["grows_with_request_size"] = {"size": grows[0], "spearman": round(grows[1], 3)}
             summary += f" It grows with the request {grows[0]} (Spearman {grows[1]:.2f}): see large_payload."
         confidence = confidence if asked is None else min(confidence, USUAL_TAIL_CAP)
+        # its slow calls take what their size asks, the time per unit steady: its spread (size_spread.py)
+        if confidence > USUAL_TAIL_CAP and (sized := tail_of_size(ctx, code, spans, d)) is not None:
+            confidence, stats["tail_of_size"] = USUAL_TAIL_CAP, sized
+            summary += size_sentence(sized)
         # where the callee's SERVER span is traced, the dependency is slow only if its own time makes
         # the call's tail: a gap around it is the wire's or the accept queue's (see network), and time
         # the callee spends waiting before its work starts (a queue span, or before its first child) is
@@ -253,16 +259,8 @@ def detect(ctx: Context) -> list[Finding]:
                         f"calls from {few[2]:.0%} of the calls): from the other callers its tail is its "
                         "usual one: those callers' path or host, not the dependency (see network).")
         advice = ADVICE.format(where=f"'{name}'", p99=f"{ms(p99):.1f}", p50=f"{ms(p50):.1f}")
-        findings.append(
-            Finding(
-                PATTERN,
-                clamp01(confidence),
-                stage or "downstream",
-                name,
-                {"summary": summary, "stats": stats, "chart": chart},
-                advice,
-            )
-        )
+        findings.append(Finding(PATTERN, clamp01(confidence), stage or "downstream", name,
+                                {"summary": summary, "stats": stats, "chart": chart}, advice))
     findings.sort(key=lambda x: -x.confidence)
     return findings[:2]
 
