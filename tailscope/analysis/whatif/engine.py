@@ -39,7 +39,7 @@ from tailscope.analysis.whatif.stall_levers import stalled_own_time_as_calm
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 19  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 20  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
