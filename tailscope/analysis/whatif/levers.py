@@ -205,7 +205,7 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
             if not miss.any() or len(hits) == 0:
                 return None
             model = f"each miss of '{name}' takes the time of a hit drawn from the run's hits"
-            kept = _base_misses(x, stats, miss)
+            kept = _base_misses(x, stats, miss, f.start[spans])
             early = miss & (f.start[spans] <= np.quantile(f.start[spans], EARLY_SHARE))
             if kept.any() and early.sum() >= 5:  # as the misses before the surge took
                 edit.dur[spans[kept]] = _draw(x.rng(36), d[early], int(kept.sum()))
@@ -224,15 +224,19 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     )
 
 
-SURGE = 2.0  # misses surged mid-run where the late miss rate is this many times the early one
+SURGE = 1.3  # misses surged mid-run where the late miss rate is this many times the early one
 EARLY_SHARE = 0.2  # the run's first fifth: the misses before the surge
 
 
-def _base_misses(x: Inputs, stats: dict[str, Any], miss: np.ndarray) -> np.ndarray:
-    """Where the misses surged mid-run (evictions, a wave of expiries: the finding's late miss rate
-    over SURGE times its early one), the misses the cache had before the surge stay misses: each miss
-    kept with probability early rate / the run's rate (drawn). Else none kept."""
+def _base_misses(x: Inputs, stats: dict[str, Any], miss: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Where the misses surged mid-run (evictions, a wave of expiries, a flush: the late miss rate over
+    SURGE times the early one: the finding's, else the lookups' own, `start` their times), the misses
+    the cache had before the surge stay misses: each miss kept with probability early rate / the run's
+    rate (drawn). Else none kept (a cache that missed as often from the start: every miss a hit)."""
     early, late = stats.get("early_miss_rate"), stats.get("late_miss_rate")
+    if (early is None or late is None) and len(miss) >= 50:
+        first = start <= np.quantile(start, EARLY_SHARE)
+        early, late = float(miss[first].mean()), float(miss[~first].mean())
     rate = float(miss.mean())
     if early is None or late is None or not late >= SURGE * early or rate <= 0:
         return np.zeros(len(miss), bool)
