@@ -57,7 +57,7 @@ def test_retry_after_sleeps_reported_as_events_go() -> None:
                "evidence": {"stats": {}}}
     result = evaluate(frame, [finding])
     keys = {o.key: o for o in result.outcomes}
-    assert "callee_p50:ChatOpenAI" not in keys  # the callee did not hang: it refused
+    assert "callee_p50:ChatOpenAI" not in keys  # the callee is not slow: it refused
     fixed = keys["no_refusals:ChatOpenAI"]
     assert result.measured.p99_ms > 20_000
     # healthy: 3 + 300-700 ms; the refused calls keep their first attempt's 60 ms and the jitter

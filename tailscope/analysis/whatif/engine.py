@@ -192,9 +192,8 @@ def plan(
         elif p == "cold_start":
             out += [with_restart_peers(x, prewarmed(x, fd), fd), ql.scaled_out_early(x, fd)]
         elif p == "timeout_retry":  # refused (429, Retry-After), not cut at a deadline: no hung callee
-            refusal = no_refusals(x, fd)
-            out += [refusal] if refusal else [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms),
-                                              cl.callee_p50(x, fd), timer_quanta(x, fd)]
+            out += [no_refusals(x, fd) or cl.callee_p50(x, fd), cl.no_timeouts(x, fd),
+                    cl.hedged(x, fd, hedge_ms), timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
             out += [batched_calls(x, fd) or payload_at_median(x, fd), payload_in_order(x, fd)]
         elif p in ("cpu_throttling", "compute_bound"):  # no quota period seen / on some hosts only:
