@@ -187,8 +187,8 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         spans = x.spans_named(name)
         chart = finding.get("evidence", {}).get("chart") or {}
         threshold = chart.get("threshold_ms")
-        if threshold is None and len(spans):
-            threshold = miss_threshold_ms(f.dur[spans])
+        if threshold is None and len(spans):  # (a flushed cache: most lookups can miss)
+            threshold = miss_threshold_ms(f.dur[spans], FLUSHED_MOST)
         if len(spans) == 0:
             return None
         if threshold is None:  # no hit and miss modes of their own: a wave of misses in time
@@ -224,6 +224,7 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     )
 
 
+FLUSHED_MOST = 0.8  # a cache's misses as most of its lookups (after a flush), where no threshold is given
 SURGE = 1.3  # misses surged mid-run where the late miss rate is this many times the early one
 EARLY_SHARE = 0.2  # the run's first fifth: the misses before the surge
 
@@ -243,7 +244,7 @@ def _base_misses(x: Inputs, stats: dict[str, Any], miss: np.ndarray, start: np.n
     return miss & (x.rng(35).random(len(miss)) < min(float(early) / rate, 1.0))
 
 
-def miss_threshold_ms(dur: np.ndarray) -> float | None:
+def miss_threshold_ms(dur: np.ndarray, most: float = 0.6) -> float | None:
     """Where a cache finding gives no threshold (a chart without one: a finding given by hand, from
     another tool): the duration (ms) between the lookup's two modes, hits and misses, as the
     diagnosis splits them (a two-component mixture of the log durations); None where the durations
@@ -252,7 +253,7 @@ def miss_threshold_ms(dur: np.ndarray) -> float | None:
 
     x = np.log(np.maximum(dur.astype(np.float64), 1.0))
     mix = gmm2(x)
-    if mix is None or mix.mu[1] - mix.mu[0] < np.log(2.0) or not 0.005 <= mix.w[1] <= 0.6:
+    if mix is None or mix.mu[1] - mix.mu[0] < np.log(2.0) or not 0.005 <= mix.w[1] <= most:
         return None
     return float(np.exp(mix.threshold)) / 1e6
 
