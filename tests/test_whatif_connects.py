@@ -53,13 +53,9 @@ def test_a_dial_under_each_call_of_a_fan_out_is_paid_as_a_reused_connection() ->
     for k in range(200):
         t = 50.0 * k
         root = len(rows)
-        calls = []
-        for _ in range(4):
-            dial = float(rng.uniform(5, 9))
-            calls.append((len(rows) + 1 + 2 * len(calls), dial))
-        end = max(dial for _, dial in calls) + 1.0
-        rows.append((k, -1, "Score", "Server", 0, t, end + 0.2))
-        for _, dial in calls:
+        dials = rng.uniform(5, 9, 4).tolist()
+        rows.append((k, -1, "Score", "Server", 0, t, max(dials) + 1.2))
+        for dial in dials:
             call = len(rows)
             rows.append((k, root, "redis.pipeline", "Client", 0, t + 0.1, dial + 1.0))
             rows.append((k, call, "redis.dial", "Client", 0, t + 0.1, dial))
