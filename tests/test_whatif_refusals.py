@@ -110,3 +110,44 @@ def test_refused_attempts_and_the_crowd_of_retries_at_the_pool_go() -> None:
     assert result.measured.p99_ms > 1_000  # the sleep to the window, then the crowd at the pool
     assert abs(fixed.p99_ms - measured) <= 0.1 * measured, (fixed.p99_ms, measured)
     assert fixed.params["pool_waits_retimed"] > 0
+
+
+def _otlp_span(trace: str, span: str, parent: str, name: str, start_ms: float, end_ms: float,
+               events: list[tuple[float, float]] = ()) -> dict:
+    t0 = 1_700_000_000_000_000_000
+    return {"traceId": trace, "spanId": span, "parentSpanId": parent, "name": name, "kind": 3 if parent else 2,
+            "startTimeUnixNano": str(t0 + int(start_ms * MS)), "endTimeUnixNano": str(t0 + int(end_ms * MS)),
+            "events": [{"timeUnixNano": str(t0 + int(at * MS)), "name": "retry",
+                        "attributes": [{"key": "http.status_code", "value": {"intValue": "429"}},
+                                       {"key": "retry.after_s", "value": {"doubleValue": after}}]}
+                       for at, after in events]}
+
+
+def test_the_retry_events_are_read_from_the_store(tmp_path) -> None:
+    # an OpenInference client's `retry` events on its chat span, through the loader and load_frame
+    import json
+
+    from ingest.loader import load_paths
+    from tailscope.analysis.diagnosis.load import load_frame
+    from tailscope.analysis.source import reading
+    from tailscope.store.engine import open_store
+
+    spans = []
+    for i in range(3):
+        trace = f"{i + 1:032x}"
+        refused = [(i * 1000 + 60.0, 2.0)] if i else []
+        chat_end = i * 1000 + (2_400.0 if i else 400.0)
+        spans.append(_otlp_span(trace, f"{1:016x}", "", "POST /ask", i * 1000, chat_end + 1))
+        spans.append(_otlp_span(trace, f"{2:016x}", f"{1:016x}", "ChatOpenAI", i * 1000 + 1, chat_end, refused))
+    doc = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name",
+                                                          "value": {"stringValue": "agent"}}]},
+                              "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(doc))
+    assert not load_paths([path], tmp_path / "s.duckdb", "r").failed
+    with reading(open_store(str(tmp_path / "s.duckdb"))) as conn:
+        frame = load_frame(conn, "r")
+        idx, offset, wait = frame.retries("ChatOpenAI")
+    assert [frame.names[frame.name[i]] for i in idx] == ["ChatOpenAI", "ChatOpenAI"]
+    assert (offset / MS).tolist() == [59.0, 59.0]  # after the chat span's start
+    assert (wait / MS).tolist() == [2_000.0, 2_000.0]
