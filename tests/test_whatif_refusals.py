@@ -115,7 +115,8 @@ def test_refused_attempts_and_the_crowd_of_retries_at_the_pool_go() -> None:
 def _otlp_span(trace: str, span: str, parent: str, name: str, start_ms: float, end_ms: float,
                events: list[tuple[float, float]] = ()) -> dict:
     t0 = 1_700_000_000_000_000_000
-    return {"traceId": trace, "spanId": span, "parentSpanId": parent, "name": name, "kind": 3 if parent else 2,
+    return {"traceId": trace, "spanId": span, "parentSpanId": parent, "name": name,
+            "kind": 3 if parent else 2,
             "startTimeUnixNano": str(t0 + int(start_ms * MS)), "endTimeUnixNano": str(t0 + int(end_ms * MS)),
             "events": [{"timeUnixNano": str(t0 + int(at * MS)), "name": "retry",
                         "attributes": [{"key": "http.status_code", "value": {"intValue": "429"}},
@@ -138,7 +139,8 @@ def test_the_retry_events_are_read_from_the_store(tmp_path) -> None:
         refused = [(i * 1000 + 60.0, 2.0)] if i else []
         chat_end = i * 1000 + (2_400.0 if i else 400.0)
         spans.append(_otlp_span(trace, f"{1:016x}", "", "POST /ask", i * 1000, chat_end + 1))
-        spans.append(_otlp_span(trace, f"{2:016x}", f"{1:016x}", "ChatOpenAI", i * 1000 + 1, chat_end, refused))
+        spans.append(_otlp_span(trace, f"{2:016x}", f"{1:016x}", "ChatOpenAI", i * 1000 + 1, chat_end,
+                                refused))
     doc = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name",
                                                           "value": {"stringValue": "agent"}}]},
                               "scopeSpans": [{"scope": {"name": "t"}, "spans": spans}]}]}
