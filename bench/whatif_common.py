@@ -241,23 +241,10 @@ def predicted(
         hits = full or [o for o in hits if len(o.key.split("+")) == max(len(h.key.split("+")) for h in hits)]
     else:
         hits = [o for o in result.outcomes if _starts(o.key, lever, at)]
-        # the fix where the planted cause acts, where the run has one there: at the cause's span or a
-        # span it calls (a retried call's attempts), not the lowest at another span
-        acting = _acting(units, at)
-        hits = [o for o in hits if o.key.partition(":")[2] in acting] or hits
     if not hits:
         return result.measured.p50_ms, result.measured.p99_ms, "no lever", seconds
     best = min(hits, key=lambda o: o.p99_ms)
     return best.p50_ms, best.p99_ms, best.key, seconds
-
-
-def _acting(frame, at: tuple[str, ...]) -> set[str]:
-    """The planted causes' span names and the names of the spans those call (their children)."""
-    codes = [frame.names.index(n) for n in at if n in frame.names]
-    if not codes:
-        return set(at)
-    below = (frame.parent >= 0) & np.isin(frame.name[np.maximum(frame.parent, 0)], codes)
-    return set(at) | {frame.names[c] for c in np.unique(frame.name[below]).tolist()}
 
 
 # the patterns whose lever acts on the finding's span (engine.plan): a finding of one without a span
