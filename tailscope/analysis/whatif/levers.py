@@ -187,8 +187,8 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         spans = x.spans_named(name)
         chart = finding.get("evidence", {}).get("chart") or {}
         threshold = chart.get("threshold_ms")
-        if threshold is None and len(spans):  # (a flushed cache: most lookups can miss)
-            threshold = miss_threshold_ms(f.dur[spans], FLUSHED_MOST)
+        if threshold is None and len(spans):
+            threshold = miss_threshold_ms(f.dur[spans]) or _flushed_threshold(f.dur[spans], f.start[spans])
         if len(spans) == 0:
             return None
         if threshold is None:  # no hit and miss modes of their own: a wave of misses in time
@@ -224,9 +224,20 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     )
 
 
-FLUSHED_MOST = 0.8  # a cache's misses as most of its lookups (after a flush), where no threshold is given
+FLUSHED_MOST = 0.8  # a flushed cache's misses as most of its lookups, where no threshold is given
 SURGE = 1.3  # misses surged mid-run where the late miss rate is this many times the early one
 EARLY_SHARE = 0.2  # the run's first fifth: the misses before the surge
+
+
+def _flushed_threshold(dur: np.ndarray, start: np.ndarray) -> float | None:
+    """A flushed cache's hit and miss modes (ms between them) where the misses are most of the lookups
+    (up to FLUSHED_MOST), only where they rose mid-run by SURGE over the run's first fifth (a flush:
+    the slower mode of a steady mix is the work, not misses)."""
+    threshold = miss_threshold_ms(dur, FLUSHED_MOST)
+    if threshold is None or len(dur) < 50:
+        return None
+    miss, first = dur >= threshold * 1e6, start <= np.quantile(start, EARLY_SHARE)
+    return threshold if miss[~first].mean() >= SURGE * miss[first].mean() else None
 
 
 def _base_misses(x: Inputs, stats: dict[str, Any], miss: np.ndarray, start: np.ndarray) -> np.ndarray:
