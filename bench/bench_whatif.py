@@ -99,7 +99,7 @@ def sim_rows(families: list[str], requests: int, seeds: int) -> list[dict]:
 PATTERN_LEVER = {
     # the run without the cause has the callee at its healthy speed (its slowness is what the deadline
     # cut): the callee fixed; `no_timeouts` (the deadline's attempts gone, the callee as slow) beside it
-    "timeout_retry": "callee_p50",
+    "timeout_retry": "callee_p50|no_refusals",  # (refused with a Retry-After: the sleeps gone)
     "large_payload": "payload_",  # payload_p50 (its size at the median) or payload_batched (N+1)
     "cpu_throttling": "no_throttling|host_as_peers",  # no quota period seen: the slow host as its peers
     "gc_pause": "no_gc_stalls",

@@ -214,8 +214,14 @@ def predicted(
     # so is one named without the span its lever acts on (LOCATED) where the truth names one
     named = {fd["pattern"] for fd in findings if (fd.get("confidence") or 0) >= MIN_CONFIDENCE
              and (fd.get("span_name") or fd["pattern"] not in LOCATED)}
+    # ... and one named only at other spans than the truth's is given at the truth's too (a cache's miss
+    # path named at the step that holds it, the cause's own call beside it)
+    named_at = {(fd["pattern"], fd.get("span_name")) for fd in findings
+                if (fd.get("confidence") or 0) >= MIN_CONFIDENCE}
     for cause in truth or []:
-        if cause["pattern"] not in named:
+        elsewhere = (cause["pattern"] in LOCATED and cause.get("span")
+                     and (cause["pattern"], cause["span"]) not in named_at)
+        if cause["pattern"] not in named or elsewhere:
             stats = {"service": cause.get("service"), "instances": cause.get("instances") or []}
             if cause["pattern"] == "large_payload":
                 stats.update(_size_attribute(frame, cause.get("span")))

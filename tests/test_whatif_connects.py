@@ -43,3 +43,24 @@ def test_a_connect_takes_the_time_of_one_that_reused_a_connection() -> None:
     before, after = _reused(_rows(0.5))
     assert before > 18
     assert 3.21 < after < 3.5, after
+
+
+def test_a_dial_under_each_call_of_a_fan_out_is_paid_as_a_reused_connection() -> None:
+    # a client that dials per pipeline (feast-redis ndots-dns: a dial under each of a request's shard
+    # calls, each paying the resolver's search domains): several per request, one per call
+    rng = np.random.default_rng(9)
+    rows: list[tuple] = []
+    for k in range(200):
+        t = 50.0 * k
+        root = len(rows)
+        dials = rng.uniform(5, 9, 4).tolist()
+        rows.append((k, -1, "Score", "Server", 0, t, max(dials) + 1.2))
+        for dial in dials:
+            call = len(rows)
+            rows.append((k, root, "redis.pipeline", "Client", 0, t + 0.1, dial + 1.0))
+            rows.append((k, call, "redis.dial", "Client", 0, t + 0.1, dial))
+    finding = {"pattern": "network", "confidence": 0.9, "span_name": "redis.dial", "evidence": {"stats": {}}}
+    result = evaluate(hand_frame(rows), [finding])
+    hits = [o.p99_ms for o in result.outcomes if o.key == "network_connects_reused:redis.dial"]
+    assert hits and result.measured.p99_ms > 8, [o.key for o in result.outcomes]
+    assert hits[0] < 1.5, hits

@@ -122,6 +122,9 @@ class TraceFrame:
     requests: Requests | None = None
     # span name -> {attribute key: (span indices, values)}; None when attributes are not available
     attribute_source: Callable[[str], dict[str, tuple[np.ndarray, list[Any]]]] | None = None
+    # span name -> (span indices, time after the span's start, wait asked; ns) of the refusals its events
+    # report (retry_events.py); None when events are not available
+    retry_source: Callable[[str], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
     # a sampled read (sample.SamplePlan: the time windows read, laid end to end), None when read whole;
     # and how many of the requests read ran past their window's margin (cut short)
     sample: Any = None
@@ -131,6 +134,7 @@ class TraceFrame:
     # attributes.numeric_attributes' parse of a name's attributes (name code -> key -> (span indices,
     # floats, how many spans carry the key) or None where the key is not numeric): parsed once per name
     _numeric_cache: dict[int, dict[str, Any]] = field(default_factory=dict)
+    _retry_cache: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
     # `end` as last computed, with the start and dur arrays it came from (see `end`)
     _end_cache: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(
         default=None, repr=False, compare=False
@@ -143,6 +147,15 @@ class TraceFrame:
         if name_code not in self._attribute_cache:  # the source must still be open: a read error is raised
             self._attribute_cache[name_code] = self.attribute_source(self.names[name_code])
         return self._attribute_cache[name_code]
+
+    def retries(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """The refusals the events of a span name's spans report (retry_events.py), None where the
+        frame has no event reader."""
+        if self.retry_source is None or name not in self.names:
+            return None
+        if name not in self._retry_cache:
+            self._retry_cache[name] = self.retry_source(name)
+        return self._retry_cache[name]
 
     def __len__(self) -> int:
         return len(self.dur)

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from tailscope.analysis.diagnosis import sample
 from tailscope.analysis.diagnosis.frame import SPAN_KINDS, TraceFrame, build_frame
 from tailscope.analysis.diagnosis.gc_stamps import pause_starts
+from tailscope.analysis.diagnosis.retry_events import retry_source
 from tailscope.analysis.diagnosis.sample import DEFAULT_MAX_SPANS, SamplePlan
 from tailscope.store.ahead import ahead as _ahead
 from tailscope.store.interface import Reader
@@ -90,10 +91,8 @@ def _fixed_order(table: pa.Table, keep: np.ndarray | None) -> np.ndarray:
     if tied.any():
         tied_rows = order[tied]
         run = np.cumsum(np.r_[True, ~same][tied])  # which run of equal starts each tied row is in
-        ids = pa.table(
-            {"run": run, "trace": table.column("OrderTraceId").take(tied_rows),
-             "span": table.column("OrderSpanId").take(tied_rows)}
-        )
+        ids = pa.table({"run": run, "trace": table.column("OrderTraceId").take(tied_rows),
+                        "span": table.column("OrderSpanId").take(tied_rows)})
         keys = [("run", "ascending"), ("trace", "ascending"), ("span", "ascending")]
         order[tied] = tied_rows[pc.sort_indices(ids, sort_keys=keys).to_numpy()]
     return order
@@ -229,7 +228,8 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
         # an event stamped when the runtime heard of the pause, after it ended: moved to its start
         frame.gc_time, _ = pause_starts(frame.gc_instance, frame.gc_time, frame.gc_dur, frame.instance,
                                         frame.start + frame.dur)
-    frame.attribute_source = attribute_source
+    frame.attribute_source, frame.retry_source = attribute_source, retry_source(conn, run, span_keys, plan,
+                                                                                _match)
     if (frame.kind == SPAN_KINDS.index("Consumer")).any():  # a queue consumer's links to its messages
         frame.link_from, frame.link_to = _links(conn, run, span_keys, plan)
     frame = build_frame(frame)

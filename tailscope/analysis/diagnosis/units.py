@@ -202,6 +202,7 @@ def _subframe(f: TraceFrame, spans: np.ndarray, head: np.ndarray, sent: np.ndarr
         is_root[n:] = True
         sub.unit_roots = is_root
     sub.attribute_source = _attributes_of(f, new, names)
+    sub.retry_source = _retries_of(f, new)
     build_frame(sub)
     if roots_given:  # a unit below its wait span: the wait is the time before its only child started
         roots = sub.requests.root
@@ -251,6 +252,22 @@ def _messages(f: TraceFrame, spans: np.ndarray, head: np.ndarray, sent: np.ndarr
     at = np.r_[ends[by_link], sent[~split]]
     order = np.argsort(span, kind="stable")
     return span[order].astype(np.int64), at[order].astype(np.int64)
+
+
+def _retries_of(f: TraceFrame, new: np.ndarray):
+    """A sub-frame's retry events (frame.retries): the whole frame's, its span indices renumbered."""
+    if f.retry_source is None:
+        return None
+
+    def retries(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        got = f.retries(name)
+        if got is None:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        idx, offset, wait = got
+        keep = new[idx] >= 0
+        return new[idx][keep], offset[keep], wait[keep]
+
+    return retries
 
 
 def _attributes_of(f: TraceFrame, new: np.ndarray, names: list[str]):

@@ -32,6 +32,7 @@ from tailscope.analysis.whatif.payload_levers import batched_calls, payload_at_m
 from tailscope.analysis.whatif.peer_levers import no_pauses_as_peers
 from tailscope.analysis.whatif.pool_waits import requeued_lever
 from tailscope.analysis.whatif.process_levers import no_process_pauses, with_stretched_steps
+from tailscope.analysis.whatif.refusals import no_refusals
 from tailscope.analysis.whatif.replay import BatchCost, replay
 from tailscope.analysis.whatif.retime import Edit, Retimed, layout, retime, unit_latency, unit_weight
 from tailscope.analysis.whatif.served import replica_routing, served
@@ -39,7 +40,7 @@ from tailscope.analysis.whatif.stall_levers import stalled_own_time_as_calm
 from tailscope.analysis.whatif.stalls import on_period, stalls_to_remove, timing_stalls
 from tailscope.analysis.whatif.timer_levers import timer_quanta
 
-WHATIF_VERSION = 19  # part of the dashboard's cache key: bump when a lever's model changes
+WHATIF_VERSION = 20  # part of the dashboard's cache key: bump when a lever's model changes
 MIN_CONFIDENCE = 0.2  # findings judged at least possible get their lever
 CLIENT_SIDE = 0.5  # latency is client-observed where at least half the requests have a client span
 
@@ -183,16 +184,16 @@ def plan(
             if ((fd.get("evidence") or {}).get("stats") or {}).get("held_in_process"):
                 out.append(no_process_pauses(x, fd))  # a resource held through released stretches
         elif p == "slow_dependency":
-            out += [unblocked_lever(x, requeued_lever(x, lv.dependency_p50(x, fd))),
+            out += [unblocked_lever(x, requeued_lever(x, lv.dependency_p50(x, fd))), no_refusals(x, fd),
                     lv.dependency_deadline(x, fd, deadline_ms), timer_quanta(x, fd),
                     requeued_lever(x, dependency_as_calm(x, fd)), cl.hedged_callee_fixed(x, fd)]
         elif p == "network":
             out += [network_p50(x, fd), connects_reused(x, fd), timer_quanta(x, fd)]
         elif p == "cold_start":
             out += [with_restart_peers(x, prewarmed(x, fd), fd), ql.scaled_out_early(x, fd)]
-        elif p == "timeout_retry":
-            out += [cl.no_timeouts(x, fd), cl.hedged(x, fd, hedge_ms), cl.callee_p50(x, fd),
-                    timer_quanta(x, fd)]
+        elif p == "timeout_retry":  # refused (429, Retry-After), not cut at a deadline: no hung callee
+            out += [no_refusals(x, fd) or cl.callee_p50(x, fd), cl.no_timeouts(x, fd),
+                    cl.hedged(x, fd, hedge_ms), timer_quanta(x, fd)]
         elif p == "large_payload":  # a call repeated per item (N+1), else the payload's size
             out += [batched_calls(x, fd) or payload_at_median(x, fd), payload_in_order(x, fd)]
         elif p in ("cpu_throttling", "compute_bound"):  # no quota period seen / on some hosts only:
@@ -201,7 +202,8 @@ def plan(
         elif p == "gc_pause":  # one process's pauses, where no instance's are seen
             out.append(no_process_pauses(x, fd))
         elif p == "queueing" and fd.get("span_name"):
-            out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd), loop_unblocked(x, fd)]
+            out += [pl.wait_span_as_calm(x, fd), pl.pool_as_calm(x, fd), loop_unblocked(x, fd),
+                    no_refusals(x, fd)]  # (a rate limit meters admission: a wait for budget)
     paused = [fd for fd in x.findings
               if fd.get("pattern") == "gc_pause" and (fd.get("confidence") or 0) >= MIN_CONFIDENCE]
     out += [

@@ -188,7 +188,7 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
         chart = finding.get("evidence", {}).get("chart") or {}
         threshold = chart.get("threshold_ms")
         if threshold is None and len(spans):
-            threshold = miss_threshold_ms(f.dur[spans])
+            threshold = miss_threshold_ms(f.dur[spans]) or _flushed_threshold(f.dur[spans], f.start[spans])
         if len(spans) == 0:
             return None
         if threshold is None:  # no hit and miss modes of their own: a wave of misses in time
@@ -205,7 +205,7 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
             if not miss.any() or len(hits) == 0:
                 return None
             model = f"each miss of '{name}' takes the time of a hit drawn from the run's hits"
-            kept = _base_misses(x, stats, miss)
+            kept = _base_misses(x, stats, miss, f.start[spans])
             early = miss & (f.start[spans] <= np.quantile(f.start[spans], EARLY_SHARE))
             if kept.any() and early.sum() >= 5:  # as the misses before the surge took
                 edit.dur[spans[kept]] = _draw(x.rng(36), d[early], int(kept.sum()))
@@ -224,22 +224,38 @@ def cache_hits(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     )
 
 
-SURGE = 2.0  # misses surged mid-run where the late miss rate is this many times the early one
+FLUSHED_MOST = 0.8  # a flushed cache's misses as most of its lookups, where no threshold is given
+SURGE = 1.3  # misses surged mid-run where the late miss rate is this many times the early one
 EARLY_SHARE = 0.2  # the run's first fifth: the misses before the surge
 
 
-def _base_misses(x: Inputs, stats: dict[str, Any], miss: np.ndarray) -> np.ndarray:
-    """Where the misses surged mid-run (evictions, a wave of expiries: the finding's late miss rate
-    over SURGE times its early one), the misses the cache had before the surge stay misses: each miss
-    kept with probability early rate / the run's rate (drawn). Else none kept."""
+def _flushed_threshold(dur: np.ndarray, start: np.ndarray) -> float | None:
+    """A flushed cache's hit and miss modes (ms between them) where the misses are most of the lookups
+    (up to FLUSHED_MOST), only where they rose mid-run by SURGE over the run's first fifth (a flush:
+    the slower mode of a steady mix is the work, not misses)."""
+    threshold = miss_threshold_ms(dur, FLUSHED_MOST)
+    if threshold is None or len(dur) < 50:
+        return None
+    miss, first = dur >= threshold * 1e6, start <= np.quantile(start, EARLY_SHARE)
+    return threshold if miss[~first].mean() >= SURGE * miss[first].mean() else None
+
+
+def _base_misses(x: Inputs, stats: dict[str, Any], miss: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Where the misses surged mid-run (evictions, a wave of expiries, a flush: the late miss rate over
+    SURGE times the early one: the finding's, else the lookups' own, `start` their times), the misses
+    the cache had before the surge stay misses: each miss kept with probability early rate / the run's
+    rate (drawn). Else none kept (a cache that missed as often from the start: every miss a hit)."""
     early, late = stats.get("early_miss_rate"), stats.get("late_miss_rate")
+    if (early is None or late is None) and len(miss) >= 50:
+        first = start <= np.quantile(start, EARLY_SHARE)
+        early, late = float(miss[first].mean()), float(miss[~first].mean())
     rate = float(miss.mean())
     if early is None or late is None or not late >= SURGE * early or rate <= 0:
         return np.zeros(len(miss), bool)
     return miss & (x.rng(35).random(len(miss)) < min(float(early) / rate, 1.0))
 
 
-def miss_threshold_ms(dur: np.ndarray) -> float | None:
+def miss_threshold_ms(dur: np.ndarray, most: float = 0.6) -> float | None:
     """Where a cache finding gives no threshold (a chart without one: a finding given by hand, from
     another tool): the duration (ms) between the lookup's two modes, hits and misses, as the
     diagnosis splits them (a two-component mixture of the log durations); None where the durations
@@ -248,7 +264,7 @@ def miss_threshold_ms(dur: np.ndarray) -> float | None:
 
     x = np.log(np.maximum(dur.astype(np.float64), 1.0))
     mix = gmm2(x)
-    if mix is None or mix.mu[1] - mix.mu[0] < np.log(2.0) or not 0.005 <= mix.w[1] <= 0.6:
+    if mix is None or mix.mu[1] - mix.mu[0] < np.log(2.0) or not 0.005 <= mix.w[1] <= most:
         return None
     return float(np.exp(mix.threshold)) / 1e6
 

@@ -341,13 +341,14 @@ def _untraced_callee(x: Inputs, name: str | None) -> Lever | None:
 
 
 CONNECT_WORDS = ("connect", "handshake", "dial")  # a span that opens a connection (a generic word)
-ONCE_SHARE = 0.5  # run by at least half the requests, at most once each: a connection per request
+ONCE_SHARE = 0.5  # run by at least half the requests, at most once per call: a connection per call
 
 
 def connects_reused(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     """A network finding at a span that opens a connection (its name says so:
-    `connect`, a TLS handshake), run once by every request: a connection per request pays the
-    resolver, TCP, TLS and auth round trips each time. With persistent or pooled connections it is
+    `connect`, a TLS handshake, a dial), run once by every request or once by each of its calls (a
+    client that dials per pipeline, per shard): a connection per request pays the resolver, TCP, TLS
+    and auth round trips each time. With persistent or pooled connections it is
     paid once per process: each such span takes the time of one that reused a connection (its fast
     mode, where the run has one; else nothing: a reused connection makes no round trip)."""
     from tailscope.analysis.whatif.levers import _draw, miss_threshold_ms
@@ -359,7 +360,9 @@ def connects_reused(x: Inputs, finding: dict[str, Any]) -> Lever | None:
     spans = spans[~x.lay.has_children[spans]]
     f = x.frame
     requests = f.request[spans]
-    if len(spans) < 20 or len(np.unique(requests)) < len(spans) or len(spans) < ONCE_SHARE * len(f.requests):
+    # at most one under each call (a fan-out dials per shard: a connection per call, not per request)
+    if len(spans) < 20 or len(np.unique(f.parent[spans])) < len(spans) or (
+            len(np.unique(requests)) < ONCE_SHARE * len(f.requests)):
         return None
     d = f.dur[spans].astype(np.float64)
     edit = Edit.none(len(f))

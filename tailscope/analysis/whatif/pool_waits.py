@@ -104,3 +104,55 @@ def requeued_lever(x: Inputs, lever: Lever | None) -> Lever | None:
                         "(N connections read from the hand-overs) with the new hold times")
         lever.params["pool_waits_retimed"] = shrank
     return lever
+
+
+
+def _pools_of(x: Inputs, every: np.ndarray, edit: Edit) -> tuple[int, float] | None:
+    """`pool_size` of one instance's calls, read from the waits before first attempts only (a retry's
+    gap is its back-off, no hand-over); where the hand-overs show but no one N (an instance holding
+    several pools, one per worker process), the most calls ever in flight, as one pool (a model:
+    pools shared are a little faster than the same connections split)."""
+    f, lay = x.frame, x.lay
+    every = every[np.lexsort((f.start[every], f.parent[every]))]
+    start = f.start[every].astype(np.float64)
+    end = start + f.dur[every]
+    waited = (lay.gap[every] > WAIT_NS) & ~(np.r_[False, f.parent[every][1:] == f.parent[every][:-1]])
+    pool = pool_size(start, end, waited)
+    if pool is not None or waited.sum() < MIN_WAITS:
+        return pool
+    ends, t = np.sort(end), start[waited]
+    i = np.searchsorted(ends, t, side="right") - 1
+    dist = t - ends[np.maximum(i, 0)]
+    handed = (i >= 0) & (dist < HANDOVER_NS)
+    if handed.mean() < HANDED_SHARE:
+        return None
+    starts = np.sort(start)
+    inflight = np.searchsorted(starts, start, side="right") - np.searchsorted(ends, start, side="right")
+    return int(inflight.max()), float(np.median(dist[handed]))
+
+
+def requeued_name(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
+    """`requeued` over every call of one name (`calls`, edited or not: all of them hold the pool; the
+    pool read from all of them), the ones the edit removes (duration 0: an attempt no longer made, a
+    retry answered by its first attempt) left out of the replay. Returns how many gaps shrank."""
+    f, lay = x.frame, x.lay
+    kept = calls[edit.dur[calls] != 0]
+    new = np.where(np.isnan(edit.dur[kept]), f.dur[kept], edit.dur[kept])
+    shrank = 0
+    for inst in np.unique(f.instance[kept]).tolist():
+        m = kept[f.instance[kept] == inst]
+        every = calls[f.instance[calls] == inst]
+        start = f.start[m].astype(np.float64)
+        gap = lay.gap[m].astype(np.float64)
+        waited = gap > WAIT_NS
+        pool = _pools_of(x, every, edit)
+        if pool is None or waited.all():
+            continue
+        n, delay = pool
+        calm_gap = float(np.median(gap[~waited]))
+        ready = start - gap + np.minimum(gap, calm_gap)
+        got = fifo_starts(ready, new[f.instance[kept] == inst] + delay, n)
+        cut = np.clip(start - got, 0.0, gap - np.minimum(gap, calm_gap))
+        edit.cut_before[m] = np.maximum(edit.cut_before[m], cut)
+        shrank += int((cut > 0).sum())
+    return shrank

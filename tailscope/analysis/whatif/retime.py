@@ -181,6 +181,9 @@ def layout(frame: TraceFrame) -> Layout:
     # ended without) covering most of its caller's span was awaited; a local one outlasting it was not
     remote = frame.instance[p] != frame.instance
     awaited = (overhang > 0) & (rel_end - rel_start >= AWAITED_COVER * dur[p]) & has_p & remote
+    # a child outlasting its parent by no more than the clocks' rounding ended with it (a format stamped
+    # in µs: the step that ends as its last call ends, rounded apart): awaited, local or remote
+    awaited |= (overhang > 0) & (overhang <= ABUT_NS) & has_p
     return Layout(parent, rel_start, rel_end, overhang, np.maximum(gap, 0), trailing, levels, has_children,
                   awaited)
 
