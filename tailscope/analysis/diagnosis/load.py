@@ -200,16 +200,8 @@ def load_frame(conn: Reader, run: str, max_spans: int | None = DEFAULT_MAX_SPANS
     start_abs = table.column("StartNs").to_numpy().astype(np.int64)
     t0 = int(start_abs.min()) if n else 0
     frame = TraceFrame(
-        run=run,
-        trace=trace,
-        parent=parent,
-        name=name,
-        names=names,
-        kind=kind,
-        service=service,
-        services=services,
-        instance=instance,
-        instances=instances,
+        run=run, trace=trace, parent=parent, name=name, names=names, kind=kind,
+        service=service, services=services, instance=instance, instances=instances,
         start=start_abs - t0,
         dur=np.maximum(table.column("Duration").to_numpy().astype(np.int64), 0),
         stage=_stages(table, mapping.get(), (name, names), (kind_codes, kind_values)) if n else kind,
