@@ -22,6 +22,7 @@ from tailscope.analysis.diagnosis import (
     cold_peers,
     cold_start,
     compute_bound,
+    conn_setup,
     fallback_path,
     first_calls,
     gc_pause,
@@ -88,6 +89,7 @@ DETECTORS = (
     slow_dependency,
     network,
     retransmits,
+    conn_setup,
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
