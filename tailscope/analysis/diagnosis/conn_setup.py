@@ -54,6 +54,7 @@ FIXED_RATIO = 2.0  # the dialled calls' time after the set-up vs a plain call's,
 WARM_PILE = 3.0  # set-ups this much likelier in the instances' warm-up requests: a cold start's
 HANDOFF_NS = 300_000  # a pooled connection given back is taken within 0.3 ms
 CAP = 0.9
+MIN_CONFIDENCE = 0.2  # below: a pool that dials now and then (~3 % of the mean request), its ordinary cost
 ADVICE = (
     "Calls from {where} open a new connection {rate:.0%} of the time, and each new connection costs "
     "{cost:.1f} ms before the call goes out (median; a plain call takes {plain:.2f} ms): a name lookup, "
@@ -179,7 +180,7 @@ def detect(ctx: Context) -> list[Finding]:
         found = judge(ctx, code, setups)
         if found is not None and (best is None or found["confidence"] > best["confidence"]):
             best = found
-    if best is None or best["confidence"] < 0.05:
+    if best is None or best["confidence"] < MIN_CONFIDENCE:
         return []
     return [_finding(ctx, best)]
 
