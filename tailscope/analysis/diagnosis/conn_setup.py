@@ -24,12 +24,13 @@ offset from the call's start (within START_SLACK), the calls' time after the set
 without one (within FIXED_RATIO either way); not a pool's wait: Spearman of the set-up's length with
 the same-name calls in flight on its instance at its start, and how much more often than chance a
 set-up ends within HANDOFF_NS after another of the calls ends on its instance (a connection given
-back), each discounting (logistic at 0.3). What the set-ups add to a
-request: per parent of the calls (a fan-out's join), the last call's end minus the last end without
-the set-ups (exact for calls in parallel, a lower bound for calls in sequence). Weight: that as a
-share of the tail excess (where the tail is material: unexplained.material), or, where every request
-pays it, what it adds to the mean request over the median latency (0.5 at 5 %), as gc_assists weighs a
-slowdown of every request.
+back), each discounting (logistic at 0.3). What the set-ups add to a request: per parent of the calls
+(a fan-out's join), the last call's end minus the last end without the set-ups, each counted up to
+FIXED_OVER x their median (exact for calls in parallel, a lower bound for calls in sequence; a set-up far
+beyond the others is a lost query's or SYN's timer, not the fixed cost). Weight: that as a share of the
+tail excess (where the tail is material: unexplained.material), or, where every request pays it, what it
+adds to the mean request over the median latency (0.5 at 5 %), as gc_assists weighs a slowdown of every
+request.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ MAX_RATE = 0.97  # a child nearly every call has is a step of the call, not a di
 MIN_SINGLE = 0.95  # the calls with a set-up that have exactly one
 START_SLACK_NS, START_SHARE = 200_000, 0.25  # the set-up starts within max(0.2 ms, 25 % of a plain call)
 FIXED_RATIO = 2.0  # the dialled calls' time after the set-up vs a plain call's, either way
+FIXED_OVER = 3.0  # a set-up counts up to this many times the set-ups' median
 WARM_PILE = 3.0  # set-ups this much likelier in the instances' warm-up requests: a cold start's
 HANDOFF_NS = 300_000  # a pooled connection given back is taken within 0.3 ms
 CAP = 0.9
@@ -121,9 +123,10 @@ def judge(ctx: Context, code: int, setups: np.ndarray) -> dict | None:
     ahead = concurrency_at_start(ctx, f.parent[setups]).astype(np.float64)
     rho_pool = spearman(f.dur[setups].astype(np.float64), ahead) if np.ptp(ahead) > 0 else 0.0
     handoff = _handoff(ctx, setups, calls)
-    # what the set-ups add to each request: its calls' join, with and without them
+    # what the set-ups add to each request: its calls' join, with and without them; each set-up counted up
+    # to FIXED_OVER x their median (the fixed round trips: one far beyond is a lost query's or SYN's timer)
     cost = np.zeros(len(f))
-    cost[f.parent[setups]] = f.dur[setups]
+    cost[f.parent[setups]] = np.minimum(f.dur[setups], FIXED_OVER * float(np.median(f.dur[setups])))
     parent = f.parent[calls]
     has = parent >= 0
     last = np.full(len(f), np.iinfo(np.int64).min)
