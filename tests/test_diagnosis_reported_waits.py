@@ -104,3 +104,24 @@ def test_components_read_their_unit_by_suffix_or_in_seconds():
     assert reported_waits.unit_of("pendingTimeMillis") == 1e6
     assert reported_waits.is_time("gen_ai.latency.time_in_queue")
     assert reported_waits.is_wait("time_in_queue") and not reported_waits.is_wait("db.pool.wait_time")
+
+
+def _as_model_server(**kwargs) -> list:
+    """_engine's server span mapped to the model's forward (a model server that exports one span per
+    request, its batch queue time as an attribute: TF Serving), diagnosed (diag37, feast-redis class 3)."""
+    b = _engine(1, **kwargs)
+    b.stages["generate"] = "model_forward"
+    return diagnose_frame(b.frame()).findings
+
+
+def test_a_model_servers_reported_queue_is_no_forward():
+    findings = _as_model_server()  # compute_bound 0.99 on top over queueing 0.90 before
+    assert findings[0].pattern == "queueing" and findings[0].confidence >= 0.8, by_pattern(findings)
+    forward = [fd for fd in findings if fd.pattern == "compute_bound"]
+    assert all(fd.evidence["stats"].get("part_of") == "queueing" for fd in forward), forward
+
+
+def test_a_model_servers_longer_work_stays_compute():
+    findings = _as_model_server(heavy_exec=True)
+    assert findings[0].pattern == "compute_bound" and findings[0].confidence >= 0.5, by_pattern(findings)
+    assert "part_of" not in findings[0].evidence["stats"]

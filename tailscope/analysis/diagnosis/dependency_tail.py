@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tailscope.analysis.diagnosis.model import SIGNATURE_CAP
+from tailscope.analysis.diagnosis.stats import ms
 
 # A heavy tail that is the dependency's usual one - the same over the run, on every callee instance,
 # ending near its p99 (a rare slow path of bounded cost: a rebuilt profile, a cold read) - is where
@@ -23,12 +24,44 @@ CHANGED_DISPERSION = 4.0  # chi-square per degree of freedom of slow calls over 
 UNBOUNDED_RATIO = 2.0  # the slowest 1 % of calls average this many times their p99: no ceiling
 COSTLY_MEAN = 1.3  # the calls' mean (each counted up to 20x the median) over their median
 CALLER_Z = 3.0  # a caller's share of the slowest calls, binomial standard deviations over its share of calls
+TAIL_ONLY_MEDIAN, TAIL_ONLY_SHARE, TAIL_ONLY_OVER = 1.3, 0.7, 2.0  # a straggler in its tail only
 SIZE_FOLLOWS = 0.6  # Spearman of a call's time per request with the request's size: the call grows with it
 
 STRAGGLER, EPISODE, COSTLY, UNBOUNDED = "straggler", "episode", "costly", "unbounded"  # abnormal_tail's kinds
 # the kinds that say the dependency is slower than its own normal (slow_dependency's signature); a
 # ceiling-less top 1 % alone (UNBOUNDED) is the shape of any heavy-tailed call
 SIGNATURE_KINDS = (STRAGGLER, EPISODE, COSTLY)
+
+
+def straggler(f, server: np.ndarray) -> tuple[str, float, float, str] | None:
+    """(instance, its median or p99 ms, the other instances' same ms, "median" or "p99") where one callee
+    instance adds most (>= 50 %) of the time the calls spend over their median and answers at least
+    twice as slowly as the other instances of its own service at the median: a straggler replica; or,
+    with its median as theirs (within TAIL_ONLY_MEDIAN), adds TAIL_ONLY_SHARE of that time, at least
+    TAIL_ONLY_OVER times its share of the calls, among >= 2 peers: its slow excursions are its own (a
+    host's stalls: memory compaction, a noisy neighbour), the calls the others serve do not have them.
+    (One client span name may call several services, as HTTP clients name spans by method: a slower
+    service is no straggler.)"""
+    d = f.dur[server].astype(np.float64)
+    inst = f.instance[server]
+    added = np.bincount(inst, weights=np.maximum(d - float(np.median(d)), 0), minlength=len(f.instances))
+    worst = int(np.argmax(added))
+    mine = inst == worst
+    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.sum() < 10:
+        return None
+    service = int(np.bincount(f.service[server][mine]).argmax())
+    peers = (f.service[server] == service) & ~mine
+    if not peers.any():
+        return None
+    own, rest = float(np.median(d[mine])), float(np.median(d[peers]))
+    if own >= 2.0 * rest:
+        return f.instances[worst], ms(own), ms(rest), "median"
+    calls_share = float(mine.sum()) / float((mine | peers).sum())
+    if len(np.unique(inst[peers])) >= 2 and own <= TAIL_ONLY_MEDIAN * rest and \
+            added[worst] >= max(TAIL_ONLY_SHARE, TAIL_ONLY_OVER * calls_share) * added.sum():
+        p99 = (ms(float(np.quantile(d[sel], 0.99))) for sel in (mine, peers))
+        return f.instances[worst], *p99, "p99"
+    return None
 
 
 def signature_absent(kind: str | None) -> str | None:
@@ -177,3 +210,22 @@ def grows_with_size(notes: dict, per_request: np.ndarray) -> tuple[str, float, f
         if rho >= SIZE_FOLLOWS and (best is None or rho > best[1]):
             best = (key.removeprefix("root:"), rho, confidence)
     return best
+
+
+def settle_forward(findings: list) -> list:
+    """compute_bound on a model server's span that a slow_dependency finding (>= 0.5) names with one
+    instance's own excursions in its tail (straggler at its p99, its median as its peers'): a model's
+    work per batch is the same on every host, so excursions on one host only are that host's stalls
+    (memory compaction, a neighbour), not the model's compute; part of the slow dependency, below it."""
+    hosts = [fd for fd in findings if fd.pattern == "slow_dependency" and fd.confidence >= 0.5
+             and fd.evidence.get("stats", {}).get("straggler_at") == "p99"]
+    for fd in findings:
+        host = next((h for h in hosts if h.span_name == fd.span_name), None)
+        if fd.pattern != "compute_bound" or host is None or "part_of" in fd.evidence.get("stats", {}):
+            continue
+        fd.confidence = min(fd.confidence, 0.9 * host.confidence)
+        fd.evidence.setdefault("stats", {})["part_of"] = "slow_dependency"
+        fd.evidence["summary"] += (
+            f" Its tail is one host's excursions ({host.evidence['stats']['straggler_instance']}, its median "
+            "as its peers'): that host's stalls, not the model's work (part of slow_dependency).")
+    return findings

@@ -26,14 +26,17 @@ adds to the mean request over the median latency (0.5 at 5 %). Where the runtime
 cycles (span events), their rate around each span confirms (Spearman with r) or, uncorrelated, says
 the slowdown is the CPU's, not the collector's. A slowdown that settles with its instances' age (the
 stretch falls with the time since the instance's first span) is a warm-up (a replica that joined
-cold), not marks: it discounts the finding.
+cold), not marks: it discounts the finding. Where the process's steps have no spans of their own (a Go
+service's work between its calls), the spans that hold the calls stand for them by their exclusive
+time; its goroutines then read their replies late as well (waiting for a P), so the stop test is a CPU
+quota's period phase instead of the calls', and the weight the slowed requests' excess over the median.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tailscope.analysis.diagnosis.frame import KIND_CLIENT, SPAN_KINDS
+from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER, SPAN_KINDS
 from tailscope.analysis.diagnosis.long_stalls import slow_flags
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stall_chart import stall_chart
@@ -54,17 +57,45 @@ def work_spans(ctx: Context, warm: np.ndarray) -> np.ndarray:
     """The in-process work spans outside the instances' warm-up: leaves of kind internal (or
     unspecified, Zipkin's local spans) that are neither queue waits nor the model's forward, of names
     with >= MIN_SPANS spans and a median of >= MIN_MEDIAN_NS."""
+    return _kept(ctx, warm, ctx.frame.leaf & np.isin(ctx.frame.kind, KINDS), ctx.frame.dur)
+
+
+def own_time_spans(ctx: Context, warm: np.ndarray) -> np.ndarray:
+    """Where the process's work has no spans of its own (its steps run between its calls, inside the
+    request's SERVER span and the in-process spans that hold the calls): those spans, measured by their
+    exclusive time (the process's own time in them), with work_spans' rules on names and medians."""
+    f = ctx.frame
+    return _kept(ctx, warm, ~f.leaf & np.isin(f.kind, (*KINDS, KIND_SERVER)) & (f.excl > 0), f.excl)
+
+
+def _kept(ctx: Context, warm: np.ndarray, ok: np.ndarray, measure: np.ndarray) -> np.ndarray:
     f = ctx.frame
     skip = np.isin(ctx.stage, [ALL_STAGES.index("queue"), ALL_STAGES.index("model_forward")])
-    ok = f.leaf & (f.request >= 0) & np.isin(f.kind, KINDS) & ~skip
+    ok = ok & (f.request >= 0) & ~skip
     ok[ok] &= ~warm[f.request[ok]]
     spans = np.nonzero(ok)[0]
     names = f.name[spans]
     counts = np.bincount(names, minlength=len(f.names))
     med = np.zeros(len(f.names))
     for code in np.nonzero(counts >= MIN_SPANS)[0].tolist():
-        med[code] = np.median(f.dur[spans[names == code]])
+        med[code] = np.median(measure[spans[names == code]])
     return spans[(counts[names] >= MIN_SPANS) & (med[names] >= MIN_MEDIAN_NS)]
+
+
+def _period_aligned(f, spans: np.ndarray, slowed: np.ndarray) -> float:
+    """How surely the slowed spans end on a CPU quota's period boundaries and do not start on them
+    (quota_stalls' alignment: per instance Rayleigh z of the phases modulo 100 ms, summed). A quota
+    stops the process until the next period; a collector's mark ends whenever its work is done."""
+    from tailscope.analysis.diagnosis.cpu_throttling import _rayleigh
+
+    z_end = z_start = 0.0
+    sel = spans[slowed]
+    for i in np.unique(f.instance[sel]).tolist():
+        mine = sel[f.instance[sel] == i]
+        if len(mine) >= 3:
+            z_end += _rayleigh(f.end[mine].astype(np.float64))
+            z_start += _rayleigh(f.start[mine].astype(np.float64))
+    return logistic(z_end, 8, 1.5) * logistic(z_end - z_start, 6, 1.5)
 
 
 def _group(*cols: np.ndarray) -> np.ndarray:
@@ -138,10 +169,10 @@ def _gc_rate(ctx: Context, spans: np.ndarray) -> np.ndarray | None:
     return (hi - lo).astype(np.float64)
 
 
-def _log_stretch(f, spans: np.ndarray) -> np.ndarray:
-    """Per span: log duration minus its name's lower quartile of it."""
+def _log_stretch(f, spans: np.ndarray, own: bool = False) -> np.ndarray:
+    """Per span: log duration (with `own`, exclusive time) minus its name's lower quartile of it."""
     names = f.name[spans]
-    r = np.log(np.maximum(f.dur[spans], 1).astype(np.float64))
+    r = np.log(np.maximum((f.excl if own else f.dur)[spans], 1).astype(np.float64))
     for code in np.unique(names).tolist():
         sel = names == code
         r[sel] -= np.quantile(r[sel], BASE_Q)
@@ -188,20 +219,26 @@ def _calls_stretched(ctx: Context, warm: np.ndarray, spans: np.ndarray, r: np.nd
 def find(ctx: Context, warm: np.ndarray) -> dict | None:
     """The service whose work is slowed together per instance (see the module docstring):
     {"confidence", "share", "service", "instances", "episodes" (instance, start, end of the slowed
-    spans), "stats"}, or None where no service has two work names with neighbours."""
+    spans), "stats"}, or None where no service has two work names with neighbours. The work spans are
+    its own steps' leaves; where they give nothing, the process's own time in the spans that hold its
+    calls (own_time_spans)."""
+    found = _find(ctx, warm, work_spans(ctx, warm), own=False)
+    return found if found is not None else _find(ctx, warm, own_time_spans(ctx, warm), own=True)
+
+
+def _find(ctx: Context, warm: np.ndarray, spans: np.ndarray, own: bool) -> dict | None:
     f = ctx.frame
-    spans = work_spans(ctx, warm)
     if len(spans) < 2 * MIN_PAIRS:
         return None
     names = f.name[spans]
-    r = _log_stretch(f, spans)
+    r = _log_stretch(f, spans, own)
     # an instance slower all the time (a straggler replica, a slower node) is not slowed at times: each
     # (instance, name)'s own level is left out of the test, kept for the attribution
     level = _group(f.instance[spans], names)
     centred = r - (np.bincount(level, weights=r) / np.bincount(level))[level]
     nb = _neighbours(ctx, spans, centred)
     wide = _neighbours(ctx, spans, r)["wide"]
-    rho_calls = _calls_stretched(ctx, warm, spans, centred)
+    rho_calls = _calls_stretched(ctx, warm, spans, centred) if not own else np.zeros(len(f.services))
     (same, n_same), (other, n_other), (wide, n_wide) = nb["same"], nb["other"], wide
     gc = _gc_rate(ctx, spans)
     best = None
@@ -213,12 +250,21 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
         rho_same = spearman(centred[both], same[both])
         rho_other = spearman(centred[both], other[both])
         strength = logistic(rho_same, 0.5, 0.05) * logistic(rho_same - rho_other, 0.2, 0.05)
-        # the calls read late alike: the process stops (gc_pause's stops, cpu_throttling), it is not marking
-        strength *= 1 - logistic(rho_calls[code] / max(rho_same, 1e-6), 0.5, 0.1)
         has = mine & (n_wide > 0)
         factor = np.exp(np.maximum(wide[has], 0.0))
-        stretch = f.dur[spans[has]] * (1 - 1 / factor)
+        if own:  # a runtime that waits for a CPU while it marks reads its replies late too: no stop
+            # test from the calls; a quota's stop ends on its period's boundaries, a mark does not
+            aligned = _period_aligned(f, spans[mine], centred[mine] >= np.log(1.5))
+            strength *= 1 - aligned
+        else:  # the calls read late alike: the process stops (gc_pause's stops, cpu_throttling)
+            strength *= 1 - logistic(rho_calls[code] / max(rho_same, 1e-6), 0.5, 0.1)
+        stretch = (f.excl if own else f.dur)[spans[has]] * (1 - 1 / factor)
         per_req = np.bincount(f.request[spans[has]], weights=stretch, minlength=ctx.n_requests)
+        if own:  # its calls' replies were read as late: the requests' excess while their neighbours slowed
+            lat = f.requests.latency.astype(np.float64)
+            per_req = np.zeros(ctx.n_requests)
+            hit = f.request[spans[has][factor >= 1.5]]
+            per_req[hit] = np.maximum(lat[hit] - float(np.median(lat)), 0.0)
         share = excess_share(per_req, ctx.split)
         # beside a heavier cause the slowdown carries little of the p99 yet slows every request: what it
         # adds to the mean request over the median latency weighs as its share does
@@ -237,19 +283,24 @@ def find(ctx: Context, warm: np.ndarray) -> dict | None:
         order = np.lexsort((f.start[ep], f.instance[ep]))
         ep = ep[order]
         per_inst = np.bincount(f.instance[spans[has]], weights=stretch, minlength=len(f.instances))
-        top = [int(i) for i in np.argsort(-per_inst)[:4] if per_inst[i] > 0]
+        # the own-time reading names the instances that carry it (at least half the most's stretch)
+        least = 0.5 * per_inst.max() if own else 0.0
+        top = [int(i) for i in np.argsort(-per_inst)[:4] if per_inst[i] > least]
         best = {
             "confidence": confidence,
             "share": share,
             "service": f.services[code],
             "instances": [f.instances[i] for i in top],
             "episodes": (f.instance[ep], f.start[ep], f.end[ep]),
+            "own": own,
             "stats": {
                 "work_names": [f.names[c] for c in np.unique(names[both])],
+                "work_measure": "exclusive time of the spans holding the calls" if own else "leaf duration",
                 "spans_with_neighbours": int(both.sum()),
                 "rho_same_instance": round(rho_same, 3),
                 "rho_other_instances": round(rho_other, 3),
-                "rho_calls_same_instance": round(float(rho_calls[code]), 3),
+                "rho_calls_same_instance": None if own else round(float(rho_calls[code]), 3),
+                "quota_period_alignment": round(aligned, 3) if own else None,
                 "median_slowdown_when_slowed": round(float(np.median(factor[factor >= 1.5])), 2)
                 if (factor >= 1.5).any() else 1.0,
                 "slowed_share_of_work_spans": round(float((factor >= 1.5).mean()), 3),
@@ -310,7 +361,7 @@ def finding(ctx: Context, warm: np.ndarray) -> Finding | None:
     if found is None or found["confidence"] < 0.05:
         return None
     f = ctx.frame
-    young = _young(ctx, warm, found["episodes"][0])
+    young = _young(ctx, warm, found["episodes"][0], found["own"])
     confidence = found["confidence"] * (1 - logistic(young, 0.3, 0.06))
     stats = {"services": [found["service"]], "instances": found["instances"], "mechanism": "concurrent mark",
              **found["stats"], "settles_with_age": round(young, 3)}
@@ -325,16 +376,16 @@ def finding(ctx: Context, warm: np.ndarray) -> Finding | None:
     return Finding("gc_pause", clamp01(confidence), None, None, evidence, ADVICE)
 
 
-def _young(ctx: Context, warm: np.ndarray, ep_inst: np.ndarray) -> float:
+def _young(ctx: Context, warm: np.ndarray, ep_inst: np.ndarray, own: bool = False) -> float:
     """How strongly the process's own work settles with its instance's age: minus the Spearman of the
     work spans' log stretch with their time since the instance's first span (any kind: a callee's
     replica serves no request roots), per instance, weighted by its slowed spans. Marks recur while
     the process runs (no trend); a replica that joined cold is slow at first and settles."""
     f = ctx.frame
-    spans = work_spans(ctx, warm)
+    spans = own_time_spans(ctx, warm) if own else work_spans(ctx, warm)
     if len(spans) == 0 or len(ep_inst) == 0:
         return 0.0
-    r = _log_stretch(f, spans)
+    r = _log_stretch(f, spans, own)
     first = np.full(len(f.instances), np.iinfo(np.int64).max)
     np.minimum.at(first, f.instance, f.start)
     age = f.start[spans] - first[f.instance[spans]]

@@ -18,7 +18,10 @@ cold_start.py), kept where the instance ran >= LATER later steps of that value (
 once built). A first step is *one-off* where it took >= ONE_OFF x that median; against the same ratio
 for every later step (each to its own value's median on its instance): k of n first steps one-off at
 the later steps' rate p0 is a binomial tail, times the attributes tried. Strength = logistic(-log10 p,
-4, 0.6), with k >= 2 one-off first steps (a stop that recurs hits first steps at its rate on the others).
+4, 0.6), with k >= 2 one-off first steps (a stop that recurs hits first steps at its rate on the others),
+x logistic(first part, FIRST_PART, 0.08): the first steps' part of all the name's one-off steps (a
+compile is once per kind; a callee that stalls again and again after a change, while new kinds arrive,
+makes first steps slow at a rate the earlier steps never had, and many more later steps slow).
 Weight: per request, the time from its arrival (its caller's send where traced, the tail then as the
 caller sees it) to its end during which a one-off step ran on its instance, as a share of the tail
 excess (material_weight).
@@ -55,6 +58,7 @@ MAX_KINDS = 64  # an attribute with more distinct values names items, not kinds
 WARM = 10  # an instance's first steps are its start-up
 LATER = 3  # later steps of the kind on the instance needed to say it is fast again
 MIN_STEPS = 50
+FIRST_PART = 0.35  # of the name's one-off steps, the share that are the first of a kind: 0.5 there
 MAX_NAMES = 6  # span names tried (those with the most extreme one-off steps)
 NOTE = "new_kind_steps"
 REPORTED = 0.3  # a gc_pause finding whose reported GC pauses cover this much of the tail excess stands
@@ -196,7 +200,9 @@ def detect(ctx: Context, advice: str) -> list[Finding]:
             p0 = (others + 0.5) / (len(later) + 1.0)  # none seen is not a rate of zero
             p = min(1.0, _binomial_tail(k, n, p0) * len(kinds))
             first_part = k / max(k + others, 1)  # of the name's one-off steps, the first ones of a kind
-            strength = logistic(-log10(max(p, 1e-300)), 4.0, 0.6)
+            # a compile is once per kind: where most of the name's one-off steps are not the first of a
+            # kind, the slowness recurs whatever the kind (a stalling callee), first steps among the rest
+            strength = logistic(-log10(max(p, 1e-300)), 4.0, 0.6) * logistic(first_part, FIRST_PART, 0.08)
             if best is None or strength > best[0]:
                 best = (strength, code, key, steps[pos[one_off]], ratio[one_off], k, n, p0, p, first_part)
     if best is None:

@@ -177,10 +177,27 @@ def detect(ctx: Context) -> list[Finding]:
                     ADVICE)]
 
 
+def _forward_queued(fd: Finding, queue: Finding) -> None:
+    """compute_bound read from a server span's untraced time, where the server reports that most (>= half)
+    of the span's extra time was its wait (`span_excess_carried`) and the wait carries at least half of
+    what the forward claims: the requests queued for the model, it did not compute longer; part of the
+    queue, ranked below it."""
+    stats, own = queue.evidence["stats"], fd.evidence.setdefault("stats", {})
+    if stats.get("span_excess_carried", 0.0) < 0.5 or \
+            stats["tail_excess_share"] < 0.5 * (own.get("tail_excess_share") or 0.0):
+        return
+    fd.confidence = min(fd.confidence, 0.9 * queue.confidence)
+    own["part_of"] = PATTERN
+    fd.evidence["summary"] += (
+        f" The server reports that {stats['span_excess_carried']:.0%} of the span's extra time was its "
+        f"wait ('{stats['attribute']}'): the requests queued for the model (part of queueing).")
+
+
 def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """slow_dependency on a call whose callee's SERVER spans (mostly) are the ones that report the
     named wait (>= 0.5), where that wait carries at least half of what the call's finding claims: the
-    callee was not slow at its work, its requests queued; a possible cause beside the queue at most."""
+    callee was not slow at its work, its requests queued; a possible cause beside the queue at most.
+    compute_bound on the reporting span itself: see _forward_queued."""
     f = ctx.frame
     for queue in findings:
         stats = queue.evidence.get("stats", {})
@@ -189,6 +206,9 @@ def settle(ctx: Context, findings: list[Finding]) -> list[Finding]:
         server = f.names.index(queue.span_name)
         for fd in findings:
             own = fd.evidence.get("stats", {})
+            if fd.pattern == "compute_bound" and fd.span_name == queue.span_name:
+                _forward_queued(fd, queue)
+                continue
             if fd.pattern != "slow_dependency" or fd.span_name not in f.names or fd.confidence < 0.45:
                 continue
             code = f.names.index(fd.span_name)

@@ -22,6 +22,8 @@ from tailscope.analysis.diagnosis import (
     cold_peers,
     cold_start,
     compute_bound,
+    conn_setup,
+    dependency_tail,
     fallback_path,
     first_calls,
     gc_pause,
@@ -88,6 +90,7 @@ DETECTORS = (
     slow_dependency,
     network,
     retransmits,
+    conn_setup,
     compute_bound,
 )
 MIN_CONFIDENCE = 0.05
@@ -337,6 +340,7 @@ def _diagnose_units(
     findings = retransmits.settle(ctx, findings)  # a lossy path's timer read as a slow dependency
     findings = callee_waits.settle(ctx, findings)  # a call in its callee's accept queue: no lock
     findings = reported_waits.settle(ctx, findings)  # a callee's reported queue read as a slow callee
+    findings = dependency_tail.settle_forward(findings)  # one model host's stalls read as compute
     findings = new_kinds.settle(ctx, findings)  # a compile for a new kind of input read as a pause
     findings = batch_timer.settle(ctx, findings)  # a forward whose batches a batcher's timer grows
     findings = payload_holders.settle(findings)  # stalls held by work that grew with its payload

@@ -25,6 +25,7 @@ from tailscope.analysis.diagnosis.dependency_tail import (
     grows_with_size,
     queued_below,
     signature_absent,
+    straggler,
     usual_without_callers,
 )
 from tailscope.analysis.diagnosis.extra_calls import extra_mask
@@ -142,8 +143,8 @@ def detect(ctx: Context) -> list[Finding]:
                "the wire's or its caller's)"
                if far is not None else "")
             + (f"; the calls to {callee[0]} carry most of it ({', '.join(callee[1])})" if callee else "")
-            + (f"; one instance is a straggler: {slow_one[0]} answers in {slow_one[1]:.1f} ms at the median "
-               f"against {slow_one[2]:.1f} ms for the others" if slow_one else "")
+            + (f"; one instance is a straggler: {slow_one[0]} answers in {slow_one[1]:.1f} ms at the "
+               f"{slow_one[3]} against {slow_one[2]:.1f} ms for the others" if slow_one else "")
             + "."
         )
         stats = {
@@ -158,6 +159,7 @@ def detect(ctx: Context) -> list[Finding]:
             "presence": round(presence, 3),
             "callee_share": None if server_share is None else round(float(server_share), 3),
             "straggler_instance": slow_one[0] if slow_one else None,
+            "straggler_at": slow_one[3] if slow_one else None,
             "unusual_tail": unusual,
             "unusual_kind": kind,  # which test held (dependency_tail.signature_absent reads it)
         }
@@ -224,7 +226,9 @@ def detect(ctx: Context) -> list[Finding]:
             own = clamp01(float(server_share))
             waiting = clamp01(_callee_wait_share(ctx, child) / max(share, 1e-9)) if len(child) else 0.0
             # the model's forward pass inside the callee is compute_bound's (a model server's time)
-            forward = clamp01(ctx.share_of(top, forward_inside(ctx)) / max(share, 1e-9))
+            # (not where one callee instance's own excursions carry it: that host stalls, see straggler)
+            forward = 0.0 if slow_one and slow_one[3] == "p99" else \
+                clamp01(ctx.share_of(top, forward_inside(ctx)) / max(share, 1e-9))
             work = max(own - waiting - forward, 0.0)
             stats["callee_wait_share"] = round(waiting, 3)
             stats["callee_forward_share"] = round(forward, 3)
@@ -340,26 +344,6 @@ def _callee(ctx: Context, child: np.ndarray) -> tuple[str, list[str]]:
     added = np.bincount(f.instance[mine], weights=d - float(np.median(d)), minlength=len(f.instances))
     counts = np.bincount(f.instance[mine], minlength=len(f.instances))
     return f.services[svc], [f.instances[i] for i in np.argsort(-added)[:4] if counts[i] > 0]
-
-
-def straggler(f, server: np.ndarray) -> tuple[str, float, float] | None:
-    """(instance, its median ms, the other instances' median ms) where one callee instance answers at
-    least twice as slowly as the other instances of its own service at the median and adds most
-    (>= 50 %) of the time the calls spend over their median: a straggler replica. (One client span name
-    may call several services, as HTTP clients name spans by method: a slower service is no straggler.)"""
-    d = f.dur[server].astype(np.float64)
-    inst = f.instance[server]
-    added = np.bincount(inst, weights=np.maximum(d - float(np.median(d)), 0), minlength=len(f.instances))
-    worst = int(np.argmax(added))
-    mine = inst == worst
-    if added.sum() <= 0 or added[worst] < 0.5 * added.sum() or mine.sum() < 10:
-        return None
-    service = int(np.bincount(f.service[server][mine]).argmax())
-    peers = (f.service[server] == service) & ~mine
-    if not peers.any():
-        return None
-    own, rest = float(np.median(d[mine])), float(np.median(d[peers]))
-    return (f.instances[worst], ms(own), ms(rest)) if own >= 2.0 * rest else None
 
 
 def _inside(f, inner: int, outer: int) -> bool:
