@@ -78,11 +78,7 @@ def requeued(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
         pool = pool_size(start, end, waited)
         if pool is None or waited.all():
             continue
-        n, delay = pool
-        calm_gap = float(np.median(gap[~waited]))
-        ready = start - gap + np.minimum(gap, calm_gap)
-        got = fifo_starts(ready, new[on] + delay, n)
-        cut = np.clip(start - got, 0.0, gap - np.minimum(gap, calm_gap))
+        cut = _replayed_cuts(start, gap, waited, new[on], pool)
         edit.cut_before[m] += cut
         shrank += int((cut > 0).sum())
     return shrank
@@ -148,11 +144,19 @@ def requeued_name(x: Inputs, edit: Edit, calls: np.ndarray) -> int:
         pool = _pools_of(x, every, edit)
         if pool is None or waited.all():
             continue
-        n, delay = pool
-        calm_gap = float(np.median(gap[~waited]))
-        ready = start - gap + np.minimum(gap, calm_gap)
-        got = fifo_starts(ready, new[f.instance[kept] == inst] + delay, n)
-        cut = np.clip(start - got, 0.0, gap - np.minimum(gap, calm_gap))
+        cut = _replayed_cuts(start, gap, waited, new[f.instance[kept] == inst], pool)
         edit.cut_before[m] = np.maximum(edit.cut_before[m], cut)
         shrank += int((cut > 0).sum())
     return shrank
+
+
+def _replayed_cuts(start: np.ndarray, gap: np.ndarray, waited: np.ndarray, durations: np.ndarray,
+                   pool: tuple[int, float]) -> np.ndarray:
+    """How much of each call's wait before its span goes when the calls, each ready after a calm gap, are
+    replayed first come first served through the pool's `n` connections with their new `durations` (+ the
+    pool's hand-over `delay`): never more than the wait beyond the calm gap."""
+    n, delay = pool
+    calm_gap = float(np.median(gap[~waited]))
+    ready = start - gap + np.minimum(gap, calm_gap)
+    got = fifo_starts(ready, durations + delay, n)
+    return np.clip(start - got, 0.0, gap - np.minimum(gap, calm_gap))
