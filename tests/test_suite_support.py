@@ -7,6 +7,7 @@ what it drew before, faster."""
 from __future__ import annotations
 
 import gc
+import math
 import sys
 
 import numpy as np
@@ -51,11 +52,14 @@ def test_the_tests_run_with_what_collection_built_frozen_and_fewer_full_collecti
 
 def test_lognormal_draws_what_the_generators_normal_drew() -> None:
     """The same values from the same seeds as `float(median * np.exp(rng.normal(0.0, sigma)))`, with the
-    stream left where it left it (other draws of the builders come between)."""
+    stream left where it left it (other draws of the builders come between). Equal to within one unit in
+    the last place: numpy's vectorised exp rounds a few values the other way from the C library's on some
+    CPUs (0.2897455593244464 against ...634 on this VM's, not on CI's)."""
     old, new = np.random.default_rng(7), np.random.default_rng(7)
     for i in range(20_000):
         median, sigma = (0.5, 3.0, 40.0)[i % 3], (0.0, 0.05, 0.3, 1.2)[i % 4]
-        assert lognormal(new, median, sigma) == float(median * np.exp(old.normal(0.0, sigma)))
+        expected = float(median * np.exp(old.normal(0.0, sigma)))
+        assert abs(lognormal(new, median, sigma) - expected) <= math.ulp(expected)
         if i % 5 == 0:
             assert new.integers(10) == old.integers(10)
 
