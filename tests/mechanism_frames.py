@@ -135,7 +135,7 @@ class TraceBuilder:
 def lognormal(rng: np.random.Generator, median: float, sigma: float) -> float:
     """`median * exp(N(0, sigma))`, drawn as `float(median * np.exp(rng.normal(0.0, sigma)))` drew it: the
     same draw from the stream (the generator's normal is `loc + scale * standard_normal`) and the same
-    value (math.exp and numpy's scalar exp agreed on 300,000 draws on one CPU; within one unit in the last
+    value (math.exp and numpy's scalar exp agreed on 300,000 draws on one CPU; within a few units in the last
     place on CPUs where numpy's vectorised exp rounds otherwise), in 1.0 µs instead of 1.5-2.3 µs. The
     builders call it ~650,000 times in test_diagnosis_mechanisms alone (bench/RESULTS.md, suite18)."""
     return median * _exp(sigma * rng.standard_normal())
