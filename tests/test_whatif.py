@@ -85,22 +85,6 @@ def test_a_child_outlasting_its_parent_was_not_awaited() -> None:
     assert _ms(retime(f, leaf_edit).dur)[2] == 30.0
 
 
-def test_a_last_call_rounded_past_its_step_was_awaited() -> None:
-    # a µs-stamped format (Jaeger, Zipkin): the step ends as its last call ends, and the call's end
-    # comes out 1 µs after it; the step waited for it (llm-agent s1's chat call, whose 20 s of
-    # Retry-After sleeps never left the step: read as fire and forget)
-    rows = [
-        (0, -1, "root", "Server", 0, 0, 100),
-        (0, 0, "step", "Internal", 0, 0, 100),
-        (0, 1, "tokenize", "Internal", 0, 0, 2),
-        (0, 1, "chat", "Client", 0, 2, 98.001),
-    ]
-    f = hand_frame(rows)
-    edit = Edit.none(len(f))
-    edit.dur[3] = 8 * MS
-    assert _ms(retime(f, edit).dur)[:2] == pytest.approx([10.0, 10.0], abs=0.002)  # was 100, 100
-
-
 @pytest.mark.parametrize("servers,rho", [(1, 0.7), (3, 0.8)])
 def test_queue_replay_matches_erlang_c(servers: int, rho: float) -> None:
     rng = np.random.default_rng(7)
