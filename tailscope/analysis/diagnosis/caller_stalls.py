@@ -21,21 +21,27 @@ TOGETHER_NS = 1_000_000  # another request's span starting or ending within 1 ms
 
 def others_near(f, spans: np.ndarray, window: int = TOGETHER_NS) -> np.ndarray:
     """For each span, whether a span of another trace starts or ends on the same instance within
-    `window` ns of the span's end (vectorised: events counted on the instance, minus the trace's own)."""
+    `window` ns of the span's end. The starts and ends of the spans on those instances, in (instance,
+    time) order: the ones within the window of a span's end include its own end, so another trace's
+    is there unless the whole stretch is one trace's (its first and last event in the same run)."""
     ends = f.start + f.dur
     scale = int(ends.max()) + 2 * window + 2
     inst = f.instance.astype(np.int64)
-    on_inst = np.sort(np.concatenate([inst * scale + f.start, inst * scale + ends]))
-    _, group = np.unique(np.c_[f.trace.astype(np.int64), inst], axis=0, return_inverse=True)
-    group = group.reshape(-1).astype(np.int64)
-    own = np.sort(np.concatenate([group * scale + f.start, group * scale + ends]))
-
-    def around(ordered: np.ndarray, key: np.ndarray) -> np.ndarray:
-        return np.searchsorted(ordered, key + window, side="right") - np.searchsorted(
-            ordered, key - window, side="left")
-
-    t = ends[spans]
-    return around(on_inst, inst[spans] * scale + t) - around(own, group[spans] * scale + t) > 0
+    mine = np.nonzero(np.isin(inst, np.unique(inst[spans])))[0]  # the spans on the callers' instances
+    key = np.concatenate([inst[mine] * scale + f.start[mine], inst[mine] * scale + ends[mine]])
+    trace = np.concatenate([f.trace[mine], f.trace[mine]])
+    t = inst[spans] * scale + ends[spans]
+    # only the events within the window of some span's end matter: sort those alone
+    ordered = np.sort(t)
+    at = np.minimum(np.searchsorted(ordered, key - window, side="left"), len(ordered) - 1)
+    close = np.abs(ordered[at] - key) <= window
+    key, trace = key[close], trace[close]
+    order = np.argsort(key)
+    key, trace = key[order], trace[order]
+    run = np.concatenate([[0], np.cumsum(trace[1:] != trace[:-1])])  # one id per stretch of a trace
+    lo = np.searchsorted(key, t - window, side="left")
+    hi = np.searchsorted(key, t + window, side="right")  # > lo: the span's own end is there
+    return run[lo] != run[np.maximum(hi - 1, lo)]
 
 
 def caller_stalled(f, cli: np.ndarray, big: np.ndarray, g: np.ndarray) -> float:
