@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 from tailscope.analysis.diagnosis.accept_queue import accept_wait, calm_gaps
+from tailscope.analysis.diagnosis.caller_stalls import caller_stalled
 from tailscope.analysis.diagnosis.frame import KIND_CLIENT, KIND_SERVER
 from tailscope.analysis.diagnosis.model import Context, Finding
 from tailscope.analysis.diagnosis.stats import clamp01, excess_share, logistic, ms, tail_split
@@ -114,7 +115,9 @@ def detect(ctx: Context) -> list[Finding]:
         drained = drained_together(f, cli[sel], srv[sel], big, g)
         # ... or a caller that stopped reads the replies that came meanwhile at once when it runs again
         read = read_together(f, cli[sel], srv[sel], big, g)
-        in_stall = max(in_stall, released, drained, read)
+        # ... or a caller that stopped ended its calls as the requests that came meanwhile arrived
+        stalled = caller_stalled(f, cli[sel], big, g)
+        in_stall = max(in_stall, released, drained, read, stalled)
         # the part of the large gaps that follows the payload's size is transfer (large_payload's)
         wire = ctx.notes.get("wire_driven")
         if wire is not None and big.any():
@@ -214,6 +217,7 @@ def detect(ctx: Context) -> list[Finding]:
             "large_gaps_released_together": round(released, 3),
             "large_gaps_drained_together": round(drained, 3),
             "large_gaps_read_together": round(read, 3),
+            "large_gaps_ended_with_arrivals_at_the_caller": round(stalled, 3),
             "large_gaps_queued_for_a_worker": round(queued, 3),
             "large_gaps_before_a_first_call_left_out": int(first_calls.sum()),
             "large_gaps_usual_for_their_path": round(usual, 3),
