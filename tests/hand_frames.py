@@ -13,6 +13,11 @@ from tailscope.analysis.whatif.retime import layout
 MS = 1_000_000
 
 
+def as_ms(values) -> list[float]:
+    """Nanosecond values as milliseconds, rounded to the µs (for comparing re-timed durations)."""
+    return [round(float(v) / MS, 3) for v in values]
+
+
 def hand_frame(rows: list[tuple], instances: Sequence[str] = ("a", "b")) -> TraceFrame:
     """rows: (trace, parent_index, name, kind, instance, start_ms, dur_ms); one service."""
     names = sorted({r[2] for r in rows})

@@ -7,11 +7,7 @@ import pytest
 
 from tailscope.analysis.whatif.replay import BatchCost, erlang_c_wait, replay
 from tailscope.analysis.whatif.retime import Edit, layout, request_latency, retime
-from tests.hand_frames import MS, hand_frame
-
-
-def _ms(values) -> list[float]:
-    return [round(float(v) / MS, 3) for v in values]
+from tests.hand_frames import MS, as_ms, hand_frame
 
 
 def test_a_shorter_span_on_a_sequential_path_moves_everything_after_it() -> None:
@@ -25,8 +21,8 @@ def test_a_shorter_span_on_a_sequential_path_moves_everything_after_it() -> None
     edit = Edit.none(len(f))
     edit.dur[2] = 8 * MS
     out = retime(f, edit)
-    assert _ms(out.dur) == [80.0, 30.0, 8.0, 30.0]
-    assert _ms(out.rel_start) == [0.0, 0.0, 32.0, 40.0]
+    assert as_ms(out.dur) == [80.0, 30.0, 8.0, 30.0]
+    assert as_ms(out.rel_start) == [0.0, 0.0, 32.0, 40.0]
 
 
 def test_parallel_children_hold_the_parent_open() -> None:
@@ -39,13 +35,13 @@ def test_parallel_children_hold_the_parent_open() -> None:
     f = hand_frame(rows)
     off_path = Edit.none(len(f))
     off_path.dur[2] = 5 * MS  # b is not on the critical path: nothing moves
-    assert _ms(retime(f, off_path).dur)[0] == 100.0
+    assert as_ms(retime(f, off_path).dur)[0] == 100.0
     on_path = Edit.none(len(f))
     on_path.dur[1] = 10 * MS  # a shrinks below b: b becomes the critical path
-    assert _ms(retime(f, on_path).dur)[0] == 80.0
+    assert as_ms(retime(f, on_path).dur)[0] == 80.0
     # a sum of stage times would have said 100 - 40 = 60
     both = on_path.merged(off_path)
-    assert _ms(retime(f, both).dur)[0] == 60.0
+    assert as_ms(retime(f, both).dur)[0] == 60.0
 
 
 def test_nested_spans_cuts_and_a_client_wrapper() -> None:
@@ -62,10 +58,10 @@ def test_nested_spans_cuts_and_a_client_wrapper() -> None:
     edit.dur[4] = 0.0
     edit.cut_before[5] = 6 * MS
     out = retime(f, edit)
-    assert _ms(out.dur)[:3] == [79.0, 59.0, 5.0]
-    assert _ms(request_latency(f, out.dur, client_side=True)) == [79.0]
-    assert _ms(request_latency(f, out.dur, client_side=False)) == [59.0]
-    assert _ms(out.absolute_start(f, layout(f)))[5] == 19.0  # 10 + 5 (hydrate) + 4 (the cut gap)
+    assert as_ms(out.dur)[:3] == [79.0, 59.0, 5.0]
+    assert as_ms(request_latency(f, out.dur, client_side=True)) == [79.0]
+    assert as_ms(request_latency(f, out.dur, client_side=False)) == [59.0]
+    assert as_ms(out.absolute_start(f, layout(f)))[5] == 19.0  # 10 + 5 (hydrate) + 4 (the cut gap)
 
 
 def test_a_child_outlasting_its_parent_was_not_awaited() -> None:
@@ -77,12 +73,12 @@ def test_a_child_outlasting_its_parent_was_not_awaited() -> None:
     f = hand_frame(rows)
     edit = Edit.none(len(f))
     edit.dur[1] = 20 * MS
-    assert _ms(retime(f, edit).dur)[0] == 50.0
+    assert as_ms(retime(f, edit).dur)[0] == 50.0
     edit.dur[2] = 10 * MS  # the awaited work still holds the root until the clipped child's end
-    assert _ms(retime(f, edit).dur)[0] == 50.0
+    assert as_ms(retime(f, edit).dur)[0] == 50.0
     leaf_edit = Edit.none(len(f))
     leaf_edit.cut_after[2] = 10 * MS
-    assert _ms(retime(f, leaf_edit).dur)[2] == 30.0
+    assert as_ms(retime(f, leaf_edit).dur)[2] == 30.0
 
 
 @pytest.mark.parametrize("servers,rho", [(1, 0.7), (3, 0.8)])
@@ -132,7 +128,7 @@ def test_a_stopped_process_is_found_by_its_silence_and_the_work_let_in_after_it(
     for k in range(150):  # instance 1: the same silence but nothing waiting at its end (idle)
         rows.append((1000 + k, -1, "root", "Server", 1, k * 1.0 + (60.3 if k >= 75 else 0.0), 0.5))
     inst, s, e = freezes(hand_frame(rows))
-    assert inst.tolist() == [0] and _ms(s) == [74.5] and _ms(e) == [135.0]
+    assert inst.tolist() == [0] and as_ms(s) == [74.5] and as_ms(e) == [135.0]
 
 
 def test_requests_accepted_as_a_stall_ends_are_spread_over_it() -> None:
@@ -291,7 +287,7 @@ def test_pause_reports_without_a_length_remove_nothing_and_name_no_fix() -> None
     assert stalls_to_remove(f, [], 0) is None  # a time with no duration: no pause to take out
     f.gc_dur = np.array([30 * MS])
     inst, s, e = stalls_to_remove(f, [], 0)
-    assert inst.tolist() == [0] and _ms(e - s) == [30.0]
+    assert inst.tolist() == [0] and as_ms(e - s) == [30.0]
 
 
 def _sidecar_rows() -> list[tuple]:

@@ -6,11 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tailscope.analysis.whatif.retime import Edit, retime
-from tests.hand_frames import MS, hand_frame
-
-
-def _ms(values) -> list[float]:
-    return [round(float(v) / MS, 3) for v in values]
+from tests.hand_frames import MS, as_ms, hand_frame
 
 
 def test_a_last_call_rounded_past_its_step_was_awaited() -> None:
@@ -26,4 +22,4 @@ def test_a_last_call_rounded_past_its_step_was_awaited() -> None:
     f = hand_frame(rows)
     edit = Edit.none(len(f))
     edit.dur[3] = 8 * MS
-    assert _ms(retime(f, edit).dur)[:2] == pytest.approx([10.0, 10.0], abs=0.002)  # was 100, 100
+    assert as_ms(retime(f, edit).dur)[:2] == pytest.approx([10.0, 10.0], abs=0.002)  # was 100, 100
